@@ -1,0 +1,79 @@
+# tocsin developer and CI entry points. `make test` and `make demo` do all set-up.
+CC      ?= cc
+BUILD   ?= build
+VERSION := $(shell cat VERSION)
+WARN    := -std=c11 -Wall -Wextra -Werror
+CFLAGS  ?= -O2 -g
+ALL_CFLAGS := $(WARN) $(CFLAGS) -fPIC -Icore/include -Icore/src
+SAN     := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+LIBS    := -lsqlite3 -lpthread
+
+CORE_SRC := $(filter-out core/src/tocsin_all.c,$(wildcard core/src/*.c))
+CORE_HDR := core/include/tocsin.h core/src/internal.h
+TEST_SRC := $(wildcard core/test/*.c)
+TEST_HDR := $(wildcard core/test/*.h)
+
+.PHONY: all lib ext test test-c test-san test-sql test-header check-version deps demo bench clean
+
+all: lib ext
+
+lib: $(BUILD)/libtocsin.a $(BUILD)/libtocsin.so
+ext: $(BUILD)/tocsin.so
+
+deps:
+	@sh tools/deps.sh
+
+$(BUILD):
+	@mkdir -p $(BUILD)
+
+$(BUILD)/tocsin_all.o: $(CORE_SRC) $(CORE_HDR) core/src/tocsin_all.c | $(BUILD)
+	$(CC) $(ALL_CFLAGS) -c core/src/tocsin_all.c -o $@
+
+$(BUILD)/libtocsin.a: $(BUILD)/tocsin_all.o
+	rm -f $@ && ar rcs $@ $^
+
+$(BUILD)/libtocsin.so: $(BUILD)/tocsin_all.o
+	$(CC) -shared -o $@ $^ $(LIBS)
+
+# The loadable extension: the same code calling SQLite through the host's routines.
+$(BUILD)/tocsin.so: $(CORE_SRC) $(CORE_HDR) core/src/tocsin_all.c | $(BUILD)
+	$(CC) $(ALL_CFLAGS) -DTOCSIN_EXTENSION -shared core/src/tocsin_all.c -o $@ -lpthread
+
+$(BUILD)/test_core: $(TEST_SRC) $(TEST_HDR) $(BUILD)/libtocsin.a
+	$(CC) $(ALL_CFLAGS) $(TEST_SRC) $(BUILD)/libtocsin.a -o $@ $(LIBS)
+
+$(BUILD)/test_core_san: $(TEST_SRC) $(TEST_HDR) $(CORE_SRC) $(CORE_HDR) | $(BUILD)
+	$(CC) $(WARN) $(SAN) -Icore/include -Icore/src $(TEST_SRC) core/src/tocsin_all.c -o $@ $(LIBS)
+
+test: deps all check-version test-header test-c test-san test-sql
+
+test-c: $(BUILD)/test_core
+	$(BUILD)/test_core
+
+test-san: $(BUILD)/test_core_san
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/test_core_san
+
+test-sql: $(BUILD)/tocsin.so
+	sh core/test/sql/run.sh $(BUILD)/tocsin.so
+
+# The public header must compile as C11 (pedantic) and as C++.
+test-header: | $(BUILD)
+	printf '#include "tocsin.h"\nint main(void){return tocsin_version_number() < 0;}\n' > $(BUILD)/hdr.c
+	$(CC) -std=c11 -pedantic -Wall -Wextra -Werror -Icore/include -c $(BUILD)/hdr.c -o $(BUILD)/hdr_c.o
+	cp $(BUILD)/hdr.c $(BUILD)/hdr.cpp
+	c++ -std=c++11 -pedantic -Wall -Wextra -Werror -Icore/include -c $(BUILD)/hdr.cpp -o $(BUILD)/hdr_cpp.o
+
+check-version:
+	@sh tools/sync-version --check
+
+demo: deps all
+	sh tools/demo.sh
+
+bench: deps $(BUILD)/bench_core
+	$(BUILD)/bench_core
+
+$(BUILD)/bench_core: bench/bench_core.c $(BUILD)/libtocsin.a
+	$(CC) $(ALL_CFLAGS) -O2 bench/bench_core.c $(BUILD)/libtocsin.a -o $@ $(LIBS)
+
+clean:
+	rm -rf $(BUILD)

@@ -1,0 +1,345 @@
+/*
+ * tocsin: NOTIFY/LISTEN, durable job queues and durable streams for SQLite.
+ *
+ * The one public header of the C core. Conventions used throughout:
+ *  - functions return an int result code: TOCSIN_OK (0) or one of TOCSIN_*;
+ *    the message of the last failure is tocsin_errmsg(db) (borrowed, valid
+ *    until the next call on that handle);
+ *  - out-parameters come first;
+ *  - every pointer handed out is documented as "owned" (free it with the
+ *    named function, never with libc free) or "borrowed";
+ *  - times are integer milliseconds since the Unix epoch, taken from the
+ *    handle's clock (injectable, see tocsin_set_clock);
+ *  - options structs carry a `version` field; initialise them with their
+ *    _INIT macro so that fields added later keep the ABI.
+ *
+ * Thread safety: a tocsin_db handle is used by one thread at a time (the
+ * caller serialises, as with a sqlite3 connection). Different handles may be
+ * used from different threads at once. The free functions are thread-safe.
+ */
+#ifndef TOCSIN_H
+#define TOCSIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Kept in step with the VERSION file by tools/sync-version (checked by make test). */
+#define TOCSIN_VERSION_MAJOR 0
+#define TOCSIN_VERSION_MINOR 1
+#define TOCSIN_VERSION_PATCH 0
+#define TOCSIN_VERSION_STRING "0.1.0"
+#define TOCSIN_VERSION_NUMBER \
+    (TOCSIN_VERSION_MAJOR * 1000000 + TOCSIN_VERSION_MINOR * 1000 + TOCSIN_VERSION_PATCH)
+
+/* The on-disk schema version this library writes (docs/schema.md). */
+#define TOCSIN_SCHEMA_VERSION 1
+
+/* ---- result codes ------------------------------------------------------ */
+#define TOCSIN_OK 0
+#define TOCSIN_ERROR 1      /* SQLite or system failure; see tocsin_sqlite_errcode() */
+#define TOCSIN_INVALID 2    /* an argument was invalid; nothing was written */
+#define TOCSIN_NOTFOUND 3   /* the named object does not exist */
+#define TOCSIN_BUSY 4       /* the database stayed locked past the busy timeout */
+#define TOCSIN_LEASE_LOST 5 /* the caller no longer holds the job/lock lease */
+#define TOCSIN_CLOSED 6     /* the handle or subscription was closed */
+#define TOCSIN_CORRUPT 7    /* the database or its tocsin schema is damaged */
+#define TOCSIN_TOOBIG 8     /* a payload exceeded the size limit; nothing was written */
+#define TOCSIN_VERSION 9    /* SQLite too old, or schema newer than this library */
+#define TOCSIN_CALLBACK 10  /* a callback of the host language raised */
+#define TOCSIN_NOMEM 11     /* out of memory */
+#define TOCSIN_REPLACED 12  /* the database file was replaced under the handle */
+#define TOCSIN_TIMEOUT 13   /* a wait ended at its deadline */
+#define TOCSIN_READONLY 14  /* a write was attempted on a read-only handle */
+
+/* Library versions. Borrowed static strings. */
+const char *tocsin_version(void);
+int tocsin_version_number(void);
+const char *tocsin_sqlite_version(void); /* the SQLite this process runs on */
+
+/* A constant English name for a result code ("invalid argument", ...). */
+const char *tocsin_errstr(int rc);
+
+/* Frees memory handed out by tocsin (strings, arrays). Accepts NULL. */
+void tocsin_free(void *p);
+
+/* ---- handles ----------------------------------------------------------- */
+typedef struct tocsin_db tocsin_db;
+struct sqlite3;
+
+/* The clock: milliseconds since the Unix epoch. */
+typedef int64_t (*tocsin_clock_fn)(void *ctx);
+
+typedef struct tocsin_open_opts {
+    int version;               /* TOCSIN_OPEN_OPTS_VERSION */
+    int busy_timeout_ms;       /* how long a writer waits for the lock; 0: 5000 */
+    int64_t max_payload_bytes; /* payload size limit; 0: 1 MiB */
+    int read_only;             /* open read-only (no bootstrap, writes fail) */
+    tocsin_clock_fn clock;     /* NULL: the system clock */
+    void *clock_ctx;
+} tocsin_open_opts;
+#define TOCSIN_OPEN_OPTS_VERSION 1
+#define TOCSIN_OPEN_OPTS_INIT {TOCSIN_OPEN_OPTS_VERSION, 0, 0, 0, NULL, NULL}
+
+/*
+ * Opens (creating if needed) the database at `path` on its own connection:
+ * WAL, synchronous=NORMAL, busy_timeout and foreign_keys are set explicitly,
+ * the SQLite version is checked (>= 3.37) and schema v1 is bootstrapped.
+ * On success *out is owned by the caller: close it with tocsin_close().
+ * On failure *out is NULL (use tocsin_errstr for the code) or, when a handle
+ * could be made, a handle carrying the message (close it too).
+ * `opts` may be NULL.
+ */
+int tocsin_open(tocsin_db **out, const char *path, const tocsin_open_opts *opts);
+
+/*
+ * Wraps an existing connection owned by the host (used by the loadable
+ * extension). The connection stays the host's: tocsin_close() frees the
+ * wrapper only. Journal mode and pragmas are left as the host set them.
+ */
+int tocsin_wrap(tocsin_db **out, struct sqlite3 *conn, const tocsin_open_opts *opts);
+
+/* Closes the handle (and its connection unless wrapped). Accepts NULL. */
+int tocsin_close(tocsin_db *db);
+
+/* The underlying connection, borrowed until tocsin_close(): use it for the
+ * application's own statements inside a tocsin transaction. */
+struct sqlite3 *tocsin_sqlite(tocsin_db *db);
+
+/* The message and code of the last failure on this handle. */
+const char *tocsin_errmsg(tocsin_db *db);
+int tocsin_errcode(tocsin_db *db);
+int tocsin_sqlite_errcode(tocsin_db *db); /* SQLite's extended code, 0 if none */
+
+/* The handle's clock. tocsin_set_clock(db, NULL, NULL) restores the system clock. */
+int64_t tocsin_now(tocsin_db *db);
+void tocsin_set_clock(tocsin_db *db, tocsin_clock_fn clock, void *ctx);
+
+/* The payload size limit in bytes (>= 1). */
+int tocsin_set_max_payload(tocsin_db *db, int64_t max_bytes);
+
+/* Creates the schema if missing, migrates forward; *out_version is the schema version. */
+int tocsin_bootstrap(tocsin_db *db, int *out_version);
+
+/* ---- transactions ------------------------------------------------------ */
+/*
+ * tocsin_begin() starts a write transaction (BEGIN IMMEDIATE, waiting up to
+ * the busy timeout). Every tocsin operation called before commit/rollback
+ * joins it: a rollback drops its jobs, events and notifications together
+ * with the application's own writes. Outside a transaction each operation is
+ * its own transaction; inside one it nests in a SAVEPOINT, so a failed
+ * operation leaves nothing half applied.
+ */
+int tocsin_begin(tocsin_db *db);
+int tocsin_commit(tocsin_db *db);
+int tocsin_rollback(tocsin_db *db);
+int tocsin_in_transaction(tocsin_db *db);
+/* Runs SQL text of the application's (no result rows) on the handle's connection. */
+int tocsin_exec(tocsin_db *db, const char *sql);
+
+/* ---- queue ------------------------------------------------------------- */
+typedef struct tocsin_enqueue_opts {
+    int version;              /* TOCSIN_ENQUEUE_OPTS_VERSION */
+    int64_t priority;         /* higher runs first; default 0 */
+    int64_t delay_ms;         /* run no sooner than now + delay_ms */
+    int64_t run_at_ms;        /* absolute run time; 0: use delay_ms */
+    int max_attempts;         /* >= 1; 0: default 3 */
+    int64_t expires_ms;       /* discard (dead, 'expired') if not claimed within this; 0: never */
+    const char *unique_key;   /* dedup against live jobs of the queue; NULL: none */
+    const char *meta;         /* JSON object of headers, or NULL */
+} tocsin_enqueue_opts;
+#define TOCSIN_ENQUEUE_OPTS_VERSION 1
+#define TOCSIN_ENQUEUE_OPTS_INIT {TOCSIN_ENQUEUE_OPTS_VERSION, 0, 0, 0, 0, 0, NULL, NULL}
+#define TOCSIN_DEFAULT_MAX_ATTEMPTS 3
+
+/* One job to enqueue with tocsin_queue_enqueue_many. `opts` may be NULL. */
+typedef struct tocsin_job_spec {
+    const char *queue;
+    const char *payload; /* JSON text */
+    const tocsin_enqueue_opts *opts;
+} tocsin_job_spec;
+
+/*
+ * Enqueues a job; *out_id is its id. With a unique_key that a live job of the
+ * same queue already holds, nothing is written and *out_id is that job's id.
+ */
+int tocsin_queue_enqueue(tocsin_db *db, int64_t *out_id, const char *queue,
+                         const char *payload, const tocsin_enqueue_opts *opts);
+/* Enqueues n jobs atomically (all or none); out_ids has room for n ids. */
+int tocsin_queue_enqueue_many(tocsin_db *db, int64_t *out_ids, const tocsin_job_spec *specs,
+                              size_t n);
+
+/* A job as stored. Strings are owned by the array they came in. */
+typedef struct tocsin_job {
+    int64_t id;
+    char *queue;
+    char *state;      /* "pending", "processing" or "dead" */
+    char *payload;    /* JSON text */
+    char *meta;       /* JSON object text or NULL */
+    int64_t priority;
+    int attempts;     /* claims so far */
+    int max_attempts;
+    int64_t token;    /* fencing token of the current lease (== attempts) */
+    int64_t run_at;
+    int64_t created_at;
+    int64_t lease_until; /* 0 unless processing */
+    int64_t expires_at;  /* 0: never */
+    char *unique_key;    /* NULL if none */
+    char *worker;        /* current or last holder, NULL if never claimed */
+    char *last_error;    /* NULL if none */
+    char *reason;        /* dead jobs: "failed", "max_attempts", "expired", "cancelled" */
+    int64_t died_at;     /* dead jobs: when */
+} tocsin_job;
+
+/* Frees an array of n jobs returned by tocsin. Accepts NULL. */
+void tocsin_jobs_free(tocsin_job *jobs, size_t n);
+
+/*
+ * Claims up to `max` claimable jobs of `queue` for `worker`, ordered by
+ * priority DESC, run_at, id, each leased for visibility_ms. Lapsed leases of
+ * the queue are reclaimed first (the lapsed claim counted as an attempt; an
+ * exhausted job goes dead with reason "max_attempts"), and unclaimed jobs
+ * past expiry go dead with reason "expired". A paused queue yields nothing.
+ * *out_jobs (owned, free with tocsin_jobs_free) holds *out_n jobs.
+ */
+int tocsin_queue_claim(tocsin_db *db, tocsin_job **out_jobs, size_t *out_n, const char *queue,
+                       const char *worker, size_t max, int64_t visibility_ms);
+
+/*
+ * Lease operations. *out_ok is 1 when `token` is the current lease of job
+ * `id` (state processing), 0 otherwise (stale holder, unknown or finished
+ * job): then nothing is written. A lease that lapsed but that nobody
+ * reclaimed yet still holds (the work was done and no one else has it).
+ *  ack: the job is done and removed;
+ *  retry: back to pending after delay_ms (< 0: exponential backoff with the
+ *         default policy), or dead ("max_attempts") if attempts are spent;
+ *  fail: dead now with reason "failed";
+ *  heartbeat: lease extended to now + extend_ms.
+ */
+int tocsin_job_ack(tocsin_db *db, int *out_ok, int64_t id, int64_t token);
+/* Acks n (id, token) pairs in one transaction; *out_acked counts those that held. */
+int tocsin_job_ack_batch(tocsin_db *db, size_t *out_acked, const int64_t *ids,
+                         const int64_t *tokens, size_t n);
+int tocsin_job_retry(tocsin_db *db, int *out_ok, int64_t id, int64_t token, int64_t delay_ms,
+                     const char *error);
+int tocsin_job_fail(tocsin_db *db, int *out_ok, int64_t id, int64_t token, const char *error);
+int tocsin_job_heartbeat(tocsin_db *db, int *out_ok, int64_t id, int64_t token,
+                         int64_t extend_ms);
+
+/* Exponential backoff: min(cap, base * 2^(attempts-1)), then "equal jitter"
+ * (the upper half drawn at random). attempts >= 1. */
+int64_t tocsin_backoff_ms(int64_t base_ms, int64_t cap_ms, int attempts);
+#define TOCSIN_BACKOFF_BASE_MS 1000
+#define TOCSIN_BACKOFF_CAP_MS 3600000
+
+/* Cancels a live job (pending or processing): it goes dead with reason
+ * "cancelled". *out_ok is 0 if no live job has that id. */
+int tocsin_job_cancel(tocsin_db *db, int *out_ok, int64_t id);
+
+/* Looks a job up, live or dead. *out_job (owned, free with tocsin_jobs_free(job, 1))
+ * is NULL when no job has that id (acked jobs are removed). */
+int tocsin_job_get(tocsin_db *db, tocsin_job **out_job, int64_t id);
+
+/* Paused queues hand out no jobs; enqueue still works. */
+int tocsin_queue_pause(tocsin_db *db, const char *queue);
+int tocsin_queue_resume(tocsin_db *db, const char *queue);
+int tocsin_queue_is_paused(tocsin_db *db, int *out_paused, const char *queue);
+
+/*
+ * Statistics as a JSON object (owned, free with tocsin_free). For one queue:
+ * {"queue","pending","scheduled","processing","dead","oldest_pending_age_ms",
+ * "paused"}; with queue NULL: {"queues":[...one object per queue...]}.
+ */
+int tocsin_queue_stats(tocsin_db *db, char **out_json, const char *queue);
+
+/*
+ * The earliest instant at which something in these queues needs a worker: a
+ * pending job becomes due (now if one already is), a lease lapses, or a job
+ * expires. *out_ms is -1 when nothing is pending or in flight. Paused queues
+ * count only their leases. Read-only.
+ */
+int tocsin_queue_next_deadline(tocsin_db *db, int64_t *out_ms, const char *const *queues,
+                               size_t n);
+
+/* Dead letters of `queue` (NULL: all queues), oldest first, ids > after_id. */
+int tocsin_dead_list(tocsin_db *db, tocsin_job **out_jobs, size_t *out_n, const char *queue,
+                     int64_t after_id, size_t limit);
+/* Moves dead job `id` back to pending (attempts reset), keeping its id.
+ * *out_ok is 0 if no dead job has that id. */
+int tocsin_dead_requeue(tocsin_db *db, int *out_ok, int64_t id);
+/* Deletes dead jobs of `queue` (NULL: all) that died before `before_ms`
+ * (0: all of them); *out_n counts them. */
+int tocsin_dead_purge(tocsin_db *db, int64_t *out_n, const char *queue, int64_t before_ms);
+
+/* ---- streams and notifications ----------------------------------------- */
+/* A stream event or a notification. Strings are owned by the array. */
+typedef struct tocsin_message {
+    int64_t id;       /* stream offset or notification id */
+    char *name;       /* topic or channel */
+    char *key;        /* stream events: partition/ordering key or NULL */
+    char *payload;    /* JSON text */
+    char *meta;       /* JSON object text or NULL */
+    int64_t created_at;
+} tocsin_message;
+
+void tocsin_messages_free(tocsin_message *msgs, size_t n);
+
+/* Appends an event; *out_offset is its offset (increasing, never reused). */
+int tocsin_stream_publish(tocsin_db *db, int64_t *out_offset, const char *topic,
+                          const char *payload, const char *key, const char *meta);
+/* Appends n events atomically; keys may be NULL (no keys); out_offsets has room for n. */
+int tocsin_stream_publish_many(tocsin_db *db, int64_t *out_offsets, const char *topic,
+                               const char *const *payloads, const char *const *keys, size_t n);
+/* Events of `topic` with offset > after, oldest first, at most limit. */
+int tocsin_stream_read(tocsin_db *db, tocsin_message **out, size_t *out_n, const char *topic,
+                       int64_t after, size_t limit);
+/* Saves a consumer's offset; offsets only move forward: *out_stored (may be
+ * NULL) is the offset stored afterwards, max(old, offset). */
+int tocsin_stream_save_offset(tocsin_db *db, int64_t *out_stored, const char *consumer,
+                              const char *topic, int64_t offset);
+/* A consumer's saved offset, 0 if none yet. */
+int tocsin_stream_offset(tocsin_db *db, int64_t *out_offset, const char *consumer,
+                         const char *topic);
+
+typedef struct tocsin_trim_opts {
+    int version;           /* TOCSIN_TRIM_OPTS_VERSION */
+    int64_t max_age_ms;    /* > 0: delete events older than this */
+    int64_t max_count;     /* > 0: keep at most this many newest events */
+    int below_consumers;   /* != 0: delete events every consumer of the topic has passed */
+} tocsin_trim_opts;
+#define TOCSIN_TRIM_OPTS_VERSION 1
+#define TOCSIN_TRIM_OPTS_INIT {TOCSIN_TRIM_OPTS_VERSION, 0, 0, 0}
+/* Deletes events of `topic` matching any criterion set; *out_n counts them. */
+int tocsin_stream_trim(tocsin_db *db, int64_t *out_n, const char *topic,
+                       const tocsin_trim_opts *opts);
+
+/* Records a notification in the caller's transaction; *out_id is its id. */
+int tocsin_notify(tocsin_db *db, int64_t *out_id, const char *channel, const char *payload,
+                  const char *meta);
+/* Notifications of `channel` with id > after_id, oldest first, at most limit. */
+int tocsin_notify_read(tocsin_db *db, tocsin_message **out, size_t *out_n, const char *channel,
+                       int64_t after_id, size_t limit);
+/* The highest notification id so far (any channel), 0 if none: where a listener starts. */
+int tocsin_notify_max_id(tocsin_db *db, int64_t *out_id);
+/* Deletes notifications older than max_age_ms (> 0) and, per channel, all but
+ * the newest max_keep (> 0); 0 disables a criterion. *out_n counts them. */
+int tocsin_notify_prune(tocsin_db *db, int64_t *out_n, int64_t max_age_ms, int64_t max_keep);
+/*
+ * Opt-in automatic trim, stored in the database (every process and language
+ * follows it): about one notify in `one_in` runs tocsin_notify_prune(max_age_ms,
+ * max_keep). one_in == 0 turns it off.
+ */
+int tocsin_notify_set_autotrim(tocsin_db *db, int64_t max_age_ms, int64_t max_keep,
+                               int64_t one_in);
+
+/* ---- SQL surface ------------------------------------------------------- */
+/* Registers the tocsin_* SQL functions (docs/sql.md) on the handle's connection. */
+int tocsin_register_sql(tocsin_db *db);
+
+#ifdef __cplusplus
+}
+#endif
+#endif /* TOCSIN_H */

@@ -1,0 +1,576 @@
+/* Handles, errors, statement cache, atomic operations, validation. */
+#include "internal.h"
+
+#include <stdio.h>
+
+/* ---- versions and codes -------------------------------------------------- */
+
+const char *tocsin_version(void) { return TOCSIN_VERSION_STRING; }
+int tocsin_version_number(void) { return TOCSIN_VERSION_NUMBER; }
+const char *tocsin_sqlite_version(void) { return sqlite3_libversion(); }
+
+const char *tocsin_errstr(int rc) {
+    switch (rc) {
+    case TOCSIN_OK: return "ok";
+    case TOCSIN_ERROR: return "error";
+    case TOCSIN_INVALID: return "invalid argument";
+    case TOCSIN_NOTFOUND: return "not found";
+    case TOCSIN_BUSY: return "database busy";
+    case TOCSIN_LEASE_LOST: return "lease lost";
+    case TOCSIN_CLOSED: return "closed";
+    case TOCSIN_CORRUPT: return "corrupt";
+    case TOCSIN_TOOBIG: return "payload too big";
+    case TOCSIN_VERSION: return "version mismatch";
+    case TOCSIN_CALLBACK: return "callback raised";
+    case TOCSIN_NOMEM: return "out of memory";
+    case TOCSIN_REPLACED: return "database file replaced";
+    case TOCSIN_TIMEOUT: return "timed out";
+    case TOCSIN_READONLY: return "read-only";
+    default: return "unknown result code";
+    }
+}
+
+void tocsin_free(void *p) { sqlite3_free(p); }
+
+/* ---- errors ------------------------------------------------------------- */
+
+void tc_clear(tocsin_db *db) {
+    db->errcode = TOCSIN_OK;
+    db->sqlite_rc = 0;
+    db->errmsg[0] = 0;
+}
+
+int tc_err(tocsin_db *db, int rc, const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(db->errmsg, sizeof db->errmsg, fmt, ap);
+    va_end(ap);
+    db->errcode = rc;
+    return rc;
+}
+
+int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what) {
+    int prim = sqlite_rc & 0xff, rc;
+    switch (prim) {
+    case SQLITE_BUSY:
+    case SQLITE_LOCKED: rc = TOCSIN_BUSY; break;
+    case SQLITE_CORRUPT:
+    case SQLITE_NOTADB: rc = TOCSIN_CORRUPT; break;
+    case SQLITE_NOMEM: rc = TOCSIN_NOMEM; break;
+    case SQLITE_READONLY: rc = TOCSIN_READONLY; break;
+    default: rc = TOCSIN_ERROR; break;
+    }
+    if (rc == TOCSIN_BUSY)
+        tc_err(db, rc, "%s: database is locked (waited %d ms for the write lock)", what,
+               db->busy_timeout_ms);
+    else
+        tc_err(db, rc, "%s: %s", what, sqlite3_errmsg(db->conn));
+    db->sqlite_rc = sqlite_rc;
+    return rc;
+}
+
+const char *tocsin_errmsg(tocsin_db *db) {
+    if (!db) return "no handle";
+    return db->errmsg[0] ? db->errmsg : tocsin_errstr(db->errcode);
+}
+int tocsin_errcode(tocsin_db *db) { return db ? db->errcode : TOCSIN_INVALID; }
+int tocsin_sqlite_errcode(tocsin_db *db) { return db ? db->sqlite_rc : 0; }
+
+/* ---- clock --------------------------------------------------------------- */
+
+int64_t tocsin_now(tocsin_db *db) {
+    return db->clock ? db->clock(db->clock_ctx) : tc_system_ms();
+}
+
+void tocsin_set_clock(tocsin_db *db, tocsin_clock_fn clock, void *ctx) {
+    db->clock = clock;
+    db->clock_ctx = ctx;
+}
+
+int tocsin_set_max_payload(tocsin_db *db, int64_t max_bytes) {
+    tc_clear(db);
+    if (max_bytes < 1) return tc_err(db, TOCSIN_INVALID, "max_payload_bytes must be >= 1");
+    db->max_payload = max_bytes;
+    return TOCSIN_OK;
+}
+
+/* ---- handles ------------------------------------------------------------- */
+
+static int apply_opts(tocsin_db *db, const tocsin_open_opts *o) {
+    db->busy_timeout_ms = TC_DEFAULT_BUSY_MS;
+    db->max_payload = TC_DEFAULT_MAX_PAYLOAD;
+    if (!o) return TOCSIN_OK;
+    if (o->version < 1) return tc_err(db, TOCSIN_INVALID, "open options: version must be set (use TOCSIN_OPEN_OPTS_INIT)");
+    if (o->busy_timeout_ms < 0) return tc_err(db, TOCSIN_INVALID, "busy_timeout_ms must be >= 0");
+    if (o->max_payload_bytes < 0) return tc_err(db, TOCSIN_INVALID, "max_payload_bytes must be >= 0");
+    if (o->busy_timeout_ms) db->busy_timeout_ms = o->busy_timeout_ms;
+    if (o->max_payload_bytes) db->max_payload = o->max_payload_bytes;
+    db->read_only = o->read_only != 0;
+    db->clock = o->clock;
+    db->clock_ctx = o->clock_ctx;
+    return TOCSIN_OK;
+}
+
+static tocsin_db *alloc_db(void) {
+    tocsin_db *db = sqlite3_malloc(sizeof *db);
+    if (db) memset(db, 0, sizeof *db);
+    return db;
+}
+
+static int check_sqlite_version(tocsin_db *db) {
+    if (sqlite3_libversion_number() < TC_MIN_SQLITE)
+        return tc_err(db, TOCSIN_VERSION, "tocsin needs SQLite >= 3.37.0; this process runs %s",
+                      sqlite3_libversion());
+    return TOCSIN_OK;
+}
+
+int tocsin_open(tocsin_db **out, const char *path, const tocsin_open_opts *opts) {
+    tocsin_db *db;
+    int rc, flags;
+    if (!out) return TOCSIN_INVALID;
+    *out = NULL;
+    db = alloc_db();
+    if (!db) return TOCSIN_NOMEM;
+    *out = db;
+    if ((rc = apply_opts(db, opts)) != TOCSIN_OK) return rc;
+    if (!path || !*path) return tc_err(db, TOCSIN_INVALID, "path must be a non-empty string");
+    if ((rc = check_sqlite_version(db)) != TOCSIN_OK) return rc;
+    flags = (db->read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
+            SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI;
+    rc = sqlite3_open_v2(path, &db->conn, flags, NULL);
+    db->owns_conn = 1;
+    if (rc != SQLITE_OK) {
+        if (!db->conn) return tc_err(db, TOCSIN_NOMEM, "open %s: out of memory", path);
+        return tc_sqlerr(db, rc, path);
+    }
+    sqlite3_extended_result_codes(db->conn, 1);
+    sqlite3_busy_timeout(db->conn, db->busy_timeout_ms);
+    if (!db->read_only) {
+        /* journal_mode=WAL returns a row; tc_exec ignores rows. */
+        if ((rc = tc_exec(db, "PRAGMA journal_mode=WAL", "set journal_mode")) != TOCSIN_OK) return rc;
+    }
+    if ((rc = tc_exec(db, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON", "set pragmas")) != TOCSIN_OK)
+        return rc;
+    if ((rc = tc_ensure_schema(db)) != TOCSIN_OK) return rc;
+    tc_clear(db);
+    return TOCSIN_OK;
+}
+
+int tocsin_wrap(tocsin_db **out, sqlite3 *conn, const tocsin_open_opts *opts) {
+    tocsin_db *db;
+    int rc;
+    if (!out) return TOCSIN_INVALID;
+    *out = NULL;
+    db = alloc_db();
+    if (!db) return TOCSIN_NOMEM;
+    *out = db;
+    if ((rc = apply_opts(db, opts)) != TOCSIN_OK) return rc;
+    if (!conn) return tc_err(db, TOCSIN_INVALID, "connection must not be NULL");
+    if ((rc = check_sqlite_version(db)) != TOCSIN_OK) return rc;
+    db->conn = conn;
+    if (sqlite3_db_readonly(conn, "main") == 1) db->read_only = 1;
+    return TOCSIN_OK;
+}
+
+void tc_stmt_flush(tocsin_db *db) {
+    int i;
+    for (i = 0; i < TC_STMT_SLOTS; i++) {
+        sqlite3_finalize(db->stmts[i].stmt);
+        db->stmts[i].stmt = NULL;
+        db->stmts[i].sql = NULL;
+    }
+}
+
+int tocsin_close(tocsin_db *db) {
+    if (!db) return TOCSIN_OK;
+    tc_stmt_flush(db);
+    if (db->owns_conn && db->conn) sqlite3_close_v2(db->conn);
+    sqlite3_free(db->ext_fns);
+    sqlite3_free(db);
+    return TOCSIN_OK;
+}
+
+sqlite3 *tocsin_sqlite(tocsin_db *db) { return db ? db->conn : NULL; }
+
+/* ---- statements ---------------------------------------------------------- */
+
+sqlite3_stmt *tc_stmt(tocsin_db *db, const char *sql) {
+    size_t h = ((uintptr_t)sql >> 3) % TC_STMT_SLOTS, i;
+    for (i = 0; i < TC_STMT_SLOTS; i++) {
+        size_t k = (h + i) % TC_STMT_SLOTS;
+        if (db->stmts[k].sql == sql) {
+            sqlite3_reset(db->stmts[k].stmt);
+            sqlite3_clear_bindings(db->stmts[k].stmt);
+            return db->stmts[k].stmt;
+        }
+        if (!db->stmts[k].sql) {
+            sqlite3_stmt *st = NULL;
+            int rc = sqlite3_prepare_v3(db->conn, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, NULL);
+            if (rc != SQLITE_OK) {
+                tc_sqlerr(db, rc, "prepare");
+                return NULL;
+            }
+            db->stmts[k].sql = sql;
+            db->stmts[k].stmt = st;
+            return st;
+        }
+    }
+    /* The cache is full: a programming error (raise TC_STMT_SLOTS). */
+    tc_err(db, TOCSIN_ERROR, "statement cache full");
+    return NULL;
+}
+
+int tc_step_done(tocsin_db *db, sqlite3_stmt *st, const char *what) {
+    int rc;
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    }
+    if (rc != SQLITE_DONE) {
+        rc = tc_sqlerr(db, rc, what);
+        sqlite3_reset(st);
+        return rc;
+    }
+    sqlite3_reset(st);
+    return TOCSIN_OK;
+}
+
+int tc_exec(tocsin_db *db, const char *sql, const char *what) {
+    char *msg = NULL;
+    int rc = sqlite3_exec(db->conn, sql, NULL, NULL, &msg);
+    if (rc != SQLITE_OK) {
+        int prim = rc & 0xff;
+        if (prim == SQLITE_BUSY || prim == SQLITE_LOCKED) {
+            sqlite3_free(msg);
+            return tc_sqlerr(db, rc, what);
+        }
+        tc_err(db, prim == SQLITE_CORRUPT || prim == SQLITE_NOTADB ? TOCSIN_CORRUPT
+                   : prim == SQLITE_READONLY                       ? TOCSIN_READONLY
+                                                                   : TOCSIN_ERROR,
+               "%s: %s", what, msg ? msg : sqlite3_errstr(rc));
+        db->sqlite_rc = rc;
+        sqlite3_free(msg);
+        return db->errcode;
+    }
+    return TOCSIN_OK;
+}
+
+char *tc_strdup(const char *s) {
+    size_t n;
+    char *p;
+    if (!s) return NULL;
+    n = strlen(s);
+    p = sqlite3_malloc64(n + 1);
+    if (p) memcpy(p, s, n + 1);
+    return p;
+}
+
+char *tc_col_text(sqlite3_stmt *st, int i) {
+    if (sqlite3_column_type(st, i) == SQLITE_NULL) return NULL;
+    return tc_strdup((const char *)sqlite3_column_text(st, i));
+}
+
+/* ---- atomic operations --------------------------------------------------- */
+
+/*
+ * BEGIN IMMEDIATE with a bounded retry: the connection's busy handler may be
+ * short or absent (a host connection in the extension), so we wait here too,
+ * backing off up to the handle's busy timeout before reporting TOCSIN_BUSY.
+ */
+static const char SQL_BEGIN_IMMEDIATE[] = "BEGIN IMMEDIATE";
+static const char SQL_BEGIN[] = "BEGIN";
+static const char SQL_COMMIT[] = "COMMIT";
+static const char SQL_ROLLBACK[] = "ROLLBACK";
+static const char SQL_SAVEPOINT[] = "SAVEPOINT tocsin_op";
+static const char SQL_RELEASE[] = "RELEASE tocsin_op";
+static const char SQL_ROLLBACK_TO[] = "ROLLBACK TO tocsin_op";
+
+/* Runs one cached transaction-control statement; returns SQLite's code. */
+static int run_ctl(tocsin_db *db, const char *sql) {
+    sqlite3_stmt *st = tc_stmt(db, sql);
+    int rc;
+    if (!st) return SQLITE_ERROR;
+    rc = sqlite3_step(st);
+    sqlite3_reset(st);
+    return rc == SQLITE_DONE ? SQLITE_OK : rc;
+}
+
+/*
+ * BEGIN IMMEDIATE with a bounded retry: the connection's busy handler may be
+ * short or absent (a host connection in the extension), so we wait here too,
+ * backing off up to the handle's busy timeout before reporting TOCSIN_BUSY.
+ */
+static int begin_immediate(tocsin_db *db) {
+    int64_t deadline = tc_monotonic_ms() + db->busy_timeout_ms;
+    int pause = 1;
+    for (;;) {
+        int rc = run_ctl(db, SQL_BEGIN_IMMEDIATE);
+        if (rc == SQLITE_OK) return TOCSIN_OK;
+        if ((rc & 0xff) != SQLITE_BUSY || tc_monotonic_ms() >= deadline)
+            return tc_sqlerr(db, rc, "begin write transaction");
+        tc_sleep_ms(pause);
+        if (pause < 32) pause *= 2;
+    }
+}
+
+int tc_op_begin(tocsin_db *db, tc_op *op, int write) {
+    int rc;
+    op->mode = 0;
+    if (write && db->read_only)
+        return tc_err(db, TOCSIN_READONLY, "the database handle is read-only");
+    if (!db->schema_ok && (rc = tc_ensure_schema(db)) != TOCSIN_OK) return rc;
+    return tc_op_open(db, op, write);
+}
+
+int tc_op_open(tocsin_db *db, tc_op *op, int write) {
+    int rc;
+    op->mode = 0;
+    if (sqlite3_get_autocommit(db->conn)) {
+        if (write) {
+            rc = begin_immediate(db);
+        } else {
+            rc = run_ctl(db, SQL_BEGIN);
+            rc = rc == SQLITE_OK ? TOCSIN_OK : tc_sqlerr(db, rc, "begin read transaction");
+        }
+        if (rc == TOCSIN_OK) op->mode = 1;
+        return rc;
+    }
+    rc = run_ctl(db, SQL_SAVEPOINT);
+    if (rc != SQLITE_OK) return tc_sqlerr(db, rc, "savepoint");
+    op->mode = 2;
+    return TOCSIN_OK;
+}
+
+int tc_op_end(tocsin_db *db, tc_op *op, int rc) {
+    int mode = op->mode, src;
+    op->mode = 0;
+    if (mode == 0) return rc;
+    if (rc == TOCSIN_OK) {
+        src = run_ctl(db, mode == 1 ? SQL_COMMIT : SQL_RELEASE);
+        if (src == SQLITE_OK) return TOCSIN_OK;
+        rc = tc_sqlerr(db, src, "commit");
+    }
+    /* Keep the first error's message: rolling back must not overwrite it. */
+    if (mode == 1) {
+        if (!sqlite3_get_autocommit(db->conn)) run_ctl(db, SQL_ROLLBACK);
+    } else {
+        run_ctl(db, SQL_ROLLBACK_TO);
+        run_ctl(db, SQL_RELEASE);
+    }
+    return rc;
+}
+
+int tc_ensure_schema(tocsin_db *db) {
+    int v, rc, in_tx = !sqlite3_get_autocommit(db->conn);
+    rc = tc_schema_install(db, &v);
+    /* A schema created inside the caller's transaction may still be rolled
+     * back: check again next time until it was created outside one. */
+    if (rc == TOCSIN_OK && !in_tx) db->schema_ok = 1;
+    return rc;
+}
+
+int tocsin_bootstrap(tocsin_db *db, int *out_version) {
+    int v = 0, rc;
+    if (!db) return TOCSIN_INVALID;
+    tc_clear(db);
+    rc = tc_schema_install(db, &v);
+    if (out_version) *out_version = v;
+    return rc;
+}
+
+/* ---- transactions -------------------------------------------------------- */
+
+int tocsin_begin(tocsin_db *db) {
+    int rc;
+    tc_clear(db);
+    if (db->read_only) return tc_err(db, TOCSIN_READONLY, "the database handle is read-only");
+    if (!sqlite3_get_autocommit(db->conn))
+        return tc_err(db, TOCSIN_INVALID, "a transaction is already open on this handle");
+    if (!db->schema_ok && (rc = tc_ensure_schema(db)) != TOCSIN_OK) return rc;
+    return begin_immediate(db);
+}
+
+int tocsin_commit(tocsin_db *db) {
+    tc_clear(db);
+    if (sqlite3_get_autocommit(db->conn))
+        return tc_err(db, TOCSIN_INVALID, "no transaction is open on this handle");
+    return tc_exec(db, "COMMIT", "commit");
+}
+
+int tocsin_rollback(tocsin_db *db) {
+    tc_clear(db);
+    if (sqlite3_get_autocommit(db->conn))
+        return tc_err(db, TOCSIN_INVALID, "no transaction is open on this handle");
+    return tc_exec(db, "ROLLBACK", "rollback");
+}
+
+int tocsin_in_transaction(tocsin_db *db) { return db && !sqlite3_get_autocommit(db->conn); }
+
+int tocsin_exec(tocsin_db *db, const char *sql) {
+    tc_clear(db);
+    if (!sql) return tc_err(db, TOCSIN_INVALID, "sql must not be NULL");
+    return tc_exec(db, sql, "exec");
+}
+
+/* ---- validation ---------------------------------------------------------- */
+
+/* Strict UTF-8 (no overlongs, no surrogates); returns 0 if invalid. */
+static int utf8_ok(const unsigned char *s) {
+    while (*s) {
+        unsigned c = *s, n, cp, i;
+        if (c < 0x80) { s++; continue; }
+        if ((c & 0xe0) == 0xc0) { n = 1; cp = c & 0x1f; }
+        else if ((c & 0xf0) == 0xe0) { n = 2; cp = c & 0x0f; }
+        else if ((c & 0xf8) == 0xf0) { n = 3; cp = c & 0x07; }
+        else return 0;
+        for (i = 1; i <= n; i++) {
+            if ((s[i] & 0xc0) != 0x80) return 0;
+            cp = (cp << 6) | (s[i] & 0x3f);
+        }
+        if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) ||
+            cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+            return 0;
+        s += n + 1;
+    }
+    return 1;
+}
+
+int tc_check_name(tocsin_db *db, const char *what, const char *name) {
+    size_t n, i;
+    if (!name) return tc_err(db, TOCSIN_INVALID, "%s must be a string, not NULL", what);
+    n = strlen(name);
+    if (n == 0) return tc_err(db, TOCSIN_INVALID, "%s must not be empty", what);
+    if (n > TC_MAX_NAME)
+        return tc_err(db, TOCSIN_INVALID, "%s is %zu bytes long; the limit is %d", what, n,
+                      TC_MAX_NAME);
+    for (i = 0; i < n; i++)
+        if ((unsigned char)name[i] < 0x20 || name[i] == 0x7f)
+            return tc_err(db, TOCSIN_INVALID, "%s must not contain control characters", what);
+    if (!utf8_ok((const unsigned char *)name))
+        return tc_err(db, TOCSIN_INVALID, "%s is not valid UTF-8", what);
+    return TOCSIN_OK;
+}
+
+static const char SQL_JSON_VALID[] =
+    "SELECT json_valid(?1), CASE WHEN json_valid(?1) THEN json_type(?1) END";
+
+/* kind 0: any JSON value; 1: a JSON object */
+static int check_json(tocsin_db *db, const char *what, const char *json, int kind) {
+    sqlite3_stmt *st;
+    size_t n;
+    int ok, rc;
+    if (!json) return tc_err(db, TOCSIN_INVALID, "%s must be JSON text, not NULL", what);
+    n = strlen(json);
+    if ((int64_t)n > db->max_payload)
+        return tc_err(db, TOCSIN_TOOBIG, "%s is %zu bytes; the limit is %lld bytes", what, n,
+                      (long long)db->max_payload);
+    if (!(st = tc_stmt(db, SQL_JSON_VALID))) return db->errcode;
+    sqlite3_bind_text(st, 1, json, (int)n, SQLITE_STATIC);
+    rc = sqlite3_step(st);
+    if (rc != SQLITE_ROW) {
+        rc = tc_sqlerr(db, rc, "validate JSON");
+        sqlite3_reset(st);
+        return rc;
+    }
+    ok = sqlite3_column_int(st, 0);
+    if (ok && kind == 1) {
+        const unsigned char *t = sqlite3_column_text(st, 1);
+        ok = t && strcmp((const char *)t, "object") == 0;
+        sqlite3_reset(st);
+        if (!ok) return tc_err(db, TOCSIN_INVALID, "%s must be a JSON object", what);
+        return TOCSIN_OK;
+    }
+    sqlite3_reset(st);
+    if (!ok) return tc_err(db, TOCSIN_INVALID, "%s is not valid JSON", what);
+    return TOCSIN_OK;
+}
+
+int tc_check_payload(tocsin_db *db, const char *what, const char *json) {
+    return check_json(db, what, json, 0);
+}
+
+int tc_check_meta(tocsin_db *db, const char *meta) {
+    return meta ? check_json(db, "meta", meta, 1) : TOCSIN_OK;
+}
+
+/* ---- JSON building ------------------------------------------------------- */
+
+void tc_buf_put(tc_buf *b, const char *s, size_t n) {
+    if (b->oom) return;
+    if (b->len + n + 1 > b->cap) {
+        size_t cap = b->cap ? b->cap : 256;
+        char *p;
+        while (cap < b->len + n + 1) cap *= 2;
+        p = sqlite3_realloc64(b->p, cap);
+        if (!p) {
+            b->oom = 1;
+            return;
+        }
+        b->p = p;
+        b->cap = cap;
+    }
+    memcpy(b->p + b->len, s, n);
+    b->len += n;
+    b->p[b->len] = 0;
+}
+
+void tc_buf_puts(tc_buf *b, const char *s) { tc_buf_put(b, s, strlen(s)); }
+
+void tc_buf_i64(tc_buf *b, int64_t v) {
+    char t[32];
+    int n = snprintf(t, sizeof t, "%lld", (long long)v);
+    tc_buf_put(b, t, (size_t)n);
+}
+
+void tc_buf_jstr(tc_buf *b, const char *s) {
+    static const char hex[] = "0123456789abcdef";
+    const char *run;
+    if (!s) {
+        tc_buf_puts(b, "null");
+        return;
+    }
+    tc_buf_put(b, "\"", 1);
+    for (run = s; *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c >= 0x20 && c != '"' && c != '\\') continue;
+        tc_buf_put(b, run, (size_t)(s - run));
+        run = s + 1;
+        switch (c) {
+        case '"': tc_buf_put(b, "\\\"", 2); break;
+        case '\\': tc_buf_put(b, "\\\\", 2); break;
+        case '\n': tc_buf_put(b, "\\n", 2); break;
+        case '\r': tc_buf_put(b, "\\r", 2); break;
+        case '\t': tc_buf_put(b, "\\t", 2); break;
+        default: {
+            char u[6] = {'\\', 'u', '0', '0', hex[c >> 4], hex[c & 15]};
+            tc_buf_put(b, u, 6);
+        }
+        }
+    }
+    tc_buf_put(b, run, (size_t)(s - run));
+    tc_buf_put(b, "\"", 1);
+}
+
+void tc_buf_jraw(tc_buf *b, const char *json) { tc_buf_puts(b, json ? json : "null"); }
+
+void tc_buf_key(tc_buf *b, const char *key, int *first) {
+    if (!*first) tc_buf_put(b, ",", 1);
+    *first = 0;
+    tc_buf_jstr(b, key);
+    tc_buf_put(b, ":", 1);
+}
+
+char *tc_buf_take(tc_buf *b) {
+    char *p;
+    if (b->oom || !b->p) {
+        if (!b->oom && !b->p) {
+            p = sqlite3_malloc(1);
+            if (p) *p = 0;
+            return p;
+        }
+        sqlite3_free(b->p);
+        memset(b, 0, sizeof *b);
+        return NULL;
+    }
+    p = b->p;
+    memset(b, 0, sizeof *b);
+    return p;
+}

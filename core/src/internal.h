@@ -1,0 +1,128 @@
+/* Private cross-file declarations of the tocsin core. Not installed. */
+#ifndef TOCSIN_INTERNAL_H
+#define TOCSIN_INTERNAL_H
+
+#include "tocsin.h"
+
+/*
+ * Built as the loadable extension, the core calls SQLite through the host's
+ * routine table (sqlite3ext.h); built as a library it links libsqlite3.
+ * ext.c defines the routine pointer (INIT1); every file declares it (INIT3).
+ */
+#ifdef TOCSIN_EXTENSION
+#include <sqlite3ext.h>
+SQLITE_EXTENSION_INIT3
+#else
+#include <sqlite3.h>
+#endif
+
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define TC_MIN_SQLITE 3037000
+#define TC_DEFAULT_BUSY_MS 5000
+#define TC_DEFAULT_MAX_PAYLOAD (1024 * 1024)
+#define TC_MAX_NAME 255
+#define TC_STMT_SLOTS 128
+
+struct tocsin_db {
+    sqlite3 *conn;
+    int owns_conn;
+    int read_only;
+    int busy_timeout_ms;
+    int64_t max_payload;
+    tocsin_clock_fn clock;
+    void *clock_ctx;
+    int schema_ok;    /* schema known to be present and current */
+    int64_t sql_clock; /* the fixed time set by tocsin_clock() in SQL */
+    int ext_refs;      /* extension: SQL functions still registered */
+    void *ext_fns;     /* ext.c: what each registered SQL function carries */
+    int errcode;
+    int sqlite_rc;
+    char errmsg[512];
+    /* prepared statements keyed by the address of their static SQL text */
+    struct {
+        const char *sql;
+        sqlite3_stmt *stmt;
+    } stmts[TC_STMT_SLOTS];
+};
+
+/* ---- errors (db.c) ---- */
+int tc_err(tocsin_db *db, int rc, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+/* Maps the connection's last SQLite error to a tocsin code, naming `what`. */
+int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what);
+void tc_clear(tocsin_db *db);
+
+/* ---- statements (db.c) ---- */
+/* A cached, reset statement for static SQL text `sql`; NULL (error set) on failure. */
+sqlite3_stmt *tc_stmt(tocsin_db *db, const char *sql);
+/* Finalizes every cached statement. */
+void tc_stmt_flush(tocsin_db *db);
+/* Steps a statement expecting no row (or ignoring rows); resets it. */
+int tc_step_done(tocsin_db *db, sqlite3_stmt *st, const char *what);
+/* Runs literal SQL (no binds, no rows). */
+int tc_exec(tocsin_db *db, const char *sql, const char *what);
+char *tc_strdup(const char *s);
+/* Duplicates column `i` of a stepped statement as text (NULL stays NULL). */
+char *tc_col_text(sqlite3_stmt *st, int i);
+
+/* ---- operations: atomicity, lock waits, schema (db.c) ---- */
+typedef struct tc_op {
+    int mode; /* 0: nothing opened, 1: own transaction, 2: savepoint */
+} tc_op;
+/* Opens an atomic unit: BEGIN IMMEDIATE (write) / BEGIN (read) in autocommit,
+ * a SAVEPOINT inside a caller's transaction. Ensures the schema first. */
+int tc_op_begin(tocsin_db *db, tc_op *op, int write);
+/* The same without the schema check (used by the schema installer). */
+int tc_op_open(tocsin_db *db, tc_op *op, int write);
+/* Closes it: commit/release when rc == TOCSIN_OK, roll back otherwise. Returns rc
+ * (or the commit's failure). */
+int tc_op_end(tocsin_db *db, tc_op *op, int rc);
+int tc_ensure_schema(tocsin_db *db);
+
+/* ---- validation (db.c) ---- */
+int tc_check_name(tocsin_db *db, const char *what, const char *name);
+int tc_check_payload(tocsin_db *db, const char *what, const char *json);
+int tc_check_meta(tocsin_db *db, const char *meta);
+
+/* ---- time and randomness (platform.c) ---- */
+int64_t tc_system_ms(void);
+int64_t tc_monotonic_ms(void);
+void tc_sleep_ms(int ms);
+uint64_t tc_random(void);
+
+/* ---- JSON text building (db.c) ---- */
+typedef struct tc_buf {
+    char *p;
+    size_t len, cap;
+    int oom;
+} tc_buf;
+void tc_buf_put(tc_buf *b, const char *s, size_t n);
+void tc_buf_puts(tc_buf *b, const char *s);
+void tc_buf_i64(tc_buf *b, int64_t v);
+void tc_buf_jstr(tc_buf *b, const char *s); /* JSON string literal, or null */
+void tc_buf_jraw(tc_buf *b, const char *json); /* embedded JSON text, or null */
+/* "name": prefix with a comma unless first */
+void tc_buf_key(tc_buf *b, const char *key, int *first);
+char *tc_buf_take(tc_buf *b); /* NUL-terminated, owned (tocsin_free); NULL on oom */
+
+/* ---- schema (schema.c) ---- */
+int tc_schema_install(tocsin_db *db, int *out_version);
+
+/* ---- queue internals shared with the SQL layer (queue.c) ---- */
+char *tc_jobs_json(const tocsin_job *jobs, size_t n); /* owned; NULL on oom */
+char *tc_job_json(const tocsin_job *job);
+char *tc_messages_json(const tocsin_message *m, size_t n, int stream);
+
+/* ---- messages shared by streams and notifications (stream.c) ---- */
+int tc_collect_messages(tocsin_db *db, sqlite3_stmt *st, size_t cap, tocsin_message **out,
+                        size_t *out_n, const char *what);
+int tc_check_limit(tocsin_db *db, size_t limit);
+
+#endif

@@ -1,0 +1,291 @@
+/*
+ * Durable streams: every SQL statement of streams lives in this file.
+ * An event's offset is its id in _tocsin_events: AUTOINCREMENT never reuses
+ * one, and with SQLite's single writer ids become visible in order, so a
+ * reader's "offset > last seen" cursor never skips an event.
+ */
+#include "internal.h"
+
+static const char SQL_PUBLISH[] =
+    "INSERT INTO _tocsin_events(topic, key, payload, meta, created_at)"
+    " VALUES (?1, ?2, ?3, ?4, ?5) RETURNING id";
+static const char SQL_STREAM_READ[] =
+    "SELECT id, topic, key, payload, meta, created_at FROM _tocsin_events"
+    " WHERE topic = ?1 AND id > ?2 ORDER BY id LIMIT ?3";
+static const char SQL_SAVE_OFFSET[] =
+    "INSERT INTO _tocsin_offsets(consumer, topic, position, updated_at) VALUES (?1, ?2, ?3, ?4)"
+    " ON CONFLICT(consumer, topic) DO UPDATE SET position = max(position, excluded.position),"
+    " updated_at = excluded.updated_at RETURNING position";
+static const char SQL_OFFSET[] =
+    "SELECT position FROM _tocsin_offsets WHERE consumer = ?1 AND topic = ?2";
+static const char SQL_TRIM_AGE[] =
+    "DELETE FROM _tocsin_events WHERE topic = ?1 AND created_at < ?2";
+static const char SQL_TRIM_COUNT[] =
+    "DELETE FROM _tocsin_events WHERE topic = ?1 AND id <= (SELECT id FROM _tocsin_events"
+    " WHERE topic = ?1 ORDER BY id DESC LIMIT 1 OFFSET ?2)";
+static const char SQL_TRIM_CONSUMERS[] =
+    "DELETE FROM _tocsin_events WHERE topic = ?1"
+    " AND id <= (SELECT min(position) FROM _tocsin_offsets WHERE topic = ?1)";
+
+#define TC_MAX_READ 10000
+
+/* ---- messages, shared with notify.c --------------------------------------- */
+
+void tocsin_messages_free(tocsin_message *msgs, size_t n) {
+    size_t i;
+    if (!msgs) return;
+    for (i = 0; i < n; i++) {
+        sqlite3_free(msgs[i].name);
+        sqlite3_free(msgs[i].key);
+        sqlite3_free(msgs[i].payload);
+        sqlite3_free(msgs[i].meta);
+    }
+    sqlite3_free(msgs);
+}
+
+int tc_collect_messages(tocsin_db *db, sqlite3_stmt *st, size_t cap, tocsin_message **out,
+                        size_t *out_n, const char *what) {
+    tocsin_message *m = NULL;
+    size_t n = 0;
+    int rc;
+    *out = NULL;
+    *out_n = 0;
+    if (!(m = sqlite3_malloc64(cap * sizeof *m))) {
+        sqlite3_reset(st);
+        return tc_err(db, TOCSIN_NOMEM, "%s: out of memory", what);
+    }
+    while (n < cap && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+        tocsin_message *x = &m[n++];
+        x->id = sqlite3_column_int64(st, 0);
+        x->name = tc_col_text(st, 1);
+        x->key = tc_col_text(st, 2);
+        x->payload = tc_col_text(st, 3);
+        x->meta = tc_col_text(st, 4);
+        x->created_at = sqlite3_column_int64(st, 5);
+        if (!x->name || !x->payload) {
+            sqlite3_reset(st);
+            tocsin_messages_free(m, n);
+            return tc_err(db, TOCSIN_NOMEM, "%s: out of memory", what);
+        }
+    }
+    if (n == cap) rc = SQLITE_DONE;
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE) {
+        tocsin_messages_free(m, n);
+        return tc_sqlerr(db, rc, what);
+    }
+    if (n == 0) {
+        sqlite3_free(m);
+        m = NULL;
+    }
+    *out = m;
+    *out_n = n;
+    return TOCSIN_OK;
+}
+
+char *tc_messages_json(const tocsin_message *m, size_t n, int stream) {
+    tc_buf b = {0};
+    size_t i;
+    tc_buf_puts(&b, "[");
+    for (i = 0; i < n; i++) {
+        int first = 1;
+        tc_buf_puts(&b, i ? ",{" : "{");
+        tc_buf_key(&b, stream ? "offset" : "id", &first);
+        tc_buf_i64(&b, m[i].id);
+        tc_buf_key(&b, stream ? "topic" : "channel", &first);
+        tc_buf_jstr(&b, m[i].name);
+        if (stream) {
+            tc_buf_key(&b, "key", &first);
+            tc_buf_jstr(&b, m[i].key);
+        }
+        tc_buf_key(&b, "payload", &first);
+        tc_buf_jraw(&b, m[i].payload);
+        tc_buf_key(&b, "meta", &first);
+        tc_buf_jraw(&b, m[i].meta);
+        tc_buf_key(&b, "created_at", &first);
+        tc_buf_i64(&b, m[i].created_at);
+        tc_buf_puts(&b, "}");
+    }
+    tc_buf_puts(&b, "]");
+    return tc_buf_take(&b);
+}
+
+int tc_check_limit(tocsin_db *db, size_t limit) {
+    if (limit < 1 || limit > TC_MAX_READ)
+        return tc_err(db, TOCSIN_INVALID, "limit must be between 1 and %d", TC_MAX_READ);
+    return TOCSIN_OK;
+}
+
+/* ---- streams -------------------------------------------------------------- */
+
+static int publish(tocsin_db *db, int64_t *out_offsets, const char *topic,
+                   const char *const *payloads, const char *const *keys, const char *meta,
+                   size_t n) {
+    tc_op op;
+    size_t i;
+    int64_t now;
+    int rc = TOCSIN_OK;
+    if (!db) return TOCSIN_INVALID;
+    tc_clear(db);
+    if (!out_offsets || (!payloads && n))
+        return tc_err(db, TOCSIN_INVALID, "out_offsets and payloads must not be NULL");
+    if ((rc = tc_check_name(db, "topic", topic)) != TOCSIN_OK) return rc;
+    if ((rc = tc_check_meta(db, meta)) != TOCSIN_OK) return rc;
+    for (i = 0; i < n; i++) {
+        if ((rc = tc_check_payload(db, "payload", payloads[i])) != TOCSIN_OK) return rc;
+        if (keys && keys[i] && (rc = tc_check_name(db, "key", keys[i])) != TOCSIN_OK) return rc;
+    }
+    if (n == 0) return TOCSIN_OK;
+    if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
+    now = tocsin_now(db);
+    for (i = 0; i < n && rc == TOCSIN_OK; i++) {
+        sqlite3_stmt *st = tc_stmt(db, SQL_PUBLISH);
+        if (!st) {
+            rc = db->errcode;
+            break;
+        }
+        sqlite3_bind_text(st, 1, topic, -1, SQLITE_STATIC);
+        if (keys && keys[i]) sqlite3_bind_text(st, 2, keys[i], -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 3, payloads[i], -1, SQLITE_STATIC);
+        if (meta) sqlite3_bind_text(st, 4, meta, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 5, now);
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW) {
+            out_offsets[i] = sqlite3_column_int64(st, 0);
+            rc = tc_step_done(db, st, "publish");
+        } else {
+            sqlite3_reset(st);
+            rc = tc_sqlerr(db, rc, "publish");
+        }
+    }
+    return tc_op_end(db, &op, rc);
+}
+
+int tocsin_stream_publish(tocsin_db *db, int64_t *out_offset, const char *topic,
+                          const char *payload, const char *key, const char *meta) {
+    return publish(db, out_offset, topic, &payload, &key, meta, 1);
+}
+
+int tocsin_stream_publish_many(tocsin_db *db, int64_t *out_offsets, const char *topic,
+                               const char *const *payloads, const char *const *keys, size_t n) {
+    return publish(db, out_offsets, topic, payloads, keys, NULL, n);
+}
+
+int tocsin_stream_read(tocsin_db *db, tocsin_message **out, size_t *out_n, const char *topic,
+                       int64_t after, size_t limit) {
+    tc_op op;
+    sqlite3_stmt *st;
+    int rc;
+    if (!db) return TOCSIN_INVALID;
+    tc_clear(db);
+    if (!out || !out_n) return tc_err(db, TOCSIN_INVALID, "out and out_n must not be NULL");
+    *out = NULL;
+    *out_n = 0;
+    if ((rc = tc_check_name(db, "topic", topic)) != TOCSIN_OK) return rc;
+    if ((rc = tc_check_limit(db, limit)) != TOCSIN_OK) return rc;
+    if ((rc = tc_op_begin(db, &op, 0)) != TOCSIN_OK) return rc;
+    if (!(st = tc_stmt(db, SQL_STREAM_READ))) {
+        rc = db->errcode;
+    } else {
+        sqlite3_bind_text(st, 1, topic, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, after);
+        sqlite3_bind_int64(st, 3, (sqlite3_int64)limit);
+        rc = tc_collect_messages(db, st, limit, out, out_n, "read stream");
+    }
+    return tc_op_end(db, &op, rc);
+}
+
+int tocsin_stream_save_offset(tocsin_db *db, int64_t *out_stored, const char *consumer,
+                              const char *topic, int64_t offset) {
+    tc_op op;
+    sqlite3_stmt *st;
+    int rc;
+    int64_t stored = 0;
+    if (!db) return TOCSIN_INVALID;
+    tc_clear(db);
+    if ((rc = tc_check_name(db, "consumer", consumer)) != TOCSIN_OK) return rc;
+    if ((rc = tc_check_name(db, "topic", topic)) != TOCSIN_OK) return rc;
+    if (offset < 0) return tc_err(db, TOCSIN_INVALID, "offset must be >= 0");
+    if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
+    if (!(st = tc_stmt(db, SQL_SAVE_OFFSET))) {
+        rc = db->errcode;
+    } else {
+        sqlite3_bind_text(st, 1, consumer, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, topic, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, offset);
+        sqlite3_bind_int64(st, 4, tocsin_now(db));
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW) {
+            stored = sqlite3_column_int64(st, 0);
+            rc = tc_step_done(db, st, "save offset");
+        } else {
+            sqlite3_reset(st);
+            rc = tc_sqlerr(db, rc, "save offset");
+        }
+    }
+    rc = tc_op_end(db, &op, rc);
+    if (rc == TOCSIN_OK && out_stored) *out_stored = stored;
+    return rc;
+}
+
+int tocsin_stream_offset(tocsin_db *db, int64_t *out_offset, const char *consumer,
+                         const char *topic) {
+    tc_op op;
+    sqlite3_stmt *st;
+    int rc;
+    if (!db) return TOCSIN_INVALID;
+    tc_clear(db);
+    if (!out_offset) return tc_err(db, TOCSIN_INVALID, "out_offset must not be NULL");
+    *out_offset = 0;
+    if ((rc = tc_check_name(db, "consumer", consumer)) != TOCSIN_OK) return rc;
+    if ((rc = tc_check_name(db, "topic", topic)) != TOCSIN_OK) return rc;
+    if ((rc = tc_op_begin(db, &op, 0)) != TOCSIN_OK) return rc;
+    if (!(st = tc_stmt(db, SQL_OFFSET))) {
+        rc = db->errcode;
+    } else {
+        sqlite3_bind_text(st, 1, consumer, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, topic, -1, SQLITE_STATIC);
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW) *out_offset = sqlite3_column_int64(st, 0);
+        sqlite3_reset(st);
+        rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? TOCSIN_OK : tc_sqlerr(db, rc, "read offset");
+    }
+    return tc_op_end(db, &op, rc);
+}
+
+/* Runs a DELETE bound to (topic, x), adding its changes to *n. */
+static int trim_step(tocsin_db *db, const char *sql, const char *topic, int64_t x, int64_t *n) {
+    sqlite3_stmt *st = tc_stmt(db, sql);
+    int rc;
+    if (!st) return db->errcode;
+    sqlite3_bind_text(st, 1, topic, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 2, x);
+    rc = tc_step_done(db, st, "trim stream");
+    if (rc == TOCSIN_OK) *n += sqlite3_changes(db->conn);
+    return rc;
+}
+
+int tocsin_stream_trim(tocsin_db *db, int64_t *out_n, const char *topic,
+                       const tocsin_trim_opts *o) {
+    tc_op op;
+    int rc;
+    int64_t n = 0;
+    if (!db) return TOCSIN_INVALID;
+    tc_clear(db);
+    if (!out_n || !o) return tc_err(db, TOCSIN_INVALID, "out_n and opts must not be NULL");
+    *out_n = 0;
+    if ((rc = tc_check_name(db, "topic", topic)) != TOCSIN_OK) return rc;
+    if (o->version < 1)
+        return tc_err(db, TOCSIN_INVALID, "trim options: version must be set (use TOCSIN_TRIM_OPTS_INIT)");
+    if (o->max_age_ms < 0) return tc_err(db, TOCSIN_INVALID, "max_age_ms must be >= 0");
+    if (o->max_count < 0) return tc_err(db, TOCSIN_INVALID, "max_count must be >= 0");
+    if (!o->max_age_ms && !o->max_count && !o->below_consumers)
+        return tc_err(db, TOCSIN_INVALID, "trim needs max_age_ms, max_count or below_consumers");
+    if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
+    if (o->max_age_ms) rc = trim_step(db, SQL_TRIM_AGE, topic, tocsin_now(db) - o->max_age_ms, &n);
+    if (rc == TOCSIN_OK && o->max_count) rc = trim_step(db, SQL_TRIM_COUNT, topic, o->max_count, &n);
+    if (rc == TOCSIN_OK && o->below_consumers) rc = trim_step(db, SQL_TRIM_CONSUMERS, topic, 0, &n);
+    rc = tc_op_end(db, &op, rc);
+    if (rc == TOCSIN_OK) *out_n = n;
+    return rc;
+}

@@ -1,0 +1,8 @@
+/* Unity build: the whole core as one translation unit (amalgamation-friendly). */
+#include "platform.c"
+#include "db.c"
+#include "schema.c"
+#include "queue.c"
+#include "stream.c"
+#include "notify.c"
+#include "ext.c"

@@ -1,0 +1,14 @@
+/* The list of C test suites: add a line per suite (and its file). */
+#ifndef TOCSIN_SUITES_H
+#define TOCSIN_SUITES_H
+
+void suite_basics(void);
+
+static const struct {
+    const char *name;
+    void (*fn)(void);
+} SUITES[] = {
+    {"basics", suite_basics},
+};
+
+#endif

@@ -1,0 +1,190 @@
+/* Handles, versions, schema bootstrap, transactions, validation. */
+#include <sqlite3.h>
+#include <stdlib.h>
+
+#include "test.h"
+
+static void versions(void) {
+    CHECK_STR(tocsin_version(), TOCSIN_VERSION_STRING);
+    CHECK_EQ_I(tocsin_version_number(), TOCSIN_VERSION_NUMBER);
+    CHECK_STR(tocsin_sqlite_version(), sqlite3_libversion());
+    CHECK_STR(tocsin_errstr(TOCSIN_INVALID), "invalid argument");
+    CHECK_STR(tocsin_errstr(9999), "unknown result code");
+}
+
+static void open_and_schema(void) {
+    t_clock clk = {1000};
+    tocsin_db *db = t_open("basics", &clk), *ro = NULL;
+    tocsin_open_opts o = TOCSIN_OPEN_OPTS_INIT;
+    int v = 0;
+    sqlite3_stmt *st;
+    CHECK_OK(db, tocsin_bootstrap(db, &v));
+    CHECK_EQ_I(v, TOCSIN_SCHEMA_VERSION);
+    CHECK_EQ_I(t_count(db, "_tocsin_meta WHERE key = 'schema_version' AND value = '1'"), 1);
+    /* pragmas are set explicitly */
+    sqlite3_prepare_v2(tocsin_sqlite(db), "PRAGMA journal_mode", -1, &st, NULL);
+    CHECK(sqlite3_step(st) == SQLITE_ROW);
+    CHECK_STR((const char *)sqlite3_column_text(st, 0), "wal");
+    sqlite3_finalize(st);
+    sqlite3_prepare_v2(tocsin_sqlite(db), "PRAGMA foreign_keys", -1, &st, NULL);
+    CHECK(sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 1);
+    sqlite3_finalize(st);
+    sqlite3_prepare_v2(tocsin_sqlite(db), "PRAGMA synchronous", -1, &st, NULL);
+    CHECK(sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 1);
+    sqlite3_finalize(st);
+    CHECK_EQ_I(tocsin_now(db), 1000);
+    /* the clock is injectable and can be restored */
+    tocsin_set_clock(db, NULL, NULL);
+    CHECK(tocsin_now(db) > 1600000000000LL);
+    tocsin_set_clock(db, t_clock_fn, &clk);
+
+    /* a read-only handle reads but refuses writes */
+    o.read_only = 1;
+    CHECK_OK(ro, tocsin_open(&ro, sqlite3_db_filename(tocsin_sqlite(db), "main"), &o));
+    {
+        int64_t id = 0;
+        CHECK_EQ_I(tocsin_queue_enqueue(ro, &id, "q", "{}", NULL), TOCSIN_READONLY);
+        CHECK(strstr(tocsin_errmsg(ro), "read-only") != NULL);
+    }
+    tocsin_close(ro);
+
+    /* a schema newer than the library is refused with a clear message */
+    CHECK_OK(db, tocsin_exec(db, "UPDATE _tocsin_meta SET value = '99' WHERE key = 'schema_version'"));
+    {
+        tocsin_db *db2 = NULL;
+        CHECK_EQ_I(tocsin_open(&db2, sqlite3_db_filename(tocsin_sqlite(db), "main"), NULL),
+                   TOCSIN_VERSION);
+        CHECK(strstr(tocsin_errmsg(db2), "v99") != NULL);
+        tocsin_close(db2);
+    }
+    tocsin_close(db);
+}
+
+static void bad_open(void) {
+    tocsin_db *db = NULL;
+    tocsin_open_opts o = TOCSIN_OPEN_OPTS_INIT;
+    CHECK_EQ_I(tocsin_open(NULL, "x.db", NULL), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_open(&db, "", NULL), TOCSIN_INVALID);
+    CHECK(strstr(tocsin_errmsg(db), "path") != NULL);
+    tocsin_close(db);
+    o.busy_timeout_ms = -1;
+    CHECK_EQ_I(tocsin_open(&db, t_path("bad"), &o), TOCSIN_INVALID);
+    CHECK(strstr(tocsin_errmsg(db), "busy_timeout_ms") != NULL);
+    tocsin_close(db);
+    o = (tocsin_open_opts)TOCSIN_OPEN_OPTS_INIT;
+    o.version = 0;
+    CHECK_EQ_I(tocsin_open(&db, t_path("bad"), &o), TOCSIN_INVALID);
+    tocsin_close(db);
+    CHECK_EQ_I(tocsin_open(&db, "/nonexistent-dir/x/y.db", NULL), TOCSIN_ERROR);
+    CHECK(strlen(tocsin_errmsg(db)) > 0);
+    tocsin_close(db);
+    CHECK_EQ_I(tocsin_close(NULL), TOCSIN_OK);
+    tocsin_free(NULL);
+    tocsin_jobs_free(NULL, 0);
+    tocsin_messages_free(NULL, 0);
+}
+
+static void transactions(void) {
+    t_clock clk = {5000};
+    tocsin_db *db = t_open("tx", &clk);
+    int64_t id = 0, nid = 0, off = 0;
+    CHECK_EQ_I(tocsin_in_transaction(db), 0);
+    CHECK_EQ_I(tocsin_commit(db), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_rollback(db), TOCSIN_INVALID);
+    CHECK_OK(db, tocsin_exec(db, "CREATE TABLE orders(id INTEGER PRIMARY KEY, item TEXT)"));
+
+    /* rollback drops the business row, the job, the event and the notification */
+    CHECK_OK(db, tocsin_begin(db));
+    CHECK_EQ_I(tocsin_begin(db), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_in_transaction(db), 1);
+    CHECK_OK(db, tocsin_exec(db, "INSERT INTO orders(item) VALUES ('book')"));
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id, "orders", "{\"order\":1}", NULL));
+    CHECK_OK(db, tocsin_stream_publish(db, &off, "orders", "{\"created\":1}", NULL, NULL));
+    CHECK_OK(db, tocsin_notify(db, &nid, "orders", "{\"new\":1}", NULL));
+    /* a failing operation inside the transaction leaves the rest intact */
+    CHECK_EQ_I(tocsin_queue_enqueue(db, &id, "orders", "{bad", NULL), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_in_transaction(db), 1);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 1);
+    CHECK_OK(db, tocsin_rollback(db));
+    CHECK_EQ_I(t_count(db, "orders"), 0);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 0);
+    CHECK_EQ_I(t_count(db, "_tocsin_events"), 0);
+    CHECK_EQ_I(t_count(db, "_tocsin_notifications"), 0);
+
+    /* commit keeps them all */
+    CHECK_OK(db, tocsin_begin(db));
+    CHECK_OK(db, tocsin_exec(db, "INSERT INTO orders(item) VALUES ('pen')"));
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id, "orders", "{\"order\":2}", NULL));
+    CHECK_OK(db, tocsin_stream_publish(db, &off, "orders", "{\"created\":2}", NULL, NULL));
+    CHECK_OK(db, tocsin_notify(db, &nid, "orders", "{\"new\":2}", NULL));
+    CHECK_OK(db, tocsin_commit(db));
+    CHECK_EQ_I(t_count(db, "orders"), 1);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 1);
+    CHECK_EQ_I(t_count(db, "_tocsin_events"), 1);
+    CHECK_EQ_I(t_count(db, "_tocsin_notifications"), 1);
+    CHECK_EQ_I(tocsin_exec(db, NULL), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_exec(db, "SELEC nonsense"), TOCSIN_ERROR);
+    tocsin_close(db);
+}
+
+/* Two handles: the second writer waits for the lock, then reports TOCSIN_BUSY. */
+static void busy_timeout(void) {
+    tocsin_db *a = t_open("busy", NULL), *b = NULL;
+    tocsin_open_opts o = TOCSIN_OPEN_OPTS_INIT;
+    int64_t id = 0;
+    o.busy_timeout_ms = 50;
+    CHECK_OK(b, tocsin_open(&b, sqlite3_db_filename(tocsin_sqlite(a), "main"), &o));
+    CHECK_OK(a, tocsin_begin(a));
+    CHECK_EQ_I(tocsin_queue_enqueue(b, &id, "q", "{}", NULL), TOCSIN_BUSY);
+    CHECK(strstr(tocsin_errmsg(b), "locked") != NULL);
+    CHECK_OK(a, tocsin_rollback(a));
+    CHECK_OK(b, tocsin_queue_enqueue(b, &id, "q", "{}", NULL));
+    tocsin_close(a);
+    tocsin_close(b);
+}
+
+static void names_and_payloads(void) {
+    tocsin_db *db = t_open("names", NULL);
+    int64_t id = 0;
+    char big[300];
+    char *huge;
+    memset(big, 'q', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    CHECK_EQ_I(tocsin_queue_enqueue(db, &id, NULL, "{}", NULL), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_queue_enqueue(db, &id, "", "{}", NULL), TOCSIN_INVALID);
+    CHECK(strstr(tocsin_errmsg(db), "queue name must not be empty") != NULL);
+    CHECK_EQ_I(tocsin_queue_enqueue(db, &id, big, "{}", NULL), TOCSIN_INVALID);
+    CHECK(strstr(tocsin_errmsg(db), "limit") != NULL);
+    CHECK_EQ_I(tocsin_queue_enqueue(db, &id, "a\nb", "{}", NULL), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_queue_enqueue(db, &id, "bad\xff", "{}", NULL), TOCSIN_INVALID);
+    CHECK(strstr(tocsin_errmsg(db), "UTF-8") != NULL);
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id, "caf\xc3\xa9", "{}", NULL));
+    CHECK_EQ_I(tocsin_queue_enqueue(db, &id, "q", NULL, NULL), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_queue_enqueue(db, &id, "q", "{\"a\":", NULL), TOCSIN_INVALID);
+    CHECK(strstr(tocsin_errmsg(db), "not valid JSON") != NULL);
+    /* the size limit is enforced before anything is written */
+    huge = malloc(2 * 1024 * 1024);
+    memset(huge, ' ', 2 * 1024 * 1024);
+    huge[0] = '1';
+    huge[2 * 1024 * 1024 - 1] = 0;
+    CHECK_EQ_I(tocsin_queue_enqueue(db, &id, "q", huge, NULL), TOCSIN_TOOBIG);
+    CHECK(strstr(tocsin_errmsg(db), "limit") != NULL);
+    CHECK_EQ_I(tocsin_set_max_payload(db, 0), TOCSIN_INVALID);
+    CHECK_OK(db, tocsin_set_max_payload(db, 4 * 1024 * 1024));
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", huge, NULL));
+    CHECK_OK(db, tocsin_set_max_payload(db, 10));
+    CHECK_EQ_I(tocsin_notify(db, &id, "c", "\"0123456789\"", NULL), TOCSIN_TOOBIG);
+    free(huge);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 2);
+    CHECK_EQ_I(t_count(db, "_tocsin_notifications"), 0);
+    tocsin_close(db);
+}
+
+void suite_basics(void) {
+    versions();
+    open_and_schema();
+    bad_open();
+    transactions();
+    busy_timeout();
+    names_and_payloads();
+}

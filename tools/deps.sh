@@ -1,0 +1,22 @@
+#!/bin/sh
+# Installs what the build and the test suites need and is missing (Debian).
+# Quick and silent when everything is already there.
+set -e
+missing=""
+need_pkg() { # need_pkg PACKAGE TEST-COMMAND...
+    pkg=$1; shift
+    if ! "$@" >/dev/null 2>&1; then missing="$missing $pkg"; fi
+}
+need_pkg libsqlite3-dev test -f /usr/include/sqlite3.h
+need_pkg sqlite3 command -v sqlite3
+need_pkg gcc command -v cc
+need_pkg g++ command -v c++
+need_pkg make command -v make
+if [ -n "$missing" ]; then
+    echo "deps: installing$missing"
+    if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
+    export DEBIAN_FRONTEND=noninteractive
+    $SUDO apt-get update -qq
+    # shellcheck disable=SC2086
+    $SUDO apt-get install -y -qq $missing >/dev/null
+fi
