@@ -1,0 +1,1198 @@
+/*
+ * tocsin._tocsin: the CPython binding of the tocsin core (plain C API).
+ *
+ * This layer only maps: Python values in, core call, Python values out, core
+ * result codes to exception classes. Behaviour lives in the core; idiom lives
+ * in the pure-Python package around it.
+ *
+ * Threads: a tocsin_db is used by one thread at a time, so every Handle owns a
+ * PyThread lock taken around each core call (without relying on the GIL), and
+ * the GIL is released around every call that may block or touch the disk.
+ * A transaction keeps the lock from begin to commit/rollback for the thread
+ * that opened it: another thread's call on the same Handle waits (GIL
+ * released) instead of silently joining someone else's transaction.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <pythread.h>
+#include <string.h>
+
+#include "tocsin.h"
+#include <sqlite3.h>
+
+/* ---- exceptions ----------------------------------------------------------- */
+
+static PyObject *Error;           /* tocsin.Error */
+static PyObject *code_exc[TOCSIN_READONLY + 1];
+
+static const struct {
+    int code;
+    const char *name;
+    const char *doc;
+    PyObject **extra_base; /* a builtin the class also derives from, or NULL */
+} EXC[] = {
+    {TOCSIN_ERROR, "SQLiteError", "SQLite or the system failed (see .sqlite_code).", NULL},
+    {TOCSIN_INVALID, "InvalidArgument", "An argument was invalid; nothing was written.", &PyExc_ValueError},
+    {TOCSIN_NOTFOUND, "NotFound", "The named object does not exist.", &PyExc_LookupError},
+    {TOCSIN_BUSY, "Busy", "The database stayed locked past the busy timeout.", NULL},
+    {TOCSIN_LEASE_LOST, "LeaseLost", "The caller no longer holds the job or lock lease.", NULL},
+    {TOCSIN_CLOSED, "Closed", "The handle or subscription was closed.", NULL},
+    {TOCSIN_CORRUPT, "Corrupt", "The database or its tocsin schema is damaged.", NULL},
+    {TOCSIN_TOOBIG, "PayloadTooLarge", "A payload exceeded the size limit; nothing was written.", &PyExc_ValueError},
+    {TOCSIN_VERSION, "VersionMismatch", "SQLite too old, or the schema newer than this library.", NULL},
+    {TOCSIN_CALLBACK, "CallbackError", "A callback raised.", NULL},
+    {TOCSIN_NOMEM, "NoMemory", "Out of memory.", &PyExc_MemoryError},
+    {TOCSIN_REPLACED, "Replaced", "The database file was replaced under the handle.", NULL},
+    {TOCSIN_TIMEOUT, "Timeout", "A wait ended at its deadline.", &PyExc_TimeoutError},
+    {TOCSIN_READONLY, "ReadOnly", "A write was attempted on a read-only handle.", NULL},
+};
+
+/* Raises the exception class of `rc` with `msg`; .code and .sqlite_code set. */
+static PyObject *raise_code(int rc, const char *msg, int sqlite_code) {
+    PyObject *cls = (rc > 0 && rc <= TOCSIN_READONLY && code_exc[rc]) ? code_exc[rc] : Error;
+    PyObject *exc = PyObject_CallFunction(cls, "s", msg ? msg : tocsin_errstr(rc));
+    if (!exc) return NULL;
+    PyObject *c = PyLong_FromLong(rc), *s = PyLong_FromLong(sqlite_code);
+    if (c && s) {
+        PyObject_SetAttrString(exc, "code", c);
+        PyObject_SetAttrString(exc, "sqlite_code", s);
+    }
+    Py_XDECREF(c);
+    Py_XDECREF(s);
+    PyErr_SetObject(cls, exc);
+    Py_DECREF(exc);
+    return NULL;
+}
+
+/* ---- the Handle type ------------------------------------------------------ */
+
+typedef struct {
+    PyObject_HEAD
+    tocsin_db *db;
+    PyThread_type_lock lock;
+    unsigned long tx_thread; /* thread holding the lock for a transaction, 0 if none */
+    int64_t fixed_now;       /* the fixed clock set by set_time() */
+    PyObject *weakrefs;
+} Handle;
+
+static unsigned long tx_owner(Handle *h) { return __atomic_load_n(&h->tx_thread, __ATOMIC_ACQUIRE); }
+static void set_tx_owner(Handle *h, unsigned long t) { __atomic_store_n(&h->tx_thread, t, __ATOMIC_RELEASE); }
+
+/*
+ * Takes the handle for one call. Returns 1 (lock taken, release with leave),
+ * 2 (this thread already holds it for its transaction) or 0 (error raised).
+ */
+static int enter(Handle *h) {
+    if (tx_owner(h) == PyThread_get_thread_ident()) {
+        if (!h->db) { raise_code(TOCSIN_CLOSED, "the database is closed", 0); return 0; }
+        return 2;
+    }
+    if (!PyThread_acquire_lock(h->lock, NOWAIT_LOCK)) {
+        Py_BEGIN_ALLOW_THREADS
+        PyThread_acquire_lock(h->lock, WAIT_LOCK);
+        Py_END_ALLOW_THREADS
+    }
+    if (!h->db) {
+        PyThread_release_lock(h->lock);
+        raise_code(TOCSIN_CLOSED, "the database is closed", 0);
+        return 0;
+    }
+    return 1;
+}
+
+static void leave(Handle *h, int how) {
+    if (how == 1) PyThread_release_lock(h->lock);
+}
+
+/* Raises the handle's last failure (call with the handle entered). */
+static PyObject *raise_db(Handle *h, int rc) {
+    return raise_code(rc, tocsin_errmsg(h->db), tocsin_sqlite_errcode(h->db));
+}
+
+/* Runs `stmt` (which sets rc) with the GIL released, inside enter/leave; on
+ * failure raises and returns NULL from the calling function. */
+#define CORE_CALL(h, stmt)                              \
+    do {                                                \
+        int how_ = enter(h);                            \
+        if (!how_) return NULL;                         \
+        Py_BEGIN_ALLOW_THREADS                          \
+        stmt;                                           \
+        Py_END_ALLOW_THREADS                            \
+        if (rc != TOCSIN_OK) {                          \
+            raise_db(h, rc);                            \
+            leave(h, how_);                             \
+            return NULL;                                \
+        }                                               \
+        leave(h, how_);                                 \
+    } while (0)
+
+static int64_t fixed_clock(void *ctx) { return *(int64_t *)ctx; }
+
+static int Handle_init(Handle *self, PyObject *args, PyObject *kw) {
+    static char *kwlist[] = {"path", "busy_timeout_ms", "max_payload_bytes", "read_only", NULL};
+    const char *path;
+    int busy = 0, ro = 0, rc;
+    long long maxp = 0;
+    tocsin_open_opts o = TOCSIN_OPEN_OPTS_INIT;
+    tocsin_db *db = NULL;
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|iLp:Handle", kwlist, &path, &busy, &maxp, &ro))
+        return -1;
+    if (self->db) {
+        PyErr_SetString(PyExc_RuntimeError, "Handle is already open");
+        return -1;
+    }
+    if (!self->lock && !(self->lock = PyThread_allocate_lock())) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    o.busy_timeout_ms = busy;
+    o.max_payload_bytes = maxp;
+    o.read_only = ro;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tocsin_open(&db, path, &o);
+    Py_END_ALLOW_THREADS
+    if (rc != TOCSIN_OK) {
+        if (db) raise_code(rc, tocsin_errmsg(db), tocsin_sqlite_errcode(db));
+        else raise_code(rc, tocsin_errstr(rc), 0);
+        Py_BEGIN_ALLOW_THREADS
+        tocsin_close(db);
+        Py_END_ALLOW_THREADS
+        return -1;
+    }
+    self->db = db;
+    return 0;
+}
+
+/* Closes the core handle; rolls back a transaction left open by this thread. */
+static PyObject *Handle_close(Handle *self, PyObject *unused) {
+    int how;
+    tocsin_db *db;
+    (void)unused;
+    if (!self->lock || (!self->db && !tx_owner(self))) Py_RETURN_NONE;
+    how = enter(self);
+    if (!how) {
+        PyErr_Clear(); /* already closed */
+        Py_RETURN_NONE;
+    }
+    db = self->db;
+    self->db = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    if (tocsin_in_transaction(db)) tocsin_rollback(db);
+    tocsin_close(db);
+    Py_END_ALLOW_THREADS
+    if (how == 2) set_tx_owner(self, 0);
+    PyThread_release_lock(self->lock);
+    Py_RETURN_NONE;
+}
+
+static void Handle_dealloc(Handle *self) {
+    if (self->weakrefs) PyObject_ClearWeakRefs((PyObject *)self);
+    if (self->db) {
+        /* Nobody else can reach us at refcount 0, lock or not. */
+        if (tocsin_in_transaction(self->db)) tocsin_rollback(self->db);
+        tocsin_close(self->db);
+        self->db = NULL;
+    }
+    if (self->lock) {
+        if (tx_owner(self)) PyThread_release_lock(self->lock);
+        PyThread_free_lock(self->lock);
+    }
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Handle_closed(Handle *self, void *unused) {
+    (void)unused;
+    return PyBool_FromLong(self->db == NULL);
+}
+
+/* ---- transactions ---- */
+
+static PyObject *Handle_begin(Handle *self, PyObject *unused) {
+    int how, rc;
+    (void)unused;
+    if (!(how = enter(self))) return NULL;
+    if (how == 2) {
+        return raise_code(TOCSIN_INVALID, "a transaction is already open on this database in this thread", 0);
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = tocsin_begin(self->db);
+    Py_END_ALLOW_THREADS
+    if (rc != TOCSIN_OK) {
+        raise_db(self, rc);
+        leave(self, how);
+        return NULL;
+    }
+    set_tx_owner(self, PyThread_get_thread_ident()); /* keeps the lock until commit/rollback */
+    Py_RETURN_NONE;
+}
+
+static PyObject *end_tx(Handle *self, int commit) {
+    int rc, still_open;
+    if (tx_owner(self) != PyThread_get_thread_ident())
+        return raise_code(TOCSIN_INVALID, "no transaction is open on this database in this thread", 0);
+    if (!self->db) return raise_code(TOCSIN_CLOSED, "the database is closed", 0);
+    Py_BEGIN_ALLOW_THREADS
+    rc = commit ? tocsin_commit(self->db) : tocsin_rollback(self->db);
+    Py_END_ALLOW_THREADS
+    if (rc != TOCSIN_OK) raise_db(self, rc);
+    still_open = tocsin_in_transaction(self->db);
+    if (!still_open) {
+        set_tx_owner(self, 0);
+        PyThread_release_lock(self->lock);
+    }
+    if (rc != TOCSIN_OK) return NULL;
+    Py_RETURN_NONE;
+}
+static PyObject *Handle_commit(Handle *self, PyObject *u) { (void)u; return end_tx(self, 1); }
+static PyObject *Handle_rollback(Handle *self, PyObject *u) { (void)u; return end_tx(self, 0); }
+
+static PyObject *Handle_in_transaction(Handle *self, PyObject *u) {
+    int how, r;
+    (void)u;
+    if (!(how = enter(self))) return NULL;
+    r = tocsin_in_transaction(self->db);
+    leave(self, how);
+    return PyBool_FromLong(r);
+}
+
+/* True when the calling thread holds this handle's transaction. */
+static PyObject *Handle_owns_transaction(Handle *self, PyObject *u) {
+    (void)u;
+    return PyBool_FromLong(tx_owner(self) == PyThread_get_thread_ident());
+}
+
+static PyObject *Handle_executescript(Handle *self, PyObject *args) {
+    const char *sql;
+    int rc;
+    if (!PyArg_ParseTuple(args, "s:executescript", &sql)) return NULL;
+    CORE_CALL(self, rc = tocsin_exec(self->db, sql));
+    Py_RETURN_NONE;
+}
+
+/* ---- the application's own statements ---- */
+
+static int bind_value(sqlite3_stmt *st, int i, PyObject *v) {
+    if (v == Py_None) return sqlite3_bind_null(st, i);
+    if (PyBool_Check(v) || PyLong_Check(v)) {
+        long long x = PyLong_AsLongLong(v);
+        if (x == -1 && PyErr_Occurred()) return -1;
+        return sqlite3_bind_int64(st, i, x);
+    }
+    if (PyFloat_Check(v)) return sqlite3_bind_double(st, i, PyFloat_AsDouble(v));
+    if (PyUnicode_Check(v)) {
+        Py_ssize_t n;
+        const char *s = PyUnicode_AsUTF8AndSize(v, &n);
+        if (!s) return -1;
+        return sqlite3_bind_text64(st, i, s, (sqlite3_uint64)n, SQLITE_TRANSIENT, SQLITE_UTF8);
+    }
+    if (PyBytes_Check(v))
+        return sqlite3_bind_blob64(st, i, PyBytes_AS_STRING(v), (sqlite3_uint64)PyBytes_GET_SIZE(v),
+                                   SQLITE_TRANSIENT);
+    PyErr_Format(PyExc_TypeError, "parameter %d: unsupported type %.100s", i,
+                 Py_TYPE(v)->tp_name);
+    return -1;
+}
+
+static int bind_params(sqlite3_stmt *st, PyObject *params) {
+    int n = sqlite3_bind_parameter_count(st), i, rc;
+    if (params == Py_None) params = NULL;
+    if (params && PyDict_Check(params)) {
+        for (i = 1; i <= n; i++) {
+            const char *name = sqlite3_bind_parameter_name(st, i);
+            PyObject *v;
+            if (!name || !name[1]) {
+                PyErr_Format(PyExc_ValueError, "parameter %d has no name but a dict was given", i);
+                return -1;
+            }
+            v = PyDict_GetItemString(params, name + 1);
+            if (!v) {
+                PyErr_Format(PyExc_ValueError, "missing parameter %s", name + 1);
+                return -1;
+            }
+            if ((rc = bind_value(st, i, v)) < 0) return -1;
+            if (rc != SQLITE_OK) return rc;
+        }
+        return SQLITE_OK;
+    }
+    if (!params) {
+        if (n) {
+            PyErr_Format(PyExc_ValueError, "the statement has %d parameters but none were given", n);
+            return -1;
+        }
+        return SQLITE_OK;
+    }
+    PyObject *seq = PySequence_Fast(params, "params must be a sequence or a dict");
+    if (!seq) return -1;
+    if (PySequence_Fast_GET_SIZE(seq) != n) {
+        PyErr_Format(PyExc_ValueError, "the statement has %d parameters, %zd given", n,
+                     PySequence_Fast_GET_SIZE(seq));
+        Py_DECREF(seq);
+        return -1;
+    }
+    for (i = 0; i < n; i++) {
+        rc = bind_value(st, i + 1, PySequence_Fast_GET_ITEM(seq, i));
+        if (rc != SQLITE_OK) {
+            Py_DECREF(seq);
+            return rc;
+        }
+    }
+    Py_DECREF(seq);
+    return SQLITE_OK;
+}
+
+static PyObject *column_value(sqlite3_stmt *st, int i) {
+    switch (sqlite3_column_type(st, i)) {
+    case SQLITE_INTEGER: return PyLong_FromLongLong(sqlite3_column_int64(st, i));
+    case SQLITE_FLOAT: return PyFloat_FromDouble(sqlite3_column_double(st, i));
+    case SQLITE_TEXT:
+        return PyUnicode_FromStringAndSize((const char *)sqlite3_column_text(st, i),
+                                           sqlite3_column_bytes(st, i));
+    case SQLITE_BLOB:
+        return PyBytes_FromStringAndSize((const char *)sqlite3_column_blob(st, i),
+                                         sqlite3_column_bytes(st, i));
+    default: Py_RETURN_NONE;
+    }
+}
+
+static PyObject *sqlite_failure(Handle *h, int src) {
+    sqlite3 *c = tocsin_sqlite(h->db);
+    int prim = src & 0xff;
+    int rc = prim == SQLITE_BUSY || prim == SQLITE_LOCKED ? TOCSIN_BUSY
+           : prim == SQLITE_READONLY                     ? TOCSIN_READONLY
+           : prim == SQLITE_CORRUPT || prim == SQLITE_NOTADB ? TOCSIN_CORRUPT
+                                                         : TOCSIN_ERROR;
+    return raise_code(rc, sqlite3_errmsg(c), sqlite3_extended_errcode(c));
+}
+
+/*
+ * Runs one SQL statement of the application's on the handle's connection
+ * (joining an open transaction) and returns its rows as a list of tuples.
+ */
+static PyObject *Handle_execute(Handle *self, PyObject *args) {
+    const char *sql, *tail = NULL;
+    PyObject *params = Py_None, *rows = NULL;
+    sqlite3_stmt *st = NULL;
+    int how, rc;
+    if (!PyArg_ParseTuple(args, "s|O:execute", &sql, &params)) return NULL;
+    if (!(how = enter(self))) return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = sqlite3_prepare_v2(tocsin_sqlite(self->db), sql, -1, &st, &tail);
+    Py_END_ALLOW_THREADS
+    if (rc != SQLITE_OK) {
+        sqlite_failure(self, rc);
+        goto done;
+    }
+    if (!st) {
+        raise_code(TOCSIN_INVALID, "sql holds no statement", 0);
+        goto done;
+    }
+    while (tail && (*tail == ' ' || *tail == '\n' || *tail == '\t' || *tail == '\r' || *tail == ';')) tail++;
+    if (tail && *tail) {
+        raise_code(TOCSIN_INVALID, "execute runs one statement at a time (use executescript)", 0);
+        goto done;
+    }
+    rc = bind_params(st, params);
+    if (rc < 0) goto done;
+    if (rc != SQLITE_OK) {
+        sqlite_failure(self, rc);
+        goto done;
+    }
+    if (!(rows = PyList_New(0))) goto done;
+    for (;;) {
+        int ncol, i;
+        PyObject *row;
+        Py_BEGIN_ALLOW_THREADS
+        rc = sqlite3_step(st);
+        Py_END_ALLOW_THREADS
+        if (rc == SQLITE_DONE) break;
+        if (rc != SQLITE_ROW) {
+            sqlite_failure(self, rc);
+            Py_CLEAR(rows);
+            break;
+        }
+        ncol = sqlite3_column_count(st);
+        if (!(row = PyTuple_New(ncol))) {
+            Py_CLEAR(rows);
+            break;
+        }
+        for (i = 0; i < ncol; i++) {
+            PyObject *v = column_value(st, i);
+            if (!v) break;
+            PyTuple_SET_ITEM(row, i, v);
+        }
+        if (i < ncol || PyList_Append(rows, row) < 0) {
+            Py_DECREF(row);
+            Py_CLEAR(rows);
+            break;
+        }
+        Py_DECREF(row);
+    }
+done:
+    sqlite3_finalize(st);
+    leave(self, how);
+    return rows;
+}
+
+static PyObject *Handle_changes(Handle *self, PyObject *u) {
+    int how;
+    long long n;
+    (void)u;
+    if (!(how = enter(self))) return NULL;
+    n = sqlite3_changes64(tocsin_sqlite(self->db));
+    leave(self, how);
+    return PyLong_FromLongLong(n);
+}
+
+static PyObject *Handle_last_insert_rowid(Handle *self, PyObject *u) {
+    int how;
+    long long n;
+    (void)u;
+    if (!(how = enter(self))) return NULL;
+    n = sqlite3_last_insert_rowid(tocsin_sqlite(self->db));
+    leave(self, how);
+    return PyLong_FromLongLong(n);
+}
+
+/* ---- clock and limits ---- */
+
+static PyObject *Handle_now(Handle *self, PyObject *u) {
+    int how;
+    long long n;
+    (void)u;
+    if (!(how = enter(self))) return NULL;
+    n = tocsin_now(self->db);
+    leave(self, how);
+    return PyLong_FromLongLong(n);
+}
+
+/* set_time(ms): a fixed clock for tests; set_time(None): the system clock. */
+static PyObject *Handle_set_time(Handle *self, PyObject *arg) {
+    int how;
+    long long ms = 0;
+    if (arg != Py_None) {
+        ms = PyLong_AsLongLong(arg);
+        if (ms == -1 && PyErr_Occurred()) return NULL;
+        if (ms < 0) return raise_code(TOCSIN_INVALID, "time must be >= 0 ms", 0);
+    }
+    if (!(how = enter(self))) return NULL;
+    if (arg == Py_None) {
+        tocsin_set_clock(self->db, NULL, NULL);
+    } else {
+        self->fixed_now = ms;
+        tocsin_set_clock(self->db, fixed_clock, &self->fixed_now);
+    }
+    leave(self, how);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Handle_set_max_payload(Handle *self, PyObject *args) {
+    long long n;
+    int rc;
+    if (!PyArg_ParseTuple(args, "L:set_max_payload", &n)) return NULL;
+    CORE_CALL(self, rc = tocsin_set_max_payload(self->db, n));
+    Py_RETURN_NONE;
+}
+
+/* ---- queue ---- */
+
+static PyObject *job_tuple(const tocsin_job *j) {
+    return Py_BuildValue("(LsszzLiiLLLLLzzzzL)", (long long)j->id, j->queue, j->state, j->payload,
+                         j->meta, (long long)j->priority, j->attempts, j->max_attempts,
+                         (long long)j->token, (long long)j->run_at, (long long)j->created_at,
+                         (long long)j->lease_until, (long long)j->expires_at, j->unique_key,
+                         j->worker, j->last_error, j->reason, (long long)j->died_at);
+}
+
+static PyObject *jobs_list(tocsin_job *jobs, size_t n) {
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    size_t i;
+    if (!list) return NULL;
+    for (i = 0; i < n; i++) {
+        PyObject *t = job_tuple(&jobs[i]);
+        if (!t) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, t);
+    }
+    return list;
+}
+
+/* enqueue(queue, payload, priority, delay_ms, run_at_ms, max_attempts, expires_ms, unique_key, meta) */
+static PyObject *Handle_enqueue(Handle *self, PyObject *args) {
+    const char *queue, *payload, *ukey = NULL, *meta = NULL;
+    long long prio = 0, delay = 0, run_at = 0, expires = 0;
+    int maxa = 0, rc;
+    int64_t id;
+    tocsin_enqueue_opts o = TOCSIN_ENQUEUE_OPTS_INIT;
+    if (!PyArg_ParseTuple(args, "ss|LLLiLzz:enqueue", &queue, &payload, &prio, &delay, &run_at,
+                          &maxa, &expires, &ukey, &meta))
+        return NULL;
+    o.priority = prio;
+    o.delay_ms = delay;
+    o.run_at_ms = run_at;
+    o.max_attempts = maxa;
+    o.expires_ms = expires;
+    o.unique_key = ukey;
+    o.meta = meta;
+    CORE_CALL(self, rc = tocsin_queue_enqueue(self->db, &id, queue, payload, &o));
+    return PyLong_FromLongLong(id);
+}
+
+/* enqueue_many(specs): each spec a tuple of enqueue's arguments. Returns the ids. */
+static PyObject *Handle_enqueue_many(Handle *self, PyObject *args) {
+    PyObject *arg, *specs, *out = NULL;
+    Py_ssize_t n, i;
+    tocsin_job_spec *sp = NULL;
+    tocsin_enqueue_opts *op = NULL;
+    int64_t *ids = NULL;
+    int rc;
+    if (!PyArg_ParseTuple(args, "O:enqueue_many", &arg)) return NULL;
+    /* A tuple of the items: the strings we point into stay alive and unchanged
+     * while the GIL is released. */
+    if (!(specs = PySequence_Tuple(arg))) return NULL;
+    n = PyTuple_GET_SIZE(specs);
+    sp = PyMem_Calloc((size_t)n + 1, sizeof *sp);
+    op = PyMem_Calloc((size_t)n + 1, sizeof *op);
+    ids = PyMem_Calloc((size_t)n + 1, sizeof *ids);
+    if (!sp || !op || !ids) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (i = 0; i < n; i++) {
+        PyObject *t = PyTuple_GET_ITEM(specs, i);
+        long long prio = 0, delay = 0, run_at = 0, expires = 0;
+        int maxa = 0;
+        tocsin_enqueue_opts init = TOCSIN_ENQUEUE_OPTS_INIT;
+        op[i] = init;
+        if (!PyTuple_Check(t)) {
+            PyErr_Format(PyExc_TypeError, "job %zd: spec must be a tuple", i);
+            goto done;
+        }
+        if (!PyArg_ParseTuple(t, "ss|LLLiLzz:enqueue_many", &sp[i].queue, &sp[i].payload, &prio,
+                              &delay, &run_at, &maxa, &expires, &op[i].unique_key, &op[i].meta))
+            goto done;
+        op[i].priority = prio;
+        op[i].delay_ms = delay;
+        op[i].run_at_ms = run_at;
+        op[i].max_attempts = maxa;
+        op[i].expires_ms = expires;
+        sp[i].opts = &op[i];
+    }
+    {
+        int how = enter(self);
+        if (!how) goto done;
+        Py_BEGIN_ALLOW_THREADS
+        rc = tocsin_queue_enqueue_many(self->db, ids, sp, (size_t)n);
+        Py_END_ALLOW_THREADS
+        if (rc != TOCSIN_OK) {
+            raise_db(self, rc);
+            leave(self, how);
+            goto done;
+        }
+        leave(self, how);
+    }
+    if (!(out = PyList_New(n))) goto done;
+    for (i = 0; i < n; i++) {
+        PyObject *v = PyLong_FromLongLong(ids[i]);
+        if (!v) {
+            Py_CLEAR(out);
+            goto done;
+        }
+        PyList_SET_ITEM(out, i, v);
+    }
+done:
+    PyMem_Free(sp);
+    PyMem_Free(op);
+    PyMem_Free(ids);
+    Py_DECREF(specs);
+    return out;
+}
+
+static PyObject *Handle_claim(Handle *self, PyObject *args) {
+    const char *queue, *worker;
+    Py_ssize_t max;
+    long long vis;
+    tocsin_job *jobs = NULL;
+    size_t n = 0;
+    int rc;
+    PyObject *out;
+    if (!PyArg_ParseTuple(args, "ssnL:claim", &queue, &worker, &max, &vis)) return NULL;
+    if (max < 0) return raise_code(TOCSIN_INVALID, "n must be >= 1", 0);
+    CORE_CALL(self, rc = tocsin_queue_claim(self->db, &jobs, &n, queue, worker, (size_t)max, vis));
+    out = jobs_list(jobs, n);
+    tocsin_jobs_free(jobs, n);
+    return out;
+}
+
+static PyObject *Handle_ack(Handle *self, PyObject *args) {
+    long long id, token;
+    int ok = 0, rc;
+    if (!PyArg_ParseTuple(args, "LL:ack", &id, &token)) return NULL;
+    CORE_CALL(self, rc = tocsin_job_ack(self->db, &ok, id, token));
+    return PyBool_FromLong(ok);
+}
+
+static int64_t *int_array(PyObject *seq, Py_ssize_t *n, const char *what) {
+    PyObject *f = PySequence_Fast(seq, what);
+    int64_t *a;
+    Py_ssize_t i;
+    if (!f) return NULL;
+    *n = PySequence_Fast_GET_SIZE(f);
+    if (!(a = PyMem_Calloc((size_t)*n + 1, sizeof *a))) {
+        Py_DECREF(f);
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (i = 0; i < *n; i++) {
+        a[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(f, i));
+        if (a[i] == -1 && PyErr_Occurred()) {
+            PyMem_Free(a);
+            Py_DECREF(f);
+            return NULL;
+        }
+    }
+    Py_DECREF(f);
+    return a;
+}
+
+static PyObject *Handle_ack_batch(Handle *self, PyObject *args) {
+    PyObject *pids, *ptoks;
+    int64_t *ids = NULL, *toks = NULL;
+    Py_ssize_t n1 = 0, n2 = 0;
+    size_t acked = 0;
+    int rc, how;
+    if (!PyArg_ParseTuple(args, "OO:ack_batch", &pids, &ptoks)) return NULL;
+    if (!(ids = int_array(pids, &n1, "ids must be a sequence of integers"))) return NULL;
+    if (!(toks = int_array(ptoks, &n2, "tokens must be a sequence of integers"))) goto fail;
+    if (n1 != n2) {
+        raise_code(TOCSIN_INVALID, "ids and tokens must have the same length", 0);
+        goto fail;
+    }
+    if (!(how = enter(self))) goto fail;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tocsin_job_ack_batch(self->db, &acked, ids, toks, (size_t)n1);
+    Py_END_ALLOW_THREADS
+    if (rc != TOCSIN_OK) raise_db(self, rc);
+    leave(self, how);
+    PyMem_Free(ids);
+    PyMem_Free(toks);
+    if (rc != TOCSIN_OK) return NULL;
+    return PyLong_FromSize_t(acked);
+fail:
+    PyMem_Free(ids);
+    PyMem_Free(toks);
+    return NULL;
+}
+
+static PyObject *Handle_retry(Handle *self, PyObject *args) {
+    long long id, token, delay = -1;
+    const char *error = NULL;
+    int ok = 0, rc;
+    if (!PyArg_ParseTuple(args, "LL|Lz:retry", &id, &token, &delay, &error)) return NULL;
+    CORE_CALL(self, rc = tocsin_job_retry(self->db, &ok, id, token, delay, error));
+    return PyBool_FromLong(ok);
+}
+
+static PyObject *Handle_fail(Handle *self, PyObject *args) {
+    long long id, token;
+    const char *error = NULL;
+    int ok = 0, rc;
+    if (!PyArg_ParseTuple(args, "LL|z:fail", &id, &token, &error)) return NULL;
+    CORE_CALL(self, rc = tocsin_job_fail(self->db, &ok, id, token, error));
+    return PyBool_FromLong(ok);
+}
+
+static PyObject *Handle_heartbeat(Handle *self, PyObject *args) {
+    long long id, token, extend;
+    int ok = 0, rc;
+    if (!PyArg_ParseTuple(args, "LLL:heartbeat", &id, &token, &extend)) return NULL;
+    CORE_CALL(self, rc = tocsin_job_heartbeat(self->db, &ok, id, token, extend));
+    return PyBool_FromLong(ok);
+}
+
+static PyObject *Handle_cancel(Handle *self, PyObject *args) {
+    long long id;
+    int ok = 0, rc;
+    if (!PyArg_ParseTuple(args, "L:cancel", &id)) return NULL;
+    CORE_CALL(self, rc = tocsin_job_cancel(self->db, &ok, id));
+    return PyBool_FromLong(ok);
+}
+
+static PyObject *Handle_get(Handle *self, PyObject *args) {
+    long long id;
+    tocsin_job *job = NULL;
+    int rc;
+    PyObject *out;
+    if (!PyArg_ParseTuple(args, "L:get", &id)) return NULL;
+    CORE_CALL(self, rc = tocsin_job_get(self->db, &job, id));
+    if (!job) Py_RETURN_NONE;
+    out = job_tuple(job);
+    tocsin_jobs_free(job, 1);
+    return out;
+}
+
+static PyObject *Handle_pause(Handle *self, PyObject *args) {
+    const char *q;
+    int rc;
+    if (!PyArg_ParseTuple(args, "s:pause", &q)) return NULL;
+    CORE_CALL(self, rc = tocsin_queue_pause(self->db, q));
+    Py_RETURN_NONE;
+}
+
+static PyObject *Handle_resume(Handle *self, PyObject *args) {
+    const char *q;
+    int rc;
+    if (!PyArg_ParseTuple(args, "s:resume", &q)) return NULL;
+    CORE_CALL(self, rc = tocsin_queue_resume(self->db, q));
+    Py_RETURN_NONE;
+}
+
+static PyObject *Handle_is_paused(Handle *self, PyObject *args) {
+    const char *q;
+    int rc, p = 0;
+    if (!PyArg_ParseTuple(args, "s:is_paused", &q)) return NULL;
+    CORE_CALL(self, rc = tocsin_queue_is_paused(self->db, &p, q));
+    return PyBool_FromLong(p);
+}
+
+static PyObject *take_json(char *json) {
+    PyObject *s = json ? PyUnicode_FromString(json) : NULL;
+    tocsin_free(json);
+    if (!json) return raise_code(TOCSIN_NOMEM, "out of memory", 0);
+    return s;
+}
+
+static PyObject *Handle_stats(Handle *self, PyObject *args) {
+    const char *q = NULL;
+    char *json = NULL;
+    int rc;
+    if (!PyArg_ParseTuple(args, "|z:stats", &q)) return NULL;
+    CORE_CALL(self, rc = tocsin_queue_stats(self->db, &json, q));
+    return take_json(json);
+}
+
+/* A tuple of the strings of `seq` (kept alive by the caller) and their pointers. */
+static const char **str_array(PyObject *tuple, int allow_none, const char *what) {
+    Py_ssize_t n = PyTuple_GET_SIZE(tuple), i;
+    const char **a = PyMem_Calloc((size_t)n + 1, sizeof *a);
+    if (!a) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (i = 0; i < n; i++) {
+        PyObject *v = PyTuple_GET_ITEM(tuple, i);
+        Py_ssize_t len;
+        if (allow_none && v == Py_None) continue;
+        if (!PyUnicode_Check(v)) {
+            PyErr_Format(PyExc_TypeError, "%s[%zd] must be a str", what, i);
+            PyMem_Free(a);
+            return NULL;
+        }
+        if (!(a[i] = PyUnicode_AsUTF8AndSize(v, &len))) {
+            PyMem_Free(a);
+            return NULL;
+        }
+        if ((size_t)len != strlen(a[i])) {
+            PyErr_Format(PyExc_ValueError, "%s[%zd] contains a NUL character", what, i);
+            PyMem_Free(a);
+            return NULL;
+        }
+    }
+    return a;
+}
+
+static PyObject *Handle_next_deadline(Handle *self, PyObject *args) {
+    PyObject *arg, *t;
+    const char **qs;
+    int64_t ms = -1;
+    int rc, how;
+    if (!PyArg_ParseTuple(args, "O:next_deadline", &arg)) return NULL;
+    if (!(t = PySequence_Tuple(arg))) return NULL;
+    if (!(qs = str_array(t, 0, "queues"))) {
+        Py_DECREF(t);
+        return NULL;
+    }
+    if ((how = enter(self))) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = tocsin_queue_next_deadline(self->db, &ms, qs, (size_t)PyTuple_GET_SIZE(t));
+        Py_END_ALLOW_THREADS
+        if (rc != TOCSIN_OK) {
+            raise_db(self, rc);
+            how = -how;
+        }
+        leave(self, how < 0 ? -how : how);
+    }
+    PyMem_Free(qs);
+    Py_DECREF(t);
+    if (how <= 0) return NULL;
+    if (ms < 0) Py_RETURN_NONE;
+    return PyLong_FromLongLong(ms);
+}
+
+static PyObject *Handle_dead_list(Handle *self, PyObject *args) {
+    const char *q = NULL;
+    long long after = 0;
+    Py_ssize_t limit = 100;
+    tocsin_job *jobs = NULL;
+    size_t n = 0;
+    int rc;
+    PyObject *out;
+    if (!PyArg_ParseTuple(args, "|zLn:dead_list", &q, &after, &limit)) return NULL;
+    if (limit < 1) return raise_code(TOCSIN_INVALID, "limit must be >= 1", 0);
+    CORE_CALL(self, rc = tocsin_dead_list(self->db, &jobs, &n, q, after, (size_t)limit));
+    out = jobs_list(jobs, n);
+    tocsin_jobs_free(jobs, n);
+    return out;
+}
+
+static PyObject *Handle_dead_requeue(Handle *self, PyObject *args) {
+    long long id;
+    int ok = 0, rc;
+    if (!PyArg_ParseTuple(args, "L:dead_requeue", &id)) return NULL;
+    CORE_CALL(self, rc = tocsin_dead_requeue(self->db, &ok, id));
+    return PyBool_FromLong(ok);
+}
+
+static PyObject *Handle_dead_purge(Handle *self, PyObject *args) {
+    const char *q = NULL;
+    long long before = 0;
+    int64_t n = 0;
+    int rc;
+    if (!PyArg_ParseTuple(args, "|zL:dead_purge", &q, &before)) return NULL;
+    CORE_CALL(self, rc = tocsin_dead_purge(self->db, &n, q, before));
+    return PyLong_FromLongLong(n);
+}
+
+/* ---- streams and notifications ---- */
+
+static PyObject *messages_list(tocsin_message *m, size_t n) {
+    PyObject *list = PyList_New((Py_ssize_t)n);
+    size_t i;
+    if (!list) return NULL;
+    for (i = 0; i < n; i++) {
+        PyObject *t = Py_BuildValue("(LszszL)", (long long)m[i].id, m[i].name, m[i].key,
+                                    m[i].payload, m[i].meta, (long long)m[i].created_at);
+        if (!t) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, (Py_ssize_t)i, t);
+    }
+    return list;
+}
+
+static PyObject *Handle_publish(Handle *self, PyObject *args) {
+    const char *topic, *payload, *key = NULL, *meta = NULL;
+    int64_t off = 0;
+    int rc;
+    if (!PyArg_ParseTuple(args, "ss|zz:publish", &topic, &payload, &key, &meta)) return NULL;
+    CORE_CALL(self, rc = tocsin_stream_publish(self->db, &off, topic, payload, key, meta));
+    return PyLong_FromLongLong(off);
+}
+
+static PyObject *Handle_publish_many(Handle *self, PyObject *args) {
+    const char *topic;
+    PyObject *pp, *pk = Py_None, *tp = NULL, *tk = NULL, *out = NULL;
+    const char **payloads = NULL, **keys = NULL;
+    int64_t *offs = NULL;
+    Py_ssize_t n, i;
+    int rc, how;
+    if (!PyArg_ParseTuple(args, "sO|O:publish_many", &topic, &pp, &pk)) return NULL;
+    if (!(tp = PySequence_Tuple(pp))) return NULL;
+    n = PyTuple_GET_SIZE(tp);
+    if (!(payloads = str_array(tp, 0, "payloads"))) goto done;
+    if (pk != Py_None) {
+        if (!(tk = PySequence_Tuple(pk))) goto done;
+        if (PyTuple_GET_SIZE(tk) != n) {
+            raise_code(TOCSIN_INVALID, "keys must have one entry per payload", 0);
+            goto done;
+        }
+        if (!(keys = str_array(tk, 1, "keys"))) goto done;
+    }
+    if (!(offs = PyMem_Calloc((size_t)n + 1, sizeof *offs))) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    if (!(how = enter(self))) goto done;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tocsin_stream_publish_many(self->db, offs, topic, payloads, keys, (size_t)n);
+    Py_END_ALLOW_THREADS
+    if (rc != TOCSIN_OK) {
+        raise_db(self, rc);
+        leave(self, how);
+        goto done;
+    }
+    leave(self, how);
+    if (!(out = PyList_New(n))) goto done;
+    for (i = 0; i < n; i++) {
+        PyObject *v = PyLong_FromLongLong(offs[i]);
+        if (!v) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, i, v);
+    }
+done:
+    PyMem_Free(payloads);
+    PyMem_Free(keys);
+    PyMem_Free(offs);
+    Py_XDECREF(tp);
+    Py_XDECREF(tk);
+    return out;
+}
+
+static PyObject *Handle_stream_read(Handle *self, PyObject *args) {
+    const char *topic;
+    long long after;
+    Py_ssize_t limit;
+    tocsin_message *m = NULL;
+    size_t n = 0;
+    int rc;
+    PyObject *out;
+    if (!PyArg_ParseTuple(args, "sLn:stream_read", &topic, &after, &limit)) return NULL;
+    if (limit < 1) return raise_code(TOCSIN_INVALID, "limit must be >= 1", 0);
+    CORE_CALL(self, rc = tocsin_stream_read(self->db, &m, &n, topic, after, (size_t)limit));
+    out = messages_list(m, n);
+    tocsin_messages_free(m, n);
+    return out;
+}
+
+static PyObject *Handle_save_offset(Handle *self, PyObject *args) {
+    const char *consumer, *topic;
+    long long off;
+    int64_t stored = 0;
+    int rc;
+    if (!PyArg_ParseTuple(args, "ssL:save_offset", &consumer, &topic, &off)) return NULL;
+    CORE_CALL(self, rc = tocsin_stream_save_offset(self->db, &stored, consumer, topic, off));
+    return PyLong_FromLongLong(stored);
+}
+
+static PyObject *Handle_offset(Handle *self, PyObject *args) {
+    const char *consumer, *topic;
+    int64_t off = 0;
+    int rc;
+    if (!PyArg_ParseTuple(args, "ss:offset", &consumer, &topic)) return NULL;
+    CORE_CALL(self, rc = tocsin_stream_offset(self->db, &off, consumer, topic));
+    return PyLong_FromLongLong(off);
+}
+
+static PyObject *Handle_trim(Handle *self, PyObject *args) {
+    const char *topic;
+    long long age = 0, count = 0;
+    int below = 0, rc;
+    int64_t n = 0;
+    tocsin_trim_opts o = TOCSIN_TRIM_OPTS_INIT;
+    if (!PyArg_ParseTuple(args, "s|LLp:trim", &topic, &age, &count, &below)) return NULL;
+    o.max_age_ms = age;
+    o.max_count = count;
+    o.below_consumers = below;
+    CORE_CALL(self, rc = tocsin_stream_trim(self->db, &n, topic, &o));
+    return PyLong_FromLongLong(n);
+}
+
+static PyObject *Handle_notify(Handle *self, PyObject *args) {
+    const char *channel, *payload, *meta = NULL;
+    int64_t id = 0;
+    int rc;
+    if (!PyArg_ParseTuple(args, "ss|z:notify", &channel, &payload, &meta)) return NULL;
+    CORE_CALL(self, rc = tocsin_notify(self->db, &id, channel, payload, meta));
+    return PyLong_FromLongLong(id);
+}
+
+static PyObject *Handle_notify_read(Handle *self, PyObject *args) {
+    const char *channel;
+    long long after;
+    Py_ssize_t limit;
+    tocsin_message *m = NULL;
+    size_t n = 0;
+    int rc;
+    PyObject *out;
+    if (!PyArg_ParseTuple(args, "sLn:notify_read", &channel, &after, &limit)) return NULL;
+    if (limit < 1) return raise_code(TOCSIN_INVALID, "limit must be >= 1", 0);
+    CORE_CALL(self, rc = tocsin_notify_read(self->db, &m, &n, channel, after, (size_t)limit));
+    out = messages_list(m, n);
+    tocsin_messages_free(m, n);
+    return out;
+}
+
+static PyObject *Handle_notify_max_id(Handle *self, PyObject *u) {
+    int64_t id = 0;
+    int rc;
+    (void)u;
+    CORE_CALL(self, rc = tocsin_notify_max_id(self->db, &id));
+    return PyLong_FromLongLong(id);
+}
+
+static PyObject *Handle_notify_prune(Handle *self, PyObject *args) {
+    long long age = 0, keep = 0;
+    int64_t n = 0;
+    int rc;
+    if (!PyArg_ParseTuple(args, "|LL:notify_prune", &age, &keep)) return NULL;
+    CORE_CALL(self, rc = tocsin_notify_prune(self->db, &n, age, keep));
+    return PyLong_FromLongLong(n);
+}
+
+static PyObject *Handle_notify_set_autotrim(Handle *self, PyObject *args) {
+    long long age, keep, one_in;
+    int rc;
+    if (!PyArg_ParseTuple(args, "LLL:notify_set_autotrim", &age, &keep, &one_in)) return NULL;
+    CORE_CALL(self, rc = tocsin_notify_set_autotrim(self->db, age, keep, one_in));
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef Handle_methods[] = {
+    {"close", (PyCFunction)Handle_close, METH_NOARGS, "Closes the handle (rolls back an open transaction)."},
+    {"begin", (PyCFunction)Handle_begin, METH_NOARGS, "BEGIN IMMEDIATE; this thread keeps the handle until commit/rollback."},
+    {"commit", (PyCFunction)Handle_commit, METH_NOARGS, NULL},
+    {"rollback", (PyCFunction)Handle_rollback, METH_NOARGS, NULL},
+    {"in_transaction", (PyCFunction)Handle_in_transaction, METH_NOARGS, NULL},
+    {"owns_transaction", (PyCFunction)Handle_owns_transaction, METH_NOARGS, NULL},
+    {"executescript", (PyCFunction)Handle_executescript, METH_VARARGS, NULL},
+    {"execute", (PyCFunction)Handle_execute, METH_VARARGS, NULL},
+    {"changes", (PyCFunction)Handle_changes, METH_NOARGS, NULL},
+    {"last_insert_rowid", (PyCFunction)Handle_last_insert_rowid, METH_NOARGS, NULL},
+    {"now", (PyCFunction)Handle_now, METH_NOARGS, NULL},
+    {"set_time", (PyCFunction)Handle_set_time, METH_O, NULL},
+    {"set_max_payload", (PyCFunction)Handle_set_max_payload, METH_VARARGS, NULL},
+    {"enqueue", (PyCFunction)Handle_enqueue, METH_VARARGS, NULL},
+    {"enqueue_many", (PyCFunction)Handle_enqueue_many, METH_VARARGS, NULL},
+    {"claim", (PyCFunction)Handle_claim, METH_VARARGS, NULL},
+    {"ack", (PyCFunction)Handle_ack, METH_VARARGS, NULL},
+    {"ack_batch", (PyCFunction)Handle_ack_batch, METH_VARARGS, NULL},
+    {"retry", (PyCFunction)Handle_retry, METH_VARARGS, NULL},
+    {"fail", (PyCFunction)Handle_fail, METH_VARARGS, NULL},
+    {"heartbeat", (PyCFunction)Handle_heartbeat, METH_VARARGS, NULL},
+    {"cancel", (PyCFunction)Handle_cancel, METH_VARARGS, NULL},
+    {"get", (PyCFunction)Handle_get, METH_VARARGS, NULL},
+    {"pause", (PyCFunction)Handle_pause, METH_VARARGS, NULL},
+    {"resume", (PyCFunction)Handle_resume, METH_VARARGS, NULL},
+    {"is_paused", (PyCFunction)Handle_is_paused, METH_VARARGS, NULL},
+    {"stats", (PyCFunction)Handle_stats, METH_VARARGS, NULL},
+    {"next_deadline", (PyCFunction)Handle_next_deadline, METH_VARARGS, NULL},
+    {"dead_list", (PyCFunction)Handle_dead_list, METH_VARARGS, NULL},
+    {"dead_requeue", (PyCFunction)Handle_dead_requeue, METH_VARARGS, NULL},
+    {"dead_purge", (PyCFunction)Handle_dead_purge, METH_VARARGS, NULL},
+    {"publish", (PyCFunction)Handle_publish, METH_VARARGS, NULL},
+    {"publish_many", (PyCFunction)Handle_publish_many, METH_VARARGS, NULL},
+    {"stream_read", (PyCFunction)Handle_stream_read, METH_VARARGS, NULL},
+    {"save_offset", (PyCFunction)Handle_save_offset, METH_VARARGS, NULL},
+    {"offset", (PyCFunction)Handle_offset, METH_VARARGS, NULL},
+    {"trim", (PyCFunction)Handle_trim, METH_VARARGS, NULL},
+    {"notify", (PyCFunction)Handle_notify, METH_VARARGS, NULL},
+    {"notify_read", (PyCFunction)Handle_notify_read, METH_VARARGS, NULL},
+    {"notify_max_id", (PyCFunction)Handle_notify_max_id, METH_NOARGS, NULL},
+    {"notify_prune", (PyCFunction)Handle_notify_prune, METH_VARARGS, NULL},
+    {"notify_set_autotrim", (PyCFunction)Handle_notify_set_autotrim, METH_VARARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef Handle_getset[] = {
+    {"closed", (getter)Handle_closed, NULL, "True once closed.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject HandleType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tocsin._tocsin.Handle",
+    .tp_basicsize = sizeof(Handle),
+    .tp_dealloc = (destructor)Handle_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_BASETYPE,
+    .tp_doc = "A tocsin database handle (low level; use tocsin.open()).",
+    .tp_methods = Handle_methods,
+    .tp_getset = Handle_getset,
+    .tp_init = (initproc)Handle_init,
+    .tp_new = PyType_GenericNew,
+    .tp_weaklistoffset = offsetof(Handle, weakrefs),
+};
+
+/* ---- module functions ------------------------------------------------------ */
+
+static PyObject *m_version(PyObject *m, PyObject *u) {
+    (void)m; (void)u;
+    return PyUnicode_FromString(tocsin_version());
+}
+static PyObject *m_sqlite_version(PyObject *m, PyObject *u) {
+    (void)m; (void)u;
+    return PyUnicode_FromString(tocsin_sqlite_version());
+}
+static PyObject *m_errstr(PyObject *m, PyObject *args) {
+    int rc;
+    (void)m;
+    if (!PyArg_ParseTuple(args, "i:errstr", &rc)) return NULL;
+    return PyUnicode_FromString(tocsin_errstr(rc));
+}
+static PyObject *m_backoff_ms(PyObject *m, PyObject *args) {
+    long long base, cap;
+    int attempts;
+    (void)m;
+    if (!PyArg_ParseTuple(args, "LLi:backoff_ms", &base, &cap, &attempts)) return NULL;
+    if (attempts < 1) return raise_code(TOCSIN_INVALID, "attempts must be >= 1", 0);
+    if (base < 0 || cap < 0) return raise_code(TOCSIN_INVALID, "base and cap must be >= 0", 0);
+    return PyLong_FromLongLong(tocsin_backoff_ms(base, cap, attempts));
+}
+
+static PyMethodDef module_methods[] = {
+    {"version", m_version, METH_NOARGS, "The core's version string."},
+    {"sqlite_version", m_sqlite_version, METH_NOARGS, "The SQLite version this process runs on."},
+    {"errstr", m_errstr, METH_VARARGS, "The English name of a result code."},
+    {"backoff_ms", m_backoff_ms, METH_VARARGS, "The core's exponential backoff with jitter."},
+    {NULL, NULL, 0, NULL},
+};
+
+static struct PyModuleDef moduledef = {
+    PyModuleDef_HEAD_INIT, "tocsin._tocsin", "The C core of tocsin (low level).", -1,
+    module_methods, NULL, NULL, NULL, NULL,
+};
+
+PyMODINIT_FUNC PyInit__tocsin(void) {
+    PyObject *m = PyModule_Create(&moduledef);
+    size_t i;
+    if (!m) return NULL;
+    if (PyType_Ready(&HandleType) < 0) goto fail;
+    Py_INCREF(&HandleType);
+    if (PyModule_AddObject(m, "Handle", (PyObject *)&HandleType) < 0) goto fail;
+    Error = PyErr_NewExceptionWithDoc("tocsin.Error", "Base class of every tocsin error.",
+                                      NULL, NULL);
+    if (!Error) goto fail;
+    if (PyObject_SetAttrString(Error, "code", Py_None) < 0) goto fail;
+    {
+        PyObject *z = PyLong_FromLong(0);
+        int bad = !z || PyObject_SetAttrString(Error, "sqlite_code", z) < 0;
+        Py_XDECREF(z);
+        if (bad) goto fail;
+    }
+    Py_INCREF(Error);
+    if (PyModule_AddObject(m, "Error", Error) < 0) goto fail;
+    for (i = 0; i < sizeof EXC / sizeof EXC[0]; i++) {
+        char full[64];
+        PyObject *bases, *cls;
+        snprintf(full, sizeof full, "tocsin.%s", EXC[i].name);
+        if (EXC[i].extra_base) {
+            bases = PyTuple_Pack(2, Error, *EXC[i].extra_base);
+        } else {
+            bases = PyTuple_Pack(1, Error);
+        }
+        if (!bases) goto fail;
+        cls = PyErr_NewExceptionWithDoc(full, EXC[i].doc, bases, NULL);
+        Py_DECREF(bases);
+        if (!cls) goto fail;
+        code_exc[EXC[i].code] = cls;
+        {
+            PyObject *c = PyLong_FromLong(EXC[i].code);
+            int bad = !c || PyObject_SetAttrString(cls, "code", c) < 0;
+            Py_XDECREF(c);
+            if (bad) goto fail;
+        }
+        Py_INCREF(cls);
+        if (PyModule_AddObject(m, EXC[i].name, cls) < 0) goto fail;
+    }
+    if (PyModule_AddIntConstant(m, "VERSION_NUMBER", tocsin_version_number()) < 0) goto fail;
+    if (PyModule_AddIntConstant(m, "SCHEMA_VERSION", TOCSIN_SCHEMA_VERSION) < 0) goto fail;
+    if (PyModule_AddIntConstant(m, "BACKOFF_BASE_MS", TOCSIN_BACKOFF_BASE_MS) < 0) goto fail;
+    if (PyModule_AddIntConstant(m, "BACKOFF_CAP_MS", TOCSIN_BACKOFF_CAP_MS) < 0) goto fail;
+    return m;
+fail:
+    Py_DECREF(m);
+    return NULL;
+}

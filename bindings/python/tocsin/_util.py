@@ -1,0 +1,81 @@
+"""Conversions shared by the package: durations, instants, JSON."""
+from __future__ import annotations
+
+import datetime as _dt
+import json as _json
+from typing import Any, Optional, Union
+
+from ._tocsin import InvalidArgument
+
+Duration = Union[float, int, _dt.timedelta]
+"""A duration: seconds (int or float) or a datetime.timedelta."""
+Instant = Union[float, int, _dt.datetime]
+"""An instant: a datetime (naive means local time, as datetime.timestamp() reads it) or
+seconds since the Unix epoch (as time.time() returns)."""
+
+_encode = _json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+_decode = _json.loads
+
+
+def dumps(value: Any, what: str = "payload") -> str:
+    """JSON text of a value (compact; NaN and infinities are rejected)."""
+    try:
+        return _encode(value)
+    except (TypeError, ValueError) as e:
+        raise InvalidArgument("%s is not JSON-serialisable: %s" % (what, e)) from None
+
+
+def loads(text: Optional[str]) -> Any:
+    return None if text is None else _decode(text)
+
+
+def meta_json(meta: Optional[dict]) -> Optional[str]:
+    if meta is None:
+        return None
+    if not isinstance(meta, dict):
+        raise InvalidArgument("meta must be a dict (a JSON object of headers)")
+    return dumps(meta, "meta")
+
+
+def duration_ms(value: Optional[Duration], what: str, *, allow_zero: bool = True) -> int:
+    """Milliseconds of a duration given in seconds or as a timedelta (None: 0)."""
+    if value is None:
+        return 0
+    if isinstance(value, _dt.timedelta):
+        seconds = value.total_seconds()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise InvalidArgument("%s must be seconds (a number) or a timedelta, not %s"
+                              % (what, type(value).__name__))
+    if seconds != seconds or seconds in (float("inf"), float("-inf")):
+        raise InvalidArgument("%s must be finite" % what)
+    if seconds < 0 or (not allow_zero and seconds <= 0):
+        raise InvalidArgument("%s must be %s" % (what, ">= 0" if allow_zero else "> 0"))
+    ms = int(round(seconds * 1000))
+    if not allow_zero and ms < 1:
+        ms = 1
+    return ms
+
+
+def instant_ms(value: Optional[Instant], what: str) -> int:
+    """Milliseconds since the Unix epoch of a datetime or of seconds since the epoch."""
+    if value is None:
+        return 0
+    if isinstance(value, _dt.datetime):
+        seconds = value.timestamp()
+    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+        seconds = float(value)
+    else:
+        raise InvalidArgument("%s must be a datetime or seconds since the epoch, not %s"
+                              % (what, type(value).__name__))
+    if seconds != seconds or seconds <= 0 or seconds == float("inf"):
+        raise InvalidArgument("%s must be a positive instant" % what)
+    return int(round(seconds * 1000))
+
+
+def ms_datetime(ms: int) -> Optional[_dt.datetime]:
+    """An aware UTC datetime of milliseconds since the epoch (None for 0)."""
+    if not ms:
+        return None
+    return _dt.datetime.fromtimestamp(ms / 1000.0, tz=_dt.timezone.utc)

@@ -1,0 +1,261 @@
+"""Database handles and transactions."""
+from __future__ import annotations
+
+import datetime as _dt
+import os
+import threading
+from typing import Any, Dict, List, Optional, Sequence, Union
+
+from . import _tocsin
+from ._tocsin import InvalidArgument
+from ._util import Duration, Instant, duration_ms, dumps, instant_ms, meta_json
+
+__all__ = ["Database", "Transaction", "open"]
+
+
+class Transaction:
+    """A write transaction on a Database (BEGIN IMMEDIATE ... COMMIT/ROLLBACK).
+
+    Used as a context manager it commits when the block succeeds and rolls back when
+    it raises. Every tocsin operation of the same database made by the same thread
+    before the end joins it: pass ``tx=`` to say so explicitly (it is then checked
+    to be open and to belong to that database). Other threads' calls on the same
+    Database wait until it ends.
+    """
+
+    __slots__ = ("_db", "_open", "_thread")
+
+    def __init__(self, db: "Database") -> None:
+        self._db = db
+        self._open = False
+        self._thread = 0
+
+    @property
+    def database(self) -> "Database":
+        return self._db
+
+    @property
+    def active(self) -> bool:
+        """True between begin and commit/rollback."""
+        return self._open
+
+    def begin(self) -> "Transaction":
+        if self._open:
+            raise InvalidArgument("this transaction is already open")
+        self._db._h.begin()
+        self._open = True
+        self._thread = threading.get_ident()
+        return self
+
+    def commit(self) -> None:
+        self._check_owner()
+        try:
+            self._db._h.commit()
+        finally:
+            if not self._db._h.owns_transaction():
+                self._open = False
+
+    def rollback(self) -> None:
+        self._check_owner()
+        try:
+            self._db._h.rollback()
+        finally:
+            if not self._db._h.owns_transaction():
+                self._open = False
+
+    def _check_owner(self) -> None:
+        if not self._open:
+            raise InvalidArgument("this transaction is not open")
+        if self._thread != threading.get_ident():
+            raise InvalidArgument("a transaction can only be ended by the thread that began it")
+
+    def __enter__(self) -> "Transaction":
+        return self.begin()
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if not self._open:
+            return False
+        if exc_type is None:
+            try:
+                self.commit()
+            except BaseException:
+                if self._open:
+                    self.rollback()
+                raise
+        else:
+            self.rollback()
+        return False
+
+    def __repr__(self) -> str:
+        return "<tocsin.Transaction %s on %r>" % ("open" if self._open else "closed", self._db.path)
+
+
+class Database:
+    """A tocsin database: one SQLite file, opened on its own connection.
+
+    Thread-safe: calls from several threads are serialised by a lock (the GIL is
+    released while the core works). Close it with close() or use it as a context
+    manager.
+    """
+
+    def __init__(self, path: Union[str, "os.PathLike[str]"], *, busy_timeout: Duration = 5.0,
+                 max_payload_bytes: Optional[int] = None, read_only: bool = False) -> None:
+        self.path = os.fspath(path)
+        busy_ms = duration_ms(busy_timeout, "busy_timeout", allow_zero=False)
+        if max_payload_bytes is not None and (isinstance(max_payload_bytes, bool) or
+                                              not isinstance(max_payload_bytes, int) or
+                                              max_payload_bytes < 1):
+            raise InvalidArgument("max_payload_bytes must be an integer >= 1")
+        self._h = _tocsin.Handle(self.path, busy_ms, max_payload_bytes or 0, bool(read_only))
+        self._queues: Dict[str, Any] = {}
+        self._streams: Dict[str, Any] = {}
+
+    # ---- lifecycle ----
+    def close(self) -> None:
+        """Closes the connection (rolling back a transaction left open). Idempotent."""
+        self._h.close()
+
+    @property
+    def closed(self) -> bool:
+        return self._h.closed
+
+    def __enter__(self) -> "Database":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return "<tocsin.Database %r%s>" % (self.path, " closed" if self.closed else "")
+
+    # ---- transactions and the application's own SQL ----
+    def transaction(self) -> Transaction:
+        """A new Transaction; use it as ``with db.transaction() as tx:``."""
+        return Transaction(self)
+
+    @property
+    def in_transaction(self) -> bool:
+        return self._h.in_transaction()
+
+    def _check_tx(self, tx: Optional[Transaction]) -> None:
+        if tx is None:
+            return
+        if not isinstance(tx, Transaction):
+            raise InvalidArgument("tx must be a tocsin.Transaction, not %s" % type(tx).__name__)
+        if tx._db is not self:
+            raise InvalidArgument("tx belongs to another database")
+        if not tx._open:
+            raise InvalidArgument("tx is not open (already committed or rolled back)")
+        if tx._thread != threading.get_ident():
+            raise InvalidArgument("tx was begun by another thread")
+
+    def execute(self, sql: str, params: Union[Sequence[Any], Dict[str, Any], None] = None) -> List[tuple]:
+        """Runs one statement of the application's on tocsin's connection (inside the
+        open transaction, if any) and returns its rows as tuples. ``params`` binds
+        ``?`` placeholders from a sequence or ``:name`` ones from a dict."""
+        return self._h.execute(sql, params)
+
+    def executescript(self, sql: str) -> None:
+        """Runs SQL text (several statements, no parameters, no rows)."""
+        self._h.executescript(sql)
+
+    def changes(self) -> int:
+        """Rows changed by the last statement on this connection."""
+        return self._h.changes()
+
+    def last_insert_rowid(self) -> int:
+        return self._h.last_insert_rowid()
+
+    # ---- clock and limits ----
+    def now(self) -> int:
+        """The handle's clock: integer milliseconds since the Unix epoch."""
+        return self._h.now()
+
+    def set_time(self, when: Union[int, _dt.datetime, None]) -> None:
+        """Fixes the handle's clock (for tests): a datetime, or integer milliseconds since
+        the epoch; None restores the system clock."""
+        if isinstance(when, _dt.datetime):
+            when = instant_ms(when, "when")
+        elif when is not None and (isinstance(when, bool) or not isinstance(when, int)):
+            raise InvalidArgument("when must be a datetime, integer milliseconds or None")
+        self._h.set_time(when)
+
+    def set_max_payload(self, max_bytes: int) -> None:
+        self._h.set_max_payload(max_bytes)
+
+    # ---- queues and streams ----
+    def queue(self, name: str) -> "Queue":
+        q = self._queues.get(name)
+        if q is None:
+            from .queue import Queue
+            if not isinstance(name, str):
+                raise InvalidArgument("queue name must be a str")
+            q = self._queues[name] = Queue(self, name)
+        return q
+
+    def stream(self, topic: str) -> "Stream":
+        s = self._streams.get(topic)
+        if s is None:
+            from .stream import Stream
+            if not isinstance(topic, str):
+                raise InvalidArgument("topic must be a str")
+            s = self._streams[topic] = Stream(self, topic)
+        return s
+
+    def stats(self) -> List[Dict[str, Any]]:
+        """Statistics of every queue (see Queue.stats)."""
+        import json
+        return json.loads(self._h.stats(None))["queues"]
+
+    # ---- notifications ----
+    def notify(self, channel: str, payload: Any = None, *, meta: Optional[dict] = None,
+               tx: Optional[Transaction] = None) -> int:
+        """Records a notification on ``channel`` (inside ``tx`` or the open transaction:
+        rolled back with it) and returns its id."""
+        if tx is not None:
+            self._check_tx(tx)
+        return self._h.notify(channel, dumps(payload), meta_json(meta))
+
+    def notifications(self, channel: str, after_id: int = 0, limit: int = 100) -> List["Notification"]:
+        """Stored notifications of ``channel`` with id > after_id, oldest first."""
+        from .stream import Notification
+        return [Notification._from_row(r) for r in self._h.notify_read(channel, after_id, limit)]
+
+    def notify_max_id(self) -> int:
+        """The highest notification id so far (where a listener starts), 0 if none."""
+        return self._h.notify_max_id()
+
+    def prune_notifications(self, *, max_age: Optional[Duration] = None,
+                            max_keep: Optional[int] = None) -> int:
+        """Deletes notifications older than ``max_age`` and, per channel, all but the
+        newest ``max_keep``. Returns how many were deleted."""
+        keep = _count(max_keep, "max_keep")
+        return self._h.notify_prune(duration_ms(max_age, "max_age"), keep)
+
+    def set_notify_autotrim(self, *, max_age: Optional[Duration] = None,
+                            max_keep: Optional[int] = None, one_in: int = 100) -> None:
+        """Opt-in automatic trim stored in the database: about one notify in ``one_in``
+        prunes (max_age, max_keep). one_in=0 turns it off."""
+        self._h.notify_set_autotrim(duration_ms(max_age, "max_age"), _count(max_keep, "max_keep"),
+                                    one_in)
+
+
+def _count(v: Optional[int], what: str) -> int:
+    if v is None:
+        return 0
+    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+        raise InvalidArgument("%s must be an integer >= 0" % what)
+    return v
+
+
+def open(path: Union[str, "os.PathLike[str]"], **options: Any) -> Database:  # noqa: A001
+    """Opens (creating if needed) the tocsin database at ``path``.
+
+    Options: ``busy_timeout`` (seconds or timedelta the writer waits for the lock,
+    default 5), ``max_payload_bytes`` (default 1 MiB), ``read_only`` (default False).
+    """
+    return Database(path, **options)
+
+
+from .queue import Queue  # noqa: E402  (type reference for annotations)
+from .stream import Notification, Stream  # noqa: E402

@@ -1,0 +1,305 @@
+"""Job queues: enqueue, claim, leases with fencing tokens, dead letters."""
+from __future__ import annotations
+
+import json
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+from ._tocsin import InvalidArgument
+from ._util import Duration, Instant, duration_ms, dumps, instant_ms, loads, meta_json
+
+if TYPE_CHECKING:
+    from .db import Database, Transaction
+
+__all__ = ["Queue", "Job", "JobSpec"]
+
+_DEFAULT_VISIBILITY = 30.0
+_UNSET: Any = object()
+
+_FIELDS = ("id", "queue", "state", "payload_json", "meta_json", "priority", "attempts",
+           "max_attempts", "token", "run_at", "created_at", "lease_until", "expires_at",
+           "unique_key", "worker", "last_error", "reason", "died_at")
+
+
+class Job:
+    """A job as stored (live or dead). Times are integer milliseconds since the Unix
+    epoch, as in the database (0: unset); ``payload`` and ``meta`` are decoded JSON.
+
+    ``token`` is the fencing token of the current lease: ack/retry/fail/heartbeat
+    succeed only while it is current (a worker whose lease was reclaimed gets False).
+    """
+
+    __slots__ = _FIELDS + ("_queue", "_payload")
+
+    id: int
+    queue: str
+    state: str
+    payload_json: str
+    meta_json: Optional[str]
+    priority: int
+    attempts: int
+    max_attempts: int
+    token: int
+    run_at: int
+    created_at: int
+    lease_until: int
+    expires_at: int
+    unique_key: Optional[str]
+    worker: Optional[str]
+    last_error: Optional[str]
+    reason: Optional[str]
+    died_at: int
+
+    def __init__(self, q: "Queue", row: tuple) -> None:
+        (self.id, self.queue, self.state, self.payload_json, self.meta_json, self.priority,
+         self.attempts, self.max_attempts, self.token, self.run_at, self.created_at,
+         self.lease_until, self.expires_at, self.unique_key, self.worker, self.last_error,
+         self.reason, self.died_at) = row
+        self._queue = q
+        self._payload = _UNSET
+
+    @property
+    def payload(self) -> Any:
+        """The payload, decoded from JSON (once)."""
+        p = self._payload
+        if p is _UNSET:
+            p = self._payload = json.loads(self.payload_json)
+        return p
+
+    @property
+    def meta(self) -> Optional[Dict[str, Any]]:
+        return loads(self.meta_json)
+
+    def ack(self, *, tx: Optional["Transaction"] = None) -> bool:
+        """Done: the job is removed. False if this lease is no longer current."""
+        return self._queue.ack(self, tx=tx)
+
+    def retry(self, delay: Optional[Duration] = None, *, error: Optional[str] = None) -> bool:
+        """Back to pending after ``delay`` (None: the core's exponential backoff), or dead
+        ('max_attempts') when attempts are spent. False if the lease is no longer current."""
+        return self._queue.retry(self, delay, error=error)
+
+    def fail(self, error: Optional[str] = None) -> bool:
+        """Dead now with reason 'failed'. False if the lease is no longer current."""
+        return self._queue.fail(self, error=error)
+
+    def heartbeat(self, extend: Duration = _DEFAULT_VISIBILITY) -> bool:
+        """Extends the lease to now + ``extend``. False if the lease is no longer current."""
+        return self._queue.heartbeat(self, extend)
+
+    def cancel(self) -> bool:
+        return self._queue.cancel(self.id)
+
+    def as_dict(self) -> Dict[str, Any]:
+        d = {k: getattr(self, k) for k in _FIELDS if k not in ("payload_json", "meta_json")}
+        d["payload"] = self.payload
+        d["meta"] = self.meta
+        return d
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Job) and self.id == other.id and self.token == other.token
+
+    def __hash__(self) -> int:
+        return hash((self.id, self.token))
+
+    def __repr__(self) -> str:
+        return "<tocsin.Job %d %s/%s attempts=%d/%d>" % (self.id, self.queue, self.state,
+                                                        self.attempts, self.max_attempts)
+
+
+JobSpec = Union[Any, Dict[str, Any]]
+
+
+def _id_token(job: Union[Job, int], token: Optional[int]) -> Tuple[int, int]:
+    if isinstance(job, Job):
+        if token is not None and token != job.token:
+            raise InvalidArgument("give a Job or (id, token), not a Job and another token")
+        return job.id, job.token
+    if token is None:
+        raise InvalidArgument("token is required with a job id (or pass the Job)")
+    return job, token
+
+
+class Queue:
+    """A named queue of a Database (``db.queue(name)``)."""
+
+    def __init__(self, db: "Database", name: str) -> None:
+        self.db = db
+        self.name = name
+        self._h = db._h
+        self._tasks: Dict[str, Any] = {}
+        self._periodic: List[Any] = []
+
+    def __repr__(self) -> str:
+        return "<tocsin.Queue %r>" % self.name
+
+    # ---- enqueue ----
+    def _spec(self, payload: Any, priority: int, delay: Optional[Duration],
+              run_at: Optional[Instant], max_attempts: Optional[int], expires: Optional[Duration],
+              unique_key: Optional[str], meta: Optional[dict]) -> tuple:
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise InvalidArgument("priority must be an integer")
+        if delay is not None and run_at is not None:
+            raise InvalidArgument("give delay or run_at, not both")
+        if max_attempts is None:
+            maxa = 0
+        elif isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or not 1 <= max_attempts <= 1000000:
+            raise InvalidArgument("max_attempts must be an integer from 1 to 1000000")
+        else:
+            maxa = max_attempts
+        if unique_key is not None and not isinstance(unique_key, str):
+            raise InvalidArgument("unique_key must be a str")
+        return (self.name, dumps(payload), priority, duration_ms(delay, "delay"),
+                instant_ms(run_at, "run_at"), maxa,
+                duration_ms(expires, "expires", allow_zero=False) if expires is not None else 0,
+                unique_key, meta_json(meta))
+
+    def enqueue(self, payload: Any = None, *, priority: int = 0, delay: Optional[Duration] = None,
+                run_at: Optional[Instant] = None, max_attempts: Optional[int] = None,
+                expires: Optional[Duration] = None, unique_key: Optional[str] = None,
+                meta: Optional[dict] = None, tx: Optional["Transaction"] = None) -> int:
+        """Enqueues a job and returns its id.
+
+        ``payload``: any JSON-serialisable value. ``priority``: higher runs first.
+        ``delay`` (seconds or timedelta) or ``run_at`` (datetime or epoch seconds): not
+        before then. ``max_attempts`` (default 3): claims before the job goes dead.
+        ``expires`` (seconds or timedelta): dead ('expired') if not claimed within it.
+        ``unique_key``: if a live job of this queue has it, nothing is written and that
+        job's id is returned. ``meta``: a dict of headers kept beside the payload.
+        ``tx``: the transaction it joins (rolled back with it).
+        """
+        if tx is not None:
+            self.db._check_tx(tx)
+        if (priority == 0 and delay is None and run_at is None and max_attempts is None and
+                expires is None and unique_key is None and meta is None):
+            return self._h.enqueue(self.name, dumps(payload))
+        return self._h.enqueue(*self._spec(payload, priority, delay, run_at, max_attempts,
+                                           expires, unique_key, meta))
+
+    def enqueue_many(self, jobs: Iterable[JobSpec], *, tx: Optional["Transaction"] = None) -> List[int]:
+        """Enqueues several jobs atomically (all or none); returns their ids.
+
+        Each item is a payload, or a dict ``{"payload": ..., "priority": ..., ...}`` with
+        the keyword arguments of enqueue (pass ``as_options=False``-style payload dicts
+        by wrapping them: ``{"payload": {...}}``)."""
+        if tx is not None:
+            self.db._check_tx(tx)
+        specs = []
+        for i, item in enumerate(jobs):
+            if isinstance(item, dict) and "payload" in item:
+                opts = dict(item)
+                payload = opts.pop("payload")
+                unknown = set(opts) - {"priority", "delay", "run_at", "max_attempts", "expires",
+                                       "unique_key", "meta"}
+                if unknown:
+                    raise InvalidArgument("job %d: unknown option(s) %s" % (i, ", ".join(sorted(unknown))))
+                specs.append(self._spec(payload, opts.get("priority", 0), opts.get("delay"),
+                                        opts.get("run_at"), opts.get("max_attempts"),
+                                        opts.get("expires"), opts.get("unique_key"),
+                                        opts.get("meta")))
+            else:
+                specs.append((self.name, dumps(item)))
+        return self._h.enqueue_many(specs)
+
+    # ---- claim and leases ----
+    def claim(self, worker_id: str, *, visibility: Duration = _DEFAULT_VISIBILITY) -> Optional[Job]:
+        """Claims the next claimable job for ``worker_id`` (a lease of ``visibility``,
+        default 30 s), or None. Lapsed leases are reclaimed first."""
+        rows = self._h.claim(self.name, worker_id, 1, duration_ms(visibility, "visibility", allow_zero=False))
+        return Job(self, rows[0]) if rows else None
+
+    def claim_batch(self, n: int, worker_id: str, *, visibility: Duration = _DEFAULT_VISIBILITY) -> List[Job]:
+        """Claims up to ``n`` jobs (priority DESC, run_at, id)."""
+        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+            raise InvalidArgument("n must be an integer >= 1")
+        rows = self._h.claim(self.name, worker_id, n, duration_ms(visibility, "visibility", allow_zero=False))
+        return [Job(self, r) for r in rows]
+
+    def ack(self, job: Union[Job, int], token: Optional[int] = None, *,
+            tx: Optional["Transaction"] = None) -> bool:
+        """Acks a job (a Job, or its id and token): done and removed. Joins ``tx`` so the
+        business write and the ack commit together. False if the lease is not current."""
+        if tx is not None:
+            self.db._check_tx(tx)
+        if token is None and type(job) is Job:
+            return self._h.ack(job.id, job.token)
+        return self._h.ack(*_id_token(job, token))
+
+    def ack_batch(self, jobs: Sequence[Union[Job, Tuple[int, int]]], *,
+                  tx: Optional["Transaction"] = None) -> int:
+        """Acks several jobs (Jobs or (id, token) pairs) in one transaction; returns how
+        many leases held."""
+        if tx is not None:
+            self.db._check_tx(tx)
+        ids, tokens = [], []
+        for j in jobs:
+            if isinstance(j, Job):
+                ids.append(j.id)
+                tokens.append(j.token)
+            else:
+                i, t = j
+                ids.append(i)
+                tokens.append(t)
+        return self._h.ack_batch(ids, tokens)
+
+    def retry(self, job: Union[Job, int], delay: Optional[Duration] = None, *,
+              token: Optional[int] = None, error: Optional[str] = None) -> bool:
+        """Back to pending after ``delay`` seconds (None: exponential backoff with jitter)."""
+        jid, tok = _id_token(job, token)
+        d = -1 if delay is None else duration_ms(delay, "delay")
+        return self._h.retry(jid, tok, d, error)
+
+    def fail(self, job: Union[Job, int], *, token: Optional[int] = None,
+             error: Optional[str] = None) -> bool:
+        jid, tok = _id_token(job, token)
+        return self._h.fail(jid, tok, error)
+
+    def heartbeat(self, job: Union[Job, int], extend: Duration = _DEFAULT_VISIBILITY, *,
+                  token: Optional[int] = None) -> bool:
+        jid, tok = _id_token(job, token)
+        return self._h.heartbeat(jid, tok, duration_ms(extend, "extend", allow_zero=False))
+
+    def cancel(self, job_id: Union[Job, int]) -> bool:
+        """Cancels a live job (it goes dead, reason 'cancelled'); False if none is live."""
+        if isinstance(job_id, Job):
+            job_id = job_id.id
+        return self._h.cancel(job_id)
+
+    def get(self, job_id: int) -> Optional[Job]:
+        """The job with that id, live or dead; None if unknown or acked."""
+        row = self._h.get(job_id)
+        return Job(self.db.queue(row[1]), row) if row else None
+
+    # ---- queue state ----
+    def pause(self) -> None:
+        self._h.pause(self.name)
+
+    def resume(self) -> None:
+        self._h.resume(self.name)
+
+    @property
+    def paused(self) -> bool:
+        return self._h.is_paused(self.name)
+
+    def stats(self) -> Dict[str, Any]:
+        """{"queue", "pending", "scheduled", "processing", "dead", "oldest_pending_age_ms",
+        "paused"}."""
+        return json.loads(self._h.stats(self.name))
+
+    def next_deadline(self) -> Optional[int]:
+        """When (ms since epoch) something here next needs a worker, None if nothing will."""
+        return self._h.next_deadline((self.name,))
+
+    # ---- dead letters ----
+    def dead_letters(self, *, after_id: int = 0, limit: int = 100) -> List[Job]:
+        """Dead jobs of this queue, oldest first, ids > after_id."""
+        return [Job(self, r) for r in self._h.dead_list(self.name, after_id, limit)]
+
+    def requeue(self, job_id: Union[Job, int]) -> bool:
+        """Moves a dead job back to pending (attempts reset, same id)."""
+        if isinstance(job_id, Job):
+            job_id = job_id.id
+        return self._h.dead_requeue(job_id)
+
+    def purge(self, *, before: Optional[Instant] = None) -> int:
+        """Deletes dead jobs of this queue (that died before ``before``, if given)."""
+        return self._h.dead_purge(self.name, instant_ms(before, "before"))

@@ -1,0 +1,116 @@
+"""Durable streams and ephemeral notifications."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional
+
+from ._tocsin import InvalidArgument
+from ._util import Duration, duration_ms, dumps, loads, meta_json
+
+if TYPE_CHECKING:
+    from .db import Database, Transaction
+
+__all__ = ["Stream", "Event", "Notification"]
+
+
+class _Message:
+    __slots__ = ("id", "_name", "key", "payload_json", "meta_json", "created_at")
+
+    def __init__(self, row: tuple) -> None:
+        self.id, self._name, self.key, self.payload_json, self.meta_json, self.created_at = row
+
+    @classmethod
+    def _from_row(cls, row: tuple) -> Any:
+        return cls(row)
+
+    @property
+    def payload(self) -> Any:
+        return loads(self.payload_json)
+
+    @property
+    def meta(self) -> Optional[Dict[str, Any]]:
+        return loads(self.meta_json)
+
+    def __eq__(self, other: object) -> bool:
+        return type(other) is type(self) and other.id == self.id  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self.id)
+
+
+class Event(_Message):
+    """A stream event: ``offset`` (== id), ``topic``, ``key``, ``payload``, ``meta``,
+    ``created_at`` (ms since epoch)."""
+
+    __slots__ = ()
+
+    @property
+    def offset(self) -> int:
+        return self.id
+
+    @property
+    def topic(self) -> str:
+        return self._name
+
+    def __repr__(self) -> str:
+        return "<tocsin.Event %s@%d>" % (self._name, self.id)
+
+
+class Notification(_Message):
+    """A notification: ``id``, ``channel``, ``payload``, ``meta``, ``created_at``."""
+
+    __slots__ = ()
+
+    @property
+    def channel(self) -> str:
+        return self._name
+
+    def __repr__(self) -> str:
+        return "<tocsin.Notification %s#%d>" % (self._name, self.id)
+
+
+class Stream:
+    """A durable, replayable stream (``db.stream(topic)``)."""
+
+    def __init__(self, db: "Database", topic: str) -> None:
+        self.db = db
+        self.topic = topic
+        self._h = db._h
+
+    def __repr__(self) -> str:
+        return "<tocsin.Stream %r>" % self.topic
+
+    def publish(self, payload: Any, *, key: Optional[str] = None, meta: Optional[dict] = None,
+                tx: Optional["Transaction"] = None) -> int:
+        """Appends an event; returns its offset (increasing, never reused)."""
+        if tx is not None:
+            self.db._check_tx(tx)
+        return self._h.publish(self.topic, dumps(payload), key, meta_json(meta))
+
+    def publish_many(self, payloads: Iterable[Any], *, keys: Optional[Iterable[Optional[str]]] = None,
+                     tx: Optional["Transaction"] = None) -> List[int]:
+        """Appends several events atomically; returns their offsets."""
+        if tx is not None:
+            self.db._check_tx(tx)
+        texts = [dumps(p) for p in payloads]
+        return self._h.publish_many(self.topic, texts, None if keys is None else list(keys))
+
+    def read(self, after: int = 0, limit: int = 100) -> List[Event]:
+        """Events with offset > ``after``, oldest first, at most ``limit``."""
+        return [Event(r) for r in self._h.stream_read(self.topic, after, limit)]
+
+    def save_offset(self, consumer: str, offset: int) -> int:
+        """Saves a consumer's offset (it only moves forward); returns the stored offset."""
+        return self._h.save_offset(consumer, self.topic, offset)
+
+    def offset(self, consumer: str) -> int:
+        """A consumer's saved offset, 0 if none yet."""
+        return self._h.offset(consumer, self.topic)
+
+    def trim(self, *, max_age: Optional[Duration] = None, max_count: Optional[int] = None,
+             below_consumers: bool = False) -> int:
+        """Deletes events older than ``max_age``, beyond the newest ``max_count``, and/or
+        (below_consumers=True) those every consumer has passed. Returns how many."""
+        if max_count is not None and (isinstance(max_count, bool) or not isinstance(max_count, int) or max_count < 1):
+            raise InvalidArgument("max_count must be an integer >= 1")
+        return self._h.trim(self.topic, duration_ms(max_age, "max_age"), max_count or 0,
+                            bool(below_consumers))
