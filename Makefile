@@ -13,7 +13,8 @@ CORE_HDR := core/include/tocsin.h core/src/internal.h
 TEST_SRC := $(wildcard core/test/*.c)
 TEST_HDR := $(wildcard core/test/*.h)
 
-.PHONY: all lib ext test test-c test-san test-sql test-header check-version deps demo bench clean
+.PHONY: all lib ext test test-c test-san test-sql test-header check-version deps demo bench clean \
+        test-python bench-python python-venv python-dist
 
 all: lib ext
 
@@ -45,7 +46,7 @@ $(BUILD)/test_core: $(TEST_SRC) $(TEST_HDR) $(BUILD)/libtocsin.a
 $(BUILD)/test_core_san: $(TEST_SRC) $(TEST_HDR) $(CORE_SRC) $(CORE_HDR) | $(BUILD)
 	$(CC) $(WARN) $(SAN) -Icore/include -Icore/src $(TEST_SRC) core/src/tocsin_all.c -o $@ $(LIBS)
 
-test: deps all check-version test-header test-c test-san test-sql
+test: deps all check-version test-header test-c test-san test-sql test-python
 
 test-c: $(BUILD)/test_core
 	$(BUILD)/test_core
@@ -77,3 +78,35 @@ $(BUILD)/bench_core: bench/bench_core.c $(BUILD)/libtocsin.a
 
 clean:
 	rm -rf $(BUILD)
+
+# ---- Python binding (bindings/python) ---------------------------------------
+# A venv made from Debian's own python3 (it allows SQLite extension loading), with the
+# package installed from the checkout (setup.py syncs the core into it) + test tools.
+PYTHON  ?= /usr/bin/python3
+PY_VENV := $(BUILD)/venv
+PY_SRC  := $(wildcard bindings/python/src/*.c bindings/python/tocsin/*.py) \
+           bindings/python/setup.py bindings/python/pyproject.toml $(CORE_SRC) $(CORE_HDR) VERSION
+
+$(PY_VENV)/.tools:
+	@mkdir -p $(BUILD)
+	$(PYTHON) -m venv $(PY_VENV)
+	$(PY_VENV)/bin/pip install -q --disable-pip-version-check pytest sqlalchemy build setuptools wheel
+	touch $@
+
+$(PY_VENV)/.installed: $(PY_VENV)/.tools $(PY_SRC)
+	$(PY_VENV)/bin/pip install -q --disable-pip-version-check --no-build-isolation --force-reinstall --no-deps ./bindings/python
+	touch $@
+
+python-venv: deps $(PY_VENV)/.installed
+
+# pytest runs from the repository root so `import tocsin` is the installed package.
+test-python: python-venv
+	TOCSIN_TEST_VENV=$(abspath $(PY_VENV)) $(PY_VENV)/bin/pytest -q bindings/python/tests
+
+python-dist: python-venv
+	rm -rf $(BUILD)/python-dist
+	$(PY_VENV)/bin/python -m build --no-isolation --sdist --outdir $(BUILD)/python-dist bindings/python
+	$(PY_VENV)/bin/pip wheel -q --no-build-isolation --no-deps -w $(BUILD)/python-dist $(BUILD)/python-dist/tocsin-$(VERSION).tar.gz
+
+bench-python: python-venv
+	$(PY_VENV)/bin/python bench/bench_python.py

@@ -12,6 +12,10 @@ need_pkg sqlite3 command -v sqlite3
 need_pkg gcc command -v cc
 need_pkg g++ command -v c++
 need_pkg make command -v make
+# Python binding (bindings/python): Debian's python3 with venv, headers and pip.
+need_pkg python3 test -x /usr/bin/python3
+need_pkg python3-venv /usr/bin/python3 -c "import ensurepip, venv"
+need_pkg python3-dev sh -c 'test -f "$(/usr/bin/python3 -c "import sysconfig; print(sysconfig.get_paths()[\"include\"])")/Python.h"'
 if [ -n "$missing" ]; then
     echo "deps: installing$missing"
     if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
