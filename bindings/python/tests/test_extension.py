@@ -1,0 +1,109 @@
+import json
+import os
+import sqlite3
+
+import pytest
+
+import tocsin
+
+
+def test_loadable_path():
+    p = tocsin.loadable_path()
+    assert os.path.isfile(p) and os.path.basename(p).startswith("tocsin.")
+
+
+def test_load_into_stdlib_sqlite3(path):
+    conn = sqlite3.connect(path)
+    tocsin.load(conn)
+    assert conn.execute("SELECT tocsin_version()").fetchone()[0] == tocsin.core_version()
+    # loading is switched off again afterwards
+    with pytest.raises(sqlite3.OperationalError):
+        conn.load_extension(tocsin.loadable_path())
+    jid = conn.execute("SELECT tocsin_enqueue('emails', ?, ?)",
+                       [json.dumps({"to": "x"}), json.dumps({"priority": 2})]).fetchone()[0]
+    conn.commit()
+    with tocsin.open(path) as db:
+        job = db.queue("emails").claim("py-worker")
+        assert (job.id, job.payload, job.priority) == (jid, {"to": "x"}, 2)
+        db.queue("emails").enqueue({"to": "y"})
+        claimed = json.loads(conn.execute("SELECT tocsin_claim('emails', 'sql-worker', 5, 30000)").fetchone()[0])
+        assert [j["payload"] for j in claimed] == [{"to": "y"}]
+        assert conn.execute("SELECT tocsin_ack(?, ?)", [claimed[0]["id"], claimed[0]["token"]]).fetchone()[0] == 1
+        assert job.ack()
+        assert db.queue("emails").stats()["pending"] == 0
+    conn.close()
+
+
+def test_sql_rollback_in_stdlib_transaction(path):
+    conn = sqlite3.connect(path)
+    tocsin.load(conn)
+    conn.execute("CREATE TABLE t(x)")
+    conn.commit()
+    conn.execute("INSERT INTO t VALUES (1)")  # the stdlib module opens a transaction here
+    conn.execute("SELECT tocsin_enqueue('q', '1')")
+    conn.rollback()
+    with tocsin.open(path) as db:
+        assert db.queue("q").stats()["pending"] == 0
+    conn.close()
+
+
+def test_load_without_extension_support_is_a_clear_error():
+    class NoExtensions:  # what a Python built without extension loading offers
+        def execute(self, *a):
+            raise AssertionError
+
+        def cursor(self):
+            raise AssertionError
+
+    with pytest.raises(tocsin.Error, match="extension loading"):
+        tocsin.load(NoExtensions())
+    with pytest.raises(TypeError):
+        tocsin.load(42)
+
+
+sqlalchemy = pytest.importorskip("sqlalchemy")
+
+
+def test_sqlalchemy_session_enqueue_in_orm_transaction(path):
+    from sqlalchemy import Column, Integer, String, create_engine, text
+    from sqlalchemy.orm import Session, declarative_base
+
+    Base = declarative_base()
+
+    class Order(Base):
+        __tablename__ = "orders"
+        id = Column(Integer, primary_key=True)
+        item = Column(String)
+
+    engine = create_engine("sqlite:///" + path)
+    tocsin.load(engine)  # every pooled connection gets the functions
+    Base.metadata.create_all(engine)
+
+    with Session(engine) as session:
+        order = Order(item="book")
+        session.add(order)
+        session.flush()
+        session.execute(text("SELECT tocsin_enqueue('orders', json_object('order_id', :id))"),
+                        {"id": order.id})
+        session.commit()
+
+    with Session(engine) as session:  # a rollback drops the job with the row
+        session.add(Order(item="pen"))
+        session.flush()
+        session.execute(text("SELECT tocsin_enqueue('orders', '{\"order_id\": 99}')"))
+        session.rollback()
+
+    with Session(engine) as session:  # load() on a Session reaches its DBAPI connection
+        tocsin.load(session)
+        assert session.execute(text("SELECT tocsin_version()")).scalar() == tocsin.core_version()
+
+    with tocsin.open(path) as db:
+        q = db.queue("orders")
+        job = q.claim("tocsin-worker")
+        assert job.payload == {"order_id": 1}
+        with db.transaction() as tx:
+            db.execute("UPDATE orders SET item = item || ' (shipped)' WHERE id = ?", [job.payload["order_id"]])
+            assert job.ack(tx=tx)
+        assert q.claim("tocsin-worker") is None
+        assert db.execute("SELECT item FROM orders") == [("book (shipped)",)]
+    engine.dispose()

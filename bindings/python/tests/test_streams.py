@@ -1,0 +1,79 @@
+import pytest
+
+import tocsin
+from conftest import T0, count
+
+
+def test_publish_read_offsets(db):
+    s = db.stream("orders")
+    a = s.publish({"n": 1}, key="cust-1", meta={"trace": "t"})
+    b, c = s.publish_many([{"n": 2}, {"n": 3}], keys=["cust-2", None])
+    assert a < b < c
+    events = s.read()
+    assert [(e.offset, e.topic, e.key, e.payload) for e in events] == [
+        (a, "orders", "cust-1", {"n": 1}), (b, "orders", "cust-2", {"n": 2}),
+        (c, "orders", None, {"n": 3})]
+    assert events[0].meta == {"trace": "t"} and events[1].meta is None
+    assert [e.offset for e in s.read(after=a, limit=1)] == [b]
+    assert s.offset("billing") == 0
+    assert s.save_offset("billing", b) == b
+    assert s.save_offset("billing", a) == b  # offsets only move forward
+    assert s.offset("billing") == b
+    assert db.stream("other").read() == []
+    assert s.publish_many([]) == []
+
+
+def test_stream_bad_input(db):
+    s = db.stream("t")
+    with pytest.raises(tocsin.InvalidArgument):
+        db.stream("").publish(1)
+    with pytest.raises(tocsin.InvalidArgument):
+        s.publish(1, meta="no")
+    with pytest.raises(tocsin.InvalidArgument):
+        s.publish_many([1, 2], keys=["a"])
+    with pytest.raises(TypeError):
+        s.publish_many([1], keys=[5])
+    with pytest.raises(tocsin.InvalidArgument):
+        s.read(limit=0)
+    with pytest.raises(tocsin.InvalidArgument):
+        s.save_offset("", 1)
+    with pytest.raises(tocsin.InvalidArgument):
+        s.trim(max_count=0)
+    assert count(db, "_tocsin_events") == 0
+
+
+def test_trim(clocked):
+    db = clocked
+    s = db.stream("t")
+    offs = s.publish_many(list(range(10)))
+    assert s.trim(max_count=6) == 4
+    db.set_time(T0 + 10_000)
+    s.publish("new")
+    assert s.trim(max_age=5) == 6
+    assert [e.payload for e in s.read()] == ["new"]
+    s.save_offset("c1", offs[-1] + 1)
+    assert s.trim(below_consumers=True) == 1
+
+
+def test_notify_read_prune(clocked):
+    db = clocked
+    start = db.notify_max_id()
+    a = db.notify("chan", {"x": 1}, meta={"from": "test"})
+    b = db.notify("chan", [2])
+    db.notify("other", None)
+    assert db.notify_max_id() > b > a > start
+    got = db.notifications("chan", after_id=start)
+    assert [(n.id, n.channel, n.payload) for n in got] == [(a, "chan", {"x": 1}), (b, "chan", [2])]
+    assert got[0].meta == {"from": "test"}
+    assert db.prune_notifications(max_keep=1) == 1
+    db.set_time(T0 + 60_000)
+    assert db.prune_notifications(max_age=30) == 2
+    with pytest.raises(tocsin.InvalidArgument):
+        db.notify("", 1)
+    with pytest.raises(tocsin.InvalidArgument):
+        db.prune_notifications(max_keep=-1)
+    db.set_notify_autotrim(max_keep=5, one_in=1)
+    for i in range(20):
+        db.notify("auto", i)
+    assert count(db, "_tocsin_notifications", "channel = 'auto'") == 5
+    db.set_notify_autotrim(one_in=0)

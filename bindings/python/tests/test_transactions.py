@@ -1,0 +1,183 @@
+import threading
+import time
+
+import pytest
+
+import tocsin
+from conftest import count
+
+
+@pytest.fixture
+def app(db):
+    db.executescript("CREATE TABLE orders(id INTEGER PRIMARY KEY, item TEXT)")
+    return db
+
+
+def test_commit_together(app):
+    q, s = app.queue("q"), app.stream("orders")
+    with app.transaction() as tx:
+        assert tx.active and app.in_transaction
+        app.execute("INSERT INTO orders(item) VALUES (?)", ["book"])
+        jid = q.enqueue({"order": 1}, tx=tx)
+        off = s.publish({"order": 1}, tx=tx)
+        nid = app.notify("orders", {"order": 1}, tx=tx)
+        ids = q.enqueue_many([1, 2], tx=tx)
+    assert not tx.active and not app.in_transaction
+    assert count(app, "orders") == 1
+    assert q.get(jid) is not None and len(ids) == 2
+    assert [e.offset for e in s.read()] == [off]
+    assert [n.id for n in app.notifications("orders")] == [nid]
+
+
+def test_rollback_drops_everything(app):
+    q, s = app.queue("q"), app.stream("orders")
+    with pytest.raises(RuntimeError):
+        with app.transaction() as tx:
+            app.execute("INSERT INTO orders(item) VALUES (?)", ["book"])
+            q.enqueue({"order": 1}, tx=tx)
+            s.publish({"order": 1}, tx=tx)
+            app.notify("orders", 1, tx=tx)
+            raise RuntimeError("payment declined")
+    assert count(app, "orders") == 0
+    assert count(app, "_tocsin_jobs") == 0
+    assert s.read() == [] and app.notifications("orders") == []
+
+
+def test_ack_with_business_write_is_one_commit(app):
+    q = app.queue("q")
+    q.enqueue({"item": "pen"})
+    job = q.claim("w")
+    with pytest.raises(KeyError):
+        with app.transaction() as tx:
+            app.execute("INSERT INTO orders(item) VALUES (?)", [job.payload["item"]])
+            assert job.ack(tx=tx)
+            raise KeyError("crash before commit")
+    assert count(app, "orders") == 0
+    assert q.get(job.id).state == "processing"  # the ack was rolled back too
+    with app.transaction() as tx:
+        app.execute("INSERT INTO orders(item) VALUES (?)", [job.payload["item"]])
+        assert q.ack(job, tx=tx)
+    assert count(app, "orders") == 1 and q.get(job.id) is None
+
+
+def test_explicit_begin_commit_rollback(app):
+    tx = app.transaction().begin()
+    app.queue("q").enqueue(1, tx=tx)
+    tx.rollback()
+    tx2 = app.transaction().begin()
+    app.queue("q").enqueue(2, tx=tx2)
+    tx2.commit()
+    assert [j.payload for j in app.queue("q").claim_batch(5, "w")] == [2]
+    with pytest.raises(tocsin.InvalidArgument):
+        tx2.commit()
+    with pytest.raises(tocsin.InvalidArgument):
+        tx2.begin().begin()
+    tx2.rollback()
+
+
+def test_bad_tx_arguments(app, path, tmp_path):
+    q = app.queue("q")
+    with app.transaction() as tx:
+        pass
+    with pytest.raises(tocsin.InvalidArgument, match="not open"):
+        q.enqueue(1, tx=tx)
+    with pytest.raises(tocsin.InvalidArgument, match="Transaction"):
+        q.enqueue(1, tx="yes")
+    other = tocsin.open(str(tmp_path / "other.db"))
+    with other.transaction() as otx:
+        with pytest.raises(tocsin.InvalidArgument, match="another database"):
+            q.enqueue(1, tx=otx)
+        with pytest.raises(tocsin.InvalidArgument):
+            app.stream("s").publish(1, tx=otx)
+        with pytest.raises(tocsin.InvalidArgument):
+            app.notify("c", 1, tx=otx)
+        with pytest.raises(tocsin.InvalidArgument):
+            q.ack(1, 1, tx=otx)
+    other.close()
+    assert count(app, "_tocsin_jobs") == 0
+
+
+def test_nested_transaction_rejected(app):
+    with app.transaction():
+        with pytest.raises(tocsin.InvalidArgument):
+            app.transaction().begin()
+
+
+def test_other_thread_waits_for_transaction(app):
+    """A transaction keeps the handle for its thread: another thread's enqueue waits
+    (GIL released) and does not join the transaction."""
+    q = app.queue("q")
+    done = threading.Event()
+
+    def other():
+        q.enqueue("from-thread")
+        done.set()
+
+    with pytest.raises(ValueError):
+        with app.transaction() as tx:
+            q.enqueue("in-tx", tx=tx)
+            t = threading.Thread(target=other)
+            t.start()
+            time.sleep(0.2)  # the thread is blocked in the lock, not the GIL
+            assert not done.is_set()
+            raise ValueError("roll back")
+    t.join(5)
+    assert done.is_set()
+    assert [j.payload for j in q.claim_batch(5, "w")] == ["from-thread"]
+
+
+def test_tx_from_other_thread_rejected(app):
+    errors = []
+    with app.transaction() as tx:
+        def use():
+            try:
+                app._check_tx(tx)
+            except tocsin.InvalidArgument as e:
+                errors.append(str(e))
+        t = threading.Thread(target=use)
+        t.start()
+        t.join()
+    assert errors and "another thread" in errors[0]
+
+
+def test_close_rolls_back_open_transaction(path):
+    db = tocsin.open(path)
+    tx = db.transaction().begin()
+    db.queue("q").enqueue(1, tx=tx)
+    db.close()
+    with tocsin.open(path) as db2:
+        assert db2.queue("q").stats()["pending"] == 0
+
+
+def test_threads_share_one_database(db):
+    q = db.queue("q")
+    n_threads, per = 4, 200
+
+    def work(k):
+        for i in range(per):
+            q.enqueue({"t": k, "i": i})
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert q.stats()["pending"] == n_threads * per
+    seen = set()
+    lock = threading.Lock()
+
+    def drain():
+        while True:
+            job = q.claim("w")
+            if job is None:
+                return
+            assert job.ack()
+            with lock:
+                seen.add(job.id)
+
+    threads = [threading.Thread(target=drain) for _ in range(n_threads)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(seen) == n_threads * per
