@@ -10,7 +10,7 @@ LIBS    := -lsqlite3 -lpthread
 
 CORE_SRC := $(filter-out core/src/tocsin_all.c,$(wildcard core/src/*.c))
 CORE_HDR := core/include/tocsin.h core/src/internal.h
-TEST_SRC := $(wildcard core/test/*.c)
+TEST_SRC := $(filter-out core/test/fuzz_%.c,$(wildcard core/test/*.c))
 TEST_HDR := $(wildcard core/test/*.h)
 
 .PHONY: all lib ext test test-c test-san test-sql test-header check-version deps demo bench clean
@@ -66,8 +66,11 @@ test-header: | $(BUILD)
 check-version:
 	@sh tools/sync-version --check
 
-demo: deps all
-	sh tools/demo.sh
+demo: deps all $(BUILD)/demo_shop
+	BUILD=$(BUILD) sh demo/run.sh
+
+$(BUILD)/demo_shop: demo/shop.c $(BUILD)/libtocsin.a
+	$(CC) $(ALL_CFLAGS) demo/shop.c $(BUILD)/libtocsin.a -o $@ $(LIBS)
 
 bench: deps $(BUILD)/bench_core
 	$(BUILD)/bench_core
