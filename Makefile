@@ -13,7 +13,7 @@ CORE_HDR := core/include/tocsin.h core/src/internal.h
 TEST_SRC := $(filter-out core/test/fuzz_%.c,$(wildcard core/test/*.c))
 TEST_HDR := $(wildcard core/test/*.h)
 
-.PHONY: all lib ext test test-c test-san test-sql test-header check-version deps demo bench clean
+.PHONY: all lib ext test test-c test-san test-sql test-header test-readme check-version deps demo bench clean
 
 all: lib ext
 
@@ -45,7 +45,7 @@ $(BUILD)/test_core: $(TEST_SRC) $(TEST_HDR) $(BUILD)/libtocsin.a
 $(BUILD)/test_core_san: $(TEST_SRC) $(TEST_HDR) $(CORE_SRC) $(CORE_HDR) | $(BUILD)
 	$(CC) $(WARN) $(SAN) -Icore/include -Icore/src $(TEST_SRC) core/src/tocsin_all.c -o $@ $(LIBS)
 
-test: deps all check-version test-header test-c test-san test-sql
+test: deps all check-version test-header test-c test-san test-sql test-readme
 
 test-c: $(BUILD)/test_core
 	$(BUILD)/test_core
@@ -62,6 +62,13 @@ test-header: | $(BUILD)
 	$(CC) -std=c11 -pedantic -Wall -Wextra -Werror -Icore/include -c $(BUILD)/hdr.c -o $(BUILD)/hdr_c.o
 	cp $(BUILD)/hdr.c $(BUILD)/hdr.cpp
 	c++ -std=c++11 -pedantic -Wall -Wextra -Werror -Icore/include -c $(BUILD)/hdr.cpp -o $(BUILD)/hdr_cpp.o
+
+# The README's C example must compile and run.
+test-readme: $(BUILD)/libtocsin.a
+	mkdir -p $(BUILD)/readme && rm -f $(BUILD)/readme/app.db*
+	awk '/^```c$$/{f=1;next}/^```$$/{f=0}f' README.md > $(BUILD)/readme/app.c
+	$(CC) $(WARN) -Icore/include $(BUILD)/readme/app.c $(BUILD)/libtocsin.a -o $(BUILD)/readme/app $(LIBS)
+	cd $(BUILD)/readme && ./app | grep -q 'sending {"to":"ann@example.com"}'
 
 check-version:
 	@sh tools/sync-version --check
