@@ -10,10 +10,10 @@ LIBS    := -lsqlite3 -lpthread
 
 CORE_SRC := $(filter-out core/src/tocsin_all.c,$(wildcard core/src/*.c))
 CORE_HDR := core/include/tocsin.h core/src/internal.h
-TEST_SRC := $(wildcard core/test/*.c)
+TEST_SRC := $(filter-out core/test/fuzz_%.c,$(wildcard core/test/*.c))
 TEST_HDR := $(wildcard core/test/*.h)
 
-.PHONY: all lib ext test test-c test-san test-sql test-header check-version deps demo bench clean \
+.PHONY: all lib ext test test-c test-san test-sql test-header test-readme check-version deps demo bench clean \
         test-python bench-python python-venv python-dist
 
 all: lib ext
@@ -46,7 +46,7 @@ $(BUILD)/test_core: $(TEST_SRC) $(TEST_HDR) $(BUILD)/libtocsin.a
 $(BUILD)/test_core_san: $(TEST_SRC) $(TEST_HDR) $(CORE_SRC) $(CORE_HDR) | $(BUILD)
 	$(CC) $(WARN) $(SAN) -Icore/include -Icore/src $(TEST_SRC) core/src/tocsin_all.c -o $@ $(LIBS)
 
-test: deps all check-version test-header test-c test-san test-sql test-python
+test: deps all check-version test-header test-c test-san test-sql test-readme test-python
 
 test-c: $(BUILD)/test_core
 	$(BUILD)/test_core
@@ -64,11 +64,21 @@ test-header: | $(BUILD)
 	cp $(BUILD)/hdr.c $(BUILD)/hdr.cpp
 	c++ -std=c++11 -pedantic -Wall -Wextra -Werror -Icore/include -c $(BUILD)/hdr.cpp -o $(BUILD)/hdr_cpp.o
 
+# The README's C example must compile and run.
+test-readme: $(BUILD)/libtocsin.a
+	mkdir -p $(BUILD)/readme && rm -f $(BUILD)/readme/app.db*
+	awk '/^```c$$/{f=1;next}/^```$$/{f=0}f' README.md > $(BUILD)/readme/app.c
+	$(CC) $(WARN) -Icore/include $(BUILD)/readme/app.c $(BUILD)/libtocsin.a -o $(BUILD)/readme/app $(LIBS)
+	cd $(BUILD)/readme && ./app | grep -q 'sending {"to":"ann@example.com"}'
+
 check-version:
 	@sh tools/sync-version --check
 
-demo: deps all
-	sh tools/demo.sh
+demo: deps all $(BUILD)/demo_shop
+	BUILD=$(BUILD) sh demo/run.sh
+
+$(BUILD)/demo_shop: demo/shop.c $(BUILD)/libtocsin.a
+	$(CC) $(ALL_CFLAGS) demo/shop.c $(BUILD)/libtocsin.a -o $@ $(LIBS)
 
 bench: deps $(BUILD)/bench_core
 	$(BUILD)/bench_core

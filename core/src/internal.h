@@ -25,7 +25,7 @@ SQLITE_EXTENSION_INIT3
 #define TC_DEFAULT_BUSY_MS 5000
 #define TC_DEFAULT_MAX_PAYLOAD (1024 * 1024)
 #define TC_MAX_NAME 255
-#define TC_STMT_SLOTS 128
+#define TC_STMT_SLOTS 256
 
 struct tocsin_db {
     sqlite3 *conn;

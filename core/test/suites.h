@@ -3,12 +3,20 @@
 #define TOCSIN_SUITES_H
 
 void suite_basics(void);
+void suite_queue(void);
+void suite_stream(void);
+void suite_notify(void);
+void suite_crash(void);
 
 static const struct {
     const char *name;
     void (*fn)(void);
 } SUITES[] = {
     {"basics", suite_basics},
+    {"queue", suite_queue},
+    {"stream", suite_stream},
+    {"notify", suite_notify},
+    {"crash", suite_crash},
 };
 
 #endif

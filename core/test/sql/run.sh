@@ -1,0 +1,142 @@
+#!/bin/sh
+# SQL-level end-to-end test: drives the loadable extension through the stock
+# sqlite3 shell (`.load`), one shell process per step, as any SQLite client would.
+# Usage: run.sh path/to/tocsin.so
+set -u
+EXT=$(cd "$(dirname "$1")" && pwd)/$(basename "$1")
+DIR=$(mktemp -d)
+DB=$DIR/sql.db
+passed=0
+failed=0
+trap 'rm -rf "$DIR"' EXIT
+
+# q SQL EXPECTED: runs SQL (after loading the extension) and compares stdout.
+q() {
+    out=$(printf '.load %s\n%s\n' "$EXT" "$1" | sqlite3 -batch "$DB" 2>&1)
+    if [ "$out" = "$2" ]; then
+        passed=$((passed + 1))
+    else
+        failed=$((failed + 1))
+        printf 'FAIL: %s\n  expected: %s\n  got:      %s\n' "$1" "$2" "$out"
+    fi
+}
+# qerr SQL PATTERN: the statement must fail with a message matching PATTERN.
+qerr() {
+    out=$(printf '.load %s\n%s\n' "$EXT" "$1" | sqlite3 -batch "$DB" 2>&1)
+    case "$out" in
+    *Error*$2* | *error*$2*) passed=$((passed + 1)) ;;
+    *)
+        failed=$((failed + 1))
+        printf 'FAIL (expected error ~ %s): %s\n  got: %s\n' "$2" "$1" "$out"
+        ;;
+    esac
+}
+
+# The host chose rollback-journal mode: tocsin must leave it and work on it.
+sqlite3 "$DB" "PRAGMA journal_mode=DELETE; CREATE TABLE orders(id INTEGER PRIMARY KEY, item TEXT);" >/dev/null
+q "SELECT tocsin_bootstrap();" "1"
+q "PRAGMA journal_mode;" "delete"
+q "SELECT value FROM _tocsin_meta WHERE key = 'schema_version';" "1"
+
+# enqueue inside a transaction with a business row; rollback drops both
+q "BEGIN; INSERT INTO orders(item) VALUES ('x'); SELECT tocsin_enqueue('mail', '{\"to\":\"a\"}'); ROLLBACK;
+SELECT count(*) FROM orders; SELECT count(*) FROM _tocsin_jobs;" "1
+0
+0"
+q "SELECT tocsin_clock(100000); BEGIN; INSERT INTO orders(item) VALUES ('book'); SELECT tocsin_enqueue('mail', '{\"to\":\"b\"}', '{\"priority\":1}'); COMMIT;" "100000
+1"
+q "SELECT tocsin_clock(100000);
+SELECT tocsin_enqueue('mail', '{\"to\":\"c\"}', '{\"priority\":5, \"max_attempts\":2, \"meta\":{\"trace\":\"t1\"}}');
+SELECT tocsin_enqueue('mail', '{\"to\":\"d\"}', '{\"delay_ms\":60000}');
+SELECT tocsin_enqueue('mail', '{\"to\":\"e\"}', '{\"unique_key\":\"u1\"}');
+SELECT tocsin_enqueue('mail', '{\"to\":\"f\"}', '{\"unique_key\":\"u1\"}');" "100000
+2
+3
+4
+4"
+# claim order: priority desc, run_at, id; payload embedded as JSON
+q "SELECT tocsin_clock(100000);
+SELECT json_group_array(json_extract(value, '\$.id')) FROM json_each(tocsin_claim('mail', 'w1', 10, 1000));" "100000
+[2,1,4]"
+q "SELECT json_extract(tocsin_job(2), '\$.state'), json_extract(tocsin_job(2), '\$.payload.to'), json_extract(tocsin_job(2), '\$.meta.trace'), json_extract(tocsin_job(2), '\$.token');" "processing|c|t1|1"
+q "SELECT tocsin_job(999) IS NULL;" "1"
+# fencing: lease lapses, w2 reclaims, w1's token is stale everywhere
+q "SELECT tocsin_clock(102000); SELECT json_extract(value, '\$.token') FROM json_each(tocsin_claim('mail', 'w2', 1, 1000));" "102000
+2"
+q "SELECT tocsin_ack(2, 1), tocsin_retry(2, 1, 0, 'x'), tocsin_fail(2, 1, 'x'), tocsin_heartbeat(2, 1, 100);" "0|0|0|0"
+q "SELECT tocsin_clock(102000); SELECT tocsin_heartbeat(2, 2, 5000), json_extract(tocsin_job(2), '\$.lease_until');" "102000
+1|107000"
+# the second attempt was the last: retry sends it to the dead letters
+q "SELECT tocsin_clock(102000); SELECT tocsin_retry(2, 2, 10, 'boom');
+SELECT json_extract(tocsin_job(2), '\$.state'), json_extract(tocsin_job(2), '\$.reason'), json_extract(tocsin_job(2), '\$.last_error');" "102000
+1
+dead|max_attempts|boom"
+q "SELECT tocsin_clock(102000); SELECT json_extract(value, '\$.id') FROM json_each(tocsin_claim('mail', 'w3', 5, 1000));" "102000
+1
+4"
+q "SELECT tocsin_ack(1, 2), tocsin_ack(1, 2), tocsin_fail(4, 2, 'bad');" "1|0|1"
+q "SELECT json_extract(tocsin_job(4), '\$.reason'), json_extract(tocsin_job(1), '\$.state');" "failed|"
+q "SELECT tocsin_cancel(3), tocsin_cancel(3), json_extract(tocsin_job(3), '\$.reason');" "1|0|cancelled"
+q "SELECT tocsin_clock(200000); SELECT tocsin_stats('mail');" '200000
+{"queue":"mail","pending":0,"scheduled":0,"processing":0,"dead":3,"oldest_pending_age_ms":0,"paused":false}'
+q "SELECT json_group_array(json_extract(value, '\$.id')) FROM json_each(tocsin_dead_list('mail'));" "[2,3,4]"
+q "SELECT tocsin_dead_requeue(3), json_extract(tocsin_job(3), '\$.state'), tocsin_dead_purge('mail');" "1|pending|2"
+q "SELECT tocsin_pause('mail'); SELECT tocsin_claim('mail', 'w', 1, 1000); SELECT tocsin_resume('mail');
+SELECT json_array_length(tocsin_claim('mail', 'w', 1, 1000));" "1
+[]
+1
+1"
+q "SELECT tocsin_clock(300000); SELECT tocsin_enqueue('later', '{}', '{\"run_at_ms\":400000}'); SELECT tocsin_next_deadline('later', 'mail');" "300000
+6
+400000"
+
+# notifications and streams
+q "SELECT tocsin_notify('ch', '{\"a\":1}'), tocsin_notify('ch', '2', '{\"from\":\"sql\"}');" "1|2"
+q "SELECT json_extract(value, '\$.id'), json_extract(value, '\$.payload') FROM json_each(tocsin_notify_read('ch', 1, 10));" "2|2"
+q "SELECT tocsin_notify_prune(0, 1), (SELECT count(*) FROM _tocsin_notifications);" "1|1"
+q "SELECT tocsin_stream_publish('orders', '{\"n\":1}', 'k1'), tocsin_stream_publish('orders', '{\"n\":2}');" "1|2"
+q "SELECT json_extract(value, '\$.offset'), json_extract(value, '\$.key'), json_extract(value, '\$.payload.n') FROM json_each(tocsin_stream_read('orders', 0, 10));" "1|k1|1
+2||2"
+q "SELECT tocsin_stream_save_offset('c1', 'orders', 2), tocsin_stream_save_offset('c1', 'orders', 1), tocsin_stream_offset('c1', 'orders'), tocsin_stream_offset('nobody', 'orders');" "2|2|2|0"
+q "SELECT tocsin_stream_trim('orders', '{\"below_consumers\":true}'), (SELECT count(*) FROM _tocsin_events);" "2|0"
+
+# bad input: clear errors, nothing written
+qerr "SELECT tocsin_enqueue('mail', 'not json');" "payload is not valid JSON"
+qerr "SELECT tocsin_enqueue('', '{}');" "queue name must not be empty"
+qerr "SELECT tocsin_enqueue(NULL, '{}');" "queue must not be NULL"
+qerr "SELECT tocsin_enqueue('q', '{}', '{\"bogus\":1}');" "unknown option \"bogus\""
+qerr "SELECT tocsin_enqueue('q', '{}', '{\"priority\":\"high\"}');" "option \"priority\" must be an integer"
+qerr "SELECT tocsin_enqueue('q', '{}', '{\"max_attempts\":0}');" "max_attempts"
+qerr "SELECT tocsin_enqueue('q', '{}', '[1]');" "options must be a JSON object"
+qerr "SELECT tocsin_claim('q', 'w', 0, 1000);" "n must be >= 1"
+qerr "SELECT tocsin_claim('q', 'w', 'ten', 1000);" "n must be an integer"
+qerr "SELECT tocsin_ack('x', 1);" "job_id must be an integer"
+qerr "SELECT tocsin_heartbeat(1, 1, 0);" "extend_ms must be >= 1"
+qerr "SELECT tocsin_notify('ch', '{');" "not valid JSON"
+qerr "SELECT tocsin_stream_read('orders', 0, 0);" "limit must be >= 1"
+qerr "SELECT tocsin_stream_trim('orders', '{}');" "trim needs"
+qerr "SELECT tocsin_stream_trim('orders', '{\"max_count\":true}');" "must be an integer"
+q "SELECT count(*) FROM _tocsin_jobs WHERE queue IN ('q', ''); SELECT count(*) FROM _tocsin_notifications;" "0
+1"
+# SQLITE_DIRECTONLY: not callable from a trigger or a view
+qerr "CREATE TABLE t(x); CREATE TRIGGER tr AFTER INSERT ON t BEGIN SELECT tocsin_enqueue('q', '{}'); END; INSERT INTO t VALUES (1);" "unsafe use of tocsin_enqueue"
+
+# the stdlib sqlite3 module of Debian's python3 loads the extension too
+if [ -x /usr/bin/python3 ]; then
+    out=$(/usr/bin/python3 - "$EXT" "$DB" <<'PY'
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[2])
+conn.enable_load_extension(True)
+conn.load_extension(sys.argv[1])
+with conn:
+    conn.execute("INSERT INTO orders(item) VALUES ('from python')")
+    jid = conn.execute("SELECT tocsin_enqueue('py', json_object('n', 1))").fetchone()[0]
+print(conn.execute("SELECT json_extract(tocsin_job(?), '$.payload.n')", (jid,)).fetchone()[0])
+conn.close()
+PY
+    )
+    if [ "$out" = "1" ]; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL python stdlib load: $out"; fi
+fi
+
+echo "sql: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]
