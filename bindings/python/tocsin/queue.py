@@ -71,7 +71,10 @@ class Job:
 
     def ack(self, *, tx: Optional["Transaction"] = None) -> bool:
         """Done: the job is removed. False if this lease is no longer current."""
-        return self._queue.ack(self, tx=tx)
+        q = self._queue
+        if tx is not None:
+            q.db._check_tx(tx)
+        return q._h.ack(self.id, self.token)
 
     def retry(self, delay: Optional[Duration] = None, *, error: Optional[str] = None) -> bool:
         """Back to pending after ``delay`` (None: the core's exponential backoff), or dead
@@ -204,7 +207,8 @@ class Queue:
     def claim(self, worker_id: str, *, visibility: Duration = _DEFAULT_VISIBILITY) -> Optional[Job]:
         """Claims the next claimable job for ``worker_id`` (a lease of ``visibility``,
         default 30 s), or None. Lapsed leases are reclaimed first."""
-        rows = self._h.claim(self.name, worker_id, 1, duration_ms(visibility, "visibility", allow_zero=False))
+        vis = 30000 if visibility is _DEFAULT_VISIBILITY else duration_ms(visibility, "visibility", allow_zero=False)
+        rows = self._h.claim(self.name, worker_id, 1, vis)
         return Job(self, rows[0]) if rows else None
 
     def claim_batch(self, n: int, worker_id: str, *, visibility: Duration = _DEFAULT_VISIBILITY) -> List[Job]:
