@@ -3,7 +3,7 @@
  * database (WAL, synchronous=NORMAL, as tocsin_open sets), next to a raw
  * SQLite baseline measured in the same run with the same pragmas.
  *
- *   build/bench_core [--quick] [--ops N] [--keep] [--only KEY]
+ *   build/bench_core [--quick] [--ops N] [--reps R] [--keep] [--only KEY]
  *
  * Every scenario gets a fresh database in a temporary directory, runs a
  * warm-up, then a fixed number of operations. Figures are wall-clock and
@@ -120,23 +120,64 @@ static void claim_ack_batch(tocsin_db *db, size_t batch) {
 
 /* ---- results -------------------------------------------------------------- */
 
+#define MAX_REPS 9
+
+/* One scenario's figures: a sample (jobs/s) per repetition. */
 typedef struct row {
     const char *name;
-    double per_s;
-    double us;
+    int n;
+    double per_s[MAX_REPS];
 } row;
 
 static row g_rows[32];
 static int g_nrows;
+static int g_reps = 3;
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
 
 static double record(const char *name, long units, double secs) {
-    row *r = &g_rows[g_nrows++];
-    r->name = name;
-    r->per_s = (double)units / secs;
-    r->us = secs * 1e6 / (double)units;
-    fprintf(stderr, "  .. %-48s %10.0f /s\n", name, r->per_s);
-    return r->per_s;
+    row *r;
+    int i;
+    for (i = 0; i < g_nrows && strcmp(g_rows[i].name, name) != 0; i++) {
+    }
+    r = &g_rows[i];
+    if (i == g_nrows) {
+        g_nrows++;
+        r->name = name;
+    }
+    r->per_s[r->n++] = (double)units / secs;
+    fprintf(stderr, "  .. %-52s %10.0f /s\n", name, r->per_s[r->n - 1]);
+    return r->per_s[r->n - 1];
 }
+
+/* The median over the repetitions of scenario `r` (0 when it did not run). */
+static double median(const row *r) {
+    double v[MAX_REPS];
+    if (!r || !r->n) return 0;
+    memcpy(v, r->per_s, sizeof(double) * (size_t)r->n);
+    qsort(v, (size_t)r->n, sizeof *v, cmp_double);
+    return r->n % 2 ? v[r->n / 2] : (v[r->n / 2 - 1] + v[r->n / 2]) / 2;
+}
+
+static const row *find_row(const char *name) {
+    int i;
+    for (i = 0; i < g_nrows; i++)
+        if (strcmp(g_rows[i].name, name) == 0) return &g_rows[i];
+    return NULL;
+}
+
+/* Scenario names, as printed. */
+static const char N_ENQ1[] = "enqueue, 1 per transaction";
+static const char N_ENQ100[] = "enqueue, 100 per tx (begin + 100 enqueue + commit)";
+static const char N_ENQMANY[] = "enqueue, 100 per tx (enqueue_many)";
+static const char N_CA1[] = "claim 1 + ack 1 (each its own tx)";
+static const char N_CA100[] = "claim 100 + ack_batch 100 (2 tx per 100 jobs)";
+static const char N_RAW_INS[] = "raw: INSERT, 1 per autocommit tx";
+static const char N_RAW_CD[] = "raw: claim (UPDATE..RETURNING) + DELETE, 2 tx";
+static const char N_RAW_CDL[] = "raw: same + lease index (queue, lease_until)";
 
 /* ---- tocsin scenarios ----------------------------------------------------- */
 
@@ -149,7 +190,7 @@ static double bench_enqueue_1(void) {
     t0 = now_s();
     for (i = 0; i < g_ops; i++) T(db, tocsin_queue_enqueue(db, &id, QUEUE, PAYLOAD, NULL));
     tocsin_close(db);
-    return record("enqueue, 1 per transaction", g_ops, now_s() - t0);
+    return record(N_ENQ1, g_ops, now_s() - t0);
 }
 
 static double bench_enqueue_100_tx(void) {
@@ -164,7 +205,7 @@ static double bench_enqueue_100_tx(void) {
         T(db, tocsin_commit(db));
     }
     tocsin_close(db);
-    return record("enqueue, 100 per tx (begin + 100 enqueue + commit)", (long)txs * 100,
+    return record(N_ENQ100, (long)txs * 100,
                   now_s() - t0);
 }
 
@@ -184,7 +225,7 @@ static double bench_enqueue_many_100(void) {
         T(db, tocsin_queue_enqueue_many(db, ids, specs, 100));
     }
     tocsin_close(db);
-    return record("enqueue, 100 per tx (enqueue_many)", (long)txs * 100, now_s() - t0);
+    return record(N_ENQMANY, (long)txs * 100, now_s() - t0);
 }
 
 static double bench_claim_ack_1(void) {
@@ -196,7 +237,7 @@ static double bench_claim_ack_1(void) {
     t0 = now_s();
     for (i = 0; i < g_ops; i++) claim_ack_one(db);
     tocsin_close(db);
-    return record("claim 1 + ack 1 (each its own tx)", g_ops, now_s() - t0);
+    return record(N_CA1, g_ops, now_s() - t0);
 }
 
 static double bench_claim_ack_100(void) {
@@ -208,13 +249,8 @@ static double bench_claim_ack_100(void) {
     t0 = now_s();
     for (i = 0; i < rounds; i++) claim_ack_batch(db, 100);
     tocsin_close(db);
-    return record("claim 100 + ack_batch 100 (2 tx per 100 jobs)", (long)rounds * 100,
+    return record(N_CA100, (long)rounds * 100,
                   now_s() - t0);
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return x < y ? -1 : x > y;
 }
 
 typedef struct lat {
@@ -282,13 +318,17 @@ static const char RAW_CLAIM[] =
     "             ORDER BY run_at, id LIMIT 1) RETURNING id, payload";
 static const char RAW_DELETE[] = "DELETE FROM q WHERE id = ?1";
 
-static sqlite3 *raw_open(const char *name) {
+static const char RAW_LEASE_INDEX[] =
+    "CREATE INDEX q_lease ON q(queue, lease_until) WHERE state = 'processing';";
+
+static sqlite3 *raw_open(const char *name, int lease_index) {
     sqlite3 *c = NULL;
     if (sqlite3_open(fresh_path(name), &c) != SQLITE_OK) die("raw open", sqlite3_errmsg(c));
     S(c, sqlite3_exec(c, "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
                          "PRAGMA busy_timeout=5000; PRAGMA foreign_keys=ON",
                       NULL, NULL, NULL));
     S(c, sqlite3_exec(c, RAW_SCHEMA, NULL, NULL, NULL));
+    if (lease_index) S(c, sqlite3_exec(c, RAW_LEASE_INDEX, NULL, NULL, NULL));
     return c;
 }
 
@@ -308,7 +348,7 @@ static void raw_insert(sqlite3 *c, sqlite3_stmt *st) {
 
 /* One autocommit INSERT per transaction. */
 static double bench_raw_insert(void) {
-    sqlite3 *c = raw_open("raw-insert");
+    sqlite3 *c = raw_open("raw-insert", 0);
     sqlite3_stmt *st;
     int i;
     double t0;
@@ -318,7 +358,7 @@ static double bench_raw_insert(void) {
     for (i = 0; i < g_ops; i++) raw_insert(c, st);
     sqlite3_finalize(st);
     sqlite3_close(c);
-    return record("raw: INSERT, 1 per autocommit tx", g_ops, now_s() - t0);
+    return record(N_RAW_INS, g_ops, now_s() - t0);
 }
 
 /* A minimal raw queue: UPDATE..RETURNING claims one row (autocommit), then a
@@ -337,8 +377,8 @@ static void raw_claim_delete(sqlite3 *c, sqlite3_stmt *claim, sqlite3_stmt *del)
     sqlite3_reset(del);
 }
 
-static double bench_raw_claim_delete(void) {
-    sqlite3 *c = raw_open("raw-claim");
+static double raw_claim_delete_run(int lease_index) {
+    sqlite3 *c = raw_open(lease_index ? "raw-claim-lease" : "raw-claim", lease_index);
     sqlite3_stmt *ins, *claim, *del;
     int i;
     double t0;
@@ -355,29 +395,50 @@ static double bench_raw_claim_delete(void) {
     sqlite3_finalize(claim);
     sqlite3_finalize(del);
     sqlite3_close(c);
-    return record("raw: claim (UPDATE..RETURNING) + DELETE, 2 tx", g_ops, now_s() - t0);
+    return now_s() - t0;
+}
+
+static double bench_raw_claim_delete(void) {
+    return record(N_RAW_CD, g_ops, raw_claim_delete_run(0));
+}
+
+/* The same with a lease index like tocsin's (what a reclaimable lease needs):
+ * shows what that index costs on its own. */
+static double bench_raw_claim_delete_lease(void) {
+    return record(N_RAW_CDL, g_ops, raw_claim_delete_run(1));
 }
 
 /* ---- main ----------------------------------------------------------------- */
 
 static int want(const char *key) { return !g_only || strstr(key, g_only) != NULL; }
 
+static void cleanup(void) {
+    char cmd[700];
+    if (g_keep) {
+        printf("databases kept in %s\n", g_dir);
+        return;
+    }
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
+}
+
 static void usage(void) {
-    fprintf(stderr, "usage: bench_core [--quick] [--ops N] [--keep] [--only KEY]\n"
+    fprintf(stderr, "usage: bench_core [--quick] [--ops N] [--reps R] [--keep] [--only KEY]\n"
                     "  --quick   small counts (CI smoke test)\n"
                     "  --ops N   operations per throughput scenario (default 20000)\n"
+                    "  --reps R  repetitions per throughput scenario, median printed (default 3)\n"
                     "  --keep    keep the temporary databases\n"
                     "  --only K  run only the scenarios whose key contains K (profiling):\n"
-                    "            raw-insert raw-claim enqueue1 enqueue100tx enqueuemany\n"
+                    "            raw-insert raw-claim raw-claim-lease enqueue1 enqueue100tx enqueuemany\n"
                     "            claimack1 claimack100 latency-empty latency-backlog\n");
     exit(2);
 }
 
 int main(int argc, char **argv) {
     const char *tmp = getenv("TMPDIR");
-    double enq1, enq100, enqmany, ca1, ca100, raw_ins, raw_cd, t_all = now_s();
+    double enq1, enq100, enqmany, ca1, ca100, raw_ins, raw_cd, raw_cdl, t_all = now_s();
     lat empty = {0, 0, 0}, loaded = {0, 0, 0};
-    int i;
+    int i, rep;
     for (i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
             g_ops = 1000;
@@ -385,9 +446,13 @@ int main(int argc, char **argv) {
             g_lat_ops = 500;
             g_backlog = 10000;
             g_inflight = 1000;
+            g_reps = 1;
         } else if (strcmp(argv[i], "--ops") == 0 && i + 1 < argc) {
             g_ops = atoi(argv[++i]);
             if (g_ops < 100) usage();
+        } else if (strcmp(argv[i], "--reps") == 0 && i + 1 < argc) {
+            g_reps = atoi(argv[++i]);
+            if (g_reps < 1 || g_reps > MAX_REPS) usage();
         } else if (strcmp(argv[i], "--only") == 0 && i + 1 < argc) {
             g_only = argv[++i];
         } else if (strcmp(argv[i], "--keep") == 0) {
@@ -399,66 +464,81 @@ int main(int argc, char **argv) {
     snprintf(g_dir, sizeof g_dir, "%s/tocsin-bench-XXXXXX", tmp && *tmp ? tmp : "/tmp");
     if (!mkdtemp(g_dir)) die("mkdtemp", g_dir);
 
-    printf("tocsin %s on SQLite %s; file databases in %s\n", tocsin_version(),
-           tocsin_sqlite_version(), g_dir);
-    printf("journal_mode=WAL, synchronous=NORMAL; payload %zu bytes; %d ops per scenario "
-           "(x5 for batched ones) after %d warm-up ops\n\n",
-           strlen(PAYLOAD), g_ops, g_warm);
+    printf("tocsin %s on SQLite %s; file databases in a fresh temporary directory\n",
+           tocsin_version(), tocsin_sqlite_version());
+    printf("journal_mode=WAL, synchronous=NORMAL; payload %zu bytes; per scenario %d ops "
+           "(x5 for batched ones) after %d warm-up ops;\nfigures are the median of %d "
+           "interleaved repetitions, each on a fresh database\n\n",
+           strlen(PAYLOAD), g_ops, g_warm, g_reps);
     fprintf(stderr, "running...\n");
 
-    raw_ins = want("raw-insert") ? bench_raw_insert() : 0;
-    raw_cd = want("raw-claim") ? bench_raw_claim_delete() : 0;
-    enq1 = want("enqueue1") ? bench_enqueue_1() : 0;
-    enq100 = want("enqueue100tx") ? bench_enqueue_100_tx() : 0;
-    enqmany = want("enqueuemany") ? bench_enqueue_many_100() : 0;
-    ca1 = want("claimack1") ? bench_claim_ack_1() : 0;
-    ca100 = want("claimack100") ? bench_claim_ack_100() : 0;
+    /* Repetitions interleave the scenarios so that a slow spell of the
+     * machine hits all of them rather than one. */
+    for (rep = 0; rep < g_reps; rep++) {
+        if (want("raw-insert")) bench_raw_insert();
+        if (want("enqueue1")) bench_enqueue_1();
+        if (want("raw-claim")) bench_raw_claim_delete();
+        if (want("claimack1")) bench_claim_ack_1();
+        if (want("raw-claim-lease")) bench_raw_claim_delete_lease();
+        if (want("enqueue100tx")) bench_enqueue_100_tx();
+        if (want("enqueuemany")) bench_enqueue_many_100();
+        if (want("claimack100")) bench_claim_ack_100();
+    }
     if (want("latency-empty")) empty = bench_latency("latency-empty", 0, 0);
     if (want("latency-backlog")) loaded = bench_latency("latency-backlog", g_backlog, g_inflight);
-    if (g_only) { /* a partial run (profiling): figures only */
-        for (i = 0; i < g_nrows; i++)
-            printf("%-54s %12.0f %10.2f\n", g_rows[i].name, g_rows[i].per_s, g_rows[i].us);
-        return 0;
-    }
 
     printf("%-54s %12s %10s\n", "scenario", "jobs/s", "us/job");
-    for (i = 0; i < g_nrows; i++)
-        printf("%-54s %12.0f %10.2f\n", g_rows[i].name, g_rows[i].per_s, g_rows[i].us);
+    for (i = 0; i < g_nrows; i++) {
+        double m = median(&g_rows[i]);
+        printf("%-54s %12.0f %10.2f\n", g_rows[i].name, m, 1e6 / m);
+    }
+    enq1 = median(find_row(N_ENQ1));
+    enq100 = median(find_row(N_ENQ100));
+    enqmany = median(find_row(N_ENQMANY));
+    ca1 = median(find_row(N_CA1));
+    ca100 = median(find_row(N_CA100));
+    raw_ins = median(find_row(N_RAW_INS));
+    raw_cd = median(find_row(N_RAW_CD));
+    raw_cdl = median(find_row(N_RAW_CDL));
 
-    printf("\ntocsin / raw SQLite (target >= 0.90):\n");
-    printf("  enqueue 1 per tx      / raw INSERT commit      %6.2f\n", enq1 / raw_ins);
-    printf("  claim 1 + ack 1       / raw claim + DELETE     %6.2f\n", ca1 / raw_cd);
-    printf("  (batched, for scale:  enqueue_many 100 / raw INSERT %.1fx, begin+100 enqueue %.1fx,"
-           " claim+ack 100 / raw claim+DELETE %.1fx)\n",
-           enqmany / raw_ins, enq100 / raw_ins, ca100 / raw_cd);
+    if (enq1 && raw_ins && ca1 && raw_cd) {
+        printf("\ntocsin / raw SQLite (target >= 0.90):\n");
+        printf("  enqueue 1 per tx   / raw INSERT commit             %6.2f\n", enq1 / raw_ins);
+        printf("  claim 1 + ack 1    / raw claim + DELETE            %6.2f\n", ca1 / raw_cd);
+        if (raw_cdl)
+            printf("  claim 1 + ack 1    / raw claim + DELETE, lease idx %6.2f\n", ca1 / raw_cdl);
+        if (enq100 && enqmany && ca100)
+            printf("  batched, for scale: begin+100 enqueue %.1fx, enqueue_many 100 %.1fx raw INSERT;"
+                   " claim 100 + ack_batch 100 %.1fx raw claim+DELETE\n",
+                   enq100 / raw_ins, enqmany / raw_ins, ca100 / raw_cd);
+    }
 
-    printf("\nclaim latency: claim 1 + ack 1, two transactions, one job enqueued before each"
-           " (untimed)\n");
-    printf("  %-44s %9s %9s %9s\n", "", "mean us", "p50 us", "p99 us");
-    printf("  %-44s %9.1f %9.1f %9.1f\n", "empty queue", empty.mean, empty.p50, empty.p99);
-    {
+    if (empty.mean && loaded.mean) {
         char label[96];
+        printf("\nclaim latency: claim 1 + ack 1 (two transactions); one job enqueued before"
+               " each, untimed\n");
+        printf("  %-44s %9s %9s %9s\n", "", "mean us", "p50 us", "p99 us");
+        printf("  %-44s %9.1f %9.1f %9.1f\n", "empty queue", empty.mean, empty.p50, empty.p99);
         snprintf(label, sizeof label, "%d pending + %d in flight", g_backlog, g_inflight);
         printf("  %-44s %9.1f %9.1f %9.1f\n", label, loaded.mean, loaded.p50, loaded.p99);
+        printf("  backlog / empty: p50 %.2f, mean %.2f (1.00: claim cost independent of the"
+               " backlog)\n",
+               loaded.p50 / empty.p50, loaded.mean / empty.mean);
     }
-    printf("  backlog / empty ratio: mean %.2f, p50 %.2f (1.00 = claim cost independent of"
-           " backlog)\n",
-           loaded.mean / empty.mean, loaded.p50 / empty.p50);
 
     printf("\nraw baseline: table q(id INTEGER PRIMARY KEY AUTOINCREMENT, queue, state, payload,"
            " run_at, lease_until)\n"
-           "  + partial index q_claim(queue, run_at, id) WHERE state='pending';\n"
+           "  with a partial index q_claim(queue, run_at, id) WHERE state='pending', same pragmas;\n"
            "  INSERT: one prepared INSERT per autocommit transaction;\n"
            "  claim + DELETE: UPDATE q SET state='processing', lease_until=.. WHERE id ="
            " (SELECT id .. ORDER BY run_at, id LIMIT 1)\n"
-           "  RETURNING id, payload in one autocommit tx, then DELETE FROM q WHERE id=? in a"
-           " second one.\n");
+           "    RETURNING id, payload in one autocommit transaction, then DELETE FROM q WHERE"
+           " id=? in a second one;\n"
+           "  'lease idx': the same with a second partial index q_lease(queue, lease_until)"
+           " WHERE state='processing',\n"
+           "    as tocsin keeps so that lapsed leases are found without a scan: one more page"
+           " per commit.\n");
     printf("total time %.1f s\n", now_s() - t_all);
-
-    if (!g_keep) {
-        char cmd[700];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s'", g_dir);
-        if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", g_dir);
-    }
+    cleanup();
     return 0;
 }
