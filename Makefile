@@ -13,7 +13,7 @@ CORE_HDR := core/include/tocsin.h core/src/internal.h
 TEST_SRC := $(filter-out core/test/fuzz_%.c,$(wildcard core/test/*.c))
 TEST_HDR := $(wildcard core/test/*.h)
 
-.PHONY: all lib ext test test-c test-san test-sql test-header test-readme check-version deps demo bench clean \
+.PHONY: all lib ext test test-c test-san test-sql test-golden test-header test-readme check-version deps demo bench clean \
         test-python bench-python python-venv python-dist
 
 all: lib ext
@@ -46,7 +46,7 @@ $(BUILD)/test_core: $(TEST_SRC) $(TEST_HDR) $(BUILD)/libtocsin.a
 $(BUILD)/test_core_san: $(TEST_SRC) $(TEST_HDR) $(CORE_SRC) $(CORE_HDR) | $(BUILD)
 	$(CC) $(WARN) $(SAN) -Icore/include -Icore/src $(TEST_SRC) core/src/tocsin_all.c -o $@ $(LIBS)
 
-test: deps all check-version test-header test-c test-san test-sql test-readme test-python
+test: deps all check-version test-header test-c test-san test-sql test-golden test-readme test-python
 
 test-c: $(BUILD)/test_core
 	$(BUILD)/test_core
@@ -56,6 +56,10 @@ test-san: $(BUILD)/test_core_san
 
 test-sql: $(BUILD)/tocsin.so
 	sh core/test/sql/run.sh $(BUILD)/tocsin.so
+
+# Pins the outputs of the SQL surface (docs/sql.md) through the sqlite3 shell.
+test-golden: $(BUILD)/tocsin.so
+	sh core/test/sql/golden.sh $(BUILD)/tocsin.so
 
 # The public header must compile as C11 (pedantic) and as C++.
 test-header: | $(BUILD)

@@ -449,37 +449,18 @@ int tc_check_name(tocsin_db *db, const char *what, const char *name) {
     return TOCSIN_OK;
 }
 
-static const char SQL_JSON_VALID[] =
-    "SELECT json_valid(?1), CASE WHEN json_valid(?1) THEN json_type(?1) END";
-
 /* kind 0: any JSON value; 1: a JSON object */
 static int check_json(tocsin_db *db, const char *what, const char *json, int kind) {
-    sqlite3_stmt *st;
     size_t n;
-    int ok, rc;
+    char top = 0;
     if (!json) return tc_err(db, TOCSIN_INVALID, "%s must be JSON text, not NULL", what);
     n = strlen(json);
     if ((int64_t)n > db->max_payload)
         return tc_err(db, TOCSIN_TOOBIG, "%s is %zu bytes; the limit is %lld bytes", what, n,
                       (long long)db->max_payload);
-    if (!(st = tc_stmt(db, SQL_JSON_VALID))) return db->errcode;
-    sqlite3_bind_text(st, 1, json, (int)n, SQLITE_STATIC);
-    rc = sqlite3_step(st);
-    if (rc != SQLITE_ROW) {
-        rc = tc_sqlerr(db, rc, "validate JSON");
-        sqlite3_reset(st);
-        return rc;
-    }
-    ok = sqlite3_column_int(st, 0);
-    if (ok && kind == 1) {
-        const unsigned char *t = sqlite3_column_text(st, 1);
-        ok = t && strcmp((const char *)t, "object") == 0;
-        sqlite3_reset(st);
-        if (!ok) return tc_err(db, TOCSIN_INVALID, "%s must be a JSON object", what);
-        return TOCSIN_OK;
-    }
-    sqlite3_reset(st);
-    if (!ok) return tc_err(db, TOCSIN_INVALID, "%s is not valid JSON", what);
+    if (!tc_json_valid(json, n, &top) || !utf8_ok((const unsigned char *)json))
+        return tc_err(db, TOCSIN_INVALID, "%s is not valid JSON", what);
+    if (kind == 1 && top != '{') return tc_err(db, TOCSIN_INVALID, "%s must be a JSON object", what);
     return TOCSIN_OK;
 }
 

@@ -90,6 +90,8 @@ int tc_ensure_schema(tocsin_db *db);
 int tc_check_name(tocsin_db *db, const char *what, const char *name);
 int tc_check_payload(tocsin_db *db, const char *what, const char *json);
 int tc_check_meta(tocsin_db *db, const char *meta);
+/* Strict RFC 8259 (json.c); *top gets the first character of the value. */
+int tc_json_valid(const char *text, size_t n, char *top);
 
 /* ---- time and randomness (platform.c) ---- */
 int64_t tc_system_ms(void);

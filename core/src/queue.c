@@ -20,7 +20,7 @@
 static const char SQL_INSERT[] =
     "INSERT INTO _tocsin_jobs(queue, payload, meta, priority, max_attempts, run_at, created_at,"
     " expires_at, unique_key) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
-    " ON CONFLICT(queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING RETURNING id";
+    " ON CONFLICT(queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING";
 static const char SQL_FIND_UNIQUE[] =
     "SELECT id FROM _tocsin_jobs WHERE queue = ?1 AND unique_key = ?2";
 
@@ -58,12 +58,15 @@ static const char SQL_EXPIRED_DELETE[] =
     "DELETE FROM _tocsin_jobs"
     " WHERE queue = ?1 AND state = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?2";
 
-static const char SQL_CLAIM[] =
-    "UPDATE _tocsin_jobs SET state = 'processing', attempts = attempts + 1, worker = ?3,"
-    " lease_until = ?2 + ?5"
-    " WHERE id IN (SELECT id FROM _tocsin_jobs WHERE queue = ?1 AND state = 'pending'"
-    "              AND run_at <= ?2 ORDER BY priority DESC, run_at, id LIMIT ?4)"
-    " RETURNING " JOB_COLS;
+/* A claim reads the jobs it takes, in claim order, then leases each by id.
+ * (One UPDATE .. WHERE id IN (..) RETURNING would build two ephemeral tables
+ * per call, which cost more than the commit on the one-job path.) */
+static const char SQL_CLAIM_SELECT[] =
+    "SELECT " JOB_COLS " FROM _tocsin_jobs WHERE queue = ?1 AND state = 'pending'"
+    " AND run_at <= ?2 ORDER BY priority DESC, run_at, id LIMIT ?3";
+static const char SQL_CLAIM_LEASE[] =
+    "UPDATE _tocsin_jobs SET state = 'processing', attempts = attempts + 1, worker = ?2,"
+    " lease_until = ?3 + ?4 WHERE id = ?1";
 
 /* The lease check every holder operation starts with. */
 static const char SQL_HOLDER[] =
@@ -299,13 +302,15 @@ static int insert_job(tocsin_db *db, int64_t *out_id, const tocsin_job_spec *s, 
     sqlite3_bind_int64(st, 7, now);
     bind_i64_or_null(st, 8, o->expires_ms ? now + o->expires_ms : 0);
     bind_text_or_null(st, 9, o->unique_key);
+    /* No RETURNING: it buffers its row in an ephemeral table. Without one,
+     * the row count and last rowid of this statement say the same. */
     rc = sqlite3_step(st);
-    if (rc == SQLITE_ROW) {
-        *out_id = sqlite3_column_int64(st, 0);
-        return tc_step_done(db, st, "enqueue");
-    }
     sqlite3_reset(st);
     if (rc != SQLITE_DONE) return tc_sqlerr(db, rc, "enqueue");
+    if (sqlite3_changes(db->conn) == 1) {
+        *out_id = sqlite3_last_insert_rowid(db->conn);
+        return TOCSIN_OK;
+    }
     /* A live job holds the unique key: hand back its id. */
     if (!(st = tc_stmt(db, SQL_FIND_UNIQUE))) return db->errcode;
     sqlite3_bind_text(st, 1, s->queue, -1, SQLITE_STATIC);
@@ -357,11 +362,37 @@ int tocsin_queue_enqueue(tocsin_db *db, int64_t *out_id, const char *queue, cons
 
 /* ---- claim ---------------------------------------------------------------- */
 
-static int job_order(const void *a, const void *b) {
-    const tocsin_job *x = a, *y = b;
-    if (x->priority != y->priority) return x->priority > y->priority ? -1 : 1;
-    if (x->run_at != y->run_at) return x->run_at < y->run_at ? -1 : 1;
-    return x->id < y->id ? -1 : x->id > y->id;
+/* Leases the selected jobs (already in claim order) to `worker` and makes the
+ * structs show the leased rows, as a fresh read would. */
+static int lease_jobs(tocsin_db *db, tocsin_job *jobs, size_t n, const char *worker, int64_t now,
+                      int64_t visibility_ms) {
+    /* SQLite computes now + visibility_ms in the row; mirror its int64 result. */
+    int64_t until = visibility_ms > INT64_MAX - now ? INT64_MAX : now + visibility_ms;
+    size_t i;
+    int rc;
+    for (i = 0; i < n; i++) {
+        tocsin_job *j = &jobs[i];
+        sqlite3_stmt *st = tc_stmt(db, SQL_CLAIM_LEASE);
+        char *state, *who;
+        if (!st) return db->errcode;
+        sqlite3_bind_int64(st, 1, j->id);
+        sqlite3_bind_text(st, 2, worker, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, now);
+        sqlite3_bind_int64(st, 4, visibility_ms);
+        if ((rc = tc_step_done(db, st, "claim")) != TOCSIN_OK) return rc;
+        if (!(state = tc_strdup("processing")) || !(who = tc_strdup(worker))) {
+            sqlite3_free(state);
+            return tc_err(db, TOCSIN_NOMEM, "claim: out of memory");
+        }
+        sqlite3_free(j->state);
+        sqlite3_free(j->worker);
+        j->state = state;
+        j->worker = who;
+        j->attempts++;
+        j->token = j->attempts;
+        j->lease_until = until;
+    }
+    return TOCSIN_OK;
 }
 
 /* Reclaims lapsed leases and expires stale pending jobs of `queue`. Sets
@@ -413,16 +444,15 @@ int tocsin_queue_claim(tocsin_db *db, tocsin_job **out_jobs, size_t *out_n, cons
     now = tocsin_now(db);
     rc = claim_prepare(db, queue, now, &paused);
     if (rc == TOCSIN_OK && !paused) {
-        if (!(st = tc_stmt(db, SQL_CLAIM))) {
+        if (!(st = tc_stmt(db, SQL_CLAIM_SELECT))) {
             rc = db->errcode;
         } else {
             sqlite3_bind_text(st, 1, queue, -1, SQLITE_STATIC);
             sqlite3_bind_int64(st, 2, now);
-            sqlite3_bind_text(st, 3, worker, -1, SQLITE_STATIC);
-            sqlite3_bind_int64(st, 4, (sqlite3_int64)max);
-            sqlite3_bind_int64(st, 5, visibility_ms);
+            sqlite3_bind_int64(st, 3, (sqlite3_int64)max);
             rc = collect_jobs(db, st, max, out_jobs, out_n, "claim");
         }
+        if (rc == TOCSIN_OK && *out_n) rc = lease_jobs(db, *out_jobs, *out_n, worker, now, visibility_ms);
     }
     rc = tc_op_end(db, &op, rc);
     if (rc != TOCSIN_OK) {
@@ -431,7 +461,6 @@ int tocsin_queue_claim(tocsin_db *db, tocsin_job **out_jobs, size_t *out_n, cons
         *out_n = 0;
         return rc;
     }
-    if (*out_n > 1) qsort(*out_jobs, *out_n, sizeof **out_jobs, job_order);
     return TOCSIN_OK;
 }
 

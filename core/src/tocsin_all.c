@@ -1,6 +1,7 @@
 /* Unity build: the whole core as one translation unit (amalgamation-friendly). */
 #include "platform.c"
 #include "db.c"
+#include "json.c"
 #include "schema.c"
 #include "queue.c"
 #include "stream.c"

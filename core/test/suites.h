@@ -3,6 +3,7 @@
 #define TOCSIN_SUITES_H
 
 void suite_basics(void);
+void suite_json(void);
 void suite_queue(void);
 void suite_stream(void);
 void suite_notify(void);
@@ -13,6 +14,7 @@ static const struct {
     void (*fn)(void);
 } SUITES[] = {
     {"basics", suite_basics},
+    {"json", suite_json},
     {"queue", suite_queue},
     {"stream", suite_stream},
     {"notify", suite_notify},

@@ -188,3 +188,45 @@ void suite_basics(void) {
     busy_timeout();
     names_and_payloads();
 }
+
+/* The JSON validator agrees with RFC 8259 (and with SQLite's json_valid on it). */
+void suite_json(void) {
+    static const char *good[] = {"0", "-0", "1.5e10", "-12.25E-3", "\"\"", "\"a\\u00e9\\n\\\"\"",
+                                 "true", "false", "null", "[]", "{}", " [1, {\"a\": [null]}] ",
+                                 "{\"k\":\"caf\xc3\xa9\"}", "[[[[[[[[[[1]]]]]]]]]]"};
+    static const char *bad[] = {"", " ", "01", "1.", ".5", "+1", "1e", "--1", "[1,]", "{\"a\":1,}",
+                                "{a:1}", "'x'", "\"tab\there\"", "\"\\x\"", "\"\\u12G4\"", "[1 2]",
+                                "{\"a\" 1}", "tru", "nul", "NaN", "Infinity", "[1]x", "\"open",
+                                "{\"a\":1", "// c\n1", "\"bad\xff\""};
+    tocsin_db *db = t_open("json", NULL);
+    sqlite3_stmt *st;
+    int64_t id = 0;
+    size_t i;
+    char deep[2100];
+    sqlite3_prepare_v2(tocsin_sqlite(db), "SELECT json_valid(?1)", -1, &st, NULL);
+    for (i = 0; i < sizeof good / sizeof good[0]; i++) {
+        CHECK_OK(db, tocsin_notify(db, &id, "c", good[i], NULL));
+        sqlite3_bind_text(st, 1, good[i], -1, SQLITE_STATIC);
+        CHECK(sqlite3_step(st) == SQLITE_ROW && sqlite3_column_int(st, 0) == 1);
+        sqlite3_reset(st);
+    }
+    for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        if (tocsin_notify(db, &id, "c", bad[i], NULL) != TOCSIN_INVALID) {
+            t_failed++;
+            fprintf(stderr, "FAIL json accepted: %s\n", bad[i]);
+        } else {
+            t_passed++;
+        }
+    }
+    sqlite3_finalize(st);
+    /* nesting is bounded (SQLite's own limit is 1000) */
+    memset(deep, '[', 1000);
+    memset(deep + 1000, ']', 1000);
+    deep[2000] = 0;
+    CHECK_OK(db, tocsin_notify(db, &id, "c", deep, NULL));
+    memset(deep, '[', 1001);
+    memset(deep + 1001, ']', 1001);
+    deep[2002] = 0;
+    CHECK_EQ_I(tocsin_notify(db, &id, "c", deep, NULL), TOCSIN_INVALID);
+    tocsin_close(db);
+}
