@@ -86,6 +86,7 @@ $(BUILD)/demo_shop: demo/shop.c $(BUILD)/libtocsin.a
 
 bench: deps $(BUILD)/bench_core
 	$(BUILD)/bench_core
+	$(MAKE) --no-print-directory BUILD=$(BUILD) bench-python
 
 $(BUILD)/bench_core: bench/bench_core.c $(BUILD)/libtocsin.a
 	$(CC) $(ALL_CFLAGS) -O2 bench/bench_core.c $(BUILD)/libtocsin.a -o $@ $(LIBS)
