@@ -5,4 +5,5 @@
 #include "queue.c"
 #include "stream.c"
 #include "notify.c"
+#include "watcher.c"
 #include "ext.c"
