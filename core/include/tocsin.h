@@ -345,8 +345,8 @@ int tocsin_notify_set_autotrim(tocsin_db *db, int64_t max_age_ms, int64_t max_ke
  * subscription on that file: it starts with the first subscription and stops
  * when the last one closes. It reads `PRAGMA data_version` on its own
  * read-only connection whenever the kernel reports a write in the database's
- * directory (Linux inotify) and at least every poll interval (default 1 ms),
- * and checks every ~100 ms that the path still names the same file.
+ * directory (Linux inotify) and on a safety poll (1 ms, backing off to 20 ms
+ * while idle when kernel events are available; see tocsin_wake_opts), and checks every ~100 ms that the path still names the same file.
  * Commits made through tocsin in this process wake subscribers directly.
  *
  * A wake means "something may have changed: re-read". Wakes coalesce (many
@@ -366,14 +366,24 @@ int tocsin_notify_set_autotrim(tocsin_db *db, int64_t max_age_ms, int64_t max_ke
  */
 
 /* Process-wide watcher settings; they apply to watchers started afterwards. */
+/*
+ * The safety poll checks every poll_ms. With kernel events (Linux), it backs
+ * off while nothing changes, doubling up to idle_poll_ms, and returns to
+ * poll_ms at any event or commit: a commit the kernel failed to report is seen
+ * within poll_ms during activity and within idle_poll_ms after a quiet spell,
+ * and an idle watcher costs ~1/idle_poll_ms wakeups a second. Set
+ * idle_poll_ms = poll_ms for a fixed poll. Without kernel events the poll is
+ * fixed at poll_ms.
+ */
 typedef struct tocsin_wake_opts {
     int version;          /* TOCSIN_WAKE_OPTS_VERSION */
     int poll_ms;          /* safety poll interval, 1..1000; 0: 1 */
     int identity_ms;      /* file identity check interval, 1..60000; 0: 100 */
     int no_kernel_events; /* != 0: rely on the poll alone (no inotify) */
+    int idle_poll_ms;     /* idle back-off limit, 1..1000 (raised to poll_ms); 0: 20 */
 } tocsin_wake_opts;
 #define TOCSIN_WAKE_OPTS_VERSION 1
-#define TOCSIN_WAKE_OPTS_INIT {TOCSIN_WAKE_OPTS_VERSION, 0, 0, 0}
+#define TOCSIN_WAKE_OPTS_INIT {TOCSIN_WAKE_OPTS_VERSION, 0, 0, 0, 0}
 /* NULL restores the defaults. Thread-safe. TOCSIN_INVALID on bad values. */
 int tocsin_wake_configure(const tocsin_wake_opts *opts);
 

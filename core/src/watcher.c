@@ -59,7 +59,7 @@ typedef struct tc_watcher {
     int errors; /* consecutive failed checks */
     tc_signal stop;
     int dirfd; /* kernel change feed on the directory, -1 if none */
-    int poll_ms, identity_ms;
+    int poll_ms, idle_poll_ms, identity_ms;
     pthread_t thread;
     tocsin_sub *subs; /* under wk_lock */
     int nsubs;        /* under wk_lock */
@@ -167,6 +167,8 @@ static void *wk_main(void *arg) {
     tc_watcher *w = arg;
     const char *names[3];
     int64_t poll_us = (int64_t)w->poll_ms * 1000, now = tc_monotonic_us();
+    /* without a kernel feed the poll is the primary path: it never backs off */
+    int64_t idle_us = w->dirfd >= 0 ? (int64_t)w->idle_poll_ms * 1000 : poll_us, cur_us = poll_us;
     int64_t next_poll = now + poll_us, next_id = now + (int64_t)w->identity_ms * 1000;
     int burst = 0, gone = 0;
     names[0] = w->names[0];
@@ -177,14 +179,15 @@ static void *wk_main(void *arg) {
         int64_t until = burst ? now + WK_BURST_US : next_poll;
         fds[0] = w->stop.rfd;
         if (w->dirfd >= 0) fds[nfd++] = w->dirfd;
-        if (gone || until > next_id) until = next_id;
+        /* The identity check rides on poll wakeups (at most idle_poll_ms
+         * late); it has a timer of its own only when nothing else does. */
+        if (gone) until = next_id;
         r = tc_poll_read(fds, ready, nfd, until > now ? until - now : 0);
         if (r > 0 && ready[0]) break;
         now = tc_monotonic_us();
         if (r > 0 && nfd == 2 && ready[1]) hit = tc_dirwatch_read(w->dirfd, names, 3);
         if (!gone && (hit || burst || now >= next_poll)) {
-            int changed = wk_check(w);
-            next_poll = now + poll_us;
+            int changed = wk_check(w), polled = !hit && !burst;
             /* A write seen before its commit is published (the WAL frames land
              * before the index header moves): look again shortly. */
             if (changed) {
@@ -195,6 +198,11 @@ static void *wk_main(void *arg) {
             } else if (burst) {
                 burst--;
             }
+            /* Activity brings the safety poll back to poll_ms; quiet doubles it
+             * up to idle_poll_ms (each timer wakeup costs CPU even when idle). */
+            if (changed || hit) cur_us = poll_us;
+            else if (polled && cur_us < idle_us) cur_us = cur_us * 2 < idle_us ? cur_us * 2 : idle_us;
+            next_poll = now + cur_us;
         }
         if (now >= next_id) {
             next_id = now + (int64_t)w->identity_ms * 1000;
@@ -245,6 +253,8 @@ static int wk_start(tocsin_db *db, tc_watcher **out, const char *path, uint64_t 
     w->ino = ino;
     w->pid = getpid();
     w->poll_ms = wk_opts.poll_ms ? wk_opts.poll_ms : 1;
+    w->idle_poll_ms = wk_opts.idle_poll_ms ? wk_opts.idle_poll_ms : 20;
+    if (w->idle_poll_ms < w->poll_ms) w->idle_poll_ms = w->poll_ms;
     w->identity_ms = wk_opts.identity_ms ? wk_opts.identity_ms : 100;
     base = base ? base + 1 : path;
     w->path = tc_strdup(path);
@@ -384,7 +394,9 @@ int tocsin_wake_configure(const tocsin_wake_opts *opts) {
         if (opts->version < 1) return TOCSIN_INVALID;
         if (opts->poll_ms < 0 || opts->poll_ms > 1000) return TOCSIN_INVALID;
         if (opts->identity_ms < 0 || opts->identity_ms > 60000) return TOCSIN_INVALID;
+        if (opts->idle_poll_ms < 0 || opts->idle_poll_ms > 1000) return TOCSIN_INVALID;
         o.poll_ms = opts->poll_ms;
+        o.idle_poll_ms = opts->idle_poll_ms;
         o.identity_ms = opts->identity_ms;
         o.no_kernel_events = opts->no_kernel_events != 0;
     }

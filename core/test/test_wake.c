@@ -95,6 +95,11 @@ static void invalid_args(void) {
     wo.poll_ms = 0;
     wo.identity_ms = 60001;
     CHECK_EQ_I(tocsin_wake_configure(&wo), TOCSIN_INVALID);
+    wo.identity_ms = 0;
+    wo.idle_poll_ms = -1;
+    CHECK_EQ_I(tocsin_wake_configure(&wo), TOCSIN_INVALID);
+    wo.idle_poll_ms = 1001;
+    CHECK_EQ_I(tocsin_wake_configure(&wo), TOCSIN_INVALID);
     CHECK_OK(db, tocsin_wake_configure(NULL));
 
     /* raw subscriptions */
