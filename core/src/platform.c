@@ -152,7 +152,7 @@ int tc_poll_read(const int *fds, int *ready, int n, int64_t timeout_us) {
     }
 #endif
     if (r < 0) return errno == EINTR ? 0 : -1;
-    for (i = 0; i < n; i++) ready[i] = (p[i].revents & (POLLIN | POLLHUP | POLLERR)) != 0;
+    for (i = 0; i < n; i++) ready[i] = (p[i].revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL)) != 0;
     return r;
 }
 
