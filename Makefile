@@ -13,7 +13,7 @@ CORE_HDR := core/include/tocsin.h core/src/internal.h
 TEST_SRC := $(filter-out core/test/fuzz_%.c,$(wildcard core/test/*.c))
 TEST_HDR := $(wildcard core/test/*.h)
 
-.PHONY: all lib ext test test-c test-san test-sql test-golden test-header test-readme check-version deps demo bench clean
+.PHONY: all lib ext test test-c test-san test-sql test-golden test-header test-readme check-version deps demo bench bench-wake clean
 
 all: lib ext
 
@@ -83,11 +83,19 @@ demo: deps all $(BUILD)/demo_shop
 $(BUILD)/demo_shop: demo/shop.c $(BUILD)/libtocsin.a
 	$(CC) $(ALL_CFLAGS) demo/shop.c $(BUILD)/libtocsin.a -o $@ $(LIBS)
 
-bench: deps $(BUILD)/bench_core
+bench: deps $(BUILD)/bench_core $(BUILD)/bench_wake
 	$(BUILD)/bench_core
+	$(BUILD)/bench_wake
 
 $(BUILD)/bench_core: bench/bench_core.c $(BUILD)/libtocsin.a
 	$(CC) $(ALL_CFLAGS) -O2 bench/bench_core.c $(BUILD)/libtocsin.a -o $@ $(LIBS)
+
+# Cross-process wake latency and the watcher's idle CPU (docs/architecture.md).
+bench-wake: deps $(BUILD)/bench_wake
+	$(BUILD)/bench_wake
+
+$(BUILD)/bench_wake: bench/bench_wake.c $(BUILD)/libtocsin.a
+	$(CC) $(ALL_CFLAGS) -O2 bench/bench_wake.c $(BUILD)/libtocsin.a -o $@ $(LIBS)
 
 clean:
 	rm -rf $(BUILD)

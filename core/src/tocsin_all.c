@@ -6,4 +6,5 @@
 #include "queue.c"
 #include "stream.c"
 #include "notify.c"
+#include "watcher.c"
 #include "ext.c"

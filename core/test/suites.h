@@ -8,6 +8,7 @@ void suite_queue(void);
 void suite_stream(void);
 void suite_notify(void);
 void suite_crash(void);
+void suite_wake(void);
 
 static const struct {
     const char *name;
@@ -19,6 +20,7 @@ static const struct {
     {"stream", suite_stream},
     {"notify", suite_notify},
     {"crash", suite_crash},
+    {"wake", suite_wake},
 };
 
 #endif
