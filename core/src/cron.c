@@ -432,8 +432,9 @@ static int cron_naive_next(const tocsin_cron *c, int64_t lower, int64_t *out) {
     }
 }
 
-/* The first instant in [a, b] whose local offset differs from `off`, probing
- * a day at a time (zones change offset at most once a day). 0: none. */
+/* The first instant in (a, b] whose local offset differs from `off` (the
+ * offset at a), probing a day at a time (zones change offset at most once a
+ * day). 0: none. */
 static int64_t cron_first_change(int64_t a, int64_t b, int64_t off) {
     int64_t x = a, y, o;
     while (x < b) {
@@ -453,22 +454,25 @@ static int64_t cron_first_change(int64_t a, int64_t b, int64_t off) {
     return 0;
 }
 
-/* Local-time next fire (seconds), following the DST policy at the top. */
+/* Local-time next fire (seconds) strictly after `lower`, following the DST
+ * policy at the top. Walks segments of constant UTC offset: `from` is the
+ * segment's first instant (its offset `off`), `lw` the wall time candidates
+ * must exceed. */
 static int cron_local_next(const tocsin_cron *c, int64_t lower, int64_t *out) {
-    int64_t off, prev, skip_wall = INT64_MIN, w, cand, t, o2;
+    int64_t from = lower, off, prev, skip_wall = INT64_MIN, lw, w, cand, t, o2;
     int iter;
-    if (!tc_local_offset(lower + 1, &off)) return 0;
+    if (!tc_local_offset(from, &off)) return 0;
     /* Starting inside the second pass of a repeated hour? */
-    if (tc_local_offset(lower + 1 - 86400, &prev) && prev > off) {
-        int64_t tr = cron_first_change(lower + 1 - 86400, lower + 1, prev);
+    if (tc_local_offset(from - 86400, &prev) && prev > off) {
+        int64_t tr = cron_first_change(from - 86400, from, prev);
         if (tr) skip_wall = tr + prev;
     }
+    lw = from + off;
     for (iter = 0; iter < 400; iter++) {
-        int64_t lw = lower + off;
         if (!c->wildcard && skip_wall != INT64_MIN && lw < skip_wall - 1) lw = skip_wall - 1;
         if (!cron_naive_next(c, lw, &w)) return 0;
         cand = w - off;
-        if (!(t = cron_first_change(lower + 1, cand, off))) {
+        if (!(t = cron_first_change(from, cand, off))) {
             *out = cand;
             return 1;
         }
@@ -484,8 +488,9 @@ static int cron_local_next(const tocsin_cron *c, int64_t lower, int64_t *out) {
             /* fall back: wall times [t+o2, t+off) come a second time */
             skip_wall = t + off;
         }
-        lower = t - 1;
+        from = t;
         off = o2;
+        lw = t - 1 + o2;
     }
     return 0;
 }
@@ -498,7 +503,9 @@ int tocsin_cron_next(int64_t *out_next_ms, const tocsin_cron *cron, int64_t afte
     *out_next_ms = -1;
     if (after_ms < 0 || after_ms > CRON_MAX_AFTER_MS) return TOCSIN_INVALID;
     if (cron->every_ms) {
-        *out_next_ms = (after_ms / cron->every_ms + 1) * cron->every_ms;
+        int64_t next = (after_ms / cron->every_ms + 1) * cron->every_ms;
+        if (next > CRON_MAX_AFTER_MS) return TOCSIN_NOTFOUND;
+        *out_next_ms = next;
         return TOCSIN_OK;
     }
     lower = after_ms / 1000; /* candidates are whole seconds s with s*1000 > after_ms */

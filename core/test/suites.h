@@ -3,12 +3,16 @@
 #define TOCSIN_SUITES_H
 
 void suite_basics(void);
+void suite_cron(void);
+void suite_coord(void);
 
 static const struct {
     const char *name;
     void (*fn)(void);
 } SUITES[] = {
     {"basics", suite_basics},
+    {"cron", suite_cron},
+    {"coord", suite_coord},
 };
 
 #endif
