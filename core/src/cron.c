@@ -403,6 +403,7 @@ static int cron_naive_next(const tocsin_cron *c, int64_t lower, int64_t *out) {
         if (s > 59) { s = 0; mi++; }
         if (mi > 59) { mi = 0; h++; }
         if (h > 23) { h = 0; d++; }
+        if (m > 12) { m = 1; y++; } /* a month skip sets m = 13, d = 1 */
         if (d > cron_mdays(y, m)) { d = 1; m++; }
         if (m > 12) { m = 1; y++; }
         if (y > ylimit) return 0;

@@ -34,7 +34,7 @@ static char *q(tocsin_db *db, const char *sql) {
 static void q_is(tocsin_db *db, const char *sql, const char *want, int line) {
     char *got = q(db, sql);
     size_t n = strlen(want);
-    int ok = want[n - 1] == '*' ? strncmp(got, want, n - 1) == 0 : strcmp(got, want) == 0;
+    int ok = n && want[n - 1] == '*' ? strncmp(got, want, n - 1) == 0 : strcmp(got, want) == 0;
     if (ok) {
         t_passed++;
     } else {
