@@ -9,6 +9,14 @@
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
+static uint64_t rng_s = 0x2545f4914f6cdd1dULL;
+static uint64_t rng_next(void) {
+    rng_s ^= rng_s << 13;
+    rng_s ^= rng_s >> 7;
+    rng_s ^= rng_s << 17;
+    return rng_s;
+}
+
 /* "YYYY-MM-DDTHH:MM:SS[.mmm]Z" -> ms, through the C library (independent of cron.c). */
 static int64_t iso(const char *s) {
     struct tm tm;
@@ -227,6 +235,8 @@ static void errors(void) {
     tocsin_cron_free(NULL);
 }
 
+static void local_oracle(void);
+
 /* America/New_York: 2024-03-10 02:00 EST -> 03:00 EDT (07:00Z);
  * 2024-11-03 02:00 EDT -> 01:00 EST (06:00Z). */
 static void dst(void) {
@@ -277,6 +287,7 @@ static void dst(void) {
     /* UTC and @every ignore the zone */
     NEXT("30 2 * * *", "2024-03-10T00:00:00Z", "2024-03-10T02:30:00Z");
     NEXT_LOCAL("@every 1h", "2024-03-10T06:30:00Z", "2024-03-10T07:00:00Z");
+    local_oracle();
     /* a zone without DST reads like UTC */
     setenv("TZ", "UTC", 1);
     tzset();
@@ -288,6 +299,117 @@ static void dst(void) {
         unsetenv("TZ");
     }
     tzset();
+}
+
+/* ---- a brute-force oracle for local time --------------------------------- */
+
+typedef struct oracle_expr {
+    int minute[60], hour[24];
+    int wildcard;
+    char text[200];
+} oracle_expr;
+
+static int64_t oracle_wall(int64_t t, int *h, int *mi) {
+    time_t tt = (time_t)t;
+    struct tm tm;
+    localtime_r(&tt, &tm);
+    *h = tm.tm_hour;
+    *mi = tm.tm_min;
+    return (int64_t)tm.tm_yday * 1440 + tm.tm_hour * 60 + tm.tm_min; /* minutes into the year */
+}
+
+/* The documented policy, minute by minute: wildcard expressions fire at every
+ * instant whose wall time matches; fixed ones at the first occurrence of a
+ * matching wall time, and at the end of a gap that swallowed a match. */
+static int64_t oracle_next(const oracle_expr *e, int64_t after_s) {
+    int64_t t = (after_s / 60 + 1) * 60, end = t + 3 * 86400;
+    for (; t < end; t += 60) {
+        int h, mi, ph, pmi;
+        int64_t w = oracle_wall(t, &h, &mi), pw = oracle_wall(t - 60, &ph, &pmi);
+        int match = e->minute[mi] && e->hour[h];
+        if (e->wildcard) {
+            if (match) return t;
+            continue;
+        }
+        if (match) {
+            int rh, rmi;
+            /* a repeat: the same wall time an hour of real time earlier */
+            if (oracle_wall(t - 3600, &rh, &rmi) == w) continue;
+            return t;
+        }
+        if (w - pw > 1) { /* t ends a gap: walls (pw, w) were skipped */
+            int64_t k;
+            for (k = 1; k < w - pw; k++) {
+                int gm = (int)((pmi + k) % 60), gh = (int)((ph + (pmi + k) / 60) % 24);
+                if (e->minute[gm] && e->hour[gh]) return t;
+            }
+        }
+    }
+    return -1;
+}
+
+static void oracle_gen(oracle_expr *e) {
+    char mpart[100] = "", hpart[100] = "";
+    int i, k;
+    memset(e, 0, sizeof *e);
+    if (rng_next() % 2) {
+        k = 1 + (int)(rng_next() % 30);
+        snprintf(mpart, sizeof mpart, "*/%d", k);
+        for (i = 0; i < 60; i += k) e->minute[i] = 1;
+        e->wildcard = 1;
+    } else {
+        int n = 1 + (int)(rng_next() % 3);
+        for (i = 0; i < n; i++) {
+            int m = (int)(rng_next() % 4 == 0 ? 0 : rng_next() % 60);
+            char b[8];
+            snprintf(b, sizeof b, "%s%d", i ? "," : "", m);
+            strcat(mpart, b);
+            e->minute[m] = 1;
+        }
+    }
+    if (rng_next() % 3 == 0) {
+        strcpy(hpart, "*");
+        for (i = 0; i < 24; i++) e->hour[i] = 1;
+        e->wildcard = 1;
+    } else {
+        int n = 1 + (int)(rng_next() % 3);
+        for (i = 0; i < n; i++) {
+            int h = (int)(rng_next() % 2 ? 1 + rng_next() % 2 : rng_next() % 24); /* often 1 or 2 */
+            char b[8];
+            snprintf(b, sizeof b, "%s%d", i ? "," : "", h);
+            strcat(hpart, b);
+            e->hour[h] = 1;
+        }
+    }
+    snprintf(e->text, sizeof e->text, "%s %s * * *", mpart, hpart);
+}
+
+static void local_oracle(void) {
+    static const int64_t changes[] = {1710054000LL, 1730613600LL}; /* 2024-03-10 07:00Z, 2024-11-03 06:00Z */
+    int i, bad = 0;
+    for (i = 0; i < 300; i++) {
+        oracle_expr e;
+        tocsin_cron *c = NULL;
+        /* half within a day of the change, half within 3 hours of it */
+        int64_t span = i % 4 < 2 ? 86400 : 3 * 3600, got = -2, want;
+        int64_t after = changes[i % 2] - span + (int64_t)(rng_next() % (uint64_t)(2 * span));
+        oracle_gen(&e);
+        if (tocsin_cron_parse(&c, e.text, NULL, 0) != TOCSIN_OK) {
+            bad++;
+            fprintf(stderr, "FAIL [cron] oracle: cannot parse %s\n", e.text);
+            continue;
+        }
+        if (tocsin_cron_next(&got, c, after * 1000, 1) != TOCSIN_OK) got = -1;
+        tocsin_cron_free(c);
+        want = oracle_next(&e, after);
+        if (want < 0 || got != want * 1000) {
+            bad++;
+            if (bad < 5)
+                fprintf(stderr, "FAIL [cron] oracle: next(\"%s\", %lld s, local) = %lld, want %lld\n",
+                        e.text, (long long)after, (long long)got, (long long)want * 1000);
+        }
+    }
+    CHECK_EQ_I(bad, 0);
 }
 
 /* The fuzz corpus as a plain regression suite: every input, no crash, no hang. */
