@@ -306,7 +306,7 @@ static void dst(void) {
 typedef struct oracle_expr {
     int minute[60], hour[24];
     int wildcard;
-    char text[200];
+    char text[256];
 } oracle_expr;
 
 static int64_t oracle_wall(int64_t t, int *h, int *mi) {
@@ -349,7 +349,7 @@ static int64_t oracle_next(const oracle_expr *e, int64_t after_s) {
 }
 
 static void oracle_gen(oracle_expr *e) {
-    char mpart[100] = "", hpart[100] = "";
+    char mpart[64] = "", hpart[64] = "";
     int i, k;
     memset(e, 0, sizeof *e);
     if (rng_next() % 2) {
