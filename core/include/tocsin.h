@@ -440,7 +440,8 @@ int tocsin_cron_parse(tocsin_cron **out, const char *expr, char *err, size_t err
  * with the daylight-saving policy of docs/sql-coord.md. @every fires at the
  * multiples of its duration since the Unix epoch (in any zone).
  * TOCSIN_NOTFOUND (*out_next_ms = -1) when no fire time comes before year 10000;
- * TOCSIN_INVALID for a NULL argument or after_ms out of range. Thread-safe.
+ * TOCSIN_INVALID for a NULL argument or after_ms out of range. Thread-safe, except
+ * that local time re-reads TZ (tzset): do not change TZ while another thread calls it.
  */
 int tocsin_cron_next(int64_t *out_next_ms, const tocsin_cron *cron, int64_t after_ms,
                      int local_time);
@@ -455,7 +456,7 @@ typedef struct tocsin_schedule_opts {
     int version;            /* TOCSIN_SCHEDULE_OPTS_VERSION */
     int64_t priority;       /* of the fired jobs; default 0 */
     int max_attempts;       /* of the fired jobs; 0: TOCSIN_DEFAULT_MAX_ATTEMPTS */
-    int64_t job_expires_ms; /* fired jobs expire if unclaimed this long; 0: never */
+    int64_t job_expires_ms; /* fired jobs expire if unclaimed this long; 0: never (<= 100 years) */
     int catch_up;           /* TOCSIN_CATCHUP_ONCE (default) or TOCSIN_CATCHUP_ALL */
     int max_catch_up;       /* ALL: most jobs fired for one overdue run; 0: default 100 */
     int local_time;         /* 0: the expression is in UTC; 1: in the process's local time */

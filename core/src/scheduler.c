@@ -57,6 +57,7 @@ static const char SQL_SCHED_META[] =
 #define SCHED_TICK_BATCH 1000         /* schedules handled per statement round */
 #define SCHED_MAX_ATTEMPTS 1000000
 #define SCHED_ERR 256
+#define SCHED_MAX_EXPIRES_MS (100LL * 365 * 86400 * 1000)
 
 /* ---- rows ----------------------------------------------------------------- */
 
@@ -160,8 +161,10 @@ static int sched_check_opts(tocsin_db *db, const tocsin_schedule_opts *o) {
     if (o->max_attempts < 0 || o->max_attempts > SCHED_MAX_ATTEMPTS)
         return tc_err(db, TOCSIN_INVALID, "max_attempts must be between 1 and %d (0: default)",
                       SCHED_MAX_ATTEMPTS);
-    if (o->job_expires_ms < 0)
-        return tc_err(db, TOCSIN_INVALID, "job_expires_ms must be >= 0 (0: never)");
+    if (o->job_expires_ms < 0 || o->job_expires_ms > SCHED_MAX_EXPIRES_MS)
+        return tc_err(db, TOCSIN_INVALID,
+                      "job_expires_ms must be between 0 (never) and %lld (100 years)",
+                      (long long)SCHED_MAX_EXPIRES_MS);
     if (o->catch_up != TOCSIN_CATCHUP_ONCE && o->catch_up != TOCSIN_CATCHUP_ALL)
         return tc_err(db, TOCSIN_INVALID,
                       "catch_up must be TOCSIN_CATCHUP_ONCE (0) or TOCSIN_CATCHUP_ALL (1)");
@@ -442,8 +445,10 @@ static int sched_enqueue(tocsin_db *db, const tocsin_schedule *s, int64_t fire_a
     return rc;
 }
 
-/* Fires the due boundaries of one schedule; adds the jobs to *fired. */
-static int sched_fire(tocsin_db *db, const tocsin_schedule *s, int64_t now, int64_t *fired) {
+/* Fires the due boundaries of one schedule; adds the jobs to *fired and 1 to
+ * *advanced when its row moved on. */
+static int sched_fire(tocsin_db *db, const tocsin_schedule *s, int64_t now, int64_t *fired,
+                      int64_t *advanced) {
     tocsin_cron *c = NULL;
     char err[SCHED_ERR];
     int64_t *bounds = NULL, b = s->next_fire, next, skipped = 0, job_id = 0;
@@ -494,6 +499,7 @@ static int sched_fire(tocsin_db *db, const tocsin_schedule *s, int64_t now, int6
     sqlite3_bind_int64(st, 7, now);
     if ((rc = tc_step_done(db, st, "scheduler: advance schedule")) != TOCSIN_OK) goto done;
     if (sqlite3_changes(db->conn) == 0) goto done; /* another ticker fired it */
+    (*advanced)++;
     for (i = 0; i < nb && rc == TOCSIN_OK; i++) rc = sched_enqueue(db, s, bounds[i], &job_id);
     if (rc != TOCSIN_OK) goto done;
     *fired += (int64_t)nb;
@@ -514,7 +520,7 @@ int tocsin_scheduler_tick(tocsin_db *db, int64_t *out_fired) {
     size_t n = 0, i;
     sqlite3_stmt *st;
     tc_op op;
-    int64_t now, fired = 0;
+    int64_t now, fired = 0, advanced;
     int rc;
     TC_CHECK_DB(db);
     if (out_fired) *out_fired = 0;
@@ -529,10 +535,13 @@ int tocsin_scheduler_tick(tocsin_db *db, int64_t *out_fired) {
         sqlite3_bind_int64(st, 1, now);
         sqlite3_bind_int(st, 2, SCHED_TICK_BATCH);
         if ((rc = sched_collect(db, st, &due, &n, "scheduler: due schedules")) != TOCSIN_OK) break;
-        for (i = 0; i < n && rc == TOCSIN_OK; i++) rc = sched_fire(db, &due[i], now, &fired);
+        advanced = 0;
+        for (i = 0; i < n && rc == TOCSIN_OK; i++)
+            rc = sched_fire(db, &due[i], now, &fired, &advanced);
         tocsin_schedules_free(due, n);
         due = NULL;
-    } while (rc == TOCSIN_OK && n == SCHED_TICK_BATCH);
+        /* a full batch: more may be due (each round moves every row it read) */
+    } while (rc == TOCSIN_OK && n == SCHED_TICK_BATCH && advanced > 0);
     rc = tc_op_end(db, &op, rc);
     if (rc == TOCSIN_OK && out_fired) *out_fired = fired;
     return rc;

@@ -540,6 +540,9 @@ static void schedule_basics(void) {
         bad.max_attempts = 0;
         bad.job_expires_ms = -1;
         CHECK_EQ_I(tocsin_schedule_set(db, &next, "s", "@daily", "q", "{}", &bad), TOCSIN_INVALID);
+        bad.job_expires_ms = INT64_MAX;
+        CHECK_EQ_I(tocsin_schedule_set(db, &next, "s", "@daily", "q", "{}", &bad), TOCSIN_INVALID);
+        CHECK(strstr(tocsin_errmsg(db), "job_expires_ms") != NULL);
         bad.job_expires_ms = 0;
         bad.local_time = 2;
         CHECK_EQ_I(tocsin_schedule_set(db, &next, "s", "@daily", "q", "{}", &bad), TOCSIN_INVALID);
@@ -566,6 +569,7 @@ static void schedule_basics(void) {
         CHECK_EQ_I(t_count(db, "_tocsin_schedules"), rows);
         CHECK_EQ_I(t_count(db, "_tocsin_jobs"), jobs_n);
         CHECK_EQ_I(t_count(db, "_tocsin_locks"), 0);
+        tocsin_schedules_free(NULL, 3);
     }
     tocsin_close(db);
 }
