@@ -12,6 +12,8 @@ need_pkg sqlite3 command -v sqlite3
 need_pkg gcc command -v cc
 need_pkg g++ command -v c++
 need_pkg make command -v make
+# the cron tests run in America/New_York (DST changes)
+need_pkg tzdata test -f /usr/share/zoneinfo/America/New_York
 if [ -n "$missing" ]; then
     echo "deps: installing$missing"
     if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi

@@ -533,6 +533,211 @@ int tocsin_queue_wait(tocsin_db *db, int *out_ready, const char *const *queues, 
                       int64_t deadline_ms, tocsin_sub *sub);
 /* ==== end of wake engine ================================================= */
 
+/* ==== coordination: results, locks, rate limits, cron, scheduler ========= */
+/* (docs/sql.md describes the semantics; docs/schema.md the tables.)
+ * Every write below joins the caller's transaction like every other operation. */
+
+/* ---- results ----------------------------------------------------------- */
+/*
+ * A job's result: a JSON value or a task error (type, message), kept until
+ * its expiry. Saving again replaces the result (a retried job's last word wins).
+ * ttl_ms > 0: the result expires ttl_ms after it was saved; 0: never.
+ */
+int tocsin_result_save(tocsin_db *db, int64_t job_id, const char *value_json, int64_t ttl_ms);
+/* Records a task error as data: `type` (a name such as "ValueError", 1..255
+ * bytes, no control characters) and `message` (any text; NULL: ""). */
+int tocsin_result_save_error(tocsin_db *db, int64_t job_id, const char *type,
+                             const char *message, int64_t ttl_ms);
+
+/* A stored result. Strings are owned by the struct (tocsin_result_free). */
+typedef struct tocsin_result {
+    int64_t job_id;
+    int is_error;          /* 0: a value; 1: a task error */
+    char *value;           /* JSON text ("null" for a stored JSON null); NULL when is_error */
+    char *error_type;      /* when is_error; NULL otherwise */
+    char *error_message;   /* when is_error; NULL otherwise */
+    int64_t created_at;
+    int64_t expires_at;    /* 0: never */
+} tocsin_result;
+
+/*
+ * Reads the result of job_id (read-only, cheap: one primary-key lookup; poll
+ * it after each wake). *out_result (owned, free with tocsin_result_free) is
+ * NULL when there is no result or it has expired -- a stored JSON null is a
+ * result whose value is "null".
+ */
+int tocsin_result_get(tocsin_db *db, tocsin_result **out_result, int64_t job_id);
+void tocsin_result_free(tocsin_result *result); /* accepts NULL */
+/* Deletes the result of job_id; *out_ok is 0 if there was none. */
+int tocsin_result_delete(tocsin_db *db, int *out_ok, int64_t job_id);
+/* Deletes expired results; *out_n counts them. */
+int tocsin_result_sweep(tocsin_db *db, int64_t *out_n);
+
+/* ---- locks ------------------------------------------------------------- */
+/*
+ * Named TTL leases with fencing tokens. A lock's token grows by one with
+ * every new holder and never goes back (per name, across release and
+ * expiry): a resource that remembers the highest token it saw can refuse a
+ * holder whose lease was taken over.
+ *
+ * acquire: *out_token > 0 when `owner` now holds `name` until now + ttl_ms; 0
+ *   when another owner holds an unexpired lease (nothing written). The
+ *   current holder acquiring again extends its lease and keeps its token.
+ *   *out_until (may be NULL) is the holder's lease end (ours or theirs).
+ * renew: *out_ok is 1 when (owner, token) is the lock's current holding,
+ *   which is then extended to now + ttl_ms; 0 for a stale holder. As with job
+ *   leases, a lease that lapsed but that nobody took over can still be renewed.
+ * release: *out_ok is 1 when (owner, token) held the lock, which is now free.
+ * holder: *out_owner (owned, tocsin_free; NULL when free or expired), the
+ *   current token (0 if the lock never existed) and lease end (0 when free).
+ * ttl_ms >= 1; owner is a name (1..255 bytes, no control characters).
+ */
+int tocsin_lock_acquire(tocsin_db *db, int64_t *out_token, int64_t *out_until, const char *name,
+                        const char *owner, int64_t ttl_ms);
+int tocsin_lock_renew(tocsin_db *db, int *out_ok, const char *name, const char *owner,
+                      int64_t token, int64_t ttl_ms);
+int tocsin_lock_release(tocsin_db *db, int *out_ok, const char *name, const char *owner,
+                        int64_t token);
+int tocsin_lock_holder(tocsin_db *db, char **out_owner, int64_t *out_token,
+                       int64_t *out_until, const char *name);
+
+/* ---- rate limits ------------------------------------------------------- */
+/*
+ * Sliding-log rate limit: a call is admitted when fewer than `limit` calls
+ * of `name` were admitted in the last per_ms milliseconds, so no window of
+ * length per_ms ever holds more than `limit` admissions (no 2x burst at
+ * window edges). *out_allowed is 1 or 0; *out_retry_after_ms (may be NULL)
+ * is 0 when allowed, else how long until a call would be admitted;
+ * *out_remaining (may be NULL) counts calls still admissible right now.
+ * 1 <= limit <= 1000000, 1 <= per_ms <= 31622400000 (366 days).
+ * Use one (limit, per_ms) per name.
+ */
+int tocsin_ratelimit_try(tocsin_db *db, int *out_allowed, int64_t *out_retry_after_ms,
+                         int64_t *out_remaining, const char *name, int64_t limit, int64_t per_ms);
+/* Deletes admissions older than their window (every name); *out_n counts them. */
+int tocsin_ratelimit_sweep(tocsin_db *db, int64_t *out_n);
+/* Forgets every admission of `name` (the limit starts afresh); *out_n counts them. */
+int tocsin_ratelimit_reset(tocsin_db *db, int64_t *out_n, const char *name);
+
+/* ---- cron (pure C, no database) ---------------------------------------- */
+typedef struct tocsin_cron tocsin_cron;
+/*
+ * Parses a cron expression: 5 fields (minute hour day-of-month month
+ * day-of-week) or 6 (a leading seconds field); `*`, N, A-B, steps /S on `*`
+ * and ranges, A/S, lists, JAN..DEC and SUN..SAT (any case; 7 is Sunday),
+ * @yearly @annually @monthly @weekly @daily @midnight @hourly, and
+ * `@every <duration>` (units d h m s ms, e.g. "1h30m"). On success *out
+ * (owned, free with tocsin_cron_free) is the parsed expression. On failure
+ * (TOCSIN_INVALID, TOCSIN_NOMEM) *out is NULL and `err` (may be NULL; err_size
+ * bytes, 256 is plenty) names the bad field: "minute field: 61 is out of range 0-59".
+ */
+int tocsin_cron_parse(tocsin_cron **out, const char *expr, char *err, size_t err_size);
+/*
+ * *out_next_ms: the first fire time strictly after after_ms (0 <= after_ms
+ * <= 9999-12-31). local_time 0: UTC; 1: the process's local time zone (TZ),
+ * with the daylight-saving policy of docs/sql.md. @every fires at the
+ * multiples of its duration since the Unix epoch (in any zone).
+ * TOCSIN_NOTFOUND (*out_next_ms = -1) when no fire time comes before year 10000;
+ * TOCSIN_INVALID for a NULL argument or after_ms out of range. Thread-safe, except
+ * that local time re-reads TZ (tzset): do not change TZ while another thread calls it.
+ */
+int tocsin_cron_next(int64_t *out_next_ms, const tocsin_cron *cron, int64_t after_ms,
+                     int local_time);
+void tocsin_cron_free(tocsin_cron *cron); /* accepts NULL */
+
+/* ---- scheduler --------------------------------------------------------- */
+#define TOCSIN_CATCHUP_ONCE 0 /* one job stands for all missed boundaries */
+#define TOCSIN_CATCHUP_ALL 1  /* one job per missed boundary, up to max_catch_up */
+#define TOCSIN_DEFAULT_MAX_CATCH_UP 100
+
+typedef struct tocsin_schedule_opts {
+    int version;            /* TOCSIN_SCHEDULE_OPTS_VERSION */
+    int64_t priority;       /* of the fired jobs; default 0 */
+    int max_attempts;       /* of the fired jobs; 0: TOCSIN_DEFAULT_MAX_ATTEMPTS */
+    int64_t job_expires_ms; /* fired jobs expire if unclaimed this long; 0: never (<= 100 years) */
+    int catch_up;           /* TOCSIN_CATCHUP_ONCE (default) or TOCSIN_CATCHUP_ALL */
+    int max_catch_up;       /* ALL: most jobs fired for one overdue run; 0: default 100 */
+    int local_time;         /* 0: the expression is in UTC; 1: in the process's local time */
+    const char *meta;       /* JSON object copied into the fired jobs' meta, or NULL */
+} tocsin_schedule_opts;
+#define TOCSIN_SCHEDULE_OPTS_VERSION 1
+#define TOCSIN_SCHEDULE_OPTS_INIT {TOCSIN_SCHEDULE_OPTS_VERSION, 0, 0, 0, 0, 0, 0, NULL}
+
+/* A schedule as stored. Strings are owned by the array they came in. */
+typedef struct tocsin_schedule {
+    char *name;
+    char *cron;
+    char *queue;
+    char *payload;        /* JSON text */
+    char *meta;           /* JSON object text or NULL */
+    int64_t priority;
+    int max_attempts;
+    int64_t job_expires_ms;
+    int catch_up;         /* TOCSIN_CATCHUP_* */
+    int max_catch_up;
+    int local_time;
+    int paused;
+    int64_t next_fire;    /* the next boundary not yet fired; -1: none (never fires again) */
+    int64_t last_fire;    /* the last boundary fired; 0: none yet */
+    int64_t last_job_id;  /* 0: none yet */
+    int64_t fired_count;  /* jobs enqueued so far */
+    int64_t skipped_count; /* ALL: missed boundaries beyond max_catch_up, not fired */
+    int64_t created_at;
+    int64_t updated_at;
+} tocsin_schedule;
+void tocsin_schedules_free(tocsin_schedule *schedules, size_t n); /* accepts NULL */
+
+/*
+ * Registers (inserts or replaces) schedule `name`: every boundary of `cron`
+ * enqueues `payload` on `queue`. `opts` may be NULL. Re-registering with the
+ * same expression and zone keeps next_fire (restarts neither skip nor repeat
+ * a boundary); a new expression or zone restarts from now. The paused flag
+ * is kept. *out_next_fire (may be NULL) is the next boundary.
+ */
+int tocsin_schedule_set(tocsin_db *db, int64_t *out_next_fire, const char *name, const char *cron,
+                        const char *queue, const char *payload, const tocsin_schedule_opts *opts);
+/* Changes an existing schedule (TOCSIN_NOTFOUND if none): NULL strings keep
+ * their value, a NULL `opts` keeps every option, a given `opts` replaces them all. */
+int tocsin_schedule_update(tocsin_db *db, int64_t *out_next_fire, const char *name,
+                           const char *cron, const char *queue, const char *payload,
+                           const tocsin_schedule_opts *opts);
+/* Pause: no boundary fires. Resume: firing restarts at the first boundary
+ * after now (boundaries while paused are not fired). TOCSIN_NOTFOUND if none. */
+int tocsin_schedule_pause(tocsin_db *db, const char *name);
+int tocsin_schedule_resume(tocsin_db *db, const char *name);
+/* Deletes a schedule; *out_ok is 0 if there was none. */
+int tocsin_schedule_remove(tocsin_db *db, int *out_ok, const char *name);
+/* *out (owned, tocsin_schedules_free(s, 1)) is NULL when there is no such schedule. */
+int tocsin_schedule_get(tocsin_db *db, tocsin_schedule **out, const char *name);
+/* Every schedule by name; *out (owned, tocsin_schedules_free) holds *out_n. */
+int tocsin_schedule_list(tocsin_db *db, tocsin_schedule **out, size_t *out_n);
+
+/*
+ * Fires every due boundary (next_fire <= now) of every unpaused schedule:
+ * enqueues the jobs and advances next_fire in one write transaction, with a
+ * compare-and-set on next_fire, so tickers racing on any number of handles
+ * or processes fire each boundary exactly once. Missed boundaries follow the
+ * schedule's catch-up policy. *out_fired (may be NULL) counts jobs enqueued.
+ * Each fired job's meta carries "tocsin_schedule" (name) and
+ * "tocsin_fire_at" (the boundary, ms) besides the schedule's meta.
+ */
+int tocsin_scheduler_tick(tocsin_db *db, int64_t *out_fired);
+/* The earliest next_fire of the unpaused schedules (sleep until then); -1: none. */
+int tocsin_scheduler_next_fire(tocsin_db *db, int64_t *out_ms);
+/*
+ * The leader lease, built on the lock "tocsin.scheduler": acquires it or,
+ * when `owner` holds it, extends it to now + ttl_ms. *out_is_leader is 1 when
+ * `owner` leads. Call it every ttl_ms/3 or so; a standby calling it takes over
+ * once the leader's lease lapses. *out_token (may be NULL) is the lease's
+ * fencing token (0 when not leader).
+ */
+int tocsin_scheduler_lead(tocsin_db *db, int *out_is_leader, int64_t *out_token,
+                          const char *owner, int64_t ttl_ms);
+/* Gives the lease up if `owner` holds it (a clean shutdown); *out_ok may be NULL. */
+int tocsin_scheduler_resign(tocsin_db *db, int *out_ok, const char *owner);
+
+/* ==== end of coordination =============================================== */
+
 /* ---- SQL surface ------------------------------------------------------- */
 /* Registers the tocsin_* SQL functions (docs/sql.md) on the handle's connection. */
 int tocsin_register_sql(tocsin_db *db);

@@ -100,6 +100,9 @@ int64_t tc_system_ms(void);
 int64_t tc_monotonic_ms(void);
 void tc_sleep_ms(int ms);
 uint64_t tc_random(void);
+/* Local time (platform.c): offset east of UTC in seconds at Unix time t; 0 on failure. */
+int tc_local_offset(int64_t t, int64_t *out_offset);
+void tc_tz_reload(void);
 
 /* ---- wake engine primitives (platform.c) ---- */
 /* A pollable signal: eventfd on Linux, a non-blocking pipe elsewhere. */
@@ -162,5 +165,18 @@ char *tc_messages_json(const tocsin_message *m, size_t n, int stream);
 int tc_collect_messages(tocsin_db *db, sqlite3_stmt *st, size_t cap, tocsin_message **out,
                         size_t *out_n, const char *what);
 int tc_check_limit(tocsin_db *db, size_t limit);
+
+/* ---- coordination (result.c, lock.c, ratelimit.c, scheduler.c) ---- */
+#define TC_CHECK_DB(db)                   \
+    do {                                  \
+        if (!(db)) return TOCSIN_INVALID; \
+        tc_clear(db);                     \
+    } while (0)
+/* The lock the scheduler's leader lease uses (a reserved lock name). */
+#define TC_SCHEDULER_LOCK "tocsin.scheduler"
+/* JSON of one schedule / a list of them: owned, NULL on oom (scheduler.c). */
+char *tc_schedules_json(const tocsin_schedule *s, size_t n);
+char *tc_schedule_json(const tocsin_schedule *s);
+char *tc_result_json(const tocsin_result *r);
 
 #endif

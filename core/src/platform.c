@@ -218,3 +218,16 @@ int tc_dirwatch_read(int fd, const char *const *names, int n) {
 void tc_fd_close(int fd) {
     if (fd >= 0) close(fd);
 }
+
+/* The local UTC offset (seconds east of UTC) in effect at Unix time t, as
+ * the C library's time zone data (TZ) says. 0 when t cannot be converted. */
+int tc_local_offset(int64_t t, int64_t *out_offset) {
+    time_t tt = (time_t)t;
+    struct tm tm;
+    if ((int64_t)tt != t || !localtime_r(&tt, &tm)) return 0;
+    *out_offset = (int64_t)tm.tm_gmtoff;
+    return 1;
+}
+
+/* Re-reads TZ so that a change of the environment variable is followed. */
+void tc_tz_reload(void) { tzset(); }

@@ -9,6 +9,8 @@ void suite_stream(void);
 void suite_notify(void);
 void suite_crash(void);
 void suite_wake(void);
+void suite_cron(void);
+void suite_coord(void);
 
 static const struct {
     const char *name;
@@ -21,6 +23,8 @@ static const struct {
     {"notify", suite_notify},
     {"crash", suite_crash},
     {"wake", suite_wake},
+    {"cron", suite_cron},
+    {"coord", suite_coord},
 };
 
 #endif
