@@ -383,6 +383,22 @@ int tocsin_bootstrap(tocsin_db *db, int *out_version) {
     return rc;
 }
 
+int tc_sweep(tocsin_db *db, int64_t *out_n, const char *sql, const char *what) {
+    tc_op op;
+    sqlite3_stmt *st;
+    int rc;
+    if (!db) return TOCSIN_INVALID;
+    tc_clear(db);
+    if (!out_n) return tc_err(db, TOCSIN_INVALID, "out_n must not be NULL");
+    *out_n = 0;
+    if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
+    if (!(st = tc_stmt(db, sql))) return tc_op_end(db, &op, db->errcode);
+    sqlite3_bind_int64(st, 1, tocsin_now(db));
+    rc = tc_step_done(db, st, what);
+    if (rc == TOCSIN_OK) *out_n = sqlite3_changes(db->conn);
+    return tc_op_end(db, &op, rc);
+}
+
 /* ---- transactions -------------------------------------------------------- */
 
 int tocsin_begin(tocsin_db *db) {

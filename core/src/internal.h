@@ -87,6 +87,8 @@ int tc_op_open(tocsin_db *db, tc_op *op, int write);
  * (or the commit's failure). */
 int tc_op_end(tocsin_db *db, tc_op *op, int rc);
 int tc_ensure_schema(tocsin_db *db);
+/* Runs a DELETE binding ?1 = now in its own write op; *out_n counts the rows. */
+int tc_sweep(tocsin_db *db, int64_t *out_n, const char *sql, const char *what);
 
 /* ---- validation (db.c) ---- */
 int tc_check_name(tocsin_db *db, const char *what, const char *name);
@@ -165,6 +167,10 @@ char *tc_messages_json(const tocsin_message *m, size_t n, int stream);
 int tc_collect_messages(tocsin_db *db, sqlite3_stmt *st, size_t cap, tocsin_message **out,
                         size_t *out_n, const char *what);
 int tc_check_limit(tocsin_db *db, size_t limit);
+/* Reads messages named `name` (a `kind`: topic or channel) with SQL binding
+ * (name, after, limit); the public stream/notify readers. */
+int tc_read_messages(tocsin_db *db, tocsin_message **out, size_t *out_n, const char *kind,
+                     const char *name, const char *sql, int64_t after, size_t limit);
 
 /* ---- coordination (result.c, lock.c, ratelimit.c, scheduler.c) ---- */
 #define TC_CHECK_DB(db)                   \

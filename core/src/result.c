@@ -150,18 +150,7 @@ int tocsin_result_delete(tocsin_db *db, int *out_ok, int64_t job_id) {
 }
 
 int tocsin_result_sweep(tocsin_db *db, int64_t *out_n) {
-    tc_op op;
-    sqlite3_stmt *st;
-    int rc;
-    TC_CHECK_DB(db);
-    if (!out_n) return tc_err(db, TOCSIN_INVALID, "out_n must not be NULL");
-    *out_n = 0;
-    if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
-    if (!(st = tc_stmt(db, SQL_RESULT_SWEEP))) return tc_op_end(db, &op, db->errcode);
-    sqlite3_bind_int64(st, 1, tocsin_now(db));
-    rc = tc_step_done(db, st, "sweep results");
-    if (rc == TOCSIN_OK) *out_n = sqlite3_changes(db->conn);
-    return tc_op_end(db, &op, rc);
+    return tc_sweep(db, out_n, SQL_RESULT_SWEEP, "sweep results");
 }
 
 /* {"job_id","status","value","error":{"type","message"},"created_at","expires_at"} */
