@@ -10,10 +10,10 @@ LIBS    := -lsqlite3 -lpthread
 
 CORE_SRC := $(filter-out core/src/tocsin_all.c,$(wildcard core/src/*.c))
 CORE_HDR := core/include/tocsin.h core/src/internal.h
-TEST_SRC := $(filter-out core/test/fuzz_%.c,$(wildcard core/test/*.c))
+TEST_SRC := $(wildcard core/test/*.c)
 TEST_HDR := $(wildcard core/test/*.h)
 
-.PHONY: all lib ext test test-c test-san test-sql test-golden test-header test-readme check-version deps demo bench clean \
+.PHONY: all lib ext test test-c test-san test-sql test-golden test-header test-readme check-version deps demo bench bench-wake clean fuzz-cron \
         test-python bench-python python-venv python-dist
 
 all: lib ext
@@ -84,12 +84,30 @@ demo: deps all $(BUILD)/demo_shop
 $(BUILD)/demo_shop: demo/shop.c $(BUILD)/libtocsin.a
 	$(CC) $(ALL_CFLAGS) demo/shop.c $(BUILD)/libtocsin.a -o $@ $(LIBS)
 
-bench: deps $(BUILD)/bench_core
+bench: deps $(BUILD)/bench_core $(BUILD)/bench_wake
 	$(BUILD)/bench_core
+	$(BUILD)/bench_wake
 	$(MAKE) --no-print-directory BUILD=$(BUILD) bench-python
 
 $(BUILD)/bench_core: bench/bench_core.c $(BUILD)/libtocsin.a
 	$(CC) $(ALL_CFLAGS) -O2 bench/bench_core.c $(BUILD)/libtocsin.a -o $@ $(LIBS)
+
+# Cross-process wake latency and the watcher's idle CPU (docs/architecture.md).
+bench-wake: deps $(BUILD)/bench_wake
+	$(BUILD)/bench_wake
+
+$(BUILD)/bench_wake: bench/bench_wake.c $(BUILD)/libtocsin.a
+	$(CC) $(ALL_CFLAGS) -O2 bench/bench_wake.c $(BUILD)/libtocsin.a -o $@ $(LIBS)
+# libFuzzer on the cron parser (needs clang with -fsanitize=fuzzer; not part of `make test`,
+# whose C suite replays core/test/corpus/cron). New inputs go to $(BUILD)/fuzz-cron-corpus.
+FUZZ_SECONDS ?= 60
+fuzz-cron: | $(BUILD)
+	@command -v clang >/dev/null 2>&1 || { echo "fuzz-cron: clang is not installed (it needs -fsanitize=fuzzer)"; exit 1; }
+	clang -std=c11 -O1 -g -fsanitize=fuzzer,address,undefined -Icore/include -Icore/src \
+		core/test/fuzz_cron.c core/src/tocsin_all.c -o $(BUILD)/fuzz_cron $(LIBS)
+	mkdir -p $(BUILD)/fuzz-cron-corpus
+	TZ=America/New_York $(BUILD)/fuzz_cron -max_total_time=$(FUZZ_SECONDS) -timeout=5 \
+		$(BUILD)/fuzz-cron-corpus core/test/corpus/cron
 
 clean:
 	rm -rf $(BUILD)

@@ -174,6 +174,8 @@ static const char N_ENQ1[] = "enqueue, 1 per transaction";
 static const char N_ENQ100[] = "enqueue, 100 per tx (begin + 100 enqueue + commit)";
 static const char N_ENQMANY[] = "enqueue, 100 per tx (enqueue_many)";
 static const char N_CA1[] = "claim 1 + ack 1 (each its own tx)";
+static const char N_CA1TX[] = "claim 1 + ack 1 in one tx";
+static const char N_RAW_CD1[] = "raw: claim + DELETE in one tx";
 static const char N_CA100[] = "claim 100 + ack_batch 100 (2 tx per 100 jobs)";
 static const char N_RAW_INS[] = "raw: INSERT, 1 per autocommit tx";
 static const char N_RAW_CD[] = "raw: claim (UPDATE..RETURNING) + DELETE, 2 tx";
@@ -238,6 +240,22 @@ static double bench_claim_ack_1(void) {
     for (i = 0; i < g_ops; i++) claim_ack_one(db);
     tocsin_close(db);
     return record(N_CA1, g_ops, now_s() - t0);
+}
+
+/* Claim and ack inside one transaction: the queue's mechanics per commit. */
+static double bench_claim_ack_1_tx(void) {
+    tocsin_db *db = open_fresh("claimack1tx");
+    int i;
+    double t0 = 0;
+    fill(db, g_warm + g_ops);
+    for (i = 0; i < g_warm + g_ops; i++) {
+        if (i == g_warm) t0 = now_s();
+        T(db, tocsin_begin(db));
+        claim_ack_one(db);
+        T(db, tocsin_commit(db));
+    }
+    tocsin_close(db);
+    return record(N_CA1TX, g_ops, now_s() - t0);
 }
 
 static double bench_claim_ack_100(void) {
@@ -377,6 +395,38 @@ static void raw_claim_delete(sqlite3 *c, sqlite3_stmt *claim, sqlite3_stmt *del)
     sqlite3_reset(del);
 }
 
+/* Both statements inside one BEGIN IMMEDIATE .. COMMIT (one commit per job). */
+static double bench_raw_claim_delete_tx(void) {
+    sqlite3 *c = raw_open("raw-claim-tx", 0);
+    sqlite3_stmt *ins, *claim, *del, *begin, *commit;
+    int i;
+    double t0 = 0;
+    S(c, sqlite3_prepare_v2(c, RAW_INSERT, -1, &ins, NULL));
+    S(c, sqlite3_prepare_v2(c, RAW_CLAIM, -1, &claim, NULL));
+    S(c, sqlite3_prepare_v2(c, RAW_DELETE, -1, &del, NULL));
+    S(c, sqlite3_prepare_v2(c, "BEGIN IMMEDIATE", -1, &begin, NULL));
+    S(c, sqlite3_prepare_v2(c, "COMMIT", -1, &commit, NULL));
+    S(c, sqlite3_exec(c, "BEGIN", NULL, NULL, NULL));
+    for (i = 0; i < g_warm + g_ops; i++) raw_insert(c, ins);
+    S(c, sqlite3_exec(c, "COMMIT", NULL, NULL, NULL));
+    for (i = 0; i < g_warm + g_ops; i++) {
+        if (i == g_warm) t0 = now_s();
+        sqlite3_step(begin);
+        sqlite3_reset(begin);
+        raw_claim_delete(c, claim, del);
+        if (sqlite3_step(commit) != SQLITE_DONE) die("raw commit", sqlite3_errmsg(c));
+        sqlite3_reset(commit);
+    }
+    t0 = now_s() - t0;
+    sqlite3_finalize(ins);
+    sqlite3_finalize(claim);
+    sqlite3_finalize(del);
+    sqlite3_finalize(begin);
+    sqlite3_finalize(commit);
+    sqlite3_close(c);
+    return record(N_RAW_CD1, g_ops, t0);
+}
+
 static double raw_claim_delete_run(int lease_index) {
     sqlite3 *c = raw_open(lease_index ? "raw-claim-lease" : "raw-claim", lease_index);
     sqlite3_stmt *ins, *claim, *del;
@@ -480,6 +530,8 @@ int main(int argc, char **argv) {
         if (want("raw-claim")) bench_raw_claim_delete();
         if (want("claimack1")) bench_claim_ack_1();
         if (want("raw-claim-lease")) bench_raw_claim_delete_lease();
+        if (want("raw-claim-tx")) bench_raw_claim_delete_tx();
+        if (want("claimack1tx")) bench_claim_ack_1_tx();
         if (want("enqueue100tx")) bench_enqueue_100_tx();
         if (want("enqueuemany")) bench_enqueue_many_100();
         if (want("claimack100")) bench_claim_ack_100();
@@ -507,6 +559,9 @@ int main(int argc, char **argv) {
         printf("  claim 1 + ack 1    / raw claim + DELETE            %6.2f\n", ca1 / raw_cd);
         if (raw_cdl)
             printf("  claim 1 + ack 1    / raw claim + DELETE, lease idx %6.2f\n", ca1 / raw_cdl);
+        if (find_row(N_CA1TX) && find_row(N_RAW_CD1) && median(find_row(N_RAW_CD1)))
+            printf("  claim+ack in 1 tx  / raw claim + DELETE in 1 tx    %6.2f\n",
+                   median(find_row(N_CA1TX)) / median(find_row(N_RAW_CD1)));
         if (enq100 && enqmany && ca100)
             printf("  batched, for scale: begin+100 enqueue %.1fx, enqueue_many 100 %.1fx raw INSERT;"
                    " claim 100 + ack_batch 100 %.1fx raw claim+DELETE\n",

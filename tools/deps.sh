@@ -16,6 +16,8 @@ need_pkg make command -v make
 need_pkg python3 test -x /usr/bin/python3
 need_pkg python3-venv /usr/bin/python3 -c "import ensurepip, venv"
 need_pkg python3-dev sh -c 'test -f "$(/usr/bin/python3 -c "import sysconfig; print(sysconfig.get_paths()[\"include\"])")/Python.h"'
+# the cron tests run in America/New_York (DST changes)
+need_pkg tzdata test -f /usr/share/zoneinfo/America/New_York
 if [ -n "$missing" ]; then
     echo "deps: installing$missing"
     if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi

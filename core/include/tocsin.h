@@ -16,6 +16,8 @@
  * Thread safety: a tocsin_db handle is used by one thread at a time (the
  * caller serialises, as with a sqlite3 connection). Different handles may be
  * used from different threads at once. The free functions are thread-safe.
+ * The wake engine's handles (tocsin_sub, tocsin_listener, tocsin_stream_sub)
+ * state their own rules in their section.
  */
 #ifndef TOCSIN_H
 #define TOCSIN_H
@@ -334,6 +336,407 @@ int tocsin_notify_prune(tocsin_db *db, int64_t *out_n, int64_t max_age_ms, int64
  */
 int tocsin_notify_set_autotrim(tocsin_db *db, int64_t max_age_ms, int64_t max_keep,
                                int64_t one_in);
+
+/* ==== wake engine ======================================================== */
+/*
+ * How a process learns, within a fraction of a millisecond, that any process
+ * committed to the database (docs/architecture.md). One watcher thread per
+ * database file per process (keyed by device and inode) serves every
+ * subscription on that file: it starts with the first subscription and stops
+ * when the last one closes. It reads `PRAGMA data_version` on its own
+ * read-only connection whenever the kernel reports a write in the database's
+ * directory (Linux inotify) and on a safety poll (1 ms, backing off to 20 ms
+ * while idle when kernel events are available; see tocsin_wake_opts), and checks every ~100 ms that the path still names the same file.
+ * Commits made through tocsin in this process wake subscribers directly.
+ *
+ * A wake means "something may have changed: re-read". Wakes coalesce (many
+ * commits, one wake) and may be spurious; none is lost for a commit made
+ * after the subscription opened. Subscribe first, then read: a commit racing
+ * the first read is never missed.
+ *
+ * Every handle below exposes a pollable descriptor (readable while a wake is
+ * pending: asyncio add_reader, libuv uv_poll, select/poll/epoll), a
+ * non-blocking call that consumes it (timeout 0) and a blocking wait with a
+ * timeout that releases no lock of the caller's (bindings drop their
+ * GIL/GVL around it). Timeouts of these waits are real (monotonic) time in
+ * milliseconds: < 0 waits without bound, 0 does not block. Deadlines that
+ * carry meaning (tocsin_queue_wait) are read from the handle's clock.
+ *
+ * Subscriptions do not survive fork(): open them in the process that uses them.
+ */
+
+/* Process-wide watcher settings; they apply to watchers started afterwards. */
+/*
+ * The safety poll checks every poll_ms. With kernel events (Linux), it backs
+ * off while nothing changes, doubling up to idle_poll_ms, and returns to
+ * poll_ms at any event or commit: a commit the kernel failed to report is seen
+ * within poll_ms during activity and within idle_poll_ms after a quiet spell,
+ * and an idle watcher costs ~1/idle_poll_ms wakeups a second. Set
+ * idle_poll_ms = poll_ms for a fixed poll. Without kernel events the poll is
+ * fixed at poll_ms.
+ */
+typedef struct tocsin_wake_opts {
+    int version;          /* TOCSIN_WAKE_OPTS_VERSION */
+    int poll_ms;          /* safety poll interval, 1..1000; 0: 1 */
+    int identity_ms;      /* file identity check interval, 1..60000; 0: 100 */
+    int no_kernel_events; /* != 0: rely on the poll alone (no inotify) */
+    int idle_poll_ms;     /* idle back-off limit, 1..1000 (raised to poll_ms); 0: 20 */
+} tocsin_wake_opts;
+#define TOCSIN_WAKE_OPTS_VERSION 1
+#define TOCSIN_WAKE_OPTS_INIT {TOCSIN_WAKE_OPTS_VERSION, 0, 0, 0, 0}
+/* NULL restores the defaults. Thread-safe. TOCSIN_INVALID on bad values. */
+int tocsin_wake_configure(const tocsin_wake_opts *opts);
+
+/*
+ * ---- subscriptions: the raw wake ----
+ * A tocsin_sub holds no connection: after tocsin_sub_open it is independent
+ * of the tocsin_db it was opened from (which may be closed or used by another
+ * thread). wait/drain/close are called by one thread at a time;
+ * tocsin_sub_fd, tocsin_sub_poke and tocsin_sub_errmsg from any thread.
+ * Close it only when no thread is waiting on it (poke the waiter first).
+ */
+typedef struct tocsin_sub tocsin_sub;
+
+/* Subscribes to commits on db's file. *out is owned: tocsin_sub_close().
+ * Fails with TOCSIN_INVALID for an in-memory database. Use db from its thread. */
+int tocsin_sub_open(tocsin_sub **out, tocsin_db *db);
+/* The descriptor, readable while a wake is pending. Borrowed until close; -1 if sub is NULL. */
+int tocsin_sub_fd(tocsin_sub *sub);
+/* Consumes pending wakes without blocking: *out_woken is 1 if there was one.
+ * Returns TOCSIN_OK, or the subscription's error (TOCSIN_REPLACED: the file
+ * was replaced or deleted; sticky). */
+int tocsin_sub_drain(tocsin_sub *sub, int *out_woken);
+/* Waits up to timeout_ms for a wake and consumes it: TOCSIN_OK (woken),
+ * TOCSIN_TIMEOUT, or the subscription's error. */
+int tocsin_sub_wait(tocsin_sub *sub, int timeout_ms);
+/*
+ * Wakes the subscription as a commit would and marks it interrupted: a
+ * tocsin_sub_wait returns TOCSIN_OK; tocsin_sub_wait_until and
+ * tocsin_queue_wait on it return TOCSIN_OK with *out_done / *out_ready 0
+ * (how a binding cancels a blocked wait from another thread). Thread-safe.
+ */
+int tocsin_sub_poke(tocsin_sub *sub);
+/* The message of the subscription's error, or "" (borrowed, valid until close). */
+const char *tocsin_sub_errmsg(tocsin_sub *sub);
+/* Unsubscribes at once and releases the descriptor (and the watcher thread
+ * with the last subscription of the file). Accepts NULL. */
+int tocsin_sub_close(tocsin_sub *sub);
+
+/*
+ * "Wait until a condition holds or the timeout passes": check() is called at
+ * once and after every wake; it sets *out_done and returns TOCSIN_OK, or a
+ * code that ends the wait and is returned (TOCSIN_CALLBACK when the host's
+ * callback raised). Returns TOCSIN_OK with *out_done 1 when the condition
+ * held, TOCSIN_TIMEOUT, TOCSIN_OK with *out_done 0 after tocsin_sub_poke(),
+ * or the subscription's error. check() runs on the calling thread.
+ */
+typedef int (*tocsin_check_fn)(void *ctx, int *out_done);
+int tocsin_sub_wait_until(tocsin_sub *sub, int *out_done, tocsin_check_fn check, void *ctx,
+                          int timeout_ms);
+
+/*
+ * ---- listen: NOTIFY/LISTEN ----
+ * A listener reads through its own private read-only connection to db's
+ * file, so it is independent of db after open (db may be closed or used by
+ * other threads). One thread at a time per listener; tocsin_listen_fd and
+ * tocsin_listen_poke from any thread.
+ */
+typedef struct tocsin_listener tocsin_listener;
+
+/*
+ * Listens on `channel` from now on: notifications with an id above the
+ * current maximum (read after subscribing, so none racing the open is lost).
+ * buffer_size (1..10000) bounds what one tocsin_listen_next returns: a
+ * listener more than buffer_size notifications behind loses the oldest ones,
+ * counted by tocsin_listen_dropped (use a stream for lossless delivery).
+ * *out is owned: tocsin_listen_close(). On failure *out is NULL and db
+ * carries the message.
+ */
+int tocsin_listen_open(tocsin_listener **out, tocsin_db *db, const char *channel,
+                       size_t buffer_size);
+/* Readable while a wake is pending. Borrowed until close; -1 if l is NULL. */
+int tocsin_listen_fd(tocsin_listener *l);
+/*
+ * The notifications that arrived since the last call, oldest first, waiting
+ * up to timeout_ms for at least one. TOCSIN_OK with *out_n >= 1 (*out owned:
+ * tocsin_messages_free(*out, *out_n)); TOCSIN_TIMEOUT with *out_n 0 (also
+ * after tocsin_listen_poke); or an error (TOCSIN_REPLACED, ...): message in
+ * tocsin_listen_errmsg. timeout_ms 0 is the non-blocking drain for event loops.
+ */
+int tocsin_listen_next(tocsin_listener *l, tocsin_message **out, size_t *out_n, int timeout_ms);
+/* Notifications lost to the bounded buffer so far. */
+int64_t tocsin_listen_dropped(tocsin_listener *l);
+/* Ends a blocked tocsin_listen_next early. Thread-safe. */
+int tocsin_listen_poke(tocsin_listener *l);
+/* The message of the listener's last failure (borrowed, valid until the next call). */
+const char *tocsin_listen_errmsg(tocsin_listener *l);
+int tocsin_listen_close(tocsin_listener *l); /* accepts NULL */
+
+/*
+ * ---- stream subscriptions: replay, then live ----
+ * A stream subscription reads (and saves offsets) through its own private
+ * read-write connection, with db's clock and busy timeout; it is independent
+ * of db after open (the clock's ctx must outlive it). One thread at a time;
+ * tocsin_stream_sub_fd and tocsin_stream_sub_poke from any thread.
+ */
+typedef struct tocsin_stream_sub tocsin_stream_sub;
+typedef struct tocsin_stream_sub_opts {
+    int version;            /* TOCSIN_STREAM_SUB_OPTS_VERSION */
+    int64_t from_offset;    /* -1: after the consumer's saved offset; >= 0: after this offset */
+    size_t batch;           /* most events per tocsin_stream_sub_next, 1..10000; 0: 100 */
+    int64_t autosave_every; /* > 0: save the consumer's offset every N processed events */
+    int64_t autosave_ms;    /* > 0: ... or when this long passed since the last save */
+} tocsin_stream_sub_opts;
+#define TOCSIN_STREAM_SUB_OPTS_VERSION 1
+#define TOCSIN_STREAM_SUB_OPTS_INIT {TOCSIN_STREAM_SUB_OPTS_VERSION, -1, 0, 0, 0}
+
+/*
+ * Subscribes `consumer` (may be NULL when opts->from_offset >= 0 and nothing
+ * autosaves) to `topic`. Events handed out by one tocsin_stream_sub_next
+ * count as processed when the next call is made, or at tocsin_stream_sub_save
+ * and close: autosave stores those (at-least-once delivery). `opts` may be
+ * NULL. *out is owned: tocsin_stream_sub_close(). On failure *out is NULL
+ * and db carries the message.
+ */
+int tocsin_stream_sub_open(tocsin_stream_sub **out, tocsin_db *db, const char *topic,
+                           const char *consumer, const tocsin_stream_sub_opts *opts);
+int tocsin_stream_sub_fd(tocsin_stream_sub *s); /* -1 if s is NULL */
+/* The next events (offset order), waiting up to timeout_ms for at least one:
+ * TOCSIN_OK with *out_n >= 1 (*out owned: tocsin_messages_free), TOCSIN_TIMEOUT
+ * with *out_n 0 (also after tocsin_stream_sub_poke), or an error. */
+int tocsin_stream_sub_next(tocsin_stream_sub *s, tocsin_message **out, size_t *out_n,
+                           int timeout_ms);
+/* The offset of the last event handed out (where the subscription stands). */
+int64_t tocsin_stream_sub_position(tocsin_stream_sub *s);
+/* Saves the position as the consumer's offset now. */
+int tocsin_stream_sub_save(tocsin_stream_sub *s);
+int tocsin_stream_sub_poke(tocsin_stream_sub *s); /* thread-safe */
+const char *tocsin_stream_sub_errmsg(tocsin_stream_sub *s);
+/* Saves the position when autosave is on, then closes. Accepts NULL. Returns
+ * the save's failure, if any (the subscription is closed regardless). */
+int tocsin_stream_sub_close(tocsin_stream_sub *s);
+
+/*
+ * ---- workers: wait until claimable ----
+ * Blocks until something in these queues is claimable (*out_ready 1), the
+ * deadline passes (TOCSIN_TIMEOUT, *out_ready 0; deadline_ms is a time of the
+ * handle's clock, < 0: none) or `sub` is poked (TOCSIN_OK, *out_ready 0).
+ * Each wake runs the read-only tocsin_queue_next_deadline, never a write
+ * transaction, so idle workers woken by unrelated commits leave the write lock
+ * alone; between wakes it sleeps until the next run_at, lease expiry or job
+ * expiry (re-reading the clock at least every second). Runs on db (its thread,
+ * outside a transaction). `sub`: a subscription on the same file that another
+ * thread may poke to cancel the wait, or NULL to use one the handle keeps
+ * from its first wait until tocsin_close.
+ */
+int tocsin_queue_wait(tocsin_db *db, int *out_ready, const char *const *queues, size_t n,
+                      int64_t deadline_ms, tocsin_sub *sub);
+/* ==== end of wake engine ================================================= */
+
+/* ==== coordination: results, locks, rate limits, cron, scheduler ========= */
+/* (docs/sql.md describes the semantics; docs/schema.md the tables.)
+ * Every write below joins the caller's transaction like every other operation. */
+
+/* ---- results ----------------------------------------------------------- */
+/*
+ * A job's result: a JSON value or a task error (type, message), kept until
+ * its expiry. Saving again replaces the result (a retried job's last word wins).
+ * ttl_ms > 0: the result expires ttl_ms after it was saved; 0: never.
+ */
+int tocsin_result_save(tocsin_db *db, int64_t job_id, const char *value_json, int64_t ttl_ms);
+/* Records a task error as data: `type` (a name such as "ValueError", 1..255
+ * bytes, no control characters) and `message` (any text; NULL: ""). */
+int tocsin_result_save_error(tocsin_db *db, int64_t job_id, const char *type,
+                             const char *message, int64_t ttl_ms);
+
+/* A stored result. Strings are owned by the struct (tocsin_result_free). */
+typedef struct tocsin_result {
+    int64_t job_id;
+    int is_error;          /* 0: a value; 1: a task error */
+    char *value;           /* JSON text ("null" for a stored JSON null); NULL when is_error */
+    char *error_type;      /* when is_error; NULL otherwise */
+    char *error_message;   /* when is_error; NULL otherwise */
+    int64_t created_at;
+    int64_t expires_at;    /* 0: never */
+} tocsin_result;
+
+/*
+ * Reads the result of job_id (read-only, cheap: one primary-key lookup; poll
+ * it after each wake). *out_result (owned, free with tocsin_result_free) is
+ * NULL when there is no result or it has expired -- a stored JSON null is a
+ * result whose value is "null".
+ */
+int tocsin_result_get(tocsin_db *db, tocsin_result **out_result, int64_t job_id);
+void tocsin_result_free(tocsin_result *result); /* accepts NULL */
+/* Deletes the result of job_id; *out_ok is 0 if there was none. */
+int tocsin_result_delete(tocsin_db *db, int *out_ok, int64_t job_id);
+/* Deletes expired results; *out_n counts them. */
+int tocsin_result_sweep(tocsin_db *db, int64_t *out_n);
+
+/* ---- locks ------------------------------------------------------------- */
+/*
+ * Named TTL leases with fencing tokens. A lock's token grows by one with
+ * every new holder and never goes back (per name, across release and
+ * expiry): a resource that remembers the highest token it saw can refuse a
+ * holder whose lease was taken over.
+ *
+ * acquire: *out_token > 0 when `owner` now holds `name` until now + ttl_ms; 0
+ *   when another owner holds an unexpired lease (nothing written). The
+ *   current holder acquiring again extends its lease and keeps its token.
+ *   *out_until (may be NULL) is the holder's lease end (ours or theirs).
+ * renew: *out_ok is 1 when (owner, token) is the lock's current holding,
+ *   which is then extended to now + ttl_ms; 0 for a stale holder. As with job
+ *   leases, a lease that lapsed but that nobody took over can still be renewed.
+ * release: *out_ok is 1 when (owner, token) held the lock, which is now free.
+ * holder: *out_owner (owned, tocsin_free; NULL when free or expired), the
+ *   current token (0 if the lock never existed) and lease end (0 when free).
+ * ttl_ms >= 1; owner is a name (1..255 bytes, no control characters).
+ */
+int tocsin_lock_acquire(tocsin_db *db, int64_t *out_token, int64_t *out_until, const char *name,
+                        const char *owner, int64_t ttl_ms);
+int tocsin_lock_renew(tocsin_db *db, int *out_ok, const char *name, const char *owner,
+                      int64_t token, int64_t ttl_ms);
+int tocsin_lock_release(tocsin_db *db, int *out_ok, const char *name, const char *owner,
+                        int64_t token);
+int tocsin_lock_holder(tocsin_db *db, char **out_owner, int64_t *out_token,
+                       int64_t *out_until, const char *name);
+
+/* ---- rate limits ------------------------------------------------------- */
+/*
+ * Sliding-log rate limit: a call is admitted when fewer than `limit` calls
+ * of `name` were admitted in the last per_ms milliseconds, so no window of
+ * length per_ms ever holds more than `limit` admissions (no 2x burst at
+ * window edges). *out_allowed is 1 or 0; *out_retry_after_ms (may be NULL)
+ * is 0 when allowed, else how long until a call would be admitted;
+ * *out_remaining (may be NULL) counts calls still admissible right now.
+ * 1 <= limit <= 1000000, 1 <= per_ms <= 31622400000 (366 days).
+ * Use one (limit, per_ms) per name.
+ */
+int tocsin_ratelimit_try(tocsin_db *db, int *out_allowed, int64_t *out_retry_after_ms,
+                         int64_t *out_remaining, const char *name, int64_t limit, int64_t per_ms);
+/* Deletes admissions older than their window (every name); *out_n counts them. */
+int tocsin_ratelimit_sweep(tocsin_db *db, int64_t *out_n);
+/* Forgets every admission of `name` (the limit starts afresh); *out_n counts them. */
+int tocsin_ratelimit_reset(tocsin_db *db, int64_t *out_n, const char *name);
+
+/* ---- cron (pure C, no database) ---------------------------------------- */
+typedef struct tocsin_cron tocsin_cron;
+/*
+ * Parses a cron expression: 5 fields (minute hour day-of-month month
+ * day-of-week) or 6 (a leading seconds field); `*`, N, A-B, steps /S on `*`
+ * and ranges, A/S, lists, JAN..DEC and SUN..SAT (any case; 7 is Sunday),
+ * @yearly @annually @monthly @weekly @daily @midnight @hourly, and
+ * `@every <duration>` (units d h m s ms, e.g. "1h30m"). On success *out
+ * (owned, free with tocsin_cron_free) is the parsed expression. On failure
+ * (TOCSIN_INVALID, TOCSIN_NOMEM) *out is NULL and `err` (may be NULL; err_size
+ * bytes, 256 is plenty) names the bad field: "minute field: 61 is out of range 0-59".
+ */
+int tocsin_cron_parse(tocsin_cron **out, const char *expr, char *err, size_t err_size);
+/*
+ * *out_next_ms: the first fire time strictly after after_ms (0 <= after_ms
+ * <= 9999-12-31). local_time 0: UTC; 1: the process's local time zone (TZ),
+ * with the daylight-saving policy of docs/sql.md. @every fires at the
+ * multiples of its duration since the Unix epoch (in any zone).
+ * TOCSIN_NOTFOUND (*out_next_ms = -1) when no fire time comes before year 10000;
+ * TOCSIN_INVALID for a NULL argument or after_ms out of range. Thread-safe, except
+ * that local time re-reads TZ (tzset): do not change TZ while another thread calls it.
+ */
+int tocsin_cron_next(int64_t *out_next_ms, const tocsin_cron *cron, int64_t after_ms,
+                     int local_time);
+void tocsin_cron_free(tocsin_cron *cron); /* accepts NULL */
+
+/* ---- scheduler --------------------------------------------------------- */
+#define TOCSIN_CATCHUP_ONCE 0 /* one job stands for all missed boundaries */
+#define TOCSIN_CATCHUP_ALL 1  /* one job per missed boundary, up to max_catch_up */
+#define TOCSIN_DEFAULT_MAX_CATCH_UP 100
+
+typedef struct tocsin_schedule_opts {
+    int version;            /* TOCSIN_SCHEDULE_OPTS_VERSION */
+    int64_t priority;       /* of the fired jobs; default 0 */
+    int max_attempts;       /* of the fired jobs; 0: TOCSIN_DEFAULT_MAX_ATTEMPTS */
+    int64_t job_expires_ms; /* fired jobs expire if unclaimed this long; 0: never (<= 100 years) */
+    int catch_up;           /* TOCSIN_CATCHUP_ONCE (default) or TOCSIN_CATCHUP_ALL */
+    int max_catch_up;       /* ALL: most jobs fired for one overdue run; 0: default 100 */
+    int local_time;         /* 0: the expression is in UTC; 1: in the process's local time */
+    const char *meta;       /* JSON object copied into the fired jobs' meta, or NULL */
+} tocsin_schedule_opts;
+#define TOCSIN_SCHEDULE_OPTS_VERSION 1
+#define TOCSIN_SCHEDULE_OPTS_INIT {TOCSIN_SCHEDULE_OPTS_VERSION, 0, 0, 0, 0, 0, 0, NULL}
+
+/* A schedule as stored. Strings are owned by the array they came in. */
+typedef struct tocsin_schedule {
+    char *name;
+    char *cron;
+    char *queue;
+    char *payload;        /* JSON text */
+    char *meta;           /* JSON object text or NULL */
+    int64_t priority;
+    int max_attempts;
+    int64_t job_expires_ms;
+    int catch_up;         /* TOCSIN_CATCHUP_* */
+    int max_catch_up;
+    int local_time;
+    int paused;
+    int64_t next_fire;    /* the next boundary not yet fired; -1: none (never fires again) */
+    int64_t last_fire;    /* the last boundary fired; 0: none yet */
+    int64_t last_job_id;  /* 0: none yet */
+    int64_t fired_count;  /* jobs enqueued so far */
+    int64_t skipped_count; /* ALL: missed boundaries beyond max_catch_up, not fired */
+    int64_t created_at;
+    int64_t updated_at;
+} tocsin_schedule;
+void tocsin_schedules_free(tocsin_schedule *schedules, size_t n); /* accepts NULL */
+
+/*
+ * Registers (inserts or replaces) schedule `name`: every boundary of `cron`
+ * enqueues `payload` on `queue`. `opts` may be NULL. Re-registering with the
+ * same expression and zone keeps next_fire (restarts neither skip nor repeat
+ * a boundary); a new expression or zone restarts from now. The paused flag
+ * is kept. *out_next_fire (may be NULL) is the next boundary.
+ */
+int tocsin_schedule_set(tocsin_db *db, int64_t *out_next_fire, const char *name, const char *cron,
+                        const char *queue, const char *payload, const tocsin_schedule_opts *opts);
+/* Changes an existing schedule (TOCSIN_NOTFOUND if none): NULL strings keep
+ * their value, a NULL `opts` keeps every option, a given `opts` replaces them all. */
+int tocsin_schedule_update(tocsin_db *db, int64_t *out_next_fire, const char *name,
+                           const char *cron, const char *queue, const char *payload,
+                           const tocsin_schedule_opts *opts);
+/* Pause: no boundary fires. Resume: firing restarts at the first boundary
+ * after now (boundaries while paused are not fired). TOCSIN_NOTFOUND if none. */
+int tocsin_schedule_pause(tocsin_db *db, const char *name);
+int tocsin_schedule_resume(tocsin_db *db, const char *name);
+/* Deletes a schedule; *out_ok is 0 if there was none. */
+int tocsin_schedule_remove(tocsin_db *db, int *out_ok, const char *name);
+/* *out (owned, tocsin_schedules_free(s, 1)) is NULL when there is no such schedule. */
+int tocsin_schedule_get(tocsin_db *db, tocsin_schedule **out, const char *name);
+/* Every schedule by name; *out (owned, tocsin_schedules_free) holds *out_n. */
+int tocsin_schedule_list(tocsin_db *db, tocsin_schedule **out, size_t *out_n);
+
+/*
+ * Fires every due boundary (next_fire <= now) of every unpaused schedule:
+ * enqueues the jobs and advances next_fire in one write transaction, with a
+ * compare-and-set on next_fire, so tickers racing on any number of handles
+ * or processes fire each boundary exactly once. Missed boundaries follow the
+ * schedule's catch-up policy. *out_fired (may be NULL) counts jobs enqueued.
+ * Each fired job's meta carries "tocsin_schedule" (name) and
+ * "tocsin_fire_at" (the boundary, ms) besides the schedule's meta.
+ */
+int tocsin_scheduler_tick(tocsin_db *db, int64_t *out_fired);
+/* The earliest next_fire of the unpaused schedules (sleep until then); -1: none. */
+int tocsin_scheduler_next_fire(tocsin_db *db, int64_t *out_ms);
+/*
+ * The leader lease, built on the lock "tocsin.scheduler": acquires it or,
+ * when `owner` holds it, extends it to now + ttl_ms. *out_is_leader is 1 when
+ * `owner` leads. Call it every ttl_ms/3 or so; a standby calling it takes over
+ * once the leader's lease lapses. *out_token (may be NULL) is the lease's
+ * fencing token (0 when not leader).
+ */
+int tocsin_scheduler_lead(tocsin_db *db, int *out_is_leader, int64_t *out_token,
+                          const char *owner, int64_t ttl_ms);
+/* Gives the lease up if `owner` holds it (a clean shutdown); *out_ok may be NULL. */
+int tocsin_scheduler_resign(tocsin_db *db, int *out_ok, const char *owner);
+
+/* ==== end of coordination =============================================== */
 
 /* ---- SQL surface ------------------------------------------------------- */
 /* Registers the tocsin_* SQL functions (docs/sql.md) on the handle's connection. */

@@ -183,6 +183,7 @@ void tc_stmt_flush(tocsin_db *db) {
 
 int tocsin_close(tocsin_db *db) {
     if (!db) return TOCSIN_OK;
+    tc_wake_release(db);
     tc_stmt_flush(db);
     if (db->owns_conn && db->conn) sqlite3_close_v2(db->conn);
     sqlite3_free(db->ext_fns);
@@ -314,6 +315,7 @@ static int begin_immediate(tocsin_db *db) {
 int tc_op_begin(tocsin_db *db, tc_op *op, int write) {
     int rc;
     op->mode = 0;
+    op->write = write;
     if (write && db->read_only)
         return tc_err(db, TOCSIN_READONLY, "the database handle is read-only");
     if (!db->schema_ok && (rc = tc_ensure_schema(db)) != TOCSIN_OK) return rc;
@@ -323,6 +325,7 @@ int tc_op_begin(tocsin_db *db, tc_op *op, int write) {
 int tc_op_open(tocsin_db *db, tc_op *op, int write) {
     int rc;
     op->mode = 0;
+    op->write = write;
     if (sqlite3_get_autocommit(db->conn)) {
         if (write) {
             rc = begin_immediate(db);
@@ -345,7 +348,11 @@ int tc_op_end(tocsin_db *db, tc_op *op, int rc) {
     if (mode == 0) return rc;
     if (rc == TOCSIN_OK) {
         src = run_ctl(db, mode == 1 ? SQL_COMMIT : SQL_RELEASE);
-        if (src == SQLITE_OK) return TOCSIN_OK;
+        if (src == SQLITE_OK) {
+            /* Only a real commit is news; a released savepoint waits for tocsin_commit. */
+            if (mode == 1 && op->write) tc_wake_local(db);
+            return TOCSIN_OK;
+        }
         rc = tc_sqlerr(db, src, "commit");
     }
     /* Keep the first error's message: rolling back must not overwrite it. */
@@ -376,6 +383,22 @@ int tocsin_bootstrap(tocsin_db *db, int *out_version) {
     return rc;
 }
 
+int tc_sweep(tocsin_db *db, int64_t *out_n, const char *sql, const char *what) {
+    tc_op op;
+    sqlite3_stmt *st;
+    int rc;
+    if (!db) return TOCSIN_INVALID;
+    tc_clear(db);
+    if (!out_n) return tc_err(db, TOCSIN_INVALID, "out_n must not be NULL");
+    *out_n = 0;
+    if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
+    if (!(st = tc_stmt(db, sql))) return tc_op_end(db, &op, db->errcode);
+    sqlite3_bind_int64(st, 1, tocsin_now(db));
+    rc = tc_step_done(db, st, what);
+    if (rc == TOCSIN_OK) *out_n = sqlite3_changes(db->conn);
+    return tc_op_end(db, &op, rc);
+}
+
 /* ---- transactions -------------------------------------------------------- */
 
 int tocsin_begin(tocsin_db *db) {
@@ -389,10 +412,12 @@ int tocsin_begin(tocsin_db *db) {
 }
 
 int tocsin_commit(tocsin_db *db) {
+    int rc;
     tc_clear(db);
     if (sqlite3_get_autocommit(db->conn))
         return tc_err(db, TOCSIN_INVALID, "no transaction is open on this handle");
-    return tc_exec(db, "COMMIT", "commit");
+    if ((rc = tc_exec(db, "COMMIT", "commit")) == TOCSIN_OK) tc_wake_local(db);
+    return rc;
 }
 
 int tocsin_rollback(tocsin_db *db) {

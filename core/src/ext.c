@@ -127,14 +127,17 @@ static void result_json(fn_ctx *f, char *json) {
 
 typedef struct opt_spec {
     const char *key;
-    int kind; /* 'i' integer, 't' text, 'b' boolean, 'o' JSON object */
+    int kind; /* 'i' integer, 't' text, 'b' boolean, 'o' JSON object, 'j' any JSON value */
     int set;
     int64_t i;
     char *t; /* owned (sqlite3_free) */
 } opt_spec;
 
 static const char SQL_JSON_EACH[] =
-    "SELECT json_type(?1), key, type, atom, value FROM json_each(?1)";
+    "SELECT json_type(?1), key, type, atom, value,"
+    " CASE WHEN type IN ('object', 'array') THEN value WHEN type = 'text' THEN json_quote(value)"
+    " WHEN type IN ('true', 'false', 'null') THEN type ELSE CAST(value AS TEXT) END"
+    " FROM json_each(?1)";
 
 /* Parses an options JSON object against `specs` (terminated by key NULL).
  * Unknown keys and ill-typed values are errors naming the key. */
@@ -179,6 +182,13 @@ static int parse_opts(fn_ctx *f, const char *json, opt_spec *specs) {
                 s->i = type[0] == 't';
             else {
                 fail_msg(f, SQLITE_MISMATCH, "option \"%s\" must be true or false", key);
+                ok = 0;
+            }
+        } else if (s->kind == 'j') {
+            sqlite3_free(s->t);
+            s->t = tc_strdup((const char *)sqlite3_column_text(st, 5));
+            if (!s->t) {
+                sqlite3_result_error_nomem(f->ctx);
                 ok = 0;
             }
         } else if (s->kind == 't' || s->kind == 'o') {
@@ -587,6 +597,376 @@ static void fn_stream_trim(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     sqlite3_result_int64(ctx, n);
 }
 
+/* ---- coordination: results, locks, rate limits, cron, scheduler ------------ */
+
+static void fn_result_save(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    const char *value;
+    int64_t id, ttl;
+    int rc;
+    SETUP("tocsin_result_save");
+    if (!arg_int(f, argv, 0, "job_id", &id) || !arg_text(f, argv, 1, "value", &value) ||
+        !arg_int_opt(f, argc, argv, 2, "ttl_ms", 0, &ttl))
+        return;
+    if ((rc = tocsin_result_save(f->db, id, value, ttl)) != TOCSIN_OK) return fail(f, rc);
+    sqlite3_result_int(ctx, 1);
+}
+
+static void fn_result_save_error(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    const char *type, *message;
+    int64_t id, ttl;
+    int rc;
+    SETUP("tocsin_result_save_error");
+    if (!arg_int(f, argv, 0, "job_id", &id) || !arg_text(f, argv, 1, "type", &type) ||
+        !arg_text_opt(f, argc, argv, 2, "message", &message) ||
+        !arg_int_opt(f, argc, argv, 3, "ttl_ms", 0, &ttl))
+        return;
+    if ((rc = tocsin_result_save_error(f->db, id, type, message, ttl)) != TOCSIN_OK)
+        return fail(f, rc);
+    sqlite3_result_int(ctx, 1);
+}
+
+static void fn_result_get(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    tocsin_result *r;
+    int64_t id;
+    int rc;
+    SETUP("tocsin_result_get");
+    if (!arg_int(f, argv, 0, "job_id", &id)) return;
+    if ((rc = tocsin_result_get(f->db, &r, id)) != TOCSIN_OK) return fail(f, rc);
+    if (!r) return sqlite3_result_null(ctx);
+    result_json(f, tc_result_json(r));
+    tocsin_result_free(r);
+}
+
+static void fn_result_delete(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    int64_t id;
+    int ok, rc;
+    SETUP("tocsin_result_delete");
+    if (!arg_int(f, argv, 0, "job_id", &id)) return;
+    if ((rc = tocsin_result_delete(f->db, &ok, id)) != TOCSIN_OK) return fail(f, rc);
+    sqlite3_result_int(ctx, ok);
+}
+
+static void fn_result_sweep(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    int64_t n;
+    int rc;
+    SETUP("tocsin_result_sweep");
+    if ((rc = tocsin_result_sweep(f->db, &n)) != TOCSIN_OK) return fail(f, rc);
+    sqlite3_result_int64(ctx, n);
+}
+
+static void fn_lock_acquire(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    const char *name, *owner;
+    int64_t ttl, token;
+    int rc;
+    SETUP("tocsin_lock_acquire");
+    if (!arg_text(f, argv, 0, "name", &name) || !arg_text(f, argv, 1, "owner", &owner) ||
+        !arg_int(f, argv, 2, "ttl_ms", &ttl))
+        return;
+    if ((rc = tocsin_lock_acquire(f->db, &token, NULL, name, owner, ttl)) != TOCSIN_OK)
+        return fail(f, rc);
+    if (!token) return sqlite3_result_null(ctx);
+    sqlite3_result_int64(ctx, token);
+}
+
+static void fn_lock_renew(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    const char *name, *owner;
+    int64_t token, ttl;
+    int ok, rc;
+    SETUP("tocsin_lock_renew");
+    if (!arg_text(f, argv, 0, "name", &name) || !arg_text(f, argv, 1, "owner", &owner) ||
+        !arg_int(f, argv, 2, "token", &token) || !arg_int(f, argv, 3, "ttl_ms", &ttl))
+        return;
+    if ((rc = tocsin_lock_renew(f->db, &ok, name, owner, token, ttl)) != TOCSIN_OK)
+        return fail(f, rc);
+    sqlite3_result_int(ctx, ok);
+}
+
+static void fn_lock_release(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    const char *name, *owner;
+    int64_t token;
+    int ok, rc;
+    SETUP("tocsin_lock_release");
+    if (!arg_text(f, argv, 0, "name", &name) || !arg_text(f, argv, 1, "owner", &owner) ||
+        !arg_int(f, argv, 2, "token", &token))
+        return;
+    if ((rc = tocsin_lock_release(f->db, &ok, name, owner, token)) != TOCSIN_OK)
+        return fail(f, rc);
+    sqlite3_result_int(ctx, ok);
+}
+
+static void fn_lock_holder(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    const char *name;
+    char *owner;
+    int64_t token, until;
+    tc_buf b = {0};
+    int first = 1, rc;
+    SETUP("tocsin_lock_holder");
+    if (!arg_text(f, argv, 0, "name", &name)) return;
+    if ((rc = tocsin_lock_holder(f->db, &owner, &token, &until, name)) != TOCSIN_OK)
+        return fail(f, rc);
+    tc_buf_puts(&b, "{");
+    tc_buf_key(&b, "name", &first);
+    tc_buf_jstr(&b, name);
+    tc_buf_key(&b, "owner", &first);
+    tc_buf_jstr(&b, owner);
+    tc_buf_key(&b, "token", &first);
+    tc_buf_i64(&b, token);
+    tc_buf_key(&b, "expires_at", &first);
+    if (owner) tc_buf_i64(&b, until); else tc_buf_puts(&b, "null");
+    tc_buf_puts(&b, "}");
+    tocsin_free(owner);
+    result_json(f, tc_buf_take(&b));
+}
+
+static void fn_ratelimit_try(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    const char *name;
+    int64_t limit, per, retry, remaining;
+    int allowed, rc;
+    char buf[128];
+    SETUP("tocsin_ratelimit_try");
+    if (!arg_text(f, argv, 0, "name", &name) || !arg_int(f, argv, 1, "limit", &limit) ||
+        !arg_int(f, argv, 2, "per_ms", &per))
+        return;
+    rc = tocsin_ratelimit_try(f->db, &allowed, &retry, &remaining, name, limit, per);
+    if (rc != TOCSIN_OK) return fail(f, rc);
+    snprintf(buf, sizeof buf, "{\"allowed\":%s,\"retry_after_ms\":%lld,\"remaining\":%lld}",
+             allowed ? "true" : "false", (long long)retry, (long long)remaining);
+    result_json(f, tc_strdup(buf));
+}
+
+static void fn_ratelimit_sweep(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    int64_t n;
+    int rc;
+    SETUP("tocsin_ratelimit_sweep");
+    if ((rc = tocsin_ratelimit_sweep(f->db, &n)) != TOCSIN_OK) return fail(f, rc);
+    sqlite3_result_int64(ctx, n);
+}
+
+static void fn_ratelimit_reset(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    const char *name;
+    int64_t n;
+    int rc;
+    SETUP("tocsin_ratelimit_reset");
+    if (!arg_text(f, argv, 0, "name", &name)) return;
+    if ((rc = tocsin_ratelimit_reset(f->db, &n, name)) != TOCSIN_OK) return fail(f, rc);
+    sqlite3_result_int64(ctx, n);
+}
+
+/* 'utc' (default) or 'local' -> 0 / 1; -1 (error reported) otherwise */
+static int arg_zone(fn_ctx *f, int argc, sqlite3_value **argv, int i) {
+    const char *zone;
+    if (!arg_text_opt(f, argc, argv, i, "zone", &zone)) return -1;
+    if (!zone || sqlite3_stricmp(zone, "utc") == 0) return 0;
+    if (sqlite3_stricmp(zone, "local") == 0) return 1;
+    fail_msg(f, SQLITE_ERROR, "zone must be 'utc' or 'local', not '%s'", zone);
+    return -1;
+}
+
+static void fn_cron_next(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    const char *expr;
+    int64_t after, next;
+    tocsin_cron *c = NULL;
+    char err[256];
+    int local, rc;
+    SETUP("tocsin_cron_next");
+    if (!arg_text(f, argv, 0, "cron", &expr) || !arg_int(f, argv, 1, "after_ms", &after)) return;
+    if ((local = arg_zone(f, argc, argv, 2)) < 0) return;
+    if (after < 0 || after > 253402300799999LL)
+        return fail_msg(f, SQLITE_RANGE, "after_ms must be between 0 and 253402300799999 (year 9999)");
+    if ((rc = tocsin_cron_parse(&c, expr, err, sizeof err)) != TOCSIN_OK) {
+        if (rc == TOCSIN_NOMEM) return sqlite3_result_error_nomem(ctx);
+        return fail_msg(f, SQLITE_ERROR, "%s", err);
+    }
+    rc = tocsin_cron_next(&next, c, after, local);
+    tocsin_cron_free(c);
+    if (rc == TOCSIN_NOTFOUND) return sqlite3_result_null(ctx);
+    sqlite3_result_int64(ctx, next);
+}
+
+/* The schedule options of an options object (o: the specs below). */
+#define SCHEDULE_OPT_SPECS                                                         \
+    {"priority", 'i', 0, 0, NULL}, {"max_attempts", 'i', 0, 0, NULL},              \
+        {"job_expires_ms", 'i', 0, 0, NULL}, {"catch_up", 't', 0, 0, NULL},       \
+        {"max_catch_up", 'i', 0, 0, NULL}, {"local_time", 'b', 0, 0, NULL},       \
+        {"meta", 'o', 0, 0, NULL}
+static int schedule_opts_from(fn_ctx *f, const opt_spec *o, tocsin_schedule_opts *so) {
+    if (o[1].set && (o[1].i < 1 || o[1].i > 1000000)) {
+        fail_msg(f, SQLITE_RANGE, "option \"max_attempts\" must be between 1 and 1000000");
+        return 0;
+    }
+    if (o[4].set && (o[4].i < 1 || o[4].i > 100000)) {
+        fail_msg(f, SQLITE_RANGE, "option \"max_catch_up\" must be between 1 and 100000");
+        return 0;
+    }
+    if (o[2].set && o[2].i < 0) {
+        fail_msg(f, SQLITE_RANGE, "option \"job_expires_ms\" must be >= 0");
+        return 0;
+    }
+    if (o[3].set && strcmp(o[3].t, "once") != 0 && strcmp(o[3].t, "all") != 0) {
+        fail_msg(f, SQLITE_ERROR, "option \"catch_up\" must be \"once\" or \"all\"");
+        return 0;
+    }
+    if (o[0].set) so->priority = o[0].i;
+    if (o[1].set) so->max_attempts = (int)o[1].i;
+    if (o[2].set) so->job_expires_ms = o[2].i;
+    if (o[3].set) so->catch_up = strcmp(o[3].t, "all") == 0 ? TOCSIN_CATCHUP_ALL : TOCSIN_CATCHUP_ONCE;
+    if (o[4].set) so->max_catch_up = (int)o[4].i;
+    if (o[5].set) so->local_time = (int)o[5].i;
+    if (o[6].set) so->meta = o[6].t;
+    return 1;
+}
+
+static void result_next_fire(sqlite3_context *ctx, int64_t next) {
+    if (next < 0)
+        sqlite3_result_null(ctx);
+    else
+        sqlite3_result_int64(ctx, next);
+}
+
+static void fn_schedule_set(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    opt_spec o[] = {SCHEDULE_OPT_SPECS, {NULL, 0, 0, 0, NULL}};
+    tocsin_schedule_opts so = TOCSIN_SCHEDULE_OPTS_INIT;
+    const char *name, *cron, *queue, *payload, *opts;
+    int64_t next;
+    int rc;
+    SETUP("tocsin_schedule_set");
+    if (!arg_text(f, argv, 0, "name", &name) || !arg_text(f, argv, 1, "cron", &cron) ||
+        !arg_text(f, argv, 2, "queue", &queue) || !arg_text(f, argv, 3, "payload", &payload) ||
+        !arg_text_opt(f, argc, argv, 4, "options", &opts))
+        return;
+    if (!parse_opts(f, opts, o) || !schedule_opts_from(f, o, &so)) return free_opts(o);
+    rc = tocsin_schedule_set(f->db, &next, name, cron, queue, payload, &so);
+    free_opts(o);
+    if (rc != TOCSIN_OK) return fail(f, rc);
+    result_next_fire(ctx, next);
+}
+
+static void fn_schedule_update(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    opt_spec o[] = {SCHEDULE_OPT_SPECS, {"cron", 't', 0, 0, NULL}, {"queue", 't', 0, 0, NULL},
+                    {"payload", 'j', 0, 0, NULL}, {NULL, 0, 0, 0, NULL}};
+    tocsin_schedule_opts so = TOCSIN_SCHEDULE_OPTS_INIT;
+    tocsin_schedule *cur = NULL;
+    const char *name, *changes;
+    int64_t next;
+    int rc, any_opt = 0, i;
+    SETUP("tocsin_schedule_update");
+    if (!arg_text(f, argv, 0, "name", &name) || !arg_text(f, argv, 1, "changes", &changes)) return;
+    if (!parse_opts(f, changes, o)) return free_opts(o);
+    for (i = 0; i < 7; i++) any_opt |= o[i].set;
+    /* options not named keep their stored values */
+    if (any_opt) {
+        if ((rc = tocsin_schedule_get(f->db, &cur, name)) != TOCSIN_OK) {
+            free_opts(o);
+            return fail(f, rc);
+        }
+        if (!cur) {
+            free_opts(o);
+            return fail_msg(f, SQLITE_ERROR, "no schedule named \"%s\"", name);
+        }
+        so.priority = cur->priority;
+        so.max_attempts = cur->max_attempts;
+        so.job_expires_ms = cur->job_expires_ms;
+        so.catch_up = cur->catch_up;
+        so.max_catch_up = cur->max_catch_up;
+        so.local_time = cur->local_time;
+        so.meta = cur->meta;
+        if (!schedule_opts_from(f, o, &so)) {
+            tocsin_schedules_free(cur, 1);
+            return free_opts(o);
+        }
+    }
+    rc = tocsin_schedule_update(f->db, &next, name, o[7].t, o[8].t, o[9].t, any_opt ? &so : NULL);
+    tocsin_schedules_free(cur, cur ? 1 : 0);
+    free_opts(o);
+    if (rc != TOCSIN_OK) return fail(f, rc);
+    result_next_fire(ctx, next);
+}
+
+static void schedule_pause_or_resume(sqlite3_context *ctx, int argc, sqlite3_value **argv,
+                                     int pause) {
+    const char *name;
+    int rc;
+    SETUP(pause ? "tocsin_schedule_pause" : "tocsin_schedule_resume");
+    if (!arg_text(f, argv, 0, "name", &name)) return;
+    rc = pause ? tocsin_schedule_pause(f->db, name) : tocsin_schedule_resume(f->db, name);
+    if (rc != TOCSIN_OK) return fail(f, rc);
+    sqlite3_result_int(ctx, 1);
+}
+static void fn_schedule_pause(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    schedule_pause_or_resume(ctx, argc, argv, 1);
+}
+static void fn_schedule_resume(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    schedule_pause_or_resume(ctx, argc, argv, 0);
+}
+
+static void fn_schedule_remove(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    const char *name;
+    int ok, rc;
+    SETUP("tocsin_schedule_remove");
+    if (!arg_text(f, argv, 0, "name", &name)) return;
+    if ((rc = tocsin_schedule_remove(f->db, &ok, name)) != TOCSIN_OK) return fail(f, rc);
+    sqlite3_result_int(ctx, ok);
+}
+
+static void fn_schedule_get(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    const char *name;
+    tocsin_schedule *s;
+    int rc;
+    SETUP("tocsin_schedule_get");
+    if (!arg_text(f, argv, 0, "name", &name)) return;
+    if ((rc = tocsin_schedule_get(f->db, &s, name)) != TOCSIN_OK) return fail(f, rc);
+    if (!s) return sqlite3_result_null(ctx);
+    result_json(f, tc_schedule_json(s));
+    tocsin_schedules_free(s, 1);
+}
+
+static void fn_schedule_list(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    tocsin_schedule *s;
+    size_t n;
+    int rc;
+    SETUP("tocsin_schedule_list");
+    if ((rc = tocsin_schedule_list(f->db, &s, &n)) != TOCSIN_OK) return fail(f, rc);
+    result_json(f, tc_schedules_json(s, n));
+    tocsin_schedules_free(s, n);
+}
+
+static void fn_scheduler_tick(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    int64_t n;
+    int rc;
+    SETUP("tocsin_scheduler_tick");
+    if ((rc = tocsin_scheduler_tick(f->db, &n)) != TOCSIN_OK) return fail(f, rc);
+    sqlite3_result_int64(ctx, n);
+}
+
+static void fn_scheduler_next_fire(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    int64_t ms;
+    int rc;
+    SETUP("tocsin_scheduler_next_fire");
+    if ((rc = tocsin_scheduler_next_fire(f->db, &ms)) != TOCSIN_OK) return fail(f, rc);
+    result_next_fire(ctx, ms);
+}
+
+static void fn_scheduler_lead(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    const char *owner;
+    int64_t ttl, token;
+    int leader, rc;
+    SETUP("tocsin_scheduler_lead");
+    if (!arg_text(f, argv, 0, "owner", &owner) || !arg_int(f, argv, 1, "ttl_ms", &ttl)) return;
+    if ((rc = tocsin_scheduler_lead(f->db, &leader, &token, owner, ttl)) != TOCSIN_OK)
+        return fail(f, rc);
+    if (!leader) return sqlite3_result_null(ctx);
+    sqlite3_result_int64(ctx, token);
+}
+
+static void fn_scheduler_resign(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    const char *owner;
+    int ok, rc;
+    SETUP("tocsin_scheduler_resign");
+    if (!arg_text(f, argv, 0, "owner", &owner)) return;
+    if ((rc = tocsin_scheduler_resign(f->db, &ok, owner)) != TOCSIN_OK) return fail(f, rc);
+    sqlite3_result_int(ctx, ok);
+}
+
 /* ---- registration --------------------------------------------------------- */
 
 static const struct {
@@ -621,6 +1001,31 @@ static const struct {
     {"tocsin_stream_save_offset", 3, 3, fn_stream_save_offset},
     {"tocsin_stream_offset", 2, 2, fn_stream_offset},
     {"tocsin_stream_trim", 2, 2, fn_stream_trim},
+    /* coordination */
+    {"tocsin_result_save", 2, 3, fn_result_save},
+    {"tocsin_result_save_error", 2, 4, fn_result_save_error},
+    {"tocsin_result_get", 1, 1, fn_result_get},
+    {"tocsin_result_delete", 1, 1, fn_result_delete},
+    {"tocsin_result_sweep", 0, 0, fn_result_sweep},
+    {"tocsin_lock_acquire", 3, 3, fn_lock_acquire},
+    {"tocsin_lock_renew", 4, 4, fn_lock_renew},
+    {"tocsin_lock_release", 3, 3, fn_lock_release},
+    {"tocsin_lock_holder", 1, 1, fn_lock_holder},
+    {"tocsin_ratelimit_try", 3, 3, fn_ratelimit_try},
+    {"tocsin_ratelimit_sweep", 0, 0, fn_ratelimit_sweep},
+    {"tocsin_ratelimit_reset", 1, 1, fn_ratelimit_reset},
+    {"tocsin_cron_next", 2, 3, fn_cron_next},
+    {"tocsin_schedule_set", 4, 5, fn_schedule_set},
+    {"tocsin_schedule_update", 2, 2, fn_schedule_update},
+    {"tocsin_schedule_pause", 1, 1, fn_schedule_pause},
+    {"tocsin_schedule_resume", 1, 1, fn_schedule_resume},
+    {"tocsin_schedule_remove", 1, 1, fn_schedule_remove},
+    {"tocsin_schedule_get", 1, 1, fn_schedule_get},
+    {"tocsin_schedule_list", 0, 0, fn_schedule_list},
+    {"tocsin_scheduler_tick", 0, 0, fn_scheduler_tick},
+    {"tocsin_scheduler_next_fire", 0, 0, fn_scheduler_next_fire},
+    {"tocsin_scheduler_lead", 2, 2, fn_scheduler_lead},
+    {"tocsin_scheduler_resign", 1, 1, fn_scheduler_resign},
 };
 
 #define N_FUNCTIONS (sizeof FUNCTIONS / sizeof FUNCTIONS[0])

@@ -39,6 +39,7 @@ struct tocsin_db {
     int64_t sql_clock; /* the fixed time set by tocsin_clock() in SQL */
     int ext_refs;      /* extension: SQL functions still registered */
     void *ext_fns;     /* ext.c: what each registered SQL function carries */
+    struct tc_wake *wake; /* watcher.c: file identity and the handle's own subscription */
     int errcode;
     int sqlite_rc;
     char errmsg[512];
@@ -74,7 +75,8 @@ char *tc_col_text(sqlite3_stmt *st, int i);
 
 /* ---- operations: atomicity, lock waits, schema (db.c) ---- */
 typedef struct tc_op {
-    int mode; /* 0: nothing opened, 1: own transaction, 2: savepoint */
+    int mode;  /* 0: nothing opened, 1: own transaction, 2: savepoint */
+    int write; /* a write unit: its commit wakes local subscribers */
 } tc_op;
 /* Opens an atomic unit: BEGIN IMMEDIATE (write) / BEGIN (read) in autocommit,
  * a SAVEPOINT inside a caller's transaction. Ensures the schema first. */
@@ -85,6 +87,8 @@ int tc_op_open(tocsin_db *db, tc_op *op, int write);
  * (or the commit's failure). */
 int tc_op_end(tocsin_db *db, tc_op *op, int rc);
 int tc_ensure_schema(tocsin_db *db);
+/* Runs a DELETE binding ?1 = now in its own write op; *out_n counts the rows. */
+int tc_sweep(tocsin_db *db, int64_t *out_n, const char *sql, const char *what);
 
 /* ---- validation (db.c) ---- */
 int tc_check_name(tocsin_db *db, const char *what, const char *name);
@@ -98,6 +102,43 @@ int64_t tc_system_ms(void);
 int64_t tc_monotonic_ms(void);
 void tc_sleep_ms(int ms);
 uint64_t tc_random(void);
+/* Local time (platform.c): offset east of UTC in seconds at Unix time t; 0 on failure. */
+int tc_local_offset(int64_t t, int64_t *out_offset);
+void tc_tz_reload(void);
+
+/* ---- wake engine primitives (platform.c) ---- */
+/* A pollable signal: eventfd on Linux, a non-blocking pipe elsewhere. */
+typedef struct tc_signal {
+    int rfd, wfd;
+} tc_signal;
+int tc_signal_open(tc_signal *s); /* 0 or -1 (errno set) */
+void tc_signal_close(tc_signal *s);
+void tc_signal_raise(tc_signal *s);
+int tc_signal_drain(tc_signal *s); /* 1 if it was raised */
+int tc_poll_read(const int *fds, int *ready, int n, int64_t timeout_us);
+int64_t tc_monotonic_us(void);
+int tc_dirwatch_open(const char *dir); /* -1 where unsupported */
+int tc_dirwatch_read(int fd, const char *const *names, int n);
+void tc_fd_close(int fd);
+
+/* ---- wake engine (watcher.c) ---- */
+/* Wakes this process's subscribers of db's file after a commit made through
+ * tocsin. One atomic load when nothing in the process subscribes. */
+void tc_wake_local(tocsin_db *db);
+/* Releases what the handle holds in the wake engine (tocsin_close). */
+void tc_wake_release(tocsin_db *db);
+/* The handle's own subscription, opened at first use, closed with the handle. */
+int tc_wake_db_sub(tocsin_db *db, tocsin_sub **out);
+/*
+ * The loop under every blocking wait: drain, check, sleep until woken or
+ * *sleep_ms passes. check() sets *done, may lower *sleep_ms (< 0: no bound)
+ * and returns TOCSIN_OK, or a code that ends the wait (e.g. TOCSIN_TIMEOUT).
+ * A tocsin_sub_poke() ends the wait with TOCSIN_OK and *out_done == 0.
+ * Errors of the subscription (replaced file) are returned as their code;
+ * `db` (may be NULL) receives their message.
+ */
+typedef int (*tc_check_fn)(void *ctx, int *done, int64_t *sleep_ms);
+int tc_wait_loop(tocsin_sub *sub, tocsin_db *db, int *out_done, tc_check_fn check, void *ctx);
 
 /* ---- JSON text building (db.c) ---- */
 typedef struct tc_buf {
@@ -126,5 +167,22 @@ char *tc_messages_json(const tocsin_message *m, size_t n, int stream);
 int tc_collect_messages(tocsin_db *db, sqlite3_stmt *st, size_t cap, tocsin_message **out,
                         size_t *out_n, const char *what);
 int tc_check_limit(tocsin_db *db, size_t limit);
+/* Reads messages named `name` (a `kind`: topic or channel) with SQL binding
+ * (name, after, limit); the public stream/notify readers. */
+int tc_read_messages(tocsin_db *db, tocsin_message **out, size_t *out_n, const char *kind,
+                     const char *name, const char *sql, int64_t after, size_t limit);
+
+/* ---- coordination (result.c, lock.c, ratelimit.c, scheduler.c) ---- */
+#define TC_CHECK_DB(db)                   \
+    do {                                  \
+        if (!(db)) return TOCSIN_INVALID; \
+        tc_clear(db);                     \
+    } while (0)
+/* The lock the scheduler's leader lease uses (a reserved lock name). */
+#define TC_SCHEDULER_LOCK "tocsin.scheduler"
+/* JSON of one schedule / a list of them: owned, NULL on oom (scheduler.c). */
+char *tc_schedules_json(const tocsin_schedule *s, size_t n);
+char *tc_schedule_json(const tocsin_schedule *s);
+char *tc_result_json(const tocsin_result *r);
 
 #endif

@@ -101,26 +101,7 @@ int tocsin_notify(tocsin_db *db, int64_t *out_id, const char *channel, const cha
 
 int tocsin_notify_read(tocsin_db *db, tocsin_message **out, size_t *out_n, const char *channel,
                        int64_t after_id, size_t limit) {
-    tc_op op;
-    sqlite3_stmt *st;
-    int rc;
-    if (!db) return TOCSIN_INVALID;
-    tc_clear(db);
-    if (!out || !out_n) return tc_err(db, TOCSIN_INVALID, "out and out_n must not be NULL");
-    *out = NULL;
-    *out_n = 0;
-    if ((rc = tc_check_name(db, "channel", channel)) != TOCSIN_OK) return rc;
-    if ((rc = tc_check_limit(db, limit)) != TOCSIN_OK) return rc;
-    if ((rc = tc_op_begin(db, &op, 0)) != TOCSIN_OK) return rc;
-    if (!(st = tc_stmt(db, SQL_NOTIFY_READ))) {
-        rc = db->errcode;
-    } else {
-        sqlite3_bind_text(st, 1, channel, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 2, after_id);
-        sqlite3_bind_int64(st, 3, (sqlite3_int64)limit);
-        rc = tc_collect_messages(db, st, limit, out, out_n, "read notifications");
-    }
-    return tc_op_end(db, &op, rc);
+    return tc_read_messages(db, out, out_n, "channel", channel, SQL_NOTIFY_READ, after_id, limit);
 }
 
 int tocsin_notify_max_id(tocsin_db *db, int64_t *out_id) {

@@ -44,3 +44,190 @@ uint64_t tc_random(void) {
         return s;
     }
 }
+
+/* ---- wake engine primitives ----------------------------------------------
+ * Everything the wake engine needs from the kernel: a pollable signal, a
+ * directory change feed and a poll with a microsecond timeout. Linux uses
+ * eventfd, inotify and ppoll; elsewhere a non-blocking pipe and poll() stand
+ * in and the directory feed is absent (the safety poll alone bounds latency).
+ */
+#include <fcntl.h>
+#include <poll.h>
+#if defined(__linux__)
+#include <sys/eventfd.h>
+#include <sys/inotify.h>
+#endif
+
+int tc_signal_open(tc_signal *s) {
+#if defined(__linux__)
+    s->rfd = s->wfd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    return s->rfd < 0 ? -1 : 0;
+#else
+    int p[2], i;
+    if (pipe(p) != 0) return -1;
+    for (i = 0; i < 2; i++) {
+        fcntl(p[i], F_SETFL, fcntl(p[i], F_GETFL) | O_NONBLOCK);
+        fcntl(p[i], F_SETFD, FD_CLOEXEC);
+    }
+    s->rfd = p[0];
+    s->wfd = p[1];
+    return 0;
+#endif
+}
+
+void tc_signal_close(tc_signal *s) {
+    if (s->rfd >= 0) close(s->rfd);
+    if (s->wfd >= 0 && s->wfd != s->rfd) close(s->wfd);
+    s->rfd = s->wfd = -1;
+}
+
+/* Makes the descriptor readable. A full pipe is already readable: ignore EAGAIN. */
+void tc_signal_raise(tc_signal *s) {
+#if defined(__linux__)
+    uint64_t one = 1;
+    ssize_t r;
+    do r = write(s->wfd, &one, sizeof one);
+    while (r < 0 && errno == EINTR);
+#else
+    char c = 1;
+    ssize_t r;
+    do r = write(s->wfd, &c, 1);
+    while (r < 0 && errno == EINTR);
+#endif
+}
+
+/* Empties the descriptor without blocking; returns 1 if it was readable. */
+int tc_signal_drain(tc_signal *s) {
+#if defined(__linux__)
+    uint64_t v;
+    ssize_t r;
+    do r = read(s->rfd, &v, sizeof v);
+    while (r < 0 && errno == EINTR);
+    return r == (ssize_t)sizeof v;
+#else
+    char buf[64];
+    int got = 0;
+    for (;;) {
+        ssize_t r = read(s->rfd, buf, sizeof buf);
+        if (r > 0) {
+            got = 1;
+            continue;
+        }
+        if (r < 0 && errno == EINTR) continue;
+        return got;
+    }
+#endif
+}
+
+/*
+ * Waits until one of n descriptors is readable or timeout_us passes
+ * (< 0: forever). Sets ready[i]; returns the number readable, 0 on timeout,
+ * -1 on failure. EINTR counts as a timeout: callers loop anyway.
+ */
+int tc_poll_read(const int *fds, int *ready, int n, int64_t timeout_us) {
+    struct pollfd p[4];
+    int i, r;
+    if (n > 4) return -1;
+    for (i = 0; i < n; i++) {
+        p[i].fd = fds[i];
+        p[i].events = POLLIN;
+        p[i].revents = 0;
+        ready[i] = 0;
+    }
+#if defined(__linux__)
+    {
+        struct timespec ts, *tp = NULL;
+        if (timeout_us >= 0) {
+            ts.tv_sec = (time_t)(timeout_us / 1000000);
+            ts.tv_nsec = (long)(timeout_us % 1000000) * 1000L;
+            tp = &ts;
+        }
+        r = ppoll(p, (nfds_t)n, tp, NULL);
+    }
+#else
+    {
+        int ms = timeout_us < 0 ? -1 : (int)((timeout_us + 999) / 1000);
+        if (timeout_us > (int64_t)0x7fffffff * 1000) ms = 0x7fffffff;
+        r = poll(p, (nfds_t)n, ms);
+    }
+#endif
+    if (r < 0) return errno == EINTR ? 0 : -1;
+    for (i = 0; i < n; i++) ready[i] = (p[i].revents & (POLLIN | POLLHUP | POLLERR | POLLNVAL)) != 0;
+    return r;
+}
+
+int64_t tc_monotonic_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
+}
+
+/*
+ * A directory change feed: a descriptor that becomes readable when a file of
+ * `dir` is written, created, deleted or renamed. -1 where unsupported.
+ */
+int tc_dirwatch_open(const char *dir) {
+#if defined(__linux__)
+    int fd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+    if (fd < 0) return -1;
+    if (inotify_add_watch(fd, dir,
+                          IN_MODIFY | IN_CLOSE_WRITE | IN_CREATE | IN_DELETE | IN_MOVED_TO |
+                              IN_MOVED_FROM | IN_DELETE_SELF | IN_MOVE_SELF) < 0) {
+        close(fd);
+        return -1;
+    }
+    return fd;
+#else
+    (void)dir;
+    return -1;
+#endif
+}
+
+/*
+ * Reads every pending event of the feed; returns 1 if one named a file in
+ * names[0..n) (or the directory itself moved or the queue overflowed).
+ */
+int tc_dirwatch_read(int fd, const char *const *names, int n) {
+#if defined(__linux__)
+    struct {
+        _Alignas(struct inotify_event) char raw[4096];
+    } buf;
+    int hit = 0;
+    for (;;) {
+        ssize_t r = read(fd, buf.raw, sizeof buf.raw), off = 0;
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) return hit;
+        while (off + (ssize_t)sizeof(struct inotify_event) <= r) {
+            const struct inotify_event *e = (const struct inotify_event *)(buf.raw + off);
+            int i;
+            if (e->mask & (IN_Q_OVERFLOW | IN_DELETE_SELF | IN_MOVE_SELF)) hit = 1;
+            if (e->len)
+                for (i = 0; i < n && !hit; i++)
+                    if (strcmp(e->name, names[i]) == 0) hit = 1;
+            off += (ssize_t)sizeof(struct inotify_event) + e->len;
+        }
+    }
+#else
+    (void)fd;
+    (void)names;
+    (void)n;
+    return 0;
+#endif
+}
+
+void tc_fd_close(int fd) {
+    if (fd >= 0) close(fd);
+}
+
+/* The local UTC offset (seconds east of UTC) in effect at Unix time t, as
+ * the C library's time zone data (TZ) says. 0 when t cannot be converted. */
+int tc_local_offset(int64_t t, int64_t *out_offset) {
+    time_t tt = (time_t)t;
+    struct tm tm;
+    if ((int64_t)tt != t || !localtime_r(&tt, &tm)) return 0;
+    *out_offset = (int64_t)tm.tm_gmtoff;
+    return 1;
+}
+
+/* Re-reads TZ so that a change of the environment variable is followed. */
+void tc_tz_reload(void) { tzset(); }

@@ -95,7 +95,66 @@ static const char SCHEMA_V1[] =
     "  created_at INTEGER NOT NULL"
     ");"
     "CREATE INDEX _tocsin_notifications_channel ON _tocsin_notifications(channel, id);"
-    "CREATE INDEX _tocsin_notifications_age ON _tocsin_notifications(created_at);";
+    "CREATE INDEX _tocsin_notifications_age ON _tocsin_notifications(created_at);"
+
+    /* results: a job's value or task error (docs/schema.md) */
+    "CREATE TABLE _tocsin_results("
+    "  job_id INTEGER PRIMARY KEY,"
+    "  status TEXT NOT NULL CHECK (status IN ('ok','error')),"
+    "  value TEXT,"
+    "  error TEXT,"
+    "  created_at INTEGER NOT NULL,"
+    "  expires_at INTEGER,"
+    "  CHECK ((status = 'ok' AND value IS NOT NULL AND error IS NULL)"
+    "      OR (status = 'error' AND value IS NULL AND error IS NOT NULL))"
+    ");"
+    "CREATE INDEX _tocsin_results_expiry ON _tocsin_results(expires_at)"
+    "  WHERE expires_at IS NOT NULL;"
+
+    /* locks: one row per name, kept after release so tokens never go back */
+    "CREATE TABLE _tocsin_locks("
+    "  name TEXT PRIMARY KEY NOT NULL,"
+    "  owner TEXT,"
+    "  token INTEGER NOT NULL CHECK (token >= 1),"
+    "  acquired_at INTEGER,"
+    "  expires_at INTEGER,"
+    "  updated_at INTEGER NOT NULL,"
+    "  CHECK ((owner IS NULL) = (expires_at IS NULL))"
+    ") WITHOUT ROWID;"
+
+    /* rate limits: the sliding log of admissions */
+    "CREATE TABLE _tocsin_rate_hits("
+    "  id INTEGER PRIMARY KEY,"
+    "  name TEXT NOT NULL,"
+    "  at INTEGER NOT NULL,"
+    "  expires_at INTEGER NOT NULL"
+    ");"
+    "CREATE INDEX _tocsin_rate_hits_name ON _tocsin_rate_hits(name, at);"
+    "CREATE INDEX _tocsin_rate_hits_expiry ON _tocsin_rate_hits(expires_at);"
+
+    /* scheduler */
+    "CREATE TABLE _tocsin_schedules("
+    "  name TEXT PRIMARY KEY NOT NULL,"
+    "  cron TEXT NOT NULL,"
+    "  queue TEXT NOT NULL,"
+    "  payload TEXT NOT NULL,"
+    "  meta TEXT,"
+    "  priority INTEGER NOT NULL DEFAULT 0,"
+    "  max_attempts INTEGER NOT NULL CHECK (max_attempts >= 1),"
+    "  job_expires_ms INTEGER NOT NULL DEFAULT 0 CHECK (job_expires_ms >= 0),"
+    "  catch_up TEXT NOT NULL CHECK (catch_up IN ('once','all')),"
+    "  max_catch_up INTEGER NOT NULL CHECK (max_catch_up >= 1),"
+    "  local_time INTEGER NOT NULL DEFAULT 0 CHECK (local_time IN (0,1)),"
+    "  paused INTEGER NOT NULL DEFAULT 0 CHECK (paused IN (0,1)),"
+    "  next_fire INTEGER,"
+    "  last_fire INTEGER,"
+    "  last_job_id INTEGER,"
+    "  fired_count INTEGER NOT NULL DEFAULT 0,"
+    "  skipped_count INTEGER NOT NULL DEFAULT 0,"
+    "  created_at INTEGER NOT NULL,"
+    "  updated_at INTEGER NOT NULL"
+    ") WITHOUT ROWID;"
+    "CREATE INDEX _tocsin_schedules_due ON _tocsin_schedules(next_fire) WHERE paused = 0;";
 
 /* MIGRATIONS[v-1] brings schema v-1 to v (v0 = nothing). */
 static const char *const MIGRATIONS[] = {SCHEMA_V1};

@@ -171,8 +171,8 @@ int tocsin_stream_publish_many(tocsin_db *db, int64_t *out_offsets, const char *
     return publish(db, out_offsets, topic, payloads, keys, NULL, n);
 }
 
-int tocsin_stream_read(tocsin_db *db, tocsin_message **out, size_t *out_n, const char *topic,
-                       int64_t after, size_t limit) {
+int tc_read_messages(tocsin_db *db, tocsin_message **out, size_t *out_n, const char *kind,
+                     const char *name, const char *sql, int64_t after, size_t limit) {
     tc_op op;
     sqlite3_stmt *st;
     int rc;
@@ -181,18 +181,23 @@ int tocsin_stream_read(tocsin_db *db, tocsin_message **out, size_t *out_n, const
     if (!out || !out_n) return tc_err(db, TOCSIN_INVALID, "out and out_n must not be NULL");
     *out = NULL;
     *out_n = 0;
-    if ((rc = tc_check_name(db, "topic", topic)) != TOCSIN_OK) return rc;
+    if ((rc = tc_check_name(db, kind, name)) != TOCSIN_OK) return rc;
     if ((rc = tc_check_limit(db, limit)) != TOCSIN_OK) return rc;
     if ((rc = tc_op_begin(db, &op, 0)) != TOCSIN_OK) return rc;
-    if (!(st = tc_stmt(db, SQL_STREAM_READ))) {
+    if (!(st = tc_stmt(db, sql))) {
         rc = db->errcode;
     } else {
-        sqlite3_bind_text(st, 1, topic, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 2, after);
         sqlite3_bind_int64(st, 3, (sqlite3_int64)limit);
-        rc = tc_collect_messages(db, st, limit, out, out_n, "read stream");
+        rc = tc_collect_messages(db, st, limit, out, out_n, kind);
     }
     return tc_op_end(db, &op, rc);
+}
+
+int tocsin_stream_read(tocsin_db *db, tocsin_message **out, size_t *out_n, const char *topic,
+                       int64_t after, size_t limit) {
+    return tc_read_messages(db, out, out_n, "topic", topic, SQL_STREAM_READ, after, limit);
 }
 
 int tocsin_stream_save_offset(tocsin_db *db, int64_t *out_stored, const char *consumer,

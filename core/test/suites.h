@@ -8,6 +8,9 @@ void suite_queue(void);
 void suite_stream(void);
 void suite_notify(void);
 void suite_crash(void);
+void suite_wake(void);
+void suite_cron(void);
+void suite_coord(void);
 
 static const struct {
     const char *name;
@@ -19,6 +22,9 @@ static const struct {
     {"stream", suite_stream},
     {"notify", suite_notify},
     {"crash", suite_crash},
+    {"wake", suite_wake},
+    {"cron", suite_cron},
+    {"coord", suite_coord},
 };
 
 #endif

@@ -1,0 +1,193 @@
+/*
+ * Named locks: TTL leases with fencing tokens. Every SQL statement of locks
+ * lives here. A lock's row is kept after release (owner NULL) so that its
+ * token keeps counting up: each new holder gets token + 1, never a value an
+ * earlier holder had.
+ */
+#include "internal.h"
+
+static const char SQL_LOCK_GET[] =
+    "SELECT owner, token, expires_at FROM _tocsin_locks WHERE name = ?1";
+static const char SQL_LOCK_INSERT[] =
+    "INSERT INTO _tocsin_locks(name, owner, token, acquired_at, expires_at, updated_at)"
+    " VALUES (?1, ?2, 1, ?3, ?4, ?3)";
+static const char SQL_LOCK_TAKE[] =
+    "UPDATE _tocsin_locks SET owner = ?2, token = token + 1, acquired_at = ?3, expires_at = ?4,"
+    " updated_at = ?3 WHERE name = ?1 RETURNING token";
+static const char SQL_LOCK_EXTEND[] =
+    "UPDATE _tocsin_locks SET expires_at = ?4, updated_at = ?5"
+    " WHERE name = ?1 AND owner = ?2 AND token = ?3";
+static const char SQL_LOCK_RELEASE[] =
+    "UPDATE _tocsin_locks SET owner = NULL, expires_at = NULL, updated_at = ?4"
+    " WHERE name = ?1 AND owner = ?2 AND token = ?3";
+
+#define LOCK_MAX_TTL_MS (366LL * 86400 * 1000)
+
+static int lock_check(tocsin_db *db, const char *name, const char *owner, int64_t ttl_ms,
+                      int check_ttl) {
+    int rc;
+    if ((rc = tc_check_name(db, "lock name", name)) != TOCSIN_OK) return rc;
+    if ((rc = tc_check_name(db, "owner", owner)) != TOCSIN_OK) return rc;
+    if (check_ttl && (ttl_ms < 1 || ttl_ms > LOCK_MAX_TTL_MS))
+        return tc_err(db, TOCSIN_INVALID, "ttl_ms must be between 1 and %lld (366 days)",
+                      (long long)LOCK_MAX_TTL_MS);
+    return TOCSIN_OK;
+}
+
+/* Reads a lock's row: *found 0 when the lock never existed. */
+static int lock_read(tocsin_db *db, const char *name, int *found, char **owner, int64_t *token,
+                     int64_t *until) {
+    sqlite3_stmt *st = tc_stmt(db, SQL_LOCK_GET);
+    int rc;
+    *found = 0;
+    *owner = NULL;
+    *token = *until = 0;
+    if (!st) return db->errcode;
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_ROW) {
+        *found = 1;
+        *token = sqlite3_column_int64(st, 1);
+        *until = sqlite3_column_int64(st, 2);
+        if (sqlite3_column_type(st, 0) != SQLITE_NULL && !(*owner = tc_col_text(st, 0))) {
+            sqlite3_reset(st);
+            return tc_err(db, TOCSIN_NOMEM, "read lock: out of memory");
+        }
+    } else if (rc != SQLITE_DONE) {
+        rc = tc_sqlerr(db, rc, "read lock");
+        sqlite3_reset(st);
+        return rc;
+    }
+    sqlite3_reset(st);
+    return TOCSIN_OK;
+}
+
+int tocsin_lock_acquire(tocsin_db *db, int64_t *out_token, int64_t *out_until, const char *name,
+                        const char *owner, int64_t ttl_ms) {
+    tc_op op;
+    sqlite3_stmt *st;
+    char *cur = NULL;
+    int64_t now, token, until, new_until;
+    int found, rc;
+    TC_CHECK_DB(db);
+    if (!out_token) return tc_err(db, TOCSIN_INVALID, "out_token must not be NULL");
+    *out_token = 0;
+    if (out_until) *out_until = 0;
+    if ((rc = lock_check(db, name, owner, ttl_ms, 1)) != TOCSIN_OK) return rc;
+    if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
+    now = tocsin_now(db);
+    new_until = now + ttl_ms;
+    if ((rc = lock_read(db, name, &found, &cur, &token, &until)) != TOCSIN_OK) goto done;
+    if (!found) {
+        if (!(st = tc_stmt(db, SQL_LOCK_INSERT))) { rc = db->errcode; goto done; }
+        sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, owner, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, now);
+        sqlite3_bind_int64(st, 4, new_until);
+        if ((rc = tc_step_done(db, st, "acquire lock")) != TOCSIN_OK) goto done;
+        *out_token = 1;
+        if (out_until) *out_until = new_until;
+    } else if (cur && until > now) {
+        if (strcmp(cur, owner) == 0) {
+            /* the holder again: extend, same token */
+            if (!(st = tc_stmt(db, SQL_LOCK_EXTEND))) { rc = db->errcode; goto done; }
+            sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+            sqlite3_bind_text(st, 2, owner, -1, SQLITE_STATIC);
+            sqlite3_bind_int64(st, 3, token);
+            sqlite3_bind_int64(st, 4, new_until > until ? new_until : until);
+            sqlite3_bind_int64(st, 5, now);
+            if ((rc = tc_step_done(db, st, "acquire lock")) != TOCSIN_OK) goto done;
+            *out_token = token;
+            if (out_until) *out_until = new_until > until ? new_until : until;
+        } else if (out_until) {
+            *out_until = until; /* someone else holds it */
+        }
+    } else {
+        /* free, released or lapsed: a new holder, a new token */
+        if (!(st = tc_stmt(db, SQL_LOCK_TAKE))) { rc = db->errcode; goto done; }
+        sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+        sqlite3_bind_text(st, 2, owner, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 3, now);
+        sqlite3_bind_int64(st, 4, new_until);
+        rc = sqlite3_step(st);
+        if (rc == SQLITE_ROW) token = sqlite3_column_int64(st, 0);
+        rc = rc == SQLITE_ROW ? tc_step_done(db, st, "acquire lock") : tc_sqlerr(db, rc, "acquire lock");
+        sqlite3_reset(st);
+        if (rc != TOCSIN_OK) goto done;
+        *out_token = token;
+        if (out_until) *out_until = new_until;
+    }
+done:
+    sqlite3_free(cur);
+    if (rc != TOCSIN_OK) {
+        *out_token = 0;
+        if (out_until) *out_until = 0;
+    }
+    return tc_op_end(db, &op, rc);
+}
+
+/* renew (extend 1) or release (extend 0) of the holding (owner, token) */
+static int lock_holder_op(tocsin_db *db, int *out_ok, const char *name, const char *owner,
+                          int64_t token, int64_t ttl_ms, int extend) {
+    tc_op op;
+    sqlite3_stmt *st;
+    int64_t now;
+    int rc;
+    TC_CHECK_DB(db);
+    if (!out_ok) return tc_err(db, TOCSIN_INVALID, "out_ok must not be NULL");
+    *out_ok = 0;
+    if ((rc = lock_check(db, name, owner, ttl_ms, extend)) != TOCSIN_OK) return rc;
+    if (token < 1) return tc_err(db, TOCSIN_INVALID, "token must be >= 1");
+    if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
+    now = tocsin_now(db);
+    if (!(st = tc_stmt(db, extend ? SQL_LOCK_EXTEND : SQL_LOCK_RELEASE)))
+        return tc_op_end(db, &op, db->errcode);
+    sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, owner, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, token);
+    if (extend) {
+        sqlite3_bind_int64(st, 4, now + ttl_ms);
+        sqlite3_bind_int64(st, 5, now);
+    } else {
+        sqlite3_bind_int64(st, 4, now);
+    }
+    rc = tc_step_done(db, st, extend ? "renew lock" : "release lock");
+    if (rc == TOCSIN_OK) *out_ok = sqlite3_changes(db->conn) > 0;
+    return tc_op_end(db, &op, rc);
+}
+
+int tocsin_lock_renew(tocsin_db *db, int *out_ok, const char *name, const char *owner,
+                      int64_t token, int64_t ttl_ms) {
+    return lock_holder_op(db, out_ok, name, owner, token, ttl_ms, 1);
+}
+
+int tocsin_lock_release(tocsin_db *db, int *out_ok, const char *name, const char *owner,
+                        int64_t token) {
+    return lock_holder_op(db, out_ok, name, owner, token, 0, 0);
+}
+
+int tocsin_lock_holder(tocsin_db *db, char **out_owner, int64_t *out_token, int64_t *out_until,
+                       const char *name) {
+    tc_op op;
+    char *cur = NULL;
+    int64_t token, until;
+    int found, rc;
+    TC_CHECK_DB(db);
+    if (!out_owner || !out_token || !out_until)
+        return tc_err(db, TOCSIN_INVALID, "out_owner, out_token and out_until must not be NULL");
+    *out_owner = NULL;
+    *out_token = *out_until = 0;
+    if ((rc = tc_check_name(db, "lock name", name)) != TOCSIN_OK) return rc;
+    if ((rc = tc_op_begin(db, &op, 0)) != TOCSIN_OK) return rc;
+    rc = lock_read(db, name, &found, &cur, &token, &until);
+    if (rc == TOCSIN_OK) {
+        *out_token = token;
+        if (cur && until > tocsin_now(db)) {
+            *out_owner = cur;
+            *out_until = until;
+            cur = NULL;
+        }
+    }
+    sqlite3_free(cur);
+    return tc_op_end(db, &op, rc);
+}

@@ -1,0 +1,188 @@
+/*
+ * Results: a job's JSON value or its task error, with an optional expiry.
+ * Every SQL statement of results lives here. A row holds either a value
+ * (status 'ok', value = JSON text, a JSON null being the text "null") or an
+ * error (status 'error', error = {"type":..,"message":..}). A missing row and
+ * an expired row both read as "no result".
+ */
+#include "internal.h"
+
+static const char SQL_RESULT_SAVE[] =
+    "INSERT INTO _tocsin_results(job_id, status, value, error, created_at, expires_at)"
+    " VALUES (?1, 'ok', ?2, NULL, ?3, ?4)"
+    " ON CONFLICT(job_id) DO UPDATE SET status = 'ok', value = excluded.value, error = NULL,"
+    " created_at = excluded.created_at, expires_at = excluded.expires_at";
+static const char SQL_RESULT_SAVE_ERROR[] =
+    "INSERT INTO _tocsin_results(job_id, status, value, error, created_at, expires_at)"
+    " VALUES (?1, 'error', NULL, json_object('type', ?2, 'message', ?3), ?4, ?5)"
+    " ON CONFLICT(job_id) DO UPDATE SET status = 'error', value = NULL, error = excluded.error,"
+    " created_at = excluded.created_at, expires_at = excluded.expires_at";
+static const char SQL_RESULT_GET[] =
+    "SELECT status, value, json_extract(error, '$.type'), json_extract(error, '$.message'),"
+    " created_at, expires_at FROM _tocsin_results"
+    " WHERE job_id = ?1 AND (expires_at IS NULL OR expires_at > ?2)";
+static const char SQL_RESULT_DELETE[] = "DELETE FROM _tocsin_results WHERE job_id = ?1";
+static const char SQL_RESULT_SWEEP[] =
+    "DELETE FROM _tocsin_results WHERE expires_at IS NOT NULL AND expires_at <= ?1";
+
+static int result_check(tocsin_db *db, int64_t job_id, int64_t ttl_ms) {
+    if (job_id < 1) return tc_err(db, TOCSIN_INVALID, "job_id must be >= 1");
+    if (ttl_ms < 0) return tc_err(db, TOCSIN_INVALID, "ttl_ms must be >= 0 (0: never expires)");
+    return TOCSIN_OK;
+}
+
+static void result_bind_expiry(sqlite3_stmt *st, int i, int64_t now, int64_t ttl_ms) {
+    if (ttl_ms > 0)
+        sqlite3_bind_int64(st, i, ttl_ms > INT64_MAX - now ? INT64_MAX : now + ttl_ms);
+    else
+        sqlite3_bind_null(st, i);
+}
+
+int tocsin_result_save(tocsin_db *db, int64_t job_id, const char *value_json, int64_t ttl_ms) {
+    tc_op op;
+    sqlite3_stmt *st;
+    int64_t now;
+    int rc;
+    TC_CHECK_DB(db);
+    if ((rc = result_check(db, job_id, ttl_ms)) != TOCSIN_OK) return rc;
+    if ((rc = tc_check_payload(db, "value", value_json)) != TOCSIN_OK) return rc;
+    if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
+    now = tocsin_now(db);
+    if (!(st = tc_stmt(db, SQL_RESULT_SAVE))) return tc_op_end(db, &op, db->errcode);
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_text(st, 2, value_json, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, now);
+    result_bind_expiry(st, 4, now, ttl_ms);
+    rc = tc_step_done(db, st, "save result");
+    return tc_op_end(db, &op, rc);
+}
+
+int tocsin_result_save_error(tocsin_db *db, int64_t job_id, const char *type,
+                             const char *message, int64_t ttl_ms) {
+    tc_op op;
+    sqlite3_stmt *st;
+    int64_t now;
+    int rc;
+    TC_CHECK_DB(db);
+    if ((rc = result_check(db, job_id, ttl_ms)) != TOCSIN_OK) return rc;
+    if ((rc = tc_check_name(db, "error type", type)) != TOCSIN_OK) return rc;
+    if (message && (int64_t)strlen(message) > db->max_payload)
+        return tc_err(db, TOCSIN_TOOBIG, "error message is %zu bytes; the limit is %lld bytes",
+                      strlen(message), (long long)db->max_payload);
+    if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
+    now = tocsin_now(db);
+    if (!(st = tc_stmt(db, SQL_RESULT_SAVE_ERROR))) return tc_op_end(db, &op, db->errcode);
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_text(st, 2, type, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 3, message ? message : "", -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 4, now);
+    result_bind_expiry(st, 5, now, ttl_ms);
+    rc = tc_step_done(db, st, "save error result");
+    return tc_op_end(db, &op, rc);
+}
+
+void tocsin_result_free(tocsin_result *r) {
+    if (!r) return;
+    sqlite3_free(r->value);
+    sqlite3_free(r->error_type);
+    sqlite3_free(r->error_message);
+    sqlite3_free(r);
+}
+
+int tocsin_result_get(tocsin_db *db, tocsin_result **out_result, int64_t job_id) {
+    tc_op op;
+    sqlite3_stmt *st;
+    tocsin_result *r;
+    int rc;
+    TC_CHECK_DB(db);
+    if (!out_result) return tc_err(db, TOCSIN_INVALID, "out_result must not be NULL");
+    *out_result = NULL;
+    if (job_id < 1) return tc_err(db, TOCSIN_INVALID, "job_id must be >= 1");
+    if ((rc = tc_op_begin(db, &op, 0)) != TOCSIN_OK) return rc;
+    if (!(st = tc_stmt(db, SQL_RESULT_GET))) return tc_op_end(db, &op, db->errcode);
+    sqlite3_bind_int64(st, 1, job_id);
+    sqlite3_bind_int64(st, 2, tocsin_now(db));
+    rc = sqlite3_step(st);
+    if (rc == SQLITE_DONE) {
+        sqlite3_reset(st);
+        return tc_op_end(db, &op, TOCSIN_OK);
+    }
+    if (rc != SQLITE_ROW) {
+        rc = tc_sqlerr(db, rc, "get result");
+        sqlite3_reset(st);
+        return tc_op_end(db, &op, rc);
+    }
+    if (!(r = sqlite3_malloc(sizeof *r))) {
+        sqlite3_reset(st);
+        return tc_op_end(db, &op, tc_err(db, TOCSIN_NOMEM, "get result: out of memory"));
+    }
+    memset(r, 0, sizeof *r);
+    r->job_id = job_id;
+    r->is_error = strcmp((const char *)sqlite3_column_text(st, 0), "error") == 0;
+    r->value = tc_col_text(st, 1);
+    r->error_type = tc_col_text(st, 2);
+    r->error_message = tc_col_text(st, 3);
+    r->created_at = sqlite3_column_int64(st, 4);
+    r->expires_at = sqlite3_column_int64(st, 5);
+    sqlite3_reset(st);
+    if (r->is_error ? !r->error_type || !r->error_message : !r->value) {
+        tocsin_result_free(r);
+        return tc_op_end(db, &op, tc_err(db, TOCSIN_NOMEM, "get result: out of memory"));
+    }
+    *out_result = r;
+    return tc_op_end(db, &op, TOCSIN_OK);
+}
+
+int tocsin_result_delete(tocsin_db *db, int *out_ok, int64_t job_id) {
+    tc_op op;
+    sqlite3_stmt *st;
+    int rc;
+    TC_CHECK_DB(db);
+    if (!out_ok) return tc_err(db, TOCSIN_INVALID, "out_ok must not be NULL");
+    *out_ok = 0;
+    if (job_id < 1) return tc_err(db, TOCSIN_INVALID, "job_id must be >= 1");
+    if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
+    if (!(st = tc_stmt(db, SQL_RESULT_DELETE))) return tc_op_end(db, &op, db->errcode);
+    sqlite3_bind_int64(st, 1, job_id);
+    rc = tc_step_done(db, st, "delete result");
+    if (rc == TOCSIN_OK) *out_ok = sqlite3_changes(db->conn) > 0;
+    return tc_op_end(db, &op, rc);
+}
+
+int tocsin_result_sweep(tocsin_db *db, int64_t *out_n) {
+    return tc_sweep(db, out_n, SQL_RESULT_SWEEP, "sweep results");
+}
+
+/* {"job_id","status","value","error":{"type","message"},"created_at","expires_at"} */
+char *tc_result_json(const tocsin_result *r) {
+    tc_buf b = {0};
+    int first = 1;
+    tc_buf_puts(&b, "{");
+    tc_buf_key(&b, "job_id", &first);
+    tc_buf_i64(&b, r->job_id);
+    tc_buf_key(&b, "status", &first);
+    tc_buf_jstr(&b, r->is_error ? "error" : "ok");
+    tc_buf_key(&b, "value", &first);
+    tc_buf_jraw(&b, r->is_error ? NULL : r->value);
+    tc_buf_key(&b, "error", &first);
+    if (r->is_error) {
+        int f2 = 1;
+        tc_buf_puts(&b, "{");
+        tc_buf_key(&b, "type", &f2);
+        tc_buf_jstr(&b, r->error_type);
+        tc_buf_key(&b, "message", &f2);
+        tc_buf_jstr(&b, r->error_message);
+        tc_buf_puts(&b, "}");
+    } else {
+        tc_buf_puts(&b, "null");
+    }
+    tc_buf_key(&b, "created_at", &first);
+    tc_buf_i64(&b, r->created_at);
+    tc_buf_key(&b, "expires_at", &first);
+    if (r->expires_at)
+        tc_buf_i64(&b, r->expires_at);
+    else
+        tc_buf_puts(&b, "null");
+    tc_buf_puts(&b, "}");
+    return tc_buf_take(&b);
+}

@@ -1,0 +1,990 @@
+/*
+ * The wake engine (docs/architecture.md, "The wake path").
+ *
+ * One watcher per database file per process, keyed by (device, inode) in a
+ * registry guarded by one mutex. A watcher owns a thread and a read-only
+ * SQLite connection on which it runs `PRAGMA data_version` (a cached
+ * statement): whenever the kernel reports a write to the database, its -wal
+ * or -journal (platform.c: inotify on Linux), and at least every poll
+ * interval. When the value moves, every subscription of the file is woken
+ * through its own pollable descriptor. About every 100 ms the watcher stats
+ * the path: if it now names another file, every subscription gets
+ * TOCSIN_REPLACED.
+ *
+ * The engine never open()s or close()s the database files itself: closing
+ * any descriptor of a file drops every POSIX lock the process holds on it,
+ * including SQLite's. Its connection is an ordinary SQLite connection, and
+ * SQLite's unix VFS shares descriptors and lock state across connections of
+ * one process, so it is safe.
+ *
+ * Lock order: wk_lock is the only mutex; nothing else is taken under it
+ * except the watcher's own SQLite connection while a watcher starts.
+ */
+#include "internal.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#define WK_BURST_US 50        /* recheck spacing after a kernel event that showed no commit yet */
+#define WK_BURST_CHECKS 20    /* how many such rechecks (1 ms in all) */
+#define WK_MAX_SLEEP_MS 1000  /* waits re-read the clock at least this often */
+#define WK_ERROR_LIMIT 200    /* consecutive failed checks before subscribers hear of it */
+#define WK_MAX_BUFFER 10000
+
+struct tocsin_sub {
+    struct tc_watcher *w;
+    struct tocsin_sub *prev, *next; /* in w->subs, under wk_lock */
+    tc_signal sig;
+    atomic_int pending; /* a raise is outstanding: later wakes coalesce into it */
+    atomic_int poked;
+    atomic_int err;     /* sticky error code; errmsg is written before it */
+    pid_t pid;
+    char errmsg[300];
+};
+
+typedef struct tc_watcher {
+    struct tc_watcher *next; /* registry, under wk_lock */
+    uint64_t dev, ino;
+    pid_t pid;
+    char *path;
+    char *names[3]; /* base names of the db, its -wal and -journal */
+    sqlite3 *conn;  /* used by the watcher thread only once it runs */
+    sqlite3_stmt *dv;
+    int64_t dv_last;
+    int errors; /* consecutive failed checks */
+    tc_signal stop;
+    int dirfd; /* kernel change feed on the directory, -1 if none */
+    int poll_ms, idle_poll_ms, identity_ms;
+    pthread_t thread;
+    tocsin_sub *subs; /* under wk_lock */
+    int nsubs;        /* under wk_lock */
+    int gone;         /* under wk_lock: failed or replaced; no new subscriber joins */
+} tc_watcher;
+
+/* What a tocsin_db keeps in the wake engine. */
+struct tc_wake {
+    int id_state; /* 0: not looked up, 1: known, -1: no file */
+    uint64_t dev, ino;
+    tocsin_sub *sub; /* the handle's own subscription (tocsin_queue_wait) */
+};
+
+static pthread_mutex_t wk_lock = PTHREAD_MUTEX_INITIALIZER;
+static tc_watcher *wk_watchers;
+static atomic_int wk_nsubs; /* subscriptions in the process: the cheap "anyone listening?" */
+static tocsin_wake_opts wk_opts = TOCSIN_WAKE_OPTS_INIT;
+
+/* ---- signalling a subscription --------------------------------------------- */
+
+/* Raise the descriptor unless a raise is already pending (wakes coalesce). */
+static void wk_signal(tocsin_sub *s) {
+    if (!atomic_exchange(&s->pending, 1)) tc_signal_raise(&s->sig);
+}
+
+/*
+ * Consumes pending wakes; 1 if there was one. The descriptor is read before
+ * the flag is cleared: a wake raised in between then stays visible through
+ * the flag's value here, and the caller re-reads state after this returns,
+ * after that commit.
+ */
+static int wk_drain(tocsin_sub *s) {
+    int got = tc_signal_drain(&s->sig);
+    if (atomic_exchange(&s->pending, 0)) got = 1;
+    return got;
+}
+
+/* Marks every subscription of w failed with rc and wakes it. Under wk_lock. */
+static void wk_fail_all(tc_watcher *w, int rc, const char *msg) {
+    tocsin_sub *s;
+    w->gone = 1;
+    for (s = w->subs; s; s = s->next) {
+        if (atomic_load(&s->err)) continue;
+        snprintf(s->errmsg, sizeof s->errmsg, "%s", msg);
+        atomic_store(&s->err, rc);
+        wk_signal(s);
+    }
+}
+
+static void wk_broadcast(tc_watcher *w) {
+    tocsin_sub *s;
+    pthread_mutex_lock(&wk_lock);
+    for (s = w->subs; s; s = s->next) wk_signal(s);
+    pthread_mutex_unlock(&wk_lock);
+}
+
+/* ---- the watcher thread --------------------------------------------------- */
+
+/* 1 if data_version moved since the last check. A busy or failed check counts
+ * as no change: the next one retries, and the safety poll bounds the delay. */
+static int wk_check(tc_watcher *w) {
+    int rc = sqlite3_step(w->dv);
+    int64_t v;
+    if (rc != SQLITE_ROW) {
+        sqlite3_reset(w->dv);
+        if ((rc & 0xff) != SQLITE_BUSY && (rc & 0xff) != SQLITE_LOCKED &&
+            ++w->errors == WK_ERROR_LIMIT) {
+            char msg[300];
+            snprintf(msg, sizeof msg, "wake engine: checking %s for commits keeps failing: %s",
+                     w->path, sqlite3_errmsg(w->conn));
+            pthread_mutex_lock(&wk_lock);
+            wk_fail_all(w, TOCSIN_ERROR, msg);
+            pthread_mutex_unlock(&wk_lock);
+        }
+        return 0;
+    }
+    w->errors = 0;
+    v = sqlite3_column_int64(w->dv, 0);
+    sqlite3_reset(w->dv);
+    if (v == w->dv_last) return 0;
+    w->dv_last = v;
+    return 1;
+}
+
+/* Does the path still name the file the watcher opened? */
+static void wk_identity(tc_watcher *w) {
+    struct stat st;
+    char msg[300];
+    if (stat(w->path, &st) == 0) {
+        if ((uint64_t)st.st_dev == w->dev && (uint64_t)st.st_ino == w->ino) return;
+        snprintf(msg, sizeof msg,
+                 "the database file %s was replaced (another file now has its name); reopen it",
+                 w->path);
+    } else if (errno == ENOENT || errno == ENOTDIR) {
+        snprintf(msg, sizeof msg, "the database file %s was deleted or renamed; reopen it", w->path);
+    } else {
+        return; /* a transient failure to stat says nothing about identity */
+    }
+    pthread_mutex_lock(&wk_lock);
+    wk_fail_all(w, TOCSIN_REPLACED, msg);
+    pthread_mutex_unlock(&wk_lock);
+}
+
+static void *wk_main(void *arg) {
+    tc_watcher *w = arg;
+    const char *names[3];
+    int64_t poll_us = (int64_t)w->poll_ms * 1000, now = tc_monotonic_us();
+    /* without a kernel feed the poll is the primary path: it never backs off */
+    int64_t idle_us = w->dirfd >= 0 ? (int64_t)w->idle_poll_ms * 1000 : poll_us, cur_us = poll_us;
+    int64_t next_poll = now + poll_us, next_id = now + (int64_t)w->identity_ms * 1000;
+    int burst = 0, gone = 0;
+    names[0] = w->names[0];
+    names[1] = w->names[1];
+    names[2] = w->names[2];
+    for (;;) {
+        int fds[2], ready[2] = {0, 0}, nfd = 1, hit = 0, r;
+        int64_t until = burst ? now + WK_BURST_US : next_poll;
+        fds[0] = w->stop.rfd;
+        if (w->dirfd >= 0) fds[nfd++] = w->dirfd;
+        /* The identity check rides on poll wakeups (at most idle_poll_ms
+         * late); it has a timer of its own only when nothing else does. */
+        if (gone) until = next_id;
+        r = tc_poll_read(fds, ready, nfd, until > now ? until - now : 0);
+        if (r > 0 && ready[0]) break;
+        now = tc_monotonic_us();
+        if (r > 0 && nfd == 2 && ready[1]) hit = tc_dirwatch_read(w->dirfd, names, 3);
+        if (!gone && (hit || burst || now >= next_poll)) {
+            int changed = wk_check(w), polled = !hit && !burst;
+            /* A write seen before its commit is published (the WAL frames land
+             * before the index header moves): look again shortly. */
+            if (changed) {
+                burst = 0;
+                wk_broadcast(w);
+            } else if (hit) {
+                burst = WK_BURST_CHECKS;
+            } else if (burst) {
+                burst--;
+            }
+            /* Activity brings the safety poll back to poll_ms; quiet doubles it
+             * up to idle_poll_ms (each timer wakeup costs CPU even when idle). */
+            if (changed || hit) cur_us = poll_us;
+            else if (polled && cur_us < idle_us) cur_us = cur_us * 2 < idle_us ? cur_us * 2 : idle_us;
+            next_poll = now + cur_us;
+        }
+        if (now >= next_id) {
+            next_id = now + (int64_t)w->identity_ms * 1000;
+            if (!gone) wk_identity(w);
+            pthread_mutex_lock(&wk_lock);
+            gone = w->gone;
+            pthread_mutex_unlock(&wk_lock);
+        }
+    }
+    return NULL;
+}
+
+static void wk_free(tc_watcher *w) {
+    int i;
+    if (!w) return;
+    sqlite3_finalize(w->dv);
+    if (w->conn) sqlite3_close_v2(w->conn);
+    tc_signal_close(&w->stop);
+    tc_fd_close(w->dirfd);
+    for (i = 0; i < 3; i++) sqlite3_free(w->names[i]);
+    sqlite3_free(w->path);
+    sqlite3_free(w);
+}
+
+/* Stops the thread of a watcher already out of the registry, and frees it. */
+static void wk_stop(tc_watcher *w) {
+    tc_signal_raise(&w->stop);
+    pthread_join(w->thread, NULL);
+    wk_free(w);
+}
+
+/*
+ * Starts a watcher on `path` (identity dev/ino). Its baseline data_version is
+ * read here, before the first subscriber returns: a commit after that point
+ * always moves the value the thread compares against. Called under wk_lock.
+ */
+static int wk_start(tocsin_db *db, tc_watcher **out, const char *path, uint64_t dev, uint64_t ino) {
+    tc_watcher *w = sqlite3_malloc(sizeof *w);
+    const char *base = strrchr(path, '/');
+    char *dir;
+    int rc, i;
+    sigset_t all, old;
+    *out = NULL;
+    if (!w) return tc_err(db, TOCSIN_NOMEM, "wake engine: out of memory");
+    memset(w, 0, sizeof *w);
+    w->stop.rfd = w->stop.wfd = w->dirfd = -1;
+    w->dev = dev;
+    w->ino = ino;
+    w->pid = getpid();
+    w->poll_ms = wk_opts.poll_ms ? wk_opts.poll_ms : 1;
+    w->idle_poll_ms = wk_opts.idle_poll_ms ? wk_opts.idle_poll_ms : 20;
+    if (w->idle_poll_ms < w->poll_ms) w->idle_poll_ms = w->poll_ms;
+    w->identity_ms = wk_opts.identity_ms ? wk_opts.identity_ms : 100;
+    base = base ? base + 1 : path;
+    w->path = tc_strdup(path);
+    w->names[0] = sqlite3_mprintf("%s", base);
+    w->names[1] = sqlite3_mprintf("%s-wal", base);
+    w->names[2] = sqlite3_mprintf("%s-journal", base);
+    dir = base == path ? sqlite3_mprintf(".") : sqlite3_mprintf("%.*s", (int)(base - path), path);
+    for (i = 0; i < 3; i++)
+        if (!w->names[i]) dir = (sqlite3_free(dir), NULL);
+    if (!w->path || !dir) {
+        sqlite3_free(dir);
+        wk_free(w);
+        return tc_err(db, TOCSIN_NOMEM, "wake engine: out of memory");
+    }
+    rc = sqlite3_open_v2(path, &w->conn, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
+    if (rc == SQLITE_OK) {
+        /* the watcher only reads: it must never checkpoint or remove the WAL */
+        sqlite3_db_config(w->conn, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int *)NULL);
+        sqlite3_busy_timeout(w->conn, db->busy_timeout_ms);
+        rc = sqlite3_prepare_v3(w->conn, "PRAGMA data_version", -1, SQLITE_PREPARE_PERSISTENT,
+                                &w->dv, NULL);
+    }
+    if (rc == SQLITE_OK) {
+        rc = sqlite3_step(w->dv);
+        if (rc == SQLITE_ROW) w->dv_last = sqlite3_column_int64(w->dv, 0);
+        sqlite3_reset(w->dv);
+        rc = rc == SQLITE_ROW ? SQLITE_OK : rc;
+        /* the thread never blocks on a lock: a busy check is retried */
+        sqlite3_busy_timeout(w->conn, 0);
+    }
+    if (rc != SQLITE_OK) {
+        rc = tc_err(db, (rc & 0xff) == SQLITE_BUSY ? TOCSIN_BUSY : TOCSIN_ERROR,
+                    "wake engine: cannot read %s: %s", path,
+                    w->conn ? sqlite3_errmsg(w->conn) : "out of memory");
+        sqlite3_free(dir);
+        wk_free(w);
+        return rc;
+    }
+    if (tc_signal_open(&w->stop) != 0) {
+        sqlite3_free(dir);
+        wk_free(w);
+        return tc_err(db, TOCSIN_ERROR, "wake engine: cannot create a descriptor: %s",
+                      strerror(errno));
+    }
+    if (!wk_opts.no_kernel_events) w->dirfd = tc_dirwatch_open(dir);
+    sqlite3_free(dir);
+    /* The thread takes no signal: the host's handlers run on its own threads. */
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    rc = pthread_create(&w->thread, NULL, wk_main, w);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc != 0) {
+        wk_free(w);
+        return tc_err(db, TOCSIN_ERROR, "wake engine: cannot start the watcher thread: %s",
+                      strerror(rc));
+    }
+    *out = w;
+    return TOCSIN_OK;
+}
+
+/* ---- identity of a handle's file -------------------------------------------- */
+
+static int wk_state(tocsin_db *db) {
+    if (db->wake) return TOCSIN_OK;
+    db->wake = sqlite3_malloc(sizeof *db->wake);
+    if (!db->wake) return tc_err(db, TOCSIN_NOMEM, "wake engine: out of memory");
+    memset(db->wake, 0, sizeof *db->wake);
+    return TOCSIN_OK;
+}
+
+/* The handle's database path, or NULL (message set) for in-memory/temporary ones. */
+static const char *wk_path(tocsin_db *db) {
+    const char *path = sqlite3_db_filename(db->conn, "main");
+    if (!path || !*path) {
+        tc_err(db, TOCSIN_INVALID,
+               "the wake engine needs a database file; this handle's database is in memory or temporary");
+        return NULL;
+    }
+    return path;
+}
+
+static int wk_identify(tocsin_db *db, const char *path, uint64_t *dev, uint64_t *ino) {
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return tc_err(db, TOCSIN_ERROR, "wake engine: stat %s: %s", path, strerror(errno));
+    *dev = (uint64_t)st.st_dev;
+    *ino = (uint64_t)st.st_ino;
+    return TOCSIN_OK;
+}
+
+void tc_wake_local(tocsin_db *db) {
+    tc_watcher *w;
+    if (atomic_load(&wk_nsubs) == 0) return;
+    if (wk_state(db) != TOCSIN_OK) return;
+    if (db->wake->id_state == 0) {
+        const char *path = sqlite3_db_filename(db->conn, "main");
+        struct stat st;
+        db->wake->id_state = -1;
+        if (path && *path && stat(path, &st) == 0) {
+            db->wake->dev = (uint64_t)st.st_dev;
+            db->wake->ino = (uint64_t)st.st_ino;
+            db->wake->id_state = 1;
+        }
+    }
+    if (db->wake->id_state < 0) return;
+    pthread_mutex_lock(&wk_lock);
+    for (w = wk_watchers; w; w = w->next) {
+        if (w->dev == db->wake->dev && w->ino == db->wake->ino && w->pid == getpid()) {
+            tocsin_sub *s;
+            for (s = w->subs; s; s = s->next) wk_signal(s);
+        }
+    }
+    pthread_mutex_unlock(&wk_lock);
+}
+
+void tc_wake_release(tocsin_db *db) {
+    if (!db->wake) return;
+    tocsin_sub_close(db->wake->sub);
+    sqlite3_free(db->wake);
+    db->wake = NULL;
+}
+
+int tc_wake_db_sub(tocsin_db *db, tocsin_sub **out) {
+    int rc;
+    *out = NULL;
+    if ((rc = wk_state(db)) != TOCSIN_OK) return rc;
+    if (!db->wake->sub && (rc = tocsin_sub_open(&db->wake->sub, db)) != TOCSIN_OK) return rc;
+    *out = db->wake->sub;
+    return TOCSIN_OK;
+}
+
+/* ---- configuration ------------------------------------------------------------ */
+
+int tocsin_wake_configure(const tocsin_wake_opts *opts) {
+    tocsin_wake_opts o = TOCSIN_WAKE_OPTS_INIT;
+    if (opts) {
+        if (opts->version < 1) return TOCSIN_INVALID;
+        if (opts->poll_ms < 0 || opts->poll_ms > 1000) return TOCSIN_INVALID;
+        if (opts->identity_ms < 0 || opts->identity_ms > 60000) return TOCSIN_INVALID;
+        if (opts->idle_poll_ms < 0 || opts->idle_poll_ms > 1000) return TOCSIN_INVALID;
+        o.poll_ms = opts->poll_ms;
+        o.idle_poll_ms = opts->idle_poll_ms;
+        o.identity_ms = opts->identity_ms;
+        o.no_kernel_events = opts->no_kernel_events != 0;
+    }
+    pthread_mutex_lock(&wk_lock);
+    wk_opts = o;
+    pthread_mutex_unlock(&wk_lock);
+    return TOCSIN_OK;
+}
+
+/* ---- subscriptions ------------------------------------------------------------ */
+
+int tocsin_sub_open(tocsin_sub **out, tocsin_db *db) {
+    tocsin_sub *s;
+    tc_watcher *w;
+    const char *path;
+    uint64_t dev, ino;
+    int rc;
+    if (!out) return TOCSIN_INVALID;
+    *out = NULL;
+    if (!db) return TOCSIN_INVALID;
+    tc_clear(db);
+    if (!(path = wk_path(db))) return db->errcode;
+    if ((rc = wk_identify(db, path, &dev, &ino)) != TOCSIN_OK) return rc;
+    if (!(s = sqlite3_malloc(sizeof *s))) return tc_err(db, TOCSIN_NOMEM, "wake engine: out of memory");
+    memset(s, 0, sizeof *s);
+    s->pid = getpid();
+    if (tc_signal_open(&s->sig) != 0) {
+        sqlite3_free(s);
+        return tc_err(db, TOCSIN_ERROR, "wake engine: cannot create a descriptor: %s",
+                      strerror(errno));
+    }
+    pthread_mutex_lock(&wk_lock);
+    for (w = wk_watchers; w; w = w->next)
+        if (w->dev == dev && w->ino == ino && !w->gone && w->pid == s->pid) break;
+    if (!w) {
+        if ((rc = wk_start(db, &w, path, dev, ino)) != TOCSIN_OK) {
+            pthread_mutex_unlock(&wk_lock);
+            tc_signal_close(&s->sig);
+            sqlite3_free(s);
+            return rc;
+        }
+        w->next = wk_watchers;
+        wk_watchers = w;
+    }
+    s->w = w;
+    s->next = w->subs;
+    if (w->subs) w->subs->prev = s;
+    w->subs = s;
+    w->nsubs++;
+    atomic_fetch_add(&wk_nsubs, 1);
+    pthread_mutex_unlock(&wk_lock);
+    *out = s;
+    return TOCSIN_OK;
+}
+
+int tocsin_sub_close(tocsin_sub *s) {
+    tc_watcher *w, *stop = NULL;
+    if (!s) return TOCSIN_OK;
+    w = s->w;
+    /* A subscription inherited across fork() has no watcher here: only free it. */
+    if (s->pid == getpid()) {
+        pthread_mutex_lock(&wk_lock);
+        if (s->prev) s->prev->next = s->next;
+        else w->subs = s->next;
+        if (s->next) s->next->prev = s->prev;
+        atomic_fetch_sub(&wk_nsubs, 1);
+        if (--w->nsubs == 0) {
+            tc_watcher **pp = &wk_watchers;
+            while (*pp != w) pp = &(*pp)->next;
+            *pp = w->next;
+            stop = w;
+        }
+        pthread_mutex_unlock(&wk_lock);
+    }
+    if (stop) wk_stop(stop);
+    tc_signal_close(&s->sig);
+    sqlite3_free(s);
+    return TOCSIN_OK;
+}
+
+int tocsin_sub_fd(tocsin_sub *s) { return s ? s->sig.rfd : -1; }
+
+const char *tocsin_sub_errmsg(tocsin_sub *s) {
+    if (!s) return "no subscription";
+    return atomic_load(&s->err) ? s->errmsg : "";
+}
+
+int tocsin_sub_poke(tocsin_sub *s) {
+    if (!s) return TOCSIN_INVALID;
+    atomic_store(&s->poked, 1);
+    wk_signal(s);
+    return TOCSIN_OK;
+}
+
+int tocsin_sub_drain(tocsin_sub *s, int *out_woken) {
+    int woken, err;
+    if (out_woken) *out_woken = 0;
+    if (!s || !out_woken) return TOCSIN_INVALID;
+    woken = wk_drain(s);
+    if (atomic_exchange(&s->poked, 0)) woken = 1;
+    if ((err = atomic_load(&s->err)) != 0) return err;
+    *out_woken = woken;
+    return TOCSIN_OK;
+}
+
+/* Blocks up to timeout_us (< 0: forever) for the descriptor; 1 readable, 0 not. */
+static int wk_block(tocsin_sub *s, int64_t timeout_us) {
+    int fd = s->sig.rfd, ready = 0;
+    int64_t end = timeout_us < 0 ? -1 : tc_monotonic_us() + timeout_us;
+    for (;;) {
+        int64_t left = end < 0 ? -1 : end - tc_monotonic_us();
+        if (end >= 0 && left < 0) left = 0;
+        if (tc_poll_read(&fd, &ready, 1, left) > 0 && ready) return 1;
+        if (end >= 0 && tc_monotonic_us() >= end) return 0;
+    }
+}
+
+int tocsin_sub_wait(tocsin_sub *s, int timeout_ms) {
+    int woken, err;
+    if (!s) return TOCSIN_INVALID;
+    if ((err = atomic_load(&s->err)) != 0) return err;
+    woken = wk_drain(s);
+    if (!woken) {
+        if (!wk_block(s, timeout_ms < 0 ? -1 : (int64_t)timeout_ms * 1000)) return TOCSIN_TIMEOUT;
+        wk_drain(s);
+    }
+    atomic_store(&s->poked, 0);
+    if ((err = atomic_load(&s->err)) != 0) return err;
+    return TOCSIN_OK;
+}
+
+int tc_wait_loop(tocsin_sub *s, tocsin_db *db, int *out_done, tc_check_fn check, void *ctx) {
+    *out_done = 0;
+    for (;;) {
+        int64_t sleep_ms = -1;
+        int err, done = 0, rc;
+        wk_drain(s);
+        if ((err = atomic_load(&s->err)) != 0) {
+            if (db) tc_err(db, err, "%s", s->errmsg);
+            return err;
+        }
+        if (atomic_exchange(&s->poked, 0)) return TOCSIN_OK;
+        if ((rc = check(ctx, &done, &sleep_ms)) != TOCSIN_OK) return rc;
+        if (done) {
+            *out_done = 1;
+            return TOCSIN_OK;
+        }
+        wk_block(s, sleep_ms < 0 ? -1 : sleep_ms * 1000);
+    }
+}
+
+/* tocsin_sub_wait_until: the caller's condition plus a monotonic deadline. */
+typedef struct wk_until {
+    tocsin_check_fn check;
+    void *ctx;
+    int64_t end_us; /* < 0: none */
+} wk_until;
+
+static int wk_until_check(void *p, int *done, int64_t *sleep_ms) {
+    wk_until *u = p;
+    int64_t left;
+    int rc = u->check(u->ctx, done);
+    if (rc != TOCSIN_OK || *done || u->end_us < 0) return rc;
+    left = u->end_us - tc_monotonic_us();
+    if (left <= 0) return TOCSIN_TIMEOUT;
+    *sleep_ms = (left + 999) / 1000;
+    return TOCSIN_OK;
+}
+
+int tocsin_sub_wait_until(tocsin_sub *s, int *out_done, tocsin_check_fn check, void *ctx,
+                          int timeout_ms) {
+    wk_until u;
+    if (out_done) *out_done = 0;
+    if (!s || !out_done || !check) return TOCSIN_INVALID;
+    u.check = check;
+    u.ctx = ctx;
+    u.end_us = timeout_ms < 0 ? -1 : tc_monotonic_us() + (int64_t)timeout_ms * 1000;
+    return tc_wait_loop(s, NULL, out_done, wk_until_check, &u);
+}
+
+/* ---- private connections for listeners and stream subscriptions ------------- */
+
+/* A handle of its own on db's file, with db's clock, limits and busy timeout.
+ * Journal mode and schema are left as they are. */
+static int wk_open_private(tocsin_db *db, tocsin_db **out, int read_only) {
+    const char *path = wk_path(db);
+    tocsin_open_opts o = TOCSIN_OPEN_OPTS_INIT;
+    sqlite3 *conn = NULL;
+    int rc;
+    *out = NULL;
+    if (!path) return db->errcode;
+    rc = sqlite3_open_v2(path, &conn,
+                         (read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE) | SQLITE_OPEN_NOMUTEX,
+                         NULL);
+    if (rc != SQLITE_OK) {
+        tc_err(db, TOCSIN_ERROR, "open a private connection to %s: %s", path,
+               conn ? sqlite3_errmsg(conn) : "out of memory");
+        sqlite3_close(conn);
+        return db->errcode;
+    }
+    sqlite3_extended_result_codes(conn, 1);
+    sqlite3_busy_timeout(conn, db->busy_timeout_ms);
+    o.busy_timeout_ms = db->busy_timeout_ms;
+    o.max_payload_bytes = db->max_payload;
+    o.read_only = read_only;
+    o.clock = db->clock;
+    o.clock_ctx = db->clock_ctx;
+    if ((rc = tocsin_wrap(out, conn, &o)) != TOCSIN_OK) {
+        tc_err(db, rc, "%s", *out ? tocsin_errmsg(*out) : tocsin_errstr(rc));
+        tocsin_close(*out);
+        *out = NULL;
+        sqlite3_close(conn);
+        return rc;
+    }
+    (*out)->owns_conn = 1;
+    if (!read_only && (rc = tc_exec(*out, "PRAGMA foreign_keys=ON", "set pragmas")) != TOCSIN_OK) {
+        tc_err(db, rc, "%s", tocsin_errmsg(*out));
+        tocsin_close(*out);
+        *out = NULL;
+        return rc;
+    }
+    return TOCSIN_OK;
+}
+
+/* A monotonic deadline in microseconds from a timeout in ms (< 0: none). */
+static int64_t wk_end(int timeout_ms) {
+    return timeout_ms < 0 ? -1 : tc_monotonic_us() + (int64_t)timeout_ms * 1000;
+}
+
+/* Sleep bound until end_us, or TOCSIN_TIMEOUT when it passed. */
+static int wk_left(int64_t end_us, int64_t *sleep_ms) {
+    int64_t left;
+    if (end_us < 0) return TOCSIN_OK;
+    left = end_us - tc_monotonic_us();
+    if (left <= 0) return TOCSIN_TIMEOUT;
+    *sleep_ms = (left + 999) / 1000;
+    return TOCSIN_OK;
+}
+
+/* ---- listen ------------------------------------------------------------------ */
+
+struct tocsin_listener {
+    tocsin_db *db; /* private, read-only */
+    tocsin_sub *sub;
+    char *channel;
+    size_t cap;
+    int64_t last_id, dropped;
+    tocsin_message *ring; /* what the current fetch kept: the newest `cap` */
+    size_t head, count;
+    int64_t end_us;
+};
+
+static void wk_msg_clear(tocsin_message *m) {
+    sqlite3_free(m->name);
+    sqlite3_free(m->key);
+    sqlite3_free(m->payload);
+    sqlite3_free(m->meta);
+    memset(m, 0, sizeof *m);
+}
+
+/* Reads everything past last_id, keeping the newest `cap` in the ring. */
+static int wk_listen_fetch(tocsin_listener *l) {
+    for (;;) {
+        tocsin_message *page = NULL;
+        size_t n = 0, i;
+        int rc = tocsin_notify_read(l->db, &page, &n, l->channel, l->last_id, l->cap);
+        if (rc != TOCSIN_OK) return rc;
+        for (i = 0; i < n; i++) {
+            if (l->count == l->cap) {
+                wk_msg_clear(&l->ring[l->head]);
+                l->head = (l->head + 1) % l->cap;
+                l->count--;
+                l->dropped++;
+            }
+            l->ring[(l->head + l->count) % l->cap] = page[i];
+            l->count++;
+            l->last_id = page[i].id;
+        }
+        sqlite3_free(page); /* the strings moved to the ring */
+        if (n < l->cap) return TOCSIN_OK;
+    }
+}
+
+static int wk_listen_check(void *p, int *done, int64_t *sleep_ms) {
+    tocsin_listener *l = p;
+    int rc = wk_listen_fetch(l);
+    if (rc != TOCSIN_OK) return rc;
+    if (l->count) {
+        *done = 1;
+        return TOCSIN_OK;
+    }
+    return wk_left(l->end_us, sleep_ms);
+}
+
+int tocsin_listen_open(tocsin_listener **out, tocsin_db *db, const char *channel,
+                       size_t buffer_size) {
+    tocsin_listener *l;
+    int rc;
+    if (!out) return TOCSIN_INVALID;
+    *out = NULL;
+    if (!db) return TOCSIN_INVALID;
+    tc_clear(db);
+    if ((rc = tc_check_name(db, "channel", channel)) != TOCSIN_OK) return rc;
+    if (buffer_size < 1 || buffer_size > WK_MAX_BUFFER)
+        return tc_err(db, TOCSIN_INVALID, "buffer_size must be between 1 and %d", WK_MAX_BUFFER);
+    if (!(l = sqlite3_malloc(sizeof *l))) return tc_err(db, TOCSIN_NOMEM, "listen: out of memory");
+    memset(l, 0, sizeof *l);
+    l->cap = buffer_size;
+    l->channel = tc_strdup(channel);
+    l->ring = sqlite3_malloc64(buffer_size * sizeof *l->ring);
+    if (!l->channel || !l->ring) {
+        tocsin_listen_close(l);
+        return tc_err(db, TOCSIN_NOMEM, "listen: out of memory");
+    }
+    memset(l->ring, 0, buffer_size * sizeof *l->ring);
+    /* Subscribe first, then read where to start: nothing committed in between is lost. */
+    if ((rc = tocsin_sub_open(&l->sub, db)) != TOCSIN_OK ||
+        (rc = wk_open_private(db, &l->db, 1)) != TOCSIN_OK) {
+        tocsin_listen_close(l);
+        return rc;
+    }
+    if ((rc = tocsin_notify_max_id(l->db, &l->last_id)) != TOCSIN_OK) {
+        tc_err(db, rc, "%s", tocsin_errmsg(l->db));
+        tocsin_listen_close(l);
+        return rc;
+    }
+    *out = l;
+    return TOCSIN_OK;
+}
+
+int tocsin_listen_fd(tocsin_listener *l) { return l ? tocsin_sub_fd(l->sub) : -1; }
+int64_t tocsin_listen_dropped(tocsin_listener *l) { return l ? l->dropped : 0; }
+int tocsin_listen_poke(tocsin_listener *l) { return l ? tocsin_sub_poke(l->sub) : TOCSIN_INVALID; }
+const char *tocsin_listen_errmsg(tocsin_listener *l) {
+    return l ? tocsin_errmsg(l->db) : "no listener";
+}
+
+int tocsin_listen_next(tocsin_listener *l, tocsin_message **out, size_t *out_n, int timeout_ms) {
+    int rc, done = 0;
+    size_t i;
+    if (out) *out = NULL;
+    if (out_n) *out_n = 0;
+    if (!l) return TOCSIN_INVALID;
+    tc_clear(l->db);
+    if (!out || !out_n) return tc_err(l->db, TOCSIN_INVALID, "out and out_n must not be NULL");
+    l->end_us = wk_end(timeout_ms);
+    rc = tc_wait_loop(l->sub, l->db, &done, wk_listen_check, l);
+    if (rc != TOCSIN_OK && rc != TOCSIN_TIMEOUT) return rc;
+    if (!done || !l->count) return tc_err(l->db, TOCSIN_TIMEOUT, "no notification arrived");
+    if (!(*out = sqlite3_malloc64(l->count * sizeof **out)))
+        return tc_err(l->db, TOCSIN_NOMEM, "listen: out of memory");
+    for (i = 0; i < l->count; i++) {
+        (*out)[i] = l->ring[(l->head + i) % l->cap];
+        memset(&l->ring[(l->head + i) % l->cap], 0, sizeof *l->ring);
+    }
+    *out_n = l->count;
+    l->head = l->count = 0;
+    return TOCSIN_OK;
+}
+
+int tocsin_listen_close(tocsin_listener *l) {
+    size_t i;
+    if (!l) return TOCSIN_OK;
+    if (l->ring)
+        for (i = 0; i < l->count; i++) wk_msg_clear(&l->ring[(l->head + i) % l->cap]);
+    sqlite3_free(l->ring);
+    tocsin_sub_close(l->sub);
+    tocsin_close(l->db);
+    sqlite3_free(l->channel);
+    sqlite3_free(l);
+    return TOCSIN_OK;
+}
+
+/* ---- stream subscriptions ------------------------------------------------------ */
+
+struct tocsin_stream_sub {
+    tocsin_db *db; /* private, read-write (offsets) */
+    tocsin_sub *sub;
+    char *topic, *consumer;
+    size_t batch;
+    int64_t every, every_ms;
+    int64_t position;  /* offset of the last event handed out */
+    int64_t last_n;    /* events handed out by the last call */
+    int64_t unsaved;   /* processed events not saved yet */
+    int64_t saved_at;  /* clock time of the last save */
+    int64_t end_us;
+    tocsin_message *got;
+    size_t got_n;
+};
+
+static int wk_ss_save(tocsin_stream_sub *s, int64_t offset) {
+    int rc = tocsin_stream_save_offset(s->db, NULL, s->consumer, s->topic, offset);
+    if (rc == TOCSIN_OK) {
+        s->unsaved = 0;
+        s->saved_at = tocsin_now(s->db);
+    }
+    return rc;
+}
+
+static int wk_ss_check(void *p, int *done, int64_t *sleep_ms) {
+    tocsin_stream_sub *s = p;
+    int rc = tocsin_stream_read(s->db, &s->got, &s->got_n, s->topic, s->position, s->batch);
+    if (rc != TOCSIN_OK) return rc;
+    if (s->got_n) {
+        *done = 1;
+        return TOCSIN_OK;
+    }
+    return wk_left(s->end_us, sleep_ms);
+}
+
+int tocsin_stream_sub_open(tocsin_stream_sub **out, tocsin_db *db, const char *topic,
+                           const char *consumer, const tocsin_stream_sub_opts *opts) {
+    tocsin_stream_sub_opts o = TOCSIN_STREAM_SUB_OPTS_INIT;
+    tocsin_stream_sub *s;
+    int rc;
+    if (!out) return TOCSIN_INVALID;
+    *out = NULL;
+    if (!db) return TOCSIN_INVALID;
+    tc_clear(db);
+    if (opts) {
+        if (opts->version < 1)
+            return tc_err(db, TOCSIN_INVALID,
+                          "stream subscription options: version must be set (use TOCSIN_STREAM_SUB_OPTS_INIT)");
+        o = *opts;
+    }
+    if ((rc = tc_check_name(db, "topic", topic)) != TOCSIN_OK) return rc;
+    if (consumer && (rc = tc_check_name(db, "consumer", consumer)) != TOCSIN_OK) return rc;
+    if (o.from_offset < -1) return tc_err(db, TOCSIN_INVALID, "from_offset must be >= 0, or -1");
+    if (o.batch > WK_MAX_BUFFER)
+        return tc_err(db, TOCSIN_INVALID, "batch must be between 1 and %d", WK_MAX_BUFFER);
+    if (o.autosave_every < 0 || o.autosave_ms < 0)
+        return tc_err(db, TOCSIN_INVALID, "autosave_every and autosave_ms must be >= 0");
+    if (!consumer && (o.from_offset < 0 || o.autosave_every || o.autosave_ms))
+        return tc_err(db, TOCSIN_INVALID,
+                      "consumer must be set to resume from a saved offset or to autosave");
+    if (!(s = sqlite3_malloc(sizeof *s)))
+        return tc_err(db, TOCSIN_NOMEM, "stream subscription: out of memory");
+    memset(s, 0, sizeof *s);
+    s->batch = o.batch ? o.batch : 100;
+    s->every = o.autosave_every;
+    s->every_ms = o.autosave_ms;
+    s->topic = tc_strdup(topic);
+    s->consumer = consumer ? tc_strdup(consumer) : NULL;
+    if (!s->topic || (consumer && !s->consumer)) {
+        tocsin_stream_sub_close(s);
+        return tc_err(db, TOCSIN_NOMEM, "stream subscription: out of memory");
+    }
+    /* Subscribe first, then read the saved offset: the replay and the live
+     * tail meet without a gap. */
+    if ((rc = tocsin_sub_open(&s->sub, db)) != TOCSIN_OK ||
+        (rc = wk_open_private(db, &s->db, 0)) != TOCSIN_OK) {
+        s->every = s->every_ms = 0;
+        tocsin_stream_sub_close(s);
+        return rc;
+    }
+    s->position = o.from_offset;
+    if (o.from_offset < 0 &&
+        (rc = tocsin_stream_offset(s->db, &s->position, consumer, topic)) != TOCSIN_OK) {
+        tc_err(db, rc, "%s", tocsin_errmsg(s->db));
+        s->every = s->every_ms = 0;
+        tocsin_stream_sub_close(s);
+        return rc;
+    }
+    s->saved_at = tocsin_now(s->db);
+    *out = s;
+    return TOCSIN_OK;
+}
+
+int tocsin_stream_sub_next(tocsin_stream_sub *s, tocsin_message **out, size_t *out_n,
+                           int timeout_ms) {
+    int rc, done = 0;
+    if (out) *out = NULL;
+    if (out_n) *out_n = 0;
+    if (!s) return TOCSIN_INVALID;
+    tc_clear(s->db);
+    if (!out || !out_n) return tc_err(s->db, TOCSIN_INVALID, "out and out_n must not be NULL");
+    /* What the previous call handed out is processed now. */
+    s->unsaved += s->last_n;
+    s->last_n = 0;
+    if (s->unsaved &&
+        ((s->every && s->unsaved >= s->every) ||
+         (s->every_ms && tocsin_now(s->db) - s->saved_at >= s->every_ms)) &&
+        (rc = wk_ss_save(s, s->position)) != TOCSIN_OK)
+        return rc;
+    s->end_us = wk_end(timeout_ms);
+    rc = tc_wait_loop(s->sub, s->db, &done, wk_ss_check, s);
+    if (rc != TOCSIN_OK && rc != TOCSIN_TIMEOUT) return rc;
+    if (!done) return tc_err(s->db, TOCSIN_TIMEOUT, "no event arrived");
+    *out = s->got;
+    *out_n = s->got_n;
+    s->position = s->got[s->got_n - 1].id;
+    s->last_n = (int64_t)s->got_n;
+    s->got = NULL;
+    s->got_n = 0;
+    return TOCSIN_OK;
+}
+
+int64_t tocsin_stream_sub_position(tocsin_stream_sub *s) { return s ? s->position : 0; }
+int tocsin_stream_sub_fd(tocsin_stream_sub *s) { return s ? tocsin_sub_fd(s->sub) : -1; }
+int tocsin_stream_sub_poke(tocsin_stream_sub *s) {
+    return s ? tocsin_sub_poke(s->sub) : TOCSIN_INVALID;
+}
+const char *tocsin_stream_sub_errmsg(tocsin_stream_sub *s) {
+    return s ? tocsin_errmsg(s->db) : "no stream subscription";
+}
+
+int tocsin_stream_sub_save(tocsin_stream_sub *s) {
+    if (!s) return TOCSIN_INVALID;
+    tc_clear(s->db);
+    if (!s->consumer)
+        return tc_err(s->db, TOCSIN_INVALID, "this subscription has no consumer to save for");
+    s->unsaved += s->last_n;
+    s->last_n = 0;
+    return wk_ss_save(s, s->position);
+}
+
+int tocsin_stream_sub_close(tocsin_stream_sub *s) {
+    int rc = TOCSIN_OK;
+    if (!s) return TOCSIN_OK;
+    if (s->db && s->consumer && (s->every || s->every_ms) && (s->unsaved || s->last_n)) {
+        tc_clear(s->db);
+        rc = wk_ss_save(s, s->position);
+    }
+    tocsin_messages_free(s->got, s->got_n);
+    tocsin_sub_close(s->sub);
+    tocsin_close(s->db);
+    sqlite3_free(s->topic);
+    sqlite3_free(s->consumer);
+    sqlite3_free(s);
+    return rc;
+}
+
+/* ---- workers ----------------------------------------------------------------- */
+
+typedef struct wk_qwait {
+    tocsin_db *db;
+    const char *const *queues;
+    size_t n;
+    int64_t deadline;
+} wk_qwait;
+
+/* Read-only: is anything due? If not, sleep until the earliest deadline. */
+static int wk_qwait_check(void *p, int *done, int64_t *sleep_ms) {
+    wk_qwait *q = p;
+    int64_t next = -1, now, wake;
+    int rc = tocsin_queue_next_deadline(q->db, &next, q->queues, q->n);
+    if (rc != TOCSIN_OK) return rc;
+    now = tocsin_now(q->db);
+    if (next >= 0 && next <= now) {
+        *done = 1;
+        return TOCSIN_OK;
+    }
+    if (q->deadline >= 0 && now >= q->deadline)
+        return tc_err(q->db, TOCSIN_TIMEOUT, "nothing became claimable before the deadline");
+    wake = q->deadline;
+    if (next >= 0 && (wake < 0 || next < wake)) wake = next;
+    *sleep_ms = wake < 0 || wake - now > WK_MAX_SLEEP_MS ? WK_MAX_SLEEP_MS : wake - now;
+    return TOCSIN_OK;
+}
+
+int tocsin_queue_wait(tocsin_db *db, int *out_ready, const char *const *queues, size_t n,
+                      int64_t deadline_ms, tocsin_sub *sub) {
+    wk_qwait q;
+    size_t i;
+    int rc;
+    if (!db) return TOCSIN_INVALID;
+    tc_clear(db);
+    if (!out_ready) return tc_err(db, TOCSIN_INVALID, "out_ready must not be NULL");
+    *out_ready = 0;
+    if (!queues || n == 0) return tc_err(db, TOCSIN_INVALID, "queues must name at least one queue");
+    for (i = 0; i < n; i++)
+        if ((rc = tc_check_name(db, "queue name", queues[i])) != TOCSIN_OK) return rc;
+    if (!sqlite3_get_autocommit(db->conn))
+        return tc_err(db, TOCSIN_INVALID,
+                      "cannot wait inside a transaction (it would hold its snapshot and locks)");
+    if (sub) {
+        const char *path = wk_path(db);
+        uint64_t dev, ino;
+        if (!path) return db->errcode;
+        if ((rc = wk_identify(db, path, &dev, &ino)) != TOCSIN_OK) return rc;
+        if (sub->w->dev != dev || sub->w->ino != ino)
+            return tc_err(db, TOCSIN_INVALID, "sub watches another database file than this handle's");
+    } else if ((rc = tc_wake_db_sub(db, &sub)) != TOCSIN_OK) {
+        return rc;
+    }
+    q.db = db;
+    q.queues = queues;
+    q.n = n;
+    q.deadline = deadline_ms < 0 ? -1 : deadline_ms;
+    return tc_wait_loop(sub, db, out_ready, wk_qwait_check, &q);
+}
