@@ -23,8 +23,9 @@ CORE_COPY = os.path.join(HERE, "_core")
 
 
 def sync_core():
-    """Copies the core and the version from the checkout, when there is one."""
-    src = os.path.join(REPO, "core")
+    """Copies the core and the version from the checkout, when there is one
+    (TOCSIN_CORE_DIR names another core directory to build against)."""
+    src = os.environ.get("TOCSIN_CORE_DIR") or os.path.join(REPO, "core")
     version_file = os.path.join(REPO, "VERSION")
     if not (os.path.isdir(os.path.join(src, "src")) and os.path.isfile(version_file)):
         return

@@ -1041,6 +1041,288 @@ static PyObject *Handle_notify_set_autotrim(Handle *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
+
+/* ---- results ---- */
+
+static PyObject *Handle_result_save(Handle *self, PyObject *args) {
+    long long id, ttl = 0;
+    const char *value;
+    int rc;
+    if (!PyArg_ParseTuple(args, "Ls|L:result_save", &id, &value, &ttl)) return NULL;
+    CORE_CALL(self, rc = tocsin_result_save(self->db, id, value, ttl));
+    Py_RETURN_NONE;
+}
+
+static PyObject *Handle_result_save_error(Handle *self, PyObject *args) {
+    long long id, ttl = 0;
+    const char *type, *msg = NULL;
+    int rc;
+    if (!PyArg_ParseTuple(args, "Lsz|L:result_save_error", &id, &type, &msg, &ttl)) return NULL;
+    CORE_CALL(self, rc = tocsin_result_save_error(self->db, id, type, msg, ttl));
+    Py_RETURN_NONE;
+}
+
+/* None, or (job_id, is_error, value_json, error_type, error_message, created_at, expires_at) */
+static PyObject *Handle_result_get(Handle *self, PyObject *args) {
+    long long id;
+    tocsin_result *r = NULL;
+    int rc;
+    PyObject *out;
+    if (!PyArg_ParseTuple(args, "L:result_get", &id)) return NULL;
+    CORE_CALL(self, rc = tocsin_result_get(self->db, &r, id));
+    if (!r) Py_RETURN_NONE;
+    out = Py_BuildValue("(LNzzzLL)", (long long)r->job_id, PyBool_FromLong(r->is_error), r->value,
+                        r->error_type, r->error_message, (long long)r->created_at,
+                        (long long)r->expires_at);
+    tocsin_result_free(r);
+    return out;
+}
+
+static PyObject *Handle_result_delete(Handle *self, PyObject *args) {
+    long long id;
+    int ok = 0, rc;
+    if (!PyArg_ParseTuple(args, "L:result_delete", &id)) return NULL;
+    CORE_CALL(self, rc = tocsin_result_delete(self->db, &ok, id));
+    return PyBool_FromLong(ok);
+}
+
+static PyObject *Handle_result_sweep(Handle *self, PyObject *u) {
+    int64_t n = 0;
+    int rc;
+    (void)u;
+    CORE_CALL(self, rc = tocsin_result_sweep(self->db, &n));
+    return PyLong_FromLongLong(n);
+}
+
+/* ---- locks ---- */
+
+static PyObject *Handle_lock_acquire(Handle *self, PyObject *args) {
+    const char *name, *owner;
+    long long ttl;
+    int64_t token = 0, until = 0;
+    int rc;
+    if (!PyArg_ParseTuple(args, "ssL:lock_acquire", &name, &owner, &ttl)) return NULL;
+    CORE_CALL(self, rc = tocsin_lock_acquire(self->db, &token, &until, name, owner, ttl));
+    return Py_BuildValue("(LL)", (long long)token, (long long)until);
+}
+
+static PyObject *Handle_lock_renew(Handle *self, PyObject *args) {
+    const char *name, *owner;
+    long long token, ttl;
+    int ok = 0, rc;
+    if (!PyArg_ParseTuple(args, "ssLL:lock_renew", &name, &owner, &token, &ttl)) return NULL;
+    CORE_CALL(self, rc = tocsin_lock_renew(self->db, &ok, name, owner, token, ttl));
+    return PyBool_FromLong(ok);
+}
+
+static PyObject *Handle_lock_release(Handle *self, PyObject *args) {
+    const char *name, *owner;
+    long long token;
+    int ok = 0, rc;
+    if (!PyArg_ParseTuple(args, "ssL:lock_release", &name, &owner, &token)) return NULL;
+    CORE_CALL(self, rc = tocsin_lock_release(self->db, &ok, name, owner, token));
+    return PyBool_FromLong(ok);
+}
+
+static PyObject *Handle_lock_holder(Handle *self, PyObject *args) {
+    const char *name;
+    char *owner = NULL;
+    int64_t token = 0, until = 0;
+    int rc;
+    PyObject *out;
+    if (!PyArg_ParseTuple(args, "s:lock_holder", &name)) return NULL;
+    CORE_CALL(self, rc = tocsin_lock_holder(self->db, &owner, &token, &until, name));
+    out = Py_BuildValue("(zLL)", owner, (long long)token, (long long)until);
+    tocsin_free(owner);
+    return out;
+}
+
+/* ---- rate limits ---- */
+
+static PyObject *Handle_ratelimit_try(Handle *self, PyObject *args) {
+    const char *name;
+    long long limit, per;
+    int allowed = 0, rc;
+    int64_t after = 0, remaining = 0;
+    if (!PyArg_ParseTuple(args, "sLL:ratelimit_try", &name, &limit, &per)) return NULL;
+    CORE_CALL(self, rc = tocsin_ratelimit_try(self->db, &allowed, &after, &remaining, name, limit, per));
+    return Py_BuildValue("(NLL)", PyBool_FromLong(allowed), (long long)after, (long long)remaining);
+}
+
+static PyObject *Handle_ratelimit_sweep(Handle *self, PyObject *u) {
+    int64_t n = 0;
+    int rc;
+    (void)u;
+    CORE_CALL(self, rc = tocsin_ratelimit_sweep(self->db, &n));
+    return PyLong_FromLongLong(n);
+}
+
+static PyObject *Handle_ratelimit_reset(Handle *self, PyObject *args) {
+    const char *name;
+    int64_t n = 0;
+    int rc;
+    if (!PyArg_ParseTuple(args, "s:ratelimit_reset", &name)) return NULL;
+    CORE_CALL(self, rc = tocsin_ratelimit_reset(self->db, &n, name));
+    return PyLong_FromLongLong(n);
+}
+
+/* ---- schedules ---- */
+
+static PyObject *schedule_tuple(const tocsin_schedule *s) {
+    return Py_BuildValue("(ssssNLiLiiNNLLLLLLL)", s->name, s->cron, s->queue, s->payload,
+                         s->meta ? PyUnicode_FromString(s->meta) : (Py_INCREF(Py_None), Py_None),
+                         (long long)s->priority, s->max_attempts, (long long)s->job_expires_ms,
+                         s->catch_up, s->max_catch_up, PyBool_FromLong(s->local_time),
+                         PyBool_FromLong(s->paused), (long long)s->next_fire,
+                         (long long)s->last_fire, (long long)s->last_job_id,
+                         (long long)s->fired_count, (long long)s->skipped_count,
+                         (long long)s->created_at, (long long)s->updated_at);
+}
+
+/* opts: (priority, max_attempts, job_expires_ms, catch_up, max_catch_up, local_time, meta) */
+static int schedule_opts(PyObject *t, tocsin_schedule_opts *o) {
+    long long prio = 0, expires = 0;
+    int maxa = 0, catch_up = 0, max_catch = 0, local = 0;
+    const char *meta = NULL;
+    if (!PyArg_ParseTuple(t, "LiLiipz:schedule options", &prio, &maxa, &expires, &catch_up,
+                          &max_catch, &local, &meta))
+        return -1;
+    o->priority = prio;
+    o->max_attempts = maxa;
+    o->job_expires_ms = expires;
+    o->catch_up = catch_up;
+    o->max_catch_up = max_catch;
+    o->local_time = local;
+    o->meta = meta;
+    return 0;
+}
+
+static PyObject *Handle_schedule_set(Handle *self, PyObject *args) {
+    const char *name, *cron, *queue, *payload;
+    PyObject *opts;
+    tocsin_schedule_opts o = TOCSIN_SCHEDULE_OPTS_INIT;
+    int64_t next = 0;
+    int rc;
+    if (!PyArg_ParseTuple(args, "ssssO!:schedule_set", &name, &cron, &queue, &payload,
+                          &PyTuple_Type, &opts))
+        return NULL;
+    if (schedule_opts(opts, &o) < 0) return NULL;
+    CORE_CALL(self, rc = tocsin_schedule_set(self->db, &next, name, cron, queue, payload, &o));
+    return PyLong_FromLongLong(next);
+}
+
+static PyObject *Handle_schedule_update(Handle *self, PyObject *args) {
+    const char *name, *cron = NULL, *queue = NULL, *payload = NULL;
+    PyObject *opts = Py_None;
+    tocsin_schedule_opts o = TOCSIN_SCHEDULE_OPTS_INIT;
+    int64_t next = 0;
+    int rc;
+    if (!PyArg_ParseTuple(args, "szzz|O:schedule_update", &name, &cron, &queue, &payload, &opts))
+        return NULL;
+    if (opts != Py_None) {
+        if (!PyTuple_Check(opts)) return raise_code(TOCSIN_INVALID, "options must be a tuple", 0);
+        if (schedule_opts(opts, &o) < 0) return NULL;
+    }
+    CORE_CALL(self, rc = tocsin_schedule_update(self->db, &next, name, cron, queue, payload,
+                                                opts == Py_None ? NULL : &o));
+    return PyLong_FromLongLong(next);
+}
+
+static PyObject *Handle_schedule_pause(Handle *self, PyObject *args) {
+    const char *name;
+    int rc;
+    if (!PyArg_ParseTuple(args, "s:schedule_pause", &name)) return NULL;
+    CORE_CALL(self, rc = tocsin_schedule_pause(self->db, name));
+    Py_RETURN_NONE;
+}
+
+static PyObject *Handle_schedule_resume(Handle *self, PyObject *args) {
+    const char *name;
+    int rc;
+    if (!PyArg_ParseTuple(args, "s:schedule_resume", &name)) return NULL;
+    CORE_CALL(self, rc = tocsin_schedule_resume(self->db, name));
+    Py_RETURN_NONE;
+}
+
+static PyObject *Handle_schedule_remove(Handle *self, PyObject *args) {
+    const char *name;
+    int ok = 0, rc;
+    if (!PyArg_ParseTuple(args, "s:schedule_remove", &name)) return NULL;
+    CORE_CALL(self, rc = tocsin_schedule_remove(self->db, &ok, name));
+    return PyBool_FromLong(ok);
+}
+
+static PyObject *Handle_schedule_get(Handle *self, PyObject *args) {
+    const char *name;
+    tocsin_schedule *s = NULL;
+    int rc;
+    PyObject *out;
+    if (!PyArg_ParseTuple(args, "s:schedule_get", &name)) return NULL;
+    CORE_CALL(self, rc = tocsin_schedule_get(self->db, &s, name));
+    if (!s) Py_RETURN_NONE;
+    out = schedule_tuple(s);
+    tocsin_schedules_free(s, 1);
+    return out;
+}
+
+static PyObject *Handle_schedule_list(Handle *self, PyObject *u) {
+    tocsin_schedule *s = NULL;
+    size_t n = 0, i;
+    int rc;
+    PyObject *out;
+    (void)u;
+    CORE_CALL(self, rc = tocsin_schedule_list(self->db, &s, &n));
+    if ((out = PyList_New((Py_ssize_t)n))) {
+        for (i = 0; i < n; i++) {
+            PyObject *t = schedule_tuple(&s[i]);
+            if (!t) {
+                Py_CLEAR(out);
+                break;
+            }
+            PyList_SET_ITEM(out, (Py_ssize_t)i, t);
+        }
+    }
+    tocsin_schedules_free(s, n);
+    return out;
+}
+
+static PyObject *Handle_scheduler_tick(Handle *self, PyObject *u) {
+    int64_t n = 0;
+    int rc;
+    (void)u;
+    CORE_CALL(self, rc = tocsin_scheduler_tick(self->db, &n));
+    return PyLong_FromLongLong(n);
+}
+
+static PyObject *Handle_scheduler_next_fire(Handle *self, PyObject *u) {
+    int64_t ms = -1;
+    int rc;
+    (void)u;
+    CORE_CALL(self, rc = tocsin_scheduler_next_fire(self->db, &ms));
+    if (ms < 0) Py_RETURN_NONE;
+    return PyLong_FromLongLong(ms);
+}
+
+static PyObject *Handle_scheduler_lead(Handle *self, PyObject *args) {
+    const char *owner;
+    long long ttl;
+    int leader = 0, rc;
+    int64_t token = 0;
+    if (!PyArg_ParseTuple(args, "sL:scheduler_lead", &owner, &ttl)) return NULL;
+    CORE_CALL(self, rc = tocsin_scheduler_lead(self->db, &leader, &token, owner, ttl));
+    return Py_BuildValue("(NL)", PyBool_FromLong(leader), (long long)token);
+}
+
+static PyObject *Handle_scheduler_resign(Handle *self, PyObject *args) {
+    const char *owner;
+    int ok = 0, rc;
+    if (!PyArg_ParseTuple(args, "s:scheduler_resign", &owner)) return NULL;
+    CORE_CALL(self, rc = tocsin_scheduler_resign(self->db, &ok, owner));
+    return PyBool_FromLong(ok);
+}
+
+static PyObject *Handle_queue_wait(Handle *self, PyObject *args);
+
 static PyMethodDef Handle_methods[] = {
     {"close", (PyCFunction)Handle_close, METH_NOARGS, "Closes the handle (rolls back an open transaction)."},
     {"begin", (PyCFunction)Handle_begin, METH_NOARGS, "BEGIN IMMEDIATE; this thread keeps the handle until commit/rollback."},
@@ -1084,6 +1366,30 @@ static PyMethodDef Handle_methods[] = {
     {"notify_max_id", (PyCFunction)Handle_notify_max_id, METH_NOARGS, NULL},
     {"notify_prune", (PyCFunction)Handle_notify_prune, METH_VARARGS, NULL},
     {"notify_set_autotrim", (PyCFunction)Handle_notify_set_autotrim, METH_VARARGS, NULL},
+    {"result_save", (PyCFunction)Handle_result_save, METH_VARARGS, NULL},
+    {"result_save_error", (PyCFunction)Handle_result_save_error, METH_VARARGS, NULL},
+    {"result_get", (PyCFunction)Handle_result_get, METH_VARARGS, NULL},
+    {"result_delete", (PyCFunction)Handle_result_delete, METH_VARARGS, NULL},
+    {"result_sweep", (PyCFunction)Handle_result_sweep, METH_NOARGS, NULL},
+    {"lock_acquire", (PyCFunction)Handle_lock_acquire, METH_VARARGS, NULL},
+    {"lock_renew", (PyCFunction)Handle_lock_renew, METH_VARARGS, NULL},
+    {"lock_release", (PyCFunction)Handle_lock_release, METH_VARARGS, NULL},
+    {"lock_holder", (PyCFunction)Handle_lock_holder, METH_VARARGS, NULL},
+    {"ratelimit_try", (PyCFunction)Handle_ratelimit_try, METH_VARARGS, NULL},
+    {"ratelimit_sweep", (PyCFunction)Handle_ratelimit_sweep, METH_NOARGS, NULL},
+    {"ratelimit_reset", (PyCFunction)Handle_ratelimit_reset, METH_VARARGS, NULL},
+    {"schedule_set", (PyCFunction)Handle_schedule_set, METH_VARARGS, NULL},
+    {"schedule_update", (PyCFunction)Handle_schedule_update, METH_VARARGS, NULL},
+    {"schedule_pause", (PyCFunction)Handle_schedule_pause, METH_VARARGS, NULL},
+    {"schedule_resume", (PyCFunction)Handle_schedule_resume, METH_VARARGS, NULL},
+    {"schedule_remove", (PyCFunction)Handle_schedule_remove, METH_VARARGS, NULL},
+    {"schedule_get", (PyCFunction)Handle_schedule_get, METH_VARARGS, NULL},
+    {"schedule_list", (PyCFunction)Handle_schedule_list, METH_NOARGS, NULL},
+    {"scheduler_tick", (PyCFunction)Handle_scheduler_tick, METH_NOARGS, NULL},
+    {"scheduler_next_fire", (PyCFunction)Handle_scheduler_next_fire, METH_NOARGS, NULL},
+    {"scheduler_lead", (PyCFunction)Handle_scheduler_lead, METH_VARARGS, NULL},
+    {"scheduler_resign", (PyCFunction)Handle_scheduler_resign, METH_VARARGS, NULL},
+    {"queue_wait", (PyCFunction)Handle_queue_wait, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
 
@@ -1105,6 +1411,559 @@ static PyTypeObject HandleType = {
     .tp_new = PyType_GenericNew,
     .tp_weaklistoffset = offsetof(Handle, weakrefs),
 };
+
+/* ---- wake engine: subscriptions, listeners, stream subscriptions -------------
+ *
+ * Each object wraps one core wake handle, used by one thread at a time (its own
+ * lock), with fileno() and poke() callable from any thread. Blocking waits run
+ * with the GIL released, in slices of at most SLICE_MS so that signals
+ * (Ctrl-C) are handled; poke() ends a wait (the `poked` flag tells a poke from
+ * a slice's timeout).
+ */
+#include <time.h>
+#define SLICE_MS 200
+
+static int64_t mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* The next slice of a wait of timeout_ms that started at `start`; -1 when over. */
+static int next_slice(int timeout_ms, int64_t start) {
+    int64_t left;
+    if (timeout_ms < 0) return SLICE_MS;
+    left = timeout_ms - (mono_ms() - start);
+    if (left <= 0) return -1;
+    return left > SLICE_MS ? SLICE_MS : (int)left;
+}
+
+static int lock_obj(PyThread_type_lock lock) {
+    if (!PyThread_acquire_lock(lock, NOWAIT_LOCK)) {
+        Py_BEGIN_ALLOW_THREADS
+        PyThread_acquire_lock(lock, WAIT_LOCK);
+        Py_END_ALLOW_THREADS
+    }
+    return 1;
+}
+
+typedef struct {
+    PyObject_HEAD
+    tocsin_sub *sub;
+    PyThread_type_lock lock;
+    int poked;
+    int closing; /* close() started: waits return at once */
+    int fd;
+} Sub;
+
+static PyTypeObject SubType;
+
+static int Sub_init(Sub *self, PyObject *args, PyObject *kw) {
+    Handle *h;
+    int how, rc;
+    tocsin_sub *sub = NULL;
+    (void)kw;
+    if (!PyArg_ParseTuple(args, "O!:Sub", &HandleType, &h)) return -1;
+    if (self->sub) {
+        PyErr_SetString(PyExc_RuntimeError, "Sub is already open");
+        return -1;
+    }
+    if (!self->lock && !(self->lock = PyThread_allocate_lock())) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (!(how = enter(h))) return -1;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tocsin_sub_open(&sub, h->db);
+    Py_END_ALLOW_THREADS
+    if (rc != TOCSIN_OK) {
+        raise_db(h, rc);
+        leave(h, how);
+        return -1;
+    }
+    leave(h, how);
+    self->sub = sub;
+    self->fd = tocsin_sub_fd(sub);
+    return 0;
+}
+
+static PyObject *sub_closed(void) { return raise_code(TOCSIN_CLOSED, "the subscription is closed", 0); }
+
+static PyObject *Sub_fileno(Sub *self, PyObject *u) {
+    (void)u;
+    if (!self->sub) return sub_closed();
+    return PyLong_FromLong(self->fd);
+}
+
+static PyObject *Sub_poke(Sub *self, PyObject *u) {
+    (void)u;
+    __atomic_store_n(&self->poked, 1, __ATOMIC_RELEASE);
+    if (self->sub) tocsin_sub_poke(self->sub);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Sub_drain(Sub *self, PyObject *u) {
+    int woken = 0, rc;
+    (void)u;
+    lock_obj(self->lock);
+    if (!self->sub) {
+        PyThread_release_lock(self->lock);
+        return sub_closed();
+    }
+    rc = tocsin_sub_drain(self->sub, &woken);
+    if (rc != TOCSIN_OK) {
+        raise_code(rc, tocsin_sub_errmsg(self->sub), 0);
+        PyThread_release_lock(self->lock);
+        return NULL;
+    }
+    PyThread_release_lock(self->lock);
+    return PyBool_FromLong(woken);
+}
+
+/* wait(timeout_ms): True when woken (or poked), False at the timeout. */
+static PyObject *Sub_wait(Sub *self, PyObject *args) {
+    int timeout_ms, rc = TOCSIN_TIMEOUT, t;
+    int64_t start = mono_ms();
+    if (!PyArg_ParseTuple(args, "i:wait", &timeout_ms)) return NULL;
+    lock_obj(self->lock);
+    if (!self->sub || __atomic_load_n(&self->closing, __ATOMIC_ACQUIRE)) {
+        PyThread_release_lock(self->lock);
+        return sub_closed();
+    }
+    for (int first = 1;; first = 0) {
+        if ((t = next_slice(timeout_ms, start)) < 0) {
+            if (!first) break;
+            t = 0;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        rc = tocsin_sub_wait(self->sub, t);
+        Py_END_ALLOW_THREADS
+        if (rc != TOCSIN_TIMEOUT) break;
+        if (timeout_ms == 0) break;
+        if (__atomic_load_n(&self->poked, __ATOMIC_ACQUIRE) ||
+            __atomic_load_n(&self->closing, __ATOMIC_ACQUIRE)) {
+            rc = TOCSIN_OK;
+            break;
+        }
+        if (PyErr_CheckSignals() < 0) {
+            PyThread_release_lock(self->lock);
+            return NULL;
+        }
+    }
+    __atomic_store_n(&self->poked, 0, __ATOMIC_RELEASE);
+    if (rc != TOCSIN_OK && rc != TOCSIN_TIMEOUT) {
+        raise_code(rc, tocsin_sub_errmsg(self->sub), 0);
+        PyThread_release_lock(self->lock);
+        return NULL;
+    }
+    PyThread_release_lock(self->lock);
+    return PyBool_FromLong(rc == TOCSIN_OK);
+}
+
+static PyObject *Sub_close(Sub *self, PyObject *u) {
+    tocsin_sub *s;
+    (void)u;
+    if (!self->sub) Py_RETURN_NONE;
+    __atomic_store_n(&self->closing, 1, __ATOMIC_RELEASE);
+    tocsin_sub_poke(self->sub); /* a waiter in another thread returns and lets go */
+    lock_obj(self->lock);
+    s = self->sub;
+    self->sub = NULL;
+    PyThread_release_lock(self->lock);
+    if (s) {
+        Py_BEGIN_ALLOW_THREADS
+        tocsin_sub_close(s);
+        Py_END_ALLOW_THREADS
+    }
+    Py_RETURN_NONE;
+}
+
+static void Sub_dealloc(Sub *self) {
+    if (self->sub) tocsin_sub_close(self->sub);
+    if (self->lock) PyThread_free_lock(self->lock);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Sub_get_closed(Sub *self, void *u) {
+    (void)u;
+    return PyBool_FromLong(self->sub == NULL || __atomic_load_n(&self->closing, __ATOMIC_ACQUIRE));
+}
+
+static PyMethodDef Sub_methods[] = {
+    {"fileno", (PyCFunction)Sub_fileno, METH_NOARGS, "The descriptor, readable while a wake is pending."},
+    {"poke", (PyCFunction)Sub_poke, METH_NOARGS, "Ends a blocked wait (any thread)."},
+    {"drain", (PyCFunction)Sub_drain, METH_NOARGS, "Consumes pending wakes; True if there was one."},
+    {"wait", (PyCFunction)Sub_wait, METH_VARARGS, "Waits up to timeout_ms (<0: no bound) for a wake."},
+    {"close", (PyCFunction)Sub_close, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+static PyGetSetDef Sub_getset[] = {
+    {"closed", (getter)Sub_get_closed, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject SubType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tocsin._tocsin.Sub",
+    .tp_basicsize = sizeof(Sub),
+    .tp_dealloc = (destructor)Sub_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A subscription to commits on a database file (low level).",
+    .tp_methods = Sub_methods,
+    .tp_getset = Sub_getset,
+    .tp_init = (initproc)Sub_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* queue_wait(queues, deadline_ms, sub): True when something is claimable, False
+ * at the deadline or when `sub` was poked. deadline_ms is a time of the handle's
+ * clock (< 0: none); 0 makes it a non-blocking, read-only check. */
+static PyObject *Handle_queue_wait(Handle *self, PyObject *args) {
+    PyObject *arg, *t, *subobj = Py_None;
+    const char **qs;
+    long long deadline;
+    int how, rc = TOCSIN_OK, ready = 0;
+    Sub *sub = NULL;
+    if (!PyArg_ParseTuple(args, "OL|O:queue_wait", &arg, &deadline, &subobj)) return NULL;
+    if (subobj != Py_None) {
+        if (!PyObject_TypeCheck(subobj, &SubType))
+            return raise_code(TOCSIN_INVALID, "sub must be a Sub or None", 0);
+        sub = (Sub *)subobj;
+        if (!sub->sub) return sub_closed();
+    }
+    if (!(t = PySequence_Tuple(arg))) return NULL;
+    if (!(qs = str_array(t, 0, "queues"))) {
+        Py_DECREF(t);
+        return NULL;
+    }
+    if (!(how = enter(self))) goto out;
+    for (;;) {
+        int64_t slice_end = deadline;
+        int64_t now = tocsin_now(self->db);
+        if (deadline != 0 && (deadline < 0 || deadline - now > SLICE_MS)) slice_end = now + SLICE_MS;
+        Py_BEGIN_ALLOW_THREADS
+        rc = tocsin_queue_wait(self->db, &ready, qs, (size_t)PyTuple_GET_SIZE(t), slice_end,
+                               sub ? sub->sub : NULL);
+        Py_END_ALLOW_THREADS
+        if (rc == TOCSIN_TIMEOUT && slice_end != deadline) {
+            if (PyErr_CheckSignals() < 0) break;
+            if (sub && __atomic_load_n(&sub->poked, __ATOMIC_ACQUIRE)) {
+                rc = TOCSIN_OK;
+                break;
+            }
+            continue;
+        }
+        break;
+    }
+    if (sub) __atomic_store_n(&sub->poked, 0, __ATOMIC_RELEASE);
+    if (rc != TOCSIN_OK && rc != TOCSIN_TIMEOUT && !PyErr_Occurred()) raise_db(self, rc);
+    leave(self, how);
+out:
+    PyMem_Free(qs);
+    Py_DECREF(t);
+    if (PyErr_Occurred()) return NULL;
+    return PyBool_FromLong(ready);
+}
+
+/* ---- listeners and stream subscriptions ---- */
+
+typedef struct {
+    PyObject_HEAD
+    void *p; /* tocsin_listener or tocsin_stream_sub */
+    int is_stream;
+    int fd;
+    int poked;
+    int closing; /* close() started: waits return at once */
+    PyThread_type_lock lock;
+} Waiter;
+
+static PyTypeObject ListenerType, StreamSubType;
+
+static const char *waiter_errmsg(Waiter *w) {
+    return w->is_stream ? tocsin_stream_sub_errmsg(w->p) : tocsin_listen_errmsg(w->p);
+}
+
+/* Listener(handle, channel, buffer_size) */
+static int Listener_init(Waiter *self, PyObject *args, PyObject *kw) {
+    Handle *h;
+    const char *channel;
+    Py_ssize_t buffer = 1000;
+    tocsin_listener *l = NULL;
+    int how, rc;
+    (void)kw;
+    if (!PyArg_ParseTuple(args, "O!s|n:Listener", &HandleType, &h, &channel, &buffer)) return -1;
+    if (self->p) {
+        PyErr_SetString(PyExc_RuntimeError, "already open");
+        return -1;
+    }
+    if (buffer < 1) {
+        raise_code(TOCSIN_INVALID, "buffer_size must be >= 1", 0);
+        return -1;
+    }
+    if (!self->lock && !(self->lock = PyThread_allocate_lock())) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    if (!(how = enter(h))) return -1;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tocsin_listen_open(&l, h->db, channel, (size_t)buffer);
+    Py_END_ALLOW_THREADS
+    if (rc != TOCSIN_OK) {
+        raise_db(h, rc);
+        leave(h, how);
+        return -1;
+    }
+    leave(h, how);
+    self->p = l;
+    self->is_stream = 0;
+    self->fd = tocsin_listen_fd(l);
+    return 0;
+}
+
+/* StreamSub(handle, topic, consumer, from_offset, batch, autosave_every, autosave_ms) */
+static int StreamSub_init(Waiter *self, PyObject *args, PyObject *kw) {
+    Handle *h;
+    const char *topic, *consumer = NULL;
+    long long from = -1, every = 0, every_ms = 0;
+    Py_ssize_t batch = 0;
+    tocsin_stream_sub_opts o = TOCSIN_STREAM_SUB_OPTS_INIT;
+    tocsin_stream_sub *s = NULL;
+    int how, rc;
+    (void)kw;
+    if (!PyArg_ParseTuple(args, "O!sz|LnLL:StreamSub", &HandleType, &h, &topic, &consumer, &from,
+                          &batch, &every, &every_ms))
+        return -1;
+    if (self->p) {
+        PyErr_SetString(PyExc_RuntimeError, "already open");
+        return -1;
+    }
+    if (batch < 0) {
+        raise_code(TOCSIN_INVALID, "batch must be >= 1", 0);
+        return -1;
+    }
+    if (!self->lock && !(self->lock = PyThread_allocate_lock())) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    o.from_offset = from;
+    o.batch = (size_t)batch;
+    o.autosave_every = every;
+    o.autosave_ms = every_ms;
+    if (!(how = enter(h))) return -1;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tocsin_stream_sub_open(&s, h->db, topic, consumer, &o);
+    Py_END_ALLOW_THREADS
+    if (rc != TOCSIN_OK) {
+        raise_db(h, rc);
+        leave(h, how);
+        return -1;
+    }
+    leave(h, how);
+    self->p = s;
+    self->is_stream = 1;
+    self->fd = tocsin_stream_sub_fd(s);
+    return 0;
+}
+
+static PyObject *Waiter_fileno(Waiter *self, PyObject *u) {
+    (void)u;
+    if (!self->p) return sub_closed();
+    return PyLong_FromLong(self->fd);
+}
+
+static PyObject *Waiter_poke(Waiter *self, PyObject *u) {
+    (void)u;
+    __atomic_store_n(&self->poked, 1, __ATOMIC_RELEASE);
+    if (self->p) {
+        if (self->is_stream) tocsin_stream_sub_poke(self->p);
+        else tocsin_listen_poke(self->p);
+    }
+    Py_RETURN_NONE;
+}
+
+/* next(timeout_ms): the messages that arrived (a list, empty at the timeout or after poke). */
+static PyObject *Waiter_next(Waiter *self, PyObject *args) {
+    int timeout_ms, rc = TOCSIN_TIMEOUT, t;
+    int64_t start = mono_ms();
+    tocsin_message *m = NULL;
+    size_t n = 0;
+    PyObject *out;
+    if (!PyArg_ParseTuple(args, "i:next", &timeout_ms)) return NULL;
+    if (__atomic_load_n(&self->closing, __ATOMIC_ACQUIRE)) return PyList_New(0);
+    lock_obj(self->lock);
+    if (!self->p) {
+        PyThread_release_lock(self->lock);
+        return sub_closed();
+    }
+    for (int first = 1;; first = 0) {
+        if ((t = next_slice(timeout_ms, start)) < 0) {
+            if (!first) break;
+            t = 0;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        rc = self->is_stream ? tocsin_stream_sub_next(self->p, &m, &n, t)
+                             : tocsin_listen_next(self->p, &m, &n, t);
+        Py_END_ALLOW_THREADS
+        if (rc != TOCSIN_TIMEOUT || timeout_ms == 0) break;
+        if (__atomic_load_n(&self->poked, __ATOMIC_ACQUIRE) ||
+            __atomic_load_n(&self->closing, __ATOMIC_ACQUIRE))
+            break;
+        if (PyErr_CheckSignals() < 0) {
+            PyThread_release_lock(self->lock);
+            return NULL;
+        }
+    }
+    __atomic_store_n(&self->poked, 0, __ATOMIC_RELEASE);
+    if (rc != TOCSIN_OK && rc != TOCSIN_TIMEOUT) {
+        raise_code(rc, waiter_errmsg(self), 0);
+        PyThread_release_lock(self->lock);
+        return NULL;
+    }
+    PyThread_release_lock(self->lock);
+    out = messages_list(m, n);
+    tocsin_messages_free(m, n);
+    return out;
+}
+
+static PyObject *Waiter_dropped(Waiter *self, PyObject *u) {
+    long long n;
+    (void)u;
+    lock_obj(self->lock);
+    if (!self->p || self->is_stream) {
+        PyThread_release_lock(self->lock);
+        return self->p ? PyLong_FromLong(0) : sub_closed();
+    }
+    n = tocsin_listen_dropped(self->p);
+    PyThread_release_lock(self->lock);
+    return PyLong_FromLongLong(n);
+}
+
+static PyObject *Waiter_position(Waiter *self, PyObject *u) {
+    long long n;
+    (void)u;
+    lock_obj(self->lock);
+    if (!self->p) {
+        PyThread_release_lock(self->lock);
+        return sub_closed();
+    }
+    n = tocsin_stream_sub_position(self->p);
+    PyThread_release_lock(self->lock);
+    return PyLong_FromLongLong(n);
+}
+
+static PyObject *Waiter_save(Waiter *self, PyObject *u) {
+    int rc;
+    (void)u;
+    lock_obj(self->lock);
+    if (!self->p) {
+        PyThread_release_lock(self->lock);
+        return sub_closed();
+    }
+    Py_BEGIN_ALLOW_THREADS
+    rc = tocsin_stream_sub_save(self->p);
+    Py_END_ALLOW_THREADS
+    if (rc != TOCSIN_OK) raise_code(rc, waiter_errmsg(self), 0);
+    PyThread_release_lock(self->lock);
+    if (rc != TOCSIN_OK) return NULL;
+    Py_RETURN_NONE;
+}
+
+static PyObject *Waiter_close(Waiter *self, PyObject *u) {
+    void *p;
+    int rc = TOCSIN_OK;
+    (void)u;
+    if (!self->p) Py_RETURN_NONE;
+    __atomic_store_n(&self->closing, 1, __ATOMIC_RELEASE);
+    if (self->is_stream) tocsin_stream_sub_poke(self->p);
+    else tocsin_listen_poke(self->p);
+    lock_obj(self->lock);
+    p = self->p;
+    self->p = NULL;
+    PyThread_release_lock(self->lock);
+    if (!p) Py_RETURN_NONE;
+    Py_BEGIN_ALLOW_THREADS
+    if (self->is_stream) rc = tocsin_stream_sub_close(p);
+    else tocsin_listen_close(p);
+    Py_END_ALLOW_THREADS
+    if (rc != TOCSIN_OK) return raise_code(rc, "saving the consumer's offset at close failed", 0);
+    Py_RETURN_NONE;
+}
+
+static void Waiter_dealloc(Waiter *self) {
+    if (self->p) {
+        if (self->is_stream) tocsin_stream_sub_close(self->p);
+        else tocsin_listen_close(self->p);
+    }
+    if (self->lock) PyThread_free_lock(self->lock);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Waiter_get_closed(Waiter *self, void *u) {
+    (void)u;
+    return PyBool_FromLong(self->p == NULL || __atomic_load_n(&self->closing, __ATOMIC_ACQUIRE));
+}
+
+static PyGetSetDef Waiter_getset[] = {
+    {"closed", (getter)Waiter_get_closed, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyMethodDef Listener_methods[] = {
+    {"fileno", (PyCFunction)Waiter_fileno, METH_NOARGS, NULL},
+    {"poke", (PyCFunction)Waiter_poke, METH_NOARGS, NULL},
+    {"next", (PyCFunction)Waiter_next, METH_VARARGS, NULL},
+    {"dropped", (PyCFunction)Waiter_dropped, METH_NOARGS, NULL},
+    {"close", (PyCFunction)Waiter_close, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyMethodDef StreamSub_methods[] = {
+    {"fileno", (PyCFunction)Waiter_fileno, METH_NOARGS, NULL},
+    {"poke", (PyCFunction)Waiter_poke, METH_NOARGS, NULL},
+    {"next", (PyCFunction)Waiter_next, METH_VARARGS, NULL},
+    {"position", (PyCFunction)Waiter_position, METH_NOARGS, NULL},
+    {"save", (PyCFunction)Waiter_save, METH_NOARGS, NULL},
+    {"close", (PyCFunction)Waiter_close, METH_NOARGS, NULL},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject ListenerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tocsin._tocsin.Listener",
+    .tp_basicsize = sizeof(Waiter),
+    .tp_dealloc = (destructor)Waiter_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "LISTEN on a channel (low level).",
+    .tp_methods = Listener_methods,
+    .tp_getset = Waiter_getset,
+    .tp_init = (initproc)Listener_init,
+    .tp_new = PyType_GenericNew,
+};
+
+static PyTypeObject StreamSubType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tocsin._tocsin.StreamSub",
+    .tp_basicsize = sizeof(Waiter),
+    .tp_dealloc = (destructor)Waiter_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A stream subscription: replay, then live (low level).",
+    .tp_methods = StreamSub_methods,
+    .tp_getset = Waiter_getset,
+    .tp_init = (initproc)StreamSub_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* wake_configure(poll_ms, identity_ms, no_kernel_events): process-wide watcher settings. */
+static PyObject *m_wake_configure(PyObject *m, PyObject *args) {
+    tocsin_wake_opts o = TOCSIN_WAKE_OPTS_INIT;
+    int rc, nk = 0;
+    (void)m;
+    if (!PyArg_ParseTuple(args, "ii|p:wake_configure", &o.poll_ms, &o.identity_ms, &nk)) return NULL;
+    o.no_kernel_events = nk;
+    rc = tocsin_wake_configure(&o);
+    if (rc != TOCSIN_OK) return raise_code(rc, "invalid wake settings (poll_ms 1..1000, identity_ms 1..60000)", 0);
+    Py_RETURN_NONE;
+}
 
 /* ---- module functions ------------------------------------------------------ */
 
@@ -1132,7 +1991,28 @@ static PyObject *m_backoff_ms(PyObject *m, PyObject *args) {
     return PyLong_FromLongLong(tocsin_backoff_ms(base, cap, attempts));
 }
 
+/* cron_next(expr, after_ms, local_time) -> next fire (ms) or None */
+static PyObject *m_cron_next(PyObject *m, PyObject *args) {
+    const char *expr;
+    long long after;
+    int local = 0, rc;
+    tocsin_cron *c = NULL;
+    char err[256] = "";
+    int64_t next = -1;
+    (void)m;
+    if (!PyArg_ParseTuple(args, "sL|p:cron_next", &expr, &after, &local)) return NULL;
+    rc = tocsin_cron_parse(&c, expr, err, sizeof err);
+    if (rc != TOCSIN_OK) return raise_code(rc, err[0] ? err : tocsin_errstr(rc), 0);
+    rc = tocsin_cron_next(&next, c, after, local);
+    tocsin_cron_free(c);
+    if (rc == TOCSIN_NOTFOUND) Py_RETURN_NONE;
+    if (rc != TOCSIN_OK) return raise_code(rc, "after_ms is out of range", 0);
+    return PyLong_FromLongLong(next);
+}
+
 static PyMethodDef module_methods[] = {
+    {"wake_configure", m_wake_configure, METH_VARARGS, "Process-wide watcher settings."},
+    {"cron_next", m_cron_next, METH_VARARGS, "The first fire time of a cron expression after a time (ms)."},
     {"version", m_version, METH_NOARGS, "The core's version string."},
     {"sqlite_version", m_sqlite_version, METH_NOARGS, "The SQLite version this process runs on."},
     {"errstr", m_errstr, METH_VARARGS, "The English name of a result code."},
@@ -1152,6 +2032,15 @@ PyMODINIT_FUNC PyInit__tocsin(void) {
     if (PyType_Ready(&HandleType) < 0) goto fail;
     Py_INCREF(&HandleType);
     if (PyModule_AddObject(m, "Handle", (PyObject *)&HandleType) < 0) goto fail;
+    if (PyType_Ready(&SubType) < 0 || PyType_Ready(&ListenerType) < 0 ||
+        PyType_Ready(&StreamSubType) < 0)
+        goto fail;
+    Py_INCREF(&SubType);
+    if (PyModule_AddObject(m, "Sub", (PyObject *)&SubType) < 0) goto fail;
+    Py_INCREF(&ListenerType);
+    if (PyModule_AddObject(m, "Listener", (PyObject *)&ListenerType) < 0) goto fail;
+    Py_INCREF(&StreamSubType);
+    if (PyModule_AddObject(m, "StreamSub", (PyObject *)&StreamSubType) < 0) goto fail;
     Error = PyErr_NewExceptionWithDoc("tocsin.Error", "Base class of every tocsin error.",
                                       NULL, NULL);
     if (!Error) goto fail;
@@ -1191,6 +2080,8 @@ PyMODINIT_FUNC PyInit__tocsin(void) {
     if (PyModule_AddIntConstant(m, "SCHEMA_VERSION", TOCSIN_SCHEMA_VERSION) < 0) goto fail;
     if (PyModule_AddIntConstant(m, "BACKOFF_BASE_MS", TOCSIN_BACKOFF_BASE_MS) < 0) goto fail;
     if (PyModule_AddIntConstant(m, "BACKOFF_CAP_MS", TOCSIN_BACKOFF_CAP_MS) < 0) goto fail;
+    if (PyModule_AddIntConstant(m, "CATCHUP_ONCE", TOCSIN_CATCHUP_ONCE) < 0) goto fail;
+    if (PyModule_AddIntConstant(m, "CATCHUP_ALL", TOCSIN_CATCHUP_ALL) < 0) goto fail;
     return m;
 fail:
     Py_DECREF(m);

@@ -34,6 +34,11 @@ from .db import Database, Transaction, open
 from .ext import load, loadable_path
 from .queue import Job, Queue
 from .stream import Event, Notification, Stream
+from .coord import Lock, RateDecision, RateLimit, Result, Schedule, cron_next
+from .queue import JobIterator
+from .tasks import Task, TaskError, TaskHandle
+from .wake import Listener, Subscription, Wake
+from .worker import Scheduler, Worker
 
 
 def core_version() -> str:
@@ -48,7 +53,9 @@ def sqlite_version() -> str:
 
 __all__ = [
     "__version__", "core_version", "sqlite_version", "open", "Database", "Transaction",
-    "Queue", "Job", "Stream", "Event", "Notification", "load", "loadable_path",
+    "Queue", "Job", "JobIterator", "Stream", "Event", "Notification", "load", "loadable_path",
+    "Listener", "Subscription", "Wake", "Result", "Lock", "RateLimit", "RateDecision",
+    "Schedule", "cron_next", "Task", "TaskHandle", "TaskError", "Worker", "Scheduler",
     "Error", "SQLiteError", "InvalidArgument", "NotFound", "Busy", "LeaseLost", "Closed",
     "Corrupt", "PayloadTooLarge", "VersionMismatch", "CallbackError", "NoMemory", "Replaced",
     "Timeout", "ReadOnly",

@@ -4,13 +4,15 @@ from __future__ import annotations
 import datetime as _dt
 import os
 import threading
-from typing import Any, Dict, List, Optional, Sequence, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _tocsin
 from ._tocsin import InvalidArgument
 from ._util import Duration, Instant, duration_ms, dumps, instant_ms, meta_json
 
 __all__ = ["Database", "Transaction", "open"]
+
+_NOCHANGE: Any = object()
 
 
 class Transaction:
@@ -240,6 +242,126 @@ class Database:
                                     one_in)
 
 
+    # ---- waiting: the wake engine ----
+    def subscribe(self) -> "Wake":
+        """A raw subscription to commits on this file (any process)."""
+        from .wake import Wake
+        return Wake(self)
+
+    def listen(self, channel: str, *, buffer_size: int = 1000) -> "Listener":
+        """LISTEN: ``for n in db.listen(ch)`` or ``async for n in db.listen(ch)`` yields
+        the notifications committed on ``channel`` after this call (no history)."""
+        from .wake import Listener
+        return Listener(self, channel, buffer_size)
+
+    # ---- results ----
+    def save_result(self, job_id: int, value: Any, *, ttl: Optional[Duration] = None,
+                    tx: Optional[Transaction] = None) -> None:
+        """Stores ``value`` (JSON-serialisable) as the result of job ``job_id``, replacing
+        any earlier one; it expires ``ttl`` after saving (None: never)."""
+        if tx is not None:
+            self._check_tx(tx)
+        self._h.result_save(job_id, dumps(value, "value"), _ttl(ttl))
+
+    def save_error(self, job_id: int, type: str, message: str = "", *,
+                   ttl: Optional[Duration] = None, tx: Optional[Transaction] = None) -> None:
+        """Stores a task error as data (type, message) as the result of ``job_id``."""
+        if tx is not None:
+            self._check_tx(tx)
+        self._h.result_save_error(job_id, type, message, _ttl(ttl))
+
+    def result(self, job_id: int) -> Optional["Result"]:
+        """The stored result of ``job_id``, None when absent or expired (a stored JSON
+        null is a Result whose value is None)."""
+        from .coord import Result
+        row = self._h.result_get(job_id)
+        return None if row is None else Result._from_row(row)
+
+    def wait_result(self, job_id: int, timeout: Optional[Duration] = None) -> "Result":
+        """Waits (GIL released, woken by commits) for the result of ``job_id``."""
+        from .coord import wait_result
+        return wait_result(self, job_id, timeout)
+
+    async def wait_result_async(self, job_id: int, timeout: Optional[Duration] = None) -> "Result":
+        from .coord import wait_result_async
+        return await wait_result_async(self, job_id, timeout)
+
+    def delete_result(self, job_id: int) -> bool:
+        return self._h.result_delete(job_id)
+
+    # ---- locks, rate limits ----
+    def lock(self, name: str, *, ttl: Duration = 30.0, owner: Optional[str] = None) -> "Lock":
+        """A named lease: ``with db.lock("nightly", ttl=60) as lock: ...``."""
+        from .coord import Lock
+        return Lock(self, name, ttl, owner)
+
+    def lock_holder(self, name: str) -> Tuple[Optional[str], int, int]:
+        """(owner or None when free, current token, lease end in ms)."""
+        return self._h.lock_holder(name)
+
+    def rate_limit(self, name: str, limit: int, per: Duration) -> "RateLimit":
+        from .coord import RateLimit
+        return RateLimit(self, name, limit, per)
+
+    # ---- schedules ----
+    def schedule(self, name: str, cron: str, queue: str, payload: Any = None, **options: Any) -> int:
+        """Registers (upserts) schedule ``name``: every boundary of ``cron`` enqueues
+        ``payload`` on ``queue``. Options: priority, max_attempts, job_expires, catch_up
+        ("once" | "all"), max_catch_up, local_time, meta. Re-registering the same
+        expression keeps its next boundary. Returns the next fire time (ms)."""
+        from .coord import schedule_opts
+        return self._h.schedule_set(name, cron, queue, dumps(payload), schedule_opts(**options))
+
+    def update_schedule(self, name: str, *, cron: Optional[str] = None, queue: Optional[str] = None,
+                        payload: Any = _NOCHANGE, **options: Any) -> int:
+        from .coord import schedule_opts
+        return self._h.schedule_update(name, cron, queue,
+                                       None if payload is _NOCHANGE else dumps(payload),
+                                       schedule_opts(**options) if options else None)
+
+    def schedules(self) -> List["Schedule"]:
+        from .coord import Schedule
+        return [Schedule._from_row(r) for r in self._h.schedule_list()]
+
+    def get_schedule(self, name: str) -> Optional["Schedule"]:
+        from .coord import Schedule
+        r = self._h.schedule_get(name)
+        return None if r is None else Schedule._from_row(r)
+
+    def pause_schedule(self, name: str) -> None:
+        self._h.schedule_pause(name)
+
+    def resume_schedule(self, name: str) -> None:
+        self._h.schedule_resume(name)
+
+    def unschedule(self, name: str) -> bool:
+        return self._h.schedule_remove(name)
+
+    def scheduler_tick(self) -> int:
+        """Fires every due boundary exactly once (safe with racing tickers)."""
+        return self._h.scheduler_tick()
+
+    def scheduler_next_fire(self) -> Optional[int]:
+        return self._h.scheduler_next_fire()
+
+    # ---- housekeeping ----
+    def prune(self, *, notifications_max_age: Optional[Duration] = None,
+              notifications_max_keep: Optional[int] = None) -> Dict[str, int]:
+        """Deletes expired results and stale rate-limit state, and prunes notifications
+        when a criterion is given. Returns counts per kind."""
+        out = {"results": self._h.result_sweep(), "rate_limits": self._h.ratelimit_sweep(),
+               "notifications": 0}
+        if notifications_max_age is not None or notifications_max_keep is not None:
+            out["notifications"] = self.prune_notifications(max_age=notifications_max_age,
+                                                            max_keep=notifications_max_keep)
+        return out
+
+
+
+def _ttl(ttl: Optional[Duration]) -> int:
+    return 0 if ttl is None else duration_ms(ttl, "ttl", allow_zero=False)
+
+
 def _count(v: Optional[int], what: str) -> int:
     if v is None:
         return 0
@@ -257,5 +379,7 @@ def open(path: Union[str, "os.PathLike[str]"], **options: Any) -> Database:  # n
     return Database(path, **options)
 
 
-from .queue import Queue  # noqa: E402  (type reference for annotations)
+from .coord import Lock, RateLimit, Result, Schedule  # noqa: E402  (annotations)
+from .queue import Queue  # noqa: E402
 from .stream import Notification, Stream  # noqa: E402
+from .wake import Listener, Wake  # noqa: E402

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Sequence, Tuple, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from ._tocsin import InvalidArgument
 from ._util import Duration, Instant, duration_ms, dumps, instant_ms, loads, meta_json
@@ -293,6 +293,83 @@ class Queue:
         """When (ms since epoch) something here next needs a worker, None if nothing will."""
         return self._h.next_deadline((self.name,))
 
+    # ---- waiting ----
+    def jobs(self, worker_id: str, *, visibility: Duration = _DEFAULT_VISIBILITY, batch: int = 1,
+             also: Sequence[str] = ()) -> "JobIterator":
+        """Iterates over jobs as they become claimable (sync or async for); ``also``
+        adds more queues to watch (this one is claimed first)."""
+        return JobIterator(self, worker_id, visibility, batch, (self.name,) + tuple(also))
+
+    def wait(self, timeout: Optional[Duration] = None) -> bool:
+        """Blocks (GIL released, on the wake engine) until a job of this queue is
+        claimable (True) or ``timeout`` passes (False). Uses the handle: other threads'
+        calls on this Database wait meanwhile; use jobs() for a worker loop."""
+        deadline = -1 if timeout is None else self.db.now() + duration_ms(timeout, "timeout")
+        return self._h.queue_wait((self.name,), deadline)
+
+    # ---- tasks ----
+    def task(self, fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] = None,
+             retries: int = 2, backoff: Optional[Duration] = None, timeout: Optional[Duration] = None,
+             result_ttl: Optional[Duration] = 86400.0) -> Any:
+        """Decorator: ``@queue.task`` or ``@queue.task(name=..., retries=..., backoff=...,
+        timeout=...)``. Calling the decorated function enqueues a call (the task envelope,
+        docs/task-envelope.md) and returns a TaskHandle (``.get(timeout)``,
+        ``await .result(timeout)``). ``retries``: attempts after the first;
+        ``backoff``: base delay of the exponential backoff (None: the core's policy);
+        ``timeout``: a run longer than this fails the attempt; ``result_ttl``: how long
+        results are kept (None: forever). Nothing is written at import time."""
+        from .tasks import Task
+
+        def register(f: Callable[..., Any]) -> Any:
+            task_name = name or "%s.%s" % (f.__module__, f.__qualname__)
+            t = Task(self, f, task_name, retries, backoff, timeout, result_ttl)
+            self._tasks[task_name] = t
+            return t
+
+        return register(fn) if fn is not None else register
+
+    def periodic(self, cron: str, *, name: Optional[str] = None, args: Sequence[Any] = (),
+                 kwargs: Optional[Dict[str, Any]] = None, catch_up: str = "once",
+                 local_time: bool = False, retries: int = 0, timeout: Optional[Duration] = None,
+                 result_ttl: Optional[Duration] = 3600.0) -> Any:
+        """Decorator: runs the function on a cron schedule (5 or 6 fields, @macros,
+        "@every 5m"). The schedule is written when a worker / scheduler starts (never at
+        import); then exactly one scheduler (the leader) enqueues each boundary."""
+        from .coord import cron_next
+        from .tasks import Task, envelope
+        cron_next(cron)  # a bad expression fails at import, naming the field
+
+        def register(f: Callable[..., Any]) -> Any:
+            task_name = name or "%s.%s" % (f.__module__, f.__qualname__)
+            t = Task(self, f, task_name, retries, None, timeout, result_ttl)
+            self._tasks[task_name] = t
+            env = envelope(task_name, args, kwargs, t.result_ttl_ms, t.timeout_ms)
+            self._periodic.append(dict(name="periodic:" + task_name, cron=cron, queue=self.name,
+                                       payload=env, catch_up=catch_up, local_time=local_time,
+                                       max_attempts=retries + 1))
+            return t
+
+        return register
+
+    def register_periodic(self) -> int:
+        """Writes this queue's periodic schedules (upserts; done by workers at start)."""
+        for spec in self._periodic:
+            spec = dict(spec)
+            self.db.schedule(spec.pop("name"), spec.pop("cron"), spec.pop("queue"),
+                             spec.pop("payload"), **spec)
+        return len(self._periodic)
+
+    @property
+    def tasks(self) -> Dict[str, Any]:
+        """The tasks registered on this queue in this process, by name."""
+        return dict(self._tasks)
+
+    def call(self, task_name: str, *args: Any, **kwargs: Any) -> Any:
+        """Enqueues a call of a task by name (registered by any runtime); returns a
+        TaskHandle."""
+        from .tasks import call
+        return call(self, task_name, args, kwargs)
+
     # ---- dead letters ----
     def dead_letters(self, *, after_id: int = 0, limit: int = 100) -> List[Job]:
         """Dead jobs of this queue, oldest first, ids > after_id."""
@@ -307,3 +384,99 @@ class Queue:
     def purge(self, *, before: Optional[Instant] = None) -> int:
         """Deletes dead jobs of this queue (that died before ``before``, if given)."""
         return self._h.dead_purge(self.name, instant_ms(before, "before"))
+
+
+class JobIterator:
+    """``for job in queue.jobs(worker_id)`` / ``async for job in queue.jobs(worker_id)``.
+
+    Claims when something is claimable and otherwise waits on the core's wake
+    engine (tocsin_queue_wait: read-only checks between wakes, sleeping until the
+    next run_at or lease expiry; never a polling loop). The sync form waits in C
+    with the GIL released, on a private connection of its own (the Database stays
+    usable from other threads); the async form watches the subscription's
+    descriptor with loop.add_reader and never blocks the event loop.
+    stop() (any thread) ends the iteration after the current wait.
+    """
+
+    def __init__(self, queue: "Queue", worker_id: str, visibility: Duration, batch: int,
+                 queues: Sequence[str]) -> None:
+        from ._tocsin import Handle, Sub
+        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
+            raise InvalidArgument("batch must be an integer >= 1")
+        self.queue = queue
+        self.db = queue.db
+        self.worker_id = worker_id
+        self.visibility_ms = duration_ms(visibility, "visibility", allow_zero=False)
+        self.batch = batch
+        self.queues = tuple(queues)
+        for name in self.queues:
+            if not isinstance(name, str):
+                raise InvalidArgument("queue names must be str")
+        self._buf: List[Job] = []
+        self._stopped = False
+        self._sub = Sub(self.db._h)
+        self._Handle = Handle
+        self._waiter: Any = None
+
+    def _claim(self) -> None:
+        h = self.db._h
+        for name in self.queues:
+            rows = h.claim(name, self.worker_id, self.batch, self.visibility_ms)
+            if rows:
+                q = self.db.queue(name)
+                self._buf.extend(Job(q, r) for r in rows)
+                return
+
+    def stop(self) -> None:
+        """Ends the iteration (thread-safe): a blocked wait returns at once."""
+        self._stopped = True
+        self._sub.poke()
+
+    def close(self) -> None:
+        self._stopped = True
+        self._sub.close()
+        if self._waiter is not None:
+            self._waiter.close()
+
+    def __iter__(self) -> "JobIterator":
+        return self
+
+    def __next__(self) -> Job:
+        while not self._buf:
+            if self._stopped:
+                self.close()
+                raise StopIteration
+            self._claim()
+            if self._buf:
+                break
+            if self._waiter is None:
+                self._waiter = self._Handle(self.db.path, 0, 0, False)
+            self._waiter.queue_wait(self.queues, -1, self._sub)
+        return self._buf.pop(0)
+
+    def __aiter__(self) -> "JobIterator":
+        return self
+
+    async def __anext__(self) -> Job:
+        from .wake import readable
+        h = self.db._h
+        while not self._buf:
+            if self._stopped:
+                self.close()
+                raise StopAsyncIteration
+            self._claim()
+            if self._buf:
+                break
+            # read-only check (drains the wake first): claimable now?
+            if h.queue_wait(self.queues, 0, self._sub):
+                continue
+            deadline = h.next_deadline(self.queues)
+            timeout = None if deadline is None else max(0.0, (deadline - h.now()) / 1000.0)
+            await readable(self._sub.fileno(), None if timeout is None else min(timeout, 1.0))
+        return self._buf.pop(0)
+
+    def __enter__(self) -> "JobIterator":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

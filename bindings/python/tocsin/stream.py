@@ -8,6 +8,7 @@ from ._util import Duration, duration_ms, dumps, loads, meta_json
 
 if TYPE_CHECKING:
     from .db import Database, Transaction
+    from .wake import Subscription
 
 __all__ = ["Stream", "Event", "Notification"]
 
@@ -105,6 +106,19 @@ class Stream:
     def offset(self, consumer: str) -> int:
         """A consumer's saved offset, 0 if none yet."""
         return self._h.offset(consumer, self.topic)
+
+    def subscribe(self, consumer: Optional[str] = None, *, from_offset: Optional[int] = None,
+                  batch: int = 100, autosave_every: Optional[int] = None,
+                  autosave_interval: Optional[Duration] = None) -> "Subscription":
+        """``for e in stream.subscribe(consumer="billing")`` / ``async for``: replays from
+        the consumer's saved offset (or after ``from_offset``), then follows live. With
+        autosave_every / autosave_interval the offset is saved as events are processed
+        (at-least-once); save() saves it now."""
+        from .wake import Subscription
+        if consumer is None and from_offset is None:
+            raise InvalidArgument("give a consumer name or a from_offset")
+        return Subscription(self.db, self.topic, consumer, from_offset, batch, autosave_every,
+                            autosave_interval)
 
     def trim(self, *, max_age: Optional[Duration] = None, max_count: Optional[int] = None,
              below_consumers: bool = False) -> int:

@@ -1,0 +1,137 @@
+import pytest
+
+import tocsin
+from conftest import T0, count
+
+
+def test_results_values_null_errors_ttl(clocked):
+    db = clocked
+    q = db.queue("q")
+    a, b, c = q.enqueue(1), q.enqueue(2), q.enqueue(3)
+    assert db.result(a) is None
+    db.save_result(a, {"ok": [1, 2]}, ttl=10)
+    db.save_result(b, None)
+    db.save_error(c, "ValueError", "bad input")
+    ra, rb, rc = db.result(a), db.result(b), db.result(c)
+    assert (ra.value, ra.is_error, ra.expires_at) == ({"ok": [1, 2]}, False, T0 + 10_000)
+    assert rb is not None and rb.value is None and not rb.is_error  # a stored JSON null
+    assert (rc.is_error, rc.error_type, rc.error_message) == (True, "ValueError", "bad input")
+    db.set_time(T0 + 11_000)
+    assert db.result(a) is None  # expired
+    assert db.prune()["results"] == 1
+    assert db.delete_result(b) is True and db.delete_result(b) is False
+    with pytest.raises(tocsin.InvalidArgument):
+        db.save_result(a, object())
+    with pytest.raises(tocsin.InvalidArgument):
+        db.save_result(a, 1, ttl=0)
+    with pytest.raises(tocsin.InvalidArgument):
+        db.save_error(a, "", "x")
+
+
+def test_result_with_ack_in_one_transaction(db):
+    q = db.queue("q")
+    jid = q.enqueue(1)
+    job = q.claim("w")
+    with pytest.raises(RuntimeError):
+        with db.transaction() as tx:
+            db.save_result(jid, "done", tx=tx)
+            job.ack(tx=tx)
+            raise RuntimeError
+    assert db.result(jid) is None and q.get(jid).state == "processing"
+    with db.transaction() as tx:
+        db.save_result(jid, "done", tx=tx)
+        assert job.ack(tx=tx)
+    assert db.result(jid).value == "done"
+
+
+def test_wait_result_timeout_and_dead_job(clocked):
+    db = clocked
+    q = db.queue("q")
+    jid = q.enqueue(1, max_attempts=1)
+    with pytest.raises(tocsin.Timeout):
+        db.wait_result(jid, timeout=0.05)
+    q.claim("w").fail("broken")
+    r = db.wait_result(jid, timeout=1)
+    assert r.is_error and r.error_type == "JobDead" and "broken" in r.error_message
+    with pytest.raises(tocsin.InvalidArgument):
+        db.wait_result(987654, timeout=1)
+
+
+def test_locks_fencing(clocked):
+    db = clocked
+    a = db.lock("report", ttl=10, owner="A")
+    b = db.lock("report", ttl=10, owner="B")
+    assert a.try_acquire() and a.token == 1
+    assert a.held
+    assert not b.try_acquire() and b.token == 0
+    assert b.acquire(timeout=0.05) is False
+    assert db.lock_holder("report")[:2] == ("A", 1)
+    assert a.renew() is True
+    db.set_time(T0 + 11_000)  # A's lease lapses
+    assert b.acquire(timeout=1) and b.token == 2  # a new holder, a larger token
+    assert a.renew() is False and a.release() is False  # stale holder
+    assert b.release() is True
+    with db.lock("report", ttl=5, owner="C") as c:
+        assert c.token == 3
+    assert db.lock_holder("report")[0] is None
+    with pytest.raises(tocsin.InvalidArgument):
+        db.lock("x", ttl=0)
+    with pytest.raises(tocsin.InvalidArgument):
+        db.lock("", ttl=1).try_acquire()
+
+
+def test_rate_limit_sliding_window(clocked):
+    db = clocked
+    rl = db.rate_limit("api", 3, 1.0)
+    got = [rl.try_acquire() for _ in range(4)]
+    assert [d.allowed for d in got] == [True, True, True, False]
+    assert got[2].remaining == 0 and got[3].retry_after == pytest.approx(1.0)
+    db.set_time(T0 + 500)
+    assert not rl.try_acquire().allowed  # no burst at a window edge
+    db.set_time(T0 + 1000)
+    assert rl.try_acquire().allowed
+    assert rl.reset() >= 1
+    assert rl.try_acquire().remaining == 2
+    with pytest.raises(tocsin.InvalidArgument):
+        db.rate_limit("api", 0, 1).try_acquire()
+    with pytest.raises(tocsin.InvalidArgument):
+        db.rate_limit("api", 1, 0)
+
+
+def test_cron_next():
+    assert tocsin.cron_next("*/5 * * * *", 1704067200) == 1704067500000  # 2024-01-01T00:05Z
+    assert tocsin.cron_next("@every 90s", 1704067200) == 1704067200000 + 90_000  # multiples of 90 s since the epoch
+    with pytest.raises(tocsin.InvalidArgument, match="minute"):
+        tocsin.cron_next("61 * * * *")
+
+
+def test_schedules_and_tick(clocked):
+    db = clocked
+    nxt = db.schedule("nightly", "0 3 * * *", "reports", {"kind": "daily"}, priority=2,
+                      catch_up="once", meta={"team": "ops"})
+    assert nxt > T0
+    s = db.get_schedule("nightly")
+    assert (s.cron, s.queue, s.payload, s.priority, s.meta, s.catch_up) == (
+        "0 3 * * *", "reports", {"kind": "daily"}, 2, {"team": "ops"}, "once")
+    assert [x.name for x in db.schedules()] == ["nightly"]
+    assert db.scheduler_next_fire() == nxt
+    assert db.scheduler_tick() == 0
+    db.set_time(nxt)
+    assert db.scheduler_tick() == 1
+    assert db.scheduler_tick() == 0  # each boundary fires once
+    job = db.queue("reports").claim("w")
+    assert job.payload == {"kind": "daily"} and job.meta["tocsin_schedule"] == "nightly"
+    assert job.ack()
+    db.pause_schedule("nightly")
+    assert db.get_schedule("nightly").paused
+    db.resume_schedule("nightly")
+    db.update_schedule("nightly", payload={"kind": "v2"})
+    assert db.get_schedule("nightly").payload == {"kind": "v2"}
+    assert db.unschedule("nightly") is True and db.unschedule("nightly") is False
+    with pytest.raises(tocsin.InvalidArgument):
+        db.schedule("bad", "not cron", "q")
+    with pytest.raises(tocsin.InvalidArgument):
+        db.schedule("bad", "* * * * *", "q", catch_up="sometimes")
+    with pytest.raises(tocsin.NotFound):
+        db.pause_schedule("missing")
+    assert count(db, "_tocsin_jobs") == 0

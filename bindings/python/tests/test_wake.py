@@ -1,0 +1,227 @@
+import asyncio
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import tocsin
+
+
+def run_py(code, *args):
+    """Runs Python code in another process (a different connection, a different process)."""
+    subprocess.run([sys.executable, "-c", code, *args], check=True, timeout=60)
+
+
+NOTIFY = "import sys, tocsin\nwith tocsin.open(sys.argv[1]) as db: db.notify(sys.argv[2], {'n': int(sys.argv[3])})"
+
+
+def test_listen_wakes_on_other_process_commit(path, db):
+    listener = db.listen("orders")
+    db.notify("orders", {"n": 0})  # same process commits count too
+    run_py(NOTIFY, path, "orders", "1")
+    run_py(NOTIFY, path, "other", "2")
+    got = []
+    while len(got) < 2:
+        batch = listener.get(timeout=10)
+        assert batch, "no notification within 10 s"
+        got.extend(batch)
+    assert [(n.channel, n.payload) for n in got] == [("orders", {"n": 0}), ("orders", {"n": 1})]
+    assert listener.get(timeout=0) == []
+    listener.close()
+    assert listener.get(timeout=0) == [] and listener.closed
+
+
+def test_listen_has_no_history_and_rollback_delivers_nothing(db):
+    db.notify("c", "before")
+    with db.listen("c") as listener:
+        with pytest.raises(RuntimeError):
+            with db.transaction() as tx:
+                db.notify("c", "rolled back", tx=tx)
+                raise RuntimeError
+        db.notify("c", "after")
+        assert [n.payload for n in listener.get(timeout=10)] == ["after"]
+
+
+def test_listen_bounded_buffer_counts_drops(db):
+    with db.listen("c", buffer_size=3) as listener:
+        for i in range(10):
+            db.notify("c", i)
+        got = listener.get(timeout=10)
+        assert [n.payload for n in got] == [7, 8, 9]
+        assert listener.dropped == 7
+    with pytest.raises(tocsin.InvalidArgument):
+        db.listen("c", buffer_size=0)
+    with pytest.raises(tocsin.InvalidArgument):
+        db.listen("")
+
+
+def test_listen_sync_iteration_and_stop_from_thread(db):
+    listener = db.listen("c")
+    ticks = []
+
+    def other():
+        time.sleep(0.1)
+        db.notify("c", "x")
+        for _ in range(50):
+            ticks.append(1)  # runs while the main thread waits: the GIL is free
+        time.sleep(0.1)
+        listener.close()
+
+    threading.Thread(target=other).start()
+    got = [n.payload for n in listener]
+    assert got == ["x"] and len(ticks) == 50
+
+
+def test_async_listen(path, db):
+    async def main():
+        listener = db.listen("c")
+
+        async def produce():
+            await asyncio.sleep(0.05)
+            await asyncio.get_running_loop().run_in_executor(None, run_py, NOTIFY, path, "c", "7")
+
+        task = asyncio.ensure_future(produce())
+        beats = 0
+
+        async def heartbeat():  # the loop keeps running while we wait
+            nonlocal beats
+            while True:
+                beats += 1
+                await asyncio.sleep(0.01)
+
+        hb = asyncio.ensure_future(heartbeat())
+        async for n in listener:
+            assert n.payload == {"n": 7}
+            break
+        await task
+        assert await listener.get_async(timeout=0.05) == []
+        hb.cancel()
+        listener.close()
+        return beats
+
+    assert asyncio.run(main()) > 1
+
+
+def test_stream_subscribe_replay_then_live(db, path):
+    s = db.stream("orders")
+    s.publish_many([1, 2, 3])
+    sub = s.subscribe("billing", batch=2)
+    assert [e.payload for e in sub.get(timeout=5)] == [1, 2]
+    assert [e.payload for e in sub.get(timeout=5)] == [3]
+    run_py("import sys, tocsin\nwith tocsin.open(sys.argv[1]) as db: db.stream('orders').publish(4)", path)
+    assert [e.payload for e in sub.get(timeout=10)] == [4]
+    assert sub.position == 4
+    sub.save()
+    sub.close()
+    assert s.offset("billing") == 4
+    s.publish(5)
+    with s.subscribe("billing") as again:
+        assert [e.payload for e in again.get(timeout=5)] == [5]
+    with s.subscribe(from_offset=1) as replay:
+        assert [e.payload for e in replay.get(timeout=5)][:2] == [2, 3]
+    with pytest.raises(tocsin.InvalidArgument):
+        s.subscribe()
+    with pytest.raises(tocsin.InvalidArgument):
+        s.subscribe("c", batch=0)
+    with pytest.raises(tocsin.InvalidArgument):
+        s.subscribe("c", from_offset=-1)
+
+
+def test_stream_autosave_and_async(db):
+    s = db.stream("t")
+    s.publish_many(list(range(5)))
+
+    async def main():
+        seen = []
+        async with s.subscribe("c1", autosave_every=1) as sub:
+            async for e in sub:
+                seen.append(e.payload)
+                if len(seen) == 5:
+                    break
+        return seen
+
+    assert asyncio.run(main()) == [0, 1, 2, 3, 4]
+    assert s.offset("c1") >= 4
+
+
+def test_jobs_sync_iterator_wakes_on_other_process(db, path):
+    q = db.queue("emails")
+    it = q.jobs("w1")
+    threading.Thread(target=run_py, args=(
+        "import sys, time, tocsin\ntime.sleep(0.1)\n"
+        "with tocsin.open(sys.argv[1]) as db: db.queue('emails').enqueue({'to': 'a'})", path)).start()
+    job = next(it)
+    assert job.payload == {"to": "a"} and job.ack()
+    stopper = threading.Timer(0.2, it.stop)
+    stopper.start()
+    assert list(it) == []  # stop() ends a blocked wait
+    with pytest.raises(tocsin.InvalidArgument):
+        q.jobs("w", batch=0)
+
+
+def test_jobs_async_iterator_many_racing(db, path):
+    q = db.queue("work")
+    n = 100
+
+    async def main():
+        got = []
+
+        async def consume(wid):
+            async for job in q.jobs(wid):
+                got.append(job.payload)
+                job.ack()
+                if len(got) >= n:
+                    return
+
+        consumers = [asyncio.ensure_future(consume("w%d" % i)) for i in range(4)]
+        await asyncio.sleep(0.05)
+        await asyncio.get_running_loop().run_in_executor(None, run_py,
+            "import sys, tocsin\nwith tocsin.open(sys.argv[1]) as db:\n"
+            "    for i in range(100): db.queue('work').enqueue(i)", path)
+        await asyncio.wait_for(asyncio.wait(consumers, return_when=asyncio.FIRST_COMPLETED), 30)
+        for c in consumers:
+            c.cancel()
+        return got
+
+    got = asyncio.run(main())
+    assert sorted(got) == list(range(n))
+
+
+def test_queue_wait_timeout(db):
+    q = db.queue("idle")
+    assert q.wait(timeout=0.05) is False
+    q.enqueue(1)
+    assert q.wait(timeout=5) is True
+
+
+def test_raw_subscription(db, path):
+    with db.subscribe() as wake:
+        assert wake.wait(timeout=0) in (True, False)
+        wake.wait(timeout=0)
+        run_py(NOTIFY, path, "x", "1")
+        assert wake.wait(timeout=10) is True
+        t = threading.Timer(0.1, wake.poke)
+        t.start()
+        assert wake.wait(timeout=10) is True  # poked
+
+
+def test_waits_release_the_gil(db):
+    """A thread blocked in a wait must not stop other Python threads."""
+    listener = db.listen("never")
+    done = threading.Event()
+
+    def wait():
+        listener.get(timeout=0.5)
+        done.set()
+
+    t = threading.Thread(target=wait)
+    t.start()
+    n = 0
+    start = time.monotonic()
+    while not done.is_set() and time.monotonic() - start < 5:
+        n += 1
+    t.join()
+    assert n > 10000
+    listener.close()

@@ -1,0 +1,244 @@
+"""Results, locks, rate limits and schedules: thin objects over the core's coordination API."""
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import threading
+import time
+import uuid
+from typing import TYPE_CHECKING, Any, Dict, NamedTuple, Optional
+
+from . import _tocsin
+from ._tocsin import InvalidArgument, Timeout
+from ._util import Duration, Instant, duration_ms, instant_ms, loads
+from .wake import readable
+
+if TYPE_CHECKING:
+    from .db import Database
+
+__all__ = ["Result", "Lock", "RateLimit", "RateDecision", "Schedule", "default_owner", "cron_next"]
+
+
+def default_owner() -> str:
+    """An owner id unique to this process and call: host:pid:random."""
+    return "%s:%d:%s" % (socket.gethostname(), os.getpid(), uuid.uuid4().hex[:8])
+
+
+class Result(NamedTuple):
+    """A stored job result: a JSON value, or a task error recorded as data."""
+
+    job_id: int
+    is_error: bool
+    value: Any            # decoded JSON (None for an error or a stored null)
+    error_type: Optional[str]
+    error_message: Optional[str]
+    created_at: int       # ms since epoch
+    expires_at: int       # ms since epoch, 0: never
+
+    @classmethod
+    def _from_row(cls, row: tuple) -> "Result":
+        job_id, is_error, value, etype, emsg, created, expires = row
+        return cls(job_id, is_error, None if is_error else loads(value), etype, emsg, created, expires)
+
+
+def wait_result(db: "Database", job_id: int, timeout: Optional[Duration]) -> Result:
+    """Blocks (GIL released) until job ``job_id`` has a result; Timeout at the deadline.
+    A job that died without a result (for instance its worker crashed on the last
+    attempt) yields an error result of type "JobDead"."""
+    limit = None if timeout is None else duration_ms(timeout, "timeout") / 1000
+    end = None if limit is None else time.monotonic() + limit
+    sub = _tocsin.Sub(db._h)  # subscribe first, then read: no commit is missed
+    try:
+        while True:
+            r = _check_result(db, job_id)
+            if r is not None:
+                return r
+            left = None if end is None else end - time.monotonic()
+            if left is not None and left <= 0:
+                raise Timeout("no result for job %d within %.3f s" % (job_id, limit or 0))
+            sub.wait(-1 if left is None else max(1, int(left * 1000)))
+    finally:
+        sub.close()
+
+
+async def wait_result_async(db: "Database", job_id: int, timeout: Optional[Duration]) -> Result:
+    limit = None if timeout is None else duration_ms(timeout, "timeout") / 1000
+    loop = asyncio.get_running_loop()
+    end = None if limit is None else loop.time() + limit
+    sub = _tocsin.Sub(db._h)
+    try:
+        while True:
+            sub.drain()
+            r = _check_result(db, job_id)
+            if r is not None:
+                return r
+            left = None if end is None else end - loop.time()
+            if left is not None and left <= 0:
+                raise Timeout("no result for job %d within %.3f s" % (job_id, limit or 0))
+            await readable(sub.fileno(), left)
+    finally:
+        sub.close()
+
+
+def _check_result(db: "Database", job_id: int) -> Optional[Result]:
+    row = db._h.result_get(job_id)
+    if row is not None:
+        return Result._from_row(row)
+    job = db._h.get(job_id)
+    if job is None:
+        row = db._h.result_get(job_id)  # acked between the two reads
+        if row is not None:
+            return Result._from_row(row)
+        raise InvalidArgument("job %d has no result and does not exist (acked without a result, "
+                              "or never enqueued)" % job_id)
+    if job[2] == "dead":
+        return Result(job_id, True, None, "JobDead",
+                      "the job died (%s)%s" % (job[16], ": " + job[15] if job[15] else ""), 0, 0)
+    return None
+
+
+class Lock:
+    """A named TTL lease with a fencing token (``db.lock(name, ttl=...)``).
+
+    ``with db.lock("report", ttl=60) as lock:`` waits until it is acquired (wake engine,
+    no polling loop) and releases it at the end. ``lock.token`` grows with every new
+    holder: hand it to resources that can refuse a stale holder. Renew long work with
+    ``lock.renew()``; it returns False once the lease was taken over."""
+
+    def __init__(self, db: "Database", name: str, ttl: Duration = 30.0, owner: Optional[str] = None) -> None:
+        self.db = db
+        self.name = name
+        self.ttl_ms = duration_ms(ttl, "ttl", allow_zero=False)
+        self.owner = owner or default_owner()
+        self.token = 0
+        self.until = 0
+
+    def try_acquire(self) -> bool:
+        self.token, self.until = self.db._h.lock_acquire(self.name, self.owner, self.ttl_ms)
+        return self.token > 0
+
+    def acquire(self, blocking: bool = True, timeout: Optional[Duration] = None) -> bool:
+        """Acquires the lock; with blocking=True waits up to ``timeout`` (None: no bound)
+        for the holder to release it or for its lease to lapse."""
+        limit = None if timeout is None else duration_ms(timeout, "timeout") / 1000
+        end = None if limit is None else time.monotonic() + limit
+        if self.try_acquire() or not blocking:
+            return self.token > 0
+        sub = _tocsin.Sub(self.db._h)
+        try:
+            while not self.try_acquire():
+                left = None if end is None else end - time.monotonic()
+                if left is not None and left <= 0:
+                    return False
+                lapse = max(1, self.until - self.db.now())  # the holder's lease end
+                wait_ms = lapse if left is None else min(lapse, max(1, int(left * 1000)))
+                sub.wait(int(wait_ms))
+            return True
+        finally:
+            sub.close()
+
+    def renew(self, ttl: Optional[Duration] = None) -> bool:
+        ms = self.ttl_ms if ttl is None else duration_ms(ttl, "ttl", allow_zero=False)
+        ok = self.db._h.lock_renew(self.name, self.owner, self.token, ms)
+        return ok
+
+    def release(self) -> bool:
+        ok = self.db._h.lock_release(self.name, self.owner, self.token) if self.token else False
+        self.token = 0
+        return ok
+
+    @property
+    def held(self) -> bool:
+        owner, token, until = self.db._h.lock_holder(self.name)
+        return owner == self.owner and token == self.token and self.token > 0
+
+    def __enter__(self) -> "Lock":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.release()
+
+
+class RateDecision(NamedTuple):
+    allowed: bool
+    retry_after: float  # seconds until a call would be admitted (0 when allowed)
+    remaining: int      # calls still admissible right now
+
+
+class RateLimit:
+    """``db.rate_limit(name, limit, per)``: at most ``limit`` admissions in any window of
+    ``per`` (seconds or timedelta), sliding (no 2x burst at window edges)."""
+
+    def __init__(self, db: "Database", name: str, limit: int, per: Duration) -> None:
+        if isinstance(limit, bool) or not isinstance(limit, int):
+            raise InvalidArgument("limit must be an integer")
+        self.db = db
+        self.name = name
+        self.limit = limit
+        self.per_ms = duration_ms(per, "per", allow_zero=False)
+
+    def try_acquire(self) -> RateDecision:
+        allowed, after, remaining = self.db._h.ratelimit_try(self.name, self.limit, self.per_ms)
+        return RateDecision(allowed, after / 1000.0, remaining)
+
+    def reset(self) -> int:
+        return self.db._h.ratelimit_reset(self.name)
+
+
+_CATCH_UP = {"once": _tocsin.CATCHUP_ONCE, "all": _tocsin.CATCHUP_ALL}
+
+
+class Schedule(NamedTuple):
+    name: str
+    cron: str
+    queue: str
+    payload: Any
+    meta: Optional[Dict[str, Any]]
+    priority: int
+    max_attempts: int
+    job_expires_ms: int
+    catch_up: str          # "once" or "all"
+    max_catch_up: int
+    local_time: bool
+    paused: bool
+    next_fire: int         # ms since epoch; -1: never fires again
+    last_fire: int
+    last_job_id: int
+    fired_count: int
+    skipped_count: int
+    created_at: int
+    updated_at: int
+
+    @classmethod
+    def _from_row(cls, r: tuple) -> "Schedule":
+        return cls(r[0], r[1], r[2], loads(r[3]), loads(r[4]), r[5], r[6], r[7],
+                   "all" if r[8] == _tocsin.CATCHUP_ALL else "once", *r[9:])
+
+
+def schedule_opts(priority: int = 0, max_attempts: Optional[int] = None,
+                  job_expires: Optional[Duration] = None, catch_up: str = "once",
+                  max_catch_up: Optional[int] = None, local_time: bool = False,
+                  meta: Optional[dict] = None) -> tuple:
+    from ._util import meta_json
+    if catch_up not in _CATCH_UP:
+        raise InvalidArgument('catch_up must be "once" or "all"')
+    for v, what in ((priority, "priority"), (max_attempts, "max_attempts"), (max_catch_up, "max_catch_up")):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
+            raise InvalidArgument("%s must be an integer" % what)
+    if max_attempts is not None and max_attempts < 1:
+        raise InvalidArgument("max_attempts must be >= 1")
+    if max_catch_up is not None and max_catch_up < 1:
+        raise InvalidArgument("max_catch_up must be >= 1")
+    return (priority, max_attempts or 0,
+            0 if job_expires is None else duration_ms(job_expires, "job_expires", allow_zero=False),
+            _CATCH_UP[catch_up], max_catch_up or 0, bool(local_time), meta_json(meta))
+
+
+def cron_next(expr: str, after: Optional[Instant] = None, *, local_time: bool = False) -> Optional[int]:
+    """The first fire time (ms since epoch) of a cron expression strictly after ``after``
+    (default: now); None when it never fires again. Raises InvalidArgument naming the bad
+    field."""
+    after_ms = int(time.time() * 1000) if after is None else instant_ms(after, "after")
+    return _tocsin.cron_next(expr, after_ms, bool(local_time))
