@@ -171,6 +171,79 @@ def bench_batched(d, n, batch=100):
     return r
 
 
+def bench_claim_ack_one_tx(d, n):
+    """claim + ack of one job in one transaction, against raw claim + DELETE in one."""
+    db = tocsin.open(os.path.join(d, "t-claim1.db"))
+    q = db.queue("bench")
+    c = raw_conn(os.path.join(d, "r-claim1.db"))
+
+    def fill():
+        for i in range(0, n, 500):
+            q.enqueue_many([PAYLOAD] * min(500, n - i))
+        t = now_ms()
+        c.execute("BEGIN")
+        c.executemany(RAW_INSERT, [("bench", json.dumps(PAYLOAD), t, t)] * n)
+        c.execute("COMMIT")
+
+    def run_tocsin():
+        for _ in range(n):
+            with db.transaction() as tx:
+                job = q.claim("w1")
+                job.payload
+                job.ack(tx=tx)
+
+    def run_raw():
+        ex = c.execute
+        for _ in range(n):
+            t = now_ms()
+            ex("BEGIN IMMEDIATE")
+            jid, att, payload = ex(RAW_CLAIM, ("w1", t + 30000, "bench", t, 1)).fetchone()
+            json.loads(payload)
+            ex(RAW_ACK, (jid, att))
+            ex("COMMIT")
+
+    r = best(n, run_raw, run_tocsin, fill)
+    db.close()
+    c.close()
+    return r
+
+
+PRODUCER = """
+import random, sys, time, tocsin
+db = tocsin.open(sys.argv[1]); q = db.queue("lat")
+for i in range(int(sys.argv[2])):
+    time.sleep(random.uniform(0.001, 0.003))
+    q.enqueue({"t": time.time(), "i": i})
+q.enqueue({"t": 0, "i": -1})
+"""
+
+
+def bench_async_latency(d, n):
+    """End to end: another process enqueues at random intervals; an asyncio consumer
+    (async for job in queue.jobs(...)) timestamps each claim. Returns latencies (ms)."""
+    import asyncio
+    import subprocess
+    path = os.path.join(d, "t-lat.db")
+    db = tocsin.open(path)
+    q = db.queue("lat")
+    lat = []
+
+    async def consume():
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", PRODUCER, path, str(n))
+        async for job in q.jobs("lat-worker"):
+            p = job.payload
+            job.ack()
+            if p["i"] < 0:
+                break
+            lat.append((time.time() - p["t"]) * 1000.0)
+        await proc.wait()
+
+    asyncio.run(consume())
+    db.close()
+    lat.sort()
+    return lat
+
+
 def bench_binding_overhead(d, n):
     """The same single-job calls through the bare _tocsin handle (pre-encoded JSON, no
     Python layer) and through the public API: what the binding itself adds."""
@@ -202,6 +275,7 @@ def bench_binding_overhead(d, n):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=5000)
+    ap.add_argument("--latency-n", type=int, default=1000)
     args = ap.parse_args()
     d = tempfile.mkdtemp(prefix="tocsin-bench-")
     try:
@@ -211,14 +285,19 @@ def main():
         rows = [
             ("enqueue, 1 per tx", bench_enqueue(d, args.n)),
             ("claim + ack, 1 per tx (jobs/s)", bench_claim_ack(d, args.n)),
+            ("claim + ack in one tx (jobs/s)", bench_claim_ack_one_tx(d, args.n)),
             ("batched 100: enqueue+claim+ack", bench_batched(d, args.n * 2)),
         ]
         bare, api = bench_binding_overhead(d, args.n // 2)
+        lat = bench_async_latency(d, args.latency_n)
         for name, (raw, tc) in rows:
             print("%-34s %12.0f %12.0f %7.0f%%" % (name, raw, tc, 100.0 * tc / raw))
         print("binding overhead: enqueue + claim + ack through the public API runs at %.0f%% of "
               "the bare core calls (%.1f us added per job)" % (100.0 * api / bare,
                                                               (1e6 / api - 1e6 / bare)))
+        pct = lambda p: lat[min(len(lat) - 1, int(p / 100.0 * len(lat)))]
+        print("async end-to-end (enqueue in another process -> async for job in queue.jobs()), "
+              "%d jobs: p50 %.3f ms, p99 %.3f ms, max %.3f ms" % (len(lat), pct(50), pct(99), lat[-1]))
     finally:
         shutil.rmtree(d, ignore_errors=True)
 
