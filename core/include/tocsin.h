@@ -567,6 +567,27 @@ typedef struct tocsin_result {
  * result whose value is "null".
  */
 int tocsin_result_get(tocsin_db *db, tocsin_result **out_result, int64_t job_id);
+
+/*
+ * The outcome of job_id, read in one snapshot: its result (as
+ * tocsin_result_get), or -- for a job that died without one -- an error whose
+ * error_type is "JobDead" and whose message names the dead reason and last
+ * error. *out_result (owned, tocsin_result_free) is NULL while the job is
+ * pending or processing. TOCSIN_NOTFOUND when neither a job nor a result has
+ * that id (acked without a result, result expired, or never enqueued).
+ * Read-only: what an event loop calls after each wake of a subscription.
+ */
+int tocsin_result_check(tocsin_db *db, tocsin_result **out_result, int64_t job_id);
+/*
+ * Blocks until tocsin_result_check gives an outcome (TOCSIN_OK, *out_result
+ * set), deadline_ms passes (a time of the handle's clock, < 0: none;
+ * TOCSIN_TIMEOUT) or `sub` is poked (TOCSIN_OK, *out_result NULL). Re-checks
+ * after every commit of any process (wake engine), never polling the table.
+ * `sub` as for tocsin_queue_wait (NULL: the handle's own). Not inside a
+ * transaction.
+ */
+int tocsin_result_wait(tocsin_db *db, tocsin_result **out_result, int64_t job_id,
+                       int64_t deadline_ms, tocsin_sub *sub);
 void tocsin_result_free(tocsin_result *result); /* accepts NULL */
 /* Deletes the result of job_id; *out_ok is 0 if there was none. */
 int tocsin_result_delete(tocsin_db *db, int *out_ok, int64_t job_id);

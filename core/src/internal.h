@@ -129,6 +129,10 @@ void tc_wake_local(tocsin_db *db);
 void tc_wake_release(tocsin_db *db);
 /* The handle's own subscription, opened at first use, closed with the handle. */
 int tc_wake_db_sub(tocsin_db *db, tocsin_sub **out);
+/* The subscription a blocking wait on db uses: *sub when it watches db's file
+ * (else TOCSIN_INVALID), the handle's own when *sub is NULL. Refuses to wait
+ * inside a transaction. */
+int tc_wake_wait_sub(tocsin_db *db, tocsin_sub **sub);
 /*
  * The loop under every blocking wait: drain, check, sleep until woken or
  * *sleep_ms passes. check() sets *done, may lower *sleep_ms (< 0: no bound)

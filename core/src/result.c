@@ -133,6 +133,102 @@ int tocsin_result_get(tocsin_db *db, tocsin_result **out_result, int64_t job_id)
     return tc_op_end(db, &op, TOCSIN_OK);
 }
 
+/* The outcome of a job that died without a result: a "JobDead" error. */
+static int dead_outcome(tocsin_db *db, tocsin_result **out, const tocsin_job *job) {
+    tocsin_result *r = sqlite3_malloc(sizeof *r);
+    if (!r) return tc_err(db, TOCSIN_NOMEM, "check result: out of memory");
+    memset(r, 0, sizeof *r);
+    r->job_id = job->id;
+    r->is_error = 1;
+    r->created_at = job->died_at;
+    r->error_type = tc_strdup("JobDead");
+    r->error_message = job->last_error
+                           ? sqlite3_mprintf("the job died (%s): %s", job->reason, job->last_error)
+                           : sqlite3_mprintf("the job died (%s)", job->reason);
+    if (!r->error_type || !r->error_message) {
+        tocsin_result_free(r);
+        return tc_err(db, TOCSIN_NOMEM, "check result: out of memory");
+    }
+    *out = r;
+    return TOCSIN_OK;
+}
+
+int tocsin_result_check(tocsin_db *db, tocsin_result **out_result, int64_t job_id) {
+    tc_op op;
+    tocsin_job *job = NULL;
+    int rc;
+    TC_CHECK_DB(db);
+    if (!out_result) return tc_err(db, TOCSIN_INVALID, "out_result must not be NULL");
+    *out_result = NULL;
+    if (job_id < 1) return tc_err(db, TOCSIN_INVALID, "job_id must be >= 1");
+    /* One snapshot for both reads: an ack with its result cannot slip between them. */
+    if ((rc = tc_op_begin(db, &op, 0)) != TOCSIN_OK) return rc;
+    rc = tocsin_result_get(db, out_result, job_id);
+    if (rc == TOCSIN_OK && !*out_result) rc = tocsin_job_get(db, &job, job_id);
+    if (rc == TOCSIN_OK && !*out_result) {
+        if (!job)
+            rc = tc_err(db, TOCSIN_NOTFOUND,
+                        "job %lld has no result and no row: it was acked without a result, its "
+                        "result expired, or it never existed",
+                        (long long)job_id);
+        else if (strcmp(job->state, "dead") == 0)
+            rc = dead_outcome(db, out_result, job);
+    }
+    tocsin_jobs_free(job, 1);
+    rc = tc_op_end(db, &op, rc);
+    if (rc != TOCSIN_OK) {
+        tocsin_result_free(*out_result);
+        *out_result = NULL;
+    }
+    return rc;
+}
+
+typedef struct rs_wait {
+    tocsin_db *db;
+    tocsin_result **out;
+    int64_t job_id, deadline;
+} rs_wait;
+
+static int rs_wait_check(void *p, int *done, int64_t *sleep_ms) {
+    rs_wait *w = p;
+    int64_t now;
+    int rc = tocsin_result_check(w->db, w->out, w->job_id);
+    if (rc != TOCSIN_OK) return rc;
+    if (*w->out) {
+        *done = 1;
+        return TOCSIN_OK;
+    }
+    if (w->deadline < 0) return TOCSIN_OK; /* only a commit can bring the outcome */
+    now = tocsin_now(w->db);
+    if (now >= w->deadline)
+        return tc_err(w->db, TOCSIN_TIMEOUT, "job %lld has no result yet at the deadline",
+                      (long long)w->job_id);
+    /* re-read the (injectable) clock at least every second */
+    *sleep_ms = w->deadline - now < 1000 ? w->deadline - now : 1000;
+    return TOCSIN_OK;
+}
+
+int tocsin_result_wait(tocsin_db *db, tocsin_result **out_result, int64_t job_id,
+                       int64_t deadline_ms, tocsin_sub *sub) {
+    rs_wait w;
+    int rc, done = 0;
+    TC_CHECK_DB(db);
+    if (!out_result) return tc_err(db, TOCSIN_INVALID, "out_result must not be NULL");
+    *out_result = NULL;
+    if (job_id < 1) return tc_err(db, TOCSIN_INVALID, "job_id must be >= 1");
+    if ((rc = tc_wake_wait_sub(db, &sub)) != TOCSIN_OK) return rc;
+    w.db = db;
+    w.out = out_result;
+    w.job_id = job_id;
+    w.deadline = deadline_ms < 0 ? -1 : deadline_ms;
+    rc = tc_wait_loop(sub, db, &done, rs_wait_check, &w);
+    if (rc != TOCSIN_OK || !done) {
+        tocsin_result_free(*out_result);
+        *out_result = NULL;
+    }
+    return rc;
+}
+
 int tocsin_result_delete(tocsin_db *db, int *out_ok, int64_t job_id) {
     tc_op op;
     sqlite3_stmt *st;

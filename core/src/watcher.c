@@ -939,6 +939,23 @@ typedef struct wk_qwait {
 } wk_qwait;
 
 /* Read-only: is anything due? If not, sleep until the earliest deadline. */
+int tc_wake_wait_sub(tocsin_db *db, tocsin_sub **sub) {
+    int rc;
+    if (!sqlite3_get_autocommit(db->conn))
+        return tc_err(db, TOCSIN_INVALID,
+                      "cannot wait inside a transaction (it would hold its snapshot and locks)");
+    if (*sub) {
+        const char *path = wk_path(db);
+        uint64_t dev = 0, ino = 0;
+        if (!path) return db->errcode;
+        if ((rc = wk_identify(db, path, &dev, &ino)) != TOCSIN_OK) return rc;
+        if ((*sub)->w->dev != dev || (*sub)->w->ino != ino)
+            return tc_err(db, TOCSIN_INVALID, "sub watches another database file than this handle's");
+        return TOCSIN_OK;
+    }
+    return tc_wake_db_sub(db, sub);
+}
+
 static int wk_qwait_check(void *p, int *done, int64_t *sleep_ms) {
     wk_qwait *q = p;
     int64_t next = -1, now, wake;
@@ -969,19 +986,7 @@ int tocsin_queue_wait(tocsin_db *db, int *out_ready, const char *const *queues, 
     if (!queues || n == 0) return tc_err(db, TOCSIN_INVALID, "queues must name at least one queue");
     for (i = 0; i < n; i++)
         if ((rc = tc_check_name(db, "queue name", queues[i])) != TOCSIN_OK) return rc;
-    if (!sqlite3_get_autocommit(db->conn))
-        return tc_err(db, TOCSIN_INVALID,
-                      "cannot wait inside a transaction (it would hold its snapshot and locks)");
-    if (sub) {
-        const char *path = wk_path(db);
-        uint64_t dev, ino;
-        if (!path) return db->errcode;
-        if ((rc = wk_identify(db, path, &dev, &ino)) != TOCSIN_OK) return rc;
-        if (sub->w->dev != dev || sub->w->ino != ino)
-            return tc_err(db, TOCSIN_INVALID, "sub watches another database file than this handle's");
-    } else if ((rc = tc_wake_db_sub(db, &sub)) != TOCSIN_OK) {
-        return rc;
-    }
+    if ((rc = tc_wake_wait_sub(db, &sub)) != TOCSIN_OK) return rc;
     q.db = db;
     q.queues = queues;
     q.n = n;

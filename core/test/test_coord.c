@@ -907,8 +907,109 @@ static void sql_functions(void) {
     tocsin_close(db);
 }
 
+/* A second handle saves the result while the first waits on it. */
+typedef struct saver {
+    const char *path;
+    int64_t job_id;
+    int rc;
+} saver;
+
+static void *save_later(void *p) {
+    saver *sv = p;
+    tocsin_db *db = NULL;
+    int64_t tok = 0;
+    tocsin_job *jobs = NULL;
+    size_t n = 0;
+    int ok = 0;
+    sv->rc = tocsin_open(&db, sv->path, NULL);
+    if (sv->rc == TOCSIN_OK) sv->rc = tocsin_queue_claim(db, &jobs, &n, "rw", "saver", 1, 60000);
+    if (sv->rc == TOCSIN_OK && n == 1) {
+        tok = jobs[0].token;
+        /* result and ack in one transaction: the outcome appears atomically */
+        sv->rc = tocsin_begin(db);
+        if (sv->rc == TOCSIN_OK) sv->rc = tocsin_result_save(db, sv->job_id, "{\"sent\":true}", 0);
+        if (sv->rc == TOCSIN_OK) sv->rc = tocsin_job_ack(db, &ok, sv->job_id, tok);
+        if (sv->rc == TOCSIN_OK) sv->rc = tocsin_commit(db);
+    }
+    tocsin_jobs_free(jobs, n);
+    tocsin_close(db);
+    return NULL;
+}
+
+static void result_outcomes(void) {
+    t_clock clk = {1000};
+    tocsin_db *db = t_open("result_wait", &clk);
+    tocsin_enqueue_opts o = TOCSIN_ENQUEUE_OPTS_INIT;
+    tocsin_result *r = NULL;
+    tocsin_job *jobs = NULL;
+    tocsin_sub *sub = NULL;
+    size_t n = 0;
+    int64_t id = 0, id2 = 0;
+    int ok = 0;
+    pthread_t th;
+    saver sv;
+
+    CHECK_EQ_I(tocsin_result_check(db, &r, 0), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_result_check(db, NULL, 1), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_result_check(db, &r, 777), TOCSIN_NOTFOUND);
+    CHECK(strstr(tocsin_errmsg(db), "777") != NULL);
+    CHECK_EQ_I(tocsin_result_wait(db, &r, -1, -1, NULL), TOCSIN_INVALID);
+    /* pending: no outcome yet; a deadline already passed ends the wait */
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id, "rw", "{}", NULL));
+    CHECK_OK(db, tocsin_result_check(db, &r, id));
+    CHECK(r == NULL);
+    CHECK_EQ_I(tocsin_result_wait(db, &r, id, 1000, NULL), TOCSIN_TIMEOUT);
+    CHECK(r == NULL);
+    /* inside a transaction a wait is refused */
+    CHECK_OK(db, tocsin_begin(db));
+    CHECK_EQ_I(tocsin_result_wait(db, &r, id, -1, NULL), TOCSIN_INVALID);
+    CHECK_OK(db, tocsin_rollback(db));
+    /* another handle claims, saves and acks in one transaction while we wait */
+    sv.path = sqlite3_db_filename(tocsin_sqlite(db), "main");
+    sv.job_id = id;
+    sv.rc = -1;
+    CHECK(pthread_create(&th, NULL, save_later, &sv) == 0);
+    CHECK_OK(db, tocsin_result_wait(db, &r, id, -1, NULL));
+    pthread_join(th, NULL);
+    CHECK_EQ_I(sv.rc, TOCSIN_OK);
+    CHECK(r != NULL && !r->is_error);
+    if (r) CHECK_STR(r->value, "{\"sent\":true}");
+    tocsin_result_free(r);
+    r = NULL;
+    /* a job that died without a result: a JobDead error, not an endless wait */
+    o.max_attempts = 1;
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id2, "dies", "{}", &o));
+    CHECK_OK(db, tocsin_queue_claim(db, &jobs, &n, "dies", "w", 1, 100));
+    CHECK_EQ_I(n, 1);
+    CHECK_OK(db, tocsin_job_fail(db, &ok, id2, n ? jobs[0].token : 0, "disk full"));
+    tocsin_jobs_free(jobs, n);
+    CHECK_OK(db, tocsin_result_wait(db, &r, id2, -1, NULL));
+    CHECK(r != NULL && r->is_error);
+    if (r) {
+        CHECK_STR(r->error_type, "JobDead");
+        CHECK_STR(r->error_message, "the job died (failed): disk full");
+    }
+    tocsin_result_free(r);
+    r = NULL;
+    /* acked without a result */
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id2, "plain", "{}", NULL));
+    CHECK_OK(db, tocsin_queue_claim(db, &jobs, &n, "plain", "w", 1, 100));
+    CHECK_OK(db, tocsin_job_ack(db, &ok, id2, n ? jobs[0].token : 0));
+    tocsin_jobs_free(jobs, n);
+    CHECK_EQ_I(tocsin_result_wait(db, &r, id2, -1, NULL), TOCSIN_NOTFOUND);
+    /* a poke ends the wait with no outcome */
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id2, "never", "{}", NULL));
+    CHECK_OK(db, tocsin_sub_open(&sub, db));
+    CHECK_OK(db, tocsin_sub_poke(sub));
+    CHECK_OK(db, tocsin_result_wait(db, &r, id2, -1, sub));
+    CHECK(r == NULL);
+    tocsin_sub_close(sub);
+    tocsin_close(db);
+}
+
 void suite_coord(void) {
     results();
+    result_outcomes();
     locks();
     ratelimit_property();
     ratelimit_basics();

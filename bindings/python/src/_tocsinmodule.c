@@ -1078,6 +1078,24 @@ static PyObject *Handle_result_get(Handle *self, PyObject *args) {
     return out;
 }
 
+/* The core's outcome check: None while the job runs, a result tuple as
+ * result_get (a "JobDead" error for a job that died without a result);
+ * NotFound when neither a job nor a result has that id. */
+static PyObject *Handle_result_check(Handle *self, PyObject *args) {
+    long long id;
+    tocsin_result *r = NULL;
+    int rc;
+    PyObject *out;
+    if (!PyArg_ParseTuple(args, "L:result_check", &id)) return NULL;
+    CORE_CALL(self, rc = tocsin_result_check(self->db, &r, id));
+    if (!r) Py_RETURN_NONE;
+    out = Py_BuildValue("(LNzzzLL)", (long long)r->job_id, PyBool_FromLong(r->is_error), r->value,
+                        r->error_type, r->error_message, (long long)r->created_at,
+                        (long long)r->expires_at);
+    tocsin_result_free(r);
+    return out;
+}
+
 static PyObject *Handle_result_delete(Handle *self, PyObject *args) {
     long long id;
     int ok = 0, rc;
@@ -1369,6 +1387,7 @@ static PyMethodDef Handle_methods[] = {
     {"result_save", (PyCFunction)Handle_result_save, METH_VARARGS, NULL},
     {"result_save_error", (PyCFunction)Handle_result_save_error, METH_VARARGS, NULL},
     {"result_get", (PyCFunction)Handle_result_get, METH_VARARGS, NULL},
+    {"result_check", (PyCFunction)Handle_result_check, METH_VARARGS, NULL},
     {"result_delete", (PyCFunction)Handle_result_delete, METH_VARARGS, NULL},
     {"result_sweep", (PyCFunction)Handle_result_sweep, METH_NOARGS, NULL},
     {"lock_acquire", (PyCFunction)Handle_lock_acquire, METH_VARARGS, NULL},

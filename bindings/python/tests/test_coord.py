@@ -53,7 +53,7 @@ def test_wait_result_timeout_and_dead_job(clocked):
     q.claim("w").fail("broken")
     r = db.wait_result(jid, timeout=1)
     assert r.is_error and r.error_type == "JobDead" and "broken" in r.error_message
-    with pytest.raises(tocsin.InvalidArgument):
+    with pytest.raises(tocsin.NotFound):  # no job and no result: nothing to wait for
         db.wait_result(987654, timeout=1)
 
 

@@ -82,21 +82,10 @@ async def wait_result_async(db: "Database", job_id: int, timeout: Optional[Durat
 
 
 def _check_result(db: "Database", job_id: int) -> Optional[Result]:
-    row = db._h.result_get(job_id)
-    if row is not None:
-        return Result._from_row(row)
-    job = db._h.get(job_id)
-    if job is None:
-        row = db._h.result_get(job_id)  # acked between the two reads
-        if row is not None:
-            return Result._from_row(row)
-        raise InvalidArgument("job %d has no result and does not exist (acked without a result, "
-                              "or never enqueued)" % job_id)
-    if job[2] == "dead":
-        return Result(job_id, True, None, "JobDead",
-                      "the job died (%s)%s" % (job[16], ": " + job[15] if job[15] else ""), 0, 0)
-    return None
-
+    """The core's outcome check (tocsin_result_check): the result, a "JobDead" error for
+    a job that died without one, or None while it runs."""
+    row = db._h.result_check(job_id)
+    return None if row is None else Result._from_row(row)
 
 class Lock:
     """A named TTL lease with a fencing token (``db.lock(name, ttl=...)``).

@@ -313,7 +313,7 @@ class Queue:
              result_ttl: Optional[Duration] = 86400.0) -> Any:
         """Decorator: ``@queue.task`` or ``@queue.task(name=..., retries=..., backoff=...,
         timeout=...)``. Calling the decorated function enqueues a call (the task envelope,
-        docs/task-envelope.md) and returns a TaskHandle (``.get(timeout)``,
+        docs/sql.md ("Task envelope")) and returns a TaskHandle (``.get(timeout)``,
         ``await .result(timeout)``). ``retries``: attempts after the first;
         ``backoff``: base delay of the exponential backoff (None: the core's policy);
         ``timeout``: a run longer than this fails the attempt; ``result_ttl``: how long

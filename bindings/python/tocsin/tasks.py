@@ -1,6 +1,6 @@
 """Tasks: functions turned into enqueues, with results any runtime can read.
 
-The envelope (docs/task-envelope.md) is the job payload:
+The envelope (docs/sql.md ("Task envelope")) is the job payload:
     {"task": "send_email", "args": [...], "kwargs": {...}, "result_ttl_ms": 86400000}
 A worker of any runtime that registered ``send_email`` runs it and stores the outcome
 with the core's results: the return value as JSON, or an error recorded as data
