@@ -78,7 +78,7 @@ test-readme: $(BUILD)/libtocsin.a
 check-version:
 	@sh tools/sync-version --check
 
-demo: deps all $(BUILD)/demo_shop
+demo: deps all $(BUILD)/demo_shop python-venv
 	BUILD=$(BUILD) sh demo/run.sh
 
 $(BUILD)/demo_shop: demo/shop.c $(BUILD)/libtocsin.a

@@ -1,32 +1,60 @@
 #!/bin/sh
 # The polyglot demo on a local .db: writers and workers in different runtimes
-# share one SQLite file. Run through `make demo`.
+# share one SQLite file, no broker, no daemon. Run through `make demo`.
 set -eu
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
-DB=${DEMO_DB:-$BUILD/demo.db}
-rm -f "$DB" "$DB-wal" "$DB-shm"
-echo "== tocsin demo on $DB"
+PY=${PY:-$BUILD/venv/bin/python}
+DEMO_DB=${DEMO_DB:-$BUILD/demo.db}
+export DEMO_DB
+rm -f "$DEMO_DB" "$DEMO_DB-wal" "$DEMO_DB-shm"
+echo "== tocsin demo on $DEMO_DB"
 
-# 1. A C program writes an order + job + event + notification in one transaction.
-"$BUILD/demo_shop" "$DB" "teapot"
-"$BUILD/demo_shop" "$DB" "kettle"
+# 1. A C program: an order row, a call of the Python task send_email, a stream
+#    event and a notification, all in one transaction.
+sqlite3 "$DEMO_DB" "CREATE TABLE orders(id INTEGER PRIMARY KEY, item TEXT);"
+job1=$("$BUILD/demo_shop" "$DEMO_DB" "teapot")
+job2=$("$BUILD/demo_shop" "$DEMO_DB" "kettle")
 
-# 2. Any SQLite client with the extension is a worker: claim, do the work, ack.
-sqlite3 -batch "$DB" <<SQL
+# 2. A Python worker (tasks + scheduler) starts; it runs what C enqueued.
+PYTHONPATH=demo "$PY" -m tocsin worker tasks:db --queue emails --concurrency 2 \
+    --shutdown-timeout 5 --log-level warning &
+worker=$!
+trap 'kill "$worker" 2>/dev/null || true' EXIT
+
+# 3. A Python "web request" enqueues in its own transaction and reads every result.
+PYTHONPATH=demo "$PY" demo/web.py "mug" "$job1" "$job2"
+
+# 4. Any SQLite client with the extension sees the same state: here the sqlite3 shell.
+sqlite3 -batch "$DEMO_DB" <<SQL
 .load $BUILD/tocsin.so
 .mode list
-SELECT 'sqlite3 worker: claimed job ' || json_extract(value, '\$.id') || ' (' ||
-       json_extract(value, '\$.payload.item') || '), ack -> ' ||
-       tocsin_ack(json_extract(value, '\$.id'), json_extract(value, '\$.token'))
-  FROM json_each(tocsin_claim('emails', 'sqlite3-worker', 10, 30000));
-SELECT 'sqlite3 reader: stream event ' || json_extract(value, '\$.offset') || ' ' ||
-       json_extract(value, '\$.payload')
+SELECT 'sqlite3: result of job ' || $job1 || ': ' || json_extract(tocsin_result_get($job1), '\$.value');
+SELECT 'sqlite3: stream event ' || json_extract(value, '\$.offset') || ' ' || json_extract(value, '\$.payload')
   FROM json_each(tocsin_stream_read('orders', tocsin_stream_offset('audit', 'orders'), 100));
-SELECT 'sqlite3 reader: saved offset ' || tocsin_stream_save_offset('audit', 'orders', 2);
-SELECT 'sqlite3 listener: notification ' || json_extract(value, '\$.id') || ' ' ||
-       json_extract(value, '\$.payload')
+SELECT 'sqlite3: saved consumer offset ' || tocsin_stream_save_offset('audit', 'orders', 3);
+SELECT 'sqlite3: notification ' || json_extract(value, '\$.id') || ' ' || json_extract(value, '\$.payload')
   FROM json_each(tocsin_notify_read('orders', 0, 100));
-SELECT 'queue stats: ' || tocsin_stats('emails');
+SELECT 'sqlite3: orders committed: ' || count(*) FROM orders;
 SQL
+
+# 5. The scheduler fires the periodic digest; then the worker stops gracefully.
+"$PY" - <<'PY'
+import os, time, tocsin
+db = tocsin.open(os.environ["DEMO_DB"])
+deadline = time.monotonic() + 10
+while time.monotonic() < deadline:
+    s = [x for x in db.schedules() if x.name == "periodic:digest"]
+    if s and s[0].fired_count > 0:
+        print("python: the scheduler fired periodic:digest %d time(s)" % s[0].fired_count)
+        break
+    time.sleep(0.2)
+else:
+    raise SystemExit("python: the periodic digest never fired")
+db.close()
+PY
+kill -TERM "$worker"
+wait "$worker"
+trap - EXIT
+echo "queue stats: $(sqlite3 -batch "$DEMO_DB" ".load $BUILD/tocsin.so" "SELECT tocsin_stats('emails');")"
 echo "== demo done"
