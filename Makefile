@@ -102,7 +102,7 @@ $(BUILD)/bench_wake: bench/bench_wake.c $(BUILD)/libtocsin.a
 # whose C suite replays core/test/corpus/cron). New inputs go to $(BUILD)/fuzz-cron-corpus.
 FUZZ_SECONDS ?= 60
 fuzz-cron: | $(BUILD)
-	@command -v clang >/dev/null 2>&1 || { echo "fuzz-cron: clang is not installed (it needs -fsanitize=fuzzer)"; exit 1; }
+	@sh tools/deps.sh fuzz
 	clang -std=c11 -O1 -g -fsanitize=fuzzer,address,undefined -Icore/include -Icore/src \
 		core/test/fuzz_cron.c core/src/tocsin_all.c -o $(BUILD)/fuzz_cron $(LIBS)
 	mkdir -p $(BUILD)/fuzz-cron-corpus

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Installs what the build and the test suites need and is missing (Debian).
-# Quick and silent when everything is already there.
+# Quick and silent when everything is already there. `deps.sh fuzz` also
+# installs clang (libFuzzer) for `make fuzz-cron`.
 set -e
 missing=""
 need_pkg() { # need_pkg PACKAGE TEST-COMMAND...
@@ -18,6 +19,10 @@ need_pkg python3-venv /usr/bin/python3 -c "import ensurepip, venv"
 need_pkg python3-dev sh -c 'test -f "$(/usr/bin/python3 -c "import sysconfig; print(sysconfig.get_paths()[\"include\"])")/Python.h"'
 # the cron tests run in America/New_York (DST changes)
 need_pkg tzdata test -f /usr/share/zoneinfo/America/New_York
+if [ "${1:-}" = fuzz ]; then
+    need_pkg clang command -v clang
+    need_pkg libclang-rt-14-dev sh -c 'ls /usr/lib/llvm-14/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a'
+fi
 if [ -n "$missing" ]; then
     echo "deps: installing$missing"
     if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
