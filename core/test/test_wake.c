@@ -897,6 +897,8 @@ typedef struct racer {
     tocsin_db *db;
     tocsin_sub *sub;
     int errors;
+    int one_shot; /* stop after the first job claimed */
+    int claimed;
 } racer;
 
 static void *race_worker(void *p) {
@@ -921,8 +923,10 @@ static void *race_worker(void *p) {
             if (jobs[0].id >= 1 && jobs[0].id <= RACE_JOBS) atomic_fetch_add(&race_seen[jobs[0].id], 1);
             tocsin_job_ack(r->db, &ok, jobs[0].id, jobs[0].token);
             atomic_fetch_add(&race_claimed, 1);
+            r->claimed++;
         }
         tocsin_jobs_free(jobs, n);
+        if (r->one_shot && r->claimed) break;
     }
     return NULL;
 }
@@ -938,17 +942,22 @@ static void *race_producer(void *p) {
     return NULL;
 }
 
-static void enqueue_wait_race(void) {
-    tocsin_db *db = t_open("race", NULL);
-    racer r[RACE_WORKERS];
-    pthread_t t[RACE_WORKERS], prod;
-    int i, errors = 0, once = 1;
+/* workers: RACE_WORKERS looping waiters, or RACE_JOBS waiters that each wait
+ * for and claim exactly one job (100 enqueues racing 100 waits). */
+static void enqueue_wait_race(int one_shot) {
+    tocsin_db *db = t_open(one_shot ? "race100" : "race", NULL);
+    int workers = one_shot ? RACE_JOBS : RACE_WORKERS;
+    racer r[RACE_JOBS];
+    pthread_t t[RACE_JOBS], prod;
+    int i, errors = 0, once = 1, each = 1;
     atomic_store(&race_claimed, 0);
     atomic_store(&race_stop, 0);
     for (i = 0; i <= RACE_JOBS; i++) atomic_store(&race_seen[i], 0);
-    for (i = 0; i < RACE_WORKERS; i++) {
+    for (i = 0; i < workers; i++) {
         r[i].db = reopen(db, NULL);
         r[i].errors = 0;
+        r[i].one_shot = one_shot;
+        r[i].claimed = 0;
         CHECK_OK(r[i].db, tocsin_sub_open(&r[i].sub, r[i].db));
         pthread_create(&t[i], NULL, race_worker, &r[i]);
     }
@@ -956,10 +965,11 @@ static void enqueue_wait_race(void) {
     pthread_join(prod, NULL);
     for (i = 0; i < 60000 && atomic_load(&race_claimed) < RACE_JOBS; i++) nap_ms(1);
     atomic_store(&race_stop, 1);
-    for (i = 0; i < RACE_WORKERS; i++) tocsin_sub_poke(r[i].sub);
-    for (i = 0; i < RACE_WORKERS; i++) {
+    for (i = 0; i < workers; i++) tocsin_sub_poke(r[i].sub);
+    for (i = 0; i < workers; i++) {
         pthread_join(t[i], NULL);
         errors += r[i].errors;
+        if (one_shot && r[i].claimed != 1) each = 0;
         tocsin_sub_close(r[i].sub);
         tocsin_close(r[i].db);
     }
@@ -968,6 +978,7 @@ static void enqueue_wait_race(void) {
     for (i = 1; i <= RACE_JOBS; i++)
         if (atomic_load(&race_seen[i]) != 1) once = 0;
     CHECK(once);
+    CHECK(each); /* with one-shot waiters: every waiter got exactly one job */
     CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 0);
     tocsin_close(db);
 }
@@ -1134,7 +1145,8 @@ void suite_wake(void) {
     listen();
     stream_subscribe();
     queue_waits();
-    enqueue_wait_race();
+    enqueue_wait_race(0);
+    enqueue_wait_race(1);
     idle_stampede();
     lock_safety();
 }
