@@ -123,6 +123,11 @@ void tocsin_set_clock(tocsin_db *db, tocsin_clock_fn clock, void *ctx);
 /* The payload size limit in bytes (>= 1). */
 int tocsin_set_max_payload(tocsin_db *db, int64_t max_bytes);
 
+/* Checks a name (queue, topic, channel, consumer, worker, lock...) as every
+ * operation does: non-empty UTF-8, at most 255 bytes, no control characters.
+ * TOCSIN_INVALID with a message naming `what` otherwise. Writes nothing. */
+int tocsin_check_name(tocsin_db *db, const char *what, const char *name);
+
 /* Creates the schema if missing, migrates forward; *out_version is the schema version. */
 int tocsin_bootstrap(tocsin_db *db, int *out_version);
 

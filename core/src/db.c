@@ -474,6 +474,12 @@ int tc_check_name(tocsin_db *db, const char *what, const char *name) {
     return TOCSIN_OK;
 }
 
+int tocsin_check_name(tocsin_db *db, const char *what, const char *name) {
+    if (!db) return TOCSIN_INVALID;
+    tc_clear(db);
+    return tc_check_name(db, what ? what : "name", name);
+}
+
 /* kind 0: any JSON value; 1: a JSON object */
 static int check_json(tocsin_db *db, const char *what, const char *json, int kind) {
     size_t n;

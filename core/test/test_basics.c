@@ -159,6 +159,11 @@ static void names_and_payloads(void) {
     CHECK_EQ_I(tocsin_queue_enqueue(db, &id, "bad\xff", "{}", NULL), TOCSIN_INVALID);
     CHECK(strstr(tocsin_errmsg(db), "UTF-8") != NULL);
     CHECK_OK(db, tocsin_queue_enqueue(db, &id, "caf\xc3\xa9", "{}", NULL));
+    CHECK_OK(db, tocsin_check_name(db, "topic", "caf\xc3\xa9"));
+    CHECK_EQ_I(tocsin_check_name(db, "topic", ""), TOCSIN_INVALID);
+    CHECK_STR(tocsin_errmsg(db), "topic must not be empty");
+    CHECK_EQ_I(tocsin_check_name(db, "queue name", big), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_check_name(NULL, "x", "y"), TOCSIN_INVALID);
     CHECK_EQ_I(tocsin_queue_enqueue(db, &id, "q", NULL, NULL), TOCSIN_INVALID);
     CHECK_EQ_I(tocsin_queue_enqueue(db, &id, "q", "{\"a\":", NULL), TOCSIN_INVALID);
     CHECK(strstr(tocsin_errmsg(db), "not valid JSON") != NULL);

@@ -1078,6 +1078,15 @@ static PyObject *Handle_result_get(Handle *self, PyObject *args) {
     return out;
 }
 
+/* check_name(what, name): the core's name rule, raising InvalidArgument. */
+static PyObject *Handle_check_name(Handle *self, PyObject *args) {
+    const char *what, *name;
+    int rc;
+    if (!PyArg_ParseTuple(args, "ss:check_name", &what, &name)) return NULL;
+    CORE_CALL(self, rc = tocsin_check_name(self->db, what, name));
+    Py_RETURN_NONE;
+}
+
 /* The core's outcome check: None while the job runs, a result tuple as
  * result_get (a "JobDead" error for a job that died without a result);
  * NotFound when neither a job nor a result has that id. */
@@ -1388,6 +1397,7 @@ static PyMethodDef Handle_methods[] = {
     {"result_save_error", (PyCFunction)Handle_result_save_error, METH_VARARGS, NULL},
     {"result_get", (PyCFunction)Handle_result_get, METH_VARARGS, NULL},
     {"result_check", (PyCFunction)Handle_result_check, METH_VARARGS, NULL},
+    {"check_name", (PyCFunction)Handle_check_name, METH_VARARGS, NULL},
     {"result_delete", (PyCFunction)Handle_result_delete, METH_VARARGS, NULL},
     {"result_sweep", (PyCFunction)Handle_result_sweep, METH_NOARGS, NULL},
     {"lock_acquire", (PyCFunction)Handle_lock_acquire, METH_VARARGS, NULL},

@@ -38,6 +38,14 @@ def test_payload_types(db):
     assert got == values
 
 
+def test_bad_names_fail_at_once(db):
+    for name in ["", "a\nb", "x" * 256]:
+        with pytest.raises(tocsin.InvalidArgument, match="queue name"):
+            db.queue(name)
+        with pytest.raises(tocsin.InvalidArgument, match="topic"):
+            db.stream(name)
+
+
 def test_bad_enqueue_writes_nothing(db):
     q = db.queue("q")
     bad = [

@@ -192,6 +192,7 @@ class Database:
             from .queue import Queue
             if not isinstance(name, str):
                 raise InvalidArgument("queue name must be a str")
+            self._h.check_name("queue name", name)
             q = self._queues[name] = Queue(self, name)
         return q
 
@@ -201,6 +202,7 @@ class Database:
             from .stream import Stream
             if not isinstance(topic, str):
                 raise InvalidArgument("topic must be a str")
+            self._h.check_name("topic", topic)
             s = self._streams[topic] = Stream(self, topic)
         return s
 
