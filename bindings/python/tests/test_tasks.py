@@ -187,3 +187,13 @@ def test_scheduler_leader_failover(app, db):
     b.send_signal(signal.SIGTERM)
     assert b.wait(30) == 0
     assert holder() is None  # a clean stop resigns
+
+
+def test_cli_names_a_bad_target(tmp_path):
+    (tmp_path / "app.py").write_text("import tocsin\ndb = tocsin.open('a.db')\n")
+    for target, msg in [("nosuch:db", "cannot import 'nosuch'"), ("app:nope", "has no attribute 'nope'"),
+                        ("app", "must be module:attribute")]:
+        p = subprocess.run([sys.executable, "-m", "tocsin", "worker", target, "--queue", "q"],
+                           cwd=str(tmp_path), capture_output=True, text=True, timeout=60)
+        assert p.returncode != 0
+        assert msg in p.stderr and "Traceback" not in p.stderr

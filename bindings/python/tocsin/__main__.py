@@ -30,8 +30,16 @@ def load_target(spec: str) -> Any:
         raise SystemExit("tocsin: the target must be module:attribute (e.g. myapp.jobs:db), not %r" % spec)
     mod_name, attr = spec.split(":", 1)
     sys.path.insert(0, os.getcwd())
-    obj: Any = importlib.import_module(mod_name)
+    try:
+        obj: Any = importlib.import_module(mod_name)
+    except ModuleNotFoundError as e:
+        if e.name and mod_name.split(".")[0] == e.name.split(".")[0]:
+            raise SystemExit("tocsin: cannot import %r: %s (run from the folder that holds it, "
+                             "or set PYTHONPATH)" % (mod_name, e))
+        raise  # a missing module imported by the target itself: show where
     for part in attr.split("."):
+        if not hasattr(obj, part):
+            raise SystemExit("tocsin: %s has no attribute %r" % (mod_name, part))
         obj = getattr(obj, part)
     if callable(obj) and not isinstance(obj, Database):
         obj = obj()
