@@ -554,6 +554,22 @@ int tocsin_result_save(tocsin_db *db, int64_t job_id, const char *value_json, in
 int tocsin_result_save_error(tocsin_db *db, int64_t job_id, const char *type,
                              const char *message, int64_t ttl_ms);
 
+/*
+ * Finishing a task's job with its outcome, atomically and only while (id,
+ * token) holds the lease (*out_ok 0: stale holder, nothing written):
+ *  complete: saves value_json as the job's result (ttl_ms as for
+ *            tocsin_result_save) and acks the job;
+ *  fail_task: records the task error (type, message) as the job's result and
+ *            fails the job for good (dead, reason "failed", last_error
+ *            "type: message").
+ * So a result exists exactly when the job finished. Join the caller's
+ * transaction like every operation.
+ */
+int tocsin_job_complete(tocsin_db *db, int *out_ok, int64_t id, int64_t token,
+                        const char *value_json, int64_t ttl_ms);
+int tocsin_job_fail_task(tocsin_db *db, int *out_ok, int64_t id, int64_t token,
+                         const char *type, const char *message, int64_t ttl_ms);
+
 /* A stored result. Strings are owned by the struct (tocsin_result_free). */
 typedef struct tocsin_result {
     int64_t job_id;

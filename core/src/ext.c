@@ -611,6 +611,34 @@ static void fn_result_save(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     sqlite3_result_int(ctx, 1);
 }
 
+static void fn_complete(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    const char *value;
+    int64_t id, token, ttl;
+    int ok = 0, rc;
+    SETUP("tocsin_complete");
+    if (!arg_int(f, argv, 0, "job_id", &id) || !arg_int(f, argv, 1, "token", &token) ||
+        !arg_text(f, argv, 2, "value", &value) || !arg_int_opt(f, argc, argv, 3, "ttl_ms", 0, &ttl))
+        return;
+    if ((rc = tocsin_job_complete(f->db, &ok, id, token, value, ttl)) != TOCSIN_OK)
+        return fail(f, rc);
+    sqlite3_result_int(ctx, ok);
+}
+
+static void fn_fail_task(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    const char *type, *message;
+    int64_t id, token, ttl;
+    int ok = 0, rc;
+    SETUP("tocsin_fail_task");
+    if (!arg_int(f, argv, 0, "job_id", &id) || !arg_int(f, argv, 1, "token", &token) ||
+        !arg_text(f, argv, 2, "type", &type) ||
+        !arg_text_opt(f, argc, argv, 3, "message", &message) ||
+        !arg_int_opt(f, argc, argv, 4, "ttl_ms", 0, &ttl))
+        return;
+    if ((rc = tocsin_job_fail_task(f->db, &ok, id, token, type, message, ttl)) != TOCSIN_OK)
+        return fail(f, rc);
+    sqlite3_result_int(ctx, ok);
+}
+
 static void fn_result_save_error(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     const char *type, *message;
     int64_t id, ttl;
@@ -1004,6 +1032,8 @@ static const struct {
     /* coordination */
     {"tocsin_result_save", 2, 3, fn_result_save},
     {"tocsin_result_save_error", 2, 4, fn_result_save_error},
+    {"tocsin_complete", 3, 4, fn_complete},
+    {"tocsin_fail_task", 3, 5, fn_fail_task},
     {"tocsin_result_get", 1, 1, fn_result_get},
     {"tocsin_result_delete", 1, 1, fn_result_delete},
     {"tocsin_result_sweep", 0, 0, fn_result_sweep},

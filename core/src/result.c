@@ -133,6 +133,51 @@ int tocsin_result_get(tocsin_db *db, tocsin_result **out_result, int64_t job_id)
     return tc_op_end(db, &op, TOCSIN_OK);
 }
 
+/* ---- finishing a task's job: the lease operation and its outcome, atomically ---- */
+
+int tocsin_job_complete(tocsin_db *db, int *out_ok, int64_t id, int64_t token,
+                        const char *value_json, int64_t ttl_ms) {
+    tc_op op;
+    int rc, ok = 0;
+    TC_CHECK_DB(db);
+    if (!out_ok) return tc_err(db, TOCSIN_INVALID, "out_ok must not be NULL");
+    *out_ok = 0;
+    if ((rc = result_check(db, id, ttl_ms)) != TOCSIN_OK) return rc;
+    if ((rc = tc_check_payload(db, "value", value_json)) != TOCSIN_OK) return rc;
+    if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
+    rc = tocsin_job_ack(db, &ok, id, token);
+    if (rc == TOCSIN_OK && ok) rc = tocsin_result_save(db, id, value_json, ttl_ms);
+    rc = tc_op_end(db, &op, rc);
+    if (rc == TOCSIN_OK) *out_ok = ok;
+    return rc;
+}
+
+int tocsin_job_fail_task(tocsin_db *db, int *out_ok, int64_t id, int64_t token,
+                         const char *type, const char *message, int64_t ttl_ms) {
+    tc_op op;
+    char *error;
+    int rc, ok = 0;
+    TC_CHECK_DB(db);
+    if (!out_ok) return tc_err(db, TOCSIN_INVALID, "out_ok must not be NULL");
+    *out_ok = 0;
+    if ((rc = result_check(db, id, ttl_ms)) != TOCSIN_OK) return rc;
+    if ((rc = tc_check_name(db, "error type", type)) != TOCSIN_OK) return rc;
+    if (message && (int64_t)strlen(message) > db->max_payload)
+        return tc_err(db, TOCSIN_TOOBIG, "error message is %zu bytes; the limit is %lld bytes",
+                      strlen(message), (long long)db->max_payload);
+    /* the job's last_error reads "type: message", as a retry records it */
+    error = message && *message ? sqlite3_mprintf("%s: %s", type, message) : sqlite3_mprintf("%s", type);
+    if (!error) return tc_err(db, TOCSIN_NOMEM, "fail task: out of memory");
+    if ((rc = tc_op_begin(db, &op, 1)) == TOCSIN_OK) {
+        rc = tocsin_job_fail(db, &ok, id, token, error);
+        if (rc == TOCSIN_OK && ok) rc = tocsin_result_save_error(db, id, type, message, ttl_ms);
+        rc = tc_op_end(db, &op, rc);
+    }
+    sqlite3_free(error);
+    if (rc == TOCSIN_OK) *out_ok = ok;
+    return rc;
+}
+
 /* The outcome of a job that died without a result: a "JobDead" error. */
 static int dead_outcome(tocsin_db *db, tocsin_result **out, const tocsin_job *job) {
     tocsin_result *r = sqlite3_malloc(sizeof *r);

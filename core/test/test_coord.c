@@ -1007,8 +1007,67 @@ static void result_outcomes(void) {
     tocsin_close(db);
 }
 
+/* Finishing a task's job: the lease check, the ack/fail and the result in one unit. */
+static void finish_tasks(void) {
+    t_clock clk = {1000};
+    tocsin_db *db = t_open("finish", &clk);
+    tocsin_enqueue_opts o = TOCSIN_ENQUEUE_OPTS_INIT;
+    tocsin_job *jobs = NULL, *job = NULL;
+    tocsin_result *r = NULL;
+    size_t n = 0;
+    int64_t a = 0, b = 0, ta, tb;
+    int ok = -1;
+    o.max_attempts = 5;
+    CHECK_OK(db, tocsin_queue_enqueue(db, &a, "t", "{\"task\":\"x\"}", &o));
+    CHECK_OK(db, tocsin_queue_enqueue(db, &b, "t", "{\"task\":\"y\"}", &o));
+    CHECK_OK(db, tocsin_queue_claim(db, &jobs, &n, "t", "w", 2, 1000));
+    CHECK_EQ_I(n, 2);
+    ta = jobs[0].token;
+    tb = jobs[1].token;
+    tocsin_jobs_free(jobs, n);
+    /* bad input first: nothing written */
+    CHECK_EQ_I(tocsin_job_complete(db, &ok, a, ta, "{bad", 0), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_job_complete(db, &ok, a, ta, "1", -1), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_job_complete(db, NULL, a, ta, "1", 0), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_job_fail_task(db, &ok, b, tb, "", "m", 0), TOCSIN_INVALID);
+    CHECK_EQ_I(t_count(db, "_tocsin_results"), 0);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE state = 'processing'"), 2);
+    /* a stale token writes nothing: no result, job untouched */
+    CHECK_OK(db, tocsin_job_complete(db, &ok, a, ta + 1, "1", 0));
+    CHECK_EQ_I(ok, 0);
+    CHECK_EQ_I(t_count(db, "_tocsin_results"), 0);
+    CHECK_OK(db, tocsin_job_complete(db, &ok, a, ta, "{\"sum\":3}", 5000));
+    CHECK_EQ_I(ok, 1);
+    CHECK_OK(db, tocsin_result_get(db, &r, a));
+    CHECK(r && !r->is_error && strcmp(r->value, "{\"sum\":3}") == 0 && r->expires_at == 6000);
+    tocsin_result_free(r);
+    CHECK_OK(db, tocsin_job_get(db, &job, a));
+    CHECK(job == NULL);
+    CHECK_OK(db, tocsin_job_fail_task(db, &ok, b, tb, "ValueError", "bad address", 0));
+    CHECK_EQ_I(ok, 1);
+    CHECK_OK(db, tocsin_result_get(db, &r, b));
+    CHECK(r && r->is_error);
+    if (r) {
+        CHECK_STR(r->error_type, "ValueError");
+        CHECK_STR(r->error_message, "bad address");
+    }
+    tocsin_result_free(r);
+    CHECK_OK(db, tocsin_job_get(db, &job, b));
+    CHECK(job && strcmp(job->state, "dead") == 0);
+    if (job) {
+        CHECK_STR(job->reason, "failed");
+        CHECK_STR(job->last_error, "ValueError: bad address");
+    }
+    tocsin_jobs_free(job, 1);
+    /* a second finish of the same job: its lease is gone */
+    CHECK_OK(db, tocsin_job_fail_task(db, &ok, b, tb, "ValueError", NULL, 0));
+    CHECK_EQ_I(ok, 0);
+    tocsin_close(db);
+}
+
 void suite_coord(void) {
     results();
+    finish_tasks();
     result_outcomes();
     locks();
     ratelimit_property();

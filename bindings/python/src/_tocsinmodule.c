@@ -703,6 +703,26 @@ static PyObject *Handle_fail(Handle *self, PyObject *args) {
     return PyBool_FromLong(ok);
 }
 
+/* complete(id, token, value_json, ttl_ms): result + ack, atomically, while the lease holds */
+static PyObject *Handle_complete(Handle *self, PyObject *args) {
+    long long id, token, ttl;
+    const char *value;
+    int ok = 0, rc;
+    if (!PyArg_ParseTuple(args, "LLsL:complete", &id, &token, &value, &ttl)) return NULL;
+    CORE_CALL(self, rc = tocsin_job_complete(self->db, &ok, id, token, value, ttl));
+    return PyBool_FromLong(ok);
+}
+
+/* fail_task(id, token, type, message, ttl_ms): task error as the result + fail */
+static PyObject *Handle_fail_task(Handle *self, PyObject *args) {
+    long long id, token, ttl;
+    const char *type, *message;
+    int ok = 0, rc;
+    if (!PyArg_ParseTuple(args, "LLszL:fail_task", &id, &token, &type, &message, &ttl)) return NULL;
+    CORE_CALL(self, rc = tocsin_job_fail_task(self->db, &ok, id, token, type, message, ttl));
+    return PyBool_FromLong(ok);
+}
+
 static PyObject *Handle_heartbeat(Handle *self, PyObject *args) {
     long long id, token, extend;
     int ok = 0, rc;
@@ -1062,20 +1082,25 @@ static PyObject *Handle_result_save_error(Handle *self, PyObject *args) {
     Py_RETURN_NONE;
 }
 
-/* None, or (job_id, is_error, value_json, error_type, error_message, created_at, expires_at) */
-static PyObject *Handle_result_get(Handle *self, PyObject *args) {
-    long long id;
-    tocsin_result *r = NULL;
-    int rc;
+/* None, or (job_id, is_error, value_json, error_type, error_message, created_at,
+ * expires_at); frees r. */
+static PyObject *result_tuple(tocsin_result *r) {
     PyObject *out;
-    if (!PyArg_ParseTuple(args, "L:result_get", &id)) return NULL;
-    CORE_CALL(self, rc = tocsin_result_get(self->db, &r, id));
     if (!r) Py_RETURN_NONE;
     out = Py_BuildValue("(LNzzzLL)", (long long)r->job_id, PyBool_FromLong(r->is_error), r->value,
                         r->error_type, r->error_message, (long long)r->created_at,
                         (long long)r->expires_at);
     tocsin_result_free(r);
     return out;
+}
+
+static PyObject *Handle_result_get(Handle *self, PyObject *args) {
+    long long id;
+    tocsin_result *r = NULL;
+    int rc;
+    if (!PyArg_ParseTuple(args, "L:result_get", &id)) return NULL;
+    CORE_CALL(self, rc = tocsin_result_get(self->db, &r, id));
+    return result_tuple(r);
 }
 
 /* check_name(what, name): the core's name rule, raising InvalidArgument. */
@@ -1094,15 +1119,9 @@ static PyObject *Handle_result_check(Handle *self, PyObject *args) {
     long long id;
     tocsin_result *r = NULL;
     int rc;
-    PyObject *out;
     if (!PyArg_ParseTuple(args, "L:result_check", &id)) return NULL;
     CORE_CALL(self, rc = tocsin_result_check(self->db, &r, id));
-    if (!r) Py_RETURN_NONE;
-    out = Py_BuildValue("(LNzzzLL)", (long long)r->job_id, PyBool_FromLong(r->is_error), r->value,
-                        r->error_type, r->error_message, (long long)r->created_at,
-                        (long long)r->expires_at);
-    tocsin_result_free(r);
-    return out;
+    return result_tuple(r);
 }
 
 static PyObject *Handle_result_delete(Handle *self, PyObject *args) {
@@ -1371,6 +1390,8 @@ static PyMethodDef Handle_methods[] = {
     {"ack_batch", (PyCFunction)Handle_ack_batch, METH_VARARGS, NULL},
     {"retry", (PyCFunction)Handle_retry, METH_VARARGS, NULL},
     {"fail", (PyCFunction)Handle_fail, METH_VARARGS, NULL},
+    {"complete", (PyCFunction)Handle_complete, METH_VARARGS, NULL},
+    {"fail_task", (PyCFunction)Handle_fail_task, METH_VARARGS, NULL},
     {"heartbeat", (PyCFunction)Handle_heartbeat, METH_VARARGS, NULL},
     {"cancel", (PyCFunction)Handle_cancel, METH_VARARGS, NULL},
     {"get", (PyCFunction)Handle_get, METH_VARARGS, NULL},

@@ -268,18 +268,8 @@ class Worker:
         finally:
             hb.cancel()
         ttl = ttl_ms if ttl_ms is not None else (task.result_ttl_ms or 0)
-        tx = self.db.transaction().begin()
-        try:
-            self.db._h.result_save(job.id, text, ttl or 0)
-            acked = job.ack(tx=tx)
-            if acked:
-                tx.commit()
-            else:
-                tx.rollback()
-        except BaseException:
-            if tx.active:
-                tx.rollback()
-            raise
+        # the result and the ack commit together, only while the lease holds
+        acked = self.db._h.complete(job.id, job.token, text, ttl or 0)
         self.processed += 1
         _event(logging.INFO, "job.done" if acked else "job.lease_lost", job_id=job.id, task=name,
                attempt=job.attempts, ms=round((time.monotonic() - t0) * 1000, 3))
@@ -295,18 +285,7 @@ class Worker:
                    error=error, ok=ok)
             return
         ttl = ttl_ms if ttl_ms is not None else ((task.result_ttl_ms if task else None) or 0)
-        tx = self.db.transaction().begin()
-        try:
-            self.db._h.result_save_error(job.id, etype, message, ttl or 0)
-            ok = self.db._h.fail(job.id, job.token, error)
-            if ok:
-                tx.commit()
-            else:
-                tx.rollback()
-        except BaseException:
-            if tx.active:
-                tx.rollback()
-            raise
+        ok = self.db._h.fail_task(job.id, job.token, etype, message, ttl or 0)
         _event(logging.ERROR, "job.failed", job_id=job.id, task=name, attempt=job.attempts,
                error=error, ok=ok)
 
