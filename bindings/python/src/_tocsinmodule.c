@@ -962,20 +962,27 @@ done:
     return out;
 }
 
-static PyObject *Handle_stream_read(Handle *self, PyObject *args) {
-    const char *topic;
+/* stream_read / notify_read(name, after, limit): the core's readers share a shape. */
+typedef int (*reader_fn)(tocsin_db *, tocsin_message **, size_t *, const char *, int64_t, size_t);
+
+static PyObject *read_messages(Handle *self, PyObject *args, const char *fmt, reader_fn read) {
+    const char *name;
     long long after;
     Py_ssize_t limit;
     tocsin_message *m = NULL;
     size_t n = 0;
     int rc;
     PyObject *out;
-    if (!PyArg_ParseTuple(args, "sLn:stream_read", &topic, &after, &limit)) return NULL;
+    if (!PyArg_ParseTuple(args, fmt, &name, &after, &limit)) return NULL;
     if (limit < 1) return raise_code(TOCSIN_INVALID, "limit must be >= 1", 0);
-    CORE_CALL(self, rc = tocsin_stream_read(self->db, &m, &n, topic, after, (size_t)limit));
+    CORE_CALL(self, rc = read(self->db, &m, &n, name, after, (size_t)limit));
     out = messages_list(m, n);
     tocsin_messages_free(m, n);
     return out;
+}
+
+static PyObject *Handle_stream_read(Handle *self, PyObject *args) {
+    return read_messages(self, args, "sLn:stream_read", tocsin_stream_read);
 }
 
 static PyObject *Handle_save_offset(Handle *self, PyObject *args) {
@@ -1021,19 +1028,7 @@ static PyObject *Handle_notify(Handle *self, PyObject *args) {
 }
 
 static PyObject *Handle_notify_read(Handle *self, PyObject *args) {
-    const char *channel;
-    long long after;
-    Py_ssize_t limit;
-    tocsin_message *m = NULL;
-    size_t n = 0;
-    int rc;
-    PyObject *out;
-    if (!PyArg_ParseTuple(args, "sLn:notify_read", &channel, &after, &limit)) return NULL;
-    if (limit < 1) return raise_code(TOCSIN_INVALID, "limit must be >= 1", 0);
-    CORE_CALL(self, rc = tocsin_notify_read(self->db, &m, &n, channel, after, (size_t)limit));
-    out = messages_list(m, n);
-    tocsin_messages_free(m, n);
-    return out;
+    return read_messages(self, args, "sLn:notify_read", tocsin_notify_read);
 }
 
 static PyObject *Handle_notify_max_id(Handle *self, PyObject *u) {
