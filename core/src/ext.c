@@ -891,13 +891,7 @@ static void fn_schedule_update(sqlite3_context *ctx, int argc, sqlite3_value **a
             free_opts(o);
             return fail_msg(f, SQLITE_ERROR, "no schedule named \"%s\"", name);
         }
-        so.priority = cur->priority;
-        so.max_attempts = cur->max_attempts;
-        so.job_expires_ms = cur->job_expires_ms;
-        so.catch_up = cur->catch_up;
-        so.max_catch_up = cur->max_catch_up;
-        so.local_time = cur->local_time;
-        so.meta = cur->meta;
+        tc_schedule_opts_of(cur, &so);
         if (!schedule_opts_from(f, o, &so)) {
             tocsin_schedules_free(cur, 1);
             return free_opts(o);

@@ -144,6 +144,10 @@ int tc_wake_wait_sub(tocsin_db *db, tocsin_sub **sub);
 typedef int (*tc_check_fn)(void *ctx, int *done, int64_t *sleep_ms);
 int tc_wait_loop(tocsin_sub *sub, tocsin_db *db, int *out_done, tc_check_fn check, void *ctx);
 
+/* ---- scheduler (scheduler.c) ---- */
+/* Copies a stored schedule's options (meta borrowed from the row). */
+void tc_schedule_opts_of(const tocsin_schedule *row, tocsin_schedule_opts *o);
+
 /* ---- JSON text building (db.c) ---- */
 typedef struct tc_buf {
     char *p;

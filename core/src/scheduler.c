@@ -77,6 +77,17 @@ void tocsin_schedules_free(tocsin_schedule *schedules, size_t n) {
 }
 
 /* Fills *s from a row in SCHED_COLS order; 0 on out-of-memory. */
+
+void tc_schedule_opts_of(const tocsin_schedule *row, tocsin_schedule_opts *o) {
+    o->priority = row->priority;
+    o->max_attempts = row->max_attempts;
+    o->job_expires_ms = row->job_expires_ms;
+    o->catch_up = row->catch_up;
+    o->max_catch_up = row->max_catch_up;
+    o->local_time = row->local_time;
+    o->meta = row->meta;
+}
+
 static int sched_read(sqlite3_stmt *st, tocsin_schedule *s) {
     memset(s, 0, sizeof *s);
     s->name = tc_col_text(st, 0);
@@ -254,13 +265,7 @@ static int sched_write(tocsin_db *db, int64_t *out_next, const char *name, const
     if (opts) {
         eff = *opts;
     } else if (row) {
-        eff.priority = row->priority;
-        eff.max_attempts = row->max_attempts;
-        eff.job_expires_ms = row->job_expires_ms;
-        eff.catch_up = row->catch_up;
-        eff.max_catch_up = row->max_catch_up;
-        eff.local_time = row->local_time;
-        eff.meta = row->meta;
+        tc_schedule_opts_of(row, &eff);
     }
     if (row) {
         if (!cron) cron = row->cron;
