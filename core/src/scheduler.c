@@ -76,8 +76,6 @@ void tocsin_schedules_free(tocsin_schedule *schedules, size_t n) {
     sqlite3_free(schedules);
 }
 
-/* Fills *s from a row in SCHED_COLS order; 0 on out-of-memory. */
-
 void tc_schedule_opts_of(const tocsin_schedule *row, tocsin_schedule_opts *o) {
     o->priority = row->priority;
     o->max_attempts = row->max_attempts;
@@ -88,6 +86,7 @@ void tc_schedule_opts_of(const tocsin_schedule *row, tocsin_schedule_opts *o) {
     o->meta = row->meta;
 }
 
+/* Fills *s from a row in SCHED_COLS order; 0 on out-of-memory. */
 static int sched_read(sqlite3_stmt *st, tocsin_schedule *s) {
     memset(s, 0, sizeof *s);
     s->name = tc_col_text(st, 0);
