@@ -57,6 +57,20 @@ extern "C" {
 #define TOCSIN_TIMEOUT 13   /* a wait ended at its deadline */
 #define TOCSIN_READONLY 14  /* a write was attempted on a read-only handle */
 
+/* ---- limits ------------------------------------------------------------
+ * Enforced once, in the core: the SQL surface and every binding inherit them
+ * (a binding may check early for a nicer error, never with other numbers).
+ */
+#define TOCSIN_MAX_NAME_BYTES 255        /* queue, topic, channel, consumer, worker, lock, ... */
+#define TOCSIN_MAX_UNIQUE_KEY_BYTES 1024
+#define TOCSIN_MAX_ATTEMPTS 1000000      /* max_attempts is 1..this */
+#define TOCSIN_MAX_BATCH 10000           /* claim count, read limits, buffers, enqueue_many */
+#define TOCSIN_DEFAULT_MAX_PAYLOAD_BYTES (1024 * 1024)
+/* Every instant (ms since the epoch) and every duration (ms) an API takes is
+ * within 0..TOCSIN_MAX_TIME_MS (9999-12-31T23:59:59.999Z); sums of the two
+ * saturate there (a lease or delay that long never ends). */
+#define TOCSIN_MAX_TIME_MS 253402300799999LL
+
 /* Library versions. Borrowed static strings. */
 const char *tocsin_version(void);
 int tocsin_version_number(void);

@@ -435,6 +435,22 @@ int tocsin_exec(tocsin_db *db, const char *sql) {
     return tc_exec(db, sql, "exec");
 }
 
+/* ---- time arithmetic ------------------------------------------------------- */
+
+int64_t tc_time_add(int64_t t, int64_t d) {
+    if (t < 0) t = 0;
+    if (d < 0) d = 0;
+    if (t >= TOCSIN_MAX_TIME_MS || d >= TOCSIN_MAX_TIME_MS - t) return TOCSIN_MAX_TIME_MS;
+    return t + d;
+}
+
+int tc_check_ms(tocsin_db *db, const char *what, int64_t v, int64_t lo) {
+    if (v < lo || v > TOCSIN_MAX_TIME_MS)
+        return tc_err(db, TOCSIN_INVALID, "%s must be between %lld and %lld ms, not %lld", what,
+                      (long long)lo, (long long)TOCSIN_MAX_TIME_MS, (long long)v);
+    return TOCSIN_OK;
+}
+
 /* ---- validation ---------------------------------------------------------- */
 
 /* Strict UTF-8 (no overlongs, no surrogates); returns 0 if invalid. */
@@ -478,6 +494,18 @@ int tocsin_check_name(tocsin_db *db, const char *what, const char *name) {
     if (!db) return TOCSIN_INVALID;
     tc_clear(db);
     return tc_check_name(db, what ? what : "name", name);
+}
+
+int tc_check_text(tocsin_db *db, const char *what, const char *text, size_t max_bytes) {
+    size_t n;
+    if (!text) return TOCSIN_OK;
+    n = strlen(text);
+    if (n > max_bytes)
+        return tc_err(db, TOCSIN_TOOBIG, "%s is %zu bytes; the limit is %zu bytes", what, n,
+                      max_bytes);
+    if (!utf8_ok((const unsigned char *)text))
+        return tc_err(db, TOCSIN_INVALID, "%s is not valid UTF-8", what);
+    return TOCSIN_OK;
 }
 
 /* kind 0: any JSON value; 1: a JSON object */

@@ -23,8 +23,8 @@ SQLITE_EXTENSION_INIT3
 
 #define TC_MIN_SQLITE 3037000
 #define TC_DEFAULT_BUSY_MS 5000
-#define TC_DEFAULT_MAX_PAYLOAD (1024 * 1024)
-#define TC_MAX_NAME 255
+#define TC_DEFAULT_MAX_PAYLOAD TOCSIN_DEFAULT_MAX_PAYLOAD_BYTES
+#define TC_MAX_NAME TOCSIN_MAX_NAME_BYTES
 #define TC_STMT_SLOTS 256
 
 struct tocsin_db {
@@ -90,10 +90,21 @@ int tc_ensure_schema(tocsin_db *db);
 /* Runs a DELETE binding ?1 = now in its own write op; *out_n counts the rows. */
 int tc_sweep(tocsin_db *db, int64_t *out_n, const char *sql, const char *what);
 
+/* ---- time arithmetic (db.c) ---- */
+/* t + d for an instant t and a duration d (both >= 0), saturating at
+ * TOCSIN_MAX_TIME_MS: never wraps. */
+int64_t tc_time_add(int64_t t, int64_t d);
+/* TOCSIN_INVALID (message naming `what`) unless lo <= v <= TOCSIN_MAX_TIME_MS. */
+int tc_check_ms(tocsin_db *db, const char *what, int64_t v, int64_t lo);
+
 /* ---- validation (db.c) ---- */
 int tc_check_name(tocsin_db *db, const char *what, const char *name);
 int tc_check_payload(tocsin_db *db, const char *what, const char *json);
 int tc_check_meta(tocsin_db *db, const char *meta);
+/* A free text the core stores (error text, stream key, unique key...): valid
+ * UTF-8 of at most max_bytes. NULL is accepted (the caller decides whether
+ * that is allowed). TOCSIN_INVALID / TOCSIN_TOOBIG naming `what` otherwise. */
+int tc_check_text(tocsin_db *db, const char *what, const char *text, size_t max_bytes);
 /* Strict RFC 8259 (json.c); *top gets the first character of the value. */
 int tc_json_valid(const char *text, size_t n, char *top);
 

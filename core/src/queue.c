@@ -134,8 +134,8 @@ static const char SQL_PURGE_Q[] =
     "DELETE FROM _tocsin_dead WHERE queue = ?1 AND (?2 = 0 OR died_at < ?2)";
 static const char SQL_PURGE_ALL[] = "DELETE FROM _tocsin_dead WHERE (?2 = 0 OR died_at < ?2)";
 
-#define TC_MAX_CLAIM 10000
-#define TC_MAX_UNIQUE_KEY 1024
+#define TC_MAX_CLAIM TOCSIN_MAX_BATCH
+#define TC_MAX_UNIQUE_KEY TOCSIN_MAX_UNIQUE_KEY_BYTES
 
 /* ---- helpers -------------------------------------------------------------- */
 

@@ -55,7 +55,7 @@ static const char SQL_SCHED_META[] =
 #define SCHED_MAX_CATCH_UP 100000
 #define SCHED_SKIP_COUNT_LIMIT 100000 /* boundaries counted when skipping past a cap */
 #define SCHED_TICK_BATCH 1000         /* schedules handled per statement round */
-#define SCHED_MAX_ATTEMPTS 1000000
+#define SCHED_MAX_ATTEMPTS TOCSIN_MAX_ATTEMPTS
 #define SCHED_ERR 256
 #define SCHED_MAX_EXPIRES_MS (100LL * 365 * 86400 * 1000)
 

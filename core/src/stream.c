@@ -27,7 +27,7 @@ static const char SQL_TRIM_CONSUMERS[] =
     "DELETE FROM _tocsin_events WHERE topic = ?1"
     " AND id <= (SELECT min(position) FROM _tocsin_offsets WHERE topic = ?1)";
 
-#define TC_MAX_READ 10000
+#define TC_MAX_READ TOCSIN_MAX_BATCH
 
 /* ---- messages, shared with notify.c --------------------------------------- */
 

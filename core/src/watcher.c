@@ -34,7 +34,7 @@
 #define WK_BURST_CHECKS 20    /* how many such rechecks (1 ms in all) */
 #define WK_MAX_SLEEP_MS 1000  /* waits re-read the clock at least this often */
 #define WK_ERROR_LIMIT 200    /* consecutive failed checks before subscribers hear of it */
-#define WK_MAX_BUFFER 10000
+#define WK_MAX_BUFFER TOCSIN_MAX_BATCH
 
 struct tocsin_sub {
     struct tc_watcher *w;
