@@ -2,6 +2,7 @@
 #include "internal.h"
 
 #include <stdio.h>
+#include <sys/stat.h>
 
 /* ---- versions and codes -------------------------------------------------- */
 
@@ -38,6 +39,8 @@ void tc_clear(tocsin_db *db) {
     db->errcode = TOCSIN_OK;
     db->sqlite_rc = 0;
     db->errmsg[0] = 0;
+    db->busy_until = 0;
+    db->busy_waited = 0;
 }
 
 int tc_err(tocsin_db *db, int rc, const char *fmt, ...) {
@@ -51,6 +54,7 @@ int tc_err(tocsin_db *db, int rc, const char *fmt, ...) {
 
 int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what) {
     int prim = sqlite_rc & 0xff, rc;
+    const char *msg = sqlite3_errmsg(db->conn);
     switch (prim) {
     case SQLITE_BUSY:
     case SQLITE_LOCKED: rc = TOCSIN_BUSY; break;
@@ -60,12 +64,70 @@ int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what) {
     case SQLITE_READONLY: rc = TOCSIN_READONLY; break;
     default: rc = TOCSIN_ERROR; break;
     }
-    if (rc == TOCSIN_BUSY)
-        tc_err(db, rc, "%s: database is locked (waited %d ms for the write lock)", what,
-               db->busy_timeout_ms);
+    if (sqlite_rc == SQLITE_BUSY_SNAPSHOT)
+        tc_err(db, rc,
+               "%s: this connection's read snapshot is stale (another connection committed "
+               "after its transaction or statement began reading), so it cannot write; roll back "
+               "and retry, and start write transactions with BEGIN IMMEDIATE",
+               what);
+    else if (prim == SQLITE_BUSY && strstr(msg, "in progress"))
+        tc_err(db, rc, "%s: %s (a statement of this connection is still running)", what, msg);
+    else if (prim == SQLITE_BUSY && sqlite3_txn_state(db->conn, "main") == SQLITE_TXN_READ)
+        tc_err(db, rc,
+               "%s: database is locked by another connection, and this connection's open "
+               "transaction holds a read lock, so it cannot wait for the write lock without "
+               "risking a deadlock; start write transactions with BEGIN IMMEDIATE",
+               what);
+    else if (prim == SQLITE_BUSY)
+        tc_err(db, rc, "%s: database is locked (waited %lld ms for the lock)", what,
+               (long long)(db->busy_waited ? db->busy_waited : db->busy_timeout_ms));
     else
-        tc_err(db, rc, "%s: %s", what, sqlite3_errmsg(db->conn));
+        tc_err(db, rc, "%s: %s", what, msg);
     db->sqlite_rc = sqlite_rc;
+    return rc;
+}
+
+/*
+ * One more lock wait within the call's budget: 1 when the caller should
+ * retry, 0 when the budget is spent. Sleeps 1, 2, 4 .. 32 ms.
+ */
+static int busy_wait(tocsin_db *db) {
+    int64_t now = tc_monotonic_ms(), pause;
+    if (!db->busy_until) db->busy_until = now + db->busy_timeout_ms;
+    if (now >= db->busy_until) return 0;
+    pause = db->busy_waited < 1 ? 1 : db->busy_waited > 32 ? 32 : db->busy_waited;
+    if (pause > db->busy_until - now) pause = db->busy_until - now;
+    tc_sleep_ms((int)pause);
+    db->busy_waited += pause;
+    return 1;
+}
+
+/* Could waiting for this BUSY ever succeed without risking a deadlock? */
+static int busy_retryable(tocsin_db *db, sqlite3_stmt *st, int rc) {
+    if ((rc & 0xff) != SQLITE_BUSY || rc == SQLITE_BUSY_SNAPSHOT) return 0;
+    if (strstr(sqlite3_errmsg(db->conn), "in progress")) return 0;
+    /* A reader upgrading to a writer: SQLite itself declines to wait. */
+    if (st && !sqlite3_stmt_readonly(st) &&
+        sqlite3_txn_state(db->conn, "main") == SQLITE_TXN_READ)
+        return 0;
+    return 1;
+}
+
+int tc_prepare(tocsin_db *db, const char *sql, unsigned flags, sqlite3_stmt **st) {
+    int rc;
+    /* Preparing reads the schema, which takes a read lock. */
+    while ((rc = sqlite3_prepare_v3(db->conn, sql, -1, flags, st, NULL)) != SQLITE_OK &&
+           !db->owns_conn && busy_retryable(db, NULL, rc) && busy_wait(db)) {
+    }
+    return rc;
+}
+
+int tc_step(tocsin_db *db, sqlite3_stmt *st) {
+    int rc = sqlite3_step(st);
+    /* Our own connections wait in SQLite's busy handler (same budget). */
+    while ((rc & 0xff) == SQLITE_BUSY && !db->owns_conn && busy_retryable(db, st, rc) &&
+           busy_wait(db))
+        rc = sqlite3_step(st);
     return rc;
 }
 
@@ -78,8 +140,11 @@ int tocsin_sqlite_errcode(tocsin_db *db) { return db ? db->sqlite_rc : 0; }
 
 /* ---- clock --------------------------------------------------------------- */
 
+/* A host clock outside 0..TOCSIN_MAX_TIME_MS is clamped: no arithmetic on
+ * "now" can then wrap (tc_time_add saturates at the same bound). */
 int64_t tocsin_now(tocsin_db *db) {
-    return db->clock ? db->clock(db->clock_ctx) : tc_system_ms();
+    int64_t t = db->clock ? db->clock(db->clock_ctx) : tc_system_ms();
+    return t < 0 ? 0 : t > TOCSIN_MAX_TIME_MS ? TOCSIN_MAX_TIME_MS : t;
 }
 
 void tocsin_set_clock(tocsin_db *db, tocsin_clock_fn clock, void *ctx) {
@@ -124,6 +189,30 @@ static int check_sqlite_version(tocsin_db *db) {
     return TOCSIN_OK;
 }
 
+/* Records the (device, inode) of the file the connection opened: a path that
+ * later names another file is a replaced database (watcher.c). */
+void tc_identify(tocsin_db *db) {
+    const char *path = sqlite3_db_filename(db->conn, "main");
+    struct stat st;
+    if (path && *path && stat(path, &st) == 0) {
+        db->dev = (uint64_t)st.st_dev;
+        db->ino = (uint64_t)st.st_ino;
+        db->has_identity = 1;
+    }
+}
+
+/*
+ * journal_mode=WAL needs the file to itself for a moment: processes racing
+ * to open a fresh file see SQLITE_BUSY here without the busy handler being
+ * asked, so wait within the budget like every other step.
+ */
+static int set_wal(tocsin_db *db) {
+    for (;;) {
+        int rc = tc_exec(db, "PRAGMA journal_mode=WAL", "set journal_mode");
+        if (rc != TOCSIN_BUSY || !busy_wait(db)) return rc;
+    }
+}
+
 int tocsin_open(tocsin_db **out, const char *path, const tocsin_open_opts *opts) {
     tocsin_db *db;
     int rc, flags;
@@ -145,10 +234,8 @@ int tocsin_open(tocsin_db **out, const char *path, const tocsin_open_opts *opts)
     }
     sqlite3_extended_result_codes(db->conn, 1);
     sqlite3_busy_timeout(db->conn, db->busy_timeout_ms);
-    if (!db->read_only) {
-        /* journal_mode=WAL returns a row; tc_exec ignores rows. */
-        if ((rc = tc_exec(db, "PRAGMA journal_mode=WAL", "set journal_mode")) != TOCSIN_OK) return rc;
-    }
+    tc_identify(db);
+    if (!db->read_only && (rc = set_wal(db)) != TOCSIN_OK) return rc;
     if ((rc = tc_exec(db, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON", "set pragmas")) != TOCSIN_OK)
         return rc;
     if ((rc = tc_ensure_schema(db)) != TOCSIN_OK) return rc;
@@ -169,6 +256,7 @@ int tocsin_wrap(tocsin_db **out, sqlite3 *conn, const tocsin_open_opts *opts) {
     if ((rc = check_sqlite_version(db)) != TOCSIN_OK) return rc;
     db->conn = conn;
     if (sqlite3_db_readonly(conn, "main") == 1) db->read_only = 1;
+    tc_identify(db);
     return TOCSIN_OK;
 }
 
@@ -206,7 +294,7 @@ sqlite3_stmt *tc_stmt(tocsin_db *db, const char *sql) {
         }
         if (!db->stmts[k].sql) {
             sqlite3_stmt *st = NULL;
-            int rc = sqlite3_prepare_v3(db->conn, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, NULL);
+            int rc = tc_prepare(db, sql, SQLITE_PREPARE_PERSISTENT, &st);
             if (rc != SQLITE_OK) {
                 tc_sqlerr(db, rc, "prepare");
                 return NULL;
@@ -223,7 +311,7 @@ sqlite3_stmt *tc_stmt(tocsin_db *db, const char *sql) {
 
 int tc_step_done(tocsin_db *db, sqlite3_stmt *st, const char *what) {
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = tc_step(db, st)) == SQLITE_ROW) {
     }
     if (rc != SQLITE_DONE) {
         rc = tc_sqlerr(db, rc, what);
@@ -289,7 +377,7 @@ static int run_ctl(tocsin_db *db, const char *sql) {
     sqlite3_stmt *st = tc_stmt(db, sql);
     int rc;
     if (!st) return SQLITE_ERROR;
-    rc = sqlite3_step(st);
+    rc = tc_step(db, st);
     sqlite3_reset(st);
     return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
@@ -300,16 +388,14 @@ static int run_ctl(tocsin_db *db, const char *sql) {
  * backing off up to the handle's busy timeout before reporting TOCSIN_BUSY.
  */
 static int begin_immediate(tocsin_db *db) {
-    int64_t deadline = tc_monotonic_ms() + db->busy_timeout_ms;
-    int pause = 1;
-    for (;;) {
-        int rc = run_ctl(db, SQL_BEGIN_IMMEDIATE);
-        if (rc == SQLITE_OK) return TOCSIN_OK;
-        if ((rc & 0xff) != SQLITE_BUSY || tc_monotonic_ms() >= deadline)
+    int rc;
+    /* tc_step waits on a host's connection; SQLite's busy handler on ours,
+     * except where it declines (it may return BUSY at once): wait here too. */
+    while ((rc = run_ctl(db, SQL_BEGIN_IMMEDIATE)) != SQLITE_OK) {
+        if (!db->owns_conn || !busy_retryable(db, NULL, rc) || !busy_wait(db))
             return tc_sqlerr(db, rc, "begin write transaction");
-        tc_sleep_ms(pause);
-        if (pause < 32) pause *= 2;
     }
+    return TOCSIN_OK;
 }
 
 int tc_op_begin(tocsin_db *db, tc_op *op, int write) {
@@ -416,8 +502,9 @@ int tocsin_commit(tocsin_db *db) {
     tc_clear(db);
     if (sqlite3_get_autocommit(db->conn))
         return tc_err(db, TOCSIN_INVALID, "no transaction is open on this handle");
-    if ((rc = tc_exec(db, "COMMIT", "commit")) == TOCSIN_OK) tc_wake_local(db);
-    return rc;
+    if ((rc = run_ctl(db, SQL_COMMIT)) != SQLITE_OK) return tc_sqlerr(db, rc, "commit");
+    tc_wake_local(db);
+    return TOCSIN_OK;
 }
 
 int tocsin_rollback(tocsin_db *db) {

@@ -40,6 +40,10 @@ struct tocsin_db {
     int ext_refs;      /* extension: SQL functions still registered */
     void *ext_fns;     /* ext.c: what each registered SQL function carries */
     struct tc_wake *wake; /* watcher.c: file identity and the handle's own subscription */
+    int64_t busy_until;    /* monotonic ms: end of this call's wait for locks; 0: not waiting yet */
+    int64_t busy_waited;   /* ms this call spent waiting for locks */
+    int has_identity;      /* (dev, ino) of the opened file are known */
+    uint64_t dev, ino;
     int errcode;
     int sqlite_rc;
     char errmsg[512];
@@ -59,12 +63,25 @@ int tc_err(tocsin_db *db, int rc, const char *fmt, ...)
 /* Maps the connection's last SQLite error to a tocsin code, naming `what`. */
 int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what);
 void tc_clear(tocsin_db *db);
+/* Records the identity of the handle's database file (db.c). */
+void tc_identify(tocsin_db *db);
 
 /* ---- statements (db.c) ---- */
 /* A cached, reset statement for static SQL text `sql`; NULL (error set) on failure. */
 sqlite3_stmt *tc_stmt(tocsin_db *db, const char *sql);
 /* Finalizes every cached statement. */
 void tc_stmt_flush(tocsin_db *db);
+/*
+ * sqlite3_step with the handle's lock wait: SQLITE_BUSY is retried with
+ * back-off until the call's budget (busy_timeout_ms from the first BUSY of
+ * the call) is spent -- on a host's connection too, whatever busy handler it
+ * set (none, in the sqlite3 shell). Never retried: a stale WAL snapshot
+ * (SQLITE_BUSY_SNAPSHOT can never clear) and a write by a connection that
+ * holds only a read lock (waiting could deadlock: SQLite refuses too).
+ */
+int tc_step(tocsin_db *db, sqlite3_stmt *st);
+/* sqlite3_prepare_v3 with the same lock wait (preparing reads the schema). */
+int tc_prepare(tocsin_db *db, const char *sql, unsigned flags, sqlite3_stmt **st);
 /* Steps a statement expecting no row (or ignoring rows); resets it. */
 int tc_step_done(tocsin_db *db, sqlite3_stmt *st, const char *what);
 /* Runs literal SQL (no binds, no rows). */

@@ -44,7 +44,7 @@ static int lock_read(tocsin_db *db, const char *name, int *found, char **owner, 
     *token = *until = 0;
     if (!st) return db->errcode;
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    rc = sqlite3_step(st);
+    rc = tc_step(db, st);
     if (rc == SQLITE_ROW) {
         *found = 1;
         *token = sqlite3_column_int64(st, 1);
@@ -76,7 +76,7 @@ int tocsin_lock_acquire(tocsin_db *db, int64_t *out_token, int64_t *out_until, c
     if ((rc = lock_check(db, name, owner, ttl_ms, 1)) != TOCSIN_OK) return rc;
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
     now = tocsin_now(db);
-    new_until = now + ttl_ms;
+    new_until = tc_time_add(now, ttl_ms);
     if ((rc = lock_read(db, name, &found, &cur, &token, &until)) != TOCSIN_OK) goto done;
     if (!found) {
         if (!(st = tc_stmt(db, SQL_LOCK_INSERT))) { rc = db->errcode; goto done; }
@@ -109,7 +109,7 @@ int tocsin_lock_acquire(tocsin_db *db, int64_t *out_token, int64_t *out_until, c
         sqlite3_bind_text(st, 2, owner, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 3, now);
         sqlite3_bind_int64(st, 4, new_until);
-        rc = sqlite3_step(st);
+        rc = tc_step(db, st);
         if (rc == SQLITE_ROW) token = sqlite3_column_int64(st, 0);
         rc = rc == SQLITE_ROW ? tc_step_done(db, st, "acquire lock") : tc_sqlerr(db, rc, "acquire lock");
         sqlite3_reset(st);
@@ -146,7 +146,7 @@ static int lock_holder_op(tocsin_db *db, int *out_ok, const char *name, const ch
     sqlite3_bind_text(st, 2, owner, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 3, token);
     if (extend) {
-        sqlite3_bind_int64(st, 4, now + ttl_ms);
+        sqlite3_bind_int64(st, 4, tc_time_add(now, ttl_ms));
         sqlite3_bind_int64(st, 5, now);
     } else {
         sqlite3_bind_int64(st, 4, now);

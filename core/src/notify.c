@@ -54,7 +54,7 @@ static int autotrim(tocsin_db *db) {
     int64_t one_in, age, keep, n;
     int rc;
     if (!st) return db->errcode;
-    rc = sqlite3_step(st);
+    rc = tc_step(db, st);
     if (rc != SQLITE_ROW) {
         sqlite3_reset(st);
         return rc == SQLITE_DONE ? TOCSIN_OK : tc_sqlerr(db, rc, "notify auto-trim");
@@ -86,7 +86,7 @@ int tocsin_notify(tocsin_db *db, int64_t *out_id, const char *channel, const cha
         sqlite3_bind_text(st, 2, payload, -1, SQLITE_STATIC);
         if (meta) sqlite3_bind_text(st, 3, meta, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 4, tocsin_now(db));
-        rc = sqlite3_step(st);
+        rc = tc_step(db, st);
         if (rc == SQLITE_ROW) {
             *out_id = sqlite3_column_int64(st, 0);
             rc = tc_step_done(db, st, "notify");
@@ -116,7 +116,7 @@ int tocsin_notify_max_id(tocsin_db *db, int64_t *out_id) {
     if (!(st = tc_stmt(db, SQL_MAX_ID))) {
         rc = db->errcode;
     } else {
-        rc = sqlite3_step(st);
+        rc = tc_step(db, st);
         if (rc == SQLITE_ROW) *out_id = sqlite3_column_int64(st, 0);
         sqlite3_reset(st);
         rc = rc == SQLITE_ROW ? TOCSIN_OK : tc_sqlerr(db, rc, "notify max id");
@@ -132,8 +132,8 @@ int tocsin_notify_prune(tocsin_db *db, int64_t *out_n, int64_t max_age_ms, int64
     tc_clear(db);
     if (!out_n) return tc_err(db, TOCSIN_INVALID, "out_n must not be NULL");
     *out_n = 0;
-    if (max_age_ms < 0 || max_keep < 0)
-        return tc_err(db, TOCSIN_INVALID, "max_age_ms and max_keep must be >= 0");
+    if ((rc = tc_check_ms(db, "max_age_ms", max_age_ms, 0)) != TOCSIN_OK) return rc;
+    if (max_keep < 0) return tc_err(db, TOCSIN_INVALID, "max_keep must be >= 0");
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
     rc = tc_op_end(db, &op, prune(db, &n, max_age_ms, max_keep));
     if (rc == TOCSIN_OK) *out_n = n;
@@ -147,8 +147,9 @@ int tocsin_notify_set_autotrim(tocsin_db *db, int64_t max_age_ms, int64_t max_ke
     int rc;
     if (!db) return TOCSIN_INVALID;
     tc_clear(db);
-    if (max_age_ms < 0 || max_keep < 0 || one_in < 0)
-        return tc_err(db, TOCSIN_INVALID, "max_age_ms, max_keep and one_in must be >= 0");
+    if ((rc = tc_check_ms(db, "max_age_ms", max_age_ms, 0)) != TOCSIN_OK) return rc;
+    if (max_keep < 0 || one_in < 0)
+        return tc_err(db, TOCSIN_INVALID, "max_keep and one_in must be >= 0");
     if (one_in > 0 && !max_age_ms && !max_keep)
         return tc_err(db, TOCSIN_INVALID, "auto-trim needs max_age_ms or max_keep");
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;

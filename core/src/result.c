@@ -27,13 +27,12 @@ static const char SQL_RESULT_SWEEP[] =
 
 static int result_check(tocsin_db *db, int64_t job_id, int64_t ttl_ms) {
     if (job_id < 1) return tc_err(db, TOCSIN_INVALID, "job_id must be >= 1");
-    if (ttl_ms < 0) return tc_err(db, TOCSIN_INVALID, "ttl_ms must be >= 0 (0: never expires)");
-    return TOCSIN_OK;
+    return tc_check_ms(db, "ttl_ms (0: never expires)", ttl_ms, 0);
 }
 
 static void result_bind_expiry(sqlite3_stmt *st, int i, int64_t now, int64_t ttl_ms) {
     if (ttl_ms > 0)
-        sqlite3_bind_int64(st, i, ttl_ms > INT64_MAX - now ? INT64_MAX : now + ttl_ms);
+        sqlite3_bind_int64(st, i, tc_time_add(now, ttl_ms));
     else
         sqlite3_bind_null(st, i);
 }
@@ -66,9 +65,8 @@ int tocsin_result_save_error(tocsin_db *db, int64_t job_id, const char *type,
     TC_CHECK_DB(db);
     if ((rc = result_check(db, job_id, ttl_ms)) != TOCSIN_OK) return rc;
     if ((rc = tc_check_name(db, "error type", type)) != TOCSIN_OK) return rc;
-    if (message && (int64_t)strlen(message) > db->max_payload)
-        return tc_err(db, TOCSIN_TOOBIG, "error message is %zu bytes; the limit is %lld bytes",
-                      strlen(message), (long long)db->max_payload);
+    if ((rc = tc_check_text(db, "error message", message, (size_t)db->max_payload)) != TOCSIN_OK)
+        return rc;
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
     now = tocsin_now(db);
     if (!(st = tc_stmt(db, SQL_RESULT_SAVE_ERROR))) return tc_op_end(db, &op, db->errcode);
@@ -102,7 +100,7 @@ int tocsin_result_get(tocsin_db *db, tocsin_result **out_result, int64_t job_id)
     if (!(st = tc_stmt(db, SQL_RESULT_GET))) return tc_op_end(db, &op, db->errcode);
     sqlite3_bind_int64(st, 1, job_id);
     sqlite3_bind_int64(st, 2, tocsin_now(db));
-    rc = sqlite3_step(st);
+    rc = tc_step(db, st);
     if (rc == SQLITE_DONE) {
         sqlite3_reset(st);
         return tc_op_end(db, &op, TOCSIN_OK);
@@ -162,9 +160,8 @@ int tocsin_job_fail_task(tocsin_db *db, int *out_ok, int64_t id, int64_t token,
     *out_ok = 0;
     if ((rc = result_check(db, id, ttl_ms)) != TOCSIN_OK) return rc;
     if ((rc = tc_check_name(db, "error type", type)) != TOCSIN_OK) return rc;
-    if (message && (int64_t)strlen(message) > db->max_payload)
-        return tc_err(db, TOCSIN_TOOBIG, "error message is %zu bytes; the limit is %lld bytes",
-                      strlen(message), (long long)db->max_payload);
+    if ((rc = tc_check_text(db, "error message", message, (size_t)db->max_payload)) != TOCSIN_OK)
+        return rc;
     /* the job's last_error reads "type: message", as a retry records it */
     error = message && *message ? sqlite3_mprintf("%s: %s", type, message) : sqlite3_mprintf("%s", type);
     if (!error) return tc_err(db, TOCSIN_NOMEM, "fail task: out of memory");

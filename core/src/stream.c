@@ -16,6 +16,10 @@ static const char SQL_SAVE_OFFSET[] =
     "INSERT INTO _tocsin_offsets(consumer, topic, position, updated_at) VALUES (?1, ?2, ?3, ?4)"
     " ON CONFLICT(consumer, topic) DO UPDATE SET position = max(position, excluded.position),"
     " updated_at = excluded.updated_at RETURNING position";
+/* The highest offset ever handed out (trimmed events included): no offset
+ * beyond it can be saved, or every later event would count as passed. */
+static const char SQL_LAST_OFFSET[] =
+    "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = '_tocsin_events'), 0)";
 static const char SQL_OFFSET[] =
     "SELECT position FROM _tocsin_offsets WHERE consumer = ?1 AND topic = ?2";
 static const char SQL_TRIM_AGE[] =
@@ -54,7 +58,7 @@ int tc_collect_messages(tocsin_db *db, sqlite3_stmt *st, size_t cap, tocsin_mess
         sqlite3_reset(st);
         return tc_err(db, TOCSIN_NOMEM, "%s: out of memory", what);
     }
-    while (n < cap && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while (n < cap && (rc = tc_step(db, st)) == SQLITE_ROW) {
         tocsin_message *x = &m[n++];
         x->id = sqlite3_column_int64(st, 0);
         x->name = tc_col_text(st, 1);
@@ -149,7 +153,7 @@ static int publish(tocsin_db *db, int64_t *out_offsets, const char *topic,
         sqlite3_bind_text(st, 3, payloads[i], -1, SQLITE_STATIC);
         if (meta) sqlite3_bind_text(st, 4, meta, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 5, now);
-        rc = sqlite3_step(st);
+        rc = tc_step(db, st);
         if (rc == SQLITE_ROW) {
             out_offsets[i] = sqlite3_column_int64(st, 0);
             rc = tc_step_done(db, st, "publish");
@@ -205,13 +209,23 @@ int tocsin_stream_save_offset(tocsin_db *db, int64_t *out_stored, const char *co
     tc_op op;
     sqlite3_stmt *st;
     int rc;
-    int64_t stored = 0;
+    int64_t stored = 0, last;
     if (!db) return TOCSIN_INVALID;
     tc_clear(db);
     if ((rc = tc_check_name(db, "consumer", consumer)) != TOCSIN_OK) return rc;
     if ((rc = tc_check_name(db, "topic", topic)) != TOCSIN_OK) return rc;
     if (offset < 0) return tc_err(db, TOCSIN_INVALID, "offset must be >= 0");
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
+    if (!(st = tc_stmt(db, SQL_LAST_OFFSET))) return tc_op_end(db, &op, db->errcode);
+    rc = tc_step(db, st);
+    last = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    sqlite3_reset(st);
+    if (rc != SQLITE_ROW) return tc_op_end(db, &op, tc_sqlerr(db, rc, "save offset"));
+    if (offset > last)
+        return tc_op_end(db, &op,
+                         tc_err(db, TOCSIN_INVALID,
+                                "offset %lld is beyond the end of the streams (the last offset is %lld)",
+                                (long long)offset, (long long)last));
     if (!(st = tc_stmt(db, SQL_SAVE_OFFSET))) {
         rc = db->errcode;
     } else {
@@ -219,7 +233,7 @@ int tocsin_stream_save_offset(tocsin_db *db, int64_t *out_stored, const char *co
         sqlite3_bind_text(st, 2, topic, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 3, offset);
         sqlite3_bind_int64(st, 4, tocsin_now(db));
-        rc = sqlite3_step(st);
+        rc = tc_step(db, st);
         if (rc == SQLITE_ROW) {
             stored = sqlite3_column_int64(st, 0);
             rc = tc_step_done(db, st, "save offset");
@@ -250,7 +264,7 @@ int tocsin_stream_offset(tocsin_db *db, int64_t *out_offset, const char *consume
     } else {
         sqlite3_bind_text(st, 1, consumer, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 2, topic, -1, SQLITE_STATIC);
-        rc = sqlite3_step(st);
+        rc = tc_step(db, st);
         if (rc == SQLITE_ROW) *out_offset = sqlite3_column_int64(st, 0);
         sqlite3_reset(st);
         rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? TOCSIN_OK : tc_sqlerr(db, rc, "read offset");
@@ -282,7 +296,7 @@ int tocsin_stream_trim(tocsin_db *db, int64_t *out_n, const char *topic,
     if ((rc = tc_check_name(db, "topic", topic)) != TOCSIN_OK) return rc;
     if (o->version < 1)
         return tc_err(db, TOCSIN_INVALID, "trim options: version must be set (use TOCSIN_TRIM_OPTS_INIT)");
-    if (o->max_age_ms < 0) return tc_err(db, TOCSIN_INVALID, "max_age_ms must be >= 0");
+    if ((rc = tc_check_ms(db, "max_age_ms", o->max_age_ms, 0)) != TOCSIN_OK) return rc;
     if (o->max_count < 0) return tc_err(db, TOCSIN_INVALID, "max_count must be >= 0");
     if (!o->max_age_ms && !o->max_count && !o->below_consumers)
         return tc_err(db, TOCSIN_INVALID, "trim needs max_age_ms, max_count or below_consumers");

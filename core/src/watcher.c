@@ -43,14 +43,13 @@ struct tocsin_sub {
     atomic_int pending; /* a raise is outstanding: later wakes coalesce into it */
     atomic_int poked;
     atomic_int err;     /* sticky error code; errmsg is written before it */
-    pid_t pid;
+    int generation;     /* wk_generation at open: a different value means fork() since */
     char errmsg[300];
 };
 
 typedef struct tc_watcher {
     struct tc_watcher *next; /* registry, under wk_lock */
     uint64_t dev, ino;
-    pid_t pid;
     char *path;
     char *names[3]; /* base names of the db, its -wal and -journal */
     sqlite3 *conn;  /* used by the watcher thread only once it runs */
@@ -68,8 +67,6 @@ typedef struct tc_watcher {
 
 /* What a tocsin_db keeps in the wake engine. */
 struct tc_wake {
-    int id_state; /* 0: not looked up, 1: known, -1: no file */
-    uint64_t dev, ino;
     tocsin_sub *sub; /* the handle's own subscription (tocsin_queue_wait) */
 };
 
@@ -77,6 +74,61 @@ static pthread_mutex_t wk_lock = PTHREAD_MUTEX_INITIALIZER;
 static tc_watcher *wk_watchers;
 static atomic_int wk_nsubs; /* subscriptions in the process: the cheap "anyone listening?" */
 static tocsin_wake_opts wk_opts = TOCSIN_WAKE_OPTS_INIT;
+static atomic_int wk_generation; /* bumped in every forked child: older subscriptions are the parent's */
+
+/* ---- fork() ---------------------------------------------------------------- */
+
+/*
+ * A child of fork() has only the forking thread. Any mutex another thread
+ * held at that instant stays locked in the child forever, so the prepare
+ * handler takes every lock the child may need -- ours, then SQLite's global
+ * ones in SQLite's own order -- and both sides release them. The child then
+ * forgets the parent's watchers (their threads do not exist there): its
+ * first subscription starts a watcher of its own, and subscriptions it
+ * inherited report TOCSIN_CLOSED instead of waiting on a thread that is gone.
+ */
+static const int wk_sqlite_mutexes[] = {SQLITE_MUTEX_STATIC_MAIN, SQLITE_MUTEX_STATIC_VFS1,
+                                        SQLITE_MUTEX_STATIC_LRU,  SQLITE_MUTEX_STATIC_PMEM,
+                                        SQLITE_MUTEX_STATIC_MEM,  SQLITE_MUTEX_STATIC_PRNG};
+#define WK_N_SQLITE_MUTEXES ((int)(sizeof wk_sqlite_mutexes / sizeof wk_sqlite_mutexes[0]))
+
+static void wk_fork_prepare(void) {
+    int i;
+    pthread_mutex_lock(&wk_lock);
+    for (i = 0; i < WK_N_SQLITE_MUTEXES; i++)
+        sqlite3_mutex_enter(sqlite3_mutex_alloc(wk_sqlite_mutexes[i]));
+}
+
+static void wk_fork_release(void) {
+    int i;
+    for (i = WK_N_SQLITE_MUTEXES - 1; i >= 0; i--)
+        sqlite3_mutex_leave(sqlite3_mutex_alloc(wk_sqlite_mutexes[i]));
+    pthread_mutex_unlock(&wk_lock);
+}
+
+static void wk_fork_child(void) {
+    wk_watchers = NULL; /* the parent's: never touched here again */
+    atomic_store(&wk_nsubs, 0);
+    atomic_fetch_add(&wk_generation, 1);
+    wk_fork_release();
+}
+
+static pthread_once_t wk_fork_once = PTHREAD_ONCE_INIT;
+static void wk_fork_register(void) {
+    pthread_atfork(wk_fork_prepare, wk_fork_release, wk_fork_child);
+}
+
+/* TOCSIN_CLOSED (message in s) for a subscription inherited across fork(). */
+static int wk_inherited(tocsin_sub *s) {
+    if (s->generation == atomic_load(&wk_generation)) return 0;
+    if (!atomic_load(&s->err)) {
+        snprintf(s->errmsg, sizeof s->errmsg,
+                 "this subscription was opened before fork(); it belongs to the parent process "
+                 "(open a new one in the child)");
+        atomic_store(&s->err, TOCSIN_CLOSED);
+    }
+    return 1;
+}
 
 /* ---- signalling a subscription --------------------------------------------- */
 
@@ -251,7 +303,6 @@ static int wk_start(tocsin_db *db, tc_watcher **out, const char *path, uint64_t 
     w->stop.rfd = w->stop.wfd = w->dirfd = -1;
     w->dev = dev;
     w->ino = ino;
-    w->pid = getpid();
     w->poll_ms = wk_opts.poll_ms ? wk_opts.poll_ms : 1;
     w->idle_poll_ms = wk_opts.idle_poll_ms ? wk_opts.idle_poll_ms : 20;
     if (w->idle_poll_ms < w->poll_ms) w->idle_poll_ms = w->poll_ms;
@@ -336,33 +387,33 @@ static const char *wk_path(tocsin_db *db) {
     return path;
 }
 
+/* The identity of the file db's path names now; TOCSIN_REPLACED when it is
+ * no longer the file the handle opened (a watcher on it would watch a stranger). */
 static int wk_identify(tocsin_db *db, const char *path, uint64_t *dev, uint64_t *ino) {
     struct stat st;
-    if (stat(path, &st) != 0)
+    if (stat(path, &st) != 0) {
+        if (db->has_identity && (errno == ENOENT || errno == ENOTDIR))
+            return tc_err(db, TOCSIN_REPLACED,
+                          "the database file %s was deleted or renamed since this handle opened it; reopen it",
+                          path);
         return tc_err(db, TOCSIN_ERROR, "wake engine: stat %s: %s", path, strerror(errno));
+    }
     *dev = (uint64_t)st.st_dev;
     *ino = (uint64_t)st.st_ino;
+    if (db->has_identity && (db->dev != *dev || db->ino != *ino))
+        return tc_err(db, TOCSIN_REPLACED,
+                      "the database file %s was replaced since this handle opened it (another file now has its name); reopen it",
+                      path);
     return TOCSIN_OK;
 }
 
 void tc_wake_local(tocsin_db *db) {
     tc_watcher *w;
     if (atomic_load(&wk_nsubs) == 0) return;
-    if (wk_state(db) != TOCSIN_OK) return;
-    if (db->wake->id_state == 0) {
-        const char *path = sqlite3_db_filename(db->conn, "main");
-        struct stat st;
-        db->wake->id_state = -1;
-        if (path && *path && stat(path, &st) == 0) {
-            db->wake->dev = (uint64_t)st.st_dev;
-            db->wake->ino = (uint64_t)st.st_ino;
-            db->wake->id_state = 1;
-        }
-    }
-    if (db->wake->id_state < 0) return;
+    if (!db->has_identity) return;
     pthread_mutex_lock(&wk_lock);
     for (w = wk_watchers; w; w = w->next) {
-        if (w->dev == db->wake->dev && w->ino == db->wake->ino && w->pid == getpid()) {
+        if (w->dev == db->dev && w->ino == db->ino) {
             tocsin_sub *s;
             for (s = w->subs; s; s = s->next) wk_signal(s);
         }
@@ -422,7 +473,8 @@ int tocsin_sub_open(tocsin_sub **out, tocsin_db *db) {
     if ((rc = wk_identify(db, path, &dev, &ino)) != TOCSIN_OK) return rc;
     if (!(s = sqlite3_malloc(sizeof *s))) return tc_err(db, TOCSIN_NOMEM, "wake engine: out of memory");
     memset(s, 0, sizeof *s);
-    s->pid = getpid();
+    pthread_once(&wk_fork_once, wk_fork_register);
+    s->generation = atomic_load(&wk_generation);
     if (tc_signal_open(&s->sig) != 0) {
         sqlite3_free(s);
         return tc_err(db, TOCSIN_ERROR, "wake engine: cannot create a descriptor: %s",
@@ -430,7 +482,7 @@ int tocsin_sub_open(tocsin_sub **out, tocsin_db *db) {
     }
     pthread_mutex_lock(&wk_lock);
     for (w = wk_watchers; w; w = w->next)
-        if (w->dev == dev && w->ino == ino && !w->gone && w->pid == s->pid) break;
+        if (w->dev == dev && w->ino == ino && !w->gone) break;
     if (!w) {
         if ((rc = wk_start(db, &w, path, dev, ino)) != TOCSIN_OK) {
             pthread_mutex_unlock(&wk_lock);
@@ -457,7 +509,7 @@ int tocsin_sub_close(tocsin_sub *s) {
     if (!s) return TOCSIN_OK;
     w = s->w;
     /* A subscription inherited across fork() has no watcher here: only free it. */
-    if (s->pid == getpid()) {
+    if (s->generation == atomic_load(&wk_generation)) {
         pthread_mutex_lock(&wk_lock);
         if (s->prev) s->prev->next = s->next;
         else w->subs = s->next;
@@ -495,6 +547,7 @@ int tocsin_sub_drain(tocsin_sub *s, int *out_woken) {
     int woken, err;
     if (out_woken) *out_woken = 0;
     if (!s || !out_woken) return TOCSIN_INVALID;
+    if (wk_inherited(s)) return TOCSIN_CLOSED;
     woken = wk_drain(s);
     if (atomic_exchange(&s->poked, 0)) woken = 1;
     if ((err = atomic_load(&s->err)) != 0) return err;
@@ -517,6 +570,7 @@ static int wk_block(tocsin_sub *s, int64_t timeout_us) {
 int tocsin_sub_wait(tocsin_sub *s, int timeout_ms) {
     int woken, err;
     if (!s) return TOCSIN_INVALID;
+    if (wk_inherited(s)) return TOCSIN_CLOSED;
     if ((err = atomic_load(&s->err)) != 0) return err;
     woken = wk_drain(s);
     if (!woken) {
@@ -530,6 +584,7 @@ int tocsin_sub_wait(tocsin_sub *s, int timeout_ms) {
 
 int tc_wait_loop(tocsin_sub *s, tocsin_db *db, int *out_done, tc_check_fn check, void *ctx) {
     *out_done = 0;
+    wk_inherited(s);
     for (;;) {
         int64_t sleep_ms = -1;
         int err, done = 0, rc;

@@ -11,6 +11,7 @@ void suite_crash(void);
 void suite_wake(void);
 void suite_cron(void);
 void suite_coord(void);
+void suite_harden(void);
 
 static const struct {
     const char *name;
@@ -25,6 +26,7 @@ static const struct {
     {"wake", suite_wake},
     {"cron", suite_cron},
     {"coord", suite_coord},
+    {"harden", suite_harden},
 };
 
 #endif
