@@ -4,7 +4,10 @@ BUILD   ?= build
 VERSION := $(shell cat VERSION)
 WARN    := -std=c11 -Wall -Wextra -Werror
 CFLAGS  ?= -O2 -g
-ALL_CFLAGS := $(WARN) $(CFLAGS) -fPIC -Icore/include -Icore/src
+# Only TOCSIN_API functions (tocsin.h) leave a shared object; the extension
+# exports sqlite3_tocsin_init alone (make test-exports checks both).
+VIS     := -fvisibility=hidden
+ALL_CFLAGS := $(WARN) $(CFLAGS) $(VIS) -fPIC -Icore/include -Icore/src
 SAN     := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 LIBS    := -lsqlite3 -lpthread
 
@@ -13,7 +16,7 @@ CORE_HDR := core/include/tocsin.h core/src/internal.h
 TEST_SRC := $(wildcard core/test/*.c)
 TEST_HDR := $(wildcard core/test/*.h)
 
-.PHONY: all lib ext test test-c test-san test-sql test-golden test-header test-readme check-version deps demo bench bench-wake clean fuzz-cron \
+.PHONY: all lib ext test test-exports test-c test-san test-sql test-golden test-header test-readme check-version deps demo bench bench-wake clean fuzz-cron \
         test-python bench-python python-venv python-dist
 
 all: lib ext
@@ -44,9 +47,9 @@ $(BUILD)/test_core: $(TEST_SRC) $(TEST_HDR) $(BUILD)/libtocsin.a
 	$(CC) $(ALL_CFLAGS) $(TEST_SRC) $(BUILD)/libtocsin.a -o $@ $(LIBS)
 
 $(BUILD)/test_core_san: $(TEST_SRC) $(TEST_HDR) $(CORE_SRC) $(CORE_HDR) | $(BUILD)
-	$(CC) $(WARN) $(SAN) -Icore/include -Icore/src $(TEST_SRC) core/src/tocsin_all.c -o $@ $(LIBS)
+	$(CC) $(WARN) $(SAN) $(VIS) -Icore/include -Icore/src $(TEST_SRC) core/src/tocsin_all.c -o $@ $(LIBS)
 
-test: deps all check-version test-header test-c test-san test-sql test-golden test-readme test-python
+test: deps all check-version test-header test-exports test-c test-san test-sql test-golden test-readme test-python
 
 test-c: $(BUILD)/test_core
 	$(BUILD)/test_core
@@ -74,6 +77,16 @@ test-readme: $(BUILD)/libtocsin.a
 	awk '/^```c$$/{f=1;next}/^```$$/{f=0}f' README.md > $(BUILD)/readme/app.c
 	$(CC) $(WARN) -Icore/include $(BUILD)/readme/app.c $(BUILD)/libtocsin.a -o $(BUILD)/readme/app $(LIBS)
 	cd $(BUILD)/readme && ./app | grep -q 'sending {"to":"ann@example.com"}'
+
+# What each shared object exports (tools/check-exports): libtocsin.so only the
+# TOCSIN_API functions, each extension only sqlite3_tocsin_init, the CPython
+# module only PyInit__tocsin.
+test-exports: $(BUILD)/libtocsin.so $(BUILD)/tocsin.so python-venv
+	sh tools/check-exports lib core/include/tocsin.h $(BUILD)/libtocsin.so
+	sh tools/check-exports only $(BUILD)/tocsin.so sqlite3_tocsin_init
+	$(PY_VENV)/bin/python -c 'import tocsin._tocsin as m, tocsin.ext as e; print(m.__file__); print(e.loadable_path())' > $(BUILD)/py-modules.txt
+	sh tools/check-exports only "$$(sed -n 1p $(BUILD)/py-modules.txt)" PyInit__tocsin
+	sh tools/check-exports only "$$(sed -n 2p $(BUILD)/py-modules.txt)" sqlite3_tocsin_init
 
 check-version:
 	@sh tools/sync-version --check
