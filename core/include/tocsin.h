@@ -29,6 +29,40 @@
 extern "C" {
 #endif
 
+/* ---- symbol export ------------------------------------------------------
+ * TOCSIN_API marks the public functions. The core is compiled with
+ * -fvisibility=hidden, so only these leave a shared libtocsin, and nothing of
+ * the core leaves a module that contains it privately:
+ *  - TOCSIN_EXTENSION (the loadable SQLite extension) and TOCSIN_EMBED (the
+ *    core compiled into a binding's module) make TOCSIN_API empty: such a
+ *    module exports its own entry point only (sqlite3_tocsin_init, PyInit_...);
+ *  - on Windows the DLL is built with TOCSIN_BUILD_SHARED (dllexport); users
+ *    of the static library define TOCSIN_STATIC; everyone else gets dllimport.
+ * TOCSIN_EXPORT is the unconditional export, for the extension's entry point.
+ * Define TOCSIN_API yourself before including this header to override. */
+#if defined(_WIN32) || defined(__CYGWIN__)
+#define TOCSIN_EXPORT __declspec(dllexport)
+#elif defined(__GNUC__) && __GNUC__ >= 4
+#define TOCSIN_EXPORT __attribute__((visibility("default")))
+#else
+#define TOCSIN_EXPORT
+#endif
+#ifndef TOCSIN_API
+#if defined(TOCSIN_EXTENSION) || defined(TOCSIN_EMBED)
+#define TOCSIN_API
+#elif defined(_WIN32) || defined(__CYGWIN__)
+#if defined(TOCSIN_BUILD_SHARED)
+#define TOCSIN_API __declspec(dllexport)
+#elif defined(TOCSIN_STATIC)
+#define TOCSIN_API
+#else
+#define TOCSIN_API __declspec(dllimport)
+#endif
+#else
+#define TOCSIN_API TOCSIN_EXPORT
+#endif
+#endif
+
 /* Kept in step with the VERSION file by tools/sync-version (checked by make test). */
 #define TOCSIN_VERSION_MAJOR 0
 #define TOCSIN_VERSION_MINOR 1
@@ -72,15 +106,15 @@ extern "C" {
 #define TOCSIN_MAX_TIME_MS 253402300799999LL
 
 /* Library versions. Borrowed static strings. */
-const char *tocsin_version(void);
-int tocsin_version_number(void);
-const char *tocsin_sqlite_version(void); /* the SQLite this process runs on */
+TOCSIN_API const char *tocsin_version(void);
+TOCSIN_API int tocsin_version_number(void);
+TOCSIN_API const char *tocsin_sqlite_version(void); /* the SQLite this process runs on */
 
 /* A constant English name for a result code ("invalid argument", ...). */
-const char *tocsin_errstr(int rc);
+TOCSIN_API const char *tocsin_errstr(int rc);
 
 /* Frees memory handed out by tocsin (strings, arrays). Accepts NULL. */
-void tocsin_free(void *p);
+TOCSIN_API void tocsin_free(void *p);
 
 /* ---- handles ----------------------------------------------------------- */
 typedef struct tocsin_db tocsin_db;
@@ -109,41 +143,41 @@ typedef struct tocsin_open_opts {
  * could be made, a handle carrying the message (close it too).
  * `opts` may be NULL.
  */
-int tocsin_open(tocsin_db **out, const char *path, const tocsin_open_opts *opts);
+TOCSIN_API int tocsin_open(tocsin_db **out, const char *path, const tocsin_open_opts *opts);
 
 /*
  * Wraps an existing connection owned by the host (used by the loadable
  * extension). The connection stays the host's: tocsin_close() frees the
  * wrapper only. Journal mode and pragmas are left as the host set them.
  */
-int tocsin_wrap(tocsin_db **out, struct sqlite3 *conn, const tocsin_open_opts *opts);
+TOCSIN_API int tocsin_wrap(tocsin_db **out, struct sqlite3 *conn, const tocsin_open_opts *opts);
 
 /* Closes the handle (and its connection unless wrapped). Accepts NULL. */
-int tocsin_close(tocsin_db *db);
+TOCSIN_API int tocsin_close(tocsin_db *db);
 
 /* The underlying connection, borrowed until tocsin_close(): use it for the
  * application's own statements inside a tocsin transaction. */
-struct sqlite3 *tocsin_sqlite(tocsin_db *db);
+TOCSIN_API struct sqlite3 *tocsin_sqlite(tocsin_db *db);
 
 /* The message and code of the last failure on this handle. */
-const char *tocsin_errmsg(tocsin_db *db);
-int tocsin_errcode(tocsin_db *db);
-int tocsin_sqlite_errcode(tocsin_db *db); /* SQLite's extended code, 0 if none */
+TOCSIN_API const char *tocsin_errmsg(tocsin_db *db);
+TOCSIN_API int tocsin_errcode(tocsin_db *db);
+TOCSIN_API int tocsin_sqlite_errcode(tocsin_db *db); /* SQLite's extended code, 0 if none */
 
 /* The handle's clock. tocsin_set_clock(db, NULL, NULL) restores the system clock. */
-int64_t tocsin_now(tocsin_db *db);
-void tocsin_set_clock(tocsin_db *db, tocsin_clock_fn clock, void *ctx);
+TOCSIN_API int64_t tocsin_now(tocsin_db *db);
+TOCSIN_API void tocsin_set_clock(tocsin_db *db, tocsin_clock_fn clock, void *ctx);
 
 /* The payload size limit in bytes (>= 1). */
-int tocsin_set_max_payload(tocsin_db *db, int64_t max_bytes);
+TOCSIN_API int tocsin_set_max_payload(tocsin_db *db, int64_t max_bytes);
 
 /* Checks a name (queue, topic, channel, consumer, worker, lock...) as every
  * operation does: non-empty UTF-8, at most 255 bytes, no control characters.
  * TOCSIN_INVALID with a message naming `what` otherwise. Writes nothing. */
-int tocsin_check_name(tocsin_db *db, const char *what, const char *name);
+TOCSIN_API int tocsin_check_name(tocsin_db *db, const char *what, const char *name);
 
 /* Creates the schema if missing, migrates forward; *out_version is the schema version. */
-int tocsin_bootstrap(tocsin_db *db, int *out_version);
+TOCSIN_API int tocsin_bootstrap(tocsin_db *db, int *out_version);
 
 /* ---- transactions ------------------------------------------------------ */
 /*
@@ -154,12 +188,12 @@ int tocsin_bootstrap(tocsin_db *db, int *out_version);
  * its own transaction; inside one it nests in a SAVEPOINT, so a failed
  * operation leaves nothing half applied.
  */
-int tocsin_begin(tocsin_db *db);
-int tocsin_commit(tocsin_db *db);
-int tocsin_rollback(tocsin_db *db);
-int tocsin_in_transaction(tocsin_db *db);
+TOCSIN_API int tocsin_begin(tocsin_db *db);
+TOCSIN_API int tocsin_commit(tocsin_db *db);
+TOCSIN_API int tocsin_rollback(tocsin_db *db);
+TOCSIN_API int tocsin_in_transaction(tocsin_db *db);
 /* Runs SQL text of the application's (no result rows) on the handle's connection. */
-int tocsin_exec(tocsin_db *db, const char *sql);
+TOCSIN_API int tocsin_exec(tocsin_db *db, const char *sql);
 
 /* ---- queue ------------------------------------------------------------- */
 typedef struct tocsin_enqueue_opts {
@@ -187,10 +221,10 @@ typedef struct tocsin_job_spec {
  * Enqueues a job; *out_id is its id. With a unique_key that a live job of the
  * same queue already holds, nothing is written and *out_id is that job's id.
  */
-int tocsin_queue_enqueue(tocsin_db *db, int64_t *out_id, const char *queue,
+TOCSIN_API int tocsin_queue_enqueue(tocsin_db *db, int64_t *out_id, const char *queue,
                          const char *payload, const tocsin_enqueue_opts *opts);
 /* Enqueues n jobs atomically (all or none); out_ids has room for n ids. */
-int tocsin_queue_enqueue_many(tocsin_db *db, int64_t *out_ids, const tocsin_job_spec *specs,
+TOCSIN_API int tocsin_queue_enqueue_many(tocsin_db *db, int64_t *out_ids, const tocsin_job_spec *specs,
                               size_t n);
 
 /* A job as stored. Strings are owned by the array they came in. */
@@ -216,7 +250,7 @@ typedef struct tocsin_job {
 } tocsin_job;
 
 /* Frees an array of n jobs returned by tocsin. Accepts NULL. */
-void tocsin_jobs_free(tocsin_job *jobs, size_t n);
+TOCSIN_API void tocsin_jobs_free(tocsin_job *jobs, size_t n);
 
 /*
  * Claims up to `max` claimable jobs of `queue` for `worker`, ordered by
@@ -226,7 +260,7 @@ void tocsin_jobs_free(tocsin_job *jobs, size_t n);
  * past expiry go dead with reason "expired". A paused queue yields nothing.
  * *out_jobs (owned, free with tocsin_jobs_free) holds *out_n jobs.
  */
-int tocsin_queue_claim(tocsin_db *db, tocsin_job **out_jobs, size_t *out_n, const char *queue,
+TOCSIN_API int tocsin_queue_claim(tocsin_db *db, tocsin_job **out_jobs, size_t *out_n, const char *queue,
                        const char *worker, size_t max, int64_t visibility_ms);
 
 /*
@@ -240,41 +274,41 @@ int tocsin_queue_claim(tocsin_db *db, tocsin_job **out_jobs, size_t *out_n, cons
  *  fail: dead now with reason "failed";
  *  heartbeat: lease extended to now + extend_ms.
  */
-int tocsin_job_ack(tocsin_db *db, int *out_ok, int64_t id, int64_t token);
+TOCSIN_API int tocsin_job_ack(tocsin_db *db, int *out_ok, int64_t id, int64_t token);
 /* Acks n (id, token) pairs in one transaction; *out_acked counts those that held. */
-int tocsin_job_ack_batch(tocsin_db *db, size_t *out_acked, const int64_t *ids,
+TOCSIN_API int tocsin_job_ack_batch(tocsin_db *db, size_t *out_acked, const int64_t *ids,
                          const int64_t *tokens, size_t n);
-int tocsin_job_retry(tocsin_db *db, int *out_ok, int64_t id, int64_t token, int64_t delay_ms,
+TOCSIN_API int tocsin_job_retry(tocsin_db *db, int *out_ok, int64_t id, int64_t token, int64_t delay_ms,
                      const char *error);
-int tocsin_job_fail(tocsin_db *db, int *out_ok, int64_t id, int64_t token, const char *error);
-int tocsin_job_heartbeat(tocsin_db *db, int *out_ok, int64_t id, int64_t token,
+TOCSIN_API int tocsin_job_fail(tocsin_db *db, int *out_ok, int64_t id, int64_t token, const char *error);
+TOCSIN_API int tocsin_job_heartbeat(tocsin_db *db, int *out_ok, int64_t id, int64_t token,
                          int64_t extend_ms);
 
 /* Exponential backoff: min(cap, base * 2^(attempts-1)), then "equal jitter"
  * (the upper half drawn at random). attempts >= 1. */
-int64_t tocsin_backoff_ms(int64_t base_ms, int64_t cap_ms, int attempts);
+TOCSIN_API int64_t tocsin_backoff_ms(int64_t base_ms, int64_t cap_ms, int attempts);
 #define TOCSIN_BACKOFF_BASE_MS 1000
 #define TOCSIN_BACKOFF_CAP_MS 3600000
 
 /* Cancels a live job (pending or processing): it goes dead with reason
  * "cancelled". *out_ok is 0 if no live job has that id. */
-int tocsin_job_cancel(tocsin_db *db, int *out_ok, int64_t id);
+TOCSIN_API int tocsin_job_cancel(tocsin_db *db, int *out_ok, int64_t id);
 
 /* Looks a job up, live or dead. *out_job (owned, free with tocsin_jobs_free(job, 1))
  * is NULL when no job has that id (acked jobs are removed). */
-int tocsin_job_get(tocsin_db *db, tocsin_job **out_job, int64_t id);
+TOCSIN_API int tocsin_job_get(tocsin_db *db, tocsin_job **out_job, int64_t id);
 
 /* Paused queues hand out no jobs; enqueue still works. */
-int tocsin_queue_pause(tocsin_db *db, const char *queue);
-int tocsin_queue_resume(tocsin_db *db, const char *queue);
-int tocsin_queue_is_paused(tocsin_db *db, int *out_paused, const char *queue);
+TOCSIN_API int tocsin_queue_pause(tocsin_db *db, const char *queue);
+TOCSIN_API int tocsin_queue_resume(tocsin_db *db, const char *queue);
+TOCSIN_API int tocsin_queue_is_paused(tocsin_db *db, int *out_paused, const char *queue);
 
 /*
  * Statistics as a JSON object (owned, free with tocsin_free). For one queue:
  * {"queue","pending","scheduled","processing","dead","oldest_pending_age_ms",
  * "paused"}; with queue NULL: {"queues":[...one object per queue...]}.
  */
-int tocsin_queue_stats(tocsin_db *db, char **out_json, const char *queue);
+TOCSIN_API int tocsin_queue_stats(tocsin_db *db, char **out_json, const char *queue);
 
 /*
  * The earliest instant at which something in these queues needs a worker: a
@@ -282,18 +316,18 @@ int tocsin_queue_stats(tocsin_db *db, char **out_json, const char *queue);
  * expires. *out_ms is -1 when nothing is pending or in flight. Paused queues
  * count only their leases. Read-only.
  */
-int tocsin_queue_next_deadline(tocsin_db *db, int64_t *out_ms, const char *const *queues,
+TOCSIN_API int tocsin_queue_next_deadline(tocsin_db *db, int64_t *out_ms, const char *const *queues,
                                size_t n);
 
 /* Dead letters of `queue` (NULL: all queues), oldest first, ids > after_id. */
-int tocsin_dead_list(tocsin_db *db, tocsin_job **out_jobs, size_t *out_n, const char *queue,
+TOCSIN_API int tocsin_dead_list(tocsin_db *db, tocsin_job **out_jobs, size_t *out_n, const char *queue,
                      int64_t after_id, size_t limit);
 /* Moves dead job `id` back to pending (attempts reset), keeping its id.
  * *out_ok is 0 if no dead job has that id. */
-int tocsin_dead_requeue(tocsin_db *db, int *out_ok, int64_t id);
+TOCSIN_API int tocsin_dead_requeue(tocsin_db *db, int *out_ok, int64_t id);
 /* Deletes dead jobs of `queue` (NULL: all) that died before `before_ms`
  * (0: all of them); *out_n counts them. */
-int tocsin_dead_purge(tocsin_db *db, int64_t *out_n, const char *queue, int64_t before_ms);
+TOCSIN_API int tocsin_dead_purge(tocsin_db *db, int64_t *out_n, const char *queue, int64_t before_ms);
 
 /* ---- streams and notifications ----------------------------------------- */
 /* A stream event or a notification. Strings are owned by the array. */
@@ -306,23 +340,23 @@ typedef struct tocsin_message {
     int64_t created_at;
 } tocsin_message;
 
-void tocsin_messages_free(tocsin_message *msgs, size_t n);
+TOCSIN_API void tocsin_messages_free(tocsin_message *msgs, size_t n);
 
 /* Appends an event; *out_offset is its offset (increasing, never reused). */
-int tocsin_stream_publish(tocsin_db *db, int64_t *out_offset, const char *topic,
+TOCSIN_API int tocsin_stream_publish(tocsin_db *db, int64_t *out_offset, const char *topic,
                           const char *payload, const char *key, const char *meta);
 /* Appends n events atomically; keys may be NULL (no keys); out_offsets has room for n. */
-int tocsin_stream_publish_many(tocsin_db *db, int64_t *out_offsets, const char *topic,
+TOCSIN_API int tocsin_stream_publish_many(tocsin_db *db, int64_t *out_offsets, const char *topic,
                                const char *const *payloads, const char *const *keys, size_t n);
 /* Events of `topic` with offset > after, oldest first, at most limit. */
-int tocsin_stream_read(tocsin_db *db, tocsin_message **out, size_t *out_n, const char *topic,
+TOCSIN_API int tocsin_stream_read(tocsin_db *db, tocsin_message **out, size_t *out_n, const char *topic,
                        int64_t after, size_t limit);
 /* Saves a consumer's offset; offsets only move forward: *out_stored (may be
  * NULL) is the offset stored afterwards, max(old, offset). */
-int tocsin_stream_save_offset(tocsin_db *db, int64_t *out_stored, const char *consumer,
+TOCSIN_API int tocsin_stream_save_offset(tocsin_db *db, int64_t *out_stored, const char *consumer,
                               const char *topic, int64_t offset);
 /* A consumer's saved offset, 0 if none yet. */
-int tocsin_stream_offset(tocsin_db *db, int64_t *out_offset, const char *consumer,
+TOCSIN_API int tocsin_stream_offset(tocsin_db *db, int64_t *out_offset, const char *consumer,
                          const char *topic);
 
 typedef struct tocsin_trim_opts {
@@ -334,26 +368,26 @@ typedef struct tocsin_trim_opts {
 #define TOCSIN_TRIM_OPTS_VERSION 1
 #define TOCSIN_TRIM_OPTS_INIT {TOCSIN_TRIM_OPTS_VERSION, 0, 0, 0}
 /* Deletes events of `topic` matching any criterion set; *out_n counts them. */
-int tocsin_stream_trim(tocsin_db *db, int64_t *out_n, const char *topic,
+TOCSIN_API int tocsin_stream_trim(tocsin_db *db, int64_t *out_n, const char *topic,
                        const tocsin_trim_opts *opts);
 
 /* Records a notification in the caller's transaction; *out_id is its id. */
-int tocsin_notify(tocsin_db *db, int64_t *out_id, const char *channel, const char *payload,
+TOCSIN_API int tocsin_notify(tocsin_db *db, int64_t *out_id, const char *channel, const char *payload,
                   const char *meta);
 /* Notifications of `channel` with id > after_id, oldest first, at most limit. */
-int tocsin_notify_read(tocsin_db *db, tocsin_message **out, size_t *out_n, const char *channel,
+TOCSIN_API int tocsin_notify_read(tocsin_db *db, tocsin_message **out, size_t *out_n, const char *channel,
                        int64_t after_id, size_t limit);
 /* The highest notification id so far (any channel), 0 if none: where a listener starts. */
-int tocsin_notify_max_id(tocsin_db *db, int64_t *out_id);
+TOCSIN_API int tocsin_notify_max_id(tocsin_db *db, int64_t *out_id);
 /* Deletes notifications older than max_age_ms (> 0) and, per channel, all but
  * the newest max_keep (> 0); 0 disables a criterion. *out_n counts them. */
-int tocsin_notify_prune(tocsin_db *db, int64_t *out_n, int64_t max_age_ms, int64_t max_keep);
+TOCSIN_API int tocsin_notify_prune(tocsin_db *db, int64_t *out_n, int64_t max_age_ms, int64_t max_keep);
 /*
  * Opt-in automatic trim, stored in the database (every process and language
  * follows it): about one notify in `one_in` runs tocsin_notify_prune(max_age_ms,
  * max_keep). one_in == 0 turns it off.
  */
-int tocsin_notify_set_autotrim(tocsin_db *db, int64_t max_age_ms, int64_t max_keep,
+TOCSIN_API int tocsin_notify_set_autotrim(tocsin_db *db, int64_t max_age_ms, int64_t max_keep,
                                int64_t one_in);
 
 /* ==== wake engine ======================================================== */
@@ -404,7 +438,7 @@ typedef struct tocsin_wake_opts {
 #define TOCSIN_WAKE_OPTS_VERSION 1
 #define TOCSIN_WAKE_OPTS_INIT {TOCSIN_WAKE_OPTS_VERSION, 0, 0, 0, 0}
 /* NULL restores the defaults. Thread-safe. TOCSIN_INVALID on bad values. */
-int tocsin_wake_configure(const tocsin_wake_opts *opts);
+TOCSIN_API int tocsin_wake_configure(const tocsin_wake_opts *opts);
 
 /*
  * ---- subscriptions: the raw wake ----
@@ -418,28 +452,28 @@ typedef struct tocsin_sub tocsin_sub;
 
 /* Subscribes to commits on db's file. *out is owned: tocsin_sub_close().
  * Fails with TOCSIN_INVALID for an in-memory database. Use db from its thread. */
-int tocsin_sub_open(tocsin_sub **out, tocsin_db *db);
+TOCSIN_API int tocsin_sub_open(tocsin_sub **out, tocsin_db *db);
 /* The descriptor, readable while a wake is pending. Borrowed until close; -1 if sub is NULL. */
-int tocsin_sub_fd(tocsin_sub *sub);
+TOCSIN_API int tocsin_sub_fd(tocsin_sub *sub);
 /* Consumes pending wakes without blocking: *out_woken is 1 if there was one.
  * Returns TOCSIN_OK, or the subscription's error (TOCSIN_REPLACED: the file
  * was replaced or deleted; sticky). */
-int tocsin_sub_drain(tocsin_sub *sub, int *out_woken);
+TOCSIN_API int tocsin_sub_drain(tocsin_sub *sub, int *out_woken);
 /* Waits up to timeout_ms for a wake and consumes it: TOCSIN_OK (woken),
  * TOCSIN_TIMEOUT, or the subscription's error. */
-int tocsin_sub_wait(tocsin_sub *sub, int timeout_ms);
+TOCSIN_API int tocsin_sub_wait(tocsin_sub *sub, int timeout_ms);
 /*
  * Wakes the subscription as a commit would and marks it interrupted: a
  * tocsin_sub_wait returns TOCSIN_OK; tocsin_sub_wait_until and
  * tocsin_queue_wait on it return TOCSIN_OK with *out_done / *out_ready 0
  * (how a binding cancels a blocked wait from another thread). Thread-safe.
  */
-int tocsin_sub_poke(tocsin_sub *sub);
+TOCSIN_API int tocsin_sub_poke(tocsin_sub *sub);
 /* The message of the subscription's error, or "" (borrowed, valid until close). */
-const char *tocsin_sub_errmsg(tocsin_sub *sub);
+TOCSIN_API const char *tocsin_sub_errmsg(tocsin_sub *sub);
 /* Unsubscribes at once and releases the descriptor (and the watcher thread
  * with the last subscription of the file). Accepts NULL. */
-int tocsin_sub_close(tocsin_sub *sub);
+TOCSIN_API int tocsin_sub_close(tocsin_sub *sub);
 
 /*
  * "Wait until a condition holds or the timeout passes": check() is called at
@@ -450,7 +484,7 @@ int tocsin_sub_close(tocsin_sub *sub);
  * or the subscription's error. check() runs on the calling thread.
  */
 typedef int (*tocsin_check_fn)(void *ctx, int *out_done);
-int tocsin_sub_wait_until(tocsin_sub *sub, int *out_done, tocsin_check_fn check, void *ctx,
+TOCSIN_API int tocsin_sub_wait_until(tocsin_sub *sub, int *out_done, tocsin_check_fn check, void *ctx,
                           int timeout_ms);
 
 /*
@@ -471,10 +505,10 @@ typedef struct tocsin_listener tocsin_listener;
  * *out is owned: tocsin_listen_close(). On failure *out is NULL and db
  * carries the message.
  */
-int tocsin_listen_open(tocsin_listener **out, tocsin_db *db, const char *channel,
+TOCSIN_API int tocsin_listen_open(tocsin_listener **out, tocsin_db *db, const char *channel,
                        size_t buffer_size);
 /* Readable while a wake is pending. Borrowed until close; -1 if l is NULL. */
-int tocsin_listen_fd(tocsin_listener *l);
+TOCSIN_API int tocsin_listen_fd(tocsin_listener *l);
 /*
  * The notifications that arrived since the last call, oldest first, waiting
  * up to timeout_ms for at least one. TOCSIN_OK with *out_n >= 1 (*out owned:
@@ -482,14 +516,14 @@ int tocsin_listen_fd(tocsin_listener *l);
  * after tocsin_listen_poke); or an error (TOCSIN_REPLACED, ...): message in
  * tocsin_listen_errmsg. timeout_ms 0 is the non-blocking drain for event loops.
  */
-int tocsin_listen_next(tocsin_listener *l, tocsin_message **out, size_t *out_n, int timeout_ms);
+TOCSIN_API int tocsin_listen_next(tocsin_listener *l, tocsin_message **out, size_t *out_n, int timeout_ms);
 /* Notifications lost to the bounded buffer so far. */
-int64_t tocsin_listen_dropped(tocsin_listener *l);
+TOCSIN_API int64_t tocsin_listen_dropped(tocsin_listener *l);
 /* Ends a blocked tocsin_listen_next early. Thread-safe. */
-int tocsin_listen_poke(tocsin_listener *l);
+TOCSIN_API int tocsin_listen_poke(tocsin_listener *l);
 /* The message of the listener's last failure (borrowed, valid until the next call). */
-const char *tocsin_listen_errmsg(tocsin_listener *l);
-int tocsin_listen_close(tocsin_listener *l); /* accepts NULL */
+TOCSIN_API const char *tocsin_listen_errmsg(tocsin_listener *l);
+TOCSIN_API int tocsin_listen_close(tocsin_listener *l); /* accepts NULL */
 
 /*
  * ---- stream subscriptions: replay, then live ----
@@ -517,23 +551,23 @@ typedef struct tocsin_stream_sub_opts {
  * NULL. *out is owned: tocsin_stream_sub_close(). On failure *out is NULL
  * and db carries the message.
  */
-int tocsin_stream_sub_open(tocsin_stream_sub **out, tocsin_db *db, const char *topic,
+TOCSIN_API int tocsin_stream_sub_open(tocsin_stream_sub **out, tocsin_db *db, const char *topic,
                            const char *consumer, const tocsin_stream_sub_opts *opts);
-int tocsin_stream_sub_fd(tocsin_stream_sub *s); /* -1 if s is NULL */
+TOCSIN_API int tocsin_stream_sub_fd(tocsin_stream_sub *s); /* -1 if s is NULL */
 /* The next events (offset order), waiting up to timeout_ms for at least one:
  * TOCSIN_OK with *out_n >= 1 (*out owned: tocsin_messages_free), TOCSIN_TIMEOUT
  * with *out_n 0 (also after tocsin_stream_sub_poke), or an error. */
-int tocsin_stream_sub_next(tocsin_stream_sub *s, tocsin_message **out, size_t *out_n,
+TOCSIN_API int tocsin_stream_sub_next(tocsin_stream_sub *s, tocsin_message **out, size_t *out_n,
                            int timeout_ms);
 /* The offset of the last event handed out (where the subscription stands). */
-int64_t tocsin_stream_sub_position(tocsin_stream_sub *s);
+TOCSIN_API int64_t tocsin_stream_sub_position(tocsin_stream_sub *s);
 /* Saves the position as the consumer's offset now. */
-int tocsin_stream_sub_save(tocsin_stream_sub *s);
-int tocsin_stream_sub_poke(tocsin_stream_sub *s); /* thread-safe */
-const char *tocsin_stream_sub_errmsg(tocsin_stream_sub *s);
+TOCSIN_API int tocsin_stream_sub_save(tocsin_stream_sub *s);
+TOCSIN_API int tocsin_stream_sub_poke(tocsin_stream_sub *s); /* thread-safe */
+TOCSIN_API const char *tocsin_stream_sub_errmsg(tocsin_stream_sub *s);
 /* Saves the position when autosave is on, then closes. Accepts NULL. Returns
  * the save's failure, if any (the subscription is closed regardless). */
-int tocsin_stream_sub_close(tocsin_stream_sub *s);
+TOCSIN_API int tocsin_stream_sub_close(tocsin_stream_sub *s);
 
 /*
  * ---- workers: wait until claimable ----
@@ -548,7 +582,7 @@ int tocsin_stream_sub_close(tocsin_stream_sub *s);
  * thread may poke to cancel the wait, or NULL to use one the handle keeps
  * from its first wait until tocsin_close.
  */
-int tocsin_queue_wait(tocsin_db *db, int *out_ready, const char *const *queues, size_t n,
+TOCSIN_API int tocsin_queue_wait(tocsin_db *db, int *out_ready, const char *const *queues, size_t n,
                       int64_t deadline_ms, tocsin_sub *sub);
 /* ==== end of wake engine ================================================= */
 
@@ -562,10 +596,10 @@ int tocsin_queue_wait(tocsin_db *db, int *out_ready, const char *const *queues, 
  * its expiry. Saving again replaces the result (a retried job's last word wins).
  * ttl_ms > 0: the result expires ttl_ms after it was saved; 0: never.
  */
-int tocsin_result_save(tocsin_db *db, int64_t job_id, const char *value_json, int64_t ttl_ms);
+TOCSIN_API int tocsin_result_save(tocsin_db *db, int64_t job_id, const char *value_json, int64_t ttl_ms);
 /* Records a task error as data: `type` (a name such as "ValueError", 1..255
  * bytes, no control characters) and `message` (any text; NULL: ""). */
-int tocsin_result_save_error(tocsin_db *db, int64_t job_id, const char *type,
+TOCSIN_API int tocsin_result_save_error(tocsin_db *db, int64_t job_id, const char *type,
                              const char *message, int64_t ttl_ms);
 
 /*
@@ -579,9 +613,9 @@ int tocsin_result_save_error(tocsin_db *db, int64_t job_id, const char *type,
  * So a result exists exactly when the job finished. Join the caller's
  * transaction like every operation.
  */
-int tocsin_job_complete(tocsin_db *db, int *out_ok, int64_t id, int64_t token,
+TOCSIN_API int tocsin_job_complete(tocsin_db *db, int *out_ok, int64_t id, int64_t token,
                         const char *value_json, int64_t ttl_ms);
-int tocsin_job_fail_task(tocsin_db *db, int *out_ok, int64_t id, int64_t token,
+TOCSIN_API int tocsin_job_fail_task(tocsin_db *db, int *out_ok, int64_t id, int64_t token,
                          const char *type, const char *message, int64_t ttl_ms);
 
 /* A stored result. Strings are owned by the struct (tocsin_result_free). */
@@ -601,7 +635,7 @@ typedef struct tocsin_result {
  * NULL when there is no result or it has expired -- a stored JSON null is a
  * result whose value is "null".
  */
-int tocsin_result_get(tocsin_db *db, tocsin_result **out_result, int64_t job_id);
+TOCSIN_API int tocsin_result_get(tocsin_db *db, tocsin_result **out_result, int64_t job_id);
 
 /*
  * The outcome of job_id, read in one snapshot: its result (as
@@ -612,7 +646,7 @@ int tocsin_result_get(tocsin_db *db, tocsin_result **out_result, int64_t job_id)
  * that id (acked without a result, result expired, or never enqueued).
  * Read-only: what an event loop calls after each wake of a subscription.
  */
-int tocsin_result_check(tocsin_db *db, tocsin_result **out_result, int64_t job_id);
+TOCSIN_API int tocsin_result_check(tocsin_db *db, tocsin_result **out_result, int64_t job_id);
 /*
  * Blocks until tocsin_result_check gives an outcome (TOCSIN_OK, *out_result
  * set), deadline_ms passes (a time of the handle's clock, < 0: none;
@@ -621,13 +655,13 @@ int tocsin_result_check(tocsin_db *db, tocsin_result **out_result, int64_t job_i
  * `sub` as for tocsin_queue_wait (NULL: the handle's own). Not inside a
  * transaction.
  */
-int tocsin_result_wait(tocsin_db *db, tocsin_result **out_result, int64_t job_id,
+TOCSIN_API int tocsin_result_wait(tocsin_db *db, tocsin_result **out_result, int64_t job_id,
                        int64_t deadline_ms, tocsin_sub *sub);
-void tocsin_result_free(tocsin_result *result); /* accepts NULL */
+TOCSIN_API void tocsin_result_free(tocsin_result *result); /* accepts NULL */
 /* Deletes the result of job_id; *out_ok is 0 if there was none. */
-int tocsin_result_delete(tocsin_db *db, int *out_ok, int64_t job_id);
+TOCSIN_API int tocsin_result_delete(tocsin_db *db, int *out_ok, int64_t job_id);
 /* Deletes expired results; *out_n counts them. */
-int tocsin_result_sweep(tocsin_db *db, int64_t *out_n);
+TOCSIN_API int tocsin_result_sweep(tocsin_db *db, int64_t *out_n);
 
 /* ---- locks ------------------------------------------------------------- */
 /*
@@ -648,13 +682,13 @@ int tocsin_result_sweep(tocsin_db *db, int64_t *out_n);
  *   current token (0 if the lock never existed) and lease end (0 when free).
  * ttl_ms >= 1; owner is a name (1..255 bytes, no control characters).
  */
-int tocsin_lock_acquire(tocsin_db *db, int64_t *out_token, int64_t *out_until, const char *name,
+TOCSIN_API int tocsin_lock_acquire(tocsin_db *db, int64_t *out_token, int64_t *out_until, const char *name,
                         const char *owner, int64_t ttl_ms);
-int tocsin_lock_renew(tocsin_db *db, int *out_ok, const char *name, const char *owner,
+TOCSIN_API int tocsin_lock_renew(tocsin_db *db, int *out_ok, const char *name, const char *owner,
                       int64_t token, int64_t ttl_ms);
-int tocsin_lock_release(tocsin_db *db, int *out_ok, const char *name, const char *owner,
+TOCSIN_API int tocsin_lock_release(tocsin_db *db, int *out_ok, const char *name, const char *owner,
                         int64_t token);
-int tocsin_lock_holder(tocsin_db *db, char **out_owner, int64_t *out_token,
+TOCSIN_API int tocsin_lock_holder(tocsin_db *db, char **out_owner, int64_t *out_token,
                        int64_t *out_until, const char *name);
 
 /* ---- rate limits ------------------------------------------------------- */
@@ -668,12 +702,12 @@ int tocsin_lock_holder(tocsin_db *db, char **out_owner, int64_t *out_token,
  * 1 <= limit <= 1000000, 1 <= per_ms <= 31622400000 (366 days).
  * Use one (limit, per_ms) per name.
  */
-int tocsin_ratelimit_try(tocsin_db *db, int *out_allowed, int64_t *out_retry_after_ms,
+TOCSIN_API int tocsin_ratelimit_try(tocsin_db *db, int *out_allowed, int64_t *out_retry_after_ms,
                          int64_t *out_remaining, const char *name, int64_t limit, int64_t per_ms);
 /* Deletes admissions older than their window (every name); *out_n counts them. */
-int tocsin_ratelimit_sweep(tocsin_db *db, int64_t *out_n);
+TOCSIN_API int tocsin_ratelimit_sweep(tocsin_db *db, int64_t *out_n);
 /* Forgets every admission of `name` (the limit starts afresh); *out_n counts them. */
-int tocsin_ratelimit_reset(tocsin_db *db, int64_t *out_n, const char *name);
+TOCSIN_API int tocsin_ratelimit_reset(tocsin_db *db, int64_t *out_n, const char *name);
 
 /* ---- cron (pure C, no database) ---------------------------------------- */
 typedef struct tocsin_cron tocsin_cron;
@@ -687,7 +721,7 @@ typedef struct tocsin_cron tocsin_cron;
  * (TOCSIN_INVALID, TOCSIN_NOMEM) *out is NULL and `err` (may be NULL; err_size
  * bytes, 256 is plenty) names the bad field: "minute field: 61 is out of range 0-59".
  */
-int tocsin_cron_parse(tocsin_cron **out, const char *expr, char *err, size_t err_size);
+TOCSIN_API int tocsin_cron_parse(tocsin_cron **out, const char *expr, char *err, size_t err_size);
 /*
  * *out_next_ms: the first fire time strictly after after_ms (0 <= after_ms
  * <= 9999-12-31). local_time 0: UTC; 1: the process's local time zone (TZ),
@@ -697,9 +731,9 @@ int tocsin_cron_parse(tocsin_cron **out, const char *expr, char *err, size_t err
  * TOCSIN_INVALID for a NULL argument or after_ms out of range. Thread-safe, except
  * that local time re-reads TZ (tzset): do not change TZ while another thread calls it.
  */
-int tocsin_cron_next(int64_t *out_next_ms, const tocsin_cron *cron, int64_t after_ms,
+TOCSIN_API int tocsin_cron_next(int64_t *out_next_ms, const tocsin_cron *cron, int64_t after_ms,
                      int local_time);
-void tocsin_cron_free(tocsin_cron *cron); /* accepts NULL */
+TOCSIN_API void tocsin_cron_free(tocsin_cron *cron); /* accepts NULL */
 
 /* ---- scheduler --------------------------------------------------------- */
 #define TOCSIN_CATCHUP_ONCE 0 /* one job stands for all missed boundaries */
@@ -741,7 +775,7 @@ typedef struct tocsin_schedule {
     int64_t created_at;
     int64_t updated_at;
 } tocsin_schedule;
-void tocsin_schedules_free(tocsin_schedule *schedules, size_t n); /* accepts NULL */
+TOCSIN_API void tocsin_schedules_free(tocsin_schedule *schedules, size_t n); /* accepts NULL */
 
 /*
  * Registers (inserts or replaces) schedule `name`: every boundary of `cron`
@@ -750,23 +784,23 @@ void tocsin_schedules_free(tocsin_schedule *schedules, size_t n); /* accepts NUL
  * a boundary); a new expression or zone restarts from now. The paused flag
  * is kept. *out_next_fire (may be NULL) is the next boundary.
  */
-int tocsin_schedule_set(tocsin_db *db, int64_t *out_next_fire, const char *name, const char *cron,
+TOCSIN_API int tocsin_schedule_set(tocsin_db *db, int64_t *out_next_fire, const char *name, const char *cron,
                         const char *queue, const char *payload, const tocsin_schedule_opts *opts);
 /* Changes an existing schedule (TOCSIN_NOTFOUND if none): NULL strings keep
  * their value, a NULL `opts` keeps every option, a given `opts` replaces them all. */
-int tocsin_schedule_update(tocsin_db *db, int64_t *out_next_fire, const char *name,
+TOCSIN_API int tocsin_schedule_update(tocsin_db *db, int64_t *out_next_fire, const char *name,
                            const char *cron, const char *queue, const char *payload,
                            const tocsin_schedule_opts *opts);
 /* Pause: no boundary fires. Resume: firing restarts at the first boundary
  * after now (boundaries while paused are not fired). TOCSIN_NOTFOUND if none. */
-int tocsin_schedule_pause(tocsin_db *db, const char *name);
-int tocsin_schedule_resume(tocsin_db *db, const char *name);
+TOCSIN_API int tocsin_schedule_pause(tocsin_db *db, const char *name);
+TOCSIN_API int tocsin_schedule_resume(tocsin_db *db, const char *name);
 /* Deletes a schedule; *out_ok is 0 if there was none. */
-int tocsin_schedule_remove(tocsin_db *db, int *out_ok, const char *name);
+TOCSIN_API int tocsin_schedule_remove(tocsin_db *db, int *out_ok, const char *name);
 /* *out (owned, tocsin_schedules_free(s, 1)) is NULL when there is no such schedule. */
-int tocsin_schedule_get(tocsin_db *db, tocsin_schedule **out, const char *name);
+TOCSIN_API int tocsin_schedule_get(tocsin_db *db, tocsin_schedule **out, const char *name);
 /* Every schedule by name; *out (owned, tocsin_schedules_free) holds *out_n. */
-int tocsin_schedule_list(tocsin_db *db, tocsin_schedule **out, size_t *out_n);
+TOCSIN_API int tocsin_schedule_list(tocsin_db *db, tocsin_schedule **out, size_t *out_n);
 
 /*
  * Fires every due boundary (next_fire <= now) of every unpaused schedule:
@@ -777,9 +811,9 @@ int tocsin_schedule_list(tocsin_db *db, tocsin_schedule **out, size_t *out_n);
  * Each fired job's meta carries "tocsin_schedule" (name) and
  * "tocsin_fire_at" (the boundary, ms) besides the schedule's meta.
  */
-int tocsin_scheduler_tick(tocsin_db *db, int64_t *out_fired);
+TOCSIN_API int tocsin_scheduler_tick(tocsin_db *db, int64_t *out_fired);
 /* The earliest next_fire of the unpaused schedules (sleep until then); -1: none. */
-int tocsin_scheduler_next_fire(tocsin_db *db, int64_t *out_ms);
+TOCSIN_API int tocsin_scheduler_next_fire(tocsin_db *db, int64_t *out_ms);
 /*
  * The leader lease, built on the lock "tocsin.scheduler": acquires it or,
  * when `owner` holds it, extends it to now + ttl_ms. *out_is_leader is 1 when
@@ -787,16 +821,16 @@ int tocsin_scheduler_next_fire(tocsin_db *db, int64_t *out_ms);
  * once the leader's lease lapses. *out_token (may be NULL) is the lease's
  * fencing token (0 when not leader).
  */
-int tocsin_scheduler_lead(tocsin_db *db, int *out_is_leader, int64_t *out_token,
+TOCSIN_API int tocsin_scheduler_lead(tocsin_db *db, int *out_is_leader, int64_t *out_token,
                           const char *owner, int64_t ttl_ms);
 /* Gives the lease up if `owner` holds it (a clean shutdown); *out_ok may be NULL. */
-int tocsin_scheduler_resign(tocsin_db *db, int *out_ok, const char *owner);
+TOCSIN_API int tocsin_scheduler_resign(tocsin_db *db, int *out_ok, const char *owner);
 
 /* ==== end of coordination =============================================== */
 
 /* ---- SQL surface ------------------------------------------------------- */
 /* Registers the tocsin_* SQL functions (docs/sql.md) on the handle's connection. */
-int tocsin_register_sql(tocsin_db *db);
+TOCSIN_API int tocsin_register_sql(tocsin_db *db);
 
 #ifdef __cplusplus
 }
