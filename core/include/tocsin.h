@@ -3,8 +3,10 @@
  *
  * The one public header of the C core. Conventions used throughout:
  *  - functions return an int result code: TOCSIN_OK (0) or one of TOCSIN_*;
- *    the message of the last failure is tocsin_errmsg(db) (borrowed, valid
- *    until the next call on that handle);
+ *    there is one error channel: tocsin_errmsg() / tocsin_errcode() /
+ *    tocsin_sqlite_errcode() read the calling thread's last failure, whatever
+ *    handle (or none) failed -- read them on the thread that made the call
+ *    (in Go, inside runtime.LockOSThread or one cgo call);
  *  - out-parameters come first;
  *  - every pointer handed out is documented as "owned" (free it with the
  *    named function, never with libc free) or "borrowed";
@@ -13,11 +15,22 @@
  *  - options structs carry a `version` field; initialise them with their
  *    _INIT macro so that fields added later keep the ABI.
  *
- * Thread safety: a tocsin_db handle is used by one thread at a time (the
- * caller serialises, as with a sqlite3 connection). Different handles may be
- * used from different threads at once. The free functions are thread-safe.
- * The wake engine's handles (tocsin_sub, tocsin_listener, tocsin_stream_sub)
- * state their own rules in their section.
+ * Threads (the rule bindings build on; details per function below):
+ *  - a tocsin_db may be used from any number of threads at once: the core
+ *    serialises the calls on one handle (like SQLite's serialized mode), each
+ *    call atomic;
+ *  - a transaction belongs to a transaction handle, never to a thread:
+ *    tocsin_tx_begin() returns one, on a connection of its own, and only the
+ *    calls made on that handle join the transaction (so two tasks of one event
+ *    loop thread, or two goroutines, never share one by accident). The
+ *    handle's own tocsin_begin()/tocsin_commit() remain for single-threaded
+ *    C code: while it is open, every call on that handle joins it;
+ *  - waits (subscriptions, listeners, stream subscriptions, queue, result and
+ *    lock waits) block only the calling thread and hold no lock of the
+ *    handle while they sleep; poke and close are safe from any other thread
+ *    (see "How every wait ends");
+ *  - nothing survives fork(): open handles and subscriptions in the process
+ *    that uses them (inherited subscriptions report TOCSIN_CLOSED).
  */
 #ifndef TOCSIN_H
 #define TOCSIN_H
@@ -89,7 +102,16 @@ extern "C" {
 #define TOCSIN_NOMEM 11     /* out of memory */
 #define TOCSIN_REPLACED 12  /* the database file was replaced under the handle */
 #define TOCSIN_TIMEOUT 13   /* a wait ended at its deadline */
-#define TOCSIN_READONLY 14  /* a write was attempted on a read-only handle */
+#define TOCSIN_READONLY 14  /* a write was attempted on a read-only handle or file */
+#define TOCSIN_INTERRUPTED 15 /* a wait was poked, or SQLite was interrupted */
+#define TOCSIN_IOERR 16     /* an I/O error of the file system (SQLITE_IOERR) */
+#define TOCSIN_FULL 17      /* the disk or the database is full (SQLITE_FULL) */
+#define TOCSIN_CANTOPEN 18  /* the database file cannot be opened or created */
+#define TOCSIN_PERM 19      /* access denied (SQLITE_PERM, SQLITE_AUTH) */
+
+/* The tocsin code for an SQLite result code (primary or extended), so that
+ * no binding maps SQLite codes itself. SQLITE_OK gives TOCSIN_OK. */
+TOCSIN_API int tocsin_code_of_sqlite(int sqlite_rc);
 
 /* ---- limits ------------------------------------------------------------
  * Enforced once, in the core: the SQL surface and every binding inherit them
@@ -159,10 +181,18 @@ TOCSIN_API int tocsin_close(tocsin_db *db);
  * application's own statements inside a tocsin transaction. */
 TOCSIN_API struct sqlite3 *tocsin_sqlite(tocsin_db *db);
 
-/* The message and code of the last failure on this handle. */
+/*
+ * The one error channel: the message, code and SQLite extended code (0 if
+ * none) of the calling thread's last failed tocsin call, on any handle or on
+ * none. `db` may be NULL and is not consulted (the thread's error is the
+ * handle's error, since a failing call sets it before returning). Borrowed,
+ * valid until the next tocsin call of this thread. Every failure sets it,
+ * including those of subscriptions, listeners, stream subscriptions,
+ * tocsin_wake_configure and tocsin_cron_parse.
+ */
 TOCSIN_API const char *tocsin_errmsg(tocsin_db *db);
 TOCSIN_API int tocsin_errcode(tocsin_db *db);
-TOCSIN_API int tocsin_sqlite_errcode(tocsin_db *db); /* SQLite's extended code, 0 if none */
+TOCSIN_API int tocsin_sqlite_errcode(tocsin_db *db);
 
 /* The handle's clock. tocsin_set_clock(db, NULL, NULL) restores the system clock. */
 TOCSIN_API int64_t tocsin_now(tocsin_db *db);
@@ -416,6 +446,23 @@ TOCSIN_API int tocsin_notify_set_autotrim(tocsin_db *db, int64_t max_age_ms, int
  * carry meaning (tocsin_queue_wait) are read from the handle's clock.
  *
  * Subscriptions do not survive fork(): open them in the process that uses them.
+ *
+ * How every wait ends -- tocsin_sub_wait, tocsin_sub_wait_until,
+ * tocsin_listen_next, tocsin_stream_sub_next, tocsin_queue_wait,
+ * tocsin_result_wait and tocsin_lock_wait alike:
+ *   TOCSIN_OK           its condition holds (woken, messages, claimable,
+ *                       an outcome, the lock held), outputs set;
+ *   TOCSIN_TIMEOUT      the timeout or deadline passed first;
+ *   TOCSIN_INTERRUPTED  another thread poked it (tocsin_*_poke): a binding's
+ *                       cancellation;
+ *   TOCSIN_CLOSED       its subscription was closed meanwhile by another
+ *                       thread, or was inherited across fork();
+ *   TOCSIN_REPLACED     the database file was replaced or deleted (sticky);
+ *   anything else       a failure reading the database (TOCSIN_BUSY, ...).
+ * Outputs are empty unless TOCSIN_OK; the message is tocsin_errmsg() of the
+ * waiting thread. Closing a subscription, listener or stream subscription
+ * while another thread waits on it is safe: the close returns once that wait
+ * has ended (with TOCSIN_CLOSED).
  */
 
 /* Process-wide watcher settings; they apply to watchers started afterwards. */
@@ -444,55 +491,53 @@ TOCSIN_API int tocsin_wake_configure(const tocsin_wake_opts *opts);
  * ---- subscriptions: the raw wake ----
  * A tocsin_sub holds no connection: after tocsin_sub_open it is independent
  * of the tocsin_db it was opened from (which may be closed or used by another
- * thread). wait/drain/close are called by one thread at a time;
- * tocsin_sub_fd, tocsin_sub_poke and tocsin_sub_errmsg from any thread.
- * Close it only when no thread is waiting on it (poke the waiter first).
+ * thread). wait/drain are called by one thread at a time; tocsin_sub_fd,
+ * tocsin_sub_poke and tocsin_sub_close from any thread.
  */
 typedef struct tocsin_sub tocsin_sub;
 
 /* Subscribes to commits on db's file. *out is owned: tocsin_sub_close().
- * Fails with TOCSIN_INVALID for an in-memory database. Use db from its thread. */
+ * TOCSIN_INVALID for an in-memory database, TOCSIN_REPLACED when db's path
+ * no longer names the file db opened. */
 TOCSIN_API int tocsin_sub_open(tocsin_sub **out, tocsin_db *db);
 /* The descriptor, readable while a wake is pending. Borrowed until close; -1 if sub is NULL. */
 TOCSIN_API int tocsin_sub_fd(tocsin_sub *sub);
-/* Consumes pending wakes without blocking: *out_woken is 1 if there was one.
- * Returns TOCSIN_OK, or the subscription's error (TOCSIN_REPLACED: the file
- * was replaced or deleted; sticky). */
+/* Consumes pending wakes without blocking (what an event loop calls when the
+ * descriptor is readable): TOCSIN_OK with *out_woken 1 if there was one, or
+ * how a wait would end (TOCSIN_INTERRUPTED after a poke, TOCSIN_CLOSED,
+ * TOCSIN_REPLACED). */
 TOCSIN_API int tocsin_sub_drain(tocsin_sub *sub, int *out_woken);
-/* Waits up to timeout_ms for a wake and consumes it: TOCSIN_OK (woken),
- * TOCSIN_TIMEOUT, or the subscription's error. */
+/* Waits up to timeout_ms for a wake and consumes it (see "How every wait ends"). */
 TOCSIN_API int tocsin_sub_wait(tocsin_sub *sub, int timeout_ms);
 /*
- * Wakes the subscription as a commit would and marks it interrupted: a
- * tocsin_sub_wait returns TOCSIN_OK; tocsin_sub_wait_until and
- * tocsin_queue_wait on it return TOCSIN_OK with *out_done / *out_ready 0
- * (how a binding cancels a blocked wait from another thread). Thread-safe.
+ * Ends the wait in progress on the subscription (or the next one) with
+ * TOCSIN_INTERRUPTED: how a binding cancels a blocked wait from another
+ * thread. Waits on a listener or stream subscription built on it, and queue,
+ * result and lock waits given it as `sub`, end the same way. Thread-safe.
  */
 TOCSIN_API int tocsin_sub_poke(tocsin_sub *sub);
-/* The message of the subscription's error, or "" (borrowed, valid until close). */
-TOCSIN_API const char *tocsin_sub_errmsg(tocsin_sub *sub);
-/* Unsubscribes at once and releases the descriptor (and the watcher thread
- * with the last subscription of the file). Accepts NULL. */
+/* Unsubscribes and releases the descriptor (and the watcher thread with the
+ * last subscription of the file). A wait of another thread on it ends with
+ * TOCSIN_CLOSED first. Accepts NULL. */
 TOCSIN_API int tocsin_sub_close(tocsin_sub *sub);
 
 /*
  * "Wait until a condition holds or the timeout passes": check() is called at
  * once and after every wake; it sets *out_done and returns TOCSIN_OK, or a
  * code that ends the wait and is returned (TOCSIN_CALLBACK when the host's
- * callback raised). Returns TOCSIN_OK with *out_done 1 when the condition
- * held, TOCSIN_TIMEOUT, TOCSIN_OK with *out_done 0 after tocsin_sub_poke(),
- * or the subscription's error. check() runs on the calling thread.
+ * callback raised). TOCSIN_OK once the condition held; otherwise as every
+ * wait ends. check() runs on the calling thread.
  */
 typedef int (*tocsin_check_fn)(void *ctx, int *out_done);
-TOCSIN_API int tocsin_sub_wait_until(tocsin_sub *sub, int *out_done, tocsin_check_fn check, void *ctx,
-                          int timeout_ms);
+TOCSIN_API int tocsin_sub_wait_until(tocsin_sub *sub, tocsin_check_fn check, void *ctx,
+                                     int timeout_ms);
 
 /*
  * ---- listen: NOTIFY/LISTEN ----
  * A listener reads through its own private read-only connection to db's
  * file, so it is independent of db after open (db may be closed or used by
- * other threads). One thread at a time per listener; tocsin_listen_fd and
- * tocsin_listen_poke from any thread.
+ * other threads). One thread at a time per listener; tocsin_listen_fd,
+ * tocsin_listen_poke and tocsin_listen_close from any thread.
  */
 typedef struct tocsin_listener tocsin_listener;
 
@@ -502,8 +547,7 @@ typedef struct tocsin_listener tocsin_listener;
  * buffer_size (1..10000) bounds what one tocsin_listen_next returns: a
  * listener more than buffer_size notifications behind loses the oldest ones,
  * counted by tocsin_listen_dropped (use a stream for lossless delivery).
- * *out is owned: tocsin_listen_close(). On failure *out is NULL and db
- * carries the message.
+ * *out is owned: tocsin_listen_close(). On failure *out is NULL.
  */
 TOCSIN_API int tocsin_listen_open(tocsin_listener **out, tocsin_db *db, const char *channel,
                        size_t buffer_size);
@@ -511,26 +555,27 @@ TOCSIN_API int tocsin_listen_open(tocsin_listener **out, tocsin_db *db, const ch
 TOCSIN_API int tocsin_listen_fd(tocsin_listener *l);
 /*
  * The notifications that arrived since the last call, oldest first, waiting
- * up to timeout_ms for at least one. TOCSIN_OK with *out_n >= 1 (*out owned:
- * tocsin_messages_free(*out, *out_n)); TOCSIN_TIMEOUT with *out_n 0 (also
- * after tocsin_listen_poke); or an error (TOCSIN_REPLACED, ...): message in
- * tocsin_listen_errmsg. timeout_ms 0 is the non-blocking drain for event loops.
+ * up to timeout_ms for at least one: TOCSIN_OK with *out_n >= 1 (*out owned:
+ * tocsin_messages_free(*out, *out_n)); otherwise *out_n is 0 and the wait
+ * ended as every wait ends (TOCSIN_TIMEOUT, TOCSIN_INTERRUPTED after
+ * tocsin_listen_poke, TOCSIN_CLOSED, ...). timeout_ms 0 is the non-blocking
+ * read for event loops.
  */
 TOCSIN_API int tocsin_listen_next(tocsin_listener *l, tocsin_message **out, size_t *out_n, int timeout_ms);
 /* Notifications lost to the bounded buffer so far. */
 TOCSIN_API int64_t tocsin_listen_dropped(tocsin_listener *l);
-/* Ends a blocked tocsin_listen_next early. Thread-safe. */
+/* Ends a blocked tocsin_listen_next with TOCSIN_INTERRUPTED. Thread-safe. */
 TOCSIN_API int tocsin_listen_poke(tocsin_listener *l);
-/* The message of the listener's last failure (borrowed, valid until the next call). */
-TOCSIN_API const char *tocsin_listen_errmsg(tocsin_listener *l);
-TOCSIN_API int tocsin_listen_close(tocsin_listener *l); /* accepts NULL */
+/* Closes it; a wait of another thread on it ends with TOCSIN_CLOSED first. Accepts NULL. */
+TOCSIN_API int tocsin_listen_close(tocsin_listener *l);
 
 /*
  * ---- stream subscriptions: replay, then live ----
  * A stream subscription reads (and saves offsets) through its own private
  * read-write connection, with db's clock and busy timeout; it is independent
  * of db after open (the clock's ctx must outlive it). One thread at a time;
- * tocsin_stream_sub_fd and tocsin_stream_sub_poke from any thread.
+ * tocsin_stream_sub_fd, tocsin_stream_sub_poke and tocsin_stream_sub_close
+ * from any thread.
  */
 typedef struct tocsin_stream_sub tocsin_stream_sub;
 typedef struct tocsin_stream_sub_opts {
@@ -548,15 +593,15 @@ typedef struct tocsin_stream_sub_opts {
  * autosaves) to `topic`. Events handed out by one tocsin_stream_sub_next
  * count as processed when the next call is made, or at tocsin_stream_sub_save
  * and close: autosave stores those (at-least-once delivery). `opts` may be
- * NULL. *out is owned: tocsin_stream_sub_close(). On failure *out is NULL
- * and db carries the message.
+ * NULL. *out is owned: tocsin_stream_sub_close(). On failure *out is NULL.
  */
 TOCSIN_API int tocsin_stream_sub_open(tocsin_stream_sub **out, tocsin_db *db, const char *topic,
                            const char *consumer, const tocsin_stream_sub_opts *opts);
 TOCSIN_API int tocsin_stream_sub_fd(tocsin_stream_sub *s); /* -1 if s is NULL */
 /* The next events (offset order), waiting up to timeout_ms for at least one:
- * TOCSIN_OK with *out_n >= 1 (*out owned: tocsin_messages_free), TOCSIN_TIMEOUT
- * with *out_n 0 (also after tocsin_stream_sub_poke), or an error. */
+ * TOCSIN_OK with *out_n >= 1 (*out owned: tocsin_messages_free); otherwise
+ * *out_n is 0 and the wait ended as every wait ends (TOCSIN_INTERRUPTED after
+ * tocsin_stream_sub_poke). */
 TOCSIN_API int tocsin_stream_sub_next(tocsin_stream_sub *s, tocsin_message **out, size_t *out_n,
                            int timeout_ms);
 /* The offset of the last event handed out (where the subscription stands). */
@@ -564,16 +609,17 @@ TOCSIN_API int64_t tocsin_stream_sub_position(tocsin_stream_sub *s);
 /* Saves the position as the consumer's offset now. */
 TOCSIN_API int tocsin_stream_sub_save(tocsin_stream_sub *s);
 TOCSIN_API int tocsin_stream_sub_poke(tocsin_stream_sub *s); /* thread-safe */
-TOCSIN_API const char *tocsin_stream_sub_errmsg(tocsin_stream_sub *s);
-/* Saves the position when autosave is on, then closes. Accepts NULL. Returns
- * the save's failure, if any (the subscription is closed regardless). */
+/* Saves the position when autosave is on, then closes (a wait of another
+ * thread ends with TOCSIN_CLOSED first). Accepts NULL. Returns the save's
+ * failure, if any (the subscription is closed regardless). */
 TOCSIN_API int tocsin_stream_sub_close(tocsin_stream_sub *s);
 
 /*
  * ---- workers: wait until claimable ----
- * Blocks until something in these queues is claimable (*out_ready 1), the
- * deadline passes (TOCSIN_TIMEOUT, *out_ready 0; deadline_ms is a time of the
- * handle's clock, < 0: none) or `sub` is poked (TOCSIN_OK, *out_ready 0).
+ * Blocks until something in these queues is claimable (TOCSIN_OK), or ends
+ * as every wait ends: the deadline passes (TOCSIN_TIMEOUT; deadline_ms is a
+ * time of the handle's clock, < 0: none), `sub` is poked (TOCSIN_INTERRUPTED)
+ * or closed (TOCSIN_CLOSED, also when the handle is closed meanwhile).
  * Each wake runs the read-only tocsin_queue_next_deadline, never a write
  * transaction, so idle workers woken by unrelated commits leave the write lock
  * alone; between wakes it sleeps until the next run_at, lease expiry or job
@@ -582,8 +628,8 @@ TOCSIN_API int tocsin_stream_sub_close(tocsin_stream_sub *s);
  * thread may poke to cancel the wait, or NULL to use one the handle keeps
  * from its first wait until tocsin_close.
  */
-TOCSIN_API int tocsin_queue_wait(tocsin_db *db, int *out_ready, const char *const *queues, size_t n,
-                      int64_t deadline_ms, tocsin_sub *sub);
+TOCSIN_API int tocsin_queue_wait(tocsin_db *db, const char *const *queues, size_t n,
+                                 int64_t deadline_ms, tocsin_sub *sub);
 /* ==== end of wake engine ================================================= */
 
 /* ==== coordination: results, locks, rate limits, cron, scheduler ========= */
@@ -649,8 +695,9 @@ TOCSIN_API int tocsin_result_get(tocsin_db *db, tocsin_result **out_result, int6
 TOCSIN_API int tocsin_result_check(tocsin_db *db, tocsin_result **out_result, int64_t job_id);
 /*
  * Blocks until tocsin_result_check gives an outcome (TOCSIN_OK, *out_result
- * set), deadline_ms passes (a time of the handle's clock, < 0: none;
- * TOCSIN_TIMEOUT) or `sub` is poked (TOCSIN_OK, *out_result NULL). Re-checks
+ * set), or ends as every wait ends (*out_result NULL): deadline_ms passes (a
+ * time of the handle's clock, < 0: none; TOCSIN_TIMEOUT), `sub` is poked
+ * (TOCSIN_INTERRUPTED) or closed (TOCSIN_CLOSED). Re-checks
  * after every commit of any process (wake engine), never polling the table.
  * `sub` as for tocsin_queue_wait (NULL: the handle's own). Not inside a
  * transaction.
@@ -690,6 +737,17 @@ TOCSIN_API int tocsin_lock_release(tocsin_db *db, int *out_ok, const char *name,
                         int64_t token);
 TOCSIN_API int tocsin_lock_holder(tocsin_db *db, char **out_owner, int64_t *out_token,
                        int64_t *out_until, const char *name);
+/*
+ * Blocking acquire: waits until `owner` holds `name` (TOCSIN_OK, *out_token
+ * and *out_until (may be NULL) as for tocsin_lock_acquire), or ends as every
+ * wait ends (deadline_ms on the handle's clock, < 0: none; TOCSIN_TIMEOUT,
+ * TOCSIN_INTERRUPTED when `sub` is poked, TOCSIN_CLOSED). While another owner
+ * holds the lease it only reads (no write lock is taken) and sleeps until the
+ * lease ends or a commit (a release) wakes it. `sub` as for tocsin_queue_wait.
+ */
+TOCSIN_API int tocsin_lock_wait(tocsin_db *db, int64_t *out_token, int64_t *out_until,
+                                const char *name, const char *owner, int64_t ttl_ms,
+                                int64_t deadline_ms, tocsin_sub *sub);
 
 /* ---- rate limits ------------------------------------------------------- */
 /*

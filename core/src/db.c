@@ -27,6 +27,11 @@ const char *tocsin_errstr(int rc) {
     case TOCSIN_REPLACED: return "database file replaced";
     case TOCSIN_TIMEOUT: return "timed out";
     case TOCSIN_READONLY: return "read-only";
+    case TOCSIN_INTERRUPTED: return "interrupted";
+    case TOCSIN_IOERR: return "I/O error";
+    case TOCSIN_FULL: return "disk or database full";
+    case TOCSIN_CANTOPEN: return "cannot open";
+    case TOCSIN_PERM: return "permission denied";
     default: return "unknown result code";
     }
 }
@@ -35,35 +40,61 @@ void tocsin_free(void *p) { sqlite3_free(p); }
 
 /* ---- errors ------------------------------------------------------------- */
 
+static _Thread_local tc_thread_state tc_thread;
+
+tc_thread_state *tc_tls(void) { return &tc_thread; }
+
 void tc_clear(tocsin_db *db) {
-    db->errcode = TOCSIN_OK;
-    db->sqlite_rc = 0;
-    db->errmsg[0] = 0;
-    db->busy_until = 0;
-    db->busy_waited = 0;
+    (void)db;
+    tc_thread.code = TOCSIN_OK;
+    tc_thread.sqlite_rc = 0;
+    tc_thread.msg[0] = 0;
+    tc_thread.busy_until = 0;
+    tc_thread.busy_waited = 0;
 }
 
 int tc_err(tocsin_db *db, int rc, const char *fmt, ...) {
+    char msg[sizeof tc_thread.msg];
     va_list ap;
+    (void)db;
+    /* format aside first: an argument may be the current message itself */
     va_start(ap, fmt);
-    vsnprintf(db->errmsg, sizeof db->errmsg, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    db->errcode = rc;
+    memcpy(tc_thread.msg, msg, sizeof msg);
+    tc_thread.code = rc;
+    tc_thread.sqlite_rc = 0;
     return rc;
 }
 
-int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what) {
-    int prim = sqlite_rc & 0xff, rc;
-    const char *msg = sqlite3_errmsg(db->conn);
-    switch (prim) {
+int tocsin_code_of_sqlite(int sqlite_rc) {
+    switch (sqlite_rc & 0xff) {
+    case SQLITE_OK:
+    case SQLITE_ROW:
+    case SQLITE_DONE: return TOCSIN_OK;
     case SQLITE_BUSY:
-    case SQLITE_LOCKED: rc = TOCSIN_BUSY; break;
+    case SQLITE_LOCKED: return TOCSIN_BUSY;
     case SQLITE_CORRUPT:
-    case SQLITE_NOTADB: rc = TOCSIN_CORRUPT; break;
-    case SQLITE_NOMEM: rc = TOCSIN_NOMEM; break;
-    case SQLITE_READONLY: rc = TOCSIN_READONLY; break;
-    default: rc = TOCSIN_ERROR; break;
+    case SQLITE_NOTADB: return TOCSIN_CORRUPT;
+    case SQLITE_NOMEM: return TOCSIN_NOMEM;
+    case SQLITE_READONLY: return TOCSIN_READONLY;
+    case SQLITE_INTERRUPT: return TOCSIN_INTERRUPTED;
+    case SQLITE_IOERR: return TOCSIN_IOERR;
+    case SQLITE_FULL: return TOCSIN_FULL;
+    case SQLITE_CANTOPEN: return TOCSIN_CANTOPEN;
+    case SQLITE_PERM:
+    case SQLITE_AUTH: return TOCSIN_PERM;
+    case SQLITE_TOOBIG: return TOCSIN_TOOBIG;
+    case SQLITE_RANGE:
+    case SQLITE_MISMATCH: return TOCSIN_INVALID;
+    default: return TOCSIN_ERROR;
     }
+}
+
+int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what) {
+    int prim = sqlite_rc & 0xff, rc = tocsin_code_of_sqlite(sqlite_rc);
+    const char *msg = sqlite3_errmsg(db->conn);
+    if (rc == TOCSIN_OK) rc = TOCSIN_ERROR;
     if (sqlite_rc == SQLITE_BUSY_SNAPSHOT)
         tc_err(db, rc,
                "%s: this connection's read snapshot is stale (another connection committed "
@@ -80,10 +111,10 @@ int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what) {
                what);
     else if (prim == SQLITE_BUSY)
         tc_err(db, rc, "%s: database is locked (waited %lld ms for the lock)", what,
-               (long long)(db->busy_waited ? db->busy_waited : db->busy_timeout_ms));
+               (long long)(tc_thread.busy_waited ? tc_thread.busy_waited : db->busy_timeout_ms));
     else
         tc_err(db, rc, "%s: %s", what, msg);
-    db->sqlite_rc = sqlite_rc;
+    tc_thread.sqlite_rc = sqlite_rc;
     return rc;
 }
 
@@ -93,12 +124,12 @@ int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what) {
  */
 static int busy_wait(tocsin_db *db) {
     int64_t now = tc_monotonic_ms(), pause;
-    if (!db->busy_until) db->busy_until = now + db->busy_timeout_ms;
-    if (now >= db->busy_until) return 0;
-    pause = db->busy_waited < 1 ? 1 : db->busy_waited > 32 ? 32 : db->busy_waited;
-    if (pause > db->busy_until - now) pause = db->busy_until - now;
+    if (!tc_thread.busy_until) tc_thread.busy_until = now + db->busy_timeout_ms;
+    if (now >= tc_thread.busy_until) return 0;
+    pause = tc_thread.busy_waited < 1 ? 1 : tc_thread.busy_waited > 32 ? 32 : tc_thread.busy_waited;
+    if (pause > tc_thread.busy_until - now) pause = tc_thread.busy_until - now;
     tc_sleep_ms((int)pause);
-    db->busy_waited += pause;
+    tc_thread.busy_waited += pause;
     return 1;
 }
 
@@ -132,11 +163,17 @@ int tc_step(tocsin_db *db, sqlite3_stmt *st) {
 }
 
 const char *tocsin_errmsg(tocsin_db *db) {
-    if (!db) return "no handle";
-    return db->errmsg[0] ? db->errmsg : tocsin_errstr(db->errcode);
+    (void)db;
+    return tc_thread.msg[0] ? tc_thread.msg : tocsin_errstr(tc_thread.code);
 }
-int tocsin_errcode(tocsin_db *db) { return db ? db->errcode : TOCSIN_INVALID; }
-int tocsin_sqlite_errcode(tocsin_db *db) { return db ? db->sqlite_rc : 0; }
+int tocsin_errcode(tocsin_db *db) {
+    (void)db;
+    return tc_thread.code;
+}
+int tocsin_sqlite_errcode(tocsin_db *db) {
+    (void)db;
+    return tc_thread.sqlite_rc;
+}
 
 /* ---- clock --------------------------------------------------------------- */
 
@@ -281,6 +318,47 @@ int tocsin_close(tocsin_db *db) {
 
 sqlite3 *tocsin_sqlite(tocsin_db *db) { return db ? db->conn : NULL; }
 
+/* A handle of its own on db's file, with db's clock, limits and busy timeout.
+ * Journal mode and schema are left as they are. */
+int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only) {
+    const char *path = sqlite3_db_filename(db->conn, "main");
+    tocsin_open_opts o = TOCSIN_OPEN_OPTS_INIT;
+    sqlite3 *conn = NULL;
+    int rc;
+    *out = NULL;
+    if (!path || !*path)
+        return tc_err(db, TOCSIN_INVALID, "the database is in memory or temporary: no other connection can open it");
+    rc = sqlite3_open_v2(path, &conn,
+                         (read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE) | SQLITE_OPEN_NOMUTEX,
+                         NULL);
+    if (rc != SQLITE_OK) {
+        tc_err(db, TOCSIN_ERROR, "open a private connection to %s: %s", path,
+               conn ? sqlite3_errmsg(conn) : "out of memory");
+        sqlite3_close(conn);
+        return TC_ERRCODE;
+    }
+    sqlite3_extended_result_codes(conn, 1);
+    sqlite3_busy_timeout(conn, db->busy_timeout_ms);
+    o.busy_timeout_ms = db->busy_timeout_ms;
+    o.max_payload_bytes = db->max_payload;
+    o.read_only = read_only;
+    o.clock = db->clock;
+    o.clock_ctx = db->clock_ctx;
+    if ((rc = tocsin_wrap(out, conn, &o)) != TOCSIN_OK) {
+        tocsin_close(*out);
+        *out = NULL;
+        sqlite3_close(conn);
+        return rc;
+    }
+    (*out)->owns_conn = 1;
+    if (!read_only && (rc = tc_exec(*out, "PRAGMA foreign_keys=ON", "set pragmas")) != TOCSIN_OK) {
+        tocsin_close(*out);
+        *out = NULL;
+        return rc;
+    }
+    return TOCSIN_OK;
+}
+
 /* ---- statements ---------------------------------------------------------- */
 
 sqlite3_stmt *tc_stmt(tocsin_db *db, const char *sql) {
@@ -331,13 +409,10 @@ int tc_exec(tocsin_db *db, const char *sql, const char *what) {
             sqlite3_free(msg);
             return tc_sqlerr(db, rc, what);
         }
-        tc_err(db, prim == SQLITE_CORRUPT || prim == SQLITE_NOTADB ? TOCSIN_CORRUPT
-                   : prim == SQLITE_READONLY                       ? TOCSIN_READONLY
-                                                                   : TOCSIN_ERROR,
-               "%s: %s", what, msg ? msg : sqlite3_errstr(rc));
-        db->sqlite_rc = rc;
+        tc_err(db, tocsin_code_of_sqlite(rc), "%s: %s", what, msg ? msg : sqlite3_errstr(rc));
+        tc_thread.sqlite_rc = rc;
         sqlite3_free(msg);
-        return db->errcode;
+        return tc_thread.code;
     }
     return TOCSIN_OK;
 }
@@ -478,7 +553,7 @@ int tc_sweep(tocsin_db *db, int64_t *out_n, const char *sql, const char *what) {
     if (!out_n) return tc_err(db, TOCSIN_INVALID, "out_n must not be NULL");
     *out_n = 0;
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
-    if (!(st = tc_stmt(db, sql))) return tc_op_end(db, &op, db->errcode);
+    if (!(st = tc_stmt(db, sql))) return tc_op_end(db, &op, TC_ERRCODE);
     sqlite3_bind_int64(st, 1, tocsin_now(db));
     rc = tc_step_done(db, st, what);
     if (rc == TOCSIN_OK) *out_n = sqlite3_changes(db->conn);

@@ -146,7 +146,7 @@ static int parse_opts(fn_ctx *f, const char *json, opt_spec *specs) {
     int rc, ok = 1;
     if (!json) return 1;
     if (!(st = tc_stmt(f->db, SQL_JSON_EACH))) {
-        fail(f, f->db->errcode);
+        fail(f, TC_ERRCODE);
         return 0;
     }
     sqlite3_bind_text(st, 1, json, -1, SQLITE_STATIC);

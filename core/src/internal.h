@@ -40,13 +40,8 @@ struct tocsin_db {
     int ext_refs;      /* extension: SQL functions still registered */
     void *ext_fns;     /* ext.c: what each registered SQL function carries */
     struct tc_wake *wake; /* watcher.c: file identity and the handle's own subscription */
-    int64_t busy_until;    /* monotonic ms: end of this call's wait for locks; 0: not waiting yet */
-    int64_t busy_waited;   /* ms this call spent waiting for locks */
     int has_identity;      /* (dev, ino) of the opened file are known */
     uint64_t dev, ino;
-    int errcode;
-    int sqlite_rc;
-    char errmsg[512];
     /* prepared statements keyed by the address of their static SQL text */
     struct {
         const char *sql;
@@ -54,7 +49,22 @@ struct tocsin_db {
     } stmts[TC_STMT_SLOTS];
 };
 
-/* ---- errors (db.c) ---- */
+/* ---- errors (db.c) ----
+ * One error channel: the calling thread's last failure (code, SQLite's code,
+ * message), whatever handle failed -- a database, a subscription, a listener
+ * or none (tocsin_wake_configure, tocsin_cron_parse). It also carries the
+ * call's lock-wait budget, which belongs to the calling thread's call too.
+ */
+typedef struct tc_thread_state {
+    int code;
+    int sqlite_rc;
+    int64_t busy_until;  /* monotonic ms: end of this call's wait for locks; 0: not waiting yet */
+    int64_t busy_waited; /* ms this call spent waiting for locks */
+    char msg[512];
+} tc_thread_state;
+tc_thread_state *tc_tls(void);
+#define TC_ERRCODE (tc_tls()->code)
+/* Sets the thread's error; db may be NULL. Returns rc. */
 int tc_err(tocsin_db *db, int rc, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
@@ -65,6 +75,10 @@ int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what);
 void tc_clear(tocsin_db *db);
 /* Records the identity of the handle's database file (db.c). */
 void tc_identify(tocsin_db *db);
+
+/* A handle of its own on db's file (listeners, stream subscriptions), with
+ * db's clock, limits and busy timeout; journal mode and schema as they are. */
+int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only);
 
 /* ---- statements (db.c) ---- */
 /* A cached, reset statement for static SQL text `sql`; NULL (error set) on failure. */
@@ -162,15 +176,31 @@ int tc_wake_db_sub(tocsin_db *db, tocsin_sub **out);
  * inside a transaction. */
 int tc_wake_wait_sub(tocsin_db *db, tocsin_sub **sub);
 /*
- * The loop under every blocking wait: drain, check, sleep until woken or
- * *sleep_ms passes. check() sets *done, may lower *sleep_ms (< 0: no bound)
- * and returns TOCSIN_OK, or a code that ends the wait (e.g. TOCSIN_TIMEOUT).
- * A tocsin_sub_poke() ends the wait with TOCSIN_OK and *out_done == 0.
- * Errors of the subscription (replaced file) are returned as their code;
- * `db` (may be NULL) receives their message.
+ * The loop under every blocking wait (one contract, tocsin.h "How every wait
+ * ends"): drain, check, sleep until woken or *sleep_ms passes. check() sets
+ * *done, may lower *sleep_ms (< 0: no bound) and returns TOCSIN_OK, or a code
+ * that ends the wait with the thread's error set (e.g. TOCSIN_TIMEOUT from
+ * tc_sleep_until). Returns TOCSIN_OK when done, else TOCSIN_INTERRUPTED
+ * (poked), TOCSIN_CLOSED, the subscription's error or check's code.
  */
 typedef int (*tc_check_fn)(void *ctx, int *done, int64_t *sleep_ms);
-int tc_wait_loop(tocsin_sub *sub, tocsin_db *db, int *out_done, tc_check_fn check, void *ctx);
+int tc_wait_loop(tocsin_sub *sub, tc_check_fn check, void *ctx);
+/* Marks sub closed and returns once no thread waits on it any more. */
+void tc_sub_shut(tocsin_sub *sub);
+/* Counts the calling thread as waiting on sub (delta +1 / -1) around a whole
+ * call of a waiter, so that a racing close frees nothing the call still uses. */
+void tc_sub_hold(tocsin_sub *sub, int delta);
+/* A monotonic deadline (us) from a timeout in ms (< 0: none). */
+int64_t tc_deadline_us(int timeout_ms);
+/* Lowers *sleep_ms to what is left until end_us; TOCSIN_TIMEOUT (error set)
+ * once it passed; end_us < 0: no deadline. */
+int tc_sleep_until(int64_t end_us, int64_t *sleep_ms);
+/* Sleep bound for a deadline of the handle's clock: TOCSIN_TIMEOUT (error
+ * set, naming `what`) once now >= deadline; deadline < 0: none. Waits re-read
+ * the clock at least every TC_MAX_SLEEP_MS (an injected clock may jump). */
+#define TC_MAX_SLEEP_MS 1000
+int tc_sleep_until_clock(tocsin_db *db, int64_t deadline, int64_t next, int64_t *sleep_ms,
+                         const char *what);
 
 /* ---- scheduler (scheduler.c) ---- */
 /* Copies a stored schedule's options (meta borrowed from the row). */
