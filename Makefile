@@ -52,14 +52,21 @@ $(BUILD)/test_core: $(TEST_SRC) $(TEST_HDR) $(BUILD)/libtocsin.a
 $(BUILD)/test_core_san: $(TEST_SRC) $(TEST_HDR) $(CORE_SRC) $(CORE_HDR) | $(BUILD)
 	$(CC) $(WARN) $(SAN) $(VIS) -Icore/include -Icore/src $(TEST_SRC) core/src/tocsin_all.c -o $@ $(LIBS)
 
-test: deps all check-version test-header test-exports test-c test-san test-sql test-golden test-readme \
-      test-ctest test-consumer test-python
+test: deps all check-version test-header test-exports test-c test-san test-tsan test-sql test-golden \
+      test-readme test-ctest test-consumer test-python
 
 test-c: $(BUILD)/test_core
 	$(BUILD)/test_core
 
 test-san: $(BUILD)/test_core_san
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/test_core_san
+
+# The thread model under ThreadSanitizer: one handle from 8 threads, transaction handles.
+$(BUILD)/test_core_tsan: $(TEST_SRC) $(TEST_HDR) $(CORE_SRC) $(CORE_HDR) | $(BUILD)
+	$(CC) $(WARN) -O1 -g -fsanitize=thread $(VIS) -Icore/include -Icore/src $(TEST_SRC) core/src/tocsin_all.c -o $@ $(LIBS)
+
+test-tsan: $(BUILD)/test_core_tsan
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 $(BUILD)/test_core_tsan threads
 
 test-sql: $(BUILD)/tocsin.so
 	sh core/test/sql/run.sh $(BUILD)/tocsin.so

@@ -174,7 +174,11 @@ TOCSIN_API int tocsin_open(tocsin_db **out, const char *path, const tocsin_open_
  */
 TOCSIN_API int tocsin_wrap(tocsin_db **out, struct sqlite3 *conn, const tocsin_open_opts *opts);
 
-/* Closes the handle (and its connection unless wrapped). Accepts NULL. */
+/* Closes the handle (and its connection unless wrapped). Accepts NULL. A
+ * queue, result or lock wait of another thread on the handle's own
+ * subscription ends with TOCSIN_CLOSED first; later calls on the handle
+ * return TOCSIN_CLOSED while transaction handles still keep it alive, after
+ * which it is freed. A transaction handle is ended with tocsin_tx_*, not this. */
 TOCSIN_API int tocsin_close(tocsin_db *db);
 
 /* The underlying connection, borrowed until tocsin_close(): use it for the
@@ -194,7 +198,10 @@ TOCSIN_API const char *tocsin_errmsg(tocsin_db *db);
 TOCSIN_API int tocsin_errcode(tocsin_db *db);
 TOCSIN_API int tocsin_sqlite_errcode(tocsin_db *db);
 
-/* The handle's clock. tocsin_set_clock(db, NULL, NULL) restores the system clock. */
+/* The handle's clock. tocsin_set_clock(db, NULL, NULL) restores the system
+ * clock. Set it (and the payload limit) before other threads use the handle;
+ * transaction handles take db's settings when they begin. The clock may be
+ * called from any thread that uses the handle. */
 TOCSIN_API int64_t tocsin_now(tocsin_db *db);
 TOCSIN_API void tocsin_set_clock(tocsin_db *db, tocsin_clock_fn clock, void *ctx);
 
@@ -211,9 +218,11 @@ TOCSIN_API int tocsin_bootstrap(tocsin_db *db, int *out_version);
 
 /* ---- transactions ------------------------------------------------------ */
 /*
- * tocsin_begin() starts a write transaction (BEGIN IMMEDIATE, waiting up to
- * the busy timeout). Every tocsin operation called before commit/rollback
- * joins it: a rollback drops its jobs, events and notifications together
+ * tocsin_begin() starts a write transaction on the handle's own connection
+ * (BEGIN IMMEDIATE, waiting up to the busy timeout): for single-threaded
+ * code, since every call on the handle, from any thread, joins it until
+ * commit/rollback (threads and bindings use tocsin_tx_begin). Every tocsin
+ * operation called before commit/rollback joins it: a rollback drops its jobs, events and notifications together
  * with the application's own writes. Outside a transaction each operation is
  * its own transaction; inside one it nests in a SAVEPOINT, so a failed
  * operation leaves nothing half applied.
@@ -222,6 +231,24 @@ TOCSIN_API int tocsin_begin(tocsin_db *db);
 TOCSIN_API int tocsin_commit(tocsin_db *db);
 TOCSIN_API int tocsin_rollback(tocsin_db *db);
 TOCSIN_API int tocsin_in_transaction(tocsin_db *db);
+
+/*
+ * Transaction handles: the transactions of multi-threaded programs and of
+ * every binding. tocsin_tx_begin() starts a write transaction (BEGIN
+ * IMMEDIATE, waiting up to the busy timeout) on a connection of its own
+ * (pooled by db) and returns it as *out_tx, a tocsin_db that every function
+ * taking a tocsin_db accepts: the calls made on *out_tx join the transaction,
+ * calls on db (or another transaction handle) do not. *out_tx is usable from
+ * any thread, one call at a time per handle (the core serialises them).
+ * tocsin_tx_commit() / tocsin_tx_rollback() end it and always release *out_tx
+ * (a failed commit has rolled back: nothing of it was written). Transaction
+ * handles do not nest, cannot wait (waits refuse inside a transaction) and
+ * keep db alive until they end, even past tocsin_close(db). Not for an
+ * in-memory database (TOCSIN_INVALID) nor a read-only handle.
+ */
+TOCSIN_API int tocsin_tx_begin(tocsin_db *db, tocsin_db **out_tx);
+TOCSIN_API int tocsin_tx_commit(tocsin_db *tx);
+TOCSIN_API int tocsin_tx_rollback(tocsin_db *tx);
 /* Runs SQL text of the application's (no result rows) on the handle's connection. */
 TOCSIN_API int tocsin_exec(tocsin_db *db, const char *sql);
 

@@ -215,8 +215,25 @@ static int apply_opts(tocsin_db *db, const tocsin_open_opts *o) {
 
 static tocsin_db *alloc_db(void) {
     tocsin_db *db = sqlite3_malloc(sizeof *db);
-    if (db) memset(db, 0, sizeof *db);
+    pthread_mutexattr_t a;
+    if (!db) return NULL;
+    memset(db, 0, sizeof *db);
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&db->mutex, &a);
+    pthread_mutexattr_destroy(&a);
+    db->refs = 1;
     return db;
+}
+
+/* Frees a handle no thread uses any more (its connection too, if its own). */
+static void free_db(tocsin_db *db) {
+    tc_wake_release(db);
+    tc_stmt_flush(db);
+    if (db->owns_conn && db->conn) sqlite3_close_v2(db->conn);
+    sqlite3_free(db->ext_fns);
+    pthread_mutex_destroy(&db->mutex);
+    sqlite3_free(db);
 }
 
 static int check_sqlite_version(tocsin_db *db) {
@@ -307,12 +324,25 @@ void tc_stmt_flush(tocsin_db *db) {
 }
 
 int tocsin_close(tocsin_db *db) {
+    tocsin_db *tx;
+    int last;
     if (!db) return TOCSIN_OK;
+    tc_clear(db);
+    if (db->is_tx)
+        return tc_err(db, TOCSIN_INVALID, "a transaction handle ends with tocsin_tx_commit or tocsin_tx_rollback");
+    /* Waits on the handle's own subscription end first (TOCSIN_CLOSED); they
+     * take the mutex between sleeps, so this must not hold it. */
     tc_wake_release(db);
-    tc_stmt_flush(db);
-    if (db->owns_conn && db->conn) sqlite3_close_v2(db->conn);
-    sqlite3_free(db->ext_fns);
-    sqlite3_free(db);
+    tc_lock(db);
+    db->closed = 1;
+    while ((tx = db->idle) != NULL) {
+        db->idle = tx->idle;
+        free_db(tx);
+    }
+    last = --db->refs == 0;
+    tc_unlock(db);
+    /* live transaction handles keep the handle until they end */
+    if (last) free_db(db);
     return TOCSIN_OK;
 }
 
@@ -473,20 +503,37 @@ static int begin_immediate(tocsin_db *db) {
     return TOCSIN_OK;
 }
 
+static int op_finish(tocsin_db *db, tc_op *op, int rc);
+
+void tc_lock(tocsin_db *db) { pthread_mutex_lock(&db->mutex); }
+void tc_unlock(tocsin_db *db) { pthread_mutex_unlock(&db->mutex); }
+
 int tc_op_begin(tocsin_db *db, tc_op *op, int write) {
     int rc;
     op->mode = 0;
     op->write = write;
+    op->locked = 0;
     if (write && db->read_only)
         return tc_err(db, TOCSIN_READONLY, "the database handle is read-only");
-    if (!db->schema_ok && (rc = tc_ensure_schema(db)) != TOCSIN_OK) return rc;
-    return tc_op_open(db, op, write);
+    tc_lock(db);
+    if (db->closed) {
+        tc_unlock(db);
+        return tc_err(db, TOCSIN_CLOSED, "the database handle was closed");
+    }
+    if ((!db->schema_ok && (rc = tc_ensure_schema(db)) != TOCSIN_OK) ||
+        (rc = tc_op_open(db, op, write)) != TOCSIN_OK) {
+        tc_unlock(db);
+        return rc;
+    }
+    op->locked = 1;
+    return TOCSIN_OK;
 }
 
 int tc_op_open(tocsin_db *db, tc_op *op, int write) {
     int rc;
     op->mode = 0;
     op->write = write;
+    op->locked = 0;
     if (sqlite3_get_autocommit(db->conn)) {
         if (write) {
             rc = begin_immediate(db);
@@ -504,6 +551,14 @@ int tc_op_open(tocsin_db *db, tc_op *op, int write) {
 }
 
 int tc_op_end(tocsin_db *db, tc_op *op, int rc) {
+    int locked = op->locked;
+    op->locked = 0;
+    rc = op_finish(db, op, rc);
+    if (locked) tc_unlock(db);
+    return rc;
+}
+
+static int op_finish(tocsin_db *db, tc_op *op, int rc) {
     int mode = op->mode, src;
     op->mode = 0;
     if (mode == 0) return rc;
@@ -537,9 +592,11 @@ int tc_ensure_schema(tocsin_db *db) {
 
 int tocsin_bootstrap(tocsin_db *db, int *out_version) {
     int v = 0, rc;
-    if (!db) return TOCSIN_INVALID;
+    if (!db) return tc_err(NULL, TOCSIN_INVALID, "db must not be NULL");
     tc_clear(db);
+    tc_lock(db);
     rc = tc_schema_install(db, &v);
+    tc_unlock(db);
     if (out_version) *out_version = v;
     return rc;
 }
@@ -563,39 +620,161 @@ int tc_sweep(tocsin_db *db, int64_t *out_n, const char *sql, const char *what) {
 /* ---- transactions -------------------------------------------------------- */
 
 int tocsin_begin(tocsin_db *db) {
-    int rc;
+    int rc = TOCSIN_OK;
+    if (!db) return tc_err(NULL, TOCSIN_INVALID, "db must not be NULL");
     tc_clear(db);
     if (db->read_only) return tc_err(db, TOCSIN_READONLY, "the database handle is read-only");
+    tc_lock(db);
     if (!sqlite3_get_autocommit(db->conn))
-        return tc_err(db, TOCSIN_INVALID, "a transaction is already open on this handle");
-    if (!db->schema_ok && (rc = tc_ensure_schema(db)) != TOCSIN_OK) return rc;
-    return begin_immediate(db);
+        rc = tc_err(db, TOCSIN_INVALID, "a transaction is already open on this handle");
+    if (rc == TOCSIN_OK && !db->schema_ok) rc = tc_ensure_schema(db);
+    if (rc == TOCSIN_OK) rc = begin_immediate(db);
+    tc_unlock(db);
+    return rc;
 }
 
-int tocsin_commit(tocsin_db *db) {
-    int rc;
+/* The handle's own transaction ends; transaction handles end with tocsin_tx_*. */
+static int own_end(tocsin_db *db, const char *sql, const char *what) {
+    int rc = TOCSIN_OK, src;
+    if (!db) return tc_err(NULL, TOCSIN_INVALID, "db must not be NULL");
     tc_clear(db);
+    if (db->is_tx)
+        return tc_err(db, TOCSIN_INVALID, "a transaction handle ends with tocsin_tx_commit or tocsin_tx_rollback");
+    tc_lock(db);
     if (sqlite3_get_autocommit(db->conn))
-        return tc_err(db, TOCSIN_INVALID, "no transaction is open on this handle");
-    if ((rc = run_ctl(db, SQL_COMMIT)) != SQLITE_OK) return tc_sqlerr(db, rc, "commit");
-    tc_wake_local(db);
-    return TOCSIN_OK;
+        rc = tc_err(db, TOCSIN_INVALID, "no transaction is open on this handle");
+    else if ((src = run_ctl(db, sql)) != SQLITE_OK)
+        rc = tc_sqlerr(db, src, what);
+    else if (sql == SQL_COMMIT)
+        tc_wake_local(db);
+    tc_unlock(db);
+    return rc;
 }
 
-int tocsin_rollback(tocsin_db *db) {
-    tc_clear(db);
-    if (sqlite3_get_autocommit(db->conn))
-        return tc_err(db, TOCSIN_INVALID, "no transaction is open on this handle");
-    return tc_exec(db, "ROLLBACK", "rollback");
-}
+int tocsin_commit(tocsin_db *db) { return own_end(db, SQL_COMMIT, "commit"); }
+int tocsin_rollback(tocsin_db *db) { return own_end(db, SQL_ROLLBACK, "rollback"); }
 
 int tocsin_in_transaction(tocsin_db *db) { return db && !sqlite3_get_autocommit(db->conn); }
 
 int tocsin_exec(tocsin_db *db, const char *sql) {
+    int rc;
+    if (!db) return tc_err(NULL, TOCSIN_INVALID, "db must not be NULL");
     tc_clear(db);
     if (!sql) return tc_err(db, TOCSIN_INVALID, "sql must not be NULL");
-    return tc_exec(db, sql, "exec");
+    tc_lock(db);
+    rc = tc_exec(db, sql, "exec");
+    tc_unlock(db);
+    return rc;
 }
+
+/* ---- transaction handles ------------------------------------------------------ */
+
+/* A connection of db's file for a transaction handle, set up like db's own. */
+static int tx_new(tocsin_db *db, tocsin_db **out) {
+    const char *path = sqlite3_db_filename(db->conn, "main");
+    tocsin_db *tx;
+    int rc;
+    *out = NULL;
+    if (!path || !*path)
+        return tc_err(db, TOCSIN_INVALID,
+                      "transaction handles need a database file; this handle's database is in memory or temporary");
+    if (!(tx = alloc_db())) return tc_err(db, TOCSIN_NOMEM, "transaction: out of memory");
+    rc = sqlite3_open_v2(path, &tx->conn, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
+    tx->owns_conn = 1;
+    if (rc != SQLITE_OK) {
+        rc = tx->conn ? tc_sqlerr(tx, rc, "open a transaction's connection")
+                      : tc_err(db, TOCSIN_NOMEM, "transaction: out of memory");
+        free_db(tx);
+        return rc;
+    }
+    sqlite3_extended_result_codes(tx->conn, 1);
+    sqlite3_busy_timeout(tx->conn, db->busy_timeout_ms);
+    if ((rc = tc_exec(tx, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON", "set pragmas")) != TOCSIN_OK) {
+        free_db(tx);
+        return rc;
+    }
+    tx->is_tx = 1;
+    *out = tx;
+    return TOCSIN_OK;
+}
+
+static void tx_release(tocsin_db *tx);
+
+int tocsin_tx_begin(tocsin_db *db, tocsin_db **out_tx) {
+    tocsin_db *tx = NULL;
+    int rc;
+    if (!out_tx) return tc_err(NULL, TOCSIN_INVALID, "out_tx must not be NULL");
+    *out_tx = NULL;
+    if (!db) return tc_err(NULL, TOCSIN_INVALID, "db must not be NULL");
+    tc_clear(db);
+    if (db->is_tx) return tc_err(db, TOCSIN_INVALID, "transactions do not nest: db is a transaction handle");
+    if (db->read_only) return tc_err(db, TOCSIN_READONLY, "the database handle is read-only");
+    tc_lock(db);
+    rc = db->closed ? tc_err(db, TOCSIN_CLOSED, "the database handle was closed") : TOCSIN_OK;
+    if (rc == TOCSIN_OK && !db->schema_ok) rc = tc_ensure_schema(db);
+    if (rc == TOCSIN_OK && (tx = db->idle) != NULL) db->idle = tx->idle;
+    else if (rc == TOCSIN_OK) rc = tx_new(db, &tx);
+    if (rc == TOCSIN_OK) {
+        db->refs++;
+        tx->idle = NULL;
+        tx->parent = db;
+        /* the database handle's settings as they are now */
+        tx->busy_timeout_ms = db->busy_timeout_ms;
+        tx->max_payload = db->max_payload;
+        tx->clock = db->clock;
+        tx->clock_ctx = db->clock_ctx;
+        tx->sql_clock = db->sql_clock;
+        tx->schema_ok = 1;
+        tx->has_identity = db->has_identity;
+        tx->dev = db->dev;
+        tx->ino = db->ino;
+    }
+    tc_unlock(db);
+    if (rc != TOCSIN_OK) return rc;
+    if ((rc = begin_immediate(tx)) != TOCSIN_OK) {
+        tx_release(tx);
+        return rc;
+    }
+    *out_tx = tx;
+    return TOCSIN_OK;
+}
+
+/* Hands a finished transaction handle back to its database handle. */
+static void tx_release(tocsin_db *tx) {
+    tocsin_db *db = tx->parent;
+    int last;
+    if (!sqlite3_get_autocommit(tx->conn)) run_ctl(tx, SQL_ROLLBACK);
+    tc_wake_release(tx);
+    tc_lock(db);
+    if (db->closed) {
+        free_db(tx);
+    } else {
+        tx->idle = db->idle;
+        db->idle = tx;
+    }
+    last = --db->refs == 0;
+    tc_unlock(db);
+    if (last) free_db(db);
+}
+
+static int tx_end(tocsin_db *tx, int commit) {
+    int rc = TOCSIN_OK, src;
+    if (!tx) return tc_err(NULL, TOCSIN_INVALID, "tx must not be NULL");
+    tc_clear(tx);
+    if (!tx->is_tx)
+        return tc_err(tx, TOCSIN_INVALID, "not a transaction handle (use tocsin_commit / tocsin_rollback)");
+    tc_lock(tx);
+    if (commit) {
+        if ((src = run_ctl(tx, SQL_COMMIT)) != SQLITE_OK) rc = tc_sqlerr(tx, src, "commit");
+        else tc_wake_local(tx);
+    }
+    tc_unlock(tx);
+    tx_release(tx);
+    return rc;
+}
+
+int tocsin_tx_commit(tocsin_db *tx) { return tx_end(tx, 1); }
+int tocsin_tx_rollback(tocsin_db *tx) { return tx_end(tx, 0); }
 
 /* ---- time arithmetic ------------------------------------------------------- */
 

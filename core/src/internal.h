@@ -16,6 +16,7 @@ SQLITE_EXTENSION_INIT3
 #include <sqlite3.h>
 #endif
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -28,6 +29,14 @@ SQLITE_EXTENSION_INIT3
 #define TC_STMT_SLOTS 256
 
 struct tocsin_db {
+    /* Serialises the calls on the handle (held for each atomic operation;
+     * recursive: operations nest). Never held while a wait sleeps. */
+    pthread_mutex_t mutex;
+    int is_tx;           /* a transaction handle (tocsin_tx_begin) */
+    tocsin_db *parent;   /* a transaction handle's database handle */
+    tocsin_db *idle;     /* database: transaction handles to reuse; tx: next in that list */
+    int refs;            /* database: 1 for the user + 1 per live transaction handle */
+    int closed;          /* database: tocsin_close() was called (refs > 0 keeps it) */
     sqlite3 *conn;
     int owns_conn;
     int read_only;
@@ -73,6 +82,9 @@ int tc_err(tocsin_db *db, int rc, const char *fmt, ...)
 /* Maps the connection's last SQLite error to a tocsin code, naming `what`. */
 int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what);
 void tc_clear(tocsin_db *db);
+/* The handle's mutex, for the few calls that use the connection outside an op. */
+void tc_lock(tocsin_db *db);
+void tc_unlock(tocsin_db *db);
 /* Records the identity of the handle's database file (db.c). */
 void tc_identify(tocsin_db *db);
 
@@ -106,13 +118,17 @@ char *tc_col_text(sqlite3_stmt *st, int i);
 
 /* ---- operations: atomicity, lock waits, schema (db.c) ---- */
 typedef struct tc_op {
-    int mode;  /* 0: nothing opened, 1: own transaction, 2: savepoint */
-    int write; /* a write unit: its commit wakes local subscribers */
+    int mode;   /* 0: nothing opened, 1: own transaction, 2: savepoint */
+    int write;  /* a write unit: its commit wakes local subscribers */
+    int locked; /* tc_op_begin took the handle's mutex; tc_op_end releases it */
 } tc_op;
 /* Opens an atomic unit: BEGIN IMMEDIATE (write) / BEGIN (read) in autocommit,
- * a SAVEPOINT inside a caller's transaction. Ensures the schema first. */
+ * a SAVEPOINT inside a caller's transaction. Takes the handle's mutex until
+ * tc_op_end (the thread model: calls on one handle are serialised) and
+ * ensures the schema first. TOCSIN_CLOSED on a closed handle. */
 int tc_op_begin(tocsin_db *db, tc_op *op, int write);
-/* The same without the schema check (used by the schema installer). */
+/* The same without the mutex and the schema check (the schema installer,
+ * which runs under a caller's lock or on a handle no other thread has). */
 int tc_op_open(tocsin_db *db, tc_op *op, int write);
 /* Closes it: commit/release when rc == TOCSIN_OK, roll back otherwise. Returns rc
  * (or the commit's failure). */

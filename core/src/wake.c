@@ -88,9 +88,12 @@ static atomic_int wk_generation; /* bumped in every forked child: older subscrip
  * first subscription starts a watcher of its own, and subscriptions it
  * inherited report TOCSIN_CLOSED instead of waiting on a thread that is gone.
  */
-static const int wk_sqlite_mutexes[] = {SQLITE_MUTEX_STATIC_MAIN, SQLITE_MUTEX_STATIC_VFS1,
-                                        SQLITE_MUTEX_STATIC_LRU,  SQLITE_MUTEX_STATIC_PMEM,
-                                        SQLITE_MUTEX_STATIC_MEM,  SQLITE_MUTEX_STATIC_PRNG};
+/* In the order SQLite itself nests them: the PRNG's first use looks up the
+ * default VFS (PRNG, then MAIN); MAIN, the unix VFS lock (VFS1) and the page
+ * cache's (LRU, PMEM) all allocate memory (MEM) while held. */
+static const int wk_sqlite_mutexes[] = {SQLITE_MUTEX_STATIC_PRNG, SQLITE_MUTEX_STATIC_MAIN,
+                                        SQLITE_MUTEX_STATIC_VFS1, SQLITE_MUTEX_STATIC_LRU,
+                                        SQLITE_MUTEX_STATIC_PMEM, SQLITE_MUTEX_STATIC_MEM};
 #define WK_N_SQLITE_MUTEXES ((int)(sizeof wk_sqlite_mutexes / sizeof wk_sqlite_mutexes[0]))
 
 static void wk_fork_prepare(void) {

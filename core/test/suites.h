@@ -12,6 +12,7 @@ void suite_wake(void);
 void suite_cron(void);
 void suite_coord(void);
 void suite_harden(void);
+void suite_threads(void);
 
 static const struct {
     const char *name;
@@ -27,6 +28,7 @@ static const struct {
     {"cron", suite_cron},
     {"coord", suite_coord},
     {"harden", suite_harden},
+    {"threads", suite_threads},
 };
 
 #endif

@@ -5,6 +5,7 @@
  */
 #define _POSIX_C_SOURCE 200809L
 #include <pthread.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <sqlite3.h>
 #include <stdlib.h>
@@ -24,7 +25,7 @@ static int child_ok(pid_t pid) {
 
 typedef struct writer {
     const char *path;
-    volatile int stop;
+    atomic_int stop;
     int commits;
 } writer;
 
@@ -35,7 +36,7 @@ static void *writer_main(void *p) {
     tocsin_db *db = NULL;
     int64_t id;
     if (tocsin_open(&db, w->path, NULL) != TOCSIN_OK) return NULL;
-    while (!w->stop)
+    while (!atomic_load(&w->stop))
         if (tocsin_queue_enqueue(db, &id, "busy", "{}", NULL) == TOCSIN_OK) w->commits++;
     tocsin_close(db);
     return NULL;
@@ -57,7 +58,7 @@ static void fork_with_live_subscriptions(void) {
     *strrchr(child_dir, '/') = 0;
     for (i = 0; i < FORK_SUBS; i++) CHECK_OK(db, tocsin_sub_open(&subs[i], db));
     w.path = path;
-    w.stop = 0;
+    atomic_init(&w.stop, 0);
     w.commits = 0;
     CHECK(pthread_create(&th, NULL, writer_main, &w) == 0);
     for (i = 0; i < FORK_CHILDREN; i++) {
@@ -89,7 +90,7 @@ static void fork_with_live_subscriptions(void) {
         ok += pid > 0 && child_ok(pid);
     }
     CHECK_EQ_I(ok, FORK_CHILDREN);
-    w.stop = 1;
+    atomic_store(&w.stop, 1);
     pthread_join(th, NULL);
     CHECK(w.commits > 0);
     /* the parent keeps receiving */
