@@ -94,6 +94,13 @@ class BuildExt(build_ext):
 # extension sqlite3_tocsin_init only (hosts load it with RTLD_GLOBAL).
 c_args = ["-std=gnu11", "-O2", "-fvisibility=hidden"] if sys.platform != "win32" else []
 core_inc = [os.path.join("_core", "include"), os.path.join("_core", "src")]
+# Every core file: a changed core rebuilds both modules (setuptools compares
+# only `sources` otherwise, and would keep a stale build).
+core_files = sorted(
+    os.path.join("_core", part, name)
+    for part in ("include", "src")
+    for name in os.listdir(os.path.join(HERE, "_core", part))
+)
 
 extensions = [
     Extension(
@@ -103,12 +110,14 @@ extensions = [
         libraries=["sqlite3"],
         define_macros=[("TOCSIN_EMBED", "1")],
         extra_compile_args=c_args,
+        depends=core_files,
     ),
     Extension(
         LOADABLE,
         sources=["src/tocsin_ext.c"],
         include_dirs=core_inc,
         extra_compile_args=c_args,
+        depends=core_files,
     ),
 ]
 
