@@ -913,6 +913,180 @@ TOCSIN_API int tocsin_scheduler_resign(tocsin_db *db, int *out_ok, const char *o
 
 /* ==== end of coordination =============================================== */
 
+/* ==== the worker protocol (docs/worker-protocol.md) ====================== */
+/*
+ * What every runtime's worker is built on, so that Python, Node, Go and Ruby
+ * workers cannot disagree: the core claims, decides retries, backoff,
+ * hand-backs, unknown tasks and dead-worker recovery, renews leases, leads
+ * the scheduler and does the housekeeping; a binding only gets the next runs,
+ * calls the user's handler its runtime's way, and reports each outcome.
+ *
+ *     tocsin_worker_open(&w, db, &opts);          one per worker process/loop
+ *     tocsin_worker_register(w, "send_email", &topts);
+ *     loop:
+ *       tocsin_worker_next(w, &runs, &n, timeout) -> TOCSIN_OK with n runs,
+ *                                                   or as every wait ends
+ *       for each run: handler(run->args, run->kwargs) in the runtime, then
+ *       tocsin_worker_finish(w, NULL or tx, run, &outcome)
+ *       (tocsin_worker_cancelled tells which running jobs to cancel)
+ *     tocsin_worker_close(w)                       hands back what still runs
+ *
+ * An event loop polls tocsin_worker_fd() and calls tocsin_worker_next(w,
+ * ..., 0) when it is readable or tocsin_worker_wake_in() ms have passed.
+ * One thread at a time per worker; tocsin_worker_poke and tocsin_worker_fd
+ * from any thread.
+ */
+#define TOCSIN_DEFAULT_RESULT_TTL_MS 86400000LL /* results are kept one day unless told */
+#define TOCSIN_MAX_TRACE_BYTES 16384             /* recorded tracebacks are cut to this */
+
+/* ---- the task envelope ---- */
+/* A call of a task by name (docs/sql.md, "Task envelope"). */
+typedef struct tocsin_task_call {
+    int version;           /* TOCSIN_TASK_CALL_VERSION */
+    const char *task;      /* the task's name (a name: 1..255 bytes, no control characters) */
+    const char *args;      /* JSON array of positional arguments; NULL: [] */
+    const char *kwargs;    /* JSON object of keyword arguments; NULL: {} */
+    int64_t result_ttl_ms; /* > 0: keep the result this long; 0: the task's default */
+    int64_t timeout_ms;    /* > 0: a run longer than this fails the attempt (Timeout); 0: none */
+} tocsin_task_call;
+#define TOCSIN_TASK_CALL_VERSION 1
+#define TOCSIN_TASK_CALL_INIT {TOCSIN_TASK_CALL_VERSION, NULL, NULL, NULL, 0, 0}
+
+/* The envelope JSON of a call (*out_json owned: tocsin_free), validated. */
+TOCSIN_API int tocsin_task_envelope(tocsin_db *db, char **out_json, const tocsin_task_call *call);
+/* Enqueues a call on `queue` (job options in `opts`, may be NULL); *out_id is
+ * the job's id, whose outcome any runtime reads with tocsin_result_*. */
+TOCSIN_API int tocsin_task_enqueue(tocsin_db *db, int64_t *out_id, const char *queue,
+                                   const tocsin_task_call *call, const tocsin_enqueue_opts *opts);
+
+/* ---- workers ---- */
+typedef struct tocsin_worker tocsin_worker;
+
+typedef struct tocsin_worker_opts {
+    int version;                 /* TOCSIN_WORKER_OPTS_VERSION */
+    const char *worker_id;       /* a name; NULL: "host:pid:random" */
+    const char *const *queues;   /* the queues to work, in order of precedence */
+    size_t n_queues;             /* 1..64 */
+    int concurrency;             /* most runs in flight at once, 1..10000; 0: 1 */
+    int64_t visibility_ms;       /* lease of each claim, renewed every third of it; 0: 30000 */
+    int scheduler;               /* != 0: stand for the scheduler's leadership (cron schedules) */
+    int64_t scheduler_ttl_ms;    /* leader lease; 0: 10000 */
+    int64_t unknown_task_delay_ms; /* first hand-back delay of a task this worker lacks
+                                    (doubling, capped at 60 s); 0: 1000 */
+    int unknown_task_handbacks;  /* hand-backs before such a job dies (UnknownTask); 0: 20 */
+} tocsin_worker_opts;
+#define TOCSIN_WORKER_OPTS_VERSION 1
+#define TOCSIN_WORKER_OPTS_INIT {TOCSIN_WORKER_OPTS_VERSION, NULL, NULL, 0, 0, 0, 0, 0, 0, 0}
+
+/* What a worker knows of one of its tasks. */
+typedef struct tocsin_task_opts {
+    int version;             /* TOCSIN_TASK_OPTS_VERSION */
+    int64_t backoff_base_ms; /* retry delay base (exponential, capped, jittered); 0: 1000 */
+    int64_t backoff_cap_ms;  /* 0: TOCSIN_BACKOFF_CAP_MS */
+    int64_t timeout_ms;      /* a run's default timeout when the call has none; 0: none */
+    int64_t result_ttl_ms;   /* when the call says 0: > 0 this long, 0 the core's default
+                                (TOCSIN_DEFAULT_RESULT_TTL_MS), < 0 forever */
+} tocsin_task_opts;
+#define TOCSIN_TASK_OPTS_VERSION 1
+#define TOCSIN_TASK_OPTS_INIT {TOCSIN_TASK_OPTS_VERSION, 0, 0, 0, 0}
+
+/* One run of a task handed to the binding. Strings are owned by the run and
+ * live until tocsin_worker_finish (or tocsin_worker_close) releases it. */
+typedef struct tocsin_task_run {
+    int64_t job_id;
+    int64_t token;        /* the lease's fencing token */
+    const char *queue;
+    const char *task;
+    const char *args;     /* JSON array */
+    const char *kwargs;   /* JSON object */
+    const char *meta;     /* the job's meta (trace context), JSON object or NULL */
+    int attempt;          /* 1 for the first run */
+    int max_attempts;
+    int64_t timeout_ms;   /* the run's timeout (call, else the task's); 0: none */
+    int64_t started_at;   /* handle's clock */
+} tocsin_task_run;
+
+/* Outcome kinds of tocsin_worker_finish. */
+#define TOCSIN_OUTCOME_OK 0        /* success: `value` is the result */
+#define TOCSIN_OUTCOME_ERROR 1     /* the handler raised: retried with the task's backoff
+                                      while attempts remain, else recorded and dead */
+#define TOCSIN_OUTCOME_FAIL 2      /* a final failure, no retry (e.g. a result that cannot
+                                      be serialised, arguments that do not fit) */
+#define TOCSIN_OUTCOME_HAND_BACK 3 /* not run, or stopped unfinished (shutdown): pending
+                                      again after delay_ms, no attempt consumed */
+
+typedef struct tocsin_outcome {
+    int version;               /* TOCSIN_OUTCOME_VERSION */
+    int kind;                  /* TOCSIN_OUTCOME_* */
+    const char *value;         /* OK: JSON text of the result; NULL: null */
+    const char *error_type;    /* ERROR/FAIL: a name such as "ValueError"; NULL: "Error" */
+    const char *error_message; /* ERROR/FAIL: any text; NULL: "" */
+    const char *error_trace;   /* ERROR/FAIL: the runtime's traceback or NULL (cut to
+                                  TOCSIN_MAX_TRACE_BYTES) */
+    int64_t delay_ms;          /* HAND_BACK: delay (0: now); ERROR: < 0 the task's backoff */
+} tocsin_outcome;
+#define TOCSIN_OUTCOME_VERSION 1
+#define TOCSIN_OUTCOME_INIT {TOCSIN_OUTCOME_VERSION, TOCSIN_OUTCOME_OK, NULL, NULL, NULL, NULL, -1}
+
+/*
+ * Opens a worker on db (which it uses for every step; db must outlive it):
+ * registers it in the database's worker registry (so that other workers can
+ * tell when its process died and take its jobs back at once) and subscribes
+ * to commits. *out owned: tocsin_worker_close().
+ */
+TOCSIN_API int tocsin_worker_open(tocsin_worker **out, tocsin_db *db, const tocsin_worker_opts *opts);
+/* Declares a task this worker runs (opts may be NULL). A claimed job of a
+ * task not registered is handed back (no attempt consumed) with a growing
+ * delay, and dies (UnknownTask) only after unknown_task_handbacks of them. */
+TOCSIN_API int tocsin_worker_register(tocsin_worker *w, const char *task, const tocsin_task_opts *opts);
+/*
+ * The next runs: first the worker's upkeep when due (group-commits the
+ * outcomes finished since the last call, renews the leases of running jobs,
+ * heartbeats the registry, takes back the jobs of dead workers, leads the
+ * scheduler and fires due boundaries, sweeps expired results), then claims
+ * up to the free slots (concurrency - runs in flight) across the queues in
+ * one transaction. Waits up to timeout_ms (< 0: no bound, 0: do not block)
+ * for claimable work. TOCSIN_OK with *out_n >= 1 runs (*out owned:
+ * tocsin_free(*out) frees the array only; each run is released by
+ * tocsin_worker_finish), or as every wait ends (TOCSIN_TIMEOUT,
+ * TOCSIN_INTERRUPTED after tocsin_worker_poke, TOCSIN_CLOSED). Invalid
+ * envelopes fail (InvalidEnvelope) and unknown tasks are handed back here,
+ * never returned.
+ */
+TOCSIN_API int tocsin_worker_next(tocsin_worker *w, tocsin_task_run ***out, size_t *out_n,
+                                  int timeout_ms);
+/*
+ * Records a run's outcome and releases the run. tx NULL: batched with the
+ * other outcomes of this worker and committed by the next tocsin_worker_next
+ * (or tocsin_worker_flush); tx a transaction handle (tocsin_tx_begin on the
+ * worker's db): written inside it at once, so the task's own database effects
+ * and its ack commit together (exactly-once effects), and TOCSIN_LEASE_LOST
+ * (nothing written) when the lease is no longer this run's -- roll tx back.
+ * Outcome ERROR retries with the task's backoff while attempts remain, else
+ * records the error (type, message, trace) as the result and kills the job;
+ * FAIL does the latter at once; HAND_BACK makes it pending again after
+ * delay_ms without consuming an attempt.
+ */
+TOCSIN_API int tocsin_worker_finish(tocsin_worker *w, tocsin_db *tx, tocsin_task_run *run,
+                                    const tocsin_outcome *outcome);
+/* Commits the batched outcomes now. *out_lost (may be NULL) counts those whose
+ * lease was lost meanwhile (another worker has the job: nothing written). */
+TOCSIN_API int tocsin_worker_flush(tocsin_worker *w, size_t *out_lost);
+/* Job ids among the running ones whose handler should stop: cancelled, or
+ * whose lease was lost (*out owned: tocsin_free). Checked at each upkeep. */
+TOCSIN_API int tocsin_worker_cancelled(tocsin_worker *w, int64_t **out_ids, size_t *out_n);
+/* The descriptor to poll, and how long until the next upkeep is due (ms, >= 0). */
+TOCSIN_API int tocsin_worker_fd(tocsin_worker *w);
+TOCSIN_API int64_t tocsin_worker_wake_in(tocsin_worker *w);
+/* Ends a blocked tocsin_worker_next with TOCSIN_INTERRUPTED (any thread). */
+TOCSIN_API int tocsin_worker_poke(tocsin_worker *w);
+/* Runs in flight (handed out, not finished). */
+TOCSIN_API size_t tocsin_worker_in_flight(tocsin_worker *w);
+/* Flushes, hands back every run still in flight (no attempt consumed),
+ * resigns the scheduler's lease, leaves the registry and frees. Accepts NULL. */
+TOCSIN_API int tocsin_worker_close(tocsin_worker *w);
+/* ==== end of the worker protocol ========================================= */
+
 /* ---- SQL surface ------------------------------------------------------- */
 /* Registers the tocsin_* SQL functions (docs/sql.md) on the handle's connection. */
 TOCSIN_API int tocsin_register_sql(tocsin_db *db);

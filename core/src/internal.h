@@ -164,6 +164,12 @@ uint64_t tc_random(void);
 int tc_local_offset(int64_t t, int64_t *out_offset);
 void tc_tz_reload(void);
 
+/* ---- process identity (platform.c): the worker registry's liveness test ---- */
+void tc_host_name(char *buf, size_t n);
+int tc_process_id(void);
+int64_t tc_process_start(int pid);
+int tc_process_gone(int pid, int64_t start);
+
 /* ---- wake engine primitives (platform.c) ---- */
 /* A pollable signal: eventfd on Linux, a non-blocking pipe elsewhere. */
 typedef struct tc_signal {

@@ -3,6 +3,8 @@
 #include "internal.h"
 
 #include <errno.h>
+#include <signal.h>
+#include <stdio.h>
 #include <time.h>
 #include <unistd.h>
 #if defined(__linux__)
@@ -231,3 +233,47 @@ int tc_local_offset(int64_t t, int64_t *out_offset) {
 
 /* Re-reads TZ so that a change of the environment variable is followed. */
 void tc_tz_reload(void) { tzset(); }
+
+/* ---- process identity (worker registry) ------------------------------------ */
+
+/* The host's name ("" if unknown), into buf of n bytes. */
+void tc_host_name(char *buf, size_t n) {
+    if (n == 0) return;
+    if (gethostname(buf, n) != 0) buf[0] = 0;
+    buf[n - 1] = 0;
+}
+
+/*
+ * When process pid started (clock ticks since boot, field 22 of
+ * /proc/PID/stat): with the pid it names one process for the whole uptime,
+ * so a reused pid is told apart. 0 when unknown (not Linux, no such process).
+ */
+int64_t tc_process_start(int pid) {
+    char path[64], buf[1024], *p;
+    FILE *f;
+    size_t n;
+    int field;
+    long long start = 0;
+    snprintf(path, sizeof path, "/proc/%d/stat", pid);
+    if (!(f = fopen(path, "r"))) return 0;
+    n = fread(buf, 1, sizeof buf - 1, f);
+    fclose(f);
+    buf[n] = 0;
+    /* the command name (field 2) may hold spaces and parentheses: skip past the last ')' */
+    if (!(p = strrchr(buf, ')'))) return 0;
+    for (field = 2; *p && field < 22; p++)
+        if (*p == ' ') field++;
+    if (sscanf(p, "%lld", &start) != 1) return 0;
+    return start;
+}
+
+int tc_process_id(void) { return (int)getpid(); }
+
+/* 1 when the process (pid, start) of this host is gone; 0 when alive or unknown. */
+int tc_process_gone(int pid, int64_t start) {
+    int64_t now;
+    if (pid <= 0) return 0;
+    if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
+    now = tc_process_start(pid);
+    return start > 0 && now > 0 && now != start; /* the pid was reused */
+}
