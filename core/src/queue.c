@@ -39,7 +39,7 @@
 #define UNLEASED "expires_at IS NOT NULL AND state <> 'processing'"
 #define PENDING "lease_until IS NULL AND " READY
 #define LEASED "lease_until IS NOT NULL AND " READY
-/* Claim order over _tocsin_jobs_claim (read backwards: see schema.c). */
+/* Claim order: the order of the pending entries of _tocsin_jobs_claim. */
 #define CLAIM_ORDER "priority DESC, run_at, id"
 
 static const char SQL_INSERT[] =
