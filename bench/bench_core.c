@@ -23,8 +23,8 @@
 
 static int g_ops = 20000;          /* operations per throughput scenario */
 static int g_warm = 500;           /* warm-up operations */
-static int g_lat_ops = 5000;       /* claims per latency scenario */
-static int g_backlog = 100000;     /* pending jobs behind the latency claims */
+static int g_lat_ops = 2000;       /* claims per latency scenario */
+static int g_backlog = 100000;     /* due, delayed or retrying jobs beside the latency claims */
 static int g_inflight = 10000;     /* leased jobs behind the latency claims */
 static int g_keep = 0;             /* keep the temporary directory */
 static const char *g_only;         /* run only scenarios whose key contains this */
@@ -275,47 +275,180 @@ typedef struct lat {
     double mean, p50, p99;
 } lat;
 
-/*
- * Claim latency: each iteration enqueues one job (untimed), then times one
- * claim of 1 + its ack. The backlog therefore stays constant: none, or
- * `pending` jobs ahead of the new one plus `inflight` leased jobs.
- */
-static lat bench_latency(const char *name, int pending, int inflight) {
-    tocsin_db *db = open_fresh(name);
-    double *t = malloc(sizeof(double) * (size_t)g_lat_ops), sum = 0;
-    int64_t id;
-    int i;
-    lat L;
-    if (!t) die("latency", "out of memory");
-    if (pending + inflight) {
-        int left = inflight;
-        fill(db, pending + inflight);
-        while (left > 0) { /* lease the in-flight jobs for an hour */
-            tocsin_job *jobs;
-            size_t n, k = left > 5000 ? 5000 : (size_t)left;
-            T(db, tocsin_queue_claim(db, &jobs, &n, QUEUE, "holder", k, LONG_LEASE_MS));
-            if (n != k) die("latency set-up", "short claim");
-            tocsin_jobs_free(jobs, n);
-            left -= (int)k;
+/* Claim-latency backlogs (issue 9): what sits in the queue beside the job each
+ * timed claim takes. */
+enum backlog { BL_EMPTY, BL_DUE, BL_DELAYED, BL_RETRYING, BL_INFLIGHT, BL_COUNT };
+static const char *const BL_NAME[BL_COUNT] = {
+    "empty queue", "100k due (same priority, older)", "100k delayed 1 day, priority 5",
+    "100k retrying with backoff, priorities -5..4", "10k in flight"};
+static const char *const BL_KEY[BL_COUNT] = {"latency-empty", "latency-due", "latency-delayed",
+                                             "latency-retrying", "latency-inflight"};
+
+/* Enqueues n jobs of `queue` with per-job options from opt(i) in transactions
+ * of up to 1000 (set-up, untimed). opt NULL: defaults. */
+static void fill_with(tocsin_db *db, int n, void (*opt)(tocsin_enqueue_opts *, int)) {
+    static tocsin_job_spec specs[1000];
+    static tocsin_enqueue_opts opts[1000];
+    int64_t ids[1000];
+    int i, j, k;
+    for (i = 0; i < n; i += k) {
+        k = n - i < 1000 ? n - i : 1000;
+        for (j = 0; j < k; j++) {
+            tocsin_enqueue_opts o = TOCSIN_ENQUEUE_OPTS_INIT;
+            if (opt) opt(&o, i + j);
+            opts[j] = o;
+            specs[j].queue = QUEUE;
+            specs[j].payload = PAYLOAD;
+            specs[j].opts = &opts[j];
         }
-        T(db, tocsin_exec(db, "PRAGMA wal_checkpoint(TRUNCATE)"));
+        T(db, tocsin_queue_enqueue_many(db, ids, specs, (size_t)k));
     }
-    for (i = -g_warm; i < g_lat_ops; i++) {
-        double t0;
-        T(db, tocsin_queue_enqueue(db, &id, QUEUE, PAYLOAD, NULL));
-        t0 = now_s();
+}
+
+static void opt_delayed(tocsin_enqueue_opts *o, int i) {
+    (void)i;
+    o->priority = 5;
+    o->delay_ms = 86400000;
+}
+
+static void opt_mixed(tocsin_enqueue_opts *o, int i) {
+    o->priority = i % 10 - 5;
+    o->max_attempts = 10;
+}
+
+/* Leases n jobs of QUEUE for an hour; with retry set, hands each back with an
+ * exponential backoff (10 min base, 1 day cap, 1..8 attempts' worth). */
+static void lease_all(tocsin_db *db, int n, int retry) {
+    while (n > 0) {
+        tocsin_job *jobs;
+        size_t got, i, k = n > 5000 ? 5000 : (size_t)n;
+        T(db, tocsin_queue_claim(db, &jobs, &got, QUEUE, "holder", k, LONG_LEASE_MS));
+        if (got != k) die("latency set-up", "short claim");
+        if (retry) {
+            T(db, tocsin_begin(db));
+            for (i = 0; i < got; i++) {
+                int ok;
+                int64_t d = tocsin_backoff_ms(600000, 86400000, 1 + (int)(jobs[i].id % 8));
+                T(db, tocsin_job_retry(db, &ok, jobs[i].id, jobs[i].token, d, "transient"));
+                if (!ok) die("latency set-up", "retry refused");
+            }
+            T(db, tocsin_commit(db));
+        }
+        tocsin_jobs_free(jobs, got);
+        n -= (int)k;
+    }
+}
+
+/* Opens scenario bl's database and builds its backlog (untimed). */
+static tocsin_db *latency_setup(enum backlog bl) {
+    tocsin_db *db = open_fresh(BL_KEY[bl]);
+    switch (bl) {
+    case BL_EMPTY: break;
+    case BL_DUE: fill(db, g_backlog); break;
+    case BL_DELAYED: fill_with(db, g_backlog, opt_delayed); break;
+    case BL_RETRYING:
+        fill_with(db, g_backlog, opt_mixed);
+        lease_all(db, g_backlog, 1);
+        break;
+    case BL_INFLIGHT:
+        fill(db, g_inflight);
+        lease_all(db, g_inflight, 0);
+        break;
+    default: break;
+    }
+    T(db, tocsin_exec(db, "PRAGMA wal_checkpoint(TRUNCATE)"));
+    /* Checkpoints run untimed between samples: the p99 is the claim's own
+     * tail, not the cost of copying the WAL back (the pages figure measures
+     * what a claim writes). */
+    sqlite3_wal_autocheckpoint(tocsin_sqlite(db), 0);
+    return db;
+}
+
+/* One sample: enqueue a due priority-0 job (untimed), time one claim of 1,
+ * ack it (untimed). The backlog stays constant. */
+static double latency_sample(tocsin_db *db, int i) {
+    tocsin_job *jobs;
+    size_t n;
+    int ok;
+    int64_t id;
+    double t0, t1;
+    T(db, tocsin_queue_enqueue(db, &id, QUEUE, PAYLOAD, NULL));
+    t0 = now_s();
+    T(db, tocsin_queue_claim(db, &jobs, &n, QUEUE, WORKER, 1, LEASE_MS));
+    t1 = now_s();
+    if (n != 1) die("claim", "queue ran dry");
+    T(db, tocsin_job_ack(db, &ok, jobs[0].id, jobs[0].token));
+    if (!ok) die("ack", "lease not held");
+    tocsin_jobs_free(jobs, n);
+    if (i % 64 == 0) T(db, tocsin_exec(db, "PRAGMA wal_checkpoint(PASSIVE)"));
+    return t1 - t0;
+}
+
+/*
+ * Claim latency of every scenario in ran[]: the samples are taken round-robin
+ * across the scenarios' databases, so a slow spell of this shared machine
+ * hits all of them alike and the ratios to the empty queue stay meaningful.
+ */
+static void bench_latency(const int *ran, lat *out) {
+    tocsin_db *db[BL_COUNT] = {NULL};
+    double *t[BL_COUNT] = {NULL};
+    int ops = g_lat_ops, i, b;
+    for (b = 0; b < BL_COUNT; b++) {
+        if (!ran[b]) continue;
+        db[b] = latency_setup((enum backlog)b);
+        if (!(t[b] = malloc(sizeof(double) * (size_t)ops))) die("latency", "out of memory");
+        fprintf(stderr, "  .. latency set-up: %s\n", BL_NAME[b]);
+    }
+    for (i = -g_warm; i < ops; i++)
+        for (b = 0; b < BL_COUNT; b++) {
+            double d;
+            if (!db[b]) continue;
+            d = latency_sample(db[b], i);
+            if (i >= 0) t[b][i] = d;
+        }
+    for (b = 0; b < BL_COUNT; b++) {
+        double sum = 0;
+        if (!db[b]) continue;
+        for (i = 0; i < ops; i++) sum += t[b][i];
+        qsort(t[b], (size_t)ops, sizeof *t[b], cmp_double);
+        out[b].mean = sum / ops * 1e6;
+        out[b].p50 = t[b][ops / 2] * 1e6;
+        out[b].p99 = t[b][(int)(ops * 0.99)] * 1e6;
+        free(t[b]);
+        sqlite3_wal_autocheckpoint(tocsin_sqlite(db[b]), 1000);
+        tocsin_close(db[b]);
+    }
+}
+
+/* ---- write cost: database pages per claim + ack ---------------------------- */
+
+/* sqlite3_wal_hook reports the WAL's frame count after each commit; with the
+ * WAL reset first and no checkpoint in between, the growth is the pages the
+ * commits wrote. (Setting the hook turns off auto-checkpoint: only for this
+ * short, untimed measurement.) */
+static int wal_frames(void *ctx, sqlite3 *c, const char *name, int n) {
+    (void)c;
+    (void)name;
+    *(int *)ctx = n;
+    return SQLITE_OK;
+}
+
+static double tocsin_pages_per_job(int in_one_tx) {
+    tocsin_db *db = open_fresh(in_one_tx ? "pages-tx" : "pages");
+    sqlite3 *c = tocsin_sqlite(db);
+    int frames = 0, i, n = 1000;
+    fill(db, g_warm + n);
+    for (i = 0; i < g_warm; i++) claim_ack_one(db);
+    T(db, tocsin_exec(db, "PRAGMA wal_checkpoint(TRUNCATE)"));
+    sqlite3_wal_hook(c, wal_frames, &frames);
+    for (i = 0; i < n; i++) {
+        if (in_one_tx) T(db, tocsin_begin(db));
         claim_ack_one(db);
-        if (i >= 0) t[i] = now_s() - t0;
+        if (in_one_tx) T(db, tocsin_commit(db));
     }
-    for (i = 0; i < g_lat_ops; i++) sum += t[i];
-    qsort(t, (size_t)g_lat_ops, sizeof *t, cmp_double);
-    L.mean = sum / g_lat_ops * 1e6;
-    L.p50 = t[g_lat_ops / 2] * 1e6;
-    L.p99 = t[(int)(g_lat_ops * 0.99)] * 1e6;
-    free(t);
+    sqlite3_wal_autocheckpoint(c, 1000);
     tocsin_close(db);
-    fprintf(stderr, "  .. latency %-40s %8.1f us\n", name, L.mean);
-    return L;
+    return (double)frames / n;
 }
 
 /* ---- raw SQLite baseline -------------------------------------------------- */
@@ -458,6 +591,33 @@ static double bench_raw_claim_delete_lease(void) {
     return record(N_RAW_CDL, g_ops, raw_claim_delete_run(1));
 }
 
+/* Pages per job of the raw queue: claim + DELETE in two autocommit
+ * transactions (or in one), with or without the lease index. */
+static double raw_pages_per_job(int lease_index, int in_one_tx) {
+    sqlite3 *c = raw_open(lease_index ? "raw-pages-lease" : "raw-pages", lease_index);
+    sqlite3_stmt *ins, *claim, *del;
+    int frames = 0, i, n = 1000;
+    S(c, sqlite3_prepare_v2(c, RAW_INSERT, -1, &ins, NULL));
+    S(c, sqlite3_prepare_v2(c, RAW_CLAIM, -1, &claim, NULL));
+    S(c, sqlite3_prepare_v2(c, RAW_DELETE, -1, &del, NULL));
+    S(c, sqlite3_exec(c, "BEGIN", NULL, NULL, NULL));
+    for (i = 0; i < g_warm + n; i++) raw_insert(c, ins);
+    S(c, sqlite3_exec(c, "COMMIT", NULL, NULL, NULL));
+    for (i = 0; i < g_warm; i++) raw_claim_delete(c, claim, del);
+    S(c, sqlite3_exec(c, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL));
+    sqlite3_wal_hook(c, wal_frames, &frames);
+    for (i = 0; i < n; i++) {
+        if (in_one_tx) S(c, sqlite3_exec(c, "BEGIN IMMEDIATE", NULL, NULL, NULL));
+        raw_claim_delete(c, claim, del);
+        if (in_one_tx) S(c, sqlite3_exec(c, "COMMIT", NULL, NULL, NULL));
+    }
+    sqlite3_finalize(ins);
+    sqlite3_finalize(claim);
+    sqlite3_finalize(del);
+    sqlite3_close(c);
+    return (double)frames / n;
+}
+
 /* ---- main ----------------------------------------------------------------- */
 
 static int want(const char *key) { return !g_only || strstr(key, g_only) != NULL; }
@@ -480,20 +640,23 @@ static void usage(void) {
                     "  --keep    keep the temporary databases\n"
                     "  --only K  run only the scenarios whose key contains K (profiling):\n"
                     "            raw-insert raw-claim raw-claim-lease enqueue1 enqueue100tx enqueuemany\n"
-                    "            claimack1 claimack100 latency-empty latency-backlog\n");
+                    "            claimack1 claimack100 pages latency (latency-empty latency-due\n"
+                    "            latency-delayed latency-retrying latency-inflight)\n");
     exit(2);
 }
 
 int main(int argc, char **argv) {
     const char *tmp = getenv("TMPDIR");
     double enq1, enq100, enqmany, ca1, ca100, raw_ins, raw_cd, raw_cdl, t_all = now_s();
-    lat empty = {0, 0, 0}, loaded = {0, 0, 0};
+    lat L[BL_COUNT];
+    int ran[BL_COUNT] = {0};
+    double pages[2] = {0, 0}, pages_tx[2] = {0, 0}, raw_pages[3] = {0, 0, 0};
     int i, rep;
     for (i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) {
             g_ops = 1000;
             g_warm = 100;
-            g_lat_ops = 500;
+            g_lat_ops = 300;
             g_backlog = 10000;
             g_inflight = 1000;
             g_reps = 1;
@@ -536,8 +699,16 @@ int main(int argc, char **argv) {
         if (want("enqueuemany")) bench_enqueue_many_100();
         if (want("claimack100")) bench_claim_ack_100();
     }
-    if (want("latency-empty")) empty = bench_latency("latency-empty", 0, 0);
-    if (want("latency-backlog")) loaded = bench_latency("latency-backlog", g_backlog, g_inflight);
+    for (i = 0; i < BL_COUNT; i++) ran[i] = want(BL_KEY[i]);
+    bench_latency(ran, L);
+    if (want("pages")) {
+        pages[0] = tocsin_pages_per_job(0);
+        pages_tx[0] = tocsin_pages_per_job(1);
+        raw_pages[0] = raw_pages_per_job(0, 0);
+        raw_pages[1] = raw_pages_per_job(1, 0);
+        raw_pages[2] = raw_pages_per_job(0, 1);
+        pages[1] = pages_tx[1] = 1;
+    }
 
     printf("%-54s %12s %10s\n", "scenario", "jobs/s", "us/job");
     for (i = 0; i < g_nrows; i++) {
@@ -568,17 +739,31 @@ int main(int argc, char **argv) {
                    enq100 / raw_ins, enqmany / raw_ins, ca100 / raw_cd);
     }
 
-    if (empty.mean && loaded.mean) {
-        char label[96];
-        printf("\nclaim latency: claim 1 + ack 1 (two transactions); one job enqueued before"
-               " each, untimed\n");
-        printf("  %-44s %9s %9s %9s\n", "", "mean us", "p50 us", "p99 us");
-        printf("  %-44s %9.1f %9.1f %9.1f\n", "empty queue", empty.mean, empty.p50, empty.p99);
-        snprintf(label, sizeof label, "%d pending + %d in flight", g_backlog, g_inflight);
-        printf("  %-44s %9.1f %9.1f %9.1f\n", label, loaded.mean, loaded.p50, loaded.p99);
-        printf("  backlog / empty: p50 %.2f, mean %.2f (1.00: claim cost independent of the"
-               " backlog)\n",
-               loaded.p50 / empty.p50, loaded.mean / empty.mean);
+    if (pages[1]) {
+        printf("\nwrite cost: database pages written per job (WAL frames per claim 1 + ack 1,"
+               " 1000 jobs, 20k-job queue)\n");
+        printf("  tocsin claim + ack, 2 tx  %5.2f    raw claim + DELETE, 2 tx %5.2f"
+               "    raw + lease index, 2 tx %5.2f\n",
+               pages[0], raw_pages[0], raw_pages[1]);
+        printf("  tocsin claim + ack, 1 tx  %5.2f    raw claim + DELETE, 1 tx %5.2f\n",
+               pages_tx[0], raw_pages[2]);
+    }
+
+    if (ran[BL_EMPTY]) {
+        printf("\nclaim latency: one claim of 1 (its own transaction) of a due priority-0 job"
+               " enqueued before it;\nenqueue, ack and WAL checkpoints untimed; %d samples per"
+               " backlog, taken round-robin across the backlogs\n(target: each within 2x of the"
+               " empty queue)\n", g_lat_ops);
+        printf("  %-48s %9s %9s %9s %10s %10s\n", "backlog", "mean us", "p50 us", "p99 us",
+               "p50/empty", "p99/empty");
+        for (i = 0; i < BL_COUNT; i++) {
+            if (!ran[i]) continue;
+            printf("  %-48s %9.1f %9.1f %9.1f %10.2f %10.2f\n", BL_NAME[i], L[i].mean, L[i].p50,
+                   L[i].p99, L[i].p50 / L[BL_EMPTY].p50, L[i].p99 / L[BL_EMPTY].p99);
+        }
+        if (g_backlog != 100000 || g_inflight != 10000)
+            printf("  (--quick: backlogs of %d and %d in flight instead of 100k and 10k)\n",
+                   g_backlog, g_inflight);
     }
 
     printf("\nraw baseline: table q(id INTEGER PRIMARY KEY AUTOINCREMENT, queue, state, payload,"

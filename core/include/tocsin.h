@@ -288,13 +288,16 @@ TOCSIN_API int tocsin_queue_enqueue_many(tocsin_db *db, int64_t *out_ids, const 
 typedef struct tocsin_job {
     int64_t id;
     char *queue;
-    char *state;      /* "pending", "processing" or "dead" */
+    char *state;      /* "scheduled" (run_at in the future), "pending" (claimable),
+                         "processing" (leased) or "dead" */
     char *payload;    /* JSON text */
     char *meta;       /* JSON object text or NULL */
     int64_t priority;
     int attempts;     /* claims so far */
     int max_attempts;
-    int64_t token;    /* fencing token of the current lease (== attempts) */
+    int64_t token;    /* fencing token of the current (or last) lease: id * 2^20 +
+                         attempts, unique across jobs and claims; 0 if never claimed.
+                         Opaque to callers: pass it back as given */
     int64_t run_at;
     int64_t created_at;
     int64_t lease_until; /* 0 unless processing */

@@ -1,37 +1,62 @@
 /*
  * The job queue: every SQL statement of the queue lives in this file.
  *
- * A job lives in _tocsin_jobs while pending or processing and moves to
- * _tocsin_dead when it fails for good; ack deletes it. A claim is a lease
- * whose fencing token is the attempt number: each claim increments
- * `attempts`, so a holder whose lease was reclaimed and handed to someone
- * else holds a stale token and every lease operation it tries matches no row.
+ * A job lives in _tocsin_jobs while live and moves to _tocsin_dead when it
+ * fails for good; ack deletes it. Live jobs are in one of three states
+ * (docs/schema.md, "Job states"):
+ *   scheduled   run_at was in the future when the row was written (a delayed
+ *               job, a retry waiting out its backoff); indexed by run_at only;
+ *   pending     claimable: in the claim index, in claim order;
+ *   processing  leased; in the same index, by lease end.
+ * A claim first promotes the scheduled jobs that became due (a bounded batch,
+ * in its own write transaction), so it never walks jobs scheduled for later,
+ * whatever their priority: its cost is a few index probes plus the jobs it
+ * takes.
+ *
+ * A claim is a lease whose fencing token is id * 2^20 + attempts: each claim
+ * increments `attempts`, so a holder whose lease was reclaimed and handed to
+ * someone else holds a stale token, and a token names one job, so a token
+ * presented with another job's id is refused too.
  */
 #include "internal.h"
 
 /* Column lists shared by every statement that reads jobs (see read_job). */
-#define JOB_COLS                                                                              \
-    "id, queue, state, payload, meta, priority, attempts, max_attempts, run_at, created_at, " \
-    "lease_until, expires_at, unique_key, worker, last_error, NULL, NULL"
+#define JOB_COLS_STATE(state)                                                              \
+    "id, queue, " state ", payload, meta, priority, attempts, max_attempts, run_at, "       \
+    "created_at, lease_until, expires_at, unique_key, worker, last_error, NULL, NULL"
+#define JOB_COLS JOB_COLS_STATE("state")
 #define DEAD_COLS                                                                              \
     "id, queue, 'dead', payload, meta, priority, attempts, max_attempts, run_at, created_at, " \
     "NULL, expires_at, unique_key, worker, last_error, reason, died_at"
 
+/* The partial-index terms, spelled exactly as in the index definitions (the
+ * planner matches them literally):
+ *   READY      _tocsin_jobs_claim: pending (lease_until IS NULL) and processing;
+ *   SCHEDULED  _tocsin_jobs_scheduled;
+ *   UNLEASED   _tocsin_jobs_expiry: jobs that can still expire. */
+#define READY "state <> 'scheduled'"
+#define SCHEDULED "state = 'scheduled'"
+#define UNLEASED "expires_at IS NOT NULL AND state <> 'processing'"
+#define PENDING "lease_until IS NULL AND " READY
+#define LEASED "lease_until IS NOT NULL AND " READY
+/* Claim order: the order of the pending entries of _tocsin_jobs_claim. */
+#define CLAIM_ORDER "priority DESC, run_at, id"
+
 static const char SQL_INSERT[] =
-    "INSERT INTO _tocsin_jobs(queue, payload, meta, priority, max_attempts, run_at, created_at,"
-    " expires_at, unique_key) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+    "INSERT INTO _tocsin_jobs(queue, state, payload, meta, priority, max_attempts, run_at,"
+    " created_at, expires_at, unique_key) VALUES (?1, ?10, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
     " ON CONFLICT(queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING";
 static const char SQL_FIND_UNIQUE[] =
     "SELECT id FROM _tocsin_jobs WHERE queue = ?1 AND unique_key = ?2";
 
 /* What a claim must do before handing out jobs: is the queue paused, has a
- * lease lapsed, has a pending job expired? Three index probes, one statement. */
+ * lease lapsed, has a job expired, has a scheduled job become due? Four index
+ * probes, one statement. */
 static const char SQL_CLAIM_CHECK[] =
     "SELECT (SELECT paused FROM _tocsin_queues WHERE name = ?1),"
-    " EXISTS (SELECT 1 FROM _tocsin_jobs WHERE queue = ?1 AND state = 'processing'"
-    "         AND lease_until <= ?2),"
-    " EXISTS (SELECT 1 FROM _tocsin_jobs WHERE queue = ?1 AND state = 'pending'"
-    "         AND expires_at IS NOT NULL AND expires_at <= ?2)";
+    " EXISTS (SELECT 1 FROM _tocsin_jobs WHERE queue = ?1 AND lease_until <= ?2 AND " READY "),"
+    " EXISTS (SELECT 1 FROM _tocsin_jobs WHERE queue = ?1 AND expires_at <= ?2 AND " UNLEASED "),"
+    " EXISTS (SELECT 1 FROM _tocsin_jobs WHERE queue = ?1 AND " SCHEDULED " AND run_at <= ?2)";
 
 #define TO_DEAD_PREFIX                                                               \
     "INSERT INTO _tocsin_dead(id, queue, payload, meta, priority, attempts, max_attempts,"   \
@@ -40,33 +65,49 @@ static const char SQL_CLAIM_CHECK[] =
     " expires_at, worker, unique_key, "
 
 /* Lapsed leases: exhausted jobs die, the others go back to pending. */
+#define LAPSED "queue = ?1 AND lease_until <= ?2 AND " READY
 static const char SQL_LAPSED_DEAD[] =
     TO_DEAD_PREFIX "coalesce(last_error, 'lease expired'), 'max_attempts', ?2 FROM _tocsin_jobs"
-    " WHERE queue = ?1 AND state = 'processing' AND lease_until <= ?2 AND attempts >= max_attempts";
+    " WHERE " LAPSED " AND attempts >= max_attempts";
 static const char SQL_LAPSED_DELETE[] =
-    "DELETE FROM _tocsin_jobs WHERE queue = ?1 AND state = 'processing' AND lease_until <= ?2"
-    " AND attempts >= max_attempts";
+    "DELETE FROM _tocsin_jobs WHERE " LAPSED " AND attempts >= max_attempts";
 static const char SQL_LAPSED_REQUEUE[] =
     "UPDATE _tocsin_jobs SET state = 'pending', lease_until = NULL, last_error = 'lease expired'"
-    " WHERE queue = ?1 AND state = 'processing' AND lease_until <= ?2";
+    " WHERE " LAPSED;
 
-/* Pending jobs past their expiry die with reason 'expired'. */
+/* Unclaimed (scheduled or pending) jobs past their expiry die with reason 'expired'. */
+#define EXPIRED "queue = ?1 AND expires_at <= ?2 AND " UNLEASED
 static const char SQL_EXPIRED_DEAD[] =
-    TO_DEAD_PREFIX "last_error, 'expired', ?2 FROM _tocsin_jobs"
-    " WHERE queue = ?1 AND state = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?2";
-static const char SQL_EXPIRED_DELETE[] =
-    "DELETE FROM _tocsin_jobs"
-    " WHERE queue = ?1 AND state = 'pending' AND expires_at IS NOT NULL AND expires_at <= ?2";
+    TO_DEAD_PREFIX "last_error, 'expired', ?2 FROM _tocsin_jobs WHERE " EXPIRED;
+static const char SQL_EXPIRED_DELETE[] = "DELETE FROM _tocsin_jobs WHERE " EXPIRED;
+
+/* Scheduled jobs that became due move to pending, earliest first, at most ?3
+ * per claim (so one claim never carries a burst of millions). */
+static const char SQL_PROMOTE[] =
+    "UPDATE _tocsin_jobs SET state = 'pending' WHERE id IN (SELECT id FROM _tocsin_jobs"
+    " WHERE queue = ?1 AND " SCHEDULED " AND run_at <= ?2 ORDER BY run_at LIMIT ?3)";
+#define TC_PROMOTE_MAX 1000
 
 /* A claim reads the jobs it takes, in claim order, then leases each by id.
  * (One UPDATE .. WHERE id IN (..) RETURNING would build two ephemeral tables
  * per call, which cost more than the commit on the one-job path.) */
 static const char SQL_CLAIM_SELECT[] =
-    "SELECT " JOB_COLS " FROM _tocsin_jobs WHERE queue = ?1 AND state = 'pending'"
-    " AND run_at <= ?2 ORDER BY priority DESC, run_at, id LIMIT ?3";
+    "SELECT " JOB_COLS " FROM _tocsin_jobs WHERE queue = ?1 AND " PENDING
+    " ORDER BY " CLAIM_ORDER " LIMIT ?3";
+/* The same while a burst of due jobs is still being promoted (the promotion
+ * hit its bound): due scheduled jobs compete in claim order too, so the order
+ * stays exact. Costs a scan of the due jobs not yet promoted, never of the
+ * jobs scheduled for later. */
+static const char SQL_CLAIM_SELECT_BURST[] =
+    "SELECT " JOB_COLS " FROM _tocsin_jobs WHERE id IN (SELECT id FROM ("
+    " SELECT * FROM (SELECT id, priority, run_at FROM _tocsin_jobs WHERE queue = ?1 AND " PENDING
+    "  ORDER BY " CLAIM_ORDER " LIMIT ?3)"
+    " UNION ALL SELECT * FROM (SELECT id, priority, run_at FROM _tocsin_jobs"
+    "  WHERE queue = ?1 AND " SCHEDULED " AND run_at <= ?2 ORDER BY " CLAIM_ORDER " LIMIT ?3)"
+    " ORDER BY " CLAIM_ORDER " LIMIT ?3)) ORDER BY " CLAIM_ORDER;
 static const char SQL_CLAIM_LEASE[] =
     "UPDATE _tocsin_jobs SET state = 'processing', attempts = attempts + 1, worker = ?2,"
-    " lease_until = ?3 + ?4 WHERE id = ?1";
+    " lease_until = ?3 WHERE id = ?1";
 
 /* The lease check every holder operation starts with. */
 static const char SQL_HOLDER[] =
@@ -75,7 +116,7 @@ static const char SQL_HOLDER[] =
 static const char SQL_ACK[] =
     "DELETE FROM _tocsin_jobs WHERE id = ?1 AND state = 'processing' AND attempts = ?2";
 static const char SQL_RETRY[] =
-    "UPDATE _tocsin_jobs SET state = 'pending', run_at = ?2, lease_until = NULL, last_error = ?3"
+    "UPDATE _tocsin_jobs SET state = ?4, run_at = ?2, lease_until = NULL, last_error = ?3"
     " WHERE id = ?1";
 static const char SQL_HEARTBEAT[] =
     "UPDATE _tocsin_jobs SET lease_until = ?3"
@@ -84,7 +125,11 @@ static const char SQL_ONE_DEAD[] =
     TO_DEAD_PREFIX "coalesce(?2, last_error), ?3, ?4 FROM _tocsin_jobs WHERE id = ?1";
 static const char SQL_DELETE_ONE[] = "DELETE FROM _tocsin_jobs WHERE id = ?1";
 
-static const char SQL_GET_LIVE[] = "SELECT " JOB_COLS " FROM _tocsin_jobs WHERE id = ?1";
+/* A scheduled job whose run_at has passed is claimable (the next claim
+ * promotes it): readers report it as pending. */
+static const char SQL_GET_LIVE[] =
+    "SELECT " JOB_COLS_STATE("CASE WHEN state = 'scheduled' AND run_at <= ?2 THEN 'pending'"
+                             " ELSE state END") " FROM _tocsin_jobs WHERE id = ?1";
 static const char SQL_GET_DEAD[] = "SELECT " DEAD_COLS " FROM _tocsin_dead WHERE id = ?1";
 
 static const char SQL_PAUSE[] =
@@ -93,31 +138,35 @@ static const char SQL_PAUSE[] =
 static const char SQL_IS_PAUSED[] =
     "SELECT coalesce((SELECT paused FROM _tocsin_queues WHERE name = ?1), 0)";
 
+/* Counts are index range counts; "pending" includes the scheduled jobs that
+ * are due but not yet promoted, "scheduled" is what is due later. */
 static const char SQL_STATS[] =
     "SELECT"
-    " (SELECT count(*) FROM _tocsin_jobs WHERE queue = ?1 AND state = 'pending' AND run_at <= ?2),"
-    " (SELECT count(*) FROM _tocsin_jobs WHERE queue = ?1 AND state = 'pending' AND run_at > ?2),"
-    " (SELECT count(*) FROM _tocsin_jobs WHERE queue = ?1 AND state = 'processing'),"
+    " (SELECT count(*) FROM _tocsin_jobs WHERE queue = ?1 AND " PENDING "),"
+    " (SELECT count(*) FROM _tocsin_jobs WHERE queue = ?1 AND " SCHEDULED " AND run_at <= ?2),"
+    " (SELECT count(*) FROM _tocsin_jobs WHERE queue = ?1 AND " SCHEDULED " AND run_at > ?2),"
+    " (SELECT count(*) FROM _tocsin_jobs WHERE queue = ?1 AND " LEASED "),"
     " (SELECT count(*) FROM _tocsin_dead WHERE queue = ?1),"
-    " (SELECT min(run_at) FROM _tocsin_jobs WHERE queue = ?1 AND state = 'pending' AND run_at <= ?2),"
+    " (SELECT min(run_at) FROM _tocsin_jobs WHERE queue = ?1 AND " PENDING "),"
+    " (SELECT min(run_at) FROM _tocsin_jobs WHERE queue = ?1 AND " SCHEDULED "),"
     " coalesce((SELECT paused FROM _tocsin_queues WHERE name = ?1), 0)";
+/* Queue names from the covering partial indexes (together they hold every
+ * live job), not from the table rows. */
 static const char SQL_QUEUE_NAMES[] =
-    "SELECT DISTINCT queue FROM _tocsin_jobs UNION SELECT DISTINCT queue FROM _tocsin_dead"
+    "SELECT DISTINCT queue FROM _tocsin_jobs WHERE " READY
+    " UNION SELECT DISTINCT queue FROM _tocsin_jobs WHERE " SCHEDULED
+    " UNION SELECT DISTINCT queue FROM _tocsin_dead"
     " UNION SELECT name FROM _tocsin_queues ORDER BY 1";
 
-/* Next deadline: the earliest run_at of pending jobs is found by hopping from
- * one priority group of the claim index to the next (few groups, each an index
- * seek) rather than scanning the backlog. */
-static const char SQL_FIRST_GROUP[] =
-    "SELECT priority, run_at FROM _tocsin_jobs WHERE queue = ?1 AND state = 'pending'"
-    " ORDER BY priority DESC, run_at, id LIMIT 1";
-static const char SQL_NEXT_GROUP[] =
-    "SELECT priority, run_at FROM _tocsin_jobs WHERE queue = ?1 AND state = 'pending'"
-    " AND priority < ?2 ORDER BY priority DESC, run_at, id LIMIT 1";
-static const char SQL_OTHER_DEADLINES[] =
-    "SELECT (SELECT min(lease_until) FROM _tocsin_jobs WHERE queue = ?1 AND state = 'processing'),"
-    " (SELECT min(expires_at) FROM _tocsin_jobs WHERE queue = ?1 AND state = 'pending'"
-    "  AND expires_at IS NOT NULL),"
+/* Next deadline of one queue, five index probes: the earliest lease end, the
+ * earliest expiry, the run_at of the next job a claim would take (pending:
+ * due now), the earliest scheduled run_at, and the pause flag. */
+static const char SQL_DEADLINES[] =
+    "SELECT (SELECT min(lease_until) FROM _tocsin_jobs WHERE queue = ?1 AND " LEASED "),"
+    " (SELECT min(expires_at) FROM _tocsin_jobs WHERE queue = ?1 AND " UNLEASED "),"
+    " (SELECT run_at FROM _tocsin_jobs WHERE queue = ?1 AND " PENDING " ORDER BY " CLAIM_ORDER
+    "  LIMIT 1),"
+    " (SELECT min(run_at) FROM _tocsin_jobs WHERE queue = ?1 AND " SCHEDULED "),"
     " coalesce((SELECT paused FROM _tocsin_queues WHERE name = ?1), 0)";
 
 static const char SQL_DEAD_LIST_Q[] =
@@ -130,12 +179,43 @@ static const char SQL_REQUEUE[] =
     " SELECT id, queue, 'pending', payload, meta, priority, 0, max_attempts, ?2, created_at,"
     " NULL, unique_key FROM _tocsin_dead WHERE id = ?1";
 static const char SQL_DEAD_DELETE_ONE[] = "DELETE FROM _tocsin_dead WHERE id = ?1";
-static const char SQL_PURGE_Q[] =
-    "DELETE FROM _tocsin_dead WHERE queue = ?1 AND (?2 = 0 OR died_at < ?2)";
-static const char SQL_PURGE_ALL[] = "DELETE FROM _tocsin_dead WHERE (?2 = 0 OR died_at < ?2)";
+/* One statement per shape, so each is a plain index range (no OR for the planner). */
+static const char SQL_PURGE_Q[] = "DELETE FROM _tocsin_dead WHERE queue = ?1";
+static const char SQL_PURGE_Q_BEFORE[] =
+    "DELETE FROM _tocsin_dead WHERE queue = ?1 AND died_at < ?2";
+static const char SQL_PURGE_ALL[] = "DELETE FROM _tocsin_dead";
+static const char SQL_PURGE_ALL_BEFORE[] = "DELETE FROM _tocsin_dead WHERE died_at < ?2";
 
 #define TC_MAX_CLAIM TOCSIN_MAX_BATCH
 #define TC_MAX_UNIQUE_KEY TOCSIN_MAX_UNIQUE_KEY_BYTES
+
+/* ---- fencing tokens ------------------------------------------------------- */
+
+/* token = id * 2^20 + attempts: attempts <= max_attempts <= TOCSIN_MAX_ATTEMPTS
+ * < 2^20 and ids stay below 2^43 (CHECKs in schema.c), so a token names one
+ * job and one of its claims, fits in 63 bits, and costs no stored column. */
+#define TC_TOKEN_SHIFT 20
+#define TC_TOKEN_MASK ((INT64_C(1) << TC_TOKEN_SHIFT) - 1)
+#define TC_TOKEN_MAX_ID ((INT64_C(1) << (63 - TC_TOKEN_SHIFT)) - 1)
+
+static int64_t token_of(int64_t id, int attempts) {
+    if (attempts < 1 || id < 1 || id > TC_TOKEN_MAX_ID) return 0;
+    return (int64_t)((uint64_t)id << TC_TOKEN_SHIFT) | (int64_t)attempts;
+}
+
+/* The attempt number `token` stands for on job `id`, or 0 when the token was
+ * not issued for that job (then no lease operation can match). */
+static int64_t token_attempt(int64_t id, int64_t token) {
+    if (token < 1 || id < 1 || (token >> TC_TOKEN_SHIFT) != id) return 0;
+    return token & TC_TOKEN_MASK;
+}
+
+/* The handle's clock, kept within 0..TOCSIN_MAX_TIME_MS: an injected clock
+ * cannot push an instant the queue computes out of range. */
+static int64_t queue_now(tocsin_db *db) {
+    int64_t t = tocsin_now(db);
+    return t < 0 ? 0 : t > TOCSIN_MAX_TIME_MS ? TOCSIN_MAX_TIME_MS : t;
+}
 
 /* ---- helpers -------------------------------------------------------------- */
 
@@ -164,7 +244,7 @@ static int read_job(sqlite3_stmt *st, tocsin_job *j) {
     j->priority = sqlite3_column_int64(st, 5);
     j->attempts = sqlite3_column_int(st, 6);
     j->max_attempts = sqlite3_column_int(st, 7);
-    j->token = j->attempts;
+    j->token = token_of(j->id, j->attempts);
     j->run_at = sqlite3_column_int64(st, 8);
     j->created_at = sqlite3_column_int64(st, 9);
     j->lease_until = sqlite3_column_int64(st, 10);
@@ -207,7 +287,7 @@ static int collect_jobs(tocsin_db *db, sqlite3_stmt *st, size_t cap, tocsin_job 
         sqlite3_reset(st);
         return tc_err(db, TOCSIN_NOMEM, "%s: out of memory", what);
     }
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = tc_step(db, st)) == SQLITE_ROW) {
         if (n == cap) continue; /* drain: RETURNING rows must all be stepped */
         if (!read_job(st, &jobs[n++])) {
             sqlite3_reset(st);
@@ -262,6 +342,21 @@ static int to_dead(tocsin_db *db, int64_t id, const char *reason, const char *er
 
 /* ---- enqueue -------------------------------------------------------------- */
 
+/* A unique_key is a name-like text: 1..TOCSIN_MAX_UNIQUE_KEY_BYTES bytes of
+ * UTF-8 without control characters (bytes below 0x20, 0x7f). */
+static int check_unique_key(tocsin_db *db, const char *key) {
+    const unsigned char *p;
+    int rc;
+    if (!*key) return tc_err(db, TOCSIN_INVALID, "unique_key must not be empty");
+    if ((rc = tc_check_text(db, "unique_key", key, TC_MAX_UNIQUE_KEY)) != TOCSIN_OK) return rc;
+    for (p = (const unsigned char *)key; *p; p++)
+        if (*p < 0x20 || *p == 0x7f)
+            return tc_err(db, TOCSIN_INVALID,
+                          "unique_key must not contain control characters (byte 0x%02x at %d)", *p,
+                          (int)(p - (const unsigned char *)key));
+    return TOCSIN_OK;
+}
+
 static int check_spec(tocsin_db *db, const tocsin_job_spec *s) {
     const tocsin_enqueue_opts *o = s->opts;
     int rc;
@@ -270,26 +365,22 @@ static int check_spec(tocsin_db *db, const tocsin_job_spec *s) {
     if (!o) return TOCSIN_OK;
     if (o->version < 1)
         return tc_err(db, TOCSIN_INVALID, "enqueue options: version must be set (use TOCSIN_ENQUEUE_OPTS_INIT)");
-    if (o->delay_ms < 0) return tc_err(db, TOCSIN_INVALID, "delay_ms must be >= 0");
-    if (o->run_at_ms < 0) return tc_err(db, TOCSIN_INVALID, "run_at_ms must be >= 0");
+    if ((rc = tc_check_ms(db, "delay_ms", o->delay_ms, 0)) != TOCSIN_OK) return rc;
+    if ((rc = tc_check_ms(db, "run_at_ms", o->run_at_ms, 0)) != TOCSIN_OK) return rc;
     if (o->delay_ms && o->run_at_ms)
         return tc_err(db, TOCSIN_INVALID, "give delay_ms or run_at_ms, not both");
-    if (o->max_attempts < 0) return tc_err(db, TOCSIN_INVALID, "max_attempts must be >= 1");
-    if (o->expires_ms < 0) return tc_err(db, TOCSIN_INVALID, "expires_ms must be >= 0");
-    if (o->unique_key) {
-        size_t n = strlen(o->unique_key);
-        if (n == 0) return tc_err(db, TOCSIN_INVALID, "unique_key must not be empty");
-        if (n > TC_MAX_UNIQUE_KEY)
-            return tc_err(db, TOCSIN_INVALID, "unique_key is %zu bytes long; the limit is %d", n,
-                          TC_MAX_UNIQUE_KEY);
-    }
+    if (o->max_attempts < 0 || o->max_attempts > TOCSIN_MAX_ATTEMPTS)
+        return tc_err(db, TOCSIN_INVALID, "max_attempts must be between 1 and %d (0: the default %d), not %d",
+                      TOCSIN_MAX_ATTEMPTS, TOCSIN_DEFAULT_MAX_ATTEMPTS, o->max_attempts);
+    if ((rc = tc_check_ms(db, "expires_ms", o->expires_ms, 0)) != TOCSIN_OK) return rc;
+    if (o->unique_key && (rc = check_unique_key(db, o->unique_key)) != TOCSIN_OK) return rc;
     return tc_check_meta(db, o->meta);
 }
 
 static int insert_job(tocsin_db *db, int64_t *out_id, const tocsin_job_spec *s, int64_t now) {
     static const tocsin_enqueue_opts defaults = TOCSIN_ENQUEUE_OPTS_INIT;
     const tocsin_enqueue_opts *o = s->opts ? s->opts : &defaults;
-    int64_t run_at = o->run_at_ms ? o->run_at_ms : now + o->delay_ms;
+    int64_t run_at = o->run_at_ms ? o->run_at_ms : tc_time_add(now, o->delay_ms);
     sqlite3_stmt *st = tc_stmt(db, SQL_INSERT);
     int rc;
     if (!st) return TC_ERRCODE;
@@ -300,11 +391,12 @@ static int insert_job(tocsin_db *db, int64_t *out_id, const tocsin_job_spec *s, 
     sqlite3_bind_int(st, 5, o->max_attempts ? o->max_attempts : TOCSIN_DEFAULT_MAX_ATTEMPTS);
     sqlite3_bind_int64(st, 6, run_at);
     sqlite3_bind_int64(st, 7, now);
-    bind_i64_or_null(st, 8, o->expires_ms ? now + o->expires_ms : 0);
+    bind_i64_or_null(st, 8, o->expires_ms ? tc_time_add(now, o->expires_ms) : 0);
     bind_text_or_null(st, 9, o->unique_key);
+    sqlite3_bind_text(st, 10, run_at > now ? "scheduled" : "pending", -1, SQLITE_STATIC);
     /* No RETURNING: it buffers its row in an ephemeral table. Without one,
      * the row count and last rowid of this statement say the same. */
-    rc = sqlite3_step(st);
+    rc = tc_step(db, st);
     sqlite3_reset(st);
     if (rc != SQLITE_DONE) return tc_sqlerr(db, rc, "enqueue");
     if (sqlite3_changes(db->conn) == 1) {
@@ -315,7 +407,7 @@ static int insert_job(tocsin_db *db, int64_t *out_id, const tocsin_job_spec *s, 
     if (!(st = tc_stmt(db, SQL_FIND_UNIQUE))) return TC_ERRCODE;
     sqlite3_bind_text(st, 1, s->queue, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, o->unique_key, -1, SQLITE_STATIC);
-    rc = sqlite3_step(st);
+    rc = tc_step(db, st);
     if (rc == SQLITE_ROW) *out_id = sqlite3_column_int64(st, 0);
     sqlite3_reset(st);
     if (rc != SQLITE_ROW) return tc_sqlerr(db, rc, "enqueue: find job holding unique_key");
@@ -342,7 +434,7 @@ int tocsin_queue_enqueue_many(tocsin_db *db, int64_t *out_ids, const tocsin_job_
     }
     if (n == 0) return TOCSIN_OK;
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
-    now = tocsin_now(db);
+    now = queue_now(db);
     for (i = 0; i < n && rc == TOCSIN_OK; i++) rc = insert_job(db, &out_ids[i], &specs[i], now);
     return tc_op_end(db, &op, rc);
 }
@@ -362,12 +454,10 @@ int tocsin_queue_enqueue(tocsin_db *db, int64_t *out_id, const char *queue, cons
 
 /* ---- claim ---------------------------------------------------------------- */
 
-/* Leases the selected jobs (already in claim order) to `worker` and makes the
- * structs show the leased rows, as a fresh read would. */
-static int lease_jobs(tocsin_db *db, tocsin_job *jobs, size_t n, const char *worker, int64_t now,
-                      int64_t visibility_ms) {
-    /* SQLite computes now + visibility_ms in the row; mirror its int64 result. */
-    int64_t until = visibility_ms > INT64_MAX - now ? INT64_MAX : now + visibility_ms;
+/* Leases the selected jobs (already in claim order) to `worker` until
+ * `until` and makes the structs show the leased rows, as a fresh read would. */
+static int lease_jobs(tocsin_db *db, tocsin_job *jobs, size_t n, const char *worker,
+                      int64_t until) {
     size_t i;
     int rc;
     for (i = 0; i < n; i++) {
@@ -377,8 +467,7 @@ static int lease_jobs(tocsin_db *db, tocsin_job *jobs, size_t n, const char *wor
         if (!st) return TC_ERRCODE;
         sqlite3_bind_int64(st, 1, j->id);
         sqlite3_bind_text(st, 2, worker, -1, SQLITE_STATIC);
-        sqlite3_bind_int64(st, 3, now);
-        sqlite3_bind_int64(st, 4, visibility_ms);
+        sqlite3_bind_int64(st, 3, until);
         if ((rc = tc_step_done(db, st, "claim")) != TOCSIN_OK) return rc;
         if (!(state = tc_strdup("processing")) || !(who = tc_strdup(worker))) {
             sqlite3_free(state);
@@ -389,21 +478,25 @@ static int lease_jobs(tocsin_db *db, tocsin_job *jobs, size_t n, const char *wor
         j->state = state;
         j->worker = who;
         j->attempts++;
-        j->token = j->attempts;
+        j->token = token_of(j->id, j->attempts);
         j->lease_until = until;
     }
     return TOCSIN_OK;
 }
 
-/* Reclaims lapsed leases and expires stale pending jobs of `queue`. Sets
- * *paused. Runs inside the caller's write operation. */
-static int claim_prepare(tocsin_db *db, const char *queue, int64_t now, int *paused) {
+/* Reclaims lapsed leases, expires unclaimed jobs past their expiry and, unless
+ * the queue is paused, promotes scheduled jobs that became due. Sets *paused,
+ * and *burst when the promotion hit its bound (more due jobs may wait).
+ * Runs inside the claim's write operation. */
+static int claim_prepare(tocsin_db *db, const char *queue, int64_t now, size_t max, int *paused,
+                         int *burst) {
     sqlite3_stmt *st = tc_stmt(db, SQL_CLAIM_CHECK);
-    int rc, lapsed, expired;
+    int rc, lapsed, expired, due;
+    *burst = 0;
     if (!st) return TC_ERRCODE;
     sqlite3_bind_text(st, 1, queue, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, now);
-    rc = sqlite3_step(st);
+    rc = tc_step(db, st);
     if (rc != SQLITE_ROW) {
         sqlite3_reset(st);
         return tc_sqlerr(db, rc, "claim");
@@ -411,6 +504,7 @@ static int claim_prepare(tocsin_db *db, const char *queue, int64_t now, int *pau
     *paused = sqlite3_column_int(st, 0);
     lapsed = sqlite3_column_int(st, 1);
     expired = sqlite3_column_int(st, 2);
+    due = sqlite3_column_int(st, 3);
     sqlite3_reset(st);
     rc = TOCSIN_OK;
     if (lapsed) {
@@ -422,6 +516,15 @@ static int claim_prepare(tocsin_db *db, const char *queue, int64_t now, int *pau
         rc = run_qnow(db, SQL_EXPIRED_DEAD, queue, now, "expire jobs");
         if (rc == TOCSIN_OK) rc = run_qnow(db, SQL_EXPIRED_DELETE, queue, now, "expire jobs");
     }
+    if (due && !*paused && rc == TOCSIN_OK) {
+        int64_t bound = TC_PROMOTE_MAX > max ? TC_PROMOTE_MAX : (int64_t)max;
+        if (!(st = tc_stmt(db, SQL_PROMOTE))) return TC_ERRCODE;
+        sqlite3_bind_text(st, 1, queue, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, now);
+        sqlite3_bind_int64(st, 3, bound);
+        rc = tc_step_done(db, st, "promote scheduled jobs");
+        if (rc == TOCSIN_OK) *burst = sqlite3_changes(db->conn) >= bound;
+    }
     return rc;
 }
 
@@ -430,7 +533,7 @@ int tocsin_queue_claim(tocsin_db *db, tocsin_job **out_jobs, size_t *out_n, cons
     tc_op op;
     sqlite3_stmt *st;
     int64_t now;
-    int rc, paused = 0;
+    int rc, paused = 0, burst = 0;
     CHECK_DB(db);
     if (!out_jobs || !out_n) return tc_err(db, TOCSIN_INVALID, "out_jobs and out_n must not be NULL");
     *out_jobs = NULL;
@@ -439,20 +542,21 @@ int tocsin_queue_claim(tocsin_db *db, tocsin_job **out_jobs, size_t *out_n, cons
     if ((rc = tc_check_name(db, "worker id", worker)) != TOCSIN_OK) return rc;
     if (max < 1 || max > TC_MAX_CLAIM)
         return tc_err(db, TOCSIN_INVALID, "claim count must be between 1 and %d", TC_MAX_CLAIM);
-    if (visibility_ms < 1) return tc_err(db, TOCSIN_INVALID, "visibility_ms must be >= 1");
+    if ((rc = tc_check_ms(db, "visibility_ms", visibility_ms, 1)) != TOCSIN_OK) return rc;
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
-    now = tocsin_now(db);
-    rc = claim_prepare(db, queue, now, &paused);
+    now = queue_now(db);
+    rc = claim_prepare(db, queue, now, max, &paused, &burst);
     if (rc == TOCSIN_OK && !paused) {
-        if (!(st = tc_stmt(db, SQL_CLAIM_SELECT))) {
+        if (!(st = tc_stmt(db, burst ? SQL_CLAIM_SELECT_BURST : SQL_CLAIM_SELECT))) {
             rc = TC_ERRCODE;
         } else {
             sqlite3_bind_text(st, 1, queue, -1, SQLITE_STATIC);
-            sqlite3_bind_int64(st, 2, now);
+            if (burst) sqlite3_bind_int64(st, 2, now);
             sqlite3_bind_int64(st, 3, (sqlite3_int64)max);
             rc = collect_jobs(db, st, max, out_jobs, out_n, "claim");
         }
-        if (rc == TOCSIN_OK && *out_n) rc = lease_jobs(db, *out_jobs, *out_n, worker, now, visibility_ms);
+        if (rc == TOCSIN_OK && *out_n)
+            rc = lease_jobs(db, *out_jobs, *out_n, worker, tc_time_add(now, visibility_ms));
     }
     rc = tc_op_end(db, &op, rc);
     if (rc != TOCSIN_OK) {
@@ -472,8 +576,8 @@ static int holder(tocsin_db *db, int *held, int64_t id, int64_t token, int *atte
     int rc;
     if (!st) return TC_ERRCODE;
     sqlite3_bind_int64(st, 1, id);
-    sqlite3_bind_int64(st, 2, token);
-    rc = sqlite3_step(st);
+    sqlite3_bind_int64(st, 2, token_attempt(id, token));
+    rc = tc_step(db, st);
     *held = rc == SQLITE_ROW;
     if (*held) {
         *attempts = sqlite3_column_int(st, 0);
@@ -484,10 +588,10 @@ static int holder(tocsin_db *db, int *held, int64_t id, int64_t token, int *atte
     return TOCSIN_OK;
 }
 
+/* Error text of retry/fail: any UTF-8 text up to the handle's payload limit
+ * (the size a result may have), so every reader can decode the job. */
 static int check_error_text(tocsin_db *db, const char *error) {
-    if (error && strlen(error) > 65536)
-        return tc_err(db, TOCSIN_TOOBIG, "error text is longer than 65536 bytes");
-    return TOCSIN_OK;
+    return tc_check_text(db, "error text", error, (size_t)db->max_payload);
 }
 
 int tocsin_job_ack(tocsin_db *db, int *out_ok, int64_t id, int64_t token) {
@@ -515,7 +619,7 @@ int tocsin_job_ack_batch(tocsin_db *db, size_t *out_acked, const int64_t *ids,
             break;
         }
         sqlite3_bind_int64(st, 1, ids[i]);
-        sqlite3_bind_int64(st, 2, tokens[i]);
+        sqlite3_bind_int64(st, 2, token_attempt(ids[i], tokens[i]));
         rc = tc_step_done(db, st, "ack");
         if (rc == TOCSIN_OK) acked += (size_t)sqlite3_changes(db->conn);
     }
@@ -524,12 +628,14 @@ int tocsin_job_ack_batch(tocsin_db *db, size_t *out_acked, const int64_t *ids,
     return rc;
 }
 
+/* Doubling stops at the cap before it could overflow; base and cap are
+ * clamped to 1..TOCSIN_MAX_TIME_MS, so any arguments give a valid duration. */
 int64_t tocsin_backoff_ms(int64_t base_ms, int64_t cap_ms, int attempts) {
-    int64_t d = base_ms < 1 ? 1 : base_ms, half;
+    int64_t d = base_ms < 1 ? 1 : base_ms > TOCSIN_MAX_TIME_MS ? TOCSIN_MAX_TIME_MS : base_ms, half;
     int i;
+    if (cap_ms > TOCSIN_MAX_TIME_MS) cap_ms = TOCSIN_MAX_TIME_MS;
     if (cap_ms < d) cap_ms = d;
     for (i = 1; i < attempts && d < cap_ms; i++) d = d > cap_ms / 2 ? cap_ms : d * 2;
-    if (d > cap_ms) d = cap_ms;
     half = d / 2;
     return d - half + (half > 0 ? (int64_t)(tc_random() % (uint64_t)(half + 1)) : 0);
 }
@@ -543,9 +649,11 @@ int tocsin_job_retry(tocsin_db *db, int *out_ok, int64_t id, int64_t token, int6
     CHECK_DB(db);
     if (!out_ok) return tc_err(db, TOCSIN_INVALID, "out_ok must not be NULL");
     *out_ok = 0;
+    /* delay_ms < 0 asks for the default backoff */
+    if (delay_ms >= 0 && (rc = tc_check_ms(db, "delay_ms", delay_ms, 0)) != TOCSIN_OK) return rc;
     if ((rc = check_error_text(db, error)) != TOCSIN_OK) return rc;
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
-    now = tocsin_now(db);
+    now = queue_now(db);
     rc = holder(db, &held, id, token, &attempts, &max);
     if (rc == TOCSIN_OK && held) {
         if (attempts >= max) {
@@ -553,11 +661,14 @@ int tocsin_job_retry(tocsin_db *db, int *out_ok, int64_t id, int64_t token, int6
         } else if (!(st = tc_stmt(db, SQL_RETRY))) {
             rc = TC_ERRCODE;
         } else {
+            int64_t run_at;
             if (delay_ms < 0)
                 delay_ms = tocsin_backoff_ms(TOCSIN_BACKOFF_BASE_MS, TOCSIN_BACKOFF_CAP_MS, attempts);
+            run_at = tc_time_add(now, delay_ms);
             sqlite3_bind_int64(st, 1, id);
-            sqlite3_bind_int64(st, 2, now + delay_ms);
+            sqlite3_bind_int64(st, 2, run_at);
             bind_text_or_null(st, 3, error);
+            sqlite3_bind_text(st, 4, run_at > now ? "scheduled" : "pending", -1, SQLITE_STATIC);
             rc = tc_step_done(db, st, "retry");
         }
     }
@@ -575,7 +686,7 @@ int tocsin_job_fail(tocsin_db *db, int *out_ok, int64_t id, int64_t token, const
     if ((rc = check_error_text(db, error)) != TOCSIN_OK) return rc;
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
     rc = holder(db, &held, id, token, &attempts, &max);
-    if (rc == TOCSIN_OK && held) rc = to_dead(db, id, "failed", error, tocsin_now(db));
+    if (rc == TOCSIN_OK && held) rc = to_dead(db, id, "failed", error, queue_now(db));
     rc = tc_op_end(db, &op, rc);
     if (rc == TOCSIN_OK) *out_ok = held;
     return rc;
@@ -589,14 +700,14 @@ int tocsin_job_heartbeat(tocsin_db *db, int *out_ok, int64_t id, int64_t token,
     CHECK_DB(db);
     if (!out_ok) return tc_err(db, TOCSIN_INVALID, "out_ok must not be NULL");
     *out_ok = 0;
-    if (extend_ms < 1) return tc_err(db, TOCSIN_INVALID, "extend_ms must be >= 1");
+    if ((rc = tc_check_ms(db, "extend_ms", extend_ms, 1)) != TOCSIN_OK) return rc;
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
     if (!(st = tc_stmt(db, SQL_HEARTBEAT))) {
         rc = TC_ERRCODE;
     } else {
         sqlite3_bind_int64(st, 1, id);
-        sqlite3_bind_int64(st, 2, token);
-        sqlite3_bind_int64(st, 3, tocsin_now(db) + extend_ms);
+        sqlite3_bind_int64(st, 2, token_attempt(id, token));
+        sqlite3_bind_int64(st, 3, tc_time_add(queue_now(db), extend_ms));
         rc = tc_step_done(db, st, "heartbeat");
         if (rc == TOCSIN_OK) *out_ok = sqlite3_changes(db->conn) == 1;
     }
@@ -612,7 +723,7 @@ int tocsin_job_cancel(tocsin_db *db, int *out_ok, int64_t id) {
     if (!out_ok) return tc_err(db, TOCSIN_INVALID, "out_ok must not be NULL");
     *out_ok = 0;
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
-    rc = to_dead(db, id, "cancelled", NULL, tocsin_now(db));
+    rc = to_dead(db, id, "cancelled", NULL, queue_now(db));
     if (rc == TOCSIN_OK) *out_ok = sqlite3_changes(db->conn) == 1;
     rc = tc_op_end(db, &op, rc);
     if (rc != TOCSIN_OK) *out_ok = 0;
@@ -626,6 +737,7 @@ static int get_one(tocsin_db *db, const char *sql, int64_t id, tocsin_job **out)
     size_t n;
     if (!st) return TC_ERRCODE;
     sqlite3_bind_int64(st, 1, id);
+    if (sql == SQL_GET_LIVE) sqlite3_bind_int64(st, 2, queue_now(db));
     return collect_jobs(db, st, 1, out, &n, "get job");
 }
 
@@ -653,7 +765,7 @@ static int set_paused(tocsin_db *db, const char *queue, int paused) {
     } else {
         sqlite3_bind_text(st, 1, queue, -1, SQLITE_STATIC);
         sqlite3_bind_int(st, 2, paused);
-        sqlite3_bind_int64(st, 3, tocsin_now(db));
+        sqlite3_bind_int64(st, 3, queue_now(db));
         rc = tc_step_done(db, st, paused ? "pause" : "resume");
     }
     return tc_op_end(db, &op, rc);
@@ -675,7 +787,7 @@ int tocsin_queue_is_paused(tocsin_db *db, int *out_paused, const char *queue) {
         rc = TC_ERRCODE;
     } else {
         sqlite3_bind_text(st, 1, queue, -1, SQLITE_STATIC);
-        if ((rc = sqlite3_step(st)) == SQLITE_ROW) *out_paused = sqlite3_column_int(st, 0);
+        if ((rc = tc_step(db, st)) == SQLITE_ROW) *out_paused = sqlite3_column_int(st, 0);
         sqlite3_reset(st);
         rc = rc == SQLITE_ROW ? TOCSIN_OK : tc_sqlerr(db, rc, "is paused");
     }
@@ -685,29 +797,36 @@ int tocsin_queue_is_paused(tocsin_db *db, int *out_paused, const char *queue) {
 static int stats_one(tocsin_db *db, tc_buf *b, const char *queue, int64_t now) {
     sqlite3_stmt *st = tc_stmt(db, SQL_STATS);
     int rc, first = 1;
+    int64_t oldest = -1, age = 0;
     if (!st) return TC_ERRCODE;
     sqlite3_bind_text(st, 1, queue, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, now);
-    rc = sqlite3_step(st);
+    rc = tc_step(db, st);
     if (rc != SQLITE_ROW) {
         sqlite3_reset(st);
         return tc_sqlerr(db, rc, "stats");
     }
+    /* the oldest due job: pending, or scheduled and due (not promoted yet) */
+    if (sqlite3_column_type(st, 5) != SQLITE_NULL) oldest = sqlite3_column_int64(st, 5);
+    if (sqlite3_column_type(st, 6) != SQLITE_NULL && sqlite3_column_int64(st, 6) <= now &&
+        (oldest < 0 || sqlite3_column_int64(st, 6) < oldest))
+        oldest = sqlite3_column_int64(st, 6);
+    if (oldest >= 0 && oldest < now) age = now - oldest; /* never negative (clock stepped back) */
     tc_buf_puts(b, "{");
     tc_buf_key(b, "queue", &first);
     tc_buf_jstr(b, queue);
     tc_buf_key(b, "pending", &first);
-    tc_buf_i64(b, sqlite3_column_int64(st, 0));
+    tc_buf_i64(b, sqlite3_column_int64(st, 0) + sqlite3_column_int64(st, 1));
     tc_buf_key(b, "scheduled", &first);
-    tc_buf_i64(b, sqlite3_column_int64(st, 1));
-    tc_buf_key(b, "processing", &first);
     tc_buf_i64(b, sqlite3_column_int64(st, 2));
-    tc_buf_key(b, "dead", &first);
+    tc_buf_key(b, "processing", &first);
     tc_buf_i64(b, sqlite3_column_int64(st, 3));
+    tc_buf_key(b, "dead", &first);
+    tc_buf_i64(b, sqlite3_column_int64(st, 4));
     tc_buf_key(b, "oldest_pending_age_ms", &first);
-    tc_buf_i64(b, sqlite3_column_type(st, 4) == SQLITE_NULL ? 0 : now - sqlite3_column_int64(st, 4));
+    tc_buf_i64(b, age);
     tc_buf_key(b, "paused", &first);
-    tc_buf_puts(b, sqlite3_column_int(st, 5) ? "true" : "false");
+    tc_buf_puts(b, sqlite3_column_int(st, 7) ? "true" : "false");
     tc_buf_puts(b, "}");
     sqlite3_reset(st);
     return TOCSIN_OK;
@@ -723,7 +842,7 @@ int tocsin_queue_stats(tocsin_db *db, char **out_json, const char *queue) {
     *out_json = NULL;
     if (queue && (rc = tc_check_name(db, "queue name", queue)) != TOCSIN_OK) return rc;
     if ((rc = tc_op_begin(db, &op, 0)) != TOCSIN_OK) return rc;
-    now = tocsin_now(db);
+    now = queue_now(db);
     if (queue) {
         rc = stats_one(db, &b, queue, now);
     } else {
@@ -733,7 +852,7 @@ int tocsin_queue_stats(tocsin_db *db, char **out_json, const char *queue) {
         size_t n = 0, cap = 0, i;
         int src = SQLITE_DONE;
         if (!st) rc = TC_ERRCODE;
-        while (st && (src = sqlite3_step(st)) == SQLITE_ROW) {
+        while (st && (src = tc_step(db, st)) == SQLITE_ROW) {
             if (n == cap) {
                 char **p = sqlite3_realloc64(names, (cap = cap ? cap * 2 : 16) * sizeof *names);
                 if (!p) break;
@@ -765,57 +884,42 @@ static void earliest(int64_t *acc, int64_t t) {
     if (*acc < 0 || t < *acc) *acc = t;
 }
 
-/* The earliest pending run_at of `queue`, hopping across priority groups. */
-static int min_run_at(tocsin_db *db, const char *queue, int64_t *acc) {
-    int64_t prio = 0;
-    int rc, first = 1;
-    for (;;) {
-        sqlite3_stmt *st = tc_stmt(db, first ? SQL_FIRST_GROUP : SQL_NEXT_GROUP);
-        if (!st) return TC_ERRCODE;
-        sqlite3_bind_text(st, 1, queue, -1, SQLITE_STATIC);
-        if (!first) sqlite3_bind_int64(st, 2, prio);
-        rc = sqlite3_step(st);
-        if (rc == SQLITE_ROW) {
-            prio = sqlite3_column_int64(st, 0);
-            earliest(acc, sqlite3_column_int64(st, 1));
-        }
-        sqlite3_reset(st);
-        if (rc == SQLITE_DONE) return TOCSIN_OK;
-        if (rc != SQLITE_ROW) return tc_sqlerr(db, rc, "next deadline");
-        first = 0;
-    }
-}
-
 int tocsin_queue_next_deadline(tocsin_db *db, int64_t *out_ms, const char *const *queues,
                                size_t n) {
     tc_op op;
     size_t i;
     int rc;
-    int64_t acc = -1;
+    int64_t acc = -1, now;
     CHECK_DB(db);
     if (!out_ms || (!queues && n)) return tc_err(db, TOCSIN_INVALID, "out_ms and queues must not be NULL");
     *out_ms = -1;
     for (i = 0; i < n; i++)
         if ((rc = tc_check_name(db, "queue name", queues[i])) != TOCSIN_OK) return rc;
     if ((rc = tc_op_begin(db, &op, 0)) != TOCSIN_OK) return rc;
+    now = queue_now(db);
     for (i = 0; i < n && rc == TOCSIN_OK; i++) {
-        sqlite3_stmt *st = tc_stmt(db, SQL_OTHER_DEADLINES);
-        int paused = 0;
+        sqlite3_stmt *st = tc_stmt(db, SQL_DEADLINES);
         if (!st) {
             rc = TC_ERRCODE;
             break;
         }
         sqlite3_bind_text(st, 1, queues[i], -1, SQLITE_STATIC);
-        rc = sqlite3_step(st);
+        rc = tc_step(db, st);
         if (rc == SQLITE_ROW) {
+            int paused = sqlite3_column_int(st, 4);
             if (sqlite3_column_type(st, 0) != SQLITE_NULL) earliest(&acc, sqlite3_column_int64(st, 0));
-            paused = sqlite3_column_int(st, 2);
             if (!paused && sqlite3_column_type(st, 1) != SQLITE_NULL)
                 earliest(&acc, sqlite3_column_int64(st, 1));
+            /* a pending job is claimable now (even if the clock stepped back) */
+            if (!paused && sqlite3_column_type(st, 2) != SQLITE_NULL) {
+                int64_t t = sqlite3_column_int64(st, 2);
+                earliest(&acc, t < now ? t : now);
+            }
+            if (!paused && sqlite3_column_type(st, 3) != SQLITE_NULL)
+                earliest(&acc, sqlite3_column_int64(st, 3));
         }
         sqlite3_reset(st);
         rc = rc == SQLITE_ROW ? TOCSIN_OK : tc_sqlerr(db, rc, "next deadline");
-        if (rc == TOCSIN_OK && !paused) rc = min_run_at(db, queues[i], &acc);
     }
     rc = tc_op_end(db, &op, rc);
     if (rc == TOCSIN_OK) *out_ms = acc;
@@ -860,8 +964,8 @@ int tocsin_dead_requeue(tocsin_db *db, int *out_ok, int64_t id) {
         rc = TC_ERRCODE;
     } else {
         sqlite3_bind_int64(st, 1, id);
-        sqlite3_bind_int64(st, 2, tocsin_now(db));
-        rc = sqlite3_step(st);
+        sqlite3_bind_int64(st, 2, queue_now(db));
+        rc = tc_step(db, st);
         sqlite3_reset(st);
         if (rc == SQLITE_CONSTRAINT_UNIQUE)
             rc = tc_err(db, TOCSIN_INVALID,
@@ -895,9 +999,10 @@ int tocsin_dead_purge(tocsin_db *db, int64_t *out_n, const char *queue, int64_t 
     if (!out_n) return tc_err(db, TOCSIN_INVALID, "out_n must not be NULL");
     *out_n = 0;
     if (queue && (rc = tc_check_name(db, "queue name", queue)) != TOCSIN_OK) return rc;
-    if (before_ms < 0) return tc_err(db, TOCSIN_INVALID, "before_ms must be >= 0");
+    if ((rc = tc_check_ms(db, "before_ms", before_ms, 0)) != TOCSIN_OK) return rc;
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
-    if (!(st = tc_stmt(db, queue ? SQL_PURGE_Q : SQL_PURGE_ALL))) {
+    if (!(st = tc_stmt(db, queue ? (before_ms ? SQL_PURGE_Q_BEFORE : SQL_PURGE_Q)
+                                 : (before_ms ? SQL_PURGE_ALL_BEFORE : SQL_PURGE_ALL)))) {
         rc = TC_ERRCODE;
     } else {
         if (queue) sqlite3_bind_text(st, 1, queue, -1, SQLITE_STATIC);

@@ -5,6 +5,7 @@
 void suite_basics(void);
 void suite_json(void);
 void suite_queue(void);
+void suite_claim(void);
 void suite_stream(void);
 void suite_notify(void);
 void suite_crash(void);
@@ -21,6 +22,7 @@ static const struct {
     {"basics", suite_basics},
     {"json", suite_json},
     {"queue", suite_queue},
+    {"claim", suite_claim},
     {"stream", suite_stream},
     {"notify", suite_notify},
     {"crash", suite_crash},

@@ -40,7 +40,7 @@ static void enqueue_and_get(void) {
     CHECK(job != NULL);
     if (job) {
         CHECK_STR(job->queue, "mail");
-        CHECK_STR(job->state, "pending");
+        CHECK_STR(job->state, "scheduled"); /* run_at is 500 ms ahead */
         CHECK_STR(job->payload, "{\"to\":\"x@y\"}");
         CHECK_STR(job->meta, "{\"trace\":\"abc\"}");
         CHECK_EQ_I(job->priority, 7);
@@ -182,7 +182,7 @@ static void claim_order(void) {
         CHECK_STR(jobs[0].state, "processing");
         CHECK_STR(jobs[0].worker, "w1");
         CHECK_EQ_I(jobs[0].attempts, 1);
-        CHECK_EQ_I(jobs[0].token, 1);
+        CHECK_EQ_I(jobs[0].token, b * 1048576 + 1);
         CHECK_EQ_I(jobs[0].lease_until, 40000);
     }
     tocsin_jobs_free(jobs, n);
@@ -226,11 +226,11 @@ static void fencing(void) {
     tocsin_job *job = NULL;
     id = enq(db, "q", "{}", NULL);
     CHECK_EQ_I(claim1(db, "q", "w1", 1000, &t1), id);
-    CHECK_EQ_I(t1, 1);
+    CHECK_EQ_I(t1, id * 1048576 + 1);
     /* the lease lapses and another worker reclaims: w1's token is stale */
     clk.now = 2500;
     CHECK_EQ_I(claim1(db, "q", "w2", 1000, &t2), id);
-    CHECK_EQ_I(t2, 2);
+    CHECK_EQ_I(t2, id * 1048576 + 2);
     CHECK_OK(db, tocsin_job_ack(db, &ok, id, t1));
     CHECK_EQ_I(ok, 0);
     CHECK_OK(db, tocsin_job_retry(db, &ok, id, t1, 0, "stale"));
@@ -303,7 +303,7 @@ static void retry_fail_cancel(void) {
     CHECK_OK(db, tocsin_job_retry(db, &ok, id, tok, 300, "flaky"));
     CHECK_EQ_I(ok, 1);
     CHECK_OK(db, tocsin_job_get(db, &job, id));
-    CHECK_STR(job->state, "pending");
+    CHECK_STR(job->state, "scheduled");
     CHECK_EQ_I(job->run_at, 1300);
     CHECK_STR(job->last_error, "flaky");
     CHECK_EQ_I(job->lease_until, 0);
@@ -446,7 +446,7 @@ static void batches_and_dead_letters(void) {
     t_clock clk = {1000};
     tocsin_db *db = t_open("q_batch", &clk);
     tocsin_job_spec specs[50];
-    int64_t ids[50], toks[50], purged = 0;
+    int64_t ids[50], toks[50], purged = 0, tok3;
     tocsin_job *jobs = NULL, *job = NULL;
     tocsin_enqueue_opts o = TOCSIN_ENQUEUE_OPTS_INIT;
     size_t n = 0, acked = 0, i;
@@ -464,14 +464,16 @@ static void batches_and_dead_letters(void) {
         ids[i] = jobs[i].id;
         toks[i] = jobs[i].token;
     }
-    toks[3] = 99; /* one stale token */
+    tok3 = toks[3];
+    toks[3] = tok3 + 1; /* one stale token */
     tocsin_jobs_free(jobs, n);
     CHECK_OK(db, tocsin_job_ack_batch(db, &acked, ids, toks, 50));
     CHECK_EQ_I(acked, 49);
     CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 1);
 
     /* dead letters: list, requeue (same id, attempts reset), purge */
-    CHECK_OK(db, tocsin_job_fail(db, &ok, ids[3], 1, "x"));
+    CHECK_OK(db, tocsin_job_fail(db, &ok, ids[3], tok3, "x"));
+    CHECK_EQ_I(ok, 1);
     o.max_attempts = 1;
     for (i = 0; i < 3; i++) {
         int64_t id = 0, tok = 0;

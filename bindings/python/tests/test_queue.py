@@ -17,7 +17,7 @@ def test_enqueue_claim_ack_fields(clocked):
     assert (job.id, job.queue, job.state, job.priority) == (jid, "emails", "processing", 3)
     assert job.payload == {"to": "ada@example.org", "n": [1, 2]}
     assert job.meta == {"trace": "abc"}
-    assert (job.attempts, job.max_attempts, job.token) == (1, 5, 1)
+    assert (job.attempts, job.max_attempts, job.token) == (1, 5, (jid << 20) + 1)
     assert (job.run_at, job.created_at, job.lease_until) == (T0, T0, T0 + 10_000)
     assert (job.unique_key, job.worker, job.last_error, job.reason) == ("u1", "worker-1", None, None)
     assert job.expires_at == 0
@@ -194,7 +194,7 @@ def test_retry_fail_heartbeat_cancel(clocked):
     assert q.get(jid).lease_until == T0 + 60_000
     assert job.retry(dt.timedelta(seconds=5), error="boom") is True
     j = q.get(jid)
-    assert (j.state, j.run_at, j.last_error) == ("pending", T0 + 5000, "boom")
+    assert (j.state, j.run_at, j.last_error) == ("scheduled", T0 + 5000, "boom")
     db.set_time(T0 + 5000)
     job = q.claim("w")
     assert job.retry(error="again") is True  # attempts spent: dead

@@ -58,23 +58,23 @@ SELECT tocsin_enqueue('mail', '{\"to\":\"f\"}', '{\"unique_key\":\"u1\"}');" "10
 q "SELECT tocsin_clock(100000);
 SELECT json_group_array(json_extract(value, '\$.id')) FROM json_each(tocsin_claim('mail', 'w1', 10, 1000));" "100000
 [2,1,4]"
-q "SELECT json_extract(tocsin_job(2), '\$.state'), json_extract(tocsin_job(2), '\$.payload.to'), json_extract(tocsin_job(2), '\$.meta.trace'), json_extract(tocsin_job(2), '\$.token');" "processing|c|t1|1"
+q "SELECT json_extract(tocsin_job(2), '\$.state'), json_extract(tocsin_job(2), '\$.payload.to'), json_extract(tocsin_job(2), '\$.meta.trace'), json_extract(tocsin_job(2), '\$.token');" "processing|c|t1|2097153"
 q "SELECT tocsin_job(999) IS NULL;" "1"
 # fencing: lease lapses, w2 reclaims, w1's token is stale everywhere
 q "SELECT tocsin_clock(102000); SELECT json_extract(value, '\$.token') FROM json_each(tocsin_claim('mail', 'w2', 1, 1000));" "102000
-2"
-q "SELECT tocsin_ack(2, 1), tocsin_retry(2, 1, 0, 'x'), tocsin_fail(2, 1, 'x'), tocsin_heartbeat(2, 1, 100);" "0|0|0|0"
-q "SELECT tocsin_clock(102000); SELECT tocsin_heartbeat(2, 2, 5000), json_extract(tocsin_job(2), '\$.lease_until');" "102000
+2097154"
+q "SELECT tocsin_ack(2, (2 << 20) + 1), tocsin_retry(2, (2 << 20) + 1, 0, 'x'), tocsin_fail(2, (2 << 20) + 1, 'x'), tocsin_heartbeat(2, (2 << 20) + 1, 100);" "0|0|0|0"
+q "SELECT tocsin_clock(102000); SELECT tocsin_heartbeat(2, (2 << 20) + 2, 5000), json_extract(tocsin_job(2), '\$.lease_until');" "102000
 1|107000"
 # the second attempt was the last: retry sends it to the dead letters
-q "SELECT tocsin_clock(102000); SELECT tocsin_retry(2, 2, 10, 'boom');
+q "SELECT tocsin_clock(102000); SELECT tocsin_retry(2, (2 << 20) + 2, 10, 'boom');
 SELECT json_extract(tocsin_job(2), '\$.state'), json_extract(tocsin_job(2), '\$.reason'), json_extract(tocsin_job(2), '\$.last_error');" "102000
 1
 dead|max_attempts|boom"
 q "SELECT tocsin_clock(102000); SELECT json_extract(value, '\$.id') FROM json_each(tocsin_claim('mail', 'w3', 5, 1000));" "102000
 1
 4"
-q "SELECT tocsin_ack(1, 2), tocsin_ack(1, 2), tocsin_fail(4, 2, 'bad');" "1|0|1"
+q "SELECT tocsin_ack(1, (1 << 20) + 2), tocsin_ack(1, (1 << 20) + 2), tocsin_fail(4, (4 << 20) + 2, 'bad');" "1|0|1"
 q "SELECT json_extract(tocsin_job(4), '\$.reason'), json_extract(tocsin_job(1), '\$.state');" "failed|"
 q "SELECT tocsin_cancel(3), tocsin_cancel(3), json_extract(tocsin_job(3), '\$.reason');" "1|0|cancelled"
 q "SELECT tocsin_clock(200000); SELECT tocsin_stats('mail');" '200000
@@ -111,7 +111,7 @@ qerr "SELECT tocsin_enqueue('q', '{}', '[1]');" "options must be a JSON object"
 qerr "SELECT tocsin_claim('q', 'w', 0, 1000);" "n must be >= 1"
 qerr "SELECT tocsin_claim('q', 'w', 'ten', 1000);" "n must be an integer"
 qerr "SELECT tocsin_ack('x', 1);" "job_id must be an integer"
-qerr "SELECT tocsin_heartbeat(1, 1, 0);" "extend_ms must be >= 1"
+qerr "SELECT tocsin_heartbeat(1, (1 << 20) + 1, 0);" "extend_ms must be between 1 and"
 qerr "SELECT tocsin_notify('ch', '{');" "not valid JSON"
 qerr "SELECT tocsin_stream_read('orders', 0, 0);" "limit must be >= 1"
 qerr "SELECT tocsin_stream_trim('orders', '{}');" "trim needs"
