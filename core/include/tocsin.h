@@ -703,6 +703,7 @@ typedef struct tocsin_result {
     char *error_message;   /* when is_error; NULL otherwise */
     int64_t created_at;
     int64_t expires_at;    /* 0: never */
+    char *error_trace;     /* when is_error: the runtime's traceback, or NULL */
 } tocsin_result;
 
 /*

@@ -251,6 +251,17 @@ char *tc_jobs_json(const tocsin_job *jobs, size_t n); /* owned; NULL on oom */
 char *tc_job_json(const tocsin_job *job);
 char *tc_messages_json(const tocsin_message *m, size_t n, int stream);
 
+/* ---- queue steps of the worker protocol (queue.c), inside a caller's op ---- */
+/* Hands a held job back (pending again after delay_ms, no attempt consumed;
+ * `why` becomes last_error if not NULL); *held 0 when the lease is not held.
+ * *out_handbacks (may be NULL): the job's hand-backs so far, this one included. */
+int tc_job_hand_back(tocsin_db *db, int *held, int64_t *out_handbacks, int64_t id,
+                     int64_t token, int64_t delay_ms, const char *why);
+/* Makes the leases `worker` holds on `queue` lapse now; *out_n += their count. */
+int tc_jobs_release_worker(tocsin_db *db, const char *queue, const char *worker, int64_t *out_n);
+/* Is (id, token) the job's current lease? */
+int tc_job_held(tocsin_db *db, int *held, int64_t id, int64_t token);
+
 /* ---- messages shared by streams and notifications (stream.c) ---- */
 int tc_collect_messages(tocsin_db *db, sqlite3_stmt *st, size_t cap, tocsin_message **out,
                         size_t *out_n, const char *what);
@@ -272,5 +283,8 @@ int tc_read_messages(tocsin_db *db, tocsin_message **out, size_t *out_n, const c
 char *tc_schedules_json(const tocsin_schedule *s, size_t n);
 char *tc_schedule_json(const tocsin_schedule *s);
 char *tc_result_json(const tocsin_result *r);
+/* tocsin_result_save_error with a traceback (NULL: none), inside or outside an op. */
+int tc_result_save_error(tocsin_db *db, int64_t job_id, const char *type, const char *message,
+                         const char *trace, int64_t ttl_ms);
 
 #endif

@@ -121,6 +121,19 @@ static const char SQL_RETRY[] =
 static const char SQL_HEARTBEAT[] =
     "UPDATE _tocsin_jobs SET lease_until = ?3"
     " WHERE id = ?1 AND state = 'processing' AND attempts = ?2";
+/* A hand-back: pending (or scheduled) again, no attempt consumed -- the
+ * claim's attempt is matched by one more allowed, so the next claim's token
+ * still differs from every earlier one. */
+static const char SQL_HAND_BACK[] =
+    "UPDATE _tocsin_jobs SET state = ?4, run_at = ?3, lease_until = NULL,"
+    " last_error = coalesce(?5, last_error), handbacks = handbacks + 1,"
+    " max_attempts = max_attempts + (max_attempts < 1000000),"
+    " attempts = attempts - (max_attempts >= 1000000)"
+    " WHERE id = ?1 AND state = 'processing' AND attempts = ?2 RETURNING handbacks";
+/* A dead worker's leases lapse at once: the next claim of its queue takes them. */
+static const char SQL_RELEASE_WORKER[] =
+    "UPDATE _tocsin_jobs SET lease_until = ?3"
+    " WHERE queue = ?1 AND state = 'processing' AND lease_until > ?3 AND worker = ?2";
 static const char SQL_ONE_DEAD[] =
     TO_DEAD_PREFIX "coalesce(?2, last_error), ?3, ?4 FROM _tocsin_jobs WHERE id = ?1";
 static const char SQL_DELETE_ONE[] = "DELETE FROM _tocsin_jobs WHERE id = ?1";
@@ -1116,4 +1129,47 @@ int tocsin_queue_wait(tocsin_db *db, const char *const *queues, size_t n, int64_
     q.n = n;
     q.deadline = deadline_ms < 0 ? -1 : deadline_ms;
     return tc_wait_loop(sub, queue_wait_check, &q);
+}
+
+/* ---- for the worker protocol (worker.c) --------------------------------------- */
+
+int tc_job_hand_back(tocsin_db *db, int *held, int64_t *out_handbacks, int64_t id,
+                     int64_t token, int64_t delay_ms, const char *why) {
+    sqlite3_stmt *st = tc_stmt(db, SQL_HAND_BACK);
+    int64_t now = queue_now(db), run_at = tc_time_add(now, delay_ms);
+    int rc;
+    *held = 0;
+    if (!st) return TC_ERRCODE;
+    sqlite3_bind_int64(st, 1, id);
+    sqlite3_bind_int64(st, 2, token_attempt(id, token));
+    sqlite3_bind_int64(st, 3, run_at);
+    sqlite3_bind_text(st, 4, run_at > now ? "scheduled" : "pending", -1, SQLITE_STATIC);
+    bind_text_or_null(st, 5, why);
+    rc = tc_step(db, st);
+    if (rc == SQLITE_ROW) {
+        *held = 1;
+        if (out_handbacks) *out_handbacks = sqlite3_column_int64(st, 0);
+        rc = tc_step_done(db, st, "hand back");
+    } else {
+        sqlite3_reset(st);
+        rc = rc == SQLITE_DONE ? TOCSIN_OK : tc_sqlerr(db, rc, "hand back");
+    }
+    return rc;
+}
+
+int tc_jobs_release_worker(tocsin_db *db, const char *queue, const char *worker, int64_t *out_n) {
+    sqlite3_stmt *st = tc_stmt(db, SQL_RELEASE_WORKER);
+    int rc;
+    if (!st) return TC_ERRCODE;
+    sqlite3_bind_text(st, 1, queue, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, worker, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, queue_now(db));
+    rc = tc_step_done(db, st, "release a dead worker's jobs");
+    if (rc == TOCSIN_OK && out_n) *out_n += sqlite3_changes(db->conn);
+    return rc;
+}
+
+int tc_job_held(tocsin_db *db, int *held, int64_t id, int64_t token) {
+    int attempts = 0, max = 0;
+    return holder(db, held, id, token, &attempts, &max);
 }

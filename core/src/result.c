@@ -14,12 +14,13 @@ static const char SQL_RESULT_SAVE[] =
     " created_at = excluded.created_at, expires_at = excluded.expires_at";
 static const char SQL_RESULT_SAVE_ERROR[] =
     "INSERT INTO _tocsin_results(job_id, status, value, error, created_at, expires_at)"
-    " VALUES (?1, 'error', NULL, json_object('type', ?2, 'message', ?3), ?4, ?5)"
+    " VALUES (?1, 'error', NULL, CASE WHEN ?6 IS NULL THEN json_object('type', ?2, 'message', ?3)"
+    " ELSE json_object('type', ?2, 'message', ?3, 'trace', ?6) END, ?4, ?5)"
     " ON CONFLICT(job_id) DO UPDATE SET status = 'error', value = NULL, error = excluded.error,"
     " created_at = excluded.created_at, expires_at = excluded.expires_at";
 static const char SQL_RESULT_GET[] =
     "SELECT status, value, json_extract(error, '$.type'), json_extract(error, '$.message'),"
-    " created_at, expires_at FROM _tocsin_results"
+    " created_at, expires_at, json_extract(error, '$.trace') FROM _tocsin_results"
     " WHERE job_id = ?1 AND (expires_at IS NULL OR expires_at > ?2)";
 static const char SQL_RESULT_DELETE[] = "DELETE FROM _tocsin_results WHERE job_id = ?1";
 static const char SQL_RESULT_SWEEP[] =
@@ -58,12 +59,18 @@ int tocsin_result_save(tocsin_db *db, int64_t job_id, const char *value_json, in
 
 int tocsin_result_save_error(tocsin_db *db, int64_t job_id, const char *type,
                              const char *message, int64_t ttl_ms) {
+    TC_CHECK_DB(db);
+    return tc_result_save_error(db, job_id, type, message, NULL, ttl_ms);
+}
+
+int tc_result_save_error(tocsin_db *db, int64_t job_id, const char *type, const char *message,
+                         const char *trace, int64_t ttl_ms) {
     tc_op op;
     sqlite3_stmt *st;
     int64_t now;
     int rc;
-    TC_CHECK_DB(db);
     if ((rc = result_check(db, job_id, ttl_ms)) != TOCSIN_OK) return rc;
+    if ((rc = tc_check_text(db, "error trace", trace, TOCSIN_MAX_TRACE_BYTES)) != TOCSIN_OK) return rc;
     if ((rc = tc_check_name(db, "error type", type)) != TOCSIN_OK) return rc;
     if ((rc = tc_check_text(db, "error message", message, (size_t)db->max_payload)) != TOCSIN_OK)
         return rc;
@@ -75,6 +82,7 @@ int tocsin_result_save_error(tocsin_db *db, int64_t job_id, const char *type,
     sqlite3_bind_text(st, 3, message ? message : "", -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 4, now);
     result_bind_expiry(st, 5, now, ttl_ms);
+    if (trace) sqlite3_bind_text(st, 6, trace, -1, SQLITE_STATIC);
     rc = tc_step_done(db, st, "save error result");
     return tc_op_end(db, &op, rc);
 }
@@ -84,6 +92,7 @@ void tocsin_result_free(tocsin_result *r) {
     sqlite3_free(r->value);
     sqlite3_free(r->error_type);
     sqlite3_free(r->error_message);
+    sqlite3_free(r->error_trace);
     sqlite3_free(r);
 }
 
@@ -122,6 +131,7 @@ int tocsin_result_get(tocsin_db *db, tocsin_result **out_result, int64_t job_id)
     r->error_message = tc_col_text(st, 3);
     r->created_at = sqlite3_column_int64(st, 4);
     r->expires_at = sqlite3_column_int64(st, 5);
+    r->error_trace = tc_col_text(st, 6);
     sqlite3_reset(st);
     if (r->is_error ? !r->error_type || !r->error_message : !r->value) {
         tocsin_result_free(r);
@@ -303,6 +313,10 @@ char *tc_result_json(const tocsin_result *r) {
         tc_buf_jstr(&b, r->error_type);
         tc_buf_key(&b, "message", &f2);
         tc_buf_jstr(&b, r->error_message);
+        if (r->error_trace) {
+            tc_buf_key(&b, "trace", &f2);
+            tc_buf_jstr(&b, r->error_trace);
+        }
         tc_buf_puts(&b, "}");
     } else {
         tc_buf_puts(&b, "null");

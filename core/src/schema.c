@@ -36,6 +36,7 @@ static const char *const SCHEMA_V1[] = {
     "  worker TEXT,"
     "  unique_key TEXT,"
     "  last_error TEXT,"
+    "  handbacks INTEGER NOT NULL DEFAULT 0 CHECK (handbacks >= 0),"
     "  CHECK (attempts BETWEEN 0 AND max_attempts),"
     "  CHECK ((state = 'processing') = (lease_until IS NOT NULL))"
     ");",
@@ -165,6 +166,17 @@ static const char *const SCHEMA_V1[] = {
     "  updated_at INTEGER NOT NULL"
     ") WITHOUT ROWID;",
     "CREATE INDEX _tocsin_schedules_due ON _tocsin_schedules(next_fire) WHERE paused = 0;",
+    /* the worker registry: live worker processes (docs/worker-protocol.md) */
+    "CREATE TABLE _tocsin_workers("
+    "  id TEXT PRIMARY KEY NOT NULL,"
+    "  host TEXT NOT NULL,"
+    "  pid INTEGER NOT NULL,"
+    "  pid_start INTEGER NOT NULL,"
+    "  queues TEXT NOT NULL,"
+    "  started_at INTEGER NOT NULL,"
+    "  heartbeat_at INTEGER NOT NULL,"
+    "  lease_ms INTEGER NOT NULL CHECK (lease_ms >= 1)"
+    ") WITHOUT ROWID;",
     NULL};
 
 /* MIGRATIONS[v-1] brings schema v-1 to v (v0 = nothing): NULL-terminated
