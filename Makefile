@@ -46,7 +46,7 @@ $(BUILD)/test_core: $(TEST_SRC) $(TEST_HDR) $(BUILD)/libtocsin.a
 $(BUILD)/test_core_san: $(TEST_SRC) $(TEST_HDR) $(CORE_SRC) $(CORE_HDR) | $(BUILD)
 	$(CC) $(WARN) $(SAN) -Icore/include -Icore/src $(TEST_SRC) core/src/tocsin_all.c -o $@ $(LIBS)
 
-test: deps all check-version test-header test-c test-san test-sql test-golden test-readme test-python
+test: deps all check-version test-header test-c test-san test-sql test-sql-property test-golden test-readme test-python
 
 test-c: $(BUILD)/test_core
 	$(BUILD)/test_core
@@ -56,6 +56,11 @@ test-san: $(BUILD)/test_core_san
 
 test-sql: $(BUILD)/tocsin.so
 	sh core/test/sql/run.sh $(BUILD)/tocsin.so
+
+# Random (hostile) calls of the SQL surface against a model; prints its seed (SEED=n replays).
+.PHONY: test-sql-property
+test-sql-property: $(BUILD)/tocsin.so
+	$(PYTHON) core/test/sql/property.py $(BUILD)/tocsin.so
 
 # Pins the outputs of the SQL surface (docs/sql.md) through the sqlite3 shell.
 test-golden: $(BUILD)/tocsin.so

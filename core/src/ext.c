@@ -695,7 +695,7 @@ static int fn_enqueue_many(fn_ctx *f, int argc, sqlite3_value **argv) {
         if (*p == ']') break;
         if (*p == ',') p = js_ws(p + 1, end);
         if (*p != '{')
-            return fail_msg(f, SQLITE_MISMATCH, "jobs[%zu] must be a JSON object", n);
+            return fail_msg(f, SQLITE_MISMATCH, "job %zu must be a JSON object", n);
         if (++n > TOCSIN_MAX_BATCH)
             return fail_msg(f, SQLITE_RANGE, "jobs must hold at most %d jobs", TOCSIN_MAX_BATCH);
         p = js_value_end(p, end);
@@ -716,7 +716,7 @@ static int fn_enqueue_many(fn_ctx *f, int argc, sqlite3_value **argv) {
         p = js_ws(p, end);
         if (*p == ',') p = js_ws(p + 1, end);
         e = js_value_end(p, end);
-        snprintf(where, sizeof where, "jobs[%zu]", i);
+        snprintf(where, sizeof where, "job %zu", i);
         f->where = where;
         if (!parse_opts(f, "a job", p, (size_t)(e - p), JOB_SPECS, &o[i])) goto done;
         if (!o[i].queue.set) {
@@ -736,6 +736,8 @@ static int fn_enqueue_many(fn_ctx *f, int argc, sqlite3_value **argv) {
         p = e;
     }
     if ((rc = tocsin_queue_enqueue_many(f->db, ids, specs, n)) != TOCSIN_OK) {
+        /* the core names the job ("job 3: ...") when there are several */
+        if (n == 1 && (rc == TOCSIN_INVALID || rc == TOCSIN_TOOBIG)) f->where = "job 0";
         fail(f, rc);
         goto done;
     }
