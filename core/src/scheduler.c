@@ -610,6 +610,7 @@ int tocsin_scheduler_lead(tocsin_db *db, int *out_is_leader, int64_t *out_token,
     if (!out_is_leader) return tc_err(db, TOCSIN_INVALID, "out_is_leader must not be NULL");
     *out_is_leader = 0;
     if (out_token) *out_token = 0;
+    if ((rc = tc_check_ms(db, "ttl_ms", ttl_ms, 1)) != TOCSIN_OK) return rc;
     rc = tocsin_lock_acquire(db, &token, NULL, TC_SCHEDULER_LOCK, owner, ttl_ms);
     if (rc != TOCSIN_OK) return rc;
     *out_is_leader = token > 0;
