@@ -26,8 +26,17 @@ typedef struct fn_ctx {
     sqlite3_context *ctx;
     tocsin_db *db;
     const char *name;  /* the SQL function's name: every message starts with it */
-    const char *where; /* NULL, or what is being read ("jobs[3]"), after the name */
+    const char *where; /* NULL, or what is being read ("job 3"), after the name */
 } fn_ctx;
+
+/* How many bytes of s to quote in a message: at most max, never splitting a
+ * UTF-8 sequence (the message must stay valid UTF-8). */
+static int quote_len(const char *s, size_t max) {
+    size_t n = strlen(s);
+    if (n <= max) return (int)n;
+    while (max > 0 && ((unsigned char)s[max] & 0xc0) == 0x80) max--;
+    return (int)max;
+}
 
 /* Reports an error of the SQL layer; returns 0 so callers can `return fail_msg(...)`. */
 static int fail_msg(fn_ctx *f, int sqlite_code, const char *fmt, ...)
@@ -44,6 +53,7 @@ static int fail_msg(fn_ctx *f, int sqlite_code, const char *fmt, ...) {
     va_start(ap, fmt);
     vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
     va_end(ap);
+    msg[quote_len(msg, sizeof msg - 2)] = 0; /* a cut message stays UTF-8 */
     sqlite3_result_error(f->ctx, msg, -1);
     sqlite3_result_error_code(f->ctx, sqlite_code);
     return 0;
@@ -481,7 +491,7 @@ static int parse_opts(fn_ctx *f, const char *what, const char *json, size_t n,
         for (s = specs, idx = 0; s->key && strcmp(s->key, key) != 0; s++, idx++) {
         }
         if (!s->key) {
-            fail_msg(f, SQLITE_ERROR, "unknown option \"%.200s\"", key);
+            fail_msg(f, SQLITE_ERROR, "unknown option \"%.*s\"", quote_len(key, 200), key);
             sqlite3_free(key);
             return 0;
         }
@@ -1292,7 +1302,8 @@ static int arg_zone(fn_ctx *f, int argc, sqlite3_value **argv, int i) {
     if (!arg_text_opt(f, argc, argv, i, "zone", &zone)) return -1;
     if (!zone || sqlite3_stricmp(zone, "utc") == 0) return 0;
     if (sqlite3_stricmp(zone, "local") == 0) return 1;
-    fail_msg(f, SQLITE_ERROR, "zone must be 'utc' or 'local', not '%.100s'", zone);
+    fail_msg(f, SQLITE_ERROR, "zone must be 'utc' or 'local', not '%.*s'", quote_len(zone, 100),
+             zone);
     return -1;
 }
 
