@@ -156,8 +156,14 @@ class Model:
         return l is None or l["owner"] is None or l["until"] <= self.now
 
 
+def state_class(state):
+    """The model knows three states: held ("processing"), dead, and waiting for a claim
+    ("pending": whatever name the core gives a live job that is not held)."""
+    return state if state in ("processing", "dead") else "pending"
+
+
 def job_from_json(j):
-    return {"id": j["id"], "queue": j["queue"], "state": j["state"], "payload": j["payload"],
+    return {"id": j["id"], "queue": j["queue"], "state": state_class(j["state"]), "payload": j["payload"],
             "meta": j["meta"], "priority": j["priority"], "attempts": j["attempts"],
             "max_attempts": j["max_attempts"], "token": j["token"], "run_at": j["run_at"],
             "lease_until": j["lease_until"], "expires_at": j["expires_at"],
