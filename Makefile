@@ -2,9 +2,13 @@
 CC      ?= cc
 BUILD   ?= build
 VERSION := $(shell cat VERSION)
+SOMAJOR := $(firstword $(subst ., ,$(VERSION)))
 WARN    := -std=c11 -Wall -Wextra -Werror
 CFLAGS  ?= -O2 -g
-ALL_CFLAGS := $(WARN) $(CFLAGS) -fPIC -Icore/include -Icore/src
+# Only TOCSIN_API functions (tocsin.h) leave a shared object; the extension
+# exports sqlite3_tocsin_init alone (make test-exports checks both).
+VIS     := -fvisibility=hidden
+ALL_CFLAGS := $(WARN) $(CFLAGS) $(VIS) -fPIC -Icore/include -Icore/src
 SAN     := -O1 -g -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 LIBS    := -lsqlite3 -lpthread
 
@@ -13,7 +17,7 @@ CORE_HDR := core/include/tocsin.h core/src/internal.h
 TEST_SRC := $(wildcard core/test/*.c)
 TEST_HDR := $(wildcard core/test/*.h)
 
-.PHONY: all lib ext test test-c test-san test-sql test-golden test-header test-readme check-version deps demo bench bench-wake clean fuzz-cron \
+.PHONY: all lib ext install test test-exports test-ctest test-consumer test-pedantic test-c test-san test-sql test-golden test-header test-readme check-version deps demo bench bench-wake clean fuzz-cron \
         test-python bench-python python-venv python-dist
 
 all: lib ext
@@ -33,8 +37,10 @@ $(BUILD)/tocsin_all.o: $(CORE_SRC) $(CORE_HDR) core/src/tocsin_all.c | $(BUILD)
 $(BUILD)/libtocsin.a: $(BUILD)/tocsin_all.o
 	rm -f $@ && ar rcs $@ $^
 
+# soname libtocsin.so.<major>, as the CMake build and `make install` lay it out.
 $(BUILD)/libtocsin.so: $(BUILD)/tocsin_all.o
-	$(CC) -shared -o $@ $^ $(LIBS)
+	$(CC) -shared -Wl,-soname,libtocsin.so.$(SOMAJOR) -o $@ $^ $(LIBS)
+	ln -sf libtocsin.so $(BUILD)/libtocsin.so.$(SOMAJOR)
 
 # The loadable extension: the same code calling SQLite through the host's routines.
 $(BUILD)/tocsin.so: $(CORE_SRC) $(CORE_HDR) core/src/tocsin_all.c | $(BUILD)
@@ -44,15 +50,23 @@ $(BUILD)/test_core: $(TEST_SRC) $(TEST_HDR) $(BUILD)/libtocsin.a
 	$(CC) $(ALL_CFLAGS) $(TEST_SRC) $(BUILD)/libtocsin.a -o $@ $(LIBS)
 
 $(BUILD)/test_core_san: $(TEST_SRC) $(TEST_HDR) $(CORE_SRC) $(CORE_HDR) | $(BUILD)
-	$(CC) $(WARN) $(SAN) -Icore/include -Icore/src $(TEST_SRC) core/src/tocsin_all.c -o $@ $(LIBS)
+	$(CC) $(WARN) $(SAN) $(VIS) -Icore/include -Icore/src $(TEST_SRC) core/src/tocsin_all.c -o $@ $(LIBS)
 
-test: deps all check-version test-header test-c test-san test-sql test-sql-property test-golden test-readme test-python
+test: deps all check-version test-header test-exports test-c test-san test-tsan test-sql test-sql-property test-golden \
+      test-readme test-ctest test-consumer test-python
 
 test-c: $(BUILD)/test_core
 	$(BUILD)/test_core
 
 test-san: $(BUILD)/test_core_san
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/test_core_san
+
+# The thread model under ThreadSanitizer: one handle from 8 threads, transaction handles.
+$(BUILD)/test_core_tsan: $(TEST_SRC) $(TEST_HDR) $(CORE_SRC) $(CORE_HDR) | $(BUILD)
+	$(CC) $(WARN) -O1 -g -fsanitize=thread $(VIS) -Icore/include -Icore/src $(TEST_SRC) core/src/tocsin_all.c -o $@ $(LIBS)
+
+test-tsan: $(BUILD)/test_core_tsan
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 $(BUILD)/test_core_tsan threads
 
 test-sql: $(BUILD)/tocsin.so
 	sh core/test/sql/run.sh $(BUILD)/tocsin.so
@@ -79,6 +93,69 @@ test-readme: $(BUILD)/libtocsin.a
 	awk '/^```c$$/{f=1;next}/^```$$/{f=0}f' README.md > $(BUILD)/readme/app.c
 	$(CC) $(WARN) -Icore/include $(BUILD)/readme/app.c $(BUILD)/libtocsin.a -o $(BUILD)/readme/app $(LIBS)
 	cd $(BUILD)/readme && ./app | grep -q 'sending {"to":"ann@example.com"}'
+
+# What each shared object exports (tools/check-exports): libtocsin.so only the
+# TOCSIN_API functions, each extension only sqlite3_tocsin_init, the CPython
+# module only PyInit__tocsin.
+test-exports: $(BUILD)/libtocsin.so $(BUILD)/tocsin.so python-venv
+	sh tools/check-exports lib core/include/tocsin.h $(BUILD)/libtocsin.so
+	sh tools/check-exports only $(BUILD)/tocsin.so sqlite3_tocsin_init
+	$(PY_VENV)/bin/python -c 'import tocsin._tocsin as m, tocsin.ext as e; print(m.__file__); print(e.loadable_path())' > $(BUILD)/py-modules.txt
+	sh tools/check-exports only "$$(sed -n 1p $(BUILD)/py-modules.txt)" PyInit__tocsin
+	sh tools/check-exports only "$$(sed -n 2p $(BUILD)/py-modules.txt)" sqlite3_tocsin_init
+
+# The CMake build in a fresh build directory: configure, build, ctest (run there).
+test-ctest: deps
+	sh tools/test-ctest
+
+# Installs with CMake and with `make install` into temporary prefixes, then builds
+# core/test/consumer against each through find_package and pkg-config (shared and
+# static) and runs it; also .loads each installed extension into the sqlite3 shell.
+test-consumer: deps lib ext
+	BUILD=$(BUILD) sh tools/test-consumer
+
+# The core as library and as extension under -pedantic. Not yet part of `make test`
+# (schema.c and ext.c are being made pedantic-clean). Both builds always run.
+PEDANTIC := -std=c11 -pedantic -Wall -Wextra -Werror -O0 $(VIS) -fPIC -Icore/include -Icore/src
+test-pedantic: | $(BUILD)
+	@rc=0; \
+	echo "pedantic: library"; $(CC) $(PEDANTIC) -c core/src/tocsin_all.c -o $(BUILD)/pedantic_lib.o || rc=1; \
+	echo "pedantic: extension"; $(CC) $(PEDANTIC) -DTOCSIN_EXTENSION -c core/src/tocsin_all.c -o $(BUILD)/pedantic_ext.o || rc=1; \
+	exit $$rc
+
+# ---- install -------------------------------------------------------------------
+# make install [PREFIX=/usr/local] [LIBDIR=$(PREFIX)/lib] [INCLUDEDIR=$(PREFIX)/include] [DESTDIR=]
+# The same layout as the CMake install (see CMakeLists.txt):
+#   include/tocsin.h, lib/libtocsin.{a,so,so.<major>,so.<version>}, lib/tocsin/tocsin.so
+#   (the SQLite extension), lib/pkgconfig/tocsin.pc, lib/cmake/tocsin/ (find_package).
+PREFIX     ?= /usr/local
+LIBDIR     ?= $(PREFIX)/lib
+INCLUDEDIR ?= $(PREFIX)/include
+# tocsin.pc keeps ${prefix} in its paths where it can
+PC_LIBDIR     = $(patsubst $(PREFIX)/%,$${prefix}/%,$(LIBDIR))
+PC_INCLUDEDIR = $(patsubst $(PREFIX)/%,$${prefix}/%,$(INCLUDEDIR))
+SIZEOF_VOID_P = $(shell echo __SIZEOF_POINTER__ | $(CC) -E -P - 2>/dev/null | tr -d ' ')
+PKG_SUBST = sed -e 's|@prefix@|$(PREFIX)|g' -e 's|@version@|$(VERSION)|g' -e 's|@somajor@|$(SOMAJOR)|g' \
+                -e 's|@sizeof_void_p@|$(SIZEOF_VOID_P)|g'
+
+install: lib ext
+	@mkdir -p $(BUILD)/pkg
+	$(PKG_SUBST) -e 's|@libdir@|$(PC_LIBDIR)|g' -e 's|@includedir@|$(PC_INCLUDEDIR)|g' \
+		tools/pkg/tocsin.pc.in > $(BUILD)/pkg/tocsin.pc
+	$(PKG_SUBST) -e 's|@libdir@|$(LIBDIR)|g' -e 's|@includedir@|$(INCLUDEDIR)|g' \
+		tools/pkg/tocsinConfig-make.cmake.in > $(BUILD)/pkg/tocsinConfig.cmake
+	$(PKG_SUBST) tools/pkg/tocsinConfigVersion-make.cmake.in > $(BUILD)/pkg/tocsinConfigVersion.cmake
+	install -d $(DESTDIR)$(INCLUDEDIR) $(DESTDIR)$(LIBDIR)/tocsin $(DESTDIR)$(LIBDIR)/pkgconfig \
+		$(DESTDIR)$(LIBDIR)/cmake/tocsin
+	install -m 644 core/include/tocsin.h $(DESTDIR)$(INCLUDEDIR)/tocsin.h
+	install -m 644 $(BUILD)/libtocsin.a $(DESTDIR)$(LIBDIR)/libtocsin.a
+	install -m 755 $(BUILD)/libtocsin.so $(DESTDIR)$(LIBDIR)/libtocsin.so.$(VERSION)
+	ln -sf libtocsin.so.$(VERSION) $(DESTDIR)$(LIBDIR)/libtocsin.so.$(SOMAJOR)
+	ln -sf libtocsin.so.$(SOMAJOR) $(DESTDIR)$(LIBDIR)/libtocsin.so
+	install -m 755 $(BUILD)/tocsin.so $(DESTDIR)$(LIBDIR)/tocsin/tocsin.so
+	install -m 644 $(BUILD)/pkg/tocsin.pc $(DESTDIR)$(LIBDIR)/pkgconfig/tocsin.pc
+	install -m 644 $(BUILD)/pkg/tocsinConfig.cmake $(BUILD)/pkg/tocsinConfigVersion.cmake \
+		$(DESTDIR)$(LIBDIR)/cmake/tocsin/
 
 check-version:
 	@sh tools/sync-version --check

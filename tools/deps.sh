@@ -13,6 +13,11 @@ need_pkg sqlite3 command -v sqlite3
 need_pkg gcc command -v cc
 need_pkg g++ command -v c++
 need_pkg make command -v make
+# the CMake build (make test-ctest), the installed-library consumer test
+# (make test-consumer: cmake and pkg-config) and the export check (nm)
+need_pkg cmake command -v cmake
+need_pkg pkg-config command -v pkg-config
+need_pkg binutils command -v nm
 # Python binding (bindings/python): Debian's python3 with venv, headers and pip.
 need_pkg python3 test -x /usr/bin/python3
 need_pkg python3-venv /usr/bin/python3 -c "import ensurepip, venv"

@@ -89,8 +89,18 @@ class BuildExt(build_ext):
         return super().get_export_symbols(ext)
 
 
-c_args = ["-std=gnu11", "-O2"] if sys.platform != "win32" else []
+# Hidden visibility: the CPython module exports PyInit__tocsin only (the core inside
+# it is TOCSIN_EMBED, so none of its functions leave the module), the loadable
+# extension sqlite3_tocsin_init only (hosts load it with RTLD_GLOBAL).
+c_args = ["-std=gnu11", "-O2", "-fvisibility=hidden"] if sys.platform != "win32" else []
 core_inc = [os.path.join("_core", "include"), os.path.join("_core", "src")]
+# Every core file: a changed core rebuilds both modules (setuptools compares
+# only `sources` otherwise, and would keep a stale build).
+core_files = sorted(
+    os.path.join("_core", part, name)
+    for part in ("include", "src")
+    for name in os.listdir(os.path.join(HERE, "_core", part))
+)
 
 extensions = [
     Extension(
@@ -98,13 +108,16 @@ extensions = [
         sources=["src/_tocsinmodule.c", "_core/src/tocsin_all.c"],
         include_dirs=core_inc,
         libraries=["sqlite3"],
+        define_macros=[("TOCSIN_EMBED", "1")],
         extra_compile_args=c_args,
+        depends=core_files,
     ),
     Extension(
         LOADABLE,
         sources=["src/tocsin_ext.c"],
         include_dirs=core_inc,
         extra_compile_args=c_args,
+        depends=core_files,
     ),
 ]
 

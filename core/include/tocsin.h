@@ -3,8 +3,10 @@
  *
  * The one public header of the C core. Conventions used throughout:
  *  - functions return an int result code: TOCSIN_OK (0) or one of TOCSIN_*;
- *    the message of the last failure is tocsin_errmsg(db) (borrowed, valid
- *    until the next call on that handle);
+ *    there is one error channel: tocsin_errmsg() / tocsin_errcode() /
+ *    tocsin_sqlite_errcode() read the calling thread's last failure, whatever
+ *    handle (or none) failed -- read them on the thread that made the call
+ *    (in Go, inside runtime.LockOSThread or one cgo call);
  *  - out-parameters come first;
  *  - every pointer handed out is documented as "owned" (free it with the
  *    named function, never with libc free) or "borrowed";
@@ -13,11 +15,22 @@
  *  - options structs carry a `version` field; initialise them with their
  *    _INIT macro so that fields added later keep the ABI.
  *
- * Thread safety: a tocsin_db handle is used by one thread at a time (the
- * caller serialises, as with a sqlite3 connection). Different handles may be
- * used from different threads at once. The free functions are thread-safe.
- * The wake engine's handles (tocsin_sub, tocsin_listener, tocsin_stream_sub)
- * state their own rules in their section.
+ * Threads (the rule bindings build on; details per function below):
+ *  - a tocsin_db may be used from any number of threads at once: the core
+ *    serialises the calls on one handle (like SQLite's serialized mode), each
+ *    call atomic;
+ *  - a transaction belongs to a transaction handle, never to a thread:
+ *    tocsin_tx_begin() returns one, on a connection of its own, and only the
+ *    calls made on that handle join the transaction (so two tasks of one event
+ *    loop thread, or two goroutines, never share one by accident). The
+ *    handle's own tocsin_begin()/tocsin_commit() remain for single-threaded
+ *    C code: while it is open, every call on that handle joins it;
+ *  - waits (subscriptions, listeners, stream subscriptions, queue, result and
+ *    lock waits) block only the calling thread and hold no lock of the
+ *    handle while they sleep; poke and close are safe from any other thread
+ *    (see "How every wait ends");
+ *  - nothing survives fork(): open handles and subscriptions in the process
+ *    that uses them (inherited subscriptions report TOCSIN_CLOSED).
  */
 #ifndef TOCSIN_H
 #define TOCSIN_H
@@ -27,6 +40,40 @@
 
 #ifdef __cplusplus
 extern "C" {
+#endif
+
+/* ---- symbol export ------------------------------------------------------
+ * TOCSIN_API marks the public functions. The core is compiled with
+ * -fvisibility=hidden, so only these leave a shared libtocsin, and nothing of
+ * the core leaves a module that contains it privately:
+ *  - TOCSIN_EXTENSION (the loadable SQLite extension) and TOCSIN_EMBED (the
+ *    core compiled into a binding's module) make TOCSIN_API empty: such a
+ *    module exports its own entry point only (sqlite3_tocsin_init, PyInit_...);
+ *  - on Windows the DLL is built with TOCSIN_BUILD_SHARED (dllexport); users
+ *    of the static library define TOCSIN_STATIC; everyone else gets dllimport.
+ * TOCSIN_EXPORT is the unconditional export, for the extension's entry point.
+ * Define TOCSIN_API yourself before including this header to override. */
+#if defined(_WIN32) || defined(__CYGWIN__)
+#define TOCSIN_EXPORT __declspec(dllexport)
+#elif defined(__GNUC__) && __GNUC__ >= 4
+#define TOCSIN_EXPORT __attribute__((visibility("default")))
+#else
+#define TOCSIN_EXPORT
+#endif
+#ifndef TOCSIN_API
+#if defined(TOCSIN_EXTENSION) || defined(TOCSIN_EMBED)
+#define TOCSIN_API
+#elif defined(_WIN32) || defined(__CYGWIN__)
+#if defined(TOCSIN_BUILD_SHARED)
+#define TOCSIN_API __declspec(dllexport)
+#elif defined(TOCSIN_STATIC)
+#define TOCSIN_API
+#else
+#define TOCSIN_API __declspec(dllimport)
+#endif
+#else
+#define TOCSIN_API TOCSIN_EXPORT
+#endif
 #endif
 
 /* Kept in step with the VERSION file by tools/sync-version (checked by make test). */
@@ -55,7 +102,16 @@ extern "C" {
 #define TOCSIN_NOMEM 11     /* out of memory */
 #define TOCSIN_REPLACED 12  /* the database file was replaced under the handle */
 #define TOCSIN_TIMEOUT 13   /* a wait ended at its deadline */
-#define TOCSIN_READONLY 14  /* a write was attempted on a read-only handle */
+#define TOCSIN_READONLY 14  /* a write was attempted on a read-only handle or file */
+#define TOCSIN_INTERRUPTED 15 /* a wait was poked, or SQLite was interrupted */
+#define TOCSIN_IOERR 16     /* an I/O error of the file system (SQLITE_IOERR) */
+#define TOCSIN_FULL 17      /* the disk or the database is full (SQLITE_FULL) */
+#define TOCSIN_CANTOPEN 18  /* the database file cannot be opened or created */
+#define TOCSIN_PERM 19      /* access denied (SQLITE_PERM, SQLITE_AUTH) */
+
+/* The tocsin code for an SQLite result code (primary or extended), so that
+ * no binding maps SQLite codes itself. SQLITE_OK gives TOCSIN_OK. */
+TOCSIN_API int tocsin_code_of_sqlite(int sqlite_rc);
 
 /* ---- limits ------------------------------------------------------------
  * Enforced once, in the core: the SQL surface and every binding inherit them
@@ -72,15 +128,15 @@ extern "C" {
 #define TOCSIN_MAX_TIME_MS 253402300799999LL
 
 /* Library versions. Borrowed static strings. */
-const char *tocsin_version(void);
-int tocsin_version_number(void);
-const char *tocsin_sqlite_version(void); /* the SQLite this process runs on */
+TOCSIN_API const char *tocsin_version(void);
+TOCSIN_API int tocsin_version_number(void);
+TOCSIN_API const char *tocsin_sqlite_version(void); /* the SQLite this process runs on */
 
 /* A constant English name for a result code ("invalid argument", ...). */
-const char *tocsin_errstr(int rc);
+TOCSIN_API const char *tocsin_errstr(int rc);
 
 /* Frees memory handed out by tocsin (strings, arrays). Accepts NULL. */
-void tocsin_free(void *p);
+TOCSIN_API void tocsin_free(void *p);
 
 /* ---- handles ----------------------------------------------------------- */
 typedef struct tocsin_db tocsin_db;
@@ -109,57 +165,92 @@ typedef struct tocsin_open_opts {
  * could be made, a handle carrying the message (close it too).
  * `opts` may be NULL.
  */
-int tocsin_open(tocsin_db **out, const char *path, const tocsin_open_opts *opts);
+TOCSIN_API int tocsin_open(tocsin_db **out, const char *path, const tocsin_open_opts *opts);
 
 /*
  * Wraps an existing connection owned by the host (used by the loadable
  * extension). The connection stays the host's: tocsin_close() frees the
  * wrapper only. Journal mode and pragmas are left as the host set them.
  */
-int tocsin_wrap(tocsin_db **out, struct sqlite3 *conn, const tocsin_open_opts *opts);
+TOCSIN_API int tocsin_wrap(tocsin_db **out, struct sqlite3 *conn, const tocsin_open_opts *opts);
 
-/* Closes the handle (and its connection unless wrapped). Accepts NULL. */
-int tocsin_close(tocsin_db *db);
+/* Closes the handle (and its connection unless wrapped). Accepts NULL. A
+ * queue, result or lock wait of another thread on the handle's own
+ * subscription ends with TOCSIN_CLOSED first; later calls on the handle
+ * return TOCSIN_CLOSED while transaction handles still keep it alive, after
+ * which it is freed. A transaction handle is ended with tocsin_tx_*, not this. */
+TOCSIN_API int tocsin_close(tocsin_db *db);
 
 /* The underlying connection, borrowed until tocsin_close(): use it for the
  * application's own statements inside a tocsin transaction. */
-struct sqlite3 *tocsin_sqlite(tocsin_db *db);
+TOCSIN_API struct sqlite3 *tocsin_sqlite(tocsin_db *db);
 
-/* The message and code of the last failure on this handle. */
-const char *tocsin_errmsg(tocsin_db *db);
-int tocsin_errcode(tocsin_db *db);
-int tocsin_sqlite_errcode(tocsin_db *db); /* SQLite's extended code, 0 if none */
+/*
+ * The one error channel: the message, code and SQLite extended code (0 if
+ * none) of the calling thread's last failed tocsin call, on any handle or on
+ * none. `db` may be NULL and is not consulted (the thread's error is the
+ * handle's error, since a failing call sets it before returning). Borrowed,
+ * valid until the next tocsin call of this thread. Every failure sets it,
+ * including those of subscriptions, listeners, stream subscriptions,
+ * tocsin_wake_configure and tocsin_cron_parse.
+ */
+TOCSIN_API const char *tocsin_errmsg(tocsin_db *db);
+TOCSIN_API int tocsin_errcode(tocsin_db *db);
+TOCSIN_API int tocsin_sqlite_errcode(tocsin_db *db);
 
-/* The handle's clock. tocsin_set_clock(db, NULL, NULL) restores the system clock. */
-int64_t tocsin_now(tocsin_db *db);
-void tocsin_set_clock(tocsin_db *db, tocsin_clock_fn clock, void *ctx);
+/* The handle's clock. tocsin_set_clock(db, NULL, NULL) restores the system
+ * clock. Set it (and the payload limit) before other threads use the handle;
+ * transaction handles take db's settings when they begin. The clock may be
+ * called from any thread that uses the handle. */
+TOCSIN_API int64_t tocsin_now(tocsin_db *db);
+TOCSIN_API void tocsin_set_clock(tocsin_db *db, tocsin_clock_fn clock, void *ctx);
 
 /* The payload size limit in bytes (>= 1). */
-int tocsin_set_max_payload(tocsin_db *db, int64_t max_bytes);
+TOCSIN_API int tocsin_set_max_payload(tocsin_db *db, int64_t max_bytes);
 
 /* Checks a name (queue, topic, channel, consumer, worker, lock...) as every
  * operation does: non-empty UTF-8, at most 255 bytes, no control characters.
  * TOCSIN_INVALID with a message naming `what` otherwise. Writes nothing. */
-int tocsin_check_name(tocsin_db *db, const char *what, const char *name);
+TOCSIN_API int tocsin_check_name(tocsin_db *db, const char *what, const char *name);
 
 /* Creates the schema if missing, migrates forward; *out_version is the schema version. */
-int tocsin_bootstrap(tocsin_db *db, int *out_version);
+TOCSIN_API int tocsin_bootstrap(tocsin_db *db, int *out_version);
 
 /* ---- transactions ------------------------------------------------------ */
 /*
- * tocsin_begin() starts a write transaction (BEGIN IMMEDIATE, waiting up to
- * the busy timeout). Every tocsin operation called before commit/rollback
- * joins it: a rollback drops its jobs, events and notifications together
+ * tocsin_begin() starts a write transaction on the handle's own connection
+ * (BEGIN IMMEDIATE, waiting up to the busy timeout): for single-threaded
+ * code, since every call on the handle, from any thread, joins it until
+ * commit/rollback (threads and bindings use tocsin_tx_begin). Every tocsin
+ * operation called before commit/rollback joins it: a rollback drops its jobs, events and notifications together
  * with the application's own writes. Outside a transaction each operation is
  * its own transaction; inside one it nests in a SAVEPOINT, so a failed
  * operation leaves nothing half applied.
  */
-int tocsin_begin(tocsin_db *db);
-int tocsin_commit(tocsin_db *db);
-int tocsin_rollback(tocsin_db *db);
-int tocsin_in_transaction(tocsin_db *db);
+TOCSIN_API int tocsin_begin(tocsin_db *db);
+TOCSIN_API int tocsin_commit(tocsin_db *db);
+TOCSIN_API int tocsin_rollback(tocsin_db *db);
+TOCSIN_API int tocsin_in_transaction(tocsin_db *db);
+
+/*
+ * Transaction handles: the transactions of multi-threaded programs and of
+ * every binding. tocsin_tx_begin() starts a write transaction (BEGIN
+ * IMMEDIATE, waiting up to the busy timeout) on a connection of its own
+ * (pooled by db) and returns it as *out_tx, a tocsin_db that every function
+ * taking a tocsin_db accepts: the calls made on *out_tx join the transaction,
+ * calls on db (or another transaction handle) do not. *out_tx is usable from
+ * any thread, one call at a time per handle (the core serialises them).
+ * tocsin_tx_commit() / tocsin_tx_rollback() end it and always release *out_tx
+ * (a failed commit has rolled back: nothing of it was written). Transaction
+ * handles do not nest, cannot wait (waits refuse inside a transaction) and
+ * keep db alive until they end, even past tocsin_close(db). Not for an
+ * in-memory database (TOCSIN_INVALID) nor a read-only handle.
+ */
+TOCSIN_API int tocsin_tx_begin(tocsin_db *db, tocsin_db **out_tx);
+TOCSIN_API int tocsin_tx_commit(tocsin_db *tx);
+TOCSIN_API int tocsin_tx_rollback(tocsin_db *tx);
 /* Runs SQL text of the application's (no result rows) on the handle's connection. */
-int tocsin_exec(tocsin_db *db, const char *sql);
+TOCSIN_API int tocsin_exec(tocsin_db *db, const char *sql);
 
 /* ---- queue ------------------------------------------------------------- */
 typedef struct tocsin_enqueue_opts {
@@ -187,10 +278,10 @@ typedef struct tocsin_job_spec {
  * Enqueues a job; *out_id is its id. With a unique_key that a live job of the
  * same queue already holds, nothing is written and *out_id is that job's id.
  */
-int tocsin_queue_enqueue(tocsin_db *db, int64_t *out_id, const char *queue,
+TOCSIN_API int tocsin_queue_enqueue(tocsin_db *db, int64_t *out_id, const char *queue,
                          const char *payload, const tocsin_enqueue_opts *opts);
 /* Enqueues n jobs atomically (all or none); out_ids has room for n ids. */
-int tocsin_queue_enqueue_many(tocsin_db *db, int64_t *out_ids, const tocsin_job_spec *specs,
+TOCSIN_API int tocsin_queue_enqueue_many(tocsin_db *db, int64_t *out_ids, const tocsin_job_spec *specs,
                               size_t n);
 
 /* A job as stored. Strings are owned by the array they came in. */
@@ -216,7 +307,7 @@ typedef struct tocsin_job {
 } tocsin_job;
 
 /* Frees an array of n jobs returned by tocsin. Accepts NULL. */
-void tocsin_jobs_free(tocsin_job *jobs, size_t n);
+TOCSIN_API void tocsin_jobs_free(tocsin_job *jobs, size_t n);
 
 /*
  * Claims up to `max` claimable jobs of `queue` for `worker`, ordered by
@@ -226,7 +317,7 @@ void tocsin_jobs_free(tocsin_job *jobs, size_t n);
  * past expiry go dead with reason "expired". A paused queue yields nothing.
  * *out_jobs (owned, free with tocsin_jobs_free) holds *out_n jobs.
  */
-int tocsin_queue_claim(tocsin_db *db, tocsin_job **out_jobs, size_t *out_n, const char *queue,
+TOCSIN_API int tocsin_queue_claim(tocsin_db *db, tocsin_job **out_jobs, size_t *out_n, const char *queue,
                        const char *worker, size_t max, int64_t visibility_ms);
 
 /*
@@ -240,41 +331,41 @@ int tocsin_queue_claim(tocsin_db *db, tocsin_job **out_jobs, size_t *out_n, cons
  *  fail: dead now with reason "failed";
  *  heartbeat: lease extended to now + extend_ms.
  */
-int tocsin_job_ack(tocsin_db *db, int *out_ok, int64_t id, int64_t token);
+TOCSIN_API int tocsin_job_ack(tocsin_db *db, int *out_ok, int64_t id, int64_t token);
 /* Acks n (id, token) pairs in one transaction; *out_acked counts those that held. */
-int tocsin_job_ack_batch(tocsin_db *db, size_t *out_acked, const int64_t *ids,
+TOCSIN_API int tocsin_job_ack_batch(tocsin_db *db, size_t *out_acked, const int64_t *ids,
                          const int64_t *tokens, size_t n);
-int tocsin_job_retry(tocsin_db *db, int *out_ok, int64_t id, int64_t token, int64_t delay_ms,
+TOCSIN_API int tocsin_job_retry(tocsin_db *db, int *out_ok, int64_t id, int64_t token, int64_t delay_ms,
                      const char *error);
-int tocsin_job_fail(tocsin_db *db, int *out_ok, int64_t id, int64_t token, const char *error);
-int tocsin_job_heartbeat(tocsin_db *db, int *out_ok, int64_t id, int64_t token,
+TOCSIN_API int tocsin_job_fail(tocsin_db *db, int *out_ok, int64_t id, int64_t token, const char *error);
+TOCSIN_API int tocsin_job_heartbeat(tocsin_db *db, int *out_ok, int64_t id, int64_t token,
                          int64_t extend_ms);
 
 /* Exponential backoff: min(cap, base * 2^(attempts-1)), then "equal jitter"
  * (the upper half drawn at random). attempts >= 1. */
-int64_t tocsin_backoff_ms(int64_t base_ms, int64_t cap_ms, int attempts);
+TOCSIN_API int64_t tocsin_backoff_ms(int64_t base_ms, int64_t cap_ms, int attempts);
 #define TOCSIN_BACKOFF_BASE_MS 1000
 #define TOCSIN_BACKOFF_CAP_MS 3600000
 
 /* Cancels a live job (pending or processing): it goes dead with reason
  * "cancelled". *out_ok is 0 if no live job has that id. */
-int tocsin_job_cancel(tocsin_db *db, int *out_ok, int64_t id);
+TOCSIN_API int tocsin_job_cancel(tocsin_db *db, int *out_ok, int64_t id);
 
 /* Looks a job up, live or dead. *out_job (owned, free with tocsin_jobs_free(job, 1))
  * is NULL when no job has that id (acked jobs are removed). */
-int tocsin_job_get(tocsin_db *db, tocsin_job **out_job, int64_t id);
+TOCSIN_API int tocsin_job_get(tocsin_db *db, tocsin_job **out_job, int64_t id);
 
 /* Paused queues hand out no jobs; enqueue still works. */
-int tocsin_queue_pause(tocsin_db *db, const char *queue);
-int tocsin_queue_resume(tocsin_db *db, const char *queue);
-int tocsin_queue_is_paused(tocsin_db *db, int *out_paused, const char *queue);
+TOCSIN_API int tocsin_queue_pause(tocsin_db *db, const char *queue);
+TOCSIN_API int tocsin_queue_resume(tocsin_db *db, const char *queue);
+TOCSIN_API int tocsin_queue_is_paused(tocsin_db *db, int *out_paused, const char *queue);
 
 /*
  * Statistics as a JSON object (owned, free with tocsin_free). For one queue:
  * {"queue","pending","scheduled","processing","dead","oldest_pending_age_ms",
  * "paused"}; with queue NULL: {"queues":[...one object per queue...]}.
  */
-int tocsin_queue_stats(tocsin_db *db, char **out_json, const char *queue);
+TOCSIN_API int tocsin_queue_stats(tocsin_db *db, char **out_json, const char *queue);
 
 /*
  * The earliest instant at which something in these queues needs a worker: a
@@ -282,18 +373,18 @@ int tocsin_queue_stats(tocsin_db *db, char **out_json, const char *queue);
  * expires. *out_ms is -1 when nothing is pending or in flight. Paused queues
  * count only their leases. Read-only.
  */
-int tocsin_queue_next_deadline(tocsin_db *db, int64_t *out_ms, const char *const *queues,
+TOCSIN_API int tocsin_queue_next_deadline(tocsin_db *db, int64_t *out_ms, const char *const *queues,
                                size_t n);
 
 /* Dead letters of `queue` (NULL: all queues), oldest first, ids > after_id. */
-int tocsin_dead_list(tocsin_db *db, tocsin_job **out_jobs, size_t *out_n, const char *queue,
+TOCSIN_API int tocsin_dead_list(tocsin_db *db, tocsin_job **out_jobs, size_t *out_n, const char *queue,
                      int64_t after_id, size_t limit);
 /* Moves dead job `id` back to pending (attempts reset), keeping its id.
  * *out_ok is 0 if no dead job has that id. */
-int tocsin_dead_requeue(tocsin_db *db, int *out_ok, int64_t id);
+TOCSIN_API int tocsin_dead_requeue(tocsin_db *db, int *out_ok, int64_t id);
 /* Deletes dead jobs of `queue` (NULL: all) that died before `before_ms`
  * (0: all of them); *out_n counts them. */
-int tocsin_dead_purge(tocsin_db *db, int64_t *out_n, const char *queue, int64_t before_ms);
+TOCSIN_API int tocsin_dead_purge(tocsin_db *db, int64_t *out_n, const char *queue, int64_t before_ms);
 
 /* ---- streams and notifications ----------------------------------------- */
 /* A stream event or a notification. Strings are owned by the array. */
@@ -306,23 +397,23 @@ typedef struct tocsin_message {
     int64_t created_at;
 } tocsin_message;
 
-void tocsin_messages_free(tocsin_message *msgs, size_t n);
+TOCSIN_API void tocsin_messages_free(tocsin_message *msgs, size_t n);
 
 /* Appends an event; *out_offset is its offset (increasing, never reused). */
-int tocsin_stream_publish(tocsin_db *db, int64_t *out_offset, const char *topic,
+TOCSIN_API int tocsin_stream_publish(tocsin_db *db, int64_t *out_offset, const char *topic,
                           const char *payload, const char *key, const char *meta);
 /* Appends n events atomically; keys may be NULL (no keys); out_offsets has room for n. */
-int tocsin_stream_publish_many(tocsin_db *db, int64_t *out_offsets, const char *topic,
+TOCSIN_API int tocsin_stream_publish_many(tocsin_db *db, int64_t *out_offsets, const char *topic,
                                const char *const *payloads, const char *const *keys, size_t n);
 /* Events of `topic` with offset > after, oldest first, at most limit. */
-int tocsin_stream_read(tocsin_db *db, tocsin_message **out, size_t *out_n, const char *topic,
+TOCSIN_API int tocsin_stream_read(tocsin_db *db, tocsin_message **out, size_t *out_n, const char *topic,
                        int64_t after, size_t limit);
 /* Saves a consumer's offset; offsets only move forward: *out_stored (may be
  * NULL) is the offset stored afterwards, max(old, offset). */
-int tocsin_stream_save_offset(tocsin_db *db, int64_t *out_stored, const char *consumer,
+TOCSIN_API int tocsin_stream_save_offset(tocsin_db *db, int64_t *out_stored, const char *consumer,
                               const char *topic, int64_t offset);
 /* A consumer's saved offset, 0 if none yet. */
-int tocsin_stream_offset(tocsin_db *db, int64_t *out_offset, const char *consumer,
+TOCSIN_API int tocsin_stream_offset(tocsin_db *db, int64_t *out_offset, const char *consumer,
                          const char *topic);
 
 typedef struct tocsin_trim_opts {
@@ -334,26 +425,26 @@ typedef struct tocsin_trim_opts {
 #define TOCSIN_TRIM_OPTS_VERSION 1
 #define TOCSIN_TRIM_OPTS_INIT {TOCSIN_TRIM_OPTS_VERSION, 0, 0, 0}
 /* Deletes events of `topic` matching any criterion set; *out_n counts them. */
-int tocsin_stream_trim(tocsin_db *db, int64_t *out_n, const char *topic,
+TOCSIN_API int tocsin_stream_trim(tocsin_db *db, int64_t *out_n, const char *topic,
                        const tocsin_trim_opts *opts);
 
 /* Records a notification in the caller's transaction; *out_id is its id. */
-int tocsin_notify(tocsin_db *db, int64_t *out_id, const char *channel, const char *payload,
+TOCSIN_API int tocsin_notify(tocsin_db *db, int64_t *out_id, const char *channel, const char *payload,
                   const char *meta);
 /* Notifications of `channel` with id > after_id, oldest first, at most limit. */
-int tocsin_notify_read(tocsin_db *db, tocsin_message **out, size_t *out_n, const char *channel,
+TOCSIN_API int tocsin_notify_read(tocsin_db *db, tocsin_message **out, size_t *out_n, const char *channel,
                        int64_t after_id, size_t limit);
 /* The highest notification id so far (any channel), 0 if none: where a listener starts. */
-int tocsin_notify_max_id(tocsin_db *db, int64_t *out_id);
+TOCSIN_API int tocsin_notify_max_id(tocsin_db *db, int64_t *out_id);
 /* Deletes notifications older than max_age_ms (> 0) and, per channel, all but
  * the newest max_keep (> 0); 0 disables a criterion. *out_n counts them. */
-int tocsin_notify_prune(tocsin_db *db, int64_t *out_n, int64_t max_age_ms, int64_t max_keep);
+TOCSIN_API int tocsin_notify_prune(tocsin_db *db, int64_t *out_n, int64_t max_age_ms, int64_t max_keep);
 /*
  * Opt-in automatic trim, stored in the database (every process and language
  * follows it): about one notify in `one_in` runs tocsin_notify_prune(max_age_ms,
  * max_keep). one_in == 0 turns it off.
  */
-int tocsin_notify_set_autotrim(tocsin_db *db, int64_t max_age_ms, int64_t max_keep,
+TOCSIN_API int tocsin_notify_set_autotrim(tocsin_db *db, int64_t max_age_ms, int64_t max_keep,
                                int64_t one_in);
 
 /* ==== wake engine ======================================================== */
@@ -382,6 +473,23 @@ int tocsin_notify_set_autotrim(tocsin_db *db, int64_t max_age_ms, int64_t max_ke
  * carry meaning (tocsin_queue_wait) are read from the handle's clock.
  *
  * Subscriptions do not survive fork(): open them in the process that uses them.
+ *
+ * How every wait ends -- tocsin_sub_wait, tocsin_sub_wait_until,
+ * tocsin_listen_next, tocsin_stream_sub_next, tocsin_queue_wait,
+ * tocsin_result_wait and tocsin_lock_wait alike:
+ *   TOCSIN_OK           its condition holds (woken, messages, claimable,
+ *                       an outcome, the lock held), outputs set;
+ *   TOCSIN_TIMEOUT      the timeout or deadline passed first;
+ *   TOCSIN_INTERRUPTED  another thread poked it (tocsin_*_poke): a binding's
+ *                       cancellation;
+ *   TOCSIN_CLOSED       its subscription was closed meanwhile by another
+ *                       thread, or was inherited across fork();
+ *   TOCSIN_REPLACED     the database file was replaced or deleted (sticky);
+ *   anything else       a failure reading the database (TOCSIN_BUSY, ...).
+ * Outputs are empty unless TOCSIN_OK; the message is tocsin_errmsg() of the
+ * waiting thread. Closing a subscription, listener or stream subscription
+ * while another thread waits on it is safe: the close returns once that wait
+ * has ended (with TOCSIN_CLOSED).
  */
 
 /* Process-wide watcher settings; they apply to watchers started afterwards. */
@@ -404,61 +512,59 @@ typedef struct tocsin_wake_opts {
 #define TOCSIN_WAKE_OPTS_VERSION 1
 #define TOCSIN_WAKE_OPTS_INIT {TOCSIN_WAKE_OPTS_VERSION, 0, 0, 0, 0}
 /* NULL restores the defaults. Thread-safe. TOCSIN_INVALID on bad values. */
-int tocsin_wake_configure(const tocsin_wake_opts *opts);
+TOCSIN_API int tocsin_wake_configure(const tocsin_wake_opts *opts);
 
 /*
  * ---- subscriptions: the raw wake ----
  * A tocsin_sub holds no connection: after tocsin_sub_open it is independent
  * of the tocsin_db it was opened from (which may be closed or used by another
- * thread). wait/drain/close are called by one thread at a time;
- * tocsin_sub_fd, tocsin_sub_poke and tocsin_sub_errmsg from any thread.
- * Close it only when no thread is waiting on it (poke the waiter first).
+ * thread). wait/drain are called by one thread at a time; tocsin_sub_fd,
+ * tocsin_sub_poke and tocsin_sub_close from any thread.
  */
 typedef struct tocsin_sub tocsin_sub;
 
 /* Subscribes to commits on db's file. *out is owned: tocsin_sub_close().
- * Fails with TOCSIN_INVALID for an in-memory database. Use db from its thread. */
-int tocsin_sub_open(tocsin_sub **out, tocsin_db *db);
+ * TOCSIN_INVALID for an in-memory database, TOCSIN_REPLACED when db's path
+ * no longer names the file db opened. */
+TOCSIN_API int tocsin_sub_open(tocsin_sub **out, tocsin_db *db);
 /* The descriptor, readable while a wake is pending. Borrowed until close; -1 if sub is NULL. */
-int tocsin_sub_fd(tocsin_sub *sub);
-/* Consumes pending wakes without blocking: *out_woken is 1 if there was one.
- * Returns TOCSIN_OK, or the subscription's error (TOCSIN_REPLACED: the file
- * was replaced or deleted; sticky). */
-int tocsin_sub_drain(tocsin_sub *sub, int *out_woken);
-/* Waits up to timeout_ms for a wake and consumes it: TOCSIN_OK (woken),
- * TOCSIN_TIMEOUT, or the subscription's error. */
-int tocsin_sub_wait(tocsin_sub *sub, int timeout_ms);
+TOCSIN_API int tocsin_sub_fd(tocsin_sub *sub);
+/* Consumes pending wakes without blocking (what an event loop calls when the
+ * descriptor is readable): TOCSIN_OK with *out_woken 1 if there was one, or
+ * how a wait would end (TOCSIN_INTERRUPTED after a poke, TOCSIN_CLOSED,
+ * TOCSIN_REPLACED). */
+TOCSIN_API int tocsin_sub_drain(tocsin_sub *sub, int *out_woken);
+/* Waits up to timeout_ms for a wake and consumes it (see "How every wait ends"). */
+TOCSIN_API int tocsin_sub_wait(tocsin_sub *sub, int timeout_ms);
 /*
- * Wakes the subscription as a commit would and marks it interrupted: a
- * tocsin_sub_wait returns TOCSIN_OK; tocsin_sub_wait_until and
- * tocsin_queue_wait on it return TOCSIN_OK with *out_done / *out_ready 0
- * (how a binding cancels a blocked wait from another thread). Thread-safe.
+ * Ends the wait in progress on the subscription (or the next one) with
+ * TOCSIN_INTERRUPTED: how a binding cancels a blocked wait from another
+ * thread. Waits on a listener or stream subscription built on it, and queue,
+ * result and lock waits given it as `sub`, end the same way. Thread-safe.
  */
-int tocsin_sub_poke(tocsin_sub *sub);
-/* The message of the subscription's error, or "" (borrowed, valid until close). */
-const char *tocsin_sub_errmsg(tocsin_sub *sub);
-/* Unsubscribes at once and releases the descriptor (and the watcher thread
- * with the last subscription of the file). Accepts NULL. */
-int tocsin_sub_close(tocsin_sub *sub);
+TOCSIN_API int tocsin_sub_poke(tocsin_sub *sub);
+/* Unsubscribes and releases the descriptor (and the watcher thread with the
+ * last subscription of the file). A wait of another thread on it ends with
+ * TOCSIN_CLOSED first. Accepts NULL. */
+TOCSIN_API int tocsin_sub_close(tocsin_sub *sub);
 
 /*
  * "Wait until a condition holds or the timeout passes": check() is called at
  * once and after every wake; it sets *out_done and returns TOCSIN_OK, or a
  * code that ends the wait and is returned (TOCSIN_CALLBACK when the host's
- * callback raised). Returns TOCSIN_OK with *out_done 1 when the condition
- * held, TOCSIN_TIMEOUT, TOCSIN_OK with *out_done 0 after tocsin_sub_poke(),
- * or the subscription's error. check() runs on the calling thread.
+ * callback raised). TOCSIN_OK once the condition held; otherwise as every
+ * wait ends. check() runs on the calling thread.
  */
 typedef int (*tocsin_check_fn)(void *ctx, int *out_done);
-int tocsin_sub_wait_until(tocsin_sub *sub, int *out_done, tocsin_check_fn check, void *ctx,
-                          int timeout_ms);
+TOCSIN_API int tocsin_sub_wait_until(tocsin_sub *sub, tocsin_check_fn check, void *ctx,
+                                     int timeout_ms);
 
 /*
  * ---- listen: NOTIFY/LISTEN ----
  * A listener reads through its own private read-only connection to db's
  * file, so it is independent of db after open (db may be closed or used by
- * other threads). One thread at a time per listener; tocsin_listen_fd and
- * tocsin_listen_poke from any thread.
+ * other threads). One thread at a time per listener; tocsin_listen_fd,
+ * tocsin_listen_poke and tocsin_listen_close from any thread.
  */
 typedef struct tocsin_listener tocsin_listener;
 
@@ -468,35 +574,35 @@ typedef struct tocsin_listener tocsin_listener;
  * buffer_size (1..10000) bounds what one tocsin_listen_next returns: a
  * listener more than buffer_size notifications behind loses the oldest ones,
  * counted by tocsin_listen_dropped (use a stream for lossless delivery).
- * *out is owned: tocsin_listen_close(). On failure *out is NULL and db
- * carries the message.
+ * *out is owned: tocsin_listen_close(). On failure *out is NULL.
  */
-int tocsin_listen_open(tocsin_listener **out, tocsin_db *db, const char *channel,
+TOCSIN_API int tocsin_listen_open(tocsin_listener **out, tocsin_db *db, const char *channel,
                        size_t buffer_size);
 /* Readable while a wake is pending. Borrowed until close; -1 if l is NULL. */
-int tocsin_listen_fd(tocsin_listener *l);
+TOCSIN_API int tocsin_listen_fd(tocsin_listener *l);
 /*
  * The notifications that arrived since the last call, oldest first, waiting
- * up to timeout_ms for at least one. TOCSIN_OK with *out_n >= 1 (*out owned:
- * tocsin_messages_free(*out, *out_n)); TOCSIN_TIMEOUT with *out_n 0 (also
- * after tocsin_listen_poke); or an error (TOCSIN_REPLACED, ...): message in
- * tocsin_listen_errmsg. timeout_ms 0 is the non-blocking drain for event loops.
+ * up to timeout_ms for at least one: TOCSIN_OK with *out_n >= 1 (*out owned:
+ * tocsin_messages_free(*out, *out_n)); otherwise *out_n is 0 and the wait
+ * ended as every wait ends (TOCSIN_TIMEOUT, TOCSIN_INTERRUPTED after
+ * tocsin_listen_poke, TOCSIN_CLOSED, ...). timeout_ms 0 is the non-blocking
+ * read for event loops.
  */
-int tocsin_listen_next(tocsin_listener *l, tocsin_message **out, size_t *out_n, int timeout_ms);
+TOCSIN_API int tocsin_listen_next(tocsin_listener *l, tocsin_message **out, size_t *out_n, int timeout_ms);
 /* Notifications lost to the bounded buffer so far. */
-int64_t tocsin_listen_dropped(tocsin_listener *l);
-/* Ends a blocked tocsin_listen_next early. Thread-safe. */
-int tocsin_listen_poke(tocsin_listener *l);
-/* The message of the listener's last failure (borrowed, valid until the next call). */
-const char *tocsin_listen_errmsg(tocsin_listener *l);
-int tocsin_listen_close(tocsin_listener *l); /* accepts NULL */
+TOCSIN_API int64_t tocsin_listen_dropped(tocsin_listener *l);
+/* Ends a blocked tocsin_listen_next with TOCSIN_INTERRUPTED. Thread-safe. */
+TOCSIN_API int tocsin_listen_poke(tocsin_listener *l);
+/* Closes it; a wait of another thread on it ends with TOCSIN_CLOSED first. Accepts NULL. */
+TOCSIN_API int tocsin_listen_close(tocsin_listener *l);
 
 /*
  * ---- stream subscriptions: replay, then live ----
  * A stream subscription reads (and saves offsets) through its own private
  * read-write connection, with db's clock and busy timeout; it is independent
  * of db after open (the clock's ctx must outlive it). One thread at a time;
- * tocsin_stream_sub_fd and tocsin_stream_sub_poke from any thread.
+ * tocsin_stream_sub_fd, tocsin_stream_sub_poke and tocsin_stream_sub_close
+ * from any thread.
  */
 typedef struct tocsin_stream_sub tocsin_stream_sub;
 typedef struct tocsin_stream_sub_opts {
@@ -514,32 +620,33 @@ typedef struct tocsin_stream_sub_opts {
  * autosaves) to `topic`. Events handed out by one tocsin_stream_sub_next
  * count as processed when the next call is made, or at tocsin_stream_sub_save
  * and close: autosave stores those (at-least-once delivery). `opts` may be
- * NULL. *out is owned: tocsin_stream_sub_close(). On failure *out is NULL
- * and db carries the message.
+ * NULL. *out is owned: tocsin_stream_sub_close(). On failure *out is NULL.
  */
-int tocsin_stream_sub_open(tocsin_stream_sub **out, tocsin_db *db, const char *topic,
+TOCSIN_API int tocsin_stream_sub_open(tocsin_stream_sub **out, tocsin_db *db, const char *topic,
                            const char *consumer, const tocsin_stream_sub_opts *opts);
-int tocsin_stream_sub_fd(tocsin_stream_sub *s); /* -1 if s is NULL */
+TOCSIN_API int tocsin_stream_sub_fd(tocsin_stream_sub *s); /* -1 if s is NULL */
 /* The next events (offset order), waiting up to timeout_ms for at least one:
- * TOCSIN_OK with *out_n >= 1 (*out owned: tocsin_messages_free), TOCSIN_TIMEOUT
- * with *out_n 0 (also after tocsin_stream_sub_poke), or an error. */
-int tocsin_stream_sub_next(tocsin_stream_sub *s, tocsin_message **out, size_t *out_n,
+ * TOCSIN_OK with *out_n >= 1 (*out owned: tocsin_messages_free); otherwise
+ * *out_n is 0 and the wait ended as every wait ends (TOCSIN_INTERRUPTED after
+ * tocsin_stream_sub_poke). */
+TOCSIN_API int tocsin_stream_sub_next(tocsin_stream_sub *s, tocsin_message **out, size_t *out_n,
                            int timeout_ms);
 /* The offset of the last event handed out (where the subscription stands). */
-int64_t tocsin_stream_sub_position(tocsin_stream_sub *s);
+TOCSIN_API int64_t tocsin_stream_sub_position(tocsin_stream_sub *s);
 /* Saves the position as the consumer's offset now. */
-int tocsin_stream_sub_save(tocsin_stream_sub *s);
-int tocsin_stream_sub_poke(tocsin_stream_sub *s); /* thread-safe */
-const char *tocsin_stream_sub_errmsg(tocsin_stream_sub *s);
-/* Saves the position when autosave is on, then closes. Accepts NULL. Returns
- * the save's failure, if any (the subscription is closed regardless). */
-int tocsin_stream_sub_close(tocsin_stream_sub *s);
+TOCSIN_API int tocsin_stream_sub_save(tocsin_stream_sub *s);
+TOCSIN_API int tocsin_stream_sub_poke(tocsin_stream_sub *s); /* thread-safe */
+/* Saves the position when autosave is on, then closes (a wait of another
+ * thread ends with TOCSIN_CLOSED first). Accepts NULL. Returns the save's
+ * failure, if any (the subscription is closed regardless). */
+TOCSIN_API int tocsin_stream_sub_close(tocsin_stream_sub *s);
 
 /*
  * ---- workers: wait until claimable ----
- * Blocks until something in these queues is claimable (*out_ready 1), the
- * deadline passes (TOCSIN_TIMEOUT, *out_ready 0; deadline_ms is a time of the
- * handle's clock, < 0: none) or `sub` is poked (TOCSIN_OK, *out_ready 0).
+ * Blocks until something in these queues is claimable (TOCSIN_OK), or ends
+ * as every wait ends: the deadline passes (TOCSIN_TIMEOUT; deadline_ms is a
+ * time of the handle's clock, < 0: none), `sub` is poked (TOCSIN_INTERRUPTED)
+ * or closed (TOCSIN_CLOSED, also when the handle is closed meanwhile).
  * Each wake runs the read-only tocsin_queue_next_deadline, never a write
  * transaction, so idle workers woken by unrelated commits leave the write lock
  * alone; between wakes it sleeps until the next run_at, lease expiry or job
@@ -548,8 +655,8 @@ int tocsin_stream_sub_close(tocsin_stream_sub *s);
  * thread may poke to cancel the wait, or NULL to use one the handle keeps
  * from its first wait until tocsin_close.
  */
-int tocsin_queue_wait(tocsin_db *db, int *out_ready, const char *const *queues, size_t n,
-                      int64_t deadline_ms, tocsin_sub *sub);
+TOCSIN_API int tocsin_queue_wait(tocsin_db *db, const char *const *queues, size_t n,
+                                 int64_t deadline_ms, tocsin_sub *sub);
 /* ==== end of wake engine ================================================= */
 
 /* ==== coordination: results, locks, rate limits, cron, scheduler ========= */
@@ -562,10 +669,10 @@ int tocsin_queue_wait(tocsin_db *db, int *out_ready, const char *const *queues, 
  * its expiry. Saving again replaces the result (a retried job's last word wins).
  * ttl_ms > 0: the result expires ttl_ms after it was saved; 0: never.
  */
-int tocsin_result_save(tocsin_db *db, int64_t job_id, const char *value_json, int64_t ttl_ms);
+TOCSIN_API int tocsin_result_save(tocsin_db *db, int64_t job_id, const char *value_json, int64_t ttl_ms);
 /* Records a task error as data: `type` (a name such as "ValueError", 1..255
  * bytes, no control characters) and `message` (any text; NULL: ""). */
-int tocsin_result_save_error(tocsin_db *db, int64_t job_id, const char *type,
+TOCSIN_API int tocsin_result_save_error(tocsin_db *db, int64_t job_id, const char *type,
                              const char *message, int64_t ttl_ms);
 
 /*
@@ -579,9 +686,9 @@ int tocsin_result_save_error(tocsin_db *db, int64_t job_id, const char *type,
  * So a result exists exactly when the job finished. Join the caller's
  * transaction like every operation.
  */
-int tocsin_job_complete(tocsin_db *db, int *out_ok, int64_t id, int64_t token,
+TOCSIN_API int tocsin_job_complete(tocsin_db *db, int *out_ok, int64_t id, int64_t token,
                         const char *value_json, int64_t ttl_ms);
-int tocsin_job_fail_task(tocsin_db *db, int *out_ok, int64_t id, int64_t token,
+TOCSIN_API int tocsin_job_fail_task(tocsin_db *db, int *out_ok, int64_t id, int64_t token,
                          const char *type, const char *message, int64_t ttl_ms);
 
 /* A stored result. Strings are owned by the struct (tocsin_result_free). */
@@ -601,7 +708,7 @@ typedef struct tocsin_result {
  * NULL when there is no result or it has expired -- a stored JSON null is a
  * result whose value is "null".
  */
-int tocsin_result_get(tocsin_db *db, tocsin_result **out_result, int64_t job_id);
+TOCSIN_API int tocsin_result_get(tocsin_db *db, tocsin_result **out_result, int64_t job_id);
 
 /*
  * The outcome of job_id, read in one snapshot: its result (as
@@ -612,22 +719,23 @@ int tocsin_result_get(tocsin_db *db, tocsin_result **out_result, int64_t job_id)
  * that id (acked without a result, result expired, or never enqueued).
  * Read-only: what an event loop calls after each wake of a subscription.
  */
-int tocsin_result_check(tocsin_db *db, tocsin_result **out_result, int64_t job_id);
+TOCSIN_API int tocsin_result_check(tocsin_db *db, tocsin_result **out_result, int64_t job_id);
 /*
  * Blocks until tocsin_result_check gives an outcome (TOCSIN_OK, *out_result
- * set), deadline_ms passes (a time of the handle's clock, < 0: none;
- * TOCSIN_TIMEOUT) or `sub` is poked (TOCSIN_OK, *out_result NULL). Re-checks
+ * set), or ends as every wait ends (*out_result NULL): deadline_ms passes (a
+ * time of the handle's clock, < 0: none; TOCSIN_TIMEOUT), `sub` is poked
+ * (TOCSIN_INTERRUPTED) or closed (TOCSIN_CLOSED). Re-checks
  * after every commit of any process (wake engine), never polling the table.
  * `sub` as for tocsin_queue_wait (NULL: the handle's own). Not inside a
  * transaction.
  */
-int tocsin_result_wait(tocsin_db *db, tocsin_result **out_result, int64_t job_id,
+TOCSIN_API int tocsin_result_wait(tocsin_db *db, tocsin_result **out_result, int64_t job_id,
                        int64_t deadline_ms, tocsin_sub *sub);
-void tocsin_result_free(tocsin_result *result); /* accepts NULL */
+TOCSIN_API void tocsin_result_free(tocsin_result *result); /* accepts NULL */
 /* Deletes the result of job_id; *out_ok is 0 if there was none. */
-int tocsin_result_delete(tocsin_db *db, int *out_ok, int64_t job_id);
+TOCSIN_API int tocsin_result_delete(tocsin_db *db, int *out_ok, int64_t job_id);
 /* Deletes expired results; *out_n counts them. */
-int tocsin_result_sweep(tocsin_db *db, int64_t *out_n);
+TOCSIN_API int tocsin_result_sweep(tocsin_db *db, int64_t *out_n);
 
 /* ---- locks ------------------------------------------------------------- */
 /*
@@ -648,14 +756,25 @@ int tocsin_result_sweep(tocsin_db *db, int64_t *out_n);
  *   current token (0 if the lock never existed) and lease end (0 when free).
  * ttl_ms >= 1; owner is a name (1..255 bytes, no control characters).
  */
-int tocsin_lock_acquire(tocsin_db *db, int64_t *out_token, int64_t *out_until, const char *name,
+TOCSIN_API int tocsin_lock_acquire(tocsin_db *db, int64_t *out_token, int64_t *out_until, const char *name,
                         const char *owner, int64_t ttl_ms);
-int tocsin_lock_renew(tocsin_db *db, int *out_ok, const char *name, const char *owner,
+TOCSIN_API int tocsin_lock_renew(tocsin_db *db, int *out_ok, const char *name, const char *owner,
                       int64_t token, int64_t ttl_ms);
-int tocsin_lock_release(tocsin_db *db, int *out_ok, const char *name, const char *owner,
+TOCSIN_API int tocsin_lock_release(tocsin_db *db, int *out_ok, const char *name, const char *owner,
                         int64_t token);
-int tocsin_lock_holder(tocsin_db *db, char **out_owner, int64_t *out_token,
+TOCSIN_API int tocsin_lock_holder(tocsin_db *db, char **out_owner, int64_t *out_token,
                        int64_t *out_until, const char *name);
+/*
+ * Blocking acquire: waits until `owner` holds `name` (TOCSIN_OK, *out_token
+ * and *out_until (may be NULL) as for tocsin_lock_acquire), or ends as every
+ * wait ends (deadline_ms on the handle's clock, < 0: none; TOCSIN_TIMEOUT,
+ * TOCSIN_INTERRUPTED when `sub` is poked, TOCSIN_CLOSED). While another owner
+ * holds the lease it only reads (no write lock is taken) and sleeps until the
+ * lease ends or a commit (a release) wakes it. `sub` as for tocsin_queue_wait.
+ */
+TOCSIN_API int tocsin_lock_wait(tocsin_db *db, int64_t *out_token, int64_t *out_until,
+                                const char *name, const char *owner, int64_t ttl_ms,
+                                int64_t deadline_ms, tocsin_sub *sub);
 
 /* ---- rate limits ------------------------------------------------------- */
 /*
@@ -668,12 +787,12 @@ int tocsin_lock_holder(tocsin_db *db, char **out_owner, int64_t *out_token,
  * 1 <= limit <= 1000000, 1 <= per_ms <= 31622400000 (366 days).
  * Use one (limit, per_ms) per name.
  */
-int tocsin_ratelimit_try(tocsin_db *db, int *out_allowed, int64_t *out_retry_after_ms,
+TOCSIN_API int tocsin_ratelimit_try(tocsin_db *db, int *out_allowed, int64_t *out_retry_after_ms,
                          int64_t *out_remaining, const char *name, int64_t limit, int64_t per_ms);
 /* Deletes admissions older than their window (every name); *out_n counts them. */
-int tocsin_ratelimit_sweep(tocsin_db *db, int64_t *out_n);
+TOCSIN_API int tocsin_ratelimit_sweep(tocsin_db *db, int64_t *out_n);
 /* Forgets every admission of `name` (the limit starts afresh); *out_n counts them. */
-int tocsin_ratelimit_reset(tocsin_db *db, int64_t *out_n, const char *name);
+TOCSIN_API int tocsin_ratelimit_reset(tocsin_db *db, int64_t *out_n, const char *name);
 
 /* ---- cron (pure C, no database) ---------------------------------------- */
 typedef struct tocsin_cron tocsin_cron;
@@ -687,7 +806,7 @@ typedef struct tocsin_cron tocsin_cron;
  * (TOCSIN_INVALID, TOCSIN_NOMEM) *out is NULL and `err` (may be NULL; err_size
  * bytes, 256 is plenty) names the bad field: "minute field: 61 is out of range 0-59".
  */
-int tocsin_cron_parse(tocsin_cron **out, const char *expr, char *err, size_t err_size);
+TOCSIN_API int tocsin_cron_parse(tocsin_cron **out, const char *expr, char *err, size_t err_size);
 /*
  * *out_next_ms: the first fire time strictly after after_ms (0 <= after_ms
  * <= 9999-12-31). local_time 0: UTC; 1: the process's local time zone (TZ),
@@ -697,9 +816,9 @@ int tocsin_cron_parse(tocsin_cron **out, const char *expr, char *err, size_t err
  * TOCSIN_INVALID for a NULL argument or after_ms out of range. Thread-safe, except
  * that local time re-reads TZ (tzset): do not change TZ while another thread calls it.
  */
-int tocsin_cron_next(int64_t *out_next_ms, const tocsin_cron *cron, int64_t after_ms,
+TOCSIN_API int tocsin_cron_next(int64_t *out_next_ms, const tocsin_cron *cron, int64_t after_ms,
                      int local_time);
-void tocsin_cron_free(tocsin_cron *cron); /* accepts NULL */
+TOCSIN_API void tocsin_cron_free(tocsin_cron *cron); /* accepts NULL */
 
 /* ---- scheduler --------------------------------------------------------- */
 #define TOCSIN_CATCHUP_ONCE 0 /* one job stands for all missed boundaries */
@@ -755,7 +874,7 @@ typedef struct tocsin_schedule {
     int64_t created_at;
     int64_t updated_at;
 } tocsin_schedule;
-void tocsin_schedules_free(tocsin_schedule *schedules, size_t n); /* accepts NULL */
+TOCSIN_API void tocsin_schedules_free(tocsin_schedule *schedules, size_t n); /* accepts NULL */
 
 /*
  * Registers (inserts or replaces) schedule `name`: every boundary of `cron`
@@ -764,7 +883,7 @@ void tocsin_schedules_free(tocsin_schedule *schedules, size_t n); /* accepts NUL
  * a boundary); a new expression or zone restarts from now. The paused flag
  * is kept. *out_next_fire (may be NULL) is the next boundary.
  */
-int tocsin_schedule_set(tocsin_db *db, int64_t *out_next_fire, const char *name, const char *cron,
+TOCSIN_API int tocsin_schedule_set(tocsin_db *db, int64_t *out_next_fire, const char *name, const char *cron,
                         const char *queue, const char *payload, const tocsin_schedule_opts *opts);
 /*
  * Changes an existing schedule (TOCSIN_NOTFOUND if none), with field-presence
@@ -776,19 +895,19 @@ int tocsin_schedule_set(tocsin_db *db, int64_t *out_next_fire, const char *name,
  * has no `fields`, replaces every option.) A new expression or zone restarts
  * next_fire from now; otherwise the pending boundary is kept.
  */
-int tocsin_schedule_update(tocsin_db *db, int64_t *out_next_fire, const char *name,
+TOCSIN_API int tocsin_schedule_update(tocsin_db *db, int64_t *out_next_fire, const char *name,
                            const char *cron, const char *queue, const char *payload,
                            const tocsin_schedule_opts *opts);
 /* Pause: no boundary fires. Resume: firing restarts at the first boundary
  * after now (boundaries while paused are not fired). TOCSIN_NOTFOUND if none. */
-int tocsin_schedule_pause(tocsin_db *db, const char *name);
-int tocsin_schedule_resume(tocsin_db *db, const char *name);
+TOCSIN_API int tocsin_schedule_pause(tocsin_db *db, const char *name);
+TOCSIN_API int tocsin_schedule_resume(tocsin_db *db, const char *name);
 /* Deletes a schedule; *out_ok is 0 if there was none. */
-int tocsin_schedule_remove(tocsin_db *db, int *out_ok, const char *name);
+TOCSIN_API int tocsin_schedule_remove(tocsin_db *db, int *out_ok, const char *name);
 /* *out (owned, tocsin_schedules_free(s, 1)) is NULL when there is no such schedule. */
-int tocsin_schedule_get(tocsin_db *db, tocsin_schedule **out, const char *name);
+TOCSIN_API int tocsin_schedule_get(tocsin_db *db, tocsin_schedule **out, const char *name);
 /* Every schedule by name; *out (owned, tocsin_schedules_free) holds *out_n. */
-int tocsin_schedule_list(tocsin_db *db, tocsin_schedule **out, size_t *out_n);
+TOCSIN_API int tocsin_schedule_list(tocsin_db *db, tocsin_schedule **out, size_t *out_n);
 
 /*
  * Fires every due boundary (next_fire <= now) of every unpaused schedule:
@@ -799,9 +918,9 @@ int tocsin_schedule_list(tocsin_db *db, tocsin_schedule **out, size_t *out_n);
  * Each fired job's meta carries "tocsin_schedule" (name) and
  * "tocsin_fire_at" (the boundary, ms) besides the schedule's meta.
  */
-int tocsin_scheduler_tick(tocsin_db *db, int64_t *out_fired);
+TOCSIN_API int tocsin_scheduler_tick(tocsin_db *db, int64_t *out_fired);
 /* The earliest next_fire of the unpaused schedules (sleep until then); -1: none. */
-int tocsin_scheduler_next_fire(tocsin_db *db, int64_t *out_ms);
+TOCSIN_API int tocsin_scheduler_next_fire(tocsin_db *db, int64_t *out_ms);
 /*
  * The leader lease, built on the lock "tocsin.scheduler": acquires it or,
  * when `owner` holds it, extends it to now + ttl_ms. *out_is_leader is 1 when
@@ -809,16 +928,16 @@ int tocsin_scheduler_next_fire(tocsin_db *db, int64_t *out_ms);
  * once the leader's lease lapses. *out_token (may be NULL) is the lease's
  * fencing token (0 when not leader).
  */
-int tocsin_scheduler_lead(tocsin_db *db, int *out_is_leader, int64_t *out_token,
+TOCSIN_API int tocsin_scheduler_lead(tocsin_db *db, int *out_is_leader, int64_t *out_token,
                           const char *owner, int64_t ttl_ms);
 /* Gives the lease up if `owner` holds it (a clean shutdown); *out_ok may be NULL. */
-int tocsin_scheduler_resign(tocsin_db *db, int *out_ok, const char *owner);
+TOCSIN_API int tocsin_scheduler_resign(tocsin_db *db, int *out_ok, const char *owner);
 
 /* ==== end of coordination =============================================== */
 
 /* ---- SQL surface ------------------------------------------------------- */
 /* Registers the tocsin_* SQL functions (docs/sql.md) on the handle's connection. */
-int tocsin_register_sql(tocsin_db *db);
+TOCSIN_API int tocsin_register_sql(tocsin_db *db);
 
 #ifdef __cplusplus
 }

@@ -2,6 +2,7 @@
 #include "internal.h"
 
 #include <stdio.h>
+#include <sys/stat.h>
 
 /* ---- versions and codes -------------------------------------------------- */
 
@@ -26,6 +27,11 @@ const char *tocsin_errstr(int rc) {
     case TOCSIN_REPLACED: return "database file replaced";
     case TOCSIN_TIMEOUT: return "timed out";
     case TOCSIN_READONLY: return "read-only";
+    case TOCSIN_INTERRUPTED: return "interrupted";
+    case TOCSIN_IOERR: return "I/O error";
+    case TOCSIN_FULL: return "disk or database full";
+    case TOCSIN_CANTOPEN: return "cannot open";
+    case TOCSIN_PERM: return "permission denied";
     default: return "unknown result code";
     }
 }
@@ -34,52 +40,148 @@ void tocsin_free(void *p) { sqlite3_free(p); }
 
 /* ---- errors ------------------------------------------------------------- */
 
+static _Thread_local tc_thread_state tc_thread;
+
+tc_thread_state *tc_tls(void) { return &tc_thread; }
+
 void tc_clear(tocsin_db *db) {
-    db->errcode = TOCSIN_OK;
-    db->sqlite_rc = 0;
-    db->errmsg[0] = 0;
+    (void)db;
+    tc_thread.code = TOCSIN_OK;
+    tc_thread.sqlite_rc = 0;
+    tc_thread.msg[0] = 0;
+    tc_thread.busy_until = 0;
+    tc_thread.busy_waited = 0;
 }
 
 int tc_err(tocsin_db *db, int rc, const char *fmt, ...) {
+    char msg[sizeof tc_thread.msg];
     va_list ap;
+    (void)db;
+    /* format aside first: an argument may be the current message itself */
     va_start(ap, fmt);
-    vsnprintf(db->errmsg, sizeof db->errmsg, fmt, ap);
+    vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
-    db->errcode = rc;
+    memcpy(tc_thread.msg, msg, sizeof msg);
+    tc_thread.code = rc;
+    tc_thread.sqlite_rc = 0;
     return rc;
 }
 
-int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what) {
-    int prim = sqlite_rc & 0xff, rc;
-    switch (prim) {
+int tocsin_code_of_sqlite(int sqlite_rc) {
+    switch (sqlite_rc & 0xff) {
+    case SQLITE_OK:
+    case SQLITE_ROW:
+    case SQLITE_DONE: return TOCSIN_OK;
     case SQLITE_BUSY:
-    case SQLITE_LOCKED: rc = TOCSIN_BUSY; break;
+    case SQLITE_LOCKED: return TOCSIN_BUSY;
     case SQLITE_CORRUPT:
-    case SQLITE_NOTADB: rc = TOCSIN_CORRUPT; break;
-    case SQLITE_NOMEM: rc = TOCSIN_NOMEM; break;
-    case SQLITE_READONLY: rc = TOCSIN_READONLY; break;
-    default: rc = TOCSIN_ERROR; break;
+    case SQLITE_NOTADB: return TOCSIN_CORRUPT;
+    case SQLITE_NOMEM: return TOCSIN_NOMEM;
+    case SQLITE_READONLY: return TOCSIN_READONLY;
+    case SQLITE_INTERRUPT: return TOCSIN_INTERRUPTED;
+    case SQLITE_IOERR: return TOCSIN_IOERR;
+    case SQLITE_FULL: return TOCSIN_FULL;
+    case SQLITE_CANTOPEN: return TOCSIN_CANTOPEN;
+    case SQLITE_PERM:
+    case SQLITE_AUTH: return TOCSIN_PERM;
+    case SQLITE_TOOBIG: return TOCSIN_TOOBIG;
+    case SQLITE_RANGE:
+    case SQLITE_MISMATCH: return TOCSIN_INVALID;
+    default: return TOCSIN_ERROR;
     }
-    if (rc == TOCSIN_BUSY)
-        tc_err(db, rc, "%s: database is locked (waited %d ms for the write lock)", what,
-               db->busy_timeout_ms);
+}
+
+int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what) {
+    int prim = sqlite_rc & 0xff, rc = tocsin_code_of_sqlite(sqlite_rc);
+    const char *msg = sqlite3_errmsg(db->conn);
+    if (rc == TOCSIN_OK) rc = TOCSIN_ERROR;
+    if (sqlite_rc == SQLITE_BUSY_SNAPSHOT)
+        tc_err(db, rc,
+               "%s: this connection's read snapshot is stale (another connection committed "
+               "after its transaction or statement began reading), so it cannot write; roll back "
+               "and retry, and start write transactions with BEGIN IMMEDIATE",
+               what);
+    else if (prim == SQLITE_BUSY && strstr(msg, "in progress"))
+        tc_err(db, rc, "%s: %s (a statement of this connection is still running)", what, msg);
+    else if (prim == SQLITE_BUSY && sqlite3_txn_state(db->conn, "main") == SQLITE_TXN_READ)
+        tc_err(db, rc,
+               "%s: database is locked by another connection, and this connection's open "
+               "transaction holds a read lock, so it cannot wait for the write lock without "
+               "risking a deadlock; start write transactions with BEGIN IMMEDIATE",
+               what);
+    else if (prim == SQLITE_BUSY)
+        tc_err(db, rc, "%s: database is locked (waited %lld ms for the lock)", what,
+               (long long)(tc_thread.busy_waited ? tc_thread.busy_waited : db->busy_timeout_ms));
     else
-        tc_err(db, rc, "%s: %s", what, sqlite3_errmsg(db->conn));
-    db->sqlite_rc = sqlite_rc;
+        tc_err(db, rc, "%s: %s", what, msg);
+    tc_thread.sqlite_rc = sqlite_rc;
+    return rc;
+}
+
+/*
+ * One more lock wait within the call's budget: 1 when the caller should
+ * retry, 0 when the budget is spent. Sleeps 1, 2, 4 .. 32 ms.
+ */
+static int busy_wait(tocsin_db *db) {
+    int64_t now = tc_monotonic_ms(), pause;
+    if (!tc_thread.busy_until) tc_thread.busy_until = now + db->busy_timeout_ms;
+    if (now >= tc_thread.busy_until) return 0;
+    pause = tc_thread.busy_waited < 1 ? 1 : tc_thread.busy_waited > 32 ? 32 : tc_thread.busy_waited;
+    if (pause > tc_thread.busy_until - now) pause = tc_thread.busy_until - now;
+    tc_sleep_ms((int)pause);
+    tc_thread.busy_waited += pause;
+    return 1;
+}
+
+/* Could waiting for this BUSY ever succeed without risking a deadlock? */
+static int busy_retryable(tocsin_db *db, sqlite3_stmt *st, int rc) {
+    if ((rc & 0xff) != SQLITE_BUSY || rc == SQLITE_BUSY_SNAPSHOT) return 0;
+    if (strstr(sqlite3_errmsg(db->conn), "in progress")) return 0;
+    /* A reader upgrading to a writer: SQLite itself declines to wait. */
+    if (st && !sqlite3_stmt_readonly(st) &&
+        sqlite3_txn_state(db->conn, "main") == SQLITE_TXN_READ)
+        return 0;
+    return 1;
+}
+
+int tc_prepare(tocsin_db *db, const char *sql, unsigned flags, sqlite3_stmt **st) {
+    int rc;
+    /* Preparing reads the schema, which takes a read lock. */
+    while ((rc = sqlite3_prepare_v3(db->conn, sql, -1, flags, st, NULL)) != SQLITE_OK &&
+           !db->owns_conn && busy_retryable(db, NULL, rc) && busy_wait(db)) {
+    }
+    return rc;
+}
+
+int tc_step(tocsin_db *db, sqlite3_stmt *st) {
+    int rc = sqlite3_step(st);
+    /* Our own connections wait in SQLite's busy handler (same budget). */
+    while ((rc & 0xff) == SQLITE_BUSY && !db->owns_conn && busy_retryable(db, st, rc) &&
+           busy_wait(db))
+        rc = sqlite3_step(st);
     return rc;
 }
 
 const char *tocsin_errmsg(tocsin_db *db) {
-    if (!db) return "no handle";
-    return db->errmsg[0] ? db->errmsg : tocsin_errstr(db->errcode);
+    (void)db;
+    return tc_thread.msg[0] ? tc_thread.msg : tocsin_errstr(tc_thread.code);
 }
-int tocsin_errcode(tocsin_db *db) { return db ? db->errcode : TOCSIN_INVALID; }
-int tocsin_sqlite_errcode(tocsin_db *db) { return db ? db->sqlite_rc : 0; }
+int tocsin_errcode(tocsin_db *db) {
+    (void)db;
+    return tc_thread.code;
+}
+int tocsin_sqlite_errcode(tocsin_db *db) {
+    (void)db;
+    return tc_thread.sqlite_rc;
+}
 
 /* ---- clock --------------------------------------------------------------- */
 
+/* A host clock outside 0..TOCSIN_MAX_TIME_MS is clamped: no arithmetic on
+ * "now" can then wrap (tc_time_add saturates at the same bound). */
 int64_t tocsin_now(tocsin_db *db) {
-    return db->clock ? db->clock(db->clock_ctx) : tc_system_ms();
+    int64_t t = db->clock ? db->clock(db->clock_ctx) : tc_system_ms();
+    return t < 0 ? 0 : t > TOCSIN_MAX_TIME_MS ? TOCSIN_MAX_TIME_MS : t;
 }
 
 void tocsin_set_clock(tocsin_db *db, tocsin_clock_fn clock, void *ctx) {
@@ -113,8 +215,25 @@ static int apply_opts(tocsin_db *db, const tocsin_open_opts *o) {
 
 static tocsin_db *alloc_db(void) {
     tocsin_db *db = sqlite3_malloc(sizeof *db);
-    if (db) memset(db, 0, sizeof *db);
+    pthread_mutexattr_t a;
+    if (!db) return NULL;
+    memset(db, 0, sizeof *db);
+    pthread_mutexattr_init(&a);
+    pthread_mutexattr_settype(&a, PTHREAD_MUTEX_RECURSIVE);
+    pthread_mutex_init(&db->mutex, &a);
+    pthread_mutexattr_destroy(&a);
+    db->refs = 1;
     return db;
+}
+
+/* Frees a handle no thread uses any more (its connection too, if its own). */
+static void free_db(tocsin_db *db) {
+    tc_wake_release(db);
+    tc_stmt_flush(db);
+    if (db->owns_conn && db->conn) sqlite3_close_v2(db->conn);
+    sqlite3_free(db->ext_fns);
+    pthread_mutex_destroy(&db->mutex);
+    sqlite3_free(db);
 }
 
 static int check_sqlite_version(tocsin_db *db) {
@@ -122,6 +241,30 @@ static int check_sqlite_version(tocsin_db *db) {
         return tc_err(db, TOCSIN_VERSION, "tocsin needs SQLite >= 3.37.0; this process runs %s",
                       sqlite3_libversion());
     return TOCSIN_OK;
+}
+
+/* Records the (device, inode) of the file the connection opened: a path that
+ * later names another file is a replaced database (watcher.c). */
+void tc_identify(tocsin_db *db) {
+    const char *path = sqlite3_db_filename(db->conn, "main");
+    struct stat st;
+    if (path && *path && stat(path, &st) == 0) {
+        db->dev = (uint64_t)st.st_dev;
+        db->ino = (uint64_t)st.st_ino;
+        db->has_identity = 1;
+    }
+}
+
+/*
+ * journal_mode=WAL needs the file to itself for a moment: processes racing
+ * to open a fresh file see SQLITE_BUSY here without the busy handler being
+ * asked, so wait within the budget like every other step.
+ */
+static int set_wal(tocsin_db *db) {
+    for (;;) {
+        int rc = tc_exec(db, "PRAGMA journal_mode=WAL", "set journal_mode");
+        if (rc != TOCSIN_BUSY || !busy_wait(db)) return rc;
+    }
 }
 
 int tocsin_open(tocsin_db **out, const char *path, const tocsin_open_opts *opts) {
@@ -145,10 +288,8 @@ int tocsin_open(tocsin_db **out, const char *path, const tocsin_open_opts *opts)
     }
     sqlite3_extended_result_codes(db->conn, 1);
     sqlite3_busy_timeout(db->conn, db->busy_timeout_ms);
-    if (!db->read_only) {
-        /* journal_mode=WAL returns a row; tc_exec ignores rows. */
-        if ((rc = tc_exec(db, "PRAGMA journal_mode=WAL", "set journal_mode")) != TOCSIN_OK) return rc;
-    }
+    tc_identify(db);
+    if (!db->read_only && (rc = set_wal(db)) != TOCSIN_OK) return rc;
     if ((rc = tc_exec(db, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON", "set pragmas")) != TOCSIN_OK)
         return rc;
     if ((rc = tc_ensure_schema(db)) != TOCSIN_OK) return rc;
@@ -169,6 +310,7 @@ int tocsin_wrap(tocsin_db **out, sqlite3 *conn, const tocsin_open_opts *opts) {
     if ((rc = check_sqlite_version(db)) != TOCSIN_OK) return rc;
     db->conn = conn;
     if (sqlite3_db_readonly(conn, "main") == 1) db->read_only = 1;
+    tc_identify(db);
     return TOCSIN_OK;
 }
 
@@ -182,16 +324,70 @@ void tc_stmt_flush(tocsin_db *db) {
 }
 
 int tocsin_close(tocsin_db *db) {
+    tocsin_db *tx;
+    int last;
     if (!db) return TOCSIN_OK;
+    tc_clear(db);
+    if (db->is_tx)
+        return tc_err(db, TOCSIN_INVALID, "a transaction handle ends with tocsin_tx_commit or tocsin_tx_rollback");
+    /* Waits on the handle's own subscription end first (TOCSIN_CLOSED); they
+     * take the mutex between sleeps, so this must not hold it. */
     tc_wake_release(db);
-    tc_stmt_flush(db);
-    if (db->owns_conn && db->conn) sqlite3_close_v2(db->conn);
-    sqlite3_free(db->ext_fns);
-    sqlite3_free(db);
+    tc_lock(db);
+    db->closed = 1;
+    while ((tx = db->idle) != NULL) {
+        db->idle = tx->idle;
+        free_db(tx);
+    }
+    last = --db->refs == 0;
+    tc_unlock(db);
+    /* live transaction handles keep the handle until they end */
+    if (last) free_db(db);
     return TOCSIN_OK;
 }
 
 sqlite3 *tocsin_sqlite(tocsin_db *db) { return db ? db->conn : NULL; }
+
+/* A handle of its own on db's file, with db's clock, limits and busy timeout.
+ * Journal mode and schema are left as they are. */
+int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only) {
+    const char *path = sqlite3_db_filename(db->conn, "main");
+    tocsin_open_opts o = TOCSIN_OPEN_OPTS_INIT;
+    sqlite3 *conn = NULL;
+    int rc;
+    *out = NULL;
+    if (!path || !*path)
+        return tc_err(db, TOCSIN_INVALID, "the database is in memory or temporary: no other connection can open it");
+    rc = sqlite3_open_v2(path, &conn,
+                         (read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE) | SQLITE_OPEN_NOMUTEX,
+                         NULL);
+    if (rc != SQLITE_OK) {
+        tc_err(db, TOCSIN_ERROR, "open a private connection to %s: %s", path,
+               conn ? sqlite3_errmsg(conn) : "out of memory");
+        sqlite3_close(conn);
+        return TC_ERRCODE;
+    }
+    sqlite3_extended_result_codes(conn, 1);
+    sqlite3_busy_timeout(conn, db->busy_timeout_ms);
+    o.busy_timeout_ms = db->busy_timeout_ms;
+    o.max_payload_bytes = db->max_payload;
+    o.read_only = read_only;
+    o.clock = db->clock;
+    o.clock_ctx = db->clock_ctx;
+    if ((rc = tocsin_wrap(out, conn, &o)) != TOCSIN_OK) {
+        tocsin_close(*out);
+        *out = NULL;
+        sqlite3_close(conn);
+        return rc;
+    }
+    (*out)->owns_conn = 1;
+    if (!read_only && (rc = tc_exec(*out, "PRAGMA foreign_keys=ON", "set pragmas")) != TOCSIN_OK) {
+        tocsin_close(*out);
+        *out = NULL;
+        return rc;
+    }
+    return TOCSIN_OK;
+}
 
 /* ---- statements ---------------------------------------------------------- */
 
@@ -206,7 +402,7 @@ sqlite3_stmt *tc_stmt(tocsin_db *db, const char *sql) {
         }
         if (!db->stmts[k].sql) {
             sqlite3_stmt *st = NULL;
-            int rc = sqlite3_prepare_v3(db->conn, sql, -1, SQLITE_PREPARE_PERSISTENT, &st, NULL);
+            int rc = tc_prepare(db, sql, SQLITE_PREPARE_PERSISTENT, &st);
             if (rc != SQLITE_OK) {
                 tc_sqlerr(db, rc, "prepare");
                 return NULL;
@@ -223,7 +419,7 @@ sqlite3_stmt *tc_stmt(tocsin_db *db, const char *sql) {
 
 int tc_step_done(tocsin_db *db, sqlite3_stmt *st, const char *what) {
     int rc;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = tc_step(db, st)) == SQLITE_ROW) {
     }
     if (rc != SQLITE_DONE) {
         rc = tc_sqlerr(db, rc, what);
@@ -243,13 +439,10 @@ int tc_exec(tocsin_db *db, const char *sql, const char *what) {
             sqlite3_free(msg);
             return tc_sqlerr(db, rc, what);
         }
-        tc_err(db, prim == SQLITE_CORRUPT || prim == SQLITE_NOTADB ? TOCSIN_CORRUPT
-                   : prim == SQLITE_READONLY                       ? TOCSIN_READONLY
-                                                                   : TOCSIN_ERROR,
-               "%s: %s", what, msg ? msg : sqlite3_errstr(rc));
-        db->sqlite_rc = rc;
+        tc_err(db, tocsin_code_of_sqlite(rc), "%s: %s", what, msg ? msg : sqlite3_errstr(rc));
+        tc_thread.sqlite_rc = rc;
         sqlite3_free(msg);
-        return db->errcode;
+        return tc_thread.code;
     }
     return TOCSIN_OK;
 }
@@ -289,7 +482,7 @@ static int run_ctl(tocsin_db *db, const char *sql) {
     sqlite3_stmt *st = tc_stmt(db, sql);
     int rc;
     if (!st) return SQLITE_ERROR;
-    rc = sqlite3_step(st);
+    rc = tc_step(db, st);
     sqlite3_reset(st);
     return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
@@ -300,32 +493,47 @@ static int run_ctl(tocsin_db *db, const char *sql) {
  * backing off up to the handle's busy timeout before reporting TOCSIN_BUSY.
  */
 static int begin_immediate(tocsin_db *db) {
-    int64_t deadline = tc_monotonic_ms() + db->busy_timeout_ms;
-    int pause = 1;
-    for (;;) {
-        int rc = run_ctl(db, SQL_BEGIN_IMMEDIATE);
-        if (rc == SQLITE_OK) return TOCSIN_OK;
-        if ((rc & 0xff) != SQLITE_BUSY || tc_monotonic_ms() >= deadline)
+    int rc;
+    /* tc_step waits on a host's connection; SQLite's busy handler on ours,
+     * except where it declines (it may return BUSY at once): wait here too. */
+    while ((rc = run_ctl(db, SQL_BEGIN_IMMEDIATE)) != SQLITE_OK) {
+        if (!db->owns_conn || !busy_retryable(db, NULL, rc) || !busy_wait(db))
             return tc_sqlerr(db, rc, "begin write transaction");
-        tc_sleep_ms(pause);
-        if (pause < 32) pause *= 2;
     }
+    return TOCSIN_OK;
 }
+
+static int op_finish(tocsin_db *db, tc_op *op, int rc);
+
+void tc_lock(tocsin_db *db) { pthread_mutex_lock(&db->mutex); }
+void tc_unlock(tocsin_db *db) { pthread_mutex_unlock(&db->mutex); }
 
 int tc_op_begin(tocsin_db *db, tc_op *op, int write) {
     int rc;
     op->mode = 0;
     op->write = write;
+    op->locked = 0;
     if (write && db->read_only)
         return tc_err(db, TOCSIN_READONLY, "the database handle is read-only");
-    if (!db->schema_ok && (rc = tc_ensure_schema(db)) != TOCSIN_OK) return rc;
-    return tc_op_open(db, op, write);
+    tc_lock(db);
+    if (db->closed) {
+        tc_unlock(db);
+        return tc_err(db, TOCSIN_CLOSED, "the database handle was closed");
+    }
+    if ((!db->schema_ok && (rc = tc_ensure_schema(db)) != TOCSIN_OK) ||
+        (rc = tc_op_open(db, op, write)) != TOCSIN_OK) {
+        tc_unlock(db);
+        return rc;
+    }
+    op->locked = 1;
+    return TOCSIN_OK;
 }
 
 int tc_op_open(tocsin_db *db, tc_op *op, int write) {
     int rc;
     op->mode = 0;
     op->write = write;
+    op->locked = 0;
     if (sqlite3_get_autocommit(db->conn)) {
         if (write) {
             rc = begin_immediate(db);
@@ -343,6 +551,14 @@ int tc_op_open(tocsin_db *db, tc_op *op, int write) {
 }
 
 int tc_op_end(tocsin_db *db, tc_op *op, int rc) {
+    int locked = op->locked;
+    op->locked = 0;
+    rc = op_finish(db, op, rc);
+    if (locked) tc_unlock(db);
+    return rc;
+}
+
+static int op_finish(tocsin_db *db, tc_op *op, int rc) {
     int mode = op->mode, src;
     op->mode = 0;
     if (mode == 0) return rc;
@@ -376,9 +592,11 @@ int tc_ensure_schema(tocsin_db *db) {
 
 int tocsin_bootstrap(tocsin_db *db, int *out_version) {
     int v = 0, rc;
-    if (!db) return TOCSIN_INVALID;
+    if (!db) return tc_err(NULL, TOCSIN_INVALID, "db must not be NULL");
     tc_clear(db);
+    tc_lock(db);
     rc = tc_schema_install(db, &v);
+    tc_unlock(db);
     if (out_version) *out_version = v;
     return rc;
 }
@@ -392,7 +610,7 @@ int tc_sweep(tocsin_db *db, int64_t *out_n, const char *sql, const char *what) {
     if (!out_n) return tc_err(db, TOCSIN_INVALID, "out_n must not be NULL");
     *out_n = 0;
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
-    if (!(st = tc_stmt(db, sql))) return tc_op_end(db, &op, db->errcode);
+    if (!(st = tc_stmt(db, sql))) return tc_op_end(db, &op, TC_ERRCODE);
     sqlite3_bind_int64(st, 1, tocsin_now(db));
     rc = tc_step_done(db, st, what);
     if (rc == TOCSIN_OK) *out_n = sqlite3_changes(db->conn);
@@ -402,38 +620,161 @@ int tc_sweep(tocsin_db *db, int64_t *out_n, const char *sql, const char *what) {
 /* ---- transactions -------------------------------------------------------- */
 
 int tocsin_begin(tocsin_db *db) {
-    int rc;
+    int rc = TOCSIN_OK;
+    if (!db) return tc_err(NULL, TOCSIN_INVALID, "db must not be NULL");
     tc_clear(db);
     if (db->read_only) return tc_err(db, TOCSIN_READONLY, "the database handle is read-only");
+    tc_lock(db);
     if (!sqlite3_get_autocommit(db->conn))
-        return tc_err(db, TOCSIN_INVALID, "a transaction is already open on this handle");
-    if (!db->schema_ok && (rc = tc_ensure_schema(db)) != TOCSIN_OK) return rc;
-    return begin_immediate(db);
-}
-
-int tocsin_commit(tocsin_db *db) {
-    int rc;
-    tc_clear(db);
-    if (sqlite3_get_autocommit(db->conn))
-        return tc_err(db, TOCSIN_INVALID, "no transaction is open on this handle");
-    if ((rc = tc_exec(db, "COMMIT", "commit")) == TOCSIN_OK) tc_wake_local(db);
+        rc = tc_err(db, TOCSIN_INVALID, "a transaction is already open on this handle");
+    if (rc == TOCSIN_OK && !db->schema_ok) rc = tc_ensure_schema(db);
+    if (rc == TOCSIN_OK) rc = begin_immediate(db);
+    tc_unlock(db);
     return rc;
 }
 
-int tocsin_rollback(tocsin_db *db) {
+/* The handle's own transaction ends; transaction handles end with tocsin_tx_*. */
+static int own_end(tocsin_db *db, const char *sql, const char *what) {
+    int rc = TOCSIN_OK, src;
+    if (!db) return tc_err(NULL, TOCSIN_INVALID, "db must not be NULL");
     tc_clear(db);
+    if (db->is_tx)
+        return tc_err(db, TOCSIN_INVALID, "a transaction handle ends with tocsin_tx_commit or tocsin_tx_rollback");
+    tc_lock(db);
     if (sqlite3_get_autocommit(db->conn))
-        return tc_err(db, TOCSIN_INVALID, "no transaction is open on this handle");
-    return tc_exec(db, "ROLLBACK", "rollback");
+        rc = tc_err(db, TOCSIN_INVALID, "no transaction is open on this handle");
+    else if ((src = run_ctl(db, sql)) != SQLITE_OK)
+        rc = tc_sqlerr(db, src, what);
+    else if (sql == SQL_COMMIT)
+        tc_wake_local(db);
+    tc_unlock(db);
+    return rc;
 }
+
+int tocsin_commit(tocsin_db *db) { return own_end(db, SQL_COMMIT, "commit"); }
+int tocsin_rollback(tocsin_db *db) { return own_end(db, SQL_ROLLBACK, "rollback"); }
 
 int tocsin_in_transaction(tocsin_db *db) { return db && !sqlite3_get_autocommit(db->conn); }
 
 int tocsin_exec(tocsin_db *db, const char *sql) {
+    int rc;
+    if (!db) return tc_err(NULL, TOCSIN_INVALID, "db must not be NULL");
     tc_clear(db);
     if (!sql) return tc_err(db, TOCSIN_INVALID, "sql must not be NULL");
-    return tc_exec(db, sql, "exec");
+    tc_lock(db);
+    rc = tc_exec(db, sql, "exec");
+    tc_unlock(db);
+    return rc;
 }
+
+/* ---- transaction handles ------------------------------------------------------ */
+
+/* A connection of db's file for a transaction handle, set up like db's own. */
+static int tx_new(tocsin_db *db, tocsin_db **out) {
+    const char *path = sqlite3_db_filename(db->conn, "main");
+    tocsin_db *tx;
+    int rc;
+    *out = NULL;
+    if (!path || !*path)
+        return tc_err(db, TOCSIN_INVALID,
+                      "transaction handles need a database file; this handle's database is in memory or temporary");
+    if (!(tx = alloc_db())) return tc_err(db, TOCSIN_NOMEM, "transaction: out of memory");
+    rc = sqlite3_open_v2(path, &tx->conn, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
+    tx->owns_conn = 1;
+    if (rc != SQLITE_OK) {
+        rc = tx->conn ? tc_sqlerr(tx, rc, "open a transaction's connection")
+                      : tc_err(db, TOCSIN_NOMEM, "transaction: out of memory");
+        free_db(tx);
+        return rc;
+    }
+    sqlite3_extended_result_codes(tx->conn, 1);
+    sqlite3_busy_timeout(tx->conn, db->busy_timeout_ms);
+    if ((rc = tc_exec(tx, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON", "set pragmas")) != TOCSIN_OK) {
+        free_db(tx);
+        return rc;
+    }
+    tx->is_tx = 1;
+    *out = tx;
+    return TOCSIN_OK;
+}
+
+static void tx_release(tocsin_db *tx);
+
+int tocsin_tx_begin(tocsin_db *db, tocsin_db **out_tx) {
+    tocsin_db *tx = NULL;
+    int rc;
+    if (!out_tx) return tc_err(NULL, TOCSIN_INVALID, "out_tx must not be NULL");
+    *out_tx = NULL;
+    if (!db) return tc_err(NULL, TOCSIN_INVALID, "db must not be NULL");
+    tc_clear(db);
+    if (db->is_tx) return tc_err(db, TOCSIN_INVALID, "transactions do not nest: db is a transaction handle");
+    if (db->read_only) return tc_err(db, TOCSIN_READONLY, "the database handle is read-only");
+    tc_lock(db);
+    rc = db->closed ? tc_err(db, TOCSIN_CLOSED, "the database handle was closed") : TOCSIN_OK;
+    if (rc == TOCSIN_OK && !db->schema_ok) rc = tc_ensure_schema(db);
+    if (rc == TOCSIN_OK && (tx = db->idle) != NULL) db->idle = tx->idle;
+    else if (rc == TOCSIN_OK) rc = tx_new(db, &tx);
+    if (rc == TOCSIN_OK) {
+        db->refs++;
+        tx->idle = NULL;
+        tx->parent = db;
+        /* the database handle's settings as they are now */
+        tx->busy_timeout_ms = db->busy_timeout_ms;
+        tx->max_payload = db->max_payload;
+        tx->clock = db->clock;
+        tx->clock_ctx = db->clock_ctx;
+        tx->sql_clock = db->sql_clock;
+        tx->schema_ok = 1;
+        tx->has_identity = db->has_identity;
+        tx->dev = db->dev;
+        tx->ino = db->ino;
+    }
+    tc_unlock(db);
+    if (rc != TOCSIN_OK) return rc;
+    if ((rc = begin_immediate(tx)) != TOCSIN_OK) {
+        tx_release(tx);
+        return rc;
+    }
+    *out_tx = tx;
+    return TOCSIN_OK;
+}
+
+/* Hands a finished transaction handle back to its database handle. */
+static void tx_release(tocsin_db *tx) {
+    tocsin_db *db = tx->parent;
+    int last;
+    if (!sqlite3_get_autocommit(tx->conn)) run_ctl(tx, SQL_ROLLBACK);
+    tc_wake_release(tx);
+    tc_lock(db);
+    if (db->closed) {
+        free_db(tx);
+    } else {
+        tx->idle = db->idle;
+        db->idle = tx;
+    }
+    last = --db->refs == 0;
+    tc_unlock(db);
+    if (last) free_db(db);
+}
+
+static int tx_end(tocsin_db *tx, int commit) {
+    int rc = TOCSIN_OK, src;
+    if (!tx) return tc_err(NULL, TOCSIN_INVALID, "tx must not be NULL");
+    tc_clear(tx);
+    if (!tx->is_tx)
+        return tc_err(tx, TOCSIN_INVALID, "not a transaction handle (use tocsin_commit / tocsin_rollback)");
+    tc_lock(tx);
+    if (commit) {
+        if ((src = run_ctl(tx, SQL_COMMIT)) != SQLITE_OK) rc = tc_sqlerr(tx, src, "commit");
+        else tc_wake_local(tx);
+    }
+    tc_unlock(tx);
+    tx_release(tx);
+    return rc;
+}
+
+int tocsin_tx_commit(tocsin_db *tx) { return tx_end(tx, 1); }
+int tocsin_tx_rollback(tocsin_db *tx) { return tx_end(tx, 0); }
 
 /* ---- time arithmetic ------------------------------------------------------- */
 

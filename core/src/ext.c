@@ -1632,9 +1632,7 @@ int tocsin_register_sql(tocsin_db *db) {
 }
 
 #ifdef TOCSIN_EXTENSION
-#ifdef _WIN32
-__declspec(dllexport)
-#endif
+TOCSIN_EXPORT
 int sqlite3_tocsin_init(sqlite3 *conn, char **pzErrMsg, const sqlite3_api_routines *pApi) {
     tocsin_db *db = NULL;
     int rc;

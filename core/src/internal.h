@@ -16,6 +16,7 @@ SQLITE_EXTENSION_INIT3
 #include <sqlite3.h>
 #endif
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -28,6 +29,14 @@ SQLITE_EXTENSION_INIT3
 #define TC_STMT_SLOTS 256
 
 struct tocsin_db {
+    /* Serialises the calls on the handle (held for each atomic operation;
+     * recursive: operations nest). Never held while a wait sleeps. */
+    pthread_mutex_t mutex;
+    int is_tx;           /* a transaction handle (tocsin_tx_begin) */
+    tocsin_db *parent;   /* a transaction handle's database handle */
+    tocsin_db *idle;     /* database: transaction handles to reuse; tx: next in that list */
+    int refs;            /* database: 1 for the user + 1 per live transaction handle */
+    int closed;          /* database: tocsin_close() was called (refs > 0 keeps it) */
     sqlite3 *conn;
     int owns_conn;
     int read_only;
@@ -40,9 +49,8 @@ struct tocsin_db {
     int ext_refs;      /* extension: SQL functions still registered */
     void *ext_fns;     /* ext.c: what each registered SQL function carries */
     struct tc_wake *wake; /* watcher.c: file identity and the handle's own subscription */
-    int errcode;
-    int sqlite_rc;
-    char errmsg[512];
+    int has_identity;      /* (dev, ino) of the opened file are known */
+    uint64_t dev, ino;
     /* prepared statements keyed by the address of their static SQL text */
     struct {
         const char *sql;
@@ -50,7 +58,22 @@ struct tocsin_db {
     } stmts[TC_STMT_SLOTS];
 };
 
-/* ---- errors (db.c) ---- */
+/* ---- errors (db.c) ----
+ * One error channel: the calling thread's last failure (code, SQLite's code,
+ * message), whatever handle failed -- a database, a subscription, a listener
+ * or none (tocsin_wake_configure, tocsin_cron_parse). It also carries the
+ * call's lock-wait budget, which belongs to the calling thread's call too.
+ */
+typedef struct tc_thread_state {
+    int code;
+    int sqlite_rc;
+    int64_t busy_until;  /* monotonic ms: end of this call's wait for locks; 0: not waiting yet */
+    int64_t busy_waited; /* ms this call spent waiting for locks */
+    char msg[512];
+} tc_thread_state;
+tc_thread_state *tc_tls(void);
+#define TC_ERRCODE (tc_tls()->code)
+/* Sets the thread's error; db may be NULL. Returns rc. */
 int tc_err(tocsin_db *db, int rc, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
@@ -59,12 +82,32 @@ int tc_err(tocsin_db *db, int rc, const char *fmt, ...)
 /* Maps the connection's last SQLite error to a tocsin code, naming `what`. */
 int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what);
 void tc_clear(tocsin_db *db);
+/* The handle's mutex, for the few calls that use the connection outside an op. */
+void tc_lock(tocsin_db *db);
+void tc_unlock(tocsin_db *db);
+/* Records the identity of the handle's database file (db.c). */
+void tc_identify(tocsin_db *db);
+
+/* A handle of its own on db's file (listeners, stream subscriptions), with
+ * db's clock, limits and busy timeout; journal mode and schema as they are. */
+int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only);
 
 /* ---- statements (db.c) ---- */
 /* A cached, reset statement for static SQL text `sql`; NULL (error set) on failure. */
 sqlite3_stmt *tc_stmt(tocsin_db *db, const char *sql);
 /* Finalizes every cached statement. */
 void tc_stmt_flush(tocsin_db *db);
+/*
+ * sqlite3_step with the handle's lock wait: SQLITE_BUSY is retried with
+ * back-off until the call's budget (busy_timeout_ms from the first BUSY of
+ * the call) is spent -- on a host's connection too, whatever busy handler it
+ * set (none, in the sqlite3 shell). Never retried: a stale WAL snapshot
+ * (SQLITE_BUSY_SNAPSHOT can never clear) and a write by a connection that
+ * holds only a read lock (waiting could deadlock: SQLite refuses too).
+ */
+int tc_step(tocsin_db *db, sqlite3_stmt *st);
+/* sqlite3_prepare_v3 with the same lock wait (preparing reads the schema). */
+int tc_prepare(tocsin_db *db, const char *sql, unsigned flags, sqlite3_stmt **st);
 /* Steps a statement expecting no row (or ignoring rows); resets it. */
 int tc_step_done(tocsin_db *db, sqlite3_stmt *st, const char *what);
 /* Runs literal SQL (no binds, no rows). */
@@ -75,13 +118,17 @@ char *tc_col_text(sqlite3_stmt *st, int i);
 
 /* ---- operations: atomicity, lock waits, schema (db.c) ---- */
 typedef struct tc_op {
-    int mode;  /* 0: nothing opened, 1: own transaction, 2: savepoint */
-    int write; /* a write unit: its commit wakes local subscribers */
+    int mode;   /* 0: nothing opened, 1: own transaction, 2: savepoint */
+    int write;  /* a write unit: its commit wakes local subscribers */
+    int locked; /* tc_op_begin took the handle's mutex; tc_op_end releases it */
 } tc_op;
 /* Opens an atomic unit: BEGIN IMMEDIATE (write) / BEGIN (read) in autocommit,
- * a SAVEPOINT inside a caller's transaction. Ensures the schema first. */
+ * a SAVEPOINT inside a caller's transaction. Takes the handle's mutex until
+ * tc_op_end (the thread model: calls on one handle are serialised) and
+ * ensures the schema first. TOCSIN_CLOSED on a closed handle. */
 int tc_op_begin(tocsin_db *db, tc_op *op, int write);
-/* The same without the schema check (used by the schema installer). */
+/* The same without the mutex and the schema check (the schema installer,
+ * which runs under a caller's lock or on a handle no other thread has). */
 int tc_op_open(tocsin_db *db, tc_op *op, int write);
 /* Closes it: commit/release when rc == TOCSIN_OK, roll back otherwise. Returns rc
  * (or the commit's failure). */
@@ -145,15 +192,31 @@ int tc_wake_db_sub(tocsin_db *db, tocsin_sub **out);
  * inside a transaction. */
 int tc_wake_wait_sub(tocsin_db *db, tocsin_sub **sub);
 /*
- * The loop under every blocking wait: drain, check, sleep until woken or
- * *sleep_ms passes. check() sets *done, may lower *sleep_ms (< 0: no bound)
- * and returns TOCSIN_OK, or a code that ends the wait (e.g. TOCSIN_TIMEOUT).
- * A tocsin_sub_poke() ends the wait with TOCSIN_OK and *out_done == 0.
- * Errors of the subscription (replaced file) are returned as their code;
- * `db` (may be NULL) receives their message.
+ * The loop under every blocking wait (one contract, tocsin.h "How every wait
+ * ends"): drain, check, sleep until woken or *sleep_ms passes. check() sets
+ * *done, may lower *sleep_ms (< 0: no bound) and returns TOCSIN_OK, or a code
+ * that ends the wait with the thread's error set (e.g. TOCSIN_TIMEOUT from
+ * tc_sleep_until). Returns TOCSIN_OK when done, else TOCSIN_INTERRUPTED
+ * (poked), TOCSIN_CLOSED, the subscription's error or check's code.
  */
 typedef int (*tc_check_fn)(void *ctx, int *done, int64_t *sleep_ms);
-int tc_wait_loop(tocsin_sub *sub, tocsin_db *db, int *out_done, tc_check_fn check, void *ctx);
+int tc_wait_loop(tocsin_sub *sub, tc_check_fn check, void *ctx);
+/* Marks sub closed and returns once no thread waits on it any more. */
+void tc_sub_shut(tocsin_sub *sub);
+/* Counts the calling thread as waiting on sub (delta +1 / -1) around a whole
+ * call of a waiter, so that a racing close frees nothing the call still uses. */
+void tc_sub_hold(tocsin_sub *sub, int delta);
+/* A monotonic deadline (us) from a timeout in ms (< 0: none). */
+int64_t tc_deadline_us(int timeout_ms);
+/* Lowers *sleep_ms to what is left until end_us; TOCSIN_TIMEOUT (error set)
+ * once it passed; end_us < 0: no deadline. */
+int tc_sleep_until(int64_t end_us, int64_t *sleep_ms);
+/* Sleep bound for a deadline of the handle's clock: TOCSIN_TIMEOUT (error
+ * set, naming `what`) once now >= deadline; deadline < 0: none. Waits re-read
+ * the clock at least every TC_MAX_SLEEP_MS (an injected clock may jump). */
+#define TC_MAX_SLEEP_MS 1000
+int tc_sleep_until_clock(tocsin_db *db, int64_t deadline, int64_t next, int64_t *sleep_ms,
+                         const char *what);
 
 /* ---- scheduler (scheduler.c) ---- */
 /* Copies a stored schedule's options (meta borrowed from the row). */

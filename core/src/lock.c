@@ -42,9 +42,9 @@ static int lock_read(tocsin_db *db, const char *name, int *found, char **owner, 
     *found = 0;
     *owner = NULL;
     *token = *until = 0;
-    if (!st) return db->errcode;
+    if (!st) return TC_ERRCODE;
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-    rc = sqlite3_step(st);
+    rc = tc_step(db, st);
     if (rc == SQLITE_ROW) {
         *found = 1;
         *token = sqlite3_column_int64(st, 1);
@@ -76,10 +76,10 @@ int tocsin_lock_acquire(tocsin_db *db, int64_t *out_token, int64_t *out_until, c
     if ((rc = lock_check(db, name, owner, ttl_ms, 1)) != TOCSIN_OK) return rc;
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
     now = tocsin_now(db);
-    new_until = now + ttl_ms;
+    new_until = tc_time_add(now, ttl_ms);
     if ((rc = lock_read(db, name, &found, &cur, &token, &until)) != TOCSIN_OK) goto done;
     if (!found) {
-        if (!(st = tc_stmt(db, SQL_LOCK_INSERT))) { rc = db->errcode; goto done; }
+        if (!(st = tc_stmt(db, SQL_LOCK_INSERT))) { rc = TC_ERRCODE; goto done; }
         sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 2, owner, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 3, now);
@@ -90,7 +90,7 @@ int tocsin_lock_acquire(tocsin_db *db, int64_t *out_token, int64_t *out_until, c
     } else if (cur && until > now) {
         if (strcmp(cur, owner) == 0) {
             /* the holder again: extend, same token */
-            if (!(st = tc_stmt(db, SQL_LOCK_EXTEND))) { rc = db->errcode; goto done; }
+            if (!(st = tc_stmt(db, SQL_LOCK_EXTEND))) { rc = TC_ERRCODE; goto done; }
             sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
             sqlite3_bind_text(st, 2, owner, -1, SQLITE_STATIC);
             sqlite3_bind_int64(st, 3, token);
@@ -104,12 +104,12 @@ int tocsin_lock_acquire(tocsin_db *db, int64_t *out_token, int64_t *out_until, c
         }
     } else {
         /* free, released or lapsed: a new holder, a new token */
-        if (!(st = tc_stmt(db, SQL_LOCK_TAKE))) { rc = db->errcode; goto done; }
+        if (!(st = tc_stmt(db, SQL_LOCK_TAKE))) { rc = TC_ERRCODE; goto done; }
         sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 2, owner, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 3, now);
         sqlite3_bind_int64(st, 4, new_until);
-        rc = sqlite3_step(st);
+        rc = tc_step(db, st);
         if (rc == SQLITE_ROW) token = sqlite3_column_int64(st, 0);
         rc = rc == SQLITE_ROW ? tc_step_done(db, st, "acquire lock") : tc_sqlerr(db, rc, "acquire lock");
         sqlite3_reset(st);
@@ -141,12 +141,12 @@ static int lock_holder_op(tocsin_db *db, int *out_ok, const char *name, const ch
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
     now = tocsin_now(db);
     if (!(st = tc_stmt(db, extend ? SQL_LOCK_EXTEND : SQL_LOCK_RELEASE)))
-        return tc_op_end(db, &op, db->errcode);
+        return tc_op_end(db, &op, TC_ERRCODE);
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, owner, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 3, token);
     if (extend) {
-        sqlite3_bind_int64(st, 4, now + ttl_ms);
+        sqlite3_bind_int64(st, 4, tc_time_add(now, ttl_ms));
         sqlite3_bind_int64(st, 5, now);
     } else {
         sqlite3_bind_int64(st, 4, now);
@@ -190,4 +190,59 @@ int tocsin_lock_holder(tocsin_db *db, char **out_owner, int64_t *out_token, int6
     }
     sqlite3_free(cur);
     return tc_op_end(db, &op, rc);
+}
+
+/* ---- waiting for a lock ------------------------------------------------------ */
+
+typedef struct lock_wait {
+    tocsin_db *db;
+    const char *name, *owner;
+    int64_t ttl_ms, deadline;
+    int64_t *out_token, *out_until;
+} lock_wait;
+
+/* A read first: while another owner's lease runs, sleep until it ends (or a
+ * commit, e.g. its release, wakes us) instead of queueing on the write lock. */
+static int lock_wait_check(void *p, int *done, int64_t *sleep_ms) {
+    lock_wait *w = p;
+    char *holder = NULL;
+    int64_t token = 0, until = 0;
+    int rc = tocsin_lock_holder(w->db, &holder, &token, &until, w->name);
+    int theirs = holder && strcmp(holder, w->owner) != 0;
+    sqlite3_free(holder);
+    if (rc != TOCSIN_OK) return rc;
+    if (!theirs) {
+        rc = tocsin_lock_acquire(w->db, w->out_token, w->out_until, w->name, w->owner, w->ttl_ms);
+        if (rc != TOCSIN_OK) return rc;
+        if (*w->out_token > 0) {
+            *done = 1;
+            return TOCSIN_OK;
+        }
+        until = w->out_until ? *w->out_until : tocsin_now(w->db) + 1;
+    }
+    return tc_sleep_until_clock(w->db, w->deadline, until, sleep_ms, "the lock was not free");
+}
+
+int tocsin_lock_wait(tocsin_db *db, int64_t *out_token, int64_t *out_until, const char *name,
+                     const char *owner, int64_t ttl_ms, int64_t deadline_ms, tocsin_sub *sub) {
+    lock_wait w;
+    int64_t until = 0;
+    int rc;
+    TC_CHECK_DB(db);
+    if (!out_token) return tc_err(db, TOCSIN_INVALID, "out_token must not be NULL");
+    *out_token = 0;
+    if (out_until) *out_until = 0;
+    if ((rc = lock_check(db, name, owner, ttl_ms, 1)) != TOCSIN_OK) return rc;
+    if ((rc = tc_wake_wait_sub(db, &sub)) != TOCSIN_OK) return rc;
+    w.db = db;
+    w.name = name;
+    w.owner = owner;
+    w.ttl_ms = ttl_ms;
+    w.deadline = deadline_ms < 0 ? -1 : deadline_ms;
+    w.out_token = out_token;
+    w.out_until = &until;
+    rc = tc_wait_loop(sub, lock_wait_check, &w);
+    if (rc != TOCSIN_OK) *out_token = 0;
+    else if (out_until) *out_until = until;
+    return rc;
 }

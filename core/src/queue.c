@@ -233,7 +233,7 @@ static int collect_jobs(tocsin_db *db, sqlite3_stmt *st, size_t cap, tocsin_job 
 static int run_qnow(tocsin_db *db, const char *sql, const char *queue, int64_t now,
                     const char *what) {
     sqlite3_stmt *st = tc_stmt(db, sql);
-    if (!st) return db->errcode;
+    if (!st) return TC_ERRCODE;
     sqlite3_bind_text(st, 1, queue, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, now);
     return tc_step_done(db, st, what);
@@ -243,13 +243,13 @@ static int run_qnow(tocsin_db *db, const char *sql, const char *queue, int64_t n
 static int to_dead(tocsin_db *db, int64_t id, const char *reason, const char *error, int64_t now) {
     sqlite3_stmt *st = tc_stmt(db, SQL_ONE_DEAD);
     int rc;
-    if (!st) return db->errcode;
+    if (!st) return TC_ERRCODE;
     sqlite3_bind_int64(st, 1, id);
     bind_text_or_null(st, 2, error);
     sqlite3_bind_text(st, 3, reason, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 4, now);
     if ((rc = tc_step_done(db, st, "move job to dead letters")) != TOCSIN_OK) return rc;
-    if (!(st = tc_stmt(db, SQL_DELETE_ONE))) return db->errcode;
+    if (!(st = tc_stmt(db, SQL_DELETE_ONE))) return TC_ERRCODE;
     sqlite3_bind_int64(st, 1, id);
     return tc_step_done(db, st, "move job to dead letters");
 }
@@ -292,7 +292,7 @@ static int insert_job(tocsin_db *db, int64_t *out_id, const tocsin_job_spec *s, 
     int64_t run_at = o->run_at_ms ? o->run_at_ms : now + o->delay_ms;
     sqlite3_stmt *st = tc_stmt(db, SQL_INSERT);
     int rc;
-    if (!st) return db->errcode;
+    if (!st) return TC_ERRCODE;
     sqlite3_bind_text(st, 1, s->queue, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, s->payload, -1, SQLITE_STATIC);
     bind_text_or_null(st, 3, o->meta);
@@ -312,7 +312,7 @@ static int insert_job(tocsin_db *db, int64_t *out_id, const tocsin_job_spec *s, 
         return TOCSIN_OK;
     }
     /* A live job holds the unique key: hand back its id. */
-    if (!(st = tc_stmt(db, SQL_FIND_UNIQUE))) return db->errcode;
+    if (!(st = tc_stmt(db, SQL_FIND_UNIQUE))) return TC_ERRCODE;
     sqlite3_bind_text(st, 1, s->queue, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, o->unique_key, -1, SQLITE_STATIC);
     rc = sqlite3_step(st);
@@ -333,8 +333,8 @@ int tocsin_queue_enqueue_many(tocsin_db *db, int64_t *out_ids, const tocsin_job_
     for (i = 0; i < n; i++) {
         if ((rc = check_spec(db, &specs[i])) != TOCSIN_OK) {
             if (n > 1) {
-                char msg[sizeof db->errmsg];
-                memcpy(msg, db->errmsg, sizeof msg);
+                char msg[sizeof tc_tls()->msg];
+                memcpy(msg, tc_tls()->msg, sizeof msg);
                 tc_err(db, rc, "job %zu: %s", i, msg);
             }
             return rc;
@@ -374,7 +374,7 @@ static int lease_jobs(tocsin_db *db, tocsin_job *jobs, size_t n, const char *wor
         tocsin_job *j = &jobs[i];
         sqlite3_stmt *st = tc_stmt(db, SQL_CLAIM_LEASE);
         char *state, *who;
-        if (!st) return db->errcode;
+        if (!st) return TC_ERRCODE;
         sqlite3_bind_int64(st, 1, j->id);
         sqlite3_bind_text(st, 2, worker, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 3, now);
@@ -400,7 +400,7 @@ static int lease_jobs(tocsin_db *db, tocsin_job *jobs, size_t n, const char *wor
 static int claim_prepare(tocsin_db *db, const char *queue, int64_t now, int *paused) {
     sqlite3_stmt *st = tc_stmt(db, SQL_CLAIM_CHECK);
     int rc, lapsed, expired;
-    if (!st) return db->errcode;
+    if (!st) return TC_ERRCODE;
     sqlite3_bind_text(st, 1, queue, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, now);
     rc = sqlite3_step(st);
@@ -445,7 +445,7 @@ int tocsin_queue_claim(tocsin_db *db, tocsin_job **out_jobs, size_t *out_n, cons
     rc = claim_prepare(db, queue, now, &paused);
     if (rc == TOCSIN_OK && !paused) {
         if (!(st = tc_stmt(db, SQL_CLAIM_SELECT))) {
-            rc = db->errcode;
+            rc = TC_ERRCODE;
         } else {
             sqlite3_bind_text(st, 1, queue, -1, SQLITE_STATIC);
             sqlite3_bind_int64(st, 2, now);
@@ -470,7 +470,7 @@ int tocsin_queue_claim(tocsin_db *db, tocsin_job **out_jobs, size_t *out_n, cons
 static int holder(tocsin_db *db, int *held, int64_t id, int64_t token, int *attempts, int *max) {
     sqlite3_stmt *st = tc_stmt(db, SQL_HOLDER);
     int rc;
-    if (!st) return db->errcode;
+    if (!st) return TC_ERRCODE;
     sqlite3_bind_int64(st, 1, id);
     sqlite3_bind_int64(st, 2, token);
     rc = sqlite3_step(st);
@@ -511,7 +511,7 @@ int tocsin_job_ack_batch(tocsin_db *db, size_t *out_acked, const int64_t *ids,
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
     for (i = 0; i < n && rc == TOCSIN_OK; i++) {
         if (!(st = tc_stmt(db, SQL_ACK))) {
-            rc = db->errcode;
+            rc = TC_ERRCODE;
             break;
         }
         sqlite3_bind_int64(st, 1, ids[i]);
@@ -551,7 +551,7 @@ int tocsin_job_retry(tocsin_db *db, int *out_ok, int64_t id, int64_t token, int6
         if (attempts >= max) {
             rc = to_dead(db, id, "max_attempts", error, now);
         } else if (!(st = tc_stmt(db, SQL_RETRY))) {
-            rc = db->errcode;
+            rc = TC_ERRCODE;
         } else {
             if (delay_ms < 0)
                 delay_ms = tocsin_backoff_ms(TOCSIN_BACKOFF_BASE_MS, TOCSIN_BACKOFF_CAP_MS, attempts);
@@ -592,7 +592,7 @@ int tocsin_job_heartbeat(tocsin_db *db, int *out_ok, int64_t id, int64_t token,
     if (extend_ms < 1) return tc_err(db, TOCSIN_INVALID, "extend_ms must be >= 1");
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
     if (!(st = tc_stmt(db, SQL_HEARTBEAT))) {
-        rc = db->errcode;
+        rc = TC_ERRCODE;
     } else {
         sqlite3_bind_int64(st, 1, id);
         sqlite3_bind_int64(st, 2, token);
@@ -624,7 +624,7 @@ int tocsin_job_cancel(tocsin_db *db, int *out_ok, int64_t id) {
 static int get_one(tocsin_db *db, const char *sql, int64_t id, tocsin_job **out) {
     sqlite3_stmt *st = tc_stmt(db, sql);
     size_t n;
-    if (!st) return db->errcode;
+    if (!st) return TC_ERRCODE;
     sqlite3_bind_int64(st, 1, id);
     return collect_jobs(db, st, 1, out, &n, "get job");
 }
@@ -649,7 +649,7 @@ static int set_paused(tocsin_db *db, const char *queue, int paused) {
     if ((rc = tc_check_name(db, "queue name", queue)) != TOCSIN_OK) return rc;
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
     if (!(st = tc_stmt(db, SQL_PAUSE))) {
-        rc = db->errcode;
+        rc = TC_ERRCODE;
     } else {
         sqlite3_bind_text(st, 1, queue, -1, SQLITE_STATIC);
         sqlite3_bind_int(st, 2, paused);
@@ -672,7 +672,7 @@ int tocsin_queue_is_paused(tocsin_db *db, int *out_paused, const char *queue) {
     if ((rc = tc_check_name(db, "queue name", queue)) != TOCSIN_OK) return rc;
     if ((rc = tc_op_begin(db, &op, 0)) != TOCSIN_OK) return rc;
     if (!(st = tc_stmt(db, SQL_IS_PAUSED))) {
-        rc = db->errcode;
+        rc = TC_ERRCODE;
     } else {
         sqlite3_bind_text(st, 1, queue, -1, SQLITE_STATIC);
         if ((rc = sqlite3_step(st)) == SQLITE_ROW) *out_paused = sqlite3_column_int(st, 0);
@@ -685,7 +685,7 @@ int tocsin_queue_is_paused(tocsin_db *db, int *out_paused, const char *queue) {
 static int stats_one(tocsin_db *db, tc_buf *b, const char *queue, int64_t now) {
     sqlite3_stmt *st = tc_stmt(db, SQL_STATS);
     int rc, first = 1;
-    if (!st) return db->errcode;
+    if (!st) return TC_ERRCODE;
     sqlite3_bind_text(st, 1, queue, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, now);
     rc = sqlite3_step(st);
@@ -732,7 +732,7 @@ int tocsin_queue_stats(tocsin_db *db, char **out_json, const char *queue) {
         char **names = NULL;
         size_t n = 0, cap = 0, i;
         int src = SQLITE_DONE;
-        if (!st) rc = db->errcode;
+        if (!st) rc = TC_ERRCODE;
         while (st && (src = sqlite3_step(st)) == SQLITE_ROW) {
             if (n == cap) {
                 char **p = sqlite3_realloc64(names, (cap = cap ? cap * 2 : 16) * sizeof *names);
@@ -771,7 +771,7 @@ static int min_run_at(tocsin_db *db, const char *queue, int64_t *acc) {
     int rc, first = 1;
     for (;;) {
         sqlite3_stmt *st = tc_stmt(db, first ? SQL_FIRST_GROUP : SQL_NEXT_GROUP);
-        if (!st) return db->errcode;
+        if (!st) return TC_ERRCODE;
         sqlite3_bind_text(st, 1, queue, -1, SQLITE_STATIC);
         if (!first) sqlite3_bind_int64(st, 2, prio);
         rc = sqlite3_step(st);
@@ -802,7 +802,7 @@ int tocsin_queue_next_deadline(tocsin_db *db, int64_t *out_ms, const char *const
         sqlite3_stmt *st = tc_stmt(db, SQL_OTHER_DEADLINES);
         int paused = 0;
         if (!st) {
-            rc = db->errcode;
+            rc = TC_ERRCODE;
             break;
         }
         sqlite3_bind_text(st, 1, queues[i], -1, SQLITE_STATIC);
@@ -838,7 +838,7 @@ int tocsin_dead_list(tocsin_db *db, tocsin_job **out_jobs, size_t *out_n, const 
         return tc_err(db, TOCSIN_INVALID, "limit must be between 1 and %d", TC_MAX_CLAIM);
     if ((rc = tc_op_begin(db, &op, 0)) != TOCSIN_OK) return rc;
     if (!(st = tc_stmt(db, queue ? SQL_DEAD_LIST_Q : SQL_DEAD_LIST_ALL))) {
-        rc = db->errcode;
+        rc = TC_ERRCODE;
     } else {
         if (queue) sqlite3_bind_text(st, 1, queue, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 2, after_id);
@@ -857,7 +857,7 @@ int tocsin_dead_requeue(tocsin_db *db, int *out_ok, int64_t id) {
     *out_ok = 0;
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
     if (!(st = tc_stmt(db, SQL_REQUEUE))) {
-        rc = db->errcode;
+        rc = TC_ERRCODE;
     } else {
         sqlite3_bind_int64(st, 1, id);
         sqlite3_bind_int64(st, 2, tocsin_now(db));
@@ -876,7 +876,7 @@ int tocsin_dead_requeue(tocsin_db *db, int *out_ok, int64_t id) {
     }
     if (rc == TOCSIN_OK && *out_ok) {
         if (!(st = tc_stmt(db, SQL_DEAD_DELETE_ONE))) {
-            rc = db->errcode;
+            rc = TC_ERRCODE;
         } else {
             sqlite3_bind_int64(st, 1, id);
             rc = tc_step_done(db, st, "requeue");
@@ -898,7 +898,7 @@ int tocsin_dead_purge(tocsin_db *db, int64_t *out_n, const char *queue, int64_t 
     if (before_ms < 0) return tc_err(db, TOCSIN_INVALID, "before_ms must be >= 0");
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
     if (!(st = tc_stmt(db, queue ? SQL_PURGE_Q : SQL_PURGE_ALL))) {
-        rc = db->errcode;
+        rc = TC_ERRCODE;
     } else {
         if (queue) sqlite3_bind_text(st, 1, queue, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 2, before_ms);
@@ -972,4 +972,43 @@ char *tc_jobs_json(const tocsin_job *jobs, size_t n) {
     }
     tc_buf_puts(&b, "]");
     return tc_buf_take(&b);
+}
+
+/* ---- waiting until something is claimable ---------------------------------- */
+
+typedef struct queue_wait {
+    tocsin_db *db;
+    const char *const *queues;
+    size_t n;
+    int64_t deadline;
+} queue_wait;
+
+/* Read-only: is anything due? If not, sleep until the earliest deadline. */
+static int queue_wait_check(void *p, int *done, int64_t *sleep_ms) {
+    queue_wait *q = p;
+    int64_t next = -1;
+    int rc = tocsin_queue_next_deadline(q->db, &next, q->queues, q->n);
+    if (rc != TOCSIN_OK) return rc;
+    if (next >= 0 && next <= tocsin_now(q->db)) {
+        *done = 1;
+        return TOCSIN_OK;
+    }
+    return tc_sleep_until_clock(q->db, q->deadline, next, sleep_ms, "nothing became claimable");
+}
+
+int tocsin_queue_wait(tocsin_db *db, const char *const *queues, size_t n, int64_t deadline_ms,
+                      tocsin_sub *sub) {
+    queue_wait q;
+    size_t i;
+    int rc;
+    CHECK_DB(db);
+    if (!queues || n == 0) return tc_err(db, TOCSIN_INVALID, "queues must name at least one queue");
+    for (i = 0; i < n; i++)
+        if ((rc = tc_check_name(db, "queue name", queues[i])) != TOCSIN_OK) return rc;
+    if ((rc = tc_wake_wait_sub(db, &sub)) != TOCSIN_OK) return rc;
+    q.db = db;
+    q.queues = queues;
+    q.n = n;
+    q.deadline = deadline_ms < 0 ? -1 : deadline_ms;
+    return tc_wait_loop(sub, queue_wait_check, &q);
 }

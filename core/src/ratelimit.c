@@ -25,7 +25,7 @@ static const char SQL_RATE_RESET[] = "DELETE FROM _tocsin_rate_hits WHERE name =
 
 /* Steps a statement returning one integer. */
 static int rate_int(tocsin_db *db, sqlite3_stmt *st, int64_t *out, int *found, const char *what) {
-    int rc = sqlite3_step(st);
+    int rc = tc_step(db, st);
     *found = rc == SQLITE_ROW;
     if (rc == SQLITE_ROW) *out = sqlite3_column_int64(st, 0);
     sqlite3_reset(st);
@@ -52,25 +52,25 @@ int tocsin_ratelimit_try(tocsin_db *db, int *out_allowed, int64_t *out_retry_aft
                       (long long)RATE_MAX_PER_MS);
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
     now = tocsin_now(db);
-    if (!(st = tc_stmt(db, SQL_RATE_EXPIRE))) return tc_op_end(db, &op, db->errcode);
+    if (!(st = tc_stmt(db, SQL_RATE_EXPIRE))) return tc_op_end(db, &op, TC_ERRCODE);
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, now - per_ms);
     if ((rc = tc_step_done(db, st, "rate limit")) != TOCSIN_OK) return tc_op_end(db, &op, rc);
-    if (!(st = tc_stmt(db, SQL_RATE_COUNT))) return tc_op_end(db, &op, db->errcode);
+    if (!(st = tc_stmt(db, SQL_RATE_COUNT))) return tc_op_end(db, &op, TC_ERRCODE);
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     if ((rc = rate_int(db, st, &count, &found, "rate limit")) != TOCSIN_OK)
         return tc_op_end(db, &op, rc);
     if (count < limit) {
-        if (!(st = tc_stmt(db, SQL_RATE_INSERT))) return tc_op_end(db, &op, db->errcode);
+        if (!(st = tc_stmt(db, SQL_RATE_INSERT))) return tc_op_end(db, &op, TC_ERRCODE);
         sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 2, now);
-        sqlite3_bind_int64(st, 3, now + per_ms);
+        sqlite3_bind_int64(st, 3, tc_time_add(now, per_ms));
         if ((rc = tc_step_done(db, st, "rate limit")) != TOCSIN_OK) return tc_op_end(db, &op, rc);
         *out_allowed = 1;
         if (out_remaining) *out_remaining = limit - count - 1;
         return tc_op_end(db, &op, TOCSIN_OK);
     }
-    if (!(st = tc_stmt(db, SQL_RATE_NTH))) return tc_op_end(db, &op, db->errcode);
+    if (!(st = tc_stmt(db, SQL_RATE_NTH))) return tc_op_end(db, &op, TC_ERRCODE);
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, count - limit);
     if ((rc = rate_int(db, st, &at, &found, "rate limit")) != TOCSIN_OK)
@@ -93,7 +93,7 @@ int tocsin_ratelimit_reset(tocsin_db *db, int64_t *out_n, const char *name) {
     *out_n = 0;
     if ((rc = tc_check_name(db, "rate limit name", name)) != TOCSIN_OK) return rc;
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
-    if (!(st = tc_stmt(db, SQL_RATE_RESET))) return tc_op_end(db, &op, db->errcode);
+    if (!(st = tc_stmt(db, SQL_RATE_RESET))) return tc_op_end(db, &op, TC_ERRCODE);
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     rc = tc_step_done(db, st, "reset rate limit");
     if (rc == TOCSIN_OK) *out_n = sqlite3_changes(db->conn);

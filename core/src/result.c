@@ -27,13 +27,12 @@ static const char SQL_RESULT_SWEEP[] =
 
 static int result_check(tocsin_db *db, int64_t job_id, int64_t ttl_ms) {
     if (job_id < 1) return tc_err(db, TOCSIN_INVALID, "job_id must be >= 1");
-    if (ttl_ms < 0) return tc_err(db, TOCSIN_INVALID, "ttl_ms must be >= 0 (0: never expires)");
-    return TOCSIN_OK;
+    return tc_check_ms(db, "ttl_ms (0: never expires)", ttl_ms, 0);
 }
 
 static void result_bind_expiry(sqlite3_stmt *st, int i, int64_t now, int64_t ttl_ms) {
     if (ttl_ms > 0)
-        sqlite3_bind_int64(st, i, ttl_ms > INT64_MAX - now ? INT64_MAX : now + ttl_ms);
+        sqlite3_bind_int64(st, i, tc_time_add(now, ttl_ms));
     else
         sqlite3_bind_null(st, i);
 }
@@ -48,7 +47,7 @@ int tocsin_result_save(tocsin_db *db, int64_t job_id, const char *value_json, in
     if ((rc = tc_check_payload(db, "value", value_json)) != TOCSIN_OK) return rc;
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
     now = tocsin_now(db);
-    if (!(st = tc_stmt(db, SQL_RESULT_SAVE))) return tc_op_end(db, &op, db->errcode);
+    if (!(st = tc_stmt(db, SQL_RESULT_SAVE))) return tc_op_end(db, &op, TC_ERRCODE);
     sqlite3_bind_int64(st, 1, job_id);
     sqlite3_bind_text(st, 2, value_json, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 3, now);
@@ -66,12 +65,11 @@ int tocsin_result_save_error(tocsin_db *db, int64_t job_id, const char *type,
     TC_CHECK_DB(db);
     if ((rc = result_check(db, job_id, ttl_ms)) != TOCSIN_OK) return rc;
     if ((rc = tc_check_name(db, "error type", type)) != TOCSIN_OK) return rc;
-    if (message && (int64_t)strlen(message) > db->max_payload)
-        return tc_err(db, TOCSIN_TOOBIG, "error message is %zu bytes; the limit is %lld bytes",
-                      strlen(message), (long long)db->max_payload);
+    if ((rc = tc_check_text(db, "error message", message, (size_t)db->max_payload)) != TOCSIN_OK)
+        return rc;
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
     now = tocsin_now(db);
-    if (!(st = tc_stmt(db, SQL_RESULT_SAVE_ERROR))) return tc_op_end(db, &op, db->errcode);
+    if (!(st = tc_stmt(db, SQL_RESULT_SAVE_ERROR))) return tc_op_end(db, &op, TC_ERRCODE);
     sqlite3_bind_int64(st, 1, job_id);
     sqlite3_bind_text(st, 2, type, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 3, message ? message : "", -1, SQLITE_STATIC);
@@ -99,10 +97,10 @@ int tocsin_result_get(tocsin_db *db, tocsin_result **out_result, int64_t job_id)
     *out_result = NULL;
     if (job_id < 1) return tc_err(db, TOCSIN_INVALID, "job_id must be >= 1");
     if ((rc = tc_op_begin(db, &op, 0)) != TOCSIN_OK) return rc;
-    if (!(st = tc_stmt(db, SQL_RESULT_GET))) return tc_op_end(db, &op, db->errcode);
+    if (!(st = tc_stmt(db, SQL_RESULT_GET))) return tc_op_end(db, &op, TC_ERRCODE);
     sqlite3_bind_int64(st, 1, job_id);
     sqlite3_bind_int64(st, 2, tocsin_now(db));
-    rc = sqlite3_step(st);
+    rc = tc_step(db, st);
     if (rc == SQLITE_DONE) {
         sqlite3_reset(st);
         return tc_op_end(db, &op, TOCSIN_OK);
@@ -162,9 +160,8 @@ int tocsin_job_fail_task(tocsin_db *db, int *out_ok, int64_t id, int64_t token,
     *out_ok = 0;
     if ((rc = result_check(db, id, ttl_ms)) != TOCSIN_OK) return rc;
     if ((rc = tc_check_name(db, "error type", type)) != TOCSIN_OK) return rc;
-    if (message && (int64_t)strlen(message) > db->max_payload)
-        return tc_err(db, TOCSIN_TOOBIG, "error message is %zu bytes; the limit is %lld bytes",
-                      strlen(message), (long long)db->max_payload);
+    if ((rc = tc_check_text(db, "error message", message, (size_t)db->max_payload)) != TOCSIN_OK)
+        return rc;
     /* the job's last_error reads "type: message", as a retry records it */
     error = message && *message ? sqlite3_mprintf("%s: %s", type, message) : sqlite3_mprintf("%s", type);
     if (!error) return tc_err(db, TOCSIN_NOMEM, "fail task: out of memory");
@@ -236,7 +233,6 @@ typedef struct rs_wait {
 
 static int rs_wait_check(void *p, int *done, int64_t *sleep_ms) {
     rs_wait *w = p;
-    int64_t now;
     int rc = tocsin_result_check(w->db, w->out, w->job_id);
     if (rc != TOCSIN_OK) return rc;
     if (*w->out) {
@@ -244,19 +240,13 @@ static int rs_wait_check(void *p, int *done, int64_t *sleep_ms) {
         return TOCSIN_OK;
     }
     if (w->deadline < 0) return TOCSIN_OK; /* only a commit can bring the outcome */
-    now = tocsin_now(w->db);
-    if (now >= w->deadline)
-        return tc_err(w->db, TOCSIN_TIMEOUT, "job %lld has no result yet at the deadline",
-                      (long long)w->job_id);
-    /* re-read the (injectable) clock at least every second */
-    *sleep_ms = w->deadline - now < 1000 ? w->deadline - now : 1000;
-    return TOCSIN_OK;
+    return tc_sleep_until_clock(w->db, w->deadline, -1, sleep_ms, "the job has no outcome yet");
 }
 
 int tocsin_result_wait(tocsin_db *db, tocsin_result **out_result, int64_t job_id,
                        int64_t deadline_ms, tocsin_sub *sub) {
     rs_wait w;
-    int rc, done = 0;
+    int rc;
     TC_CHECK_DB(db);
     if (!out_result) return tc_err(db, TOCSIN_INVALID, "out_result must not be NULL");
     *out_result = NULL;
@@ -266,8 +256,8 @@ int tocsin_result_wait(tocsin_db *db, tocsin_result **out_result, int64_t job_id
     w.out = out_result;
     w.job_id = job_id;
     w.deadline = deadline_ms < 0 ? -1 : deadline_ms;
-    rc = tc_wait_loop(sub, db, &done, rs_wait_check, &w);
-    if (rc != TOCSIN_OK || !done) {
+    rc = tc_wait_loop(sub, rs_wait_check, &w);
+    if (rc != TOCSIN_OK) {
         tocsin_result_free(*out_result);
         *out_result = NULL;
     }
@@ -283,7 +273,7 @@ int tocsin_result_delete(tocsin_db *db, int *out_ok, int64_t job_id) {
     *out_ok = 0;
     if (job_id < 1) return tc_err(db, TOCSIN_INVALID, "job_id must be >= 1");
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
-    if (!(st = tc_stmt(db, SQL_RESULT_DELETE))) return tc_op_end(db, &op, db->errcode);
+    if (!(st = tc_stmt(db, SQL_RESULT_DELETE))) return tc_op_end(db, &op, TC_ERRCODE);
     sqlite3_bind_int64(st, 1, job_id);
     rc = tc_step_done(db, st, "delete result");
     if (rc == TOCSIN_OK) *out_ok = sqlite3_changes(db->conn) > 0;

@@ -153,7 +153,7 @@ static int sched_get(tocsin_db *db, const char *name, tocsin_schedule **out) {
     size_t n;
     int rc;
     *out = NULL;
-    if (!st) return db->errcode;
+    if (!st) return TC_ERRCODE;
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     rc = sched_collect(db, st, out, &n, "read schedule");
     return rc;
@@ -307,7 +307,7 @@ static int sched_write(tocsin_db *db, int64_t *out_next, const char *name, const
     else if ((rc = sched_next_expr(db, name, cron, now, eff.local_time, &next)) != TOCSIN_OK)
         goto done;
     if (!(st = tc_stmt(db, SQL_SCHED_UPSERT))) {
-        rc = db->errcode;
+        rc = TC_ERRCODE;
         goto done;
     }
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
@@ -356,7 +356,7 @@ int tocsin_schedule_pause(tocsin_db *db, const char *name) {
     TC_CHECK_DB(db);
     if ((rc = tc_check_name(db, "schedule name", name)) != TOCSIN_OK) return rc;
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
-    if (!(st = tc_stmt(db, SQL_SCHED_PAUSE))) return tc_op_end(db, &op, db->errcode);
+    if (!(st = tc_stmt(db, SQL_SCHED_PAUSE))) return tc_op_end(db, &op, TC_ERRCODE);
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, tocsin_now(db));
     rc = tc_step_done(db, st, "pause schedule");
@@ -384,7 +384,7 @@ int tocsin_schedule_resume(tocsin_db *db, const char *name) {
     if ((rc = sched_next_expr(db, name, row->cron, now, row->local_time, &next)) != TOCSIN_OK)
         goto done;
     if (!(st = tc_stmt(db, SQL_SCHED_RESUME))) {
-        rc = db->errcode;
+        rc = TC_ERRCODE;
         goto done;
     }
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
@@ -405,7 +405,7 @@ int tocsin_schedule_remove(tocsin_db *db, int *out_ok, const char *name) {
     *out_ok = 0;
     if ((rc = tc_check_name(db, "schedule name", name)) != TOCSIN_OK) return rc;
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
-    if (!(st = tc_stmt(db, SQL_SCHED_DELETE))) return tc_op_end(db, &op, db->errcode);
+    if (!(st = tc_stmt(db, SQL_SCHED_DELETE))) return tc_op_end(db, &op, TC_ERRCODE);
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     rc = tc_step_done(db, st, "remove schedule");
     if (rc == TOCSIN_OK) *out_ok = sqlite3_changes(db->conn) > 0;
@@ -433,7 +433,7 @@ int tocsin_schedule_list(tocsin_db *db, tocsin_schedule **out, size_t *out_n) {
     *out = NULL;
     *out_n = 0;
     if ((rc = tc_op_begin(db, &op, 0)) != TOCSIN_OK) return rc;
-    if (!(st = tc_stmt(db, SQL_SCHED_LIST))) return tc_op_end(db, &op, db->errcode);
+    if (!(st = tc_stmt(db, SQL_SCHED_LIST))) return tc_op_end(db, &op, TC_ERRCODE);
     rc = sched_collect(db, st, out, out_n, "list schedules");
     return tc_op_end(db, &op, rc);
 }
@@ -447,7 +447,7 @@ static int sched_enqueue(tocsin_db *db, const tocsin_schedule *s, int64_t fire_a
     sqlite3_stmt *st = tc_stmt(db, SQL_SCHED_META);
     char *meta;
     int rc;
-    if (!st) return db->errcode;
+    if (!st) return TC_ERRCODE;
     if (s->meta)
         sqlite3_bind_text(st, 1, s->meta, -1, SQLITE_STATIC);
     else
@@ -471,8 +471,8 @@ static int sched_enqueue(tocsin_db *db, const tocsin_schedule *s, int64_t fire_a
     rc = tocsin_queue_enqueue(db, out_id, s->queue, s->payload, &eo);
     sqlite3_free(meta);
     if (rc != TOCSIN_OK) {
-        char msg[sizeof db->errmsg];
-        memcpy(msg, db->errmsg, sizeof msg);
+        char msg[sizeof tc_tls()->msg];
+        memcpy(msg, tc_tls()->msg, sizeof msg);
         tc_err(db, rc, "schedule %s: enqueue: %s", s->name, msg);
     }
     return rc;
@@ -520,7 +520,7 @@ static int sched_fire(tocsin_db *db, const tocsin_schedule *s, int64_t now, int6
     if (rc != TOCSIN_OK) goto done;
     /* compare-and-set first: only the ticker whose update takes enqueues */
     if (!(st = tc_stmt(db, SQL_SCHED_ADVANCE))) {
-        rc = db->errcode;
+        rc = TC_ERRCODE;
         goto done;
     }
     sqlite3_bind_text(st, 1, s->name, -1, SQLITE_STATIC);
@@ -537,7 +537,7 @@ static int sched_fire(tocsin_db *db, const tocsin_schedule *s, int64_t now, int6
     if (rc != TOCSIN_OK) goto done;
     *fired += (int64_t)nb;
     if (!(st = tc_stmt(db, SQL_SCHED_LAST_JOB))) {
-        rc = db->errcode;
+        rc = TC_ERRCODE;
         goto done;
     }
     sqlite3_bind_text(st, 1, s->name, -1, SQLITE_STATIC);
@@ -562,7 +562,7 @@ int tocsin_scheduler_tick(tocsin_db *db, int64_t *out_fired) {
     do {
         /* collect a batch first: the loop below writes the rows it read */
         if (!(st = tc_stmt(db, SQL_SCHED_DUE))) {
-            rc = db->errcode;
+            rc = TC_ERRCODE;
             break;
         }
         sqlite3_bind_int64(st, 1, now);
@@ -588,7 +588,7 @@ int tocsin_scheduler_next_fire(tocsin_db *db, int64_t *out_ms) {
     if (!out_ms) return tc_err(db, TOCSIN_INVALID, "out_ms must not be NULL");
     *out_ms = -1;
     if ((rc = tc_op_begin(db, &op, 0)) != TOCSIN_OK) return rc;
-    if (!(st = tc_stmt(db, SQL_SCHED_NEXT))) return tc_op_end(db, &op, db->errcode);
+    if (!(st = tc_stmt(db, SQL_SCHED_NEXT))) return tc_op_end(db, &op, TC_ERRCODE);
     rc = sqlite3_step(st);
     if (rc == SQLITE_ROW) {
         if (sqlite3_column_type(st, 0) != SQLITE_NULL) *out_ms = sqlite3_column_int64(st, 0);

@@ -165,18 +165,17 @@ static int read_version(tocsin_db *db, int *out) {
     sqlite3_stmt *st = NULL;
     int rc;
     *out = 0;
-    rc = sqlite3_prepare_v2(db->conn,
-                            "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_tocsin_meta'",
-                            -1, &st, NULL);
+    rc = tc_prepare(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_tocsin_meta'",
+                            0, &st);
     if (rc != SQLITE_OK) return tc_sqlerr(db, rc, "read schema");
-    rc = sqlite3_step(st);
+    rc = tc_step(db, st);
     sqlite3_finalize(st);
     if (rc == SQLITE_DONE) return TOCSIN_OK;
     if (rc != SQLITE_ROW) return tc_sqlerr(db, rc, "read schema");
-    rc = sqlite3_prepare_v2(db->conn, "SELECT value FROM _tocsin_meta WHERE key = 'schema_version'",
-                            -1, &st, NULL);
+    rc = tc_prepare(db, "SELECT value FROM _tocsin_meta WHERE key = 'schema_version'",
+                            0, &st);
     if (rc != SQLITE_OK) return tc_sqlerr(db, rc, "read schema version");
-    rc = sqlite3_step(st);
+    rc = tc_step(db, st);
     if (rc == SQLITE_ROW) *out = sqlite3_column_int(st, 0);
     sqlite3_finalize(st);
     if (rc != SQLITE_ROW && rc != SQLITE_DONE) return tc_sqlerr(db, rc, "read schema version");

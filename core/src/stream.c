@@ -16,6 +16,10 @@ static const char SQL_SAVE_OFFSET[] =
     "INSERT INTO _tocsin_offsets(consumer, topic, position, updated_at) VALUES (?1, ?2, ?3, ?4)"
     " ON CONFLICT(consumer, topic) DO UPDATE SET position = max(position, excluded.position),"
     " updated_at = excluded.updated_at RETURNING position";
+/* The highest offset ever handed out (trimmed events included): no offset
+ * beyond it can be saved, or every later event would count as passed. */
+static const char SQL_LAST_OFFSET[] =
+    "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = '_tocsin_events'), 0)";
 static const char SQL_OFFSET[] =
     "SELECT position FROM _tocsin_offsets WHERE consumer = ?1 AND topic = ?2";
 static const char SQL_TRIM_AGE[] =
@@ -54,7 +58,7 @@ int tc_collect_messages(tocsin_db *db, sqlite3_stmt *st, size_t cap, tocsin_mess
         sqlite3_reset(st);
         return tc_err(db, TOCSIN_NOMEM, "%s: out of memory", what);
     }
-    while (n < cap && (rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while (n < cap && (rc = tc_step(db, st)) == SQLITE_ROW) {
         tocsin_message *x = &m[n++];
         x->id = sqlite3_column_int64(st, 0);
         x->name = tc_col_text(st, 1);
@@ -141,7 +145,7 @@ static int publish(tocsin_db *db, int64_t *out_offsets, const char *topic,
     for (i = 0; i < n && rc == TOCSIN_OK; i++) {
         sqlite3_stmt *st = tc_stmt(db, SQL_PUBLISH);
         if (!st) {
-            rc = db->errcode;
+            rc = TC_ERRCODE;
             break;
         }
         sqlite3_bind_text(st, 1, topic, -1, SQLITE_STATIC);
@@ -149,7 +153,7 @@ static int publish(tocsin_db *db, int64_t *out_offsets, const char *topic,
         sqlite3_bind_text(st, 3, payloads[i], -1, SQLITE_STATIC);
         if (meta) sqlite3_bind_text(st, 4, meta, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 5, now);
-        rc = sqlite3_step(st);
+        rc = tc_step(db, st);
         if (rc == SQLITE_ROW) {
             out_offsets[i] = sqlite3_column_int64(st, 0);
             rc = tc_step_done(db, st, "publish");
@@ -185,7 +189,7 @@ int tc_read_messages(tocsin_db *db, tocsin_message **out, size_t *out_n, const c
     if ((rc = tc_check_limit(db, limit)) != TOCSIN_OK) return rc;
     if ((rc = tc_op_begin(db, &op, 0)) != TOCSIN_OK) return rc;
     if (!(st = tc_stmt(db, sql))) {
-        rc = db->errcode;
+        rc = TC_ERRCODE;
     } else {
         sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 2, after);
@@ -205,21 +209,31 @@ int tocsin_stream_save_offset(tocsin_db *db, int64_t *out_stored, const char *co
     tc_op op;
     sqlite3_stmt *st;
     int rc;
-    int64_t stored = 0;
+    int64_t stored = 0, last;
     if (!db) return TOCSIN_INVALID;
     tc_clear(db);
     if ((rc = tc_check_name(db, "consumer", consumer)) != TOCSIN_OK) return rc;
     if ((rc = tc_check_name(db, "topic", topic)) != TOCSIN_OK) return rc;
     if (offset < 0) return tc_err(db, TOCSIN_INVALID, "offset must be >= 0");
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
+    if (!(st = tc_stmt(db, SQL_LAST_OFFSET))) return tc_op_end(db, &op, TC_ERRCODE);
+    rc = tc_step(db, st);
+    last = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
+    sqlite3_reset(st);
+    if (rc != SQLITE_ROW) return tc_op_end(db, &op, tc_sqlerr(db, rc, "save offset"));
+    if (offset > last)
+        return tc_op_end(db, &op,
+                         tc_err(db, TOCSIN_INVALID,
+                                "offset %lld is beyond the end of the streams (the last offset is %lld)",
+                                (long long)offset, (long long)last));
     if (!(st = tc_stmt(db, SQL_SAVE_OFFSET))) {
-        rc = db->errcode;
+        rc = TC_ERRCODE;
     } else {
         sqlite3_bind_text(st, 1, consumer, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 2, topic, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 3, offset);
         sqlite3_bind_int64(st, 4, tocsin_now(db));
-        rc = sqlite3_step(st);
+        rc = tc_step(db, st);
         if (rc == SQLITE_ROW) {
             stored = sqlite3_column_int64(st, 0);
             rc = tc_step_done(db, st, "save offset");
@@ -246,11 +260,11 @@ int tocsin_stream_offset(tocsin_db *db, int64_t *out_offset, const char *consume
     if ((rc = tc_check_name(db, "topic", topic)) != TOCSIN_OK) return rc;
     if ((rc = tc_op_begin(db, &op, 0)) != TOCSIN_OK) return rc;
     if (!(st = tc_stmt(db, SQL_OFFSET))) {
-        rc = db->errcode;
+        rc = TC_ERRCODE;
     } else {
         sqlite3_bind_text(st, 1, consumer, -1, SQLITE_STATIC);
         sqlite3_bind_text(st, 2, topic, -1, SQLITE_STATIC);
-        rc = sqlite3_step(st);
+        rc = tc_step(db, st);
         if (rc == SQLITE_ROW) *out_offset = sqlite3_column_int64(st, 0);
         sqlite3_reset(st);
         rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? TOCSIN_OK : tc_sqlerr(db, rc, "read offset");
@@ -262,7 +276,7 @@ int tocsin_stream_offset(tocsin_db *db, int64_t *out_offset, const char *consume
 static int trim_step(tocsin_db *db, const char *sql, const char *topic, int64_t x, int64_t *n) {
     sqlite3_stmt *st = tc_stmt(db, sql);
     int rc;
-    if (!st) return db->errcode;
+    if (!st) return TC_ERRCODE;
     sqlite3_bind_text(st, 1, topic, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, x);
     rc = tc_step_done(db, st, "trim stream");
@@ -282,7 +296,7 @@ int tocsin_stream_trim(tocsin_db *db, int64_t *out_n, const char *topic,
     if ((rc = tc_check_name(db, "topic", topic)) != TOCSIN_OK) return rc;
     if (o->version < 1)
         return tc_err(db, TOCSIN_INVALID, "trim options: version must be set (use TOCSIN_TRIM_OPTS_INIT)");
-    if (o->max_age_ms < 0) return tc_err(db, TOCSIN_INVALID, "max_age_ms must be >= 0");
+    if ((rc = tc_check_ms(db, "max_age_ms", o->max_age_ms, 0)) != TOCSIN_OK) return rc;
     if (o->max_count < 0) return tc_err(db, TOCSIN_INVALID, "max_count must be >= 0");
     if (!o->max_age_ms && !o->max_count && !o->below_consumers)
         return tc_err(db, TOCSIN_INVALID, "trim needs max_age_ms, max_count or below_consumers");
@@ -294,3 +308,163 @@ int tocsin_stream_trim(tocsin_db *db, int64_t *out_n, const char *topic,
     if (rc == TOCSIN_OK) *out_n = n;
     return rc;
 }
+
+/* ---- stream subscriptions: replay, then live ----------------------------------- */
+
+struct tocsin_stream_sub {
+    tocsin_db *db; /* private, read-write (offsets) */
+    tocsin_sub *sub;
+    char *topic, *consumer;
+    size_t batch;
+    int64_t every, every_ms;
+    int64_t position;  /* offset of the last event handed out */
+    int64_t last_n;    /* events handed out by the last call */
+    int64_t unsaved;   /* processed events not saved yet */
+    int64_t saved_at;  /* clock time of the last save */
+    int64_t end_us;
+    tocsin_message *got;
+    size_t got_n;
+};
+
+static int sub_save(tocsin_stream_sub *s, int64_t offset) {
+    int rc = tocsin_stream_save_offset(s->db, NULL, s->consumer, s->topic, offset);
+    if (rc == TOCSIN_OK) {
+        s->unsaved = 0;
+        s->saved_at = tocsin_now(s->db);
+    }
+    return rc;
+}
+
+static int sub_check(void *p, int *done, int64_t *sleep_ms) {
+    tocsin_stream_sub *s = p;
+    int rc = tocsin_stream_read(s->db, &s->got, &s->got_n, s->topic, s->position, s->batch);
+    if (rc != TOCSIN_OK) return rc;
+    if (s->got_n) {
+        *done = 1;
+        return TOCSIN_OK;
+    }
+    if (s->end_us < 0) return TOCSIN_OK;
+    rc = tc_sleep_until(s->end_us, sleep_ms);
+    if (rc == TOCSIN_TIMEOUT) tc_err(s->db, rc, "no event arrived");
+    return rc;
+}
+
+int tocsin_stream_sub_open(tocsin_stream_sub **out, tocsin_db *db, const char *topic,
+                           const char *consumer, const tocsin_stream_sub_opts *opts) {
+    tocsin_stream_sub_opts o = TOCSIN_STREAM_SUB_OPTS_INIT;
+    tocsin_stream_sub *s;
+    int rc;
+    if (!out) return tc_err(NULL, TOCSIN_INVALID, "out must not be NULL");
+    *out = NULL;
+    if (!db) return tc_err(NULL, TOCSIN_INVALID, "db must not be NULL");
+    tc_clear(db);
+    if (opts) {
+        if (opts->version < 1)
+            return tc_err(db, TOCSIN_INVALID,
+                          "stream subscription options: version must be set (use TOCSIN_STREAM_SUB_OPTS_INIT)");
+        o = *opts;
+    }
+    if ((rc = tc_check_name(db, "topic", topic)) != TOCSIN_OK) return rc;
+    if (consumer && (rc = tc_check_name(db, "consumer", consumer)) != TOCSIN_OK) return rc;
+    if (o.from_offset < -1) return tc_err(db, TOCSIN_INVALID, "from_offset must be >= 0, or -1");
+    if (o.batch > TOCSIN_MAX_BATCH)
+        return tc_err(db, TOCSIN_INVALID, "batch must be between 1 and %d", TOCSIN_MAX_BATCH);
+    if (o.autosave_every < 0 || o.autosave_ms < 0)
+        return tc_err(db, TOCSIN_INVALID, "autosave_every and autosave_ms must be >= 0");
+    if (!consumer && (o.from_offset < 0 || o.autosave_every || o.autosave_ms))
+        return tc_err(db, TOCSIN_INVALID,
+                      "consumer must be set to resume from a saved offset or to autosave");
+    if (!(s = sqlite3_malloc(sizeof *s)))
+        return tc_err(db, TOCSIN_NOMEM, "stream subscription: out of memory");
+    memset(s, 0, sizeof *s);
+    s->batch = o.batch ? o.batch : 100;
+    s->every = o.autosave_every;
+    s->every_ms = o.autosave_ms;
+    s->topic = tc_strdup(topic);
+    s->consumer = consumer ? tc_strdup(consumer) : NULL;
+    if (!s->topic || (consumer && !s->consumer)) {
+        tocsin_stream_sub_close(s);
+        return tc_err(db, TOCSIN_NOMEM, "stream subscription: out of memory");
+    }
+    /* Subscribe first, then read the saved offset: the replay and the live
+     * tail meet without a gap. */
+    if ((rc = tocsin_sub_open(&s->sub, db)) != TOCSIN_OK ||
+        (rc = tc_open_private(db, &s->db, 0)) != TOCSIN_OK) {
+        s->every = s->every_ms = 0;
+        tocsin_stream_sub_close(s);
+        return rc;
+    }
+    s->position = o.from_offset;
+    if (o.from_offset < 0 &&
+        (rc = tocsin_stream_offset(s->db, &s->position, consumer, topic)) != TOCSIN_OK) {
+        s->every = s->every_ms = 0;
+        tocsin_stream_sub_close(s);
+        return rc;
+    }
+    s->saved_at = tocsin_now(s->db);
+    *out = s;
+    return TOCSIN_OK;
+}
+
+int tocsin_stream_sub_next(tocsin_stream_sub *s, tocsin_message **out, size_t *out_n,
+                           int timeout_ms) {
+    int rc = TOCSIN_OK;
+    if (out) *out = NULL;
+    if (out_n) *out_n = 0;
+    tc_clear(NULL);
+    if (!s || !out || !out_n)
+        return tc_err(NULL, TOCSIN_INVALID, "subscription, out and out_n must not be NULL");
+    tc_sub_hold(s->sub, 1); /* a racing close waits until this call returns */
+    /* What the previous call handed out is processed now. */
+    s->unsaved += s->last_n;
+    s->last_n = 0;
+    if (s->unsaved &&
+        ((s->every && s->unsaved >= s->every) ||
+         (s->every_ms && tocsin_now(s->db) - s->saved_at >= s->every_ms)))
+        rc = sub_save(s, s->position);
+    s->end_us = tc_deadline_us(timeout_ms);
+    if (rc == TOCSIN_OK && (rc = tc_wait_loop(s->sub, sub_check, s)) == TOCSIN_OK) {
+        *out = s->got;
+        *out_n = s->got_n;
+        s->position = s->got[s->got_n - 1].id;
+        s->last_n = (int64_t)s->got_n;
+        s->got = NULL;
+        s->got_n = 0;
+    }
+    tc_sub_hold(s->sub, -1);
+    return rc;
+}
+
+int64_t tocsin_stream_sub_position(tocsin_stream_sub *s) { return s ? s->position : 0; }
+int tocsin_stream_sub_fd(tocsin_stream_sub *s) { return s ? tocsin_sub_fd(s->sub) : -1; }
+int tocsin_stream_sub_poke(tocsin_stream_sub *s) {
+    return s ? tocsin_sub_poke(s->sub) : tc_err(NULL, TOCSIN_INVALID, "subscription must not be NULL");
+}
+
+int tocsin_stream_sub_save(tocsin_stream_sub *s) {
+    tc_clear(NULL);
+    if (!s) return tc_err(NULL, TOCSIN_INVALID, "subscription must not be NULL");
+    if (!s->consumer)
+        return tc_err(s->db, TOCSIN_INVALID, "this subscription has no consumer to save for");
+    s->unsaved += s->last_n;
+    s->last_n = 0;
+    return sub_save(s, s->position);
+}
+
+int tocsin_stream_sub_close(tocsin_stream_sub *s) {
+    int rc = TOCSIN_OK;
+    if (!s) return TOCSIN_OK;
+    tc_sub_shut(s->sub); /* a tocsin_stream_sub_next of another thread ends with TOCSIN_CLOSED */
+    if (s->db && s->consumer && (s->every || s->every_ms) && (s->unsaved || s->last_n)) {
+        tc_clear(s->db);
+        rc = sub_save(s, s->position);
+    }
+    tocsin_messages_free(s->got, s->got_n);
+    tocsin_sub_close(s->sub);
+    tocsin_close(s->db);
+    sqlite3_free(s->topic);
+    sqlite3_free(s->consumer);
+    sqlite3_free(s);
+    return rc;
+}
+

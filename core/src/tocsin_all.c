@@ -6,7 +6,7 @@
 #include "queue.c"
 #include "stream.c"
 #include "notify.c"
-#include "watcher.c"
+#include "wake.c"
 #include "result.c"
 #include "lock.c"
 #include "ratelimit.c"

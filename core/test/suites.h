@@ -11,6 +11,8 @@ void suite_crash(void);
 void suite_wake(void);
 void suite_cron(void);
 void suite_coord(void);
+void suite_harden(void);
+void suite_threads(void);
 
 static const struct {
     const char *name;
@@ -25,6 +27,8 @@ static const struct {
     {"wake", suite_wake},
     {"cron", suite_cron},
     {"coord", suite_coord},
+    {"harden", suite_harden},
+    {"threads", suite_threads},
 };
 
 #endif

@@ -75,7 +75,7 @@ static void bad_open(void) {
     o.version = 0;
     CHECK_EQ_I(tocsin_open(&db, t_path("bad"), &o), TOCSIN_INVALID);
     tocsin_close(db);
-    CHECK_EQ_I(tocsin_open(&db, "/nonexistent-dir/x/y.db", NULL), TOCSIN_ERROR);
+    CHECK_EQ_I(tocsin_open(&db, "/nonexistent-dir/x/y.db", NULL), TOCSIN_CANTOPEN);
     CHECK(strlen(tocsin_errmsg(db)) > 0);
     tocsin_close(db);
     CHECK_EQ_I(tocsin_close(NULL), TOCSIN_OK);

@@ -1001,7 +1001,7 @@ static void result_outcomes(void) {
     CHECK_OK(db, tocsin_queue_enqueue(db, &id2, "never", "{}", NULL));
     CHECK_OK(db, tocsin_sub_open(&sub, db));
     CHECK_OK(db, tocsin_sub_poke(sub));
-    CHECK_OK(db, tocsin_result_wait(db, &r, id2, -1, sub));
+    CHECK_EQ_I(tocsin_result_wait(db, &r, id2, -1, sub), TOCSIN_INTERRUPTED);
     CHECK(r == NULL);
     tocsin_sub_close(sub);
     tocsin_close(db);

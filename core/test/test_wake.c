@@ -81,7 +81,7 @@ static void invalid_args(void) {
     tocsin_stream_sub *ss = (tocsin_stream_sub *)1;
     tocsin_message *m = NULL;
     size_t n = 9;
-    int ready = 7, done = 7, woken = 7;
+    int woken = 7;
     const char *qs[] = {"q"}, *bad[] = {""};
 
     /* configuration */
@@ -115,16 +115,13 @@ static void invalid_args(void) {
     CHECK_EQ_I(tocsin_sub_drain(NULL, &woken), TOCSIN_INVALID);
     CHECK_EQ_I(tocsin_sub_wait(NULL, 0), TOCSIN_INVALID);
     CHECK_EQ_I(tocsin_sub_poke(NULL), TOCSIN_INVALID);
-    CHECK_EQ_I(tocsin_sub_wait_until(NULL, &done, never_done, NULL, 0), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_sub_wait_until(NULL, never_done, NULL, 0), TOCSIN_INVALID);
     CHECK_EQ_I(tocsin_sub_close(NULL), TOCSIN_OK);
     CHECK_OK(db, tocsin_sub_open(&s, db));
     CHECK(tocsin_sub_fd(s) >= 0);
     CHECK_EQ_I(tocsin_sub_drain(s, NULL), TOCSIN_INVALID);
-    CHECK_EQ_I(tocsin_sub_wait_until(s, NULL, never_done, NULL, 0), TOCSIN_INVALID);
-    CHECK_EQ_I(tocsin_sub_wait_until(s, &done, NULL, NULL, 0), TOCSIN_INVALID);
-    CHECK_EQ_I(tocsin_sub_wait_until(s, &done, never_done, NULL, 0), TOCSIN_TIMEOUT);
-    CHECK_EQ_I(done, 0);
-    CHECK_STR(tocsin_sub_errmsg(s), "");
+    CHECK_EQ_I(tocsin_sub_wait_until(s, NULL, NULL, 0), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_sub_wait_until(s, never_done, NULL, 0), TOCSIN_TIMEOUT);
 
     /* listen */
     CHECK_EQ_I(tocsin_listen_open(NULL, db, "ch", 8), TOCSIN_INVALID);
@@ -146,7 +143,7 @@ static void invalid_args(void) {
     CHECK_EQ_I(tocsin_listen_close(NULL), TOCSIN_OK);
     CHECK_OK(db, tocsin_listen_open(&l, db, "ch", 8));
     CHECK_EQ_I(tocsin_listen_next(l, NULL, &n, 0), TOCSIN_INVALID);
-    CHECK(strstr(tocsin_listen_errmsg(l), "must not be NULL") != NULL);
+    CHECK(strstr(tocsin_errmsg(NULL), "must not be NULL") != NULL);
     CHECK_EQ_I(tocsin_listen_next(l, &m, NULL, 0), TOCSIN_INVALID);
     tocsin_listen_close(l);
 
@@ -183,24 +180,22 @@ static void invalid_args(void) {
     CHECK_OK(db, tocsin_stream_sub_open(&ss, db, "t", NULL, &so));
     CHECK_EQ_I(tocsin_stream_sub_next(ss, NULL, &n, 0), TOCSIN_INVALID);
     CHECK_EQ_I(tocsin_stream_sub_save(ss), TOCSIN_INVALID);
-    CHECK(strstr(tocsin_stream_sub_errmsg(ss), "no consumer") != NULL);
+    CHECK(strstr(tocsin_errmsg(NULL), "no consumer") != NULL);
     CHECK_OK(db, tocsin_stream_sub_close(ss));
 
     /* worker waits */
-    CHECK_EQ_I(tocsin_queue_wait(NULL, &ready, qs, 1, 0, NULL), TOCSIN_INVALID);
-    CHECK_EQ_I(tocsin_queue_wait(db, NULL, qs, 1, 0, NULL), TOCSIN_INVALID);
-    CHECK_EQ_I(tocsin_queue_wait(db, &ready, NULL, 1, 0, NULL), TOCSIN_INVALID);
-    CHECK_EQ_I(ready, 0);
-    CHECK_EQ_I(tocsin_queue_wait(db, &ready, qs, 0, 0, NULL), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_queue_wait(NULL, qs, 1, 0, NULL), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_queue_wait(db, NULL, 1, 0, NULL), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_queue_wait(db, qs, 0, 0, NULL), TOCSIN_INVALID);
     CHECK(strstr(tocsin_errmsg(db), "at least one queue") != NULL);
-    CHECK_EQ_I(tocsin_queue_wait(db, &ready, bad, 1, 0, NULL), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_queue_wait(db, bad, 1, 0, NULL), TOCSIN_INVALID);
     CHECK(strstr(tocsin_errmsg(db), "queue name") != NULL);
-    CHECK_EQ_I(tocsin_queue_wait(mem, &ready, qs, 1, 0, NULL), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_queue_wait(mem, qs, 1, 0, NULL), TOCSIN_INVALID);
     CHECK_OK(other, tocsin_sub_open(&os, other));
-    CHECK_EQ_I(tocsin_queue_wait(db, &ready, qs, 1, 0, os), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_queue_wait(db, qs, 1, 0, os), TOCSIN_INVALID);
     CHECK(strstr(tocsin_errmsg(db), "another database file") != NULL);
     CHECK_OK(db, tocsin_begin(db));
-    CHECK_EQ_I(tocsin_queue_wait(db, &ready, qs, 1, 0, NULL), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_queue_wait(db, qs, 1, 0, NULL), TOCSIN_INVALID);
     CHECK(strstr(tocsin_errmsg(db), "inside a transaction") != NULL);
     CHECK_OK(db, tocsin_rollback(db));
 
@@ -258,7 +253,7 @@ static void local_wakes(void) {
     tocsin_db *db = t_open("wake_local", NULL), *w = reopen(db, NULL);
     tocsin_wake_opts slow = TOCSIN_WAKE_OPTS_INIT;
     tocsin_sub *s = NULL;
-    int woken = 0, done = 0, i;
+    int woken = 0, i;
 
     /* a slow watcher: what follows is the direct same-process path */
     slow.poll_ms = 1000;
@@ -299,26 +294,23 @@ static void local_wakes(void) {
     CHECK_OK(db, tocsin_sub_open(&s, db));
     quiesce(s);
     for (i = 0; i < 5; i++) CHECK_OK(db, tocsin_sub_poke(s));
-    CHECK_EQ_I(tocsin_sub_wait(s, 0), TOCSIN_OK);
+    CHECK_EQ_I(tocsin_sub_wait(s, 0), TOCSIN_INTERRUPTED);
     CHECK_EQ_I(tocsin_sub_wait(s, 0), TOCSIN_TIMEOUT);
     CHECK_OK(db, tocsin_sub_poke(s));
-    CHECK_EQ_I(tocsin_sub_wait_until(s, &done, never_done, NULL, -1), TOCSIN_OK);
-    CHECK_EQ_I(done, 0); /* interrupted, not satisfied */
+    CHECK_EQ_I(tocsin_sub_wait_until(s, never_done, NULL, -1), TOCSIN_INTERRUPTED);
     /* the condition is checked at once and again after wakes, until it holds */
     {
         max_id_at_least c = {db, 3, 0};
         later a = {w, "c", 20};
         pthread_t t;
         pthread_create(&t, NULL, notify_later, &a);
-        CHECK_EQ_I(tocsin_sub_wait_until(s, &done, max_id_done, &c, 10000), TOCSIN_OK);
+        CHECK_EQ_I(tocsin_sub_wait_until(s, max_id_done, &c, 10000), TOCSIN_OK);
         pthread_join(t, NULL);
-        CHECK_EQ_I(done, 1);
         CHECK(c.calls >= 2);
         c.target = 100;
-        CHECK_EQ_I(tocsin_sub_wait_until(s, &done, max_id_done, &c, 50), TOCSIN_TIMEOUT);
-        CHECK_EQ_I(done, 0);
+        CHECK_EQ_I(tocsin_sub_wait_until(s, max_id_done, &c, 50), TOCSIN_TIMEOUT);
     }
-    CHECK_EQ_I(tocsin_sub_wait_until(s, &done, failing_check, NULL, 0), TOCSIN_CALLBACK);
+    CHECK_EQ_I(tocsin_sub_wait_until(s, failing_check, NULL, 0), TOCSIN_CALLBACK);
     tocsin_sub_close(s);
     tocsin_close(w);
     tocsin_close(db);
@@ -493,9 +485,7 @@ static void hundred_subscribers(void) {
     /* the handle's own subscription (queue waits) goes with the handle */
     {
         const char *q[] = {"none"};
-        int ready = 1;
-        CHECK_EQ_I(tocsin_queue_wait(db, &ready, q, 1, 0, NULL), TOCSIN_TIMEOUT);
-        CHECK_EQ_I(ready, 0);
+        CHECK_EQ_I(tocsin_queue_wait(db, q, 1, 0, NULL), TOCSIN_TIMEOUT);
         CHECK_EQ_I(n_threads(), threads0 + 1);
     }
     tocsin_close(db2);
@@ -513,7 +503,7 @@ static void replaced_file(void) {
     tocsin_message *m = NULL;
     size_t n = 0;
     const char *q[] = {"q"};
-    int ready = 0, i;
+    int i;
     tocsin_wake_opts wo = TOCSIN_WAKE_OPTS_INIT;
     db = t_open("replaced", NULL);
     snprintf(path, sizeof path, "%s", path_of(db));
@@ -526,22 +516,22 @@ static void replaced_file(void) {
     for (i = 0; i < 3; i++) CHECK_OK(db, tocsin_sub_open(&s[i], i == 2 ? db2 : db));
     CHECK_OK(db, tocsin_listen_open(&l, db, "c", 8));
     CHECK_OK(db, tocsin_stream_sub_open(&ss, db, "t", "c", NULL));
-    CHECK_EQ_I(tocsin_queue_wait(db2, &ready, q, 1, 0, NULL), TOCSIN_TIMEOUT);
+    CHECK_EQ_I(tocsin_queue_wait(db2, q, 1, 0, NULL), TOCSIN_TIMEOUT);
     CHECK_OK(db, tocsin_wake_configure(NULL));
     CHECK_EQ_I(rename(other_path, path), 0);
     for (i = 0; i < 3; i++) {
         int rc = TOCSIN_OK, k;
         for (k = 0; k < 100 && rc == TOCSIN_OK; k++) rc = tocsin_sub_wait(s[i], 10000);
         CHECK_EQ_I(rc, TOCSIN_REPLACED);
-        CHECK(strstr(tocsin_sub_errmsg(s[i]), "replaced") != NULL);
+        CHECK(strstr(tocsin_errmsg(NULL), "replaced") != NULL);
         /* sticky */
         CHECK_EQ_I(tocsin_sub_wait(s[i], 0), TOCSIN_REPLACED);
     }
     CHECK_EQ_I(tocsin_listen_next(l, &m, &n, 10000), TOCSIN_REPLACED);
-    CHECK(strstr(tocsin_listen_errmsg(l), "replaced") != NULL);
+    CHECK(strstr(tocsin_errmsg(NULL), "replaced") != NULL);
     CHECK_EQ_I(tocsin_stream_sub_next(ss, &m, &n, 10000), TOCSIN_REPLACED);
-    CHECK(strstr(tocsin_stream_sub_errmsg(ss), "replaced") != NULL);
-    CHECK_EQ_I(tocsin_queue_wait(db2, &ready, q, 1, -1, NULL), TOCSIN_REPLACED);
+    CHECK(strstr(tocsin_errmsg(NULL), "replaced") != NULL);
+    CHECK_EQ_I(tocsin_queue_wait(db2, q, 1, -1, NULL), TOCSIN_REPLACED);
     CHECK(strstr(tocsin_errmsg(db2), "replaced") != NULL);
     /* a new subscription follows the new file */
     {
@@ -609,7 +599,7 @@ static void listen(void) {
     tocsin_messages_free(m, n);
     /* a poke ends a blocked wait */
     CHECK_OK(db, tocsin_listen_poke(l));
-    CHECK_EQ_I(tocsin_listen_next(l, &m, &n, -1), TOCSIN_TIMEOUT);
+    CHECK_EQ_I(tocsin_listen_next(l, &m, &n, -1), TOCSIN_INTERRUPTED);
     /* the listener is independent of the handle it came from; it blocks
      * until another thread's commit arrives */
     tocsin_close(db);
@@ -709,7 +699,7 @@ static void stream_subscribe(void) {
     CHECK_EQ_I(saved(db, "c"), 7);
     /* poke ends a blocked wait */
     CHECK_OK(db, tocsin_stream_sub_poke(ss));
-    CHECK_EQ_I(tocsin_stream_sub_next(ss, &m, &n, -1), TOCSIN_TIMEOUT);
+    CHECK_EQ_I(tocsin_stream_sub_next(ss, &m, &n, -1), TOCSIN_INTERRUPTED);
     CHECK_OK(db, tocsin_stream_sub_close(ss));
 
     /* from a given offset, without a consumer; explicit save with one */
@@ -766,9 +756,10 @@ static void *wait_and_claim(void *p) {
     waiter *w = p;
     const char *q[1];
     q[0] = w->queue;
-    w->rc = tocsin_queue_wait(w->db, &w->ready, q, 1, w->deadline, w->sub);
+    w->rc = tocsin_queue_wait(w->db, q, 1, w->deadline, w->sub);
     w->returned_at = tocsin_now(w->db);
-    if (w->rc == TOCSIN_OK && w->ready) {
+    w->ready = w->rc == TOCSIN_OK;
+    if (w->ready) {
         tocsin_job *jobs = NULL;
         size_t n = 0;
         if (tocsin_queue_claim(w->db, &jobs, &n, w->queue, "w", 1, 60000) == TOCSIN_OK && n == 1)
@@ -795,17 +786,15 @@ static void queue_waits(void) {
     atomic_store(&shared_now, 1000);
 
     /* nothing pending: the deadline ends the wait */
-    CHECK_EQ_I(tocsin_queue_wait(db, &ready, q, 1, 1000, NULL), TOCSIN_TIMEOUT);
-    CHECK_EQ_I(ready, 0);
+    CHECK_EQ_I(tocsin_queue_wait(db, q, 1, 1000, NULL), TOCSIN_TIMEOUT);
     CHECK(strstr(tocsin_errmsg(db), "deadline") != NULL);
     /* a due job in a paused queue is not claimable */
     CHECK_OK(db, tocsin_queue_enqueue(db, &id, "paused", "{}", NULL));
     CHECK_OK(db, tocsin_queue_pause(db, "paused"));
-    CHECK_EQ_I(tocsin_queue_wait(db, &ready, q2, 2, 1000, NULL), TOCSIN_TIMEOUT);
+    CHECK_EQ_I(tocsin_queue_wait(db, q2, 2, 1000, NULL), TOCSIN_TIMEOUT);
     /* a due job is claimable at once */
     CHECK_OK(db, tocsin_queue_enqueue(db, &id, "delayed", "{}", NULL));
-    CHECK_OK(db, tocsin_queue_wait(db, &ready, q2, 2, 1000, NULL));
-    CHECK_EQ_I(ready, 1);
+    CHECK_OK(db, tocsin_queue_wait(db, q2, 2, 1000, NULL));
     {
         tocsin_job *jobs = NULL;
         size_t n = 0;
@@ -859,7 +848,7 @@ static void queue_waits(void) {
     nap_ms(20);
     CHECK_OK(db, tocsin_sub_poke(wt.sub));
     pthread_join(t, NULL);
-    CHECK_OK(wdb, wt.rc);
+    CHECK_EQ_I(wt.rc, TOCSIN_INTERRUPTED);
     CHECK_EQ_I(wt.ready, 0);
     tocsin_sub_close(wt.sub);
     tocsin_close(wdb);
@@ -876,8 +865,7 @@ static void queue_waits(void) {
         CHECK_OK(sdb, tocsin_queue_enqueue(sdb, &id, "soon", "{}", &so));
         CHECK_OK(sdb, tocsin_queue_claim(sdb, &jobs, &n, "soon", "me", 1, 60000));
         CHECK_EQ_I(n, 0); /* not yet due */
-        CHECK_OK(sdb, tocsin_queue_wait(sdb, &ready, sq, 1, tocsin_now(sdb) + 60000, NULL));
-        CHECK_EQ_I(ready, 1);
+        CHECK_OK(sdb, tocsin_queue_wait(sdb, sq, 1, tocsin_now(sdb) + 60000, NULL));
         CHECK_OK(sdb, tocsin_queue_claim(sdb, &jobs, &n, "soon", "me", 1, 60000));
         CHECK_EQ_I(n, 1);
         if (n == 1) CHECK(tocsin_now(sdb) >= jobs[0].run_at);
@@ -906,14 +894,14 @@ static void *race_worker(void *p) {
     const char *q[] = {"race"};
     int64_t deadline = tocsin_now(r->db) + 60000;
     while (!atomic_load(&race_stop)) {
-        int ready = 0, rc = tocsin_queue_wait(r->db, &ready, q, 1, deadline, r->sub);
+        int rc = tocsin_queue_wait(r->db, q, 1, deadline, r->sub);
         tocsin_job *jobs = NULL;
         size_t n = 0;
+        if (rc == TOCSIN_INTERRUPTED) continue;
         if (rc != TOCSIN_OK) {
             r->errors++;
             break;
         }
-        if (!ready) continue;
         if (tocsin_queue_claim(r->db, &jobs, &n, "race", "w", 1, 60000) != TOCSIN_OK) {
             r->errors++;
             continue;
@@ -1016,12 +1004,13 @@ static void *idle_worker(void *p) {
     idler *w = p;
     const char *q[] = {"A"};
     while (!atomic_load(&idle_stop)) {
-        int ready = 0, rc = tocsin_queue_wait(w->db, &ready, q, 1, -1, w->sub);
+        int rc = tocsin_queue_wait(w->db, q, 1, -1, w->sub);
+        if (rc == TOCSIN_INTERRUPTED) continue;
         if (rc != TOCSIN_OK) {
             w->errors++;
             break;
         }
-        if (ready) w->readies++;
+        w->readies++;
     }
     return NULL;
 }

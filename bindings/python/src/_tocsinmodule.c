@@ -1562,8 +1562,12 @@ static PyObject *Sub_drain(Sub *self, PyObject *u) {
         return sub_closed();
     }
     rc = tocsin_sub_drain(self->sub, &woken);
+    if (rc == TOCSIN_INTERRUPTED) { /* a poke counts as a wake here */
+        woken = 1;
+        rc = TOCSIN_OK;
+    }
     if (rc != TOCSIN_OK) {
-        raise_code(rc, tocsin_sub_errmsg(self->sub), 0);
+        raise_code(rc, tocsin_errmsg(NULL), tocsin_sqlite_errcode(NULL));
         PyThread_release_lock(self->lock);
         return NULL;
     }
@@ -1589,6 +1593,8 @@ static PyObject *Sub_wait(Sub *self, PyObject *args) {
         Py_BEGIN_ALLOW_THREADS
         rc = tocsin_sub_wait(self->sub, t);
         Py_END_ALLOW_THREADS
+        /* poked or closed by another thread: the wait is over, as a wake */
+        if (rc == TOCSIN_INTERRUPTED || rc == TOCSIN_CLOSED) rc = TOCSIN_OK;
         if (rc != TOCSIN_TIMEOUT) break;
         if (timeout_ms == 0) break;
         if (__atomic_load_n(&self->poked, __ATOMIC_ACQUIRE) ||
@@ -1603,7 +1609,7 @@ static PyObject *Sub_wait(Sub *self, PyObject *args) {
     }
     __atomic_store_n(&self->poked, 0, __ATOMIC_RELEASE);
     if (rc != TOCSIN_OK && rc != TOCSIN_TIMEOUT) {
-        raise_code(rc, tocsin_sub_errmsg(self->sub), 0);
+        raise_code(rc, tocsin_errmsg(NULL), tocsin_sqlite_errcode(NULL));
         PyThread_release_lock(self->lock);
         return NULL;
     }
@@ -1693,9 +1699,14 @@ static PyObject *Handle_queue_wait(Handle *self, PyObject *args) {
         int64_t now = tocsin_now(self->db);
         if (deadline != 0 && (deadline < 0 || deadline - now > SLICE_MS)) slice_end = now + SLICE_MS;
         Py_BEGIN_ALLOW_THREADS
-        rc = tocsin_queue_wait(self->db, &ready, qs, (size_t)PyTuple_GET_SIZE(t), slice_end,
+        rc = tocsin_queue_wait(self->db, qs, (size_t)PyTuple_GET_SIZE(t), slice_end,
                                sub ? sub->sub : NULL);
         Py_END_ALLOW_THREADS
+        ready = rc == TOCSIN_OK;
+        if (rc == TOCSIN_INTERRUPTED || rc == TOCSIN_CLOSED) { /* poked: not ready */
+            rc = TOCSIN_OK;
+            break;
+        }
         if (rc == TOCSIN_TIMEOUT && slice_end != deadline) {
             if (PyErr_CheckSignals() < 0) break;
             if (sub && __atomic_load_n(&sub->poked, __ATOMIC_ACQUIRE)) {
@@ -1731,7 +1742,8 @@ typedef struct {
 static PyTypeObject ListenerType, StreamSubType;
 
 static const char *waiter_errmsg(Waiter *w) {
-    return w->is_stream ? tocsin_stream_sub_errmsg(w->p) : tocsin_listen_errmsg(w->p);
+    (void)w;
+    return tocsin_errmsg(NULL); /* the thread's last failure: the waiter's */
 }
 
 /* Listener(handle, channel, buffer_size) */
@@ -1855,6 +1867,10 @@ static PyObject *Waiter_next(Waiter *self, PyObject *args) {
         rc = self->is_stream ? tocsin_stream_sub_next(self->p, &m, &n, t)
                              : tocsin_listen_next(self->p, &m, &n, t);
         Py_END_ALLOW_THREADS
+        if (rc == TOCSIN_INTERRUPTED || rc == TOCSIN_CLOSED) { /* poked: an empty batch */
+            rc = TOCSIN_TIMEOUT;
+            break;
+        }
         if (rc != TOCSIN_TIMEOUT || timeout_ms == 0) break;
         if (__atomic_load_n(&self->poked, __ATOMIC_ACQUIRE) ||
             __atomic_load_n(&self->closing, __ATOMIC_ACQUIRE))

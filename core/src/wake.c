@@ -32,7 +32,6 @@
 
 #define WK_BURST_US 50        /* recheck spacing after a kernel event that showed no commit yet */
 #define WK_BURST_CHECKS 20    /* how many such rechecks (1 ms in all) */
-#define WK_MAX_SLEEP_MS 1000  /* waits re-read the clock at least this often */
 #define WK_ERROR_LIMIT 200    /* consecutive failed checks before subscribers hear of it */
 #define WK_MAX_BUFFER TOCSIN_MAX_BATCH
 
@@ -43,14 +42,15 @@ struct tocsin_sub {
     atomic_int pending; /* a raise is outstanding: later wakes coalesce into it */
     atomic_int poked;
     atomic_int err;     /* sticky error code; errmsg is written before it */
-    pid_t pid;
+    atomic_int closed;  /* tocsin_sub_close began: every wait ends with TOCSIN_CLOSED */
+    atomic_int waiters; /* threads inside a wait on it (close lets them leave first) */
+    int generation;     /* wk_generation at open: a different value means fork() since */
     char errmsg[300];
 };
 
 typedef struct tc_watcher {
     struct tc_watcher *next; /* registry, under wk_lock */
     uint64_t dev, ino;
-    pid_t pid;
     char *path;
     char *names[3]; /* base names of the db, its -wal and -journal */
     sqlite3 *conn;  /* used by the watcher thread only once it runs */
@@ -68,8 +68,6 @@ typedef struct tc_watcher {
 
 /* What a tocsin_db keeps in the wake engine. */
 struct tc_wake {
-    int id_state; /* 0: not looked up, 1: known, -1: no file */
-    uint64_t dev, ino;
     tocsin_sub *sub; /* the handle's own subscription (tocsin_queue_wait) */
 };
 
@@ -77,6 +75,64 @@ static pthread_mutex_t wk_lock = PTHREAD_MUTEX_INITIALIZER;
 static tc_watcher *wk_watchers;
 static atomic_int wk_nsubs; /* subscriptions in the process: the cheap "anyone listening?" */
 static tocsin_wake_opts wk_opts = TOCSIN_WAKE_OPTS_INIT;
+static atomic_int wk_generation; /* bumped in every forked child: older subscriptions are the parent's */
+
+/* ---- fork() ---------------------------------------------------------------- */
+
+/*
+ * A child of fork() has only the forking thread. Any mutex another thread
+ * held at that instant stays locked in the child forever, so the prepare
+ * handler takes every lock the child may need -- ours, then SQLite's global
+ * ones in SQLite's own order -- and both sides release them. The child then
+ * forgets the parent's watchers (their threads do not exist there): its
+ * first subscription starts a watcher of its own, and subscriptions it
+ * inherited report TOCSIN_CLOSED instead of waiting on a thread that is gone.
+ */
+/* In the order SQLite itself nests them: the PRNG's first use looks up the
+ * default VFS (PRNG, then MAIN); MAIN, the unix VFS lock (VFS1) and the page
+ * cache's (LRU, PMEM) all allocate memory (MEM) while held. */
+static const int wk_sqlite_mutexes[] = {SQLITE_MUTEX_STATIC_PRNG, SQLITE_MUTEX_STATIC_MAIN,
+                                        SQLITE_MUTEX_STATIC_VFS1, SQLITE_MUTEX_STATIC_LRU,
+                                        SQLITE_MUTEX_STATIC_PMEM, SQLITE_MUTEX_STATIC_MEM};
+#define WK_N_SQLITE_MUTEXES ((int)(sizeof wk_sqlite_mutexes / sizeof wk_sqlite_mutexes[0]))
+
+static void wk_fork_prepare(void) {
+    int i;
+    pthread_mutex_lock(&wk_lock);
+    for (i = 0; i < WK_N_SQLITE_MUTEXES; i++)
+        sqlite3_mutex_enter(sqlite3_mutex_alloc(wk_sqlite_mutexes[i]));
+}
+
+static void wk_fork_release(void) {
+    int i;
+    for (i = WK_N_SQLITE_MUTEXES - 1; i >= 0; i--)
+        sqlite3_mutex_leave(sqlite3_mutex_alloc(wk_sqlite_mutexes[i]));
+    pthread_mutex_unlock(&wk_lock);
+}
+
+static void wk_fork_child(void) {
+    wk_watchers = NULL; /* the parent's: never touched here again */
+    atomic_store(&wk_nsubs, 0);
+    atomic_fetch_add(&wk_generation, 1);
+    wk_fork_release();
+}
+
+static pthread_once_t wk_fork_once = PTHREAD_ONCE_INIT;
+static void wk_fork_register(void) {
+    pthread_atfork(wk_fork_prepare, wk_fork_release, wk_fork_child);
+}
+
+/* TOCSIN_CLOSED (message in s) for a subscription inherited across fork(). */
+static int wk_inherited(tocsin_sub *s) {
+    if (s->generation == atomic_load(&wk_generation)) return 0;
+    if (!atomic_load(&s->err)) {
+        snprintf(s->errmsg, sizeof s->errmsg,
+                 "this subscription was opened before fork(); it belongs to the parent process "
+                 "(open a new one in the child)");
+        atomic_store(&s->err, TOCSIN_CLOSED);
+    }
+    return 1;
+}
 
 /* ---- signalling a subscription --------------------------------------------- */
 
@@ -251,7 +307,6 @@ static int wk_start(tocsin_db *db, tc_watcher **out, const char *path, uint64_t 
     w->stop.rfd = w->stop.wfd = w->dirfd = -1;
     w->dev = dev;
     w->ino = ino;
-    w->pid = getpid();
     w->poll_ms = wk_opts.poll_ms ? wk_opts.poll_ms : 1;
     w->idle_poll_ms = wk_opts.idle_poll_ms ? wk_opts.idle_poll_ms : 20;
     if (w->idle_poll_ms < w->poll_ms) w->idle_poll_ms = w->poll_ms;
@@ -336,33 +391,33 @@ static const char *wk_path(tocsin_db *db) {
     return path;
 }
 
+/* The identity of the file db's path names now; TOCSIN_REPLACED when it is
+ * no longer the file the handle opened (a watcher on it would watch a stranger). */
 static int wk_identify(tocsin_db *db, const char *path, uint64_t *dev, uint64_t *ino) {
     struct stat st;
-    if (stat(path, &st) != 0)
+    if (stat(path, &st) != 0) {
+        if (db->has_identity && (errno == ENOENT || errno == ENOTDIR))
+            return tc_err(db, TOCSIN_REPLACED,
+                          "the database file %s was deleted or renamed since this handle opened it; reopen it",
+                          path);
         return tc_err(db, TOCSIN_ERROR, "wake engine: stat %s: %s", path, strerror(errno));
+    }
     *dev = (uint64_t)st.st_dev;
     *ino = (uint64_t)st.st_ino;
+    if (db->has_identity && (db->dev != *dev || db->ino != *ino))
+        return tc_err(db, TOCSIN_REPLACED,
+                      "the database file %s was replaced since this handle opened it (another file now has its name); reopen it",
+                      path);
     return TOCSIN_OK;
 }
 
 void tc_wake_local(tocsin_db *db) {
     tc_watcher *w;
     if (atomic_load(&wk_nsubs) == 0) return;
-    if (wk_state(db) != TOCSIN_OK) return;
-    if (db->wake->id_state == 0) {
-        const char *path = sqlite3_db_filename(db->conn, "main");
-        struct stat st;
-        db->wake->id_state = -1;
-        if (path && *path && stat(path, &st) == 0) {
-            db->wake->dev = (uint64_t)st.st_dev;
-            db->wake->ino = (uint64_t)st.st_ino;
-            db->wake->id_state = 1;
-        }
-    }
-    if (db->wake->id_state < 0) return;
+    if (!db->has_identity) return;
     pthread_mutex_lock(&wk_lock);
     for (w = wk_watchers; w; w = w->next) {
-        if (w->dev == db->wake->dev && w->ino == db->wake->ino && w->pid == getpid()) {
+        if (w->dev == db->dev && w->ino == db->ino) {
             tocsin_sub *s;
             for (s = w->subs; s; s = s->next) wk_signal(s);
         }
@@ -390,11 +445,18 @@ int tc_wake_db_sub(tocsin_db *db, tocsin_sub **out) {
 
 int tocsin_wake_configure(const tocsin_wake_opts *opts) {
     tocsin_wake_opts o = TOCSIN_WAKE_OPTS_INIT;
+    tc_clear(NULL);
     if (opts) {
-        if (opts->version < 1) return TOCSIN_INVALID;
-        if (opts->poll_ms < 0 || opts->poll_ms > 1000) return TOCSIN_INVALID;
-        if (opts->identity_ms < 0 || opts->identity_ms > 60000) return TOCSIN_INVALID;
-        if (opts->idle_poll_ms < 0 || opts->idle_poll_ms > 1000) return TOCSIN_INVALID;
+        if (opts->version < 1)
+            return tc_err(NULL, TOCSIN_INVALID, "wake options: version must be set (use TOCSIN_WAKE_OPTS_INIT)");
+        if (opts->poll_ms < 0 || opts->poll_ms > 1000)
+            return tc_err(NULL, TOCSIN_INVALID, "poll_ms must be between 0 and 1000, not %d", opts->poll_ms);
+        if (opts->identity_ms < 0 || opts->identity_ms > 60000)
+            return tc_err(NULL, TOCSIN_INVALID, "identity_ms must be between 0 and 60000, not %d",
+                          opts->identity_ms);
+        if (opts->idle_poll_ms < 0 || opts->idle_poll_ms > 1000)
+            return tc_err(NULL, TOCSIN_INVALID, "idle_poll_ms must be between 0 and 1000, not %d",
+                          opts->idle_poll_ms);
         o.poll_ms = opts->poll_ms;
         o.idle_poll_ms = opts->idle_poll_ms;
         o.identity_ms = opts->identity_ms;
@@ -414,15 +476,16 @@ int tocsin_sub_open(tocsin_sub **out, tocsin_db *db) {
     const char *path;
     uint64_t dev, ino;
     int rc;
-    if (!out) return TOCSIN_INVALID;
+    if (!out) return tc_err(NULL, TOCSIN_INVALID, "out must not be NULL");
     *out = NULL;
-    if (!db) return TOCSIN_INVALID;
+    if (!db) return tc_err(NULL, TOCSIN_INVALID, "db must not be NULL");
     tc_clear(db);
-    if (!(path = wk_path(db))) return db->errcode;
+    if (!(path = wk_path(db))) return TC_ERRCODE;
     if ((rc = wk_identify(db, path, &dev, &ino)) != TOCSIN_OK) return rc;
     if (!(s = sqlite3_malloc(sizeof *s))) return tc_err(db, TOCSIN_NOMEM, "wake engine: out of memory");
     memset(s, 0, sizeof *s);
-    s->pid = getpid();
+    pthread_once(&wk_fork_once, wk_fork_register);
+    s->generation = atomic_load(&wk_generation);
     if (tc_signal_open(&s->sig) != 0) {
         sqlite3_free(s);
         return tc_err(db, TOCSIN_ERROR, "wake engine: cannot create a descriptor: %s",
@@ -430,7 +493,7 @@ int tocsin_sub_open(tocsin_sub **out, tocsin_db *db) {
     }
     pthread_mutex_lock(&wk_lock);
     for (w = wk_watchers; w; w = w->next)
-        if (w->dev == dev && w->ino == ino && !w->gone && w->pid == s->pid) break;
+        if (w->dev == dev && w->ino == ino && !w->gone) break;
     if (!w) {
         if ((rc = wk_start(db, &w, path, dev, ino)) != TOCSIN_OK) {
             pthread_mutex_unlock(&wk_lock);
@@ -452,12 +515,23 @@ int tocsin_sub_open(tocsin_sub **out, tocsin_db *db) {
     return TOCSIN_OK;
 }
 
+void tc_sub_shut(tocsin_sub *s) {
+    if (!s) return;
+    atomic_store(&s->closed, 1);
+    tc_signal_raise(&s->sig);
+    /* every wait on s ends at once with TOCSIN_CLOSED; let them leave */
+    while (atomic_load(&s->waiters) > 0) tc_sleep_ms(1);
+}
+
+void tc_sub_hold(tocsin_sub *s, int delta) { atomic_fetch_add(&s->waiters, delta); }
+
 int tocsin_sub_close(tocsin_sub *s) {
     tc_watcher *w, *stop = NULL;
     if (!s) return TOCSIN_OK;
+    tc_sub_shut(s);
     w = s->w;
     /* A subscription inherited across fork() has no watcher here: only free it. */
-    if (s->pid == getpid()) {
+    if (s->generation == atomic_load(&wk_generation)) {
         pthread_mutex_lock(&wk_lock);
         if (s->prev) s->prev->next = s->next;
         else w->subs = s->next;
@@ -479,25 +553,36 @@ int tocsin_sub_close(tocsin_sub *s) {
 
 int tocsin_sub_fd(tocsin_sub *s) { return s ? s->sig.rfd : -1; }
 
-const char *tocsin_sub_errmsg(tocsin_sub *s) {
-    if (!s) return "no subscription";
-    return atomic_load(&s->err) ? s->errmsg : "";
-}
-
 int tocsin_sub_poke(tocsin_sub *s) {
-    if (!s) return TOCSIN_INVALID;
+    if (!s) return tc_err(NULL, TOCSIN_INVALID, "sub must not be NULL");
     atomic_store(&s->poked, 1);
     wk_signal(s);
     return TOCSIN_OK;
 }
 
+/*
+ * Why a wait must end although its condition does not hold: closed, the
+ * subscription's sticky error (replaced file, inherited across fork), or a
+ * poke (consumed here). Sets the thread's error; 0 when the wait goes on.
+ */
+static int wk_stop_reason(tocsin_sub *s) {
+    int err;
+    if (atomic_load(&s->closed))
+        return tc_err(NULL, TOCSIN_CLOSED, "the subscription was closed while waiting");
+    wk_inherited(s);
+    if ((err = atomic_load(&s->err)) != 0) return tc_err(NULL, err, "%s", s->errmsg);
+    if (atomic_exchange(&s->poked, 0))
+        return tc_err(NULL, TOCSIN_INTERRUPTED, "the wait was interrupted (poked)");
+    return 0;
+}
+
 int tocsin_sub_drain(tocsin_sub *s, int *out_woken) {
-    int woken, err;
+    int woken, rc;
     if (out_woken) *out_woken = 0;
-    if (!s || !out_woken) return TOCSIN_INVALID;
+    tc_clear(NULL);
+    if (!s || !out_woken) return tc_err(NULL, TOCSIN_INVALID, "sub and out_woken must not be NULL");
     woken = wk_drain(s);
-    if (atomic_exchange(&s->poked, 0)) woken = 1;
-    if ((err = atomic_load(&s->err)) != 0) return err;
+    if ((rc = wk_stop_reason(s)) != 0) return rc;
     *out_woken = woken;
     return TOCSIN_OK;
 }
@@ -515,37 +600,47 @@ static int wk_block(tocsin_sub *s, int64_t timeout_us) {
 }
 
 int tocsin_sub_wait(tocsin_sub *s, int timeout_ms) {
-    int woken, err;
-    if (!s) return TOCSIN_INVALID;
-    if ((err = atomic_load(&s->err)) != 0) return err;
-    woken = wk_drain(s);
-    if (!woken) {
-        if (!wk_block(s, timeout_ms < 0 ? -1 : (int64_t)timeout_ms * 1000)) return TOCSIN_TIMEOUT;
-        wk_drain(s);
+    int rc = 0;
+    tc_clear(NULL);
+    if (!s) return tc_err(NULL, TOCSIN_INVALID, "sub must not be NULL");
+    atomic_fetch_add(&s->waiters, 1);
+    if (!wk_drain(s) && (rc = wk_stop_reason(s)) == 0) {
+        if (!wk_block(s, timeout_ms < 0 ? -1 : (int64_t)timeout_ms * 1000))
+            rc = tc_err(NULL, TOCSIN_TIMEOUT, "no commit within %d ms", timeout_ms);
+        else
+            wk_drain(s);
     }
-    atomic_store(&s->poked, 0);
-    if ((err = atomic_load(&s->err)) != 0) return err;
-    return TOCSIN_OK;
+    if (rc == 0) rc = wk_stop_reason(s);
+    atomic_fetch_sub(&s->waiters, 1);
+    return rc;
 }
 
-int tc_wait_loop(tocsin_sub *s, tocsin_db *db, int *out_done, tc_check_fn check, void *ctx) {
-    *out_done = 0;
+int tc_wait_loop(tocsin_sub *s, tc_check_fn check, void *ctx) {
+    int rc;
+    atomic_fetch_add(&s->waiters, 1);
     for (;;) {
         int64_t sleep_ms = -1;
-        int err, done = 0, rc;
+        int done = 0;
         wk_drain(s);
-        if ((err = atomic_load(&s->err)) != 0) {
-            if (db) tc_err(db, err, "%s", s->errmsg);
-            return err;
-        }
-        if (atomic_exchange(&s->poked, 0)) return TOCSIN_OK;
-        if ((rc = check(ctx, &done, &sleep_ms)) != TOCSIN_OK) return rc;
-        if (done) {
-            *out_done = 1;
-            return TOCSIN_OK;
-        }
+        if ((rc = wk_stop_reason(s)) != 0) break;
+        if ((rc = check(ctx, &done, &sleep_ms)) != TOCSIN_OK || done) break;
         wk_block(s, sleep_ms < 0 ? -1 : sleep_ms * 1000);
     }
+    atomic_fetch_sub(&s->waiters, 1);
+    return rc;
+}
+
+int64_t tc_deadline_us(int timeout_ms) {
+    return timeout_ms < 0 ? -1 : tc_monotonic_us() + (int64_t)timeout_ms * 1000;
+}
+
+int tc_sleep_until(int64_t end_us, int64_t *sleep_ms) {
+    int64_t left;
+    if (end_us < 0) return TOCSIN_OK;
+    left = end_us - tc_monotonic_us();
+    if (left <= 0) return tc_err(NULL, TOCSIN_TIMEOUT, "the wait timed out");
+    *sleep_ms = (left + 999) / 1000;
+    return TOCSIN_OK;
 }
 
 /* tocsin_sub_wait_until: the caller's condition plus a monotonic deadline. */
@@ -557,388 +652,25 @@ typedef struct wk_until {
 
 static int wk_until_check(void *p, int *done, int64_t *sleep_ms) {
     wk_until *u = p;
-    int64_t left;
     int rc = u->check(u->ctx, done);
-    if (rc != TOCSIN_OK || *done || u->end_us < 0) return rc;
-    left = u->end_us - tc_monotonic_us();
-    if (left <= 0) return TOCSIN_TIMEOUT;
-    *sleep_ms = (left + 999) / 1000;
-    return TOCSIN_OK;
+    if (rc != TOCSIN_OK) {
+        if (tocsin_errcode(NULL) != rc) tc_err(NULL, rc, "the wait's check returned %s", tocsin_errstr(rc));
+        return rc;
+    }
+    if (*done) return TOCSIN_OK;
+    return tc_sleep_until(u->end_us, sleep_ms);
 }
 
-int tocsin_sub_wait_until(tocsin_sub *s, int *out_done, tocsin_check_fn check, void *ctx,
-                          int timeout_ms) {
+int tocsin_sub_wait_until(tocsin_sub *s, tocsin_check_fn check, void *ctx, int timeout_ms) {
     wk_until u;
-    if (out_done) *out_done = 0;
-    if (!s || !out_done || !check) return TOCSIN_INVALID;
+    tc_clear(NULL);
+    if (!s || !check) return tc_err(NULL, TOCSIN_INVALID, "sub and check must not be NULL");
     u.check = check;
     u.ctx = ctx;
-    u.end_us = timeout_ms < 0 ? -1 : tc_monotonic_us() + (int64_t)timeout_ms * 1000;
-    return tc_wait_loop(s, NULL, out_done, wk_until_check, &u);
+    u.end_us = tc_deadline_us(timeout_ms);
+    return tc_wait_loop(s, wk_until_check, &u);
 }
 
-/* ---- private connections for listeners and stream subscriptions ------------- */
-
-/* A handle of its own on db's file, with db's clock, limits and busy timeout.
- * Journal mode and schema are left as they are. */
-static int wk_open_private(tocsin_db *db, tocsin_db **out, int read_only) {
-    const char *path = wk_path(db);
-    tocsin_open_opts o = TOCSIN_OPEN_OPTS_INIT;
-    sqlite3 *conn = NULL;
-    int rc;
-    *out = NULL;
-    if (!path) return db->errcode;
-    rc = sqlite3_open_v2(path, &conn,
-                         (read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE) | SQLITE_OPEN_NOMUTEX,
-                         NULL);
-    if (rc != SQLITE_OK) {
-        tc_err(db, TOCSIN_ERROR, "open a private connection to %s: %s", path,
-               conn ? sqlite3_errmsg(conn) : "out of memory");
-        sqlite3_close(conn);
-        return db->errcode;
-    }
-    sqlite3_extended_result_codes(conn, 1);
-    sqlite3_busy_timeout(conn, db->busy_timeout_ms);
-    o.busy_timeout_ms = db->busy_timeout_ms;
-    o.max_payload_bytes = db->max_payload;
-    o.read_only = read_only;
-    o.clock = db->clock;
-    o.clock_ctx = db->clock_ctx;
-    if ((rc = tocsin_wrap(out, conn, &o)) != TOCSIN_OK) {
-        tc_err(db, rc, "%s", *out ? tocsin_errmsg(*out) : tocsin_errstr(rc));
-        tocsin_close(*out);
-        *out = NULL;
-        sqlite3_close(conn);
-        return rc;
-    }
-    (*out)->owns_conn = 1;
-    if (!read_only && (rc = tc_exec(*out, "PRAGMA foreign_keys=ON", "set pragmas")) != TOCSIN_OK) {
-        tc_err(db, rc, "%s", tocsin_errmsg(*out));
-        tocsin_close(*out);
-        *out = NULL;
-        return rc;
-    }
-    return TOCSIN_OK;
-}
-
-/* A monotonic deadline in microseconds from a timeout in ms (< 0: none). */
-static int64_t wk_end(int timeout_ms) {
-    return timeout_ms < 0 ? -1 : tc_monotonic_us() + (int64_t)timeout_ms * 1000;
-}
-
-/* Sleep bound until end_us, or TOCSIN_TIMEOUT when it passed. */
-static int wk_left(int64_t end_us, int64_t *sleep_ms) {
-    int64_t left;
-    if (end_us < 0) return TOCSIN_OK;
-    left = end_us - tc_monotonic_us();
-    if (left <= 0) return TOCSIN_TIMEOUT;
-    *sleep_ms = (left + 999) / 1000;
-    return TOCSIN_OK;
-}
-
-/* ---- listen ------------------------------------------------------------------ */
-
-struct tocsin_listener {
-    tocsin_db *db; /* private, read-only */
-    tocsin_sub *sub;
-    char *channel;
-    size_t cap;
-    int64_t last_id, dropped;
-    tocsin_message *ring; /* what the current fetch kept: the newest `cap` */
-    size_t head, count;
-    int64_t end_us;
-};
-
-static void wk_msg_clear(tocsin_message *m) {
-    sqlite3_free(m->name);
-    sqlite3_free(m->key);
-    sqlite3_free(m->payload);
-    sqlite3_free(m->meta);
-    memset(m, 0, sizeof *m);
-}
-
-/* Reads everything past last_id, keeping the newest `cap` in the ring. */
-static int wk_listen_fetch(tocsin_listener *l) {
-    for (;;) {
-        tocsin_message *page = NULL;
-        size_t n = 0, i;
-        int rc = tocsin_notify_read(l->db, &page, &n, l->channel, l->last_id, l->cap);
-        if (rc != TOCSIN_OK) return rc;
-        for (i = 0; i < n; i++) {
-            if (l->count == l->cap) {
-                wk_msg_clear(&l->ring[l->head]);
-                l->head = (l->head + 1) % l->cap;
-                l->count--;
-                l->dropped++;
-            }
-            l->ring[(l->head + l->count) % l->cap] = page[i];
-            l->count++;
-            l->last_id = page[i].id;
-        }
-        sqlite3_free(page); /* the strings moved to the ring */
-        if (n < l->cap) return TOCSIN_OK;
-    }
-}
-
-static int wk_listen_check(void *p, int *done, int64_t *sleep_ms) {
-    tocsin_listener *l = p;
-    int rc = wk_listen_fetch(l);
-    if (rc != TOCSIN_OK) return rc;
-    if (l->count) {
-        *done = 1;
-        return TOCSIN_OK;
-    }
-    return wk_left(l->end_us, sleep_ms);
-}
-
-int tocsin_listen_open(tocsin_listener **out, tocsin_db *db, const char *channel,
-                       size_t buffer_size) {
-    tocsin_listener *l;
-    int rc;
-    if (!out) return TOCSIN_INVALID;
-    *out = NULL;
-    if (!db) return TOCSIN_INVALID;
-    tc_clear(db);
-    if ((rc = tc_check_name(db, "channel", channel)) != TOCSIN_OK) return rc;
-    if (buffer_size < 1 || buffer_size > WK_MAX_BUFFER)
-        return tc_err(db, TOCSIN_INVALID, "buffer_size must be between 1 and %d", WK_MAX_BUFFER);
-    if (!(l = sqlite3_malloc(sizeof *l))) return tc_err(db, TOCSIN_NOMEM, "listen: out of memory");
-    memset(l, 0, sizeof *l);
-    l->cap = buffer_size;
-    l->channel = tc_strdup(channel);
-    l->ring = sqlite3_malloc64(buffer_size * sizeof *l->ring);
-    if (!l->channel || !l->ring) {
-        tocsin_listen_close(l);
-        return tc_err(db, TOCSIN_NOMEM, "listen: out of memory");
-    }
-    memset(l->ring, 0, buffer_size * sizeof *l->ring);
-    /* Subscribe first, then read where to start: nothing committed in between is lost. */
-    if ((rc = tocsin_sub_open(&l->sub, db)) != TOCSIN_OK ||
-        (rc = wk_open_private(db, &l->db, 1)) != TOCSIN_OK) {
-        tocsin_listen_close(l);
-        return rc;
-    }
-    if ((rc = tocsin_notify_max_id(l->db, &l->last_id)) != TOCSIN_OK) {
-        tc_err(db, rc, "%s", tocsin_errmsg(l->db));
-        tocsin_listen_close(l);
-        return rc;
-    }
-    *out = l;
-    return TOCSIN_OK;
-}
-
-int tocsin_listen_fd(tocsin_listener *l) { return l ? tocsin_sub_fd(l->sub) : -1; }
-int64_t tocsin_listen_dropped(tocsin_listener *l) { return l ? l->dropped : 0; }
-int tocsin_listen_poke(tocsin_listener *l) { return l ? tocsin_sub_poke(l->sub) : TOCSIN_INVALID; }
-const char *tocsin_listen_errmsg(tocsin_listener *l) {
-    return l ? tocsin_errmsg(l->db) : "no listener";
-}
-
-int tocsin_listen_next(tocsin_listener *l, tocsin_message **out, size_t *out_n, int timeout_ms) {
-    int rc, done = 0;
-    size_t i;
-    if (out) *out = NULL;
-    if (out_n) *out_n = 0;
-    if (!l) return TOCSIN_INVALID;
-    tc_clear(l->db);
-    if (!out || !out_n) return tc_err(l->db, TOCSIN_INVALID, "out and out_n must not be NULL");
-    l->end_us = wk_end(timeout_ms);
-    rc = tc_wait_loop(l->sub, l->db, &done, wk_listen_check, l);
-    if (rc != TOCSIN_OK && rc != TOCSIN_TIMEOUT) return rc;
-    if (!done || !l->count) return tc_err(l->db, TOCSIN_TIMEOUT, "no notification arrived");
-    if (!(*out = sqlite3_malloc64(l->count * sizeof **out)))
-        return tc_err(l->db, TOCSIN_NOMEM, "listen: out of memory");
-    for (i = 0; i < l->count; i++) {
-        (*out)[i] = l->ring[(l->head + i) % l->cap];
-        memset(&l->ring[(l->head + i) % l->cap], 0, sizeof *l->ring);
-    }
-    *out_n = l->count;
-    l->head = l->count = 0;
-    return TOCSIN_OK;
-}
-
-int tocsin_listen_close(tocsin_listener *l) {
-    size_t i;
-    if (!l) return TOCSIN_OK;
-    if (l->ring)
-        for (i = 0; i < l->count; i++) wk_msg_clear(&l->ring[(l->head + i) % l->cap]);
-    sqlite3_free(l->ring);
-    tocsin_sub_close(l->sub);
-    tocsin_close(l->db);
-    sqlite3_free(l->channel);
-    sqlite3_free(l);
-    return TOCSIN_OK;
-}
-
-/* ---- stream subscriptions ------------------------------------------------------ */
-
-struct tocsin_stream_sub {
-    tocsin_db *db; /* private, read-write (offsets) */
-    tocsin_sub *sub;
-    char *topic, *consumer;
-    size_t batch;
-    int64_t every, every_ms;
-    int64_t position;  /* offset of the last event handed out */
-    int64_t last_n;    /* events handed out by the last call */
-    int64_t unsaved;   /* processed events not saved yet */
-    int64_t saved_at;  /* clock time of the last save */
-    int64_t end_us;
-    tocsin_message *got;
-    size_t got_n;
-};
-
-static int wk_ss_save(tocsin_stream_sub *s, int64_t offset) {
-    int rc = tocsin_stream_save_offset(s->db, NULL, s->consumer, s->topic, offset);
-    if (rc == TOCSIN_OK) {
-        s->unsaved = 0;
-        s->saved_at = tocsin_now(s->db);
-    }
-    return rc;
-}
-
-static int wk_ss_check(void *p, int *done, int64_t *sleep_ms) {
-    tocsin_stream_sub *s = p;
-    int rc = tocsin_stream_read(s->db, &s->got, &s->got_n, s->topic, s->position, s->batch);
-    if (rc != TOCSIN_OK) return rc;
-    if (s->got_n) {
-        *done = 1;
-        return TOCSIN_OK;
-    }
-    return wk_left(s->end_us, sleep_ms);
-}
-
-int tocsin_stream_sub_open(tocsin_stream_sub **out, tocsin_db *db, const char *topic,
-                           const char *consumer, const tocsin_stream_sub_opts *opts) {
-    tocsin_stream_sub_opts o = TOCSIN_STREAM_SUB_OPTS_INIT;
-    tocsin_stream_sub *s;
-    int rc;
-    if (!out) return TOCSIN_INVALID;
-    *out = NULL;
-    if (!db) return TOCSIN_INVALID;
-    tc_clear(db);
-    if (opts) {
-        if (opts->version < 1)
-            return tc_err(db, TOCSIN_INVALID,
-                          "stream subscription options: version must be set (use TOCSIN_STREAM_SUB_OPTS_INIT)");
-        o = *opts;
-    }
-    if ((rc = tc_check_name(db, "topic", topic)) != TOCSIN_OK) return rc;
-    if (consumer && (rc = tc_check_name(db, "consumer", consumer)) != TOCSIN_OK) return rc;
-    if (o.from_offset < -1) return tc_err(db, TOCSIN_INVALID, "from_offset must be >= 0, or -1");
-    if (o.batch > WK_MAX_BUFFER)
-        return tc_err(db, TOCSIN_INVALID, "batch must be between 1 and %d", WK_MAX_BUFFER);
-    if (o.autosave_every < 0 || o.autosave_ms < 0)
-        return tc_err(db, TOCSIN_INVALID, "autosave_every and autosave_ms must be >= 0");
-    if (!consumer && (o.from_offset < 0 || o.autosave_every || o.autosave_ms))
-        return tc_err(db, TOCSIN_INVALID,
-                      "consumer must be set to resume from a saved offset or to autosave");
-    if (!(s = sqlite3_malloc(sizeof *s)))
-        return tc_err(db, TOCSIN_NOMEM, "stream subscription: out of memory");
-    memset(s, 0, sizeof *s);
-    s->batch = o.batch ? o.batch : 100;
-    s->every = o.autosave_every;
-    s->every_ms = o.autosave_ms;
-    s->topic = tc_strdup(topic);
-    s->consumer = consumer ? tc_strdup(consumer) : NULL;
-    if (!s->topic || (consumer && !s->consumer)) {
-        tocsin_stream_sub_close(s);
-        return tc_err(db, TOCSIN_NOMEM, "stream subscription: out of memory");
-    }
-    /* Subscribe first, then read the saved offset: the replay and the live
-     * tail meet without a gap. */
-    if ((rc = tocsin_sub_open(&s->sub, db)) != TOCSIN_OK ||
-        (rc = wk_open_private(db, &s->db, 0)) != TOCSIN_OK) {
-        s->every = s->every_ms = 0;
-        tocsin_stream_sub_close(s);
-        return rc;
-    }
-    s->position = o.from_offset;
-    if (o.from_offset < 0 &&
-        (rc = tocsin_stream_offset(s->db, &s->position, consumer, topic)) != TOCSIN_OK) {
-        tc_err(db, rc, "%s", tocsin_errmsg(s->db));
-        s->every = s->every_ms = 0;
-        tocsin_stream_sub_close(s);
-        return rc;
-    }
-    s->saved_at = tocsin_now(s->db);
-    *out = s;
-    return TOCSIN_OK;
-}
-
-int tocsin_stream_sub_next(tocsin_stream_sub *s, tocsin_message **out, size_t *out_n,
-                           int timeout_ms) {
-    int rc, done = 0;
-    if (out) *out = NULL;
-    if (out_n) *out_n = 0;
-    if (!s) return TOCSIN_INVALID;
-    tc_clear(s->db);
-    if (!out || !out_n) return tc_err(s->db, TOCSIN_INVALID, "out and out_n must not be NULL");
-    /* What the previous call handed out is processed now. */
-    s->unsaved += s->last_n;
-    s->last_n = 0;
-    if (s->unsaved &&
-        ((s->every && s->unsaved >= s->every) ||
-         (s->every_ms && tocsin_now(s->db) - s->saved_at >= s->every_ms)) &&
-        (rc = wk_ss_save(s, s->position)) != TOCSIN_OK)
-        return rc;
-    s->end_us = wk_end(timeout_ms);
-    rc = tc_wait_loop(s->sub, s->db, &done, wk_ss_check, s);
-    if (rc != TOCSIN_OK && rc != TOCSIN_TIMEOUT) return rc;
-    if (!done) return tc_err(s->db, TOCSIN_TIMEOUT, "no event arrived");
-    *out = s->got;
-    *out_n = s->got_n;
-    s->position = s->got[s->got_n - 1].id;
-    s->last_n = (int64_t)s->got_n;
-    s->got = NULL;
-    s->got_n = 0;
-    return TOCSIN_OK;
-}
-
-int64_t tocsin_stream_sub_position(tocsin_stream_sub *s) { return s ? s->position : 0; }
-int tocsin_stream_sub_fd(tocsin_stream_sub *s) { return s ? tocsin_sub_fd(s->sub) : -1; }
-int tocsin_stream_sub_poke(tocsin_stream_sub *s) {
-    return s ? tocsin_sub_poke(s->sub) : TOCSIN_INVALID;
-}
-const char *tocsin_stream_sub_errmsg(tocsin_stream_sub *s) {
-    return s ? tocsin_errmsg(s->db) : "no stream subscription";
-}
-
-int tocsin_stream_sub_save(tocsin_stream_sub *s) {
-    if (!s) return TOCSIN_INVALID;
-    tc_clear(s->db);
-    if (!s->consumer)
-        return tc_err(s->db, TOCSIN_INVALID, "this subscription has no consumer to save for");
-    s->unsaved += s->last_n;
-    s->last_n = 0;
-    return wk_ss_save(s, s->position);
-}
-
-int tocsin_stream_sub_close(tocsin_stream_sub *s) {
-    int rc = TOCSIN_OK;
-    if (!s) return TOCSIN_OK;
-    if (s->db && s->consumer && (s->every || s->every_ms) && (s->unsaved || s->last_n)) {
-        tc_clear(s->db);
-        rc = wk_ss_save(s, s->position);
-    }
-    tocsin_messages_free(s->got, s->got_n);
-    tocsin_sub_close(s->sub);
-    tocsin_close(s->db);
-    sqlite3_free(s->topic);
-    sqlite3_free(s->consumer);
-    sqlite3_free(s);
-    return rc;
-}
-
-/* ---- workers ----------------------------------------------------------------- */
-
-typedef struct wk_qwait {
-    tocsin_db *db;
-    const char *const *queues;
-    size_t n;
-    int64_t deadline;
-} wk_qwait;
-
-/* Read-only: is anything due? If not, sleep until the earliest deadline. */
 int tc_wake_wait_sub(tocsin_db *db, tocsin_sub **sub) {
     int rc;
     if (!sqlite3_get_autocommit(db->conn))
@@ -947,7 +679,7 @@ int tc_wake_wait_sub(tocsin_db *db, tocsin_sub **sub) {
     if (*sub) {
         const char *path = wk_path(db);
         uint64_t dev = 0, ino = 0;
-        if (!path) return db->errcode;
+        if (!path) return TC_ERRCODE;
         if ((rc = wk_identify(db, path, &dev, &ino)) != TOCSIN_OK) return rc;
         if ((*sub)->w->dev != dev || (*sub)->w->ino != ino)
             return tc_err(db, TOCSIN_INVALID, "sub watches another database file than this handle's");
@@ -956,40 +688,14 @@ int tc_wake_wait_sub(tocsin_db *db, tocsin_sub **sub) {
     return tc_wake_db_sub(db, sub);
 }
 
-static int wk_qwait_check(void *p, int *done, int64_t *sleep_ms) {
-    wk_qwait *q = p;
-    int64_t next = -1, now, wake;
-    int rc = tocsin_queue_next_deadline(q->db, &next, q->queues, q->n);
-    if (rc != TOCSIN_OK) return rc;
-    now = tocsin_now(q->db);
-    if (next >= 0 && next <= now) {
-        *done = 1;
-        return TOCSIN_OK;
-    }
-    if (q->deadline >= 0 && now >= q->deadline)
-        return tc_err(q->db, TOCSIN_TIMEOUT, "nothing became claimable before the deadline");
-    wake = q->deadline;
+int tc_sleep_until_clock(tocsin_db *db, int64_t deadline, int64_t next, int64_t *sleep_ms,
+                         const char *what) {
+    int64_t now = tocsin_now(db), wake = deadline;
+    if (deadline >= 0 && now >= deadline)
+        return tc_err(db, TOCSIN_TIMEOUT, "%s before the deadline", what);
     if (next >= 0 && (wake < 0 || next < wake)) wake = next;
-    *sleep_ms = wake < 0 || wake - now > WK_MAX_SLEEP_MS ? WK_MAX_SLEEP_MS : wake - now;
+    *sleep_ms = wake < 0 || wake - now > TC_MAX_SLEEP_MS ? TC_MAX_SLEEP_MS : wake - now;
     return TOCSIN_OK;
 }
 
-int tocsin_queue_wait(tocsin_db *db, int *out_ready, const char *const *queues, size_t n,
-                      int64_t deadline_ms, tocsin_sub *sub) {
-    wk_qwait q;
-    size_t i;
-    int rc;
-    if (!db) return TOCSIN_INVALID;
-    tc_clear(db);
-    if (!out_ready) return tc_err(db, TOCSIN_INVALID, "out_ready must not be NULL");
-    *out_ready = 0;
-    if (!queues || n == 0) return tc_err(db, TOCSIN_INVALID, "queues must name at least one queue");
-    for (i = 0; i < n; i++)
-        if ((rc = tc_check_name(db, "queue name", queues[i])) != TOCSIN_OK) return rc;
-    if ((rc = tc_wake_wait_sub(db, &sub)) != TOCSIN_OK) return rc;
-    q.db = db;
-    q.queues = queues;
-    q.n = n;
-    q.deadline = deadline_ms < 0 ? -1 : deadline_ms;
-    return tc_wait_loop(sub, db, out_ready, wk_qwait_check, &q);
-}
+/* ==== end of the engine: the waiters live beside their features ==== */

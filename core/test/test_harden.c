@@ -1,0 +1,404 @@
+/*
+ * Core hardening (issue 8): fork, busy hosts, stale snapshots, racing
+ * opens, hostile durations and texts, replaced files, stream offsets.
+ * Each test reproduces a defect class found by trying the core adversarially.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <stdatomic.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "test.h"
+
+/* Waits for child pid; 1 when it exited with status 0. */
+static int child_ok(pid_t pid) {
+    int status = 0;
+    if (waitpid(pid, &status, 0) != pid) return 0;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0;
+}
+
+/* ---- fork ----------------------------------------------------------------- */
+
+typedef struct writer {
+    const char *path;
+    atomic_int stop;
+    int commits;
+} writer;
+
+/* Commits in a loop on its own handle: every commit takes the wake engine's
+ * lock and SQLite's global ones, so a fork lands inside them now and then. */
+static void *writer_main(void *p) {
+    writer *w = p;
+    tocsin_db *db = NULL;
+    int64_t id;
+    if (tocsin_open(&db, w->path, NULL) != TOCSIN_OK) return NULL;
+    while (!atomic_load(&w->stop))
+        if (tocsin_queue_enqueue(db, &id, "busy", "{}", NULL) == TOCSIN_OK) w->commits++;
+    tocsin_close(db);
+    return NULL;
+}
+
+#define FORK_SUBS 200
+#define FORK_CHILDREN 200
+
+static void fork_with_live_subscriptions(void) {
+    tocsin_db *db = t_open("fork_parent", NULL);
+    char path[512], child_dir[512];
+    tocsin_sub *subs[FORK_SUBS];
+    writer w;
+    pthread_t th;
+    int i, ok = 0, woken = 0;
+    int64_t id;
+    snprintf(path, sizeof path, "%s", sqlite3_db_filename(tocsin_sqlite(db), "main"));
+    snprintf(child_dir, sizeof child_dir, "%s", path);
+    *strrchr(child_dir, '/') = 0;
+    for (i = 0; i < FORK_SUBS; i++) CHECK_OK(db, tocsin_sub_open(&subs[i], db));
+    w.path = path;
+    atomic_init(&w.stop, 0);
+    w.commits = 0;
+    CHECK(pthread_create(&th, NULL, writer_main, &w) == 0);
+    for (i = 0; i < FORK_CHILDREN; i++) {
+        pid_t pid = fork();
+        if (pid == 0) {
+            /* A hang here is the defect: the alarm turns it into a failure. */
+            char own[600];
+            tocsin_db *c = NULL;
+            tocsin_sub *cs = NULL;
+            int64_t cid;
+            int woke = 0;
+            alarm(20);
+            snprintf(own, sizeof own, "%s/fork_child_%d.db", child_dir, i);
+            unlink(own);
+            if (tocsin_open(&c, own, NULL) != TOCSIN_OK) _exit(3);
+            if (tocsin_queue_enqueue(c, &cid, "q", "{\"child\":true}", NULL) != TOCSIN_OK) _exit(4);
+            /* inherited subscriptions report an error, never wait */
+            if (tocsin_sub_wait(subs[0], 1000) != TOCSIN_CLOSED) _exit(5);
+            if (tocsin_sub_drain(subs[1], &woke) != TOCSIN_CLOSED) _exit(6);
+            /* its own subscriptions work */
+            if (tocsin_sub_open(&cs, c) != TOCSIN_OK) _exit(7);
+            if (tocsin_queue_enqueue(c, &cid, "q", "{}", NULL) != TOCSIN_OK) _exit(8);
+            if (tocsin_sub_wait(cs, 5000) != TOCSIN_OK) _exit(9);
+            tocsin_sub_close(cs);
+            tocsin_close(c);
+            unlink(own);
+            _exit(0);
+        }
+        ok += pid > 0 && child_ok(pid);
+    }
+    CHECK_EQ_I(ok, FORK_CHILDREN);
+    atomic_store(&w.stop, 1);
+    pthread_join(th, NULL);
+    CHECK(w.commits > 0);
+    /* the parent keeps receiving */
+    for (i = 0; i < FORK_SUBS; i++) tocsin_sub_drain(subs[i], &woken);
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "{}", NULL));
+    woken = 0;
+    for (i = 0; i < FORK_SUBS; i++) woken += tocsin_sub_wait(subs[i], 5000) == TOCSIN_OK;
+    CHECK_EQ_I(woken, FORK_SUBS);
+    for (i = 0; i < FORK_SUBS; i++) tocsin_sub_close(subs[i]);
+    tocsin_close(db);
+}
+
+/* ---- racing first opens ---------------------------------------------------- */
+
+#define RACE_PROCS 16
+#define RACE_ROUNDS 50
+
+static void racing_first_opens(void) {
+    int round, failed = 0;
+    for (round = 0; round < RACE_ROUNDS; round++) {
+        char path[512];
+        int gate[2], i;
+        pid_t pids[RACE_PROCS];
+        snprintf(path, sizeof path, "%s", t_path("open_race"));
+        if (pipe(gate) != 0) {
+            CHECK(0);
+            return;
+        }
+        for (i = 0; i < RACE_PROCS; i++) {
+            pids[i] = fork();
+            if (pids[i] == 0) {
+                tocsin_db *c = NULL;
+                char ch;
+                int64_t id;
+                close(gate[1]);
+                alarm(30);
+                if (read(gate[0], &ch, 1) != 0) _exit(2); /* released when the gate closes */
+                if (tocsin_open(&c, path, NULL) != TOCSIN_OK) {
+                    fprintf(stderr, "open race: %s\n", tocsin_errmsg(c));
+                    _exit(3);
+                }
+                if (tocsin_queue_enqueue(c, &id, "q", "{}", NULL) != TOCSIN_OK) _exit(4);
+                tocsin_close(c);
+                _exit(0);
+            }
+        }
+        close(gate[0]);
+        close(gate[1]);
+        for (i = 0; i < RACE_PROCS; i++) failed += !(pids[i] > 0 && child_ok(pids[i]));
+    }
+    CHECK_EQ_I(failed, 0);
+    {
+        tocsin_db *db = NULL;
+        CHECK_OK(db, tocsin_open(&db, t_path("open_race_check"), NULL));
+        tocsin_close(db);
+    }
+}
+
+/* ---- busy hosts: a host connection with no busy timeout ---------------------- */
+
+/* A host's connection as the sqlite3 shell makes it: rollback journal, no
+ * busy handler; tocsin wraps it (what the extension does). */
+static tocsin_db *host_conn(const char *path, sqlite3 **out_conn, int busy_ms) {
+    sqlite3 *conn = NULL;
+    tocsin_db *db = NULL;
+    tocsin_open_opts o = TOCSIN_OPEN_OPTS_INIT;
+    o.busy_timeout_ms = busy_ms;
+    if (sqlite3_open(path, &conn) != SQLITE_OK) return NULL;
+    sqlite3_exec(conn, "PRAGMA journal_mode=DELETE", NULL, NULL, NULL);
+    if (tocsin_wrap(&db, conn, &o) != TOCSIN_OK) {
+        tocsin_close(db);
+        sqlite3_close(conn);
+        return NULL;
+    }
+    *out_conn = conn;
+    return db;
+}
+
+#define BUSY_PROCS 2
+#define BUSY_ENQUEUES 300
+
+static void busy_host_connections(void) {
+    char path[512];
+    pid_t pids[BUSY_PROCS];
+    int i, ok = 0;
+    sqlite3 *conn = NULL;
+    tocsin_db *db;
+    snprintf(path, sizeof path, "%s", t_path("busy_host"));
+    db = host_conn(path, &conn, 0);
+    CHECK(db != NULL);
+    if (!db) return;
+    CHECK_OK(db, tocsin_bootstrap(db, NULL));
+    for (i = 0; i < BUSY_PROCS; i++) {
+        pids[i] = fork();
+        if (pids[i] == 0) {
+            sqlite3 *cc = NULL;
+            tocsin_db *c = host_conn(path, &cc, 0);
+            int n, failures = 0;
+            alarm(120);
+            if (!c) _exit(2);
+            for (n = 0; n < BUSY_ENQUEUES; n++) {
+                int64_t id;
+                tocsin_job *jobs = NULL;
+                size_t got = 0;
+                char *stats = NULL;
+                if (tocsin_queue_enqueue(c, &id, "q", "{}", NULL) != TOCSIN_OK) failures++;
+                /* reads and claims wait too */
+                if (tocsin_queue_stats(c, &stats, "q") != TOCSIN_OK) failures++;
+                tocsin_free(stats);
+                if (tocsin_queue_claim(c, &jobs, &got, "q", "w", 1, 60000) != TOCSIN_OK) failures++;
+                tocsin_jobs_free(jobs, got);
+            }
+            if (failures) fprintf(stderr, "busy host: %d failures: %s\n", failures, tocsin_errmsg(c));
+            tocsin_close(c);
+            sqlite3_close(cc);
+            _exit(failures ? 3 : 0);
+        }
+    }
+    for (i = 0; i < BUSY_PROCS; i++) ok += pids[i] > 0 && child_ok(pids[i]);
+    CHECK_EQ_I(ok, BUSY_PROCS);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), BUSY_PROCS * BUSY_ENQUEUES);
+    tocsin_close(db);
+    sqlite3_close(conn);
+}
+
+/* A lock held past the budget surfaces as TOCSIN_BUSY with SQLite's BUSY
+ * alongside, on the write path and on the read path. */
+static void busy_timeout_is_busy(void) {
+    char path[512];
+    sqlite3 *conn = NULL, *holder = NULL;
+    tocsin_db *db;
+    int64_t id = 0;
+    char *stats = NULL;
+    snprintf(path, sizeof path, "%s", t_path("busy_timeout"));
+    db = host_conn(path, &conn, 30);
+    CHECK(db != NULL);
+    if (!db) return;
+    CHECK_OK(db, tocsin_bootstrap(db, NULL));
+    CHECK(sqlite3_open(path, &holder) == SQLITE_OK);
+    CHECK(sqlite3_exec(holder, "BEGIN EXCLUSIVE", NULL, NULL, NULL) == SQLITE_OK);
+    CHECK_EQ_I(tocsin_queue_enqueue(db, &id, "q", "{}", NULL), TOCSIN_BUSY);
+    CHECK_EQ_I(tocsin_sqlite_errcode(db) & 0xff, SQLITE_BUSY);
+    CHECK(strstr(tocsin_errmsg(db), "locked") != NULL);
+    CHECK_EQ_I(tocsin_queue_stats(db, &stats, "q"), TOCSIN_BUSY);
+    CHECK(stats == NULL);
+    sqlite3_exec(holder, "ROLLBACK", NULL, NULL, NULL);
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "{}", NULL));
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 1);
+    sqlite3_close(holder);
+    tocsin_close(db);
+    sqlite3_close(conn);
+}
+
+/* ---- stale WAL snapshots ------------------------------------------------------ */
+
+static sqlite3 *t_other_conn;
+
+/* An SQL function that commits on another connection between rows. */
+static void commit_elsewhere(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    (void)argc;
+    (void)argv;
+    sqlite3_exec(t_other_conn, "INSERT INTO side VALUES (1)", NULL, NULL, NULL);
+    sqlite3_result_int(ctx, 1);
+}
+
+static void stale_snapshot_fails_at_once(void) {
+    tocsin_db *db = t_open("stale", NULL), *other = NULL;
+    sqlite3 *conn = tocsin_sqlite(db);
+    sqlite3_stmt *st = NULL;
+    int64_t id;
+    int rc;
+    char path[512];
+    tocsin_open_opts o = TOCSIN_OPEN_OPTS_INIT;
+    snprintf(path, sizeof path, "%s", sqlite3_db_filename(conn, "main"));
+    /* a long budget: a retry of the unretryable would show as a hang */
+    o.busy_timeout_ms = 60000;
+    tocsin_close(db);
+    CHECK_OK(db, tocsin_open(&db, path, &o));
+    conn = tocsin_sqlite(db);
+    CHECK_OK(other, tocsin_open(&other, path, NULL));
+    CHECK_OK(db, tocsin_exec(db, "CREATE TABLE side(x)"));
+
+    /* a stale BEGIN: read, another connection commits, then write */
+    CHECK_OK(db, tocsin_exec(db, "BEGIN"));
+    CHECK(t_count(db, "_tocsin_jobs") == 0);
+    CHECK_OK(other, tocsin_queue_enqueue(other, &id, "q", "{}", NULL));
+    rc = tocsin_queue_enqueue(db, &id, "q", "{}", NULL);
+    CHECK_EQ_I(rc, TOCSIN_BUSY);
+    CHECK(strstr(tocsin_errmsg(db), "stale") != NULL);
+    CHECK_EQ_I(tocsin_sqlite_errcode(db), SQLITE_BUSY_SNAPSHOT);
+    CHECK_OK(db, tocsin_rollback(db));
+
+    /* one statement over many rows, another connection committing in between */
+    CHECK_OK(db, tocsin_register_sql(db));
+    t_other_conn = tocsin_sqlite(other);
+    CHECK(sqlite3_create_function(conn, "t_commit_elsewhere", 0, SQLITE_UTF8, NULL,
+                                  commit_elsewhere, NULL, NULL) == SQLITE_OK);
+    CHECK(sqlite3_prepare_v2(conn,
+                             "SELECT t_commit_elsewhere(), tocsin_enqueue('q', value)"
+                             " FROM json_each('[1,2,3]')",
+                             -1, &st, NULL) == SQLITE_OK);
+    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    }
+    CHECK(rc != SQLITE_DONE);
+    CHECK(strstr(sqlite3_errmsg(conn), "stale") != NULL);
+    sqlite3_finalize(st);
+    tocsin_close(other);
+    tocsin_close(db);
+}
+
+/* ---- hostile durations and instants ------------------------------------------ */
+
+static int64_t max_clock(void *ctx) {
+    (void)ctx;
+    return INT64_MAX;
+}
+
+static void durations_never_wrap(void) {
+    t_clock clk = {1000};
+    tocsin_db *db = t_open("durations", &clk);
+    int64_t n = -1, token = 0, until = 0, offset;
+    int ok = -1;
+    tocsin_trim_opts to = TOCSIN_TRIM_OPTS_INIT;
+    /* out of range: a clear error naming the argument, nothing written */
+    CHECK_EQ_I(tocsin_result_save(db, 1, "1", INT64_MAX), TOCSIN_INVALID);
+    CHECK(strstr(tocsin_errmsg(db), "ttl_ms") != NULL);
+    CHECK_EQ_I(tocsin_result_save_error(db, 1, "E", "m", -1), TOCSIN_INVALID);
+    CHECK_EQ_I(t_count(db, "_tocsin_results"), 0);
+    CHECK_EQ_I(tocsin_lock_acquire(db, &token, &until, "l", "me", INT64_MAX), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_notify_prune(db, &n, INT64_MAX, 0), TOCSIN_INVALID);
+    CHECK(strstr(tocsin_errmsg(db), "max_age_ms") != NULL);
+    CHECK_EQ_I(tocsin_notify_set_autotrim(db, INT64_MAX, 0, 1), TOCSIN_INVALID);
+    CHECK_EQ_I(t_count(db, "_tocsin_meta WHERE key = 'notify_autotrim'"), 0);
+    to.max_age_ms = INT64_MAX;
+    CHECK_EQ_I(tocsin_stream_trim(db, &n, "t", &to), TOCSIN_INVALID);
+    CHECK_EQ_I(t_count(db, "_tocsin_locks"), 0);
+    /* the largest valid ttl saturates instead of wrapping */
+    CHECK_OK(db, tocsin_result_save(db, 1, "1", TOCSIN_MAX_TIME_MS));
+    CHECK_EQ_I(t_count(db, "_tocsin_results WHERE expires_at = 253402300799999"), 1);
+    /* a host clock beyond the range is clamped: leases end at the bound */
+    tocsin_set_clock(db, max_clock, NULL);
+    CHECK_EQ_I(tocsin_now(db), TOCSIN_MAX_TIME_MS);
+    CHECK_OK(db, tocsin_lock_acquire(db, &token, &until, "l", "me", 1000));
+    CHECK_EQ_I(until, TOCSIN_MAX_TIME_MS);
+    CHECK_OK(db, tocsin_lock_renew(db, &ok, "l", "me", token, 1000));
+    CHECK_EQ_I(ok, 1);
+    tocsin_set_clock(db, t_clock_fn, &clk);
+    /* stream offsets: none beyond the last one handed out */
+    CHECK_OK(db, tocsin_stream_publish(db, &offset, "t", "{}", NULL, NULL));
+    CHECK_EQ_I(tocsin_stream_save_offset(db, NULL, "c", "t", offset + 1), TOCSIN_INVALID);
+    CHECK(strstr(tocsin_errmsg(db), "beyond") != NULL);
+    CHECK_EQ_I(tocsin_stream_save_offset(db, NULL, "c", "t", 1000000000000LL), TOCSIN_INVALID);
+    CHECK_EQ_I(t_count(db, "_tocsin_offsets"), 0);
+    CHECK_OK(db, tocsin_stream_save_offset(db, &n, "c", "t", offset));
+    CHECK_EQ_I(n, offset);
+    tocsin_close(db);
+}
+
+/* ---- texts the core stores ------------------------------------------------------ */
+
+static void stored_texts_are_utf8(void) {
+    tocsin_db *db = t_open("texts", NULL);
+    CHECK_EQ_I(tocsin_result_save_error(db, 1, "ValueError", "bad \xff\xfe byte", 0), TOCSIN_INVALID);
+    CHECK(strstr(tocsin_errmsg(db), "UTF-8") != NULL);
+    CHECK_EQ_I(tocsin_result_save_error(db, 1, "ValueError", "overlong \xc0\xaf", 0), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_result_save_error(db, 1, "ValueError", "surrogate \xed\xa0\x80", 0),
+               TOCSIN_INVALID);
+    CHECK_EQ_I(t_count(db, "_tocsin_results"), 0);
+    CHECK_OK(db, tocsin_result_save_error(db, 1, "ValueError", "caf\xc3\xa9 \xf0\x9f\x93\xa6", 0));
+    CHECK_EQ_I(t_count(db, "_tocsin_results"), 1);
+    tocsin_close(db);
+}
+
+/* ---- a replaced file ------------------------------------------------------------ */
+
+static void subscribe_to_replaced_file(void) {
+    tocsin_db *db = t_open("replaced", NULL), *fresh = NULL;
+    tocsin_sub *sub = NULL;
+    tocsin_listener *l = NULL;
+    char path[512], moved[600];
+    snprintf(path, sizeof path, "%s", sqlite3_db_filename(tocsin_sqlite(db), "main"));
+    snprintf(moved, sizeof moved, "%s.moved", path);
+    CHECK(rename(path, moved) == 0);
+    /* deleted or renamed: the handle still has the old file open */
+    CHECK_EQ_I(tocsin_sub_open(&sub, db), TOCSIN_REPLACED);
+    CHECK(sub == NULL);
+    /* another file under the same name */
+    CHECK_OK(fresh, tocsin_open(&fresh, path, NULL));
+    CHECK_EQ_I(tocsin_sub_open(&sub, db), TOCSIN_REPLACED);
+    CHECK(strstr(tocsin_errmsg(db), "replaced") != NULL);
+    CHECK(sub == NULL);
+    CHECK_EQ_I(tocsin_listen_open(&l, db, "c", 10), TOCSIN_REPLACED);
+    CHECK(l == NULL);
+    /* a handle on the new file subscribes as usual */
+    CHECK_OK(fresh, tocsin_sub_open(&sub, fresh));
+    tocsin_sub_close(sub);
+    tocsin_close(fresh);
+    tocsin_close(db);
+    unlink(moved);
+}
+
+void suite_harden(void) {
+    fork_with_live_subscriptions();
+    racing_first_opens();
+    busy_host_connections();
+    busy_timeout_is_busy();
+    stale_snapshot_fails_at_once();
+    durations_never_wrap();
+    stored_texts_are_utf8();
+    subscribe_to_replaced_file();
+}

@@ -1,0 +1,153 @@
+/*
+ * The thread model: one handle used from many threads at once (the core
+ * serialises its calls), transactions on transaction handles of their own.
+ * Run under ThreadSanitizer by `make test-tsan`.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <sqlite3.h>
+
+#include "test.h"
+
+#define T_THREADS 8
+#define T_ROUNDS 150
+
+typedef struct worker_ctx {
+    tocsin_db *db;
+    int index;
+    int failures;
+    int enqueued, acked, tx_commits, tx_rollbacks;
+} worker_ctx;
+
+/* Each thread enqueues, claims and acks on the shared handle, and commits or
+ * rolls back transactions on transaction handles of its own. */
+static void *worker_main(void *p) {
+    worker_ctx *w = p;
+    char queue[32], worker[32];
+    int r;
+    snprintf(queue, sizeof queue, "q%d", w->index);
+    snprintf(worker, sizeof worker, "w%d", w->index);
+    for (r = 0; r < T_ROUNDS; r++) {
+        int64_t id = 0;
+        tocsin_job *jobs = NULL;
+        size_t n = 0, i;
+        tocsin_db *tx = NULL;
+        if (tocsin_queue_enqueue(w->db, &id, queue, "{\"plain\":true}", NULL) != TOCSIN_OK)
+            w->failures++;
+        else
+            w->enqueued++;
+        if (tocsin_tx_begin(w->db, &tx) != TOCSIN_OK) {
+            fprintf(stderr, "tx_begin: %s\n", tocsin_errmsg(NULL));
+            w->failures++;
+        } else {
+            int keep = r % 3 != 0;
+            if (tocsin_queue_enqueue(tx, &id, queue, keep ? "{\"tx\":1}" : "{\"tx\":0}", NULL) != TOCSIN_OK)
+                w->failures++;
+            if (tocsin_exec(tx, keep ? "INSERT INTO side(k) VALUES ('kept')"
+                                     : "INSERT INTO side(k) VALUES ('dropped')") != TOCSIN_OK)
+                w->failures++;
+            if (keep) {
+                if (tocsin_tx_commit(tx) != TOCSIN_OK) w->failures++;
+                else w->tx_commits++;
+            } else {
+                if (tocsin_tx_rollback(tx) != TOCSIN_OK) w->failures++;
+                else w->tx_rollbacks++;
+            }
+        }
+        if (tocsin_queue_claim(w->db, &jobs, &n, queue, worker, 2, 60000) != TOCSIN_OK) {
+            w->failures++;
+            continue;
+        }
+        for (i = 0; i < n; i++) {
+            int ok = 0;
+            if (tocsin_job_ack(w->db, &ok, jobs[i].id, jobs[i].token) != TOCSIN_OK || !ok)
+                w->failures++;
+            else
+                w->acked++;
+        }
+        tocsin_jobs_free(jobs, n);
+    }
+    return NULL;
+}
+
+static void one_handle_many_threads(void) {
+    tocsin_db *db = t_open("threads", NULL);
+    worker_ctx w[T_THREADS];
+    pthread_t t[T_THREADS];
+    int i, failures = 0, enqueued = 0, acked = 0, commits = 0, rollbacks = 0;
+    CHECK_OK(db, tocsin_exec(db, "CREATE TABLE side(k TEXT)"));
+    for (i = 0; i < T_THREADS; i++) {
+        memset(&w[i], 0, sizeof w[i]);
+        w[i].db = db;
+        w[i].index = i;
+        CHECK(pthread_create(&t[i], NULL, worker_main, &w[i]) == 0);
+    }
+    for (i = 0; i < T_THREADS; i++) {
+        pthread_join(t[i], NULL);
+        failures += w[i].failures;
+        enqueued += w[i].enqueued;
+        acked += w[i].acked;
+        commits += w[i].tx_commits;
+        rollbacks += w[i].tx_rollbacks;
+    }
+    CHECK_EQ_I(failures, 0);
+    CHECK_EQ_I(enqueued, T_THREADS * T_ROUNDS);
+    /* every committed job exists, no rolled-back job or row does */
+    CHECK_EQ_I(t_count(db, "side WHERE k = 'dropped'"), 0);
+    CHECK_EQ_I(t_count(db, "side WHERE k = 'kept'"), commits);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE payload = '{\"tx\":0}'"), 0);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs") + acked, enqueued + commits);
+    CHECK(rollbacks > 0);
+    tocsin_close(db);
+}
+
+/* A transaction handle's calls join its transaction; the database handle's
+ * calls do not see them until commit. */
+static void tx_handles(void) {
+    tocsin_db *db = t_open("tx_handles", NULL), *tx = NULL, *tx2 = NULL, *mem = NULL;
+    int64_t id = 0;
+    CHECK_OK(db, tocsin_tx_begin(db, &tx));
+    CHECK(tx != NULL && tx != db);
+    CHECK(tocsin_in_transaction(tx));
+    CHECK(!tocsin_in_transaction(db));
+    CHECK_OK(tx, tocsin_queue_enqueue(tx, &id, "q", "{}", NULL));
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 0); /* not committed yet */
+    /* misuse is refused with a clear error */
+    CHECK_EQ_I(tocsin_tx_begin(tx, &tx2), TOCSIN_INVALID);
+    CHECK(strstr(tocsin_errmsg(NULL), "do not nest") != NULL);
+    CHECK_EQ_I(tocsin_commit(tx), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_close(tx), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_tx_commit(db), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_tx_begin(db, NULL), TOCSIN_INVALID);
+    {
+        const char *q[] = {"q"};
+        CHECK_EQ_I(tocsin_queue_wait(tx, q, 1, 0, NULL), TOCSIN_INVALID);
+    }
+    CHECK_OK(tx, tocsin_tx_commit(tx));
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 1);
+    /* a rollback drops everything of the transaction */
+    CHECK_OK(db, tocsin_tx_begin(db, &tx));
+    CHECK_OK(tx, tocsin_queue_enqueue(tx, &id, "q", "{}", NULL));
+    CHECK_OK(tx, tocsin_notify(tx, &id, "c", "{}", NULL));
+    CHECK_OK(tx, tocsin_tx_rollback(tx));
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 1);
+    CHECK_EQ_I(t_count(db, "_tocsin_notifications"), 0);
+    /* a live transaction keeps the database handle past tocsin_close */
+    CHECK_OK(db, tocsin_tx_begin(db, &tx));
+    CHECK_OK(db, tocsin_close(db));
+    CHECK_EQ_I(tocsin_queue_enqueue(db, &id, "q", "{}", NULL), TOCSIN_CLOSED);
+    CHECK_OK(tx, tocsin_queue_enqueue(tx, &id, "q", "{\"late\":1}", NULL));
+    CHECK_OK(tx, tocsin_tx_commit(tx)); /* frees db too */
+    /* an in-memory database has no file for a second connection */
+    CHECK_OK(mem, tocsin_open(&mem, ":memory:", NULL));
+    CHECK_EQ_I(tocsin_tx_begin(mem, &tx), TOCSIN_INVALID);
+    CHECK(tx == NULL);
+    tocsin_close(mem);
+    CHECK_OK(db, tocsin_open(&db, t_path("tx_handles_check"), NULL));
+    tocsin_close(db);
+}
+
+void suite_threads(void) {
+    tx_handles();
+    one_handle_many_threads();
+}
