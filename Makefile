@@ -52,7 +52,7 @@ $(BUILD)/test_core: $(TEST_SRC) $(TEST_HDR) $(BUILD)/libtocsin.a
 $(BUILD)/test_core_san: $(TEST_SRC) $(TEST_HDR) $(CORE_SRC) $(CORE_HDR) | $(BUILD)
 	$(CC) $(WARN) $(SAN) $(VIS) -Icore/include -Icore/src $(TEST_SRC) core/src/tocsin_all.c -o $@ $(LIBS)
 
-test: deps all check-version test-header test-exports test-c test-san test-tsan test-sql test-golden \
+test: deps all check-version test-header test-exports test-c test-san test-tsan test-sql test-sql-property test-golden \
       test-readme test-ctest test-consumer test-python
 
 test-c: $(BUILD)/test_core
@@ -70,6 +70,11 @@ test-tsan: $(BUILD)/test_core_tsan
 
 test-sql: $(BUILD)/tocsin.so
 	sh core/test/sql/run.sh $(BUILD)/tocsin.so
+
+# Random (hostile) calls of the SQL surface against a model; prints its seed (SEED=n replays).
+.PHONY: test-sql-property
+test-sql-property: $(BUILD)/tocsin.so
+	$(PYTHON) core/test/sql/property.py $(BUILD)/tocsin.so
 
 # Pins the outputs of the SQL surface (docs/sql.md) through the sqlite3 shell.
 test-golden: $(BUILD)/tocsin.so

@@ -828,19 +828,33 @@ TOCSIN_API void tocsin_cron_free(tocsin_cron *cron); /* accepts NULL */
 #define TOCSIN_CATCHUP_ONCE 0 /* one job stands for all missed boundaries */
 #define TOCSIN_CATCHUP_ALL 1  /* one job per missed boundary, up to max_catch_up */
 #define TOCSIN_DEFAULT_MAX_CATCH_UP 100
+#define TOCSIN_MAX_CATCH_UP 100000 /* max_catch_up is 1..this (0: the default) */
+
+/* The fields of tocsin_schedule_opts, as flags for its `fields` member. */
+#define TOCSIN_SCHEDULE_PRIORITY 0x01u
+#define TOCSIN_SCHEDULE_MAX_ATTEMPTS 0x02u
+#define TOCSIN_SCHEDULE_JOB_EXPIRES 0x04u
+#define TOCSIN_SCHEDULE_CATCH_UP 0x08u
+#define TOCSIN_SCHEDULE_MAX_CATCH_UP 0x10u
+#define TOCSIN_SCHEDULE_LOCAL_TIME 0x20u
+#define TOCSIN_SCHEDULE_META 0x40u
+#define TOCSIN_SCHEDULE_ALL 0x7fu
 
 typedef struct tocsin_schedule_opts {
     int version;            /* TOCSIN_SCHEDULE_OPTS_VERSION */
     int64_t priority;       /* of the fired jobs; default 0 */
-    int max_attempts;       /* of the fired jobs; 0: TOCSIN_DEFAULT_MAX_ATTEMPTS */
-    int64_t job_expires_ms; /* fired jobs expire if unclaimed this long; 0: never (<= 100 years) */
+    int max_attempts;       /* of the fired jobs, 1..TOCSIN_MAX_ATTEMPTS; 0: TOCSIN_DEFAULT_MAX_ATTEMPTS */
+    int64_t job_expires_ms; /* fired jobs expire if unclaimed this long; 0: never (0..TOCSIN_MAX_TIME_MS) */
     int catch_up;           /* TOCSIN_CATCHUP_ONCE (default) or TOCSIN_CATCHUP_ALL */
-    int max_catch_up;       /* ALL: most jobs fired for one overdue run; 0: default 100 */
+    int max_catch_up;       /* ALL: most jobs fired for one overdue run, 1..TOCSIN_MAX_CATCH_UP; 0: 100 */
     int local_time;         /* 0: the expression is in UTC; 1: in the process's local time */
     const char *meta;       /* JSON object copied into the fired jobs' meta, or NULL */
+    /* Version 2. tocsin_schedule_update changes only the fields flagged here
+     * (TOCSIN_SCHEDULE_* bits); tocsin_schedule_set ignores it (it sets all). */
+    unsigned fields;
 } tocsin_schedule_opts;
-#define TOCSIN_SCHEDULE_OPTS_VERSION 1
-#define TOCSIN_SCHEDULE_OPTS_INIT {TOCSIN_SCHEDULE_OPTS_VERSION, 0, 0, 0, 0, 0, 0, NULL}
+#define TOCSIN_SCHEDULE_OPTS_VERSION 2
+#define TOCSIN_SCHEDULE_OPTS_INIT {TOCSIN_SCHEDULE_OPTS_VERSION, 0, 0, 0, 0, 0, 0, NULL, 0u}
 
 /* A schedule as stored. Strings are owned by the array they came in. */
 typedef struct tocsin_schedule {
@@ -875,8 +889,16 @@ TOCSIN_API void tocsin_schedules_free(tocsin_schedule *schedules, size_t n); /* 
  */
 TOCSIN_API int tocsin_schedule_set(tocsin_db *db, int64_t *out_next_fire, const char *name, const char *cron,
                         const char *queue, const char *payload, const tocsin_schedule_opts *opts);
-/* Changes an existing schedule (TOCSIN_NOTFOUND if none): NULL strings keep
- * their value, a NULL `opts` keeps every option, a given `opts` replaces them all. */
+/*
+ * Changes an existing schedule (TOCSIN_NOTFOUND if none), with field-presence
+ * semantics: a NULL cron / queue / payload keeps its value; of `opts` (NULL:
+ * keep every option) only the fields flagged in opts->fields change, the
+ * others keep their stored values. A flagged TOCSIN_SCHEDULE_META with meta
+ * NULL removes the meta. Flagged values are checked as tocsin_schedule_set
+ * checks them; an unknown flag is TOCSIN_INVALID. (An opts of version 1, which
+ * has no `fields`, replaces every option.) A new expression or zone restarts
+ * next_fire from now; otherwise the pending boundary is kept.
+ */
 TOCSIN_API int tocsin_schedule_update(tocsin_db *db, int64_t *out_next_fire, const char *name,
                            const char *cron, const char *queue, const char *payload,
                            const tocsin_schedule_opts *opts);

@@ -3,70 +3,122 @@
  * Each SQL function checks its arguments, calls the C API and turns the
  * result into SQL values (JSON text for rows). Functions are registered
  * SQLITE_DIRECTONLY: a hostile schema cannot call them from a trigger or view.
+ *
+ * Every argument goes through one of the readers below (arg_text, arg_i64
+ * and their optional forms, parse_opts for options objects): they are the
+ * one place where SQL values become C values, so the rules of docs/sql.md
+ * ("Arguments") hold for every function alike -- types, the NUL rule, UTF-8,
+ * integers that fit, and the SQL-level ranges. Limits come from tocsin.h;
+ * the core checks every value again and has the last word.
  */
 #include "internal.h"
 
+#include <stddef.h>
 #include <stdio.h>
 
 #ifdef TOCSIN_EXTENSION
 SQLITE_EXTENSION_INIT1
 #endif
 
-/* ---- argument checking ---------------------------------------------------- */
+/* ---- errors ---------------------------------------------------------------- */
 
 typedef struct fn_ctx {
     sqlite3_context *ctx;
     tocsin_db *db;
-    const char *name;
+    const char *name;  /* the SQL function's name: every message starts with it */
+    const char *where; /* NULL, or what is being read ("job 3"), after the name */
 } fn_ctx;
 
-static void fail_msg(fn_ctx *f, int sqlite_code, const char *fmt, ...)
+/* How many bytes of s to quote in a message: at most max, never splitting a
+ * UTF-8 sequence (the message must stay valid UTF-8). */
+static int quote_len(const char *s, size_t max) {
+    size_t n = strlen(s);
+    if (n <= max) return (int)n;
+    while (max > 0 && ((unsigned char)s[max] & 0xc0) == 0x80) max--;
+    return (int)max;
+}
+
+/* Reports an error of the SQL layer; returns 0 so callers can `return fail_msg(...)`. */
+static int fail_msg(fn_ctx *f, int sqlite_code, const char *fmt, ...)
 #if defined(__GNUC__)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
-static void fail_msg(fn_ctx *f, int sqlite_code, const char *fmt, ...) {
-    char msg[600];
+static int fail_msg(fn_ctx *f, int sqlite_code, const char *fmt, ...) {
+    char msg[768];
     int n;
     va_list ap;
-    n = snprintf(msg, sizeof msg, "%s: ", f->name);
+    n = snprintf(msg, sizeof msg, f->where ? "%s: %s: " : "%s: ", f->name, f->where);
+    if (n < 0 || (size_t)n >= sizeof msg) n = 0;
     va_start(ap, fmt);
     vsnprintf(msg + n, sizeof msg - (size_t)n, fmt, ap);
     va_end(ap);
+    msg[quote_len(msg, sizeof msg - 2)] = 0; /* a cut message stays UTF-8 */
     sqlite3_result_error(f->ctx, msg, -1);
     sqlite3_result_error_code(f->ctx, sqlite_code);
+    return 0;
 }
 
-/* Reports the handle's last failure. */
-static void fail(fn_ctx *f, int rc) {
+static int fail_nomem(fn_ctx *f) {
+    sqlite3_result_error_nomem(f->ctx);
+    return 0;
+}
+
+/* Reports the handle's last failure (a code of the C API); returns 0. */
+static int fail(fn_ctx *f, int rc) {
     int code = SQLITE_ERROR;
     switch (rc) {
     case TOCSIN_BUSY: code = SQLITE_BUSY; break;
     case TOCSIN_TOOBIG: code = SQLITE_TOOBIG; break;
-    case TOCSIN_NOMEM: sqlite3_result_error_nomem(f->ctx); return;
+    case TOCSIN_NOMEM: return fail_nomem(f);
     case TOCSIN_CORRUPT: code = SQLITE_CORRUPT; break;
     case TOCSIN_READONLY: code = SQLITE_READONLY; break;
     default: break;
     }
-    fail_msg(f, code, "%s", tocsin_errmsg(f->db));
+    return fail_msg(f, code, "%s", tocsin_errmsg(f->db));
 }
 
-/* A required text argument. */
+/* ---- argument readers -------------------------------------------------------- */
+
+#define I64_MIN INT64_MIN
+#define I64_MAX INT64_MAX
+#define MS_MAX TOCSIN_MAX_TIME_MS
+
+/* "between lo and hi" / ">= lo" for a range error. */
+static int fail_range(fn_ctx *f, const char *prefix, const char *what, int64_t lo, int64_t hi) {
+    if (lo == I64_MIN && hi == I64_MAX)
+        return fail_msg(f, SQLITE_RANGE, "%s%s must be a 64-bit signed integer", prefix, what);
+    if (hi == I64_MAX)
+        return fail_msg(f, SQLITE_RANGE, "%s%s must be >= %lld", prefix, what, (long long)lo);
+    if (lo == I64_MIN)
+        return fail_msg(f, SQLITE_RANGE, "%s%s must be <= %lld", prefix, what, (long long)hi);
+    return fail_msg(f, SQLITE_RANGE, "%s%s must be between %lld and %lld", prefix, what,
+                    (long long)lo, (long long)hi);
+}
+
+/*
+ * A text the core will use as a C string, of n bytes: no NUL byte (the C
+ * string would silently stop there, so 'q' || char(0) || 'x' would become
+ * 'q') and valid UTF-8. `prefix` + `what` name it in the message.
+ */
+static int check_text(fn_ctx *f, const char *prefix, const char *what, const char *s, size_t n) {
+    if (strlen(s) != n)
+        return fail_msg(f, SQLITE_ERROR, "%s%s must not contain NUL characters (char(0))", prefix,
+                        what);
+    if (tc_check_text(f->db, what, s, (size_t)-1) != TOCSIN_OK)
+        return fail_msg(f, SQLITE_ERROR, "%s%s is not valid UTF-8", prefix, what);
+    return 1;
+}
+
+/* A required text argument (a number is used as its text). */
 static int arg_text(fn_ctx *f, sqlite3_value **argv, int i, const char *what, const char **out) {
     int t = sqlite3_value_type(argv[i]);
-    if (t == SQLITE_NULL) {
-        fail_msg(f, SQLITE_MISMATCH, "%s must not be NULL", what);
-        return 0;
-    }
-    if (t == SQLITE_BLOB) {
-        fail_msg(f, SQLITE_MISMATCH, "%s must be text, not a blob", what);
-        return 0;
-    }
-    *out = (const char *)sqlite3_value_text(argv[i]);
-    if (!*out) {
-        sqlite3_result_error_nomem(f->ctx);
-        return 0;
-    }
+    const char *s;
+    if (t == SQLITE_NULL) return fail_msg(f, SQLITE_MISMATCH, "%s must not be NULL", what);
+    if (t == SQLITE_BLOB) return fail_msg(f, SQLITE_MISMATCH, "%s must be text, not a blob", what);
+    if (!(s = (const char *)sqlite3_value_text(argv[i]))) return fail_nomem(f);
+    if (!check_text(f, "", what, s, (size_t)sqlite3_value_bytes(argv[i]))) return 0;
+    *out = s;
     return 1;
 }
 
@@ -78,658 +130,1112 @@ static int arg_text_opt(fn_ctx *f, int argc, sqlite3_value **argv, int i, const 
     return arg_text(f, argv, i, what, out);
 }
 
-/* A required integer argument (an integral real is accepted). */
-static int arg_int(fn_ctx *f, sqlite3_value **argv, int i, const char *what, int64_t *out) {
+/*
+ * A required integer argument within lo..hi. An integral real is accepted
+ * when it is an int64; anything else (text, blob, NULL, 1.5, inf) is a type
+ * error. The range is checked before any conversion, so 1e300 is a range
+ * error, never undefined behaviour.
+ */
+static int arg_i64(fn_ctx *f, sqlite3_value **argv, int i, const char *what, int64_t lo,
+                   int64_t hi, int64_t *out) {
     int t = sqlite3_value_type(argv[i]);
+    int64_t v;
     if (t == SQLITE_INTEGER) {
-        *out = sqlite3_value_int64(argv[i]);
-        return 1;
-    }
-    if (t == SQLITE_FLOAT) {
+        v = sqlite3_value_int64(argv[i]);
+    } else if (t == SQLITE_FLOAT) {
         double d = sqlite3_value_double(argv[i]);
-        if (d == (double)(int64_t)d) {
-            *out = (int64_t)d;
-            return 1;
-        }
+        if (d != d) return fail_msg(f, SQLITE_MISMATCH, "%s must be an integer", what);
+        /* -2^63 is a double exactly; 2^63 is the first one past INT64_MAX */
+        if (d < -9223372036854775808.0 || d >= 9223372036854775808.0)
+            return fail_range(f, "", what, lo, hi);
+        v = (int64_t)d;
+        if ((double)v != d) return fail_msg(f, SQLITE_MISMATCH, "%s must be an integer", what);
+    } else {
+        return fail_msg(f, SQLITE_MISMATCH, "%s must be an integer", what);
     }
-    fail_msg(f, SQLITE_MISMATCH, "%s must be an integer", what);
-    return 0;
+    if (v < lo || v > hi) return fail_range(f, "", what, lo, hi);
+    *out = v;
+    return 1;
 }
 
-static int arg_int_opt(fn_ctx *f, int argc, sqlite3_value **argv, int i, const char *what,
-                       int64_t dflt, int64_t *out) {
+/* An optional integer argument: absent or NULL gives dflt. */
+static int arg_i64_opt(fn_ctx *f, int argc, sqlite3_value **argv, int i, const char *what,
+                       int64_t lo, int64_t hi, int64_t dflt, int64_t *out) {
     *out = dflt;
     if (i >= argc || sqlite3_value_type(argv[i]) == SQLITE_NULL) return 1;
-    return arg_int(f, argv, i, what, out);
+    return arg_i64(f, argv, i, what, lo, hi, out);
 }
 
+/* A count of rows: 1..TOCSIN_MAX_BATCH. */
 static int arg_count(fn_ctx *f, sqlite3_value **argv, int i, const char *what, size_t *out) {
     int64_t v;
-    if (!arg_int(f, argv, i, what, &v)) return 0;
-    if (v < 1) {
-        fail_msg(f, SQLITE_RANGE, "%s must be >= 1", what);
-        return 0;
-    }
+    if (!arg_i64(f, argv, i, what, 1, TOCSIN_MAX_BATCH, &v)) return 0;
     *out = (size_t)v;
     return 1;
 }
 
-static void result_json(fn_ctx *f, char *json) {
-    if (!json) {
-        sqlite3_result_error_nomem(f->ctx);
-        return;
-    }
+static int result_json(fn_ctx *f, char *json) {
+    if (!json) return fail_nomem(f);
     sqlite3_result_text(f->ctx, json, -1, sqlite3_free);
     sqlite3_result_subtype(f->ctx, 'J'); /* JSON subtype, as json() gives */
+    return 1;
 }
 
-/* ---- options objects ------------------------------------------------------ */
+/* ---- JSON scanning --------------------------------------------------------------
+ * Options objects and job arrays are read here, in C, from text that
+ * tc_json_valid (strict RFC 8259) accepted: no SQL statement (so no lock,
+ * whatever the host does), the same on every SQLite version, exact integers
+ * (no detour through a double) and the raw text of nested values.
+ */
 
-typedef struct opt_spec {
-    const char *key;
-    int kind; /* 'i' integer, 't' text, 'b' boolean, 'o' JSON object, 'j' any JSON value */
-    int set;
-    int64_t i;
-    char *t; /* owned (sqlite3_free) */
-} opt_spec;
+static const char *js_ws(const char *p, const char *end) {
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
+    return p;
+}
 
-static const char SQL_JSON_EACH[] =
-    "SELECT json_type(?1), key, type, atom, value,"
-    " CASE WHEN type IN ('object', 'array') THEN value WHEN type = 'text' THEN json_quote(value)"
-    " WHEN type IN ('true', 'false', 'null') THEN type ELSE CAST(value AS TEXT) END"
-    " FROM json_each(?1)";
+/* Past the string token starting at p (its opening quote). */
+static const char *js_string_end(const char *p, const char *end) {
+    for (p++; p < end && *p != '"'; p++)
+        if (*p == '\\') p++;
+    return p < end ? p + 1 : end;
+}
 
-/* Parses an options JSON object against `specs` (terminated by key NULL).
- * Unknown keys and ill-typed values are errors naming the key. */
-static int parse_opts(fn_ctx *f, const char *json, opt_spec *specs) {
-    sqlite3_stmt *st;
-    int rc, ok = 1;
-    if (!json) return 1;
-    if (!(st = tc_stmt(f->db, SQL_JSON_EACH))) {
-        fail(f, TC_ERRCODE);
+/* Past the value starting at p. */
+static const char *js_value_end(const char *p, const char *end) {
+    int depth = 0;
+    if (p >= end) return end;
+    if (*p == '"') return js_string_end(p, end);
+    if (*p != '{' && *p != '[') {
+        while (p < end && *p != ',' && *p != '}' && *p != ']' && *p != ' ' && *p != '\t' &&
+               *p != '\n' && *p != '\r')
+            p++;
+        return p;
+    }
+    while (p < end) {
+        if (*p == '"') {
+            p = js_string_end(p, end);
+            continue;
+        }
+        if (*p == '{' || *p == '[') depth++;
+        else if (*p == '}' || *p == ']') depth--;
+        p++;
+        if (depth == 0) break;
+    }
+    return p;
+}
+
+static int js_hex4(const char *p, unsigned *out) {
+    unsigned v = 0;
+    int i;
+    for (i = 0; i < 4; i++) {
+        char c = p[i];
+        v = v * 16 + (unsigned)(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+    }
+    *out = v;
+    return 1;
+}
+
+static size_t js_put_utf8(char *o, unsigned cp) {
+    if (cp < 0x80) {
+        o[0] = (char)cp;
+        return 1;
+    }
+    if (cp < 0x800) {
+        o[0] = (char)(0xc0 | (cp >> 6));
+        o[1] = (char)(0x80 | (cp & 0x3f));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        o[0] = (char)(0xe0 | (cp >> 12));
+        o[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
+        o[2] = (char)(0x80 | (cp & 0x3f));
+        return 3;
+    }
+    o[0] = (char)(0xf0 | (cp >> 18));
+    o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
+    o[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
+    o[3] = (char)(0x80 | (cp & 0x3f));
+    return 4;
+}
+
+/*
+ * Decodes the string token [p, end) into *out (owned, sqlite3_free). Returns
+ * 0 on success, 1 for a \u0000 (a NUL character), 2 for a lone surrogate
+ * (not UTF-8), 3 when out of memory.
+ */
+static int js_decode(const char *p, const char *end, char **out) {
+    char *o, *buf = sqlite3_malloc64((sqlite3_uint64)(end - p) + 1);
+    *out = NULL;
+    if (!buf) return 3;
+    o = buf;
+    for (p++, end--; p < end; p++) {
+        unsigned cp;
+        if (*p != '\\') {
+            *o++ = *p;
+            continue;
+        }
+        switch (*++p) {
+        case 'b': *o++ = '\b'; break;
+        case 'f': *o++ = '\f'; break;
+        case 'n': *o++ = '\n'; break;
+        case 'r': *o++ = '\r'; break;
+        case 't': *o++ = '\t'; break;
+        case 'u':
+            js_hex4(p + 1, &cp);
+            p += 4;
+            if (cp == 0) {
+                sqlite3_free(buf);
+                return 1;
+            }
+            if (cp >= 0xdc00 && cp <= 0xdfff) {
+                sqlite3_free(buf);
+                return 2;
+            }
+            if (cp >= 0xd800 && cp <= 0xdbff) {
+                unsigned lo;
+                if (end - p < 7 || p[1] != '\\' || p[2] != 'u' || !js_hex4(p + 3, &lo) ||
+                    lo < 0xdc00 || lo > 0xdfff) {
+                    sqlite3_free(buf);
+                    return 2;
+                }
+                p += 6;
+                cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+            }
+            o += js_put_utf8(o, cp);
+            break;
+        default: *o++ = *p; break; /* " \ / */
+        }
+    }
+    *o = 0;
+    *out = buf;
+    return 0;
+}
+
+/* A copy of the JSON value [p, end) without whitespace outside strings
+ * (owned, sqlite3_free; NULL when out of memory). */
+static char *js_compact(const char *p, const char *end) {
+    char *o, *buf = sqlite3_malloc64((sqlite3_uint64)(end - p) + 1);
+    if (!buf) return NULL;
+    for (o = buf; p < end;) {
+        if (*p == '"') {
+            const char *q = js_string_end(p, end);
+            memcpy(o, p, (size_t)(q - p));
+            o += q - p;
+            p = q;
+        } else if (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') {
+            p++;
+        } else {
+            *o++ = *p++;
+        }
+    }
+    *o = 0;
+    return buf;
+}
+
+/*
+ * The number token [p, end) as an int64, exactly: 0 on success, 1 when it is
+ * not an integer (1.5, 1e-1), 2 when it is one beyond int64. Integral forms
+ * such as 2.0, 1e3 and -0 are integers.
+ */
+static int js_int(const char *p, const char *end, int64_t *out) {
+    const char *ip, *ie, *fp = NULL, *fe = NULL;
+    size_t ni, nf, lo, hi, k;
+    long long exp = 0, e;
+    int neg = 0, eneg = 0;
+    uint64_t u = 0;
+    if (p < end && *p == '-') {
+        neg = 1;
+        p++;
+    }
+    for (ip = p; p < end && *p >= '0' && *p <= '9'; p++) {
+    }
+    ie = p;
+    if (p < end && *p == '.') {
+        for (fp = ++p; p < end && *p >= '0' && *p <= '9'; p++) {
+        }
+        fe = p;
+    }
+    if (p < end && (*p == 'e' || *p == 'E')) {
+        p++;
+        if (p < end && (*p == '+' || *p == '-')) eneg = *p++ == '-';
+        for (; p < end && *p >= '0' && *p <= '9'; p++)
+            if (exp < 1000000000LL) exp = exp * 10 + (*p - '0');
+        if (eneg) exp = -exp;
+    }
+    ni = (size_t)(ie - ip);
+    nf = fp ? (size_t)(fe - fp) : 0;
+    /* the digits D = int part + fraction part, value D * 10^e */
+#define DIGIT(k) ((k) < ni ? ip[k] : fp[(k) - ni])
+    lo = 0;
+    hi = ni + nf;
+    while (lo < hi && DIGIT(lo) == '0') lo++;
+    if (lo == hi) {
+        *out = 0;
         return 0;
     }
-    sqlite3_bind_text(st, 1, json, -1, SQLITE_STATIC);
-    while (ok && (rc = sqlite3_step(st)) == SQLITE_ROW) {
-        const char *top = (const char *)sqlite3_column_text(st, 0);
-        const char *key = (const char *)sqlite3_column_text(st, 1);
-        const char *type = (const char *)sqlite3_column_text(st, 2);
-        opt_spec *s;
-        if (!top || strcmp(top, "object") != 0) {
-            fail_msg(f, SQLITE_MISMATCH, "options must be a JSON object");
-            ok = 0;
-            break;
+    e = exp - (long long)nf;
+    while (DIGIT(hi - 1) == '0') {
+        hi--;
+        e++;
+    }
+    if (e < 0) return 1;
+    if ((long long)(hi - lo) + e > 19) return 2;
+    for (k = lo; k < hi; k++) u = u * 10 + (uint64_t)(DIGIT(k) - '0');
+#undef DIGIT
+    for (; e > 0; e--) u *= 10; /* at most 19 digits: below 2^64 */
+    if (neg ? u > (uint64_t)INT64_MAX + 1 : u > (uint64_t)INT64_MAX) return 2;
+    *out = neg ? (u == (uint64_t)INT64_MAX + 1 ? INT64_MIN : -(int64_t)u) : (int64_t)u;
+    return 0;
+}
+
+/* ---- options objects --------------------------------------------------------- */
+
+enum { OPT_INT = 1, OPT_BOOL, OPT_TEXT, OPT_OBJECT, OPT_JSON };
+
+/* One option's value. */
+typedef struct opt_val {
+    int set;   /* given (a JSON null counts as not given, except for OPT_JSON) */
+    int64_t i; /* OPT_INT, OPT_BOOL */
+    char *t;   /* OPT_TEXT: decoded; OPT_OBJECT, OPT_JSON: JSON text. Owned (sqlite3_free) */
+} opt_val;
+
+/* An option a function takes: its key, kind, place in the function's options
+ * struct (a struct of opt_val, one per key) and, for integers, its range. */
+typedef struct opt_spec {
+    const char *key;
+    int kind;
+    size_t offset;
+    int64_t lo, hi;
+} opt_spec;
+
+#define OPT_AT(out, s) ((opt_val *)((char *)(out) + (s)->offset))
+
+static void free_opts(const opt_spec *specs, void *out) {
+    for (; specs->key; specs++) {
+        sqlite3_free(OPT_AT(out, specs)->t);
+        OPT_AT(out, specs)->t = NULL;
+    }
+}
+
+/* Reads one option value [p, e) of spec s into v; 0 (error reported) if ill-typed. */
+static int opt_read(fn_ctx *f, const opt_spec *s, const char *p, const char *e, opt_val *v) {
+    int rc;
+    switch (s->kind) {
+    case OPT_INT:
+        if (*p != '-' && (*p < '0' || *p > '9'))
+            return fail_msg(f, SQLITE_MISMATCH, "option \"%s\" must be an integer", s->key);
+        rc = js_int(p, e, &v->i);
+        if (rc == 1) return fail_msg(f, SQLITE_MISMATCH, "option \"%s\" must be an integer", s->key);
+        if (rc == 2 || v->i < s->lo || v->i > s->hi) {
+            char prefix[80];
+            snprintf(prefix, sizeof prefix, "option \"%s\"", s->key);
+            return fail_range(f, prefix, "", s->lo, s->hi);
         }
-        for (s = specs; s->key && (!key || strcmp(s->key, key) != 0); s++) {
+        return 1;
+    case OPT_BOOL:
+        if (*p != 't' && *p != 'f')
+            return fail_msg(f, SQLITE_MISMATCH, "option \"%s\" must be true or false", s->key);
+        v->i = *p == 't';
+        return 1;
+    case OPT_TEXT:
+        if (*p != '"')
+            return fail_msg(f, SQLITE_MISMATCH, "option \"%s\" must be a string", s->key);
+        rc = js_decode(p, e, &v->t);
+        if (rc == 3) return fail_nomem(f);
+        if (rc == 1)
+            return fail_msg(f, SQLITE_ERROR,
+                            "option \"%s\" must not contain NUL characters (\\u0000)", s->key);
+        if (rc == 2) return fail_msg(f, SQLITE_ERROR, "option \"%s\" is not valid UTF-8", s->key);
+        return 1;
+    case OPT_OBJECT:
+        if (*p != '{')
+            return fail_msg(f, SQLITE_MISMATCH, "option \"%s\" must be a JSON object", s->key);
+        /* fall through */
+    default:
+        if (!(v->t = js_compact(p, e))) return fail_nomem(f);
+        return 1;
+    }
+}
+
+/*
+ * Reads the options object json[0..n) into `out` (zeroed by the caller; free
+ * it with free_opts, also after a failure) by key name against `specs`
+ * (terminated by a NULL key). `what` names the object ("options"). NULL json:
+ * nothing set. Anything but a JSON object is refused; so are unknown keys,
+ * keys given twice, ill-typed values and out-of-range integers, with errors
+ * naming the key.
+ */
+static int parse_opts(fn_ctx *f, const char *what, const char *json, size_t n,
+                      const opt_spec *specs, void *out) {
+    const char *p, *end = json + n;
+    unsigned seen = 0;
+    char top = 0;
+    if (!json) return 1;
+    if (!tc_json_valid(json, n, &top))
+        return fail_msg(f, SQLITE_ERROR, "%s must be a JSON object (not valid JSON)", what);
+    if (top != '{') return fail_msg(f, SQLITE_MISMATCH, "%s must be a JSON object", what);
+    p = js_ws(json, end) + 1;
+    for (;;) {
+        const opt_spec *s;
+        const char *ke, *ve;
+        char *key;
+        int rc, idx;
+        p = js_ws(p, end);
+        if (p >= end || *p == '}') return 1;
+        if (*p == ',') p = js_ws(p + 1, end);
+        ke = js_string_end(p, end);
+        if ((rc = js_decode(p, ke, &key)) == 3) return fail_nomem(f);
+        if (rc != 0)
+            return fail_msg(f, SQLITE_ERROR, "%s: a key must not contain %s", what,
+                            rc == 1 ? "NUL characters (\\u0000)" : "lone surrogates");
+        for (s = specs, idx = 0; s->key && strcmp(s->key, key) != 0; s++, idx++) {
         }
         if (!s->key) {
-            fail_msg(f, SQLITE_ERROR, "unknown option \"%s\"", key ? key : "");
-            ok = 0;
-        } else if (strcmp(type, "null") == 0) {
-            continue;
-        } else if (s->kind == 'i') {
-            double d = sqlite3_column_double(st, 3);
-            if (strcmp(type, "integer") == 0) {
-                s->i = sqlite3_column_int64(st, 3);
-            } else if (strcmp(type, "real") == 0 && d == (double)(int64_t)d) {
-                s->i = (int64_t)d;
-            } else {
-                fail_msg(f, SQLITE_MISMATCH, "option \"%s\" must be an integer", key);
-                ok = 0;
-            }
-        } else if (s->kind == 'b') {
-            if (strcmp(type, "true") == 0 || strcmp(type, "false") == 0)
-                s->i = type[0] == 't';
-            else {
-                fail_msg(f, SQLITE_MISMATCH, "option \"%s\" must be true or false", key);
-                ok = 0;
-            }
-        } else if (s->kind == 'j') {
-            sqlite3_free(s->t);
-            s->t = tc_strdup((const char *)sqlite3_column_text(st, 5));
-            if (!s->t) {
-                sqlite3_result_error_nomem(f->ctx);
-                ok = 0;
-            }
-        } else if (s->kind == 't' || s->kind == 'o') {
-            int want_obj = s->kind == 'o';
-            if (want_obj ? strcmp(type, "object") != 0 : strcmp(type, "text") != 0) {
-                fail_msg(f, SQLITE_MISMATCH, "option \"%s\" must be %s", key,
-                         want_obj ? "a JSON object" : "a string");
-                ok = 0;
-            } else {
-                sqlite3_free(s->t);
-                s->t = tc_strdup((const char *)sqlite3_column_text(st, want_obj ? 4 : 3));
-                if (!s->t) {
-                    sqlite3_result_error_nomem(f->ctx);
-                    ok = 0;
-                }
-            }
+            fail_msg(f, SQLITE_ERROR, "unknown option \"%.*s\"", quote_len(key, 200), key);
+            sqlite3_free(key);
+            return 0;
         }
-        if (ok) s->set = 1;
+        sqlite3_free(key);
+        if (seen & (1u << idx))
+            return fail_msg(f, SQLITE_ERROR, "option \"%s\" is given twice", s->key);
+        seen |= 1u << idx;
+        p = js_ws(js_ws(ke, end) + 1, end); /* past the colon */
+        ve = js_value_end(p, end);
+        if (*p == 'n' && s->kind != OPT_JSON) { /* null: the default */
+            p = ve;
+            continue;
+        }
+        if (!opt_read(f, s, p, ve, OPT_AT(out, s))) return 0;
+        OPT_AT(out, s)->set = 1;
+        p = ve;
     }
-    if (ok && rc != SQLITE_DONE) {
-        if (rc == SQLITE_ERROR && sqlite3_errcode(f->db->conn) == SQLITE_ERROR)
-            fail_msg(f, SQLITE_ERROR, "options are not valid JSON");
-        else
-            fail_msg(f, SQLITE_ERROR, "options: %s", sqlite3_errmsg(f->db->conn));
-        ok = 0;
-    }
-    sqlite3_reset(st);
-    return ok;
 }
 
-static void free_opts(opt_spec *specs) {
-    for (; specs->key; specs++) sqlite3_free(specs->t);
+#define OPT_SPEC(type, field, kind, lo, hi) {#field, kind, offsetof(type, field), lo, hi}
+#define OPT_END {NULL, 0, 0, 0, 0}
+
+/* tocsin_enqueue's options; tocsin_enqueue_many's job objects add queue and payload. */
+typedef struct enqueue_opts_sql {
+    opt_val queue, payload;
+    opt_val priority, delay_ms, run_at_ms, max_attempts, expires_ms, unique_key, meta;
+} enqueue_opts_sql;
+#define ENQUEUE_OPT_SPECS                                                                 \
+    OPT_SPEC(enqueue_opts_sql, priority, OPT_INT, I64_MIN, I64_MAX),                      \
+        OPT_SPEC(enqueue_opts_sql, delay_ms, OPT_INT, 0, MS_MAX),                         \
+        OPT_SPEC(enqueue_opts_sql, run_at_ms, OPT_INT, 0, MS_MAX),                        \
+        OPT_SPEC(enqueue_opts_sql, max_attempts, OPT_INT, 1, TOCSIN_MAX_ATTEMPTS),        \
+        OPT_SPEC(enqueue_opts_sql, expires_ms, OPT_INT, 0, MS_MAX),                       \
+        OPT_SPEC(enqueue_opts_sql, unique_key, OPT_TEXT, 0, 0),                           \
+        OPT_SPEC(enqueue_opts_sql, meta, OPT_OBJECT, 0, 0)
+static const opt_spec ENQUEUE_SPECS[] = {ENQUEUE_OPT_SPECS, OPT_END};
+static const opt_spec JOB_SPECS[] = {OPT_SPEC(enqueue_opts_sql, queue, OPT_TEXT, 0, 0),
+                                     OPT_SPEC(enqueue_opts_sql, payload, OPT_JSON, 0, 0),
+                                     ENQUEUE_OPT_SPECS, OPT_END};
+
+static void enqueue_opts_of(const enqueue_opts_sql *o, tocsin_enqueue_opts *eo) {
+    if (o->priority.set) eo->priority = o->priority.i;
+    if (o->delay_ms.set) eo->delay_ms = o->delay_ms.i;
+    if (o->run_at_ms.set) eo->run_at_ms = o->run_at_ms.i;
+    if (o->max_attempts.set) eo->max_attempts = (int)o->max_attempts.i;
+    if (o->expires_ms.set) eo->expires_ms = o->expires_ms.i;
+    if (o->unique_key.set) eo->unique_key = o->unique_key.t;
+    if (o->meta.set) eo->meta = o->meta.t;
 }
 
-/* ---- functions ------------------------------------------------------------ */
+/* tocsin_schedule_set's options; tocsin_schedule_update's changes add cron, queue, payload. */
+typedef struct schedule_opts_sql {
+    opt_val cron, queue, payload;
+    opt_val priority, max_attempts, job_expires_ms, catch_up, max_catch_up, local_time, meta;
+} schedule_opts_sql;
+#define SCHEDULE_OPT_SPECS                                                                \
+    OPT_SPEC(schedule_opts_sql, priority, OPT_INT, I64_MIN, I64_MAX),                     \
+        OPT_SPEC(schedule_opts_sql, max_attempts, OPT_INT, 1, TOCSIN_MAX_ATTEMPTS),       \
+        OPT_SPEC(schedule_opts_sql, job_expires_ms, OPT_INT, 0, MS_MAX),                  \
+        OPT_SPEC(schedule_opts_sql, catch_up, OPT_TEXT, 0, 0),                            \
+        OPT_SPEC(schedule_opts_sql, max_catch_up, OPT_INT, 1, TOCSIN_MAX_CATCH_UP),       \
+        OPT_SPEC(schedule_opts_sql, local_time, OPT_BOOL, 0, 0),                          \
+        OPT_SPEC(schedule_opts_sql, meta, OPT_OBJECT, 0, 0)
+static const opt_spec SCHEDULE_SPECS[] = {SCHEDULE_OPT_SPECS, OPT_END};
+static const opt_spec SCHEDULE_CHANGE_SPECS[] = {
+    OPT_SPEC(schedule_opts_sql, cron, OPT_TEXT, 0, 0),
+    OPT_SPEC(schedule_opts_sql, queue, OPT_TEXT, 0, 0),
+    OPT_SPEC(schedule_opts_sql, payload, OPT_JSON, 0, 0), SCHEDULE_OPT_SPECS, OPT_END};
 
-typedef void (*sql_fn)(sqlite3_context *, int, sqlite3_value **);
+/* The options given, flagged in so->fields (what tocsin_schedule_update changes). */
+static int schedule_opts_of(fn_ctx *f, const schedule_opts_sql *o, tocsin_schedule_opts *so) {
+    so->fields = 0;
+    if (o->catch_up.set && strcmp(o->catch_up.t, "once") != 0 && strcmp(o->catch_up.t, "all") != 0)
+        return fail_msg(f, SQLITE_ERROR, "option \"catch_up\" must be \"once\" or \"all\"");
+    if (o->priority.set) {
+        so->priority = o->priority.i;
+        so->fields |= TOCSIN_SCHEDULE_PRIORITY;
+    }
+    if (o->max_attempts.set) {
+        so->max_attempts = (int)o->max_attempts.i;
+        so->fields |= TOCSIN_SCHEDULE_MAX_ATTEMPTS;
+    }
+    if (o->job_expires_ms.set) {
+        so->job_expires_ms = o->job_expires_ms.i;
+        so->fields |= TOCSIN_SCHEDULE_JOB_EXPIRES;
+    }
+    if (o->catch_up.set) {
+        so->catch_up = strcmp(o->catch_up.t, "all") == 0 ? TOCSIN_CATCHUP_ALL : TOCSIN_CATCHUP_ONCE;
+        so->fields |= TOCSIN_SCHEDULE_CATCH_UP;
+    }
+    if (o->max_catch_up.set) {
+        so->max_catch_up = (int)o->max_catch_up.i;
+        so->fields |= TOCSIN_SCHEDULE_MAX_CATCH_UP;
+    }
+    if (o->local_time.set) {
+        so->local_time = (int)o->local_time.i;
+        so->fields |= TOCSIN_SCHEDULE_LOCAL_TIME;
+    }
+    if (o->meta.set) {
+        so->meta = o->meta.t;
+        so->fields |= TOCSIN_SCHEDULE_META;
+    }
+    return 1;
+}
 
-/* What each registered function carries: its handle and implementation. */
-typedef struct ext_fn {
-    tocsin_db *db;
-    sql_fn fn;
-} ext_fn;
+/* tocsin_stream_trim's options. */
+typedef struct trim_opts_sql {
+    opt_val max_age_ms, max_count, below_consumers;
+} trim_opts_sql;
+static const opt_spec TRIM_SPECS[] = {OPT_SPEC(trim_opts_sql, max_age_ms, OPT_INT, 0, MS_MAX),
+                                      OPT_SPEC(trim_opts_sql, max_count, OPT_INT, 0, I64_MAX),
+                                      OPT_SPEC(trim_opts_sql, below_consumers, OPT_BOOL, 0, 0),
+                                      OPT_END};
 
-#define SETUP(argname)                      \
-    fn_ctx F, *f = &F;                      \
-    F.ctx = ctx;                            \
-    F.db = ((ext_fn *)sqlite3_user_data(ctx))->db; \
-    F.name = argname;                       \
-    (void)argc;                             \
+/* An options argument (text or NULL) read against specs. */
+static int arg_opts(fn_ctx *f, int argc, sqlite3_value **argv, int i, const char *what,
+                    const opt_spec *specs, void *out) {
+    const char *json;
+    if (!arg_text_opt(f, argc, argv, i, what, &json)) return 0;
+    return parse_opts(f, what, json, json ? strlen(json) : 0, specs, out);
+}
+
+/* ---- functions ------------------------------------------------------------------
+ * Each returns 1 when it set a result, 0 when it reported an error (the
+ * return value is for the `return fail(...)` idiom; dispatch ignores it).
+ */
+
+#define UNUSED_ARGS \
+    (void)argc;     \
     (void)argv
 
-static void fn_bootstrap(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_bootstrap(fn_ctx *f, int argc, sqlite3_value **argv) {
     int v = 0, rc;
-    SETUP("tocsin_bootstrap");
+    UNUSED_ARGS;
     if ((rc = tocsin_bootstrap(f->db, &v)) != TOCSIN_OK) return fail(f, rc);
-    sqlite3_result_int(ctx, v);
+    sqlite3_result_int(f->ctx, v);
+    return 1;
 }
 
-static void fn_version(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
-    SETUP("tocsin_version");
-    (void)f;
-    sqlite3_result_text(ctx, tocsin_version(), -1, SQLITE_STATIC);
+static int fn_version(fn_ctx *f, int argc, sqlite3_value **argv) {
+    UNUSED_ARGS;
+    sqlite3_result_text(f->ctx, tocsin_version(), -1, SQLITE_STATIC);
+    return 1;
 }
 
 static int64_t fixed_clock(void *p) { return *(int64_t *)p; }
 
-static void fn_clock(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_clock(fn_ctx *f, int argc, sqlite3_value **argv) {
     int64_t ms;
-    SETUP("tocsin_clock");
     if (argc == 1) {
         if (sqlite3_value_type(argv[0]) == SQLITE_NULL) {
             tocsin_set_clock(f->db, NULL, NULL);
         } else {
-            if (!arg_int(f, argv, 0, "ms", &ms)) return;
-            if (ms < 0) return fail_msg(f, SQLITE_RANGE, "ms must be >= 0");
+            if (!arg_i64(f, argv, 0, "ms", 0, MS_MAX, &ms)) return 0;
             f->db->sql_clock = ms;
             tocsin_set_clock(f->db, fixed_clock, &f->db->sql_clock);
         }
     }
-    sqlite3_result_int64(ctx, tocsin_now(f->db));
+    sqlite3_result_int64(f->ctx, tocsin_now(f->db));
+    return 1;
 }
 
-static void fn_enqueue(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
-    opt_spec o[] = {{"priority", 'i', 0, 0, NULL},   {"delay_ms", 'i', 0, 0, NULL},
-                    {"run_at_ms", 'i', 0, 0, NULL},  {"max_attempts", 'i', 0, 0, NULL},
-                    {"expires_ms", 'i', 0, 0, NULL}, {"unique_key", 't', 0, 0, NULL},
-                    {"meta", 'o', 0, 0, NULL},       {NULL, 0, 0, 0, NULL}};
+/* ---- queue ---- */
+
+static int fn_enqueue(fn_ctx *f, int argc, sqlite3_value **argv) {
+    enqueue_opts_sql o;
     tocsin_enqueue_opts eo = TOCSIN_ENQUEUE_OPTS_INIT;
-    const char *queue, *payload, *opts;
+    const char *queue, *payload;
     int64_t id;
     int rc;
-    SETUP("tocsin_enqueue");
+    memset(&o, 0, sizeof o);
     if (!arg_text(f, argv, 0, "queue", &queue) || !arg_text(f, argv, 1, "payload", &payload) ||
-        !arg_text_opt(f, argc, argv, 2, "options", &opts))
-        return;
-    if (!parse_opts(f, opts, o)) return free_opts(o);
-    if (o[3].set && o[3].i < 1) {
-        free_opts(o);
-        return fail_msg(f, SQLITE_RANGE, "option \"max_attempts\" must be >= 1");
+        !arg_opts(f, argc, argv, 2, "options", ENQUEUE_SPECS, &o)) {
+        free_opts(ENQUEUE_SPECS, &o);
+        return 0;
     }
-    if (o[3].i > 1000000) {
-        free_opts(o);
-        return fail_msg(f, SQLITE_RANGE, "option \"max_attempts\" must be <= 1000000");
-    }
-    eo.priority = o[0].i;
-    eo.delay_ms = o[1].i;
-    eo.run_at_ms = o[2].i;
-    eo.max_attempts = (int)o[3].i;
-    eo.expires_ms = o[4].i;
-    eo.unique_key = o[5].t;
-    eo.meta = o[6].t;
+    enqueue_opts_of(&o, &eo);
     rc = tocsin_queue_enqueue(f->db, &id, queue, payload, &eo);
-    free_opts(o);
+    free_opts(ENQUEUE_SPECS, &o);
     if (rc != TOCSIN_OK) return fail(f, rc);
-    sqlite3_result_int64(ctx, id);
+    sqlite3_result_int64(f->ctx, id);
+    return 1;
 }
 
-static void fn_claim(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+/*
+ * tocsin_enqueue_many(jobs): a JSON array of job objects ({"queue",
+ * "payload", ...enqueue options}) enqueued all or nothing (one
+ * tocsin_queue_enqueue_many); returns the JSON array of their ids.
+ */
+static int fn_enqueue_many(fn_ctx *f, int argc, sqlite3_value **argv) {
+    const char *jobs, *p, *end;
+    char top = 0, where[48];
+    size_t len, n = 0, i;
+    enqueue_opts_sql *o = NULL;
+    tocsin_enqueue_opts *eo = NULL;
+    tocsin_job_spec *specs = NULL;
+    int64_t *ids = NULL;
+    tc_buf b = {0};
+    int rc, ok = 0;
+    UNUSED_ARGS;
+    if (!arg_text(f, argv, 0, "jobs", &jobs)) return 0;
+    len = strlen(jobs);
+    end = jobs + len;
+    if (!tc_json_valid(jobs, len, &top))
+        return fail_msg(f, SQLITE_ERROR, "jobs must be a JSON array of job objects (not valid JSON)");
+    if (top != '[')
+        return fail_msg(f, SQLITE_MISMATCH, "jobs must be a JSON array of job objects");
+    /* count the elements, each an object */
+    for (p = js_ws(jobs, end) + 1;;) {
+        p = js_ws(p, end);
+        if (*p == ']') break;
+        if (*p == ',') p = js_ws(p + 1, end);
+        if (*p != '{')
+            return fail_msg(f, SQLITE_MISMATCH, "job %zu must be a JSON object", n);
+        if (++n > TOCSIN_MAX_BATCH)
+            return fail_msg(f, SQLITE_RANGE, "jobs must hold at most %d jobs", TOCSIN_MAX_BATCH);
+        p = js_value_end(p, end);
+    }
+    if (n == 0) return result_json(f, tc_strdup("[]"));
+    o = sqlite3_malloc64(n * sizeof *o);
+    eo = sqlite3_malloc64(n * sizeof *eo);
+    specs = sqlite3_malloc64(n * sizeof *specs);
+    ids = sqlite3_malloc64(n * sizeof *ids);
+    if (!o || !eo || !specs || !ids) {
+        fail_nomem(f);
+        goto done;
+    }
+    memset(o, 0, n * sizeof *o);
+    for (i = 0, p = js_ws(jobs, end) + 1; i < n; i++) {
+        static const tocsin_enqueue_opts init = TOCSIN_ENQUEUE_OPTS_INIT;
+        const char *e;
+        p = js_ws(p, end);
+        if (*p == ',') p = js_ws(p + 1, end);
+        e = js_value_end(p, end);
+        snprintf(where, sizeof where, "job %zu", i);
+        f->where = where;
+        if (!parse_opts(f, "a job", p, (size_t)(e - p), JOB_SPECS, &o[i])) goto done;
+        if (!o[i].queue.set) {
+            fail_msg(f, SQLITE_ERROR, "\"queue\" is required");
+            goto done;
+        }
+        if (!o[i].payload.set) {
+            fail_msg(f, SQLITE_ERROR, "\"payload\" is required (a JSON value)");
+            goto done;
+        }
+        f->where = NULL;
+        eo[i] = init;
+        enqueue_opts_of(&o[i], &eo[i]);
+        specs[i].queue = o[i].queue.t;
+        specs[i].payload = o[i].payload.t;
+        specs[i].opts = &eo[i];
+        p = e;
+    }
+    if ((rc = tocsin_queue_enqueue_many(f->db, ids, specs, n)) != TOCSIN_OK) {
+        /* the core names the job ("job 3: ...") when there are several */
+        if (n == 1 && (rc == TOCSIN_INVALID || rc == TOCSIN_TOOBIG)) f->where = "job 0";
+        fail(f, rc);
+        goto done;
+    }
+    tc_buf_puts(&b, "[");
+    for (i = 0; i < n; i++) {
+        if (i) tc_buf_puts(&b, ",");
+        tc_buf_i64(&b, ids[i]);
+    }
+    tc_buf_puts(&b, "]");
+    ok = result_json(f, tc_buf_take(&b));
+done:
+    f->where = NULL;
+    if (o)
+        for (i = 0; i < n; i++) free_opts(JOB_SPECS, &o[i]);
+    sqlite3_free(o);
+    sqlite3_free(eo);
+    sqlite3_free(specs);
+    sqlite3_free(ids);
+    return ok;
+}
+
+static int fn_claim(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *queue, *worker;
     size_t n, got;
     int64_t vis;
     tocsin_job *jobs;
     int rc;
-    SETUP("tocsin_claim");
+    UNUSED_ARGS;
     if (!arg_text(f, argv, 0, "queue", &queue) || !arg_text(f, argv, 1, "worker_id", &worker) ||
-        !arg_count(f, argv, 2, "n", &n) || !arg_int(f, argv, 3, "visibility_ms", &vis))
-        return;
+        !arg_count(f, argv, 2, "n", &n) || !arg_i64(f, argv, 3, "visibility_ms", 1, MS_MAX, &vis))
+        return 0;
     rc = tocsin_queue_claim(f->db, &jobs, &got, queue, worker, n, vis);
     if (rc != TOCSIN_OK) return fail(f, rc);
-    result_json(f, tc_jobs_json(jobs, got));
+    rc = result_json(f, tc_jobs_json(jobs, got));
     tocsin_jobs_free(jobs, got);
+    return rc;
 }
 
-static void fn_ack(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+/* (job_id, token): any integers (no job has an id or token out of range: 0). */
+static int arg_lease(fn_ctx *f, sqlite3_value **argv, int64_t *id, int64_t *token) {
+    return arg_i64(f, argv, 0, "job_id", I64_MIN, I64_MAX, id) &&
+           arg_i64(f, argv, 1, "token", I64_MIN, I64_MAX, token);
+}
+
+static int fn_ack(fn_ctx *f, int argc, sqlite3_value **argv) {
     int64_t id, token;
     int ok, rc;
-    SETUP("tocsin_ack");
-    if (!arg_int(f, argv, 0, "job_id", &id) || !arg_int(f, argv, 1, "token", &token)) return;
+    UNUSED_ARGS;
+    if (!arg_lease(f, argv, &id, &token)) return 0;
     if ((rc = tocsin_job_ack(f->db, &ok, id, token)) != TOCSIN_OK) return fail(f, rc);
-    sqlite3_result_int(ctx, ok);
+    sqlite3_result_int(f->ctx, ok);
+    return 1;
 }
 
-static void fn_retry(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_retry(fn_ctx *f, int argc, sqlite3_value **argv) {
     int64_t id, token, delay;
     const char *error;
     int ok, rc;
-    SETUP("tocsin_retry");
-    if (!arg_int(f, argv, 0, "job_id", &id) || !arg_int(f, argv, 1, "token", &token) ||
-        !arg_int_opt(f, argc, argv, 2, "delay_ms", -1, &delay) ||
+    if (!arg_lease(f, argv, &id, &token) ||
+        !arg_i64_opt(f, argc, argv, 2, "delay_ms", 0, MS_MAX, -1, &delay) ||
         !arg_text_opt(f, argc, argv, 3, "error", &error))
-        return;
-    if (argc > 2 && sqlite3_value_type(argv[2]) != SQLITE_NULL && delay < 0)
-        return fail_msg(f, SQLITE_RANGE, "delay_ms must be >= 0 (NULL: exponential backoff)");
+        return 0;
     if ((rc = tocsin_job_retry(f->db, &ok, id, token, delay, error)) != TOCSIN_OK)
         return fail(f, rc);
-    sqlite3_result_int(ctx, ok);
+    sqlite3_result_int(f->ctx, ok);
+    return 1;
 }
 
-static void fn_fail(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_fail(fn_ctx *f, int argc, sqlite3_value **argv) {
     int64_t id, token;
     const char *error;
     int ok, rc;
-    SETUP("tocsin_fail");
-    if (!arg_int(f, argv, 0, "job_id", &id) || !arg_int(f, argv, 1, "token", &token) ||
-        !arg_text_opt(f, argc, argv, 2, "error", &error))
-        return;
+    if (!arg_lease(f, argv, &id, &token) || !arg_text_opt(f, argc, argv, 2, "error", &error))
+        return 0;
     if ((rc = tocsin_job_fail(f->db, &ok, id, token, error)) != TOCSIN_OK) return fail(f, rc);
-    sqlite3_result_int(ctx, ok);
+    sqlite3_result_int(f->ctx, ok);
+    return 1;
 }
 
-static void fn_heartbeat(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_heartbeat(fn_ctx *f, int argc, sqlite3_value **argv) {
     int64_t id, token, extend;
     int ok, rc;
-    SETUP("tocsin_heartbeat");
-    if (!arg_int(f, argv, 0, "job_id", &id) || !arg_int(f, argv, 1, "token", &token) ||
-        !arg_int(f, argv, 2, "extend_ms", &extend))
-        return;
+    UNUSED_ARGS;
+    if (!arg_lease(f, argv, &id, &token) ||
+        !arg_i64(f, argv, 2, "extend_ms", 1, MS_MAX, &extend))
+        return 0;
     if ((rc = tocsin_job_heartbeat(f->db, &ok, id, token, extend)) != TOCSIN_OK)
         return fail(f, rc);
-    sqlite3_result_int(ctx, ok);
+    sqlite3_result_int(f->ctx, ok);
+    return 1;
 }
 
-static void fn_cancel(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int arg_job_id(fn_ctx *f, sqlite3_value **argv, int64_t *id) {
+    return arg_i64(f, argv, 0, "job_id", I64_MIN, I64_MAX, id);
+}
+
+static int fn_cancel(fn_ctx *f, int argc, sqlite3_value **argv) {
     int64_t id;
     int ok, rc;
-    SETUP("tocsin_cancel");
-    if (!arg_int(f, argv, 0, "job_id", &id)) return;
+    UNUSED_ARGS;
+    if (!arg_job_id(f, argv, &id)) return 0;
     if ((rc = tocsin_job_cancel(f->db, &ok, id)) != TOCSIN_OK) return fail(f, rc);
-    sqlite3_result_int(ctx, ok);
+    sqlite3_result_int(f->ctx, ok);
+    return 1;
 }
 
-static void fn_job(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_job(fn_ctx *f, int argc, sqlite3_value **argv) {
     int64_t id;
     tocsin_job *job;
     int rc;
-    SETUP("tocsin_job");
-    if (!arg_int(f, argv, 0, "job_id", &id)) return;
+    UNUSED_ARGS;
+    if (!arg_job_id(f, argv, &id)) return 0;
     if ((rc = tocsin_job_get(f->db, &job, id)) != TOCSIN_OK) return fail(f, rc);
-    if (!job) return sqlite3_result_null(ctx);
-    result_json(f, tc_job_json(job));
+    if (!job) {
+        sqlite3_result_null(f->ctx);
+        return 1;
+    }
+    rc = result_json(f, tc_job_json(job));
     tocsin_jobs_free(job, 1);
+    return rc;
 }
 
-static void pause_or_resume(sqlite3_context *ctx, int argc, sqlite3_value **argv, int pause) {
+static int pause_or_resume(fn_ctx *f, sqlite3_value **argv, int pause) {
     const char *queue;
     int rc;
-    SETUP(pause ? "tocsin_pause" : "tocsin_resume");
-    if (!arg_text(f, argv, 0, "queue", &queue)) return;
+    if (!arg_text(f, argv, 0, "queue", &queue)) return 0;
     rc = pause ? tocsin_queue_pause(f->db, queue) : tocsin_queue_resume(f->db, queue);
     if (rc != TOCSIN_OK) return fail(f, rc);
-    sqlite3_result_int(ctx, 1);
+    sqlite3_result_int(f->ctx, 1);
+    return 1;
 }
-static void fn_pause(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
-    pause_or_resume(ctx, argc, argv, 1);
+static int fn_pause(fn_ctx *f, int argc, sqlite3_value **argv) {
+    (void)argc;
+    return pause_or_resume(f, argv, 1);
 }
-static void fn_resume(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
-    pause_or_resume(ctx, argc, argv, 0);
+static int fn_resume(fn_ctx *f, int argc, sqlite3_value **argv) {
+    (void)argc;
+    return pause_or_resume(f, argv, 0);
 }
 
-static void fn_stats(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_stats(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *queue;
     char *json;
     int rc;
-    SETUP("tocsin_stats");
-    if (!arg_text_opt(f, argc, argv, 0, "queue", &queue)) return;
+    if (!arg_text_opt(f, argc, argv, 0, "queue", &queue)) return 0;
     if ((rc = tocsin_queue_stats(f->db, &json, queue)) != TOCSIN_OK) return fail(f, rc);
-    result_json(f, json);
+    return result_json(f, json);
 }
 
-static void fn_next_deadline(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_next_deadline(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *queues[16];
     int64_t ms;
     int i, rc;
-    SETUP("tocsin_next_deadline");
     if (argc > 16) return fail_msg(f, SQLITE_RANGE, "at most 16 queues");
     for (i = 0; i < argc; i++)
-        if (!arg_text(f, argv, i, "queue", &queues[i])) return;
+        if (!arg_text(f, argv, i, "queue", &queues[i])) return 0;
     if ((rc = tocsin_queue_next_deadline(f->db, &ms, queues, (size_t)argc)) != TOCSIN_OK)
         return fail(f, rc);
-    if (ms < 0) return sqlite3_result_null(ctx);
-    sqlite3_result_int64(ctx, ms);
+    if (ms < 0)
+        sqlite3_result_null(f->ctx);
+    else
+        sqlite3_result_int64(f->ctx, ms);
+    return 1;
 }
 
-static void fn_dead_list(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_dead_list(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *queue;
     int64_t after, limit;
     tocsin_job *jobs;
     size_t n;
     int rc;
-    SETUP("tocsin_dead_list");
     if (!arg_text_opt(f, argc, argv, 0, "queue", &queue) ||
-        !arg_int_opt(f, argc, argv, 1, "after_id", 0, &after) ||
-        !arg_int_opt(f, argc, argv, 2, "limit", 100, &limit))
-        return;
-    if (limit < 1) return fail_msg(f, SQLITE_RANGE, "limit must be >= 1");
+        !arg_i64_opt(f, argc, argv, 1, "after_id", I64_MIN, I64_MAX, 0, &after) ||
+        !arg_i64_opt(f, argc, argv, 2, "limit", 1, TOCSIN_MAX_BATCH, 100, &limit))
+        return 0;
     rc = tocsin_dead_list(f->db, &jobs, &n, queue, after, (size_t)limit);
     if (rc != TOCSIN_OK) return fail(f, rc);
-    result_json(f, tc_jobs_json(jobs, n));
+    rc = result_json(f, tc_jobs_json(jobs, n));
     tocsin_jobs_free(jobs, n);
+    return rc;
 }
 
-static void fn_dead_requeue(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_dead_requeue(fn_ctx *f, int argc, sqlite3_value **argv) {
     int64_t id;
     int ok, rc;
-    SETUP("tocsin_dead_requeue");
-    if (!arg_int(f, argv, 0, "job_id", &id)) return;
+    UNUSED_ARGS;
+    if (!arg_job_id(f, argv, &id)) return 0;
     if ((rc = tocsin_dead_requeue(f->db, &ok, id)) != TOCSIN_OK) return fail(f, rc);
-    sqlite3_result_int(ctx, ok);
+    sqlite3_result_int(f->ctx, ok);
+    return 1;
 }
 
-static void fn_dead_purge(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_dead_purge(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *queue;
     int64_t before, n;
     int rc;
-    SETUP("tocsin_dead_purge");
     if (!arg_text_opt(f, argc, argv, 0, "queue", &queue) ||
-        !arg_int_opt(f, argc, argv, 1, "before_ms", 0, &before))
-        return;
+        !arg_i64_opt(f, argc, argv, 1, "before_ms", 0, MS_MAX, 0, &before))
+        return 0;
     if ((rc = tocsin_dead_purge(f->db, &n, queue, before)) != TOCSIN_OK) return fail(f, rc);
-    sqlite3_result_int64(ctx, n);
+    sqlite3_result_int64(f->ctx, n);
+    return 1;
 }
 
-static void fn_notify(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+/* ---- notifications ---- */
+
+static int fn_notify(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *channel, *payload, *meta;
     int64_t id;
     int rc;
-    SETUP("tocsin_notify");
     if (!arg_text(f, argv, 0, "channel", &channel) || !arg_text(f, argv, 1, "payload", &payload) ||
         !arg_text_opt(f, argc, argv, 2, "meta", &meta))
-        return;
+        return 0;
     if ((rc = tocsin_notify(f->db, &id, channel, payload, meta)) != TOCSIN_OK) return fail(f, rc);
-    sqlite3_result_int64(ctx, id);
+    sqlite3_result_int64(f->ctx, id);
+    return 1;
 }
 
-static void fn_notify_read(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_notify_read(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *channel;
     int64_t after;
     size_t limit, n;
     tocsin_message *m;
     int rc;
-    SETUP("tocsin_notify_read");
-    if (!arg_text(f, argv, 0, "channel", &channel) || !arg_int(f, argv, 1, "after_id", &after) ||
+    UNUSED_ARGS;
+    if (!arg_text(f, argv, 0, "channel", &channel) ||
+        !arg_i64(f, argv, 1, "after_id", I64_MIN, I64_MAX, &after) ||
         !arg_count(f, argv, 2, "limit", &limit))
-        return;
+        return 0;
     if ((rc = tocsin_notify_read(f->db, &m, &n, channel, after, limit)) != TOCSIN_OK)
         return fail(f, rc);
-    result_json(f, tc_messages_json(m, n, 0));
+    rc = result_json(f, tc_messages_json(m, n, 0));
     tocsin_messages_free(m, n);
+    return rc;
 }
 
-static void fn_notify_prune(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_notify_prune(fn_ctx *f, int argc, sqlite3_value **argv) {
     int64_t age, keep, n;
     int rc;
-    SETUP("tocsin_notify_prune");
-    if (!arg_int_opt(f, argc, argv, 0, "max_age_ms", 0, &age) ||
-        !arg_int_opt(f, argc, argv, 1, "max_keep", 0, &keep))
-        return;
+    if (!arg_i64_opt(f, argc, argv, 0, "max_age_ms", 0, MS_MAX, 0, &age) ||
+        !arg_i64_opt(f, argc, argv, 1, "max_keep", 0, I64_MAX, 0, &keep))
+        return 0;
     if ((rc = tocsin_notify_prune(f->db, &n, age, keep)) != TOCSIN_OK) return fail(f, rc);
-    sqlite3_result_int64(ctx, n);
+    sqlite3_result_int64(f->ctx, n);
+    return 1;
 }
 
-static void fn_notify_autotrim(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_notify_autotrim(fn_ctx *f, int argc, sqlite3_value **argv) {
     int64_t age, keep, one_in;
     int rc;
-    SETUP("tocsin_notify_autotrim");
-    if (!arg_int_opt(f, argc, argv, 0, "max_age_ms", 0, &age) ||
-        !arg_int_opt(f, argc, argv, 1, "max_keep", 0, &keep) ||
-        !arg_int_opt(f, argc, argv, 2, "one_in", 100, &one_in))
-        return;
-    if ((rc = tocsin_notify_set_autotrim(f->db, age, keep, one_in)) != TOCSIN_OK) return fail(f, rc);
-    sqlite3_result_int(ctx, one_in > 0);
+    if (!arg_i64_opt(f, argc, argv, 0, "max_age_ms", 0, MS_MAX, 0, &age) ||
+        !arg_i64_opt(f, argc, argv, 1, "max_keep", 0, I64_MAX, 0, &keep) ||
+        !arg_i64_opt(f, argc, argv, 2, "one_in", 0, I64_MAX, 100, &one_in))
+        return 0;
+    if ((rc = tocsin_notify_set_autotrim(f->db, age, keep, one_in)) != TOCSIN_OK)
+        return fail(f, rc);
+    sqlite3_result_int(f->ctx, one_in > 0);
+    return 1;
 }
 
-static void fn_stream_publish(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+/* ---- streams ---- */
+
+static int fn_stream_publish(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *topic, *payload, *key, *meta;
     int64_t off;
     int rc;
-    SETUP("tocsin_stream_publish");
     if (!arg_text(f, argv, 0, "topic", &topic) || !arg_text(f, argv, 1, "payload", &payload) ||
         !arg_text_opt(f, argc, argv, 2, "key", &key) ||
         !arg_text_opt(f, argc, argv, 3, "meta", &meta))
-        return;
+        return 0;
     if ((rc = tocsin_stream_publish(f->db, &off, topic, payload, key, meta)) != TOCSIN_OK)
         return fail(f, rc);
-    sqlite3_result_int64(ctx, off);
+    sqlite3_result_int64(f->ctx, off);
+    return 1;
 }
 
-static void fn_stream_read(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_stream_read(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *topic;
     int64_t after;
     size_t limit, n;
     tocsin_message *m;
     int rc;
-    SETUP("tocsin_stream_read");
-    if (!arg_text(f, argv, 0, "topic", &topic) || !arg_int(f, argv, 1, "after_offset", &after) ||
+    UNUSED_ARGS;
+    if (!arg_text(f, argv, 0, "topic", &topic) ||
+        !arg_i64(f, argv, 1, "after_offset", I64_MIN, I64_MAX, &after) ||
         !arg_count(f, argv, 2, "limit", &limit))
-        return;
+        return 0;
     if ((rc = tocsin_stream_read(f->db, &m, &n, topic, after, limit)) != TOCSIN_OK)
         return fail(f, rc);
-    result_json(f, tc_messages_json(m, n, 1));
+    rc = result_json(f, tc_messages_json(m, n, 1));
     tocsin_messages_free(m, n);
+    return rc;
 }
 
-static void fn_stream_save_offset(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_stream_save_offset(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *consumer, *topic;
     int64_t off, stored;
     int rc;
-    SETUP("tocsin_stream_save_offset");
+    UNUSED_ARGS;
     if (!arg_text(f, argv, 0, "consumer", &consumer) || !arg_text(f, argv, 1, "topic", &topic) ||
-        !arg_int(f, argv, 2, "offset", &off))
-        return;
+        !arg_i64(f, argv, 2, "offset", 0, I64_MAX, &off))
+        return 0;
     if ((rc = tocsin_stream_save_offset(f->db, &stored, consumer, topic, off)) != TOCSIN_OK)
         return fail(f, rc);
-    sqlite3_result_int64(ctx, stored);
+    sqlite3_result_int64(f->ctx, stored);
+    return 1;
 }
 
-static void fn_stream_offset(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_stream_offset(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *consumer, *topic;
     int64_t off;
     int rc;
-    SETUP("tocsin_stream_offset");
+    UNUSED_ARGS;
     if (!arg_text(f, argv, 0, "consumer", &consumer) || !arg_text(f, argv, 1, "topic", &topic))
-        return;
+        return 0;
     if ((rc = tocsin_stream_offset(f->db, &off, consumer, topic)) != TOCSIN_OK) return fail(f, rc);
-    sqlite3_result_int64(ctx, off);
+    sqlite3_result_int64(f->ctx, off);
+    return 1;
 }
 
-static void fn_stream_trim(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
-    opt_spec o[] = {{"max_age_ms", 'i', 0, 0, NULL},
-                    {"max_count", 'i', 0, 0, NULL},
-                    {"below_consumers", 'b', 0, 0, NULL},
-                    {NULL, 0, 0, 0, NULL}};
+static int fn_stream_trim(fn_ctx *f, int argc, sqlite3_value **argv) {
+    trim_opts_sql o;
     tocsin_trim_opts to = TOCSIN_TRIM_OPTS_INIT;
     const char *topic, *opts;
     int64_t n;
     int rc;
-    SETUP("tocsin_stream_trim");
-    if (!arg_text(f, argv, 0, "topic", &topic) || !arg_text(f, argv, 1, "options", &opts)) return;
-    if (!parse_opts(f, opts, o)) return free_opts(o);
-    to.max_age_ms = o[0].i;
-    to.max_count = o[1].i;
-    to.below_consumers = (int)o[2].i;
-    free_opts(o);
+    UNUSED_ARGS;
+    memset(&o, 0, sizeof o);
+    if (!arg_text(f, argv, 0, "topic", &topic) || !arg_text(f, argv, 1, "options", &opts) ||
+        !parse_opts(f, "options", opts, strlen(opts), TRIM_SPECS, &o)) {
+        free_opts(TRIM_SPECS, &o);
+        return 0;
+    }
+    if (o.max_age_ms.set) to.max_age_ms = o.max_age_ms.i;
+    if (o.max_count.set) to.max_count = o.max_count.i;
+    if (o.below_consumers.set) to.below_consumers = (int)o.below_consumers.i;
+    free_opts(TRIM_SPECS, &o);
     if ((rc = tocsin_stream_trim(f->db, &n, topic, &to)) != TOCSIN_OK) return fail(f, rc);
-    sqlite3_result_int64(ctx, n);
+    sqlite3_result_int64(f->ctx, n);
+    return 1;
 }
 
-/* ---- coordination: results, locks, rate limits, cron, scheduler ------------ */
+/* ---- results ---- */
 
-static void fn_result_save(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_result_save(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *value;
     int64_t id, ttl;
     int rc;
-    SETUP("tocsin_result_save");
-    if (!arg_int(f, argv, 0, "job_id", &id) || !arg_text(f, argv, 1, "value", &value) ||
-        !arg_int_opt(f, argc, argv, 2, "ttl_ms", 0, &ttl))
-        return;
+    if (!arg_job_id(f, argv, &id) || !arg_text(f, argv, 1, "value", &value) ||
+        !arg_i64_opt(f, argc, argv, 2, "ttl_ms", 0, MS_MAX, 0, &ttl))
+        return 0;
     if ((rc = tocsin_result_save(f->db, id, value, ttl)) != TOCSIN_OK) return fail(f, rc);
-    sqlite3_result_int(ctx, 1);
+    sqlite3_result_int(f->ctx, 1);
+    return 1;
 }
 
-static void fn_complete(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_complete(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *value;
     int64_t id, token, ttl;
     int ok = 0, rc;
-    SETUP("tocsin_complete");
-    if (!arg_int(f, argv, 0, "job_id", &id) || !arg_int(f, argv, 1, "token", &token) ||
-        !arg_text(f, argv, 2, "value", &value) || !arg_int_opt(f, argc, argv, 3, "ttl_ms", 0, &ttl))
-        return;
+    if (!arg_lease(f, argv, &id, &token) || !arg_text(f, argv, 2, "value", &value) ||
+        !arg_i64_opt(f, argc, argv, 3, "ttl_ms", 0, MS_MAX, 0, &ttl))
+        return 0;
     if ((rc = tocsin_job_complete(f->db, &ok, id, token, value, ttl)) != TOCSIN_OK)
         return fail(f, rc);
-    sqlite3_result_int(ctx, ok);
+    sqlite3_result_int(f->ctx, ok);
+    return 1;
 }
 
-static void fn_fail_task(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_fail_task(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *type, *message;
     int64_t id, token, ttl;
     int ok = 0, rc;
-    SETUP("tocsin_fail_task");
-    if (!arg_int(f, argv, 0, "job_id", &id) || !arg_int(f, argv, 1, "token", &token) ||
-        !arg_text(f, argv, 2, "type", &type) ||
+    if (!arg_lease(f, argv, &id, &token) || !arg_text(f, argv, 2, "type", &type) ||
         !arg_text_opt(f, argc, argv, 3, "message", &message) ||
-        !arg_int_opt(f, argc, argv, 4, "ttl_ms", 0, &ttl))
-        return;
+        !arg_i64_opt(f, argc, argv, 4, "ttl_ms", 0, MS_MAX, 0, &ttl))
+        return 0;
     if ((rc = tocsin_job_fail_task(f->db, &ok, id, token, type, message, ttl)) != TOCSIN_OK)
         return fail(f, rc);
-    sqlite3_result_int(ctx, ok);
+    sqlite3_result_int(f->ctx, ok);
+    return 1;
 }
 
-static void fn_result_save_error(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_result_save_error(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *type, *message;
     int64_t id, ttl;
     int rc;
-    SETUP("tocsin_result_save_error");
-    if (!arg_int(f, argv, 0, "job_id", &id) || !arg_text(f, argv, 1, "type", &type) ||
+    if (!arg_job_id(f, argv, &id) || !arg_text(f, argv, 1, "type", &type) ||
         !arg_text_opt(f, argc, argv, 2, "message", &message) ||
-        !arg_int_opt(f, argc, argv, 3, "ttl_ms", 0, &ttl))
-        return;
+        !arg_i64_opt(f, argc, argv, 3, "ttl_ms", 0, MS_MAX, 0, &ttl))
+        return 0;
     if ((rc = tocsin_result_save_error(f->db, id, type, message, ttl)) != TOCSIN_OK)
         return fail(f, rc);
-    sqlite3_result_int(ctx, 1);
+    sqlite3_result_int(f->ctx, 1);
+    return 1;
 }
 
-static void fn_result_get(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_result_get(fn_ctx *f, int argc, sqlite3_value **argv) {
     tocsin_result *r;
     int64_t id;
     int rc;
-    SETUP("tocsin_result_get");
-    if (!arg_int(f, argv, 0, "job_id", &id)) return;
+    UNUSED_ARGS;
+    if (!arg_job_id(f, argv, &id)) return 0;
     if ((rc = tocsin_result_get(f->db, &r, id)) != TOCSIN_OK) return fail(f, rc);
-    if (!r) return sqlite3_result_null(ctx);
-    result_json(f, tc_result_json(r));
+    if (!r) {
+        sqlite3_result_null(f->ctx);
+        return 1;
+    }
+    rc = result_json(f, tc_result_json(r));
     tocsin_result_free(r);
+    return rc;
 }
 
-static void fn_result_delete(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_result_delete(fn_ctx *f, int argc, sqlite3_value **argv) {
     int64_t id;
     int ok, rc;
-    SETUP("tocsin_result_delete");
-    if (!arg_int(f, argv, 0, "job_id", &id)) return;
+    UNUSED_ARGS;
+    if (!arg_job_id(f, argv, &id)) return 0;
     if ((rc = tocsin_result_delete(f->db, &ok, id)) != TOCSIN_OK) return fail(f, rc);
-    sqlite3_result_int(ctx, ok);
+    sqlite3_result_int(f->ctx, ok);
+    return 1;
 }
 
-static void fn_result_sweep(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_result_sweep(fn_ctx *f, int argc, sqlite3_value **argv) {
     int64_t n;
     int rc;
-    SETUP("tocsin_result_sweep");
+    UNUSED_ARGS;
     if ((rc = tocsin_result_sweep(f->db, &n)) != TOCSIN_OK) return fail(f, rc);
-    sqlite3_result_int64(ctx, n);
+    sqlite3_result_int64(f->ctx, n);
+    return 1;
 }
 
-static void fn_lock_acquire(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+/* ---- locks ---- */
+
+static int fn_lock_acquire(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *name, *owner;
     int64_t ttl, token;
     int rc;
-    SETUP("tocsin_lock_acquire");
+    UNUSED_ARGS;
     if (!arg_text(f, argv, 0, "name", &name) || !arg_text(f, argv, 1, "owner", &owner) ||
-        !arg_int(f, argv, 2, "ttl_ms", &ttl))
-        return;
+        !arg_i64(f, argv, 2, "ttl_ms", 1, MS_MAX, &ttl))
+        return 0;
     if ((rc = tocsin_lock_acquire(f->db, &token, NULL, name, owner, ttl)) != TOCSIN_OK)
         return fail(f, rc);
-    if (!token) return sqlite3_result_null(ctx);
-    sqlite3_result_int64(ctx, token);
+    if (!token)
+        sqlite3_result_null(f->ctx);
+    else
+        sqlite3_result_int64(f->ctx, token);
+    return 1;
 }
 
-static void fn_lock_renew(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_lock_renew(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *name, *owner;
     int64_t token, ttl;
     int ok, rc;
-    SETUP("tocsin_lock_renew");
+    UNUSED_ARGS;
     if (!arg_text(f, argv, 0, "name", &name) || !arg_text(f, argv, 1, "owner", &owner) ||
-        !arg_int(f, argv, 2, "token", &token) || !arg_int(f, argv, 3, "ttl_ms", &ttl))
-        return;
+        !arg_i64(f, argv, 2, "token", I64_MIN, I64_MAX, &token) ||
+        !arg_i64(f, argv, 3, "ttl_ms", 1, MS_MAX, &ttl))
+        return 0;
     if ((rc = tocsin_lock_renew(f->db, &ok, name, owner, token, ttl)) != TOCSIN_OK)
         return fail(f, rc);
-    sqlite3_result_int(ctx, ok);
+    sqlite3_result_int(f->ctx, ok);
+    return 1;
 }
 
-static void fn_lock_release(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_lock_release(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *name, *owner;
     int64_t token;
     int ok, rc;
-    SETUP("tocsin_lock_release");
+    UNUSED_ARGS;
     if (!arg_text(f, argv, 0, "name", &name) || !arg_text(f, argv, 1, "owner", &owner) ||
-        !arg_int(f, argv, 2, "token", &token))
-        return;
+        !arg_i64(f, argv, 2, "token", I64_MIN, I64_MAX, &token))
+        return 0;
     if ((rc = tocsin_lock_release(f->db, &ok, name, owner, token)) != TOCSIN_OK)
         return fail(f, rc);
-    sqlite3_result_int(ctx, ok);
+    sqlite3_result_int(f->ctx, ok);
+    return 1;
 }
 
-static void fn_lock_holder(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_lock_holder(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *name;
     char *owner;
     int64_t token, until;
     tc_buf b = {0};
     int first = 1, rc;
-    SETUP("tocsin_lock_holder");
-    if (!arg_text(f, argv, 0, "name", &name)) return;
+    UNUSED_ARGS;
+    if (!arg_text(f, argv, 0, "name", &name)) return 0;
     if ((rc = tocsin_lock_holder(f->db, &owner, &token, &until, name)) != TOCSIN_OK)
         return fail(f, rc);
     tc_buf_puts(&b, "{");
@@ -740,45 +1246,55 @@ static void fn_lock_holder(sqlite3_context *ctx, int argc, sqlite3_value **argv)
     tc_buf_key(&b, "token", &first);
     tc_buf_i64(&b, token);
     tc_buf_key(&b, "expires_at", &first);
-    if (owner) tc_buf_i64(&b, until); else tc_buf_puts(&b, "null");
+    if (owner)
+        tc_buf_i64(&b, until);
+    else
+        tc_buf_puts(&b, "null");
     tc_buf_puts(&b, "}");
     tocsin_free(owner);
-    result_json(f, tc_buf_take(&b));
+    return result_json(f, tc_buf_take(&b));
 }
 
-static void fn_ratelimit_try(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+/* ---- rate limits ---- */
+
+static int fn_ratelimit_try(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *name;
     int64_t limit, per, retry, remaining;
     int allowed, rc;
     char buf[128];
-    SETUP("tocsin_ratelimit_try");
-    if (!arg_text(f, argv, 0, "name", &name) || !arg_int(f, argv, 1, "limit", &limit) ||
-        !arg_int(f, argv, 2, "per_ms", &per))
-        return;
+    UNUSED_ARGS;
+    if (!arg_text(f, argv, 0, "name", &name) ||
+        !arg_i64(f, argv, 1, "limit", I64_MIN, I64_MAX, &limit) ||
+        !arg_i64(f, argv, 2, "per_ms", 1, MS_MAX, &per))
+        return 0;
     rc = tocsin_ratelimit_try(f->db, &allowed, &retry, &remaining, name, limit, per);
     if (rc != TOCSIN_OK) return fail(f, rc);
     snprintf(buf, sizeof buf, "{\"allowed\":%s,\"retry_after_ms\":%lld,\"remaining\":%lld}",
              allowed ? "true" : "false", (long long)retry, (long long)remaining);
-    result_json(f, tc_strdup(buf));
+    return result_json(f, tc_strdup(buf));
 }
 
-static void fn_ratelimit_sweep(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_ratelimit_sweep(fn_ctx *f, int argc, sqlite3_value **argv) {
     int64_t n;
     int rc;
-    SETUP("tocsin_ratelimit_sweep");
+    UNUSED_ARGS;
     if ((rc = tocsin_ratelimit_sweep(f->db, &n)) != TOCSIN_OK) return fail(f, rc);
-    sqlite3_result_int64(ctx, n);
+    sqlite3_result_int64(f->ctx, n);
+    return 1;
 }
 
-static void fn_ratelimit_reset(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_ratelimit_reset(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *name;
     int64_t n;
     int rc;
-    SETUP("tocsin_ratelimit_reset");
-    if (!arg_text(f, argv, 0, "name", &name)) return;
+    UNUSED_ARGS;
+    if (!arg_text(f, argv, 0, "name", &name)) return 0;
     if ((rc = tocsin_ratelimit_reset(f->db, &n, name)) != TOCSIN_OK) return fail(f, rc);
-    sqlite3_result_int64(ctx, n);
+    sqlite3_result_int64(f->ctx, n);
+    return 1;
 }
+
+/* ---- cron and the scheduler ---- */
 
 /* 'utc' (default) or 'local' -> 0 / 1; -1 (error reported) otherwise */
 static int arg_zone(fn_ctx *f, int argc, sqlite3_value **argv, int i) {
@@ -786,273 +1302,275 @@ static int arg_zone(fn_ctx *f, int argc, sqlite3_value **argv, int i) {
     if (!arg_text_opt(f, argc, argv, i, "zone", &zone)) return -1;
     if (!zone || sqlite3_stricmp(zone, "utc") == 0) return 0;
     if (sqlite3_stricmp(zone, "local") == 0) return 1;
-    fail_msg(f, SQLITE_ERROR, "zone must be 'utc' or 'local', not '%s'", zone);
+    fail_msg(f, SQLITE_ERROR, "zone must be 'utc' or 'local', not '%.*s'", quote_len(zone, 100),
+             zone);
     return -1;
 }
 
-static void fn_cron_next(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_cron_next(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *expr;
     int64_t after, next;
     tocsin_cron *c = NULL;
     char err[256];
     int local, rc;
-    SETUP("tocsin_cron_next");
-    if (!arg_text(f, argv, 0, "cron", &expr) || !arg_int(f, argv, 1, "after_ms", &after)) return;
-    if ((local = arg_zone(f, argc, argv, 2)) < 0) return;
-    if (after < 0 || after > 253402300799999LL)
-        return fail_msg(f, SQLITE_RANGE, "after_ms must be between 0 and 253402300799999 (year 9999)");
+    if (!arg_text(f, argv, 0, "cron", &expr) ||
+        !arg_i64(f, argv, 1, "after_ms", 0, MS_MAX, &after))
+        return 0;
+    if ((local = arg_zone(f, argc, argv, 2)) < 0) return 0;
     if ((rc = tocsin_cron_parse(&c, expr, err, sizeof err)) != TOCSIN_OK) {
-        if (rc == TOCSIN_NOMEM) return sqlite3_result_error_nomem(ctx);
+        if (rc == TOCSIN_NOMEM) return fail_nomem(f);
         return fail_msg(f, SQLITE_ERROR, "%s", err);
     }
     rc = tocsin_cron_next(&next, c, after, local);
     tocsin_cron_free(c);
-    if (rc == TOCSIN_NOTFOUND) return sqlite3_result_null(ctx);
-    sqlite3_result_int64(ctx, next);
-}
-
-/* The schedule options of an options object (o: the specs below). */
-#define SCHEDULE_OPT_SPECS                                                         \
-    {"priority", 'i', 0, 0, NULL}, {"max_attempts", 'i', 0, 0, NULL},              \
-        {"job_expires_ms", 'i', 0, 0, NULL}, {"catch_up", 't', 0, 0, NULL},       \
-        {"max_catch_up", 'i', 0, 0, NULL}, {"local_time", 'b', 0, 0, NULL},       \
-        {"meta", 'o', 0, 0, NULL}
-static int schedule_opts_from(fn_ctx *f, const opt_spec *o, tocsin_schedule_opts *so) {
-    if (o[1].set && (o[1].i < 1 || o[1].i > 1000000)) {
-        fail_msg(f, SQLITE_RANGE, "option \"max_attempts\" must be between 1 and 1000000");
-        return 0;
-    }
-    if (o[4].set && (o[4].i < 1 || o[4].i > 100000)) {
-        fail_msg(f, SQLITE_RANGE, "option \"max_catch_up\" must be between 1 and 100000");
-        return 0;
-    }
-    if (o[2].set && o[2].i < 0) {
-        fail_msg(f, SQLITE_RANGE, "option \"job_expires_ms\" must be >= 0");
-        return 0;
-    }
-    if (o[3].set && strcmp(o[3].t, "once") != 0 && strcmp(o[3].t, "all") != 0) {
-        fail_msg(f, SQLITE_ERROR, "option \"catch_up\" must be \"once\" or \"all\"");
-        return 0;
-    }
-    if (o[0].set) so->priority = o[0].i;
-    if (o[1].set) so->max_attempts = (int)o[1].i;
-    if (o[2].set) so->job_expires_ms = o[2].i;
-    if (o[3].set) so->catch_up = strcmp(o[3].t, "all") == 0 ? TOCSIN_CATCHUP_ALL : TOCSIN_CATCHUP_ONCE;
-    if (o[4].set) so->max_catch_up = (int)o[4].i;
-    if (o[5].set) so->local_time = (int)o[5].i;
-    if (o[6].set) so->meta = o[6].t;
+    if (rc == TOCSIN_NOTFOUND)
+        sqlite3_result_null(f->ctx);
+    else
+        sqlite3_result_int64(f->ctx, next);
     return 1;
 }
 
-static void result_next_fire(sqlite3_context *ctx, int64_t next) {
+static int result_next_fire(fn_ctx *f, int64_t next) {
     if (next < 0)
-        sqlite3_result_null(ctx);
+        sqlite3_result_null(f->ctx);
     else
-        sqlite3_result_int64(ctx, next);
+        sqlite3_result_int64(f->ctx, next);
+    return 1;
 }
 
-static void fn_schedule_set(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
-    opt_spec o[] = {SCHEDULE_OPT_SPECS, {NULL, 0, 0, 0, NULL}};
+static int fn_schedule_set(fn_ctx *f, int argc, sqlite3_value **argv) {
+    schedule_opts_sql o;
     tocsin_schedule_opts so = TOCSIN_SCHEDULE_OPTS_INIT;
-    const char *name, *cron, *queue, *payload, *opts;
+    const char *name, *cron, *queue, *payload;
     int64_t next;
     int rc;
-    SETUP("tocsin_schedule_set");
+    memset(&o, 0, sizeof o);
     if (!arg_text(f, argv, 0, "name", &name) || !arg_text(f, argv, 1, "cron", &cron) ||
         !arg_text(f, argv, 2, "queue", &queue) || !arg_text(f, argv, 3, "payload", &payload) ||
-        !arg_text_opt(f, argc, argv, 4, "options", &opts))
-        return;
-    if (!parse_opts(f, opts, o) || !schedule_opts_from(f, o, &so)) return free_opts(o);
+        !arg_opts(f, argc, argv, 4, "options", SCHEDULE_SPECS, &o) ||
+        !schedule_opts_of(f, &o, &so)) {
+        free_opts(SCHEDULE_SPECS, &o);
+        return 0;
+    }
     rc = tocsin_schedule_set(f->db, &next, name, cron, queue, payload, &so);
-    free_opts(o);
+    free_opts(SCHEDULE_SPECS, &o);
     if (rc != TOCSIN_OK) return fail(f, rc);
-    result_next_fire(ctx, next);
+    return result_next_fire(f, next);
 }
 
-static void fn_schedule_update(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
-    opt_spec o[] = {SCHEDULE_OPT_SPECS, {"cron", 't', 0, 0, NULL}, {"queue", 't', 0, 0, NULL},
-                    {"payload", 'j', 0, 0, NULL}, {NULL, 0, 0, 0, NULL}};
+/* The changes object names what changes; the core keeps everything else
+ * (field presence: tocsin_schedule_opts.fields). */
+static int fn_schedule_update(fn_ctx *f, int argc, sqlite3_value **argv) {
+    schedule_opts_sql o;
     tocsin_schedule_opts so = TOCSIN_SCHEDULE_OPTS_INIT;
-    tocsin_schedule *cur = NULL;
     const char *name, *changes;
     int64_t next;
-    int rc, any_opt = 0, i;
-    SETUP("tocsin_schedule_update");
-    if (!arg_text(f, argv, 0, "name", &name) || !arg_text(f, argv, 1, "changes", &changes)) return;
-    if (!parse_opts(f, changes, o)) return free_opts(o);
-    for (i = 0; i < 7; i++) any_opt |= o[i].set;
-    /* options not named keep their stored values */
-    if (any_opt) {
-        if ((rc = tocsin_schedule_get(f->db, &cur, name)) != TOCSIN_OK) {
-            free_opts(o);
-            return fail(f, rc);
-        }
-        if (!cur) {
-            free_opts(o);
-            return fail_msg(f, SQLITE_ERROR, "no schedule named \"%s\"", name);
-        }
-        tc_schedule_opts_of(cur, &so);
-        if (!schedule_opts_from(f, o, &so)) {
-            tocsin_schedules_free(cur, 1);
-            return free_opts(o);
-        }
+    int rc;
+    UNUSED_ARGS;
+    memset(&o, 0, sizeof o);
+    if (!arg_text(f, argv, 0, "name", &name) || !arg_text(f, argv, 1, "changes", &changes) ||
+        !parse_opts(f, "changes", changes, strlen(changes), SCHEDULE_CHANGE_SPECS, &o) ||
+        !schedule_opts_of(f, &o, &so)) {
+        free_opts(SCHEDULE_CHANGE_SPECS, &o);
+        return 0;
     }
-    rc = tocsin_schedule_update(f->db, &next, name, o[7].t, o[8].t, o[9].t, any_opt ? &so : NULL);
-    tocsin_schedules_free(cur, cur ? 1 : 0);
-    free_opts(o);
+    rc = tocsin_schedule_update(f->db, &next, name, o.cron.t, o.queue.t, o.payload.t, &so);
+    free_opts(SCHEDULE_CHANGE_SPECS, &o);
     if (rc != TOCSIN_OK) return fail(f, rc);
-    result_next_fire(ctx, next);
+    return result_next_fire(f, next);
 }
 
-static void schedule_pause_or_resume(sqlite3_context *ctx, int argc, sqlite3_value **argv,
-                                     int pause) {
+static int schedule_pause_or_resume(fn_ctx *f, sqlite3_value **argv, int pause) {
     const char *name;
     int rc;
-    SETUP(pause ? "tocsin_schedule_pause" : "tocsin_schedule_resume");
-    if (!arg_text(f, argv, 0, "name", &name)) return;
+    if (!arg_text(f, argv, 0, "name", &name)) return 0;
     rc = pause ? tocsin_schedule_pause(f->db, name) : tocsin_schedule_resume(f->db, name);
     if (rc != TOCSIN_OK) return fail(f, rc);
-    sqlite3_result_int(ctx, 1);
+    sqlite3_result_int(f->ctx, 1);
+    return 1;
 }
-static void fn_schedule_pause(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
-    schedule_pause_or_resume(ctx, argc, argv, 1);
+static int fn_schedule_pause(fn_ctx *f, int argc, sqlite3_value **argv) {
+    (void)argc;
+    return schedule_pause_or_resume(f, argv, 1);
 }
-static void fn_schedule_resume(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
-    schedule_pause_or_resume(ctx, argc, argv, 0);
+static int fn_schedule_resume(fn_ctx *f, int argc, sqlite3_value **argv) {
+    (void)argc;
+    return schedule_pause_or_resume(f, argv, 0);
 }
 
-static void fn_schedule_remove(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_schedule_remove(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *name;
     int ok, rc;
-    SETUP("tocsin_schedule_remove");
-    if (!arg_text(f, argv, 0, "name", &name)) return;
+    UNUSED_ARGS;
+    if (!arg_text(f, argv, 0, "name", &name)) return 0;
     if ((rc = tocsin_schedule_remove(f->db, &ok, name)) != TOCSIN_OK) return fail(f, rc);
-    sqlite3_result_int(ctx, ok);
+    sqlite3_result_int(f->ctx, ok);
+    return 1;
 }
 
-static void fn_schedule_get(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_schedule_get(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *name;
     tocsin_schedule *s;
     int rc;
-    SETUP("tocsin_schedule_get");
-    if (!arg_text(f, argv, 0, "name", &name)) return;
+    UNUSED_ARGS;
+    if (!arg_text(f, argv, 0, "name", &name)) return 0;
     if ((rc = tocsin_schedule_get(f->db, &s, name)) != TOCSIN_OK) return fail(f, rc);
-    if (!s) return sqlite3_result_null(ctx);
-    result_json(f, tc_schedule_json(s));
+    if (!s) {
+        sqlite3_result_null(f->ctx);
+        return 1;
+    }
+    rc = result_json(f, tc_schedule_json(s));
     tocsin_schedules_free(s, 1);
+    return rc;
 }
 
-static void fn_schedule_list(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_schedule_list(fn_ctx *f, int argc, sqlite3_value **argv) {
     tocsin_schedule *s;
     size_t n;
     int rc;
-    SETUP("tocsin_schedule_list");
+    UNUSED_ARGS;
     if ((rc = tocsin_schedule_list(f->db, &s, &n)) != TOCSIN_OK) return fail(f, rc);
-    result_json(f, tc_schedules_json(s, n));
+    rc = result_json(f, tc_schedules_json(s, n));
     tocsin_schedules_free(s, n);
+    return rc;
 }
 
-static void fn_scheduler_tick(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_scheduler_tick(fn_ctx *f, int argc, sqlite3_value **argv) {
     int64_t n;
     int rc;
-    SETUP("tocsin_scheduler_tick");
+    UNUSED_ARGS;
     if ((rc = tocsin_scheduler_tick(f->db, &n)) != TOCSIN_OK) return fail(f, rc);
-    sqlite3_result_int64(ctx, n);
+    sqlite3_result_int64(f->ctx, n);
+    return 1;
 }
 
-static void fn_scheduler_next_fire(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_scheduler_next_fire(fn_ctx *f, int argc, sqlite3_value **argv) {
     int64_t ms;
     int rc;
-    SETUP("tocsin_scheduler_next_fire");
+    UNUSED_ARGS;
     if ((rc = tocsin_scheduler_next_fire(f->db, &ms)) != TOCSIN_OK) return fail(f, rc);
-    result_next_fire(ctx, ms);
+    return result_next_fire(f, ms);
 }
 
-static void fn_scheduler_lead(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_scheduler_lead(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *owner;
     int64_t ttl, token;
     int leader, rc;
-    SETUP("tocsin_scheduler_lead");
-    if (!arg_text(f, argv, 0, "owner", &owner) || !arg_int(f, argv, 1, "ttl_ms", &ttl)) return;
+    UNUSED_ARGS;
+    if (!arg_text(f, argv, 0, "owner", &owner) ||
+        !arg_i64(f, argv, 1, "ttl_ms", 1, MS_MAX, &ttl))
+        return 0;
     if ((rc = tocsin_scheduler_lead(f->db, &leader, &token, owner, ttl)) != TOCSIN_OK)
         return fail(f, rc);
-    if (!leader) return sqlite3_result_null(ctx);
-    sqlite3_result_int64(ctx, token);
+    if (!leader)
+        sqlite3_result_null(f->ctx);
+    else
+        sqlite3_result_int64(f->ctx, token);
+    return 1;
 }
 
-static void fn_scheduler_resign(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+static int fn_scheduler_resign(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *owner;
     int ok, rc;
-    SETUP("tocsin_scheduler_resign");
-    if (!arg_text(f, argv, 0, "owner", &owner)) return;
+    UNUSED_ARGS;
+    if (!arg_text(f, argv, 0, "owner", &owner)) return 0;
     if ((rc = tocsin_scheduler_resign(f->db, &ok, owner)) != TOCSIN_OK) return fail(f, rc);
-    sqlite3_result_int(ctx, ok);
+    sqlite3_result_int(f->ctx, ok);
+    return 1;
 }
 
-/* ---- registration --------------------------------------------------------- */
+/* ---- registration ------------------------------------------------------------- */
 
-static const struct {
+typedef int (*sql_fn)(fn_ctx *f, int argc, sqlite3_value **argv);
+
+#define FN_DB 1 /* touches the database (a transaction or savepoint of its own) */
+
+typedef struct fn_def {
     const char *name;
     int min_args, max_args;
+    int flags;
     sql_fn fn;
-} FUNCTIONS[] = {
-    {"tocsin_bootstrap", 0, 0, fn_bootstrap},
-    {"tocsin_version", 0, 0, fn_version},
-    {"tocsin_clock", 0, 1, fn_clock},
-    {"tocsin_enqueue", 2, 3, fn_enqueue},
-    {"tocsin_claim", 4, 4, fn_claim},
-    {"tocsin_ack", 2, 2, fn_ack},
-    {"tocsin_retry", 2, 4, fn_retry},
-    {"tocsin_fail", 2, 3, fn_fail},
-    {"tocsin_heartbeat", 3, 3, fn_heartbeat},
-    {"tocsin_cancel", 1, 1, fn_cancel},
-    {"tocsin_job", 1, 1, fn_job},
-    {"tocsin_pause", 1, 1, fn_pause},
-    {"tocsin_resume", 1, 1, fn_resume},
-    {"tocsin_stats", 0, 1, fn_stats},
-    {"tocsin_next_deadline", 1, 16, fn_next_deadline},
-    {"tocsin_dead_list", 0, 3, fn_dead_list},
-    {"tocsin_dead_requeue", 1, 1, fn_dead_requeue},
-    {"tocsin_dead_purge", 0, 2, fn_dead_purge},
-    {"tocsin_notify", 2, 3, fn_notify},
-    {"tocsin_notify_read", 3, 3, fn_notify_read},
-    {"tocsin_notify_prune", 0, 2, fn_notify_prune},
-    {"tocsin_notify_autotrim", 0, 3, fn_notify_autotrim},
-    {"tocsin_stream_publish", 2, 4, fn_stream_publish},
-    {"tocsin_stream_read", 3, 3, fn_stream_read},
-    {"tocsin_stream_save_offset", 3, 3, fn_stream_save_offset},
-    {"tocsin_stream_offset", 2, 2, fn_stream_offset},
-    {"tocsin_stream_trim", 2, 2, fn_stream_trim},
+} fn_def;
+
+static const fn_def FUNCTIONS[] = {
+    {"tocsin_bootstrap", 0, 0, FN_DB, fn_bootstrap},
+    {"tocsin_version", 0, 0, 0, fn_version},
+    {"tocsin_clock", 0, 1, 0, fn_clock},
+    {"tocsin_enqueue", 2, 3, FN_DB, fn_enqueue},
+    {"tocsin_enqueue_many", 1, 1, FN_DB, fn_enqueue_many},
+    {"tocsin_claim", 4, 4, FN_DB, fn_claim},
+    {"tocsin_ack", 2, 2, FN_DB, fn_ack},
+    {"tocsin_retry", 2, 4, FN_DB, fn_retry},
+    {"tocsin_fail", 2, 3, FN_DB, fn_fail},
+    {"tocsin_heartbeat", 3, 3, FN_DB, fn_heartbeat},
+    {"tocsin_cancel", 1, 1, FN_DB, fn_cancel},
+    {"tocsin_job", 1, 1, FN_DB, fn_job},
+    {"tocsin_pause", 1, 1, FN_DB, fn_pause},
+    {"tocsin_resume", 1, 1, FN_DB, fn_resume},
+    {"tocsin_stats", 0, 1, FN_DB, fn_stats},
+    {"tocsin_next_deadline", 1, 16, FN_DB, fn_next_deadline},
+    {"tocsin_dead_list", 0, 3, FN_DB, fn_dead_list},
+    {"tocsin_dead_requeue", 1, 1, FN_DB, fn_dead_requeue},
+    {"tocsin_dead_purge", 0, 2, FN_DB, fn_dead_purge},
+    {"tocsin_notify", 2, 3, FN_DB, fn_notify},
+    {"tocsin_notify_read", 3, 3, FN_DB, fn_notify_read},
+    {"tocsin_notify_prune", 0, 2, FN_DB, fn_notify_prune},
+    {"tocsin_notify_autotrim", 0, 3, FN_DB, fn_notify_autotrim},
+    {"tocsin_stream_publish", 2, 4, FN_DB, fn_stream_publish},
+    {"tocsin_stream_read", 3, 3, FN_DB, fn_stream_read},
+    {"tocsin_stream_save_offset", 3, 3, FN_DB, fn_stream_save_offset},
+    {"tocsin_stream_offset", 2, 2, FN_DB, fn_stream_offset},
+    {"tocsin_stream_trim", 2, 2, FN_DB, fn_stream_trim},
     /* coordination */
-    {"tocsin_result_save", 2, 3, fn_result_save},
-    {"tocsin_result_save_error", 2, 4, fn_result_save_error},
-    {"tocsin_complete", 3, 4, fn_complete},
-    {"tocsin_fail_task", 3, 5, fn_fail_task},
-    {"tocsin_result_get", 1, 1, fn_result_get},
-    {"tocsin_result_delete", 1, 1, fn_result_delete},
-    {"tocsin_result_sweep", 0, 0, fn_result_sweep},
-    {"tocsin_lock_acquire", 3, 3, fn_lock_acquire},
-    {"tocsin_lock_renew", 4, 4, fn_lock_renew},
-    {"tocsin_lock_release", 3, 3, fn_lock_release},
-    {"tocsin_lock_holder", 1, 1, fn_lock_holder},
-    {"tocsin_ratelimit_try", 3, 3, fn_ratelimit_try},
-    {"tocsin_ratelimit_sweep", 0, 0, fn_ratelimit_sweep},
-    {"tocsin_ratelimit_reset", 1, 1, fn_ratelimit_reset},
-    {"tocsin_cron_next", 2, 3, fn_cron_next},
-    {"tocsin_schedule_set", 4, 5, fn_schedule_set},
-    {"tocsin_schedule_update", 2, 2, fn_schedule_update},
-    {"tocsin_schedule_pause", 1, 1, fn_schedule_pause},
-    {"tocsin_schedule_resume", 1, 1, fn_schedule_resume},
-    {"tocsin_schedule_remove", 1, 1, fn_schedule_remove},
-    {"tocsin_schedule_get", 1, 1, fn_schedule_get},
-    {"tocsin_schedule_list", 0, 0, fn_schedule_list},
-    {"tocsin_scheduler_tick", 0, 0, fn_scheduler_tick},
-    {"tocsin_scheduler_next_fire", 0, 0, fn_scheduler_next_fire},
-    {"tocsin_scheduler_lead", 2, 2, fn_scheduler_lead},
-    {"tocsin_scheduler_resign", 1, 1, fn_scheduler_resign},
+    {"tocsin_result_save", 2, 3, FN_DB, fn_result_save},
+    {"tocsin_result_save_error", 2, 4, FN_DB, fn_result_save_error},
+    {"tocsin_complete", 3, 4, FN_DB, fn_complete},
+    {"tocsin_fail_task", 3, 5, FN_DB, fn_fail_task},
+    {"tocsin_result_get", 1, 1, FN_DB, fn_result_get},
+    {"tocsin_result_delete", 1, 1, FN_DB, fn_result_delete},
+    {"tocsin_result_sweep", 0, 0, FN_DB, fn_result_sweep},
+    {"tocsin_lock_acquire", 3, 3, FN_DB, fn_lock_acquire},
+    {"tocsin_lock_renew", 4, 4, FN_DB, fn_lock_renew},
+    {"tocsin_lock_release", 3, 3, FN_DB, fn_lock_release},
+    {"tocsin_lock_holder", 1, 1, FN_DB, fn_lock_holder},
+    {"tocsin_ratelimit_try", 3, 3, FN_DB, fn_ratelimit_try},
+    {"tocsin_ratelimit_sweep", 0, 0, FN_DB, fn_ratelimit_sweep},
+    {"tocsin_ratelimit_reset", 1, 1, FN_DB, fn_ratelimit_reset},
+    {"tocsin_cron_next", 2, 3, 0, fn_cron_next},
+    {"tocsin_schedule_set", 4, 5, FN_DB, fn_schedule_set},
+    {"tocsin_schedule_update", 2, 2, FN_DB, fn_schedule_update},
+    {"tocsin_schedule_pause", 1, 1, FN_DB, fn_schedule_pause},
+    {"tocsin_schedule_resume", 1, 1, FN_DB, fn_schedule_resume},
+    {"tocsin_schedule_remove", 1, 1, FN_DB, fn_schedule_remove},
+    {"tocsin_schedule_get", 1, 1, FN_DB, fn_schedule_get},
+    {"tocsin_schedule_list", 0, 0, FN_DB, fn_schedule_list},
+    {"tocsin_scheduler_tick", 0, 0, FN_DB, fn_scheduler_tick},
+    {"tocsin_scheduler_next_fire", 0, 0, FN_DB, fn_scheduler_next_fire},
+    {"tocsin_scheduler_lead", 2, 2, FN_DB, fn_scheduler_lead},
+    {"tocsin_scheduler_resign", 1, 1, FN_DB, fn_scheduler_resign},
 };
 
 #define N_FUNCTIONS (sizeof FUNCTIONS / sizeof FUNCTIONS[0])
+
+/* What each registered function carries: its handle and definition. */
+typedef struct ext_fn {
+    tocsin_db *db;
+    const fn_def *def;
+} ext_fn;
+
+/*
+ * Whether a statement that writes is running on the connection: then SQLite
+ * refuses the savepoint, BEGIN/COMMIT a tocsin call needs ("SQL statements in
+ * progress"), so no call could succeed -- INSERT INTO t VALUES
+ * (tocsin_enqueue(...)), UPDATE t SET x = tocsin_...(), CREATE TABLE ... AS
+ * SELECT tocsin_...(). Our own cached statements are never running here.
+ */
+static int writer_in_progress(sqlite3 *conn) {
+    sqlite3_stmt *st;
+    for (st = sqlite3_next_stmt(conn, NULL); st; st = sqlite3_next_stmt(conn, st))
+        if (sqlite3_stmt_busy(st) && !sqlite3_stmt_readonly(st)) return 1;
+    return 0;
+}
 
 /*
  * On a host's connection the statement cache is emptied after every call: a
@@ -1061,7 +1579,19 @@ static const struct {
  */
 static void dispatch(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     ext_fn *e = sqlite3_user_data(ctx);
-    e->fn(ctx, argc, argv);
+    fn_ctx f;
+    f.ctx = ctx;
+    f.db = e->db;
+    f.name = e->def->name;
+    f.where = NULL;
+    if ((e->def->flags & FN_DB) && writer_in_progress(e->db->conn))
+        fail_msg(&f, SQLITE_ERROR,
+                 "cannot run inside a statement that writes (INSERT, UPDATE, DELETE, REPLACE, "
+                 "CREATE TABLE ... AS): SQL statements in progress on this connection. Call "
+                 "tocsin functions from a SELECT of their own, then write what they return in "
+                 "the next statement (see \"Statement shapes\" in docs/sql.md)");
+    else
+        e->def->fn(&f, argc, argv);
     if (!e->db->owns_conn) tc_stmt_flush(e->db);
 }
 
@@ -1081,7 +1611,7 @@ static int register_all(tocsin_db *db, int refcounted) {
     fns = db->ext_fns;
     for (i = 0; i < N_FUNCTIONS; i++) {
         fns[i].db = db;
-        fns[i].fn = FUNCTIONS[i].fn;
+        fns[i].def = &FUNCTIONS[i];
         for (n = FUNCTIONS[i].min_args; n <= FUNCTIONS[i].max_args; n++) {
             if (refcounted) db->ext_refs++;
             rc = sqlite3_create_function_v2(db->conn, FUNCTIONS[i].name, n,

@@ -923,13 +923,13 @@ int tocsin_queue_next_deadline(tocsin_db *db, int64_t *out_ms, const char *const
             if (sqlite3_column_type(st, 0) != SQLITE_NULL) earliest(&acc, sqlite3_column_int64(st, 0));
             if (!paused && sqlite3_column_type(st, 1) != SQLITE_NULL)
                 earliest(&acc, sqlite3_column_int64(st, 1));
-            /* a pending job is claimable now (even if the clock stepped back) */
-            if (!paused && sqlite3_column_type(st, 2) != SQLITE_NULL) {
-                int64_t t = sqlite3_column_int64(st, 2);
-                earliest(&acc, t < now ? t : now);
+            /* a pending job is claimable now (even if the clock stepped back),
+             * and so is a due scheduled one (the claim promotes it) */
+            if (!paused && sqlite3_column_type(st, 2) != SQLITE_NULL) earliest(&acc, now);
+            if (!paused && sqlite3_column_type(st, 3) != SQLITE_NULL) {
+                int64_t t = sqlite3_column_int64(st, 3);
+                earliest(&acc, t < now ? now : t);
             }
-            if (!paused && sqlite3_column_type(st, 3) != SQLITE_NULL)
-                earliest(&acc, sqlite3_column_int64(st, 3));
         }
         sqlite3_reset(st);
         rc = rc == SQLITE_ROW ? TOCSIN_OK : tc_sqlerr(db, rc, "next deadline");

@@ -52,12 +52,9 @@ static const char SQL_SCHED_NEXT[] =
 static const char SQL_SCHED_META[] =
     "SELECT json_set(coalesce(?1, '{}'), '$.tocsin_schedule', ?2, '$.tocsin_fire_at', ?3)";
 
-#define SCHED_MAX_CATCH_UP 100000
 #define SCHED_SKIP_COUNT_LIMIT 100000 /* boundaries counted when skipping past a cap */
 #define SCHED_TICK_BATCH 1000         /* schedules handled per statement round */
-#define SCHED_MAX_ATTEMPTS TOCSIN_MAX_ATTEMPTS
 #define SCHED_ERR 256
-#define SCHED_MAX_EXPIRES_MS (100LL * 365 * 86400 * 1000)
 
 /* ---- rows ----------------------------------------------------------------- */
 
@@ -97,7 +94,8 @@ static int sched_read(sqlite3_stmt *st, tocsin_schedule *s) {
     s->priority = sqlite3_column_int64(st, 5);
     s->max_attempts = sqlite3_column_int(st, 6);
     s->job_expires_ms = sqlite3_column_int64(st, 7);
-    s->catch_up = strcmp((const char *)sqlite3_column_text(st, 8), "all") == 0
+    s->catch_up = sqlite3_column_type(st, 8) == SQLITE_TEXT &&
+                          strcmp((const char *)sqlite3_column_text(st, 8), "all") == 0
                       ? TOCSIN_CATCHUP_ALL
                       : TOCSIN_CATCHUP_ONCE;
     s->max_catch_up = sqlite3_column_int(st, 9);
@@ -122,7 +120,7 @@ static int sched_collect(tocsin_db *db, sqlite3_stmt *st, tocsin_schedule **out,
     int rc;
     *out = NULL;
     *out_n = 0;
-    while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    while ((rc = tc_step(db, st)) == SQLITE_ROW) {
         if (n == cap) {
             tocsin_schedule *nv;
             cap = cap ? cap * 2 : 8;
@@ -163,34 +161,64 @@ static int sched_get(tocsin_db *db, const char *name, tocsin_schedule **out) {
 
 /* ---- validation ----------------------------------------------------------- */
 
-static int sched_check_opts(tocsin_db *db, const tocsin_schedule_opts *o) {
+/* The option fields `o` sets: every field for a set, the flagged ones for an
+ * update (an opts of version 1 has no flags: every field). */
+static unsigned sched_fields(const tocsin_schedule_opts *o, int update) {
+    if (!o) return 0;
+    if (!update || o->version < 2) return TOCSIN_SCHEDULE_ALL;
+    return o->fields;
+}
+
+/* Checks the fields of `o` that will be used. */
+static int sched_check_opts(tocsin_db *db, const tocsin_schedule_opts *o, unsigned fields) {
+    int rc;
     if (!o) return TOCSIN_OK;
     if (o->version < 1)
         return tc_err(db, TOCSIN_INVALID,
                       "schedule options: version must be set (use TOCSIN_SCHEDULE_OPTS_INIT)");
-    if (o->max_attempts < 0 || o->max_attempts > SCHED_MAX_ATTEMPTS)
+    if (fields & ~TOCSIN_SCHEDULE_ALL)
+        return tc_err(db, TOCSIN_INVALID, "schedule options: unknown field flags 0x%x",
+                      fields & ~TOCSIN_SCHEDULE_ALL);
+    if ((fields & TOCSIN_SCHEDULE_MAX_ATTEMPTS) &&
+        (o->max_attempts < 0 || o->max_attempts > TOCSIN_MAX_ATTEMPTS))
         return tc_err(db, TOCSIN_INVALID, "max_attempts must be between 1 and %d (0: default)",
-                      SCHED_MAX_ATTEMPTS);
-    if (o->job_expires_ms < 0 || o->job_expires_ms > SCHED_MAX_EXPIRES_MS)
-        return tc_err(db, TOCSIN_INVALID,
-                      "job_expires_ms must be between 0 (never) and %lld (100 years)",
-                      (long long)SCHED_MAX_EXPIRES_MS);
-    if (o->catch_up != TOCSIN_CATCHUP_ONCE && o->catch_up != TOCSIN_CATCHUP_ALL)
+                      TOCSIN_MAX_ATTEMPTS);
+    if ((fields & TOCSIN_SCHEDULE_JOB_EXPIRES) &&
+        (rc = tc_check_ms(db, "job_expires_ms", o->job_expires_ms, 0)) != TOCSIN_OK)
+        return rc;
+    if ((fields & TOCSIN_SCHEDULE_CATCH_UP) && o->catch_up != TOCSIN_CATCHUP_ONCE &&
+        o->catch_up != TOCSIN_CATCHUP_ALL)
         return tc_err(db, TOCSIN_INVALID,
                       "catch_up must be TOCSIN_CATCHUP_ONCE (0) or TOCSIN_CATCHUP_ALL (1)");
-    if (o->max_catch_up < 0 || o->max_catch_up > SCHED_MAX_CATCH_UP)
+    if ((fields & TOCSIN_SCHEDULE_MAX_CATCH_UP) &&
+        (o->max_catch_up < 0 || o->max_catch_up > TOCSIN_MAX_CATCH_UP))
         return tc_err(db, TOCSIN_INVALID, "max_catch_up must be between 1 and %d (0: default)",
-                      SCHED_MAX_CATCH_UP);
-    if (o->local_time != 0 && o->local_time != 1)
+                      TOCSIN_MAX_CATCH_UP);
+    if ((fields & TOCSIN_SCHEDULE_LOCAL_TIME) && o->local_time != 0 && o->local_time != 1)
         return tc_err(db, TOCSIN_INVALID, "local_time must be 0 (UTC) or 1 (local time)");
-    return tc_check_meta(db, o->meta);
+    if (fields & TOCSIN_SCHEDULE_META) return tc_check_meta(db, o->meta);
+    return TOCSIN_OK;
 }
 
+/* Copies the flagged fields of `o` into *eff. */
+static void sched_apply(tocsin_schedule_opts *eff, const tocsin_schedule_opts *o, unsigned fields) {
+    if (fields & TOCSIN_SCHEDULE_PRIORITY) eff->priority = o->priority;
+    if (fields & TOCSIN_SCHEDULE_MAX_ATTEMPTS) eff->max_attempts = o->max_attempts;
+    if (fields & TOCSIN_SCHEDULE_JOB_EXPIRES) eff->job_expires_ms = o->job_expires_ms;
+    if (fields & TOCSIN_SCHEDULE_CATCH_UP) eff->catch_up = o->catch_up;
+    if (fields & TOCSIN_SCHEDULE_MAX_CATCH_UP) eff->max_catch_up = o->max_catch_up;
+    if (fields & TOCSIN_SCHEDULE_LOCAL_TIME) eff->local_time = o->local_time;
+    if (fields & TOCSIN_SCHEDULE_META) eff->meta = o->meta;
+}
+
+/* A cron expression as stored: valid UTF-8 (the parser bounds its length and
+ * characters) that parses. */
 static int sched_check_cron(tocsin_db *db, const char *expr) {
     tocsin_cron *c = NULL;
     char err[SCHED_ERR];
     int rc;
     if (!expr) return tc_err(db, TOCSIN_INVALID, "cron must be a string, not NULL");
+    if ((rc = tc_check_text(db, "cron", expr, (size_t)-1)) != TOCSIN_OK) return rc;
     rc = tocsin_cron_parse(&c, expr, err, sizeof err);
     tocsin_cron_free(c);
     if (rc != TOCSIN_OK) return tc_err(db, rc, "cron: %s", err);
@@ -234,38 +262,39 @@ static void sched_bind_next(sqlite3_stmt *st, int i, int64_t next) {
 /* ---- register / update ---------------------------------------------------- */
 
 /*
- * Writes schedule `name`. NULL strings / opts take the stored values
- * (update); `must_exist` makes a missing schedule TOCSIN_NOTFOUND.
+ * Writes schedule `name`. Registering (update 0) sets every option from
+ * `opts`; an update keeps the stored value of every string given as NULL and
+ * of every option field `opts` does not flag, and makes a missing schedule
+ * TOCSIN_NOTFOUND.
  */
 static int sched_write(tocsin_db *db, int64_t *out_next, const char *name, const char *cron,
                        const char *queue, const char *payload, const tocsin_schedule_opts *opts,
-                       int must_exist) {
+                       int update) {
     tocsin_schedule_opts eff = TOCSIN_SCHEDULE_OPTS_INIT;
     tocsin_schedule *row = NULL;
     sqlite3_stmt *st;
     tc_op op;
     int64_t now, next;
+    unsigned fields = sched_fields(opts, update);
     int rc;
     if (out_next) *out_next = -1;
     if ((rc = tc_check_name(db, "schedule name", name)) != TOCSIN_OK) return rc;
-    if ((cron || !must_exist) && (rc = sched_check_cron(db, cron)) != TOCSIN_OK) return rc;
-    if ((queue || !must_exist) && (rc = tc_check_name(db, "queue name", queue)) != TOCSIN_OK)
+    if ((cron || !update) && (rc = sched_check_cron(db, cron)) != TOCSIN_OK) return rc;
+    if ((queue || !update) && (rc = tc_check_name(db, "queue name", queue)) != TOCSIN_OK)
         return rc;
-    if ((payload || !must_exist) && (rc = tc_check_payload(db, "payload", payload)) != TOCSIN_OK)
+    if ((payload || !update) && (rc = tc_check_payload(db, "payload", payload)) != TOCSIN_OK)
         return rc;
-    if ((rc = sched_check_opts(db, opts)) != TOCSIN_OK) return rc;
+    if ((rc = sched_check_opts(db, opts, fields)) != TOCSIN_OK) return rc;
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
     now = tocsin_now(db);
     if ((rc = sched_get(db, name, &row)) != TOCSIN_OK) goto done;
-    if (must_exist && !row) {
+    if (update && !row) {
         rc = tc_err(db, TOCSIN_NOTFOUND, "no schedule named \"%s\"", name);
         goto done;
     }
-    if (opts) {
-        eff = *opts;
-    } else if (row) {
-        tc_schedule_opts_of(row, &eff);
-    }
+    /* the stored options (a set without opts keeps them too), then the given ones */
+    if (row && (update || !opts)) tc_schedule_opts_of(row, &eff);
+    if (opts) sched_apply(&eff, opts, fields);
     if (row) {
         if (!cron) cron = row->cron;
         if (!queue) queue = row->queue;
@@ -425,7 +454,7 @@ static int sched_enqueue(tocsin_db *db, const tocsin_schedule *s, int64_t fire_a
         sqlite3_bind_null(st, 1);
     sqlite3_bind_text(st, 2, s->name, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 3, fire_at);
-    rc = sqlite3_step(st);
+    rc = tc_step(db, st);
     if (rc != SQLITE_ROW) {
         rc = tc_sqlerr(db, rc, "scheduler: build job meta");
         sqlite3_reset(st);
@@ -560,7 +589,7 @@ int tocsin_scheduler_next_fire(tocsin_db *db, int64_t *out_ms) {
     *out_ms = -1;
     if ((rc = tc_op_begin(db, &op, 0)) != TOCSIN_OK) return rc;
     if (!(st = tc_stmt(db, SQL_SCHED_NEXT))) return tc_op_end(db, &op, TC_ERRCODE);
-    rc = sqlite3_step(st);
+    rc = tc_step(db, st);
     if (rc == SQLITE_ROW) {
         if (sqlite3_column_type(st, 0) != SQLITE_NULL) *out_ms = sqlite3_column_int64(st, 0);
         rc = TOCSIN_OK;
@@ -581,6 +610,7 @@ int tocsin_scheduler_lead(tocsin_db *db, int *out_is_leader, int64_t *out_token,
     if (!out_is_leader) return tc_err(db, TOCSIN_INVALID, "out_is_leader must not be NULL");
     *out_is_leader = 0;
     if (out_token) *out_token = 0;
+    if ((rc = tc_check_ms(db, "ttl_ms", ttl_ms, 1)) != TOCSIN_OK) return rc;
     rc = tocsin_lock_acquire(db, &token, NULL, TC_SCHEDULER_LOCK, owner, ttl_ms);
     if (rc != TOCSIN_OK) return rc;
     *out_is_leader = token > 0;

@@ -1065,6 +1065,126 @@ static void finish_tasks(void) {
     tocsin_close(db);
 }
 
+/* tocsin_schedule_update changes only the flagged fields (regression: an update
+ * of one option used to reset every other option to its default). */
+static void schedule_update_fields(void) {
+    t_clock clk = {T2024};
+    tocsin_db *db = t_open("schedupdate", &clk);
+    tocsin_schedule_opts so = TOCSIN_SCHEDULE_OPTS_INIT, ch = TOCSIN_SCHEDULE_OPTS_INIT;
+    tocsin_schedule *s = NULL;
+    int64_t next = 0, before_next = 0;
+    so.priority = 2;
+    so.max_attempts = 5;
+    so.job_expires_ms = 60000;
+    so.catch_up = TOCSIN_CATCHUP_ALL;
+    so.max_catch_up = 7;
+    so.local_time = 0;
+    so.meta = "{\"team\":\"ops\"}";
+    CHECK_OK(db, tocsin_schedule_set(db, &before_next, "s", "*/5 * * * *", "q", "{\"n\":1}", &so));
+    /* priority only: every other option keeps its stored value */
+    ch.priority = 9;
+    ch.fields = TOCSIN_SCHEDULE_PRIORITY;
+    CHECK_OK(db, tocsin_schedule_update(db, &next, "s", NULL, NULL, NULL, &ch));
+    CHECK_EQ_I(next, before_next);
+    CHECK_OK(db, tocsin_schedule_get(db, &s, "s"));
+    CHECK(s != NULL);
+    if (s) {
+        CHECK_EQ_I(s->priority, 9);
+        CHECK_EQ_I(s->max_attempts, 5);
+        CHECK_EQ_I(s->job_expires_ms, 60000);
+        CHECK_EQ_I(s->catch_up, TOCSIN_CATCHUP_ALL);
+        CHECK_EQ_I(s->max_catch_up, 7);
+        CHECK_EQ_I(s->local_time, 0);
+        CHECK_STR(s->meta, "{\"team\":\"ops\"}");
+        CHECK_STR(s->payload, "{\"n\":1}");
+        CHECK_STR(s->cron, "*/5 * * * *");
+    }
+    tocsin_schedules_free(s, 1);
+    /* unflagged fields are ignored, even when they hold nonsense */
+    ch.priority = 0;
+    ch.max_attempts = -5;
+    ch.catch_up = 42;
+    ch.max_catch_up = 3;
+    ch.fields = TOCSIN_SCHEDULE_MAX_CATCH_UP;
+    CHECK_OK(db, tocsin_schedule_update(db, &next, "s", NULL, NULL, NULL, &ch));
+    /* a flagged NULL meta removes it */
+    ch.meta = NULL;
+    ch.fields = TOCSIN_SCHEDULE_META;
+    CHECK_OK(db, tocsin_schedule_update(db, &next, "s", NULL, NULL, NULL, &ch));
+    /* no field flagged: options kept, strings change */
+    ch.fields = 0;
+    CHECK_OK(db, tocsin_schedule_update(db, &next, "s", "@hourly", NULL, "[2]", &ch));
+    CHECK_OK(db, tocsin_schedule_get(db, &s, "s"));
+    if (s) {
+        CHECK_EQ_I(s->priority, 9);
+        CHECK_EQ_I(s->max_attempts, 5);
+        CHECK_EQ_I(s->catch_up, TOCSIN_CATCHUP_ALL);
+        CHECK_EQ_I(s->max_catch_up, 3);
+        CHECK(s->meta == NULL);
+        CHECK_STR(s->cron, "@hourly");
+        CHECK_STR(s->payload, "[2]");
+        CHECK_STR(s->queue, "q");
+    }
+    tocsin_schedules_free(s, 1);
+    /* a flagged bad value is refused, nothing written */
+    ch.max_attempts = TOCSIN_MAX_ATTEMPTS + 1;
+    ch.fields = TOCSIN_SCHEDULE_MAX_ATTEMPTS;
+    CHECK_EQ_I(tocsin_schedule_update(db, &next, "s", NULL, NULL, NULL, &ch), TOCSIN_INVALID);
+    CHECK(strstr(tocsin_errmsg(db), "max_attempts") != NULL);
+    ch.job_expires_ms = TOCSIN_MAX_TIME_MS + 1;
+    ch.fields = TOCSIN_SCHEDULE_JOB_EXPIRES;
+    CHECK_EQ_I(tocsin_schedule_update(db, &next, "s", NULL, NULL, NULL, &ch), TOCSIN_INVALID);
+    CHECK(strstr(tocsin_errmsg(db), "job_expires_ms") != NULL);
+    ch.job_expires_ms = -1;
+    CHECK_EQ_I(tocsin_schedule_update(db, &next, "s", NULL, NULL, NULL, &ch), TOCSIN_INVALID);
+    ch.job_expires_ms = TOCSIN_MAX_TIME_MS; /* the longest expiry is accepted */
+    CHECK_OK(db, tocsin_schedule_update(db, &next, "s", NULL, NULL, NULL, &ch));
+    ch.max_catch_up = TOCSIN_MAX_CATCH_UP + 1;
+    ch.fields = TOCSIN_SCHEDULE_MAX_CATCH_UP;
+    CHECK_EQ_I(tocsin_schedule_update(db, &next, "s", NULL, NULL, NULL, &ch), TOCSIN_INVALID);
+    ch.fields = 0x80u; /* not a field */
+    CHECK_EQ_I(tocsin_schedule_update(db, &next, "s", NULL, NULL, NULL, &ch), TOCSIN_INVALID);
+    CHECK(strstr(tocsin_errmsg(db), "flags") != NULL);
+    /* stored texts are checked: a cron that is not UTF-8 */
+    CHECK_EQ_I(tocsin_schedule_update(db, &next, "s", "@daily\xff", NULL, NULL, NULL), TOCSIN_INVALID);
+    CHECK(strstr(tocsin_errmsg(db), "UTF-8") != NULL);
+    CHECK_EQ_I(tocsin_schedule_set(db, &next, "u", "\xc3\x28 * * * *", "q", "1", NULL), TOCSIN_INVALID);
+    CHECK_OK(db, tocsin_schedule_get(db, &s, "s"));
+    if (s) {
+        CHECK_EQ_I(s->max_attempts, 5);
+        CHECK_EQ_I(s->max_catch_up, 3);
+        CHECK_EQ_I(s->job_expires_ms, TOCSIN_MAX_TIME_MS);
+        CHECK_STR(s->cron, "@hourly");
+    }
+    tocsin_schedules_free(s, 1);
+    /* an opts of version 1 (no fields member) replaces every option, as it always did */
+    {
+        tocsin_schedule_opts v1 = TOCSIN_SCHEDULE_OPTS_INIT;
+        v1.version = 1;
+        v1.priority = 1;
+        v1.fields = 0; /* not read for version 1 */
+        CHECK_OK(db, tocsin_schedule_update(db, &next, "s", NULL, NULL, NULL, &v1));
+        CHECK_OK(db, tocsin_schedule_get(db, &s, "s"));
+        if (s) {
+            CHECK_EQ_I(s->priority, 1);
+            CHECK_EQ_I(s->max_attempts, TOCSIN_DEFAULT_MAX_ATTEMPTS);
+            CHECK_EQ_I(s->catch_up, TOCSIN_CATCHUP_ONCE);
+            CHECK_EQ_I(s->max_catch_up, TOCSIN_DEFAULT_MAX_CATCH_UP);
+        }
+        tocsin_schedules_free(s, 1);
+    }
+    /* set ignores fields: it sets everything */
+    so.fields = TOCSIN_SCHEDULE_PRIORITY;
+    CHECK_OK(db, tocsin_schedule_set(db, &next, "s", "@hourly", "q", "1", &so));
+    CHECK_OK(db, tocsin_schedule_get(db, &s, "s"));
+    if (s) {
+        CHECK_EQ_I(s->max_attempts, 5);
+        CHECK_EQ_I(s->max_catch_up, 7);
+    }
+    tocsin_schedules_free(s, 1);
+    tocsin_close(db);
+}
+
 void suite_coord(void) {
     results();
     finish_tasks();
@@ -1073,6 +1193,7 @@ void suite_coord(void) {
     ratelimit_property();
     ratelimit_basics();
     schedule_basics();
+    schedule_update_fields();
     catch_up();
     racing_tickers();
     leadership();

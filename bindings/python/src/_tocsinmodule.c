@@ -1252,17 +1252,23 @@ static PyObject *Handle_schedule_set(Handle *self, PyObject *args) {
     return PyLong_FromLongLong(next);
 }
 
+/* schedule_update(name, cron, queue, payload, opts, fields): cron/queue/payload None keep
+ * their value; of opts (None: keep every option) only the TOCSIN_SCHEDULE_* flags in
+ * `fields` change (field presence is the core's: tocsin_schedule_opts.fields). */
 static PyObject *Handle_schedule_update(Handle *self, PyObject *args) {
     const char *name, *cron = NULL, *queue = NULL, *payload = NULL;
     PyObject *opts = Py_None;
+    unsigned int fields = 0;
     tocsin_schedule_opts o = TOCSIN_SCHEDULE_OPTS_INIT;
     int64_t next = 0;
     int rc;
-    if (!PyArg_ParseTuple(args, "szzz|O:schedule_update", &name, &cron, &queue, &payload, &opts))
+    if (!PyArg_ParseTuple(args, "szzz|OI:schedule_update", &name, &cron, &queue, &payload, &opts,
+                          &fields))
         return NULL;
     if (opts != Py_None) {
         if (!PyTuple_Check(opts)) return raise_code(TOCSIN_INVALID, "options must be a tuple", 0);
         if (schedule_opts(opts, &o) < 0) return NULL;
+        o.fields = fields;
     }
     CORE_CALL(self, rc = tocsin_schedule_update(self->db, &next, name, cron, queue, payload,
                                                 opts == Py_None ? NULL : &o));
@@ -2143,6 +2149,13 @@ PyMODINIT_FUNC PyInit__tocsin(void) {
     if (PyModule_AddIntConstant(m, "BACKOFF_CAP_MS", TOCSIN_BACKOFF_CAP_MS) < 0) goto fail;
     if (PyModule_AddIntConstant(m, "CATCHUP_ONCE", TOCSIN_CATCHUP_ONCE) < 0) goto fail;
     if (PyModule_AddIntConstant(m, "CATCHUP_ALL", TOCSIN_CATCHUP_ALL) < 0) goto fail;
+    if (PyModule_AddIntConstant(m, "SCHEDULE_PRIORITY", TOCSIN_SCHEDULE_PRIORITY) < 0) goto fail;
+    if (PyModule_AddIntConstant(m, "SCHEDULE_MAX_ATTEMPTS", TOCSIN_SCHEDULE_MAX_ATTEMPTS) < 0) goto fail;
+    if (PyModule_AddIntConstant(m, "SCHEDULE_JOB_EXPIRES", TOCSIN_SCHEDULE_JOB_EXPIRES) < 0) goto fail;
+    if (PyModule_AddIntConstant(m, "SCHEDULE_CATCH_UP", TOCSIN_SCHEDULE_CATCH_UP) < 0) goto fail;
+    if (PyModule_AddIntConstant(m, "SCHEDULE_MAX_CATCH_UP", TOCSIN_SCHEDULE_MAX_CATCH_UP) < 0) goto fail;
+    if (PyModule_AddIntConstant(m, "SCHEDULE_LOCAL_TIME", TOCSIN_SCHEDULE_LOCAL_TIME) < 0) goto fail;
+    if (PyModule_AddIntConstant(m, "SCHEDULE_META", TOCSIN_SCHEDULE_META) < 0) goto fail;
     return m;
 fail:
     Py_DECREF(m);

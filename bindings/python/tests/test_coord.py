@@ -98,6 +98,58 @@ def test_rate_limit_sliding_window(clocked):
         db.rate_limit("api", 1, 0)
 
 
+def test_update_schedule_changes_only_what_is_given(clocked):
+    # Regression: update_schedule("s", priority=9) used to reset max_attempts, catch_up,
+    # max_catch_up, job_expires and meta to their defaults (the SQL function kept them).
+    db = clocked
+    db.schedule("s", "*/5 * * * *", "q", {"n": 1}, priority=2, max_attempts=5,
+                job_expires=60, catch_up="all", max_catch_up=7, meta={"team": "ops"})
+    before = db.get_schedule("s")
+    db.update_schedule("s", priority=9)
+    s = db.get_schedule("s")
+    assert s.priority == 9
+    assert (s.cron, s.queue, s.payload, s.max_attempts, s.job_expires_ms, s.catch_up,
+            s.max_catch_up, s.local_time, s.meta, s.next_fire) == (
+        before.cron, before.queue, before.payload, 5, 60000, "all", 7, False, {"team": "ops"},
+        before.next_fire)
+    db.update_schedule("s", max_catch_up=3, meta={"team": "dev"})
+    s = db.get_schedule("s")
+    assert (s.priority, s.max_attempts, s.catch_up, s.max_catch_up, s.meta) == (9, 5, "all", 3, {"team": "dev"})
+    db.update_schedule("s", meta=None)  # a given None removes the meta
+    assert db.get_schedule("s").meta is None and db.get_schedule("s").priority == 9
+    db.update_schedule("s", cron="@hourly")  # no option given: every option kept
+    s = db.get_schedule("s")
+    assert (s.cron, s.priority, s.max_attempts, s.catch_up, s.max_catch_up) == ("@hourly", 9, 5, "all", 3)
+    with pytest.raises(tocsin.InvalidArgument):
+        db.update_schedule("s", max_attempts=0)
+    with pytest.raises(TypeError):
+        db.update_schedule("s", colour="red")
+    assert db.get_schedule("s").max_attempts == 5
+    with pytest.raises(tocsin.NotFound):
+        db.update_schedule("missing", priority=1)
+
+
+def test_update_schedule_agrees_with_sql(path):
+    # The binding and the SQL function change only what is named, the same way.
+    import sqlite3
+    with tocsin.open(path) as db:
+        db.schedule("s", "@daily", "q", priority=2, max_attempts=5, catch_up="all", meta={"a": 1})
+        db.update_schedule("s", priority=9)
+        by_binding = db.get_schedule("s")
+        db.schedule("s", "@daily", "q", priority=2, max_attempts=5, catch_up="all", meta={"a": 1})
+    conn = sqlite3.connect(path)
+    tocsin.load(conn)
+    conn.execute("""SELECT tocsin_schedule_update('s', '{"priority":9}')""")
+    conn.commit()
+    conn.close()
+    with tocsin.open(path) as db:
+        by_sql = db.get_schedule("s")
+    fields = ("priority", "max_attempts", "job_expires_ms", "catch_up", "max_catch_up",
+              "local_time", "meta", "payload", "cron", "queue")
+    assert [getattr(by_binding, k) for k in fields] == [getattr(by_sql, k) for k in fields]
+    assert (by_sql.priority, by_sql.max_attempts, by_sql.catch_up, by_sql.meta) == (9, 5, "all", {"a": 1})
+
+
 def test_cron_next():
     assert tocsin.cron_next("*/5 * * * *", 1704067200) == 1704067500000  # 2024-01-01T00:05Z
     assert tocsin.cron_next("@every 90s", 1704067200) == 1704067200000 + 90_000  # multiples of 90 s since the epoch

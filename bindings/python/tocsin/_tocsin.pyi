@@ -26,6 +26,13 @@ BACKOFF_BASE_MS: int
 BACKOFF_CAP_MS: int
 CATCHUP_ONCE: int
 CATCHUP_ALL: int
+SCHEDULE_PRIORITY: int
+SCHEDULE_MAX_ATTEMPTS: int
+SCHEDULE_JOB_EXPIRES: int
+SCHEDULE_CATCH_UP: int
+SCHEDULE_MAX_CATCH_UP: int
+SCHEDULE_LOCAL_TIME: int
+SCHEDULE_META: int
 
 def version() -> str: ...
 def sqlite_version() -> str: ...

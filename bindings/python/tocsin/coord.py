@@ -7,7 +7,7 @@ import socket
 import threading
 import time
 import uuid
-from typing import TYPE_CHECKING, Any, Dict, NamedTuple, Optional
+from typing import TYPE_CHECKING, Any, Dict, NamedTuple, Optional, Tuple
 
 from . import _tocsin
 from ._tocsin import InvalidArgument, Timeout
@@ -223,6 +223,28 @@ def schedule_opts(priority: int = 0, max_attempts: Optional[int] = None,
     return (priority, max_attempts or 0,
             0 if job_expires is None else duration_ms(job_expires, "job_expires", allow_zero=False),
             _CATCH_UP[catch_up], max_catch_up or 0, bool(local_time), meta_json(meta))
+
+
+# schedule option name -> the core's field flag (tocsin_schedule_opts.fields)
+_SCHEDULE_FIELDS = {
+    "priority": _tocsin.SCHEDULE_PRIORITY, "max_attempts": _tocsin.SCHEDULE_MAX_ATTEMPTS,
+    "job_expires": _tocsin.SCHEDULE_JOB_EXPIRES, "catch_up": _tocsin.SCHEDULE_CATCH_UP,
+    "max_catch_up": _tocsin.SCHEDULE_MAX_CATCH_UP, "local_time": _tocsin.SCHEDULE_LOCAL_TIME,
+    "meta": _tocsin.SCHEDULE_META,
+}
+
+
+def schedule_changes(**changes: Any) -> Tuple[Optional[tuple], int]:
+    """(options tuple, field flags) for an update: only the options named here change;
+    the core keeps every other stored value (field presence lives in the core)."""
+    if not changes:
+        return None, 0
+    fields = 0
+    for key in changes:
+        if key not in _SCHEDULE_FIELDS:
+            raise TypeError("update_schedule() got an unexpected keyword argument %r" % key)
+        fields |= _SCHEDULE_FIELDS[key]
+    return schedule_opts(**changes), fields
 
 
 def cron_next(expr: str, after: Optional[Instant] = None, *, local_time: bool = False) -> Optional[int]:

@@ -316,10 +316,14 @@ class Database:
 
     def update_schedule(self, name: str, *, cron: Optional[str] = None, queue: Optional[str] = None,
                         payload: Any = _NOCHANGE, **options: Any) -> int:
-        from .coord import schedule_opts
+        """Changes schedule ``name``: only what is given changes (cron, queue, payload and
+        any of the options of :meth:`schedule`); everything else keeps its stored value.
+        ``meta=None`` removes the meta. Returns the next fire time (ms)."""
+        from .coord import schedule_changes
+        opts, fields = schedule_changes(**options)
         return self._h.schedule_update(name, cron, queue,
                                        None if payload is _NOCHANGE else dumps(payload),
-                                       schedule_opts(**options) if options else None)
+                                       opts, fields)
 
     def schedules(self) -> List["Schedule"]:
         from .coord import Schedule

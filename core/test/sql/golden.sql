@@ -190,4 +190,33 @@ CREATE TRIGGER audit_job AFTER INSERT ON audit BEGIN SELECT tocsin_enqueue('t', 
 INSERT INTO audit VALUES (1);
 CREATE VIEW v_stats AS SELECT tocsin_stats() AS s;
 SELECT * FROM v_stats;
+
+SELECT '-- hostile values: NUL, UTF-8, numbers, options';
+SELECT tocsin_clock(3000000);
+SELECT tocsin_enqueue('emails', '{"a":1}' || char(0) || 'garbage');
+SELECT tocsin_enqueue('emails' || char(0) || 'x', '1');
+SELECT tocsin_enqueue('emails', '1', '{"unique_key":"k\u0000x"}');
+SELECT tocsin_enqueue('emails', CAST(x'22ff22' AS TEXT));
+SELECT tocsin_enqueue('emails', '1', '[]');
+SELECT tocsin_enqueue('emails', '1', '{"delay_ms":99999999999999999999}');
+SELECT tocsin_enqueue('emails', '1', '{"priority":1,"priority":2}');
+SELECT tocsin_heartbeat(1, 1, 9223372036854775807);
+SELECT tocsin_claim('emails', 'w', 1, 1e300);
+SELECT tocsin_claim('emails', 'w', 1.5, 1000);
+SELECT tocsin_stats('emails') ->> '$.pending';
+
+SELECT '-- statement shapes';
+CREATE TABLE ids(id);
+INSERT INTO ids VALUES (tocsin_enqueue('shapes', '1'));
+SELECT count(*) FROM ids;
+SELECT tocsin_enqueue_many('[{"queue":"shapes","payload":{"n":1}},{"queue":"shapes","payload":null,"priority":3}]');
+SELECT json_group_array(json_extract(value, '$.payload')) FROM json_each(tocsin_claim('shapes', 'w', 10, 1000));
+CREATE TABLE src(x);
+INSERT INTO src VALUES ('10'), ('"x"'), ('{"k":[1]}'), ('not json');
+SELECT max(id) > 0 FROM (SELECT tocsin_enqueue('rows', x) AS id FROM src);
+SELECT count(*) FROM _tocsin_jobs WHERE queue = 'rows';
+SELECT tocsin_enqueue_many(json_group_array(json_object('queue', 'batch', 'payload', json(x)))) FROM src WHERE rowid < 4;
+SELECT tocsin_enqueue_many('[{"queue":"batch","payload":1},{"queue":"","payload":2}]');
+SELECT count(*) FROM _tocsin_jobs WHERE queue = 'batch';
+
 SELECT tocsin_clock(NULL) > 1000000000000;

@@ -108,16 +108,54 @@ qerr "SELECT tocsin_enqueue('q', '{}', '{\"bogus\":1}');" "unknown option \"bogu
 qerr "SELECT tocsin_enqueue('q', '{}', '{\"priority\":\"high\"}');" "option \"priority\" must be an integer"
 qerr "SELECT tocsin_enqueue('q', '{}', '{\"max_attempts\":0}');" "max_attempts"
 qerr "SELECT tocsin_enqueue('q', '{}', '[1]');" "options must be a JSON object"
-qerr "SELECT tocsin_claim('q', 'w', 0, 1000);" "n must be >= 1"
+qerr "SELECT tocsin_claim('q', 'w', 0, 1000);" "n must be between 1 and 10000"
 qerr "SELECT tocsin_claim('q', 'w', 'ten', 1000);" "n must be an integer"
 qerr "SELECT tocsin_ack('x', 1);" "job_id must be an integer"
 qerr "SELECT tocsin_heartbeat(1, (1 << 20) + 1, 0);" "extend_ms must be between 1 and"
 qerr "SELECT tocsin_notify('ch', '{');" "not valid JSON"
-qerr "SELECT tocsin_stream_read('orders', 0, 0);" "limit must be >= 1"
+qerr "SELECT tocsin_stream_read('orders', 0, 0);" "limit must be between 1 and 10000"
 qerr "SELECT tocsin_stream_trim('orders', '{}');" "trim needs"
 qerr "SELECT tocsin_stream_trim('orders', '{\"max_count\":true}');" "must be an integer"
 q "SELECT count(*) FROM _tocsin_jobs WHERE queue IN ('q', ''); SELECT count(*) FROM _tocsin_notifications;" "0
 1"
+# the NUL rule: no text is cut at a NUL (payload, queue, lock names, unique keys in options)
+qerr "SELECT tocsin_enqueue('mail', '{\"a\":1}' || char(0) || 'garbage');" "payload must not contain NUL"
+qerr "SELECT tocsin_enqueue('mail' || char(0) || 'x', '1');" "queue must not contain NUL"
+qerr "SELECT tocsin_lock_acquire('lk' || char(0) || 'a', 'o', 1000);" "name must not contain NUL"
+qerr "SELECT tocsin_enqueue('mail', '1', '{\"unique_key\":\"u\\u0000a\"}');" "option \"unique_key\" must not contain NUL"
+qerr "SELECT tocsin_enqueue('mail', '1', '{\"unique_key\":' || CAST(x'22ff22' AS TEXT) || '}');" "options is not valid UTF-8"
+qerr "SELECT tocsin_retry(1, 1, 0, CAST(x'ff' AS TEXT));" "error is not valid UTF-8"
+# options: only an object; integers exact, never clamped; every duration range-checked
+qerr "SELECT tocsin_enqueue('mail', '1', '[]');" "options must be a JSON object"
+qerr "SELECT tocsin_stream_trim('orders', '[]');" "options must be a JSON object"
+qerr "SELECT tocsin_schedule_update('s', '[]');" "changes must be a JSON object"
+qerr "SELECT tocsin_enqueue('mail', '1', '{\"delay_ms\":99999999999999999999}');" "option \"delay_ms\" must be between 0 and 253402300799999"
+qerr "SELECT tocsin_enqueue('mail', '1', '{\"expires_ms\":1e300}');" "option \"expires_ms\" must be between"
+qerr "SELECT tocsin_enqueue('mail', '1', '{\"priority\":1,\"priority\":2}');" "option \"priority\" is given twice"
+qerr "SELECT tocsin_heartbeat(1, 1, 9223372036854775807);" "extend_ms must be between 1 and 253402300799999"
+qerr "SELECT tocsin_claim('mail', 'w', 1, 1e300);" "visibility_ms must be between"
+qerr "SELECT tocsin_retry(1, 1, -1e999);" "delay_ms must be between"
+qerr "SELECT tocsin_lock_acquire('lk', 'o', 1.5);" "ttl_ms must be an integer"
+qerr "SELECT tocsin_result_save(1, '1', 9e18);" "ttl_ms must be between"
+qerr "SELECT tocsin_schedule_set('s', '@daily', 'q', '1', '{\"job_expires_ms\":253402300800000}');" "option \"job_expires_ms\" must be between"
+q "SELECT count(*) FROM _tocsin_jobs WHERE queue <> 'mail' OR payload LIKE '%garbage%'; SELECT count(*) FROM _tocsin_locks; SELECT count(*) FROM _tocsin_schedules;" "1
+0
+0"
+# statement shapes: inside a writing statement a call fails at once with the real cause
+start=$(date +%s)
+qerr "CREATE TABLE IF NOT EXISTS ids(id); INSERT INTO ids VALUES (tocsin_enqueue('shape', '1'));" "SQL statements in progress"
+qerr "CREATE TABLE IF NOT EXISTS ids(id); INSERT INTO ids VALUES (1); UPDATE ids SET id = tocsin_job(1);" "tocsin_job: cannot run inside a statement that writes"
+if [ $(($(date +%s) - start)) -lt 4 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL: a call in a writing statement must fail at once"; fi
+q "SELECT count(*) FROM _tocsin_jobs WHERE queue = 'shape'; SELECT id FROM ids;" "0
+1"
+# a multi-row SELECT is not atomic (docs/sql.md); tocsin_enqueue_many is
+q "CREATE TABLE src(x); INSERT INTO src VALUES ('1'), ('2'), ('not json');" ""
+qerr "SELECT tocsin_enqueue('rows', x) FROM src;" "payload is not valid JSON"
+q "SELECT count(*) FROM _tocsin_jobs WHERE queue = 'rows';" "2"
+q "SELECT json_array_length(tocsin_enqueue_many(json_group_array(json_object('queue', 'batch', 'payload', json(x))))) FROM src WHERE x <> 'not json';" "2"
+qerr "SELECT tocsin_enqueue_many('[{\"queue\":\"batch\",\"payload\":1},{\"queue\":\"\",\"payload\":2}]');" "job 1: queue name must not be empty"
+q "SELECT count(*) FROM _tocsin_jobs WHERE queue = 'batch';" "2"
+
 # SQLITE_DIRECTONLY: not callable from a trigger or a view
 qerr "CREATE TABLE t(x); CREATE TRIGGER tr AFTER INSERT ON t BEGIN SELECT tocsin_enqueue('q', '{}'); END; INSERT INTO t VALUES (1);" "unsafe use of tocsin_enqueue"
 
