@@ -52,7 +52,7 @@ $(BUILD)/test_core: $(TEST_SRC) $(TEST_HDR) $(BUILD)/libtocsin.a
 $(BUILD)/test_core_san: $(TEST_SRC) $(TEST_HDR) $(CORE_SRC) $(CORE_HDR) | $(BUILD)
 	$(CC) $(WARN) $(SAN) $(VIS) -Icore/include -Icore/src $(TEST_SRC) core/src/tocsin_all.c -o $@ $(LIBS)
 
-test: deps all check-version test-header test-exports test-c test-san test-tsan test-sql test-sql-property test-golden \
+test: deps all check-version test-header test-pedantic test-exports test-c test-san test-tsan test-sql test-sql-property test-golden \
       test-readme test-ctest test-consumer test-python
 
 test-c: $(BUILD)/test_core
