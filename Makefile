@@ -225,3 +225,7 @@ python-dist: python-venv
 
 bench-python: python-venv
 	$(PY_VENV)/bin/python bench/bench_python.py
+
+# ---- other bindings: each binding's own targets live in bindings/<name>/<name>.mk and
+# add themselves to `test`, `bench` and `demo` (e.g. `test: test-node`).
+include $(wildcard bindings/*/*.mk)
