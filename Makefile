@@ -70,6 +70,7 @@ test-tsan: $(BUILD)/test_core_tsan
 
 test-sql: $(BUILD)/tocsin.so
 	sh core/test/sql/run.sh $(BUILD)/tocsin.so
+	sh core/test/sql/open_race.sh $(BUILD)/tocsin.so
 
 # Random (hostile) calls of the SQL surface against a model; prints its seed (SEED=n replays).
 .PHONY: test-sql-property
