@@ -167,13 +167,17 @@ demo: deps all $(BUILD)/demo_shop python-venv
 $(BUILD)/demo_shop: demo/shop.c $(BUILD)/libtocsin.a
 	$(CC) $(ALL_CFLAGS) demo/shop.c $(BUILD)/libtocsin.a -o $@ $(LIBS)
 
-bench: deps $(BUILD)/bench_core $(BUILD)/bench_wake
+bench: deps $(BUILD)/bench_core $(BUILD)/bench_wake $(BUILD)/bench_worker
 	$(BUILD)/bench_core
 	$(BUILD)/bench_wake
+	$(BUILD)/bench_worker
 	$(MAKE) --no-print-directory BUILD=$(BUILD) bench-python
 
 $(BUILD)/bench_core: bench/bench_core.c $(BUILD)/libtocsin.a
 	$(CC) $(ALL_CFLAGS) -O2 bench/bench_core.c $(BUILD)/libtocsin.a -o $@ $(LIBS)
+
+$(BUILD)/bench_worker: bench/bench_worker.c $(BUILD)/libtocsin.a
+	$(CC) $(ALL_CFLAGS) -O2 bench/bench_worker.c $(BUILD)/libtocsin.a -o $@ $(LIBS)
 
 # Cross-process wake latency and the watcher's idle CPU (docs/architecture.md).
 bench-wake: deps $(BUILD)/bench_wake
