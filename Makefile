@@ -234,3 +234,5 @@ bench-python: python-venv
 # ---- other bindings: each binding's own targets live in bindings/<name>/<name>.mk and
 # add themselves to `test`, `bench` and `demo` (e.g. `test: test-node`).
 include $(wildcard bindings/*/*.mk)
+# ---- the tocsin command-line tool and dashboard (cli/cli.mk) ----
+include $(wildcard cli/*.mk)
