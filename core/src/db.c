@@ -654,7 +654,14 @@ static int own_end(tocsin_db *db, const char *sql, const char *what) {
 int tocsin_commit(tocsin_db *db) { return own_end(db, SQL_COMMIT, "commit"); }
 int tocsin_rollback(tocsin_db *db) { return own_end(db, SQL_ROLLBACK, "rollback"); }
 
-int tocsin_in_transaction(tocsin_db *db) { return db && !sqlite3_get_autocommit(db->conn); }
+int tocsin_in_transaction(tocsin_db *db) {
+    int in;
+    if (!db) return 0;
+    tc_lock(db); /* not another thread's operation in progress */
+    in = !sqlite3_get_autocommit(db->conn);
+    tc_unlock(db);
+    return in;
+}
 
 int tocsin_exec(tocsin_db *db, const char *sql) {
     int rc;

@@ -194,9 +194,11 @@ void tc_wake_release(tocsin_db *db);
 /* The handle's own subscription, opened at first use, closed with the handle. */
 int tc_wake_db_sub(tocsin_db *db, tocsin_sub **out);
 /* The subscription a blocking wait on db uses: *sub when it watches db's file
- * (else TOCSIN_INVALID), the handle's own when *sub is NULL. Refuses to wait
- * inside a transaction. */
-int tc_wake_wait_sub(tocsin_db *db, tocsin_sub **sub);
+ * (else TOCSIN_INVALID); when *sub is NULL the handle's own, or one of the
+ * wait's own when another wait uses that. Refuses to wait inside a
+ * transaction. *own says what tc_wake_wait_done must give back after the wait. */
+int tc_wake_wait_sub(tocsin_db *db, tocsin_sub **sub, int *own);
+void tc_wake_wait_done(tocsin_db *db, tocsin_sub *sub, int own);
 /*
  * The loop under every blocking wait (one contract, tocsin.h "How every wait
  * ends"): drain, check, sleep until woken or *sleep_ms passes. check() sets

@@ -1119,17 +1119,19 @@ int tocsin_queue_wait(tocsin_db *db, const char *const *queues, size_t n, int64_
                       tocsin_sub *sub) {
     queue_wait q;
     size_t i;
-    int rc;
+    int rc, own;
     CHECK_DB(db);
     if (!queues || n == 0) return tc_err(db, TOCSIN_INVALID, "queues must name at least one queue");
     for (i = 0; i < n; i++)
         if ((rc = tc_check_name(db, "queue name", queues[i])) != TOCSIN_OK) return rc;
-    if ((rc = tc_wake_wait_sub(db, &sub)) != TOCSIN_OK) return rc;
+    if ((rc = tc_wake_wait_sub(db, &sub, &own)) != TOCSIN_OK) return rc;
     q.db = db;
     q.queues = queues;
     q.n = n;
     q.deadline = deadline_ms < 0 ? -1 : deadline_ms;
-    return tc_wait_loop(sub, queue_wait_check, &q);
+    rc = tc_wait_loop(sub, queue_wait_check, &q);
+    tc_wake_wait_done(db, sub, own);
+    return rc;
 }
 
 /* ---- for the worker protocol (worker.c) --------------------------------------- */

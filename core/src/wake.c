@@ -68,7 +68,8 @@ typedef struct tc_watcher {
 
 /* What a tocsin_db keeps in the wake engine. */
 struct tc_wake {
-    tocsin_sub *sub; /* the handle's own subscription (tocsin_queue_wait) */
+    tocsin_sub *sub; /* the handle's own subscription (waits given no `sub`) */
+    int sub_busy;    /* under the handle's mutex: a wait uses it (others get their own) */
 };
 
 static pthread_mutex_t wk_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -675,21 +676,44 @@ int tocsin_sub_wait_until(tocsin_sub *s, tocsin_check_fn check, void *ctx, int t
     return tc_wait_loop(s, wk_until_check, &u);
 }
 
-int tc_wake_wait_sub(tocsin_db *db, tocsin_sub **sub) {
-    int rc;
-    if (!sqlite3_get_autocommit(db->conn))
-        return tc_err(db, TOCSIN_INVALID,
-                      "cannot wait inside a transaction (it would hold its snapshot and locks)");
-    if (*sub) {
+/*
+ * Under the handle's mutex: another thread's operation in progress is not
+ * "a transaction of the caller's", and the handle's own subscription serves
+ * one wait at a time (a subscription's wake is consumed by one waiter):
+ * concurrent waits on one handle each get a subscription of their own.
+ */
+int tc_wake_wait_sub(tocsin_db *db, tocsin_sub **sub, int *own) {
+    int rc = TOCSIN_OK;
+    *own = 0;
+    tc_lock(db);
+    if (!sqlite3_get_autocommit(db->conn)) {
+        rc = tc_err(db, TOCSIN_INVALID,
+                    "cannot wait inside a transaction (it would hold its snapshot and locks)");
+    } else if (*sub) {
         const char *path = wk_path(db);
         uint64_t dev = 0, ino = 0;
-        if (!path) return TC_ERRCODE;
-        if ((rc = wk_identify(db, path, &dev, &ino)) != TOCSIN_OK) return rc;
-        if ((*sub)->w->dev != dev || (*sub)->w->ino != ino)
-            return tc_err(db, TOCSIN_INVALID, "sub watches another database file than this handle's");
-        return TOCSIN_OK;
+        if (!path) rc = TC_ERRCODE;
+        else if ((rc = wk_identify(db, path, &dev, &ino)) == TOCSIN_OK &&
+                 ((*sub)->w->dev != dev || (*sub)->w->ino != ino))
+            rc = tc_err(db, TOCSIN_INVALID, "sub watches another database file than this handle's");
+    } else if ((rc = wk_state(db)) == TOCSIN_OK && !db->wake->sub_busy) {
+        if ((rc = tc_wake_db_sub(db, sub)) == TOCSIN_OK) db->wake->sub_busy = *own = 1;
+    } else if (rc == TOCSIN_OK) {
+        rc = tocsin_sub_open(sub, db);
+        *own = 2;
     }
-    return tc_wake_db_sub(db, sub);
+    tc_unlock(db);
+    return rc;
+}
+
+void tc_wake_wait_done(tocsin_db *db, tocsin_sub *sub, int own) {
+    if (own == 1) {
+        tc_lock(db);
+        db->wake->sub_busy = 0;
+        tc_unlock(db);
+    } else if (own == 2) {
+        tocsin_sub_close(sub);
+    }
 }
 
 int tc_sleep_until_clock(tocsin_db *db, int64_t deadline, int64_t next, int64_t *sleep_ms,

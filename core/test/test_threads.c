@@ -3,9 +3,10 @@
  * serialises its calls), transactions on transaction handles of their own.
  * Run under ThreadSanitizer by `make test-tsan`.
  */
-#define _POSIX_C_SOURCE 200809L
+#define _GNU_SOURCE /* pthread_timedjoin_np: a hung waiter fails the test instead of hanging it */
 #include <pthread.h>
 #include <sqlite3.h>
+#include <time.h>
 
 #include "test.h"
 
@@ -147,7 +148,53 @@ static void tx_handles(void) {
     tocsin_close(db);
 }
 
+typedef struct result_waiter {
+    tocsin_db *db;
+    int64_t job;
+    int rc;
+} result_waiter;
+
+static void *wait_for_result(void *p) {
+    result_waiter *r = p;
+    tocsin_result *res = NULL;
+    r->rc = tocsin_result_wait(r->db, &res, r->job, -1, NULL);
+    tocsin_result_free(res);
+    return NULL;
+}
+
+/* Waits of several threads on one handle, none given a subscription: each is
+ * woken (the handle's own subscription serves one, the others get theirs). */
+static void concurrent_waits_on_one_handle(void) {
+    tocsin_db *db = t_open("concurrent_waits", NULL), *other = NULL;
+    result_waiter r[4];
+    pthread_t t[4];
+    int i, ended = 0;
+    CHECK_OK(other, tocsin_open(&other, sqlite3_db_filename(tocsin_sqlite(db), "main"), NULL));
+    for (i = 0; i < 4; i++) {
+        r[i].db = db;
+        r[i].rc = -1;
+        CHECK_OK(db, tocsin_queue_enqueue(db, &r[i].job, "q", "{}", NULL));
+        pthread_create(&t[i], NULL, wait_for_result, &r[i]);
+    }
+    for (i = 0; i < 4; i++) CHECK_OK(other, tocsin_result_save(other, r[i].job, "1", 0));
+    for (i = 0; i < 4; i++) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += 30;
+        if (pthread_timedjoin_np(t[i], NULL, &until) == 0) {
+            ended++;
+            CHECK_EQ_I(r[i].rc, TOCSIN_OK);
+        }
+    }
+    CHECK_EQ_I(ended, 4);
+    if (ended == 4) {
+        tocsin_close(other);
+        tocsin_close(db);
+    }
+}
+
 void suite_threads(void) {
+    concurrent_waits_on_one_handle();
     tx_handles();
     one_handle_many_threads();
 }
