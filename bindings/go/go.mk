@@ -1,0 +1,47 @@
+# ---- Go binding (bindings/go): its own module, the core committed beside it ----------
+GO       ?= go
+GO_DIR   := bindings/go
+GO_ENV   := cd $(GO_DIR) &&
+STATICCHECK_VERSION ?= 2025.1.1
+GO_TOOLS := $(abspath $(BUILD))/go-tools
+
+.PHONY: sync-core sync-core-check test-go bench-go go-vet go-staticcheck test-go-module demo-go
+
+test: test-go
+bench: bench-go
+
+# Copies core/ into the module (tocsin.h + the unity file tocsin_core.c).
+sync-core:
+	sh $(GO_DIR)/sync-core.sh
+
+sync-core-check:
+	sh $(GO_DIR)/sync-core.sh --check
+
+go-vet:
+	$(GO_ENV) $(GO) vet ./...
+	@out=$$(cd $(GO_DIR) && gofmt -l .); if [ -n "$$out" ]; then echo "gofmt -l:"; echo "$$out"; exit 1; fi
+
+# staticcheck from the module proxy when it installs; skipped (said so) when it does not.
+go-staticcheck:
+	@if [ ! -x $(GO_TOOLS)/staticcheck ]; then \
+		GOBIN=$(GO_TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) 2>/dev/null \
+		|| echo "staticcheck: did not install, skipped"; fi
+	@if [ -x $(GO_TOOLS)/staticcheck ]; then echo "staticcheck ./..."; $(GO_ENV) $(GO_TOOLS)/staticcheck ./...; fi
+
+# The Python venv is needed by the cross-runtime tests (a Python worker runs Go's calls).
+test-go: sync-core-check go-vet go-staticcheck python-venv
+	$(GO_ENV) TOCSIN_TEST_PYTHON=$(abspath $(PY_VENV))/bin/python $(GO) test -race -count=1 -json ./... > $(abspath $(BUILD))/go-test.json || \
+		{ $(GO_ENV) $(GO) run ./internal/testsummary < $(abspath $(BUILD))/go-test.json; exit 1; }
+	$(GO_ENV) $(GO) run ./internal/testsummary < $(abspath $(BUILD))/go-test.json
+	sh $(GO_DIR)/test-module.sh $(abspath $(BUILD))/go-module
+
+# go get from a clean module cache: a temporary module requires ours through a
+# file-system GOPROXY and builds and runs an example program.
+test-go-module:
+	sh $(GO_DIR)/test-module.sh $(abspath $(BUILD))/go-module
+
+bench-go: deps $(BUILD)/bench_core
+	$(GO_ENV) cd bench && $(GO) run . -core $(abspath $(BUILD))/bench_core
+
+demo-go:
+	$(GO_ENV) $(GO) run ./examples/shop $(abspath $(BUILD))/demo.db
