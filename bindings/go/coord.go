@@ -185,6 +185,9 @@ func (l *Lock) Acquire(ctx context.Context) error {
 
 // Renew extends the holding to now + TTL; ErrLeaseLost when it was taken over.
 func (l *Lock) Renew(ctx context.Context) error {
+	if l.token == 0 {
+		return newErr(ErrLeaseLost, "lock_renew", "the lock is not held by this Lock")
+	}
 	var cs cstrings
 	defer cs.free()
 	cn, co := cs.str(l.Name), cs.str(l.Owner)

@@ -39,6 +39,7 @@ type DB struct {
 	mu     sync.RWMutex // held shared by every call on the handle, exclusively by Close
 	closed atomic.Bool
 	wmu    sync.Mutex
+	wcond  *sync.Cond // signalled when a waiter leaves waits
 	waits  map[*waiter]struct{}
 }
 
@@ -90,6 +91,7 @@ func Open(path string, opts *Options) (*DB, error) {
 		return nil, err
 	}
 	db := &DB{path: path, waits: map[*waiter]struct{}{}}
+	db.wcond = sync.NewCond(&db.wmu)
 	db.conn = conn{p: p, db: db}
 	runtime.SetFinalizer(db, func(db *DB) { _ = db.Close() })
 	return db, nil
@@ -113,7 +115,8 @@ func checkSQLiteCopy(opts *Options) error {
 func (db *DB) Path() string { return db.path }
 
 // Close closes the database: waits of other goroutines on it (results, locks, queue
-// waits, listeners, subscriptions, workers) end with ErrClosed first. Transactions in
+// waits, listeners, subscriptions, workers) end with ErrClosed first, and Close returns
+// once they have let go (a Worker shuts down gracefully first). Transactions in
 // progress keep the core's handle alive until they end. Calling Close again is a no-op.
 func (db *DB) Close() error {
 	if db.closed.Swap(true) {
@@ -129,6 +132,12 @@ func (db *DB) Close() error {
 	for _, w := range ws {
 		w.fire(true)
 	}
+	// every wait, listener, subscription and worker has let go of the handle
+	db.wmu.Lock()
+	for len(db.waits) > 0 {
+		db.wcond.Wait()
+	}
+	db.wmu.Unlock()
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	p := db.p
@@ -301,6 +310,7 @@ func (w *waiter) finish() {
 	w.mu.Unlock()
 	w.db.wmu.Lock()
 	delete(w.db.waits, w)
+	w.db.wcond.Broadcast()
 	w.db.wmu.Unlock()
 }
 
