@@ -36,6 +36,7 @@ type Options struct {
 type DB struct {
 	conn
 	path   string
+	opts   Options
 	mu     sync.RWMutex // held shared by every call on the handle, exclusively by Close
 	closed atomic.Bool
 	wmu    sync.Mutex
@@ -90,7 +91,7 @@ func Open(path string, opts *Options) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	db := &DB{path: path, waits: map[*waiter]struct{}{}}
+	db := &DB{path: path, opts: *opts, waits: map[*waiter]struct{}{}}
 	db.wcond = sync.NewCond(&db.wmu)
 	db.conn = conn{p: p, db: db}
 	runtime.SetFinalizer(db, func(db *DB) { _ = db.Close() })
@@ -343,6 +344,10 @@ func waitErr(ctx context.Context, w *waiter, err error, op string) error {
 		}
 		if cerr := ctxErr(ctx, op); cerr != nil {
 			return cerr
+		}
+		// the core's deadline (ms granularity) may pass just before the context's timer fires
+		if dl, ok := ctx.Deadline(); ok && isCode(err, ErrTimeout) && time.Until(dl) < 2*time.Millisecond {
+			return &Error{Code: ErrTimeout, Op: op, Message: context.DeadlineExceeded.Error(), cause: context.DeadlineExceeded}
 		}
 	}
 	return err

@@ -137,8 +137,8 @@ func (db *DB) Listen(ctx context.Context, channel string, opts *ListenOptions) (
 }
 
 func (li *Listener) run(ctx context.Context, ch chan<- Message) {
+	defer close(ch) // after done: Err is set once C is closed
 	defer close(li.done)
-	defer close(ch)
 	defer func() {
 		li.w.finish()
 		C.tocsin_listen_close(li.l)
@@ -425,8 +425,8 @@ func (s *Stream) Subscribe(ctx context.Context, consumer string, opts *Subscribe
 }
 
 func (sub *Subscription) run(ctx context.Context, ch chan<- Message) {
-	defer close(sub.done)
 	defer close(ch)
+	defer close(sub.done)
 	defer func() {
 		sub.w.finish()
 		if err := call("subscribe", func() C.int { return C.tocsin_stream_sub_close(sub.s) }); err != nil && sub.err == nil {

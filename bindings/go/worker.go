@@ -38,6 +38,7 @@ type WorkerOptions struct {
 // leads the scheduler; the Worker runs handlers in goroutines and reports outcomes.
 type Worker struct {
 	db       *DB
+	own      *DB // the worker's own handle: the core's worker steps run transactions on it
 	w        *C.tocsin_worker
 	opts     WorkerOptions
 	log      *slog.Logger
@@ -57,7 +58,8 @@ type outcome struct {
 	late  bool
 }
 
-// NewWorker opens a worker on db for the tasks declared with Task so far.
+// NewWorker opens a worker on db for the tasks declared with Task so far, on a handle of
+// its own to db's file, and writes the schedules of the periodic tasks.
 func (db *DB) NewWorker(opts WorkerOptions) (*Worker, error) {
 	r := db.registry()
 	r.mu.Lock()
@@ -106,11 +108,19 @@ func (db *DB) NewWorker(opts WorkerOptions) (*Worker, error) {
 		o.scheduler = 1
 	}
 	o.scheduler_ttl_ms = C.int64_t(ms(opts.SchedulerTTL))
-	var w *C.tocsin_worker
-	if err := db.do(nil, "worker_open", func(p *C.tocsin_db) C.int { return C.tocsin_worker_open(&w, p, &o) }); err != nil {
+	if db.closed.Load() {
+		return nil, newErr(ErrClosed, "worker_open", "the database is closed")
+	}
+	own, err := Open(db.path, &db.opts)
+	if err != nil {
 		return nil, err
 	}
-	wk := &Worker{db: db, w: w, opts: opts, tasks: tasks, log: opts.Logger,
+	var w *C.tocsin_worker
+	if err := own.do(nil, "worker_open", func(p *C.tocsin_db) C.int { return C.tocsin_worker_open(&w, p, &o) }); err != nil {
+		own.Close()
+		return nil, err
+	}
+	wk := &Worker{db: db, own: own, w: w, opts: opts, tasks: tasks, log: opts.Logger,
 		outcomes: make(chan outcome, opts.Concurrency), running: map[int64]context.CancelFunc{}}
 	if wk.log == nil {
 		wk.log = slog.Default()
@@ -125,9 +135,13 @@ func (db *DB) NewWorker(opts WorkerOptions) (*Worker, error) {
 		to.result_ttl_ms = C.int64_t(ms(t.opts.ResultTTL))
 		cn := cs.str(name)
 		if err := call("worker_register", func() C.int { return C.tocsin_worker_register(w, cn, &to) }); err != nil {
-			C.tocsin_worker_close(w)
+			wk.close()
 			return nil, err
 		}
+	}
+	if err := wk.writePeriodic(context.Background()); err != nil {
+		wk.close()
+		return nil, err
 	}
 	return wk, nil
 }
@@ -137,17 +151,13 @@ func (db *DB) NewWorker(opts WorkerOptions) (*Worker, error) {
 // (pending again, no attempt consumed). It returns nil after a shutdown by ctx, or the
 // error that stopped it (ErrClosed when the DB closed).
 func (wk *Worker) Run(ctx context.Context) error {
-	if err := wk.writePeriodic(ctx); err != nil {
-		wk.close()
-		return err
-	}
 	wk.log.Info("tocsin worker started", "queues", wk.opts.Queues, "concurrency", wk.opts.Concurrency)
 	wt := wk.db.newWaiter(ctx, wk.poke)
 	var runErr error
 	for {
 		var runs **C.tocsin_task_run
 		var n C.size_t
-		err := wk.db.do(nil, "worker_next", func(*C.tocsin_db) C.int { return C.tocsin_worker_next(wk.w, &runs, &n, -1) })
+		err := wk.own.do(nil, "worker_next", func(*C.tocsin_db) C.int { return C.tocsin_worker_next(wk.w, &runs, &n, -1) })
 		if err == nil {
 			wk.dispatch(runs, n)
 		}
@@ -346,6 +356,7 @@ func (wk *Worker) close() {
 	if err := call("worker_close", func() C.int { return C.tocsin_worker_close(wk.w) }); err != nil {
 		wk.log.Error("tocsin worker: close failed", "error", err)
 	}
+	wk.own.Close()
 }
 
 // writePeriodic upserts the schedules of the periodic tasks ("periodic:<task>").
