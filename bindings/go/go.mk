@@ -28,11 +28,16 @@ go-staticcheck:
 		|| echo "staticcheck: did not install, skipped"; fi
 	@if [ -x $(GO_TOOLS)/staticcheck ]; then echo "staticcheck ./..."; $(GO_ENV) $(GO_TOOLS)/staticcheck ./...; fi
 
-# The Python venv is needed by the cross-runtime tests (a Python worker runs Go's calls).
+# The Python venv is needed by the cross-runtime tests (a Python worker runs Go's calls);
+# -tags libsqlite3 builds mattn/go-sqlite3 (a test dependency) on the system SQLite.
+GO_TEST_LOG := $(abspath $(BUILD))/go-test.log
 test-go: sync-core-check go-vet go-staticcheck python-venv
-	$(GO_ENV) TOCSIN_TEST_PYTHON=$(abspath $(PY_VENV))/bin/python $(GO) test -race -count=1 -json ./... > $(abspath $(BUILD))/go-test.json || \
-		{ $(GO_ENV) $(GO) run ./internal/testsummary < $(abspath $(BUILD))/go-test.json; exit 1; }
-	$(GO_ENV) $(GO) run ./internal/testsummary < $(abspath $(BUILD))/go-test.json
+	@mkdir -p $(BUILD)
+	@rc=0; $(GO_ENV) TOCSIN_TEST_PYTHON=$(abspath $(PY_VENV))/bin/python $(GO) test -race -count=1 -tags libsqlite3 -v ./... > $(GO_TEST_LOG) 2>&1 || rc=$$?; \
+	grep -E '^(ok|FAIL|panic:|--- FAIL|\s+--- FAIL|\s+\S+_test.go:[0-9]+:)' $(GO_TEST_LOG); \
+	p=$$(grep -cE '^\s*--- PASS' $(GO_TEST_LOG)); f=$$(grep -cE '^\s*--- FAIL' $(GO_TEST_LOG)); s=$$(grep -cE '^\s*--- SKIP' $(GO_TEST_LOG)); \
+	echo "go: $$p passed, $$f failed, $$s skipped"; \
+	[ $$rc -eq 0 ] && [ $$p -gt 0 ]
 	sh $(GO_DIR)/test-module.sh $(abspath $(BUILD))/go-module
 
 # go get from a clean module cache: a temporary module requires ours through a

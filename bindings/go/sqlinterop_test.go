@@ -87,12 +87,3 @@ func TestDatabaseSQLOneProcess(t *testing.T) {
 		t.Fatal(ic, err)
 	}
 }
-
-func openDB2(t *testing.T, path string) *tocsin.DB {
-	db, err := tocsin.Open(path, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { db.Close() })
-	return db
-}

@@ -28,6 +28,15 @@ func openDB(t testing.TB) *tocsin.DB {
 	return db
 }
 
+func openDB2(t *testing.T, path string) *tocsin.DB {
+	db, err := tocsin.Open(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
 var bg = context.Background()
 
 // must panics on an error (the test fails with the stack of the call).
