@@ -491,8 +491,8 @@ func (sub *Subscription) Err() error {
 
 // Events iterates the topic for consumer in the caller's goroutine (no goroutine of its
 // own): replay, then live, until ctx ends (the last pair carries its error) or the loop
-// breaks. An event counts as processed once the loop body returned; autosave stores
-// the position at the end.
+// breaks. Autosave stores the position at the end; the core counts every event of a
+// batch handed out as processed, so a loop that breaks mid-batch should use Batch 1.
 func (s *Stream) Events(ctx context.Context, consumer string, opts *SubscribeOptions) iter.Seq2[Message, error] {
 	return func(yield func(Message, error) bool) {
 		db, err := s.dbOnly("subscribe")
