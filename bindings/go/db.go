@@ -168,10 +168,8 @@ func noop() {}
 
 // do runs f on the handle with the thread's error read in the same locked thread.
 func (c *conn) do(ctx context.Context, op string, f func(p *C.tocsin_db) C.int) error {
-	if ctx != nil {
-		if err := ctx.Err(); err != nil {
-			return ctxErr(ctx, op)
-		}
+	if err := ctx.Err(); err != nil {
+		return ctxErr(ctx, op)
 	}
 	p, release, err := c.acquire(op)
 	if err != nil {
@@ -185,7 +183,7 @@ func (c *conn) do(ctx context.Context, op string, f func(p *C.tocsin_db) C.int) 
 // Now is the handle's clock.
 func (c *conn) Now() time.Time {
 	var ms C.int64_t
-	_ = c.do(nil, "now", func(p *C.tocsin_db) C.int { ms = C.tocsin_now(p); return 0 })
+	_ = c.do(context.Background(), "now", func(p *C.tocsin_db) C.int { ms = C.tocsin_now(p); return 0 })
 	return fromMs(int64(ms))
 }
 

@@ -2,7 +2,7 @@
 GO       ?= go
 GO_DIR   := bindings/go
 GO_ENV   := cd $(GO_DIR) &&
-STATICCHECK_VERSION ?= 2025.1.1
+STATICCHECK_VERSION ?= v0.8.2
 GO_TOOLS := $(abspath $(BUILD))/go-tools
 
 .PHONY: sync-core sync-core-check test-go bench-go go-vet go-staticcheck test-go-module demo-go
@@ -26,7 +26,7 @@ go-staticcheck:
 	@if [ ! -x $(GO_TOOLS)/staticcheck ]; then \
 		GOBIN=$(GO_TOOLS) $(GO) install honnef.co/go/tools/cmd/staticcheck@$(STATICCHECK_VERSION) 2>/dev/null \
 		|| echo "staticcheck: did not install, skipped"; fi
-	@if [ -x $(GO_TOOLS)/staticcheck ]; then echo "staticcheck ./..."; $(GO_ENV) $(GO_TOOLS)/staticcheck ./...; fi
+	@if [ -x $(GO_TOOLS)/staticcheck ]; then echo "staticcheck ./..."; $(GO_ENV) $(GO_TOOLS)/staticcheck -tags libsqlite3 ./...; fi
 
 # The Python venv is needed by the cross-runtime tests (a Python worker runs Go's calls);
 # -tags libsqlite3 builds mattn/go-sqlite3 (a test dependency) on the system SQLite.
@@ -45,8 +45,10 @@ test-go: sync-core-check go-vet go-staticcheck python-venv
 test-go-module:
 	sh $(GO_DIR)/test-module.sh $(abspath $(BUILD))/go-module
 
-bench-go: deps $(BUILD)/bench_core
-	$(GO_ENV) cd bench && $(GO) run . -core $(abspath $(BUILD))/bench_core
+# testing.B figures of the Go binding beside the C core (same process) and the Go peers
+# goqite and River (riversqlite); the peers live in the bench-only module bindings/go/bench.
+bench-go: deps
+	cd $(GO_DIR)/bench && $(GO) run -tags libsqlite3 . -dir $(abspath $(BUILD))
 
 demo-go:
 	$(GO_ENV) $(GO) run ./examples/shop $(abspath $(BUILD))/demo.db

@@ -106,7 +106,7 @@ func (c *conn) Envelope(task, args, kwargs string, opts *CallOptions) (json.RawM
 	}
 	call.task, call.args, call.kwargs = cs.str(task), cs.opt(args), cs.opt(kwargs)
 	var out *C.char
-	if err := c.do(nil, "task_envelope", func(p *C.tocsin_db) C.int { return C.tocsin_task_envelope(p, &out, &call) }); err != nil {
+	if err := c.do(context.Background(), "task_envelope", func(p *C.tocsin_db) C.int { return C.tocsin_task_envelope(p, &out, &call) }); err != nil {
 		return nil, err
 	}
 	s := C.GoString(out)

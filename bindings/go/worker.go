@@ -116,7 +116,7 @@ func (db *DB) NewWorker(opts WorkerOptions) (*Worker, error) {
 		return nil, err
 	}
 	var w *C.tocsin_worker
-	if err := own.do(nil, "worker_open", func(p *C.tocsin_db) C.int { return C.tocsin_worker_open(&w, p, &o) }); err != nil {
+	if err := own.do(context.Background(), "worker_open", func(p *C.tocsin_db) C.int { return C.tocsin_worker_open(&w, p, &o) }); err != nil {
 		own.Close()
 		return nil, err
 	}
@@ -157,7 +157,7 @@ func (wk *Worker) Run(ctx context.Context) error {
 	for {
 		var runs **C.tocsin_task_run
 		var n C.size_t
-		err := wk.own.do(nil, "worker_next", func(*C.tocsin_db) C.int { return C.tocsin_worker_next(wk.w, &runs, &n, -1) })
+		err := wk.own.do(context.Background(), "worker_next", func(*C.tocsin_db) C.int { return C.tocsin_worker_next(wk.w, &runs, &n, -1) })
 		if err == nil {
 			wk.dispatch(runs, n)
 		}
