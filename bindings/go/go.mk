@@ -33,6 +33,7 @@ go-staticcheck:
 GO_TEST_LOG := $(abspath $(BUILD))/go-test.log
 test-go: sync-core-check go-vet go-staticcheck python-venv
 	@mkdir -p $(BUILD)
+	sh $(GO_DIR)/check-readme.sh
 	@rc=0; $(GO_ENV) TOCSIN_TEST_PYTHON=$(abspath $(PY_VENV))/bin/python $(GO) test -race -count=1 -tags libsqlite3 -v ./... > $(GO_TEST_LOG) 2>&1 || rc=$$?; \
 	grep -E '^(ok|FAIL|panic:|--- FAIL|\s+--- FAIL|\s+\S+_test.go:[0-9]+:)' $(GO_TEST_LOG); \
 	p=$$(grep -cE '^\s*--- PASS' $(GO_TEST_LOG)); f=$$(grep -cE '^\s*--- FAIL' $(GO_TEST_LOG)); s=$$(grep -cE '^\s*--- SKIP' $(GO_TEST_LOG)); \
@@ -50,5 +51,6 @@ test-go-module:
 bench-go: deps
 	cd $(GO_DIR)/bench && $(GO) run -tags libsqlite3 . -dir $(abspath $(BUILD))
 
-demo-go:
-	$(GO_ENV) $(GO) run ./examples/shop $(abspath $(BUILD))/demo.db
+demo: demo-go
+demo-go: python-venv
+	sh $(GO_DIR)/demo.sh $(abspath $(BUILD)) $(abspath $(PY_VENV))/bin/python
