@@ -42,6 +42,9 @@ type DB struct {
 	wmu    sync.Mutex
 	wcond  *sync.Cond // signalled when a waiter leaves waits
 	waits  map[*waiter]struct{}
+
+	regOnce sync.Once
+	reg     *registry // the tasks declared with Task
 }
 
 // conn is what a DB and a Tx share: the tocsin_db handle the calls run on.

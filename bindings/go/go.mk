@@ -18,7 +18,7 @@ sync-core-check:
 	sh $(GO_DIR)/sync-core.sh --check
 
 go-vet:
-	$(GO_ENV) $(GO) vet ./...
+	$(GO_ENV) $(GO) vet -tags libsqlite3 ./...
 	@out=$$(cd $(GO_DIR) && gofmt -l .); if [ -n "$$out" ]; then echo "gofmt -l:"; echo "$$out"; exit 1; fi
 
 # staticcheck from the module proxy when it installs; skipped (said so) when it does not.
@@ -39,6 +39,8 @@ test-go: sync-core-check go-vet go-staticcheck python-venv
 	p=$$(grep -cE '^\s*--- PASS' $(GO_TEST_LOG)); f=$$(grep -cE '^\s*--- FAIL' $(GO_TEST_LOG)); s=$$(grep -cE '^\s*--- SKIP' $(GO_TEST_LOG)); \
 	echo "go: $$p passed, $$f failed, $$s skipped"; \
 	[ $$rc -eq 0 ] && [ $$p -gt 0 ]
+	@echo "go: the unsafe setup (mattn/go-sqlite3 with its bundled SQLite) is refused at Open:"
+	$(GO_ENV) $(GO) run ./internal/bundledcheck
 	sh $(GO_DIR)/test-module.sh $(abspath $(BUILD))/go-module
 
 # go get from a clean module cache: a temporary module requires ours through a

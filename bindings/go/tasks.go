@@ -145,11 +145,9 @@ type registry struct {
 	tasks map[string]*taskEntry
 }
 
-var registries sync.Map // *DB -> *registry
-
 func (db *DB) registry() *registry {
-	r, _ := registries.LoadOrStore(db, &registry{tasks: map[string]*taskEntry{}})
-	return r.(*registry)
+	db.regOnce.Do(func() { db.reg = &registry{tasks: map[string]*taskEntry{}} })
+	return db.reg
 }
 
 // TaskDef is a typed task: its handler (run by a Worker of this program) and typed calls.

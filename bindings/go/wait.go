@@ -12,6 +12,7 @@ import (
 	"context"
 	"encoding/json"
 	"iter"
+	"sync/atomic"
 	"time"
 	"unsafe"
 )
@@ -107,6 +108,8 @@ type Listener struct {
 	done chan struct{}
 	err  error
 	stop context.CancelFunc
+	// the counters as they were at close (the C object is gone then)
+	dropped atomic.Int64
 }
 
 // Listen listens on channel (NOTIFY/LISTEN): one goroutine per listener waits in the
@@ -141,6 +144,7 @@ func (li *Listener) run(ctx context.Context, ch chan<- Message) {
 	defer close(li.done)
 	defer func() {
 		li.w.finish()
+		li.dropped.Store(int64(C.tocsin_listen_dropped(li.l)))
 		C.tocsin_listen_close(li.l)
 	}()
 	for {
@@ -154,6 +158,7 @@ func (li *Listener) run(ctx context.Context, ch chan<- Message) {
 			li.err = waitErr(ctx, li.w, err, "listen")
 			return
 		}
+		li.dropped.Store(int64(C.tocsin_listen_dropped(li.l)))
 		for _, m := range messagesFrom(msgs, n) {
 			select {
 			case ch <- m:
@@ -171,7 +176,8 @@ func isCode(err error, c Code) bool {
 }
 
 // Dropped counts notifications lost to the bounded buffer so far.
-func (li *Listener) Dropped() int64 { return int64(C.tocsin_listen_dropped(li.l)) }
+// (read by the listener's goroutine after each batch: one thread at a time per listener).
+func (li *Listener) Dropped() int64 { return li.dropped.Load() }
 
 // Close stops the listener and waits for its goroutine to end.
 func (li *Listener) Close() error {
@@ -402,6 +408,8 @@ type Subscription struct {
 	done chan struct{}
 	err  error
 	stop context.CancelFunc
+	// the position as it was at close
+	position atomic.Int64
 }
 
 // Subscribe subscribes consumer (may be "" with FromOffset and no autosave) to the topic,
@@ -429,6 +437,7 @@ func (sub *Subscription) run(ctx context.Context, ch chan<- Message) {
 	defer close(sub.done)
 	defer func() {
 		sub.w.finish()
+		sub.position.Store(int64(C.tocsin_stream_sub_position(sub.s)))
 		if err := call("subscribe", func() C.int { return C.tocsin_stream_sub_close(sub.s) }); err != nil && sub.err == nil {
 			sub.err = err
 		}
@@ -465,8 +474,9 @@ func streamNext(ctx context.Context, s *C.tocsin_stream_sub, w *waiter) ([]Messa
 	}
 }
 
-// Position is the offset of the last event handed out.
-func (sub *Subscription) Position() int64 { return int64(C.tocsin_stream_sub_position(sub.s)) }
+// Position is the offset of the last event handed out, once the subscription has
+// ended (while it runs, the goroutine owns the core's subscription).
+func (sub *Subscription) Position() int64 { return sub.position.Load() }
 
 // Close stops the subscription (saving the position when autosave is on) and waits for
 // its goroutine.

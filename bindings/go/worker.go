@@ -207,7 +207,7 @@ func (wk *Worker) dispatch(runs **C.tocsin_task_run, n C.size_t) {
 			defer wk.handlers.Done()
 			start := time.Now()
 			v, err := safeRun(hctx, t.run, args, kwargs)
-			if err == nil && hctx.Err() == context.DeadlineExceeded {
+			if hctx.Err() == context.DeadlineExceeded {
 				err = &TaskError{Type: "Timeout", Message: fmt.Sprintf("the run exceeded its timeout of %s", timeout)}
 			}
 			cancel()

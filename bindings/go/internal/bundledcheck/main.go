@@ -36,7 +36,4 @@ func main() {
 		os.Exit(1)
 	}
 	fmt.Println("refused:", err)
-	// the database/sql helpers refuse too
-	_, err = tocsin.EnqueueTx(nil, sdb, "q", 1, nil)
-	fmt.Println("EnqueueTx:", err)
 }
