@@ -3,6 +3,12 @@ package tocsin
 /*
 #include <stdlib.h>
 #include "tocsin.h"
+
+// A settable clock for tests and demos (DB.SetTime): the handle reads the instant
+// stored at ctx, which Go sets atomically from any goroutine.
+static int64_t go_fixed_clock(void *ctx) { return __atomic_load_n((int64_t *)ctx, __ATOMIC_SEQ_CST); }
+static void go_store_ms(int64_t *p, int64_t v) { __atomic_store_n(p, v, __ATOMIC_SEQ_CST); }
+static void go_use_fixed_clock(tocsin_db *db, int64_t *at) { tocsin_set_clock(db, go_fixed_clock, at); }
 */
 import "C"
 
@@ -45,6 +51,9 @@ type DB struct {
 
 	regOnce sync.Once
 	reg     *registry // the tasks declared with Task
+
+	clockMu sync.Mutex
+	clock   *C.int64_t // non-nil after SetTime: the instant the handle's clock reads (C memory)
 }
 
 // conn is what a DB and a Tx share: the tocsin_db handle the calls run on.
@@ -113,6 +122,36 @@ func checkSQLiteCopy(opts *Options) error {
 		"without -tags libsqlite3; build with -tags libsqlite3, or set "+
 		"Options.AllowStaticSQLite if every SQLite user is bound to that copy)",
 		ErrSQLiteCopy, SQLite().Version, lib)
+}
+
+// SetTime fixes the handle's clock at t (the core's injectable clock: leases, delays,
+// deadlines and schedules follow it), for tests and demos; later calls move it. A zero t
+// restores the system clock. Transactions and workers opened afterwards follow it too.
+// Like the C API, set it before other goroutines rely on the handle's time.
+func (db *DB) SetTime(t time.Time) error {
+	db.clockMu.Lock()
+	defer db.clockMu.Unlock()
+	return db.do(context.Background(), "set_clock", func(p *C.tocsin_db) C.int {
+		if t.IsZero() {
+			C.tocsin_set_clock(p, nil, nil)
+			return 0
+		}
+		if db.clock == nil {
+			db.clock = (*C.int64_t)(C.malloc(8)) // freed with the process: the handle may outlive Close in transactions
+		}
+		C.go_store_ms(db.clock, C.int64_t(t.UnixMilli()))
+		C.go_use_fixed_clock(p, db.clock)
+		return 0
+	})
+}
+
+// shareClock gives another handle on the same file db's fixed clock, if any.
+func (db *DB) shareClock(other *DB) {
+	db.clockMu.Lock()
+	defer db.clockMu.Unlock()
+	if db.clock != nil {
+		C.go_use_fixed_clock(other.p, db.clock)
+	}
 }
 
 // Path is the path the database was opened with.

@@ -306,8 +306,10 @@ func TestAckInTxAndFencing(t *testing.T) {
 	db := openDB(t)
 	q := db.Queue("q")
 	must(q.Enqueue(bg, 1, nil))
-	j := must(q.ClaimOne(bg, "w1", time.Millisecond))
-	time.Sleep(5 * time.Millisecond) // the lease lapses; w2 reclaims it
+	t0 := time.Now()
+	check(t, db.SetTime(t0))
+	j := must(q.ClaimOne(bg, "w1", time.Second))
+	check(t, db.SetTime(t0.Add(2*time.Second))) // the lease lapses; w2 reclaims it
 	j2 := must(q.ClaimOne(bg, "w2", time.Minute))
 	if j2.ID != j.ID || j2.Token == j.Token {
 		t.Fatalf("%+v %+v", j, j2)
@@ -316,6 +318,9 @@ func TestAckInTxAndFencing(t *testing.T) {
 	wantCode(t, q.Retry(bg, j, 0, ""), tocsin.ErrLeaseLost)
 	wantCode(t, q.Heartbeat(bg, j, time.Second), tocsin.ErrLeaseLost)
 	wantCode(t, q.Fail(bg, j, ""), tocsin.ErrLeaseLost)
+	if got := db.Now(); !got.Equal(time.UnixMilli(t0.Add(2 * time.Second).UnixMilli())) {
+		t.Fatal("clock", got)
+	}
 	// the holder acks inside a transaction that rolls back: still leased
 	_ = db.Tx(bg, func(tx *tocsin.Tx) error {
 		if err := tx.Ack(bg, j2.ID, j2.Token); err != nil {
@@ -678,5 +683,29 @@ func TestConcurrentGoroutines(t *testing.T) {
 	wg.Wait()
 	if st := must(q.Stats(bg)); st.Pending != 200 {
 		t.Fatal(st.Pending)
+	}
+}
+
+func TestDelayExpiryWithClock(t *testing.T) {
+	db := openDB(t)
+	t0 := time.UnixMilli(1_700_000_000_000)
+	check(t, db.SetTime(t0))
+	q := db.Queue("q")
+	id := must(q.Enqueue(bg, 1, &tocsin.EnqueueOptions{Delay: time.Hour}))
+	exp := must(q.Enqueue(bg, 2, &tocsin.EnqueueOptions{Expires: time.Minute}))
+	if j := must(q.Get(bg, id)); j.State != "scheduled" || !j.RunAt.Equal(t0.Add(time.Hour)) {
+		t.Fatalf("%+v", j)
+	}
+	check(t, db.SetTime(t0.Add(2*time.Hour)))
+	jobs := must(q.Claim(bg, "w", 10, 0))
+	if len(jobs) != 1 || jobs[0].ID != id {
+		t.Fatalf("%+v", jobs)
+	}
+	if j := must(q.Get(bg, exp)); j.State != "dead" || j.Reason != "expired" {
+		t.Fatalf("%+v", j)
+	}
+	check(t, db.SetTime(time.Time{}))
+	if d := time.Since(db.Now()); d < -time.Minute || d > time.Minute {
+		t.Fatal("system clock not restored", db.Now())
 	}
 }

@@ -115,6 +115,7 @@ func (db *DB) NewWorker(opts WorkerOptions) (*Worker, error) {
 	if err != nil {
 		return nil, err
 	}
+	db.shareClock(own)
 	var w *C.tocsin_worker
 	if err := own.do(context.Background(), "worker_open", func(p *C.tocsin_db) C.int { return C.tocsin_worker_open(&w, p, &o) }); err != nil {
 		own.Close()
