@@ -221,9 +221,9 @@ void tc_sub_hold(tocsin_sub *sub, int delta);
 void tc_sub_nudge(tocsin_sub *sub);
 /* A monotonic deadline (us) from a timeout in ms (< 0: none). */
 int64_t tc_deadline_us(int timeout_ms);
-/* Lowers *sleep_ms to what is left until end_us; TOCSIN_TIMEOUT (error set)
- * once it passed; end_us < 0: no deadline. */
-int tc_sleep_until(int64_t end_us, int64_t *sleep_ms);
+/* Lowers *sleep_ms to what is left until end_us; TOCSIN_TIMEOUT (error set:
+ * "<what> before the timeout") once it passed; end_us < 0: no deadline. */
+int tc_sleep_until(int64_t end_us, int64_t *sleep_ms, const char *what);
 /* Sleep bound for a deadline of the handle's clock: TOCSIN_TIMEOUT (error
  * set, naming `what`) once now >= deadline; deadline < 0: none. Waits re-read
  * the clock at least every TC_MAX_SLEEP_MS (an injected clock may jump). */
@@ -3469,10 +3469,7 @@ static int sub_check(void *p, int *done, int64_t *sleep_ms) {
         *done = 1;
         return TOCSIN_OK;
     }
-    if (s->end_us < 0) return TOCSIN_OK;
-    rc = tc_sleep_until(s->end_us, sleep_ms);
-    if (rc == TOCSIN_TIMEOUT) tc_err(s->db, rc, "no event arrived");
-    return rc;
+    return tc_sleep_until(s->end_us, sleep_ms, "no event arrived");
 }
 
 int tocsin_stream_sub_open(tocsin_stream_sub **out, tocsin_db *db, const char *topic,
@@ -3814,10 +3811,7 @@ static int listen_check(void *p, int *done, int64_t *sleep_ms) {
         *done = 1;
         return TOCSIN_OK;
     }
-    if (l->end_us < 0) return TOCSIN_OK;
-    rc = tc_sleep_until(l->end_us, sleep_ms);
-    if (rc == TOCSIN_TIMEOUT) tc_err(l->db, rc, "no notification arrived");
-    return rc;
+    return tc_sleep_until(l->end_us, sleep_ms, "no notification arrived");
 }
 
 int tocsin_listen_open(tocsin_listener **out, tocsin_db *db, const char *channel,
@@ -4537,11 +4531,11 @@ int64_t tc_deadline_us(int timeout_ms) {
     return timeout_ms < 0 ? -1 : tc_monotonic_us() + (int64_t)timeout_ms * 1000;
 }
 
-int tc_sleep_until(int64_t end_us, int64_t *sleep_ms) {
+int tc_sleep_until(int64_t end_us, int64_t *sleep_ms, const char *what) {
     int64_t left;
     if (end_us < 0) return TOCSIN_OK;
     left = end_us - tc_monotonic_us();
-    if (left <= 0) return tc_err(NULL, TOCSIN_TIMEOUT, "the wait timed out");
+    if (left <= 0) return tc_err(NULL, TOCSIN_TIMEOUT, "%s before the timeout", what);
     *sleep_ms = (left + 999) / 1000;
     return TOCSIN_OK;
 }
@@ -4561,7 +4555,7 @@ static int wk_until_check(void *p, int *done, int64_t *sleep_ms) {
         return rc;
     }
     if (*done) return TOCSIN_OK;
-    return tc_sleep_until(u->end_us, sleep_ms);
+    return tc_sleep_until(u->end_us, sleep_ms, "the condition did not hold");
 }
 
 int tocsin_sub_wait_until(tocsin_sub *s, tocsin_check_fn check, void *ctx, int timeout_ms) {
@@ -6660,6 +6654,7 @@ struct tocsin_worker {
     int concurrency;
     int64_t vis, sched_ttl, unknown_delay;
     int unknown_max, scheduler, leader;
+    int hot; /* the last claim filled every free slot: claim again without looking first */
     wtask *tasks;
     size_t ntasks;
     wrun *runs;
@@ -6949,26 +6944,39 @@ static int check_outcome(tocsin_db *db, const tocsin_outcome *o) {
 }
 
 /* Commits the batch in one write transaction (group commit). Under w->mu. */
-static int flush_batch(tocsin_worker *w, size_t *lost) {
-    tc_op op;
+/* Writes the batched outcomes inside the caller's write op. Under w->mu. */
+static int apply_batch(tocsin_worker *w, size_t *lost) {
     size_t i;
-    int rc;
-    if (lost) *lost = 0;
-    if (!w->ndone) return TOCSIN_OK;
-    if ((rc = tc_op_begin(w->db, &op, 1)) != TOCSIN_OK) return rc;
+    int rc = TOCSIN_OK;
     for (i = 0; i < w->ndone && rc == TOCSIN_OK; i++) {
         int held = 0;
         rc = apply_outcome(w->db, &held, w->done[i].run, &w->done[i].o);
         if (rc == TOCSIN_OK && !held && lost) (*lost)++;
     }
-    if ((rc = tc_op_end(w->db, &op, rc)) != TOCSIN_OK) return rc; /* the batch stays for a retry */
+    return rc;
+}
+
+/* Forgets the batch once the transaction that wrote it committed. */
+static void drop_batch(tocsin_worker *w) {
+    size_t i;
     for (i = 0; i < w->ndone; i++) {
         unlink_run(w, w->done[i].run);
         free_run(w->done[i].run);
         free_outcome(&w->done[i].o);
     }
     w->ndone = 0;
-    return TOCSIN_OK;
+}
+
+/* Commits the batch in one write transaction (group commit). Under w->mu. */
+static int flush_batch(tocsin_worker *w, size_t *lost) {
+    tc_op op;
+    int rc;
+    if (lost) *lost = 0;
+    if (!w->ndone) return TOCSIN_OK;
+    if ((rc = tc_op_begin(w->db, &op, 1)) != TOCSIN_OK) return rc;
+    /* on failure the batch stays for the next try */
+    if ((rc = tc_op_end(w->db, &op, apply_batch(w, lost))) == TOCSIN_OK) drop_batch(w);
+    return rc;
 }
 
 int tocsin_worker_flush(tocsin_worker *w, size_t *out_lost) {
@@ -7188,8 +7196,7 @@ static int lead(tocsin_worker *w, int64_t now, int woken) {
 static int upkeep(tocsin_worker *w) {
     int64_t now = tocsin_now(w->db), mono = tc_monotonic_us();
     /* reads that follow other processes' commits, at most every few ms */
-    int recheck = mono - w->last_check_us >= W_CANCEL_CHECK_US;
-    int rc = flush_batch(w, NULL);
+    int recheck = mono - w->last_check_us >= W_CANCEL_CHECK_US, rc = TOCSIN_OK;
     if (recheck) w->last_check_us = mono;
     if (rc == TOCSIN_OK && now >= w->next_renew) {
         rc = renew(w, now);
@@ -7352,17 +7359,32 @@ typedef struct next_ctx {
 static int next_check(void *p, int *done, int64_t *sleep_ms) {
     next_ctx *c = p;
     tocsin_worker *w = c->w;
-    size_t free_slots, i;
+    size_t free_slots, busy, i;
     int64_t now, wake, deadline = -1;
     int rc;
     w_lock(w);
     rc = upkeep(w);
-    free_slots = w->nruns < (size_t)w->concurrency ? (size_t)w->concurrency - w->nruns : 0;
-    if (rc == TOCSIN_OK && free_slots)
+    /* the batched runs give their slots back in the claim's own transaction */
+    busy = w->nruns - w->ndone;
+    free_slots = busy < (size_t)w->concurrency ? (size_t)w->concurrency - busy : 0;
+    /* a read-only look first, unless the last claim filled every slot (more is likely) */
+    if (rc == TOCSIN_OK && free_slots && !w->hot)
         rc = tocsin_queue_next_deadline(w->db, &deadline, (const char *const *)w->queues, w->nq);
     now = tocsin_now(w->db);
-    if (rc == TOCSIN_OK && free_slots && deadline >= 0 && deadline <= now) {
-        rc = claim(w, free_slots, c->got, &c->ngot);
+    if (rc == TOCSIN_OK && free_slots && (w->hot || (deadline >= 0 && deadline <= now))) {
+        /* one commit for the finished outcomes and the next claim */
+        tc_op op;
+        if ((rc = tc_op_begin(w->db, &op, 1)) == TOCSIN_OK) {
+            rc = apply_batch(w, NULL);
+            if (rc == TOCSIN_OK) rc = claim(w, free_slots, c->got, &c->ngot);
+            if ((rc = tc_op_end(w->db, &op, rc)) == TOCSIN_OK) {
+                drop_batch(w);
+            } else {
+                for (i = 0; i < c->ngot; i++) free_run(c->got[i]);
+                c->ngot = 0;
+            }
+        }
+        w->hot = rc == TOCSIN_OK && c->ngot == free_slots;
         for (i = 0; i < c->ngot; i++) {
             wrun *r = c->got[i];
             r->next = w->runs;
@@ -7377,6 +7399,9 @@ static int next_check(void *p, int *done, int64_t *sleep_ms) {
         }
         /* all claimed jobs were dealt with here (unknown, invalid): look again */
         deadline = now;
+    } else if (rc == TOCSIN_OK) {
+        rc = flush_batch(w, NULL);
+        w->hot = 0;
     }
     wake = next_upkeep(w);
     if (free_slots && deadline >= 0 && deadline > now && deadline < wake) wake = deadline;
@@ -8179,6 +8204,63 @@ static int fn_enqueue(fn_ctx *f, int argc, sqlite3_value **argv) {
     enqueue_opts_of(&o, &eo);
     rc = tocsin_queue_enqueue(f->db, &id, queue, payload, &eo);
     free_opts(ENQUEUE_SPECS, &o);
+    if (rc != TOCSIN_OK) return fail(f, rc);
+    sqlite3_result_int64(f->ctx, id);
+    return 1;
+}
+
+/* tocsin_task_enqueue's options: the enqueue options plus the call's. */
+typedef struct task_opts_sql {
+    opt_val queue, payload;
+    opt_val priority, delay_ms, run_at_ms, max_attempts, expires_ms, unique_key, meta;
+    opt_val result_ttl_ms, timeout_ms;
+} task_opts_sql;
+static const opt_spec TASK_SPECS[] = {
+    OPT_SPEC(task_opts_sql, priority, OPT_INT, I64_MIN, I64_MAX),
+    OPT_SPEC(task_opts_sql, delay_ms, OPT_INT, 0, MS_MAX),
+    OPT_SPEC(task_opts_sql, run_at_ms, OPT_INT, 0, MS_MAX),
+    OPT_SPEC(task_opts_sql, max_attempts, OPT_INT, 1, TOCSIN_MAX_ATTEMPTS),
+    OPT_SPEC(task_opts_sql, expires_ms, OPT_INT, 0, MS_MAX),
+    OPT_SPEC(task_opts_sql, unique_key, OPT_TEXT, 0, 0),
+    OPT_SPEC(task_opts_sql, meta, OPT_OBJECT, 0, 0),
+    OPT_SPEC(task_opts_sql, result_ttl_ms, OPT_INT, 0, MS_MAX),
+    OPT_SPEC(task_opts_sql, timeout_ms, OPT_INT, 0, MS_MAX),
+    OPT_END};
+
+/*
+ * tocsin_task_enqueue(queue, task [, args [, kwargs [, options]]]): a call of
+ * a task by name (the envelope of docs/sql.md) for a worker of any runtime;
+ * returns the job id, whose outcome tocsin_result_get reads.
+ */
+static int fn_task_enqueue(fn_ctx *f, int argc, sqlite3_value **argv) {
+    task_opts_sql o;
+    tocsin_task_call c = TOCSIN_TASK_CALL_INIT;
+    tocsin_enqueue_opts eo = TOCSIN_ENQUEUE_OPTS_INIT;
+    const char *queue, *task, *args, *kwargs;
+    int64_t id;
+    int rc;
+    memset(&o, 0, sizeof o);
+    if (!arg_text(f, argv, 0, "queue", &queue) || !arg_text(f, argv, 1, "task", &task) ||
+        !arg_text_opt(f, argc, argv, 2, "args", &args) ||
+        !arg_text_opt(f, argc, argv, 3, "kwargs", &kwargs) ||
+        !arg_opts(f, argc, argv, 4, "options", TASK_SPECS, &o)) {
+        free_opts(TASK_SPECS, &o);
+        return 0;
+    }
+    c.task = task;
+    c.args = args;
+    c.kwargs = kwargs;
+    if (o.result_ttl_ms.set) c.result_ttl_ms = o.result_ttl_ms.i;
+    if (o.timeout_ms.set) c.timeout_ms = o.timeout_ms.i;
+    if (o.priority.set) eo.priority = o.priority.i;
+    if (o.delay_ms.set) eo.delay_ms = o.delay_ms.i;
+    if (o.run_at_ms.set) eo.run_at_ms = o.run_at_ms.i;
+    if (o.max_attempts.set) eo.max_attempts = (int)o.max_attempts.i;
+    if (o.expires_ms.set) eo.expires_ms = o.expires_ms.i;
+    if (o.unique_key.set) eo.unique_key = o.unique_key.t;
+    if (o.meta.set) eo.meta = o.meta.t;
+    rc = tocsin_task_enqueue(f->db, &id, queue, &c, &eo);
+    free_opts(TASK_SPECS, &o);
     if (rc != TOCSIN_OK) return fail(f, rc);
     sqlite3_result_int64(f->ctx, id);
     return 1;
@@ -9006,6 +9088,7 @@ static const fn_def FUNCTIONS[] = {
     {"tocsin_clock", 0, 1, 0, fn_clock},
     {"tocsin_enqueue", 2, 3, FN_DB, fn_enqueue},
     {"tocsin_enqueue_many", 1, 1, FN_DB, fn_enqueue_many},
+    {"tocsin_task_enqueue", 2, 5, FN_DB, fn_task_enqueue},
     {"tocsin_claim", 4, 4, FN_DB, fn_claim},
     {"tocsin_ack", 2, 2, FN_DB, fn_ack},
     {"tocsin_retry", 2, 4, FN_DB, fn_retry},
