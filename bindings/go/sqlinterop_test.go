@@ -47,6 +47,8 @@ func TestDatabaseSQLOneProcess(t *testing.T) {
 	}
 	off := must(tocsin.PublishTx(bg, tx, "orders", map[string]int{"id": 1}, &tocsin.PublishOptions{Key: "k"}))
 	nid := must(tocsin.NotifyTx(bg, tx, "orders", map[string]int{"id": 1}, nil))
+	cid := must(tocsin.CallTx(bg, tx, "tasks", "send_email", []any{"ann@example.com"}, map[string]any{"subject": "hi"},
+		&tocsin.CallOptions{ResultTTL: time.Minute, Job: &tocsin.EnqueueOptions{MaxAttempts: 4}}))
 	if err := tx.Commit(); err != nil {
 		t.Fatal(err)
 	}
@@ -76,6 +78,11 @@ func TestDatabaseSQLOneProcess(t *testing.T) {
 	}
 	if ns := must(db.Notifications(bg, "orders", 0, 10)); len(ns) != 1 || ns[0].ID != nid {
 		t.Fatalf("%+v", ns)
+	}
+	tj := must(db.Job(bg, cid))
+	if tj.Queue != "tasks" || tj.MaxAttempts != 4 ||
+		string(tj.Payload) != `{"task":"send_email","args":["ann@example.com"],"kwargs":{"subject":"hi"},"result_ttl_ms":60000}` {
+		t.Fatalf("%+v %s", tj, tj.Payload)
 	}
 	var n int
 	sdb.QueryRow("SELECT count(*) FROM orders").Scan(&n)

@@ -40,10 +40,19 @@ func queryTocsin(ctx context.Context, q Querier, op, expr string, args ...any) (
 
 // sqlOptions is EnqueueOptions as the JSON options object of tocsin_enqueue.
 func (o *EnqueueOptions) sqlOptions() (any, error) {
-	if o == nil {
+	return o.sqlOptionsWith(nil)
+}
+
+func (o *EnqueueOptions) sqlOptionsWith(m map[string]any) (any, error) {
+	if o == nil && len(m) == 0 {
 		return nil, nil
 	}
-	m := map[string]any{}
+	if m == nil {
+		m = map[string]any{}
+	}
+	if o == nil {
+		o = &EnqueueOptions{}
+	}
 	if o.Priority != 0 {
 		m["priority"] = o.Priority
 	}
@@ -127,4 +136,44 @@ func NotifyTx(ctx context.Context, tx Querier, channel string, v any, meta any) 
 		mv = m
 	}
 	return queryTocsin(ctx, tx, "notify", "tocsin_notify(?, ?, ?)", channel, payload, mv)
+}
+
+// CallTx enqueues a call of task `task` (registered by a worker of any runtime) inside
+// the application's transaction (SQL tocsin_task_enqueue: the core's envelope) and
+// returns the job's id; DB.WaitResult reads the outcome once it committed.
+func CallTx(ctx context.Context, tx Querier, queue, task string, args []any, kwargs map[string]any, opts *CallOptions) (int64, error) {
+	var a, k any
+	if args != nil {
+		s, err := marshal(args)
+		if err != nil {
+			return 0, err
+		}
+		a = s
+	}
+	if kwargs != nil {
+		s, err := marshal(kwargs)
+		if err != nil {
+			return 0, err
+		}
+		k = s
+	}
+	extra := map[string]any{}
+	var job *EnqueueOptions
+	if opts != nil {
+		if opts.ResultTTL < 0 || opts.Timeout < 0 {
+			return 0, newErr(ErrInvalid, "task_enqueue", "ResultTTL and Timeout must be >= 0")
+		}
+		if opts.ResultTTL > 0 {
+			extra["result_ttl_ms"] = ms(opts.ResultTTL)
+		}
+		if opts.Timeout > 0 {
+			extra["timeout_ms"] = ms(opts.Timeout)
+		}
+		job = opts.Job
+	}
+	o, err := job.sqlOptionsWith(extra)
+	if err != nil {
+		return 0, err
+	}
+	return queryTocsin(ctx, tx, "task_enqueue", "tocsin_task_enqueue(?, ?, ?, ?, ?)", queue, task, a, k, o)
 }
