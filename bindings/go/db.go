@@ -251,12 +251,10 @@ type Tx struct {
 // so the jobs, events and notifications written through tx commit or vanish together
 // with the application's own writes (tx.Exec).
 func (db *DB) Tx(ctx context.Context, fn func(tx *Tx) error) (err error) {
-	var tp *C.tocsin_db
-	if err := db.do(ctx, "tx begin", func(p *C.tocsin_db) C.int { return C.tocsin_tx_begin(p, &tp) }); err != nil {
+	tx, err := db.begin(ctx)
+	if err != nil {
 		return err
 	}
-	tx := &Tx{}
-	tx.conn = conn{p: tp, db: db, tx: tx}
 	defer func() {
 		if r := recover(); r != nil {
 			tx.end(false)
@@ -270,6 +268,16 @@ func (db *DB) Tx(ctx context.Context, fn func(tx *Tx) error) (err error) {
 		return ferr
 	}
 	return tx.end(true)
+}
+
+func (db *DB) begin(ctx context.Context) (*Tx, error) {
+	var tp *C.tocsin_db
+	if err := db.do(ctx, "tx begin", func(p *C.tocsin_db) C.int { return C.tocsin_tx_begin(p, &tp) }); err != nil {
+		return nil, err
+	}
+	tx := &Tx{}
+	tx.conn = conn{p: tp, db: db, tx: tx}
+	return tx, nil
 }
 
 func (tx *Tx) end(commit bool) error {

@@ -123,12 +123,14 @@ type TaskOptions struct {
 	ResultTTL   time.Duration // default result lifetime: > 0 this long, 0 one day, < 0 forever
 }
 
-// handler runs one call: args/kwargs JSON in, result JSON out.
-type handler func(ctx context.Context, args, kwargs json.RawMessage) (json.RawMessage, error)
+// handler runs one call: args/kwargs JSON in, result JSON out; tx is the run's
+// transaction for TaskTx tasks, nil otherwise.
+type handler func(ctx context.Context, tx *Tx, args, kwargs json.RawMessage) (json.RawMessage, error)
 
 type taskEntry struct {
 	name     string
 	opts     TaskOptions
+	inTx     bool
 	run      handler
 	periodic []periodicSpec
 }
@@ -165,6 +167,19 @@ type TaskDef[Args, Res any] struct {
 // Task declares task `name` on db with its handler fn. The name is the contract across
 // runtimes: any runtime may call it, and read its results.
 func Task[Args, Res any](db *DB, name string, fn func(ctx context.Context, args Args) (Res, error), opts *TaskOptions) *TaskDef[Args, Res] {
+	return declare[Args, Res](db, name, false, func(ctx context.Context, _ *Tx, a Args) (Res, error) { return fn(ctx, a) }, opts)
+}
+
+// TaskTx declares a task whose handler writes through tx, a transaction in which the
+// worker also records the run's outcome (tocsin_worker_finish with a transaction): the
+// handler's database effects, its result and its ack commit together, or -- when the
+// handler fails, or its lease was lost meanwhile (ErrLeaseLost) -- not at all.
+// Exactly-once effects for work whose effects live in the same database.
+func TaskTx[Args, Res any](db *DB, name string, fn func(ctx context.Context, tx *Tx, args Args) (Res, error), opts *TaskOptions) *TaskDef[Args, Res] {
+	return declare[Args, Res](db, name, true, fn, opts)
+}
+
+func declare[Args, Res any](db *DB, name string, inTx bool, fn func(ctx context.Context, tx *Tx, args Args) (Res, error), opts *TaskOptions) *TaskDef[Args, Res] {
 	var o TaskOptions
 	if opts != nil {
 		o = *opts
@@ -172,13 +187,13 @@ func Task[Args, Res any](db *DB, name string, fn func(ctx context.Context, args 
 	if o.Queue == "" {
 		o.Queue = "default"
 	}
-	e := &taskEntry{name: name, opts: o}
-	e.run = func(ctx context.Context, args, kwargs json.RawMessage) (json.RawMessage, error) {
+	e := &taskEntry{name: name, opts: o, inTx: inTx}
+	e.run = func(ctx context.Context, tx *Tx, args, kwargs json.RawMessage) (json.RawMessage, error) {
 		var a Args
 		if err := decodeArgs(args, kwargs, &a); err != nil {
 			return nil, &permanent{&TaskError{Type: "InvalidArguments", Message: err.Error()}}
 		}
-		res, err := fn(ctx, a)
+		res, err := fn(ctx, tx, a)
 		if err != nil {
 			return nil, err
 		}

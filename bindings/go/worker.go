@@ -55,7 +55,8 @@ type outcome struct {
 	id    int64
 	value json.RawMessage
 	err   error
-	late  bool
+	tx    *Tx        // TaskTx: record the outcome inside it
+	reply chan error // TaskTx: how recording went (commit on nil)
 }
 
 // NewWorker opens a worker on db for the tasks declared with Task so far, on a handle of
@@ -207,31 +208,58 @@ func (wk *Worker) dispatch(runs **C.tocsin_task_run, n C.size_t) {
 		go func() {
 			defer wk.handlers.Done()
 			start := time.Now()
-			v, err := safeRun(hctx, t.run, args, kwargs)
+			var tx *Tx
+			var v json.RawMessage
+			var err error
+			if t.inTx {
+				tx, err = wk.own.begin(hctx)
+			}
+			if err == nil {
+				v, err = safeRun(hctx, t.run, tx, args, kwargs)
+			}
 			if hctx.Err() == context.DeadlineExceeded {
 				err = &TaskError{Type: "Timeout", Message: fmt.Sprintf("the run exceeded its timeout of %s", timeout)}
 			}
 			cancel()
+			if tx != nil && err != nil {
+				tx.end(false) // the handler's writes go; the error is recorded outside
+				tx = nil
+			}
 			lvl := slog.LevelInfo
 			if err != nil {
 				lvl = slog.LevelWarn
 			}
 			wk.log.Log(context.Background(), lvl, "tocsin task finished", "task", name, "job_id", id,
 				"attempt", attempt, "duration", time.Since(start), "error", err)
-			wk.outcomes <- outcome{run: r, id: id, value: v, err: err}
+			var reply chan error
+			if tx != nil {
+				reply = make(chan error, 1)
+			}
+			wk.outcomes <- outcome{run: r, id: id, value: v, err: err, tx: tx, reply: reply}
 			wk.poke()
+			if reply != nil {
+				ferr := <-reply
+				if ferr == nil {
+					ferr = tx.end(true)
+				} else {
+					tx.end(false)
+				}
+				if ferr != nil {
+					wk.log.Warn("tocsin task: its transaction did not commit", "task", name, "job_id", id, "error", ferr)
+				}
+			}
 		}()
 	}
 	C.tocsin_free(unsafe.Pointer(runs))
 }
 
-func safeRun(ctx context.Context, h handler, args, kwargs json.RawMessage) (v json.RawMessage, err error) {
+func safeRun(ctx context.Context, h handler, tx *Tx, args, kwargs json.RawMessage) (v json.RawMessage, err error) {
 	defer func() {
 		if p := recover(); p != nil {
 			err = &TaskError{Type: "panic", Message: fmt.Sprint(p), Trace: string(debug.Stack())}
 		}
 	}()
-	return h(ctx, args, kwargs)
+	return h(ctx, tx, args, kwargs)
 }
 
 // drainOutcomes reports the finished runs (on the worker's goroutine: one thread at a
@@ -274,8 +302,16 @@ func (wk *Worker) finish(o outcome) {
 		}
 		out.error_type, out.error_message, out.error_trace = cs.str(typ), cs.str(msg), cs.opt(trace)
 	}
-	if err := call("worker_finish", func() C.int { return C.tocsin_worker_finish(wk.w, nil, o.run, &out) }); err != nil {
+	var txp *C.tocsin_db
+	if o.tx != nil {
+		txp = o.tx.p
+	}
+	err := call("worker_finish", func() C.int { return C.tocsin_worker_finish(wk.w, txp, o.run, &out) })
+	if err != nil && !isCode(err, ErrLeaseLost) {
 		wk.log.Error("tocsin worker: recording an outcome failed", "job_id", o.id, "error", err)
+	}
+	if o.reply != nil {
+		o.reply <- err
 	}
 }
 
@@ -326,11 +362,15 @@ func (wk *Worker) shutdown() {
 	wk.close() // hands back what still runs
 	// late outcomes of handed-back runs are dropped (their runs were released)
 	go func() {
-		wk.handlers.Wait()
+		done := make(chan struct{})
+		go func() { wk.handlers.Wait(); close(done) }()
 		for {
 			select {
-			case <-wk.outcomes:
-			default:
+			case o := <-wk.outcomes:
+				if o.reply != nil {
+					o.reply <- newErr(ErrClosed, "worker", "the worker stopped: the run was handed back")
+				}
+			case <-done:
 				return
 			}
 		}
