@@ -31,6 +31,11 @@ type WorkerOptions struct {
 	Scheduler       bool          // stand for the scheduler's leadership (cron schedules, periodic tasks)
 	SchedulerTTL    time.Duration // leader lease; 0: 10s
 	Logger          *slog.Logger  // nil: slog.Default()
+	// A claimed job of a task this worker lacks is handed back (no attempt consumed)
+	// after UnknownTaskDelay (doubling, capped at 60s; 0: 1s), and dies (UnknownTask)
+	// after UnknownTaskHandbacks of them (0: 20).
+	UnknownTaskDelay     time.Duration
+	UnknownTaskHandbacks int
 }
 
 // Worker runs this program's tasks (Task) on the core's worker protocol: the core
@@ -81,8 +86,9 @@ func (db *DB) NewWorker(opts WorkerOptions) (*Worker, error) {
 	if len(opts.Queues) == 0 {
 		return nil, newErr(ErrInvalid, "worker_open", "no queues (declare tasks with Task or give Queues)")
 	}
-	if opts.Concurrency < 0 || opts.Visibility < 0 || opts.ShutdownTimeout < 0 || opts.SchedulerTTL < 0 {
-		return nil, newErr(ErrInvalid, "worker_open", "Concurrency, Visibility, ShutdownTimeout and SchedulerTTL must be >= 0")
+	if opts.Concurrency < 0 || opts.Visibility < 0 || opts.ShutdownTimeout < 0 || opts.SchedulerTTL < 0 ||
+		opts.UnknownTaskDelay < 0 || opts.UnknownTaskHandbacks < 0 {
+		return nil, newErr(ErrInvalid, "worker_open", "durations and counts of WorkerOptions must be >= 0")
 	}
 	if opts.Concurrency == 0 {
 		opts.Concurrency = 1
@@ -109,6 +115,8 @@ func (db *DB) NewWorker(opts WorkerOptions) (*Worker, error) {
 		o.scheduler = 1
 	}
 	o.scheduler_ttl_ms = C.int64_t(ms(opts.SchedulerTTL))
+	o.unknown_task_delay_ms = C.int64_t(ms(opts.UnknownTaskDelay))
+	o.unknown_task_handbacks = C.int(opts.UnknownTaskHandbacks)
 	if db.closed.Load() {
 		return nil, newErr(ErrClosed, "worker_open", "the database is closed")
 	}

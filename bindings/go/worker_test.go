@@ -211,6 +211,22 @@ func TestWorkerBadInput(t *testing.T) {
 	wantCode(t, err, tocsin.ErrInvalid)
 	_, err = db.NewWorker(tocsin.WorkerOptions{Queues: []string{""}})
 	wantCode(t, err, tocsin.ErrInvalid)
+	_, err = db.NewWorker(tocsin.WorkerOptions{Queues: []string{"q"}, UnknownTaskHandbacks: -1})
+	wantCode(t, err, tocsin.ErrInvalid)
+}
+
+// A job of a task no worker of the queue knows is handed back, then dies UnknownTask.
+func TestUnknownTaskHandedBack(t *testing.T) {
+	db := openDB(t)
+	h := must(db.Call(bg, "mixed", "nobody_has_it", []any{1}, nil, nil))
+	stop := runWorker(t, db, tocsin.WorkerOptions{Queues: []string{"mixed"}, UnknownTaskDelay: time.Millisecond, UnknownTaskHandbacks: 2})
+	defer stop()
+	ctx, cancel := context.WithTimeout(bg, 10*time.Second)
+	defer cancel()
+	r := must(h.Result(ctx))
+	if r.Err == nil || r.Err.Type != "UnknownTask" {
+		t.Fatalf("%+v", r)
+	}
 }
 
 // TaskTx: the handler's rows, its result and its ack commit together, or not at all.
