@@ -1116,6 +1116,17 @@ TOCSIN_API int tocsin_worker_close(tocsin_worker *w);
 /* ---- SQL surface ------------------------------------------------------- */
 /* Registers the tocsin_* SQL functions (docs/sql.md) on the handle's connection. */
 TOCSIN_API int tocsin_register_sql(tocsin_db *db);
+/*
+ * An extension entry point for the library build (not in the loadable extension,
+ * whose entry point is sqlite3_tocsin_init): wraps `conn` -- a connection of the
+ * SQLite this library links -- and registers the SQL functions on it, with a
+ * wrapper freed when the connection closes. `pApi` is ignored. Its signature fits
+ * sqlite3_auto_extension(), so that every connection the process opens afterwards
+ * through that same copy of SQLite (e.g. a database/sql driver linked to the
+ * system libsqlite3) gets the SQL surface. Returns an SQLite result code; on
+ * failure *pzErrMsg (may be NULL) is set with sqlite3_mprintf.
+ */
+TOCSIN_API int tocsin_sql_init(struct sqlite3 *conn, char **pzErrMsg, const void *pApi);
 
 #ifdef __cplusplus
 }

@@ -1689,12 +1689,11 @@ int tocsin_register_sql(tocsin_db *db) {
     return rc == SQLITE_OK ? TOCSIN_OK : tc_sqlerr(db, rc, "register SQL functions");
 }
 
-#ifdef TOCSIN_EXTENSION
-TOCSIN_EXPORT
-int sqlite3_tocsin_init(sqlite3 *conn, char **pzErrMsg, const sqlite3_api_routines *pApi) {
+/* Wraps `conn` and registers the SQL functions on it; the wrapper lives as long as
+ * the functions (freed with the connection). The body of both entry points. */
+static int sql_entry(sqlite3 *conn, char **pzErrMsg) {
     tocsin_db *db = NULL;
     int rc;
-    SQLITE_EXTENSION_INIT2(pApi);
     rc = tocsin_wrap(&db, conn, NULL);
     if (rc != TOCSIN_OK) {
         if (pzErrMsg) *pzErrMsg = sqlite3_mprintf("tocsin: %s", tocsin_errmsg(db));
@@ -1708,5 +1707,20 @@ int sqlite3_tocsin_init(sqlite3 *conn, char **pzErrMsg, const sqlite3_api_routin
         *pzErrMsg = sqlite3_mprintf("tocsin: cannot register SQL functions: %s",
                                     sqlite3_errstr(rc));
     return rc;
+}
+
+#ifdef TOCSIN_EXTENSION
+TOCSIN_EXPORT
+int sqlite3_tocsin_init(sqlite3 *conn, char **pzErrMsg, const sqlite3_api_routines *pApi) {
+    SQLITE_EXTENSION_INIT2(pApi);
+    return sql_entry(conn, pzErrMsg);
+}
+#else
+/* The library build runs on the SQLite it links, so pApi is unused: hosts of the same
+ * copy (sqlite3_auto_extension, mattn/go-sqlite3 -tags libsqlite3) get the SQL surface
+ * without loading tocsin.so. */
+int tocsin_sql_init(struct sqlite3 *conn, char **pzErrMsg, const void *pApi) {
+    (void)pApi;
+    return sql_entry(conn, pzErrMsg);
 }
 #endif

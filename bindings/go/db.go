@@ -1,0 +1,402 @@
+package tocsin
+
+/*
+#include <stdlib.h>
+#include "tocsin.h"
+
+// A settable clock for tests and demos (DB.SetTime): the handle reads the instant
+// stored at ctx, which Go sets atomically from any goroutine.
+static int64_t go_fixed_clock(void *ctx) { return __atomic_load_n((int64_t *)ctx, __ATOMIC_SEQ_CST); }
+static void go_store_ms(int64_t *p, int64_t v) { __atomic_store_n(p, v, __ATOMIC_SEQ_CST); }
+static void go_use_fixed_clock(tocsin_db *db, int64_t *at) { tocsin_set_clock(db, go_fixed_clock, at); }
+*/
+import "C"
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"runtime"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+)
+
+// Options of Open. The zero value is the default.
+type Options struct {
+	BusyTimeout     time.Duration // how long a writer waits for the lock; 0: 5s
+	MaxPayloadBytes int64         // payload size limit; 0: 1 MiB
+	ReadOnly        bool          // no bootstrap; writes fail with ErrReadOnly
+	// AllowStaticSQLite lets Open proceed when the SQLite tocsin calls is not a shared
+	// libsqlite3 but a copy compiled into the executable (mattn/go-sqlite3 without
+	// -tags libsqlite3). Only for programs that know every SQLite user in the process
+	// is bound to that one copy.
+	AllowStaticSQLite bool
+}
+
+// DB is an open tocsin database: safe for use by any number of goroutines (the core
+// serialises calls on one handle). Close it when done.
+type DB struct {
+	conn
+	path   string
+	opts   Options
+	mu     sync.RWMutex // held shared by every call on the handle, exclusively by Close
+	closed atomic.Bool
+	wmu    sync.Mutex
+	wcond  *sync.Cond // signalled when a waiter leaves waits
+	waits  map[*waiter]struct{}
+
+	regOnce sync.Once
+	reg     *registry // the tasks declared with Task
+
+	clockMu sync.Mutex
+	clock   *C.int64_t // non-nil after SetTime: the instant the handle's clock reads (C memory)
+}
+
+// conn is what a DB and a Tx share: the tocsin_db handle the calls run on.
+type conn struct {
+	p  *C.tocsin_db
+	db *DB
+	tx *Tx // non-nil for a transaction's handle
+}
+
+// Open opens (creating if needed) the database at path: WAL, synchronous=NORMAL,
+// busy timeout and foreign keys set by the core, schema bootstrapped. opts may be nil.
+func Open(path string, opts *Options) (*DB, error) {
+	if opts == nil {
+		opts = &Options{}
+	}
+	if err := checkSQLiteCopy(opts); err != nil {
+		return nil, err
+	}
+	if strings.IndexByte(path, 0) >= 0 {
+		return nil, newErr(ErrInvalid, "open", "path contains a NUL byte")
+	}
+	var o C.tocsin_open_opts
+	o.version = C.TOCSIN_OPEN_OPTS_VERSION
+	if opts.BusyTimeout < 0 || opts.MaxPayloadBytes < 0 {
+		return nil, newErr(ErrInvalid, "open", "BusyTimeout and MaxPayloadBytes must be >= 0")
+	}
+	bt := opts.BusyTimeout.Milliseconds()
+	if bt > math.MaxInt32 {
+		bt = math.MaxInt32
+	}
+	o.busy_timeout_ms = C.int(bt)
+	o.max_payload_bytes = C.int64_t(opts.MaxPayloadBytes)
+	if opts.ReadOnly {
+		o.read_only = 1
+	}
+	cpath := C.CString(path)
+	defer C.free(unsafe.Pointer(cpath))
+	var p *C.tocsin_db
+	runtime.LockOSThread()
+	rc := C.tocsin_open(&p, cpath, &o)
+	var err error
+	if rc != 0 {
+		err = lastError(rc, "open")
+		C.tocsin_close(p)
+	}
+	runtime.UnlockOSThread()
+	if err != nil {
+		return nil, err
+	}
+	db := &DB{path: path, opts: *opts, waits: map[*waiter]struct{}{}}
+	db.wcond = sync.NewCond(&db.wmu)
+	db.conn = conn{p: p, db: db}
+	runtime.SetFinalizer(db, func(db *DB) { _ = db.Close() })
+	return db, nil
+}
+
+// checkSQLiteCopy refuses a process where tocsin's SQLite is compiled into the
+// executable rather than the shared libsqlite3 (see docs/architecture.md, "Go").
+func checkSQLiteCopy(opts *Options) error {
+	lib := SQLite().Library
+	if opts.AllowStaticSQLite || lib == "" || strings.Contains(lib, "libsqlite3") {
+		return nil
+	}
+	return fmt.Errorf("%w: tocsin's SQLite %s comes from %s, not the shared libsqlite3 "+
+		"(a driver compiled its own SQLite into the program, e.g. mattn/go-sqlite3 built "+
+		"without -tags libsqlite3; build with -tags libsqlite3, or set "+
+		"Options.AllowStaticSQLite if every SQLite user is bound to that copy)",
+		ErrSQLiteCopy, SQLite().Version, lib)
+}
+
+// SetTime fixes the handle's clock at t (the core's injectable clock: leases, delays,
+// deadlines and schedules follow it), for tests and demos; later calls move it. A zero t
+// restores the system clock. Transactions and workers opened afterwards follow it too.
+// Like the C API, set it before other goroutines rely on the handle's time.
+func (db *DB) SetTime(t time.Time) error {
+	db.clockMu.Lock()
+	defer db.clockMu.Unlock()
+	return db.do(context.Background(), "set_clock", func(p *C.tocsin_db) C.int {
+		if t.IsZero() {
+			C.tocsin_set_clock(p, nil, nil)
+			return 0
+		}
+		if db.clock == nil {
+			db.clock = (*C.int64_t)(C.malloc(8)) // freed with the process: the handle may outlive Close in transactions
+		}
+		C.go_store_ms(db.clock, C.int64_t(t.UnixMilli()))
+		C.go_use_fixed_clock(p, db.clock)
+		return 0
+	})
+}
+
+// shareClock gives another handle on the same file db's fixed clock, if any.
+func (db *DB) shareClock(other *DB) {
+	db.clockMu.Lock()
+	defer db.clockMu.Unlock()
+	if db.clock != nil {
+		C.go_use_fixed_clock(other.p, db.clock)
+	}
+}
+
+// Path is the path the database was opened with.
+func (db *DB) Path() string { return db.path }
+
+// Close closes the database: waits of other goroutines on it (results, locks, queue
+// waits, listeners, subscriptions, workers) end with ErrClosed first, and Close returns
+// once they have let go (a Worker shuts down gracefully first). Transactions in
+// progress keep the core's handle alive until they end. Calling Close again is a no-op.
+func (db *DB) Close() error {
+	if db.closed.Swap(true) {
+		return nil
+	}
+	runtime.SetFinalizer(db, nil)
+	db.wmu.Lock()
+	ws := make([]*waiter, 0, len(db.waits))
+	for w := range db.waits {
+		ws = append(ws, w)
+	}
+	db.wmu.Unlock()
+	for _, w := range ws {
+		w.fire(true)
+	}
+	// every wait, listener, subscription and worker has let go of the handle
+	db.wmu.Lock()
+	for len(db.waits) > 0 {
+		db.wcond.Wait()
+	}
+	db.wmu.Unlock()
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	p := db.p
+	db.p = nil
+	return call("close", func() C.int { return C.tocsin_close(p) })
+}
+
+// acquire pins the handle for one call: ErrClosed after Close. Transaction handles
+// live until their end, independently of Close.
+func (c *conn) acquire(op string) (*C.tocsin_db, func(), error) {
+	if c.tx != nil {
+		if c.tx.done.Load() {
+			return nil, nil, newErr(ErrClosed, op, "the transaction has ended")
+		}
+		return c.p, noop, nil
+	}
+	db := c.db
+	db.mu.RLock()
+	if db.closed.Load() {
+		db.mu.RUnlock()
+		return nil, nil, newErr(ErrClosed, op, "the database is closed")
+	}
+	return db.p, db.mu.RUnlock, nil
+}
+
+func noop() {}
+
+// do runs f on the handle with the thread's error read in the same locked thread.
+func (c *conn) do(ctx context.Context, op string, f func(p *C.tocsin_db) C.int) error {
+	if err := ctx.Err(); err != nil {
+		return ctxErr(ctx, op)
+	}
+	p, release, err := c.acquire(op)
+	if err != nil {
+		return err
+	}
+	err = call(op, func() C.int { return f(p) })
+	release()
+	return err
+}
+
+// Now is the handle's clock.
+func (c *conn) Now() time.Time {
+	var ms C.int64_t
+	_ = c.do(context.Background(), "now", func(p *C.tocsin_db) C.int { ms = C.tocsin_now(p); return 0 })
+	return fromMs(int64(ms))
+}
+
+// Exec runs SQL text of the application's (no result rows, no parameters) on the
+// handle's connection: inside Tx, it joins the transaction.
+func (c *conn) Exec(ctx context.Context, sql string) error {
+	var cs cstrings
+	defer cs.free()
+	s := cs.str(sql)
+	return c.do(ctx, "exec", func(p *C.tocsin_db) C.int { return C.tocsin_exec(p, s) })
+}
+
+// Tx is a write transaction on a connection of its own (tocsin_tx_begin): every call
+// made on it joins the transaction; calls on the DB do not. Use it from one goroutine
+// at a time; waits are not available inside a transaction.
+type Tx struct {
+	conn
+	done atomic.Bool
+}
+
+// Tx runs fn in a write transaction (BEGIN IMMEDIATE, waiting up to the busy timeout):
+// it commits when fn returns nil and rolls back when fn returns an error or panics,
+// so the jobs, events and notifications written through tx commit or vanish together
+// with the application's own writes (tx.Exec).
+func (db *DB) Tx(ctx context.Context, fn func(tx *Tx) error) (err error) {
+	tx, err := db.begin(ctx)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			tx.end(false)
+			panic(r)
+		}
+	}()
+	if ferr := fn(tx); ferr != nil {
+		if rerr := tx.end(false); rerr != nil {
+			return errors.Join(ferr, rerr)
+		}
+		return ferr
+	}
+	return tx.end(true)
+}
+
+func (db *DB) begin(ctx context.Context) (*Tx, error) {
+	var tp *C.tocsin_db
+	if err := db.do(ctx, "tx begin", func(p *C.tocsin_db) C.int { return C.tocsin_tx_begin(p, &tp) }); err != nil {
+		return nil, err
+	}
+	tx := &Tx{}
+	tx.conn = conn{p: tp, db: db, tx: tx}
+	return tx, nil
+}
+
+func (tx *Tx) end(commit bool) error {
+	if tx.done.Swap(true) {
+		return nil
+	}
+	p := tx.p
+	if commit {
+		return call("commit", func() C.int { return C.tocsin_tx_commit(p) })
+	}
+	return call("rollback", func() C.int { return C.tocsin_tx_rollback(p) })
+}
+
+// ---- time ----
+
+func ms(d time.Duration) int64 { return d.Milliseconds() }
+
+func toMs(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return t.UnixMilli()
+}
+
+func fromMs(v int64) time.Time {
+	if v <= 0 {
+		return time.Time{}
+	}
+	return time.UnixMilli(v)
+}
+
+// ---- waits ----
+
+// waiter connects a blocked wait to its context and to Close: fire pokes the wait
+// (tocsin_*_poke), never after the wait's owner called finish (the C object may be gone).
+type waiter struct {
+	mu       sync.Mutex
+	done     bool
+	dbClosed bool
+	poke     func()
+	stop     func() bool
+	db       *DB
+}
+
+func (db *DB) newWaiter(ctx context.Context, poke func()) *waiter {
+	w := &waiter{poke: poke, db: db}
+	db.wmu.Lock()
+	db.waits[w] = struct{}{}
+	db.wmu.Unlock()
+	if db.closed.Load() {
+		w.fire(true)
+	}
+	w.stop = context.AfterFunc(ctx, func() { w.fire(false) })
+	return w
+}
+
+func (w *waiter) fire(dbClosed bool) {
+	w.mu.Lock()
+	if !w.done {
+		if dbClosed {
+			w.dbClosed = true
+		}
+		w.poke()
+	}
+	w.mu.Unlock()
+}
+
+func (w *waiter) isDBClosed() bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.dbClosed
+}
+
+// finish detaches the waiter: no poke reaches the C object afterwards.
+func (w *waiter) finish() {
+	w.stop()
+	w.mu.Lock()
+	w.done = true
+	w.mu.Unlock()
+	w.db.wmu.Lock()
+	delete(w.db.waits, w)
+	w.db.wcond.Broadcast()
+	w.db.wmu.Unlock()
+}
+
+// timeoutMs is the real-time bound of one wait from ctx's deadline (-1: none).
+func timeoutMs(ctx context.Context) C.int {
+	dl, ok := ctx.Deadline()
+	if !ok {
+		return -1
+	}
+	d := time.Until(dl)
+	if d <= 0 {
+		return 0
+	}
+	m := (d + time.Millisecond - 1) / time.Millisecond
+	if m > math.MaxInt32 {
+		return math.MaxInt32
+	}
+	return C.int(m)
+}
+
+// waitErr turns how a wait ended into the error to return: the context's error when it
+// ended because of it, ErrClosed when Close ended it, the core's error otherwise.
+func waitErr(ctx context.Context, w *waiter, err error, op string) error {
+	if err == nil {
+		return nil
+	}
+	if errors.Is(err, ErrInterrupted) || errors.Is(err, ErrTimeout) || errors.Is(err, ErrClosed) {
+		if w != nil && w.isDBClosed() {
+			return newErr(ErrClosed, op, "the database was closed")
+		}
+		if cerr := ctxErr(ctx, op); cerr != nil {
+			return cerr
+		}
+		// the core's deadline (ms granularity) may pass just before the context's timer fires
+		if dl, ok := ctx.Deadline(); ok && isCode(err, ErrTimeout) && time.Until(dl) < 2*time.Millisecond {
+			return &Error{Code: ErrTimeout, Op: op, Message: context.DeadlineExceeded.Error(), cause: context.DeadlineExceeded}
+		}
+	}
+	return err
+}

@@ -1,0 +1,601 @@
+package tocsin
+
+/*
+#include <stdlib.h>
+#include "tocsin.h"
+
+static tocsin_message *go_msg_at(tocsin_message *m, size_t i) { return &m[i]; }
+*/
+import "C"
+
+import (
+	"context"
+	"encoding/json"
+	"iter"
+	"sync/atomic"
+	"time"
+	"unsafe"
+)
+
+// blockingWait runs one of the core's waits that take a subscription (queue, result and
+// lock waits) on the DB: a subscription of its own is opened for the call so that the
+// context (or Close) can poke it, and deadline is the context's on the handle's clock.
+func (db *DB) blockingWait(ctx context.Context, op string, f func(p *C.tocsin_db, deadline C.int64_t, sub *C.tocsin_sub) C.int) error {
+	if err := ctx.Err(); err != nil {
+		return ctxErr(ctx, op)
+	}
+	p, release, err := db.acquire(op)
+	if err != nil {
+		return err
+	}
+	defer release()
+	var sub *C.tocsin_sub
+	if err := call(op, func() C.int { return C.tocsin_sub_open(&sub, p) }); err != nil {
+		return err
+	}
+	defer C.tocsin_sub_close(sub)
+	w := db.newWaiter(ctx, func() { C.tocsin_sub_poke(sub) })
+	deadline := C.int64_t(-1)
+	if dl, ok := ctx.Deadline(); ok {
+		rem := time.Until(dl)
+		if rem < 0 {
+			rem = 0
+		}
+		deadline = C.tocsin_now(p) + C.int64_t(ms(rem+time.Millisecond-1))
+	}
+	err = call(op, func() C.int { return f(p, deadline, sub) })
+	w.finish()
+	return waitErr(ctx, w, err, op)
+}
+
+// Wait blocks until something in the queue is claimable (nil), or until ctx ends (its
+// error, matching ErrInterrupted or ErrTimeout) or the DB closes (ErrClosed). Idle, it
+// only reads (tocsin_queue_wait).
+func (q *Queue) Wait(ctx context.Context) error {
+	if q.c.tx != nil {
+		return newErr(ErrInvalid, "queue_wait", "waits are not available inside a transaction")
+	}
+	var cs cstrings
+	defer cs.free()
+	carr := (**C.char)(C.malloc(C.size_t(unsafe.Sizeof((*C.char)(nil)))))
+	defer C.free(unsafe.Pointer(carr))
+	*carr = cs.str(q.name)
+	return q.c.db.blockingWait(ctx, "queue_wait", func(p *C.tocsin_db, dl C.int64_t, sub *C.tocsin_sub) C.int {
+		return C.tocsin_queue_wait(p, carr, 1, dl, sub)
+	})
+}
+
+// ---- messages ----
+
+// Message is a stream event or a notification.
+type Message struct {
+	ID        int64           // the stream offset or notification id
+	Name      string          // topic or channel
+	Key       string          // stream events: the partition/ordering key
+	Payload   json.RawMessage // JSON text
+	Meta      json.RawMessage // JSON object or nil
+	CreatedAt time.Time
+}
+
+// Decode unmarshals the payload into v.
+func (m *Message) Decode(v any) error { return json.Unmarshal(m.Payload, v) }
+
+func messagesFrom(msgs *C.tocsin_message, n C.size_t) []Message {
+	out := make([]Message, int(n))
+	for i := range out {
+		m := C.go_msg_at(msgs, C.size_t(i))
+		out[i] = Message{ID: int64(m.id), Name: goStr(m.name), Key: goStr(m.key),
+			Payload: raw(m.payload), Meta: raw(m.meta), CreatedAt: fromMs(int64(m.created_at))}
+	}
+	C.tocsin_messages_free(msgs, n)
+	return out
+}
+
+// ---- listen ----
+
+// ListenOptions of Listen.
+type ListenOptions struct {
+	BufferSize int // notifications kept for a slow listener (1..10000; 0: 1000); older ones drop
+}
+
+// Listener receives the notifications of one channel from the moment Listen returned.
+// C delivers them until the context ends, Close is called or the DB closes; then C is
+// closed and Err tells why.
+type Listener struct {
+	C    <-chan Message
+	l    *C.tocsin_listener
+	w    *waiter
+	done chan struct{}
+	err  error
+	stop context.CancelFunc
+	// the counters as they were at close (the C object is gone then)
+	dropped atomic.Int64
+}
+
+// Listen listens on channel (NOTIFY/LISTEN): one goroutine per listener waits in the
+// core (the blocked cgo call is its only OS thread) and ends with ctx.
+func (db *DB) Listen(ctx context.Context, channel string, opts *ListenOptions) (*Listener, error) {
+	size := 1000
+	if opts != nil && opts.BufferSize != 0 {
+		size = opts.BufferSize
+	}
+	if size < 0 {
+		return nil, newErr(ErrInvalid, "listen", "BufferSize must be >= 1")
+	}
+	var cs cstrings
+	defer cs.free()
+	cch := cs.str(channel)
+	var l *C.tocsin_listener
+	if err := db.do(ctx, "listen", func(p *C.tocsin_db) C.int {
+		return C.tocsin_listen_open(&l, p, cch, C.size_t(size))
+	}); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	ch := make(chan Message)
+	li := &Listener{C: ch, l: l, done: make(chan struct{}), stop: cancel}
+	li.w = db.newWaiter(ctx, func() { C.tocsin_listen_poke(l) })
+	go li.run(ctx, ch)
+	return li, nil
+}
+
+func (li *Listener) run(ctx context.Context, ch chan<- Message) {
+	defer close(ch) // after done: Err is set once C is closed
+	defer close(li.done)
+	defer func() {
+		li.w.finish()
+		li.dropped.Store(int64(C.tocsin_listen_dropped(li.l)))
+		C.tocsin_listen_close(li.l)
+	}()
+	for {
+		var msgs *C.tocsin_message
+		var n C.size_t
+		err := call("listen", func() C.int { return C.tocsin_listen_next(li.l, &msgs, &n, timeoutMs(ctx)) })
+		if err != nil {
+			if ctx.Err() == nil && !li.w.isDBClosed() && (isCode(err, ErrInterrupted) || isCode(err, ErrTimeout)) {
+				continue // a stale poke: wait again
+			}
+			li.err = waitErr(ctx, li.w, err, "listen")
+			return
+		}
+		li.dropped.Store(int64(C.tocsin_listen_dropped(li.l)))
+		for _, m := range messagesFrom(msgs, n) {
+			select {
+			case ch <- m:
+			case <-ctx.Done():
+				li.err = ctxErr(ctx, "listen")
+				return
+			}
+		}
+	}
+}
+
+func isCode(err error, c Code) bool {
+	e, ok := err.(*Error)
+	return ok && e.Code == c
+}
+
+// Dropped counts notifications lost to the bounded buffer so far.
+// (read by the listener's goroutine after each batch: one thread at a time per listener).
+func (li *Listener) Dropped() int64 { return li.dropped.Load() }
+
+// Close stops the listener and waits for its goroutine to end.
+func (li *Listener) Close() error {
+	li.stop()
+	<-li.done
+	return nil
+}
+
+// Err is why C was closed: the context's error, ErrClosed, ErrReplaced, ... (nil before).
+func (li *Listener) Err() error {
+	select {
+	case <-li.done:
+		return li.err
+	default:
+		return nil
+	}
+}
+
+// ---- streams ----
+
+// Stream is a durable topic.
+type Stream struct {
+	c     *conn
+	topic string
+}
+
+// Stream names a topic.
+func (c *conn) Stream(topic string) *Stream { return &Stream{c: c, topic: topic} }
+
+// Topic is the stream's topic.
+func (s *Stream) Topic() string { return s.topic }
+
+// PublishOptions of Publish.
+type PublishOptions struct {
+	Key  string // partition/ordering key
+	Meta any    // JSON object of headers
+}
+
+// Publish appends an event and returns its offset.
+func (s *Stream) Publish(ctx context.Context, v any, opts *PublishOptions) (int64, error) {
+	payload, err := marshal(v)
+	if err != nil {
+		return 0, err
+	}
+	var cs cstrings
+	defer cs.free()
+	var key, meta *C.char
+	if opts != nil {
+		key = cs.opt(opts.Key)
+		m, err := marshalOpt(opts.Meta)
+		if err != nil {
+			return 0, err
+		}
+		meta = cs.opt(m)
+	}
+	ct, cp := cs.str(s.topic), cs.str(payload)
+	var off C.int64_t
+	err = s.c.do(ctx, "publish", func(p *C.tocsin_db) C.int {
+		return C.tocsin_stream_publish(p, &off, ct, cp, key, meta)
+	})
+	return int64(off), err
+}
+
+// PublishMany appends events atomically; keys is nil or one key ("" for none) per event.
+func (s *Stream) PublishMany(ctx context.Context, values []any, keys []string) ([]int64, error) {
+	n := len(values)
+	if n == 0 {
+		return nil, newErr(ErrInvalid, "publish_many", "no events")
+	}
+	if keys != nil && len(keys) != n {
+		return nil, newErr(ErrInvalid, "publish_many", "keys must be nil or one per event")
+	}
+	var cs cstrings
+	defer cs.free()
+	ptrSize := C.size_t(unsafe.Sizeof((*C.char)(nil)))
+	pays := (*[1 << 28]*C.char)(C.calloc(C.size_t(n), ptrSize))[:n:n]
+	defer C.free(unsafe.Pointer(&pays[0]))
+	var ks []*C.char
+	var kp **C.char
+	if keys != nil {
+		ks = (*[1 << 28]*C.char)(C.calloc(C.size_t(n), ptrSize))[:n:n]
+		defer C.free(unsafe.Pointer(&ks[0]))
+		kp = &ks[0]
+	}
+	for i, v := range values {
+		payload, err := marshal(v)
+		if err != nil {
+			return nil, err
+		}
+		pays[i] = cs.str(payload)
+		if keys != nil {
+			ks[i] = cs.opt(keys[i])
+		}
+	}
+	ct := cs.str(s.topic)
+	offs := make([]C.int64_t, n)
+	err := s.c.do(ctx, "publish_many", func(p *C.tocsin_db) C.int {
+		return C.tocsin_stream_publish_many(p, &offs[0], ct, &pays[0], kp, C.size_t(n))
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]int64, n)
+	for i := range offs {
+		out[i] = int64(offs[i])
+	}
+	return out, nil
+}
+
+// Read returns events with offset > after, oldest first (limit 0: 100).
+func (s *Stream) Read(ctx context.Context, after int64, limit int) ([]Message, error) {
+	if limit == 0 {
+		limit = 100
+	}
+	if limit < 0 {
+		return nil, newErr(ErrInvalid, "stream_read", "limit must be >= 1")
+	}
+	var cs cstrings
+	defer cs.free()
+	ct := cs.str(s.topic)
+	var msgs *C.tocsin_message
+	var n C.size_t
+	if err := s.c.do(ctx, "stream_read", func(p *C.tocsin_db) C.int {
+		return C.tocsin_stream_read(p, &msgs, &n, ct, C.int64_t(after), C.size_t(limit))
+	}); err != nil {
+		return nil, err
+	}
+	return messagesFrom(msgs, n), nil
+}
+
+// SaveOffset stores consumer's offset (offsets only move forward) and returns the one stored.
+func (s *Stream) SaveOffset(ctx context.Context, consumer string, offset int64) (int64, error) {
+	var cs cstrings
+	defer cs.free()
+	cc, ct := cs.str(consumer), cs.str(s.topic)
+	var stored C.int64_t
+	err := s.c.do(ctx, "save_offset", func(p *C.tocsin_db) C.int {
+		return C.tocsin_stream_save_offset(p, &stored, cc, ct, C.int64_t(offset))
+	})
+	return int64(stored), err
+}
+
+// Offset is consumer's saved offset (0 if none).
+func (s *Stream) Offset(ctx context.Context, consumer string) (int64, error) {
+	var cs cstrings
+	defer cs.free()
+	cc, ct := cs.str(consumer), cs.str(s.topic)
+	var off C.int64_t
+	err := s.c.do(ctx, "offset", func(p *C.tocsin_db) C.int {
+		return C.tocsin_stream_offset(p, &off, cc, ct)
+	})
+	return int64(off), err
+}
+
+// TrimOptions of Trim: events matching any criterion set are deleted.
+type TrimOptions struct {
+	MaxAge         time.Duration // older than this
+	MaxCount       int64         // all but the newest MaxCount
+	BelowConsumers bool          // passed by every consumer of the topic
+}
+
+// Trim deletes events and counts them.
+func (s *Stream) Trim(ctx context.Context, opts TrimOptions) (int64, error) {
+	var cs cstrings
+	defer cs.free()
+	ct := cs.str(s.topic)
+	var o C.tocsin_trim_opts
+	o.version = C.TOCSIN_TRIM_OPTS_VERSION
+	o.max_age_ms = C.int64_t(ms(opts.MaxAge))
+	o.max_count = C.int64_t(opts.MaxCount)
+	if opts.BelowConsumers {
+		o.below_consumers = 1
+	}
+	var n C.int64_t
+	err := s.c.do(ctx, "stream_trim", func(p *C.tocsin_db) C.int { return C.tocsin_stream_trim(p, &n, ct, &o) })
+	return int64(n), err
+}
+
+// SubscribeOptions of Subscribe and Events.
+type SubscribeOptions struct {
+	FromOffset    *int64        // nil: after the consumer's saved offset; else after this offset
+	Batch         int           // events per read, 1..10000; 0: 100
+	AutosaveEvery int64         // > 0: save the consumer's offset every N processed events
+	AutosaveAfter time.Duration // > 0: ... or when this long passed since the last save
+}
+
+func (db *DB) openStreamSub(ctx context.Context, topic, consumer string, opts *SubscribeOptions) (*C.tocsin_stream_sub, error) {
+	var o C.tocsin_stream_sub_opts
+	o.version = C.TOCSIN_STREAM_SUB_OPTS_VERSION
+	o.from_offset = -1
+	if opts != nil {
+		if opts.FromOffset != nil {
+			if *opts.FromOffset < 0 {
+				return nil, newErr(ErrInvalid, "subscribe", "FromOffset must be >= 0")
+			}
+			o.from_offset = C.int64_t(*opts.FromOffset)
+		}
+		if opts.Batch < 0 || opts.AutosaveEvery < 0 || opts.AutosaveAfter < 0 {
+			return nil, newErr(ErrInvalid, "subscribe", "Batch, AutosaveEvery and AutosaveAfter must be >= 0")
+		}
+		o.batch = C.size_t(opts.Batch)
+		o.autosave_every = C.int64_t(opts.AutosaveEvery)
+		o.autosave_ms = C.int64_t(ms(opts.AutosaveAfter))
+	}
+	var cs cstrings
+	defer cs.free()
+	ct, cc := cs.str(topic), cs.opt(consumer)
+	var s *C.tocsin_stream_sub
+	err := db.do(ctx, "subscribe", func(p *C.tocsin_db) C.int {
+		return C.tocsin_stream_sub_open(&s, p, ct, cc, &o)
+	})
+	return s, err
+}
+
+func (s *Stream) dbOnly(op string) (*DB, error) {
+	if s.c.tx != nil {
+		return nil, newErr(ErrInvalid, op, "subscriptions are not available inside a transaction")
+	}
+	return s.c.db, nil
+}
+
+// Subscription replays a topic from the consumer's saved offset, then delivers live
+// events on C until the context ends, Close is called or the DB closes.
+type Subscription struct {
+	C    <-chan Message
+	s    *C.tocsin_stream_sub
+	w    *waiter
+	done chan struct{}
+	err  error
+	stop context.CancelFunc
+	// the position as it was at close
+	position atomic.Int64
+}
+
+// Subscribe subscribes consumer (may be "" with FromOffset and no autosave) to the topic,
+// delivering on a channel. An event counts as processed (for autosave) once the next
+// one was received; use Events for "processed when the loop body returned".
+func (s *Stream) Subscribe(ctx context.Context, consumer string, opts *SubscribeOptions) (*Subscription, error) {
+	db, err := s.dbOnly("subscribe")
+	if err != nil {
+		return nil, err
+	}
+	ss, err := db.openStreamSub(ctx, s.topic, consumer, opts)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	ch := make(chan Message)
+	sub := &Subscription{C: ch, s: ss, done: make(chan struct{}), stop: cancel}
+	sub.w = db.newWaiter(ctx, func() { C.tocsin_stream_sub_poke(ss) })
+	go sub.run(ctx, ch)
+	return sub, nil
+}
+
+func (sub *Subscription) run(ctx context.Context, ch chan<- Message) {
+	defer close(ch)
+	defer close(sub.done)
+	defer func() {
+		sub.w.finish()
+		sub.position.Store(int64(C.tocsin_stream_sub_position(sub.s)))
+		if err := call("subscribe", func() C.int { return C.tocsin_stream_sub_close(sub.s) }); err != nil && sub.err == nil {
+			sub.err = err
+		}
+	}()
+	for {
+		msgs, err := streamNext(ctx, sub.s, sub.w)
+		if err != nil {
+			sub.err = err
+			return
+		}
+		for _, m := range msgs {
+			select {
+			case ch <- m:
+			case <-ctx.Done():
+				sub.err = ctxErr(ctx, "subscribe")
+				return
+			}
+		}
+	}
+}
+
+func streamNext(ctx context.Context, s *C.tocsin_stream_sub, w *waiter) ([]Message, error) {
+	for {
+		var msgs *C.tocsin_message
+		var n C.size_t
+		err := call("subscribe", func() C.int { return C.tocsin_stream_sub_next(s, &msgs, &n, timeoutMs(ctx)) })
+		if err == nil {
+			return messagesFrom(msgs, n), nil
+		}
+		if ctx.Err() == nil && !w.isDBClosed() && (isCode(err, ErrInterrupted) || isCode(err, ErrTimeout)) {
+			continue
+		}
+		return nil, waitErr(ctx, w, err, "subscribe")
+	}
+}
+
+// Position is the offset of the last event handed out, once the subscription has
+// ended (while it runs, the goroutine owns the core's subscription).
+func (sub *Subscription) Position() int64 { return sub.position.Load() }
+
+// Close stops the subscription (saving the position when autosave is on) and waits for
+// its goroutine.
+func (sub *Subscription) Close() error {
+	sub.stop()
+	<-sub.done
+	if isCode(sub.err, ErrInterrupted) || isCode(sub.err, ErrTimeout) {
+		return nil
+	}
+	return sub.Err()
+}
+
+// Err is why C was closed (nil before).
+func (sub *Subscription) Err() error {
+	select {
+	case <-sub.done:
+		return sub.err
+	default:
+		return nil
+	}
+}
+
+// Events iterates the topic for consumer in the caller's goroutine (no goroutine of its
+// own): replay, then live, until ctx ends (the last pair carries its error) or the loop
+// breaks. Autosave stores the position at the end; the core counts every event of a
+// batch handed out as processed, so a loop that breaks mid-batch should use Batch 1.
+func (s *Stream) Events(ctx context.Context, consumer string, opts *SubscribeOptions) iter.Seq2[Message, error] {
+	return func(yield func(Message, error) bool) {
+		db, err := s.dbOnly("subscribe")
+		if err != nil {
+			yield(Message{}, err)
+			return
+		}
+		ss, err := db.openStreamSub(ctx, s.topic, consumer, opts)
+		if err != nil {
+			yield(Message{}, err)
+			return
+		}
+		w := db.newWaiter(ctx, func() { C.tocsin_stream_sub_poke(ss) })
+		defer func() {
+			w.finish()
+			C.tocsin_stream_sub_close(ss)
+		}()
+		for {
+			msgs, err := streamNext(ctx, ss, w)
+			if err != nil {
+				yield(Message{}, err)
+				return
+			}
+			for _, m := range msgs {
+				if !yield(m, nil) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// ---- notify ----
+
+// Notify records a notification of channel (in the transaction, from a Tx) and returns its id.
+func (c *conn) Notify(ctx context.Context, channel string, v any, meta any) (int64, error) {
+	payload, err := marshal(v)
+	if err != nil {
+		return 0, err
+	}
+	m, err := marshalOpt(meta)
+	if err != nil {
+		return 0, err
+	}
+	var cs cstrings
+	defer cs.free()
+	cc, cp, cm := cs.str(channel), cs.str(payload), cs.opt(m)
+	var id C.int64_t
+	err = c.do(ctx, "notify", func(p *C.tocsin_db) C.int { return C.tocsin_notify(p, &id, cc, cp, cm) })
+	return int64(id), err
+}
+
+// Notifications reads channel's notifications with id > afterID (limit 0: 100).
+func (c *conn) Notifications(ctx context.Context, channel string, afterID int64, limit int) ([]Message, error) {
+	if limit == 0 {
+		limit = 100
+	}
+	if limit < 0 {
+		return nil, newErr(ErrInvalid, "notify_read", "limit must be >= 1")
+	}
+	var cs cstrings
+	defer cs.free()
+	cc := cs.str(channel)
+	var msgs *C.tocsin_message
+	var n C.size_t
+	if err := c.do(ctx, "notify_read", func(p *C.tocsin_db) C.int {
+		return C.tocsin_notify_read(p, &msgs, &n, cc, C.int64_t(afterID), C.size_t(limit))
+	}); err != nil {
+		return nil, err
+	}
+	return messagesFrom(msgs, n), nil
+}
+
+// NotifyMaxID is the highest notification id so far (0 if none).
+func (c *conn) NotifyMaxID(ctx context.Context) (int64, error) {
+	var id C.int64_t
+	err := c.do(ctx, "notify_max_id", func(p *C.tocsin_db) C.int { return C.tocsin_notify_max_id(p, &id) })
+	return int64(id), err
+}
+
+// PruneNotifications deletes notifications older than maxAge and, per channel, all but
+// the newest maxKeep (0 disables a criterion).
+func (c *conn) PruneNotifications(ctx context.Context, maxAge time.Duration, maxKeep int64) (int64, error) {
+	var n C.int64_t
+	err := c.do(ctx, "notify_prune", func(p *C.tocsin_db) C.int {
+		return C.tocsin_notify_prune(p, &n, C.int64_t(ms(maxAge)), C.int64_t(maxKeep))
+	})
+	return int64(n), err
+}
+
+// SetNotifyAutotrim stores the automatic trim policy (oneIn 0: off).
+func (c *conn) SetNotifyAutotrim(ctx context.Context, maxAge time.Duration, maxKeep, oneIn int64) error {
+	return c.do(ctx, "notify_autotrim", func(p *C.tocsin_db) C.int {
+		return C.tocsin_notify_set_autotrim(p, C.int64_t(ms(maxAge)), C.int64_t(maxKeep), C.int64_t(oneIn))
+	})
+}

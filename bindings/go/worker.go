@@ -1,0 +1,442 @@
+package tocsin
+
+/*
+#include <stdlib.h>
+#include "tocsin.h"
+
+static tocsin_task_run *go_run_at(tocsin_task_run **runs, size_t i) { return runs[i]; }
+static int64_t go_id_at(int64_t *ids, size_t i) { return ids[i]; }
+*/
+import "C"
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+	"unsafe"
+)
+
+// WorkerOptions of NewWorker.
+type WorkerOptions struct {
+	ID              string        // a name; "": host:pid:random
+	Queues          []string      // the queues to work, in order of precedence; nil: the tasks' queues
+	Concurrency     int           // runs at once; 0: 1
+	Visibility      time.Duration // lease of each claim, renewed by the core; 0: 30s
+	ShutdownTimeout time.Duration // on stop: how long running handlers may finish; 0: 10s
+	Scheduler       bool          // stand for the scheduler's leadership (cron schedules, periodic tasks)
+	SchedulerTTL    time.Duration // leader lease; 0: 10s
+	Logger          *slog.Logger  // nil: slog.Default()
+	// A claimed job of a task this worker lacks is handed back (no attempt consumed)
+	// after UnknownTaskDelay (doubling, capped at 60s; 0: 1s), and dies (UnknownTask)
+	// after UnknownTaskHandbacks of them (0: 20).
+	UnknownTaskDelay     time.Duration
+	UnknownTaskHandbacks int
+}
+
+// Worker runs this program's tasks (Task) on the core's worker protocol: the core
+// claims, renews leases, retries with backoff, hands back, recovers dead workers and
+// leads the scheduler; the Worker runs handlers in goroutines and reports outcomes.
+type Worker struct {
+	db       *DB
+	own      *DB // the worker's own handle: the core's worker steps run transactions on it
+	w        *C.tocsin_worker
+	opts     WorkerOptions
+	log      *slog.Logger
+	tasks    map[string]*taskEntry
+	outcomes chan outcome
+	mu       sync.Mutex
+	running  map[int64]context.CancelFunc
+	handlers sync.WaitGroup
+	closed   bool
+}
+
+type outcome struct {
+	run   *C.tocsin_task_run
+	id    int64
+	value json.RawMessage
+	err   error
+	tx    *Tx        // TaskTx: record the outcome inside it
+	reply chan error // TaskTx: how recording went (commit on nil)
+}
+
+// NewWorker opens a worker on db for the tasks declared with Task so far, on a handle of
+// its own to db's file, and writes the schedules of the periodic tasks.
+func (db *DB) NewWorker(opts WorkerOptions) (*Worker, error) {
+	r := db.registry()
+	r.mu.Lock()
+	tasks := make(map[string]*taskEntry, len(r.tasks))
+	for k, v := range r.tasks {
+		tasks[k] = v
+	}
+	r.mu.Unlock()
+	if len(opts.Queues) == 0 {
+		seen := map[string]bool{}
+		for _, t := range tasks {
+			if !seen[t.opts.Queue] {
+				seen[t.opts.Queue] = true
+				opts.Queues = append(opts.Queues, t.opts.Queue)
+			}
+		}
+	}
+	if len(opts.Queues) == 0 {
+		return nil, newErr(ErrInvalid, "worker_open", "no queues (declare tasks with Task or give Queues)")
+	}
+	if opts.Concurrency < 0 || opts.Visibility < 0 || opts.ShutdownTimeout < 0 || opts.SchedulerTTL < 0 ||
+		opts.UnknownTaskDelay < 0 || opts.UnknownTaskHandbacks < 0 {
+		return nil, newErr(ErrInvalid, "worker_open", "durations and counts of WorkerOptions must be >= 0")
+	}
+	if opts.Concurrency == 0 {
+		opts.Concurrency = 1
+	}
+	if opts.ShutdownTimeout == 0 {
+		opts.ShutdownTimeout = 10 * time.Second
+	}
+	var cs cstrings
+	defer cs.free()
+	n := len(opts.Queues)
+	qs := (*[1 << 20]*C.char)(C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof((*C.char)(nil)))))[:n:n]
+	defer C.free(unsafe.Pointer(&qs[0]))
+	for i, q := range opts.Queues {
+		qs[i] = cs.str(q)
+	}
+	var o C.tocsin_worker_opts
+	o.version = C.TOCSIN_WORKER_OPTS_VERSION
+	o.worker_id = cs.opt(opts.ID)
+	o.queues = &qs[0]
+	o.n_queues = C.size_t(n)
+	o.concurrency = C.int(opts.Concurrency)
+	o.visibility_ms = C.int64_t(ms(opts.Visibility))
+	if opts.Scheduler {
+		o.scheduler = 1
+	}
+	o.scheduler_ttl_ms = C.int64_t(ms(opts.SchedulerTTL))
+	o.unknown_task_delay_ms = C.int64_t(ms(opts.UnknownTaskDelay))
+	o.unknown_task_handbacks = C.int(opts.UnknownTaskHandbacks)
+	if db.closed.Load() {
+		return nil, newErr(ErrClosed, "worker_open", "the database is closed")
+	}
+	own, err := Open(db.path, &db.opts)
+	if err != nil {
+		return nil, err
+	}
+	db.shareClock(own)
+	var w *C.tocsin_worker
+	if err := own.do(context.Background(), "worker_open", func(p *C.tocsin_db) C.int { return C.tocsin_worker_open(&w, p, &o) }); err != nil {
+		own.Close()
+		return nil, err
+	}
+	wk := &Worker{db: db, own: own, w: w, opts: opts, tasks: tasks, log: opts.Logger,
+		outcomes: make(chan outcome, opts.Concurrency), running: map[int64]context.CancelFunc{}}
+	if wk.log == nil {
+		wk.log = slog.Default()
+	}
+	wk.log = wk.log.With("worker", opts.ID)
+	for name, t := range tasks {
+		var to C.tocsin_task_opts
+		to.version = C.TOCSIN_TASK_OPTS_VERSION
+		to.backoff_base_ms = C.int64_t(ms(t.opts.BackoffBase))
+		to.backoff_cap_ms = C.int64_t(ms(t.opts.BackoffCap))
+		to.timeout_ms = C.int64_t(ms(t.opts.Timeout))
+		to.result_ttl_ms = C.int64_t(ms(t.opts.ResultTTL))
+		cn := cs.str(name)
+		if err := call("worker_register", func() C.int { return C.tocsin_worker_register(w, cn, &to) }); err != nil {
+			wk.close()
+			return nil, err
+		}
+	}
+	if err := wk.writePeriodic(context.Background()); err != nil {
+		wk.close()
+		return nil, err
+	}
+	return wk, nil
+}
+
+// Run works until ctx ends, then shuts down gracefully: it stops claiming, lets running
+// handlers finish for ShutdownTimeout, then cancels the rest and hands their jobs back
+// (pending again, no attempt consumed). It returns nil after a shutdown by ctx, or the
+// error that stopped it (ErrClosed when the DB closed).
+func (wk *Worker) Run(ctx context.Context) error {
+	wk.log.Info("tocsin worker started", "queues", wk.opts.Queues, "concurrency", wk.opts.Concurrency)
+	wt := wk.db.newWaiter(ctx, wk.poke)
+	var runErr error
+	for {
+		var runs **C.tocsin_task_run
+		var n C.size_t
+		err := wk.own.do(context.Background(), "worker_next", func(*C.tocsin_db) C.int { return C.tocsin_worker_next(wk.w, &runs, &n, -1) })
+		if err == nil {
+			wk.dispatch(runs, n)
+		}
+		wk.drainOutcomes()
+		wk.cancelReported()
+		if ctx.Err() != nil {
+			break
+		}
+		if wt.isDBClosed() {
+			runErr = newErr(ErrClosed, "worker", "the database was closed")
+			break
+		}
+		if err != nil && !isCode(err, ErrInterrupted) && !isCode(err, ErrTimeout) {
+			if wt.isDBClosed() || isCode(err, ErrClosed) {
+				runErr = newErr(ErrClosed, "worker", "the database was closed")
+			} else {
+				runErr = err
+			}
+			wk.log.Error("tocsin worker stopped", "error", err)
+			break
+		}
+	}
+	wk.shutdown()
+	wt.finish()
+	return runErr
+}
+
+// dispatch starts a goroutine per run (the core hands out at most the free slots).
+func (wk *Worker) dispatch(runs **C.tocsin_task_run, n C.size_t) {
+	for i := C.size_t(0); i < n; i++ {
+		r := C.go_run_at(runs, i)
+		id := int64(r.job_id)
+		name := goStr(r.task)
+		args, kwargs := raw(r.args), raw(r.kwargs)
+		attempt, timeout := int(r.attempt), time.Duration(r.timeout_ms)*time.Millisecond
+		t := wk.tasks[name] // the core hands out registered tasks only
+		hctx, cancel := context.WithCancel(context.Background())
+		if timeout > 0 {
+			hctx, cancel = context.WithTimeout(context.Background(), timeout)
+		}
+		hctx = context.WithValue(hctx, runKey{}, RunInfo{JobID: id, Task: name, Queue: goStr(r.queue), Attempt: attempt, MaxAttempts: int(r.max_attempts), Meta: raw(r.meta)})
+		wk.mu.Lock()
+		wk.running[id] = cancel
+		wk.mu.Unlock()
+		wk.handlers.Add(1)
+		go func() {
+			defer wk.handlers.Done()
+			start := time.Now()
+			var tx *Tx
+			var v json.RawMessage
+			var err error
+			if t.inTx {
+				tx, err = wk.own.begin(hctx)
+			}
+			if err == nil {
+				v, err = safeRun(hctx, t.run, tx, args, kwargs)
+			}
+			if hctx.Err() == context.DeadlineExceeded {
+				err = &TaskError{Type: "Timeout", Message: fmt.Sprintf("the run exceeded its timeout of %s", timeout)}
+			}
+			cancel()
+			if tx != nil && err != nil {
+				tx.end(false) // the handler's writes go; the error is recorded outside
+				tx = nil
+			}
+			lvl := slog.LevelInfo
+			if err != nil {
+				lvl = slog.LevelWarn
+			}
+			wk.log.Log(context.Background(), lvl, "tocsin task finished", "task", name, "job_id", id,
+				"attempt", attempt, "duration", time.Since(start), "error", err)
+			var reply chan error
+			if tx != nil {
+				reply = make(chan error, 1)
+			}
+			wk.outcomes <- outcome{run: r, id: id, value: v, err: err, tx: tx, reply: reply}
+			wk.poke()
+			if reply != nil {
+				ferr := <-reply
+				if ferr == nil {
+					ferr = tx.end(true)
+				} else {
+					tx.end(false)
+				}
+				if ferr != nil {
+					wk.log.Warn("tocsin task: its transaction did not commit", "task", name, "job_id", id, "error", ferr)
+				}
+			}
+		}()
+	}
+	C.tocsin_free(unsafe.Pointer(runs))
+}
+
+func safeRun(ctx context.Context, h handler, tx *Tx, args, kwargs json.RawMessage) (v json.RawMessage, err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = &TaskError{Type: "panic", Message: fmt.Sprint(p), Trace: string(debug.Stack())}
+		}
+	}()
+	return h(ctx, tx, args, kwargs)
+}
+
+// drainOutcomes reports the finished runs (on the worker's goroutine: one thread at a
+// time per worker).
+func (wk *Worker) drainOutcomes() {
+	for {
+		select {
+		case o := <-wk.outcomes:
+			wk.finish(o)
+		default:
+			return
+		}
+	}
+}
+
+func (wk *Worker) finish(o outcome) {
+	wk.mu.Lock()
+	delete(wk.running, o.id)
+	wk.mu.Unlock()
+	var cs cstrings
+	defer cs.free()
+	var out C.tocsin_outcome
+	out.version = C.TOCSIN_OUTCOME_VERSION
+	out.delay_ms = -1
+	if o.err == nil {
+		out.kind = C.TOCSIN_OUTCOME_OK
+		out.value = cs.str(string(o.value))
+	} else {
+		out.kind = C.TOCSIN_OUTCOME_ERROR
+		var p *permanent
+		if errors.As(o.err, &p) {
+			out.kind = C.TOCSIN_OUTCOME_FAIL
+		}
+		typ, msg, trace := "Error", o.err.Error(), ""
+		var te *TaskError
+		if errors.As(o.err, &te) {
+			typ, msg, trace = te.Type, te.Message, te.Trace
+		} else if errors.Is(o.err, context.Canceled) {
+			typ = "Cancelled"
+		}
+		out.error_type, out.error_message, out.error_trace = cs.str(typ), cs.str(msg), cs.opt(trace)
+	}
+	var txp *C.tocsin_db
+	if o.tx != nil {
+		txp = o.tx.p
+	}
+	err := call("worker_finish", func() C.int { return C.tocsin_worker_finish(wk.w, txp, o.run, &out) })
+	if err != nil && !isCode(err, ErrLeaseLost) {
+		wk.log.Error("tocsin worker: recording an outcome failed", "job_id", o.id, "error", err)
+	}
+	if o.reply != nil {
+		o.reply <- err
+	}
+}
+
+// cancelReported cancels the handlers of jobs cancelled or whose lease was lost.
+func (wk *Worker) cancelReported() {
+	var ids *C.int64_t
+	var n C.size_t
+	if err := call("worker_cancelled", func() C.int { return C.tocsin_worker_cancelled(wk.w, &ids, &n) }); err != nil || n == 0 {
+		return
+	}
+	wk.mu.Lock()
+	for i := C.size_t(0); i < n; i++ {
+		id := int64(C.go_id_at(ids, i))
+		if cancel, ok := wk.running[id]; ok {
+			wk.log.Info("tocsin task cancelled", "job_id", id)
+			cancel()
+		}
+	}
+	wk.mu.Unlock()
+	C.tocsin_free(unsafe.Pointer(ids))
+}
+
+// shutdown: no more claims; finish what ends within ShutdownTimeout, hand back the rest.
+func (wk *Worker) shutdown() {
+	deadline := time.NewTimer(wk.opts.ShutdownTimeout)
+	defer deadline.Stop()
+	for {
+		wk.mu.Lock()
+		left := len(wk.running)
+		wk.mu.Unlock()
+		if left == 0 {
+			break
+		}
+		select {
+		case o := <-wk.outcomes:
+			wk.finish(o)
+			continue
+		case <-deadline.C:
+		}
+		wk.mu.Lock()
+		wk.log.Warn("tocsin worker: shutdown timeout, handing back running jobs", "running", len(wk.running))
+		for _, cancel := range wk.running {
+			cancel()
+		}
+		wk.mu.Unlock()
+		break
+	}
+	wk.close() // hands back what still runs
+	// late outcomes of handed-back runs are dropped (their runs were released)
+	go func() {
+		done := make(chan struct{})
+		go func() { wk.handlers.Wait(); close(done) }()
+		for {
+			select {
+			case o := <-wk.outcomes:
+				if o.reply != nil {
+					o.reply <- newErr(ErrClosed, "worker", "the worker stopped: the run was handed back")
+				}
+			case <-done:
+				return
+			}
+		}
+	}()
+	wk.log.Info("tocsin worker stopped")
+}
+
+// poke ends a blocked tocsin_worker_next (never after the worker was closed).
+func (wk *Worker) poke() {
+	wk.mu.Lock()
+	if !wk.closed {
+		C.tocsin_worker_poke(wk.w)
+	}
+	wk.mu.Unlock()
+}
+
+func (wk *Worker) close() {
+	wk.mu.Lock()
+	defer wk.mu.Unlock()
+	if wk.closed {
+		return
+	}
+	wk.closed = true
+	if err := call("worker_close", func() C.int { return C.tocsin_worker_close(wk.w) }); err != nil {
+		wk.log.Error("tocsin worker: close failed", "error", err)
+	}
+	wk.own.Close()
+}
+
+// writePeriodic upserts the schedules of the periodic tasks ("periodic:<task>").
+func (wk *Worker) writePeriodic(ctx context.Context) error {
+	for name, t := range wk.tasks {
+		for _, p := range t.periodic {
+			env, err := wk.db.Envelope(name, p.args, p.kwargs, nil)
+			if err != nil {
+				return err
+			}
+			if _, err := wk.db.SetSchedule(ctx, "periodic:"+name, p.cron, t.opts.Queue, env, p.opts); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+type runKey struct{}
+
+// RunInfo describes the run a handler is executing.
+type RunInfo struct {
+	JobID       int64
+	Task, Queue string
+	Attempt     int // 1 for the first run
+	MaxAttempts int
+	Meta        json.RawMessage // the job's meta (trace context)
+}
+
+// Run is the RunInfo of the handler's context (ok false outside a handler).
+func Run(ctx context.Context) (RunInfo, bool) {
+	ri, ok := ctx.Value(runKey{}).(RunInfo)
+	return ri, ok
+}
