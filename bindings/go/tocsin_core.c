@@ -199,9 +199,11 @@ void tc_wake_release(tocsin_db *db);
 /* The handle's own subscription, opened at first use, closed with the handle. */
 int tc_wake_db_sub(tocsin_db *db, tocsin_sub **out);
 /* The subscription a blocking wait on db uses: *sub when it watches db's file
- * (else TOCSIN_INVALID), the handle's own when *sub is NULL. Refuses to wait
- * inside a transaction. */
-int tc_wake_wait_sub(tocsin_db *db, tocsin_sub **sub);
+ * (else TOCSIN_INVALID); when *sub is NULL the handle's own, or one of the
+ * wait's own when another wait uses that. Refuses to wait inside a
+ * transaction. *own says what tc_wake_wait_done must give back after the wait. */
+int tc_wake_wait_sub(tocsin_db *db, tocsin_sub **sub, int *own);
+void tc_wake_wait_done(tocsin_db *db, tocsin_sub *sub, int own);
 /*
  * The loop under every blocking wait (one contract, tocsin.h "How every wait
  * ends"): drain, check, sleep until woken or *sleep_ms passes. check() sets
@@ -1229,7 +1231,14 @@ static int own_end(tocsin_db *db, const char *sql, const char *what) {
 int tocsin_commit(tocsin_db *db) { return own_end(db, SQL_COMMIT, "commit"); }
 int tocsin_rollback(tocsin_db *db) { return own_end(db, SQL_ROLLBACK, "rollback"); }
 
-int tocsin_in_transaction(tocsin_db *db) { return db && !sqlite3_get_autocommit(db->conn); }
+int tocsin_in_transaction(tocsin_db *db) {
+    int in;
+    if (!db) return 0;
+    tc_lock(db); /* not another thread's operation in progress */
+    in = !sqlite3_get_autocommit(db->conn);
+    tc_unlock(db);
+    return in;
+}
 
 int tocsin_exec(tocsin_db *db, const char *sql) {
     int rc;
@@ -3057,17 +3066,19 @@ int tocsin_queue_wait(tocsin_db *db, const char *const *queues, size_t n, int64_
                       tocsin_sub *sub) {
     queue_wait q;
     size_t i;
-    int rc;
+    int rc, own;
     CHECK_DB(db);
     if (!queues || n == 0) return tc_err(db, TOCSIN_INVALID, "queues must name at least one queue");
     for (i = 0; i < n; i++)
         if ((rc = tc_check_name(db, "queue name", queues[i])) != TOCSIN_OK) return rc;
-    if ((rc = tc_wake_wait_sub(db, &sub)) != TOCSIN_OK) return rc;
+    if ((rc = tc_wake_wait_sub(db, &sub, &own)) != TOCSIN_OK) return rc;
     q.db = db;
     q.queues = queues;
     q.n = n;
     q.deadline = deadline_ms < 0 ? -1 : deadline_ms;
-    return tc_wait_loop(sub, queue_wait_check, &q);
+    rc = tc_wait_loop(sub, queue_wait_check, &q);
+    tc_wake_wait_done(db, sub, own);
+    return rc;
 }
 
 /* ---- for the worker protocol (worker.c) --------------------------------------- */
@@ -3961,7 +3972,8 @@ typedef struct tc_watcher {
 
 /* What a tocsin_db keeps in the wake engine. */
 struct tc_wake {
-    tocsin_sub *sub; /* the handle's own subscription (tocsin_queue_wait) */
+    tocsin_sub *sub; /* the handle's own subscription (waits given no `sub`) */
+    int sub_busy;    /* under the handle's mutex: a wait uses it (others get their own) */
 };
 
 static pthread_mutex_t wk_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -4568,21 +4580,44 @@ int tocsin_sub_wait_until(tocsin_sub *s, tocsin_check_fn check, void *ctx, int t
     return tc_wait_loop(s, wk_until_check, &u);
 }
 
-int tc_wake_wait_sub(tocsin_db *db, tocsin_sub **sub) {
-    int rc;
-    if (!sqlite3_get_autocommit(db->conn))
-        return tc_err(db, TOCSIN_INVALID,
-                      "cannot wait inside a transaction (it would hold its snapshot and locks)");
-    if (*sub) {
+/*
+ * Under the handle's mutex: another thread's operation in progress is not
+ * "a transaction of the caller's", and the handle's own subscription serves
+ * one wait at a time (a subscription's wake is consumed by one waiter):
+ * concurrent waits on one handle each get a subscription of their own.
+ */
+int tc_wake_wait_sub(tocsin_db *db, tocsin_sub **sub, int *own) {
+    int rc = TOCSIN_OK;
+    *own = 0;
+    tc_lock(db);
+    if (!sqlite3_get_autocommit(db->conn)) {
+        rc = tc_err(db, TOCSIN_INVALID,
+                    "cannot wait inside a transaction (it would hold its snapshot and locks)");
+    } else if (*sub) {
         const char *path = wk_path(db);
         uint64_t dev = 0, ino = 0;
-        if (!path) return TC_ERRCODE;
-        if ((rc = wk_identify(db, path, &dev, &ino)) != TOCSIN_OK) return rc;
-        if ((*sub)->w->dev != dev || (*sub)->w->ino != ino)
-            return tc_err(db, TOCSIN_INVALID, "sub watches another database file than this handle's");
-        return TOCSIN_OK;
+        if (!path) rc = TC_ERRCODE;
+        else if ((rc = wk_identify(db, path, &dev, &ino)) == TOCSIN_OK &&
+                 ((*sub)->w->dev != dev || (*sub)->w->ino != ino))
+            rc = tc_err(db, TOCSIN_INVALID, "sub watches another database file than this handle's");
+    } else if ((rc = wk_state(db)) == TOCSIN_OK && !db->wake->sub_busy) {
+        if ((rc = tc_wake_db_sub(db, sub)) == TOCSIN_OK) db->wake->sub_busy = *own = 1;
+    } else if (rc == TOCSIN_OK) {
+        rc = tocsin_sub_open(sub, db);
+        *own = 2;
     }
-    return tc_wake_db_sub(db, sub);
+    tc_unlock(db);
+    return rc;
+}
+
+void tc_wake_wait_done(tocsin_db *db, tocsin_sub *sub, int own) {
+    if (own == 1) {
+        tc_lock(db);
+        db->wake->sub_busy = 0;
+        tc_unlock(db);
+    } else if (own == 2) {
+        tocsin_sub_close(sub);
+    }
 }
 
 int tc_sleep_until_clock(tocsin_db *db, int64_t deadline, int64_t next, int64_t *sleep_ms,
@@ -4854,17 +4889,18 @@ static int rs_wait_check(void *p, int *done, int64_t *sleep_ms) {
 int tocsin_result_wait(tocsin_db *db, tocsin_result **out_result, int64_t job_id,
                        int64_t deadline_ms, tocsin_sub *sub) {
     rs_wait w;
-    int rc;
+    int rc, own;
     TC_CHECK_DB(db);
     if (!out_result) return tc_err(db, TOCSIN_INVALID, "out_result must not be NULL");
     *out_result = NULL;
     if (job_id < 1) return tc_err(db, TOCSIN_INVALID, "job_id must be >= 1");
-    if ((rc = tc_wake_wait_sub(db, &sub)) != TOCSIN_OK) return rc;
+    if ((rc = tc_wake_wait_sub(db, &sub, &own)) != TOCSIN_OK) return rc;
     w.db = db;
     w.out = out_result;
     w.job_id = job_id;
     w.deadline = deadline_ms < 0 ? -1 : deadline_ms;
     rc = tc_wait_loop(sub, rs_wait_check, &w);
+    tc_wake_wait_done(db, sub, own);
     if (rc != TOCSIN_OK) {
         tocsin_result_free(*out_result);
         *out_result = NULL;
@@ -5158,13 +5194,13 @@ int tocsin_lock_wait(tocsin_db *db, int64_t *out_token, int64_t *out_until, cons
                      const char *owner, int64_t ttl_ms, int64_t deadline_ms, tocsin_sub *sub) {
     lock_wait w;
     int64_t until = 0;
-    int rc;
+    int rc, own;
     TC_CHECK_DB(db);
     if (!out_token) return tc_err(db, TOCSIN_INVALID, "out_token must not be NULL");
     *out_token = 0;
     if (out_until) *out_until = 0;
     if ((rc = lock_check(db, name, owner, ttl_ms, 1)) != TOCSIN_OK) return rc;
-    if ((rc = tc_wake_wait_sub(db, &sub)) != TOCSIN_OK) return rc;
+    if ((rc = tc_wake_wait_sub(db, &sub, &own)) != TOCSIN_OK) return rc;
     w.db = db;
     w.name = name;
     w.owner = owner;
@@ -5173,6 +5209,7 @@ int tocsin_lock_wait(tocsin_db *db, int64_t *out_token, int64_t *out_until, cons
     w.out_token = out_token;
     w.out_until = &until;
     rc = tc_wait_loop(sub, lock_wait_check, &w);
+    tc_wake_wait_done(db, sub, own);
     if (rc != TOCSIN_OK) *out_token = 0;
     else if (out_until) *out_until = until;
     return rc;
