@@ -35,8 +35,8 @@ cli-browser-deps:
 
 test-cli: test-cli-unit test-cli-browser
 
-test-cli-unit: $(BUILD)/tocsin
-	$(PYTHON) cli/test_cli.py $(BUILD)/tocsin $(CLI_OUT)
+test-cli-unit: $(BUILD)/tocsin $(BUILD)/tocsin.so
+	$(PYTHON) cli/test_cli.py $(BUILD)/tocsin $(CLI_OUT) $(BUILD)/tocsin.so
 
 test-cli-browser: $(BUILD)/tocsin cli-browser-deps
 	mkdir -p $(CLI_OUT)

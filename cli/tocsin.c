@@ -41,6 +41,8 @@ static const char MAIN_HELP[] =
     "Every command takes --help. --json prints JSON for scripts. Durations: 500ms, 30s, 5m,\n"
     "2h, 7d, 1h30m (a bare number is milliseconds).\n"
     "\n"
+    "TOCSIN_BUSY_TIMEOUT (a duration, default 5s) bounds the wait for the write lock.\n"
+    "\n"
     "exit codes: 0 ok, 1 error (database or system), 2 usage or invalid input (nothing written),\n"
     "            3 not found (job, schedule, dead letter or database), 4 busy (locked past the timeout)\n";
 
@@ -214,6 +216,15 @@ static int check_id(const char *s, int64_t *out) {
     return 0;
 }
 
+/* TOCSIN_BUSY_TIMEOUT (a duration) bounds how long a command waits for the
+ * write lock before it gives up with exit code 4; default 5s. */
+static int busy_timeout(void) {
+    const char *e = getenv("TOCSIN_BUSY_TIMEOUT");
+    int64_t ms;
+    if (!e || parse_duration(e, &ms) || ms < 1 || ms > 3600000) return 0;
+    return (int)ms;
+}
+
 /* Opens an existing database. write 0: a read-only handle (nothing can be written). */
 static int open_db(tocsin_db **db, const char *path, int write) {
     struct stat st;
@@ -224,6 +235,7 @@ static int open_db(tocsin_db **db, const char *path, int write) {
     }
     tocsin_open_opts o = TOCSIN_OPEN_OPTS_INIT;
     o.read_only = !write;
+    o.busy_timeout_ms = busy_timeout();
     int rc = tocsin_open(db, path, &o);
     if (rc) {
         snprintf(g_err, sizeof g_err, "cannot open %s: %s", path, *db ? tocsin_errmsg(NULL) : tocsin_errstr(rc));
@@ -701,7 +713,8 @@ static int cmd_dead(int argc, char **argv) {
     return report(rc);
 }
 
-static const char H_PAUSE[] = "usage: tocsin pause DB QUEUE\n       tocsin resume DB QUEUE\n\nA paused queue hands out no jobs; enqueue still works, running leases go on.\n";
+static const char H_PAUSE[] = "usage: tocsin pause DB QUEUE [--json]\n\nPauses QUEUE: it hands out no jobs (enqueue still works, running leases go on).\n";
+static const char H_RESUME[] = "usage: tocsin resume DB QUEUE [--json]\n\nResumes a paused QUEUE: its jobs are claimable again.\n";
 static int pause_resume(int argc, char **argv, int pause) {
     const char *pos[2];
     int npos, rc;
@@ -1011,7 +1024,7 @@ static const command COMMANDS[] = {
     {"jobs", cmd_jobs, H_JOBS},           {"job", cmd_job, H_JOB},
     {"enqueue", cmd_enqueue, H_ENQUEUE},  {"cancel", cmd_cancel, H_CANCEL},
     {"dead", cmd_dead, H_DEAD},           {"pause", cmd_pause, H_PAUSE},
-    {"resume", cmd_resume, H_PAUSE},      {"notify", cmd_notify, H_NOTIFY},
+    {"resume", cmd_resume, H_RESUME},      {"notify", cmd_notify, H_NOTIFY},
     {"listen", cmd_listen, H_LISTEN},     {"tail", cmd_tail, H_TAIL},
     {"schedules", cmd_schedules, H_SCHEDULES}, {"prune", cmd_prune, H_PRUNE},
     {"metrics", cmd_metrics, H_METRICS},  {"ui", cmd_ui, UI_HELP},
