@@ -1,7 +1,7 @@
 # ---- the tocsin command-line tool and dashboard (cli/) ------------------------
 # build/tocsin: the CLI, linked with the static core, SQLite and libmicrohttpd.
 # make test-cli: the CLI suite (cli/test_cli.py) and the dashboard's browser test
-# (cli/test_ui.mjs: Debian's chromium driven by playwright-core from npm).
+# (cli/test_ui.js: Debian's chromium driven by playwright-core from npm).
 CLI_SRC := cli/tocsin.c cli/collect.c cli/ui.c
 CLI_HDR := cli/cli.h
 CLI_OUT := $(BUILD)/cli-test
@@ -38,9 +38,9 @@ test-cli: test-cli-unit test-cli-browser
 test-cli-unit: $(BUILD)/tocsin $(BUILD)/tocsin.so
 	$(PYTHON) cli/test_cli.py $(BUILD)/tocsin $(CLI_OUT) $(BUILD)/tocsin.so
 
-test-cli-browser: $(BUILD)/tocsin cli-browser-deps
+test-cli-browser: $(BUILD)/tocsin $(BUILD)/tocsin.so cli-browser-deps
 	mkdir -p $(CLI_OUT)
-	NODE_PATH=$(abspath $(CLI_NODE))/node_modules node cli/test_ui.mjs $(BUILD)/tocsin $(CLI_OUT)
+	NODE_PATH=$(abspath $(CLI_NODE))/node_modules node cli/test_ui.js $(BUILD)/tocsin $(CLI_OUT) $(BUILD)/tocsin.so
 
 install-cli: $(BUILD)/tocsin
 	install -d $(DESTDIR)$(PREFIX)/bin
