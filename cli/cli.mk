@@ -42,9 +42,10 @@ test-cli-browser: $(BUILD)/tocsin $(BUILD)/tocsin.so cli-browser-deps
 	mkdir -p $(CLI_OUT)
 	NODE_PATH=$(abspath $(CLI_NODE))/node_modules node cli/test_ui.js $(BUILD)/tocsin $(CLI_OUT) $(BUILD)/tocsin.so
 
+BINDIR ?= $(PREFIX)/bin
 install-cli: $(BUILD)/tocsin
-	install -d $(DESTDIR)$(PREFIX)/bin
-	install -m 755 $(BUILD)/tocsin $(DESTDIR)$(PREFIX)/bin/tocsin
+	install -d $(DESTDIR)$(BINDIR)
+	install -m 755 $(BUILD)/tocsin $(DESTDIR)$(BINDIR)/tocsin
 
 test: test-cli
 install: install-cli

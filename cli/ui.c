@@ -33,15 +33,20 @@
 
 #include "cli.h"
 
-/* The embedded page: the files as they are in cli/, NUL-terminated. */
+/* The embedded page: the files as they are in cli/, NUL-terminated. .incbin
+ * resolves a relative path from the compiler's working directory: make runs at
+ * the top of the tree; CMake passes the directory. */
+#ifndef TOCSIN_UI_DIR
+#define TOCSIN_UI_DIR "cli"
+#endif
 __asm__(".section .rodata\n"
         ".global tocsin_ui_html\n"
         "tocsin_ui_html:\n"
-        ".incbin \"cli/dashboard.html\"\n"
+        ".incbin \"" TOCSIN_UI_DIR "/dashboard.html\"\n"
         ".byte 0\n"
         ".global tocsin_ui_js\n"
         "tocsin_ui_js:\n"
-        ".incbin \"cli/dashboard.js\"\n"
+        ".incbin \"" TOCSIN_UI_DIR "/dashboard.js\"\n"
         ".byte 0\n"
         ".previous\n");
 extern const char tocsin_ui_html[];
@@ -65,6 +70,7 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static char g_csrf[33];
 static const char *g_token;
 static int g_read_only, g_loopback, g_port;
+static const char *g_host;
 static volatile sig_atomic_t g_stop;
 static int g_stop_pipe[2] = {-1, -1};
 
@@ -322,9 +328,9 @@ static int host_ok(struct MHD_Connection *c) {
     if (!g_loopback) return 1; /* a non-loopback bind is guarded by --token */
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
     if (!h) return 0;
-    char want[64];
-    static const char *const names[] = {"127.0.0.1", "localhost", "[::1]"};
-    for (int i = 0; i < 3; i++) {
+    char want[300];
+    const char *names[] = {"127.0.0.1", "localhost", "[::1]", g_host};
+    for (int i = 0; i < 4; i++) {
         snprintf(want, sizeof want, "%s:%d", names[i], g_port);
         if (!strcmp(h, want)) return 1;
     }
@@ -496,6 +502,7 @@ int cmd_ui(int argc, char **argv) {
         return EXIT_USAGE;
     }
     g_loopback = is_loopback(host);
+    g_host = host;
     if (!g_loopback && !g_token) {
         fprintf(stderr, "tocsin: --host %s is not loopback: give --token too\n", host);
         return EXIT_USAGE;
