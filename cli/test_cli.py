@@ -191,6 +191,29 @@ def stats_table_and_json():
 
 
 @test
+def stats_sample_rates():
+    db = newdb("rates")
+    p = subprocess.Popen([TOCSIN, "stats", db, "--sample", "1500ms", "--json"], stdout=subprocess.PIPE, text=True)
+    time.sleep(0.4)
+    c = sqlite3.connect(db, isolation_level=None)
+    c.enable_load_extension(True)
+    c.load_extension(EXT)
+    c.execute("SELECT tocsin_enqueue_many(?)", (json.dumps([{"queue": "q", "payload": i} for i in range(4)]),))
+    for j in json.loads(c.execute("SELECT tocsin_claim('q', 'w', 3, 60000)").fetchone()[0]):
+        assert c.execute("SELECT tocsin_ack(?, ?)", (j["id"], j["token"])).fetchone()[0] == 1
+    c.close()
+    out, _ = p.communicate(timeout=20)
+    assert p.returncode == 0
+    r = json.loads(out)["rates"]
+    secs = r["window_ms"] / 1000
+    assert 1.4 <= secs < 3, r
+    assert round(r["enqueued_per_s"] * secs) == 4 and round(r["completed_per_s"] * secs) == 3, r
+    assert r["died_per_s"] == 0
+    rc, _, err = run("stats", db, "--sample", "1ms")
+    usage_error(rc, err, "--sample")
+
+
+@test
 def jobs_filters():
     db = newdb("jobs")
     ids = [js("enqueue", db, "a", json.dumps({"n": i, "tag": "needle" if i == 2 else "hay"}))["id"] for i in range(4)]

@@ -23,7 +23,8 @@ static const char MAIN_HELP[] =
     "commands:\n"
     "  init DB                         create the database (and tocsin's tables) if missing\n"
     "  stats DB [QUEUE]                depth per queue: pending, scheduled, in flight, dead,\n"
-    "                                  oldest pending age, jobs enqueued/died in the last minute\n"
+    "                                  oldest pending age, jobs enqueued/died in the last minute;\n"
+    "                                  --sample 5s adds exact enqueue/completion/death rates\n"
     "  jobs DB [filters]               list jobs (--queue, --state, --older-than, --newer-than, --search)\n"
     "  job DB ID                       one job, live or dead\n"
     "  enqueue DB QUEUE PAYLOAD        enqueue a job (PAYLOAD is JSON; - reads stdin)\n"
@@ -390,21 +391,81 @@ static int cmd_init(int argc, char **argv) {
 }
 
 static const char H_STATS[] =
-    "usage: tocsin stats DB [QUEUE] [--json]\n\n"
+    "usage: tocsin stats DB [QUEUE] [--sample DUR] [--json]\n\n"
     "Per queue: pending (due now), scheduled (later), in flight, dead, the age of the oldest\n"
     "due job, paused, and the jobs enqueued and died in the last minute (acked jobs leave no\n"
-    "row, so enqueued/1m counts those of the last minute still live or dead; the dashboard\n"
-    "measures exact rates live).\n";
+    "row, so enqueued/1m counts those of the last minute still live or dead).\n"
+    "--sample DUR reads twice, DUR apart, and adds the exact rates of that window over all\n"
+    "queues: jobs enqueued, completed (acked) and died per second (JSON: \"rates\").\n";
+
+/* Totals of a stats document: enqueued_total, live jobs, dead jobs. */
+static int stats_totals(tocsin_db *db, const char *json, int64_t *total, int64_t *live, int64_t *dead, int64_t *now) {
+    char *t = NULL;
+    int rc = sql_text(db, &t,
+        "SELECT json_array(?1->>'enqueued_total', ?1->>'now',"
+        " (SELECT coalesce(sum((value->>'pending') + (value->>'scheduled') + (value->>'processing')), 0)"
+        "  FROM json_each(?1, '$.queues')),"
+        " (SELECT coalesce(sum(value->>'dead'), 0) FROM json_each(?1, '$.queues')))", "t", json);
+    if (rc) return rc;
+    long long a = 0, b = 0, c = 0, d = 0;
+    if (!t || sscanf(t, "[%lld,%lld,%lld,%lld]", &a, &b, &c, &d) != 4) {
+        free(t);
+        snprintf(g_err, sizeof g_err, "stats: unexpected document");
+        return EXIT_ERR;
+    }
+    free(t);
+    *total = a; *now = b; *live = c; *dead = d;
+    return 0;
+}
+
 static int cmd_stats(int argc, char **argv) {
+    opt opts[] = {{"sample", 1, 0, 0}, {0, 0, 0, 0}};
     const char *pos[2];
     int npos, rc;
-    if ((rc = parse_args(argc, argv, NULL, pos, 2, &npos))) return rc;
+    int64_t sample = 0;
+    if ((rc = parse_args(argc, argv, opts, pos, 2, &npos))) return rc;
     NEED_POS(1, "DB");
     if (npos > 1 && (rc = check_name("queue", pos[1]))) return rc;
+    if ((rc = opt_dur(opts, "sample", &sample))) return rc;
+    if (opts[0].set && (sample < 100 || sample > 3600000)) {
+        fprintf(stderr, "tocsin: --sample must be between 100ms and 1h, not '%s'\n", opts[0].val);
+        return EXIT_USAGE;
+    }
     tocsin_db *db;
     if ((rc = open_db(&db, pos[0], 0))) return report(rc);
     sb out = {0};
-    rc = collect_stats(db, &out, npos > 1 ? pos[1] : NULL);
+    double enq = 0, done = 0, died = 0, secs = 0;
+    if (sample > 0) {
+        /* the rates are global: the enqueue counter (the job id sequence) is one for all queues */
+        sb first = {0};
+        int64_t t1, l1, d1, n1, t2, l2, d2, n2;
+        rc = collect_stats(db, &first, NULL);
+        if (!rc) rc = stats_totals(db, first.p, &t1, &l1, &d1, &n1);
+        sb_free(&first);
+        if (!rc) {
+            struct timespec ts = {(time_t)(sample / 1000), (long)(sample % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+            sb second = {0};
+            rc = collect_stats(db, &second, NULL);
+            if (!rc) rc = stats_totals(db, second.p, &t2, &l2, &d2, &n2);
+            sb_free(&second);
+        }
+        if (!rc) {
+            secs = (n2 - n1) / 1000.0;
+            if (secs <= 0) secs = sample / 1000.0;
+            int64_t e = t2 - t1, c = e - (l2 - l1) - (d2 - d1);
+            enq = e / secs;
+            done = (c > 0 ? c : 0) / secs;
+            died = (d2 > d1 ? d2 - d1 : 0) / secs;
+        }
+    }
+    if (!rc) rc = collect_stats(db, &out, npos > 1 ? pos[1] : NULL);
+    if (!rc && sample > 0) {
+        /* the rates go in as one more member of the document */
+        out.p[--out.n] = 0; /* drop the closing brace */
+        sb_printf(&out, ",\"rates\":{\"window_ms\":%lld,\"enqueued_per_s\":%.3f,\"completed_per_s\":%.3f,"
+                        "\"died_per_s\":%.3f}}", (long long)(secs * 1000), enq, done, died);
+    }
     if (!rc) {
         if (g_json) printf("%s\n", out.p);
         else {
@@ -414,6 +475,8 @@ static int cmd_stats(int argc, char **argv) {
                 {"PAUSED", "$.paused", K_BOOL}, {"ENQ/1M", "$.enqueued_1m", K_INT},
                 {"DIED/1M", "$.died_1m", K_INT}};
             rc = print_table(db, out.p, "$.queues", cols, 9);
+            if (!rc && sample > 0)
+                printf("last %.1fs, all queues: %.1f enqueued/s, %.1f completed/s, %.1f died/s\n", secs, enq, done, died);
         }
     }
     sb_free(&out);
