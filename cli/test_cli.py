@@ -308,6 +308,14 @@ def dead_list_requeue_purge():
                        (["list", db, "--limit", "-3"], "--limit")):
         rc, _, err = run("dead", *args)
         usage_error(rc, err, word)
+    # a requeue that would clash with a live job's unique key is refused (exit 2: invalid, nothing written)
+    clash = js("enqueue", db, "c", "{}", "--unique-key", "k1")["id"]
+    js("cancel", db, clash)
+    js("enqueue", db, "c", "{}", "--unique-key", "k1")
+    rc, _, err = run("dead", "requeue", db, clash)
+    assert rc == EXIT_USAGE and "unique_key" in err and err.count("\n") == 1, (rc, err)
+    assert js("job", db, clash)["state"] == "dead"
+    run("dead", "purge", db, "--queue", "c")
     assert js("dead", "purge", db, "--older-than", "1d") == {"purged": 0}
     assert js("dead", "purge", db, "--queue", "b") == {"purged": 2}
     assert count(db, "_tocsin_dead") == 0
@@ -599,6 +607,15 @@ def ui_csrf_and_mutations():
         assert st == 403 and "Host" in body
         st, h, body = http(s.url + "metrics")
         assert st == 200 and h["Content-Type"].startswith("text/plain") and 'tocsin_jobs{queue="q"' in body
+        st, _, body = http(s.url + "api/resume?queue=q", "POST", {"X-Tocsin-CSRF": token})
+        assert st == 200 and js("stats", db, "q")["queues"][0]["paused"] is False
+        make_dead(db, "gone", 2)
+        st, _, body = http(s.url + "api/purge?queue=gone", "POST")
+        assert st == 403 and count(db, "_tocsin_dead") == 2
+        st, _, body = http(s.url + "api/purge?queue=gone", "POST", {"X-Tocsin-CSRF": token})
+        assert st == 200 and json.loads(body) == {"purged": 2} and count(db, "_tocsin_dead") == 0
+        st, _, body = http(s.url + "api/pause?queue=bad%01name", "POST", {"X-Tocsin-CSRF": token})
+        assert st == 400 and "queue" in json.loads(body)["error"]
     finally:
         assert s.stop() == 0
 
