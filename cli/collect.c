@@ -188,14 +188,23 @@ int collect_stats(tocsin_db *db, sb *out, const char *queue) {
     else sb_puts(&all, js);
     tocsin_free(js);
     int64_t now = tocsin_now(db);
+    /* The minute's counts read only that minute's rows: ids grow with time, so
+     * the newest live job created before the cut (found walking back from the
+     * newest id) bounds a rowid range; `+` keeps the planner off the queue
+     * indexes, which would walk every job of a queue. */
     rc = sql_text(db, &res,
-        "SELECT json_object('now', ?1,"
+        "WITH cut(x) AS (SELECT coalesce((SELECT id FROM _tocsin_jobs WHERE created_at < ?2"
+        "                                 ORDER BY id DESC LIMIT 1), 0))"
+        " SELECT json_object('now', ?1,"
         " 'enqueued_total', coalesce((SELECT seq FROM sqlite_sequence WHERE name = '_tocsin_jobs'), 0),"
         " 'queues', json((SELECT json_group_array(json(json_set(q.value,"
-        "   '$.enqueued_1m', (SELECT count(*) FROM _tocsin_jobs j WHERE j.queue = q.value->>'queue' AND j.created_at >= ?2)"
-        "                  + (SELECT count(*) FROM _tocsin_dead d WHERE d.queue = q.value->>'queue' AND d.created_at >= ?2),"
-        "   '$.died_1m', (SELECT count(*) FROM _tocsin_dead d WHERE d.queue = q.value->>'queue' AND d.died_at >= ?2))))"
-        "  FROM json_each(?3, '$.queues') q)))",
+        "   '$.enqueued_1m', (SELECT count(*) FROM _tocsin_jobs j WHERE j.id > cut.x"
+        "                     AND +j.queue = q.value->>'queue' AND j.created_at >= ?2)"
+        "                  + (SELECT count(*) FROM _tocsin_dead d WHERE d.queue = q.value->>'queue'"
+        "                     AND d.id > cut.x AND d.created_at >= ?2),"
+        "   '$.died_1m', (SELECT count(*) FROM _tocsin_dead d WHERE +d.queue = q.value->>'queue'"
+        "                 AND d.died_at >= ?2))))"
+        "  FROM cut, json_each(?3, '$.queues') q)))",
         "iit", (int64_t)now, (int64_t)(now - 60000), all.p);
     sb_free(&all);
     if (rc) return rc;

@@ -171,6 +171,12 @@ def enqueue_bad_input_writes_nothing():
 @test
 def stats_table_and_json():
     db = newdb("stats")
+    c = sqlite3.connect(db, isolation_level=None)  # two jobs enqueued an hour ago
+    c.enable_load_extension(True)
+    c.load_extension(EXT)
+    c.execute("SELECT tocsin_clock(?)", (int(time.time() * 1000) - 3600000,))
+    c.execute("""SELECT tocsin_enqueue('emails', '{"old":1}'), tocsin_enqueue('emails', '{"old":2}')""")
+    c.close()
     for i in range(3):
         run("enqueue", db, "emails", json.dumps({"i": i}))
     run("enqueue", db, "reports", "{}", "--delay", "1h")
@@ -178,12 +184,12 @@ def stats_table_and_json():
     assert rc == 0
     lines = out.splitlines()
     assert lines[0].split()[:5] == ["QUEUE", "PENDING", "SCHEDULED", "IN-FLIGHT", "DEAD"]
-    assert re.match(r"emails\s+3\s+0\s+0\s+0", lines[1]), lines[1]
+    assert re.match(r"emails\s+5\s+0\s+0\s+0\s+1h00m", lines[1]), lines[1]
     assert re.match(r"reports\s+0\s+1\s+0\s+0", lines[2]), lines[2]
     s = js("stats", db)
     q = {x["queue"]: x for x in s["queues"]}
-    assert q["emails"]["pending"] == 3 and q["emails"]["enqueued_1m"] == 3
-    assert q["reports"]["scheduled"] == 1 and s["enqueued_total"] == 4
+    assert q["emails"]["pending"] == 5 and q["emails"]["enqueued_1m"] == 3
+    assert q["reports"]["scheduled"] == 1 and s["enqueued_total"] == 6
     one = js("stats", db, "emails")
     assert [x["queue"] for x in one["queues"]] == ["emails"]
     rc, _, err = run("stats", db, "bad\nname")
