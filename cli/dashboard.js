@@ -209,9 +209,10 @@
   });
 
   // ---- job search ----
-  let searched = false;
+  let searched = false, lastSearch = 0;
   async function search() {
     searched = true;
+    lastSearch = Date.now();
     const p = new URLSearchParams({ limit: '50' });
     if ($('s-q').value) p.set('q', $('s-q').value);
     if ($('s-queue').value) p.set('queue', $('s-queue').value);
@@ -249,7 +250,8 @@
     renderNotes(snap);
     const dead = (snap.stats.queues || []).reduce((a, q) => a + q.dead, 0);
     if (dead !== lastDead) { lastDead = dead; loadDead(); }
-    if (searched) search();
+    // a search scans jobs: refreshed by pushes, at most every 2 s
+    if (searched && Date.now() - lastSearch > 2000) search();
     document.body.dataset.snapshots = String((+document.body.dataset.snapshots || 0) + 1);
   }
   const es = new EventSource('/events');
