@@ -22,6 +22,8 @@ need_pkg binutils command -v nm
 need_pkg python3 test -x /usr/bin/python3
 need_pkg python3-venv /usr/bin/python3 -c "import ensurepip, venv"
 need_pkg python3-dev sh -c 'test -f "$(/usr/bin/python3 -c "import sysconfig; print(sysconfig.get_paths()[\"include\"])")/Python.h"'
+# the tocsin CLI's dashboard (cli/): make and CMake build it, so both installs match
+need_pkg libmicrohttpd-dev test -f /usr/include/microhttpd.h
 # the cron tests run in America/New_York (DST changes)
 need_pkg tzdata test -f /usr/share/zoneinfo/America/New_York
 if [ "${1:-}" = fuzz ]; then

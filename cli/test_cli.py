@@ -1,0 +1,695 @@
+#!/usr/bin/env python3
+"""Tests of the tocsin command-line tool: every subcommand, --json output, exit
+codes and bad input (nothing written), and the dashboard's HTTP surface (CSRF,
+read-only, access token, Host check, SSE pushed on commits, /metrics).
+
+usage: test_cli.py TOCSIN OUTDIR EXTENSION
+  TOCSIN     the built tool (build/tocsin)
+  OUTDIR     a scratch directory for databases (build/cli-test)
+  EXTENSION  the SQLite extension (build/tocsin.so), used to set up state the
+             CLI does not write itself (claims, stream events, schedules)
+"""
+import json
+import os
+import pty
+import queue
+import re
+import select
+import shutil
+import signal
+import sqlite3
+import subprocess
+import sys
+import threading
+import time
+import traceback
+import urllib.error
+import urllib.request
+
+TOCSIN, OUT, EXT = (os.path.abspath(a) for a in sys.argv[1:4])
+OUT = os.path.join(OUT, "cli")
+shutil.rmtree(OUT, ignore_errors=True)
+os.makedirs(OUT)
+
+passed = failed = 0
+EXIT_OK, EXIT_ERR, EXIT_USAGE, EXIT_NOTFOUND, EXIT_BUSY = 0, 1, 2, 3, 4
+
+
+def run(*args, input=None, env=None, timeout=20):
+    e = dict(os.environ)
+    e.update(env or {})
+    p = subprocess.run([TOCSIN, *[str(a) for a in args]], input=input, capture_output=True, text=True,
+                       env=e, timeout=timeout)
+    return p.returncode, p.stdout, p.stderr
+
+
+def js(*args, **kw):
+    rc, out, err = run(*args, "--json", **kw)
+    assert rc == 0, f"{args}: exit {rc}: {err}"
+    return json.loads(out)
+
+
+def sql(db, q, *params):
+    c = sqlite3.connect(db, isolation_level=None)
+    c.enable_load_extension(True)
+    c.load_extension(EXT)
+    try:
+        return c.execute(q, params).fetchall()
+    finally:
+        c.close()
+
+
+def count(db, table):
+    return sql(db, f"SELECT count(*) FROM {table}")[0][0]
+
+
+def test(fn):
+    global passed, failed
+    try:
+        fn()
+        passed += 1
+        print(f"ok   {fn.__name__}")
+    except Exception:
+        failed += 1
+        print(f"FAIL {fn.__name__}")
+        traceback.print_exc()
+    return fn
+
+
+def newdb(name):
+    path = os.path.join(OUT, name + ".db")
+    rc, _, err = run("init", path)
+    assert rc == 0, err
+    return path
+
+
+def usage_error(rc, err, word):
+    assert rc == EXIT_USAGE, f"exit {rc}, wanted 2: {err}"
+    assert word in err, f"{word!r} not in {err!r}"
+    assert err.count("\n") == 1, f"not one line: {err!r}"
+
+
+COMMANDS = ["init", "stats", "jobs", "job", "enqueue", "cancel", "dead", "pause", "resume", "notify",
+            "listen", "tail", "schedules", "prune", "metrics", "ui"]
+
+
+@test
+def help_everywhere():
+    rc, out, _ = run("--help")
+    assert rc == 0 and "exit codes" in out
+    for c in COMMANDS:
+        rc, out, err = run(c, "--help")
+        assert rc == 0, (c, err)
+        assert out.startswith("usage: tocsin " + c), (c, out[:40])
+    rc, _, err = run()
+    assert rc == EXIT_USAGE
+    rc, _, err = run("frobnicate")
+    usage_error(rc, err, "unknown command 'frobnicate'")
+
+
+@test
+def missing_database_is_not_found():
+    missing = os.path.join(OUT, "nope.db")
+    for args in (["stats", missing], ["enqueue", missing, "q", "{}"], ["jobs", missing], ["ui", missing]):
+        rc, _, err = run(*args)
+        assert rc == EXIT_NOTFOUND, (args, rc, err)
+        assert "no such database" in err
+    assert not os.path.exists(missing)
+
+
+@test
+def init_json():
+    path = os.path.join(OUT, "init.db")
+    rc, out, _ = run("init", path, "--json")
+    assert rc == 0 and json.loads(out)["schema_version"] == 1
+    assert count(path, "_tocsin_jobs") == 0
+
+
+@test
+def enqueue_and_options():
+    db = newdb("enqueue")
+    assert js("enqueue", db, "emails", '{"to":"a@x"}')["id"] == 1
+    rc, out, _ = run("enqueue", db, "emails", '{"to":"b@x"}', "--priority", "5", "--max-attempts", "7",
+                     "--meta", '{"trace":"t1"}', "--expires", "1h")
+    assert rc == 0 and out.strip() == "2"
+    j = js("job", db, 2)
+    assert j["priority"] == 5 and j["max_attempts"] == 7 and j["meta"] == {"trace": "t1"}
+    assert j["expires_at"] - j["created_at"] == 3600000
+    later = js("enqueue", db, "emails", "{}", "--delay", "1h30m")["id"]
+    j = js("job", db, later)
+    assert j["state"] == "scheduled" and j["run_at"] - j["created_at"] == 5400000
+    a = js("enqueue", db, "emails", "{}", "--unique-key", "u1")["id"]
+    b = js("enqueue", db, "emails", '{"other":1}', "--unique-key", "u1")["id"]
+    assert a == b
+    rc, out, _ = run("enqueue", db, "stdin", "-", input='{"from":"stdin"}\n')
+    assert rc == 0
+    assert js("job", db, int(out))["payload"] == {"from": "stdin"}
+
+
+@test
+def enqueue_bad_input_writes_nothing():
+    db = newdb("badenqueue")
+    cases = [
+        (["enqueue", db, "q", "{not json"], "JSON"),
+        (["enqueue", db, "", "{}"], "queue"),
+        (["enqueue", db, "bad\x01name", "{}"], "queue"),
+        (["enqueue", db, "q", "{}", "--priority", "high"], "--priority"),
+        (["enqueue", db, "q", "{}", "--delay", "soon"], "--delay"),
+        (["enqueue", db, "q", "{}", "--max-attempts", "0"], "--max-attempts"),
+        (["enqueue", db, "q", "{}", "--meta", "[1]"], "meta"),
+        (["enqueue", db, "q", "{}", "--bogus"], "unknown option --bogus"),
+        (["enqueue", db, "q"], "missing"),
+        (["enqueue", db, "q", "{}", "extra"], "unexpected argument"),
+    ]
+    for args, word in cases:
+        rc, out, err = run(*args)
+        usage_error(rc, err, word)
+        assert out == ""
+    assert count(db, "_tocsin_jobs") == 0
+
+
+@test
+def stats_table_and_json():
+    db = newdb("stats")
+    c = sqlite3.connect(db, isolation_level=None)  # two jobs enqueued an hour ago
+    c.enable_load_extension(True)
+    c.load_extension(EXT)
+    c.execute("SELECT tocsin_clock(?)", (int(time.time() * 1000) - 3600000,))
+    c.execute("""SELECT tocsin_enqueue('emails', '{"old":1}'), tocsin_enqueue('emails', '{"old":2}')""")
+    c.close()
+    for i in range(3):
+        run("enqueue", db, "emails", json.dumps({"i": i}))
+    run("enqueue", db, "reports", "{}", "--delay", "1h")
+    rc, out, _ = run("stats", db)
+    assert rc == 0
+    lines = out.splitlines()
+    assert lines[0].split()[:5] == ["QUEUE", "PENDING", "SCHEDULED", "IN-FLIGHT", "DEAD"]
+    assert re.match(r"emails\s+5\s+0\s+0\s+0\s+1h00m", lines[1]), lines[1]
+    assert re.match(r"reports\s+0\s+1\s+0\s+0", lines[2]), lines[2]
+    s = js("stats", db)
+    q = {x["queue"]: x for x in s["queues"]}
+    assert q["emails"]["pending"] == 5 and q["emails"]["enqueued_1m"] == 3
+    assert q["reports"]["scheduled"] == 1 and s["enqueued_total"] == 6
+    one = js("stats", db, "emails")
+    assert [x["queue"] for x in one["queues"]] == ["emails"]
+    rc, _, err = run("stats", db, "bad\nname")
+    usage_error(rc, err, "queue")
+
+
+@test
+def stats_sample_rates():
+    db = newdb("rates")
+    p = subprocess.Popen([TOCSIN, "stats", db, "--sample", "1500ms", "--json"], stdout=subprocess.PIPE, text=True)
+    time.sleep(0.4)
+    c = sqlite3.connect(db, isolation_level=None)
+    c.enable_load_extension(True)
+    c.load_extension(EXT)
+    c.execute("SELECT tocsin_enqueue_many(?)", (json.dumps([{"queue": "q", "payload": i} for i in range(4)]),))
+    for j in json.loads(c.execute("SELECT tocsin_claim('q', 'w', 3, 60000)").fetchone()[0]):
+        assert c.execute("SELECT tocsin_ack(?, ?)", (j["id"], j["token"])).fetchone()[0] == 1
+    c.close()
+    out, _ = p.communicate(timeout=20)
+    assert p.returncode == 0
+    r = json.loads(out)["rates"]
+    secs = r["window_ms"] / 1000
+    assert 1.4 <= secs < 3, r
+    assert round(r["enqueued_per_s"] * secs) == 4 and round(r["completed_per_s"] * secs) == 3, r
+    assert r["died_per_s"] == 0
+    rc, _, err = run("stats", db, "--sample", "1ms")
+    usage_error(rc, err, "--sample")
+
+
+@test
+def jobs_filters():
+    db = newdb("jobs")
+    ids = [js("enqueue", db, "a", json.dumps({"n": i, "tag": "needle" if i == 2 else "hay"}))["id"] for i in range(4)]
+    js("enqueue", db, "b", "{}", "--delay", "1h")
+    sql(db, "SELECT tocsin_claim('a', 'w1', 1, 60000)")
+    all_ = js("jobs", db)
+    assert [j["id"] for j in all_] == [5, 4, 3, 2, 1]
+    assert {j["id"] for j in js("jobs", db, "--queue", "a")} == set(ids)
+    assert [j["id"] for j in js("jobs", db, "--state", "scheduled")] == [5]
+    assert [j["id"] for j in js("jobs", db, "--state", "processing")] == [1]
+    assert [j["payload"]["n"] for j in js("jobs", db, "--search", "needle")] == [2]
+    assert [j["id"] for j in js("jobs", db, "--search", "4")] == [4]
+    assert js("jobs", db, "--older-than", "1h") == []
+    assert len(js("jobs", db, "--newer-than", "1h")) == 5
+    assert len(js("jobs", db, "--limit", "2")) == 2
+    rc, out, _ = run("jobs", db, "--queue", "a")
+    assert rc == 0 and out.splitlines()[0].split() == ["ID", "QUEUE", "STATE", "ATTEMPTS", "AGE", "PAYLOAD"]
+    assert len(out.splitlines()) == 5
+    for args, word in ((["--state", "done"], "--state"), (["--limit", "0"], "--limit"),
+                       (["--older-than", "x"], "--older-than"), (["--queue", ""], "queue")):
+        rc, _, err = run("jobs", db, *args)
+        usage_error(rc, err, word)
+
+
+@test
+def job_show():
+    db = newdb("job")
+    jid = js("enqueue", db, "q", '{"hello":"world"}', "--unique-key", "k")["id"]
+    rc, out, _ = run("job", db, jid)
+    assert rc == 0 and "state         pending" in out and '{"hello":"world"}' in out and "unique key    k" in out
+    assert js("job", db, jid)["payload"] == {"hello": "world"}
+    rc, _, err = run("job", db, 999)
+    assert rc == EXIT_NOTFOUND and "no job 999" in err
+    for bad in ("abc", "-1", "0", "1x"):
+        rc, _, err = run("job", db, bad)
+        usage_error(rc, err, "job id")
+
+
+@test
+def cancel_job():
+    db = newdb("cancel")
+    jid = js("enqueue", db, "q", "{}")["id"]
+    assert js("cancel", db, jid) == {"cancelled": jid}
+    j = js("job", db, jid)
+    assert j["state"] == "dead" and j["reason"] == "cancelled"
+    rc, _, err = run("cancel", db, jid)
+    assert rc == EXIT_NOTFOUND and "no live job" in err
+    rc, _, err = run("cancel", db, "x")
+    usage_error(rc, err, "job id")
+
+
+def make_dead(db, queue, n, error="boom"):
+    """n dead jobs (failed by their lease holder), through the extension."""
+    c = sqlite3.connect(db, isolation_level=None)
+    c.enable_load_extension(True)
+    c.load_extension(EXT)
+    ids = []
+    try:
+        jobs = json.dumps([{"queue": queue, "payload": {"i": i}, "max_attempts": 1} for i in range(n)])
+        c.execute("SELECT tocsin_enqueue_many(?)", (jobs,))
+        claimed = json.loads(c.execute("SELECT tocsin_claim(?, 'w', ?, 60000)", (queue, n)).fetchone()[0])
+        c.execute("BEGIN IMMEDIATE")
+        for j in claimed:
+            assert c.execute("SELECT tocsin_fail(?, ?, ?)", (j["id"], j["token"], error)).fetchone()[0] == 1
+            ids.append(j["id"])
+        c.execute("COMMIT")
+    finally:
+        c.close()
+    assert len(ids) == n
+    return ids
+
+
+@test
+def dead_list_requeue_purge():
+    db = newdb("dead")
+    ids = make_dead(db, "a", 3, error="bad <b>address</b>")
+    other = make_dead(db, "b", 2)
+    dead = js("dead", "list", db)
+    assert [j["id"] for j in dead] == ids + other
+    assert dead[0]["reason"] == "failed" and dead[0]["last_error"] == "bad <b>address</b>"
+    assert [j["id"] for j in js("dead", "list", db, "--queue", "b")] == other
+    assert [j["id"] for j in js("dead", "list", db, "--after", ids[1], "--limit", "2")] == [ids[2], other[0]]
+    rc, out, _ = run("dead", "list", db)
+    assert rc == 0 and "failed" in out and len(out.splitlines()) == 6
+    assert js("dead", "requeue", db, ids[0]) == {"requeued": [ids[0]]}
+    assert js("job", db, ids[0])["state"] == "pending"
+    rc, _, err = run("dead", "requeue", db, ids[0])
+    assert rc == EXIT_NOTFOUND and f"no dead job {ids[0]}" in err
+    assert js("dead", "requeue", db, "--all", "--queue", "a") == {"requeued": ids[1:]}
+    for args, word in ((["requeue", db], "ids or --all"), (["requeue", db, "x"], "job id"),
+                       (["purge", db, "--older-than", "nope"], "--older-than"), (["explode", db], "unknown action"),
+                       (["list", db, "--limit", "-3"], "--limit")):
+        rc, _, err = run("dead", *args)
+        usage_error(rc, err, word)
+    # a requeue that would clash with a live job's unique key is refused (exit 2: invalid, nothing written)
+    clash = js("enqueue", db, "c", "{}", "--unique-key", "k1")["id"]
+    js("cancel", db, clash)
+    js("enqueue", db, "c", "{}", "--unique-key", "k1")
+    rc, _, err = run("dead", "requeue", db, clash)
+    assert rc == EXIT_USAGE and "unique_key" in err and err.count("\n") == 1, (rc, err)
+    assert js("job", db, clash)["state"] == "dead"
+    run("dead", "purge", db, "--queue", "c")
+    assert js("dead", "purge", db, "--older-than", "1d") == {"purged": 0}
+    assert js("dead", "purge", db, "--queue", "b") == {"purged": 2}
+    assert count(db, "_tocsin_dead") == 0
+
+
+@test
+def purge_in_batches():
+    db = newdb("bigpurge")
+    make_dead(db, "q", 2500)
+    assert js("dead", "purge", db) == {"purged": 2500}
+    assert count(db, "_tocsin_dead") == 0
+
+
+@test
+def progress_bar_on_a_terminal():
+    db = newdb("progress")
+    make_dead(db, "q", 30)
+    master, slave = pty.openpty()
+    p = subprocess.Popen([TOCSIN, "dead", "purge", db], stdout=slave, stderr=subprocess.PIPE)
+    os.close(slave)
+    data = b""
+    while True:
+        r, _, _ = select.select([master], [], [], 10)
+        if not r:
+            break
+        try:
+            chunk = os.read(master, 4096)
+        except OSError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    p.wait(10)
+    os.close(master)
+    text = data.decode()
+    assert p.returncode == 0
+    assert "purging dead" in text and "30/30" in text and "#" * 30 in text, text
+    # not on a pipe
+    make_dead(db, "q", 3)
+    rc, out, _ = run("dead", "purge", db)
+    assert rc == 0 and out == "purged 3 dead jobs\n"
+
+
+@test
+def pause_resume():
+    db = newdb("pause")
+    js("enqueue", db, "q", "{}")
+    assert js("pause", db, "q") == {"queue": "q", "paused": True}
+    assert js("stats", db, "q")["queues"][0]["paused"] is True
+    assert json.loads(sql(db, "SELECT tocsin_claim('q', 'w', 1, 1000)")[0][0]) == []
+    rc, out, _ = run("resume", db, "q")
+    assert rc == 0 and out == "resumed q\n"
+    assert js("stats", db, "q")["queues"][0]["paused"] is False
+    rc, _, err = run("pause", db)
+    usage_error(rc, err, "missing")
+
+
+@test
+def notify_and_bad_payload():
+    db = newdb("notify")
+    assert js("notify", db, "ch", '{"a":1}', "--meta", '{"m":1}')["id"] == 1
+    rc, _, err = run("notify", db, "ch", "nope")
+    usage_error(rc, err, "JSON")
+    rc, _, err = run("notify", db, "", "{}")
+    usage_error(rc, err, "channel")
+    assert count(db, "_tocsin_notifications") == 1
+
+
+def spawn(*args):
+    return subprocess.Popen([TOCSIN, *[str(a) for a in args]], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+_readers = {}
+
+
+def wait_line(stream, timeout=10):
+    """The next line of a child's pipe (a thread reads it: buffered pipes defeat select)."""
+    entry = _readers.get(id(stream))
+    if entry is None:  # the stream is kept in the entry, so its id is never reused
+        entry = _readers[id(stream)] = (stream, queue.Queue())
+    q = entry[1]
+    if entry[0] is stream and not getattr(q, "started", False):
+        q.started = True
+
+        def pump():
+            for line in iter(stream.readline, ""):
+                q.put(line)
+            q.put("")
+        threading.Thread(target=pump, daemon=True).start()
+    try:
+        return q.get(timeout=timeout)
+    except queue.Empty:
+        raise AssertionError("timed out waiting for output")
+
+
+@test
+def listen_follows_live():
+    db = newdb("listen")
+    p = spawn("listen", db, "ch", "--count", "2", "--timeout", "20s")
+    assert "listening on ch" in wait_line(p.stderr)
+    run("notify", db, "ch", '{"n":1}')
+    run("notify", db, "other", '{"n":99}')
+    run("notify", db, "ch", '{"n":2}')
+    out, _ = p.communicate(timeout=20)
+    assert p.returncode == 0
+    lines = [json.loads(x) for x in out.splitlines()]
+    assert [x["payload"]["n"] for x in lines] == [1, 2] and lines[0]["channel"] == "ch"
+    # no history: a notification sent before listening is not shown; --timeout ends with 0
+    rc, out, _ = run("listen", db, "ch", "--timeout", "200ms")
+    assert rc == 0 and out == ""
+    # SIGTERM ends it cleanly
+    p = spawn("listen", db, "ch")
+    wait_line(p.stderr)
+    p.send_signal(signal.SIGTERM)
+    p.communicate(timeout=10)
+    assert p.returncode == 0
+    rc, _, err = run("listen", db, "ch", "--count", "zero")
+    usage_error(rc, err, "--count")
+
+
+@test
+def tail_replays_then_follows():
+    db = newdb("tail")
+    for i in range(3):
+        sql(db, "SELECT tocsin_stream_publish('orders', ?, 'k')", json.dumps({"i": i}))
+    rc, out, _ = run("tail", db, "orders", "--no-follow")
+    ev = [json.loads(x) for x in out.splitlines()]
+    assert rc == 0 and [e["payload"]["i"] for e in ev] == [0, 1, 2] and ev[0]["topic"] == "orders"
+    rc, out, _ = run("tail", db, "orders", "--no-follow", "--from", "2")
+    assert [json.loads(x)["id"] for x in out.splitlines()] == [3]
+    p = spawn("tail", db, "orders", "--count", "4", "--timeout", "20s")
+    first = [json.loads(wait_line(p.stdout)) for _ in range(3)]
+    assert [e["id"] for e in first] == [1, 2, 3]
+    sql(db, "SELECT tocsin_stream_publish('orders', '{\"i\":3}')")
+    assert json.loads(wait_line(p.stdout))["payload"] == {"i": 3}
+    assert p.wait(20) == 0
+    # a consumer's offset is saved as it goes: the second run has nothing new
+    rc, out, _ = run("tail", db, "orders", "--consumer", "c1", "--no-follow")
+    assert rc == 0 and len(out.splitlines()) == 4
+    assert sql(db, "SELECT tocsin_stream_offset('c1', 'orders')")[0][0] == 4
+    rc, out, _ = run("tail", db, "orders", "--consumer", "c1", "--no-follow")
+    assert rc == 0 and out == ""
+    rc, _, err = run("tail", db, "orders", "--consumer", "c1", "--from", "1")
+    usage_error(rc, err, "exclude")
+    rc, _, err = run("tail", db, "orders", "--from", "-1")
+    usage_error(rc, err, "--from")
+
+
+@test
+def schedules_list():
+    db = newdb("sched")
+    rc, out, _ = run("schedules", db)
+    assert rc == 0 and out.split() == ["NAME", "CRON", "QUEUE", "NEXT-FIRE", "LAST-FIRE", "FIRED", "PAUSED"]
+    sql(db, "SELECT tocsin_schedule_set('nightly', '0 3 * * *', 'reports', '{\"kind\":\"daily\"}')")
+    s = js("schedules", db)
+    assert s[0]["name"] == "nightly" and s[0]["cron"] == "0 3 * * *" and s[0]["next_fire"] > time.time() * 1000
+    rc, out, _ = run("schedules", db)
+    assert "nightly" in out and "0 3 * * *" in out and re.search(r"T03:00:00Z", out)
+
+
+@test
+def prune_housekeeping():
+    db = newdb("prune")
+    for i in range(5):
+        run("notify", db, "ch", json.dumps({"i": i}))
+    make_dead(db, "q", 2)
+    sql(db, "SELECT tocsin_stream_publish('t', '{}')")
+    r = js("prune", db, "--notifications-keep", "2")
+    assert r["notifications"] == 3 and r["dead"] == 0 and r["events"] == 0
+    r = js("prune", db, "--dead-older-than", "1ms", "--streams-older-than", "1ms")
+    assert r["dead"] == 2 and r["events"] == 1
+    rc, out, _ = run("prune", db)
+    assert rc == 0 and out.startswith("deleted: ")
+    rc, _, err = run("prune", db, "--dead-older-than", "yesterday")
+    usage_error(rc, err, "--dead-older-than")
+
+
+@test
+def metrics_text():
+    db = newdb("metrics")
+    js("enqueue", db, "emails", "{}")
+    js("enqueue", db, 'we"ird\\q', "{}")
+    make_dead(db, "emails", 1)
+    sql(db, "SELECT tocsin_stream_publish('t', '{}')")
+    sql(db, "SELECT tocsin_stream_save_offset('c', 't', 0)")
+    sql(db, "SELECT tocsin_schedule_set('s', '@hourly', 'emails', '{}')")
+    rc, out, _ = run("metrics", db)
+    assert rc == 0
+    assert 'tocsin_jobs{queue="emails",state="pending"} 1' in out
+    assert 'tocsin_jobs{queue="emails",state="dead"} 1' in out
+    assert 'tocsin_jobs{queue="we\\"ird\\\\q",state="pending"} 1' in out, out
+    assert 'tocsin_stream_consumer_lag{topic="t",consumer="c"} 1' in out
+    assert re.search(r'tocsin_schedule_next_fire_timestamp_seconds\{schedule="s"\} \d+\.\d+', out)
+    assert "# TYPE tocsin_jobs gauge" in out
+    for line in out.splitlines():
+        assert line.startswith("#") or re.match(r'^[a-z_]+(\{.*\})? -?[0-9.]+$', line), line
+
+
+@test
+def busy_database_exit_code():
+    db = newdb("busy")
+    c = sqlite3.connect(db, isolation_level=None)
+    c.execute("BEGIN IMMEDIATE")
+    try:
+        rc, _, err = run("enqueue", db, "q", "{}", env={"TOCSIN_BUSY_TIMEOUT": "200ms"})
+        assert rc == EXIT_BUSY, (rc, err)
+    finally:
+        c.execute("ROLLBACK")
+        c.close()
+    assert js("enqueue", db, "q", "{}")["id"] == 1
+
+
+# ---- the dashboard's HTTP surface ----
+class Server:
+    def __init__(self, db, *args):
+        self.p = subprocess.Popen([TOCSIN, "ui", db, "--port", "0", *args], stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True)
+        line = wait_line(self.p.stdout)
+        m = re.search(r"listening on (http://\S+)", line)
+        assert m, line
+        self.url = m.group(1)
+
+    def stop(self):
+        self.p.send_signal(signal.SIGTERM)  # our own child, by its pid
+        self.p.communicate(timeout=15)
+        return self.p.returncode
+
+
+def http(url, method="GET", headers=None):
+    req = urllib.request.Request(url, method=method, headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return r.status, dict(r.headers), r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read().decode()
+
+
+def csrf_of(page):
+    return re.search(r'name="tocsin-csrf" content="([0-9a-f]{32})"', page).group(1)
+
+
+@test
+def ui_bad_options():
+    db = newdb("uiopts")
+    rc, _, err = run("ui", db, "--host", "0.0.0.0")
+    usage_error(rc, err, "--token")
+    rc, _, err = run("ui", db, "--port", "99999")
+    usage_error(rc, err, "--port")
+    rc, _, err = run("ui", db, "--host", "nowhere")
+    usage_error(rc, err, "--host")
+    rc, _, err = run("ui", db, "--token", "short")
+    usage_error(rc, err, "--token")
+
+
+@test
+def ui_csrf_and_mutations():
+    db = newdb("uicsrf")
+    js("enqueue", db, "q", '{"x":"<script>alert(1)</script>"}')
+    s = Server(db)
+    try:
+        st, h, page = http(s.url)
+        assert st == 200 and "script-src 'self'" in h["Content-Security-Policy"]
+        assert "<script>" not in page.replace('<script src="/dashboard.js"></script>', "")
+        token = csrf_of(page)
+        st, _, body = http(s.url + "api/pause?queue=q", "POST")
+        assert st == 403 and "CSRF" in body
+        st, _, body = http(s.url + "api/pause?queue=q", "POST", {"X-Tocsin-CSRF": "0" * 32})
+        assert st == 403
+        assert js("stats", db, "q")["queues"][0]["paused"] is False
+        st, _, body = http(s.url + "api/pause?queue=q", "POST", {"X-Tocsin-CSRF": token})
+        assert st == 200 and json.loads(body) == {"paused": True}
+        assert js("stats", db, "q")["queues"][0]["paused"] is True
+        st, _, _ = http(s.url + "api/pause?queue=q", "GET", {"X-Tocsin-CSRF": token})
+        assert st == 404  # a GET never mutates
+        st, h, body = http(s.url + "api/jobs?q=script")
+        assert st == 200 and h["Content-Type"].startswith("application/json") and h["X-Content-Type-Options"] == "nosniff"
+        assert json.loads(body)[0]["payload"]["x"] == "<script>alert(1)</script>"
+        jid = js("enqueue", db, "q", "{}")["id"]
+        st, _, body = http(s.url + f"api/cancel?id={jid}", "POST", {"X-Tocsin-CSRF": token})
+        assert st == 200 and js("job", db, jid)["state"] == "dead"
+        st, _, body = http(s.url + f"api/requeue?id={jid}", "POST", {"X-Tocsin-CSRF": token})
+        assert st == 200 and js("job", db, jid)["state"] == "pending"
+        st, _, body = http(s.url + "api/requeue?id=abc", "POST", {"X-Tocsin-CSRF": token})
+        assert st == 400
+        st, _, body = http(s.url + "api/requeue?id=12345", "POST", {"X-Tocsin-CSRF": token})
+        assert st == 404
+        st, _, body = http(s.url, "GET", {"Host": "evil.example:80"})
+        assert st == 403 and "Host" in body
+        st, h, body = http(s.url + "metrics")
+        assert st == 200 and h["Content-Type"].startswith("text/plain") and 'tocsin_jobs{queue="q"' in body
+        st, _, body = http(s.url + "api/resume?queue=q", "POST", {"X-Tocsin-CSRF": token})
+        assert st == 200 and js("stats", db, "q")["queues"][0]["paused"] is False
+        make_dead(db, "gone", 2)
+        st, _, body = http(s.url + "api/purge?queue=gone", "POST")
+        assert st == 403 and count(db, "_tocsin_dead") == 2
+        st, _, body = http(s.url + "api/purge?queue=gone", "POST", {"X-Tocsin-CSRF": token})
+        assert st == 200 and json.loads(body) == {"purged": 2} and count(db, "_tocsin_dead") == 0
+        st, _, body = http(s.url + "api/pause?queue=bad%01name", "POST", {"X-Tocsin-CSRF": token})
+        assert st == 400 and "queue" in json.loads(body)["error"]
+    finally:
+        assert s.stop() == 0
+
+
+@test
+def ui_read_only():
+    db = newdb("uiro")
+    jid = make_dead(db, "q", 1)[0]
+    s = Server(db, "--read-only")
+    try:
+        st, _, page = http(s.url)
+        assert 'name="tocsin-read-only" content="1"' in page
+        st, _, body = http(s.url + f"api/requeue?id={jid}", "POST", {"X-Tocsin-CSRF": csrf_of(page)})
+        assert st == 403 and "read-only" in body
+        assert js("job", db, jid)["state"] == "dead"
+        st, _, body = http(s.url + "api/dead")
+        assert st == 200 and json.loads(body)[0]["id"] == jid
+    finally:
+        assert s.stop() == 0
+
+
+@test
+def ui_access_token():
+    db = newdb("uitoken")
+    s = Server(db, "--token", "s3cret-token")
+    try:
+        st, _, _ = http(s.url)
+        assert st == 401
+        st, _, _ = http(s.url + "api/snapshot", "GET", {"Authorization": "Bearer wrong-token"})
+        assert st == 401
+        st, _, body = http(s.url + "api/snapshot", "GET", {"Authorization": "Bearer s3cret-token"})
+        assert st == 200 and "stats" in json.loads(body)
+        st, h, _ = http(s.url + "?token=s3cret-token")
+        assert st == 200 and "HttpOnly" in h["Set-Cookie"] and "SameSite=Strict" in h["Set-Cookie"]
+        st, _, _ = http(s.url + "metrics", "GET", {"Cookie": "tocsin_token=s3cret-token"})
+        assert st == 200
+    finally:
+        assert s.stop() == 0
+
+
+@test
+def ui_sse_pushes_on_commit():
+    db = newdb("uisse")
+    js("enqueue", db, "q", "{}")
+    s = Server(db)
+    try:
+        r = urllib.request.urlopen(s.url + "events", timeout=10)
+        assert r.headers["Content-Type"] == "text/event-stream"
+
+        def next_snapshot():
+            while True:
+                line = r.readline().decode()
+                if line.startswith("data: "):
+                    return json.loads(line[6:])
+
+        first = next_snapshot()
+        assert first["stats"]["queues"][0]["pending"] == 1
+        t0 = time.monotonic()
+        js("enqueue", db, "q", "{}")  # another process commits
+        snap = next_snapshot()
+        while snap["stats"]["queues"][0]["pending"] != 2:
+            snap = next_snapshot()
+        # pushed by the wake engine, well before the 5 s idle snapshot
+        assert time.monotonic() - t0 < 4, time.monotonic() - t0
+        r.close()
+    finally:
+        assert s.stop() == 0
+
+
+print(f"{passed} passed, {failed} failed")
+sys.exit(1 if failed else 0)

@@ -1,0 +1,1112 @@
+/* tocsin: the command-line tool. `tocsin --help` lists the subcommands. */
+#define _POSIX_C_SOURCE 200809L
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cli.h"
+
+static int g_json; /* --json */
+
+static const char MAIN_HELP[] =
+    "usage: tocsin COMMAND DB [ARGS] [--json] [--help]\n"
+    "\n"
+    "Inspect and operate the tocsin queues, streams and notifications of a SQLite file.\n"
+    "\n"
+    "commands:\n"
+    "  init DB                         create the database (and tocsin's tables) if missing\n"
+    "  stats DB [QUEUE]                depth per queue: pending, scheduled, in flight, dead,\n"
+    "                                  oldest pending age, jobs enqueued/died in the last minute;\n"
+    "                                  --sample 5s adds exact enqueue/completion/death rates\n"
+    "  jobs DB [filters]               list jobs (--queue, --state, --older-than, --newer-than, --search)\n"
+    "  job DB ID                       one job, live or dead\n"
+    "  enqueue DB QUEUE PAYLOAD        enqueue a job (PAYLOAD is JSON; - reads stdin)\n"
+    "  cancel DB ID                    cancel a live job (it goes dead, reason cancelled)\n"
+    "  dead list|requeue|purge DB      dead letters\n"
+    "  pause DB QUEUE / resume DB QUEUE\n"
+    "  notify DB CHANNEL PAYLOAD       send a notification\n"
+    "  listen DB CHANNEL               print notifications as JSON lines, live\n"
+    "  tail DB TOPIC                   print a stream's events (replay, then follow)\n"
+    "  schedules DB                    cron schedules with their next fire\n"
+    "  prune DB                        delete expired results, rate-limit hits, old notifications...\n"
+    "  metrics DB                      Prometheus text format\n"
+    "  ui DB                           serve the live dashboard (tocsin ui --help)\n"
+    "\n"
+    "Every command takes --help. --json prints JSON for scripts. Durations: 500ms, 30s, 5m,\n"
+    "2h, 7d, 1h30m (a bare number is milliseconds).\n"
+    "\n"
+    "TOCSIN_BUSY_TIMEOUT (a duration, default 5s) bounds the wait for the write lock.\n"
+    "\n"
+    "exit codes: 0 ok, 1 error (database or system), 2 usage or invalid input (nothing written),\n"
+    "            3 not found (job, schedule, dead letter or database), 4 busy (locked past the timeout)\n";
+
+/* ---- small helpers ----------------------------------------------------- */
+
+static int usage_err(const char *fmt, const char *arg) {
+    fprintf(stderr, "tocsin: ");
+    fprintf(stderr, fmt, arg);
+    fputs(" (see --help)\n", stderr);
+    return EXIT_USAGE;
+}
+
+static int report(int code) {
+    if (code) fprintf(stderr, "tocsin: %s\n", g_err);
+    return code;
+}
+
+static int parse_int(const char *s, int64_t *out) {
+    if (!s || !*s) return -1;
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end) return -1;
+    *out = v;
+    return 0;
+}
+
+/* "1h30m", "500ms", "7d", or a bare number of milliseconds. */
+static int parse_duration(const char *s, int64_t *out) {
+    if (!s || !*s) return -1;
+    int64_t total = 0;
+    const char *p = s;
+    while (*p) {
+        if (*p < '0' || *p > '9') return -1;
+        int64_t v = 0;
+        while (*p >= '0' && *p <= '9') {
+            if (v > TOCSIN_MAX_TIME_MS / 10) return -1;
+            v = v * 10 + (*p++ - '0');
+        }
+        int64_t unit;
+        if (!strncmp(p, "ms", 2)) { unit = 1; p += 2; }
+        else if (*p == 's') { unit = 1000; p++; }
+        else if (*p == 'm') { unit = 60000; p++; }
+        else if (*p == 'h') { unit = 3600000; p++; }
+        else if (*p == 'd') { unit = 86400000; p++; }
+        else if (!*p && p != s) { unit = 1; }
+        else return -1;
+        if (v > TOCSIN_MAX_TIME_MS / unit) return -1;
+        total += v * unit;
+        if (total > TOCSIN_MAX_TIME_MS) return -1;
+    }
+    *out = total;
+    return 0;
+}
+
+static void fmt_age(char *buf, size_t n, int64_t ms) {
+    if (ms < 0) ms = 0;
+    if (ms < 1000) snprintf(buf, n, "%lldms", (long long)ms);
+    else if (ms < 60000) snprintf(buf, n, "%.1fs", ms / 1000.0);
+    else if (ms < 3600000) snprintf(buf, n, "%lldm%02llds", (long long)(ms / 60000), (long long)(ms / 1000 % 60));
+    else if (ms < 86400000) snprintf(buf, n, "%lldh%02lldm", (long long)(ms / 3600000), (long long)(ms / 60000 % 60));
+    else snprintf(buf, n, "%lldd%02lldh", (long long)(ms / 86400000), (long long)(ms / 3600000 % 24));
+}
+
+static void fmt_time(char *buf, size_t n, int64_t ms) {
+    if (ms <= 0) { snprintf(buf, n, "-"); return; }
+    time_t t = (time_t)(ms / 1000);
+    struct tm tm;
+    gmtime_r(&t, &tm);
+    strftime(buf, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
+}
+
+/* Reads a whole stream (the payload "-"). */
+static char *read_all(FILE *f) {
+    sb b = {0};
+    char buf[4096];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof buf, f)) > 0) sb_add(&b, buf, n);
+    if (!b.p) sb_add(&b, "", 0);
+    /* a trailing newline from echo or a heredoc is not part of the JSON text */
+    while (b.n && (b.p[b.n - 1] == '\n' || b.p[b.n - 1] == '\r')) b.p[--b.n] = 0;
+    return b.p;
+}
+
+/* ---- options ----------------------------------------------------------- */
+typedef struct opt {
+    const char *name; /* without the leading -- */
+    int has_val;
+    const char *val;
+    int set;
+} opt;
+
+/* Parses argv (after the command words): --name value, --name=value, flags,
+ * positionals in order. --json is common to every command. */
+static int parse_args(int argc, char **argv, opt *opts, const char **pos, int maxpos, int *npos) {
+    *npos = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *a = argv[i];
+        if (a[0] == '-' && a[1] == '-' && a[2]) {
+            const char *name = a + 2, *eq = strchr(name, '=');
+            size_t len = eq ? (size_t)(eq - name) : strlen(name);
+            if (len == 4 && !strncmp(name, "json", 4) && !eq) { g_json = 1; continue; }
+            opt *o = NULL;
+            for (opt *p = opts; p && p->name; p++)
+                if (strlen(p->name) == len && !strncmp(p->name, name, len)) o = p;
+            if (!o) return usage_err("unknown option %s", a);
+            o->set = 1;
+            if (o->has_val) {
+                if (eq) o->val = eq + 1;
+                else if (i + 1 < argc) o->val = argv[++i];
+                else return usage_err("option %s needs a value", a);
+            } else if (eq) {
+                return usage_err("option %s takes no value", a);
+            }
+        } else {
+            if (*npos >= maxpos) return usage_err("unexpected argument '%s'", a);
+            pos[(*npos)++] = a;
+        }
+    }
+    return 0;
+}
+
+static opt *get_opt(opt *opts, const char *name) {
+    for (opt *p = opts; p->name; p++)
+        if (!strcmp(p->name, name)) return p;
+    return NULL;
+}
+
+static int opt_int(opt *opts, const char *name, int64_t *out, int64_t lo, int64_t hi) {
+    opt *o = get_opt(opts, name);
+    if (!o->set) return 0;
+    if (parse_int(o->val, out) || *out < lo || *out > hi) {
+        fprintf(stderr, "tocsin: --%s must be an integer between %lld and %lld, not '%s'\n", name,
+                (long long)lo, (long long)hi, o->val);
+        return EXIT_USAGE;
+    }
+    return 0;
+}
+
+static int opt_dur(opt *opts, const char *name, int64_t *out) {
+    opt *o = get_opt(opts, name);
+    if (!o->set) return 0;
+    if (parse_duration(o->val, out)) {
+        fprintf(stderr, "tocsin: --%s must be a duration such as 30s, 5m, 2h or 7d, not '%s'\n", name, o->val);
+        return EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* Names are checked before anything opens the database, on an in-memory
+ * handle (tocsin_check_name needs one for its message). */
+static int check_name(const char *what, const char *name) {
+    static tocsin_db *checker;
+    if (!checker && tocsin_open(&checker, ":memory:", NULL) != TOCSIN_OK) {
+        fprintf(stderr, "tocsin: cannot check names: %s\n", tocsin_errmsg(NULL));
+        return EXIT_ERR;
+    }
+    int rc = tocsin_check_name(checker, what, name);
+    if (rc) {
+        fprintf(stderr, "tocsin: %s\n", tocsin_errmsg(NULL));
+        return EXIT_USAGE;
+    }
+    return 0;
+}
+
+static int check_id(const char *s, int64_t *out) {
+    if (parse_int(s, out) || *out < 1) {
+        fprintf(stderr, "tocsin: job id must be a positive integer, not '%s'\n", s);
+        return EXIT_USAGE;
+    }
+    return 0;
+}
+
+/* TOCSIN_BUSY_TIMEOUT (a duration) bounds how long a command waits for the
+ * write lock before it gives up with exit code 4; default 5s. */
+static int busy_timeout(void) {
+    const char *e = getenv("TOCSIN_BUSY_TIMEOUT");
+    int64_t ms;
+    if (!e || parse_duration(e, &ms) || ms < 1 || ms > 3600000) return 0;
+    return (int)ms;
+}
+
+/* Opens an existing database. write 0: a read-only handle (nothing can be written). */
+static int open_db(tocsin_db **db, const char *path, int write) {
+    struct stat st;
+    *db = NULL;
+    if (stat(path, &st) != 0) {
+        snprintf(g_err, sizeof g_err, "no such database: %s (tocsin init creates one)", path);
+        return EXIT_NOTFOUND;
+    }
+    tocsin_open_opts o = TOCSIN_OPEN_OPTS_INIT;
+    o.read_only = !write;
+    o.busy_timeout_ms = busy_timeout();
+    int rc = tocsin_open(db, path, &o);
+    if (rc) {
+        snprintf(g_err, sizeof g_err, "cannot open %s: %s", path, *db ? tocsin_errmsg(NULL) : tocsin_errstr(rc));
+        tocsin_close(*db);
+        *db = NULL;
+        return exit_code_of(rc);
+    }
+    return 0;
+}
+
+/* ---- tables ------------------------------------------------------------ */
+/* Column kinds of a table printed from a JSON array. */
+enum { K_STR, K_INT, K_AGE, K_TIME, K_BOOL, K_JSON, K_AGO };
+typedef struct col {
+    const char *head;
+    const char *path; /* JSON path inside each element */
+    int kind;
+} col;
+
+/* Terminal output never carries control characters from the data (escape sequences). */
+static void clean(char *s) {
+    for (unsigned char *p = (unsigned char *)s; *p; p++)
+        if (*p < 0x20 || *p == 0x7f) *p = '?';
+}
+
+static int print_table(tocsin_db *db, const char *json, const char *each_path, const col *cols, int ncols) {
+    sb sql = {0};
+    sb_puts(&sql, "SELECT ");
+    for (int i = 0; i < ncols; i++) {
+        sb_printf(&sql, "%sjson_extract(value, '%s')", i ? ", " : "", cols[i].path);
+    }
+    sb_printf(&sql, " FROM json_each(?1%s%s%s)", each_path ? ", '" : "", each_path ? each_path : "",
+              each_path ? "'" : "");
+    sqlite3_stmt *st;
+    sqlite3 *c = tocsin_sqlite(db);
+    if (sqlite3_prepare_v2(c, sql.p, -1, &st, NULL) != SQLITE_OK) {
+        sb_free(&sql);
+        return report(fail_sqlite(db, "table"));
+    }
+    sb_free(&sql);
+    sqlite3_bind_text(st, 1, json, -1, SQLITE_TRANSIENT);
+    int64_t now = tocsin_now(db);
+    size_t rows = 0, cap = 0;
+    char **cells = NULL;
+    size_t width[32] = {0};
+    for (int i = 0; i < ncols; i++) width[i] = strlen(cols[i].head);
+    while (sqlite3_step(st) == SQLITE_ROW) {
+        if (rows + 1 > cap) {
+            cap = cap ? cap * 2 : 16;
+            cells = realloc(cells, cap * (size_t)ncols * sizeof *cells);
+            if (!cells) exit(EXIT_ERR);
+        }
+        for (int i = 0; i < ncols; i++) {
+            char buf[64];
+            const char *t = (const char *)sqlite3_column_text(st, i);
+            int64_t v = sqlite3_column_int64(st, i);
+            const char *out = buf;
+            int isnull = sqlite3_column_type(st, i) == SQLITE_NULL;
+            switch (cols[i].kind) {
+            case K_INT: snprintf(buf, sizeof buf, "%lld", (long long)v); break;
+            case K_AGE: fmt_age(buf, sizeof buf, v); break;
+            case K_AGO:
+                if (isnull || v <= 0) snprintf(buf, sizeof buf, "-");
+                else fmt_age(buf, sizeof buf, now - v);
+                break;
+            case K_TIME: fmt_time(buf, sizeof buf, isnull ? 0 : v); break;
+            case K_BOOL: snprintf(buf, sizeof buf, "%s", v ? "yes" : "no"); break;
+            default: out = isnull ? "-" : t ? t : ""; break;
+            }
+            char *cell = strdup(out);
+            if (cols[i].kind == K_JSON && strlen(cell) > 60) strcpy(cell + 57, "...");
+            clean(cell);
+            if (strlen(cell) > width[i]) width[i] = strlen(cell);
+            cells[rows * (size_t)ncols + (size_t)i] = cell;
+        }
+        rows++;
+    }
+    sqlite3_finalize(st);
+    for (int i = 0; i < ncols; i++) {
+        if (i + 1 == ncols) printf("%s\n", cols[i].head);
+        else printf(cols[i].kind == K_INT ? "%*s  " : "%-*s  ", (int)width[i], cols[i].head);
+    }
+    for (size_t r = 0; r < rows; r++) {
+        for (int i = 0; i < ncols; i++) {
+            char *cell = cells[r * (size_t)ncols + (size_t)i];
+            int right = cols[i].kind == K_INT;
+            if (i + 1 == ncols && !right) printf("%s\n", cell);
+            else printf(right ? "%*s%s" : "%-*s%s", (int)width[i], cell, i + 1 < ncols ? "  " : "\n");
+            free(cell);
+        }
+    }
+    free(cells);
+    return 0;
+}
+
+/* A progress bar on a terminal (stdout), for long operations. */
+static int g_progress = -1;
+static void progress(const char *label, int64_t done, int64_t total) {
+    if (g_progress < 0) g_progress = !g_json && isatty(STDOUT_FILENO);
+    if (!g_progress) return;
+    int w = 30, fill = total > 0 ? (int)(done * w / total) : w;
+    if (fill > w) fill = w;
+    printf("\r%-14s [", label);
+    for (int i = 0; i < w; i++) putchar(i < fill ? '#' : '.');
+    printf("] %lld/%lld", (long long)done, (long long)total);
+    if (done >= total) putchar('\n');
+    fflush(stdout);
+}
+
+/* ---- commands ---------------------------------------------------------- */
+typedef int (*cmd_fn)(int argc, char **argv);
+typedef struct command {
+    const char *name;
+    cmd_fn fn;
+    const char *help;
+} command;
+
+static int want_help(int argc, char **argv, const char *help) {
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
+            fputs(help, stdout);
+            return 1;
+        }
+    return 0;
+}
+
+#define NEED_POS(n, what)                                                            \
+    do {                                                                             \
+        if (npos < (n)) {                                                            \
+            fprintf(stderr, "tocsin: missing %s (see --help)\n", what);              \
+            return EXIT_USAGE;                                                       \
+        }                                                                            \
+    } while (0)
+
+static const char H_INIT[] = "usage: tocsin init DB\n\nCreates DB (a SQLite file) if missing and installs tocsin's tables.\n";
+static int cmd_init(int argc, char **argv) {
+    const char *pos[1];
+    int npos, rc;
+    if ((rc = parse_args(argc, argv, NULL, pos, 1, &npos))) return rc;
+    NEED_POS(1, "DB");
+    tocsin_db *db;
+    rc = tocsin_open(&db, pos[0], NULL);
+    if (rc) {
+        fprintf(stderr, "tocsin: cannot open %s: %s\n", pos[0], db ? tocsin_errmsg(NULL) : tocsin_errstr(rc));
+        tocsin_close(db);
+        return exit_code_of(rc);
+    }
+    if (g_json) printf("{\"path\":\"%s\",\"schema_version\":%d}\n", pos[0], TOCSIN_SCHEMA_VERSION);
+    else printf("%s: tocsin schema v%d\n", pos[0], TOCSIN_SCHEMA_VERSION);
+    tocsin_close(db);
+    return 0;
+}
+
+static const char H_STATS[] =
+    "usage: tocsin stats DB [QUEUE] [--sample DUR] [--json]\n\n"
+    "Per queue: pending (due now), scheduled (later), in flight, dead, the age of the oldest\n"
+    "due job, paused, and the jobs enqueued and died in the last minute (acked jobs leave no\n"
+    "row, so enqueued/1m counts those of the last minute still live or dead).\n"
+    "--sample DUR reads twice, DUR apart, and adds the exact rates of that window over all\n"
+    "queues: jobs enqueued, completed (acked) and died per second (JSON: \"rates\").\n";
+
+/* Totals of a stats document: enqueued_total, live jobs, dead jobs. */
+static int stats_totals(tocsin_db *db, const char *json, int64_t *total, int64_t *live, int64_t *dead, int64_t *now) {
+    char *t = NULL;
+    int rc = sql_text(db, &t,
+        "SELECT json_array(?1->>'enqueued_total', ?1->>'now',"
+        " (SELECT coalesce(sum((value->>'pending') + (value->>'scheduled') + (value->>'processing')), 0)"
+        "  FROM json_each(?1, '$.queues')),"
+        " (SELECT coalesce(sum(value->>'dead'), 0) FROM json_each(?1, '$.queues')))", "t", json);
+    if (rc) return rc;
+    long long a = 0, b = 0, c = 0, d = 0;
+    if (!t || sscanf(t, "[%lld,%lld,%lld,%lld]", &a, &b, &c, &d) != 4) {
+        free(t);
+        snprintf(g_err, sizeof g_err, "stats: unexpected document");
+        return EXIT_ERR;
+    }
+    free(t);
+    *total = a; *now = b; *live = c; *dead = d;
+    return 0;
+}
+
+static int cmd_stats(int argc, char **argv) {
+    opt opts[] = {{"sample", 1, 0, 0}, {0, 0, 0, 0}};
+    const char *pos[2];
+    int npos, rc;
+    int64_t sample = 0;
+    if ((rc = parse_args(argc, argv, opts, pos, 2, &npos))) return rc;
+    NEED_POS(1, "DB");
+    if (npos > 1 && (rc = check_name("queue", pos[1]))) return rc;
+    if ((rc = opt_dur(opts, "sample", &sample))) return rc;
+    if (opts[0].set && (sample < 100 || sample > 3600000)) {
+        fprintf(stderr, "tocsin: --sample must be between 100ms and 1h, not '%s'\n", opts[0].val);
+        return EXIT_USAGE;
+    }
+    tocsin_db *db;
+    if ((rc = open_db(&db, pos[0], 0))) return report(rc);
+    sb out = {0};
+    double enq = 0, done = 0, died = 0, secs = 0;
+    if (sample > 0) {
+        /* the rates are global: the enqueue counter (the job id sequence) is one for all queues */
+        sb first = {0};
+        int64_t t1, l1, d1, n1, t2, l2, d2, n2;
+        rc = collect_stats(db, &first, NULL);
+        if (!rc) rc = stats_totals(db, first.p, &t1, &l1, &d1, &n1);
+        sb_free(&first);
+        if (!rc) {
+            struct timespec ts = {(time_t)(sample / 1000), (long)(sample % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+            sb second = {0};
+            rc = collect_stats(db, &second, NULL);
+            if (!rc) rc = stats_totals(db, second.p, &t2, &l2, &d2, &n2);
+            sb_free(&second);
+        }
+        if (!rc) {
+            secs = (n2 - n1) / 1000.0;
+            if (secs <= 0) secs = sample / 1000.0;
+            int64_t e = t2 - t1, c = e - (l2 - l1) - (d2 - d1);
+            enq = e / secs;
+            done = (c > 0 ? c : 0) / secs;
+            died = (d2 > d1 ? d2 - d1 : 0) / secs;
+        }
+    }
+    if (!rc) rc = collect_stats(db, &out, npos > 1 ? pos[1] : NULL);
+    if (!rc && sample > 0) {
+        /* the rates go in as one more member of the document */
+        out.p[--out.n] = 0; /* drop the closing brace */
+        sb_printf(&out, ",\"rates\":{\"window_ms\":%lld,\"enqueued_per_s\":%.3f,\"completed_per_s\":%.3f,"
+                        "\"died_per_s\":%.3f}}", (long long)(secs * 1000), enq, done, died);
+    }
+    if (!rc) {
+        if (g_json) printf("%s\n", out.p);
+        else {
+            static const col cols[] = {{"QUEUE", "$.queue", K_STR}, {"PENDING", "$.pending", K_INT},
+                {"SCHEDULED", "$.scheduled", K_INT}, {"IN-FLIGHT", "$.processing", K_INT},
+                {"DEAD", "$.dead", K_INT}, {"OLDEST", "$.oldest_pending_age_ms", K_AGE},
+                {"PAUSED", "$.paused", K_BOOL}, {"ENQ/1M", "$.enqueued_1m", K_INT},
+                {"DIED/1M", "$.died_1m", K_INT}};
+            rc = print_table(db, out.p, "$.queues", cols, 9);
+            if (!rc && sample > 0)
+                printf("last %.1fs, all queues: %.1f enqueued/s, %.1f completed/s, %.1f died/s\n", secs, enq, done, died);
+        }
+    }
+    sb_free(&out);
+    tocsin_close(db);
+    return report(rc);
+}
+
+static const char H_JOBS[] =
+    "usage: tocsin jobs DB [--queue Q] [--state S] [--older-than DUR] [--newer-than DUR]\n"
+    "                      [--search TEXT] [--limit N] [--json]\n\n"
+    "Lists jobs, newest first (default limit 100). --state is scheduled, pending, processing\n"
+    "or dead; --older-than / --newer-than filter on the enqueue time; --search matches a\n"
+    "substring of the payload, meta, unique key or last error, or an id.\n";
+static int cmd_jobs(int argc, char **argv) {
+    opt opts[] = {{"queue", 1, 0, 0}, {"state", 1, 0, 0}, {"older-than", 1, 0, 0}, {"newer-than", 1, 0, 0},
+                  {"search", 1, 0, 0}, {"limit", 1, 0, 0}, {0, 0, 0, 0}};
+    const char *pos[1];
+    int npos, rc;
+    if ((rc = parse_args(argc, argv, opts, pos, 1, &npos))) return rc;
+    NEED_POS(1, "DB");
+    job_filter f = {0};
+    f.limit = 100;
+    if (opts[0].set && (rc = check_name("queue", opts[0].val))) return rc;
+    f.queue = opts[0].set ? opts[0].val : NULL;
+    if (opts[1].set) {
+        const char *s = opts[1].val;
+        if (strcmp(s, "scheduled") && strcmp(s, "pending") && strcmp(s, "processing") && strcmp(s, "dead"))
+            return usage_err("--state must be scheduled, pending, processing or dead, not '%s'", s);
+        f.state = s;
+    }
+    if ((rc = opt_dur(opts, "older-than", &f.older_than_ms)) || (rc = opt_dur(opts, "newer-than", &f.newer_than_ms)) ||
+        (rc = opt_int(opts, "limit", &f.limit, 1, TOCSIN_MAX_BATCH)))
+        return rc;
+    f.search = opts[4].set ? opts[4].val : NULL;
+    tocsin_db *db;
+    if ((rc = open_db(&db, pos[0], 0))) return report(rc);
+    sb out = {0};
+    rc = collect_jobs(db, &out, &f);
+    if (!rc) {
+        if (g_json) printf("%s\n", out.p);
+        else {
+            static const col cols[] = {{"ID", "$.id", K_INT}, {"QUEUE", "$.queue", K_STR},
+                {"STATE", "$.state", K_STR}, {"ATTEMPTS", "$.attempts", K_INT}, {"AGE", "$.created_at", K_AGO},
+                {"PAYLOAD", "$.payload", K_JSON}};
+            rc = print_table(db, out.p, NULL, cols, 6);
+        }
+    }
+    sb_free(&out);
+    tocsin_close(db);
+    return report(rc);
+}
+
+static void print_job_human(tocsin_db *db, const tocsin_job *j) {
+    char t1[64];
+    int64_t now = tocsin_now(db);
+    printf("id            %lld\n", (long long)j->id);
+    printf("queue         %s\n", j->queue);
+    printf("state         %s\n", j->state);
+    printf("payload       %s\n", j->payload);
+    if (j->meta) printf("meta          %s\n", j->meta);
+    printf("priority      %lld\n", (long long)j->priority);
+    printf("attempts      %d/%d\n", j->attempts, j->max_attempts);
+    fmt_time(t1, sizeof t1, j->created_at);
+    printf("created       %s\n", t1);
+    fmt_time(t1, sizeof t1, j->run_at);
+    printf("run at        %s\n", t1);
+    if (j->lease_until) { fmt_time(t1, sizeof t1, j->lease_until); printf("lease until   %s\n", t1); }
+    if (j->expires_at) { fmt_time(t1, sizeof t1, j->expires_at); printf("expires       %s\n", t1); }
+    if (j->unique_key) printf("unique key    %s\n", j->unique_key);
+    if (j->worker) printf("worker        %s\n", j->worker);
+    if (j->last_error) printf("last error    %s\n", j->last_error);
+    if (j->reason) {
+        fmt_age(t1, sizeof t1, now - j->died_at);
+        printf("dead          %s, %s ago\n", j->reason, t1);
+    }
+}
+
+static const char H_JOB[] = "usage: tocsin job DB ID [--json]\n\nShows one job, live or dead (exit 3 if no job has that id: never enqueued, or acked).\n";
+static int cmd_job(int argc, char **argv) {
+    const char *pos[2];
+    int npos, rc;
+    int64_t id;
+    if ((rc = parse_args(argc, argv, NULL, pos, 2, &npos))) return rc;
+    NEED_POS(2, "DB and ID");
+    if ((rc = check_id(pos[1], &id))) return rc;
+    tocsin_db *db;
+    if ((rc = open_db(&db, pos[0], 0))) return report(rc);
+    tocsin_job *j = NULL;
+    rc = tocsin_job_get(db, &j, id);
+    if (rc) rc = fail_tocsin(rc, "job");
+    else if (!j) {
+        snprintf(g_err, sizeof g_err, "no job %lld (never enqueued, or acked)", (long long)id);
+        rc = EXIT_NOTFOUND;
+    } else {
+        for (char *p = j->last_error; p && *p; p++) if ((unsigned char)*p < 0x20 && *p != '\n') *p = '?';
+        if (g_json) {
+            sb out = {0};
+            job_json(&out, j);
+            printf("%s\n", out.p);
+            sb_free(&out);
+        } else {
+            print_job_human(db, j);
+        }
+    }
+    tocsin_jobs_free(j, j ? 1 : 0);
+    tocsin_close(db);
+    return report(rc);
+}
+
+static const char H_ENQUEUE[] =
+    "usage: tocsin enqueue DB QUEUE PAYLOAD [--priority N] [--delay DUR] [--run-at MS]\n"
+    "                      [--max-attempts N] [--expires DUR] [--unique-key K] [--meta JSON] [--json]\n\n"
+    "Enqueues a job and prints its id. PAYLOAD is JSON text ('-' reads it from stdin).\n"
+    "With a unique key a live job of the queue already holds, prints that job's id.\n";
+static int cmd_enqueue(int argc, char **argv) {
+    opt opts[] = {{"priority", 1, 0, 0}, {"delay", 1, 0, 0}, {"run-at", 1, 0, 0}, {"max-attempts", 1, 0, 0},
+                  {"expires", 1, 0, 0}, {"unique-key", 1, 0, 0}, {"meta", 1, 0, 0}, {0, 0, 0, 0}};
+    const char *pos[3];
+    int npos, rc;
+    if ((rc = parse_args(argc, argv, opts, pos, 3, &npos))) return rc;
+    NEED_POS(3, "DB, QUEUE and PAYLOAD");
+    if ((rc = check_name("queue", pos[1]))) return rc;
+    tocsin_enqueue_opts eo = TOCSIN_ENQUEUE_OPTS_INIT;
+    int64_t ma = 0;
+    if ((rc = opt_int(opts, "priority", &eo.priority, INT64_MIN, INT64_MAX)) ||
+        (rc = opt_dur(opts, "delay", &eo.delay_ms)) ||
+        (rc = opt_int(opts, "run-at", &eo.run_at_ms, 0, TOCSIN_MAX_TIME_MS)) ||
+        (rc = opt_int(opts, "max-attempts", &ma, 1, TOCSIN_MAX_ATTEMPTS)) ||
+        (rc = opt_dur(opts, "expires", &eo.expires_ms)))
+        return rc;
+    eo.max_attempts = (int)ma;
+    eo.unique_key = opts[5].set ? opts[5].val : NULL;
+    eo.meta = opts[6].set ? opts[6].val : NULL;
+    char *stdin_payload = NULL;
+    const char *payload = pos[2];
+    if (!strcmp(payload, "-")) payload = stdin_payload = read_all(stdin);
+    tocsin_db *db;
+    if ((rc = open_db(&db, pos[0], 1))) { free(stdin_payload); return report(rc); }
+    int64_t id = 0;
+    rc = tocsin_queue_enqueue(db, &id, pos[1], payload, &eo);
+    if (rc) rc = fail_tocsin(rc, "enqueue");
+    else if (g_json) printf("{\"id\":%lld}\n", (long long)id);
+    else printf("%lld\n", (long long)id);
+    free(stdin_payload);
+    tocsin_close(db);
+    return report(rc);
+}
+
+static const char H_CANCEL[] = "usage: tocsin cancel DB ID [--json]\n\nCancels a live job: it goes dead with reason 'cancelled' (exit 3 if no live job has that id).\n";
+static int cmd_cancel(int argc, char **argv) {
+    const char *pos[2];
+    int npos, rc, ok = 0;
+    int64_t id;
+    if ((rc = parse_args(argc, argv, NULL, pos, 2, &npos))) return rc;
+    NEED_POS(2, "DB and ID");
+    if ((rc = check_id(pos[1], &id))) return rc;
+    tocsin_db *db;
+    if ((rc = open_db(&db, pos[0], 1))) return report(rc);
+    rc = tocsin_job_cancel(db, &ok, id);
+    if (rc) rc = fail_tocsin(rc, "cancel");
+    else if (!ok) {
+        snprintf(g_err, sizeof g_err, "no live job %lld", (long long)id);
+        rc = EXIT_NOTFOUND;
+    } else if (g_json) printf("{\"cancelled\":%lld}\n", (long long)id);
+    else printf("cancelled %lld\n", (long long)id);
+    tocsin_close(db);
+    return report(rc);
+}
+
+static const char H_DEAD[] =
+    "usage: tocsin dead list DB [--queue Q] [--after ID] [--limit N] [--json]\n"
+    "       tocsin dead requeue DB ID... | --all [--queue Q]\n"
+    "       tocsin dead purge DB [--queue Q] [--older-than DUR]\n\n"
+    "Dead letters: list them (oldest first), move them back to pending (same id, attempts\n"
+    "reset), or delete them (all of them, or those that died more than DUR ago). A purge\n"
+    "runs in batches, with a progress bar on a terminal; each batch is atomic.\n";
+
+/* Purges the dead letters of `queue` that died before `before` (0: all) in
+ * batches of about 1000 (each one tocsin_dead_purge), reporting progress. */
+static int purge_dead(tocsin_db *db, const char *queue, int64_t before, int64_t *out_n) {
+    char *t = NULL;
+    int rc = sql_text(db, &t, "SELECT count(*) FROM _tocsin_dead WHERE (?1 IS NULL OR queue = ?1)"
+                              " AND (?2 = 0 OR died_at < ?2)", "ti", queue, before);
+    if (rc) return rc;
+    int64_t total = t ? atoll(t) : 0, done = 0;
+    free(t);
+    *out_n = 0;
+    progress("purging dead", 0, total);
+    while (done < total) {
+        /* the died_at of the ~1000th oldest row bounds the next batch */
+        int64_t cut = before;
+        rc = sql_text(db, &t, "SELECT died_at FROM _tocsin_dead WHERE (?1 IS NULL OR queue = ?1)"
+                              " AND (?2 = 0 OR died_at < ?2) ORDER BY died_at LIMIT 1 OFFSET 1000",
+                      "ti", queue, before);
+        if (rc) return rc;
+        if (t) cut = atoll(t) + 1 < before || before == 0 ? atoll(t) + 1 : before;
+        free(t);
+        int64_t n = 0;
+        rc = tocsin_dead_purge(db, &n, queue, cut);
+        if (rc) return fail_tocsin(rc, "dead purge");
+        done += n;
+        *out_n += n;
+        progress("purging dead", done < total ? done : total, total);
+        if (n == 0 || cut == before) break;
+    }
+    if (total == 0) progress("purging dead", 0, 0);
+    return 0;
+}
+
+static int cmd_dead(int argc, char **argv) {
+    if (argc < 1) return usage_err("%s", "dead needs list, requeue or purge");
+    const char *sub = argv[0];
+    opt opts[] = {{"queue", 1, 0, 0}, {"after", 1, 0, 0}, {"limit", 1, 0, 0}, {"all", 0, 0, 0},
+                  {"older-than", 1, 0, 0}, {0, 0, 0, 0}};
+    const char *pos[TOCSIN_MAX_BATCH];
+    int npos, rc;
+    if ((rc = parse_args(argc - 1, argv + 1, opts, pos, TOCSIN_MAX_BATCH, &npos))) return rc;
+    NEED_POS(1, "DB");
+    const char *queue = opts[0].set ? opts[0].val : NULL;
+    if (queue && (rc = check_name("queue", queue))) return rc;
+    tocsin_db *db = NULL;
+    if (!strcmp(sub, "list")) {
+        int64_t after = 0, limit = 100;
+        if (npos > 1) return usage_err("unexpected argument '%s'", pos[1]);
+        if ((rc = opt_int(opts, "after", &after, 0, INT64_MAX)) ||
+            (rc = opt_int(opts, "limit", &limit, 1, TOCSIN_MAX_BATCH)))
+            return rc;
+        if ((rc = open_db(&db, pos[0], 0))) return report(rc);
+        sb out = {0};
+        rc = collect_dead(db, &out, queue, after, limit);
+        if (!rc) {
+            if (g_json) printf("%s\n", out.p);
+            else {
+                static const col cols[] = {{"ID", "$.id", K_INT}, {"QUEUE", "$.queue", K_STR},
+                    {"REASON", "$.reason", K_STR}, {"ATTEMPTS", "$.attempts", K_INT},
+                    {"DIED", "$.died_at", K_AGO}, {"ERROR", "$.last_error", K_JSON}, {"PAYLOAD", "$.payload", K_JSON}};
+                rc = print_table(db, out.p, NULL, cols, 7);
+            }
+        }
+        sb_free(&out);
+    } else if (!strcmp(sub, "requeue")) {
+        int64_t ids[TOCSIN_MAX_BATCH];
+        int nids = npos - 1;
+        if (opts[3].set == (nids > 0))
+            return usage_err("%s", "dead requeue takes job ids or --all");
+        for (int i = 0; i < nids; i++)
+            if ((rc = check_id(pos[i + 1], &ids[i]))) return rc;
+        if ((rc = open_db(&db, pos[0], 1))) return report(rc);
+        sb done = {0};
+        int64_t count = 0;
+        if (opts[3].set) {
+            /* every dead letter (of the queue), in batches by id */
+            int64_t after = 0;
+            for (;;) {
+                tocsin_job *jobs = NULL;
+                size_t n = 0;
+                if ((rc = tocsin_dead_list(db, &jobs, &n, queue, after, 1000))) { rc = fail_tocsin(rc, "dead list"); break; }
+                for (size_t i = 0; i < n && !rc; i++) {
+                    int ok = 0;
+                    if ((rc = tocsin_dead_requeue(db, &ok, jobs[i].id))) rc = fail_tocsin(rc, "requeue");
+                    else if (ok) sb_printf(&done, "%s%lld", count++ ? "," : "", (long long)jobs[i].id);
+                    after = jobs[i].id;
+                }
+                tocsin_jobs_free(jobs, n);
+                if (rc || n < 1000) break;
+            }
+        } else {
+            for (int i = 0; i < nids && !rc; i++) {
+                int ok = 0;
+                if ((rc = tocsin_dead_requeue(db, &ok, ids[i]))) rc = fail_tocsin(rc, "requeue");
+                else if (!ok) {
+                    snprintf(g_err, sizeof g_err, "no dead job %lld", (long long)ids[i]);
+                    rc = EXIT_NOTFOUND;
+                } else sb_printf(&done, "%s%lld", count++ ? "," : "", (long long)ids[i]);
+            }
+        }
+        if (g_json) printf("{\"requeued\":[%s]}\n", done.p ? done.p : "");
+        else if (count) printf("requeued %lld job%s: %s\n", (long long)count, count == 1 ? "" : "s", done.p);
+        else if (!rc) printf("requeued 0 jobs\n");
+        sb_free(&done);
+    } else if (!strcmp(sub, "purge")) {
+        int64_t older = 0, n = 0;
+        if (npos > 1) return usage_err("unexpected argument '%s'", pos[1]);
+        if ((rc = opt_dur(opts, "older-than", &older))) return rc;
+        if ((rc = open_db(&db, pos[0], 1))) return report(rc);
+        int64_t before = older > 0 ? tocsin_now(db) - older : 0;
+        if (older > 0 && before <= 0) before = 1;
+        rc = purge_dead(db, queue, before, &n);
+        if (!rc) {
+            if (g_json) printf("{\"purged\":%lld}\n", (long long)n);
+            else printf("purged %lld dead job%s\n", (long long)n, n == 1 ? "" : "s");
+        }
+    } else {
+        return usage_err("dead: unknown action '%s' (list, requeue or purge)", sub);
+    }
+    tocsin_close(db);
+    return report(rc);
+}
+
+static const char H_PAUSE[] = "usage: tocsin pause DB QUEUE [--json]\n\nPauses QUEUE: it hands out no jobs (enqueue still works, running leases go on).\n";
+static const char H_RESUME[] = "usage: tocsin resume DB QUEUE [--json]\n\nResumes a paused QUEUE: its jobs are claimable again.\n";
+static int pause_resume(int argc, char **argv, int pause) {
+    const char *pos[2];
+    int npos, rc;
+    if ((rc = parse_args(argc, argv, NULL, pos, 2, &npos))) return rc;
+    NEED_POS(2, "DB and QUEUE");
+    if ((rc = check_name("queue", pos[1]))) return rc;
+    tocsin_db *db;
+    if ((rc = open_db(&db, pos[0], 1))) return report(rc);
+    rc = pause ? tocsin_queue_pause(db, pos[1]) : tocsin_queue_resume(db, pos[1]);
+    if (rc) rc = fail_tocsin(rc, pause ? "pause" : "resume");
+    else if (g_json) { printf("{\"queue\":"); sb q = {0}; sb_json_str(&q, pos[1]); printf("%s,\"paused\":%s}\n", q.p, pause ? "true" : "false"); sb_free(&q); }
+    else printf("%s %s\n", pause ? "paused" : "resumed", pos[1]);
+    tocsin_close(db);
+    return report(rc);
+}
+static int cmd_pause(int argc, char **argv) { return pause_resume(argc, argv, 1); }
+static int cmd_resume(int argc, char **argv) { return pause_resume(argc, argv, 0); }
+
+static const char H_NOTIFY[] = "usage: tocsin notify DB CHANNEL PAYLOAD [--meta JSON] [--json]\n\nSends a notification (PAYLOAD is JSON text, '-' reads stdin) and prints its id.\n";
+static int cmd_notify(int argc, char **argv) {
+    opt opts[] = {{"meta", 1, 0, 0}, {0, 0, 0, 0}};
+    const char *pos[3];
+    int npos, rc;
+    if ((rc = parse_args(argc, argv, opts, pos, 3, &npos))) return rc;
+    NEED_POS(3, "DB, CHANNEL and PAYLOAD");
+    if ((rc = check_name("channel", pos[1]))) return rc;
+    char *stdin_payload = NULL;
+    const char *payload = pos[2];
+    if (!strcmp(payload, "-")) payload = stdin_payload = read_all(stdin);
+    tocsin_db *db;
+    if ((rc = open_db(&db, pos[0], 1))) { free(stdin_payload); return report(rc); }
+    int64_t id = 0;
+    rc = tocsin_notify(db, &id, pos[1], payload, opts[0].set ? opts[0].val : NULL);
+    if (rc) rc = fail_tocsin(rc, "notify");
+    else if (g_json) printf("{\"id\":%lld}\n", (long long)id);
+    else printf("%lld\n", (long long)id);
+    free(stdin_payload);
+    tocsin_close(db);
+    return report(rc);
+}
+
+/* SIGINT/SIGTERM end listen and tail cleanly: the handler writes to a pipe
+ * that the wait polls beside the subscription's descriptor. */
+static int g_sigpipe[2] = {-1, -1};
+static void on_signal(int sig) {
+    (void)sig;
+    ssize_t r = write(g_sigpipe[1], "x", 1);
+    (void)r;
+}
+static void catch_signals(void) {
+    if (pipe(g_sigpipe) != 0) return;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    signal(SIGPIPE, SIG_IGN);
+}
+static int64_t mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+/* Waits for fd to be readable: 1 readable, 0 timed out, -1 signalled. */
+static int wait_fd(int fd, int64_t deadline) {
+    int timeout = -1;
+    if (deadline >= 0) {
+        int64_t left = deadline - mono_ms();
+        if (left <= 0) return 0;
+        timeout = left > 1000000 ? 1000000 : (int)left;
+    }
+    struct pollfd p[2] = {{fd, POLLIN, 0}, {g_sigpipe[0], POLLIN, 0}};
+    int r = poll(p, 2, timeout);
+    if (r < 0) return errno == EINTR ? 1 : -1;
+    if (p[1].revents) return -1;
+    return r > 0 ? 1 : 0;
+}
+
+static void print_message(const tocsin_message *m, const char *kind) {
+    sb b = {0};
+    message_json(&b, m);
+    /* rename "name" to the kind (channel or topic) for readability */
+    printf("{\"%s\":", kind);
+    sb n = {0};
+    sb_json_str(&n, m->name);
+    char *rest = strstr(b.p, ",\"key\"");
+    printf("%s,\"id\":%lld%s\n", n.p, (long long)m->id, rest ? rest : "}");
+    sb_free(&n);
+    sb_free(&b);
+    fflush(stdout);
+}
+
+static const char H_LISTEN[] =
+    "usage: tocsin listen DB CHANNEL [--count N] [--timeout DUR]\n\n"
+    "Prints the notifications of CHANNEL sent from now on, one JSON object a line, as they\n"
+    "commit (woken by the wake engine). Stops after --count notifications, after --timeout,\n"
+    "or at SIGINT/SIGTERM (exit 0). A listener that falls more than 1000 behind loses the\n"
+    "oldest (a line {\"dropped\":N} on stderr says so).\n";
+static int cmd_listen(int argc, char **argv) {
+    opt opts[] = {{"count", 1, 0, 0}, {"timeout", 1, 0, 0}, {0, 0, 0, 0}};
+    const char *pos[2];
+    int npos, rc;
+    int64_t count = 0, timeout = -1;
+    if ((rc = parse_args(argc, argv, opts, pos, 2, &npos))) return rc;
+    NEED_POS(2, "DB and CHANNEL");
+    if ((rc = check_name("channel", pos[1]))) return rc;
+    if ((rc = opt_int(opts, "count", &count, 1, INT64_MAX)) || (rc = opt_dur(opts, "timeout", &timeout))) return rc;
+    tocsin_db *db;
+    if ((rc = open_db(&db, pos[0], 0))) return report(rc);
+    tocsin_listener *l = NULL;
+    rc = tocsin_listen_open(&l, db, pos[1], 1000);
+    if (rc) { rc = fail_tocsin(rc, "listen"); tocsin_close(db); return report(rc); }
+    catch_signals();
+    /* stdout is line-buffered JSON; the READY line on stderr lets scripts know we listen */
+    fprintf(stderr, "listening on %s\n", pos[1]);
+    int64_t deadline = timeout >= 0 ? mono_ms() + timeout : -1, got = 0, dropped = 0;
+    while (!count || got < count) {
+        tocsin_message *m = NULL;
+        size_t n = 0;
+        int r = tocsin_listen_next(l, &m, &n, 0);
+        if (r == TOCSIN_OK) {
+            for (size_t i = 0; i < n && (!count || got < count); i++, got++) print_message(&m[i], "channel");
+            tocsin_messages_free(m, n);
+            if (tocsin_listen_dropped(l) != dropped) {
+                dropped = tocsin_listen_dropped(l);
+                fprintf(stderr, "{\"dropped\":%lld}\n", (long long)dropped);
+            }
+            continue;
+        }
+        if (r != TOCSIN_TIMEOUT) { rc = fail_tocsin(r, "listen"); break; }
+        int w = wait_fd(tocsin_listen_fd(l), deadline);
+        if (w <= 0) break;
+    }
+    tocsin_listen_close(l);
+    tocsin_close(db);
+    return report(rc);
+}
+
+static const char H_TAIL[] =
+    "usage: tocsin tail DB TOPIC [--from OFFSET] [--consumer NAME] [--no-follow] [--count N]\n"
+    "                   [--timeout DUR]\n\n"
+    "Prints a stream's events as JSON lines: first those after --from (default 0: the whole\n"
+    "stream), or after the saved offset of --consumer (whose offset is then saved as it goes),\n"
+    "then new ones as they commit, until --count, --timeout, SIGINT/SIGTERM or, with\n"
+    "--no-follow, the end of the replay.\n";
+static int cmd_tail(int argc, char **argv) {
+    opt opts[] = {{"from", 1, 0, 0}, {"consumer", 1, 0, 0}, {"no-follow", 0, 0, 0}, {"count", 1, 0, 0},
+                  {"timeout", 1, 0, 0}, {0, 0, 0, 0}};
+    const char *pos[2];
+    int npos, rc;
+    int64_t from = 0, count = 0, timeout = -1;
+    if ((rc = parse_args(argc, argv, opts, pos, 2, &npos))) return rc;
+    NEED_POS(2, "DB and TOPIC");
+    if ((rc = check_name("topic", pos[1]))) return rc;
+    const char *consumer = opts[1].set ? opts[1].val : NULL;
+    if (consumer && (rc = check_name("consumer", consumer))) return rc;
+    if (consumer && opts[0].set) return usage_err("%s", "--from and --consumer exclude each other");
+    if ((rc = opt_int(opts, "from", &from, 0, INT64_MAX)) || (rc = opt_int(opts, "count", &count, 1, INT64_MAX)) ||
+        (rc = opt_dur(opts, "timeout", &timeout)))
+        return rc;
+    int follow = !opts[2].set;
+    tocsin_db *db;
+    if ((rc = open_db(&db, pos[0], consumer != NULL))) return report(rc);
+    tocsin_stream_sub *s = NULL;
+    tocsin_stream_sub_opts so = TOCSIN_STREAM_SUB_OPTS_INIT;
+    so.from_offset = consumer ? -1 : from;
+    if (consumer) so.autosave_every = 1;
+    rc = tocsin_stream_sub_open(&s, db, pos[1], consumer, &so);
+    if (rc) { rc = fail_tocsin(rc, "tail"); tocsin_close(db); return report(rc); }
+    catch_signals();
+    int64_t deadline = timeout >= 0 ? mono_ms() + timeout : -1, got = 0;
+    while (!count || got < count) {
+        tocsin_message *m = NULL;
+        size_t n = 0;
+        int r = tocsin_stream_sub_next(s, &m, &n, 0);
+        if (r == TOCSIN_OK) {
+            for (size_t i = 0; i < n && (!count || got < count); i++, got++) print_message(&m[i], "topic");
+            tocsin_messages_free(m, n);
+            continue;
+        }
+        if (r != TOCSIN_TIMEOUT) { rc = fail_tocsin(r, "tail"); break; }
+        if (!follow) break;
+        if (wait_fd(tocsin_stream_sub_fd(s), deadline) <= 0) break;
+    }
+    if (consumer && !rc) {
+        int r = tocsin_stream_sub_save(s);
+        if (r) rc = fail_tocsin(r, "save offset");
+    }
+    tocsin_stream_sub_close(s);
+    tocsin_close(db);
+    return report(rc);
+}
+
+static const char H_SCHEDULES[] = "usage: tocsin schedules DB [--json]\n\nCron schedules: expression, queue, next and last fire (UTC), jobs fired, paused.\n";
+static int cmd_schedules(int argc, char **argv) {
+    const char *pos[1];
+    int npos, rc;
+    if ((rc = parse_args(argc, argv, NULL, pos, 1, &npos))) return rc;
+    NEED_POS(1, "DB");
+    tocsin_db *db;
+    if ((rc = open_db(&db, pos[0], 0))) return report(rc);
+    sb out = {0};
+    rc = collect_schedules(db, &out);
+    if (!rc) {
+        if (g_json) printf("%s\n", out.p);
+        else {
+            static const col cols[] = {{"NAME", "$.name", K_STR}, {"CRON", "$.cron", K_STR},
+                {"QUEUE", "$.queue", K_STR}, {"NEXT-FIRE", "$.next_fire", K_TIME}, {"LAST-FIRE", "$.last_fire", K_TIME},
+                {"FIRED", "$.fired_count", K_INT}, {"PAUSED", "$.paused", K_BOOL}};
+            rc = print_table(db, out.p, NULL, cols, 7);
+        }
+    }
+    sb_free(&out);
+    tocsin_close(db);
+    return report(rc);
+}
+
+static const char H_PRUNE[] =
+    "usage: tocsin prune DB [--notifications-older-than DUR] [--notifications-keep N]\n"
+    "                    [--dead-older-than DUR] [--streams-older-than DUR] [--json]\n\n"
+    "Housekeeping, step by step (a progress bar on a terminal): deletes expired results and\n"
+    "rate-limit hits; notifications older than --notifications-older-than (default 1d) and,\n"
+    "per channel, all but the newest --notifications-keep; with --dead-older-than, dead\n"
+    "letters that died longer ago; with --streams-older-than, stream events older than that\n"
+    "(every topic). Prints what each step deleted.\n";
+static int cmd_prune(int argc, char **argv) {
+    opt opts[] = {{"notifications-older-than", 1, 0, 0}, {"notifications-keep", 1, 0, 0},
+                  {"dead-older-than", 1, 0, 0}, {"streams-older-than", 1, 0, 0}, {0, 0, 0, 0}};
+    const char *pos[1];
+    int npos, rc;
+    int64_t nage = 86400000, nkeep = 0, dage = 0, sage = 0;
+    if ((rc = parse_args(argc, argv, opts, pos, 1, &npos))) return rc;
+    NEED_POS(1, "DB");
+    if ((rc = opt_dur(opts, "notifications-older-than", &nage)) ||
+        (rc = opt_int(opts, "notifications-keep", &nkeep, 0, INT64_MAX)) ||
+        (rc = opt_dur(opts, "dead-older-than", &dage)) || (rc = opt_dur(opts, "streams-older-than", &sage)))
+        return rc;
+    tocsin_db *db;
+    if ((rc = open_db(&db, pos[0], 1))) return report(rc);
+    int64_t results = 0, hits = 0, notes = 0, dead = 0, events = 0;
+    int steps = 3 + (dage > 0) + (sage > 0), step = 0;
+    progress("pruning", step, steps);
+    if ((rc = tocsin_result_sweep(db, &results))) { rc = fail_tocsin(rc, "result sweep"); goto out; }
+    progress("pruning", ++step, steps);
+    if ((rc = tocsin_ratelimit_sweep(db, &hits))) { rc = fail_tocsin(rc, "rate-limit sweep"); goto out; }
+    progress("pruning", ++step, steps);
+    if ((nage > 0 || nkeep > 0) && (rc = tocsin_notify_prune(db, &notes, nage, nkeep))) {
+        rc = fail_tocsin(rc, "notification prune");
+        goto out;
+    }
+    progress("pruning", ++step, steps);
+    if (dage > 0) {
+        int64_t before = tocsin_now(db) - dage;
+        if ((rc = purge_dead(db, NULL, before > 0 ? before : 1, &dead))) goto out;
+        progress("pruning", ++step, steps);
+    }
+    if (sage > 0) {
+        char *topics = NULL;
+        if ((rc = sql_text(db, &topics, "SELECT json_group_array(topic) FROM (SELECT DISTINCT topic FROM _tocsin_events)", ""))) goto out;
+        sqlite3_stmt *st;
+        sqlite3_prepare_v2(tocsin_sqlite(db), "SELECT value FROM json_each(?1)", -1, &st, NULL);
+        sqlite3_bind_text(st, 1, topics ? topics : "[]", -1, SQLITE_TRANSIENT);
+        while (!rc && sqlite3_step(st) == SQLITE_ROW) {
+            tocsin_trim_opts to = TOCSIN_TRIM_OPTS_INIT;
+            to.max_age_ms = sage;
+            int64_t n = 0;
+            if ((rc = tocsin_stream_trim(db, &n, (const char *)sqlite3_column_text(st, 0), &to)))
+                rc = fail_tocsin(rc, "stream trim");
+            events += n;
+        }
+        sqlite3_finalize(st);
+        free(topics);
+        if (rc) goto out;
+        progress("pruning", ++step, steps);
+    }
+    if (g_json)
+        printf("{\"results\":%lld,\"rate_limit_hits\":%lld,\"notifications\":%lld,\"dead\":%lld,\"events\":%lld}\n",
+               (long long)results, (long long)hits, (long long)notes, (long long)dead, (long long)events);
+    else
+        printf("deleted: %lld expired results, %lld rate-limit hits, %lld notifications, %lld dead jobs, %lld stream events\n",
+               (long long)results, (long long)hits, (long long)notes, (long long)dead, (long long)events);
+out:
+    tocsin_close(db);
+    return report(rc);
+}
+
+static const char H_METRICS[] = "usage: tocsin metrics DB\n\nPrints queue depths, oldest pending ages, pauses, stream consumer lag and\nschedules' next fire in the Prometheus text format (tocsin ui serves it at /metrics).\n";
+static int cmd_metrics(int argc, char **argv) {
+    const char *pos[1];
+    int npos, rc;
+    if ((rc = parse_args(argc, argv, NULL, pos, 1, &npos))) return rc;
+    NEED_POS(1, "DB");
+    tocsin_db *db;
+    if ((rc = open_db(&db, pos[0], 0))) return report(rc);
+    sb out = {0};
+    rc = collect_metrics(db, &out);
+    if (!rc) fputs(out.p, stdout);
+    sb_free(&out);
+    tocsin_close(db);
+    return report(rc);
+}
+
+extern const char UI_HELP[];
+
+static const command COMMANDS[] = {
+    {"init", cmd_init, H_INIT},           {"stats", cmd_stats, H_STATS},
+    {"jobs", cmd_jobs, H_JOBS},           {"job", cmd_job, H_JOB},
+    {"enqueue", cmd_enqueue, H_ENQUEUE},  {"cancel", cmd_cancel, H_CANCEL},
+    {"dead", cmd_dead, H_DEAD},           {"pause", cmd_pause, H_PAUSE},
+    {"resume", cmd_resume, H_RESUME},      {"notify", cmd_notify, H_NOTIFY},
+    {"listen", cmd_listen, H_LISTEN},     {"tail", cmd_tail, H_TAIL},
+    {"schedules", cmd_schedules, H_SCHEDULES}, {"prune", cmd_prune, H_PRUNE},
+    {"metrics", cmd_metrics, H_METRICS},  {"ui", cmd_ui, UI_HELP},
+    {NULL, NULL, NULL}};
+
+int main(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        fputs(MAIN_HELP, argc < 2 ? stderr : stdout);
+        return argc < 2 ? EXIT_USAGE : EXIT_OK;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("tocsin %s (SQLite %s)\n", tocsin_version(), tocsin_sqlite_version());
+        return 0;
+    }
+    for (const command *c = COMMANDS; c->name; c++) {
+        if (strcmp(c->name, argv[1])) continue;
+        if (want_help(argc - 2, argv + 2, c->help)) return 0;
+        return c->fn(argc - 2, argv + 2);
+    }
+    fprintf(stderr, "tocsin: unknown command '%s' (see tocsin --help)\n", argv[1]);
+    return EXIT_USAGE;
+}
