@@ -3455,6 +3455,7 @@ struct tocsin_stream_sub {
     size_t batch;
     int64_t every, every_ms;
     int64_t position;  /* offset of the last event handed out */
+    int64_t before;    /* where the last call's batch began (its events are > this) */
     int64_t last_n;    /* events handed out by the last call */
     int64_t unsaved;   /* processed events not saved yet */
     int64_t saved_at;  /* clock time of the last save */
@@ -3535,6 +3536,7 @@ int tocsin_stream_sub_open(tocsin_stream_sub **out, tocsin_db *db, const char *t
         tocsin_stream_sub_close(s);
         return rc;
     }
+    s->before = s->position;
     s->saved_at = tocsin_now(s->db);
     *out = s;
     return TOCSIN_OK;
@@ -3560,6 +3562,7 @@ int tocsin_stream_sub_next(tocsin_stream_sub *s, tocsin_message **out, size_t *o
     if (rc == TOCSIN_OK && (rc = tc_wait_loop(s->sub, sub_check, s)) == TOCSIN_OK) {
         *out = s->got;
         *out_n = s->got_n;
+        s->before = s->position;
         s->position = s->got[s->got_n - 1].id;
         s->last_n = (int64_t)s->got_n;
         s->got = NULL;
@@ -3573,6 +3576,20 @@ int64_t tocsin_stream_sub_position(tocsin_stream_sub *s) { return s ? s->positio
 int tocsin_stream_sub_fd(tocsin_stream_sub *s) { return s ? tocsin_sub_fd(s->sub) : -1; }
 int tocsin_stream_sub_poke(tocsin_stream_sub *s) {
     return s ? tocsin_sub_poke(s->sub) : tc_err(NULL, TOCSIN_INVALID, "subscription must not be NULL");
+}
+
+int tocsin_stream_sub_rewind(tocsin_stream_sub *s, int64_t offset) {
+    tc_clear(NULL);
+    if (!s) return tc_err(NULL, TOCSIN_INVALID, "subscription must not be NULL");
+    if (offset < s->before || offset > s->position)
+        return tc_err(s->db, TOCSIN_INVALID,
+                      "offset %lld is not in the last batch handed out (from %lld to %lld)",
+                      (long long)offset, (long long)s->before, (long long)s->position);
+    if (offset < s->position) {
+        s->position = offset;
+        s->last_n = offset > s->before; /* a count for autosave_every: at least the events kept */
+    }
+    return TOCSIN_OK;
 }
 
 int tocsin_stream_sub_save(tocsin_stream_sub *s) {

@@ -636,6 +636,13 @@ TOCSIN_API int tocsin_stream_sub_next(tocsin_stream_sub *s, tocsin_message **out
                            int timeout_ms);
 /* The offset of the last event handed out (where the subscription stands). */
 TOCSIN_API int64_t tocsin_stream_sub_position(tocsin_stream_sub *s);
+/* Only the events of the last batch up to `offset` were processed (an
+ * iteration that stopped mid-batch): the position moves back to `offset`, so
+ * the rest comes again with the next call and no save (autosave, close,
+ * tocsin_stream_sub_save) stores more than `offset`. `offset` lies within the
+ * last batch: from the position before it (nothing of it processed) to its
+ * last event. TOCSIN_INVALID otherwise. */
+TOCSIN_API int tocsin_stream_sub_rewind(tocsin_stream_sub *s, int64_t offset);
 /* Saves the position as the consumer's offset now. */
 TOCSIN_API int tocsin_stream_sub_save(tocsin_stream_sub *s);
 TOCSIN_API int tocsin_stream_sub_poke(tocsin_stream_sub *s); /* thread-safe */
