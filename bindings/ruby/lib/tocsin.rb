@@ -20,6 +20,7 @@ require "tocsin/queue"
 require "tocsin/stream"
 require "tocsin/coord"
 require "tocsin/tasks"
+require "tocsin/worker"
 
 module Tocsin
   class << self

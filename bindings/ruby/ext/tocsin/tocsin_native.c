@@ -273,7 +273,7 @@ static void fill_enqueue_opts(tocsin_enqueue_opts *o, VALUE ary) {
     if (!NIL_P(ma)) {
         long long m = NUM2LL(ma);
         /* out of int range: let the core's range check word it */
-        o->max_attempts = (m < 1 || m > TOCSIN_MAX_ATTEMPTS) ? -1 : (int)m;
+        o->max_attempts = (m < INT32_MIN || m > INT32_MAX) ? -1 : (int)m; /* the core words the range */
     }
     o->expires_ms = OPT_I64(rb_ary_entry(ary, 4), 0);
     o->unique_key = cstr_or_null(rb_ary_entry(ary, 5));
@@ -1264,7 +1264,8 @@ static VALUE ss_close(VALUE self) {
 }
 
 /* ==== one SQLite per process ==============================================
- * Every copy of SQLite carries its file-format magic "SQLite format 3\0".
+ * Every copy of SQLite carries the format of its corruption reports,
+ * "%s at line %d of [%.10s]" (sqlite3ReportError; no client of SQLite has it).
  * sqlite_copies lists the loaded objects (dl_iterate_phdr) that contain it:
  * more than one means a second SQLite in the process (a driver that bundles
  * its own), which can break POSIX locks on a shared file (design.md §2). */
@@ -1272,15 +1273,17 @@ struct scan_state { VALUE out; };
 static int file_has_sqlite(const char *path) {
     FILE *f = fopen(path, "rb");
     if (!f) return 0;
-    static const char magic[] = "SQLite format 3"; /* + NUL */
-    const size_t mlen = sizeof magic; /* includes the NUL */
+    /* built at run time, so that this object does not contain it */
+    char magic[32];
+    snprintf(magic, sizeof magic, "%cs at line %cd of [%c.10s]", '%', '%', '%');
+    const size_t mlen = strlen(magic);
     char buf[65536 + 32];
     size_t keep = 0, n;
     int found = 0;
     while (!found && (n = fread(buf + keep, 1, 65536, f)) > 0) {
         size_t total = keep + n;
         for (size_t i = 0; i + mlen <= total; i++) {
-            if (buf[i] == 'S' && memcmp(buf + i, magic, mlen) == 0) { found = 1; break; }
+            if (buf[i] == '%' && memcmp(buf + i, magic, mlen) == 0) { found = 1; break; }
         }
         keep = total < mlen ? total : mlen - 1;
         memmove(buf, buf + total - keep, keep);
@@ -1310,14 +1313,200 @@ static VALUE m_sqlite_object(VALUE mod) {
     return Qnil;
 }
 
+/* ---- Native::Worker: the C worker protocol ------------------------------
+ * One thread (the worker's loop) calls next/finish/flush/cancelled/close;
+ * poke and fd from any thread (handler threads poke the loop when a run ends).
+ * Runs are owned by the core until finish/close: a Native::Run holds the
+ * pointer and the worker, and refuses once either is gone. */
+typedef struct {
+    tocsin_worker *w;
+    VALUE db; /* kept alive: the worker uses it for every step */
+    pokeflags flags;
+} rwk;
+static void rwk_mark(void *p) { rb_gc_mark(((rwk *)p)->db); }
+static void rwk_free(void *p) { rwk *k = p; tocsin_worker_close(k->w); xfree(k); }
+static const rb_data_type_t rwk_type = {"tocsin_worker", {rwk_mark, rwk_free, NULL}, NULL, NULL, RUBY_TYPED_FREE_IMMEDIATELY};
+static rwk *get_rwk(VALUE self) {
+    rwk *k;
+    TypedData_Get_Struct(self, rwk, &rwk_type, k);
+    if (!k->w) rb_raise(eByCode[TOCSIN_CLOSED], "the worker is closed");
+    return k;
+}
+typedef struct { tocsin_task_run *run; VALUE worker; } rrun;
+static void rrun_mark(void *p) { rb_gc_mark(((rrun *)p)->worker); }
+static const rb_data_type_t rrun_type = {"tocsin_task_run", {rrun_mark, RUBY_TYPED_DEFAULT_FREE, NULL}, NULL, NULL, RUBY_TYPED_FREE_IMMEDIATELY};
+static VALUE cRun;
+
+DEF_CALL(wopen, tocsin_worker *w; tocsin_db *db; tocsin_worker_opts o;, tocsin_worker_open(&a->w, a->db, &a->o))
+/* open(db, worker_id|nil, queues, concurrency, visibility_ms, scheduler, scheduler_ttl_ms) */
+static VALUE wk_s_open(VALUE klass, VALUE db, VALUE id, VALUE queues, VALUE conc, VALUE vis, VALUE sched, VALUE sttl) {
+    rwk *k;
+    VALUE obj = TypedData_Make_Struct(klass, rwk, &rwk_type, k);
+    k->db = db;
+    VALUE keep;
+    struct wopen_a a = {0};
+    tocsin_worker_opts o = TOCSIN_WORKER_OPTS_INIT;
+    o.worker_id = cstr_or_null(id);
+    o.queues = names_of(queues, &keep, &o.n_queues);
+    o.concurrency = NIL_P(conc) ? 0 : NUM2INT(conc);
+    o.visibility_ms = OPT_I64(vis, 0);
+    o.scheduler = RTEST(sched);
+    o.scheduler_ttl_ms = OPT_I64(sttl, 0);
+    a.db = DB(db);
+    a.o = o;
+    NOGVL(wopen, a);
+    RB_GC_GUARD(keep); RB_GC_GUARD(queues); RB_GC_GUARD(id);
+    CHECK(a.rc);
+    k->w = a.w;
+    return obj;
+}
+/* register(task, backoff_base_ms, backoff_cap_ms, timeout_ms, result_ttl_ms) */
+static VALUE wk_register(VALUE self, VALUE task, VALUE base, VALUE cap, VALUE timeout, VALUE ttl) {
+    tocsin_task_opts o = TOCSIN_TASK_OPTS_INIT;
+    o.backoff_base_ms = OPT_I64(base, 0);
+    o.backoff_cap_ms = OPT_I64(cap, 0);
+    o.timeout_ms = OPT_I64(timeout, 0);
+    o.result_ttl_ms = OPT_I64(ttl, 0);
+    CHECK(tocsin_worker_register(get_rwk(self)->w, cstr(task), &o));
+    return Qnil;
+}
+struct wnext_ctx { tocsin_worker *w; tocsin_task_run **runs; size_t n; };
+static int wnext_fn(void *p, int t) { struct wnext_ctx *c = p; return tocsin_worker_next(c->w, &c->runs, &c->n, t); }
+static int wk_poke_fn(void *h) { return tocsin_worker_poke(h); }
+/* next(timeout_ms) -> [[run, job_id, token, queue, task, args, kwargs, meta, attempt, max_attempts, timeout_ms]],
+ * [] at the timeout, nil when poked (Native::Worker#poke) */
+static VALUE wk_next(VALUE self, VALUE timeout) {
+    rwk *k = get_rwk(self);
+    struct wnext_ctx c = {k->w, NULL, 0};
+    int t = clamp_timeout(timeout);
+    int rc;
+    if (t == 0) {
+        rc = wnext_fn(&c, 0);
+    } else {
+        /* a poke from #poke returns nil rather than raising */
+        int64_t deadline = t >= 0 ? mono_ms() + t : -1;
+        struct ubf_arg u = {wk_poke_fn, k->w, &k->flags};
+        for (;;) {
+            struct wait_call w = {wnext_fn, &c, t, 0};
+            atomic_store(&k->flags.ubf_fired, 0);
+            rb_thread_call_without_gvl(wait_nogvl, &w, wait_ubf, &u);
+            rc = w.rc;
+            if (rc != TOCSIN_INTERRUPTED) break;
+            int by_ruby = atomic_exchange(&k->flags.ubf_fired, 0);
+            if (atomic_exchange(&k->flags.user_poked, 0) && !by_ruby) return Qnil;
+            rb_thread_check_ints();
+            if (deadline >= 0) {
+                int64_t left = deadline - mono_ms();
+                t = left > 0 ? (int)left : 0;
+            }
+        }
+    }
+    if (rc == TOCSIN_INTERRUPTED) { atomic_store(&k->flags.user_poked, 0); return Qnil; }
+    if (rc == TOCSIN_TIMEOUT) return rb_ary_new();
+    CHECK(rc);
+    VALUE out = rb_ary_new_capa((long)c.n);
+    for (size_t i = 0; i < c.n; i++) {
+        tocsin_task_run *r = c.runs[i];
+        rrun *rr;
+        VALUE h = TypedData_Make_Struct(cRun, rrun, &rrun_type, rr);
+        rr->run = r;
+        rr->worker = self;
+        VALUE e = rb_ary_new_capa(11);
+        rb_ary_push(e, h);
+        rb_ary_push(e, LL2NUM(r->job_id));
+        rb_ary_push(e, LL2NUM(r->token));
+        rb_ary_push(e, str_or_nil(r->queue));
+        rb_ary_push(e, str_or_nil(r->task));
+        rb_ary_push(e, str_or_nil(r->args));
+        rb_ary_push(e, str_or_nil(r->kwargs));
+        rb_ary_push(e, str_or_nil(r->meta));
+        rb_ary_push(e, INT2NUM(r->attempt));
+        rb_ary_push(e, INT2NUM(r->max_attempts));
+        rb_ary_push(e, LL2NUM(r->timeout_ms));
+        rb_ary_push(out, e);
+    }
+    tocsin_free(c.runs);
+    return out;
+}
+DEF_CALL(wfin, tocsin_worker *w; tocsin_db *tx; tocsin_task_run *run; tocsin_outcome o;,
+         tocsin_worker_finish(a->w, a->tx, a->run, &a->o))
+/* finish(run, tx|nil, kind, value_json, error_type, error_message, error_trace, delay_ms) -> true,
+ * false when tx was given and the lease is no longer this run's */
+static VALUE wk_finish(int argc, VALUE *argv, VALUE self) {
+    if (argc != 8) rb_raise(rb_eArgError, "finish: 8 arguments expected");
+    rwk *k = get_rwk(self);
+    rrun *rr;
+    TypedData_Get_Struct(argv[0], rrun, &rrun_type, rr);
+    if (!rr->run || rr->worker != self) rb_raise(eByCode[TOCSIN_INVALID], "this run was already finished");
+    struct wfin_a a = {0};
+    a.w = k->w;
+    a.tx = NIL_P(argv[1]) ? NULL : DB(argv[1]);
+    a.run = rr->run;
+    tocsin_outcome o = TOCSIN_OUTCOME_INIT;
+    o.kind = NUM2INT(argv[2]);
+    o.value = cstr_or_null(argv[3]);
+    o.error_type = cstr_or_null(argv[4]);
+    o.error_message = cstr_or_null(argv[5]);
+    o.error_trace = cstr_or_null(argv[6]);
+    o.delay_ms = OPT_I64(argv[7], -1);
+    a.o = o;
+    NOGVL(wfin, a);
+    for (int i = 0; i < 8; i++) RB_GC_GUARD(argv[i]);
+    if (a.rc == TOCSIN_OK || a.rc == TOCSIN_LEASE_LOST) rr->run = NULL; /* released */
+    if (a.rc == TOCSIN_LEASE_LOST) return Qfalse;
+    CHECK(a.rc);
+    return Qtrue;
+}
+DEF_CALL(wflush, tocsin_worker *w; size_t lost;, tocsin_worker_flush(a->w, &a->lost))
+static VALUE wk_flush(VALUE self) {
+    struct wflush_a a = {0, get_rwk(self)->w, 0};
+    NOGVL(wflush, a);
+    CHECK(a.rc);
+    return SIZET2NUM(a.lost);
+}
+static VALUE wk_cancelled(VALUE self) {
+    int64_t *ids = NULL;
+    size_t n = 0;
+    CHECK(tocsin_worker_cancelled(get_rwk(self)->w, &ids, &n));
+    VALUE out = rb_ary_new_capa((long)n);
+    for (size_t i = 0; i < n; i++) rb_ary_push(out, LL2NUM(ids[i]));
+    tocsin_free(ids);
+    return out;
+}
+static VALUE wk_fd(VALUE self) { return INT2NUM(tocsin_worker_fd(get_rwk(self)->w)); }
+static VALUE wk_wake_in(VALUE self) { return LL2NUM(tocsin_worker_wake_in(get_rwk(self)->w)); }
+static VALUE wk_in_flight(VALUE self) { return SIZET2NUM(tocsin_worker_in_flight(get_rwk(self)->w)); }
+static VALUE wk_poke(VALUE self) {
+    rwk *k;
+    TypedData_Get_Struct(self, rwk, &rwk_type, k);
+    if (!k->w) return Qnil;
+    atomic_store(&k->flags.user_poked, 1);
+    tocsin_worker_poke(k->w);
+    return Qnil;
+}
+DEF_CALL(wclose, tocsin_worker *w;, tocsin_worker_close(a->w))
+static VALUE wk_close(VALUE self) {
+    rwk *k;
+    TypedData_Get_Struct(self, rwk, &rwk_type, k);
+    if (!k->w) return Qnil;
+    struct wclose_a a = {0, k->w};
+    k->w = NULL;
+    NOGVL(wclose, a);
+    CHECK(a.rc);
+    return Qnil;
+}
+static VALUE wk_closed_p(VALUE self) {
+    rwk *k;
+    TypedData_Get_Struct(self, rwk, &rwk_type, k);
+    return k->w ? Qfalse : Qtrue;
+}
+
 static VALUE m_version(VALUE mod) { return rb_str_new_cstr(tocsin_version()); }
 static VALUE m_sqlite_version(VALUE mod) { return rb_str_new_cstr(tocsin_sqlite_version()); }
 static VALUE m_backoff_ms(VALUE mod, VALUE base, VALUE cap, VALUE att) {
     return LL2NUM(tocsin_backoff_ms(I64(base), I64(cap), NUM2INT(att)));
 }
 static VALUE m_errstr(VALUE mod, VALUE rc) { return rb_str_new_cstr(tocsin_errstr(NUM2INT(rc))); }
-
-void Init_tocsin_worker(VALUE mNative, VALUE cDB);
 
 RUBY_FUNC_EXPORTED void Init_tocsin_native(void) {
     mTocsin = rb_define_module("Tocsin");
@@ -1420,5 +1609,24 @@ RUBY_FUNC_EXPORTED void Init_tocsin_native(void) {
     rb_define_method(cStreamSub, "poke", ss_poke, 0);
     rb_define_method(cStreamSub, "close", ss_close, 0);
 
-    (void)cWorker;
+    cWorker = rb_define_class_under(mNative, "Worker", rb_cObject);
+    rb_undef_alloc_func(cWorker);
+    rb_define_singleton_method(cWorker, "open", wk_s_open, 7);
+    rb_define_method(cWorker, "register", wk_register, 5);
+    rb_define_method(cWorker, "next", wk_next, 1);
+    rb_define_method(cWorker, "finish", wk_finish, -1);
+    rb_define_method(cWorker, "flush", wk_flush, 0);
+    rb_define_method(cWorker, "cancelled", wk_cancelled, 0);
+    rb_define_method(cWorker, "fd", wk_fd, 0);
+    rb_define_method(cWorker, "wake_in", wk_wake_in, 0);
+    rb_define_method(cWorker, "in_flight", wk_in_flight, 0);
+    rb_define_method(cWorker, "poke", wk_poke, 0);
+    rb_define_method(cWorker, "close", wk_close, 0);
+    rb_define_method(cWorker, "closed?", wk_closed_p, 0);
+    cRun = rb_define_class_under(mNative, "Run", rb_cObject);
+    rb_undef_alloc_func(cRun);
+    rb_define_const(mNative, "OUTCOME_OK", INT2NUM(TOCSIN_OUTCOME_OK));
+    rb_define_const(mNative, "OUTCOME_ERROR", INT2NUM(TOCSIN_OUTCOME_ERROR));
+    rb_define_const(mNative, "OUTCOME_FAIL", INT2NUM(TOCSIN_OUTCOME_FAIL));
+    rb_define_const(mNative, "OUTCOME_HAND_BACK", INT2NUM(TOCSIN_OUTCOME_HAND_BACK));
 }

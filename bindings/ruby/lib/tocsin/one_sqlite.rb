@@ -6,8 +6,9 @@ module Tocsin
   # tocsin links the system's shared libsqlite3. A second copy of SQLite in the
   # process (the sqlite3 gem built from the gem registry bundles its own unless
   # installed with --enable-system-libraries) opening the same file can break POSIX
-  # locks and corrupt the database. Every copy of SQLite carries its file-format
-  # magic "SQLite format 3\0", so the loaded objects that contain it are counted:
+  # locks and corrupt the database. Every copy of SQLite carries the format string
+  # of its corruption reports ("%s at line %d of [%.10s]", which no SQLite client
+  # contains), so the loaded objects that contain it are counted:
   # more than one means two copies. Checked at Tocsin.open and in the sqlite3-gem
   # helpers; the answer is cached per set of loaded objects.
   module OneSQLite
