@@ -74,4 +74,6 @@ module Tocsin
   end
 end
 
-require "tocsin/active_job_adapter" if defined?(::ActiveJob)
+# ActiveJob::QueueAdapters::TocsinAdapter, only when ActiveJob is loaded (else require
+# "tocsin/active_job_adapter" after it).
+require "tocsin/active_job_adapter" if defined?(::ActiveJob::Base)

@@ -209,6 +209,11 @@ module Tocsin
     private
 
     def enqueue_opts(priority, delay, run_at, max_attempts, expires, unique_key, meta)
+      # nil is the core's default; an explicit 0 is not (the core reads 0 as "default")
+      if max_attempts && !(max_attempts.is_a?(Integer) && max_attempts >= 1)
+        raise InvalidArgument, "max_attempts must be between 1 and 1000000, not #{max_attempts.inspect}"
+      end
+
       [priority, Util.ms(delay, "delay"), Util.instant_ms(run_at), max_attempts, Util.ms(expires, "expires"),
        unique_key&.to_s, Util.meta(meta)]
     end
