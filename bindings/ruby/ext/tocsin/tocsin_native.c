@@ -1512,7 +1512,7 @@ RUBY_FUNC_EXPORTED void Init_tocsin_native(void) {
     mTocsin = rb_define_module("Tocsin");
     mNative = rb_define_module_under(mTocsin, "Native");
     eError = rb_define_class_under(mTocsin, "Error", rb_eStandardError);
-    rb_define_attr(eError, "code", 1, 0);
+    rb_define_const(eError, "CODE", INT2NUM(TOCSIN_ERROR));
     rb_define_attr(eError, "sqlite_code", 1, 0);
     for (int i = 0; i < 20; i++) eByCode[i] = Qnil;
     static const struct { int rc; const char *name; } names[] = {
@@ -1526,6 +1526,7 @@ RUBY_FUNC_EXPORTED void Init_tocsin_native(void) {
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
         eByCode[names[i].rc] = rb_define_class_under(mTocsin, names[i].name, eError);
         rb_gc_register_mark_object(eByCode[names[i].rc]);
+        rb_define_const(eByCode[names[i].rc], "CODE", INT2NUM(names[i].rc));
     }
     rb_define_const(mNative, "MAX_TIME_MS", LL2NUM(TOCSIN_MAX_TIME_MS));
     rb_define_const(mNative, "BACKOFF_BASE_MS", LL2NUM(TOCSIN_BACKOFF_BASE_MS));

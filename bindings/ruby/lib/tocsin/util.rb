@@ -1,6 +1,13 @@
 # frozen_string_literal: true
 
 module Tocsin
+  # The base of every tocsin error; #code is the core's result code (TOCSIN_*),
+  # #sqlite_code SQLite's extended code when SQLite failed (else 0).
+  class Error
+    def code = @code || self.class::CODE
+    def sqlite_code = @sqlite_code || 0
+  end
+
   # Type translation shared by the Ruby layer: durations, instants, JSON.
   module Util
     module_function
