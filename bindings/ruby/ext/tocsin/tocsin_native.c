@@ -996,11 +996,12 @@ static int run_wait(wait_fn fn, void *ctx, int timeout_ms, poke_fn poke, void *h
         atomic_store(&flags->ubf_fired, 0);
         rb_thread_call_without_gvl(wait_nogvl, &w, wait_ubf, &u);
         if (w.rc != TOCSIN_INTERRUPTED) return w.rc;
-        int by_ruby = atomic_exchange(&flags->ubf_fired, 0);
-        if (atomic_exchange(&flags->user_poked, 0) && !by_ruby) {
+        /* Ruby's own interrupt first (it may run a trap that pokes, even inside
+         * rb_thread_call_without_gvl), then a poke through #poke; a poke left
+         * over from an earlier wait only resumes the wait. */
+        if (atomic_exchange(&flags->ubf_fired, 0)) rb_thread_check_ints();
+        if (atomic_exchange(&flags->user_poked, 0))
             rb_raise(eByCode[TOCSIN_INTERRUPTED], "the wait was interrupted (poke)");
-        }
-        rb_thread_check_ints(); /* raises Thread#raise/kill/Timeout, runs traps */
         if (deadline >= 0) {
             int64_t left = deadline - mono_ms();
             timeout_ms = left > 0 ? (int)left : 0;
@@ -1392,9 +1393,8 @@ static VALUE wk_next(VALUE self, VALUE timeout) {
             rb_thread_call_without_gvl(wait_nogvl, &w, wait_ubf, &u);
             rc = w.rc;
             if (rc != TOCSIN_INTERRUPTED) break;
-            int by_ruby = atomic_exchange(&k->flags.ubf_fired, 0);
-            if (atomic_exchange(&k->flags.user_poked, 0) && !by_ruby) return Qnil;
-            rb_thread_check_ints();
+            if (atomic_exchange(&k->flags.ubf_fired, 0)) rb_thread_check_ints();
+            if (atomic_exchange(&k->flags.user_poked, 0)) return Qnil; /* as in run_wait */
             if (deadline >= 0) {
                 int64_t left = deadline - mono_ms();
                 t = left > 0 ? (int)left : 0;
