@@ -44,6 +44,6 @@ ruby-ext: $(RB_NATIVE) $(RB_LOADABLE)
 
 # The minitest suite (prints its count; zero tests fails). TOCSIN_RUBY_LIB puts the
 # freshly built extension first on the load path.
-test-ruby: ruby-ext
+test-ruby: ruby-ext python-venv
 	cd $(RB_DIR) && TOCSIN_BUILD=$(abspath $(BUILD)) TOCSIN_RUBY_LIB=$(abspath $(RB_BUILD))/lib \
 	  $(RUBY) -Ilib -I$(abspath $(RB_BUILD))/lib test/run.rb
