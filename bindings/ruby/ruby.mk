@@ -47,3 +47,7 @@ ruby-ext: $(RB_NATIVE) $(RB_LOADABLE)
 test-ruby: ruby-ext python-venv
 	cd $(RB_DIR) && TOCSIN_BUILD=$(abspath $(BUILD)) TOCSIN_RUBY_LIB=$(abspath $(RB_BUILD))/lib \
 	  $(RUBY) -Ilib -I$(abspath $(RB_BUILD))/lib test/run.rb
+
+# Single-job enqueue and claim+ack: Ruby beside raw sqlite3-gem SQL (same run) and C.
+bench-ruby: ruby-ext $(BUILD)/bench_core
+	cd $(RB_DIR) && $(RUBY) -Ilib -I$(abspath $(RB_BUILD))/lib bench/bench_ruby.rb --bench-core $(abspath $(BUILD))/bench_core
