@@ -51,3 +51,6 @@ test-ruby: ruby-ext python-venv
 # Single-job enqueue and claim+ack: Ruby beside raw sqlite3-gem SQL (same run) and C.
 bench-ruby: ruby-ext $(BUILD)/bench_core
 	cd $(RB_DIR) && $(RUBY) -Ilib -I$(abspath $(RB_BUILD))/lib bench/bench_ruby.rb --bench-core $(abspath $(BUILD))/bench_core
+
+demo-ruby: ruby-ext python-venv
+	BUILD=$(abspath $(BUILD)) sh $(RB_DIR)/demo/run.sh
