@@ -676,8 +676,13 @@ int tocsin_sub_wait_until(tocsin_sub *s, tocsin_check_fn check, void *ctx, int t
 }
 
 int tc_wake_wait_sub(tocsin_db *db, tocsin_sub **sub) {
-    int rc;
-    if (!sqlite3_get_autocommit(db->conn))
+    int rc, in_tx;
+    /* Read under the handle's lock: while another thread's operation runs, its
+     * own write transaction is open on the connection, and it is not ours. */
+    tc_lock(db);
+    in_tx = !sqlite3_get_autocommit(db->conn);
+    tc_unlock(db);
+    if (in_tx)
         return tc_err(db, TOCSIN_INVALID,
                       "cannot wait inside a transaction (it would hold its snapshot and locks)");
     if (*sub) {
