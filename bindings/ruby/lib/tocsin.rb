@@ -11,6 +11,7 @@
 # maps it to Ruby: keyword arguments, blocks, Enumerators, Tocsin::Error subclasses,
 # JSON values. Durations are seconds (Numeric), instants are Time or epoch ms.
 require "json"
+require "timeout"
 require "tocsin/tocsin_native"
 require "tocsin/version"
 require "tocsin/util"

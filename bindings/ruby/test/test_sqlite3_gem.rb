@@ -74,3 +74,19 @@ class TestSQLite3Gem < Minitest::Test
     assert_includes out, copy
   end
 end
+
+# What the gem's shared objects export: hosts load the extension with RTLD_GLOBAL.
+class TestExports < Minitest::Test
+  include TocsinTest
+
+  def test_native_exports_its_init_only_and_the_extension_its_entry_point_only
+    native = $LOADED_FEATURES.find { |f| f.end_with?("tocsin/tocsin_native.so") }
+    check = File.join(ROOT, "tools", "check-exports")
+    out, st = Open3.capture2e("sh", check, "only", native, "Init_tocsin_native")
+    assert st.success?, out
+    out, st = Open3.capture2e("sh", check, "only", Tocsin.loadable_path, "sqlite3_tocsin_init")
+    assert st.success?, out
+    out, = Open3.capture2e("ldd", Tocsin.loadable_path)
+    refute_match(/libruby|libsqlite3/, out, "the loadable extension links neither Ruby nor SQLite")
+  end
+end

@@ -82,11 +82,15 @@ typedef struct {
     int is_tx;
     _Atomic int64_t fixed_now; /* < 0: system clock */
     VALUE parent;              /* tx: the database it came from (kept alive) */
+    int workers;               /* open Native::Workers on it: it must outlive them */
 } rdb;
 
 static void rdb_mark(void *p) { rdb *h = p; rb_gc_mark(h->parent); }
 static void rdb_free(void *p) {
     rdb *h = p;
+    /* Only at exit can a database be swept before a worker on it (a worker
+     * marks its database): leave both to the process's end then. */
+    if (h->workers > 0) return;
     if (h->db) {
         if (h->is_tx) tocsin_tx_rollback(h->db);
         else tocsin_close(h->db);
@@ -154,6 +158,9 @@ DEF_CALL(close, tocsin_db *db;, tocsin_close(a->db))
 static VALUE db_close(VALUE self) {
     rdb *h = get_rdb(self);
     if (!h->db) return Qnil;
+    if (h->workers > 0)
+        rb_raise(eByCode[TOCSIN_BUSY], "%d worker(s) still run on this database: stop them before closing it",
+                 h->workers);
     if (h->is_tx) { tocsin_tx_rollback(h->db); h->db = NULL; return Qnil; }
     struct close_a a = {0, h->db};
     h->db = NULL;
@@ -1322,10 +1329,18 @@ static VALUE m_sqlite_object(VALUE mod) {
 typedef struct {
     tocsin_worker *w;
     VALUE db; /* kept alive: the worker uses it for every step */
+    rdb *dbh;
     pokeflags flags;
 } rwk;
 static void rwk_mark(void *p) { rb_gc_mark(((rwk *)p)->db); }
-static void rwk_free(void *p) { rwk *k = p; tocsin_worker_close(k->w); xfree(k); }
+static void rwk_free(void *p) {
+    rwk *k = p;
+    if (k->w) {
+        tocsin_worker_close(k->w);
+        k->dbh->workers--;
+    }
+    xfree(k);
+}
 static const rb_data_type_t rwk_type = {"tocsin_worker", {rwk_mark, rwk_free, NULL}, NULL, NULL, RUBY_TYPED_FREE_IMMEDIATELY};
 static rwk *get_rwk(VALUE self) {
     rwk *k;
@@ -1359,6 +1374,8 @@ static VALUE wk_s_open(VALUE klass, VALUE db, VALUE id, VALUE queues, VALUE conc
     RB_GC_GUARD(keep); RB_GC_GUARD(queues); RB_GC_GUARD(id);
     CHECK(a.rc);
     k->w = a.w;
+    k->dbh = get_rdb(db);
+    k->dbh->workers++;
     return obj;
 }
 /* register(task, backoff_base_ms, backoff_cap_ms, timeout_ms, result_ttl_ms) */
@@ -1492,6 +1509,7 @@ static VALUE wk_close(VALUE self) {
     struct wclose_a a = {0, k->w};
     k->w = NULL;
     NOGVL(wclose, a);
+    k->dbh->workers--;
     CHECK(a.rc);
     return Qnil;
 }

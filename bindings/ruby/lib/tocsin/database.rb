@@ -58,7 +58,8 @@ module Tocsin
       OneSQLite.check! if check_sqlite
       @path = path.to_s
       @native = Native::DB.open(@path, Util.ms(busy_timeout, "busy_timeout"), max_payload, read_only)
-      @queues = {}
+      @workers = []
+      @workers_lock = Mutex.new
     end
 
     # @api private: the native handle of +tx+ (checked to belong here) or ours.
@@ -77,25 +78,41 @@ module Tocsin
       @native
     end
 
-    def close = @native.close
+    # Closes the database; workers running on it are stopped first (each closes,
+    # handing back what it still runs) -- a worker needs its database to the end.
+    def close
+      workers = @workers_lock.synchronize { @workers.dup }
+      workers.each(&:stop)
+      workers.each { |w| w.wait_stopped unless w.loop_thread == Thread.current }
+      @native.close
+    end
+
+    # @api private: Worker#run registers itself while it runs.
+    def worker_started(w) = @workers_lock.synchronize { @workers << w }
+    def worker_stopped(w) = @workers_lock.synchronize { @workers.delete(w) }
     def closed? = @native.closed?
     def inspect = "#<Tocsin::Database #{@path}#{closed? ? " (closed)" : ""}>"
 
     # Runs the block in a write transaction (BEGIN IMMEDIATE) and commits when it
-    # returns; an exception rolls everything back (jobs, events and notifications
-    # with the application's own writes) and propagates. Returns the block's value.
+    # returns; an exception (or break/throw out of the block) rolls everything back
+    # (jobs, events and notifications with the application's own writes) and
+    # propagates. Returns the block's value. Without a block, returns the
+    # Transaction (commit or rollback it yourself).
     def transaction
       tx = Transaction.new(self, native.tx_begin)
       return tx unless block_given?
 
+      done = false
       begin
         result = yield tx
-      rescue Exception # rubocop:disable Lint/RescueException -- rollback on any exit, then re-raise
-        tx.rollback if tx.active?
-        raise
+        done = true
+        result
+      ensure
+        # an exception, break, throw or return out of the block rolls back
+        if tx.active?
+          done ? tx.commit : tx.rollback
+        end
       end
-      tx.commit if tx.active?
-      result
     end
 
     # SQL of the application's (no result rows), on the database's connection.

@@ -15,6 +15,7 @@ module Tocsin
   # Only the loop thread calls the native worker; handler threads hand their
   # outcomes back through a queue and poke the loop.
   class Worker
+    CANCEL_CHECK_MS = 500
     attr_reader :db, :worker_id, :queues, :processed, :failed
 
     def initialize(db, queues: nil, concurrency: 1, worker_id: nil, visibility: 30, scheduler: true,
@@ -40,6 +41,7 @@ module Tocsin
       @processed = 0
       @failed = 0
       @native = nil
+      @stopped = ::Queue.new
     end
 
     # Runs until #stop (or INT/TERM when +trap_signals+): stops claiming, lets the
@@ -47,7 +49,9 @@ module Tocsin
     # hands back whatever still runs: pending again, no attempt consumed).
     def run(trap_signals: false)
       old = trap_signals ? install_traps : {}
+      @loop_thread = Thread.current
       open_native
+      @db.worker_started(self)
       threads = Array.new(@concurrency) { |i| Thread.new { pool_loop(i) } }
       begin
         loop_until_stopped
@@ -55,11 +59,25 @@ module Tocsin
       ensure
         @concurrency.times { @work << nil }
         threads.each { |t| t.join(0.5) || t.kill }
-        finish_done
-        @native.close
-        old.each { |sig, h| Signal.trap(sig, h) }
+        begin
+          finish_done
+        ensure
+          @native.close
+          @db.worker_stopped(self)
+          @stopped.close
+          old.each { |sig, h| Signal.trap(sig, h) }
+        end
       end
       self
+    end
+
+    # @api private
+    attr_reader :loop_thread
+
+    # Waits until #run has returned (the native worker closed).
+    def wait_stopped
+      @stopped.pop
+      nil
     end
 
     # Asks the loop to stop (safe from any thread and from a signal handler).
@@ -101,7 +119,9 @@ module Tocsin
       until @stop
         finish_done
         cancel_running
-        runs = @native.next(-1)
+        # bounded, so that cancellations found by the core's upkeep reach the
+        # running handlers within about half a second
+        runs = @native.next(CANCEL_CHECK_MS)
         next if runs.nil? # poked: an outcome to report, or stop
 
         runs.each { |r| @work << r }
