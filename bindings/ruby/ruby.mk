@@ -30,12 +30,15 @@ ruby-deps:
 
 $(RB_NATIVE): $(RB_SRC) | ruby-deps
 	@mkdir -p $(RB_BUILD)/native $(RB_BUILD)/lib/tocsin
+	@# mkmf knows tocsin_all.c only, not the core files it includes
+	@if [ -n "$(filter $(CORE_SRC) $(CORE_HDR),$?)" ]; then rm -f $(RB_BUILD)/native/tocsin_all.o; fi
 	cd $(RB_BUILD)/native && $(RUBY) $(abspath $(RB_DIR))/ext/tocsin/extconf.rb --with-tocsin-core=$(abspath core) >/dev/null \
 	  && $(MAKE) --no-print-directory -s V=0 >/dev/null
 	cp $(RB_BUILD)/native/tocsin_native.so $@
 
 $(RB_LOADABLE): $(CORE_SRC) $(CORE_HDR) $(RB_DIR)/ext/tocsin_sqlite/extconf.rb | ruby-deps
 	@mkdir -p $(RB_BUILD)/sqlite $(RB_BUILD)/lib/tocsin/sqlite
+	@if [ -n "$(filter $(CORE_SRC) $(CORE_HDR),$?)" ]; then rm -f $(RB_BUILD)/sqlite/tocsin_all.o; fi
 	cd $(RB_BUILD)/sqlite && $(RUBY) $(abspath $(RB_DIR))/ext/tocsin_sqlite/extconf.rb --with-tocsin-core=$(abspath core) >/dev/null \
 	  && $(MAKE) --no-print-directory -s V=0 >/dev/null
 	cp $(RB_BUILD)/sqlite/tocsin.so $@
