@@ -1,0 +1,1651 @@
+/*
+ * tocsin_native: the Ruby C-API face of the tocsin core (bindings/ruby).
+ *
+ * A translation layer only: handles become objects, result codes become
+ * Tocsin::Error subclasses (read from the core's one thread-local error channel
+ * right after the failing call, on the same thread), JSON stays text (the Ruby
+ * layer parses it). Every call into the core runs without the GVL; waits run
+ * with an unblock function that pokes them (tocsin_*_poke -> TOCSIN_INTERRUPTED),
+ * so Thread#raise / Thread#kill / Timeout.timeout / signals interrupt them.
+ */
+#include <ruby.h>
+#include <ruby/thread.h>
+#include <ruby/encoding.h>
+#include <stdatomic.h>
+#include <string.h>
+#include <time.h>
+#include <link.h>
+#include <dlfcn.h>
+#include <stdio.h>
+#include <sqlite3.h>
+
+#include "tocsin.h"
+
+static VALUE mTocsin, mNative, cDB, cSub, cListener, cStreamSub, cWorker, eError;
+static VALUE eByCode[20];
+
+/* ---- errors ------------------------------------------------------------ */
+
+static VALUE error_class(int rc) {
+    if (rc > 0 && rc < 20 && eByCode[rc] != Qnil) return eByCode[rc];
+    return eError;
+}
+
+/* Raises the calling thread's last tocsin failure (read at once, same thread). */
+static void NORETURN(raise_rc(int rc));
+static void raise_rc(int rc) {
+    const char *msg = tocsin_errmsg(NULL);
+    int code = tocsin_errcode(NULL);
+    int sq = tocsin_sqlite_errcode(NULL);
+    if (code != rc || !msg || !*msg) msg = tocsin_errstr(rc);
+    VALUE m = rb_enc_str_new_cstr(msg, rb_utf8_encoding());
+    VALUE exc = rb_exc_new_str(error_class(rc), m);
+    rb_ivar_set(exc, rb_intern("@code"), INT2NUM(rc));
+    rb_ivar_set(exc, rb_intern("@sqlite_code"), INT2NUM(sq));
+    rb_exc_raise(exc);
+}
+#define CHECK(rc) do { int rc_ = (rc); if (rc_ != TOCSIN_OK) raise_rc(rc_); } while (0)
+
+/* ---- running the core without the GVL ---------------------------------- */
+/* DEF_CALL(name, fields, call): a struct of arguments and a trampoline that
+ * runs `call` (using a->...) without the GVL. */
+#define DEF_CALL(name, fields, ...)                                        \
+    struct name##_a { int rc; fields };                                    \
+    static void *name##_f(void *p) { struct name##_a *a = p; a->rc = __VA_ARGS__; return NULL; }
+#define NOGVL(name, a) rb_thread_call_without_gvl(name##_f, &(a), NULL, NULL)
+
+/* ---- values ------------------------------------------------------------ */
+
+static VALUE str_or_nil(const char *s) {
+    return s ? rb_enc_str_new_cstr(s, rb_utf8_encoding()) : Qnil;
+}
+/* A C string of a Ruby String (nil -> NULL). NUL bytes are refused here with
+ * the core's own wording rather than silently cut. */
+static const char *cstr_or_null(VALUE v) {
+    if (NIL_P(v)) return NULL;
+    return StringValueCStr(v);
+}
+static const char *cstr(VALUE v) { return StringValueCStr(v); }
+#define I64(v) ((int64_t)NUM2LL(v))
+#define OPT_I64(v, d) (NIL_P(v) ? (int64_t)(d) : (int64_t)NUM2LL(v))
+
+static size_t checked_size(VALUE v, const char *what) {
+    long long n = NUM2LL(v);
+    if (n < 0) rb_raise(eByCode[TOCSIN_INVALID], "%s must be >= 0", what);
+    return (size_t)n;
+}
+
+/* ---- the database handle ----------------------------------------------- */
+
+typedef struct {
+    tocsin_db *db;
+    int is_tx;
+    _Atomic int64_t fixed_now; /* < 0: system clock */
+    VALUE parent;              /* tx: the database it came from (kept alive) */
+    int workers;               /* open Native::Workers on it: it must outlive them */
+} rdb;
+
+static void rdb_mark(void *p) { rdb *h = p; rb_gc_mark(h->parent); }
+static void rdb_free(void *p) {
+    rdb *h = p;
+    /* Only at exit can a database be swept before a worker on it (a worker
+     * marks its database): leave both to the process's end then. */
+    if (h->workers > 0) return;
+    if (h->db) {
+        if (h->is_tx) tocsin_tx_rollback(h->db);
+        else tocsin_close(h->db);
+    }
+    xfree(h);
+}
+static const rb_data_type_t rdb_type = {"tocsin_db", {rdb_mark, rdb_free, NULL}, NULL, NULL,
+                                        RUBY_TYPED_FREE_IMMEDIATELY};
+
+static VALUE rdb_alloc(VALUE klass) {
+    rdb *h;
+    VALUE obj = TypedData_Make_Struct(klass, rdb, &rdb_type, h);
+    h->parent = Qnil;
+    atomic_store(&h->fixed_now, -1);
+    return obj;
+}
+static rdb *get_rdb(VALUE self) {
+    rdb *h;
+    TypedData_Get_Struct(self, rdb, &rdb_type, h);
+    return h;
+}
+static tocsin_db *DB(VALUE self) {
+    rdb *h = get_rdb(self);
+    if (!h->db) rb_raise(eByCode[TOCSIN_CLOSED], h->is_tx ? "the transaction has ended" : "the database is closed");
+    return h->db;
+}
+
+static int64_t fixed_clock(void *ctx) {
+    rdb *h = ctx;
+    int64_t t = atomic_load(&h->fixed_now);
+    if (t >= 0) return t;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+DEF_CALL(open, tocsin_db *db; const char *path; tocsin_open_opts o;,
+         tocsin_open(&a->db, a->path, &a->o))
+/* Native::DB.open(path, busy_timeout_ms, max_payload_bytes, read_only) */
+static VALUE db_s_open(VALUE klass, VALUE path, VALUE busy, VALUE maxp, VALUE ro) {
+    VALUE obj = rdb_alloc(klass);
+    rdb *h = get_rdb(obj);
+    struct open_a a = {0};
+    tocsin_open_opts o = TOCSIN_OPEN_OPTS_INIT;
+    o.busy_timeout_ms = NIL_P(busy) ? 0 : NUM2INT(busy);
+    o.max_payload_bytes = OPT_I64(maxp, 0);
+    o.read_only = RTEST(ro);
+    a.o = o;
+    a.path = cstr(path);
+    NOGVL(open, a);
+    if (a.rc != TOCSIN_OK) {
+        int rc = a.rc;
+        VALUE m = rb_str_new_cstr(a.db ? tocsin_errmsg(NULL) : tocsin_errstr(rc));
+        if (a.db) tocsin_close(a.db);
+        VALUE exc = rb_exc_new_str(error_class(rc), m);
+        rb_ivar_set(exc, rb_intern("@code"), INT2NUM(rc));
+        rb_exc_raise(exc);
+    }
+    h->db = a.db;
+    RB_GC_GUARD(path);
+    return obj;
+}
+
+DEF_CALL(close, tocsin_db *db;, tocsin_close(a->db))
+static VALUE db_close(VALUE self) {
+    rdb *h = get_rdb(self);
+    if (!h->db) return Qnil;
+    if (h->workers > 0)
+        rb_raise(eByCode[TOCSIN_BUSY], "%d worker(s) still run on this database: stop them before closing it",
+                 h->workers);
+    if (h->is_tx) { tocsin_tx_rollback(h->db); h->db = NULL; return Qnil; }
+    struct close_a a = {0, h->db};
+    h->db = NULL;
+    NOGVL(close, a);
+    return Qnil;
+}
+static VALUE db_closed_p(VALUE self) { return get_rdb(self)->db ? Qfalse : Qtrue; }
+
+DEF_CALL(txb, tocsin_db *db; tocsin_db *tx;, tocsin_tx_begin(a->db, &a->tx))
+static VALUE db_tx_begin(VALUE self) {
+    struct txb_a a = {0, DB(self), NULL};
+    NOGVL(txb, a);
+    CHECK(a.rc);
+    VALUE obj = rdb_alloc(cDB);
+    rdb *t = get_rdb(obj);
+    t->db = a.tx;
+    t->is_tx = 1;
+    t->parent = self;
+    return obj;
+}
+DEF_CALL(txc, tocsin_db *tx;, tocsin_tx_commit(a->tx))
+DEF_CALL(txr, tocsin_db *tx;, tocsin_tx_rollback(a->tx))
+static VALUE db_tx_commit(VALUE self) {
+    rdb *h = get_rdb(self);
+    if (!h->is_tx) rb_raise(eByCode[TOCSIN_INVALID], "not a transaction");
+    struct txc_a a = {0, DB(self)};
+    h->db = NULL; /* always released by the core */
+    NOGVL(txc, a);
+    CHECK(a.rc);
+    return Qnil;
+}
+static VALUE db_tx_rollback(VALUE self) {
+    rdb *h = get_rdb(self);
+    if (!h->is_tx) rb_raise(eByCode[TOCSIN_INVALID], "not a transaction");
+    if (!h->db) return Qnil;
+    struct txr_a a = {0, h->db};
+    h->db = NULL;
+    NOGVL(txr, a);
+    CHECK(a.rc);
+    return Qnil;
+}
+static VALUE db_is_tx(VALUE self) { return get_rdb(self)->is_tx ? Qtrue : Qfalse; }
+
+DEF_CALL(exec, tocsin_db *db; const char *sql;, tocsin_exec(a->db, a->sql))
+static VALUE db_exec(VALUE self, VALUE sql) {
+    struct exec_a a = {0, DB(self), cstr(sql)};
+    NOGVL(exec, a);
+    RB_GC_GUARD(sql);
+    CHECK(a.rc);
+    return Qnil;
+}
+
+static VALUE db_now(VALUE self) { return LL2NUM(tocsin_now(DB(self))); }
+/* set_time(ms or nil): a fixed clock the tests drive; nil: the system clock. */
+static VALUE db_set_time(VALUE self, VALUE ms) {
+    rdb *h = get_rdb(self);
+    tocsin_db *db = DB(self);
+    if (NIL_P(ms)) {
+        atomic_store(&h->fixed_now, -1);
+        tocsin_set_clock(db, NULL, NULL);
+    } else {
+        int64_t t = I64(ms);
+        if (t < 0 || t > TOCSIN_MAX_TIME_MS) rb_raise(eByCode[TOCSIN_INVALID], "time out of range: %lld", (long long)t);
+        atomic_store(&h->fixed_now, t);
+        tocsin_set_clock(db, fixed_clock, h);
+    }
+    return Qnil;
+}
+static VALUE db_set_max_payload(VALUE self, VALUE n) {
+    CHECK(tocsin_set_max_payload(DB(self), I64(n)));
+    return Qnil;
+}
+static VALUE db_sqlite_version(VALUE self) { return rb_str_new_cstr(sqlite3_libversion()); }
+
+/* ---- queue ------------------------------------------------------------- */
+
+static VALUE job_to_ary(const tocsin_job *j) {
+    VALUE a = rb_ary_new_capa(18);
+    rb_ary_push(a, LL2NUM(j->id));
+    rb_ary_push(a, str_or_nil(j->queue));
+    rb_ary_push(a, str_or_nil(j->state));
+    rb_ary_push(a, str_or_nil(j->payload));
+    rb_ary_push(a, str_or_nil(j->meta));
+    rb_ary_push(a, LL2NUM(j->priority));
+    rb_ary_push(a, INT2NUM(j->attempts));
+    rb_ary_push(a, INT2NUM(j->max_attempts));
+    rb_ary_push(a, LL2NUM(j->token));
+    rb_ary_push(a, LL2NUM(j->run_at));
+    rb_ary_push(a, LL2NUM(j->created_at));
+    rb_ary_push(a, LL2NUM(j->lease_until));
+    rb_ary_push(a, LL2NUM(j->expires_at));
+    rb_ary_push(a, str_or_nil(j->unique_key));
+    rb_ary_push(a, str_or_nil(j->worker));
+    rb_ary_push(a, str_or_nil(j->last_error));
+    rb_ary_push(a, str_or_nil(j->reason));
+    rb_ary_push(a, LL2NUM(j->died_at));
+    return a;
+}
+static VALUE jobs_to_ary(tocsin_job *jobs, size_t n) {
+    VALUE out = rb_ary_new_capa((long)n);
+    for (size_t i = 0; i < n; i++) rb_ary_push(out, job_to_ary(&jobs[i]));
+    tocsin_jobs_free(jobs, n);
+    return out;
+}
+
+/* opts: [priority, delay_ms, run_at_ms, max_attempts, expires_ms, unique_key, meta] (nil entries: default) */
+static void fill_enqueue_opts(tocsin_enqueue_opts *o, VALUE ary) {
+    tocsin_enqueue_opts d = TOCSIN_ENQUEUE_OPTS_INIT;
+    *o = d;
+    if (NIL_P(ary)) return;
+    Check_Type(ary, T_ARRAY);
+    if (RARRAY_LEN(ary) != 7) rb_raise(rb_eArgError, "enqueue options: 7 entries expected");
+    o->priority = OPT_I64(rb_ary_entry(ary, 0), 0);
+    o->delay_ms = OPT_I64(rb_ary_entry(ary, 1), 0);
+    o->run_at_ms = OPT_I64(rb_ary_entry(ary, 2), 0);
+    VALUE ma = rb_ary_entry(ary, 3);
+    if (!NIL_P(ma)) {
+        long long m = NUM2LL(ma);
+        /* out of int range: let the core's range check word it */
+        o->max_attempts = (m < INT32_MIN || m > INT32_MAX) ? -1 : (int)m; /* the core words the range */
+    }
+    o->expires_ms = OPT_I64(rb_ary_entry(ary, 4), 0);
+    o->unique_key = cstr_or_null(rb_ary_entry(ary, 5));
+    o->meta = cstr_or_null(rb_ary_entry(ary, 6));
+}
+
+DEF_CALL(enq, tocsin_db *db; int64_t id; const char *q; const char *p; tocsin_enqueue_opts o;,
+         tocsin_queue_enqueue(a->db, &a->id, a->q, a->p, &a->o))
+static VALUE db_enqueue(VALUE self, VALUE queue, VALUE payload, VALUE opts) {
+    struct enq_a a = {0};
+    a.db = DB(self);
+    a.q = cstr(queue);
+    a.p = cstr(payload);
+    fill_enqueue_opts(&a.o, opts);
+    NOGVL(enq, a);
+    RB_GC_GUARD(queue); RB_GC_GUARD(payload); RB_GC_GUARD(opts);
+    CHECK(a.rc);
+    return LL2NUM(a.id);
+}
+
+DEF_CALL(enqm, tocsin_db *db; int64_t *ids; tocsin_job_spec *specs; size_t n;,
+         tocsin_queue_enqueue_many(a->db, a->ids, a->specs, a->n))
+/* enqueue_many([[queue, payload, opts], ...]) -> ids */
+static VALUE db_enqueue_many(VALUE self, VALUE jobs) {
+    Check_Type(jobs, T_ARRAY);
+    long n = RARRAY_LEN(jobs);
+    struct enqm_a a = {0};
+    a.db = DB(self);
+    a.n = (size_t)n;
+    VALUE keep = rb_ary_new();
+    VALUE buf1 = rb_str_new(NULL, (long)(sizeof(tocsin_job_spec) * (n ? n : 1)));
+    VALUE buf2 = rb_str_new(NULL, (long)(sizeof(tocsin_enqueue_opts) * (n ? n : 1)));
+    VALUE buf3 = rb_str_new(NULL, (long)(sizeof(int64_t) * (n ? n : 1)));
+    a.specs = (tocsin_job_spec *)RSTRING_PTR(buf1);
+    tocsin_enqueue_opts *opts = (tocsin_enqueue_opts *)RSTRING_PTR(buf2);
+    a.ids = (int64_t *)RSTRING_PTR(buf3);
+    for (long i = 0; i < n; i++) {
+        VALUE e = rb_ary_entry(jobs, i);
+        Check_Type(e, T_ARRAY);
+        rb_ary_push(keep, e);
+        a.specs[i].queue = cstr(rb_ary_entry(e, 0));
+        a.specs[i].payload = cstr(rb_ary_entry(e, 1));
+        fill_enqueue_opts(&opts[i], rb_ary_entry(e, 2));
+        a.specs[i].opts = &opts[i];
+    }
+    NOGVL(enqm, a);
+    RB_GC_GUARD(keep); RB_GC_GUARD(buf1); RB_GC_GUARD(buf2); RB_GC_GUARD(buf3);
+    CHECK(a.rc);
+    VALUE out = rb_ary_new_capa(n);
+    for (long i = 0; i < n; i++) rb_ary_push(out, LL2NUM(a.ids[i]));
+    return out;
+}
+
+DEF_CALL(claim, tocsin_db *db; tocsin_job *jobs; size_t n; const char *q; const char *w; size_t max; int64_t vis;,
+         tocsin_queue_claim(a->db, &a->jobs, &a->n, a->q, a->w, a->max, a->vis))
+static VALUE db_claim(VALUE self, VALUE queue, VALUE worker, VALUE max, VALUE vis) {
+    struct claim_a a = {0};
+    a.db = DB(self);
+    a.q = cstr(queue);
+    a.w = cstr(worker);
+    a.max = checked_size(max, "n");
+    a.vis = I64(vis);
+    NOGVL(claim, a);
+    RB_GC_GUARD(queue); RB_GC_GUARD(worker);
+    CHECK(a.rc);
+    return jobs_to_ary(a.jobs, a.n);
+}
+
+DEF_CALL(ack, tocsin_db *db; int ok; int64_t id; int64_t tok;, tocsin_job_ack(a->db, &a->ok, a->id, a->tok))
+static VALUE db_ack(VALUE self, VALUE id, VALUE tok) {
+    struct ack_a a = {0, DB(self), 0, I64(id), I64(tok)};
+    NOGVL(ack, a);
+    CHECK(a.rc);
+    return a.ok ? Qtrue : Qfalse;
+}
+DEF_CALL(ackb, tocsin_db *db; size_t acked; int64_t *ids; int64_t *toks; size_t n;,
+         tocsin_job_ack_batch(a->db, &a->acked, a->ids, a->toks, a->n))
+static VALUE db_ack_batch(VALUE self, VALUE ids, VALUE toks) {
+    Check_Type(ids, T_ARRAY);
+    Check_Type(toks, T_ARRAY);
+    long n = RARRAY_LEN(ids);
+    if (RARRAY_LEN(toks) != n) rb_raise(rb_eArgError, "ids and tokens differ in length");
+    VALUE b1 = rb_str_new(NULL, (long)sizeof(int64_t) * (n ? n : 1));
+    VALUE b2 = rb_str_new(NULL, (long)sizeof(int64_t) * (n ? n : 1));
+    struct ackb_a a = {0, DB(self), 0, (int64_t *)RSTRING_PTR(b1), (int64_t *)RSTRING_PTR(b2), (size_t)n};
+    for (long i = 0; i < n; i++) {
+        a.ids[i] = I64(rb_ary_entry(ids, i));
+        a.toks[i] = I64(rb_ary_entry(toks, i));
+    }
+    NOGVL(ackb, a);
+    RB_GC_GUARD(b1); RB_GC_GUARD(b2);
+    CHECK(a.rc);
+    return SIZET2NUM(a.acked);
+}
+DEF_CALL(retry, tocsin_db *db; int ok; int64_t id; int64_t tok; int64_t delay; const char *err;,
+         tocsin_job_retry(a->db, &a->ok, a->id, a->tok, a->delay, a->err))
+static VALUE db_retry(VALUE self, VALUE id, VALUE tok, VALUE delay, VALUE err) {
+    struct retry_a a = {0, DB(self), 0, I64(id), I64(tok), OPT_I64(delay, -1), cstr_or_null(err)};
+    NOGVL(retry, a);
+    RB_GC_GUARD(err);
+    CHECK(a.rc);
+    return a.ok ? Qtrue : Qfalse;
+}
+DEF_CALL(fail, tocsin_db *db; int ok; int64_t id; int64_t tok; const char *err;,
+         tocsin_job_fail(a->db, &a->ok, a->id, a->tok, a->err))
+static VALUE db_fail(VALUE self, VALUE id, VALUE tok, VALUE err) {
+    struct fail_a a = {0, DB(self), 0, I64(id), I64(tok), cstr_or_null(err)};
+    NOGVL(fail, a);
+    RB_GC_GUARD(err);
+    CHECK(a.rc);
+    return a.ok ? Qtrue : Qfalse;
+}
+DEF_CALL(hb, tocsin_db *db; int ok; int64_t id; int64_t tok; int64_t ext;,
+         tocsin_job_heartbeat(a->db, &a->ok, a->id, a->tok, a->ext))
+static VALUE db_heartbeat(VALUE self, VALUE id, VALUE tok, VALUE ext) {
+    struct hb_a a = {0, DB(self), 0, I64(id), I64(tok), I64(ext)};
+    NOGVL(hb, a);
+    CHECK(a.rc);
+    return a.ok ? Qtrue : Qfalse;
+}
+DEF_CALL(cancel, tocsin_db *db; int ok; int64_t id;, tocsin_job_cancel(a->db, &a->ok, a->id))
+static VALUE db_cancel(VALUE self, VALUE id) {
+    struct cancel_a a = {0, DB(self), 0, I64(id)};
+    NOGVL(cancel, a);
+    CHECK(a.rc);
+    return a.ok ? Qtrue : Qfalse;
+}
+DEF_CALL(jget, tocsin_db *db; tocsin_job *job; int64_t id;, tocsin_job_get(a->db, &a->job, a->id))
+static VALUE db_job_get(VALUE self, VALUE id) {
+    struct jget_a a = {0, DB(self), NULL, I64(id)};
+    NOGVL(jget, a);
+    CHECK(a.rc);
+    if (!a.job) return Qnil;
+    VALUE r = job_to_ary(a.job);
+    tocsin_jobs_free(a.job, 1);
+    return r;
+}
+DEF_CALL(qname, tocsin_db *db; const char *q; int which; int out;,
+         a->which == 0 ? tocsin_queue_pause(a->db, a->q)
+         : a->which == 1 ? tocsin_queue_resume(a->db, a->q)
+         : tocsin_queue_is_paused(a->db, &a->out, a->q))
+static VALUE queue_op(VALUE self, VALUE q, int which) {
+    struct qname_a a = {0, DB(self), cstr(q), which, 0};
+    NOGVL(qname, a);
+    RB_GC_GUARD(q);
+    CHECK(a.rc);
+    return which == 2 ? (a.out ? Qtrue : Qfalse) : Qnil;
+}
+static VALUE db_pause(VALUE self, VALUE q) { return queue_op(self, q, 0); }
+static VALUE db_resume(VALUE self, VALUE q) { return queue_op(self, q, 1); }
+static VALUE db_is_paused(VALUE self, VALUE q) { return queue_op(self, q, 2); }
+
+DEF_CALL(stats, tocsin_db *db; char *json; const char *q;, tocsin_queue_stats(a->db, &a->json, a->q))
+static VALUE db_stats(VALUE self, VALUE q) {
+    struct stats_a a = {0, DB(self), NULL, cstr_or_null(q)};
+    NOGVL(stats, a);
+    RB_GC_GUARD(q);
+    CHECK(a.rc);
+    VALUE s = str_or_nil(a.json);
+    tocsin_free(a.json);
+    return s;
+}
+
+/* An array of names as C strings, kept alive by `keep`. */
+static const char **names_of(VALUE ary, VALUE *keep, size_t *n) {
+    Check_Type(ary, T_ARRAY);
+    long len = RARRAY_LEN(ary);
+    *keep = rb_str_new(NULL, (long)sizeof(char *) * (len ? len : 1));
+    const char **out = (const char **)RSTRING_PTR(*keep);
+    for (long i = 0; i < len; i++) out[i] = cstr(rb_ary_entry(ary, i));
+    *n = (size_t)len;
+    return out;
+}
+DEF_CALL(ndl, tocsin_db *db; int64_t ms; const char **qs; size_t n;,
+         tocsin_queue_next_deadline(a->db, &a->ms, a->qs, a->n))
+static VALUE db_next_deadline(VALUE self, VALUE queues) {
+    VALUE keep;
+    struct ndl_a a = {0, DB(self), 0, NULL, 0};
+    a.qs = names_of(queues, &keep, &a.n);
+    NOGVL(ndl, a);
+    RB_GC_GUARD(keep); RB_GC_GUARD(queues);
+    CHECK(a.rc);
+    return a.ms < 0 ? Qnil : LL2NUM(a.ms);
+}
+
+DEF_CALL(deadl, tocsin_db *db; tocsin_job *jobs; size_t n; const char *q; int64_t after; size_t limit;,
+         tocsin_dead_list(a->db, &a->jobs, &a->n, a->q, a->after, a->limit))
+static VALUE db_dead_list(VALUE self, VALUE q, VALUE after, VALUE limit) {
+    struct deadl_a a = {0, DB(self), NULL, 0, cstr_or_null(q), I64(after), checked_size(limit, "limit")};
+    NOGVL(deadl, a);
+    RB_GC_GUARD(q);
+    CHECK(a.rc);
+    return jobs_to_ary(a.jobs, a.n);
+}
+DEF_CALL(requeue, tocsin_db *db; int ok; int64_t id;, tocsin_dead_requeue(a->db, &a->ok, a->id))
+static VALUE db_dead_requeue(VALUE self, VALUE id) {
+    struct requeue_a a = {0, DB(self), 0, I64(id)};
+    NOGVL(requeue, a);
+    CHECK(a.rc);
+    return a.ok ? Qtrue : Qfalse;
+}
+DEF_CALL(purge, tocsin_db *db; int64_t n; const char *q; int64_t before;,
+         tocsin_dead_purge(a->db, &a->n, a->q, a->before))
+static VALUE db_dead_purge(VALUE self, VALUE q, VALUE before) {
+    struct purge_a a = {0, DB(self), 0, cstr_or_null(q), OPT_I64(before, 0)};
+    NOGVL(purge, a);
+    RB_GC_GUARD(q);
+    CHECK(a.rc);
+    return LL2NUM(a.n);
+}
+
+/* ---- streams and notifications ----------------------------------------- */
+
+static VALUE msgs_to_ary(tocsin_message *m, size_t n) {
+    VALUE out = rb_ary_new_capa((long)n);
+    for (size_t i = 0; i < n; i++) {
+        VALUE e = rb_ary_new_capa(6);
+        rb_ary_push(e, LL2NUM(m[i].id));
+        rb_ary_push(e, str_or_nil(m[i].name));
+        rb_ary_push(e, str_or_nil(m[i].key));
+        rb_ary_push(e, str_or_nil(m[i].payload));
+        rb_ary_push(e, str_or_nil(m[i].meta));
+        rb_ary_push(e, LL2NUM(m[i].created_at));
+        rb_ary_push(out, e);
+    }
+    tocsin_messages_free(m, n);
+    return out;
+}
+
+DEF_CALL(pub, tocsin_db *db; int64_t off; const char *t; const char *p; const char *k; const char *m;,
+         tocsin_stream_publish(a->db, &a->off, a->t, a->p, a->k, a->m))
+static VALUE db_publish(VALUE self, VALUE topic, VALUE payload, VALUE key, VALUE meta) {
+    struct pub_a a = {0, DB(self), 0, cstr(topic), cstr(payload), cstr_or_null(key), cstr_or_null(meta)};
+    NOGVL(pub, a);
+    RB_GC_GUARD(topic); RB_GC_GUARD(payload); RB_GC_GUARD(key); RB_GC_GUARD(meta);
+    CHECK(a.rc);
+    return LL2NUM(a.off);
+}
+DEF_CALL(pubm, tocsin_db *db; int64_t *offs; const char *t; const char **ps; const char **ks; size_t n;,
+         tocsin_stream_publish_many(a->db, a->offs, a->t, a->ps, a->ks, a->n))
+static VALUE db_publish_many(VALUE self, VALUE topic, VALUE payloads, VALUE keys) {
+    VALUE k1, k2 = Qnil;
+    struct pubm_a a = {0};
+    a.db = DB(self);
+    a.t = cstr(topic);
+    a.ps = names_of(payloads, &k1, &a.n);
+    if (!NIL_P(keys)) {
+        Check_Type(keys, T_ARRAY);
+        if ((size_t)RARRAY_LEN(keys) != a.n) rb_raise(rb_eArgError, "keys and payloads differ in length");
+        k2 = rb_str_new(NULL, (long)sizeof(char *) * (a.n ? a.n : 1));
+        a.ks = (const char **)RSTRING_PTR(k2);
+        for (size_t i = 0; i < a.n; i++) a.ks[i] = cstr_or_null(rb_ary_entry(keys, (long)i));
+    }
+    VALUE b = rb_str_new(NULL, (long)sizeof(int64_t) * (a.n ? a.n : 1));
+    a.offs = (int64_t *)RSTRING_PTR(b);
+    NOGVL(pubm, a);
+    RB_GC_GUARD(k1); RB_GC_GUARD(k2); RB_GC_GUARD(b); RB_GC_GUARD(payloads); RB_GC_GUARD(keys); RB_GC_GUARD(topic);
+    CHECK(a.rc);
+    VALUE out = rb_ary_new_capa((long)a.n);
+    for (size_t i = 0; i < a.n; i++) rb_ary_push(out, LL2NUM(a.offs[i]));
+    return out;
+}
+DEF_CALL(sread, tocsin_db *db; tocsin_message *m; size_t n; const char *t; int64_t after; size_t lim; int notify;,
+         a->notify ? tocsin_notify_read(a->db, &a->m, &a->n, a->t, a->after, a->lim)
+                   : tocsin_stream_read(a->db, &a->m, &a->n, a->t, a->after, a->lim))
+static VALUE read_msgs(VALUE self, VALUE name, VALUE after, VALUE limit, int notify) {
+    struct sread_a a = {0, DB(self), NULL, 0, cstr(name), I64(after), checked_size(limit, "limit"), notify};
+    NOGVL(sread, a);
+    RB_GC_GUARD(name);
+    CHECK(a.rc);
+    return msgs_to_ary(a.m, a.n);
+}
+static VALUE db_stream_read(VALUE self, VALUE t, VALUE after, VALUE lim) { return read_msgs(self, t, after, lim, 0); }
+static VALUE db_notify_read(VALUE self, VALUE c, VALUE after, VALUE lim) { return read_msgs(self, c, after, lim, 1); }
+
+DEF_CALL(soff, tocsin_db *db; int64_t out; const char *c; const char *t; int64_t off; int save;,
+         a->save ? tocsin_stream_save_offset(a->db, &a->out, a->c, a->t, a->off)
+                 : tocsin_stream_offset(a->db, &a->out, a->c, a->t))
+static VALUE db_save_offset(VALUE self, VALUE c, VALUE t, VALUE off) {
+    struct soff_a a = {0, DB(self), 0, cstr(c), cstr(t), I64(off), 1};
+    NOGVL(soff, a);
+    RB_GC_GUARD(c); RB_GC_GUARD(t);
+    CHECK(a.rc);
+    return LL2NUM(a.out);
+}
+static VALUE db_stream_offset(VALUE self, VALUE c, VALUE t) {
+    struct soff_a a = {0, DB(self), 0, cstr(c), cstr(t), 0, 0};
+    NOGVL(soff, a);
+    RB_GC_GUARD(c); RB_GC_GUARD(t);
+    CHECK(a.rc);
+    return LL2NUM(a.out);
+}
+DEF_CALL(trim, tocsin_db *db; int64_t n; const char *t; tocsin_trim_opts o;, tocsin_stream_trim(a->db, &a->n, a->t, &a->o))
+static VALUE db_stream_trim(VALUE self, VALUE t, VALUE age, VALUE count, VALUE below) {
+    tocsin_trim_opts o = TOCSIN_TRIM_OPTS_INIT;
+    o.max_age_ms = OPT_I64(age, 0);
+    o.max_count = OPT_I64(count, 0);
+    o.below_consumers = RTEST(below);
+    struct trim_a a = {0, DB(self), 0, cstr(t), o};
+    NOGVL(trim, a);
+    RB_GC_GUARD(t);
+    CHECK(a.rc);
+    return LL2NUM(a.n);
+}
+
+DEF_CALL(notify, tocsin_db *db; int64_t id; const char *c; const char *p; const char *m;,
+         tocsin_notify(a->db, &a->id, a->c, a->p, a->m))
+static VALUE db_notify(VALUE self, VALUE c, VALUE p, VALUE m) {
+    struct notify_a a = {0, DB(self), 0, cstr(c), cstr(p), cstr_or_null(m)};
+    NOGVL(notify, a);
+    RB_GC_GUARD(c); RB_GC_GUARD(p); RB_GC_GUARD(m);
+    CHECK(a.rc);
+    return LL2NUM(a.id);
+}
+DEF_CALL(nmax, tocsin_db *db; int64_t id;, tocsin_notify_max_id(a->db, &a->id))
+static VALUE db_notify_max_id(VALUE self) {
+    struct nmax_a a = {0, DB(self), 0};
+    NOGVL(nmax, a);
+    CHECK(a.rc);
+    return LL2NUM(a.id);
+}
+DEF_CALL(nprune, tocsin_db *db; int64_t n; int64_t age; int64_t keep;, tocsin_notify_prune(a->db, &a->n, a->age, a->keep))
+static VALUE db_notify_prune(VALUE self, VALUE age, VALUE keep) {
+    struct nprune_a a = {0, DB(self), 0, OPT_I64(age, 0), OPT_I64(keep, 0)};
+    NOGVL(nprune, a);
+    CHECK(a.rc);
+    return LL2NUM(a.n);
+}
+DEF_CALL(ntrim, tocsin_db *db; int64_t age; int64_t keep; int64_t one_in;,
+         tocsin_notify_set_autotrim(a->db, a->age, a->keep, a->one_in))
+static VALUE db_notify_autotrim(VALUE self, VALUE age, VALUE keep, VALUE one_in) {
+    struct ntrim_a a = {0, DB(self), OPT_I64(age, 0), OPT_I64(keep, 0), OPT_I64(one_in, 0)};
+    NOGVL(ntrim, a);
+    CHECK(a.rc);
+    return Qnil;
+}
+
+/* ---- results ----------------------------------------------------------- */
+
+static VALUE result_to_ary(tocsin_result *r) {
+    if (!r) return Qnil;
+    VALUE a = rb_ary_new_capa(8);
+    rb_ary_push(a, LL2NUM(r->job_id));
+    rb_ary_push(a, r->is_error ? Qtrue : Qfalse);
+    rb_ary_push(a, str_or_nil(r->value));
+    rb_ary_push(a, str_or_nil(r->error_type));
+    rb_ary_push(a, str_or_nil(r->error_message));
+    rb_ary_push(a, LL2NUM(r->created_at));
+    rb_ary_push(a, LL2NUM(r->expires_at));
+    rb_ary_push(a, str_or_nil(r->error_trace));
+    tocsin_result_free(r);
+    return a;
+}
+DEF_CALL(rsave, tocsin_db *db; int64_t id; const char *v; int64_t ttl;, tocsin_result_save(a->db, a->id, a->v, a->ttl))
+static VALUE db_result_save(VALUE self, VALUE id, VALUE v, VALUE ttl) {
+    struct rsave_a a = {0, DB(self), I64(id), cstr(v), OPT_I64(ttl, 0)};
+    NOGVL(rsave, a);
+    RB_GC_GUARD(v);
+    CHECK(a.rc);
+    return Qnil;
+}
+DEF_CALL(rerr, tocsin_db *db; int64_t id; const char *t; const char *m; int64_t ttl;,
+         tocsin_result_save_error(a->db, a->id, a->t, a->m, a->ttl))
+static VALUE db_result_save_error(VALUE self, VALUE id, VALUE t, VALUE m, VALUE ttl) {
+    struct rerr_a a = {0, DB(self), I64(id), cstr(t), cstr_or_null(m), OPT_I64(ttl, 0)};
+    NOGVL(rerr, a);
+    RB_GC_GUARD(t); RB_GC_GUARD(m);
+    CHECK(a.rc);
+    return Qnil;
+}
+DEF_CALL(rget, tocsin_db *db; tocsin_result *r; int64_t id; int check;,
+         a->check ? tocsin_result_check(a->db, &a->r, a->id) : tocsin_result_get(a->db, &a->r, a->id))
+static VALUE db_result_get(VALUE self, VALUE id) {
+    struct rget_a a = {0, DB(self), NULL, I64(id), 0};
+    NOGVL(rget, a);
+    CHECK(a.rc);
+    return result_to_ary(a.r);
+}
+static VALUE db_result_check(VALUE self, VALUE id) {
+    struct rget_a a = {0, DB(self), NULL, I64(id), 1};
+    NOGVL(rget, a);
+    CHECK(a.rc);
+    return result_to_ary(a.r);
+}
+DEF_CALL(rdel, tocsin_db *db; int ok; int64_t id;, tocsin_result_delete(a->db, &a->ok, a->id))
+static VALUE db_result_delete(VALUE self, VALUE id) {
+    struct rdel_a a = {0, DB(self), 0, I64(id)};
+    NOGVL(rdel, a);
+    CHECK(a.rc);
+    return a.ok ? Qtrue : Qfalse;
+}
+DEF_CALL(sweep, tocsin_db *db; int64_t n; int which;,
+         a->which == 0 ? tocsin_result_sweep(a->db, &a->n) : tocsin_ratelimit_sweep(a->db, &a->n))
+static VALUE db_result_sweep(VALUE self) {
+    struct sweep_a a = {0, DB(self), 0, 0};
+    NOGVL(sweep, a);
+    CHECK(a.rc);
+    return LL2NUM(a.n);
+}
+static VALUE db_ratelimit_sweep(VALUE self) {
+    struct sweep_a a = {0, DB(self), 0, 1};
+    NOGVL(sweep, a);
+    CHECK(a.rc);
+    return LL2NUM(a.n);
+}
+DEF_CALL(complete, tocsin_db *db; int ok; int64_t id; int64_t tok; const char *v; int64_t ttl;,
+         tocsin_job_complete(a->db, &a->ok, a->id, a->tok, a->v, a->ttl))
+static VALUE db_job_complete(VALUE self, VALUE id, VALUE tok, VALUE v, VALUE ttl) {
+    struct complete_a a = {0, DB(self), 0, I64(id), I64(tok), cstr(v), OPT_I64(ttl, 0)};
+    NOGVL(complete, a);
+    RB_GC_GUARD(v);
+    CHECK(a.rc);
+    return a.ok ? Qtrue : Qfalse;
+}
+DEF_CALL(failtask, tocsin_db *db; int ok; int64_t id; int64_t tok; const char *t; const char *m; int64_t ttl;,
+         tocsin_job_fail_task(a->db, &a->ok, a->id, a->tok, a->t, a->m, a->ttl))
+static VALUE db_job_fail_task(VALUE self, VALUE id, VALUE tok, VALUE t, VALUE m, VALUE ttl) {
+    struct failtask_a a = {0, DB(self), 0, I64(id), I64(tok), cstr(t), cstr_or_null(m), OPT_I64(ttl, 0)};
+    NOGVL(failtask, a);
+    RB_GC_GUARD(t); RB_GC_GUARD(m);
+    CHECK(a.rc);
+    return a.ok ? Qtrue : Qfalse;
+}
+
+/* ---- locks and rate limits --------------------------------------------- */
+
+DEF_CALL(lacq, tocsin_db *db; int64_t tok; int64_t until; const char *n; const char *o; int64_t ttl;,
+         tocsin_lock_acquire(a->db, &a->tok, &a->until, a->n, a->o, a->ttl))
+static VALUE db_lock_acquire(VALUE self, VALUE name, VALUE owner, VALUE ttl) {
+    struct lacq_a a = {0, DB(self), 0, 0, cstr(name), cstr(owner), I64(ttl)};
+    NOGVL(lacq, a);
+    RB_GC_GUARD(name); RB_GC_GUARD(owner);
+    CHECK(a.rc);
+    return rb_ary_new_from_args(2, LL2NUM(a.tok), LL2NUM(a.until));
+}
+DEF_CALL(lren, tocsin_db *db; int ok; const char *n; const char *o; int64_t tok; int64_t ttl; int rel;,
+         a->rel ? tocsin_lock_release(a->db, &a->ok, a->n, a->o, a->tok)
+                : tocsin_lock_renew(a->db, &a->ok, a->n, a->o, a->tok, a->ttl))
+static VALUE db_lock_renew(VALUE self, VALUE name, VALUE owner, VALUE tok, VALUE ttl) {
+    struct lren_a a = {0, DB(self), 0, cstr(name), cstr(owner), I64(tok), I64(ttl), 0};
+    NOGVL(lren, a);
+    RB_GC_GUARD(name); RB_GC_GUARD(owner);
+    CHECK(a.rc);
+    return a.ok ? Qtrue : Qfalse;
+}
+static VALUE db_lock_release(VALUE self, VALUE name, VALUE owner, VALUE tok) {
+    struct lren_a a = {0, DB(self), 0, cstr(name), cstr(owner), I64(tok), 0, 1};
+    NOGVL(lren, a);
+    RB_GC_GUARD(name); RB_GC_GUARD(owner);
+    CHECK(a.rc);
+    return a.ok ? Qtrue : Qfalse;
+}
+DEF_CALL(lhold, tocsin_db *db; char *owner; int64_t tok; int64_t until; const char *n;,
+         tocsin_lock_holder(a->db, &a->owner, &a->tok, &a->until, a->n))
+static VALUE db_lock_holder(VALUE self, VALUE name) {
+    struct lhold_a a = {0, DB(self), NULL, 0, 0, cstr(name)};
+    NOGVL(lhold, a);
+    RB_GC_GUARD(name);
+    CHECK(a.rc);
+    VALUE o = str_or_nil(a.owner);
+    tocsin_free(a.owner);
+    return rb_ary_new_from_args(3, o, LL2NUM(a.tok), LL2NUM(a.until));
+}
+DEF_CALL(rl, tocsin_db *db; int allowed; int64_t retry; int64_t rem; const char *n; int64_t lim; int64_t per;,
+         tocsin_ratelimit_try(a->db, &a->allowed, &a->retry, &a->rem, a->n, a->lim, a->per))
+static VALUE db_ratelimit_try(VALUE self, VALUE name, VALUE lim, VALUE per) {
+    struct rl_a a = {0, DB(self), 0, 0, 0, cstr(name), I64(lim), I64(per)};
+    NOGVL(rl, a);
+    RB_GC_GUARD(name);
+    CHECK(a.rc);
+    return rb_ary_new_from_args(3, a.allowed ? Qtrue : Qfalse, LL2NUM(a.retry), LL2NUM(a.rem));
+}
+DEF_CALL(rlreset, tocsin_db *db; int64_t n; const char *name;, tocsin_ratelimit_reset(a->db, &a->n, a->name))
+static VALUE db_ratelimit_reset(VALUE self, VALUE name) {
+    struct rlreset_a a = {0, DB(self), 0, cstr(name)};
+    NOGVL(rlreset, a);
+    RB_GC_GUARD(name);
+    CHECK(a.rc);
+    return LL2NUM(a.n);
+}
+
+/* ---- scheduler --------------------------------------------------------- */
+
+/* opts hash keys -> tocsin_schedule_opts (fields flags for the keys present) */
+static void fill_schedule_opts(tocsin_schedule_opts *o, VALUE h, VALUE keep) {
+    tocsin_schedule_opts d = TOCSIN_SCHEDULE_OPTS_INIT;
+    *o = d;
+    if (NIL_P(h)) return;
+    Check_Type(h, T_HASH);
+    VALUE v;
+#define SOPT(key, flag, stmt) \
+    if (RTEST(rb_funcall(h, rb_intern("key?"), 1, ID2SYM(rb_intern(key))))) { \
+        v = rb_hash_aref(h, ID2SYM(rb_intern(key))); o->fields |= flag; stmt; }
+    SOPT("priority", TOCSIN_SCHEDULE_PRIORITY, o->priority = OPT_I64(v, 0))
+    SOPT("max_attempts", TOCSIN_SCHEDULE_MAX_ATTEMPTS, {
+        long long m = NIL_P(v) ? 0 : NUM2LL(v);
+        o->max_attempts = (m < 0 || m > TOCSIN_MAX_ATTEMPTS) ? -1 : (int)m; })
+    SOPT("job_expires_ms", TOCSIN_SCHEDULE_JOB_EXPIRES, o->job_expires_ms = OPT_I64(v, 0))
+    SOPT("catch_up", TOCSIN_SCHEDULE_CATCH_UP, o->catch_up = NIL_P(v) ? 0 : NUM2INT(v))
+    SOPT("max_catch_up", TOCSIN_SCHEDULE_MAX_CATCH_UP, {
+        long long m = NIL_P(v) ? 0 : NUM2LL(v);
+        o->max_catch_up = (m < 0 || m > TOCSIN_MAX_CATCH_UP) ? -1 : (int)m; })
+    SOPT("local_time", TOCSIN_SCHEDULE_LOCAL_TIME, o->local_time = RTEST(v))
+    SOPT("meta", TOCSIN_SCHEDULE_META, { rb_ary_push(keep, v); o->meta = cstr_or_null(v); })
+#undef SOPT
+}
+DEF_CALL(sset, tocsin_db *db; int64_t next; const char *n; const char *c; const char *q; const char *p;
+         tocsin_schedule_opts o; int update; int has_opts;,
+         a->update ? tocsin_schedule_update(a->db, &a->next, a->n, a->c, a->q, a->p, a->has_opts ? &a->o : NULL)
+                   : tocsin_schedule_set(a->db, &a->next, a->n, a->c, a->q, a->p, &a->o))
+static VALUE db_schedule_set(VALUE self, VALUE name, VALUE cron, VALUE queue, VALUE payload, VALUE opts) {
+    VALUE keep = rb_ary_new();
+    struct sset_a a = {0};
+    a.db = DB(self);
+    a.n = cstr(name); a.c = cstr(cron); a.q = cstr(queue); a.p = cstr(payload);
+    fill_schedule_opts(&a.o, opts, keep);
+    NOGVL(sset, a);
+    RB_GC_GUARD(keep); RB_GC_GUARD(name); RB_GC_GUARD(cron); RB_GC_GUARD(queue); RB_GC_GUARD(payload);
+    CHECK(a.rc);
+    return a.next < 0 ? Qnil : LL2NUM(a.next);
+}
+static VALUE db_schedule_update(VALUE self, VALUE name, VALUE cron, VALUE queue, VALUE payload, VALUE opts) {
+    VALUE keep = rb_ary_new();
+    struct sset_a a = {0};
+    a.db = DB(self);
+    a.update = 1;
+    a.n = cstr(name); a.c = cstr_or_null(cron); a.q = cstr_or_null(queue); a.p = cstr_or_null(payload);
+    fill_schedule_opts(&a.o, opts, keep);
+    a.has_opts = !NIL_P(opts);
+    NOGVL(sset, a);
+    RB_GC_GUARD(keep); RB_GC_GUARD(name); RB_GC_GUARD(cron); RB_GC_GUARD(queue); RB_GC_GUARD(payload);
+    CHECK(a.rc);
+    return a.next < 0 ? Qnil : LL2NUM(a.next);
+}
+DEF_CALL(sop, tocsin_db *db; int ok; const char *n; int which;,
+         a->which == 0 ? tocsin_schedule_pause(a->db, a->n)
+         : a->which == 1 ? tocsin_schedule_resume(a->db, a->n)
+         : tocsin_schedule_remove(a->db, &a->ok, a->n))
+static VALUE sched_op(VALUE self, VALUE name, int which) {
+    struct sop_a a = {0, DB(self), 0, cstr(name), which};
+    NOGVL(sop, a);
+    RB_GC_GUARD(name);
+    CHECK(a.rc);
+    return which == 2 ? (a.ok ? Qtrue : Qfalse) : Qnil;
+}
+static VALUE db_schedule_pause(VALUE self, VALUE n) { return sched_op(self, n, 0); }
+static VALUE db_schedule_resume(VALUE self, VALUE n) { return sched_op(self, n, 1); }
+static VALUE db_schedule_remove(VALUE self, VALUE n) { return sched_op(self, n, 2); }
+
+static VALUE schedule_to_hash(const tocsin_schedule *s) {
+    VALUE h = rb_hash_new();
+#define SET(k, v) rb_hash_aset(h, ID2SYM(rb_intern(k)), v)
+    SET("name", str_or_nil(s->name)); SET("cron", str_or_nil(s->cron)); SET("queue", str_or_nil(s->queue));
+    SET("payload", str_or_nil(s->payload)); SET("meta", str_or_nil(s->meta));
+    SET("priority", LL2NUM(s->priority)); SET("max_attempts", INT2NUM(s->max_attempts));
+    SET("job_expires_ms", LL2NUM(s->job_expires_ms)); SET("catch_up", INT2NUM(s->catch_up));
+    SET("max_catch_up", INT2NUM(s->max_catch_up)); SET("local_time", s->local_time ? Qtrue : Qfalse);
+    SET("paused", s->paused ? Qtrue : Qfalse);
+    SET("next_fire", s->next_fire < 0 ? Qnil : LL2NUM(s->next_fire));
+    SET("last_fire", s->last_fire ? LL2NUM(s->last_fire) : Qnil);
+    SET("last_job_id", s->last_job_id ? LL2NUM(s->last_job_id) : Qnil);
+    SET("fired_count", LL2NUM(s->fired_count)); SET("skipped_count", LL2NUM(s->skipped_count));
+    SET("created_at", LL2NUM(s->created_at)); SET("updated_at", LL2NUM(s->updated_at));
+#undef SET
+    return h;
+}
+DEF_CALL(sget, tocsin_db *db; tocsin_schedule *s; size_t n; const char *name;,
+         a->name ? tocsin_schedule_get(a->db, &a->s, a->name) : tocsin_schedule_list(a->db, &a->s, &a->n))
+static VALUE db_schedule_get(VALUE self, VALUE name) {
+    struct sget_a a = {0, DB(self), NULL, 0, cstr(name)};
+    NOGVL(sget, a);
+    RB_GC_GUARD(name);
+    CHECK(a.rc);
+    if (!a.s) return Qnil;
+    VALUE h = schedule_to_hash(a.s);
+    tocsin_schedules_free(a.s, 1);
+    return h;
+}
+static VALUE db_schedule_list(VALUE self) {
+    struct sget_a a = {0, DB(self), NULL, 0, NULL};
+    NOGVL(sget, a);
+    CHECK(a.rc);
+    VALUE out = rb_ary_new();
+    for (size_t i = 0; i < a.n; i++) rb_ary_push(out, schedule_to_hash(&a.s[i]));
+    tocsin_schedules_free(a.s, a.n);
+    return out;
+}
+DEF_CALL(stick, tocsin_db *db; int64_t n; int which;,
+         a->which == 0 ? tocsin_scheduler_tick(a->db, &a->n) : tocsin_scheduler_next_fire(a->db, &a->n))
+static VALUE db_scheduler_tick(VALUE self) {
+    struct stick_a a = {0, DB(self), 0, 0};
+    NOGVL(stick, a);
+    CHECK(a.rc);
+    return LL2NUM(a.n);
+}
+static VALUE db_scheduler_next_fire(VALUE self) {
+    struct stick_a a = {0, DB(self), 0, 1};
+    NOGVL(stick, a);
+    CHECK(a.rc);
+    return a.n < 0 ? Qnil : LL2NUM(a.n);
+}
+DEF_CALL(slead, tocsin_db *db; int lead; int64_t tok; const char *o; int64_t ttl; int resign;,
+         a->resign ? tocsin_scheduler_resign(a->db, &a->lead, a->o)
+                   : tocsin_scheduler_lead(a->db, &a->lead, &a->tok, a->o, a->ttl))
+static VALUE db_scheduler_lead(VALUE self, VALUE owner, VALUE ttl) {
+    struct slead_a a = {0, DB(self), 0, 0, cstr(owner), I64(ttl), 0};
+    NOGVL(slead, a);
+    RB_GC_GUARD(owner);
+    CHECK(a.rc);
+    return rb_ary_new_from_args(2, a.lead ? Qtrue : Qfalse, LL2NUM(a.tok));
+}
+static VALUE db_scheduler_resign(VALUE self, VALUE owner) {
+    struct slead_a a = {0, DB(self), 0, 0, cstr(owner), 0, 1};
+    NOGVL(slead, a);
+    RB_GC_GUARD(owner);
+    CHECK(a.rc);
+    return a.lead ? Qtrue : Qfalse;
+}
+
+static VALUE m_cron_next(VALUE mod, VALUE expr, VALUE after, VALUE local) {
+    tocsin_cron *c = NULL;
+    char err[256] = "";
+    int rc = tocsin_cron_parse(&c, cstr(expr), err, sizeof err);
+    if (rc != TOCSIN_OK) raise_rc(rc);
+    int64_t next = -1;
+    rc = tocsin_cron_next(&next, c, I64(after), RTEST(local));
+    tocsin_cron_free(c);
+    if (rc == TOCSIN_NOTFOUND) return Qnil;
+    CHECK(rc);
+    return LL2NUM(next);
+}
+
+/* ---- tasks ------------------------------------------------------------- */
+
+static void fill_call(tocsin_task_call *c, VALUE task, VALUE args, VALUE kwargs, VALUE ttl, VALUE timeout) {
+    tocsin_task_call d = TOCSIN_TASK_CALL_INIT;
+    *c = d;
+    c->task = cstr(task);
+    c->args = cstr_or_null(args);
+    c->kwargs = cstr_or_null(kwargs);
+    c->result_ttl_ms = OPT_I64(ttl, 0);
+    c->timeout_ms = OPT_I64(timeout, 0);
+}
+DEF_CALL(tenv, tocsin_db *db; char *json; tocsin_task_call c;, tocsin_task_envelope(a->db, &a->json, &a->c))
+static VALUE db_task_envelope(VALUE self, VALUE task, VALUE args, VALUE kwargs, VALUE ttl, VALUE timeout) {
+    struct tenv_a a = {0};
+    a.db = DB(self);
+    fill_call(&a.c, task, args, kwargs, ttl, timeout);
+    NOGVL(tenv, a);
+    RB_GC_GUARD(task); RB_GC_GUARD(args); RB_GC_GUARD(kwargs);
+    CHECK(a.rc);
+    VALUE s = str_or_nil(a.json);
+    tocsin_free(a.json);
+    return s;
+}
+DEF_CALL(tenq, tocsin_db *db; int64_t id; const char *q; tocsin_task_call c; tocsin_enqueue_opts o;,
+         tocsin_task_enqueue(a->db, &a->id, a->q, &a->c, &a->o))
+/* task_enqueue(queue, task, args_json, kwargs_json, result_ttl_ms, timeout_ms, enqueue_opts) */
+static VALUE db_task_enqueue(int argc, VALUE *argv, VALUE self) {
+    if (argc != 7) rb_raise(rb_eArgError, "task_enqueue: 7 arguments expected");
+    struct tenq_a a = {0};
+    a.db = DB(self);
+    a.q = cstr(argv[0]);
+    fill_call(&a.c, argv[1], argv[2], argv[3], argv[4], argv[5]);
+    fill_enqueue_opts(&a.o, argv[6]);
+    NOGVL(tenq, a);
+    for (int i = 0; i < 7; i++) RB_GC_GUARD(argv[i]);
+    CHECK(a.rc);
+    return LL2NUM(a.id);
+}
+
+/* ==== waits ================================================================
+ * A wait runs without the GVL. Ruby's unblock function pokes it (the call
+ * returns TOCSIN_INTERRUPTED); the pending interrupt (Thread#raise, #kill,
+ * Timeout, a signal's trap) then runs in rb_thread_check_ints(). When that
+ * returns (a trap handler that did not raise), the wait resumes with the time
+ * left. A poke through #poke from Ruby raises Tocsin::Interrupted. */
+
+typedef int (*wait_fn)(void *ctx, int timeout_ms);
+typedef int (*poke_fn)(void *handle);
+
+typedef struct {
+    _Atomic int ubf_fired;
+    _Atomic int user_poked;
+} pokeflags;
+
+struct wait_call {
+    wait_fn fn;
+    void *ctx;
+    int timeout_ms;
+    int rc;
+};
+struct ubf_arg {
+    poke_fn poke;
+    void *handle;
+    pokeflags *flags;
+};
+static void *wait_nogvl(void *p) {
+    struct wait_call *w = p;
+    w->rc = w->fn(w->ctx, w->timeout_ms);
+    return NULL;
+}
+static void wait_ubf(void *p) {
+    struct ubf_arg *u = p;
+    atomic_store(&u->flags->ubf_fired, 1);
+    u->poke(u->handle);
+}
+static int64_t mono_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+/* Returns the wait's final code (OK, TIMEOUT or a failure to raise);
+ * interrupts are handled here. */
+static int run_wait(wait_fn fn, void *ctx, int timeout_ms, poke_fn poke, void *handle, pokeflags *flags) {
+    int64_t deadline = timeout_ms >= 0 ? mono_ms() + timeout_ms : -1;
+    struct ubf_arg u = {poke, handle, flags};
+    for (;;) {
+        struct wait_call w = {fn, ctx, timeout_ms, 0};
+        atomic_store(&flags->ubf_fired, 0);
+        rb_thread_call_without_gvl(wait_nogvl, &w, wait_ubf, &u);
+        if (w.rc != TOCSIN_INTERRUPTED) return w.rc;
+        /* Ruby's own interrupt first (it may run a trap that pokes, even inside
+         * rb_thread_call_without_gvl), then a poke through #poke; a poke left
+         * over from an earlier wait only resumes the wait. */
+        if (atomic_exchange(&flags->ubf_fired, 0)) rb_thread_check_ints();
+        if (atomic_exchange(&flags->user_poked, 0))
+            rb_raise(eByCode[TOCSIN_INTERRUPTED], "the wait was interrupted (poke)");
+        if (deadline >= 0) {
+            int64_t left = deadline - mono_ms();
+            timeout_ms = left > 0 ? (int)left : 0;
+        }
+    }
+}
+static int clamp_timeout(VALUE t) {
+    if (NIL_P(t)) return -1;
+    long long v = NUM2LL(t);
+    if (v < 0) return -1;
+    return v > INT32_MAX ? INT32_MAX : (int)v;
+}
+
+/* ---- Native::Sub ------------------------------------------------------- */
+typedef struct {
+    tocsin_sub *sub;
+    pokeflags flags;
+} rsub;
+static void rsub_free(void *p) { rsub *s = p; tocsin_sub_close(s->sub); xfree(s); }
+static const rb_data_type_t rsub_type = {"tocsin_sub", {NULL, rsub_free, NULL}, NULL, NULL, RUBY_TYPED_FREE_IMMEDIATELY};
+static rsub *get_rsub(VALUE self) {
+    rsub *s;
+    TypedData_Get_Struct(self, rsub, &rsub_type, s);
+    if (!s->sub) rb_raise(eByCode[TOCSIN_CLOSED], "the subscription is closed");
+    return s;
+}
+static VALUE sub_s_open(VALUE klass, VALUE db) {
+    rsub *s;
+    VALUE obj = TypedData_Make_Struct(klass, rsub, &rsub_type, s);
+    CHECK(tocsin_sub_open(&s->sub, DB(db)));
+    return obj;
+}
+static VALUE sub_fd(VALUE self) { return INT2NUM(tocsin_sub_fd(get_rsub(self)->sub)); }
+static VALUE sub_drain(VALUE self) {
+    rsub *s = get_rsub(self);
+    int woken = 0;
+    int rc = tocsin_sub_drain(s->sub, &woken);
+    if (rc == TOCSIN_INTERRUPTED && atomic_exchange(&s->flags.user_poked, 0))
+        rb_raise(eByCode[TOCSIN_INTERRUPTED], "the wait was interrupted (poke)");
+    if (rc == TOCSIN_INTERRUPTED) return Qfalse;
+    CHECK(rc);
+    return woken ? Qtrue : Qfalse;
+}
+static int sub_wait_fn(void *ctx, int t) { return tocsin_sub_wait(ctx, t); }
+static int sub_poke_fn(void *h) { return tocsin_sub_poke(h); }
+static VALUE sub_wait(VALUE self, VALUE timeout) {
+    rsub *s = get_rsub(self);
+    int rc = run_wait(sub_wait_fn, s->sub, clamp_timeout(timeout), sub_poke_fn, s->sub, &s->flags);
+    if (rc == TOCSIN_TIMEOUT) return Qfalse;
+    CHECK(rc);
+    return Qtrue;
+}
+static VALUE sub_poke(VALUE self) {
+    rsub *s = get_rsub(self);
+    atomic_store(&s->flags.user_poked, 1);
+    tocsin_sub_poke(s->sub);
+    return Qnil;
+}
+DEF_CALL(subclose, tocsin_sub *s;, tocsin_sub_close(a->s))
+static VALUE sub_close(VALUE self) {
+    rsub *s;
+    TypedData_Get_Struct(self, rsub, &rsub_type, s);
+    if (!s->sub) return Qnil;
+    struct subclose_a a = {0, s->sub};
+    s->sub = NULL;
+    NOGVL(subclose, a);
+    return Qnil;
+}
+
+/* db waits on a sub: queue_wait, result_wait, lock_wait (deadline on the handle's clock) */
+struct qwait_ctx { tocsin_db *db; const char **qs; size_t n; int64_t deadline; tocsin_sub *sub; };
+static int qwait_fn(void *p, int t) {
+    struct qwait_ctx *c = p;
+    return tocsin_queue_wait(c->db, c->qs, c->n, c->deadline, c->sub);
+}
+static VALUE db_queue_wait(VALUE self, VALUE queues, VALUE deadline, VALUE subv) {
+    VALUE keep;
+    rsub *s = get_rsub(subv);
+    struct qwait_ctx c = {DB(self), NULL, 0, OPT_I64(deadline, -1), s->sub};
+    c.qs = names_of(queues, &keep, &c.n);
+    int rc = run_wait(qwait_fn, &c, -1, sub_poke_fn, s->sub, &s->flags);
+    RB_GC_GUARD(keep); RB_GC_GUARD(queues);
+    if (rc == TOCSIN_TIMEOUT) return Qfalse;
+    CHECK(rc);
+    return Qtrue;
+}
+struct rwait_ctx { tocsin_db *db; tocsin_result *r; int64_t id; int64_t deadline; tocsin_sub *sub; };
+static int rwait_fn(void *p, int t) {
+    struct rwait_ctx *c = p;
+    return tocsin_result_wait(c->db, &c->r, c->id, c->deadline, c->sub);
+}
+/* result_wait(job_id, deadline_ms|nil, sub) -> result array, or nil at the deadline */
+static VALUE db_result_wait(VALUE self, VALUE id, VALUE deadline, VALUE subv) {
+    rsub *s = get_rsub(subv);
+    struct rwait_ctx c = {DB(self), NULL, I64(id), OPT_I64(deadline, -1), s->sub};
+    int rc = run_wait(rwait_fn, &c, -1, sub_poke_fn, s->sub, &s->flags);
+    if (rc == TOCSIN_TIMEOUT) return Qnil;
+    CHECK(rc);
+    return result_to_ary(c.r);
+}
+struct lwait_ctx { tocsin_db *db; int64_t tok, until; const char *n, *o; int64_t ttl, deadline; tocsin_sub *sub; };
+static int lwait_fn(void *p, int t) {
+    struct lwait_ctx *c = p;
+    return tocsin_lock_wait(c->db, &c->tok, &c->until, c->n, c->o, c->ttl, c->deadline, c->sub);
+}
+/* lock_wait(name, owner, ttl_ms, deadline_ms|nil, sub) -> [token, until] or nil at the deadline */
+static VALUE db_lock_wait(VALUE self, VALUE name, VALUE owner, VALUE ttl, VALUE deadline, VALUE subv) {
+    rsub *s = get_rsub(subv);
+    struct lwait_ctx c = {DB(self), 0, 0, cstr(name), cstr(owner), I64(ttl), OPT_I64(deadline, -1), s->sub};
+    int rc = run_wait(lwait_fn, &c, -1, sub_poke_fn, s->sub, &s->flags);
+    RB_GC_GUARD(name); RB_GC_GUARD(owner);
+    if (rc == TOCSIN_TIMEOUT) return Qnil;
+    CHECK(rc);
+    return rb_ary_new_from_args(2, LL2NUM(c.tok), LL2NUM(c.until));
+}
+
+/* ---- Native::Listener -------------------------------------------------- */
+typedef struct {
+    tocsin_listener *l;
+    pokeflags flags;
+} rlis;
+static void rlis_free(void *p) { rlis *l = p; tocsin_listen_close(l->l); xfree(l); }
+static const rb_data_type_t rlis_type = {"tocsin_listener", {NULL, rlis_free, NULL}, NULL, NULL, RUBY_TYPED_FREE_IMMEDIATELY};
+static rlis *get_rlis(VALUE self) {
+    rlis *l;
+    TypedData_Get_Struct(self, rlis, &rlis_type, l);
+    if (!l->l) rb_raise(eByCode[TOCSIN_CLOSED], "the listener is closed");
+    return l;
+}
+DEF_CALL(lopen, tocsin_listener *l; tocsin_db *db; const char *c; size_t buf;, tocsin_listen_open(&a->l, a->db, a->c, a->buf))
+static VALUE lis_s_open(VALUE klass, VALUE db, VALUE ch, VALUE buf) {
+    rlis *l;
+    VALUE obj = TypedData_Make_Struct(klass, rlis, &rlis_type, l);
+    struct lopen_a a = {0, NULL, DB(db), cstr(ch), checked_size(buf, "buffer_size")};
+    NOGVL(lopen, a);
+    RB_GC_GUARD(ch);
+    CHECK(a.rc);
+    l->l = a.l;
+    return obj;
+}
+static VALUE lis_fd(VALUE self) { return INT2NUM(tocsin_listen_fd(get_rlis(self)->l)); }
+struct lnext_ctx { tocsin_listener *l; tocsin_message *m; size_t n; };
+static int lnext_fn(void *p, int t) { struct lnext_ctx *c = p; return tocsin_listen_next(c->l, &c->m, &c->n, t); }
+static int lis_poke_fn(void *h) { return tocsin_listen_poke(h); }
+/* next(timeout_ms|nil) -> array of messages ([] at the timeout) */
+static VALUE lis_next(VALUE self, VALUE timeout) {
+    rlis *l = get_rlis(self);
+    struct lnext_ctx c = {l->l, NULL, 0};
+    int t = clamp_timeout(timeout);
+    int rc = t == 0 ? tocsin_listen_next(l->l, &c.m, &c.n, 0)
+                    : run_wait(lnext_fn, &c, t, lis_poke_fn, l->l, &l->flags);
+    if (rc == TOCSIN_INTERRUPTED && t == 0) {
+        if (atomic_exchange(&l->flags.user_poked, 0)) raise_rc(rc);
+        return rb_ary_new();
+    }
+    if (rc == TOCSIN_TIMEOUT) return rb_ary_new();
+    CHECK(rc);
+    return msgs_to_ary(c.m, c.n);
+}
+static VALUE lis_dropped(VALUE self) { return LL2NUM(tocsin_listen_dropped(get_rlis(self)->l)); }
+static VALUE lis_poke(VALUE self) {
+    rlis *l = get_rlis(self);
+    atomic_store(&l->flags.user_poked, 1);
+    tocsin_listen_poke(l->l);
+    return Qnil;
+}
+DEF_CALL(lclose, tocsin_listener *l;, tocsin_listen_close(a->l))
+static VALUE lis_close(VALUE self) {
+    rlis *l;
+    TypedData_Get_Struct(self, rlis, &rlis_type, l);
+    if (!l->l) return Qnil;
+    struct lclose_a a = {0, l->l};
+    l->l = NULL;
+    NOGVL(lclose, a);
+    return Qnil;
+}
+
+/* ---- Native::StreamSub ------------------------------------------------- */
+typedef struct {
+    tocsin_stream_sub *s;
+    pokeflags flags;
+} rss;
+static void rss_free(void *p) { rss *s = p; tocsin_stream_sub_close(s->s); xfree(s); }
+static const rb_data_type_t rss_type = {"tocsin_stream_sub", {NULL, rss_free, NULL}, NULL, NULL, RUBY_TYPED_FREE_IMMEDIATELY};
+static rss *get_rss(VALUE self) {
+    rss *s;
+    TypedData_Get_Struct(self, rss, &rss_type, s);
+    if (!s->s) rb_raise(eByCode[TOCSIN_CLOSED], "the stream subscription is closed");
+    return s;
+}
+DEF_CALL(ssopen, tocsin_stream_sub *s; tocsin_db *db; const char *t; const char *c; tocsin_stream_sub_opts o;,
+         tocsin_stream_sub_open(&a->s, a->db, a->t, a->c, &a->o))
+/* open(db, topic, consumer|nil, from_offset|nil, batch, autosave_every, autosave_ms) */
+static VALUE ss_s_open(VALUE klass, VALUE db, VALUE topic, VALUE consumer, VALUE from, VALUE batch,
+                       VALUE every, VALUE ms) {
+    rss *s;
+    VALUE obj = TypedData_Make_Struct(klass, rss, &rss_type, s);
+    struct ssopen_a a = {0};
+    tocsin_stream_sub_opts o = TOCSIN_STREAM_SUB_OPTS_INIT;
+    o.from_offset = OPT_I64(from, -1);
+    o.batch = NIL_P(batch) ? 0 : checked_size(batch, "batch");
+    o.autosave_every = OPT_I64(every, 0);
+    o.autosave_ms = OPT_I64(ms, 0);
+    a.db = DB(db);
+    a.t = cstr(topic);
+    a.c = cstr_or_null(consumer);
+    a.o = o;
+    NOGVL(ssopen, a);
+    RB_GC_GUARD(topic); RB_GC_GUARD(consumer);
+    CHECK(a.rc);
+    s->s = a.s;
+    return obj;
+}
+static VALUE ss_fd(VALUE self) { return INT2NUM(tocsin_stream_sub_fd(get_rss(self)->s)); }
+struct ssnext_ctx { tocsin_stream_sub *s; tocsin_message *m; size_t n; };
+static int ssnext_fn(void *p, int t) { struct ssnext_ctx *c = p; return tocsin_stream_sub_next(c->s, &c->m, &c->n, t); }
+static int ss_poke_fn(void *h) { return tocsin_stream_sub_poke(h); }
+static VALUE ss_next(VALUE self, VALUE timeout) {
+    rss *s = get_rss(self);
+    struct ssnext_ctx c = {s->s, NULL, 0};
+    int t = clamp_timeout(timeout);
+    int rc;
+    if (t == 0) {
+        struct ssnext_ctx *cp = &c;
+        rc = ssnext_fn(cp, 0);
+        if (rc == TOCSIN_INTERRUPTED) {
+            if (atomic_exchange(&s->flags.user_poked, 0)) raise_rc(rc);
+            return rb_ary_new();
+        }
+    } else {
+        rc = run_wait(ssnext_fn, &c, t, ss_poke_fn, s->s, &s->flags);
+    }
+    if (rc == TOCSIN_TIMEOUT) return rb_ary_new();
+    CHECK(rc);
+    return msgs_to_ary(c.m, c.n);
+}
+static VALUE ss_position(VALUE self) { return LL2NUM(tocsin_stream_sub_position(get_rss(self)->s)); }
+DEF_CALL(sssave, tocsin_stream_sub *s;, tocsin_stream_sub_save(a->s))
+static VALUE ss_save(VALUE self) {
+    struct sssave_a a = {0, get_rss(self)->s};
+    NOGVL(sssave, a);
+    CHECK(a.rc);
+    return Qnil;
+}
+static VALUE ss_poke(VALUE self) {
+    rss *s = get_rss(self);
+    atomic_store(&s->flags.user_poked, 1);
+    tocsin_stream_sub_poke(s->s);
+    return Qnil;
+}
+DEF_CALL(ssclose, tocsin_stream_sub *s;, tocsin_stream_sub_close(a->s))
+static VALUE ss_close(VALUE self) {
+    rss *s;
+    TypedData_Get_Struct(self, rss, &rss_type, s);
+    if (!s->s) return Qnil;
+    struct ssclose_a a = {0, s->s};
+    s->s = NULL;
+    NOGVL(ssclose, a);
+    CHECK(a.rc);
+    return Qnil;
+}
+
+/* ==== one SQLite per process ==============================================
+ * Every copy of SQLite carries the format of its corruption reports,
+ * "%s at line %d of [%.10s]" (sqlite3ReportError; no client of SQLite has it).
+ * sqlite_copies lists the loaded objects (dl_iterate_phdr) that contain it:
+ * more than one means a second SQLite in the process (a driver that bundles
+ * its own), which can break POSIX locks on a shared file (design.md §2). */
+struct scan_state { VALUE out; };
+static int file_has_sqlite(const char *path) {
+    FILE *f = fopen(path, "rb");
+    if (!f) return 0;
+    /* built at run time, so that this object does not contain it */
+    char magic[32];
+    snprintf(magic, sizeof magic, "%cs at line %cd of [%c.10s]", '%', '%', '%');
+    const size_t mlen = strlen(magic);
+    char buf[65536 + 32];
+    size_t keep = 0, n;
+    int found = 0;
+    while (!found && (n = fread(buf + keep, 1, 65536, f)) > 0) {
+        size_t total = keep + n;
+        for (size_t i = 0; i + mlen <= total; i++) {
+            if (buf[i] == '%' && memcmp(buf + i, magic, mlen) == 0) { found = 1; break; }
+        }
+        keep = total < mlen ? total : mlen - 1;
+        memmove(buf, buf + total - keep, keep);
+    }
+    fclose(f);
+    return found;
+}
+static int phdr_cb(struct dl_phdr_info *info, size_t size, void *p) {
+    struct scan_state *st = p;
+    const char *name = info->dlpi_name;
+    if (!name || !*name) return 0;
+    if (strstr(name, "linux-vdso") || strstr(name, "/ld-linux")) return 0;
+    rb_ary_push(st->out, rb_str_new_cstr(name));
+    return 0;
+}
+/* Native.loaded_objects -> paths of the loaded shared objects */
+static VALUE m_loaded_objects(VALUE mod) {
+    struct scan_state st = {rb_ary_new()};
+    dl_iterate_phdr(phdr_cb, &st);
+    return st.out;
+}
+static VALUE m_file_has_sqlite(VALUE mod, VALUE path) { return file_has_sqlite(cstr(path)) ? Qtrue : Qfalse; }
+/* The object that provides this process's (and tocsin's) SQLite. */
+static VALUE m_sqlite_object(VALUE mod) {
+    Dl_info info;
+    if (dladdr((void *)sqlite3_libversion, &info) && info.dli_fname) return rb_str_new_cstr(info.dli_fname);
+    return Qnil;
+}
+
+/* ---- Native::Worker: the C worker protocol ------------------------------
+ * One thread (the worker's loop) calls next/finish/flush/cancelled/close;
+ * poke and fd from any thread (handler threads poke the loop when a run ends).
+ * Runs are owned by the core until finish/close: a Native::Run holds the
+ * pointer and the worker, and refuses once either is gone. */
+typedef struct {
+    tocsin_worker *w;
+    VALUE db; /* kept alive: the worker uses it for every step */
+    rdb *dbh;
+    pokeflags flags;
+} rwk;
+static void rwk_mark(void *p) { rb_gc_mark(((rwk *)p)->db); }
+static void rwk_free(void *p) {
+    rwk *k = p;
+    if (k->w) {
+        tocsin_worker_close(k->w);
+        k->dbh->workers--;
+    }
+    xfree(k);
+}
+static const rb_data_type_t rwk_type = {"tocsin_worker", {rwk_mark, rwk_free, NULL}, NULL, NULL, RUBY_TYPED_FREE_IMMEDIATELY};
+static rwk *get_rwk(VALUE self) {
+    rwk *k;
+    TypedData_Get_Struct(self, rwk, &rwk_type, k);
+    if (!k->w) rb_raise(eByCode[TOCSIN_CLOSED], "the worker is closed");
+    return k;
+}
+typedef struct { tocsin_task_run *run; VALUE worker; } rrun;
+static void rrun_mark(void *p) { rb_gc_mark(((rrun *)p)->worker); }
+static const rb_data_type_t rrun_type = {"tocsin_task_run", {rrun_mark, RUBY_TYPED_DEFAULT_FREE, NULL}, NULL, NULL, RUBY_TYPED_FREE_IMMEDIATELY};
+static VALUE cRun;
+
+DEF_CALL(wopen, tocsin_worker *w; tocsin_db *db; tocsin_worker_opts o;, tocsin_worker_open(&a->w, a->db, &a->o))
+/* open(db, worker_id|nil, queues, concurrency, visibility_ms, scheduler, scheduler_ttl_ms) */
+static VALUE wk_s_open(VALUE klass, VALUE db, VALUE id, VALUE queues, VALUE conc, VALUE vis, VALUE sched, VALUE sttl) {
+    rwk *k;
+    VALUE obj = TypedData_Make_Struct(klass, rwk, &rwk_type, k);
+    k->db = db;
+    VALUE keep;
+    struct wopen_a a = {0};
+    tocsin_worker_opts o = TOCSIN_WORKER_OPTS_INIT;
+    o.worker_id = cstr_or_null(id);
+    o.queues = names_of(queues, &keep, &o.n_queues);
+    o.concurrency = NIL_P(conc) ? 0 : NUM2INT(conc);
+    o.visibility_ms = OPT_I64(vis, 0);
+    o.scheduler = RTEST(sched);
+    o.scheduler_ttl_ms = OPT_I64(sttl, 0);
+    a.db = DB(db);
+    a.o = o;
+    NOGVL(wopen, a);
+    RB_GC_GUARD(keep); RB_GC_GUARD(queues); RB_GC_GUARD(id);
+    CHECK(a.rc);
+    k->w = a.w;
+    k->dbh = get_rdb(db);
+    k->dbh->workers++;
+    return obj;
+}
+/* register(task, backoff_base_ms, backoff_cap_ms, timeout_ms, result_ttl_ms) */
+static VALUE wk_register(VALUE self, VALUE task, VALUE base, VALUE cap, VALUE timeout, VALUE ttl) {
+    tocsin_task_opts o = TOCSIN_TASK_OPTS_INIT;
+    o.backoff_base_ms = OPT_I64(base, 0);
+    o.backoff_cap_ms = OPT_I64(cap, 0);
+    o.timeout_ms = OPT_I64(timeout, 0);
+    o.result_ttl_ms = OPT_I64(ttl, 0);
+    CHECK(tocsin_worker_register(get_rwk(self)->w, cstr(task), &o));
+    return Qnil;
+}
+struct wnext_ctx { tocsin_worker *w; tocsin_task_run **runs; size_t n; };
+static int wnext_fn(void *p, int t) { struct wnext_ctx *c = p; return tocsin_worker_next(c->w, &c->runs, &c->n, t); }
+static int wk_poke_fn(void *h) { return tocsin_worker_poke(h); }
+/* next(timeout_ms) -> [[run, job_id, token, queue, task, args, kwargs, meta, attempt, max_attempts, timeout_ms]],
+ * [] at the timeout, nil when poked (Native::Worker#poke) */
+static VALUE wk_next(VALUE self, VALUE timeout) {
+    rwk *k = get_rwk(self);
+    struct wnext_ctx c = {k->w, NULL, 0};
+    int t = clamp_timeout(timeout);
+    int rc;
+    if (t == 0) {
+        rc = wnext_fn(&c, 0);
+    } else {
+        /* a poke from #poke returns nil rather than raising */
+        int64_t deadline = t >= 0 ? mono_ms() + t : -1;
+        struct ubf_arg u = {wk_poke_fn, k->w, &k->flags};
+        for (;;) {
+            struct wait_call w = {wnext_fn, &c, t, 0};
+            atomic_store(&k->flags.ubf_fired, 0);
+            rb_thread_call_without_gvl(wait_nogvl, &w, wait_ubf, &u);
+            rc = w.rc;
+            if (rc != TOCSIN_INTERRUPTED) break;
+            if (atomic_exchange(&k->flags.ubf_fired, 0)) rb_thread_check_ints();
+            if (atomic_exchange(&k->flags.user_poked, 0)) return Qnil; /* as in run_wait */
+            if (deadline >= 0) {
+                int64_t left = deadline - mono_ms();
+                t = left > 0 ? (int)left : 0;
+            }
+        }
+    }
+    if (rc == TOCSIN_INTERRUPTED) { atomic_store(&k->flags.user_poked, 0); return Qnil; }
+    if (rc == TOCSIN_TIMEOUT) return rb_ary_new();
+    CHECK(rc);
+    VALUE out = rb_ary_new_capa((long)c.n);
+    for (size_t i = 0; i < c.n; i++) {
+        tocsin_task_run *r = c.runs[i];
+        rrun *rr;
+        VALUE h = TypedData_Make_Struct(cRun, rrun, &rrun_type, rr);
+        rr->run = r;
+        rr->worker = self;
+        VALUE e = rb_ary_new_capa(11);
+        rb_ary_push(e, h);
+        rb_ary_push(e, LL2NUM(r->job_id));
+        rb_ary_push(e, LL2NUM(r->token));
+        rb_ary_push(e, str_or_nil(r->queue));
+        rb_ary_push(e, str_or_nil(r->task));
+        rb_ary_push(e, str_or_nil(r->args));
+        rb_ary_push(e, str_or_nil(r->kwargs));
+        rb_ary_push(e, str_or_nil(r->meta));
+        rb_ary_push(e, INT2NUM(r->attempt));
+        rb_ary_push(e, INT2NUM(r->max_attempts));
+        rb_ary_push(e, LL2NUM(r->timeout_ms));
+        rb_ary_push(out, e);
+    }
+    tocsin_free(c.runs);
+    return out;
+}
+DEF_CALL(wfin, tocsin_worker *w; tocsin_db *tx; tocsin_task_run *run; tocsin_outcome o;,
+         tocsin_worker_finish(a->w, a->tx, a->run, &a->o))
+/* finish(run, tx|nil, kind, value_json, error_type, error_message, error_trace, delay_ms) -> true,
+ * false when tx was given and the lease is no longer this run's */
+static VALUE wk_finish(int argc, VALUE *argv, VALUE self) {
+    if (argc != 8) rb_raise(rb_eArgError, "finish: 8 arguments expected");
+    rwk *k = get_rwk(self);
+    rrun *rr;
+    TypedData_Get_Struct(argv[0], rrun, &rrun_type, rr);
+    if (!rr->run || rr->worker != self) rb_raise(eByCode[TOCSIN_INVALID], "this run was already finished");
+    struct wfin_a a = {0};
+    a.w = k->w;
+    a.tx = NIL_P(argv[1]) ? NULL : DB(argv[1]);
+    a.run = rr->run;
+    tocsin_outcome o = TOCSIN_OUTCOME_INIT;
+    o.kind = NUM2INT(argv[2]);
+    o.value = cstr_or_null(argv[3]);
+    o.error_type = cstr_or_null(argv[4]);
+    o.error_message = cstr_or_null(argv[5]);
+    o.error_trace = cstr_or_null(argv[6]);
+    o.delay_ms = OPT_I64(argv[7], -1);
+    a.o = o;
+    NOGVL(wfin, a);
+    for (int i = 0; i < 8; i++) RB_GC_GUARD(argv[i]);
+    if (a.rc == TOCSIN_OK || a.rc == TOCSIN_LEASE_LOST) rr->run = NULL; /* released */
+    if (a.rc == TOCSIN_LEASE_LOST) return Qfalse;
+    CHECK(a.rc);
+    return Qtrue;
+}
+DEF_CALL(wflush, tocsin_worker *w; size_t lost;, tocsin_worker_flush(a->w, &a->lost))
+static VALUE wk_flush(VALUE self) {
+    struct wflush_a a = {0, get_rwk(self)->w, 0};
+    NOGVL(wflush, a);
+    CHECK(a.rc);
+    return SIZET2NUM(a.lost);
+}
+static VALUE wk_cancelled(VALUE self) {
+    int64_t *ids = NULL;
+    size_t n = 0;
+    CHECK(tocsin_worker_cancelled(get_rwk(self)->w, &ids, &n));
+    VALUE out = rb_ary_new_capa((long)n);
+    for (size_t i = 0; i < n; i++) rb_ary_push(out, LL2NUM(ids[i]));
+    tocsin_free(ids);
+    return out;
+}
+static VALUE wk_fd(VALUE self) { return INT2NUM(tocsin_worker_fd(get_rwk(self)->w)); }
+static VALUE wk_wake_in(VALUE self) { return LL2NUM(tocsin_worker_wake_in(get_rwk(self)->w)); }
+static VALUE wk_in_flight(VALUE self) { return SIZET2NUM(tocsin_worker_in_flight(get_rwk(self)->w)); }
+static VALUE wk_poke(VALUE self) {
+    rwk *k;
+    TypedData_Get_Struct(self, rwk, &rwk_type, k);
+    if (!k->w) return Qnil;
+    atomic_store(&k->flags.user_poked, 1);
+    tocsin_worker_poke(k->w);
+    return Qnil;
+}
+DEF_CALL(wclose, tocsin_worker *w;, tocsin_worker_close(a->w))
+static VALUE wk_close(VALUE self) {
+    rwk *k;
+    TypedData_Get_Struct(self, rwk, &rwk_type, k);
+    if (!k->w) return Qnil;
+    struct wclose_a a = {0, k->w};
+    k->w = NULL;
+    NOGVL(wclose, a);
+    k->dbh->workers--;
+    CHECK(a.rc);
+    return Qnil;
+}
+static VALUE wk_closed_p(VALUE self) {
+    rwk *k;
+    TypedData_Get_Struct(self, rwk, &rwk_type, k);
+    return k->w ? Qfalse : Qtrue;
+}
+
+static VALUE m_version(VALUE mod) { return rb_str_new_cstr(tocsin_version()); }
+static VALUE m_sqlite_version(VALUE mod) { return rb_str_new_cstr(tocsin_sqlite_version()); }
+static VALUE m_backoff_ms(VALUE mod, VALUE base, VALUE cap, VALUE att) {
+    return LL2NUM(tocsin_backoff_ms(I64(base), I64(cap), NUM2INT(att)));
+}
+static VALUE m_errstr(VALUE mod, VALUE rc) { return rb_str_new_cstr(tocsin_errstr(NUM2INT(rc))); }
+
+RUBY_FUNC_EXPORTED void Init_tocsin_native(void) {
+    mTocsin = rb_define_module("Tocsin");
+    mNative = rb_define_module_under(mTocsin, "Native");
+    eError = rb_define_class_under(mTocsin, "Error", rb_eStandardError);
+    rb_define_const(eError, "CODE", INT2NUM(TOCSIN_ERROR));
+    rb_define_attr(eError, "sqlite_code", 1, 0);
+    for (int i = 0; i < 20; i++) eByCode[i] = Qnil;
+    static const struct { int rc; const char *name; } names[] = {
+        {TOCSIN_INVALID, "InvalidArgument"}, {TOCSIN_NOTFOUND, "NotFound"}, {TOCSIN_BUSY, "Busy"},
+        {TOCSIN_LEASE_LOST, "LeaseLost"}, {TOCSIN_CLOSED, "Closed"}, {TOCSIN_CORRUPT, "Corrupt"},
+        {TOCSIN_TOOBIG, "TooBig"}, {TOCSIN_VERSION, "VersionError"}, {TOCSIN_CALLBACK, "CallbackError"},
+        {TOCSIN_NOMEM, "NoMemory"}, {TOCSIN_REPLACED, "Replaced"}, {TOCSIN_TIMEOUT, "Timeout"},
+        {TOCSIN_READONLY, "ReadOnly"}, {TOCSIN_INTERRUPTED, "Interrupted"}, {TOCSIN_IOERR, "IOError"},
+        {TOCSIN_FULL, "Full"}, {TOCSIN_CANTOPEN, "CantOpen"}, {TOCSIN_PERM, "PermissionDenied"},
+    };
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+        eByCode[names[i].rc] = rb_define_class_under(mTocsin, names[i].name, eError);
+        rb_gc_register_mark_object(eByCode[names[i].rc]);
+        rb_define_const(eByCode[names[i].rc], "CODE", INT2NUM(names[i].rc));
+    }
+    rb_define_const(mNative, "MAX_TIME_MS", LL2NUM(TOCSIN_MAX_TIME_MS));
+    rb_define_const(mNative, "BACKOFF_BASE_MS", LL2NUM(TOCSIN_BACKOFF_BASE_MS));
+    rb_define_const(mNative, "BACKOFF_CAP_MS", LL2NUM(TOCSIN_BACKOFF_CAP_MS));
+    rb_define_const(mNative, "DEFAULT_RESULT_TTL_MS", LL2NUM(TOCSIN_DEFAULT_RESULT_TTL_MS));
+    rb_define_const(mNative, "CORE_VERSION", rb_str_new_cstr(TOCSIN_VERSION_STRING));
+    rb_define_module_function(mNative, "version", m_version, 0);
+    rb_define_module_function(mNative, "sqlite_version", m_sqlite_version, 0);
+    rb_define_module_function(mNative, "backoff_ms", m_backoff_ms, 3);
+    rb_define_module_function(mNative, "errstr", m_errstr, 1);
+    rb_define_module_function(mNative, "cron_next", m_cron_next, 3);
+    rb_define_module_function(mNative, "loaded_objects", m_loaded_objects, 0);
+    rb_define_module_function(mNative, "file_has_sqlite?", m_file_has_sqlite, 1);
+    rb_define_module_function(mNative, "sqlite_object", m_sqlite_object, 0);
+
+    cDB = rb_define_class_under(mNative, "DB", rb_cObject);
+    rb_undef_alloc_func(cDB);
+    rb_define_singleton_method(cDB, "open", db_s_open, 4);
+#define M(name, fn, n) rb_define_method(cDB, name, fn, n)
+    M("close", db_close, 0); M("closed?", db_closed_p, 0);
+    M("tx_begin", db_tx_begin, 0); M("tx_commit", db_tx_commit, 0); M("tx_rollback", db_tx_rollback, 0);
+    M("tx?", db_is_tx, 0); M("exec", db_exec, 1);
+    M("now", db_now, 0); M("set_time", db_set_time, 1); M("set_max_payload", db_set_max_payload, 1);
+    M("sqlite_version", db_sqlite_version, 0);
+    M("enqueue", db_enqueue, 3); M("enqueue_many", db_enqueue_many, 1);
+    M("claim", db_claim, 4); M("ack", db_ack, 2); M("ack_batch", db_ack_batch, 2);
+    M("retry", db_retry, 4); M("fail", db_fail, 3); M("heartbeat", db_heartbeat, 3);
+    M("cancel", db_cancel, 1); M("job", db_job_get, 1);
+    M("pause", db_pause, 1); M("resume", db_resume, 1); M("paused?", db_is_paused, 1);
+    M("stats", db_stats, 1); M("next_deadline", db_next_deadline, 1);
+    M("dead_list", db_dead_list, 3); M("dead_requeue", db_dead_requeue, 1); M("dead_purge", db_dead_purge, 2);
+    M("publish", db_publish, 4); M("publish_many", db_publish_many, 3);
+    M("stream_read", db_stream_read, 3); M("save_offset", db_save_offset, 3);
+    M("stream_offset", db_stream_offset, 2); M("stream_trim", db_stream_trim, 4);
+    M("notify", db_notify, 3); M("notify_read", db_notify_read, 3); M("notify_max_id", db_notify_max_id, 0);
+    M("notify_prune", db_notify_prune, 2); M("notify_autotrim", db_notify_autotrim, 3);
+    M("result_save", db_result_save, 3); M("result_save_error", db_result_save_error, 4);
+    M("result_get", db_result_get, 1); M("result_check", db_result_check, 1);
+    M("result_delete", db_result_delete, 1); M("result_sweep", db_result_sweep, 0);
+    M("job_complete", db_job_complete, 4); M("job_fail_task", db_job_fail_task, 5);
+    M("result_wait", db_result_wait, 3);
+    M("lock_acquire", db_lock_acquire, 3); M("lock_renew", db_lock_renew, 4);
+    M("lock_release", db_lock_release, 3); M("lock_holder", db_lock_holder, 1); M("lock_wait", db_lock_wait, 5);
+    M("ratelimit_try", db_ratelimit_try, 3); M("ratelimit_sweep", db_ratelimit_sweep, 0);
+    M("ratelimit_reset", db_ratelimit_reset, 1);
+    M("schedule_set", db_schedule_set, 5); M("schedule_update", db_schedule_update, 5);
+    M("schedule_pause", db_schedule_pause, 1); M("schedule_resume", db_schedule_resume, 1);
+    M("schedule_remove", db_schedule_remove, 1); M("schedule_get", db_schedule_get, 1);
+    M("schedule_list", db_schedule_list, 0); M("scheduler_tick", db_scheduler_tick, 0);
+    M("scheduler_next_fire", db_scheduler_next_fire, 0); M("scheduler_lead", db_scheduler_lead, 2);
+    M("scheduler_resign", db_scheduler_resign, 1);
+    M("task_envelope", db_task_envelope, 5); M("task_enqueue", db_task_enqueue, -1);
+    M("queue_wait", db_queue_wait, 3);
+#undef M
+
+    cSub = rb_define_class_under(mNative, "Sub", rb_cObject);
+    rb_undef_alloc_func(cSub);
+    rb_define_singleton_method(cSub, "open", sub_s_open, 1);
+    rb_define_method(cSub, "fd", sub_fd, 0);
+    rb_define_method(cSub, "drain", sub_drain, 0);
+    rb_define_method(cSub, "wait", sub_wait, 1);
+    rb_define_method(cSub, "poke", sub_poke, 0);
+    rb_define_method(cSub, "close", sub_close, 0);
+
+    cListener = rb_define_class_under(mNative, "Listener", rb_cObject);
+    rb_undef_alloc_func(cListener);
+    rb_define_singleton_method(cListener, "open", lis_s_open, 3);
+    rb_define_method(cListener, "fd", lis_fd, 0);
+    rb_define_method(cListener, "next", lis_next, 1);
+    rb_define_method(cListener, "dropped", lis_dropped, 0);
+    rb_define_method(cListener, "poke", lis_poke, 0);
+    rb_define_method(cListener, "close", lis_close, 0);
+
+    cStreamSub = rb_define_class_under(mNative, "StreamSub", rb_cObject);
+    rb_undef_alloc_func(cStreamSub);
+    rb_define_singleton_method(cStreamSub, "open", ss_s_open, 7);
+    rb_define_method(cStreamSub, "fd", ss_fd, 0);
+    rb_define_method(cStreamSub, "next", ss_next, 1);
+    rb_define_method(cStreamSub, "position", ss_position, 0);
+    rb_define_method(cStreamSub, "save", ss_save, 0);
+    rb_define_method(cStreamSub, "poke", ss_poke, 0);
+    rb_define_method(cStreamSub, "close", ss_close, 0);
+
+    cWorker = rb_define_class_under(mNative, "Worker", rb_cObject);
+    rb_undef_alloc_func(cWorker);
+    rb_define_singleton_method(cWorker, "open", wk_s_open, 7);
+    rb_define_method(cWorker, "register", wk_register, 5);
+    rb_define_method(cWorker, "next", wk_next, 1);
+    rb_define_method(cWorker, "finish", wk_finish, -1);
+    rb_define_method(cWorker, "flush", wk_flush, 0);
+    rb_define_method(cWorker, "cancelled", wk_cancelled, 0);
+    rb_define_method(cWorker, "fd", wk_fd, 0);
+    rb_define_method(cWorker, "wake_in", wk_wake_in, 0);
+    rb_define_method(cWorker, "in_flight", wk_in_flight, 0);
+    rb_define_method(cWorker, "poke", wk_poke, 0);
+    rb_define_method(cWorker, "close", wk_close, 0);
+    rb_define_method(cWorker, "closed?", wk_closed_p, 0);
+    cRun = rb_define_class_under(mNative, "Run", rb_cObject);
+    rb_undef_alloc_func(cRun);
+    rb_define_const(mNative, "OUTCOME_OK", INT2NUM(TOCSIN_OUTCOME_OK));
+    rb_define_const(mNative, "OUTCOME_ERROR", INT2NUM(TOCSIN_OUTCOME_ERROR));
+    rb_define_const(mNative, "OUTCOME_FAIL", INT2NUM(TOCSIN_OUTCOME_FAIL));
+    rb_define_const(mNative, "OUTCOME_HAND_BACK", INT2NUM(TOCSIN_OUTCOME_HAND_BACK));
+}

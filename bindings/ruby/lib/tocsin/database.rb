@@ -1,0 +1,312 @@
+# frozen_string_literal: true
+
+module Tocsin
+  # A transaction on a connection of its own (tocsin_tx_begin): only calls given
+  # +tx:+ join it. Made by Database#transaction.
+  class Transaction
+    attr_reader :database
+
+    def initialize(db, native)
+      @database = db
+      @native = native
+    end
+
+    # @api private
+    def native
+      raise Closed, "the transaction has ended" if @native.closed?
+
+      @native
+    end
+
+    def active? = !@native.closed?
+
+    # Runs SQL of the application's (no result rows) inside the transaction.
+    def execute(sql)
+      native.exec(sql.to_s)
+      nil
+    end
+
+    def commit = @native.tx_commit
+    def rollback = @native.tx_rollback
+
+    # Shortcuts: tx.enqueue("emails", payload) == db.queue("emails").enqueue(payload, tx: tx)
+    def enqueue(queue, payload = nil, **opts) = @database.queue(queue).enqueue(payload, tx: self, **opts)
+    def publish(topic, payload, **opts) = @database.stream(topic).publish(payload, tx: self, **opts)
+    def notify(channel, payload = nil, **opts) = @database.notify(channel, payload, tx: self, **opts)
+
+    def inspect = "#<Tocsin::Transaction #{active? ? "active" : "ended"}>"
+  end
+
+  # A stored result (Database#result, #wait_result).
+  Result = Struct.new(:job_id, :error, :value, :error_type, :error_message, :created_at, :expires_at,
+                      :error_trace) do
+    def error? = error
+    def self.from(row)
+      return nil if row.nil?
+
+      r = new(*row)
+      r.value = JSON.parse(r.value) unless r.error
+      r
+    end
+  end
+
+  # An open database (Tocsin.open). Usable from any number of threads at once.
+  class Database
+    attr_reader :path
+
+    def initialize(path, busy_timeout: 5, max_payload: nil, read_only: false, check_sqlite: true)
+      OneSQLite.check! if check_sqlite
+      @path = path.to_s
+      @native = Native::DB.open(@path, Util.ms(busy_timeout, "busy_timeout"), max_payload, read_only)
+      @workers = []
+      @workers_lock = Mutex.new
+    end
+
+    # @api private: the native handle of +tx+ (checked to belong here) or ours.
+    def handle(tx = nil)
+      return native if tx.nil?
+      raise InvalidArgument, "tx: must be a Tocsin::Transaction" unless tx.is_a?(Transaction)
+      raise InvalidArgument, "tx: belongs to another database" unless tx.database.equal?(self)
+
+      tx.native
+    end
+
+    # @api private
+    def native
+      raise Closed, "the database is closed" if @native.closed?
+
+      @native
+    end
+
+    # Closes the database; workers running on it are stopped first (each closes,
+    # handing back what it still runs) -- a worker needs its database to the end.
+    def close
+      workers = @workers_lock.synchronize { @workers.dup }
+      workers.each(&:stop)
+      workers.each { |w| w.wait_stopped unless w.loop_thread == Thread.current }
+      @native.close
+    end
+
+    # @api private: Worker#run registers itself while it runs.
+    def worker_started(w) = @workers_lock.synchronize { @workers << w }
+    def worker_stopped(w) = @workers_lock.synchronize { @workers.delete(w) }
+    def closed? = @native.closed?
+    def inspect = "#<Tocsin::Database #{@path}#{closed? ? " (closed)" : ""}>"
+
+    # Runs the block in a write transaction (BEGIN IMMEDIATE) and commits when it
+    # returns; an exception (or break/throw out of the block) rolls everything back
+    # (jobs, events and notifications with the application's own writes) and
+    # propagates. Returns the block's value. Without a block, returns the
+    # Transaction (commit or rollback it yourself).
+    def transaction
+      tx = Transaction.new(self, native.tx_begin)
+      return tx unless block_given?
+
+      done = false
+      begin
+        result = yield tx
+        done = true
+        result
+      ensure
+        # an exception, break, throw or return out of the block rolls back
+        if tx.active?
+          done ? tx.commit : tx.rollback
+        end
+      end
+    end
+
+    # SQL of the application's (no result rows), on the database's connection.
+    def execute(sql) = native.exec(sql.to_s)
+
+    # The handle's clock (epoch ms); set_time(Time/ms) fixes it (tests), nil restores it.
+    def now = native.now
+    def set_time(t) = native.set_time(Util.instant_ms(t))
+    def max_payload=(bytes)
+      native.set_max_payload(bytes)
+    end
+
+    def queue(name) = Queue.new(self, Util.name!(name, "queue name"))
+    def stream(topic) = Stream.new(self, Util.name!(topic, "topic"))
+
+    # Statistics of every queue: an Array of Hashes (see Queue#stats).
+    def stats
+      JSON.parse(native.stats(nil))["queues"]
+    end
+
+    # ---- notify / listen ----
+    def notify(channel, payload = nil, tx: nil, meta: nil)
+      handle(tx).notify(Util.name!(channel, "channel"), Util.dump(payload), Util.meta(meta))
+    end
+
+    def notifications(channel, after: 0, limit: 100)
+      native.notify_read(channel.to_s, after, limit).map { |r| Notification.new(*r) }
+    end
+
+    def notify_max_id = native.notify_max_id
+
+    # Listens on +channel+ from now on. With a block, yields each notification until
+    # the block breaks (or +timeout+ seconds pass without one), closing the listener
+    # afterwards; without, returns the Listener.
+    def listen(channel, buffer_size: 1000, timeout: nil, &block)
+      l = Listener.new(self, Util.name!(channel, "channel"), buffer_size)
+      return l unless block
+
+      begin
+        l.each(timeout: timeout, &block)
+      ensure
+        l.close
+      end
+    end
+
+    # A raw wake subscription (commits of any process on this file).
+    def subscribe = Subscription.new(self)
+
+    # ---- results ----
+    def save_result(job_id, value, ttl: nil, tx: nil)
+      handle(tx).result_save(job_id, Util.dump(value, "result"), Util.ms(ttl, "ttl"))
+    end
+
+    def save_error(job_id, type, message = "", ttl: nil, tx: nil)
+      handle(tx).result_save_error(job_id, type.to_s, message.to_s, Util.ms(ttl, "ttl"))
+    end
+
+    def result(job_id, tx: nil) = Result.from(handle(tx).result_get(job_id))
+    def delete_result(job_id) = native.result_delete(job_id)
+
+    # Waits (the GVL released, or yielding under a Fiber scheduler) for the outcome
+    # of +job_id+: a Result (a job that died without one gives error_type "JobDead").
+    # Raises Tocsin::Timeout after +timeout+ seconds.
+    def wait_result(job_id, timeout: nil)
+      deadline = timeout.nil? ? nil : now + Util.ms(timeout, "timeout")
+      sub = own_sub
+      if Util.fiber_scheduler?
+        io = Util.io_for(sub.fd)
+        loop do
+          r = native.result_check(job_id)
+          return Result.from(r) if r
+
+          left = deadline && (deadline - now) / 1000.0
+          raise Timeout, "no result for job #{job_id} within the timeout" if left && left <= 0
+
+          Util.wait_fd(io, left)
+          sub.drain
+        end
+      end
+      r = native.result_wait(job_id, deadline, sub.native)
+      raise Timeout, "no result for job #{job_id} within the timeout" if r.nil?
+
+      Result.from(r)
+    end
+
+    # ---- locks, rate limits ----
+    def lock(name, ttl: 30, owner: nil) = Lock.new(self, Util.name!(name, "lock name"), ttl, owner)
+
+    # Holds lock +name+ while the block runs (waiting for it up to +timeout+ seconds;
+    # Tocsin::Timeout after), then releases it. Yields the Lock (its #token fences).
+    def with_lock(name, ttl: 30, timeout: nil, owner: nil)
+      l = lock(name, ttl: ttl, owner: owner)
+      raise Timeout, "lock #{name} not acquired within the timeout" unless l.acquire(timeout: timeout)
+
+      begin
+        yield l
+      ensure
+        l.release
+      end
+    end
+
+    # [owner or nil, token, until_ms]
+    def lock_holder(name) = native.lock_holder(name.to_s)
+    def rate_limit(name, limit:, per:) = RateLimit.new(self, Util.name!(name, "rate limit name"), limit, per)
+
+    # ---- schedules ----
+    # Registers schedule +name+: every boundary of +cron+ enqueues +payload+ on +queue+.
+    # Returns the next fire time (epoch ms).
+    def schedule(name, cron, queue:, payload: nil, **opts)
+      native.schedule_set(name.to_s, cron.to_s, queue.to_s, Util.dump(payload), Schedule.opts(opts))
+    end
+
+    def update_schedule(name, cron: nil, queue: nil, payload: Schedule::KEEP, **opts)
+      p = payload.equal?(Schedule::KEEP) ? nil : Util.dump(payload)
+      native.schedule_update(name.to_s, cron, queue&.to_s, p, opts.empty? ? nil : Schedule.opts(opts))
+    end
+
+    def schedules = native.schedule_list.map { |h| Schedule.from(h) }
+    def get_schedule(name) = Schedule.from(native.schedule_get(name.to_s))
+    def pause_schedule(name) = native.schedule_pause(name.to_s)
+    def resume_schedule(name) = native.schedule_resume(name.to_s)
+    def unschedule(name) = native.schedule_remove(name.to_s)
+    def scheduler_tick = native.scheduler_tick
+    def scheduler_next_fire = native.scheduler_next_fire
+
+    # ---- housekeeping ----
+    # Deletes what has expired: notifications older than +notifications_max_age+
+    # seconds (and beyond +notifications_keep+ per channel), expired results, old
+    # rate-limit admissions and, with +dead_before+ (Time/ms), dead letters.
+    # Returns the counts.
+    def prune(notifications_max_age: nil, notifications_keep: nil, dead_before: nil)
+      out = {}
+      if notifications_max_age || notifications_keep
+        out[:notifications] = native.notify_prune(Util.ms(notifications_max_age), notifications_keep)
+      end
+      out[:results] = native.result_sweep
+      out[:rate_limits] = native.ratelimit_sweep
+      out[:dead] = native.dead_purge(nil, Util.instant_ms(dead_before)) if dead_before
+      out
+    end
+
+    def set_notify_autotrim(max_age: nil, max_keep: nil, one_in: 100)
+      native.notify_autotrim(Util.ms(max_age), max_keep, one_in)
+    end
+
+    # Calls task +task+ (registered by a worker of any runtime) on +queue+ with
+    # positional +args+ and keyword +kwargs+; returns a TaskHandle (#value waits).
+    def call(task, *args, queue: "default", kwargs: {}, **opts)
+      self.queue(queue).call(task, *args, kwargs: kwargs, **opts)
+    end
+
+    # @api private: the database's own wake subscription (waits poke it to cancel).
+    # One per thread: a poke must end only that thread's wait.
+    def own_sub
+      key = :"tocsin_sub_#{object_id}"
+      s = Thread.current.thread_variable_get(key)
+      if s.nil? || s.closed?
+        s = Subscription.new(self)
+        Thread.current.thread_variable_set(key, s)
+      end
+      s
+    end
+  end
+
+  # A raw wake: "something committed, re-read". #wait(timeout), #to_io for selects.
+  class Subscription
+    attr_reader :native
+
+    def initialize(db)
+      @native = Native::Sub.open(db.native)
+      @closed = false
+    end
+
+    def fd = @native.fd
+    def to_io = (@io ||= Util.io_for(fd))
+    def drain = @native.drain
+    def poke = @native.poke
+
+    # true when woken, false at the timeout (seconds; nil: none).
+    def wait(timeout = nil)
+      if Util.fiber_scheduler?
+        return true if drain
+
+        Util.wait_fd(to_io, timeout)
+        return drain
+      end
+      @native.wait(Util.ms(timeout))
+    end
+
+    def closed? = @closed
+
+    def close
+      @closed = true
+      @native.close
+    end
+  end
+end

@@ -1,0 +1,228 @@
+# frozen_string_literal: true
+
+module Tocsin
+  # A job as stored (live or dead). The lease operations take its fencing token:
+  # a stale holder (its lease reclaimed by another worker) gets false.
+  class Job
+    FIELDS = %i[id queue_name state payload_json meta_json priority attempts max_attempts token run_at
+                created_at lease_until expires_at unique_key worker last_error reason died_at].freeze
+    attr_reader(*FIELDS)
+
+    def initialize(queue, row)
+      @queue = queue
+      @id, @queue_name, @state, @payload_json, @meta_json, @priority, @attempts, @max_attempts, @token,
+        @run_at, @created_at, @lease_until, @expires_at, @unique_key, @worker, @last_error, @reason,
+        @died_at = row
+      @finished = false
+    end
+
+    def payload = (@payload ||= [JSON.parse(@payload_json)]).first
+    def meta = @meta_json && JSON.parse(@meta_json)
+    def queue = @queue
+    def finished? = @finished
+
+    def ack(tx: nil) = finish(@queue.ack(self, tx: tx))
+    def retry(delay: nil, error: nil, tx: nil) = finish(@queue.retry(self, delay: delay, error: error, tx: tx))
+    def fail(error: nil, tx: nil) = finish(@queue.fail(self, error: error, tx: tx))
+    def heartbeat(extend: 30) = @queue.heartbeat(self, extend: extend)
+    def cancel = finish(@queue.cancel(id))
+
+    def to_h = FIELDS.to_h { |f| [f, public_send(f)] }.merge(payload: payload, meta: meta)
+    def ==(other) = other.is_a?(Job) && other.id == id && other.token == token
+    alias eql? ==
+    def hash = [id, token].hash
+    def inspect = "#<Tocsin::Job #{id} #{@queue_name} #{state} attempt #{attempts}/#{max_attempts}>"
+
+    private
+
+    def finish(ok)
+      @finished = true if ok
+      ok
+    end
+  end
+
+  # A named queue of a database (Database#queue).
+  class Queue
+    DEFAULT_VISIBILITY = 30
+    attr_reader :db, :name
+
+    def initialize(db, name)
+      @db = db
+      @name = name
+    end
+
+    def inspect = "#<Tocsin::Queue #{@name}>"
+
+    # Enqueues +payload+ (any JSON value); returns the job id. Options: priority:,
+    # delay: seconds, run_at: Time/ms, max_attempts:, expires: seconds, unique_key:,
+    # meta: Hash of headers, tx: a Transaction to join.
+    def enqueue(payload = nil, tx: nil, priority: nil, delay: nil, run_at: nil, max_attempts: nil,
+                expires: nil, unique_key: nil, meta: nil)
+      opts = (priority || delay || run_at || max_attempts || expires || unique_key || meta) &&
+             enqueue_opts(priority, delay, run_at, max_attempts, expires, unique_key, meta)
+      @db.handle(tx).enqueue(@name, Util.dump(payload), opts)
+    end
+
+    # Enqueues every job atomically: each entry a payload or a Hash
+    # { payload:, priority:, delay:, ... }. Returns the ids.
+    def enqueue_many(jobs, tx: nil)
+      specs = jobs.map do |j|
+        if j.is_a?(Hash) && j.key?(:payload)
+          o = j.transform_keys(&:to_sym)
+          bad = o.keys - %i[payload priority delay run_at max_attempts expires unique_key meta]
+          raise InvalidArgument, "unknown job option(s): #{bad.join(", ")}" unless bad.empty?
+
+          [@name, Util.dump(o[:payload]), enqueue_opts(o[:priority], o[:delay], o[:run_at], o[:max_attempts],
+                                                       o[:expires], o[:unique_key], o[:meta])]
+        else
+          [@name, Util.dump(j), nil]
+        end
+      end
+      @db.handle(tx).enqueue_many(specs)
+    end
+
+    # Claims one job for +worker_id+ (leased for +visibility+ seconds), or nil.
+    def claim(worker_id, visibility: DEFAULT_VISIBILITY) = claim_batch(1, worker_id, visibility: visibility).first
+
+    def claim_batch(n, worker_id, visibility: DEFAULT_VISIBILITY)
+      @db.native.claim(@name, Util.name!(worker_id, "worker_id"), n, Util.ms(visibility, "visibility"))
+         .map { |r| Job.new(self, r) }
+    end
+
+    def ack(job, token = nil, tx: nil)
+      id, tok = id_token(job, token)
+      @db.handle(tx).ack(id, tok)
+    end
+
+    # Acks [Job or [id, token]] in one transaction; returns how many held.
+    def ack_batch(jobs, tx: nil)
+      pairs = jobs.map { |j| j.is_a?(Job) ? [j.id, j.token] : j }
+      @db.handle(tx).ack_batch(pairs.map(&:first), pairs.map(&:last))
+    end
+
+    # Back to pending after +delay+ seconds (nil: the core's exponential backoff),
+    # or dead when attempts are spent.
+    def retry(job, token = nil, delay: nil, error: nil, tx: nil)
+      id, tok = id_token(job, token)
+      @db.handle(tx).retry(id, tok, Util.ms(delay, "delay"), error&.to_s)
+    end
+
+    def fail(job, token = nil, error: nil, tx: nil)
+      id, tok = id_token(job, token)
+      @db.handle(tx).fail(id, tok, error&.to_s)
+    end
+
+    def heartbeat(job, token = nil, extend: DEFAULT_VISIBILITY)
+      id, tok = id_token(job, token)
+      @db.native.heartbeat(id, tok, Util.ms(extend, "extend"))
+    end
+
+    def cancel(job) = @db.native.cancel(job.is_a?(Job) ? job.id : job)
+
+    def get(job_id)
+      r = @db.native.job(job_id)
+      r && Job.new(@db.queue(r[1]), r)
+    end
+
+    def pause = @db.native.pause(@name)
+    def resume = @db.native.resume(@name)
+    def paused? = @db.native.paused?(@name)
+
+    # {"queue","pending","scheduled","processing","dead","oldest_pending_age_ms","paused"}
+    def stats = JSON.parse(@db.native.stats(@name))
+
+    # Epoch ms when something here next needs a worker, nil when nothing is pending.
+    def next_deadline = @db.native.next_deadline([@name])
+
+    def dead_letters(after: 0, limit: 100) = @db.native.dead_list(@name, after, limit).map { |r| Job.new(self, r) }
+    def requeue(job) = @db.native.dead_requeue(job.is_a?(Job) ? job.id : job)
+    def purge(before: nil) = @db.native.dead_purge(@name, Util.instant_ms(before))
+
+    # Waits until something is claimable (true) or +timeout+ seconds pass (false).
+    def wait(timeout: nil) = Queue.wait_claimable(@db, [@name], timeout)
+
+    # Yields claimed jobs as they come, waiting (without the GVL, or yielding to
+    # other fibers under a Fiber scheduler) while there are none. A job the block
+    # leaves unfinished is acked when the block returns; an exception retries it
+    # (the core's backoff) with the error and propagates. +timeout+: stop after
+    # this many idle seconds. Without a block, returns an Enumerator.
+    def each_job(worker_id, visibility: DEFAULT_VISIBILITY, batch: 1, timeout: nil)
+      return enum_for(:each_job, worker_id, visibility: visibility, batch: batch, timeout: timeout) unless block_given?
+
+      loop do
+        jobs = claim_batch(batch, worker_id, visibility: visibility)
+        if jobs.empty?
+          break unless wait(timeout: timeout)
+
+          next
+        end
+        jobs.each_with_index do |job, i|
+          begin
+            yield job
+          rescue Exception => e # rubocop:disable Lint/RescueException -- hand the job back, re-raise
+            job.retry(error: "#{e.class}: #{e.message}") unless job.finished?
+            jobs[(i + 1)..].each { |rest| rest.retry(delay: 0) }
+            raise
+          end
+          job.ack unless job.finished?
+        end
+      end
+      nil
+    end
+    alias jobs each_job
+
+    # ---- tasks ----
+    # Calls task +task+ by name (any runtime's worker may run it): returns a TaskHandle.
+    # Options: kwargs:, result_ttl: seconds, timeout: seconds (of the run), tx:, and the
+    # job options of #enqueue.
+    def call(task, *args, kwargs: {}, result_ttl: nil, timeout: nil, tx: nil, priority: nil, delay: nil,
+             run_at: nil, max_attempts: nil, expires: nil, unique_key: nil, meta: nil)
+      opts = enqueue_opts(priority, delay, run_at, max_attempts, expires, unique_key, meta)
+      id = @db.handle(tx).task_enqueue(@name, Util.name!(task, "task name"), Util.dump(args, "args"),
+                                       Util.dump(kwargs, "kwargs"), Util.ms(result_ttl, "result_ttl"),
+                                       Util.ms(timeout, "timeout"), opts)
+      TaskHandle.new(@db, id)
+    end
+
+    # @api private
+    def self.wait_claimable(db, queues, timeout)
+      deadline = timeout.nil? ? nil : db.now + Util.ms(timeout, "timeout")
+      sub = db.own_sub
+      unless Util.fiber_scheduler?
+        return db.native.queue_wait(queues, deadline, sub.native)
+      end
+
+      io = Util.io_for(sub.fd)
+      loop do
+        sub.drain
+        due = db.native.next_deadline(queues)
+        now = db.now
+        return true if due && due <= now
+        return false if deadline && now >= deadline
+
+        # sleep until the next commit, the next due instant or the deadline
+        left = [due, deadline].compact.map { |t| (t - now) / 1000.0 }.min
+        Util.wait_fd(io, left.nil? ? 1.0 : [left, 1.0].min)
+      end
+    end
+
+    private
+
+    def enqueue_opts(priority, delay, run_at, max_attempts, expires, unique_key, meta)
+      # nil is the core's default; an explicit 0 is not (the core reads 0 as "default")
+      if max_attempts && !(max_attempts.is_a?(Integer) && max_attempts >= 1)
+        raise InvalidArgument, "max_attempts must be between 1 and 1000000, not #{max_attempts.inspect}"
+      end
+
+      [priority, Util.ms(delay, "delay"), Util.instant_ms(run_at), max_attempts, Util.ms(expires, "expires"),
+       unique_key&.to_s, Util.meta(meta)]
+    end
+
+    def id_token(job, token)
+      return [job.id, job.token] if job.is_a?(Job)
+      raise InvalidArgument, "give a Job, or a job id and its token" if token.nil?
+
+      [job, token]
+    end
+  end
+end

@@ -1,0 +1,89 @@
+# frozen_string_literal: true
+
+require "tocsin"
+
+module Tocsin
+  # Your transaction, your driver: the tocsin SQL functions (docs/sql.md) in the
+  # application's own sqlite3-gem (or ActiveRecord) connection, so a job, an event
+  # or a notification commits or rolls back with the application's own writes.
+  #
+  #   require "sqlite3"
+  #   require "tocsin/sql"
+  #   conn = SQLite3::Database.new("app.db")
+  #   Tocsin::SQL.load(conn)
+  #   conn.transaction do
+  #     conn.execute("INSERT INTO orders(total) VALUES (990)")
+  #     Tocsin::SQL.enqueue(conn, "emails", { order: 1 }, priority: 5)
+  #   end
+  #
+  # The extension runs on the SQLite of the connection that loads it. Loading
+  # refuses when a second copy of SQLite is in the process (Tocsin::OneSQLite).
+  module SQL
+    module_function
+
+    # Loads the tocsin extension into +conn+ (a SQLite3::Database, or an
+    # ActiveRecord connection: its raw_connection is used).
+    def load(conn)
+      raw = raw(conn)
+      OneSQLite.check!
+      unless raw.respond_to?(:enable_load_extension)
+        raise Error, "this sqlite3 gem cannot load SQLite extensions (no enable_load_extension)"
+      end
+
+      raw.enable_load_extension(true)
+      begin
+        raw.load_extension(Tocsin.loadable_path)
+      ensure
+        raw.enable_load_extension(false)
+      end
+      conn
+    end
+
+    # SELECT tocsin_enqueue(queue, payload, options): the job id. Options as
+    # Queue#enqueue (delay/expires in seconds, run_at a Time or ms).
+    def enqueue(conn, queue, payload, priority: nil, delay: nil, run_at: nil, max_attempts: nil, expires: nil,
+                unique_key: nil, meta: nil)
+      o = {}
+      o[:priority] = priority if priority
+      o[:delay_ms] = Util.ms(delay, "delay") if delay
+      o[:run_at_ms] = Util.instant_ms(run_at) if run_at
+      o[:max_attempts] = max_attempts if max_attempts
+      o[:expires_ms] = Util.ms(expires, "expires") if expires
+      o[:unique_key] = unique_key.to_s if unique_key
+      o[:meta] = meta if meta
+      value(conn, "SELECT tocsin_enqueue(?, ?, ?)", queue.to_s, Util.dump(payload), o.empty? ? nil : JSON.generate(o))
+    end
+
+    # Enqueues a task call (+envelope+ from Database#task_envelope, or any
+    # runtime's envelope JSON text) on +queue+.
+    def enqueue_envelope(conn, queue, envelope)
+      value(conn, "SELECT tocsin_enqueue(?, ?)", queue.to_s, envelope.to_s)
+    end
+
+    def notify(conn, channel, payload, meta: nil)
+      value(conn, "SELECT tocsin_notify(?, ?, ?)", channel.to_s, Util.dump(payload), Util.meta(meta))
+    end
+
+    def publish(conn, topic, payload, key: nil, meta: nil)
+      value(conn, "SELECT tocsin_stream_publish(?, ?, ?, ?)", topic.to_s, Util.dump(payload), key&.to_s,
+            Util.meta(meta))
+    end
+
+    def raw(conn)
+      conn.respond_to?(:raw_connection) ? conn.raw_connection : conn
+    end
+
+    def value(conn, sql, *binds)
+      raw(conn).get_first_value(sql, binds)
+    end
+  end
+
+  class Database
+    # The JSON envelope of a call of +task+ (the core's tocsin_task_envelope), for
+    # enqueueing it through another driver (Tocsin::SQL.enqueue_envelope).
+    def task_envelope(task, *args, kwargs: {}, result_ttl: nil, timeout: nil)
+      native.task_envelope(Util.name!(task, "task name"), Util.dump(args, "args"), Util.dump(kwargs, "kwargs"),
+                           Util.ms(result_ttl, "result_ttl"), Util.ms(timeout, "timeout"))
+    end
+  end
+end

@@ -1,0 +1,149 @@
+# frozen_string_literal: true
+
+module Tocsin
+  # A stream event (offset, topic, key, payload, meta, created_at).
+  Event = Struct.new(:offset, :topic, :key, :payload_json, :meta_json, :created_at) do
+    def payload = JSON.parse(payload_json)
+    def meta = meta_json && JSON.parse(meta_json)
+  end
+
+  # A notification (id, channel, payload, meta, created_at).
+  Notification = Struct.new(:id, :channel, :key, :payload_json, :meta_json, :created_at) do
+    def payload = JSON.parse(payload_json)
+    def meta = meta_json && JSON.parse(meta_json)
+  end
+
+  # A durable stream (Database#stream).
+  class Stream
+    attr_reader :db, :topic
+
+    def initialize(db, topic)
+      @db = db
+      @topic = topic
+    end
+
+    def inspect = "#<Tocsin::Stream #{@topic}>"
+
+    # Appends an event; returns its offset.
+    def publish(payload, key: nil, meta: nil, tx: nil)
+      @db.handle(tx).publish(@topic, Util.dump(payload), key&.to_s, Util.meta(meta))
+    end
+
+    def publish_many(payloads, keys: nil, tx: nil)
+      @db.handle(tx).publish_many(@topic, payloads.map { |p| Util.dump(p) }, keys&.map { |k| k&.to_s })
+    end
+
+    def read(after: 0, limit: 100) = @db.native.stream_read(@topic, after, limit).map { |r| Event.new(*r) }
+    def save_offset(consumer, offset) = @db.native.save_offset(consumer.to_s, @topic, offset)
+    def offset(consumer) = @db.native.stream_offset(consumer.to_s, @topic)
+
+    # Deletes events older than +max_age+ seconds, beyond the newest +max_count+,
+    # and/or (+below_consumers+) those every consumer has passed. Returns the count.
+    def trim(max_age: nil, max_count: nil, below_consumers: false)
+      @db.native.stream_trim(@topic, Util.ms(max_age), max_count, below_consumers)
+    end
+
+    # Replays from the consumer's saved offset (or +from_offset+), then goes live.
+    # With a block, yields each Event until the block breaks (or +timeout+ idle
+    # seconds), saving the consumer's offset as it goes (+autosave_every+ events /
+    # +autosave+ seconds, and at the end); without, returns the StreamSubscription.
+    def subscribe(consumer: nil, from_offset: nil, batch: 100, autosave_every: nil, autosave: nil,
+                  timeout: nil, &block)
+      if consumer && autosave_every.nil? && autosave.nil?
+        autosave_every = 100
+        autosave = 1
+      end
+      s = StreamSubscription.new(@db, @topic, consumer, from_offset, batch, autosave_every, Util.ms(autosave))
+      return s unless block
+
+      begin
+        s.each(timeout: timeout, &block)
+      ensure
+        s.close
+      end
+    end
+  end
+
+  # Shared by Listener and StreamSubscription: blocking waits without the GVL,
+  # fd waits under a Fiber scheduler, #each / Enumerator.
+  module MessageSource
+    include Enumerable
+
+    def fd = @native.fd
+    def to_io = (@io ||= Util.io_for(fd))
+
+    # Interrupts a #next of another thread (it raises Tocsin::Interrupted).
+    def poke = @native.poke
+
+    # The messages that arrived (at least one), or [] after +timeout+ seconds.
+    def next_batch(timeout: nil)
+      if Util.fiber_scheduler?
+        deadline = timeout && Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+        loop do
+          rows = @native.next(0)
+          return rows.map { |r| wrap(r) } unless rows.empty?
+
+          left = deadline && deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
+          return [] if left && left <= 0
+
+          Util.wait_fd(to_io, left)
+        end
+      end
+      @native.next(Util.ms(timeout)).map { |r| wrap(r) }
+    end
+
+    # Yields every message; ends when +timeout+ idle seconds pass (nil: never).
+    def each(timeout: nil)
+      return enum_for(:each, timeout: timeout) unless block_given?
+
+      loop do
+        batch = next_batch(timeout: timeout)
+        break if batch.empty?
+
+        batch.each { |m| yield m }
+      end
+      self
+    end
+
+    def closed? = @closed
+
+    def close
+      @closed = true
+      @native.close
+    end
+  end
+
+  # NOTIFY/LISTEN: Database#listen.
+  class Listener
+    include MessageSource
+
+    def initialize(db, channel, buffer_size)
+      @native = Native::Listener.open(db.native, channel, buffer_size)
+      @closed = false
+    end
+
+    # Notifications lost to the bounded buffer so far.
+    def dropped = @native.dropped
+
+    private
+
+    def wrap(r) = Notification.new(*r)
+  end
+
+  # A stream subscription (Stream#subscribe): replay, then live.
+  class StreamSubscription
+    include MessageSource
+
+    def initialize(db, topic, consumer, from_offset, batch, every, ms)
+      @native = Native::StreamSub.open(db.native, topic, consumer, from_offset, batch, every, ms)
+      @closed = false
+    end
+
+    def position = @native.position
+    def save = @native.save
+
+    private
+
+    def wrap(r) = Event.new(*r)
+  end
+end

