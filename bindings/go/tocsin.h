@@ -344,6 +344,13 @@ TOCSIN_API int tocsin_job_fail(tocsin_db *db, int *out_ok, int64_t id, int64_t t
 TOCSIN_API int tocsin_job_heartbeat(tocsin_db *db, int *out_ok, int64_t id, int64_t token,
                          int64_t extend_ms);
 
+/* Hands a held job back unrun: pending again after delay_ms (0: now), no
+ * attempt consumed (max_attempts grows by one, so tokens never repeat). For a
+ * worker that claimed more than it will run (a batch cut short, shutdown).
+ * *out_ok 0 when (id, token) is not the current lease: nothing written. */
+TOCSIN_API int tocsin_job_hand_back(tocsin_db *db, int *out_ok, int64_t id, int64_t token,
+                                    int64_t delay_ms);
+
 /* Exponential backoff: min(cap, base * 2^(attempts-1)), then "equal jitter"
  * (the upper half drawn at random). attempts >= 1. */
 TOCSIN_API int64_t tocsin_backoff_ms(int64_t base_ms, int64_t cap_ms, int attempts);

@@ -1160,6 +1160,19 @@ int tc_job_hand_back(tocsin_db *db, int *held, int64_t *out_handbacks, int64_t i
     return rc;
 }
 
+int tocsin_job_hand_back(tocsin_db *db, int *out_ok, int64_t id, int64_t token, int64_t delay_ms) {
+    tc_op op;
+    int rc, held = 0;
+    CHECK_DB(db);
+    if (!out_ok) return tc_err(db, TOCSIN_INVALID, "out_ok must not be NULL");
+    *out_ok = 0;
+    if ((rc = tc_check_ms(db, "delay_ms", delay_ms, 0)) != TOCSIN_OK) return rc;
+    if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
+    rc = tc_op_end(db, &op, tc_job_hand_back(db, &held, NULL, id, token, delay_ms, NULL));
+    if (rc == TOCSIN_OK) *out_ok = held;
+    return rc;
+}
+
 int tc_jobs_release_worker(tocsin_db *db, const char *queue, const char *worker, int64_t *out_n) {
     sqlite3_stmt *st = tc_stmt(db, SQL_RELEASE_WORKER);
     int rc;

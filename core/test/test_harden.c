@@ -435,7 +435,36 @@ static void stream_rewind(void) {
     tocsin_close(db);
 }
 
+static void plain_hand_back(void) {
+    t_clock clk = {1000};
+    tocsin_db *db = t_open("hand_back", &clk);
+    tocsin_enqueue_opts eo = TOCSIN_ENQUEUE_OPTS_INIT;
+    tocsin_job *jobs = NULL, *job = NULL;
+    size_t n = 0;
+    int64_t id = 0, token;
+    int ok = -1;
+    eo.max_attempts = 1;
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "{}", &eo));
+    CHECK_OK(db, tocsin_queue_claim(db, &jobs, &n, "q", "w", 1, 60000));
+    token = n ? jobs[0].token : 0;
+    tocsin_jobs_free(jobs, n);
+    CHECK_EQ_I(tocsin_job_hand_back(db, &ok, id, token, -1), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_job_hand_back(db, &ok, id, token + 1, 0), TOCSIN_OK);
+    CHECK_EQ_I(ok, 0);
+    CHECK_OK(db, tocsin_job_hand_back(db, &ok, id, token, 500));
+    CHECK_EQ_I(ok, 1);
+    CHECK_OK(db, tocsin_job_get(db, &job, id));
+    CHECK(job && strcmp(job->state, "scheduled") == 0 && job->run_at == 1500 && job->max_attempts == 2);
+    tocsin_jobs_free(job, 1);
+    clk.now = 2000;
+    CHECK_OK(db, tocsin_queue_claim(db, &jobs, &n, "q", "w", 1, 60000));
+    CHECK(n == 1 && jobs[0].token != token); /* tokens never repeat */
+    tocsin_jobs_free(jobs, n);
+    tocsin_close(db);
+}
+
 void suite_harden(void) {
+    plain_hand_back();
     stream_rewind();
     fork_with_live_subscriptions();
     racing_first_opens();
