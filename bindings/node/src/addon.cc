@@ -612,7 +612,8 @@ struct EnqOpts {
     o.delay_ms = a.oi64(i + 1, "delay", 0);
     o.run_at_ms = a.oi64(i + 2, "runAt", 0);
     int64_t ma = a.oi64(i + 3, "maxAttempts", 0);
-    if (a.ok && (ma < 0 || ma > TOCSIN_MAX_ATTEMPTS)) {
+    // 0 is the C API's "unset": a JS caller who says 0 gets the range error
+    if (a.ok && (ma < 0 || ma > TOCSIN_MAX_ATTEMPTS || (ma == 0 && !is_nullish(a.info[i + 3])))) {
       a.ok = false;
       throw_invalid(a.info.Env(), "maxAttempts must be between 1 and 1000000");
     }
@@ -680,7 +681,7 @@ Napi::Value EnqueueMany(const Napi::CallbackInfo &info) {
         !num(4, "runAt", eo.o.run_at_ms) || !num(5, "maxAttempts", ma) ||
         !num(6, "expires", eo.o.expires_ms))
       return env.Undefined();
-    if (ma < 0 || ma > TOCSIN_MAX_ATTEMPTS)
+    if (ma < 0 || ma > TOCSIN_MAX_ATTEMPTS || (ma == 0 && !is_nullish(s.Get(5u))))
       return throw_invalid(env, "jobs[" + std::to_string(i) + "]: maxAttempts must be between 1 and 1000000");
     eo.o.max_attempts = (int)ma;
     Napi::Value uk = s.Get(7u), mt = s.Get(8u);
@@ -1595,6 +1596,86 @@ Napi::Value StreamSubOpen(const Napi::CallbackInfo &info) {
   return ob;
 }
 
+
+// ---- one non-blocking step of a core wait (deadline 0: check once) ----
+// TOCSIN_TIMEOUT (not yet) gives null; the waiter's subscription is the
+// wait's `sub` (its pending wake is consumed by the step).
+Waiter *get_sub(const Napi::CallbackInfo &info, size_t i) {
+  Napi::Value v = info[i];
+  if (!v.IsObject() || !v.As<Napi::Object>().InstanceOf(Waiter::ctor.Value())) {
+    throw_invalid(info.Env(), "expected a subscription");
+    return nullptr;
+  }
+  Waiter *w = Waiter::Unwrap(v.As<Napi::Object>());
+  if (!w->sub) {
+    throw_closed(info.Env(), "the subscription");
+    return nullptr;
+  }
+  return w;
+}
+
+template <typename Run, typename Out>
+struct StepOp : Op {
+  Run runf;
+  Out outf;
+  StepOp(Run r, Out o) : runf(r), outf(o) {}
+  int run(tocsin_db *db) override {
+    int rc = runf(db);
+    timed_out = rc == TOCSIN_TIMEOUT;
+    return timed_out ? TOCSIN_OK : rc;
+  }
+  bool timed_out = false;
+  Napi::Value result(Napi::Env env) override { return timed_out ? env.Null() : outf(env); }
+};
+template <typename Run, typename Out>
+std::unique_ptr<Op> mkstep(Run r, Out o) {
+  return std::unique_ptr<Op>(new StepOp<Run, Out>(r, o));
+}
+
+OP_BEGIN(QueueWaitStep)
+  auto qs = std::make_shared<std::vector<std::string>>(a.strs(1, "queues"));
+  Waiter *w = a.ok ? get_sub(info, 2) : nullptr;
+  if (!w) return env.Undefined();
+  tocsin_sub *sub = w->sub;
+  auto op = mkstep([=](tocsin_db *db) {
+                     std::vector<const char *> v;
+                     for (auto &s : *qs) v.push_back(s.c_str());
+                     return tocsin_queue_wait(db, v.data(), v.size(), 0, sub);
+                   },
+                   [](Napi::Env e) { return Napi::Boolean::New(e, true); });
+OP_END(op)
+
+OP_BEGIN(ResultWaitStep)
+  int64_t id = a.i64(1, "jobId");
+  Waiter *w = a.ok ? get_sub(info, 2) : nullptr;
+  if (!w) return env.Undefined();
+  tocsin_sub *sub = w->sub;
+  auto b = std::make_shared<ResultBox>();
+  auto op = mkstep([=](tocsin_db *db) {
+                     b->reset();
+                     return tocsin_result_wait(db, &b->r, id, 0, sub);
+                   },
+                   [b](Napi::Env e) { return js_result(e, b->r); });
+OP_END(op)
+
+OP_BEGIN(LockWaitStep)
+  std::string n = a.str(1, "name"), o = a.str(2, "owner");
+  int64_t ttl = a.i64(3, "ttl");
+  Waiter *w = a.ok ? get_sub(info, 4) : nullptr;
+  if (!w) return env.Undefined();
+  tocsin_sub *sub = w->sub;
+  auto tok = std::make_shared<int64_t>(0), until = std::make_shared<int64_t>(0);
+  auto op = mkstep([=](tocsin_db *db) {
+                     return tocsin_lock_wait(db, tok.get(), until.get(), n.c_str(), o.c_str(), ttl, 0, sub);
+                   },
+                   [=](Napi::Env e) {
+                     Napi::Object r = Napi::Object::New(e);
+                     r.Set("token", js_num(e, *tok));
+                     r.Set("until", js_num(e, *until));
+                     return r;
+                   });
+OP_END(op)
+
 // ---- Poller: uv_poll on a descriptor, calling back into JS ----
 
 class Poller : public Napi::ObjectWrap<Poller> {
@@ -1794,6 +1875,9 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
 #endif
   F("cronNext", CronNext);
   F("subOpen", SubOpen);
+  F("queueWaitStep", QueueWaitStep);
+  F("resultWaitStep", ResultWaitStep);
+  F("lockWaitStep", LockWaitStep);
   F("listenOpen", ListenOpen);
   F("streamSubOpen", StreamSubOpen);
 #undef F
