@@ -312,7 +312,7 @@ class Database {
     return r ? new Result(r) : null;
   }
   /** Waits for a job's outcome (see checkResult): { timeout, signal }. */
-  waitResult(jobId, o) {
+  async waitResult(jobId, o) {
     o = opts(o);
     const id = jobIdOf(jobId);
     const sub = native.subOpen(this._h);
@@ -488,7 +488,7 @@ class Queue {
   async purge(o) { o = opts(o); return native.deadPurge(this.db._h, this.name, instant(o.before, 'before') || 0); }
 
   /** Resolves true once something is claimable. { timeout, signal } */
-  wait(o) {
+  async wait(o) {
     o = opts(o);
     return waitClaimable(this.db, [this.name], o.timeout, o.signal);
   }
@@ -588,6 +588,7 @@ class Waiting {
     this._closed = false;
     this._signal = signal;
     this._onAbort = null;
+    this._waits = new Set();
     db._closers.add(this);
     if (signal) {
       this._onAbort = () => this.close();
@@ -596,7 +597,7 @@ class Waiting {
   }
   get closed() { return this._closed; }
   /** The next batch (at least one), waiting: { timeout, signal }. */
-  get(o) {
+  async get(o) {
     o = opts(o);
     if (this._closed) {
       if (this._signal && this._signal.aborted) return Promise.reject(abortReason(this._signal));
@@ -605,7 +606,7 @@ class Waiting {
     let signal = o.signal;
     if (this._signal) signal = signal ? anySignal([signal, this._signal]) : this._signal;
     return waitFor({
-      fd: this._w.fd(), timeout: o.timeout, signal, owner: this._db,
+      fd: this._w.fd(), timeout: o.timeout, signal, owner: this._db, holder: this,
       attempt: () => {
         const rows = this._w.next();
         return rows === null ? undefined : rows.map(this._wrap);
@@ -627,6 +628,8 @@ class Waiting {
     this._closed = true;
     this._db._closers.delete(this);
     if (this._signal && this._onAbort) this._signal.removeEventListener('abort', this._onAbort);
+    const why = this._signal && this._signal.aborted ? abortReason(this._signal) : errorOf('TOCSIN_CLOSED', 'the subscription was closed');
+    for (const w of [...this._waits]) w.cancel(why);
     this._w.close();
   }
   async _closeFromDb() { this.close(); }
@@ -677,13 +680,13 @@ class Subscription extends Waiting {
 }
 
 class Wake {
-  constructor(db, w) { this._db = db; this._w = w; this._closed = false; db._closers.add(this); }
+  constructor(db, w) { this._db = db; this._w = w; this._closed = false; this._waits = new Set(); db._closers.add(this); }
   /** Resolves true after a commit (any process); { timeout, signal }. */
-  wait(o) {
+  async wait(o) {
     o = opts(o);
     if (this._closed) return Promise.reject(errorOf('TOCSIN_CLOSED', 'the subscription is closed'));
     return waitFor({
-      fd: this._w.fd(), timeout: o.timeout, signal: o.signal, owner: this._db,
+      fd: this._w.fd(), timeout: o.timeout, signal: o.signal, owner: this._db, holder: this,
       attempt: () => (this._w.next() ? true : undefined),
     });
   }
@@ -691,6 +694,7 @@ class Wake {
     if (this._closed) return;
     this._closed = true;
     this._db._closers.delete(this);
+    for (const w of [...this._waits]) w.cancel(errorOf('TOCSIN_CLOSED', 'the subscription was closed'));
     this._w.close();
   }
   async _closeFromDb() { this.close(); }
@@ -714,7 +718,7 @@ class Lock {
     return false;
   }
   /** Waits until held (resolves to the fencing token). { timeout, signal } */
-  acquire(o) {
+  async acquire(o) {
     o = opts(o);
     const db = this.db;
     const h = db._h;
@@ -747,8 +751,7 @@ class Lock {
   async release() {
     if (!this.token) return false;
     const ok = await native.lockRelease(this.db._h, this.name, this.owner, this.token);
-    this.token = 0;
-    this.until = 0;
+    this.until = 0; // the token stays: a fencing check against it still says 'stale'
     return ok;
   }
 }

@@ -39,9 +39,11 @@ const MAX_TIMER = 2147483647;
  *  recheck(): optional, ms until attempt() should run again without a wake (null: none)
  *  timeout:   ms (TimeoutError after it); signal: AbortSignal
  *  owner:     the Database (its close() ends the wait with ClosedError)
+ *  holder:    the object owning fd (a listener...): its close() ends the wait
+ *             first, so that no descriptor is polled after it is closed
  *  cleanup(): called once when the wait ends
  */
-function waitFor({ fd, drain, attempt, recheck, timeout, signal, owner, cleanup }) {
+function waitFor({ fd, drain, attempt, recheck, timeout, signal, owner, holder, cleanup }) {
   checkSignal(signal);
   checkTimeout(timeout);
   return new Promise((resolve, reject) => {
@@ -61,6 +63,7 @@ function waitFor({ fd, drain, attempt, recheck, timeout, signal, owner, cleanup 
       if (recheckTimer) clearTimeout(recheckTimer);
       if (signal) signal.removeEventListener('abort', onAbort);
       if (owner) owner._waits.delete(entry);
+      if (holder) holder._waits.delete(entry);
       try { if (cleanup) cleanup(); } catch (_) { /* cleanup of a finished wait */ }
       if (err) reject(err); else resolve(value);
     }
@@ -105,6 +108,7 @@ function waitFor({ fd, drain, attempt, recheck, timeout, signal, owner, cleanup 
       if (owner._closing) { finish(errorOf('TOCSIN_CLOSED', 'the database is closed')); return; }
       owner._waits.add(entry);
     }
+    if (holder) holder._waits.add(entry);
     if (signal) signal.addEventListener('abort', onAbort, { once: true });
     if (timeout !== undefined && timeout !== null) {
       timeoutTimer = setTimeout(() => finish(errorOf('TOCSIN_TIMEOUT', `the wait timed out after ${timeout} ms`)), Math.min(timeout, MAX_TIMER));
