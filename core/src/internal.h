@@ -212,6 +212,8 @@ void tc_sub_shut(tocsin_sub *sub);
 /* Counts the calling thread as waiting on sub (delta +1 / -1) around a whole
  * call of a waiter, so that a racing close frees nothing the call still uses. */
 void tc_sub_hold(tocsin_sub *sub, int delta);
+/* Wakes a wait on sub as a commit would (something to re-check; not a poke). */
+void tc_sub_nudge(tocsin_sub *sub);
 /* A monotonic deadline (us) from a timeout in ms (< 0: none). */
 int64_t tc_deadline_us(int timeout_ms);
 /* Lowers *sleep_ms to what is left until end_us; TOCSIN_TIMEOUT (error set)
@@ -259,6 +261,8 @@ int tc_job_hand_back(tocsin_db *db, int *held, int64_t *out_handbacks, int64_t i
                      int64_t token, int64_t delay_ms, const char *why);
 /* Makes the leases `worker` holds on `queue` lapse now; *out_n += their count. */
 int tc_jobs_release_worker(tocsin_db *db, const char *queue, const char *worker, int64_t *out_n);
+/* How often a live job was handed back so far (0 if no such live job). */
+int tc_job_handbacks(tocsin_db *db, int64_t id, int64_t *out_n);
 /* Is (id, token) the job's current lease? */
 int tc_job_held(tocsin_db *db, int *held, int64_t id, int64_t token);
 

@@ -130,6 +130,7 @@ static const char SQL_HAND_BACK[] =
     " max_attempts = max_attempts + (max_attempts < 1000000),"
     " attempts = attempts - (max_attempts >= 1000000)"
     " WHERE id = ?1 AND state = 'processing' AND attempts = ?2 RETURNING handbacks";
+static const char SQL_HANDBACKS[] = "SELECT handbacks FROM _tocsin_jobs WHERE id = ?1";
 /* A dead worker's leases lapse at once: the next claim of its queue takes them. */
 static const char SQL_RELEASE_WORKER[] =
     "UPDATE _tocsin_jobs SET lease_until = ?3"
@@ -1172,4 +1173,16 @@ int tc_jobs_release_worker(tocsin_db *db, const char *queue, const char *worker,
 int tc_job_held(tocsin_db *db, int *held, int64_t id, int64_t token) {
     int attempts = 0, max = 0;
     return holder(db, held, id, token, &attempts, &max);
+}
+
+int tc_job_handbacks(tocsin_db *db, int64_t id, int64_t *out_n) {
+    sqlite3_stmt *st = tc_stmt(db, SQL_HANDBACKS);
+    int rc;
+    *out_n = 0;
+    if (!st) return TC_ERRCODE;
+    sqlite3_bind_int64(st, 1, id);
+    rc = tc_step(db, st);
+    if (rc == SQLITE_ROW) *out_n = sqlite3_column_int64(st, 0);
+    sqlite3_reset(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? TOCSIN_OK : tc_sqlerr(db, rc, "read hand-backs");
 }

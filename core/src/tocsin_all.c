@@ -12,4 +12,5 @@
 #include "ratelimit.c"
 #include "cron.c"
 #include "scheduler.c"
+#include "worker.c"
 #include "ext.c"

@@ -525,6 +525,10 @@ void tc_sub_shut(tocsin_sub *s) {
 
 void tc_sub_hold(tocsin_sub *s, int delta) { atomic_fetch_add(&s->waiters, delta); }
 
+void tc_sub_nudge(tocsin_sub *s) {
+    if (s) wk_signal(s);
+}
+
 int tocsin_sub_close(tocsin_sub *s) {
     tc_watcher *w, *stop = NULL;
     if (!s) return TOCSIN_OK;

@@ -14,6 +14,7 @@ void suite_cron(void);
 void suite_coord(void);
 void suite_harden(void);
 void suite_threads(void);
+void suite_worker(void);
 
 static const struct {
     const char *name;
@@ -31,6 +32,7 @@ static const struct {
     {"coord", suite_coord},
     {"harden", suite_harden},
     {"threads", suite_threads},
+    {"worker", suite_worker},
 };
 
 #endif

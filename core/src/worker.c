@@ -1,0 +1,999 @@
+/*
+ * The worker protocol (docs/worker-protocol.md): everything a worker of any
+ * runtime does except running the user's handler. The task envelope, the
+ * claim across queues, the outcome of each run (result, retry with backoff,
+ * final failure recorded as data, hand-back without consuming an attempt),
+ * lease renewal, the worker registry and dead-worker recovery, the
+ * scheduler's step and the leader's housekeeping. The registry's SQL lives
+ * here (it is the worker's table); the queue's in queue.c.
+ */
+#include "internal.h"
+
+#include <pthread.h>
+#include <stdio.h>
+
+#define W_MAX_QUEUES 64
+#define W_DEFAULT_VISIBILITY_MS 30000
+#define W_DEFAULT_SCHED_TTL_MS 10000
+#define W_DEFAULT_UNKNOWN_DELAY_MS 1000
+#define W_UNKNOWN_DELAY_CAP_MS 60000
+#define W_DEFAULT_UNKNOWN_HANDBACKS 20
+#define W_REAP_EVERY_MS 1000      /* how often the registry is read for dead workers */
+#define W_SWEEP_EVERY_MS 60000    /* the leader's housekeeping */
+#define W_CANCEL_CHECK_US 20000   /* running jobs and schedules are re-read at most this often */
+
+/* ---- SQL of the registry ------------------------------------------------------ */
+
+static const char SQL_W_REGISTER[] =
+    "INSERT INTO _tocsin_workers(id, host, pid, pid_start, queues, started_at, heartbeat_at,"
+    " lease_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?6, ?7)"
+    " ON CONFLICT(id) DO UPDATE SET host = excluded.host, pid = excluded.pid,"
+    " pid_start = excluded.pid_start, queues = excluded.queues,"
+    " started_at = excluded.started_at, heartbeat_at = excluded.heartbeat_at,"
+    " lease_ms = excluded.lease_ms";
+static const char SQL_W_HEARTBEAT[] =
+    "UPDATE _tocsin_workers SET heartbeat_at = ?2 WHERE id = ?1";
+static const char SQL_W_LEAVE[] = "DELETE FROM _tocsin_workers WHERE id = ?1";
+static const char SQL_W_OTHERS[] =
+    "SELECT id, host, pid, pid_start, heartbeat_at, lease_ms FROM _tocsin_workers WHERE id <> ?1";
+static const char SQL_W_QUEUES[] =
+    "SELECT j.value FROM _tocsin_workers AS w, json_each(w.queues) AS j WHERE w.id = ?1";
+/* The parts of a payload a worker needs, read by SQLite's JSON functions. */
+static const char SQL_W_ENVELOPE[] =
+    "SELECT json_type(?1), json_type(?1, '$.task'), json_extract(?1, '$.task'),"
+    " json_type(?1, '$.args'), json_extract(?1, '$.args'),"
+    " json_type(?1, '$.kwargs'), json_extract(?1, '$.kwargs'),"
+    " json_type(?1, '$.result_ttl_ms'), json_extract(?1, '$.result_ttl_ms'),"
+    " json_type(?1, '$.timeout_ms'), json_extract(?1, '$.timeout_ms')";
+
+/* ---- the task envelope -------------------------------------------------------- */
+
+static int check_call(tocsin_db *db, const tocsin_task_call *c) {
+    int rc;
+    char top = 0;
+    if (!c) return tc_err(db, TOCSIN_INVALID, "call must not be NULL");
+    if (c->version < 1)
+        return tc_err(db, TOCSIN_INVALID, "task call: version must be set (use TOCSIN_TASK_CALL_INIT)");
+    if ((rc = tc_check_name(db, "task name", c->task)) != TOCSIN_OK) return rc;
+    if (c->args) {
+        if ((rc = tc_check_payload(db, "args", c->args)) != TOCSIN_OK) return rc;
+        tc_json_valid(c->args, strlen(c->args), &top);
+        if (top != '[') return tc_err(db, TOCSIN_INVALID, "args must be a JSON array");
+    }
+    if (c->kwargs) {
+        if ((rc = tc_check_payload(db, "kwargs", c->kwargs)) != TOCSIN_OK) return rc;
+        tc_json_valid(c->kwargs, strlen(c->kwargs), &top);
+        if (top != '{') return tc_err(db, TOCSIN_INVALID, "kwargs must be a JSON object");
+    }
+    if ((rc = tc_check_ms(db, "result_ttl_ms", c->result_ttl_ms, 0)) != TOCSIN_OK) return rc;
+    return tc_check_ms(db, "timeout_ms", c->timeout_ms, 0);
+}
+
+int tocsin_task_envelope(tocsin_db *db, char **out_json, const tocsin_task_call *c) {
+    tc_buf b = {0};
+    int rc, first = 1;
+    if (!db) return tc_err(NULL, TOCSIN_INVALID, "db must not be NULL");
+    tc_clear(db);
+    if (!out_json) return tc_err(db, TOCSIN_INVALID, "out_json must not be NULL");
+    *out_json = NULL;
+    if ((rc = check_call(db, c)) != TOCSIN_OK) return rc;
+    tc_buf_puts(&b, "{");
+    tc_buf_key(&b, "task", &first);
+    tc_buf_jstr(&b, c->task);
+    tc_buf_key(&b, "args", &first);
+    tc_buf_puts(&b, c->args ? c->args : "[]");
+    tc_buf_key(&b, "kwargs", &first);
+    tc_buf_puts(&b, c->kwargs ? c->kwargs : "{}");
+    if (c->result_ttl_ms > 0) {
+        tc_buf_key(&b, "result_ttl_ms", &first);
+        tc_buf_i64(&b, c->result_ttl_ms);
+    }
+    if (c->timeout_ms > 0) {
+        tc_buf_key(&b, "timeout_ms", &first);
+        tc_buf_i64(&b, c->timeout_ms);
+    }
+    tc_buf_puts(&b, "}");
+    if (!(*out_json = tc_buf_take(&b))) return tc_err(db, TOCSIN_NOMEM, "task envelope: out of memory");
+    if ((int64_t)strlen(*out_json) > db->max_payload) {
+        tocsin_free(*out_json);
+        *out_json = NULL;
+        return tc_err(db, TOCSIN_TOOBIG, "the task call is larger than the payload limit (%lld bytes)",
+                      (long long)db->max_payload);
+    }
+    return TOCSIN_OK;
+}
+
+int tocsin_task_enqueue(tocsin_db *db, int64_t *out_id, const char *queue,
+                        const tocsin_task_call *call, const tocsin_enqueue_opts *opts) {
+    char *env = NULL;
+    int rc;
+    if (!db) return tc_err(NULL, TOCSIN_INVALID, "db must not be NULL");
+    tc_clear(db);
+    if (!out_id) return tc_err(db, TOCSIN_INVALID, "out_id must not be NULL");
+    *out_id = 0;
+    if ((rc = tocsin_task_envelope(db, &env, call)) != TOCSIN_OK) return rc;
+    rc = tocsin_queue_enqueue(db, out_id, queue, env, opts);
+    tocsin_free(env);
+    return rc;
+}
+
+/* ---- the worker ----------------------------------------------------------------- */
+
+typedef struct wtask {
+    char *name;
+    tocsin_task_opts o;
+} wtask;
+
+/* A run handed out: the binding sees `pub`; the strings are ours. */
+typedef struct wrun {
+    tocsin_task_run pub;
+    char *queue, *task, *args, *kwargs, *meta;
+    int64_t result_ttl_ms; /* the call's, 0: the task's default */
+    const wtask *t;
+    struct wrun *prev, *next; /* in flight */
+    int lost;                 /* reported by tocsin_worker_cancelled already */
+    int finishing;            /* an outcome waits in the batch */
+} wrun;
+
+/* A batched outcome, with its own copies of the strings. */
+typedef struct wdone {
+    wrun *run;
+    tocsin_outcome o;
+} wdone;
+
+struct tocsin_worker {
+    tocsin_db *db;
+    tocsin_sub *sub;
+    pthread_mutex_t mu; /* runs, batch and cancelled: tocsin_worker_finish may come from any thread */
+    char *id;
+    char **queues;
+    size_t nq;
+    int concurrency;
+    int64_t vis, sched_ttl, unknown_delay;
+    int unknown_max, scheduler, leader;
+    wtask *tasks;
+    size_t ntasks;
+    wrun *runs;
+    size_t nruns;
+    wdone *done;
+    size_t ndone, capdone;
+    int64_t *cancelled;
+    size_t ncancelled, capcancelled;
+    /* when the next upkeep steps are due (handle's clock) */
+    int64_t next_renew, next_reap, next_lead, next_fire, next_sweep, next_claim;
+    int64_t last_check_us; /* monotonic: the last check of running jobs */
+    char host[256];
+    int pid;
+    int64_t pid_start;
+};
+
+static void w_lock(tocsin_worker *w) { pthread_mutex_lock(&w->mu); }
+static void w_unlock(tocsin_worker *w) { pthread_mutex_unlock(&w->mu); }
+
+static void free_run(wrun *r) {
+    if (!r) return;
+    sqlite3_free(r->queue);
+    sqlite3_free(r->task);
+    sqlite3_free(r->args);
+    sqlite3_free(r->kwargs);
+    sqlite3_free(r->meta);
+    sqlite3_free(r);
+}
+
+static void unlink_run(tocsin_worker *w, wrun *r) {
+    if (r->prev) r->prev->next = r->next;
+    else w->runs = r->next;
+    if (r->next) r->next->prev = r->prev;
+    r->prev = r->next = NULL;
+    w->nruns--;
+}
+
+static void free_outcome(tocsin_outcome *o) {
+    sqlite3_free((char *)o->value);
+    sqlite3_free((char *)o->error_type);
+    sqlite3_free((char *)o->error_message);
+    sqlite3_free((char *)o->error_trace);
+}
+
+static const wtask *find_task(const tocsin_worker *w, const char *name) {
+    size_t i;
+    for (i = 0; i < w->ntasks; i++)
+        if (strcmp(w->tasks[i].name, name) == 0) return &w->tasks[i];
+    return NULL;
+}
+
+static int registry_write(tocsin_worker *w, int64_t now) {
+    tocsin_db *db = w->db;
+    sqlite3_stmt *st = tc_stmt(db, SQL_W_REGISTER);
+    tc_buf b = {0};
+    size_t i;
+    char *queues;
+    int rc;
+    if (!st) return TC_ERRCODE;
+    tc_buf_puts(&b, "[");
+    for (i = 0; i < w->nq; i++) {
+        if (i) tc_buf_puts(&b, ",");
+        tc_buf_jstr(&b, w->queues[i]);
+    }
+    tc_buf_puts(&b, "]");
+    if (!(queues = tc_buf_take(&b))) return tc_err(db, TOCSIN_NOMEM, "worker: out of memory");
+    sqlite3_bind_text(st, 1, w->id, -1, SQLITE_STATIC);
+    sqlite3_bind_text(st, 2, w->host, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 3, w->pid);
+    sqlite3_bind_int64(st, 4, w->pid_start);
+    sqlite3_bind_text(st, 5, queues, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 6, now);
+    sqlite3_bind_int64(st, 7, w->vis);
+    rc = tc_step_done(db, st, "register worker");
+    sqlite3_free(queues);
+    return rc;
+}
+
+static int worker_check_opts(tocsin_db *db, const tocsin_worker_opts *o) {
+    size_t i;
+    int rc;
+    if (!o) return tc_err(db, TOCSIN_INVALID, "worker options must not be NULL (they name the queues)");
+    if (o->version < 1)
+        return tc_err(db, TOCSIN_INVALID, "worker options: version must be set (use TOCSIN_WORKER_OPTS_INIT)");
+    if (o->worker_id && (rc = tc_check_name(db, "worker id", o->worker_id)) != TOCSIN_OK) return rc;
+    if (!o->queues || o->n_queues < 1 || o->n_queues > W_MAX_QUEUES)
+        return tc_err(db, TOCSIN_INVALID, "a worker needs 1 to %d queues", W_MAX_QUEUES);
+    for (i = 0; i < o->n_queues; i++)
+        if ((rc = tc_check_name(db, "queue name", o->queues[i])) != TOCSIN_OK) return rc;
+    if (o->concurrency < 0 || o->concurrency > TOCSIN_MAX_BATCH)
+        return tc_err(db, TOCSIN_INVALID, "concurrency must be between 1 and %d", TOCSIN_MAX_BATCH);
+    if (o->visibility_ms && (rc = tc_check_ms(db, "visibility_ms", o->visibility_ms, 3)) != TOCSIN_OK)
+        return rc;
+    if (o->scheduler_ttl_ms && (rc = tc_check_ms(db, "scheduler_ttl_ms", o->scheduler_ttl_ms, 3)) != TOCSIN_OK)
+        return rc;
+    if ((rc = tc_check_ms(db, "unknown_task_delay_ms", o->unknown_task_delay_ms, 0)) != TOCSIN_OK)
+        return rc;
+    if (o->unknown_task_handbacks < 0 || o->unknown_task_handbacks > TOCSIN_MAX_ATTEMPTS)
+        return tc_err(db, TOCSIN_INVALID, "unknown_task_handbacks must be between 0 and %d",
+                      TOCSIN_MAX_ATTEMPTS);
+    return TOCSIN_OK;
+}
+
+int tocsin_worker_open(tocsin_worker **out, tocsin_db *db, const tocsin_worker_opts *o) {
+    tocsin_worker *w;
+    tc_op op;
+    size_t i;
+    int rc;
+    if (!out) return tc_err(NULL, TOCSIN_INVALID, "out must not be NULL");
+    *out = NULL;
+    if (!db) return tc_err(NULL, TOCSIN_INVALID, "db must not be NULL");
+    tc_clear(db);
+    if ((rc = worker_check_opts(db, o)) != TOCSIN_OK) return rc;
+    if (db->is_tx) return tc_err(db, TOCSIN_INVALID, "a worker runs on a database handle, not a transaction");
+    if (db->read_only) return tc_err(db, TOCSIN_READONLY, "a worker needs a read-write handle");
+    if (!(w = sqlite3_malloc(sizeof *w))) return tc_err(db, TOCSIN_NOMEM, "worker: out of memory");
+    memset(w, 0, sizeof *w);
+    pthread_mutex_init(&w->mu, NULL);
+    w->db = db;
+    w->concurrency = o->concurrency ? o->concurrency : 1;
+    w->vis = o->visibility_ms ? o->visibility_ms : W_DEFAULT_VISIBILITY_MS;
+    w->sched_ttl = o->scheduler_ttl_ms ? o->scheduler_ttl_ms : W_DEFAULT_SCHED_TTL_MS;
+    w->unknown_delay = o->unknown_task_delay_ms ? o->unknown_task_delay_ms : W_DEFAULT_UNKNOWN_DELAY_MS;
+    w->unknown_max = o->unknown_task_handbacks ? o->unknown_task_handbacks : W_DEFAULT_UNKNOWN_HANDBACKS;
+    w->scheduler = o->scheduler != 0;
+    tc_host_name(w->host, sizeof w->host);
+    w->pid = tc_process_id();
+    w->pid_start = tc_process_start(w->pid);
+    w->id = o->worker_id ? tc_strdup(o->worker_id)
+                         : sqlite3_mprintf("%s:%d:%04x", w->host[0] ? w->host : "host", w->pid,
+                                           (unsigned)(tc_random() & 0xffff));
+    w->queues = sqlite3_malloc64(o->n_queues * sizeof *w->queues);
+    if (!w->id || !w->queues) {
+        tocsin_worker_close(w);
+        return tc_err(db, TOCSIN_NOMEM, "worker: out of memory");
+    }
+    for (i = 0; i < o->n_queues; i++) {
+        if (!(w->queues[i] = tc_strdup(o->queues[i]))) {
+            tocsin_worker_close(w);
+            return tc_err(db, TOCSIN_NOMEM, "worker: out of memory");
+        }
+        w->nq++;
+    }
+    if ((rc = tocsin_sub_open(&w->sub, db)) != TOCSIN_OK) {
+        tocsin_worker_close(w);
+        return rc;
+    }
+    if ((rc = tc_op_begin(db, &op, 1)) == TOCSIN_OK)
+        rc = tc_op_end(db, &op, registry_write(w, tocsin_now(db)));
+    if (rc != TOCSIN_OK) {
+        tocsin_worker_close(w);
+        return rc;
+    }
+    *out = w;
+    return TOCSIN_OK;
+}
+
+int tocsin_worker_register(tocsin_worker *w, const char *task, const tocsin_task_opts *opts) {
+    tocsin_task_opts o = TOCSIN_TASK_OPTS_INIT;
+    wtask *t;
+    int rc;
+    if (!w) return tc_err(NULL, TOCSIN_INVALID, "worker must not be NULL");
+    tc_clear(w->db);
+    if ((rc = tc_check_name(w->db, "task name", task)) != TOCSIN_OK) return rc;
+    if (opts) {
+        if (opts->version < 1)
+            return tc_err(w->db, TOCSIN_INVALID, "task options: version must be set (use TOCSIN_TASK_OPTS_INIT)");
+        o = *opts;
+    }
+    if ((rc = tc_check_ms(w->db, "backoff_base_ms", o.backoff_base_ms, 0)) != TOCSIN_OK ||
+        (rc = tc_check_ms(w->db, "backoff_cap_ms", o.backoff_cap_ms, 0)) != TOCSIN_OK ||
+        (rc = tc_check_ms(w->db, "timeout_ms", o.timeout_ms, 0)) != TOCSIN_OK)
+        return rc;
+    if (o.result_ttl_ms > TOCSIN_MAX_TIME_MS)
+        return tc_err(w->db, TOCSIN_INVALID, "result_ttl_ms must be at most %lld ms",
+                      (long long)TOCSIN_MAX_TIME_MS);
+    w_lock(w);
+    if ((t = (wtask *)find_task(w, task)) != NULL) {
+        t->o = o; /* registering again replaces the options */
+        w_unlock(w);
+        return TOCSIN_OK;
+    }
+    t = sqlite3_realloc64(w->tasks, (w->ntasks + 1) * sizeof *w->tasks);
+    if (t) w->tasks = t;
+    if (!t || !(w->tasks[w->ntasks].name = tc_strdup(task))) {
+        w_unlock(w);
+        return tc_err(w->db, TOCSIN_NOMEM, "worker: out of memory");
+    }
+    w->tasks[w->ntasks++].o = o;
+    w_unlock(w);
+    return TOCSIN_OK;
+}
+
+/* ---- outcomes -------------------------------------------------------------------- */
+
+static int64_t run_result_ttl(const wrun *r) {
+    int64_t t = r->result_ttl_ms;
+    if (t > 0) return t;
+    t = r->t ? r->t->o.result_ttl_ms : 0;
+    return t > 0 ? t : t < 0 ? 0 : TOCSIN_DEFAULT_RESULT_TTL_MS;
+}
+
+static int64_t run_backoff(const wrun *r) {
+    int64_t base = r->t && r->t->o.backoff_base_ms ? r->t->o.backoff_base_ms : TOCSIN_BACKOFF_BASE_MS;
+    int64_t cap = r->t && r->t->o.backoff_cap_ms ? r->t->o.backoff_cap_ms : TOCSIN_BACKOFF_CAP_MS;
+    return tocsin_backoff_ms(base, cap, r->pub.attempt);
+}
+
+/* Cuts s in place to at most n bytes, on a UTF-8 character boundary. */
+static void cut_utf8(char *s, size_t n) {
+    if (strlen(s) <= n) return;
+    while (n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80) n--;
+    s[n] = 0;
+}
+
+/* Cuts a traceback to TOCSIN_MAX_TRACE_BYTES on a UTF-8 boundary (owned copy). */
+static char *cut_trace(const char *s) {
+    size_t n;
+    char *p;
+    if (!s) return NULL;
+    n = strlen(s);
+    if (n > TOCSIN_MAX_TRACE_BYTES) n = TOCSIN_MAX_TRACE_BYTES;
+    if (!(p = sqlite3_malloc64(n + 1))) return NULL;
+    memcpy(p, s, n);
+    p[n] = 0;
+    cut_utf8(p, TOCSIN_MAX_TRACE_BYTES);
+    return p;
+}
+
+/* A final failure: dead now (reason `reason` via fail or retry), its error as the result. */
+static int record_error(tocsin_db *db, int *ok, const wrun *r, const tocsin_outcome *o, int final) {
+    const char *type = o->error_type ? o->error_type : "Error";
+    const char *msg = o->error_message ? o->error_message : "";
+    char *text = *msg ? sqlite3_mprintf("%s: %s", type, msg) : sqlite3_mprintf("%s", type);
+    int rc, dies = final || r->pub.attempt >= r->pub.max_attempts;
+    if (!text) return tc_err(db, TOCSIN_NOMEM, "worker: out of memory");
+    cut_utf8(text, (size_t)db->max_payload); /* last_error: "type: message", bounded */
+    if (final)
+        rc = tocsin_job_fail(db, ok, r->pub.job_id, r->pub.token, text);
+    else
+        rc = tocsin_job_retry(db, ok, r->pub.job_id, r->pub.token,
+                              o->delay_ms >= 0 ? o->delay_ms : run_backoff(r), text);
+    sqlite3_free(text);
+    if (rc == TOCSIN_OK && *ok && dies) {
+        char *trace = cut_trace(o->error_trace);
+        if (o->error_trace && !trace) return tc_err(db, TOCSIN_NOMEM, "worker: out of memory");
+        rc = tc_result_save_error(db, r->pub.job_id, type, msg, trace, run_result_ttl(r));
+        sqlite3_free(trace);
+    }
+    return rc;
+}
+
+/* Applies one outcome inside the caller's write op; *held 0 when the lease was lost. */
+static int apply_outcome(tocsin_db *db, int *held, const wrun *r, const tocsin_outcome *o) {
+    *held = 0;
+    switch (o->kind) {
+    case TOCSIN_OUTCOME_OK:
+        return tocsin_job_complete(db, held, r->pub.job_id, r->pub.token, o->value ? o->value : "null",
+                                   run_result_ttl(r));
+    case TOCSIN_OUTCOME_ERROR: return record_error(db, held, r, o, 0);
+    case TOCSIN_OUTCOME_FAIL: return record_error(db, held, r, o, 1);
+    default:
+        return tc_job_hand_back(db, held, NULL, r->pub.job_id, r->pub.token,
+                                o->delay_ms > 0 ? o->delay_ms : 0, NULL);
+    }
+}
+
+static int check_outcome(tocsin_db *db, const tocsin_outcome *o) {
+    int rc;
+    if (!o) return tc_err(db, TOCSIN_INVALID, "outcome must not be NULL");
+    if (o->version < 1)
+        return tc_err(db, TOCSIN_INVALID, "outcome: version must be set (use TOCSIN_OUTCOME_INIT)");
+    if (o->kind < TOCSIN_OUTCOME_OK || o->kind > TOCSIN_OUTCOME_HAND_BACK)
+        return tc_err(db, TOCSIN_INVALID, "outcome kind %d is not one of TOCSIN_OUTCOME_*", o->kind);
+    if (o->kind == TOCSIN_OUTCOME_OK && o->value &&
+        (rc = tc_check_payload(db, "result value", o->value)) != TOCSIN_OK)
+        return rc;
+    if (o->kind == TOCSIN_OUTCOME_ERROR || o->kind == TOCSIN_OUTCOME_FAIL) {
+        if (o->error_type && (rc = tc_check_name(db, "error type", o->error_type)) != TOCSIN_OK) return rc;
+        if ((rc = tc_check_text(db, "error message", o->error_message, (size_t)db->max_payload)) != TOCSIN_OK)
+            return rc;
+        /* a trace is cut, not refused: only its encoding must be right */
+        if ((rc = tc_check_text(db, "error trace", o->error_trace, SIZE_MAX)) != TOCSIN_OK) return rc;
+    }
+    if (o->delay_ms >= 0 && (rc = tc_check_ms(db, "delay_ms", o->delay_ms, 0)) != TOCSIN_OK) return rc;
+    return TOCSIN_OK;
+}
+
+/* Commits the batch in one write transaction (group commit). Under w->mu. */
+static int flush_batch(tocsin_worker *w, size_t *lost) {
+    tc_op op;
+    size_t i;
+    int rc;
+    if (lost) *lost = 0;
+    if (!w->ndone) return TOCSIN_OK;
+    if ((rc = tc_op_begin(w->db, &op, 1)) != TOCSIN_OK) return rc;
+    for (i = 0; i < w->ndone && rc == TOCSIN_OK; i++) {
+        int held = 0;
+        rc = apply_outcome(w->db, &held, w->done[i].run, &w->done[i].o);
+        if (rc == TOCSIN_OK && !held && lost) (*lost)++;
+    }
+    if ((rc = tc_op_end(w->db, &op, rc)) != TOCSIN_OK) return rc; /* the batch stays for a retry */
+    for (i = 0; i < w->ndone; i++) {
+        unlink_run(w, w->done[i].run);
+        free_run(w->done[i].run);
+        free_outcome(&w->done[i].o);
+    }
+    w->ndone = 0;
+    return TOCSIN_OK;
+}
+
+int tocsin_worker_flush(tocsin_worker *w, size_t *out_lost) {
+    int rc;
+    if (!w) return tc_err(NULL, TOCSIN_INVALID, "worker must not be NULL");
+    tc_clear(w->db);
+    w_lock(w);
+    rc = flush_batch(w, out_lost);
+    w_unlock(w);
+    return rc;
+}
+
+int tocsin_worker_finish(tocsin_worker *w, tocsin_db *tx, tocsin_task_run *run,
+                         const tocsin_outcome *o) {
+    wrun *r = (wrun *)run;
+    tocsin_outcome c;
+    int rc;
+    if (!w || !run) return tc_err(NULL, TOCSIN_INVALID, "worker and run must not be NULL");
+    tc_clear(w->db);
+    if ((rc = check_outcome(w->db, o)) != TOCSIN_OK) return rc;
+    if (r->finishing) return tc_err(w->db, TOCSIN_INVALID, "this run was finished already");
+    if (tx) {
+        tc_op op;
+        int held = 0;
+        if (!tx->is_tx || tx->parent != w->db)
+            return tc_err(w->db, TOCSIN_INVALID,
+                          "tx must be a transaction handle begun on the worker's database handle");
+        if ((rc = tc_op_begin(tx, &op, 1)) != TOCSIN_OK) return rc;
+        rc = tc_op_end(tx, &op, apply_outcome(tx, &held, r, o));
+        if (rc != TOCSIN_OK) return rc;
+        if (!held)
+            return tc_err(tx, TOCSIN_LEASE_LOST,
+                          "job %lld: the lease was lost (another worker holds it, or it was cancelled); nothing was written",
+                          (long long)r->pub.job_id);
+        /* the run is over for this worker whatever the transaction does: if it
+         * rolls back, the lease lapses and the job is claimed again */
+        w_lock(w);
+        unlink_run(w, r);
+        w_unlock(w);
+        free_run(r);
+        return TOCSIN_OK;
+    }
+    c = *o;
+    c.value = tc_strdup(o->value);
+    c.error_type = tc_strdup(o->error_type);
+    c.error_message = tc_strdup(o->error_message);
+    c.error_trace = cut_trace(o->error_trace);
+    if ((o->value && !c.value) || (o->error_type && !c.error_type) ||
+        (o->error_message && !c.error_message) || (o->error_trace && !c.error_trace)) {
+        free_outcome(&c);
+        return tc_err(w->db, TOCSIN_NOMEM, "worker: out of memory");
+    }
+    w_lock(w);
+    if (w->ndone == w->capdone) {
+        size_t cap = w->capdone ? w->capdone * 2 : 16;
+        wdone *d = sqlite3_realloc64(w->done, cap * sizeof *d);
+        if (!d) {
+            w_unlock(w);
+            free_outcome(&c);
+            return tc_err(w->db, TOCSIN_NOMEM, "worker: out of memory");
+        }
+        w->done = d;
+        w->capdone = cap;
+    }
+    w->done[w->ndone].run = r;
+    w->done[w->ndone].o = c;
+    w->ndone++;
+    r->finishing = 1;
+    w_unlock(w);
+    tc_sub_nudge(w->sub); /* a blocked tocsin_worker_next commits it and fills the slot */
+    return TOCSIN_OK;
+}
+
+/* ---- upkeep ------------------------------------------------------------------------ */
+
+static int note_cancelled(tocsin_worker *w, wrun *r) {
+    if (r->lost) return TOCSIN_OK;
+    if (w->ncancelled == w->capcancelled) {
+        size_t cap = w->capcancelled ? w->capcancelled * 2 : 16;
+        int64_t *p = sqlite3_realloc64(w->cancelled, cap * sizeof *p);
+        if (!p) return tc_err(w->db, TOCSIN_NOMEM, "worker: out of memory");
+        w->cancelled = p;
+        w->capcancelled = cap;
+    }
+    w->cancelled[w->ncancelled++] = r->pub.job_id;
+    r->lost = 1;
+    return TOCSIN_OK;
+}
+
+/* Renews the leases of the running jobs and the registry's heartbeat. */
+static int renew(tocsin_worker *w, int64_t now) {
+    tocsin_db *db = w->db;
+    sqlite3_stmt *st;
+    wrun *r;
+    tc_op op;
+    int rc;
+    if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
+    for (r = w->runs; r && rc == TOCSIN_OK; r = r->next) {
+        int ok = 1;
+        if (r->lost || r->finishing) continue;
+        rc = tocsin_job_heartbeat(db, &ok, r->pub.job_id, r->pub.token, w->vis);
+        if (rc == TOCSIN_OK && !ok) rc = note_cancelled(w, r);
+    }
+    if (rc == TOCSIN_OK && !(st = tc_stmt(db, SQL_W_HEARTBEAT))) rc = TC_ERRCODE;
+    if (rc == TOCSIN_OK) {
+        sqlite3_bind_text(st, 1, w->id, -1, SQLITE_STATIC);
+        sqlite3_bind_int64(st, 2, now);
+        rc = tc_step_done(db, st, "worker heartbeat");
+        /* gone from the registry (reaped as dead while stalled): join again */
+        if (rc == TOCSIN_OK && sqlite3_changes(db->conn) == 0) rc = registry_write(w, now);
+    }
+    return tc_op_end(db, &op, rc);
+}
+
+/* Running jobs cancelled or lost since the last look (one read). */
+static int check_running(tocsin_worker *w) {
+    tc_op op;
+    wrun *r;
+    int rc;
+    if ((rc = tc_op_begin(w->db, &op, 0)) != TOCSIN_OK) return rc;
+    for (r = w->runs; r && rc == TOCSIN_OK; r = r->next) {
+        int held = 1;
+        if (r->lost || r->finishing) continue;
+        rc = tc_job_held(w->db, &held, r->pub.job_id, r->pub.token);
+        if (rc == TOCSIN_OK && !held) rc = note_cancelled(w, r);
+    }
+    return tc_op_end(w->db, &op, rc);
+}
+
+typedef struct dead_worker {
+    char *id;
+} dead_worker;
+
+/* Other workers whose process is gone (same host: the pid no longer names
+ * the process that registered; any host: no heartbeat for a whole lease)
+ * give their leases up at once, so their jobs are claimed again now. */
+static int reap(tocsin_worker *w, int64_t now) {
+    tocsin_db *db = w->db;
+    sqlite3_stmt *st;
+    dead_worker dead[16];
+    size_t nd = 0, i;
+    tc_op op;
+    int rc;
+    if ((rc = tc_op_begin(db, &op, 0)) != TOCSIN_OK) return rc;
+    if (!(st = tc_stmt(db, SQL_W_OTHERS))) return tc_op_end(db, &op, TC_ERRCODE);
+    sqlite3_bind_text(st, 1, w->id, -1, SQLITE_STATIC);
+    while (nd < 16 && (rc = tc_step(db, st)) == SQLITE_ROW) {
+        const char *host = (const char *)sqlite3_column_text(st, 1);
+        int same_host = host && strcmp(host, w->host) == 0;
+        int gone = same_host && tc_process_gone(sqlite3_column_int(st, 2), sqlite3_column_int64(st, 3));
+        int64_t beat = sqlite3_column_int64(st, 4), lease = sqlite3_column_int64(st, 5);
+        if (gone || now - beat > lease) {
+            if (!(dead[nd].id = tc_col_text(st, 0))) break;
+            nd++;
+        }
+    }
+    sqlite3_reset(st);
+    rc = tc_op_end(db, &op, rc == SQLITE_ROW || rc == SQLITE_DONE ? TOCSIN_OK : tc_sqlerr(db, rc, "read workers"));
+    if (rc == TOCSIN_OK && nd && (rc = tc_op_begin(db, &op, 1)) == TOCSIN_OK) {
+        for (i = 0; i < nd && rc == TOCSIN_OK; i++) {
+            int64_t released = 0;
+            char *queues[W_MAX_QUEUES];
+            size_t nq = 0, k;
+            if (!(st = tc_stmt(db, SQL_W_QUEUES))) {
+                rc = TC_ERRCODE;
+                break;
+            }
+            sqlite3_bind_text(st, 1, dead[i].id, -1, SQLITE_STATIC);
+            while (nq < W_MAX_QUEUES && (rc = tc_step(db, st)) == SQLITE_ROW)
+                if ((queues[nq] = tc_col_text(st, 0)) != NULL) nq++;
+            sqlite3_reset(st);
+            rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? TOCSIN_OK : tc_sqlerr(db, rc, "read workers");
+            for (k = 0; k < nq; k++) {
+                if (rc == TOCSIN_OK) rc = tc_jobs_release_worker(db, queues[k], dead[i].id, &released);
+                sqlite3_free(queues[k]);
+            }
+            if (rc == TOCSIN_OK && (st = tc_stmt(db, SQL_W_LEAVE)) != NULL) {
+                sqlite3_bind_text(st, 1, dead[i].id, -1, SQLITE_STATIC);
+                rc = tc_step_done(db, st, "remove a dead worker");
+            } else if (rc == TOCSIN_OK) {
+                rc = TC_ERRCODE;
+            }
+        }
+        rc = tc_op_end(db, &op, rc);
+    }
+    for (i = 0; i < nd; i++) sqlite3_free(dead[i].id);
+    return rc;
+}
+
+/* The scheduler's step: keep or take the leader's lease every third of its
+ * ttl (never more often: each renewal is a commit), fire due boundaries, and
+ * as leader sweep expired results and rate-limit entries now and then. */
+static int lead(tocsin_worker *w, int64_t now, int woken) {
+    int rc = TOCSIN_OK, was = w->leader;
+    if (now >= w->next_lead) {
+        rc = tocsin_scheduler_lead(w->db, &w->leader, NULL, w->id, w->sched_ttl);
+        if (rc != TOCSIN_OK) return rc;
+        w->next_lead = now + w->sched_ttl / 3;
+    }
+    if (!w->leader) return TOCSIN_OK;
+    /* another process may have changed the schedules: re-read after commits */
+    if (!was || woken || now >= w->next_fire) {
+        int64_t fired = 0, next = -1;
+        if (now >= w->next_fire && (rc = tocsin_scheduler_tick(w->db, &fired)) != TOCSIN_OK) return rc;
+        if ((rc = tocsin_scheduler_next_fire(w->db, &next)) != TOCSIN_OK) return rc;
+        w->next_fire = next < 0 ? TOCSIN_MAX_TIME_MS : next;
+    }
+    if (now >= w->next_sweep) {
+        int64_t n = 0;
+        if ((rc = tocsin_result_sweep(w->db, &n)) == TOCSIN_OK) rc = tocsin_ratelimit_sweep(w->db, &n);
+        w->next_sweep = now + W_SWEEP_EVERY_MS;
+    }
+    return rc;
+}
+
+/* Every upkeep step that is due. Under w->mu. */
+static int upkeep(tocsin_worker *w) {
+    int64_t now = tocsin_now(w->db), mono = tc_monotonic_us();
+    /* reads that follow other processes' commits, at most every few ms */
+    int recheck = mono - w->last_check_us >= W_CANCEL_CHECK_US;
+    int rc = flush_batch(w, NULL);
+    if (recheck) w->last_check_us = mono;
+    if (rc == TOCSIN_OK && now >= w->next_renew) {
+        rc = renew(w, now);
+        w->next_renew = now + w->vis / 3;
+    }
+    if (rc == TOCSIN_OK && w->nruns && recheck) rc = check_running(w);
+    if (rc == TOCSIN_OK && now >= w->next_reap) {
+        rc = reap(w, now);
+        w->next_reap = now + W_REAP_EVERY_MS;
+    }
+    if (rc == TOCSIN_OK && w->scheduler) rc = lead(w, now, recheck);
+    return rc;
+}
+
+static int64_t next_upkeep(const tocsin_worker *w) {
+    int64_t t = w->next_renew;
+    if (w->next_reap < t) t = w->next_reap;
+    if (w->scheduler && w->next_lead < t) t = w->next_lead;
+    if (w->leader && w->next_fire < t) t = w->next_fire;
+    if (w->leader && w->next_sweep < t) t = w->next_sweep;
+    return t;
+}
+
+/* ---- claiming -------------------------------------------------------------------- */
+
+/* A run from a claimed job, or NULL with *kept 0 when the job was dealt with
+ * here (invalid envelope: failed; unknown task: handed back or, past the
+ * bound, failed). Inside the claim's write op. */
+static int make_run(tocsin_worker *w, const tocsin_job *j, wrun **out) {
+    tocsin_db *db = w->db;
+    sqlite3_stmt *st = tc_stmt(db, SQL_W_ENVELOPE);
+    const char *bad = NULL;
+    const wtask *t = NULL;
+    wrun *r;
+    int rc, ok = 0;
+    *out = NULL;
+    if (!st) return TC_ERRCODE;
+    if (!(r = sqlite3_malloc(sizeof *r))) return tc_err(db, TOCSIN_NOMEM, "worker: out of memory");
+    memset(r, 0, sizeof *r);
+    sqlite3_bind_text(st, 1, j->payload, -1, SQLITE_STATIC);
+    rc = tc_step(db, st);
+    if (rc != SQLITE_ROW) {
+        sqlite3_reset(st);
+        free_run(r);
+        return tc_sqlerr(db, rc, "read the task envelope");
+    }
+#define COLTYPE(i) ((const char *)sqlite3_column_text(st, i))
+#define IS(i, ty) (COLTYPE(i) && strcmp(COLTYPE(i), ty) == 0)
+    if (!IS(0, "object") || !IS(1, "text") || tc_check_name(db, "task name", COLTYPE(2)) != TOCSIN_OK)
+        bad = "not a task envelope (a JSON object with a \"task\" name)";
+    else if ((COLTYPE(3) && !IS(3, "array")) || (COLTYPE(5) && !IS(5, "object")))
+        bad = "\"args\" must be an array and \"kwargs\" an object";
+    else if ((COLTYPE(7) && (!IS(7, "integer") || sqlite3_column_int64(st, 8) < 0)) ||
+             (COLTYPE(9) && (!IS(9, "integer") || sqlite3_column_int64(st, 10) < 0)))
+        bad = "\"result_ttl_ms\" and \"timeout_ms\" must be integers >= 0";
+    if (!bad) {
+        r->task = tc_col_text(st, 2);
+        r->args = COLTYPE(3) ? tc_col_text(st, 4) : tc_strdup("[]");
+        r->kwargs = COLTYPE(5) ? tc_col_text(st, 6) : tc_strdup("{}");
+        r->result_ttl_ms = COLTYPE(7) ? sqlite3_column_int64(st, 8) : 0;
+        r->pub.timeout_ms = COLTYPE(9) ? sqlite3_column_int64(st, 10) : 0;
+    }
+#undef IS
+#undef COLTYPE
+    sqlite3_reset(st);
+    tc_clear(db); /* a failed name check above is the envelope's fault, not an error of ours */
+    if (bad) {
+        tocsin_outcome o = TOCSIN_OUTCOME_INIT;
+        o.kind = TOCSIN_OUTCOME_FAIL;
+        o.error_type = "InvalidEnvelope";
+        o.error_message = bad;
+        r->pub.job_id = j->id;
+        r->pub.token = j->token;
+        rc = record_error(db, &ok, r, &o, 1);
+        free_run(r);
+        return rc;
+    }
+    r->queue = tc_strdup(j->queue);
+    r->meta = tc_strdup(j->meta);
+    if (!r->task || !r->args || !r->kwargs || !r->queue || (j->meta && !r->meta)) {
+        free_run(r);
+        return tc_err(db, TOCSIN_NOMEM, "worker: out of memory");
+    }
+    r->pub.job_id = j->id;
+    r->pub.token = j->token;
+    r->pub.attempt = j->attempts;
+    r->pub.max_attempts = j->max_attempts;
+    if (!(t = find_task(w, r->task))) {
+        int64_t handbacks = 0;
+        char *why = sqlite3_mprintf("UnknownTask: worker %s has no task \"%s\"", w->id, r->task);
+        if (!why) {
+            free_run(r);
+            return tc_err(db, TOCSIN_NOMEM, "worker: out of memory");
+        }
+        rc = tc_job_handbacks(db, j->id, &handbacks);
+        if (rc == TOCSIN_OK && handbacks >= w->unknown_max) {
+            tocsin_outcome o = TOCSIN_OUTCOME_INIT;
+            o.kind = TOCSIN_OUTCOME_FAIL;
+            o.error_type = "UnknownTask";
+            o.error_message = why + strlen("UnknownTask: ");
+            rc = record_error(db, &ok, r, &o, 1);
+        } else if (rc == TOCSIN_OK) {
+            int held = 0;
+            rc = tc_job_hand_back(db, &held, NULL, j->id, j->token,
+                                  tocsin_backoff_ms(w->unknown_delay, W_UNKNOWN_DELAY_CAP_MS,
+                                                    (int)handbacks + 1),
+                                  why);
+        }
+        sqlite3_free(why);
+        free_run(r);
+        return rc;
+    }
+    r->t = t;
+    r->pub.queue = r->queue;
+    r->pub.task = r->task;
+    r->pub.args = r->args;
+    r->pub.kwargs = r->kwargs;
+    r->pub.meta = r->meta;
+    if (!r->pub.timeout_ms) r->pub.timeout_ms = t->o.timeout_ms;
+    r->pub.started_at = tocsin_now(db);
+    *out = r;
+    return TOCSIN_OK;
+}
+
+/* Claims up to `free` jobs across the queues in one write transaction. */
+static int claim(tocsin_worker *w, size_t free_slots, wrun **got, size_t *ngot) {
+    tocsin_db *db = w->db;
+    tc_op op;
+    size_t qi, i, want = free_slots;
+    int rc;
+    *ngot = 0;
+    if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
+    for (qi = 0; qi < w->nq && want > 0 && rc == TOCSIN_OK; qi++) {
+        tocsin_job *jobs = NULL;
+        size_t n = 0;
+        rc = tocsin_queue_claim(db, &jobs, &n, w->queues[qi], w->id, want, w->vis);
+        for (i = 0; i < n && rc == TOCSIN_OK; i++) {
+            wrun *r = NULL;
+            rc = make_run(w, &jobs[i], &r);
+            if (r) got[(*ngot)++] = r;
+        }
+        want = free_slots - *ngot;
+        tocsin_jobs_free(jobs, n);
+    }
+    rc = tc_op_end(db, &op, rc);
+    if (rc != TOCSIN_OK) {
+        for (i = 0; i < *ngot; i++) free_run(got[i]);
+        *ngot = 0;
+    }
+    return rc;
+}
+
+typedef struct next_ctx {
+    tocsin_worker *w;
+    int64_t end_us;
+    wrun **got;
+    size_t ngot;
+} next_ctx;
+
+static int next_check(void *p, int *done, int64_t *sleep_ms) {
+    next_ctx *c = p;
+    tocsin_worker *w = c->w;
+    size_t free_slots, i;
+    int64_t now, wake, deadline = -1;
+    int rc;
+    w_lock(w);
+    rc = upkeep(w);
+    free_slots = w->nruns < (size_t)w->concurrency ? (size_t)w->concurrency - w->nruns : 0;
+    if (rc == TOCSIN_OK && free_slots)
+        rc = tocsin_queue_next_deadline(w->db, &deadline, (const char *const *)w->queues, w->nq);
+    now = tocsin_now(w->db);
+    if (rc == TOCSIN_OK && free_slots && deadline >= 0 && deadline <= now) {
+        rc = claim(w, free_slots, c->got, &c->ngot);
+        for (i = 0; i < c->ngot; i++) {
+            wrun *r = c->got[i];
+            r->next = w->runs;
+            if (w->runs) w->runs->prev = r;
+            w->runs = r;
+            w->nruns++;
+        }
+        if (rc == TOCSIN_OK && c->ngot) {
+            w_unlock(w);
+            *done = 1;
+            return TOCSIN_OK;
+        }
+        /* all claimed jobs were dealt with here (unknown, invalid): look again */
+        deadline = now;
+    }
+    wake = next_upkeep(w);
+    if (free_slots && deadline >= 0 && deadline > now && deadline < wake) wake = deadline;
+    w->next_claim = free_slots && deadline >= 0 ? deadline : -1;
+    w_unlock(w);
+    if (rc != TOCSIN_OK) return rc;
+    *sleep_ms = wake <= now ? 0 : wake - now > TC_MAX_SLEEP_MS ? TC_MAX_SLEEP_MS : wake - now;
+    if (c->end_us >= 0) {
+        int64_t left = c->end_us - tc_monotonic_us();
+        if (left <= 0) return tc_err(w->db, TOCSIN_TIMEOUT, "nothing to run before the timeout");
+        if ((left + 999) / 1000 < *sleep_ms) *sleep_ms = (left + 999) / 1000;
+    }
+    return TOCSIN_OK;
+}
+
+int tocsin_worker_next(tocsin_worker *w, tocsin_task_run ***out, size_t *out_n, int timeout_ms) {
+    next_ctx c;
+    int rc;
+    if (out) *out = NULL;
+    if (out_n) *out_n = 0;
+    if (!w || !out || !out_n) return tc_err(NULL, TOCSIN_INVALID, "worker, out and out_n must not be NULL");
+    tc_clear(w->db);
+    memset(&c, 0, sizeof c);
+    c.w = w;
+    c.end_us = timeout_ms < 0 ? -1 : tc_monotonic_us() + (int64_t)timeout_ms * 1000;
+    if (!(c.got = sqlite3_malloc64((size_t)w->concurrency * sizeof *c.got)))
+        return tc_err(w->db, TOCSIN_NOMEM, "worker: out of memory");
+    rc = tc_wait_loop(w->sub, next_check, &c);
+    if (rc != TOCSIN_OK || !c.ngot) {
+        sqlite3_free(c.got);
+        return rc != TOCSIN_OK ? rc : tc_err(w->db, TOCSIN_TIMEOUT, "nothing to run before the timeout");
+    }
+    /* a wrun begins with its tocsin_task_run: the pointers are the runs */
+    *out = (tocsin_task_run **)(void *)c.got;
+    *out_n = c.ngot;
+    return TOCSIN_OK;
+}
+
+int tocsin_worker_cancelled(tocsin_worker *w, int64_t **out_ids, size_t *out_n) {
+    if (out_ids) *out_ids = NULL;
+    if (out_n) *out_n = 0;
+    if (!w || !out_ids || !out_n) return tc_err(NULL, TOCSIN_INVALID, "worker, out_ids and out_n must not be NULL");
+    tc_clear(w->db);
+    w_lock(w);
+    if (w->ncancelled) {
+        *out_ids = w->cancelled;
+        *out_n = w->ncancelled;
+        w->cancelled = NULL;
+        w->ncancelled = w->capcancelled = 0;
+    }
+    w_unlock(w);
+    return TOCSIN_OK;
+}
+
+int tocsin_worker_fd(tocsin_worker *w) { return w ? tocsin_sub_fd(w->sub) : -1; }
+
+int64_t tocsin_worker_wake_in(tocsin_worker *w) {
+    int64_t now, t;
+    if (!w) return 0;
+    w_lock(w);
+    now = tocsin_now(w->db);
+    t = next_upkeep(w);
+    if (w->ndone) t = now;
+    if (w->next_claim >= 0 && w->next_claim < t) t = w->next_claim;
+    w_unlock(w);
+    t -= now;
+    return t < 0 ? 0 : t > TC_MAX_SLEEP_MS ? TC_MAX_SLEEP_MS : t;
+}
+
+int tocsin_worker_poke(tocsin_worker *w) {
+    return w ? tocsin_sub_poke(w->sub) : tc_err(NULL, TOCSIN_INVALID, "worker must not be NULL");
+}
+
+size_t tocsin_worker_in_flight(tocsin_worker *w) {
+    size_t n;
+    if (!w) return 0;
+    w_lock(w);
+    n = w->nruns - w->ndone;
+    w_unlock(w);
+    return n;
+}
+
+int tocsin_worker_close(tocsin_worker *w) {
+    int rc = TOCSIN_OK, rc2;
+    size_t i;
+    if (!w) return TOCSIN_OK;
+    tc_clear(w->db);
+    tc_sub_shut(w->sub); /* a tocsin_worker_next of another thread ends first (TOCSIN_CLOSED) */
+    w_lock(w);
+    if (w->sub) { /* opened fully: leave the database as we found it */
+        tc_op op;
+        rc = flush_batch(w, NULL);
+        if ((rc2 = tc_op_begin(w->db, &op, 1)) == TOCSIN_OK) {
+            wrun *r;
+            sqlite3_stmt *st;
+            for (r = w->runs; r && rc2 == TOCSIN_OK; r = r->next) {
+                int held = 0;
+                if (!r->finishing)
+                    rc2 = tc_job_hand_back(w->db, &held, NULL, r->pub.job_id, r->pub.token, 0,
+                                           "handed back: the worker closed before the run finished");
+            }
+            if (rc2 == TOCSIN_OK && (st = tc_stmt(w->db, SQL_W_LEAVE)) != NULL) {
+                sqlite3_bind_text(st, 1, w->id, -1, SQLITE_STATIC);
+                rc2 = tc_step_done(w->db, st, "leave the worker registry");
+            }
+            rc2 = tc_op_end(w->db, &op, rc2);
+        }
+        if (rc == TOCSIN_OK) rc = rc2;
+        if (w->leader) tocsin_scheduler_resign(w->db, NULL, w->id);
+    }
+    while (w->runs) {
+        wrun *r = w->runs;
+        unlink_run(w, r);
+        free_run(r);
+    }
+    for (i = 0; i < w->ndone; i++) free_outcome(&w->done[i].o);
+    w_unlock(w);
+    tocsin_sub_close(w->sub);
+    for (i = 0; i < w->ntasks; i++) sqlite3_free(w->tasks[i].name);
+    for (i = 0; i < w->nq; i++) sqlite3_free(w->queues[i]);
+    sqlite3_free(w->tasks);
+    sqlite3_free(w->queues);
+    sqlite3_free(w->done);
+    sqlite3_free(w->cancelled);
+    sqlite3_free(w->id);
+    pthread_mutex_destroy(&w->mu);
+    sqlite3_free(w);
+    return rc;
+}

@@ -1,0 +1,496 @@
+/*
+ * The worker protocol (docs/worker-protocol.md): envelope, outcomes, backoff,
+ * hand-back, unknown tasks, dead-worker recovery, cancellation, the
+ * scheduler's step and housekeeping -- all on the injectable clock.
+ */
+#define _POSIX_C_SOURCE 200809L
+#include <pthread.h>
+#include <signal.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "test.h"
+
+static const char *const QS[] = {"tasks"};
+
+static void nap(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static tocsin_worker *open_worker(tocsin_db *db, const char *id, int concurrency) {
+    tocsin_worker_opts o = TOCSIN_WORKER_OPTS_INIT;
+    tocsin_worker *w = NULL;
+    o.worker_id = id;
+    o.queues = QS;
+    o.n_queues = 1;
+    o.concurrency = concurrency;
+    o.visibility_ms = 30000;
+    if (tocsin_worker_open(&w, db, &o) != TOCSIN_OK) {
+        fprintf(stderr, "worker_open: %s\n", tocsin_errmsg(NULL));
+        return NULL;
+    }
+    tocsin_worker_register(w, "add", NULL);
+    return w;
+}
+
+static int64_t call(tocsin_db *db, const char *task, const char *args, int max_attempts) {
+    tocsin_task_call c = TOCSIN_TASK_CALL_INIT;
+    tocsin_enqueue_opts eo = TOCSIN_ENQUEUE_OPTS_INIT;
+    int64_t id = 0;
+    c.task = task;
+    c.args = args;
+    eo.max_attempts = max_attempts;
+    if (tocsin_task_enqueue(db, &id, "tasks", &c, &eo) != TOCSIN_OK)
+        fprintf(stderr, "task_enqueue: %s\n", tocsin_errmsg(NULL));
+    return id;
+}
+
+/* One run of the next batch (timeout 0), or NULL. */
+static tocsin_task_run *next_run(tocsin_worker *w, int *rc_out) {
+    tocsin_task_run **runs = NULL, *r = NULL;
+    size_t n = 0;
+    int rc = tocsin_worker_next(w, &runs, &n, 0);
+    if (rc_out) *rc_out = rc;
+    if (rc == TOCSIN_OK && n >= 1) r = runs[0];
+    tocsin_free(runs);
+    return r;
+}
+
+static void envelope(void) {
+    tocsin_db *db = t_open("w_envelope", NULL);
+    tocsin_task_call c = TOCSIN_TASK_CALL_INIT;
+    char *json = NULL;
+    int64_t id = 0;
+    c.task = "send_email";
+    c.args = "[\"ada@example.org\"]";
+    c.kwargs = "{\"subject\":\"hi\"}";
+    c.result_ttl_ms = 5000;
+    CHECK_OK(db, tocsin_task_envelope(db, &json, &c));
+    CHECK_STR(json, "{\"task\":\"send_email\",\"args\":[\"ada@example.org\"],\"kwargs\":{\"subject\":\"hi\"},"
+                    "\"result_ttl_ms\":5000}");
+    tocsin_free(json);
+    /* bad calls: a clear error, nothing written */
+    c.args = "{\"not\":\"an array\"}";
+    CHECK_EQ_I(tocsin_task_enqueue(db, &id, "tasks", &c, NULL), TOCSIN_INVALID);
+    CHECK(strstr(tocsin_errmsg(NULL), "args must be a JSON array") != NULL);
+    c.args = NULL;
+    c.kwargs = "[1]";
+    CHECK_EQ_I(tocsin_task_enqueue(db, &id, "tasks", &c, NULL), TOCSIN_INVALID);
+    c.kwargs = NULL;
+    c.task = "";
+    CHECK_EQ_I(tocsin_task_enqueue(db, &id, "tasks", &c, NULL), TOCSIN_INVALID);
+    c.task = "t";
+    c.timeout_ms = -1;
+    CHECK_EQ_I(tocsin_task_enqueue(db, &id, "tasks", &c, NULL), TOCSIN_INVALID);
+    CHECK(strstr(tocsin_errmsg(NULL), "timeout_ms") != NULL);
+    CHECK_EQ_I(tocsin_task_enqueue(db, &id, "tasks", NULL, NULL), TOCSIN_INVALID);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 0);
+    c.timeout_ms = 0;
+    c.result_ttl_ms = 0;
+    CHECK_OK(db, tocsin_task_enqueue(db, &id, "tasks", &c, NULL));
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE payload = '{\"task\":\"t\",\"args\":[],\"kwargs\":{}}'"), 1);
+    tocsin_close(db);
+}
+
+static void bad_worker_options(void) {
+    tocsin_db *db = t_open("w_bad", NULL);
+    tocsin_worker_opts o = TOCSIN_WORKER_OPTS_INIT;
+    tocsin_worker *w = NULL;
+    const char *bad[] = {"ok", ""};
+    CHECK_EQ_I(tocsin_worker_open(&w, db, NULL), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_worker_open(&w, db, &o), TOCSIN_INVALID);
+    CHECK(strstr(tocsin_errmsg(NULL), "queues") != NULL);
+    o.queues = bad;
+    o.n_queues = 2;
+    CHECK_EQ_I(tocsin_worker_open(&w, db, &o), TOCSIN_INVALID);
+    CHECK(strstr(tocsin_errmsg(NULL), "queue name") != NULL);
+    o.n_queues = 1;
+    o.concurrency = -1;
+    CHECK_EQ_I(tocsin_worker_open(&w, db, &o), TOCSIN_INVALID);
+    o.concurrency = 1;
+    o.visibility_ms = INT64_MAX;
+    CHECK_EQ_I(tocsin_worker_open(&w, db, &o), TOCSIN_INVALID);
+    CHECK(w == NULL);
+    CHECK_EQ_I(t_count(db, "_tocsin_workers"), 0);
+    o.visibility_ms = 0;
+    CHECK_OK(db, tocsin_worker_open(&w, db, &o));
+    CHECK_EQ_I(t_count(db, "_tocsin_workers"), 1);
+    CHECK_EQ_I(tocsin_worker_register(w, "bad\nname", NULL), TOCSIN_INVALID);
+    CHECK_OK(db, tocsin_worker_close(w));
+    CHECK_EQ_I(t_count(db, "_tocsin_workers"), 0);
+    tocsin_close(db);
+}
+
+static void outcomes(void) {
+    t_clock clk = {1000000};
+    tocsin_db *db = t_open("w_outcomes", &clk);
+    tocsin_worker *w = open_worker(db, "w1", 8);
+    tocsin_task_run **runs = NULL;
+    tocsin_outcome o = TOCSIN_OUTCOME_INIT;
+    tocsin_result *res = NULL;
+    tocsin_job *job = NULL;
+    size_t n = 0, i;
+    int64_t ok_id = call(db, "add", "[1,2]", 3), err_id = call(db, "add", "[]", 2);
+    int64_t fail_id = call(db, "add", "[0]", 3), back_id = call(db, "add", "[9]", 1);
+    int64_t bad_id = 0;
+    tocsin_task_run *r_ok = NULL, *r_err = NULL, *r_fail = NULL, *r_back = NULL;
+    CHECK_OK(db, tocsin_queue_enqueue(db, &bad_id, "tasks", "[\"not an envelope\"]", NULL));
+    CHECK_OK(db, tocsin_worker_next(w, &runs, &n, 0));
+    CHECK_EQ_I(n, 4); /* the invalid envelope was dealt with by the core */
+    for (i = 0; i < n; i++) {
+        if (runs[i]->job_id == ok_id) r_ok = runs[i];
+        if (runs[i]->job_id == err_id) r_err = runs[i];
+        if (runs[i]->job_id == fail_id) r_fail = runs[i];
+        if (runs[i]->job_id == back_id) r_back = runs[i];
+    }
+    tocsin_free(runs);
+    CHECK(r_ok && r_err && r_fail && r_back);
+    if (!(r_ok && r_err && r_fail && r_back)) return;
+    CHECK_STR(r_ok->task, "add");
+    CHECK_STR(r_ok->args, "[1,2]");
+    CHECK_STR(r_ok->kwargs, "{}");
+    CHECK_EQ_I(r_ok->attempt, 1);
+    CHECK_EQ_I(tocsin_worker_in_flight(w), 4);
+    CHECK_OK(db, tocsin_job_get(db, &job, bad_id));
+    CHECK(job && strcmp(job->state, "dead") == 0 && strcmp(job->reason, "failed") == 0);
+    tocsin_jobs_free(job, 1);
+    CHECK_OK(db, tocsin_result_get(db, &res, bad_id));
+    CHECK(res && res->is_error && strcmp(res->error_type, "InvalidEnvelope") == 0);
+    tocsin_result_free(res);
+
+    /* bad outcomes are refused, the run stays */
+    o.kind = 7;
+    CHECK_EQ_I(tocsin_worker_finish(w, NULL, r_ok, &o), TOCSIN_INVALID);
+    o.kind = TOCSIN_OUTCOME_OK;
+    o.value = "{bad json";
+    CHECK_EQ_I(tocsin_worker_finish(w, NULL, r_ok, &o), TOCSIN_INVALID);
+    o.value = "3";
+    CHECK_OK(db, tocsin_worker_finish(w, NULL, r_ok, &o));
+    CHECK_EQ_I(tocsin_worker_finish(w, NULL, r_ok, &o), TOCSIN_INVALID); /* twice */
+    /* batched: nothing committed until the next upkeep */
+    CHECK_EQ_I(t_count(db, "_tocsin_results"), 1);
+    o.kind = TOCSIN_OUTCOME_ERROR;
+    o.value = NULL;
+    o.error_type = "ValueError";
+    o.error_message = "bad input";
+    o.error_trace = "Traceback: line 1";
+    CHECK_OK(db, tocsin_worker_finish(w, NULL, r_err, &o));
+    o.kind = TOCSIN_OUTCOME_FAIL;
+    o.error_type = "TypeError";
+    CHECK_OK(db, tocsin_worker_finish(w, NULL, r_fail, &o));
+    o.kind = TOCSIN_OUTCOME_HAND_BACK;
+    o.delay_ms = 0;
+    CHECK_OK(db, tocsin_worker_finish(w, NULL, r_back, &o));
+    {
+        size_t lost = 9;
+        CHECK_OK(db, tocsin_worker_flush(w, &lost));
+        CHECK_EQ_I(lost, 0);
+    }
+    CHECK_EQ_I(tocsin_worker_in_flight(w), 0);
+    /* success: the result with the default ttl, the job acked */
+    CHECK_OK(db, tocsin_result_get(db, &res, ok_id));
+    CHECK(res && !res->is_error && strcmp(res->value, "3") == 0);
+    CHECK(res && res->expires_at == clk.now + TOCSIN_DEFAULT_RESULT_TTL_MS);
+    tocsin_result_free(res);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE id = 1"), 0);
+    /* error with attempts left: retried with backoff, no result yet */
+    CHECK_OK(db, tocsin_job_get(db, &job, err_id));
+    CHECK(job && strcmp(job->state, "scheduled") == 0 && job->run_at > clk.now);
+    CHECK(job && job->last_error && strcmp(job->last_error, "ValueError: bad input") == 0);
+    tocsin_jobs_free(job, 1);
+    CHECK_OK(db, tocsin_result_get(db, &res, err_id));
+    CHECK(res == NULL);
+    /* final failure: dead, the error recorded as data with its trace */
+    CHECK_OK(db, tocsin_result_get(db, &res, fail_id));
+    CHECK(res && res->is_error && strcmp(res->error_type, "TypeError") == 0 &&
+          strcmp(res->error_message, "bad input") == 0 && res->error_trace &&
+          strcmp(res->error_trace, "Traceback: line 1") == 0);
+    tocsin_result_free(res);
+    /* hand-back: pending again, no attempt consumed (max_attempts 1 still allows a run) */
+    CHECK_OK(db, tocsin_job_get(db, &job, back_id));
+    CHECK(job && strcmp(job->state, "pending") == 0 && job->attempts == 1 && job->max_attempts == 2);
+    tocsin_jobs_free(job, 1);
+    {
+        int64_t old_token = r_back ? 0 : 0;
+        tocsin_task_run *again = next_run(w, NULL);
+        CHECK(again && again->job_id == back_id && again->attempt == 2);
+        (void)old_token;
+        /* the last attempt fails: dead with reason max_attempts, error result */
+        clk.now += 10000000;
+        o.kind = TOCSIN_OUTCOME_ERROR;
+        o.error_type = "IOError";
+        o.error_trace = NULL;
+        if (again) CHECK_OK(db, tocsin_worker_finish(w, NULL, again, &o));
+        CHECK_OK(db, tocsin_worker_flush(w, NULL));
+        CHECK_OK(db, tocsin_job_get(db, &job, back_id));
+        CHECK(job && strcmp(job->state, "dead") == 0 && strcmp(job->reason, "max_attempts") == 0);
+        tocsin_jobs_free(job, 1);
+        CHECK_OK(db, tocsin_result_get(db, &res, back_id));
+        CHECK(res && res->is_error && strcmp(res->error_type, "IOError") == 0 && !res->error_trace);
+        tocsin_result_free(res);
+    }
+    /* the retried job comes back once due */
+    {
+        tocsin_task_run *again = next_run(w, NULL);
+        CHECK(again && again->job_id == err_id && again->attempt == 2);
+        o.kind = TOCSIN_OUTCOME_OK;
+        o.value = NULL;
+        if (again) CHECK_OK(db, tocsin_worker_finish(w, NULL, again, &o));
+        CHECK_OK(db, tocsin_worker_close(w)); /* flushes */
+        CHECK_OK(db, tocsin_result_get(db, &res, err_id));
+        CHECK(res && strcmp(res->value, "null") == 0);
+        tocsin_result_free(res);
+    }
+    tocsin_close(db);
+}
+
+/* The ack inside the business transaction: exactly-once effects. */
+static void finish_in_transaction(void) {
+    t_clock clk = {1000000};
+    tocsin_db *db = t_open("w_tx", &clk), *tx = NULL, *other = NULL;
+    tocsin_worker *w = open_worker(db, "w1", 1);
+    tocsin_outcome o = TOCSIN_OUTCOME_INIT;
+    tocsin_task_run *r;
+    int64_t id = call(db, "add", "[1]", 3), id2 = call(db, "add", "[2]", 3);
+    int ok = 0;
+    CHECK_OK(db, tocsin_exec(db, "CREATE TABLE effects(job INTEGER PRIMARY KEY)"));
+    r = next_run(w, NULL);
+    CHECK(r && r->job_id == id);
+    if (!r) return;
+    CHECK_OK(db, tocsin_tx_begin(db, &tx));
+    CHECK_OK(tx, tocsin_exec(tx, "INSERT INTO effects VALUES (1)"));
+    o.value = "\"sent\"";
+    CHECK_OK(tx, tocsin_worker_finish(w, tx, r, &o));
+    CHECK_EQ_I(t_count(db, "effects"), 0); /* not yet committed */
+    CHECK_OK(tx, tocsin_tx_commit(tx));
+    CHECK_EQ_I(t_count(db, "effects"), 1);
+    CHECK_EQ_I(t_count(db, "_tocsin_results WHERE job_id = 1"), 1);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE id = 1"), 0);
+    /* a lost lease is an error in the transaction's scope */
+    r = next_run(w, NULL);
+    CHECK(r && r->job_id == id2);
+    if (!r) return;
+    CHECK_OK(other, tocsin_open(&other, sqlite3_db_filename(tocsin_sqlite(db), "main"), NULL));
+    CHECK_OK(other, tocsin_job_cancel(other, &ok, id2));
+    CHECK_OK(db, tocsin_tx_begin(db, &tx));
+    CHECK_OK(tx, tocsin_exec(tx, "INSERT INTO effects VALUES (2)"));
+    CHECK_EQ_I(tocsin_worker_finish(w, tx, r, &o), TOCSIN_LEASE_LOST);
+    CHECK(strstr(tocsin_errmsg(NULL), "lease was lost") != NULL);
+    CHECK_OK(tx, tocsin_tx_rollback(tx));
+    CHECK_EQ_I(t_count(db, "effects"), 1);
+    CHECK_EQ_I(t_count(db, "_tocsin_results WHERE job_id = 2"), 0);
+    /* a tx of another database handle is refused */
+    CHECK_OK(other, tocsin_tx_begin(other, &tx));
+    CHECK_EQ_I(tocsin_worker_finish(w, tx, r, &o), TOCSIN_INVALID);
+    CHECK_OK(tx, tocsin_tx_rollback(tx));
+    tocsin_close(other);
+    tocsin_worker_close(w);
+    tocsin_close(db);
+}
+
+/* A task this worker lacks: handed back with growing delays, no attempt
+ * consumed, dead (UnknownTask) after the bound. */
+static void unknown_tasks(void) {
+    t_clock clk = {1000000};
+    tocsin_db *db = t_open("w_unknown", &clk);
+    tocsin_worker_opts wo = TOCSIN_WORKER_OPTS_INIT;
+    tocsin_worker *w = NULL;
+    tocsin_job *job = NULL;
+    tocsin_result *res = NULL;
+    int64_t id = call(db, "renamed_task", "[]", 1), first_delay;
+    int rc, i;
+    wo.queues = QS;
+    wo.n_queues = 1;
+    wo.unknown_task_handbacks = 3;
+    wo.unknown_task_delay_ms = 1000;
+    CHECK_OK(db, tocsin_worker_open(&w, db, &wo));
+    CHECK(next_run(w, &rc) == NULL);
+    CHECK_EQ_I(rc, TOCSIN_TIMEOUT);
+    CHECK_OK(db, tocsin_job_get(db, &job, id));
+    CHECK(job && strcmp(job->state, "scheduled") == 0 && job->attempts == 1 && job->max_attempts == 2);
+    CHECK(job && job->last_error && strstr(job->last_error, "UnknownTask") != NULL);
+    first_delay = job ? job->run_at - clk.now : 0;
+    CHECK(first_delay >= 500 && first_delay <= 1000);
+    tocsin_jobs_free(job, 1);
+    for (i = 0; i < 3; i++) {
+        clk.now += 100000;
+        CHECK(next_run(w, NULL) == NULL);
+    }
+    CHECK_OK(db, tocsin_job_get(db, &job, id));
+    CHECK(job && strcmp(job->state, "dead") == 0);
+    tocsin_jobs_free(job, 1);
+    CHECK_OK(db, tocsin_result_get(db, &res, id));
+    CHECK(res && res->is_error && strcmp(res->error_type, "UnknownTask") == 0);
+    tocsin_result_free(res);
+    tocsin_worker_close(w);
+    tocsin_close(db);
+}
+
+/* A worker process that died: its jobs are claimable at once (not after
+ * the lease), and its late ack is refused. */
+static void dead_worker_recovery(void) {
+    t_clock clk = {1000000};
+    tocsin_db *db = t_open("w_dead", &clk);
+    char path[512];
+    int64_t id = call(db, "add", "[1]", 3), token = 0;
+    int fds[2], ok = 1;
+    pid_t pid;
+    snprintf(path, sizeof path, "%s", sqlite3_db_filename(tocsin_sqlite(db), "main"));
+    CHECK(pipe(fds) == 0);
+    pid = fork();
+    if (pid == 0) {
+        tocsin_db *c = NULL;
+        tocsin_worker *cw;
+        tocsin_task_run *r;
+        close(fds[0]);
+        if (tocsin_open(&c, path, NULL) != TOCSIN_OK) _exit(2);
+        if (!(cw = open_worker(c, "doomed", 1))) _exit(3);
+        if (!(r = next_run(cw, NULL))) _exit(4);
+        if (write(fds[1], &r->token, sizeof r->token) != sizeof r->token) _exit(5);
+        _exit(0); /* dies holding the lease, without closing */
+    }
+    close(fds[1]);
+    CHECK(read(fds[0], &token, sizeof token) == sizeof token);
+    close(fds[0]);
+    waitpid(pid, NULL, 0);
+    CHECK_EQ_I(t_count(db, "_tocsin_workers WHERE id = 'doomed'"), 1);
+    {
+        tocsin_worker *w = open_worker(db, "heir", 1);
+        int rc = 0;
+        tocsin_task_run *r = next_run(w, &rc); /* the clock has not moved */
+        if (!r) fprintf(stderr, "heir: %d %s\n", rc, tocsin_errmsg(NULL));
+        tocsin_outcome o = TOCSIN_OUTCOME_INIT;
+        CHECK(r && r->job_id == id && r->attempt == 2 && r->token != token);
+        CHECK_EQ_I(t_count(db, "_tocsin_workers WHERE id = 'doomed'"), 0);
+        /* the dead holder's late ack is refused */
+        CHECK_OK(db, tocsin_job_ack(db, &ok, id, token));
+        CHECK_EQ_I(ok, 0);
+        if (r) CHECK_OK(db, tocsin_worker_finish(w, NULL, r, &o));
+        tocsin_worker_close(w);
+    }
+    CHECK_EQ_I(t_count(db, "_tocsin_results"), 1);
+    tocsin_close(db);
+}
+
+/* Cancelling a running job reaches the worker at its next upkeep. */
+static void cancellation(void) {
+    t_clock clk = {1000000};
+    tocsin_db *db = t_open("w_cancel", &clk), *other = NULL;
+    tocsin_worker *w = open_worker(db, "w1", 2);
+    tocsin_task_run *r;
+    int64_t id = call(db, "add", "[1]", 3), *ids = NULL;
+    size_t n = 0;
+    int ok = 0, rc;
+    r = next_run(w, NULL);
+    CHECK(r != NULL);
+    CHECK_OK(other, tocsin_open(&other, sqlite3_db_filename(tocsin_sqlite(db), "main"), NULL));
+    CHECK_OK(other, tocsin_job_cancel(other, &ok, id));
+    CHECK_EQ_I(ok, 1);
+    /* the commit wakes the worker; its next call sees the cancellation */
+    for (int i = 0; i < 50 && n == 0; i++) {
+        CHECK(next_run(w, &rc) == NULL);
+        CHECK_OK(db, tocsin_worker_cancelled(w, &ids, &n));
+        if (n == 0) {
+            tocsin_free(ids);
+            ids = NULL;
+            nap(25);
+        }
+    }
+    CHECK_EQ_I(n, 1);
+    if (n == 1) CHECK_EQ_I(ids[0], id);
+    tocsin_free(ids);
+    tocsin_close(other);
+    tocsin_worker_close(w);
+    tocsin_close(db);
+}
+
+/* The scheduler's step runs inside tocsin_worker_next: lead, fire, sleep. */
+static void scheduler_step(void) {
+    t_clock clk = {60000};
+    tocsin_db *db = t_open("w_sched", &clk);
+    tocsin_worker_opts wo = TOCSIN_WORKER_OPTS_INIT;
+    tocsin_worker *w = NULL;
+    tocsin_task_run *r;
+    tocsin_outcome o = TOCSIN_OUTCOME_INIT;
+    int64_t next = 0, wake;
+    wo.queues = QS;
+    wo.n_queues = 1;
+    wo.scheduler = 1;
+    wo.worker_id = "leader";
+    CHECK_OK(db, tocsin_schedule_set(db, &next, "every-minute", "* * * * *", "tasks",
+                                     "{\"task\":\"add\",\"args\":[]}", NULL));
+    CHECK_EQ_I(next, 120000);
+    CHECK_OK(db, tocsin_worker_open(&w, db, &wo));
+    CHECK_OK(db, tocsin_worker_register(w, "add", NULL));
+    CHECK(next_run(w, NULL) == NULL); /* leads, nothing due yet */
+    CHECK_EQ_I(t_count(db, "_tocsin_locks WHERE owner = 'leader'"), 1);
+    wake = tocsin_worker_wake_in(w);
+    CHECK(wake > 0 && wake <= 1000);
+    clk.now = 120000;
+    r = next_run(w, NULL); /* fires the boundary and claims its job */
+    CHECK(r && strcmp(r->task, "add") == 0);
+    if (r) CHECK_OK(db, tocsin_worker_finish(w, NULL, r, &o));
+    /* no second fire of the same boundary */
+    CHECK(next_run(w, NULL) == NULL);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 0);
+    CHECK_OK(db, tocsin_worker_close(w));
+    CHECK_EQ_I(t_count(db, "_tocsin_locks WHERE owner IS NOT NULL"), 0); /* resigned */
+    tocsin_close(db);
+}
+
+typedef struct waiter_ctx {
+    tocsin_worker *w;
+    int rc;
+} waiter_ctx;
+
+static void *wait_next(void *p) {
+    waiter_ctx *c = p;
+    tocsin_task_run **runs = NULL;
+    size_t n = 0;
+    c->rc = tocsin_worker_next(c->w, &runs, &n, -1);
+    tocsin_free(runs);
+    return NULL;
+}
+
+/* A blocked next ends with INTERRUPTED on poke; close hands back what runs. */
+static void poke_and_close(void) {
+    t_clock clk = {1000000};
+    tocsin_db *db = t_open("w_close", &clk);
+    tocsin_worker *w = open_worker(db, "w1", 1);
+    tocsin_job *job = NULL;
+    waiter_ctx c = {w, -1};
+    pthread_t t;
+    int64_t id;
+    CHECK(pthread_create(&t, NULL, wait_next, &c) == 0);
+    nap(20);
+    CHECK_OK(db, tocsin_worker_poke(w));
+    pthread_join(t, NULL);
+    CHECK_EQ_I(c.rc, TOCSIN_INTERRUPTED);
+    /* idle: a non-blocking call times out */
+    CHECK(next_run(w, &c.rc) == NULL);
+    CHECK_EQ_I(c.rc, TOCSIN_TIMEOUT);
+    id = call(db, "add", "[1]", 1);
+    CHECK(next_run(w, NULL) != NULL);
+    CHECK_OK(db, tocsin_worker_close(w));
+    CHECK_OK(db, tocsin_job_get(db, &job, id));
+    CHECK(job && strcmp(job->state, "pending") == 0 && job->attempts < job->max_attempts);
+    tocsin_jobs_free(job, 1);
+    CHECK_EQ_I(t_count(db, "_tocsin_workers"), 0);
+    tocsin_close(db);
+}
+
+void suite_worker(void) {
+    envelope();
+    bad_worker_options();
+    outcomes();
+    finish_in_transaction();
+    unknown_tasks();
+    dead_worker_recovery();
+    cancellation();
+    scheduler_step();
+    poke_and_close();
+}
