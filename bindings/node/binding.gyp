@@ -9,7 +9,7 @@
         "core/include",
         "core/src"
       ],
-      "defines": ["TOCSIN_EXTENSION", "NAPI_VERSION=8", "NODE_ADDON_API_DISABLE_CPP_EXCEPTIONS"],
+      "defines": ["TOCSIN_EXTENSION", "TOCSIN_NODE_WORKER", "NAPI_VERSION=8", "NODE_ADDON_API_DISABLE_CPP_EXCEPTIONS"],
       "cflags": ["-std=c11", "-fvisibility=hidden", "-O2"],
       "cflags_cc": ["-std=c++17", "-fvisibility=hidden", "-O2"],
       "cflags!": ["-fno-exceptions"],

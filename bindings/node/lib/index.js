@@ -857,3 +857,10 @@ delete module.exports.makeError;
 delete module.exports.errorOf;
 delete module.exports.CODES;
 module.exports.codes = errors.CODES;
+
+// tasks and the worker runner extend the classes above
+const tasksMod = require('./tasks');
+const workerMod = require('./worker');
+module.exports.TaskHandle = tasksMod.TaskHandle;
+module.exports.currentJob = tasksMod.currentJob;
+module.exports.Worker = workerMod.Worker;

@@ -11,4 +11,5 @@ export const {
   TocsinError, SQLiteError, InvalidArgumentError, NotFoundError, BusyError, LeaseLostError, ClosedError,
   CorruptError, TooBigError, VersionError, CallbackError, NoMemoryError, ReplacedError, TimeoutError,
   ReadOnlyError, InterruptedError, IOError, FullError, CantOpenError, PermissionError, TaskError,
+  TaskHandle, currentJob, Worker,
 } = tocsin;
