@@ -233,9 +233,9 @@ class Database {
   }
 
   /** Runs fn(tx) in a write transaction: committed when fn resolves, rolled back when it throws. */
-  async transaction(fn) {
+  async transaction(fn, _onMain) {
     if (typeof fn !== 'function') throw invalid('transaction(fn): fn must be a function');
-    const th = await native.txBegin(this._handle());
+    const th = await native.txBegin(this._handle(), !!_onMain);
     const tx = new Transaction(this, th);
     let result;
     try {

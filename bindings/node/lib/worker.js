@@ -212,7 +212,7 @@ class Worker extends EventEmitter {
         if (entry.handedBack) return;
         this._finish(run.jobId, OK, { value: json }, tx);
       };
-      if (transactional) await this.db.transaction((tx) => go(tx));
+      if (transactional) await this.db.transaction((tx) => go(tx), true);
       else await go(null);
       this.emit('done', ctx);
     } catch (e) {

@@ -582,6 +582,8 @@ Napi::Value TxBeginFn(const Napi::CallbackInfo &info) {
   Handle *h = get_handle(info);
   if (!h) return env.Undefined();
   if (h->is_tx) return throw_invalid(env, "transactions do not nest");
+  // on the main handle (a worker's transactions must begin on the worker's handle)
+  if (info[1].ToBoolean().Value()) return dispatch_async(env, h, std::unique_ptr<Op>(new TxBegin(h)));
   return dispatch(env, h, std::unique_ptr<Op>(new TxBegin(h)));
 }
 

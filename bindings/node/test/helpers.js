@@ -41,7 +41,7 @@ function spawnUntil(cmd, args, marker, opts = {}) {
     const p = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'], ...opts });
     let out = '';
     let err = '';
-    p.stderr.on('data', (d) => { err += d; });
+    p.stderr.on('data', (d) => { err += d; if (err.includes(marker)) resolve(p); });
     p.stdout.on('data', (d) => {
       out += d;
       if (out.includes(marker)) resolve(p);
