@@ -39,6 +39,7 @@ function run(cmd, args, opts = {}) {
 function spawnUntil(cmd, args, marker, opts = {}) {
   return new Promise((resolve, reject) => {
     const p = spawn(cmd, args, { stdio: ['ignore', 'pipe', 'pipe'], ...opts });
+    p.closed = new Promise((r) => p.on('close', (code) => r(code)));
     let out = '';
     let err = '';
     p.stderr.on('data', (d) => { err += d; if (err.includes(marker)) resolve(p); });
