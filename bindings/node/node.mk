@@ -36,9 +36,15 @@ test-node: $(NODE_ADDON) python-venv
 	@mkdir -p $(BUILD)
 	cd $(NODE_DIR) && TOCSIN_TEST_PYTHON=$(abspath $(PY_VENV))/bin/python $(NODE_GYP_ENV) \
 		$(NODE) --test --test-reporter=spec --test-reporter-destination=stdout \
-		--test-reporter=tap --test-reporter-destination=$(abspath $(BUILD))/node-test.tap test/
+		--test-reporter=tap --test-reporter-destination=$(abspath $(BUILD))/node-test.tap test/*.test.js
 	@awk '/^# tests /{t=$$3} /^# fail /{f=$$3} END{ if (t+0 == 0) { print "test-node: no test ran"; exit 1 } if (f+0 > 0) exit 1; print "test-node: " t " tests" }' $(BUILD)/node-test.tap
 
 bench-node: $(NODE_ADDON)
 	cd $(NODE_DIR)/bench && $(NODE_GYP_ENV) $(NPM) install --no-audit --no-fund --loglevel=error > /dev/null
 	$(NODE) $(NODE_DIR)/bench/bench.js
+
+# The Node part of `make demo`: Node <-> Python tasks by name, a better-sqlite3 transaction.
+demo: demo-node
+demo-node: $(NODE_ADDON) python-venv
+	rm -f $(BUILD)/demo-node.db $(BUILD)/demo-node.db-wal $(BUILD)/demo-node.db-shm
+	DEMO_DB=$(abspath $(BUILD))/demo-node.db TOCSIN_PY=$(abspath $(PY_VENV))/bin/python $(NODE) $(NODE_DIR)/examples/demo.js
