@@ -254,10 +254,12 @@ class Worker extends EventEmitter {
     if (this._busy) await new Promise((r) => { this._drained = r; });
     if (this._running.size > 0) {
       await new Promise((resolve) => {
-        this._idle = resolve;
-        const t = setTimeout(resolve, this.shutdownTimeout);
-        this._hurryNow = () => { clearTimeout(t); resolve(); };
-        if (this._running.size === 0) resolve();
+        let t = null;
+        const done = () => { if (t) clearTimeout(t); t = null; resolve(); };
+        this._idle = done;
+        this._hurryNow = done;
+        t = setTimeout(done, this.shutdownTimeout);
+        if (this._running.size === 0) done();
       });
     }
     for (const [id, e] of this._running) {
