@@ -3,7 +3,8 @@
 // send_email by name and reads its result; a Python process's call of a Node task runs
 // in a Node worker; a better-sqlite3 transaction enqueues with its business row.
 const path = require('path');
-const { spawn, execFileSync } = require('child_process');
+const { spawn, execFile } = require('child_process');
+const { promisify } = require('util');
 const Better = require('better-sqlite3');
 const tocsin = require('..');
 
@@ -34,11 +35,12 @@ async function main() {
     nq.task('shout', async (word) => `${String(word).toUpperCase()}!`);
     const w = new tocsin.Worker(db, { queues: ['node-tasks'] });
     const running = w.run();
-    const out = execFileSync(py, ['-c', [
+    // (asynchronously: the Node worker runs on this event loop)
+    const { stdout: out } = await promisify(execFile)(py, ['-c', [
       'import os, tocsin',
       'db = tocsin.open(os.environ["DEMO_DB"])',
       'print("python: shout (run by Node) returned", db.queue("node-tasks").call("shout", "hello").get(timeout=20))',
-    ].join('\n')], { env: process.env }).toString();
+    ].join('\n')], { env: process.env });
     process.stdout.write(out);
     await w.stop();
     await running;
