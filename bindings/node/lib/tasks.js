@@ -65,7 +65,7 @@ function registry(db) {
  * in that transaction), and the default enqueue options.
  */
 Queue.prototype.task = function task(name, fn, o) {
-  str(name, 'task name');
+  native.checkName(this.db._h, 'task name', str(name, 'task name')); // the core's rule
   if (typeof fn !== 'function') throw invalid('task(name, fn): fn must be a function');
   o = opts(o);
   const queue = this;

@@ -135,7 +135,8 @@ class Worker extends EventEmitter {
       } while (this._again && !this._stopping);
     } catch (e) {
       if (!this._stopping) {
-        this.emit('error', e);
+        // run() rejects with it; 'error' listeners hear it first
+        if (this.listenerCount('error') > 0) this.emit('error', e);
         this._failed = e;
         this.stop();
       }
@@ -158,7 +159,7 @@ class Worker extends EventEmitter {
       return true;
     } catch (e) {
       if (tx) throw e;
-      this.emit('error', e);
+      if (this.listenerCount('error') > 0) this.emit('error', e);
       return false;
     }
   }

@@ -164,3 +164,11 @@ test('loadablePath is the addon itself, loadable by better-sqlite3 by path', () 
   const v = tocsin.versions();
   assert.match(v.sqliteVersion, /^3\.\d+/);
 });
+
+test('the addon exports its N-API entry and the SQLite extension entry, nothing of the core', async () => {
+  const r = await run('nm', ['-D', '--defined-only', tocsin.loadablePath()]);
+  if (r.code !== 0 && /ENOENT|not found/.test(r.stderr)) return;
+  assert.equal(r.code, 0, r.stderr);
+  const names = r.stdout.split('\n').map((l) => l.trim().split(/\s+/)[2]).filter(Boolean).sort();
+  assert.deepEqual(names, ['napi_register_module_v1', 'node_api_module_get_api_version_v1', 'sqlite3_tocsin_init']);
+});

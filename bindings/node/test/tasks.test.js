@@ -88,6 +88,21 @@ describe('tasks in one process', () => {
     assert.deepEqual(q.tasks().sort(), ['add', 'bad', 'cyclic', 'flaky', 'meta', 'slow', 'tx']);
   });
 
+  test('worker: run({ signal }) stops on abort; bad options are refused', async () => {
+    const ac = new AbortController();
+    const w2 = new tocsin.Worker(db, { queues: ['t-abort'] });
+    const r = w2.run({ signal: ac.signal });
+    setTimeout(() => ac.abort(), 20);
+    await r;
+    assert.equal(w2.inFlight, 0);
+    assert.throws(() => new tocsin.Worker(db, { queues: [] }), tocsin.InvalidArgumentError);
+    assert.throws(() => new tocsin.Worker({}, { queues: ['x'] }), tocsin.InvalidArgumentError);
+    assert.throws(() => new tocsin.Worker(db, { queues: ['x'], concurrency: -1 }).run(), tocsin.InvalidArgumentError);
+    assert.throws(() => new tocsin.Worker(db, { queues: [''] }).run(), tocsin.InvalidArgumentError);
+    assert.throws(() => q.task('', async () => 1), tocsin.InvalidArgumentError);
+    assert.throws(() => q.task('x', 'not a function'), tocsin.InvalidArgumentError);
+  });
+
   test('periodic tasks fire through the worker scheduler', async () => {
     const d2 = tocsin.open(tmpdb());
     const pq = d2.queue('per');
