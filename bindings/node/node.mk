@@ -23,9 +23,12 @@ $(NODE_DEPS): $(NODE_DIR)/package.json
 
 node-deps: $(NODE_DEPS)
 
-$(NODE_ADDON): $(NODE_DEPS) $(NODE_SRC)
+$(NODE_DIR)/build/Makefile: $(NODE_DEPS) $(NODE_DIR)/binding.gyp
 	cd $(NODE_DIR) && $(NODE) scripts/sync-core.js
-	cd $(NODE_DIR) && test -f build/Makefile || $(NODE_GYP_ENV) npx --no-install node-gyp configure --loglevel=error
+	cd $(NODE_DIR) && $(NODE_GYP_ENV) npx --no-install node-gyp configure --loglevel=error
+
+$(NODE_ADDON): $(NODE_DIR)/build/Makefile $(NODE_SRC)
+	cd $(NODE_DIR) && $(NODE) scripts/sync-core.js
 	cd $(NODE_DIR) && $(NODE_GYP_ENV) npx --no-install node-gyp build -j 2 --loglevel=error > /dev/null
 	touch $@
 
