@@ -604,13 +604,24 @@ class Waiting {
       return Promise.reject(errorOf('TOCSIN_CLOSED', 'the subscription is closed'));
     }
     let signal = o.signal;
+    let busy = false;
     if (this._signal) signal = signal ? anySignal([signal, this._signal]) : this._signal;
     return waitFor({
       fd: this._w.fd(), timeout: o.timeout, signal, owner: this._db, holder: this,
       attempt: () => {
-        const rows = this._w.next();
+        let rows;
+        try {
+          rows = this._w.next();
+        } catch (e) {
+          // a stream subscription's autosave found the write lock taken by another
+          // process (1 ms busy timeout, never blocking the loop): nothing was saved or
+          // handed out; the core retries the save at the next call
+          if (e instanceof errors.BusyError) { busy = true; return undefined; }
+          throw e;
+        }
         return rows === null ? undefined : rows.map(this._wrap);
       },
+      recheck: () => (busy ? (busy = false, 10) : null),
     });
   }
   async *[Symbol.asyncIterator]() {
