@@ -88,6 +88,37 @@ describe('tasks in one process', () => {
     assert.deepEqual(q.tasks().sort(), ['add', 'bad', 'cyclic', 'flaky', 'meta', 'slow', 'tx']);
   });
 
+  test('worker concurrency: up to N handlers run at once, never more', async () => {
+    const d3 = tocsin.open(tmpdb());
+    const cq = d3.queue('conc');
+    let active = 0;
+    let peak = 0;
+    const gate = [];
+    cq.task('hold', async () => {
+      active++;
+      peak = Math.max(peak, active);
+      await new Promise((r) => gate.push(r));
+      active--;
+      return peak;
+    });
+    const handles = [];
+    for (let i = 0; i < 6; i++) handles.push(await cq.call('hold', []));
+    const w = new tocsin.Worker(d3, { queues: ['conc'], concurrency: 3 });
+    const r = w.run();
+    while (active < 3) await sleep(5);
+    await sleep(50);
+    assert.equal(active, 3, 'three run at once');
+    assert.equal(w.inFlight, 3);
+    while (handles.length && (await Promise.all(handles.map((h) => h.peek()))).some((x) => !x)) {
+      const open = gate.splice(0);
+      for (const g of open) g();
+      await sleep(5);
+    }
+    assert.equal(peak, 3, 'never more than the concurrency');
+    await w.stop(); await r;
+    await d3.close();
+  });
+
   test('worker: run({ signal }) stops on abort; bad options are refused', async () => {
     const ac = new AbortController();
     const w2 = new tocsin.Worker(db, { queues: ['t-abort'] });
