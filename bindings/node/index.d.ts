@@ -16,6 +16,8 @@ export interface OpenOptions {
   /** Payload size limit in bytes; default 1 MiB. */
   maxPayload?: number;
   readOnly?: boolean;
+  /** open even though another copy of SQLite is loaded in the process (it must never open this file) */
+  allowOtherSqlite?: boolean;
 }
 
 export interface TxOption { tx?: Transaction }

@@ -10,7 +10,7 @@
 const os = require('os');
 const crypto = require('crypto');
 const { EventEmitter } = require('events');
-const { native, addonPath, ensureLoaded } = require('./native');
+const { native, addonPath, ensureLoaded, otherSqliteCopies } = require('./native');
 const errors = require('./errors');
 const { waitFor, checkSignal, checkTimeout, abortReason } = require('./wait');
 
@@ -194,6 +194,14 @@ class Database {
   constructor(path, options) {
     const o = opts(options);
     ensureLoaded();
+    if (!o.allowOtherSqlite) {
+      const others = otherSqliteCopies();
+      if (others.length) {
+        throw errorOf('TOCSIN_ERROR', `tocsin: another copy of SQLite is loaded in this process (${others.join(', ')}); ` +
+          'two copies of SQLite on one database file can corrupt it, so tocsin refuses to open. Use one better-sqlite3 ' +
+          '(npm ls better-sqlite3), or pass { allowOtherSqlite: true } if that copy never opens this file.');
+      }
+    }
     const busy = ms(o.busyTimeout, 'busyTimeout');
     if (busy !== undefined && busy < 1) throw invalid('busyTimeout must be >= 1 ms');
     this._h = native.open(str(path, 'path'), busy || 0, o.maxPayload === undefined ? null : o.maxPayload, !!o.readOnly);
@@ -845,7 +853,11 @@ function notifySql(betterDb, channel, payload, o) {
   return sqlCall(betterDb, 'ntf', 'SELECT tocsin_notify(?, ?, ?)', [str(channel, 'channel'), toJson(payload, 'payload'), metaJson(o.meta)]);
 }
 
-/** Opens (creating if needed) the database at `path`: { busyTimeout (ms), maxPayload (bytes), readOnly }. */
+/**
+ * Opens (creating if needed) the database at `path`: { busyTimeout (ms),
+ * maxPayload (bytes), readOnly, allowOtherSqlite }. Refuses (TocsinError)
+ * when another copy of SQLite is loaded in the process, unless allowOtherSqlite.
+ */
 function open(path, options) { return new Database(path, options); }
 
 function cronNext(expr, after, o) {

@@ -122,6 +122,14 @@ test('a second copy of SQLite in the process is refused with a clear error', () 
     assert.match(e.message, /second copy of SQLite/);
     return true;
   });
+  // and tocsin refuses to open any file while that copy is loaded
+  assert.throws(() => tocsin.open(path.join(dir, 'y.db')), (e) => {
+    assert.ok(e instanceof tocsin.TocsinError);
+    assert.match(e.message, /another copy of SQLite is loaded in this process \(.*second_sqlite\.node\)/);
+    return true;
+  });
+  const allowed = tocsin.open(path.join(dir, 'y.db'), { allowOtherSqlite: true });
+  allowed.close();
   conn.close();
   // the first copy keeps working
   const again = new Better(':memory:');
