@@ -53,7 +53,11 @@ function waitFor({ fd, drain, attempt, recheck, timeout, signal, owner, holder, 
     let poller = null;
     let timeoutTimer = null;
     let recheckTimer = null;
+    let cleanupLater = false;
     const entry = { cancel: (err) => finish(err) };
+    function runCleanup() {
+      try { if (cleanup) cleanup(); } catch (_) { /* cleanup of a finished wait */ }
+    }
 
     function finish(err, value) {
       if (done) return;
@@ -64,7 +68,9 @@ function waitFor({ fd, drain, attempt, recheck, timeout, signal, owner, holder, 
       if (signal) signal.removeEventListener('abort', onAbort);
       if (owner) owner._waits.delete(entry);
       if (holder) holder._waits.delete(entry);
-      try { if (cleanup) cleanup(); } catch (_) { /* cleanup of a finished wait */ }
+      // a step running on the pool still uses the wait's subscription: clean up after it
+      if (running) cleanupLater = true;
+      else runCleanup();
       if (err) reject(err); else resolve(value);
     }
     function onAbort() { finish(abortReason(signal)); }
@@ -94,6 +100,7 @@ function waitFor({ fd, drain, attempt, recheck, timeout, signal, owner, holder, 
         finish(e);
       } finally {
         running = false;
+        if (cleanupLater) { cleanupLater = false; runCleanup(); }
         if (!done && poller) poller.start();
       }
     }
