@@ -119,6 +119,33 @@ describe('tasks in one process', () => {
     await d3.close();
   });
 
+  test('cancelling a running job aborts its handler (the core reports it to the worker)', async () => {
+    const d4 = tocsin.open(tmpdb());
+    const cq = d4.queue('cx');
+    let started;
+    let sawAbort = null;
+    const running = new Promise((r) => { started = r; });
+    cq.task('waitcancel', async () => {
+      const { signal } = tocsin.currentJob();
+      started();
+      await new Promise((resolve) => signal.addEventListener('abort', () => { sawAbort = signal.reason; resolve(); }, { once: true }));
+      return 'stopped';
+    });
+    const w = new tocsin.Worker(d4, { queues: ['cx'] });
+    const r = w.run();
+    const h = await cq.call('waitcancel', []);
+    await running;
+    assert.equal(await cq.cancel(h.id), true);
+    const deadline = Date.now() + 10000;
+    while (!sawAbort && Date.now() < deadline) await sleep(10);
+    assert.ok(sawAbort, 'the handler saw its signal abort');
+    assert.equal(sawAbort.code, 'TOCSIN_LEASE_LOST');
+    await w.stop(); await r;
+    const job = await cq.get(h.id);
+    assert.equal(job.reason, 'cancelled', 'the late outcome did not overwrite the cancellation');
+    await d4.close();
+  });
+
   test('worker: run({ signal }) stops on abort; bad options are refused', async () => {
     const ac = new AbortController();
     const w2 = new tocsin.Worker(db, { queues: ['t-abort'] });
