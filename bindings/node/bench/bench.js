@@ -42,7 +42,7 @@ async function main() {
   const commit = raw.prepare('COMMIT');
   const ins = raw.prepare("INSERT INTO _tocsin_jobs(queue, state, payload, meta, priority, max_attempts, run_at, created_at, expires_at, unique_key) VALUES (?, 'pending', ?, NULL, 0, 3, ?, ?, NULL, NULL) ON CONFLICT(queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING");
   const check = raw.prepare("SELECT (SELECT paused FROM _tocsin_queues WHERE name = @q), EXISTS (SELECT 1 FROM _tocsin_jobs WHERE queue = @q AND lease_until <= @t AND state <> 'scheduled'), EXISTS (SELECT 1 FROM _tocsin_jobs WHERE queue = @q AND expires_at <= @t AND expires_at IS NOT NULL AND state <> 'processing'), EXISTS (SELECT 1 FROM _tocsin_jobs WHERE queue = @q AND state = 'scheduled' AND run_at <= @t)").raw();
-  const sel = raw.prepare("SELECT id, attempts FROM _tocsin_jobs WHERE queue = @q AND lease_until IS NULL AND state <> 'scheduled' ORDER BY priority DESC, run_at, id LIMIT @t");
+  const sel = raw.prepare("SELECT id, attempts FROM _tocsin_jobs WHERE queue = @q AND lease_until IS NULL AND state <> 'scheduled' ORDER BY priority DESC, run_at, id LIMIT 1");
   const lease = raw.prepare("UPDATE _tocsin_jobs SET state = 'processing', attempts = attempts + 1, worker = @t, lease_until = @u WHERE id = @q");
   const ack = raw.prepare("DELETE FROM _tocsin_jobs WHERE id = @q AND state = 'processing' AND attempts = @t");
 
@@ -77,7 +77,7 @@ async function main() {
           const t = Date.now();
           begin.run();
           check.get({ q: 'bench', t });
-          const row = sel.get({ q: 'bench', t: 1 });
+          const row = sel.get({ q: 'bench' });
           lease.run({ q: row.id, t: 'w', u: t + 30000 });
           commit.run();
           begin.run(); ack.run({ q: row.id, t: row.attempts + 1 }); commit.run();
