@@ -2041,6 +2041,13 @@ static const char SQL_PROMOTE[] =
 static const char SQL_CLAIM_SELECT[] =
     "SELECT " JOB_COLS " FROM _tocsin_jobs WHERE queue = ?1 AND " PENDING
     " ORDER BY " CLAIM_ORDER " LIMIT ?3";
+/* The one-job claim, the hot path: a bound LIMIT makes SQLite re-prepare the
+ * statement at every execution (the planner reads the LIMIT's value, so each
+ * bind expires the statement), which cost more than the rest of the claim's
+ * SELECT; a literal LIMIT 1 keeps the prepared statement. */
+static const char SQL_CLAIM_SELECT_ONE[] =
+    "SELECT " JOB_COLS " FROM _tocsin_jobs WHERE queue = ?1 AND " PENDING
+    " ORDER BY " CLAIM_ORDER " LIMIT 1";
 /* The same while a burst of due jobs is still being promoted (the promotion
  * hit its bound): due scheduled jobs compete in claim order too, so the order
  * stays exact. Costs a scan of the due jobs not yet promoted, never of the
@@ -2508,12 +2515,14 @@ int tocsin_queue_claim(tocsin_db *db, tocsin_job **out_jobs, size_t *out_n, cons
     now = queue_now(db);
     rc = claim_prepare(db, queue, now, max, &paused, &burst);
     if (rc == TOCSIN_OK && !paused) {
-        if (!(st = tc_stmt(db, burst ? SQL_CLAIM_SELECT_BURST : SQL_CLAIM_SELECT))) {
+        int one = !burst && max == 1;
+        if (!(st = tc_stmt(db, burst ? SQL_CLAIM_SELECT_BURST
+                                     : one ? SQL_CLAIM_SELECT_ONE : SQL_CLAIM_SELECT))) {
             rc = TC_ERRCODE;
         } else {
             sqlite3_bind_text(st, 1, queue, -1, SQLITE_STATIC);
             if (burst) sqlite3_bind_int64(st, 2, now);
-            sqlite3_bind_int64(st, 3, (sqlite3_int64)max);
+            if (!one) sqlite3_bind_int64(st, 3, (sqlite3_int64)max);
             rc = collect_jobs(db, st, max, out_jobs, out_n, "claim");
         }
         if (rc == TOCSIN_OK && *out_n)
@@ -9312,6 +9321,20 @@ static int sql_entry(sqlite3 *conn, char **pzErrMsg) {
 #ifdef TOCSIN_EXTENSION
 TOCSIN_EXPORT
 int sqlite3_tocsin_init(sqlite3 *conn, char **pzErrMsg, const sqlite3_api_routines *pApi) {
+    /* One SQLite per process (docs/architecture.md): the core runs on the
+     * routine table of the first SQLite that loaded it -- its own connections
+     * included. A second copy of SQLite loading the same module would make
+     * two copies run on one file (their POSIX locks drop each other's):
+     * refuse it instead. */
+    if (sqlite3_api && sqlite3_api != pApi) {
+        if (pzErrMsg)
+            *pzErrMsg = pApi->mprintf(
+                "tocsin: refusing to load into a second copy of SQLite in this process "
+                "(tocsin already runs on SQLite %s, this connection's is %s): two copies "
+                "of SQLite on one database file can corrupt it; use one SQLite driver",
+                sqlite3_api->libversion(), pApi->libversion());
+        return SQLITE_ERROR;
+    }
     SQLITE_EXTENSION_INIT2(pApi);
     return sql_entry(conn, pzErrMsg);
 }

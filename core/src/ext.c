@@ -1712,6 +1712,20 @@ static int sql_entry(sqlite3 *conn, char **pzErrMsg) {
 #ifdef TOCSIN_EXTENSION
 TOCSIN_EXPORT
 int sqlite3_tocsin_init(sqlite3 *conn, char **pzErrMsg, const sqlite3_api_routines *pApi) {
+    /* One SQLite per process (docs/architecture.md): the core runs on the
+     * routine table of the first SQLite that loaded it -- its own connections
+     * included. A second copy of SQLite loading the same module would make
+     * two copies run on one file (their POSIX locks drop each other's):
+     * refuse it instead. */
+    if (sqlite3_api && sqlite3_api != pApi) {
+        if (pzErrMsg)
+            *pzErrMsg = pApi->mprintf(
+                "tocsin: refusing to load into a second copy of SQLite in this process "
+                "(tocsin already runs on SQLite %s, this connection's is %s): two copies "
+                "of SQLite on one database file can corrupt it; use one SQLite driver",
+                sqlite3_api->libversion(), pApi->libversion());
+        return SQLITE_ERROR;
+    }
     SQLITE_EXTENSION_INIT2(pApi);
     return sql_entry(conn, pzErrMsg);
 }

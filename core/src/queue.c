@@ -94,6 +94,13 @@ static const char SQL_PROMOTE[] =
 static const char SQL_CLAIM_SELECT[] =
     "SELECT " JOB_COLS " FROM _tocsin_jobs WHERE queue = ?1 AND " PENDING
     " ORDER BY " CLAIM_ORDER " LIMIT ?3";
+/* The one-job claim, the hot path: a bound LIMIT makes SQLite re-prepare the
+ * statement at every execution (the planner reads the LIMIT's value, so each
+ * bind expires the statement), which cost more than the rest of the claim's
+ * SELECT; a literal LIMIT 1 keeps the prepared statement. */
+static const char SQL_CLAIM_SELECT_ONE[] =
+    "SELECT " JOB_COLS " FROM _tocsin_jobs WHERE queue = ?1 AND " PENDING
+    " ORDER BY " CLAIM_ORDER " LIMIT 1";
 /* The same while a burst of due jobs is still being promoted (the promotion
  * hit its bound): due scheduled jobs compete in claim order too, so the order
  * stays exact. Costs a scan of the due jobs not yet promoted, never of the
@@ -561,12 +568,14 @@ int tocsin_queue_claim(tocsin_db *db, tocsin_job **out_jobs, size_t *out_n, cons
     now = queue_now(db);
     rc = claim_prepare(db, queue, now, max, &paused, &burst);
     if (rc == TOCSIN_OK && !paused) {
-        if (!(st = tc_stmt(db, burst ? SQL_CLAIM_SELECT_BURST : SQL_CLAIM_SELECT))) {
+        int one = !burst && max == 1;
+        if (!(st = tc_stmt(db, burst ? SQL_CLAIM_SELECT_BURST
+                                     : one ? SQL_CLAIM_SELECT_ONE : SQL_CLAIM_SELECT))) {
             rc = TC_ERRCODE;
         } else {
             sqlite3_bind_text(st, 1, queue, -1, SQLITE_STATIC);
             if (burst) sqlite3_bind_int64(st, 2, now);
-            sqlite3_bind_int64(st, 3, (sqlite3_int64)max);
+            if (!one) sqlite3_bind_int64(st, 3, (sqlite3_int64)max);
             rc = collect_jobs(db, st, max, out_jobs, out_n, "claim");
         }
         if (rc == TOCSIN_OK && *out_n)

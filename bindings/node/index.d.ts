@@ -1,0 +1,464 @@
+// Type declarations of the tocsin Node.js binding (lib/index.js, lib/tasks.js, lib/worker.js).
+// Durations and instants are integer milliseconds (instants since the Unix epoch; a Date is
+// accepted where an instant is). Fencing tokens are bigint.
+
+/// <reference types="node" />
+import { EventEmitter } from 'events';
+
+export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+export type Meta = { [key: string]: Json };
+export type Token = bigint | string;
+export type Instant = number | Date;
+
+export interface OpenOptions {
+  /** How long a writer waits for the lock (ms); default 5000. */
+  busyTimeout?: number;
+  /** Payload size limit in bytes; default 1 MiB. */
+  maxPayload?: number;
+  readOnly?: boolean;
+  /** open even though another copy of SQLite is loaded in the process (it must never open this file) */
+  allowOtherSqlite?: boolean;
+}
+
+export interface TxOption { tx?: Transaction }
+
+export interface EnqueueOptions extends TxOption {
+  priority?: number;
+  delay?: number;
+  runAt?: Instant;
+  maxAttempts?: number;
+  expires?: number;
+  uniqueKey?: string;
+  meta?: Meta;
+}
+
+export interface JobSpec extends Omit<EnqueueOptions, 'tx'> {
+  payload: unknown;
+  /** another queue than the one enqueueMany is called on */
+  queue?: string;
+}
+
+export interface WaitOptions {
+  /** ms; rejects with TimeoutError after it */
+  timeout?: number;
+  signal?: AbortSignal;
+}
+
+export interface QueueStats {
+  queue: string;
+  pending: number;
+  scheduled: number;
+  processing: number;
+  dead: number;
+  oldest_pending_age_ms: number;
+  paused: boolean;
+}
+
+export declare class Job<P = any> {
+  readonly id: number;
+  readonly queue: string;
+  readonly state: 'scheduled' | 'pending' | 'processing' | 'dead';
+  readonly payload: P;
+  readonly payloadJson: string;
+  readonly meta: Meta | null;
+  readonly priority: number;
+  readonly attempts: number;
+  readonly maxAttempts: number;
+  /** The lease's fencing token: pass it back as given. */
+  readonly token: bigint;
+  readonly runAt: number;
+  readonly createdAt: number;
+  readonly leaseUntil: number;
+  readonly expiresAt: number;
+  readonly uniqueKey: string | null;
+  readonly worker: string | null;
+  readonly lastError: string | null;
+  readonly reason: 'failed' | 'max_attempts' | 'expired' | 'cancelled' | null;
+  readonly diedAt: number;
+  ack(options?: TxOption): Promise<boolean>;
+  retry(options?: RetryOptions): Promise<boolean>;
+  fail(options?: FailOptions): Promise<boolean>;
+  heartbeat(options?: HeartbeatOptions): Promise<boolean>;
+  cancel(): Promise<boolean>;
+  complete(value: unknown, options?: CompleteOptions): Promise<boolean>;
+  toJSON(): object;
+}
+
+export interface LeaseOptions extends TxOption { token?: Token }
+export interface RetryOptions extends LeaseOptions { delay?: number; error?: string }
+export interface FailOptions extends LeaseOptions { error?: string }
+export interface HeartbeatOptions extends LeaseOptions { extend?: number }
+export interface CompleteOptions extends LeaseOptions { ttl?: number }
+export interface ClaimOptions { visibility?: number }
+export interface JobsOptions extends ClaimOptions { signal?: AbortSignal; batch?: number }
+
+export interface TaskOptions extends Omit<EnqueueOptions, 'tx' | 'maxAttempts' | 'uniqueKey'> {
+  /** attempts after the first */
+  retries?: number;
+  /** a run longer than this (ms) fails the attempt with error type Timeout */
+  timeout?: number;
+  /** how long results are kept (ms); < 0 forever */
+  resultTtl?: number;
+  backoffBase?: number;
+  backoffCap?: number;
+  /** run the handler with currentJob().tx and commit its ack in that transaction */
+  transactional?: boolean;
+}
+
+export interface CallOptions extends EnqueueOptions {
+  kwargs?: { [key: string]: unknown };
+  resultTtl?: number;
+  timeout?: number;
+}
+
+export interface PeriodicOptions extends ScheduleOptions {
+  args?: unknown[];
+  kwargs?: { [key: string]: unknown };
+  /** the schedule's name; default the task's name */
+  name?: string;
+  resultTtl?: number;
+  timeout?: number;
+}
+
+export declare class TaskHandle<R = any> {
+  readonly queue: Queue;
+  readonly id: number;
+  /** The task's value; rejects with TaskError when it failed. */
+  result(options?: WaitOptions): Promise<R>;
+  /** The outcome so far, or null while it runs. */
+  peek(): Promise<Result<R> | null>;
+  job(): Promise<Job | null>;
+}
+
+export interface TaskFunction<A extends unknown[], R> {
+  (...args: A): Promise<TaskHandle<R>>;
+  readonly taskName: string;
+  readonly queue: Queue;
+  enqueue(options?: CallOptions & { args?: A }): Promise<TaskHandle<R>>;
+  run(...args: A): R | Promise<R>;
+}
+
+export declare class Queue {
+  readonly db: Database;
+  readonly name: string;
+  enqueue(payload: unknown, options?: EnqueueOptions): Promise<number>;
+  enqueueMany(jobs: JobSpec[], options?: TxOption): Promise<number[]>;
+  claim<P = any>(workerId: string, options?: ClaimOptions): Promise<Job<P> | null>;
+  claimBatch<P = any>(n: number, workerId: string, options?: ClaimOptions): Promise<Job<P>[]>;
+  ack(job: Job | number, token?: Token, options?: TxOption): Promise<boolean>;
+  ack(job: Job, options?: TxOption): Promise<boolean>;
+  ackBatch(jobs: Array<Job | { id: number; token: Token }>, options?: TxOption): Promise<number>;
+  retry(job: Job | number, options?: RetryOptions): Promise<boolean>;
+  fail(job: Job | number, options?: FailOptions): Promise<boolean>;
+  heartbeat(job: Job | number, options?: HeartbeatOptions): Promise<boolean>;
+  complete(job: Job | number, value: unknown, options?: CompleteOptions): Promise<boolean>;
+  failTask(job: Job | number, type: string, message?: string, options?: CompleteOptions): Promise<boolean>;
+  cancel(job: Job | number): Promise<boolean>;
+  get<P = any>(id: number): Promise<Job<P> | null>;
+  pause(): Promise<void>;
+  resume(): Promise<void>;
+  isPaused(): Promise<boolean>;
+  stats(): Promise<QueueStats>;
+  nextDeadline(): Promise<number | null>;
+  deadLetters(options?: { afterId?: number; limit?: number }): Promise<Job[]>;
+  requeue(job: Job | number): Promise<boolean>;
+  purge(options?: { before?: Instant }): Promise<number>;
+  /** Resolves true once something is claimable. */
+  wait(options?: WaitOptions): Promise<boolean>;
+  jobs<P = any>(workerId: string, options?: JobsOptions): AsyncGenerator<Job<P>, void, undefined>;
+  task<A extends unknown[], R>(name: string, fn: (...args: A) => R | Promise<R>, options?: TaskOptions): TaskFunction<A, Awaited<R>>;
+  call<R = any>(name: string, args?: unknown[], options?: CallOptions): Promise<TaskHandle<R>>;
+  tasks(): string[];
+  periodic(cron: string, taskName: string, options?: PeriodicOptions): Promise<number>;
+}
+
+declare class Message<P = any> {
+  readonly id: number;
+  readonly payload: P;
+  readonly meta: Meta | null;
+  readonly createdAt: number;
+  toJSON(): object;
+}
+export declare class Event<P = any> extends Message<P> {
+  readonly offset: number;
+  readonly topic: string;
+  readonly key: string | null;
+}
+export declare class Notification<P = any> extends Message<P> {
+  readonly channel: string;
+}
+
+export interface PublishOptions extends TxOption { key?: string; meta?: Meta }
+export interface SubscribeOptions {
+  consumer?: string;
+  fromOffset?: number;
+  batch?: number;
+  autosaveEvery?: number;
+  autosaveMs?: number;
+  signal?: AbortSignal;
+}
+
+export declare class Stream {
+  readonly db: Database;
+  readonly topic: string;
+  publish(payload: unknown, options?: PublishOptions): Promise<number>;
+  publishMany(payloads: unknown[], options?: TxOption & { keys?: Array<string | null> }): Promise<number[]>;
+  read<P = any>(options?: { after?: number; limit?: number }): Promise<Event<P>[]>;
+  saveOffset(consumer: string, offset: number): Promise<number>;
+  offset(consumer: string): Promise<number>;
+  trim(options?: { maxAge?: number; maxCount?: number; belowConsumers?: boolean }): Promise<number>;
+  subscribe<P = any>(options?: SubscribeOptions): Subscription<P>;
+}
+
+declare class Waiting<T> implements AsyncIterable<T> {
+  readonly closed: boolean;
+  /** The next batch (at least one). */
+  get(options?: WaitOptions): Promise<T[]>;
+  [Symbol.asyncIterator](): AsyncGenerator<T, void, undefined>;
+  close(): void;
+}
+export declare class Listener<P = any> extends Waiting<Notification<P>> {
+  /** notifications lost to the bounded buffer */
+  readonly dropped: number;
+  on(event: 'notification', fn: (n: Notification<P>) => void): this;
+  on(event: 'error', fn: (e: Error) => void): this;
+  on(event: 'close', fn: () => void): this;
+  once(event: 'notification' | 'error' | 'close', fn: (...args: any[]) => void): this;
+  off(event: 'notification' | 'error' | 'close', fn: (...args: any[]) => void): this;
+  addListener(event: 'notification' | 'error' | 'close', fn: (...args: any[]) => void): this;
+  removeListener(event: 'notification' | 'error' | 'close', fn: (...args: any[]) => void): this;
+}
+export declare class Subscription<P = any> extends Waiting<Event<P>> {
+  readonly position: number;
+  save(): void;
+}
+export declare class Wake {
+  wait(options?: WaitOptions): Promise<true>;
+  close(): void;
+}
+
+export declare class Result<T = any> {
+  readonly jobId: number;
+  readonly ok: boolean;
+  readonly value: T | undefined;
+  readonly error: { type: string; message: string; trace: string | null } | null;
+  readonly createdAt: number;
+  readonly expiresAt: number;
+  /** The value, or throws the recorded task error as a TaskError. */
+  unwrap(): T;
+}
+
+export interface LockOptions { ttl?: number; owner?: string }
+export declare class Lock {
+  readonly db: Database;
+  readonly name: string;
+  readonly ttl: number;
+  readonly owner: string;
+  /** the fencing token of the last holding (0 before the first) */
+  token: number;
+  until: number;
+  readonly held: boolean;
+  tryAcquire(): Promise<boolean>;
+  /** Waits until held; resolves to the fencing token. */
+  acquire(options?: WaitOptions): Promise<number>;
+  renew(options?: { ttl?: number }): Promise<boolean>;
+  release(): Promise<boolean>;
+}
+
+export interface RateDecision { allowed: boolean; retryAfter: number; remaining: number }
+export declare class RateLimit {
+  readonly db: Database;
+  readonly name: string;
+  readonly limit: number;
+  readonly per: number;
+  tryAcquire(): Promise<RateDecision>;
+  reset(): Promise<number>;
+}
+
+export interface ScheduleOptions {
+  priority?: number;
+  maxAttempts?: number;
+  jobExpires?: number;
+  catchUp?: 'once' | 'all';
+  maxCatchUp?: number;
+  localTime?: boolean;
+  meta?: Meta | null;
+}
+export interface Schedule extends Required<Omit<ScheduleOptions, 'meta'>> {
+  name: string;
+  cron: string;
+  queue: string;
+  payload: Json;
+  meta: Meta | null;
+  paused: boolean;
+  nextFire: number;
+  lastFire: number;
+  lastJobId: number;
+  firedCount: number;
+  skippedCount: number;
+  createdAt: number;
+  updatedAt: number;
+}
+
+export declare class Transaction {
+  readonly database: Database;
+  readonly active: boolean;
+  /** SQL of the application's (no result rows), inside the transaction. */
+  exec(sql: string): void;
+}
+
+export interface PruneResult { results: number; rateLimits: number; notifications: number }
+
+export declare class Database {
+  readonly path: string;
+  readonly closed: boolean;
+  close(): Promise<void>;
+  transaction<T>(fn: (tx: Transaction) => T | Promise<T>): Promise<T>;
+  exec(sql: string, options?: TxOption): void;
+  now(): number;
+  setTime(when: Instant | null): void;
+  setMaxPayload(bytes: number): void;
+  queue(name: string): Queue;
+  stream(topic: string): Stream;
+  stats(): Promise<QueueStats[]>;
+  notify(channel: string, payload?: unknown, options?: TxOption & { meta?: Meta }): Promise<number>;
+  notifications<P = any>(channel: string, options?: { afterId?: number; limit?: number }): Promise<Notification<P>[]>;
+  notifyMaxId(): Promise<number>;
+  pruneNotifications(options?: { maxAge?: number; maxKeep?: number }): Promise<number>;
+  setNotifyAutotrim(options?: { maxAge?: number; maxKeep?: number; oneIn?: number }): Promise<void>;
+  listen<P = any>(channel: string, options?: { bufferSize?: number; signal?: AbortSignal }): Listener<P>;
+  subscribe(): Wake;
+  saveResult(jobId: number, value: unknown, options?: TxOption & { ttl?: number }): Promise<void>;
+  saveError(jobId: number, type: string, message?: string, options?: TxOption & { ttl?: number }): Promise<void>;
+  result<T = any>(jobId: number): Promise<Result<T> | null>;
+  checkResult<T = any>(jobId: number): Promise<Result<T> | null>;
+  waitResult<T = any>(jobId: number, options?: WaitOptions): Promise<Result<T>>;
+  deleteResult(jobId: number): Promise<boolean>;
+  lock(name: string, options?: LockOptions): Lock;
+  lockHolder(name: string): Promise<{ owner: string | null; token: number; until: number }>;
+  withLock<T>(name: string, options: LockOptions & WaitOptions, fn: (lock: Lock) => T | Promise<T>): Promise<T>;
+  withLock<T>(name: string, fn: (lock: Lock) => T | Promise<T>): Promise<T>;
+  rateLimit(name: string, limit: number, per: number): RateLimit;
+  schedule(name: string, cron: string, queue: string, payload?: unknown, options?: ScheduleOptions): Promise<number>;
+  updateSchedule(name: string, changes: ScheduleOptions & { cron?: string; queue?: string; payload?: unknown }): Promise<number>;
+  schedules(): Promise<Schedule[]>;
+  getSchedule(name: string): Promise<Schedule | null>;
+  pauseSchedule(name: string): Promise<void>;
+  resumeSchedule(name: string): Promise<void>;
+  unschedule(name: string): Promise<boolean>;
+  schedulerTick(): Promise<number>;
+  schedulerNextFire(): Promise<number | null>;
+  schedulerLead(owner: string, ttl: number): Promise<{ leader: boolean; token: number }>;
+  schedulerResign(owner: string): Promise<boolean>;
+  prune(options?: { notificationsMaxAge?: number; notificationsMaxKeep?: number }): Promise<PruneResult>;
+  call<R = any>(queue: string, name: string, args?: unknown[], options?: CallOptions): Promise<TaskHandle<R>>;
+  taskEnvelope(name: string, args?: unknown[], options?: { kwargs?: { [key: string]: unknown }; resultTtl?: number; timeout?: number }): Promise<string>;
+}
+
+export interface WorkerOptions {
+  queues?: string[] | string;
+  queue?: string;
+  concurrency?: number;
+  visibility?: number;
+  scheduler?: boolean;
+  schedulerTtl?: number;
+  workerId?: string;
+  /** ms running handlers get at stop() before they are handed back; default 30000 */
+  shutdownTimeout?: number;
+  unknownTaskDelay?: number;
+  unknownTaskHandbacks?: number;
+}
+
+export interface RunContext {
+  jobId: number;
+  token: bigint;
+  attempt: number;
+  maxAttempts: number;
+  queue: string;
+  task: string;
+  meta: Meta | null;
+  signal: AbortSignal;
+  startedAt: number;
+  /** transactional tasks: the transaction their ack commits in */
+  tx: Transaction | null;
+}
+
+export declare class Worker extends EventEmitter {
+  constructor(db: Database, options?: WorkerOptions);
+  readonly db: Database;
+  readonly queues: string[];
+  readonly concurrency: number;
+  readonly inFlight: number;
+  readonly workerId: string | undefined;
+  run(options?: { signal?: AbortSignal; handleSignals?: boolean }): Promise<void>;
+  stop(): Promise<void>;
+}
+
+/** The run a worker is executing (inside a task handler), or undefined. */
+export declare function currentJob(): RunContext | undefined;
+
+export declare function open(path: string, options?: OpenOptions): Database;
+export declare function loadablePath(): string;
+
+/** A better-sqlite3 Database (structural: anything with loadExtension and prepare). */
+export interface BetterSqliteLike {
+  loadExtension(path: string, entryPoint?: string): unknown;
+  prepare(sql: string): any;
+}
+export declare function load<T extends BetterSqliteLike>(betterDb: T): T;
+export declare function enqueueSql(betterDb: BetterSqliteLike, queue: string, payload: unknown, options?: Omit<EnqueueOptions, 'tx'>): number;
+export declare function publishSql(betterDb: BetterSqliteLike, topic: string, payload: unknown, options?: { key?: string; meta?: Meta }): number;
+export declare function notifySql(betterDb: BetterSqliteLike, channel: string, payload: unknown, options?: { meta?: Meta }): number;
+export declare function cronNext(expr: string, after?: Instant | null, options?: { localTime?: boolean }): number | null;
+export declare function versions(): { version: string; versionNumber: number; compiledVersion: string; schemaVersion: number; sqliteVersion: string | null };
+export declare const codes: { [code: string]: number };
+
+export declare class TocsinError extends Error {
+  /** 'TOCSIN_INVALID', 'TOCSIN_BUSY', ... */
+  readonly code: string;
+  readonly errno: number;
+  readonly sqliteCode: number;
+}
+export declare class SQLiteError extends TocsinError {}
+export declare class InvalidArgumentError extends TocsinError {}
+export declare class NotFoundError extends TocsinError {}
+export declare class BusyError extends TocsinError {}
+export declare class LeaseLostError extends TocsinError {}
+export declare class ClosedError extends TocsinError {}
+export declare class CorruptError extends TocsinError {}
+export declare class TooBigError extends TocsinError {}
+export declare class VersionError extends TocsinError {}
+export declare class CallbackError extends TocsinError {}
+export declare class NoMemoryError extends TocsinError {}
+export declare class ReplacedError extends TocsinError {}
+export declare class TimeoutError extends TocsinError {}
+export declare class ReadOnlyError extends TocsinError {}
+export declare class InterruptedError extends TocsinError {}
+export declare class IOError extends TocsinError {}
+export declare class FullError extends TocsinError {}
+export declare class CantOpenError extends TocsinError {}
+export declare class PermissionError extends TocsinError {}
+export declare class TaskError extends TocsinError {
+  readonly type: string;
+  readonly taskMessage: string;
+  readonly jobId: number;
+  readonly trace: string | null;
+}
+
+declare const tocsin: {
+  open: typeof open; loadablePath: typeof loadablePath; load: typeof load; enqueueSql: typeof enqueueSql;
+  publishSql: typeof publishSql; notifySql: typeof notifySql; cronNext: typeof cronNext; versions: typeof versions;
+  currentJob: typeof currentJob; codes: typeof codes;
+  Database: typeof Database; Transaction: typeof Transaction; Queue: typeof Queue; Job: typeof Job;
+  Stream: typeof Stream; Event: typeof Event; Notification: typeof Notification; Listener: typeof Listener;
+  Subscription: typeof Subscription; Wake: typeof Wake; Result: typeof Result; Lock: typeof Lock;
+  RateLimit: typeof RateLimit; TaskHandle: typeof TaskHandle; Worker: typeof Worker;
+  TocsinError: typeof TocsinError; SQLiteError: typeof SQLiteError; InvalidArgumentError: typeof InvalidArgumentError;
+  NotFoundError: typeof NotFoundError; BusyError: typeof BusyError; LeaseLostError: typeof LeaseLostError;
+  ClosedError: typeof ClosedError; CorruptError: typeof CorruptError; TooBigError: typeof TooBigError;
+  VersionError: typeof VersionError; CallbackError: typeof CallbackError; NoMemoryError: typeof NoMemoryError;
+  ReplacedError: typeof ReplacedError; TimeoutError: typeof TimeoutError; ReadOnlyError: typeof ReadOnlyError;
+  InterruptedError: typeof InterruptedError; IOError: typeof IOError; FullError: typeof FullError;
+  CantOpenError: typeof CantOpenError; PermissionError: typeof PermissionError; TaskError: typeof TaskError;
+};
+export default tocsin;

@@ -1,0 +1,889 @@
+'use strict';
+// tocsin for Node.js: a thin layer over the C core (core/include/tocsin.h).
+// Types, errors, idioms and the event loop live here; behaviour lives in C.
+//
+// Units: durations and instants are integer milliseconds (instants since the
+// Unix epoch; a Date is accepted where an instant is). Job ids, offsets and
+// notification ids are Numbers; fencing tokens are BigInts (id * 2^20 +
+// attempts exceeds 2^53 once ids pass 2^33) and are accepted back as BigInt,
+// decimal string, or safe-integer Number.
+const os = require('os');
+const crypto = require('crypto');
+const { EventEmitter } = require('events');
+const { native, addonPath, ensureLoaded, otherSqliteCopies } = require('./native');
+const errors = require('./errors');
+const { waitFor, checkSignal, checkTimeout, abortReason } = require('./wait');
+
+const { errorOf } = errors;
+const DEFAULT_VISIBILITY = 30000;
+
+// ---- argument translation ----
+
+function invalid(msg) { return errorOf('TOCSIN_INVALID', msg); }
+
+function toJson(value, what) {
+  if (value === undefined) return 'null';
+  let s;
+  try {
+    s = JSON.stringify(value);
+  } catch (e) {
+    throw invalid(`${what} is not JSON-serialisable: ${e.message}`);
+  }
+  if (s === undefined) throw invalid(`${what} is not JSON-serialisable (${typeof value})`);
+  return s;
+}
+
+function fromJson(text) { return text === null || text === undefined ? null : JSON.parse(text); }
+
+function metaJson(meta) {
+  if (meta === undefined || meta === null) return null;
+  if (typeof meta !== 'object' || Array.isArray(meta)) throw invalid('meta must be a plain object (headers)');
+  return toJson(meta, 'meta');
+}
+
+function ms(v, what) {
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'number' || !Number.isInteger(v)) throw invalid(`${what} must be an integer number of milliseconds`);
+  return v;
+}
+
+function instant(v, what) {
+  if (v instanceof Date) return v.getTime();
+  return ms(v, what);
+}
+
+function str(v, what) {
+  if (typeof v !== 'string') throw invalid(`${what} must be a string`);
+  return v;
+}
+
+function opts(o, what) {
+  if (o === undefined || o === null) return {};
+  if (typeof o !== 'object') throw invalid(`${what || 'options'} must be an object`);
+  return o;
+}
+
+function defaultOwner() {
+  return `${os.hostname()}:${process.pid}:${crypto.randomBytes(4).toString('hex')}`;
+}
+
+/** The fencing token as the BigInt the core gave (tokens travel as BigInt). */
+function tokenOf(t) {
+  if (typeof t === 'bigint') return t;
+  if (typeof t === 'string' && /^-?\d+$/.test(t)) return BigInt(t);
+  if (typeof t === 'number' && Number.isSafeInteger(t)) return BigInt(t);
+  throw invalid('token must be a bigint (or its decimal string)');
+}
+
+function idOf(job, token) {
+  if (job instanceof Job) return [job.id, token === undefined ? job.token : tokenOf(token)];
+  if (typeof job === 'number') {
+    if (token === undefined) throw invalid('a job id needs its token');
+    return [job, tokenOf(token)];
+  }
+  if (job && typeof job === 'object' && 'id' in job && 'token' in job) return [job.id, tokenOf(job.token)];
+  throw invalid('expected a Job or a job id and token');
+}
+
+function jobIdOf(job) {
+  if (job instanceof Job) return job.id;
+  if (typeof job === 'number' && Number.isInteger(job)) return job;
+  throw invalid('expected a Job or a job id');
+}
+
+// AbortSignal.any (Node >= 20.3) where it exists.
+function anySignal(signals) {
+  if (typeof AbortSignal.any === 'function') return AbortSignal.any(signals);
+  const c = new AbortController();
+  for (const s of signals) {
+    if (s.aborted) { c.abort(s.reason); break; }
+    s.addEventListener('abort', () => c.abort(s.reason), { once: true });
+  }
+  return c.signal;
+}
+
+// ---- messages ----
+
+class Job {
+  constructor(queue, row) {
+    this._queue = queue;
+    this._row = row;
+    this._payload = undefined;
+  }
+  get id() { return this._row.id; }
+  get queue() { return this._row.queue; }
+  get state() { return this._row.state; }
+  get payload() {
+    if (this._payload === undefined) this._payload = fromJson(this._row.payload);
+    return this._payload;
+  }
+  get payloadJson() { return this._row.payload; }
+  get meta() { return fromJson(this._row.meta); }
+  get priority() { return this._row.priority; }
+  get attempts() { return this._row.attempts; }
+  get maxAttempts() { return this._row.maxAttempts; }
+  /** The lease's fencing token (BigInt): pass it back as given. */
+  get token() { return this._row.token; }
+  get runAt() { return this._row.runAt; }
+  get createdAt() { return this._row.createdAt; }
+  get leaseUntil() { return this._row.leaseUntil; }
+  get expiresAt() { return this._row.expiresAt; }
+  get uniqueKey() { return this._row.uniqueKey; }
+  get worker() { return this._row.worker; }
+  get lastError() { return this._row.lastError; }
+  get reason() { return this._row.reason; }
+  get diedAt() { return this._row.diedAt; }
+  ack(o) { return this._queue.ack(this, undefined, o); }
+  retry(o) { return this._queue.retry(this, o); }
+  fail(o) { return this._queue.fail(this, o); }
+  heartbeat(o) { return this._queue.heartbeat(this, o); }
+  cancel() { return this._queue.cancel(this.id); }
+  complete(value, o) { return this._queue.complete(this, value, o); }
+  toJSON() {
+    const r = { ...this._row, payload: this.payload, meta: this.meta, token: String(this._row.token) };
+    return r;
+  }
+}
+
+class Message {
+  constructor(row) { this._row = row; this._payload = undefined; }
+  get id() { return this._row.id; }
+  get payload() {
+    if (this._payload === undefined) this._payload = fromJson(this._row.payload);
+    return this._payload;
+  }
+  get meta() { return fromJson(this._row.meta); }
+  get createdAt() { return this._row.createdAt; }
+  toJSON() { return { ...this._row, payload: this.payload, meta: this.meta }; }
+}
+class Event extends Message {
+  get offset() { return this._row.id; }
+  get topic() { return this._row.name; }
+  get key() { return this._row.key; }
+}
+class Notification extends Message {
+  get channel() { return this._row.name; }
+}
+
+class Result {
+  constructor(row) {
+    this.jobId = row.jobId;
+    this.ok = !row.isError;
+    this.value = row.isError ? undefined : fromJson(row.value);
+    this.error = row.isError ? { type: row.errorType, message: row.errorMessage, trace: row.errorTrace } : null;
+    this.createdAt = row.createdAt;
+    this.expiresAt = row.expiresAt;
+  }
+  /** The value, or throws the recorded task error as a TaskError. */
+  unwrap() {
+    if (this.ok) return this.value;
+    throw new errors.TaskError(this.error.type, this.error.message, this.jobId, this.error.trace);
+  }
+}
+
+// ---- the database ----
+
+class Transaction {
+  constructor(db, h) { this._db = db; this._h = h; this.active = true; }
+  get database() { return this._db; }
+  /** Runs SQL of the application's (no result rows) inside the transaction. */
+  exec(sql) { return native.exec(this._h, str(sql, 'sql')); }
+}
+
+class Database {
+  constructor(path, options) {
+    const o = opts(options);
+    ensureLoaded();
+    if (!o.allowOtherSqlite) {
+      const others = otherSqliteCopies();
+      if (others.length) {
+        throw errorOf('TOCSIN_ERROR', `tocsin: another copy of SQLite is loaded in this process (${others.join(', ')}); ` +
+          'two copies of SQLite on one database file can corrupt it, so tocsin refuses to open. Use one better-sqlite3 ' +
+          '(npm ls better-sqlite3), or pass { allowOtherSqlite: true } if that copy never opens this file.');
+      }
+    }
+    const busy = ms(o.busyTimeout, 'busyTimeout');
+    if (busy !== undefined && busy < 1) throw invalid('busyTimeout must be >= 1 ms');
+    this._h = native.open(str(path, 'path'), busy || 0, o.maxPayload === undefined ? null : o.maxPayload, !!o.readOnly);
+    this.path = path;
+    this._waits = new Set();
+    this._closers = new Set(); // listeners, subscriptions, workers: closed with the database
+    this._closing = false;
+    this._closed = false;
+  }
+  get closed() { return this._closed; }
+  _handle(o) {
+    const tx = o && o.tx;
+    if (tx === undefined || tx === null) {
+      if (this._closing) throw errorOf('TOCSIN_CLOSED', 'the database is closed');
+      return this._h;
+    }
+    if (!(tx instanceof Transaction)) throw invalid('tx must be a Transaction (from db.transaction)');
+    if (tx._db !== this) throw invalid('tx belongs to another database');
+    if (!tx.active) throw errorOf('TOCSIN_CLOSED', 'the transaction has ended');
+    return tx._h;
+  }
+
+  /**
+   * Closes the database: waits in flight reject with ClosedError, listeners,
+   * subscriptions and workers close, calls running off the main thread finish.
+   */
+  async close() {
+    if (this._closed) return;
+    this._closing = true;
+    const closed = errorOf('TOCSIN_CLOSED', 'the database was closed');
+    for (const w of [...this._waits]) w.cancel(closed);
+    for (const c of [...this._closers]) {
+      try { await c._closeFromDb(); } catch (_) { /* closing anyway */ }
+    }
+    while (native.close(this._h) > 0) await new Promise((r) => setTimeout(r, 2));
+    this._closed = true;
+  }
+
+  /** Runs fn(tx) in a write transaction: committed when fn resolves, rolled back when it throws. */
+  async transaction(fn, _onMain) {
+    if (typeof fn !== 'function') throw invalid('transaction(fn): fn must be a function');
+    const th = await native.txBegin(this._handle(), !!_onMain);
+    const tx = new Transaction(this, th);
+    let result;
+    try {
+      result = await fn(tx);
+    } catch (e) {
+      if (tx.active) {
+        tx.active = false;
+        try { native.txEnd(th, false); } catch (_) { /* rolled back */ }
+      }
+      throw e;
+    }
+    if (!tx.active) throw errorOf('TOCSIN_CLOSED', 'the transaction ended early');
+    tx.active = false;
+    native.txEnd(th, true);
+    return result;
+  }
+
+  exec(sql, o) { return native.exec(this._handle(o), str(sql, 'sql')); }
+  now() { return native.now(this._h); }
+  /** Fixes the clock at `when` (ms or Date); null restores the system clock (tests). */
+  setTime(when) { native.setTime(this._h, when === null || when === undefined ? null : instant(when, 'time')); }
+  setMaxPayload(bytes) { native.setMaxPayload(this._h, bytes); }
+
+  queue(name) { return new Queue(this, str(name, 'queue name')); }
+  stream(topic) { return new Stream(this, str(topic, 'topic')); }
+
+  async stats() { return JSON.parse(await native.stats(this._h, null)).queues; }
+
+  // ---- notify / listen ----
+  async notify(channel, payload, o) {
+    o = opts(o);
+    return native.notify(this._handle(o), str(channel, 'channel'), toJson(payload, 'payload'), metaJson(o.meta));
+  }
+  async notifications(channel, o) {
+    o = opts(o);
+    const rows = await native.notifyRead(this._h, str(channel, 'channel'), o.afterId, o.limit);
+    return rows.map((r) => new Notification(r));
+  }
+  async notifyMaxId() { return native.notifyMaxId(this._h); }
+  async pruneNotifications(o) {
+    o = opts(o);
+    return native.notifyPrune(this._h, ms(o.maxAge, 'maxAge') || 0, o.maxKeep || 0);
+  }
+  async setNotifyAutotrim(o) {
+    o = opts(o);
+    return native.notifyAutotrim(this._h, ms(o.maxAge, 'maxAge') || 0, o.maxKeep || 0, o.oneIn || 0);
+  }
+  /** Listens on `channel` from now on: an async iterator of Notifications and an EventEmitter ('notification'). */
+  listen(channel, o) {
+    o = opts(o);
+    checkSignal(o.signal);
+    return new Listener(this, native.listenOpen(this._h, str(channel, 'channel'), o.bufferSize), o.signal);
+  }
+  /** The raw wake: resolves after any commit to the file (any process). */
+  subscribe() { return new Wake(this, native.subOpen(this._h)); }
+
+  // ---- results ----
+  async saveResult(jobId, value, o) {
+    o = opts(o);
+    return native.resultSave(this._handle(o), jobIdOf(jobId), toJson(value, 'value'), ms(o.ttl, 'ttl'));
+  }
+  async saveError(jobId, type, message, o) {
+    o = opts(o);
+    return native.resultSaveError(this._handle(o), jobIdOf(jobId), str(type, 'type'), message === undefined ? null : message, ms(o.ttl, 'ttl'));
+  }
+  /** The stored result of a job, or null. */
+  async result(jobId) {
+    const r = await native.resultGet(this._h, jobIdOf(jobId), false);
+    return r ? new Result(r) : null;
+  }
+  /** The outcome of a job (its result, or a JobDead error for a job that died without one), or null while it runs. */
+  async checkResult(jobId) {
+    const r = await native.resultGet(this._h, jobIdOf(jobId), true);
+    return r ? new Result(r) : null;
+  }
+  /** Waits for a job's outcome (see checkResult): { timeout, signal }. */
+  async waitResult(jobId, o) {
+    o = opts(o);
+    const id = jobIdOf(jobId);
+    const sub = native.subOpen(this._h);
+    const h = this._h;
+    return waitFor({
+      fd: sub.fd(), timeout: o.timeout, signal: o.signal, owner: this,
+      attempt: () => {
+        const v = native.resultWaitStep(h, id, sub);
+        const conv = (r) => (r === null ? undefined : new Result(r));
+        return v && typeof v.then === 'function' ? v.then(conv) : conv(v);
+      },
+      recheck: () => 1000,
+      cleanup: () => sub.close(),
+    });
+  }
+  async deleteResult(jobId) { return native.resultDelete(this._h, jobIdOf(jobId)); }
+
+  // ---- locks and rate limits ----
+  lock(name, o) { return new Lock(this, str(name, 'lock name'), opts(o)); }
+  async lockHolder(name) { return native.lockHolder(this._h, str(name, 'lock name')); }
+  /** Acquires `name` (waiting: { ttl, timeout, signal, owner }), runs fn(lock), releases. */
+  async withLock(name, o, fn) {
+    if (typeof o === 'function') { fn = o; o = {}; }
+    if (typeof fn !== 'function') throw invalid('withLock(name, options, fn): fn must be a function');
+    o = opts(o);
+    const lock = this.lock(name, o);
+    await lock.acquire({ timeout: o.timeout, signal: o.signal });
+    try {
+      return await fn(lock);
+    } finally {
+      if (!this._closing) await lock.release();
+    }
+  }
+  rateLimit(name, limit, per) { return new RateLimit(this, str(name, 'rate limit name'), limit, per); }
+
+  // ---- schedules ----
+  async schedule(name, cron, queue, payload, o) {
+    return native.scheduleSet(this._h, str(name, 'schedule name'), str(cron, 'cron'), str(queue, 'queue'),
+      toJson(payload, 'payload'), scheduleOpts(o));
+  }
+  async updateSchedule(name, changes) {
+    const c = opts(changes, 'changes');
+    return native.scheduleUpdate(this._h, str(name, 'schedule name'), c.cron === undefined ? null : c.cron,
+      c.queue === undefined ? null : c.queue, 'payload' in c ? toJson(c.payload, 'payload') : null, scheduleOpts(c, true));
+  }
+  async schedules() { return (await native.scheduleList(this._h)).map(scheduleOf); }
+  async getSchedule(name) { const s = await native.scheduleGet(this._h, str(name, 'schedule name')); return s ? scheduleOf(s) : null; }
+  async pauseSchedule(name) { return native.schedulePause(this._h, str(name, 'schedule name'), false); }
+  async resumeSchedule(name) { return native.schedulePause(this._h, str(name, 'schedule name'), true); }
+  async unschedule(name) { return native.scheduleRemove(this._h, str(name, 'schedule name')); }
+  async schedulerTick() { return native.schedulerTick(this._h); }
+  async schedulerNextFire() { const t = await native.schedulerNextFire(this._h); return t < 0 ? null : t; }
+  async schedulerLead(owner, ttl) { return native.schedulerLead(this._h, str(owner, 'owner'), ttl); }
+  async schedulerResign(owner) { return native.schedulerResign(this._h, str(owner, 'owner')); }
+
+  // ---- housekeeping ----
+  /** Deletes expired results and stale rate-limit state; prunes notifications when a criterion is given. */
+  async prune(o) {
+    o = opts(o);
+    const out = { results: await native.resultSweep(this._h), rateLimits: await native.rateSweep(this._h), notifications: 0 };
+    if (o.notificationsMaxAge !== undefined || o.notificationsMaxKeep !== undefined) {
+      out.notifications = await this.pruneNotifications({ maxAge: o.notificationsMaxAge, maxKeep: o.notificationsMaxKeep });
+    }
+    return out;
+  }
+
+  // ---- tasks ----
+  /** Calls task `name` by name on `queue` (any runtime's worker may run it). */
+  async call(queue, name, args, o) { return this.queue(queue).call(name, args, o); }
+}
+
+function scheduleOpts(o, update) {
+  o = opts(o);
+  const r = {};
+  for (const k of ['priority', 'maxAttempts', 'jobExpires', 'maxCatchUp']) if (o[k] !== undefined) r[k] = o[k];
+  if (o.catchUp !== undefined) r.catchUp = o.catchUp;
+  if (o.localTime !== undefined) r.localTime = !!o.localTime;
+  if ('meta' in o && (o.meta !== undefined || update)) r.meta = metaJson(o.meta);
+  return r;
+}
+function scheduleOf(s) { return { ...s, payload: fromJson(s.payload), meta: fromJson(s.meta) }; }
+
+// ---- queues ----
+
+function enqueueArgs(o) {
+  return [o.priority === undefined ? null : o.priority, ms(o.delay, 'delay'), instant(o.runAt, 'runAt'),
+    o.maxAttempts === undefined ? null : o.maxAttempts, ms(o.expires, 'expires'),
+    o.uniqueKey === undefined ? null : o.uniqueKey, metaJson(o.meta)];
+}
+
+class Queue {
+  constructor(db, name) { this.db = db; this.name = name; }
+
+  /** Enqueues a job; resolves to its id. { priority, delay, runAt, maxAttempts, expires, uniqueKey, meta, tx } */
+  async enqueue(payload, o) {
+    o = opts(o);
+    return native.enqueue(this.db._handle(o), this.name, toJson(payload, 'payload'), ...enqueueArgs(o));
+  }
+  /** Enqueues jobs atomically (all or none): each a { payload, ...options } object. */
+  async enqueueMany(jobs, o) {
+    o = opts(o);
+    if (!Array.isArray(jobs)) throw invalid('jobs must be an array');
+    const specs = jobs.map((j, i) => {
+      if (!j || typeof j !== 'object' || !('payload' in j)) throw invalid(`jobs[${i}] must be an object with a payload`);
+      return [j.queue === undefined ? this.name : j.queue, toJson(j.payload, `jobs[${i}].payload`), ...enqueueArgs(j)];
+    });
+    return native.enqueueMany(this.db._handle(o), specs);
+  }
+  /** Claims one job for `workerId` (null when none is claimable). { visibility } */
+  async claim(workerId, o) {
+    const jobs = await this.claimBatch(1, workerId, o);
+    return jobs.length ? jobs[0] : null;
+  }
+  async claimBatch(n, workerId, o) {
+    o = opts(o);
+    const rows = await native.claim(this.db._h, this.name, str(workerId, 'workerId'), n,
+      o.visibility === undefined ? DEFAULT_VISIBILITY : ms(o.visibility, 'visibility'));
+    return rows.map((r) => new Job(this, r));
+  }
+  /** true when the token still held the lease (the job is done). { tx } */
+  async ack(job, token, o) {
+    if (token && typeof token === 'object' && !(typeof token === 'bigint')) { o = token; token = undefined; }
+    const [id, tok] = idOf(job, token);
+    return native.ack(this.db._handle(o), id, tok);
+  }
+  async ackBatch(jobs, o) {
+    if (!Array.isArray(jobs)) throw invalid('jobs must be an array');
+    const pairs = jobs.map((j) => idOf(j));
+    return native.ackBatch(this.db._handle(o), pairs.map((p) => p[0]), pairs.map((p) => p[1]));
+  }
+  /** { delay (ms; default: the core's exponential backoff), error, token } */
+  async retry(job, o) {
+    o = opts(o);
+    const [id, tok] = idOf(job, o.token);
+    return native.retry(this.db._handle(o), id, tok, ms(o.delay, 'delay'), o.error === undefined ? null : o.error);
+  }
+  async fail(job, o) {
+    o = opts(o);
+    const [id, tok] = idOf(job, o.token);
+    return native.fail(this.db._handle(o), id, tok, o.error === undefined ? null : o.error);
+  }
+  async heartbeat(job, o) {
+    o = opts(o);
+    const [id, tok] = idOf(job, o.token);
+    return native.heartbeat(this.db._handle(o), id, tok, o.extend === undefined ? DEFAULT_VISIBILITY : ms(o.extend, 'extend'));
+  }
+  /** Saves `value` as the job's result and acks it, atomically. { ttl, tx, token } */
+  async complete(job, value, o) {
+    o = opts(o);
+    const [id, tok] = idOf(job, o.token);
+    return native.complete(this.db._handle(o), id, tok, toJson(value, 'value'), ms(o.ttl, 'ttl'));
+  }
+  async failTask(job, type, message, o) {
+    o = opts(o);
+    const [id, tok] = idOf(job, o.token);
+    return native.failTask(this.db._handle(o), id, tok, str(type, 'type'), message === undefined ? null : message, ms(o.ttl, 'ttl'));
+  }
+  async cancel(job) { return native.cancel(this.db._h, jobIdOf(job)); }
+  async get(id) {
+    const r = await native.get(this.db._h, jobIdOf(id));
+    return r ? new Job(this, r) : null;
+  }
+  async pause() { return native.pause(this.db._h, this.name, false); }
+  async resume() { return native.pause(this.db._h, this.name, true); }
+  async isPaused() { return native.isPaused(this.db._h, this.name); }
+  async stats() { return JSON.parse(await native.stats(this.db._h, this.name)); }
+  async nextDeadline() { const t = await native.nextDeadline(this.db._h, [this.name]); return t < 0 ? null : t; }
+  async deadLetters(o) {
+    o = opts(o);
+    return (await native.deadList(this.db._h, this.name, o.afterId, o.limit)).map((r) => new Job(this, r));
+  }
+  async requeue(job) { return native.deadRequeue(this.db._h, jobIdOf(job)); }
+  async purge(o) { o = opts(o); return native.deadPurge(this.db._h, this.name, instant(o.before, 'before') || 0); }
+
+  /** Resolves true once something is claimable. { timeout, signal } */
+  async wait(o) {
+    o = opts(o);
+    return waitClaimable(this.db, [this.name], o.timeout, o.signal);
+  }
+
+  /** for await (const job of queue.jobs(workerId, { signal, visibility, batch })) */
+  jobs(workerId, o) {
+    o = opts(o);
+    str(workerId, 'workerId');
+    checkSignal(o.signal);
+    const self = this;
+    const batch = o.batch === undefined ? 1 : o.batch;
+    return (async function* jobIterator() {
+      const buffered = [];
+      for (;;) {
+        if (buffered.length) { yield buffered.shift(); continue; }
+        if (o.signal && o.signal.aborted) throw abortReason(o.signal);
+        const got = await self.claimBatch(batch, workerId, { visibility: o.visibility });
+        if (got.length) { buffered.push(...got); continue; }
+        await self.wait({ signal: o.signal });
+      }
+    })();
+  }
+
+  // tasks: see lib/tasks.js
+}
+
+function waitClaimable(db, queues, timeout, signal) {
+  checkSignal(signal);
+  checkTimeout(timeout);
+  const sub = native.subOpen(db._h);
+  const h = db._h;
+  let nextAt = null;
+  return waitFor({
+    fd: sub.fd(), timeout, signal, owner: db,
+    attempt: () => {
+      const v = native.queueWaitStep(h, queues, sub);
+      const after = (r) => {
+        if (r) return true;
+        const d = native.nextDeadline(h, queues);
+        nextAt = typeof d === 'number' ? d : null;
+        return undefined;
+      };
+      return v && typeof v.then === 'function' ? v.then(after) : after(v);
+    },
+    recheck: () => {
+      if (nextAt === null || nextAt < 0) return 1000;
+      return Math.min(1000, Math.max(0, nextAt - native.now(h)));
+    },
+    cleanup: () => sub.close(),
+  });
+}
+
+// ---- streams ----
+
+class Stream {
+  constructor(db, topic) { this.db = db; this.topic = topic; }
+  async publish(payload, o) {
+    o = opts(o);
+    return native.publish(this.db._handle(o), this.topic, toJson(payload, 'payload'), o.key === undefined ? null : o.key, metaJson(o.meta));
+  }
+  async publishMany(payloads, o) {
+    o = opts(o);
+    if (!Array.isArray(payloads)) throw invalid('payloads must be an array');
+    return native.publishMany(this.db._handle(o), this.topic, payloads.map((p, i) => toJson(p, `payloads[${i}]`)), o.keys === undefined ? null : o.keys);
+  }
+  async read(o) {
+    o = opts(o);
+    return (await native.streamRead(this.db._h, this.topic, o.after, o.limit)).map((r) => new Event(r));
+  }
+  async saveOffset(consumer, offset) { return native.saveOffset(this.db._h, str(consumer, 'consumer'), this.topic, offset); }
+  async offset(consumer) { return native.offset(this.db._h, str(consumer, 'consumer'), this.topic); }
+  async trim(o) {
+    o = opts(o);
+    return native.trim(this.db._h, this.topic, ms(o.maxAge, 'maxAge') || 0, o.maxCount || 0, !!o.belowConsumers);
+  }
+  /**
+   * Replays from the consumer's saved offset (or fromOffset), then follows
+   * live: an async iterator of Events. { consumer, fromOffset, batch,
+   * autosaveEvery, autosaveMs, signal }
+   */
+  subscribe(o) {
+    o = opts(o);
+    checkSignal(o.signal);
+    const w = native.streamSubOpen(this.db._h, this.topic, o.consumer === undefined ? null : o.consumer,
+      o.fromOffset === undefined ? null : o.fromOffset, o.batch, o.autosaveEvery, ms(o.autosaveMs, 'autosaveMs'));
+    return new Subscription(this.db, w, o.signal, (r) => new Event(r));
+  }
+}
+
+// ---- waits with a descriptor: wake, listener, stream subscription ----
+
+class Waiting {
+  constructor(db, w, signal, wrap) {
+    this._db = db;
+    this._w = w;
+    this._wrap = wrap;
+    this._closed = false;
+    this._signal = signal;
+    this._onAbort = null;
+    this._waits = new Set();
+    db._closers.add(this);
+    if (signal) {
+      this._onAbort = () => this.close();
+      if (signal.aborted) this.close(); else signal.addEventListener('abort', this._onAbort, { once: true });
+    }
+  }
+  get closed() { return this._closed; }
+  /** The next batch (at least one), waiting: { timeout, signal }. */
+  async get(o) {
+    o = opts(o);
+    if (this._closed) {
+      if (this._signal && this._signal.aborted) return Promise.reject(abortReason(this._signal));
+      return Promise.reject(errorOf('TOCSIN_CLOSED', 'the subscription is closed'));
+    }
+    let signal = o.signal;
+    let busy = false;
+    if (this._signal) signal = signal ? anySignal([signal, this._signal]) : this._signal;
+    return waitFor({
+      fd: this._w.fd(), timeout: o.timeout, signal, owner: this._db, holder: this,
+      attempt: () => {
+        let rows;
+        try {
+          rows = this._w.next();
+        } catch (e) {
+          // a stream subscription's autosave found the write lock taken by another
+          // process (1 ms busy timeout, never blocking the loop): nothing was saved or
+          // handed out; the core retries the save at the next call
+          if (e instanceof errors.BusyError) { busy = true; return undefined; }
+          throw e;
+        }
+        return rows === null ? undefined : rows.map(this._wrap);
+      },
+      recheck: () => (busy ? (busy = false, 10) : null),
+    });
+  }
+  async *[Symbol.asyncIterator]() {
+    try {
+      for (;;) {
+        const batch = await this.get();
+        for (const m of batch) yield m;
+      }
+    } finally {
+      if (!this._iterKeepOpen) this.close();
+    }
+  }
+  close() {
+    if (this._closed) return;
+    this._closed = true;
+    this._db._closers.delete(this);
+    if (this._signal && this._onAbort) this._signal.removeEventListener('abort', this._onAbort);
+    const why = this._signal && this._signal.aborted ? abortReason(this._signal) : errorOf('TOCSIN_CLOSED', 'the subscription was closed');
+    for (const w of [...this._waits]) w.cancel(why);
+    this._w.close();
+  }
+  async _closeFromDb() { this.close(); }
+}
+
+class Listener extends Waiting {
+  constructor(db, w, signal) {
+    super(db, w, signal, (r) => new Notification(r));
+    this._emitter = new EventEmitter();
+    this._pumping = false;
+    this._emitter.on('newListener', (ev) => { if (ev === 'notification') setImmediate(() => this._pump()); });
+  }
+  get dropped() { return this._w.dropped(); }
+  on(ev, fn) { this._emitter.on(ev, fn); return this; }
+  once(ev, fn) { this._emitter.once(ev, fn); return this; }
+  off(ev, fn) { this._emitter.off(ev, fn); return this; }
+  addListener(ev, fn) { return this.on(ev, fn); }
+  removeListener(ev, fn) { return this.off(ev, fn); }
+  async _pump() {
+    if (this._pumping) return;
+    this._pumping = true;
+    try {
+      while (!this._closed && this._emitter.listenerCount('notification') > 0) {
+        let batch;
+        try {
+          batch = await this.get();
+        } catch (e) {
+          if (this._closed) break;
+          if (this._emitter.listenerCount('error') > 0) this._emitter.emit('error', e);
+          break;
+        }
+        for (const n of batch) this._emitter.emit('notification', n);
+      }
+    } finally {
+      this._pumping = false;
+    }
+  }
+  close() {
+    const was = this._closed;
+    super.close();
+    if (!was) this._emitter.emit('close');
+  }
+}
+
+class Subscription extends Waiting {
+  get position() { return this._w.position(); }
+  save() { this._w.save(); }
+}
+
+class Wake {
+  constructor(db, w) { this._db = db; this._w = w; this._closed = false; this._waits = new Set(); db._closers.add(this); }
+  /** Resolves true after a commit (any process); { timeout, signal }. */
+  async wait(o) {
+    o = opts(o);
+    if (this._closed) return Promise.reject(errorOf('TOCSIN_CLOSED', 'the subscription is closed'));
+    return waitFor({
+      fd: this._w.fd(), timeout: o.timeout, signal: o.signal, owner: this._db, holder: this,
+      attempt: () => (this._w.next() ? true : undefined),
+    });
+  }
+  close() {
+    if (this._closed) return;
+    this._closed = true;
+    this._db._closers.delete(this);
+    for (const w of [...this._waits]) w.cancel(errorOf('TOCSIN_CLOSED', 'the subscription was closed'));
+    this._w.close();
+  }
+  async _closeFromDb() { this.close(); }
+}
+
+// ---- locks, rate limits ----
+
+class Lock {
+  constructor(db, name, o) {
+    this.db = db;
+    this.name = name;
+    this.ttl = o.ttl === undefined ? 30000 : ms(o.ttl, 'ttl');
+    this.owner = o.owner === undefined ? defaultOwner() : str(o.owner, 'owner');
+    this.token = 0;
+    this.until = 0;
+  }
+  get held() { return this.token > 0 && this.until > this.db.now(); }
+  async tryAcquire() {
+    const r = await native.lockAcquire(this.db._h, this.name, this.owner, this.ttl);
+    if (r.token > 0) { this.token = r.token; this.until = r.until; return true; }
+    return false;
+  }
+  /** Waits until held (resolves to the fencing token). { timeout, signal } */
+  async acquire(o) {
+    o = opts(o);
+    const db = this.db;
+    const h = db._h;
+    const sub = native.subOpen(h);
+    let until = 0;
+    return waitFor({
+      fd: sub.fd(), timeout: o.timeout, signal: o.signal, owner: db,
+      attempt: () => {
+        const v = native.lockWaitStep(h, this.name, this.owner, this.ttl, sub);
+        const after = (r) => {
+          if (r) { this.token = r.token; this.until = r.until; return r.token; }
+          const hold = native.lockHolder(h, this.name);
+          if (hold && typeof hold.then === 'function') return hold.then((x) => { until = x.until; return undefined; });
+          until = hold.until;
+          return undefined;
+        };
+        return v && typeof v.then === 'function' ? v.then(after) : after(v);
+      },
+      recheck: () => (until > 0 ? Math.min(1000, Math.max(0, until - native.now(h))) : 1000),
+      cleanup: () => sub.close(),
+    });
+  }
+  async renew(o) {
+    o = opts(o);
+    const ttl = o.ttl === undefined ? this.ttl : ms(o.ttl, 'ttl');
+    const ok = await native.lockRenew(this.db._h, this.name, this.owner, this.token, ttl);
+    if (ok) this.until = this.db.now() + ttl;
+    return ok;
+  }
+  async release() {
+    if (!this.token) return false;
+    const ok = await native.lockRelease(this.db._h, this.name, this.owner, this.token);
+    this.until = 0; // the token stays: a fencing check against it still says 'stale'
+    return ok;
+  }
+}
+
+class RateLimit {
+  constructor(db, name, limit, per) {
+    this.db = db; this.name = name; this.limit = limit; this.per = ms(per, 'per');
+  }
+  /** { allowed, retryAfter (ms), remaining } */
+  async tryAcquire() { return native.rateTry(this.db._h, this.name, this.limit, this.per); }
+  async reset() { return native.rateReset(this.db._h, this.name); }
+}
+
+// ---- the extension in the app's own better-sqlite3 connections ----
+
+/** The path of the loadable SQLite extension (this addon): db.loadExtension(loadablePath()). */
+function loadablePath() { return addonPath; }
+
+const loadedInto = new WeakSet();
+/** Loads tocsin's SQL functions into a better-sqlite3 connection (once per connection). */
+function load(betterDb) {
+  if (!betterDb || typeof betterDb.loadExtension !== 'function' || typeof betterDb.prepare !== 'function') {
+    throw invalid('expected a better-sqlite3 Database');
+  }
+  if (loadedInto.has(betterDb)) return betterDb;
+  ensureLoaded();
+  try {
+    betterDb.loadExtension(addonPath, 'sqlite3_tocsin_init');
+  } catch (e) {
+    throw errorOf('TOCSIN_ERROR', e.message);
+  }
+  loadedInto.add(betterDb);
+  return betterDb;
+}
+
+function sqlOptions(o) {
+  const r = {};
+  if (o.priority !== undefined) r.priority = o.priority;
+  if (o.delay !== undefined) r.delay_ms = ms(o.delay, 'delay');
+  if (o.runAt !== undefined) r.run_at_ms = instant(o.runAt, 'runAt');
+  if (o.maxAttempts !== undefined) r.max_attempts = o.maxAttempts;
+  if (o.expires !== undefined) r.expires_ms = ms(o.expires, 'expires');
+  if (o.uniqueKey !== undefined) r.unique_key = o.uniqueKey;
+  if (o.meta !== undefined && o.meta !== null) r.meta = JSON.parse(metaJson(o.meta));
+  return Object.keys(r).length ? JSON.stringify(r) : null;
+}
+
+const stmtCache = new WeakMap();
+function stmt(betterDb, key, sql) {
+  let m = stmtCache.get(betterDb);
+  if (!m) { m = new Map(); stmtCache.set(betterDb, m); }
+  let s = m.get(key);
+  if (!s) { s = betterDb.prepare(sql); m.set(key, s); }
+  return s;
+}
+
+function sqlCall(betterDb, key, sql, args) {
+  load(betterDb);
+  try {
+    return stmt(betterDb, key, sql).pluck().get(...args);
+  } catch (e) {
+    if (e instanceof errors.TocsinError) throw e;
+    throw errorOf(/too big|too large/i.test(e.message) ? 'TOCSIN_TOOBIG' : 'TOCSIN_INVALID', e.message);
+  }
+}
+
+/** Enqueues through SQL on the app's better-sqlite3 connection (inside its transaction, if any); returns the id. */
+function enqueueSql(betterDb, queue, payload, o) {
+  o = opts(o);
+  const optsJson = sqlOptions(o);
+  if (optsJson === null) return sqlCall(betterDb, 'enq2', 'SELECT tocsin_enqueue(?, ?)', [str(queue, 'queue'), toJson(payload, 'payload')]);
+  return sqlCall(betterDb, 'enq3', 'SELECT tocsin_enqueue(?, ?, ?)', [str(queue, 'queue'), toJson(payload, 'payload'), optsJson]);
+}
+function publishSql(betterDb, topic, payload, o) {
+  o = opts(o);
+  return sqlCall(betterDb, 'pub', 'SELECT tocsin_stream_publish(?, ?, ?, ?)', [str(topic, 'topic'), toJson(payload, 'payload'), o.key === undefined ? null : o.key, metaJson(o.meta)]);
+}
+function notifySql(betterDb, channel, payload, o) {
+  o = opts(o);
+  return sqlCall(betterDb, 'ntf', 'SELECT tocsin_notify(?, ?, ?)', [str(channel, 'channel'), toJson(payload, 'payload'), metaJson(o.meta)]);
+}
+
+/**
+ * Opens (creating if needed) the database at `path`: { busyTimeout (ms),
+ * maxPayload (bytes), readOnly, allowOtherSqlite }. Refuses (TocsinError)
+ * when another copy of SQLite is loaded in the process, unless allowOtherSqlite.
+ */
+function open(path, options) { return new Database(path, options); }
+
+function cronNext(expr, after, o) {
+  o = opts(o);
+  const a = after === undefined || after === null ? Date.now() : instant(after, 'after');
+  ensureLoaded();
+  return native.cronNext(str(expr, 'cron'), a, !!o.localTime);
+}
+
+function versions() { ensureLoaded(); return native.versions(); }
+
+module.exports = {
+  open, Database, Transaction, Queue, Job, Stream, Event, Notification, Listener, Subscription, Wake,
+  Result, Lock, RateLimit, loadablePath, load, enqueueSql, publishSql, notifySql, cronNext, versions,
+  ...errors,
+  // for lib/tasks.js and lib/worker.js
+  _internal: { native, toJson, fromJson, metaJson, ms, instant, str, opts, invalid, enqueueArgs, defaultOwner, waitFor, Result },
+};
+delete module.exports.makeError;
+delete module.exports.errorOf;
+delete module.exports.CODES;
+module.exports.codes = errors.CODES;
+
+// tasks and the worker runner extend the classes above
+const tasksMod = require('./tasks');
+const workerMod = require('./worker');
+module.exports.TaskHandle = tasksMod.TaskHandle;
+module.exports.currentJob = tasksMod.currentJob;
+module.exports.Worker = workerMod.Worker;

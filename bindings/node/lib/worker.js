@@ -1,0 +1,286 @@
+'use strict';
+// The worker runner on the C worker protocol (docs/worker-protocol.md): the
+// core claims, retries, hands back, renews leases, finds dead workers and
+// leads the scheduler; this file only polls the worker's descriptor on the
+// event loop, calls the handlers and reports each outcome.
+const { EventEmitter } = require('events');
+const index = require('./index');
+const tasks = require('./tasks');
+
+const { native, opts, invalid, toJson, ms } = index._internal;
+const { errorOf } = require('./errors');
+
+const OK = 0;
+const ERROR = 1;
+const FAIL = 2;
+const HAND_BACK = 3;
+
+class Worker extends EventEmitter {
+  /**
+   * new Worker(db, { queues, concurrency, visibility, scheduler, schedulerTtl,
+   *   workerId, shutdownTimeout, unknownTaskDelay, unknownTaskHandbacks })
+   * Runs the tasks declared with queue.task() on those queues.
+   */
+  constructor(db, o) {
+    super();
+    o = opts(o);
+    if (!(db instanceof index.Database)) throw invalid('new Worker(db, options): db must be a Database');
+    let queues = o.queues === undefined ? o.queue : o.queues;
+    if (typeof queues === 'string') queues = [queues];
+    if (queues === undefined) queues = [...tasks.registry(db).keys()];
+    if (!Array.isArray(queues) || queues.length === 0) throw invalid('a worker needs at least one queue');
+    this.db = db;
+    this.queues = queues;
+    this.concurrency = o.concurrency === undefined ? 1 : o.concurrency;
+    this.shutdownTimeout = o.shutdownTimeout === undefined ? 30000 : ms(o.shutdownTimeout, 'shutdownTimeout');
+    this._o = o;
+    this._w = null;
+    this._running = new Map(); // jobId -> { run, ac, stopped }
+    this._stopping = false;
+    this._stopped = null;
+    this._busy = false;
+    this._again = false;
+    this._poller = null;
+    this._timer = null;
+    this._signals = [];
+    this._waits = new Set();
+    this._failed = null;
+  }
+
+  get workerId() { return this._id; }
+  get inFlight() { return this._running.size; }
+
+  _open() {
+    const o = this._o;
+    this._w = native.workerOpen(this.db._h, this.queues, o.workerId === undefined ? null : o.workerId,
+      this.concurrency, ms(o.visibility, 'visibility'), !!o.scheduler, ms(o.schedulerTtl, 'schedulerTtl'),
+      ms(o.unknownTaskDelay, 'unknownTaskDelay'), o.unknownTaskHandbacks);
+    this._id = o.workerId;
+    this._tasks = new Map();
+    const reg = tasks.registry(this.db);
+    for (const q of this.queues) {
+      const m = reg.get(q);
+      if (!m || m.size === 0) this.emit('warning', new Error(`tocsin worker: no task declared for queue "${q}"`));
+      if (!m) continue;
+      for (const [name, def] of m) {
+        if (this._tasks.has(name)) continue;
+        const t = def.options;
+        this._w.register(name, ms(t.backoffBase, 'backoffBase'), ms(t.backoffCap, 'backoffCap'),
+          ms(t.timeout, 'timeout'), ms(t.resultTtl, 'resultTtl'));
+        this._tasks.set(name, def);
+      }
+    }
+  }
+
+  /**
+   * Runs until stop() (or the signal, or SIGINT/SIGTERM with handleSignals):
+   * resolves once every run has finished or been handed back.
+   * { signal, handleSignals }
+   */
+  run(o) {
+    o = opts(o);
+    if (this._stopped) return this._stopped;
+    this._open();
+    this.db._closers.add(this);
+    this._stopped = new Promise((resolve, reject) => { this._resolve = resolve; this._reject = reject; });
+    if (o.signal) {
+      if (o.signal.aborted) this.stop();
+      else o.signal.addEventListener('abort', () => this.stop(), { once: true });
+    }
+    if (o.handleSignals) {
+      for (const sig of ['SIGINT', 'SIGTERM']) {
+        const h = () => {
+          if (this._stopping) { this._hurry(); return; } // a second signal: hand back at once
+          this.emit('signal', sig);
+          this.stop();
+        };
+        process.on(sig, h);
+        this._signals.push([sig, h]);
+      }
+    }
+    this._poller = new native.Poller(this._w.fd(), () => this._step());
+    this._poller.start();
+    this.emit('start', { queues: this.queues, concurrency: this.concurrency });
+    this._step();
+    return this._stopped;
+  }
+
+  _arm() {
+    if (this._stopping || !this._w) return;
+    if (this._timer) clearTimeout(this._timer);
+    const wait = Math.min(Math.max(0, this._w.wakeIn()), 1000);
+    this._timer = setTimeout(() => { this._timer = null; this._step(); }, wait);
+  }
+
+  async _step() {
+    if (this._stopping || !this._w) return;
+    if (this._busy) { this._again = true; return; }
+    this._busy = true;
+    if (this._poller) this._poller.stop();
+    try {
+      do {
+        this._again = false;
+        const runs = await this._w.next();
+        if (this._stopping) {
+          // claimed while stopping: hand back at once
+          if (runs) for (const r of runs) this._finish(r.jobId, HAND_BACK, {});
+          break;
+        }
+        const cancelled = this._w.cancelled();
+        for (const id of cancelled) {
+          const e = this._running.get(id);
+          if (e) { e.cancelled = true; e.ac.abort(errorOf('TOCSIN_LEASE_LOST', `job ${id} was cancelled or its lease was lost`)); }
+        }
+        if (runs) for (const r of runs) this._execute(r);
+      } while (this._again && !this._stopping);
+    } catch (e) {
+      if (!this._stopping) {
+        // run() rejects with it; 'error' listeners hear it first
+        if (this.listenerCount('error') > 0) this.emit('error', e);
+        this._failed = e;
+        this.stop();
+      }
+    } finally {
+      this._busy = false;
+      if (!this._stopping) {
+        if (this._poller) this._poller.start();
+        this._arm();
+      } else if (this._drained) {
+        this._drained();
+      }
+    }
+  }
+
+  _finish(jobId, kind, f, tx) {
+    try {
+      this._w.finish(jobId, kind, f.value === undefined ? null : f.value,
+        f.type === undefined ? null : f.type, f.message === undefined ? null : f.message,
+        f.trace === undefined ? null : f.trace, f.delay === undefined ? -1 : f.delay, tx ? tx._h : null);
+      return true;
+    } catch (e) {
+      if (tx) throw e;
+      if (this.listenerCount('error') > 0) this.emit('error', e);
+      return false;
+    }
+  }
+
+  async _execute(run) {
+    const def = this._tasks.get(run.task);
+    const ac = new AbortController();
+    const entry = { run, ac, cancelled: false, handedBack: false };
+    this._running.set(run.jobId, entry);
+    let args;
+    let kwargs;
+    try {
+      args = JSON.parse(run.args);
+      kwargs = JSON.parse(run.kwargs);
+    } catch (e) {
+      this._running.delete(run.jobId);
+      this._finish(run.jobId, FAIL, { type: 'InvalidEnvelope', message: e.message });
+      return;
+    }
+    const callArgs = kwargs && Object.keys(kwargs).length ? [...args, kwargs] : args;
+    const ctx = {
+      jobId: run.jobId, token: run.token, attempt: run.attempt, maxAttempts: run.maxAttempts,
+      queue: run.queue, task: run.task, meta: run.meta ? JSON.parse(run.meta) : null,
+      signal: ac.signal, startedAt: run.startedAt, tx: null,
+    };
+    this.emit('run', ctx);
+    let timer = null;
+    const timedOut = run.timeout > 0 ? new Promise((_, reject) => {
+      timer = setTimeout(() => {
+        const e = new Error(`the run exceeded its timeout of ${run.timeout} ms`);
+        e.name = 'Timeout';
+        ac.abort(e);
+        reject(e);
+      }, run.timeout);
+    }) : null;
+    const transactional = def && def.options && def.options.transactional;
+    try {
+      const go = async (tx) => {
+        ctx.tx = tx || null;
+        let p = tasks.current.run(ctx, () => def.fn(...callArgs));
+        if (timedOut) p = Promise.race([p, timedOut]);
+        const value = await p;
+        let json;
+        try {
+          json = toJson(value, 'the return value');
+        } catch (e) {
+          if (tx) throw e;
+          this._finish(run.jobId, FAIL, { type: 'SerializationError', message: e.message, trace: e.stack });
+          return;
+        }
+        if (entry.handedBack) return;
+        this._finish(run.jobId, OK, { value: json }, tx);
+      };
+      if (transactional) await this.db.transaction((tx) => go(tx), true);
+      else await go(null);
+      this.emit('done', ctx);
+    } catch (e) {
+      if (!entry.handedBack) {
+        const err = e instanceof Error ? e : new Error(String(e));
+        if (transactional && err.code === 'TOCSIN_LEASE_LOST') {
+          // nothing was written (rolled back): the core has the job elsewhere
+          this._finish(run.jobId, HAND_BACK, {});
+        } else {
+          const type = err.name === 'Timeout' ? 'Timeout' : (err.constructor && err.constructor.name) || err.name || 'Error';
+          this._finish(run.jobId, ERROR, { type, message: err.message, trace: err.stack, delay: -1 });
+        }
+        this.emit('failed', ctx, err);
+      }
+    } finally {
+      if (timer) clearTimeout(timer);
+      this._running.delete(run.jobId);
+      if (this._stopping) { if (this._running.size === 0 && this._idle) this._idle(); }
+      else this._step(); // a slot is free
+    }
+  }
+
+  /** Graceful stop: no new runs; running handlers get shutdownTimeout ms, then are handed back. */
+  stop() {
+    if (!this._stopped) return Promise.resolve();
+    if (this._stopping) return this._stopped;
+    this._stopping = true;
+    this.emit('stopping', { inFlight: this._running.size });
+    if (this._poller) { this._poller.close(); this._poller = null; }
+    if (this._timer) { clearTimeout(this._timer); this._timer = null; }
+    this._shutdown().then(() => this._resolve(), (e) => this._reject(e));
+    return this._stopped;
+  }
+
+  _hurry() { if (this._hurryNow) this._hurryNow(); }
+
+  async _shutdown() {
+    // the in-flight next() finishes first (one call at a time)
+    if (this._busy) await new Promise((r) => { this._drained = r; });
+    if (this._running.size > 0) {
+      await new Promise((resolve) => {
+        let t = null;
+        const done = () => { if (t) clearTimeout(t); t = null; resolve(); };
+        this._idle = done;
+        this._hurryNow = done;
+        t = setTimeout(done, this.shutdownTimeout);
+        if (this._running.size === 0) done();
+      });
+    }
+    for (const [id, e] of this._running) {
+      // still running past the deadline: hand back (no attempt consumed)
+      e.handedBack = true;
+      e.ac.abort(errorOf('TOCSIN_INTERRUPTED', 'the worker is shutting down'));
+      this._finish(id, HAND_BACK, {});
+    }
+    this._running.clear();
+    for (const [sig, h] of this._signals) process.removeListener(sig, h);
+    this._signals = [];
+    this.db._closers.delete(this);
+    const w = this._w;
+    this._w = null;
+    await w.close();
+    this.emit('stop');
+    if (this._failed) throw this._failed;
+  }
+
+  async _closeFromDb() { await this.stop(); }
+}
+
+module.exports = { Worker };
