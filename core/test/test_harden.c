@@ -70,7 +70,7 @@ static void fork_with_live_subscriptions(void) {
             tocsin_sub *cs = NULL;
             int64_t cid;
             int woke = 0;
-            alarm(20);
+            alarm(90);
             snprintf(own, sizeof own, "%s/fork_child_%d.db", child_dir, i);
             unlink(own);
             if (tocsin_open(&c, own, NULL) != TOCSIN_OK) _exit(3);
@@ -126,7 +126,7 @@ static void racing_first_opens(void) {
                 char ch;
                 int64_t id;
                 close(gate[1]);
-                alarm(30);
+                alarm(90);
                 if (read(gate[0], &ch, 1) != 0) _exit(2); /* released when the gate closes */
                 if (tocsin_open(&c, path, NULL) != TOCSIN_OK) {
                     fprintf(stderr, "open race: %s\n", tocsin_errmsg(c));
