@@ -1056,7 +1056,8 @@ typedef struct tocsin_outcome {
     int kind;                  /* TOCSIN_OUTCOME_* */
     const char *value;         /* OK: JSON text of the result; NULL: null */
     const char *error_type;    /* ERROR/FAIL: a name such as "ValueError"; NULL: "Error" */
-    const char *error_message; /* ERROR/FAIL: any text; NULL: "" */
+    const char *error_message; /* ERROR/FAIL: any text; NULL: "". HAND_BACK: the reason,
+                                  kept as the job's last_error (NULL: unchanged) */
     const char *error_trace;   /* ERROR/FAIL: the runtime's traceback or NULL (cut to
                                   TOCSIN_MAX_TRACE_BYTES) */
     int64_t delay_ms;          /* HAND_BACK: delay (0: now); ERROR: < 0 the task's backoff */

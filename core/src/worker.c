@@ -414,7 +414,7 @@ static int apply_outcome(tocsin_db *db, int *held, const wrun *r, const tocsin_o
     case TOCSIN_OUTCOME_FAIL: return record_error(db, held, r, o, 1);
     default:
         return tc_job_hand_back(db, held, NULL, r->pub.job_id, r->pub.token,
-                                o->delay_ms > 0 ? o->delay_ms : 0, NULL);
+                                o->delay_ms > 0 ? o->delay_ms : 0, o->error_message);
     }
 }
 
@@ -427,6 +427,9 @@ static int check_outcome(tocsin_db *db, const tocsin_outcome *o) {
         return tc_err(db, TOCSIN_INVALID, "outcome kind %d is not one of TOCSIN_OUTCOME_*", o->kind);
     if (o->kind == TOCSIN_OUTCOME_OK && o->value &&
         (rc = tc_check_payload(db, "result value", o->value)) != TOCSIN_OK)
+        return rc;
+    if (o->kind == TOCSIN_OUTCOME_HAND_BACK &&
+        (rc = tc_check_text(db, "hand-back reason", o->error_message, (size_t)db->max_payload)) != TOCSIN_OK)
         return rc;
     if (o->kind == TOCSIN_OUTCOME_ERROR || o->kind == TOCSIN_OUTCOME_FAIL) {
         if (o->error_type && (rc = tc_check_name(db, "error type", o->error_type)) != TOCSIN_OK) return rc;
