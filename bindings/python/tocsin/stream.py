@@ -83,29 +83,26 @@ class Stream:
     def publish(self, payload: Any, *, key: Optional[str] = None, meta: Optional[dict] = None,
                 tx: Optional["Transaction"] = None) -> int:
         """Appends an event; returns its offset (increasing, never reused)."""
-        if tx is not None:
-            self.db._check_tx(tx)
-        return self._h.publish(self.topic, dumps(payload), key, meta_json(meta))
+        return self.db._hx(tx).publish(self.topic, dumps(payload), key, meta_json(meta))
 
     def publish_many(self, payloads: Iterable[Any], *, keys: Optional[Iterable[Optional[str]]] = None,
                      tx: Optional["Transaction"] = None) -> List[int]:
         """Appends several events atomically; returns their offsets."""
-        if tx is not None:
-            self.db._check_tx(tx)
+        h = self.db._hx(tx)
         texts = [dumps(p) for p in payloads]
-        return self._h.publish_many(self.topic, texts, None if keys is None else list(keys))
+        return h.publish_many(self.topic, texts, None if keys is None else list(keys))
 
     def read(self, after: int = 0, limit: int = 100) -> List[Event]:
         """Events with offset > ``after``, oldest first, at most ``limit``."""
-        return [Event(r) for r in self._h.stream_read(self.topic, after, limit)]
+        return [Event(r) for r in self.db._hx().stream_read(self.topic, after, limit)]
 
     def save_offset(self, consumer: str, offset: int) -> int:
         """Saves a consumer's offset (it only moves forward); returns the stored offset."""
-        return self._h.save_offset(consumer, self.topic, offset)
+        return self.db._hx().save_offset(consumer, self.topic, offset)
 
     def offset(self, consumer: str) -> int:
         """A consumer's saved offset, 0 if none yet."""
-        return self._h.offset(consumer, self.topic)
+        return self.db._hx().offset(consumer, self.topic)
 
     def subscribe(self, consumer: Optional[str] = None, *, from_offset: Optional[int] = None,
                   batch: int = 100, autosave_every: Optional[int] = None,
@@ -126,5 +123,5 @@ class Stream:
         (below_consumers=True) those every consumer has passed. Returns how many."""
         if max_count is not None and (isinstance(max_count, bool) or not isinstance(max_count, int) or max_count < 1):
             raise InvalidArgument("max_count must be an integer >= 1")
-        return self._h.trim(self.topic, duration_ms(max_age, "max_age"), max_count or 0,
+        return self.db._hx().trim(self.topic, duration_ms(max_age, "max_age"), max_count or 0,
                             bool(below_consumers))
