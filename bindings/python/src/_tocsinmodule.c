@@ -2304,8 +2304,8 @@ static PyObject *Worker_finish(Worker *self, PyObject *args) {
     Py_END_ALLOW_THREADS
     if (tx) leave(tx, 1);
     w_leave(self);
-    /* a refused outcome leaves the run ours; a lost lease released it */
-    if (rc != TOCSIN_OK && rc != TOCSIN_LEASE_LOST) run->run = r;
+    /* a refused outcome or a lost lease leaves the run in flight: finish it again */
+    if (rc != TOCSIN_OK) run->run = r;
     if (rc != TOCSIN_OK) return raise_last(rc);
     Py_RETURN_NONE;
 }

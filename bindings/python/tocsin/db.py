@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import datetime as _dt
+import asyncio
 import contextvars
 import logging
 import os
@@ -15,6 +16,19 @@ from ._util import Duration, Instant, duration_ms, dumps, instant_ms, meta_json
 __all__ = ["Database", "Transaction", "open"]
 
 _NOCHANGE: Any = object()
+
+
+_pool: Any = None
+
+
+def _begin_pool() -> Any:
+    """Threads in which async BEGINs wait for the write lock (never the loop's default
+    executor: waiting BEGINs must not starve the work that would release the lock)."""
+    global _pool
+    if _pool is None:
+        import concurrent.futures
+        _pool = concurrent.futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="tocsin-begin")
+    return _pool
 
 
 _active: "contextvars.ContextVar[Tuple[Transaction, ...]]" = contextvars.ContextVar(
@@ -32,12 +46,13 @@ class Transaction:
     by accident: their calls run outside it (writers wait for the write lock).
     """
 
-    __slots__ = ("_db", "_tx", "_token")
+    __slots__ = ("_db", "_tx", "_token", "_base")
 
-    def __init__(self, db: "Database") -> None:
+    def __init__(self, db: "Database", base: Any = None) -> None:
         self._db = db
         self._tx: Any = None
         self._token: Any = None
+        self._base = base if base is not None else db._h  # the handle it begins on
 
     @property
     def database(self) -> "Database":
@@ -54,7 +69,7 @@ class Transaction:
         if self._db._context_tx() is not None:
             raise InvalidArgument("a transaction of this database is already open in this "
                                   "context (transactions do not nest)")
-        self._tx = self._db._h.begin_tx()
+        self._tx = self._base.begin_tx()
         self._token = _active.set(_active.get() + (self,))
         return self
 
@@ -74,7 +89,7 @@ class Transaction:
         self._check_open()
         self._end(False)
 
-    def _end(self, commit: bool) -> None:
+    def _detach(self) -> Any:
         tx, self._tx = self._tx, None
         stack = _active.get()
         if self in stack:
@@ -82,6 +97,10 @@ class Transaction:
                 _active.reset(self._token)
             except ValueError:  # ended in another context than it began in
                 _active.set(tuple(t for t in stack if t is not self))
+        return tx
+
+    def _end(self, commit: bool) -> None:
+        tx = self._detach()
         if commit:
             tx.commit()
         else:
@@ -108,6 +127,27 @@ class Transaction:
             self.rollback()
         return False
 
+    async def __aenter__(self) -> "Transaction":
+        """``async with db.transaction() as tx:`` -- BEGIN and COMMIT wait for the write
+        lock off the event loop, so a transaction may span awaits while other tasks of
+        the loop (and their transactions) go on."""
+        if self._tx is not None:
+            raise InvalidArgument("this transaction is already open")
+        if self._db._context_tx() is not None:
+            raise InvalidArgument("a transaction of this database is already open in this "
+                                  "context (transactions do not nest)")
+        loop = asyncio.get_running_loop()
+        self._tx = await loop.run_in_executor(_begin_pool(), self._base.begin_tx)
+        self._token = _active.set(_active.get() + (self,))
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb) -> bool:
+        if self._tx is None:
+            return False
+        # the write lock is held: COMMIT and ROLLBACK wait for nobody (GIL released)
+        self.__exit__(exc_type, exc, tb)
+        return False
+
     def __repr__(self) -> str:
         return "<tocsin.Transaction %s on %r>" % ("open" if self.active else "closed", self._db.path)
 
@@ -127,7 +167,8 @@ class Database:
                                               not isinstance(max_payload_bytes, int) or
                                               max_payload_bytes < 1):
             raise InvalidArgument("max_payload_bytes must be an integer >= 1")
-        self._h = _tocsin.Handle(self.path, busy_ms, max_payload_bytes or 0, bool(read_only))
+        self._open_args = (self.path, busy_ms, max_payload_bytes or 0, bool(read_only))
+        self._h = _tocsin.Handle(*self._open_args)
         self._queues: Dict[str, Any] = {}
         self._streams: Dict[str, Any] = {}
         self._workers: "weakref.WeakSet[Any]" = weakref.WeakSet()

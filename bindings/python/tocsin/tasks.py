@@ -196,8 +196,10 @@ class JobContext:
     ``tx.result`` (None unless set), and the handler's return value is then ignored."""
 
     def __init__(self, worker: Any, run: Any, job_id: int, attempt: int, max_attempts: int,
-                 queue: str, task: str, meta: Optional[Dict[str, Any]], db: Any) -> None:
+                 queue: str, task: str, meta: Optional[Dict[str, Any]], db: Any,
+                 worker_handle: Any = None) -> None:
         self._worker = worker
+        self._worker_handle = worker_handle
         self._run = run
         self.job_id = job_id
         self.attempt = attempt
@@ -231,7 +233,8 @@ class AckTransaction(Transaction):
     __slots__ = ("_job", "result")
 
     def __init__(self, job: JobContext) -> None:
-        super().__init__(job._db)
+        # begun on the worker's own handle: the core acks a run only in a transaction of it
+        super().__init__(job._db, job._worker_handle)
         self._job = job
         self.result: Any = None
 

@@ -139,6 +139,7 @@ class Worker:
         """Closes the core worker (hands back what still runs). Idempotent."""
         if self._w is not None:
             self._w.close()
+            self._hw.close()
 
     def _request_stop(self, now: bool) -> None:
         assert self._stop is not None and self._hard is not None
@@ -165,11 +166,15 @@ class Worker:
 
     async def run_async(self, *, install_signal_handlers: bool = False) -> None:
         loop = self._loop = asyncio.get_running_loop()
-        self._stop, self._hard = asyncio.Event(), asyncio.Event()
+        self._stop, self._hard, self._kick = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        self._outbox: list = []
         self._tasks = self._collect_tasks()
         for q in self.queues:
             self.db.queue(q).register_periodic()
-        w = self._w = _tocsin.Worker(self.db._h, self.queues, self.concurrency, self.worker_id,
+        # the worker's own handle (connection): its upkeep may wait for the write lock,
+        # and that must never hold up the application's calls on db meanwhile
+        self._hw = _tocsin.Handle(*self.db._open_args)
+        w = self._w = _tocsin.Worker(self._hw, self.queues, self.concurrency, self.worker_id,
                                      self.visibility_ms, self.scheduler, self.scheduler_ttl_ms)
         self.db._workers.add(self)
         for name, t in self._tasks.items():
@@ -190,7 +195,13 @@ class Worker:
         finally:
             for e in list(self._running.values()):
                 self._cancel(e, "shutdown")
+            for args in self._outbox:
+                try:
+                    w.finish(*args)
+                except Error:
+                    pass
             w.close()  # flushes, hands back what still runs, resigns, leaves the registry
+            self._hw.close()
             self.db._workers.discard(self)
             self._threads.shutdown(wait=False)
             self._io.shutdown(wait=False)
@@ -200,15 +211,34 @@ class Worker:
             _event(logging.INFO, "worker.stop", worker=self.worker_id, processed=self.processed,
                    retried=self.retried, failed=self.failed, handed_back=self.handed_back)
 
-    async def _next(self, w: Any, loop: asyncio.AbstractEventLoop) -> list:
-        try:
-            return await loop.run_in_executor(self._io, w.next, 0)
-        except Closed:
-            raise
-        except Error as e:  # e.g. Busy past the busy timeout: the next upkeep retries
-            _event(logging.WARNING, "worker.upkeep_failed", error="%s: %s" % (type(e).__name__, e))
-            await asyncio.sleep(0.2)
-            return []
+    # ---- the core's steps, off the event loop ----
+    #
+    # Every call that takes the core worker's lock (next, finish without a transaction,
+    # cancelled, wake_in) runs in one thread of its own: an upkeep may wait there for
+    # the write lock that an async task's transaction holds, and the loop must stay
+    # free to let that task commit.
+
+    def _step(self, w: Any, claim: bool) -> tuple:
+        out, self._outbox = self._outbox, []
+        for args in out:
+            try:
+                w.finish(*args)
+            except Error as e:
+                _event(logging.WARNING, "job.unreported", error="%s: %s" % (type(e).__name__, e))
+        runs: list = []
+        if claim or w.wake_in() == 0:
+            try:
+                runs = w.next(0)
+            except Closed:
+                raise
+            except Error as e:  # e.g. Busy past the busy timeout: the next upkeep retries
+                _event(logging.WARNING, "worker.upkeep_failed", error="%s: %s" % (type(e).__name__, e))
+                time.sleep(0.1)
+        if not claim:  # draining: what the upkeep claimed goes straight back
+            for r in runs:
+                w.finish(r[0], HAND_BACK, None, None, "worker shutdown: not started", None, 0)
+            runs = []
+        return runs, w.cancelled(), w.wake_in()
 
     async def _wait(self, fd: int, seconds: float, *events: asyncio.Event) -> None:
         """Until the worker's descriptor is readable, `seconds` pass or an event is set."""
@@ -224,49 +254,53 @@ class Worker:
         assert self._stop is not None
         fd = w.fileno()
         while not self._stop.is_set():
-            runs = await self._next(w, loop)
+            runs, cancelled, wake_in = await loop.run_in_executor(self._io, self._step, w, True)
             for r in runs:
                 self._start(w, r)
-            self._check_cancelled(w)
+            self._check_cancelled(cancelled)
             if runs and len(self._running) < self.concurrency:
                 continue
-            # sleep on the descriptor (commits, finished runs) until the next upkeep
-            await self._wait(fd, w.wake_in() / 1000.0, self._stop)
+            self._kick.clear()
+            if self._outbox:
+                continue
+            # sleep on the descriptor (commits of any process) until the next upkeep
+            await self._wait(fd, wake_in / 1000.0, self._stop, self._kick)
 
     async def _drain(self, w: Any, loop: asyncio.AbstractEventLoop) -> None:
         """Shutdown: let running jobs finish within the deadline, hand the rest back. The
         core's upkeep (lease renewal) goes on meanwhile; what it claims is handed back."""
         assert self._hard is not None
+        fd = w.fileno()
         if self._running and not self._hard.is_set():
             _event(logging.INFO, "worker.draining", in_flight=len(self._running),
                    deadline_s=self.shutdown_timeout)
             end = loop.time() + self.shutdown_timeout
-            fd = w.fileno()
+            wake_in = 0
             while self._running and not self._hard.is_set():
                 left = end - loop.time()
                 if left <= 0:
                     break
-                await self._wait(fd, min(left, w.wake_in() / 1000.0), self._hard)
-                if w.wake_in() == 0:
-                    for r in await self._next(w, loop):
-                        w.finish(r[0], HAND_BACK, None, None, "worker shutdown: not started", None, 0)
-                self._check_cancelled(w)
+                self._kick.clear()
+                if not self._outbox:
+                    await self._wait(fd, min(left, wake_in / 1000.0), self._hard, self._kick)
+                _, cancelled, wake_in = await loop.run_in_executor(self._io, self._step, w, False)
+                self._check_cancelled(cancelled)
         pending = [e.future for e in self._running.values()]
         for e in list(self._running.values()):
             self._cancel(e, "shutdown")
         if pending:
             await asyncio.wait(pending, timeout=2.0)
+        await loop.run_in_executor(self._io, self._step, w, False)
 
     # ---- one run ----
     def _start(self, w: Any, r: tuple) -> None:
         run, job_id, _token, queue, task, args, kwargs, meta, attempt, maxa, timeout_ms, _t = r
-        ctx = JobContext(w, run, job_id, attempt, maxa, queue, task, loads(meta), self.db)
+        ctx = JobContext(w, run, job_id, attempt, maxa, queue, task, loads(meta), self.db, self._hw)
         e = _Running(ctx, self._tasks.get(task))
         self._running[job_id] = e
         e.future = asyncio.ensure_future(self._execute(w, e, args, kwargs, timeout_ms))
 
-    def _check_cancelled(self, w: Any) -> None:
-        ids = w.cancelled()
+    def _check_cancelled(self, ids: list) -> None:
         for jid in ids:
             e = self._running.get(jid)
             if e is not None and e.stop_reason is None:
@@ -306,6 +340,9 @@ class Worker:
                                             if e.stop_reason != "cancelled" else None), 0
         except asyncio.TimeoutError:
             kind, etype, emsg = ERROR, "Timeout", "the task ran longer than %.3f s" % (timeout or 0)
+        except LeaseLost:  # raised by the ack inside the task's transaction: another worker has it
+            kind, delay = HAND_BACK, 0
+            _event(logging.WARNING, "job.lease_lost", job_id=ctx.job_id, task=ctx.task)
         except _TaskFailed as x:
             kind, etype, emsg, trace = ERROR, x.type_name, x.message, x.trace
         except _Unserialisable as x:
@@ -314,11 +351,8 @@ class Worker:
             kind, etype, emsg, trace = ERROR, type(x).__name__, str(x), traceback.format_exc()
         finally:
             self._running.pop(ctx.job_id, None)
-        if ctx.acked:  # acked inside its transaction (or the lease was lost there)
-            if kind == ERROR and etype == "LeaseLost":
-                _event(logging.WARNING, "job.lease_lost", job_id=ctx.job_id, task=ctx.task)
-            else:
-                self.processed += 1
+        if ctx.acked:  # acked inside its transaction
+            self.processed += 1
             return
         text = None
         if kind == OK:
@@ -329,11 +363,8 @@ class Worker:
                     text = dumps(value, "the task's return value")
                 except InvalidArgument as x:  # deterministic: retrying would repeat the side effect
                     kind, etype, emsg = FAIL, "ResultNotSerialisable", str(x)
-        try:
-            w.finish(ctx._run, kind, text, etype, emsg, trace, delay)
-        except (Closed, InvalidArgument) as x:  # the worker closed meanwhile: handed back
-            _event(logging.WARNING, "job.unreported", job_id=ctx.job_id, error=str(x))
-            return
+        self._outbox.append((ctx._run, kind, text, etype, emsg, trace, delay))
+        self._kick.set()
         self._count(ctx, kind, etype, emsg, trace, t0)
 
     def _count(self, ctx: JobContext, kind: int, etype: Optional[str], emsg: Optional[str],
