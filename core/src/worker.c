@@ -877,8 +877,23 @@ static int next_check(void *p, int *done, int64_t *sleep_ms) {
     tocsin_worker *w = c->w;
     size_t free_slots, i;
     int64_t now, wake, deadline = -1;
-    int rc;
+    int rc, grouped = 0;
+    tc_op group;
     w_lock(w);
+    /* Outcomes to commit: the group commit and the claim that refills the slots
+     * they free share one write transaction (a busy worker's step is one commit).
+     * Otherwise nothing here takes the write lock unless something is due. */
+    pthread_mutex_lock(&w->relmu);
+    grouped = w->released != NULL;
+    pthread_mutex_unlock(&w->relmu);
+    if (w->ndone || grouped) {
+        grouped = 0;
+        if ((rc = tc_op_begin(w->db, &group, 1)) != TOCSIN_OK) {
+            w_unlock(w);
+            return rc;
+        }
+        grouped = 1;
+    }
     rc = upkeep(w);
     free_slots = w->nruns < (size_t)w->concurrency ? (size_t)w->concurrency - w->nruns : 0;
     if (rc == TOCSIN_OK && free_slots)
@@ -886,6 +901,14 @@ static int next_check(void *p, int *done, int64_t *sleep_ms) {
     now = tocsin_now(w->db);
     if (rc == TOCSIN_OK && free_slots && deadline >= 0 && deadline <= now) {
         rc = claim(w, free_slots, c->got, &c->ngot);
+        if (grouped) {
+            grouped = 0;
+            rc = tc_op_end(w->db, &group, rc);
+            if (rc != TOCSIN_OK) {
+                for (i = 0; i < c->ngot; i++) free_run(c->got[i]);
+                c->ngot = 0;
+            }
+        }
         for (i = 0; i < c->ngot; i++) {
             wrun *r = c->got[i];
             r->next = w->runs;
@@ -901,6 +924,7 @@ static int next_check(void *p, int *done, int64_t *sleep_ms) {
         /* all claimed jobs were dealt with here (unknown, invalid): look again */
         deadline = now;
     }
+    if (grouped) rc = tc_op_end(w->db, &group, rc);
     wake = next_upkeep(w);
     if (free_slots && deadline >= 0 && deadline > now && deadline < wake) wake = deadline;
     w->next_claim = free_slots && deadline >= 0 ? deadline : -1;
