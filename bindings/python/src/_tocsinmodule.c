@@ -701,26 +701,6 @@ static PyObject *Handle_fail(Handle *self, PyObject *args) {
     return PyBool_FromLong(ok);
 }
 
-/* complete(id, token, value_json, ttl_ms): result + ack, atomically, while the lease holds */
-static PyObject *Handle_complete(Handle *self, PyObject *args) {
-    long long id, token, ttl;
-    const char *value;
-    int ok = 0, rc;
-    if (!PyArg_ParseTuple(args, "LLsL:complete", &id, &token, &value, &ttl)) return NULL;
-    CORE_CALL(self, rc = tocsin_job_complete(self->db, &ok, id, token, value, ttl));
-    return PyBool_FromLong(ok);
-}
-
-/* fail_task(id, token, type, message, ttl_ms): task error as the result + fail */
-static PyObject *Handle_fail_task(Handle *self, PyObject *args) {
-    long long id, token, ttl;
-    const char *type, *message;
-    int ok = 0, rc;
-    if (!PyArg_ParseTuple(args, "LLszL:fail_task", &id, &token, &type, &message, &ttl)) return NULL;
-    CORE_CALL(self, rc = tocsin_job_fail_task(self->db, &ok, id, token, type, message, ttl));
-    return PyBool_FromLong(ok);
-}
-
 static PyObject *Handle_heartbeat(Handle *self, PyObject *args) {
     long long id, token, extend;
     int ok = 0, rc;
@@ -1348,24 +1328,6 @@ static PyObject *Handle_scheduler_next_fire(Handle *self, PyObject *u) {
     return PyLong_FromLongLong(ms);
 }
 
-static PyObject *Handle_scheduler_lead(Handle *self, PyObject *args) {
-    const char *owner;
-    long long ttl;
-    int leader = 0, rc;
-    int64_t token = 0;
-    if (!PyArg_ParseTuple(args, "sL:scheduler_lead", &owner, &ttl)) return NULL;
-    CORE_CALL(self, rc = tocsin_scheduler_lead(self->db, &leader, &token, owner, ttl));
-    return Py_BuildValue("(NL)", PyBool_FromLong(leader), (long long)token);
-}
-
-static PyObject *Handle_scheduler_resign(Handle *self, PyObject *args) {
-    const char *owner;
-    int ok = 0, rc;
-    if (!PyArg_ParseTuple(args, "s:scheduler_resign", &owner)) return NULL;
-    CORE_CALL(self, rc = tocsin_scheduler_resign(self->db, &ok, owner));
-    return PyBool_FromLong(ok);
-}
-
 static PyObject *Handle_queue_wait(Handle *self, PyObject *args);
 static PyObject *Handle_task_enqueue(Handle *self, PyObject *args);
 static PyObject *Handle_task_envelope(Handle *self, PyObject *args);
@@ -1391,8 +1353,6 @@ static PyMethodDef Handle_methods[] = {
     {"ack_batch", (PyCFunction)Handle_ack_batch, METH_VARARGS, NULL},
     {"retry", (PyCFunction)Handle_retry, METH_VARARGS, NULL},
     {"fail", (PyCFunction)Handle_fail, METH_VARARGS, NULL},
-    {"complete", (PyCFunction)Handle_complete, METH_VARARGS, NULL},
-    {"fail_task", (PyCFunction)Handle_fail_task, METH_VARARGS, NULL},
     {"heartbeat", (PyCFunction)Handle_heartbeat, METH_VARARGS, NULL},
     {"cancel", (PyCFunction)Handle_cancel, METH_VARARGS, NULL},
     {"get", (PyCFunction)Handle_get, METH_VARARGS, NULL},
@@ -1438,8 +1398,6 @@ static PyMethodDef Handle_methods[] = {
     {"schedule_list", (PyCFunction)Handle_schedule_list, METH_NOARGS, NULL},
     {"scheduler_tick", (PyCFunction)Handle_scheduler_tick, METH_NOARGS, NULL},
     {"scheduler_next_fire", (PyCFunction)Handle_scheduler_next_fire, METH_NOARGS, NULL},
-    {"scheduler_lead", (PyCFunction)Handle_scheduler_lead, METH_VARARGS, NULL},
-    {"scheduler_resign", (PyCFunction)Handle_scheduler_resign, METH_VARARGS, NULL},
     {"queue_wait", (PyCFunction)Handle_queue_wait, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
@@ -2500,16 +2458,6 @@ static PyObject *m_errstr(PyObject *m, PyObject *args) {
     if (!PyArg_ParseTuple(args, "i:errstr", &rc)) return NULL;
     return PyUnicode_FromString(tocsin_errstr(rc));
 }
-static PyObject *m_backoff_ms(PyObject *m, PyObject *args) {
-    long long base, cap;
-    int attempts;
-    (void)m;
-    if (!PyArg_ParseTuple(args, "LLi:backoff_ms", &base, &cap, &attempts)) return NULL;
-    if (attempts < 1) return raise_code(TOCSIN_INVALID, "attempts must be >= 1", 0);
-    if (base < 0 || cap < 0) return raise_code(TOCSIN_INVALID, "base and cap must be >= 0", 0);
-    return PyLong_FromLongLong(tocsin_backoff_ms(base, cap, attempts));
-}
-
 /* cron_next(expr, after_ms, local_time) -> next fire (ms) or None */
 static PyObject *m_cron_next(PyObject *m, PyObject *args) {
     const char *expr;
@@ -2535,7 +2483,6 @@ static PyMethodDef module_methods[] = {
     {"version", m_version, METH_NOARGS, "The core's version string."},
     {"sqlite_version", m_sqlite_version, METH_NOARGS, "The SQLite version this process runs on."},
     {"errstr", m_errstr, METH_VARARGS, "The English name of a result code."},
-    {"backoff_ms", m_backoff_ms, METH_VARARGS, "The core's exponential backoff with jitter."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -2605,8 +2552,6 @@ PyMODINIT_FUNC PyInit__tocsin(void) {
     }
     if (PyModule_AddIntConstant(m, "VERSION_NUMBER", tocsin_version_number()) < 0) goto fail;
     if (PyModule_AddIntConstant(m, "SCHEMA_VERSION", TOCSIN_SCHEMA_VERSION) < 0) goto fail;
-    if (PyModule_AddIntConstant(m, "BACKOFF_BASE_MS", TOCSIN_BACKOFF_BASE_MS) < 0) goto fail;
-    if (PyModule_AddIntConstant(m, "BACKOFF_CAP_MS", TOCSIN_BACKOFF_CAP_MS) < 0) goto fail;
     if (PyModule_AddIntConstant(m, "OUTCOME_OK", TOCSIN_OUTCOME_OK) < 0) goto fail;
     if (PyModule_AddIntConstant(m, "OUTCOME_ERROR", TOCSIN_OUTCOME_ERROR) < 0) goto fail;
     if (PyModule_AddIntConstant(m, "OUTCOME_FAIL", TOCSIN_OUTCOME_FAIL) < 0) goto fail;

@@ -26,6 +26,7 @@ from . import _tocsin
 from ._tocsin import Closed, Error, InvalidArgument, LeaseLost
 from ._util import Duration, duration_ms, dumps, loads
 from .coord import default_owner
+from .db import loop_transactions
 from .tasks import JobContext, Task, _current
 from .wake import readable
 
@@ -254,7 +255,10 @@ class Worker:
         assert self._stop is not None
         fd = w.fileno()
         while not self._stop.is_set():
-            runs, cancelled, wake_in = await loop.run_in_executor(self._io, self._step, w, True)
+            if loop_transactions():  # an async task may hold the write lock: stay off the loop
+                runs, cancelled, wake_in = await loop.run_in_executor(self._io, self._step, w, True)
+            else:
+                runs, cancelled, wake_in = self._step(w, True)
             for r in runs:
                 self._start(w, r)
             self._check_cancelled(cancelled)
@@ -388,15 +392,18 @@ class Worker:
     async def _in_thread(self, e: _Running, t: Task, args: list, kwargs: dict,
                          timeout: Optional[float]) -> Any:
         loop = asyncio.get_running_loop()
+        cv = contextvars.copy_context()
+        if timeout is None:
+            if kwargs:
+                return await loop.run_in_executor(self._threads, lambda: cv.run(t.fn, *args, **kwargs))
+            return await loop.run_in_executor(self._threads, cv.run, t.fn, *args)
         started = loop.create_future()
 
         def call() -> Any:
             loop.call_soon_threadsafe(lambda: started.done() or started.set_result(None))
             return t.fn(*args, **kwargs)
 
-        fut = loop.run_in_executor(self._threads, contextvars.copy_context().run, call)
-        if timeout is None:
-            return await fut
+        fut = loop.run_in_executor(self._threads, cv.run, call)
         # the timeout counts from the start of the run, never from a wait for a thread
         await asyncio.wait({started, fut}, return_when=asyncio.FIRST_COMPLETED)
         try:
