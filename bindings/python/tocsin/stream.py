@@ -106,16 +106,19 @@ class Stream:
 
     def subscribe(self, consumer: Optional[str] = None, *, from_offset: Optional[int] = None,
                   batch: int = 100, autosave_every: Optional[int] = None,
-                  autosave_interval: Optional[Duration] = None) -> "Subscription":
+                  autosave_interval: Optional[Duration] = None,
+                  save_on_close: bool = True) -> "Subscription":
         """``for e in stream.subscribe(consumer="billing")`` / ``async for``: replays from
         the consumer's saved offset (or after ``from_offset``), then follows live. With
         autosave_every / autosave_interval the offset is saved as events are processed
-        (at-least-once); save() saves it now."""
+        (at-least-once); save() saves it now. When the iteration ends (break, close(),
+        the end of a ``with``) a named consumer's offset is saved -- the last event
+        handed out -- unless save_on_close=False."""
         from .wake import Subscription
         if consumer is None and from_offset is None:
             raise InvalidArgument("give a consumer name or a from_offset")
         return Subscription(self.db, self.topic, consumer, from_offset, batch, autosave_every,
-                            autosave_interval)
+                            autosave_interval, save_on_close)
 
     def trim(self, *, max_age: Optional[Duration] = None, max_count: Optional[int] = None,
              below_consumers: bool = False) -> int:
