@@ -1,4 +1,4 @@
-"""The worker runner, on the core's worker protocol (tocsin_worker_*, docs/worker-protocol.md).
+"""The worker runner, on the core's worker protocol (tocsin_worker_*, tocsin.h).
 
 The core claims (across queues, up to the free slots, in one transaction), decides
 retries and backoff, hands back unknown tasks, renews leases, takes back dead workers'
