@@ -70,6 +70,7 @@ test-tsan: $(BUILD)/test_core_tsan
 
 test-sql: $(BUILD)/tocsin.so
 	sh core/test/sql/run.sh $(BUILD)/tocsin.so
+	sh core/test/sql/open_race.sh $(BUILD)/tocsin.so
 
 # Random (hostile) calls of the SQL surface against a model; prints its seed (SEED=n replays).
 .PHONY: test-sql-property
@@ -166,13 +167,17 @@ demo: deps all $(BUILD)/demo_shop python-venv
 $(BUILD)/demo_shop: demo/shop.c $(BUILD)/libtocsin.a
 	$(CC) $(ALL_CFLAGS) demo/shop.c $(BUILD)/libtocsin.a -o $@ $(LIBS)
 
-bench: deps $(BUILD)/bench_core $(BUILD)/bench_wake
+bench: deps $(BUILD)/bench_core $(BUILD)/bench_wake $(BUILD)/bench_worker
 	$(BUILD)/bench_core
 	$(BUILD)/bench_wake
+	$(BUILD)/bench_worker
 	$(MAKE) --no-print-directory BUILD=$(BUILD) bench-python
 
 $(BUILD)/bench_core: bench/bench_core.c $(BUILD)/libtocsin.a
 	$(CC) $(ALL_CFLAGS) -O2 bench/bench_core.c $(BUILD)/libtocsin.a -o $@ $(LIBS)
+
+$(BUILD)/bench_worker: bench/bench_worker.c $(BUILD)/libtocsin.a
+	$(CC) $(ALL_CFLAGS) -O2 bench/bench_worker.c $(BUILD)/libtocsin.a -o $@ $(LIBS)
 
 # Cross-process wake latency and the watcher's idle CPU (docs/architecture.md).
 bench-wake: deps $(BUILD)/bench_wake
@@ -229,3 +234,5 @@ bench-python: python-venv
 # ---- other bindings: each binding's own targets live in bindings/<name>/<name>.mk and
 # add themselves to `test`, `bench` and `demo` (e.g. `test: test-node`).
 include $(wildcard bindings/*/*.mk)
+# ---- the tocsin command-line tool and dashboard (cli/cli.mk) ----
+include $(wildcard cli/*.mk)

@@ -676,6 +676,63 @@ static int fn_enqueue(fn_ctx *f, int argc, sqlite3_value **argv) {
     return 1;
 }
 
+/* tocsin_task_enqueue's options: the enqueue options plus the call's. */
+typedef struct task_opts_sql {
+    opt_val queue, payload;
+    opt_val priority, delay_ms, run_at_ms, max_attempts, expires_ms, unique_key, meta;
+    opt_val result_ttl_ms, timeout_ms;
+} task_opts_sql;
+static const opt_spec TASK_SPECS[] = {
+    OPT_SPEC(task_opts_sql, priority, OPT_INT, I64_MIN, I64_MAX),
+    OPT_SPEC(task_opts_sql, delay_ms, OPT_INT, 0, MS_MAX),
+    OPT_SPEC(task_opts_sql, run_at_ms, OPT_INT, 0, MS_MAX),
+    OPT_SPEC(task_opts_sql, max_attempts, OPT_INT, 1, TOCSIN_MAX_ATTEMPTS),
+    OPT_SPEC(task_opts_sql, expires_ms, OPT_INT, 0, MS_MAX),
+    OPT_SPEC(task_opts_sql, unique_key, OPT_TEXT, 0, 0),
+    OPT_SPEC(task_opts_sql, meta, OPT_OBJECT, 0, 0),
+    OPT_SPEC(task_opts_sql, result_ttl_ms, OPT_INT, 0, MS_MAX),
+    OPT_SPEC(task_opts_sql, timeout_ms, OPT_INT, 0, MS_MAX),
+    OPT_END};
+
+/*
+ * tocsin_task_enqueue(queue, task [, args [, kwargs [, options]]]): a call of
+ * a task by name (the envelope of docs/sql.md) for a worker of any runtime;
+ * returns the job id, whose outcome tocsin_result_get reads.
+ */
+static int fn_task_enqueue(fn_ctx *f, int argc, sqlite3_value **argv) {
+    task_opts_sql o;
+    tocsin_task_call c = TOCSIN_TASK_CALL_INIT;
+    tocsin_enqueue_opts eo = TOCSIN_ENQUEUE_OPTS_INIT;
+    const char *queue, *task, *args, *kwargs;
+    int64_t id;
+    int rc;
+    memset(&o, 0, sizeof o);
+    if (!arg_text(f, argv, 0, "queue", &queue) || !arg_text(f, argv, 1, "task", &task) ||
+        !arg_text_opt(f, argc, argv, 2, "args", &args) ||
+        !arg_text_opt(f, argc, argv, 3, "kwargs", &kwargs) ||
+        !arg_opts(f, argc, argv, 4, "options", TASK_SPECS, &o)) {
+        free_opts(TASK_SPECS, &o);
+        return 0;
+    }
+    c.task = task;
+    c.args = args;
+    c.kwargs = kwargs;
+    if (o.result_ttl_ms.set) c.result_ttl_ms = o.result_ttl_ms.i;
+    if (o.timeout_ms.set) c.timeout_ms = o.timeout_ms.i;
+    if (o.priority.set) eo.priority = o.priority.i;
+    if (o.delay_ms.set) eo.delay_ms = o.delay_ms.i;
+    if (o.run_at_ms.set) eo.run_at_ms = o.run_at_ms.i;
+    if (o.max_attempts.set) eo.max_attempts = (int)o.max_attempts.i;
+    if (o.expires_ms.set) eo.expires_ms = o.expires_ms.i;
+    if (o.unique_key.set) eo.unique_key = o.unique_key.t;
+    if (o.meta.set) eo.meta = o.meta.t;
+    rc = tocsin_task_enqueue(f->db, &id, queue, &c, &eo);
+    free_opts(TASK_SPECS, &o);
+    if (rc != TOCSIN_OK) return fail(f, rc);
+    sqlite3_result_int64(f->ctx, id);
+    return 1;
+}
+
 /*
  * tocsin_enqueue_many(jobs): a JSON array of job objects ({"queue",
  * "payload", ...enqueue options}) enqueued all or nothing (one
@@ -1498,6 +1555,7 @@ static const fn_def FUNCTIONS[] = {
     {"tocsin_clock", 0, 1, 0, fn_clock},
     {"tocsin_enqueue", 2, 3, FN_DB, fn_enqueue},
     {"tocsin_enqueue_many", 1, 1, FN_DB, fn_enqueue_many},
+    {"tocsin_task_enqueue", 2, 5, FN_DB, fn_task_enqueue},
     {"tocsin_claim", 4, 4, FN_DB, fn_claim},
     {"tocsin_ack", 2, 2, FN_DB, fn_ack},
     {"tocsin_retry", 2, 4, FN_DB, fn_retry},

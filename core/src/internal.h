@@ -216,9 +216,9 @@ void tc_sub_hold(tocsin_sub *sub, int delta);
 void tc_sub_nudge(tocsin_sub *sub);
 /* A monotonic deadline (us) from a timeout in ms (< 0: none). */
 int64_t tc_deadline_us(int timeout_ms);
-/* Lowers *sleep_ms to what is left until end_us; TOCSIN_TIMEOUT (error set)
- * once it passed; end_us < 0: no deadline. */
-int tc_sleep_until(int64_t end_us, int64_t *sleep_ms);
+/* Lowers *sleep_ms to what is left until end_us; TOCSIN_TIMEOUT (error set:
+ * "<what> before the timeout") once it passed; end_us < 0: no deadline. */
+int tc_sleep_until(int64_t end_us, int64_t *sleep_ms, const char *what);
 /* Sleep bound for a deadline of the handle's clock: TOCSIN_TIMEOUT (error
  * set, naming `what`) once now >= deadline; deadline < 0: none. Waits re-read
  * the clock at least every TC_MAX_SLEEP_MS (an injected clock may jump). */

@@ -218,10 +218,7 @@ static int listen_check(void *p, int *done, int64_t *sleep_ms) {
         *done = 1;
         return TOCSIN_OK;
     }
-    if (l->end_us < 0) return TOCSIN_OK;
-    rc = tc_sleep_until(l->end_us, sleep_ms);
-    if (rc == TOCSIN_TIMEOUT) tc_err(l->db, rc, "no notification arrived");
-    return rc;
+    return tc_sleep_until(l->end_us, sleep_ms, "no notification arrived");
 }
 
 int tocsin_listen_open(tocsin_listener **out, tocsin_db *db, const char *channel,

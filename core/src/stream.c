@@ -343,10 +343,7 @@ static int sub_check(void *p, int *done, int64_t *sleep_ms) {
         *done = 1;
         return TOCSIN_OK;
     }
-    if (s->end_us < 0) return TOCSIN_OK;
-    rc = tc_sleep_until(s->end_us, sleep_ms);
-    if (rc == TOCSIN_TIMEOUT) tc_err(s->db, rc, "no event arrived");
-    return rc;
+    return tc_sleep_until(s->end_us, sleep_ms, "no event arrived");
 }
 
 int tocsin_stream_sub_open(tocsin_stream_sub **out, tocsin_db *db, const char *topic,

@@ -638,11 +638,11 @@ int64_t tc_deadline_us(int timeout_ms) {
     return timeout_ms < 0 ? -1 : tc_monotonic_us() + (int64_t)timeout_ms * 1000;
 }
 
-int tc_sleep_until(int64_t end_us, int64_t *sleep_ms) {
+int tc_sleep_until(int64_t end_us, int64_t *sleep_ms, const char *what) {
     int64_t left;
     if (end_us < 0) return TOCSIN_OK;
     left = end_us - tc_monotonic_us();
-    if (left <= 0) return tc_err(NULL, TOCSIN_TIMEOUT, "the wait timed out");
+    if (left <= 0) return tc_err(NULL, TOCSIN_TIMEOUT, "%s before the timeout", what);
     *sleep_ms = (left + 999) / 1000;
     return TOCSIN_OK;
 }
@@ -662,7 +662,7 @@ static int wk_until_check(void *p, int *done, int64_t *sleep_ms) {
         return rc;
     }
     if (*done) return TOCSIN_OK;
-    return tc_sleep_until(u->end_us, sleep_ms);
+    return tc_sleep_until(u->end_us, sleep_ms, "the condition did not hold");
 }
 
 int tocsin_sub_wait_until(tocsin_sub *s, tocsin_check_fn check, void *ctx, int timeout_ms) {

@@ -157,6 +157,7 @@ struct tocsin_worker {
     int concurrency;
     int64_t vis, sched_ttl, unknown_delay;
     int unknown_max, scheduler, leader;
+    int hot; /* the last claim filled every free slot: claim again without looking first */
     wtask *tasks;
     size_t ntasks;
     wrun *runs;
@@ -467,26 +468,39 @@ static int check_outcome(tocsin_db *db, const tocsin_outcome *o) {
 }
 
 /* Commits the batch in one write transaction (group commit). Under w->mu. */
-static int flush_batch(tocsin_worker *w, size_t *lost) {
-    tc_op op;
+/* Writes the batched outcomes inside the caller's write op. Under w->mu. */
+static int apply_batch(tocsin_worker *w, size_t *lost) {
     size_t i;
-    int rc;
-    if (lost) *lost = 0;
-    if (!w->ndone) return TOCSIN_OK;
-    if ((rc = tc_op_begin(w->db, &op, 1)) != TOCSIN_OK) return rc;
+    int rc = TOCSIN_OK;
     for (i = 0; i < w->ndone && rc == TOCSIN_OK; i++) {
         int held = 0;
         rc = apply_outcome(w->db, &held, w->done[i].run, &w->done[i].o);
         if (rc == TOCSIN_OK && !held && lost) (*lost)++;
     }
-    if ((rc = tc_op_end(w->db, &op, rc)) != TOCSIN_OK) return rc; /* the batch stays for a retry */
+    return rc;
+}
+
+/* Forgets the batch once the transaction that wrote it committed. */
+static void drop_batch(tocsin_worker *w) {
+    size_t i;
     for (i = 0; i < w->ndone; i++) {
         unlink_run(w, w->done[i].run);
         free_run(w->done[i].run);
         free_outcome(&w->done[i].o);
     }
     w->ndone = 0;
-    return TOCSIN_OK;
+}
+
+/* Commits the batch in one write transaction (group commit). Under w->mu. */
+static int flush_batch(tocsin_worker *w, size_t *lost) {
+    tc_op op;
+    int rc;
+    if (lost) *lost = 0;
+    if (!w->ndone) return TOCSIN_OK;
+    if ((rc = tc_op_begin(w->db, &op, 1)) != TOCSIN_OK) return rc;
+    /* on failure the batch stays for the next try */
+    if ((rc = tc_op_end(w->db, &op, apply_batch(w, lost))) == TOCSIN_OK) drop_batch(w);
+    return rc;
 }
 
 int tocsin_worker_flush(tocsin_worker *w, size_t *out_lost) {
@@ -709,10 +723,8 @@ static int lead(tocsin_worker *w, int64_t now, int woken) {
 static int upkeep(tocsin_worker *w) {
     int64_t now = tocsin_now(w->db), mono = tc_monotonic_us();
     /* reads that follow other processes' commits, at most every few ms */
-    int recheck = mono - w->last_check_us >= W_CANCEL_CHECK_US;
-    int rc;
+    int recheck = mono - w->last_check_us >= W_CANCEL_CHECK_US, rc = TOCSIN_OK;
     drain_released(w);
-    rc = flush_batch(w, NULL);
     if (recheck) w->last_check_us = mono;
     if (rc == TOCSIN_OK && now >= w->next_renew) {
         rc = renew(w, now);
@@ -875,40 +887,32 @@ typedef struct next_ctx {
 static int next_check(void *p, int *done, int64_t *sleep_ms) {
     next_ctx *c = p;
     tocsin_worker *w = c->w;
-    size_t free_slots, i;
+    size_t free_slots, busy, i;
     int64_t now, wake, deadline = -1;
-    int rc, grouped = 0;
-    tc_op group;
+    int rc;
     w_lock(w);
-    /* Outcomes to commit: the group commit and the claim that refills the slots
-     * they free share one write transaction (a busy worker's step is one commit).
-     * Otherwise nothing here takes the write lock unless something is due. */
-    pthread_mutex_lock(&w->relmu);
-    grouped = w->released != NULL;
-    pthread_mutex_unlock(&w->relmu);
-    if (w->ndone || grouped) {
-        grouped = 0;
-        if ((rc = tc_op_begin(w->db, &group, 1)) != TOCSIN_OK) {
-            w_unlock(w);
-            return rc;
-        }
-        grouped = 1;
-    }
     rc = upkeep(w);
-    free_slots = w->nruns < (size_t)w->concurrency ? (size_t)w->concurrency - w->nruns : 0;
-    if (rc == TOCSIN_OK && free_slots)
+    /* the batched runs give their slots back in the claim's own transaction */
+    busy = w->nruns - w->ndone;
+    free_slots = busy < (size_t)w->concurrency ? (size_t)w->concurrency - busy : 0;
+    /* a read-only look first, unless the last claim filled every slot (more is likely) */
+    if (rc == TOCSIN_OK && free_slots && !w->hot)
         rc = tocsin_queue_next_deadline(w->db, &deadline, (const char *const *)w->queues, w->nq);
     now = tocsin_now(w->db);
-    if (rc == TOCSIN_OK && free_slots && deadline >= 0 && deadline <= now) {
-        rc = claim(w, free_slots, c->got, &c->ngot);
-        if (grouped) {
-            grouped = 0;
-            rc = tc_op_end(w->db, &group, rc);
-            if (rc != TOCSIN_OK) {
+    if (rc == TOCSIN_OK && free_slots && (w->hot || (deadline >= 0 && deadline <= now))) {
+        /* one commit for the finished outcomes and the next claim */
+        tc_op op;
+        if ((rc = tc_op_begin(w->db, &op, 1)) == TOCSIN_OK) {
+            rc = apply_batch(w, NULL);
+            if (rc == TOCSIN_OK) rc = claim(w, free_slots, c->got, &c->ngot);
+            if ((rc = tc_op_end(w->db, &op, rc)) == TOCSIN_OK) {
+                drop_batch(w);
+            } else {
                 for (i = 0; i < c->ngot; i++) free_run(c->got[i]);
                 c->ngot = 0;
             }
         }
+        w->hot = rc == TOCSIN_OK && c->ngot == free_slots;
         for (i = 0; i < c->ngot; i++) {
             wrun *r = c->got[i];
             r->next = w->runs;
@@ -923,8 +927,10 @@ static int next_check(void *p, int *done, int64_t *sleep_ms) {
         }
         /* all claimed jobs were dealt with here (unknown, invalid): look again */
         deadline = now;
+    } else if (rc == TOCSIN_OK) {
+        rc = flush_batch(w, NULL);
+        w->hot = 0;
     }
-    if (grouped) rc = tc_op_end(w->db, &group, rc);
     wake = next_upkeep(w);
     if (free_slots && deadline >= 0 && deadline > now && deadline < wake) wake = deadline;
     w->next_claim = free_slots && deadline >= 0 ? deadline : -1;

@@ -15,6 +15,7 @@ void suite_coord(void);
 void suite_harden(void);
 void suite_threads(void);
 void suite_worker(void);
+void suite_waits(void);
 
 static const struct {
     const char *name;
@@ -33,6 +34,7 @@ static const struct {
     {"harden", suite_harden},
     {"threads", suite_threads},
     {"worker", suite_worker},
+    {"waits", suite_waits},
 };
 
 #endif

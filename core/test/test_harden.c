@@ -374,6 +374,15 @@ static void subscribe_to_replaced_file(void) {
     snprintf(path, sizeof path, "%s", sqlite3_db_filename(tocsin_sqlite(db), "main"));
     snprintf(moved, sizeof moved, "%s.moved", path);
     CHECK(rename(path, moved) == 0);
+    {   /* its -wal and -shm go too: a new file must not inherit them */
+        char from[600], to[620];
+        snprintf(from, sizeof from, "%s-wal", path);
+        snprintf(to, sizeof to, "%s-wal", moved);
+        rename(from, to);
+        snprintf(from, sizeof from, "%s-shm", path);
+        snprintf(to, sizeof to, "%s-shm", moved);
+        rename(from, to);
+    }
     /* deleted or renamed: the handle still has the old file open */
     CHECK_EQ_I(tocsin_sub_open(&sub, db), TOCSIN_REPLACED);
     CHECK(sub == NULL);

@@ -440,6 +440,11 @@ static void scheduler_step(void) {
     /* no second fire of the same boundary */
     CHECK(next_run(w, NULL) == NULL);
     CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 0);
+    /* the leader's housekeeping: expired results go at the next sweep */
+    CHECK_OK(db, tocsin_result_save(db, 999, "1", 1));
+    clk.now += 61000;
+    CHECK(next_run(w, NULL) != NULL || 1); /* the boundary of the next minute may fire too */
+    CHECK_EQ_I(t_count(db, "_tocsin_results WHERE job_id = 999"), 0);
     CHECK_OK(db, tocsin_worker_close(w));
     CHECK_EQ_I(t_count(db, "_tocsin_locks WHERE owner IS NOT NULL"), 0); /* resigned */
     tocsin_close(db);
@@ -486,7 +491,36 @@ static void poke_and_close(void) {
     tocsin_close(db);
 }
 
+/* A retry waits the task's own backoff, not the default's. */
+static void task_backoff(void) {
+    t_clock clk = {1000000};
+    tocsin_db *db = t_open("w_backoff", &clk);
+    tocsin_worker *w = open_worker(db, "w1", 1);
+    tocsin_task_opts to = TOCSIN_TASK_OPTS_INIT;
+    tocsin_outcome o = TOCSIN_OUTCOME_INIT;
+    tocsin_task_run *r;
+    tocsin_job *job = NULL;
+    int64_t id = call(db, "slow", "[]", 5);
+    to.backoff_base_ms = 8000;
+    to.backoff_cap_ms = 8000;
+    CHECK_OK(db, tocsin_worker_register(w, "slow", &to));
+    to.backoff_base_ms = -1;
+    CHECK_EQ_I(tocsin_worker_register(w, "bad", &to), TOCSIN_INVALID);
+    r = next_run(w, NULL);
+    CHECK(r && r->job_id == id);
+    o.kind = TOCSIN_OUTCOME_ERROR;
+    o.error_type = "Flaky";
+    if (r) CHECK_OK(db, tocsin_worker_finish(w, NULL, r, &o));
+    CHECK_OK(db, tocsin_worker_flush(w, NULL));
+    CHECK_OK(db, tocsin_job_get(db, &job, id));
+    CHECK(job && job->run_at - clk.now >= 4000 && job->run_at - clk.now <= 8000);
+    tocsin_jobs_free(job, 1);
+    tocsin_worker_close(w);
+    tocsin_close(db);
+}
+
 void suite_worker(void) {
+    task_backoff();
     envelope();
     bad_worker_options();
     outcomes();

@@ -154,6 +154,15 @@ qerr "SELECT tocsin_enqueue('rows', x) FROM src;" "payload is not valid JSON"
 q "SELECT count(*) FROM _tocsin_jobs WHERE queue = 'rows';" "2"
 q "SELECT json_array_length(tocsin_enqueue_many(json_group_array(json_object('queue', 'batch', 'payload', json(x))))) FROM src WHERE x <> 'not json';" "2"
 qerr "SELECT tocsin_enqueue_many('[{\"queue\":\"batch\",\"payload\":1},{\"queue\":\"\",\"payload\":2}]');" "job 1: queue name must not be empty"
+
+# a task call by name from SQL: the envelope any runtime's worker runs
+q "SELECT tocsin_task_enqueue('task_calls', 'send_email', '[\"ann@example.com\"]', '{\"subject\":\"hi\"}', '{\"result_ttl_ms\":60000,\"max_attempts\":4}') > 0;" "1"
+q "SELECT json_extract(payload, '\$.task', '\$.args', '\$.kwargs', '\$.result_ttl_ms'), max_attempts FROM _tocsin_jobs WHERE queue = 'task_calls';" '["send_email",["ann@example.com"],{"subject":"hi"},60000]|4'
+qerr "SELECT tocsin_task_enqueue('task_calls', 'send_email', '{}');" "args must be a JSON array"
+qerr "SELECT tocsin_task_enqueue('task_calls', 'send_email', NULL, '[1]');" "kwargs must be a JSON object"
+qerr "SELECT tocsin_task_enqueue('task_calls', '');" "task name must not be empty"
+qerr "SELECT tocsin_task_enqueue('task_calls', 'send_email', NULL, NULL, '{\"timeout_ms\":-1}');" "timeout_ms"
+q "SELECT count(*) FROM _tocsin_jobs WHERE queue = 'task_calls';" "1"
 q "SELECT count(*) FROM _tocsin_jobs WHERE queue = 'batch';" "2"
 
 # SQLITE_DIRECTONLY: not callable from a trigger or a view
