@@ -137,26 +137,20 @@ def enqueue(conn: Any, queue: str, payload: Any = None, *, priority: int = 0, de
     return raw.execute("SELECT tocsin_enqueue(?, ?, ?)", (queue, dumps(payload), opts)).fetchone()[0]
 
 
-_envelopes: Any = None
-
-
 def call(conn: Any, queue: str, task: str, args: Sequence[Any] = (),
          kwargs: Optional[Dict[str, Any]] = None, *, autocommit: bool = False,
          **options: Any) -> int:
     """Enqueues a call of task ``task`` (registered by a worker of any runtime) through the
-    application's own connection, inside its open transaction (see enqueue). The envelope
-    is the core's (docs/sql.md, "Task envelope"). Returns the job's id, whose result
-    db.wait_result(id) (or any runtime) reads."""
-    global _envelopes
-    from ._tocsin import Handle
+    application's own connection, inside its open transaction (see enqueue), with the
+    SQL function tocsin_task_enqueue (the core's envelope, docs/sql.md). Returns the job's
+    id, whose result db.wait_result(id) (or any runtime) reads."""
     from ._util import dumps
     raw = _refuse(conn, autocommit, "tocsin.call")
-    if _envelopes is None:
-        _envelopes = Handle(":memory:")  # builds and checks envelopes (the core's rules)
-    env = _envelopes.task_envelope(task, dumps(list(args), "args"), dumps(dict(kwargs or {}), "kwargs"))
     opts = _options(options.pop("priority", 0), options.pop("delay", None),
                     options.pop("max_attempts", None), options.pop("unique_key", None),
                     options.pop("meta", None))
     if options:
         raise TypeError("call() got unexpected option(s) %s" % ", ".join(sorted(options)))
-    return raw.execute("SELECT tocsin_enqueue(?, ?, ?)", (queue, env, opts)).fetchone()[0]
+    return raw.execute("SELECT tocsin_task_enqueue(?, ?, ?, ?, ?)",
+                       (queue, task, dumps(list(args), "args"), dumps(dict(kwargs or {}), "kwargs"),
+                        opts)).fetchone()[0]
