@@ -33,19 +33,6 @@ def _begin_pool() -> Any:
     return _pool
 
 
-# Transactions open on threads that run an event loop: while one is, a worker on that
-# loop keeps its core calls off the loop thread (the holder may need the loop to finish).
-_loop_tx = 0
-
-
-def loop_transactions() -> int:
-    return _loop_tx
-
-
-def _on_loop() -> bool:
-    return asyncio._get_running_loop() is not None
-
-
 _active: "contextvars.ContextVar[Tuple[Transaction, ...]]" = contextvars.ContextVar(
     "tocsin_transactions", default=())
 
@@ -61,14 +48,13 @@ class Transaction:
     by accident: their calls run outside it (writers wait for the write lock).
     """
 
-    __slots__ = ("_db", "_tx", "_token", "_base", "_counted")
+    __slots__ = ("_db", "_tx", "_token", "_base")
 
     def __init__(self, db: "Database", base: Any = None) -> None:
         self._db = db
         self._tx: Any = None
         self._token: Any = None
         self._base = base if base is not None else db._h  # the handle it begins on
-        self._counted = False
 
     @property
     def database(self) -> "Database":
@@ -87,14 +73,7 @@ class Transaction:
                                   "context (transactions do not nest)")
         self._tx = self._base.begin_tx()
         self._token = _active.set(_active.get() + (self,))
-        self._count(_on_loop())
         return self
-
-    def _count(self, on: bool) -> None:
-        global _loop_tx
-        if on:
-            self._counted = True
-            _loop_tx += 1
 
     def _pre_commit(self) -> None:
         """Runs inside the transaction just before COMMIT (a task's ack: JobContext)."""
@@ -113,11 +92,7 @@ class Transaction:
         self._end(False)
 
     def _detach(self) -> Any:
-        global _loop_tx
         tx, self._tx = self._tx, None
-        if self._counted:
-            self._counted = False
-            _loop_tx -= 1
         stack = _active.get()
         if self in stack:
             try:
@@ -166,7 +141,6 @@ class Transaction:
         loop = asyncio.get_running_loop()
         self._tx = await loop.run_in_executor(_begin_pool(), self._base.begin_tx)
         self._token = _active.set(_active.get() + (self,))
-        self._count(True)
         return self
 
     async def __aexit__(self, exc_type, exc, tb) -> bool:

@@ -26,7 +26,6 @@ from . import _tocsin
 from ._tocsin import Closed, Error, InvalidArgument, LeaseLost
 from ._util import Duration, duration_ms, dumps, loads
 from .coord import default_owner
-from .db import loop_transactions
 from .tasks import JobContext, Task, _current
 from .wake import readable
 
@@ -255,10 +254,7 @@ class Worker:
         assert self._stop is not None
         fd = w.fileno()
         while not self._stop.is_set():
-            if loop_transactions():  # an async task may hold the write lock: stay off the loop
-                runs, cancelled, wake_in = await loop.run_in_executor(self._io, self._step, w, True)
-            else:
-                runs, cancelled, wake_in = self._step(w, True)
+            runs, cancelled, wake_in = await loop.run_in_executor(self._io, self._step, w, True)
             for r in runs:
                 self._start(w, r)
             self._check_cancelled(cancelled)
