@@ -272,10 +272,103 @@ def bench_binding_overhead(d, n):
     return r
 
 
+WORKER_APP = """
+import os, tocsin
+db = tocsin.open(os.environ["TOCSIN_BENCH_DB"])
+q = db.queue("bench")
+
+@q.task(name="noop", result_ttl=None)
+def noop():
+    return None
+
+@q.task(name="anoop", result_ttl=None)
+async def anoop():
+    return None
+
+@db.queue("idle").periodic("@hourly", name="hourly")
+def hourly():
+    return None
+"""
+
+
+def _worker_procs(d, path, queue, k, *extra):
+    import subprocess
+    env = dict(os.environ, TOCSIN_BENCH_DB=path, PYTHONPATH=d)
+    cmd = [sys.executable, "-m", "tocsin", "worker", "benchapp:db", "--queue", queue] + list(extra)
+    return [subprocess.Popen(cmd, cwd=d, env=env, stderr=subprocess.DEVNULL) for _ in range(k)]
+
+
+def _stop(procs):
+    import signal
+    for p in procs:
+        p.send_signal(signal.SIGTERM)
+    for p in procs:
+        try:
+            p.wait(30)
+        except Exception:
+            p.kill()
+
+
+def bench_worker_throughput(d, n, task, procs=2, concurrency=4):
+    """No-op tasks through the worker runner (python -m tocsin worker), `procs`
+    processes x `concurrency`: jobs/s from the commit that enqueued them all to the
+    last outcome committed."""
+    with open(os.path.join(d, "benchapp.py"), "w") as f:
+        f.write(WORKER_APP)
+    path = os.path.join(d, "t-worker-%s.db" % task)
+    db = tocsin.open(path)
+    q = db.queue("bench")
+    ps = _worker_procs(d, path, "bench", procs, "--concurrency", str(concurrency), "--no-scheduler")
+    try:
+        end = time.monotonic() + 60
+        while db.execute("SELECT count(*) FROM _tocsin_workers")[0][0] < procs:
+            if time.monotonic() > end:
+                raise RuntimeError("the workers did not start")
+            time.sleep(0.05)
+        with db.transaction():
+            for _ in range(n):
+                q.call(task)
+        t0 = time.perf_counter()
+        with db.subscribe() as wake:
+            while db.execute("SELECT count(*) FROM _tocsin_jobs")[0][0]:
+                wake.wait(timeout=0.05)
+        rate_ = n / (time.perf_counter() - t0)
+        done = db.execute("SELECT count(*) FROM _tocsin_results WHERE status = 'ok'")[0][0]
+        assert done == n, (done, n)
+    finally:
+        _stop(ps)
+        db.close()
+    return rate_
+
+
+def _cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def bench_idle_cpu(d, seconds=5.0):
+    """CPU of an idle worker with the scheduler on (the default), over `seconds`."""
+    with open(os.path.join(d, "benchapp.py"), "w") as f:
+        f.write(WORKER_APP)
+    path = os.path.join(d, "t-idle.db")
+    tocsin.open(path).close()
+    (p,) = _worker_procs(d, path, "idle", 1, "--scheduler-ttl", "3")
+    try:
+        time.sleep(1.5)  # started, leading the scheduler
+        c0, t0 = _cpu_seconds(p.pid), time.monotonic()
+        time.sleep(seconds)
+        c1, t1 = _cpu_seconds(p.pid), time.monotonic()
+    finally:
+        _stop([p])
+    return 100.0 * (c1 - c0) / (t1 - t0)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--n", type=int, default=5000)
     ap.add_argument("--latency-n", type=int, default=1000)
+    ap.add_argument("--worker-n", type=int, default=20000)
     args = ap.parse_args()
     d = tempfile.mkdtemp(prefix="tocsin-bench-")
     try:
@@ -295,6 +388,11 @@ def main():
         print("binding overhead: enqueue + claim + ack through the public API runs at %.0f%% of "
               "the bare core calls (%.1f us added per job)" % (100.0 * api / bare,
                                                               (1e6 / api - 1e6 / bare)))
+        for task, kind in (("noop", "sync"), ("anoop", "async")):
+            print("worker runner, %s no-op tasks, 2 processes x 4 concurrency: %.0f tasks/s "
+                  "(target >= 20000)" % (kind, bench_worker_throughput(d, args.worker_n, task)))
+        print("idle worker with the scheduler on (leader, ttl 3 s): %.2f%% of a core over 5 s "
+              "(target < 1%%)" % bench_idle_cpu(d))
         pct = lambda p: lat[min(len(lat) - 1, int(p / 100.0 * len(lat)))]
         print("async end-to-end (enqueue in another process -> async for job in queue.jobs()), "
               "%d jobs: p50 %.3f ms, p99 %.3f ms, max %.3f ms" % (len(lat), pct(50), pct(99), lat[-1]))

@@ -184,6 +184,16 @@ TOCSIN_API int tocsin_close(tocsin_db *db);
 /* The underlying connection, borrowed until tocsin_close(): use it for the
  * application's own statements inside a tocsin transaction. */
 TOCSIN_API struct sqlite3 *tocsin_sqlite(tocsin_db *db);
+/*
+ * Holds the handle's serialisation (the lock every tocsin call on db takes)
+ * so that a binding can run the application's own statements on
+ * tocsin_sqlite(db) from any thread without racing a tocsin call of another
+ * thread on the same connection. Recursive; tocsin calls may be made while
+ * held. TOCSIN_CLOSED (not held) once db is closed; otherwise pair it with
+ * tocsin_sqlite_leave(db) on the same thread.
+ */
+TOCSIN_API int tocsin_sqlite_enter(tocsin_db *db);
+TOCSIN_API void tocsin_sqlite_leave(tocsin_db *db);
 
 /*
  * The one error channel: the message, code and SQLite extended code (0 if
@@ -1060,7 +1070,8 @@ typedef struct tocsin_outcome {
     int kind;                  /* TOCSIN_OUTCOME_* */
     const char *value;         /* OK: JSON text of the result; NULL: null */
     const char *error_type;    /* ERROR/FAIL: a name such as "ValueError"; NULL: "Error" */
-    const char *error_message; /* ERROR/FAIL: any text; NULL: "" */
+    const char *error_message; /* ERROR/FAIL: any text; NULL: "". HAND_BACK: the reason,
+                                  kept as the job's last_error (NULL: unchanged) */
     const char *error_trace;   /* ERROR/FAIL: the runtime's traceback or NULL (cut to
                                   TOCSIN_MAX_TRACE_BYTES) */
     int64_t delay_ms;          /* HAND_BACK: delay (0: now); ERROR: < 0 the task's backoff */

@@ -925,6 +925,20 @@ int tocsin_close(tocsin_db *db) {
 
 sqlite3 *tocsin_sqlite(tocsin_db *db) { return db ? db->conn : NULL; }
 
+int tocsin_sqlite_enter(tocsin_db *db) {
+    if (!db) return tc_err(NULL, TOCSIN_INVALID, "db must not be NULL");
+    tc_lock(db);
+    if (db->closed) {
+        tc_unlock(db);
+        return tc_err(db, TOCSIN_CLOSED, "the database handle was closed");
+    }
+    return TOCSIN_OK;
+}
+
+void tocsin_sqlite_leave(tocsin_db *db) {
+    if (db) tc_unlock(db);
+}
+
 /* A handle of its own on db's file, with db's clock, limits and busy timeout.
  * Journal mode and schema are left as they are. */
 int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only) {
@@ -4907,6 +4921,32 @@ int tocsin_result_check(tocsin_db *db, tocsin_result **out_result, int64_t job_i
     return rc;
 }
 
+/* TOCSIN_TIMEOUT with what the job is doing: never claimed, running, or retrying. */
+static int why_waiting(tocsin_db *db, int64_t job_id) {
+    tocsin_job *j = NULL;
+    int64_t now = tocsin_now(db);
+    if (tocsin_job_get(db, &j, job_id) != TOCSIN_OK || !j)
+        return tc_err(db, TOCSIN_TIMEOUT, "job %lld has no outcome yet before the deadline",
+                      (long long)job_id);
+    if (strcmp(j->state, "processing") == 0)
+        tc_err(db, TOCSIN_TIMEOUT,
+               "job %lld is running (attempt %d of %d, worker %s) and has no outcome yet",
+               (long long)job_id, j->attempts, j->max_attempts, j->worker ? j->worker : "?");
+    else if (j->attempts == 0)
+        tc_err(db, TOCSIN_TIMEOUT,
+               "job %lld was never claimed: no worker took it from queue \"%s\"%s",
+               (long long)job_id, j->queue,
+               strcmp(j->state, "scheduled") == 0 ? " (it is scheduled for later)" : "");
+    else
+        tc_err(db, TOCSIN_TIMEOUT,
+               "job %lld is retrying: attempt %d of %d ended (%s); the next run is due in %lld ms",
+               (long long)job_id, j->attempts, j->max_attempts,
+               j->last_error ? j->last_error : "no error recorded",
+               (long long)(j->run_at > now ? j->run_at - now : 0));
+    tocsin_jobs_free(j, 1);
+    return TOCSIN_TIMEOUT;
+}
+
 typedef struct rs_wait {
     tocsin_db *db;
     tocsin_result **out;
@@ -4922,7 +4962,8 @@ static int rs_wait_check(void *p, int *done, int64_t *sleep_ms) {
         return TOCSIN_OK;
     }
     if (w->deadline < 0) return TOCSIN_OK; /* only a commit can bring the outcome */
-    return tc_sleep_until_clock(w->db, w->deadline, -1, sleep_ms, "the job has no outcome yet");
+    rc = tc_sleep_until_clock(w->db, w->deadline, -1, sleep_ms, "the job has no outcome yet");
+    return rc == TOCSIN_TIMEOUT ? why_waiting(w->db, w->job_id) : rc;
 }
 
 int tocsin_result_wait(tocsin_db *db, tocsin_result **out_result, int64_t job_id,
@@ -6712,6 +6753,7 @@ typedef struct wrun {
     struct wrun *prev, *next; /* in flight */
     int lost;                 /* reported by tocsin_worker_cancelled already */
     int finishing;            /* an outcome waits in the batch */
+    struct wrun *rel_next;    /* on w->released: acked in the caller's transaction */
 } wrun;
 
 /* A batched outcome, with its own copies of the strings. */
@@ -6724,6 +6766,11 @@ struct tocsin_worker {
     tocsin_db *db;
     tocsin_sub *sub;
     pthread_mutex_t mu; /* runs, batch and cancelled: tocsin_worker_finish may come from any thread */
+    /* Runs finished inside a caller's transaction, unlinked at the next upkeep: the
+     * finishing thread holds the write lock and must not wait for mu, which an upkeep
+     * holds while it waits for that write lock. */
+    pthread_mutex_t relmu;
+    wrun *released;
     char *id;
     char **queues;
     size_t nq;
@@ -6749,6 +6796,23 @@ struct tocsin_worker {
 
 static void w_lock(tocsin_worker *w) { pthread_mutex_lock(&w->mu); }
 static void w_unlock(tocsin_worker *w) { pthread_mutex_unlock(&w->mu); }
+static void free_run(wrun *r);
+static void unlink_run(tocsin_worker *w, wrun *r);
+
+/* Unlinks and frees the runs finished in callers' transactions. Under w->mu. */
+static void drain_released(tocsin_worker *w) {
+    wrun *r;
+    pthread_mutex_lock(&w->relmu);
+    r = w->released;
+    w->released = NULL;
+    pthread_mutex_unlock(&w->relmu);
+    while (r) {
+        wrun *next = r->rel_next;
+        unlink_run(w, r);
+        free_run(r);
+        r = next;
+    }
+}
 
 static void free_run(wrun *r) {
     if (!r) return;
@@ -6849,6 +6913,7 @@ int tocsin_worker_open(tocsin_worker **out, tocsin_db *db, const tocsin_worker_o
     if (!(w = sqlite3_malloc(sizeof *w))) return tc_err(db, TOCSIN_NOMEM, "worker: out of memory");
     memset(w, 0, sizeof *w);
     pthread_mutex_init(&w->mu, NULL);
+    pthread_mutex_init(&w->relmu, NULL);
     w->db = db;
     w->concurrency = o->concurrency ? o->concurrency : 1;
     w->vis = o->visibility_ms ? o->visibility_ms : W_DEFAULT_VISIBILITY_MS;
@@ -6994,7 +7059,7 @@ static int apply_outcome(tocsin_db *db, int *held, const wrun *r, const tocsin_o
     case TOCSIN_OUTCOME_FAIL: return record_error(db, held, r, o, 1);
     default:
         return tc_job_hand_back(db, held, NULL, r->pub.job_id, r->pub.token,
-                                o->delay_ms > 0 ? o->delay_ms : 0, NULL);
+                                o->delay_ms > 0 ? o->delay_ms : 0, o->error_message);
     }
 }
 
@@ -7007,6 +7072,9 @@ static int check_outcome(tocsin_db *db, const tocsin_outcome *o) {
         return tc_err(db, TOCSIN_INVALID, "outcome kind %d is not one of TOCSIN_OUTCOME_*", o->kind);
     if (o->kind == TOCSIN_OUTCOME_OK && o->value &&
         (rc = tc_check_payload(db, "result value", o->value)) != TOCSIN_OK)
+        return rc;
+    if (o->kind == TOCSIN_OUTCOME_HAND_BACK &&
+        (rc = tc_check_text(db, "hand-back reason", o->error_message, (size_t)db->max_payload)) != TOCSIN_OK)
         return rc;
     if (o->kind == TOCSIN_OUTCOME_ERROR || o->kind == TOCSIN_OUTCOME_FAIL) {
         if (o->error_type && (rc = tc_check_name(db, "error type", o->error_type)) != TOCSIN_OK) return rc;
@@ -7088,11 +7156,14 @@ int tocsin_worker_finish(tocsin_worker *w, tocsin_db *tx, tocsin_task_run *run,
                           "job %lld: the lease was lost (another worker holds it, or it was cancelled); nothing was written",
                           (long long)r->pub.job_id);
         /* the run is over for this worker whatever the transaction does: if it
-         * rolls back, the lease lapses and the job is claimed again */
-        w_lock(w);
-        unlink_run(w, r);
-        w_unlock(w);
-        free_run(r);
+         * rolls back, the lease lapses and the job is claimed again. Released for
+         * the next upkeep (never waiting for w->mu while tx holds the write lock). */
+        pthread_mutex_lock(&w->relmu);
+        r->finishing = 1;
+        r->rel_next = w->released;
+        w->released = r;
+        pthread_mutex_unlock(&w->relmu);
+        tc_sub_nudge(w->sub);
         return TOCSIN_OK;
     }
     c = *o;
@@ -7273,6 +7344,7 @@ static int upkeep(tocsin_worker *w) {
     int64_t now = tocsin_now(w->db), mono = tc_monotonic_us();
     /* reads that follow other processes' commits, at most every few ms */
     int recheck = mono - w->last_check_us >= W_CANCEL_CHECK_US, rc = TOCSIN_OK;
+    drain_released(w);
     if (recheck) w->last_check_us = mono;
     if (rc == TOCSIN_OK && now >= w->next_renew) {
         rc = renew(w, now);
@@ -7555,6 +7627,7 @@ size_t tocsin_worker_in_flight(tocsin_worker *w) {
     size_t n;
     if (!w) return 0;
     w_lock(w);
+    drain_released(w);
     n = w->nruns - w->ndone;
     w_unlock(w);
     return n;
@@ -7567,6 +7640,7 @@ int tocsin_worker_close(tocsin_worker *w) {
     tc_clear(w->db);
     tc_sub_shut(w->sub); /* a tocsin_worker_next of another thread ends first (TOCSIN_CLOSED) */
     w_lock(w);
+    drain_released(w);
     if (w->sub) { /* opened fully: leave the database as we found it */
         tc_op op;
         rc = flush_batch(w, NULL);
@@ -7604,6 +7678,7 @@ int tocsin_worker_close(tocsin_worker *w) {
     sqlite3_free(w->cancelled);
     sqlite3_free(w->id);
     pthread_mutex_destroy(&w->mu);
+    pthread_mutex_destroy(&w->relmu);
     sqlite3_free(w);
     return rc;
 }

@@ -348,6 +348,20 @@ int tocsin_close(tocsin_db *db) {
 
 sqlite3 *tocsin_sqlite(tocsin_db *db) { return db ? db->conn : NULL; }
 
+int tocsin_sqlite_enter(tocsin_db *db) {
+    if (!db) return tc_err(NULL, TOCSIN_INVALID, "db must not be NULL");
+    tc_lock(db);
+    if (db->closed) {
+        tc_unlock(db);
+        return tc_err(db, TOCSIN_CLOSED, "the database handle was closed");
+    }
+    return TOCSIN_OK;
+}
+
+void tocsin_sqlite_leave(tocsin_db *db) {
+    if (db) tc_unlock(db);
+}
+
 /* A handle of its own on db's file, with db's clock, limits and busy timeout.
  * Journal mode and schema are left as they are. */
 int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only) {

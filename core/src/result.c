@@ -235,6 +235,32 @@ int tocsin_result_check(tocsin_db *db, tocsin_result **out_result, int64_t job_i
     return rc;
 }
 
+/* TOCSIN_TIMEOUT with what the job is doing: never claimed, running, or retrying. */
+static int why_waiting(tocsin_db *db, int64_t job_id) {
+    tocsin_job *j = NULL;
+    int64_t now = tocsin_now(db);
+    if (tocsin_job_get(db, &j, job_id) != TOCSIN_OK || !j)
+        return tc_err(db, TOCSIN_TIMEOUT, "job %lld has no outcome yet before the deadline",
+                      (long long)job_id);
+    if (strcmp(j->state, "processing") == 0)
+        tc_err(db, TOCSIN_TIMEOUT,
+               "job %lld is running (attempt %d of %d, worker %s) and has no outcome yet",
+               (long long)job_id, j->attempts, j->max_attempts, j->worker ? j->worker : "?");
+    else if (j->attempts == 0)
+        tc_err(db, TOCSIN_TIMEOUT,
+               "job %lld was never claimed: no worker took it from queue \"%s\"%s",
+               (long long)job_id, j->queue,
+               strcmp(j->state, "scheduled") == 0 ? " (it is scheduled for later)" : "");
+    else
+        tc_err(db, TOCSIN_TIMEOUT,
+               "job %lld is retrying: attempt %d of %d ended (%s); the next run is due in %lld ms",
+               (long long)job_id, j->attempts, j->max_attempts,
+               j->last_error ? j->last_error : "no error recorded",
+               (long long)(j->run_at > now ? j->run_at - now : 0));
+    tocsin_jobs_free(j, 1);
+    return TOCSIN_TIMEOUT;
+}
+
 typedef struct rs_wait {
     tocsin_db *db;
     tocsin_result **out;
@@ -250,7 +276,8 @@ static int rs_wait_check(void *p, int *done, int64_t *sleep_ms) {
         return TOCSIN_OK;
     }
     if (w->deadline < 0) return TOCSIN_OK; /* only a commit can bring the outcome */
-    return tc_sleep_until_clock(w->db, w->deadline, -1, sleep_ms, "the job has no outcome yet");
+    rc = tc_sleep_until_clock(w->db, w->deadline, -1, sleep_ms, "the job has no outcome yet");
+    return rc == TOCSIN_TIMEOUT ? why_waiting(w->db, w->job_id) : rc;
 }
 
 int tocsin_result_wait(tocsin_db *db, tocsin_result **out_result, int64_t job_id,

@@ -960,6 +960,17 @@ static void result_outcomes(void) {
     CHECK(r == NULL);
     CHECK_EQ_I(tocsin_result_wait(db, &r, id, 1000, NULL), TOCSIN_TIMEOUT);
     CHECK(r == NULL);
+    /* a timeout says why: never claimed, running, retrying */
+    CHECK(strstr(tocsin_errmsg(NULL), "never claimed") != NULL);
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id2, "why", "{}", NULL));
+    CHECK_OK(db, tocsin_queue_claim(db, &jobs, &n, "why", "w1", 1, 100));
+    CHECK_EQ_I(tocsin_result_wait(db, &r, id2, 1000, NULL), TOCSIN_TIMEOUT);
+    CHECK(strstr(tocsin_errmsg(NULL), "is running (attempt 1 of 3, worker w1)") != NULL);
+    CHECK_OK(db, tocsin_job_retry(db, &ok, id2, n ? jobs[0].token : 0, 500, "ValueError: x"));
+    tocsin_jobs_free(jobs, n);
+    CHECK_EQ_I(tocsin_result_wait(db, &r, id2, 1000, NULL), TOCSIN_TIMEOUT);
+    CHECK(strstr(tocsin_errmsg(NULL), "is retrying: attempt 1 of 3 ended (ValueError: x); the next run is due in 500 ms") != NULL);
+    CHECK_OK(db, tocsin_job_cancel(db, &ok, id2));
     /* inside a transaction a wait is refused */
     CHECK_OK(db, tocsin_begin(db));
     CHECK_EQ_I(tocsin_result_wait(db, &r, id, -1, NULL), TOCSIN_INVALID);

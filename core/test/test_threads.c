@@ -193,8 +193,42 @@ static void concurrent_waits_on_one_handle(void) {
     }
 }
 
+/* tocsin_sqlite_enter holds the handle against other threads' tocsin calls and
+ * refuses a closed handle. */
+static void *enqueue_one(void *p) {
+    int64_t id = 0;
+    tocsin_queue_enqueue((tocsin_db *)p, &id, "q", "{}", NULL);
+    return NULL;
+}
+
+static void sqlite_enter(void) {
+    tocsin_db *db = t_open("sqlite_enter", NULL), *tx = NULL;
+    pthread_t th;
+    int64_t id = 0;
+    CHECK_EQ_I(tocsin_sqlite_enter(NULL), TOCSIN_INVALID);
+    CHECK_OK(db, tocsin_sqlite_enter(db));
+    CHECK_OK(db, tocsin_sqlite_enter(db)); /* recursive */
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "{}", NULL)); /* tocsin calls while held */
+    pthread_create(&th, NULL, enqueue_one, db);
+    { struct timespec ts = {0, 50000000}; nanosleep(&ts, NULL); }
+    /* the other thread's enqueue waits for the leave */
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 1);
+    tocsin_sqlite_leave(db);
+    tocsin_sqlite_leave(db);
+    pthread_join(th, NULL);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 2);
+    /* a transaction handle has its own */
+    CHECK_OK(db, tocsin_tx_begin(db, &tx));
+    CHECK_OK(tx, tocsin_sqlite_enter(tx));
+    tocsin_sqlite_leave(tx);
+    CHECK_OK(db, tocsin_close(db)); /* tx keeps it alive, closed */
+    CHECK_EQ_I(tocsin_sqlite_enter(db), TOCSIN_CLOSED);
+    CHECK_OK(tx, tocsin_tx_rollback(tx));
+}
+
 void suite_threads(void) {
     concurrent_waits_on_one_handle();
     tx_handles();
+    sqlite_enter();
     one_handle_many_threads();
 }

@@ -184,7 +184,9 @@ static void outcomes(void) {
     CHECK_OK(db, tocsin_worker_finish(w, NULL, r_fail, &o));
     o.kind = TOCSIN_OUTCOME_HAND_BACK;
     o.delay_ms = 0;
+    o.error_message = "worker shutdown: handed back";
     CHECK_OK(db, tocsin_worker_finish(w, NULL, r_back, &o));
+    o.error_message = "bad input";
     {
         size_t lost = 9;
         CHECK_OK(db, tocsin_worker_flush(w, &lost));
@@ -213,6 +215,7 @@ static void outcomes(void) {
     /* hand-back: pending again, no attempt consumed (max_attempts 1 still allows a run) */
     CHECK_OK(db, tocsin_job_get(db, &job, back_id));
     CHECK(job && strcmp(job->state, "pending") == 0 && job->attempts == 1 && job->max_attempts == 2);
+    CHECK(job && job->last_error && strcmp(job->last_error, "worker shutdown: handed back") == 0);
     tocsin_jobs_free(job, 1);
     {
         int64_t old_token = r_back ? 0 : 0;

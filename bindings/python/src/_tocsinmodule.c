@@ -5,25 +5,28 @@
  * result codes to exception classes. Behaviour lives in the core; idiom lives
  * in the pure-Python package around it.
  *
- * Threads: a tocsin_db is used by one thread at a time, so every Handle owns a
- * PyThread lock taken around each core call (without relying on the GIL), and
- * the GIL is released around every call that may block or touch the disk.
- * A transaction keeps the lock from begin to commit/rollback for the thread
- * that opened it: another thread's call on the same Handle waits (GIL
- * released) instead of silently joining someone else's transaction.
+ * Threads: the core's thread model (tocsin.h). A Handle may be used from any
+ * number of threads: the core serialises the calls on one tocsin_db, and the
+ * GIL is released around every call that may block or touch the disk. A
+ * transaction is a Tx (a core transaction handle from tocsin_tx_begin, on a
+ * connection of its own): only the calls made on that Tx join it. The module
+ * keeps no lock of its own; a Handle only counts the calls in progress so that
+ * close() never frees a tocsin_db another thread still uses.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <pythread.h>
 #include <string.h>
+#include <time.h>
 
 #include "tocsin.h"
 #include <sqlite3.h>
 
 /* ---- exceptions ----------------------------------------------------------- */
 
+#define MAX_CODE TOCSIN_PERM
 static PyObject *Error;           /* tocsin.Error */
-static PyObject *code_exc[TOCSIN_READONLY + 1];
+static PyObject *code_exc[MAX_CODE + 1];
 
 static const struct {
     int code;
@@ -45,11 +48,16 @@ static const struct {
     {TOCSIN_REPLACED, "Replaced", "The database file was replaced under the handle.", NULL},
     {TOCSIN_TIMEOUT, "Timeout", "A wait ended at its deadline.", &PyExc_TimeoutError},
     {TOCSIN_READONLY, "ReadOnly", "A write was attempted on a read-only handle.", NULL},
+    {TOCSIN_INTERRUPTED, "Interrupted", "A wait was poked, or SQLite was interrupted.", NULL},
+    {TOCSIN_IOERR, "IOError", "An I/O error of the file system.", &PyExc_OSError},
+    {TOCSIN_FULL, "Full", "The disk or the database is full.", NULL},
+    {TOCSIN_CANTOPEN, "CantOpen", "The database file cannot be opened or created.", NULL},
+    {TOCSIN_PERM, "PermissionDenied", "Access denied.", &PyExc_PermissionError},
 };
 
 /* Raises the exception class of `rc` with `msg`; .code and .sqlite_code set. */
 static PyObject *raise_code(int rc, const char *msg, int sqlite_code) {
-    PyObject *cls = (rc > 0 && rc <= TOCSIN_READONLY && code_exc[rc]) ? code_exc[rc] : Error;
+    PyObject *cls = (rc > 0 && rc <= MAX_CODE && code_exc[rc]) ? code_exc[rc] : Error;
     PyObject *exc = PyObject_CallFunction(cls, "s", msg ? msg : tocsin_errstr(rc));
     if (!exc) return NULL;
     PyObject *c = PyLong_FromLong(rc), *s = PyLong_FromLong(sqlite_code);
@@ -64,36 +72,42 @@ static PyObject *raise_code(int rc, const char *msg, int sqlite_code) {
     return NULL;
 }
 
-/* ---- the Handle type ------------------------------------------------------ */
+/* The calling thread's last core failure (the one error channel). */
+static PyObject *raise_last(int rc) {
+    return raise_code(rc, tocsin_errmsg(NULL), tocsin_sqlite_errcode(NULL));
+}
+
+static void sleep_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* ---- the Handle type (a database handle) and Tx (a transaction handle) ---- */
 
 typedef struct {
     PyObject_HEAD
     tocsin_db *db;
-    PyThread_type_lock lock;
-    unsigned long tx_thread; /* thread holding the lock for a transaction, 0 if none */
-    int64_t fixed_now;       /* the fixed clock set by set_time() */
+    int busy;          /* calls in progress (atomic): close() waits for them */
+    int closing;       /* close() started: new calls raise Closed */
+    int is_tx;         /* a Tx: a core transaction handle */
+    int workers;       /* open Workers on this handle (they must close first) */
+    int64_t fixed_now; /* the fixed clock set by set_time() */
+    PyObject *parent;  /* a Tx: its Handle (owns fixed_now, the clock's ctx) */
     PyObject *weakrefs;
 } Handle;
 
-static unsigned long tx_owner(Handle *h) { return __atomic_load_n(&h->tx_thread, __ATOMIC_ACQUIRE); }
-static void set_tx_owner(Handle *h, unsigned long t) { __atomic_store_n(&h->tx_thread, t, __ATOMIC_RELEASE); }
+static PyTypeObject HandleType, TxType;
 
-/*
- * Takes the handle for one call. Returns 1 (lock taken, release with leave),
- * 2 (this thread already holds it for its transaction) or 0 (error raised).
- */
+/* Takes the handle for one call: 1, or 0 with Closed raised. */
 static int enter(Handle *h) {
-    if (tx_owner(h) == PyThread_get_thread_ident()) {
-        if (!h->db) { raise_code(TOCSIN_CLOSED, "the database is closed", 0); return 0; }
-        return 2;
+    if (!h->db || __atomic_load_n(&h->closing, __ATOMIC_ACQUIRE)) {
+        raise_code(TOCSIN_CLOSED, h->is_tx ? "the transaction is over (committed or rolled back)"
+                                           : "the database is closed", 0);
+        return 0;
     }
-    if (!PyThread_acquire_lock(h->lock, NOWAIT_LOCK)) {
-        Py_BEGIN_ALLOW_THREADS
-        PyThread_acquire_lock(h->lock, WAIT_LOCK);
-        Py_END_ALLOW_THREADS
-    }
-    if (!h->db) {
-        PyThread_release_lock(h->lock);
+    __atomic_add_fetch(&h->busy, 1, __ATOMIC_ACQ_REL);
+    if (__atomic_load_n(&h->closing, __ATOMIC_ACQUIRE) || !h->db) {
+        __atomic_sub_fetch(&h->busy, 1, __ATOMIC_ACQ_REL);
         raise_code(TOCSIN_CLOSED, "the database is closed", 0);
         return 0;
     }
@@ -101,29 +115,37 @@ static int enter(Handle *h) {
 }
 
 static void leave(Handle *h, int how) {
-    if (how == 1) PyThread_release_lock(h->lock);
+    (void)how;
+    __atomic_sub_fetch(&h->busy, 1, __ATOMIC_ACQ_REL);
 }
 
-/* Raises the handle's last failure (call with the handle entered). */
+/* Marks the handle closing and waits (GIL released) until no call is in progress. */
+static int quiesce(Handle *h) {
+    if (__atomic_exchange_n(&h->closing, 1, __ATOMIC_ACQ_REL)) return 0; /* another close */
+    if (__atomic_load_n(&h->busy, __ATOMIC_ACQUIRE)) {
+        Py_BEGIN_ALLOW_THREADS
+        while (__atomic_load_n(&h->busy, __ATOMIC_ACQUIRE)) sleep_ms(1);
+        Py_END_ALLOW_THREADS
+    }
+    return 1;
+}
+
+/* Raises the calling thread's last failure. */
 static PyObject *raise_db(Handle *h, int rc) {
-    return raise_code(rc, tocsin_errmsg(h->db), tocsin_sqlite_errcode(h->db));
+    (void)h;
+    return raise_last(rc);
 }
 
 /* Runs `stmt` (which sets rc) with the GIL released, inside enter/leave; on
  * failure raises and returns NULL from the calling function. */
 #define CORE_CALL(h, stmt)                              \
     do {                                                \
-        int how_ = enter(h);                            \
-        if (!how_) return NULL;                         \
+        if (!enter(h)) return NULL;                     \
         Py_BEGIN_ALLOW_THREADS                          \
         stmt;                                           \
         Py_END_ALLOW_THREADS                            \
-        if (rc != TOCSIN_OK) {                          \
-            raise_db(h, rc);                            \
-            leave(h, how_);                             \
-            return NULL;                                \
-        }                                               \
-        leave(h, how_);                                 \
+        leave(h, 1);                                    \
+        if (rc != TOCSIN_OK) return raise_last(rc);     \
     } while (0)
 
 static int64_t fixed_clock(void *ctx) { return *(int64_t *)ctx; }
@@ -137,12 +159,8 @@ static int Handle_init(Handle *self, PyObject *args, PyObject *kw) {
     tocsin_db *db = NULL;
     if (!PyArg_ParseTupleAndKeywords(args, kw, "s|iLp:Handle", kwlist, &path, &busy, &maxp, &ro))
         return -1;
-    if (self->db) {
+    if (self->db || self->is_tx) {
         PyErr_SetString(PyExc_RuntimeError, "Handle is already open");
-        return -1;
-    }
-    if (!self->lock && !(self->lock = PyThread_allocate_lock())) {
-        PyErr_NoMemory();
         return -1;
     }
     o.busy_timeout_ms = busy;
@@ -152,7 +170,7 @@ static int Handle_init(Handle *self, PyObject *args, PyObject *kw) {
     rc = tocsin_open(&db, path, &o);
     Py_END_ALLOW_THREADS
     if (rc != TOCSIN_OK) {
-        if (db) raise_code(rc, tocsin_errmsg(db), tocsin_sqlite_errcode(db));
+        if (db) raise_last(rc);
         else raise_code(rc, tocsin_errstr(rc), 0);
         Py_BEGIN_ALLOW_THREADS
         tocsin_close(db);
@@ -163,103 +181,78 @@ static int Handle_init(Handle *self, PyObject *args, PyObject *kw) {
     return 0;
 }
 
-/* Closes the core handle; rolls back a transaction left open by this thread. */
+/* Closes the core handle (transaction handles still open keep it alive, closed,
+ * until they end). A Tx left open is rolled back. Idempotent. */
 static PyObject *Handle_close(Handle *self, PyObject *unused) {
-    int how;
     tocsin_db *db;
     (void)unused;
-    if (!self->lock || (!self->db && !tx_owner(self))) Py_RETURN_NONE;
-    how = enter(self);
-    if (!how) {
-        PyErr_Clear(); /* already closed */
-        Py_RETURN_NONE;
-    }
+    if (!self->db) Py_RETURN_NONE;
+    if (!self->is_tx && __atomic_load_n(&self->workers, __ATOMIC_ACQUIRE) > 0)
+        return raise_code(TOCSIN_INVALID, "close the workers of this database first", 0);
+    if (!quiesce(self)) Py_RETURN_NONE;
     db = self->db;
     self->db = NULL;
     Py_BEGIN_ALLOW_THREADS
-    if (tocsin_in_transaction(db)) tocsin_rollback(db);
-    tocsin_close(db);
+    if (self->is_tx) tocsin_tx_rollback(db);
+    else tocsin_close(db);
     Py_END_ALLOW_THREADS
-    if (how == 2) set_tx_owner(self, 0);
-    PyThread_release_lock(self->lock);
     Py_RETURN_NONE;
 }
 
 static void Handle_dealloc(Handle *self) {
     if (self->weakrefs) PyObject_ClearWeakRefs((PyObject *)self);
     if (self->db) {
-        /* Nobody else can reach us at refcount 0, lock or not. */
-        if (tocsin_in_transaction(self->db)) tocsin_rollback(self->db);
-        tocsin_close(self->db);
+        /* Nobody else can reach us at refcount 0. */
+        if (self->is_tx) tocsin_tx_rollback(self->db);
+        else tocsin_close(self->db);
         self->db = NULL;
     }
-    if (self->lock) {
-        if (tx_owner(self)) PyThread_release_lock(self->lock);
-        PyThread_free_lock(self->lock);
-    }
+    Py_CLEAR(self->parent);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static PyObject *Handle_closed(Handle *self, void *unused) {
     (void)unused;
-    return PyBool_FromLong(self->db == NULL);
+    return PyBool_FromLong(self->db == NULL || __atomic_load_n(&self->closing, __ATOMIC_ACQUIRE));
 }
 
-/* ---- transactions ---- */
+/* ---- transactions: Tx objects over core transaction handles ---- */
 
-static PyObject *Handle_begin(Handle *self, PyObject *unused) {
-    int how, rc;
+/* begin_tx(): a new Tx, a write transaction (BEGIN IMMEDIATE) on a connection of its own. */
+static PyObject *Handle_begin_tx(Handle *self, PyObject *unused) {
+    tocsin_db *tx = NULL;
+    int rc;
+    Handle *t;
     (void)unused;
-    if (!(how = enter(self))) return NULL;
-    if (how == 2) {
-        return raise_code(TOCSIN_INVALID, "a transaction is already open on this database in this thread", 0);
-    }
-    Py_BEGIN_ALLOW_THREADS
-    rc = tocsin_begin(self->db);
-    Py_END_ALLOW_THREADS
-    if (rc != TOCSIN_OK) {
-        raise_db(self, rc);
-        leave(self, how);
+    if (self->is_tx) return raise_code(TOCSIN_INVALID, "transactions do not nest", 0);
+    CORE_CALL(self, rc = tocsin_tx_begin(self->db, &tx));
+    if (!(t = (Handle *)TxType.tp_alloc(&TxType, 0))) {
+        tocsin_tx_rollback(tx);
         return NULL;
     }
-    set_tx_owner(self, PyThread_get_thread_ident()); /* keeps the lock until commit/rollback */
-    Py_RETURN_NONE;
+    t->db = tx;
+    t->is_tx = 1;
+    Py_INCREF(self);
+    t->parent = (PyObject *)self;
+    return (PyObject *)t;
 }
 
 static PyObject *end_tx(Handle *self, int commit) {
-    int rc, still_open;
-    if (tx_owner(self) != PyThread_get_thread_ident())
-        return raise_code(TOCSIN_INVALID, "no transaction is open on this database in this thread", 0);
-    if (!self->db) return raise_code(TOCSIN_CLOSED, "the database is closed", 0);
+    tocsin_db *tx;
+    int rc;
+    if (!self->is_tx) return raise_code(TOCSIN_INVALID, "not a transaction", 0);
+    if (!self->db) return raise_code(TOCSIN_INVALID, "this transaction is not open", 0);
+    if (!quiesce(self)) return raise_code(TOCSIN_INVALID, "this transaction is ending in another thread", 0);
+    tx = self->db;
+    self->db = NULL;
     Py_BEGIN_ALLOW_THREADS
-    rc = commit ? tocsin_commit(self->db) : tocsin_rollback(self->db);
+    rc = commit ? tocsin_tx_commit(tx) : tocsin_tx_rollback(tx);
     Py_END_ALLOW_THREADS
-    if (rc != TOCSIN_OK) raise_db(self, rc);
-    still_open = tocsin_in_transaction(self->db);
-    if (!still_open) {
-        set_tx_owner(self, 0);
-        PyThread_release_lock(self->lock);
-    }
-    if (rc != TOCSIN_OK) return NULL;
+    if (rc != TOCSIN_OK) return raise_last(rc);
     Py_RETURN_NONE;
 }
-static PyObject *Handle_commit(Handle *self, PyObject *u) { (void)u; return end_tx(self, 1); }
-static PyObject *Handle_rollback(Handle *self, PyObject *u) { (void)u; return end_tx(self, 0); }
-
-static PyObject *Handle_in_transaction(Handle *self, PyObject *u) {
-    int how, r;
-    (void)u;
-    if (!(how = enter(self))) return NULL;
-    r = tocsin_in_transaction(self->db);
-    leave(self, how);
-    return PyBool_FromLong(r);
-}
-
-/* True when the calling thread holds this handle's transaction. */
-static PyObject *Handle_owns_transaction(Handle *self, PyObject *u) {
-    (void)u;
-    return PyBool_FromLong(tx_owner(self) == PyThread_get_thread_ident());
-}
+static PyObject *Tx_commit(Handle *self, PyObject *u) { (void)u; return end_tx(self, 1); }
+static PyObject *Tx_rollback(Handle *self, PyObject *u) { (void)u; return end_tx(self, 0); }
 
 static PyObject *Handle_executescript(Handle *self, PyObject *args) {
     const char *sql;
@@ -356,25 +349,29 @@ static PyObject *column_value(sqlite3_stmt *st, int i) {
 
 static PyObject *sqlite_failure(Handle *h, int src) {
     sqlite3 *c = tocsin_sqlite(h->db);
-    int prim = src & 0xff;
-    int rc = prim == SQLITE_BUSY || prim == SQLITE_LOCKED ? TOCSIN_BUSY
-           : prim == SQLITE_READONLY                     ? TOCSIN_READONLY
-           : prim == SQLITE_CORRUPT || prim == SQLITE_NOTADB ? TOCSIN_CORRUPT
-                                                         : TOCSIN_ERROR;
-    return raise_code(rc, sqlite3_errmsg(c), sqlite3_extended_errcode(c));
+    return raise_code(tocsin_code_of_sqlite(src), sqlite3_errmsg(c), sqlite3_extended_errcode(c));
 }
 
 /*
  * Runs one SQL statement of the application's on the handle's connection
- * (joining an open transaction) and returns its rows as a list of tuples.
+ * (a Tx: inside its transaction) and returns its rows as a list of tuples.
+ * The handle's serialisation is held throughout (tocsin_sqlite_enter), so no
+ * tocsin call of another thread interleaves with the statement.
  */
 static PyObject *Handle_execute(Handle *self, PyObject *args) {
     const char *sql, *tail = NULL;
     PyObject *params = Py_None, *rows = NULL;
     sqlite3_stmt *st = NULL;
-    int how, rc;
+    int rc;
     if (!PyArg_ParseTuple(args, "s|O:execute", &sql, &params)) return NULL;
-    if (!(how = enter(self))) return NULL;
+    if (!enter(self)) return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tocsin_sqlite_enter(self->db);
+    Py_END_ALLOW_THREADS
+    if (rc != TOCSIN_OK) {
+        leave(self, 1);
+        return raise_last(rc);
+    }
     Py_BEGIN_ALLOW_THREADS
     rc = sqlite3_prepare_v2(tocsin_sqlite(self->db), sql, -1, &st, &tail);
     Py_END_ALLOW_THREADS
@@ -429,7 +426,8 @@ static PyObject *Handle_execute(Handle *self, PyObject *args) {
     }
 done:
     sqlite3_finalize(st);
-    leave(self, how);
+    tocsin_sqlite_leave(self->db);
+    leave(self, 1);
     return rows;
 }
 
@@ -700,26 +698,6 @@ static PyObject *Handle_fail(Handle *self, PyObject *args) {
     int ok = 0, rc;
     if (!PyArg_ParseTuple(args, "LL|z:fail", &id, &token, &error)) return NULL;
     CORE_CALL(self, rc = tocsin_job_fail(self->db, &ok, id, token, error));
-    return PyBool_FromLong(ok);
-}
-
-/* complete(id, token, value_json, ttl_ms): result + ack, atomically, while the lease holds */
-static PyObject *Handle_complete(Handle *self, PyObject *args) {
-    long long id, token, ttl;
-    const char *value;
-    int ok = 0, rc;
-    if (!PyArg_ParseTuple(args, "LLsL:complete", &id, &token, &value, &ttl)) return NULL;
-    CORE_CALL(self, rc = tocsin_job_complete(self->db, &ok, id, token, value, ttl));
-    return PyBool_FromLong(ok);
-}
-
-/* fail_task(id, token, type, message, ttl_ms): task error as the result + fail */
-static PyObject *Handle_fail_task(Handle *self, PyObject *args) {
-    long long id, token, ttl;
-    const char *type, *message;
-    int ok = 0, rc;
-    if (!PyArg_ParseTuple(args, "LLszL:fail_task", &id, &token, &type, &message, &ttl)) return NULL;
-    CORE_CALL(self, rc = tocsin_job_fail_task(self->db, &ok, id, token, type, message, ttl));
     return PyBool_FromLong(ok);
 }
 
@@ -1082,9 +1060,9 @@ static PyObject *Handle_result_save_error(Handle *self, PyObject *args) {
 static PyObject *result_tuple(tocsin_result *r) {
     PyObject *out;
     if (!r) Py_RETURN_NONE;
-    out = Py_BuildValue("(LNzzzLL)", (long long)r->job_id, PyBool_FromLong(r->is_error), r->value,
+    out = Py_BuildValue("(LNzzzLLz)", (long long)r->job_id, PyBool_FromLong(r->is_error), r->value,
                         r->error_type, r->error_message, (long long)r->created_at,
-                        (long long)r->expires_at);
+                        (long long)r->expires_at, r->error_trace);
     tocsin_result_free(r);
     return out;
 }
@@ -1350,33 +1328,17 @@ static PyObject *Handle_scheduler_next_fire(Handle *self, PyObject *u) {
     return PyLong_FromLongLong(ms);
 }
 
-static PyObject *Handle_scheduler_lead(Handle *self, PyObject *args) {
-    const char *owner;
-    long long ttl;
-    int leader = 0, rc;
-    int64_t token = 0;
-    if (!PyArg_ParseTuple(args, "sL:scheduler_lead", &owner, &ttl)) return NULL;
-    CORE_CALL(self, rc = tocsin_scheduler_lead(self->db, &leader, &token, owner, ttl));
-    return Py_BuildValue("(NL)", PyBool_FromLong(leader), (long long)token);
-}
-
-static PyObject *Handle_scheduler_resign(Handle *self, PyObject *args) {
-    const char *owner;
-    int ok = 0, rc;
-    if (!PyArg_ParseTuple(args, "s:scheduler_resign", &owner)) return NULL;
-    CORE_CALL(self, rc = tocsin_scheduler_resign(self->db, &ok, owner));
-    return PyBool_FromLong(ok);
-}
-
 static PyObject *Handle_queue_wait(Handle *self, PyObject *args);
+static PyObject *Handle_task_enqueue(Handle *self, PyObject *args);
+static PyObject *Handle_task_envelope(Handle *self, PyObject *args);
+static PyObject *Handle_result_wait(Handle *self, PyObject *args);
 
 static PyMethodDef Handle_methods[] = {
-    {"close", (PyCFunction)Handle_close, METH_NOARGS, "Closes the handle (rolls back an open transaction)."},
-    {"begin", (PyCFunction)Handle_begin, METH_NOARGS, "BEGIN IMMEDIATE; this thread keeps the handle until commit/rollback."},
-    {"commit", (PyCFunction)Handle_commit, METH_NOARGS, NULL},
-    {"rollback", (PyCFunction)Handle_rollback, METH_NOARGS, NULL},
-    {"in_transaction", (PyCFunction)Handle_in_transaction, METH_NOARGS, NULL},
-    {"owns_transaction", (PyCFunction)Handle_owns_transaction, METH_NOARGS, NULL},
+    {"close", (PyCFunction)Handle_close, METH_NOARGS, "Closes the handle (a Tx: rolls it back)."},
+    {"begin_tx", (PyCFunction)Handle_begin_tx, METH_NOARGS, "A new Tx: a write transaction on a connection of its own."},
+    {"task_enqueue", (PyCFunction)Handle_task_enqueue, METH_VARARGS, NULL},
+    {"task_envelope", (PyCFunction)Handle_task_envelope, METH_VARARGS, NULL},
+    {"result_wait", (PyCFunction)Handle_result_wait, METH_VARARGS, NULL},
     {"executescript", (PyCFunction)Handle_executescript, METH_VARARGS, NULL},
     {"execute", (PyCFunction)Handle_execute, METH_VARARGS, NULL},
     {"changes", (PyCFunction)Handle_changes, METH_NOARGS, NULL},
@@ -1391,8 +1353,6 @@ static PyMethodDef Handle_methods[] = {
     {"ack_batch", (PyCFunction)Handle_ack_batch, METH_VARARGS, NULL},
     {"retry", (PyCFunction)Handle_retry, METH_VARARGS, NULL},
     {"fail", (PyCFunction)Handle_fail, METH_VARARGS, NULL},
-    {"complete", (PyCFunction)Handle_complete, METH_VARARGS, NULL},
-    {"fail_task", (PyCFunction)Handle_fail_task, METH_VARARGS, NULL},
     {"heartbeat", (PyCFunction)Handle_heartbeat, METH_VARARGS, NULL},
     {"cancel", (PyCFunction)Handle_cancel, METH_VARARGS, NULL},
     {"get", (PyCFunction)Handle_get, METH_VARARGS, NULL},
@@ -1438,8 +1398,6 @@ static PyMethodDef Handle_methods[] = {
     {"schedule_list", (PyCFunction)Handle_schedule_list, METH_NOARGS, NULL},
     {"scheduler_tick", (PyCFunction)Handle_scheduler_tick, METH_NOARGS, NULL},
     {"scheduler_next_fire", (PyCFunction)Handle_scheduler_next_fire, METH_NOARGS, NULL},
-    {"scheduler_lead", (PyCFunction)Handle_scheduler_lead, METH_VARARGS, NULL},
-    {"scheduler_resign", (PyCFunction)Handle_scheduler_resign, METH_VARARGS, NULL},
     {"queue_wait", (PyCFunction)Handle_queue_wait, METH_VARARGS, NULL},
     {NULL, NULL, 0, NULL},
 };
@@ -1460,6 +1418,26 @@ static PyTypeObject HandleType = {
     .tp_getset = Handle_getset,
     .tp_init = (initproc)Handle_init,
     .tp_new = PyType_GenericNew,
+    .tp_weaklistoffset = offsetof(Handle, weakrefs),
+};
+
+
+static PyMethodDef Tx_methods[] = {
+    {"commit", (PyCFunction)Tx_commit, METH_NOARGS, "Commits (a failed commit has rolled back); the Tx is over."},
+    {"rollback", (PyCFunction)Tx_rollback, METH_NOARGS, "Rolls back; the Tx is over."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject TxType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tocsin._tocsin.Tx",
+    .tp_basicsize = sizeof(Handle),
+    .tp_dealloc = (destructor)Handle_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A transaction handle (low level; use Database.transaction()). Every Handle "
+              "method called on it joins the transaction.",
+    .tp_methods = Tx_methods,
+    .tp_base = &HandleType,
     .tp_weaklistoffset = offsetof(Handle, weakrefs),
 };
 
@@ -2020,6 +1998,438 @@ static PyTypeObject StreamSubType = {
     .tp_new = PyType_GenericNew,
 };
 
+/* ---- tasks: the envelope and enqueue by name (tocsin_task_*) ---- */
+
+/* task_enqueue(queue, task, args_json, kwargs_json, result_ttl_ms, timeout_ms,
+ *              priority, delay_ms, run_at_ms, max_attempts, expires_ms, unique_key, meta) */
+static PyObject *Handle_task_enqueue(Handle *self, PyObject *args) {
+    const char *queue, *ukey = NULL, *meta = NULL;
+    long long ttl = 0, timeout = 0, prio = 0, delay = 0, run_at = 0, expires = 0;
+    int maxa = 0, rc;
+    int64_t id = 0;
+    tocsin_task_call c = TOCSIN_TASK_CALL_INIT;
+    tocsin_enqueue_opts o = TOCSIN_ENQUEUE_OPTS_INIT;
+    if (!PyArg_ParseTuple(args, "sszz|LLLLLiLzz:task_enqueue", &queue, &c.task, &c.args, &c.kwargs,
+                          &ttl, &timeout, &prio, &delay, &run_at, &maxa, &expires, &ukey, &meta))
+        return NULL;
+    c.result_ttl_ms = ttl;
+    c.timeout_ms = timeout;
+    o.priority = prio;
+    o.delay_ms = delay;
+    o.run_at_ms = run_at;
+    o.max_attempts = maxa;
+    o.expires_ms = expires;
+    o.unique_key = ukey;
+    o.meta = meta;
+    CORE_CALL(self, rc = tocsin_task_enqueue(self->db, &id, queue, &c, &o));
+    return PyLong_FromLongLong(id);
+}
+
+/* task_envelope(task, args_json, kwargs_json, result_ttl_ms, timeout_ms) -> JSON text */
+static PyObject *Handle_task_envelope(Handle *self, PyObject *args) {
+    long long ttl = 0, timeout = 0;
+    char *json = NULL;
+    int rc;
+    tocsin_task_call c = TOCSIN_TASK_CALL_INIT;
+    if (!PyArg_ParseTuple(args, "szz|LL:task_envelope", &c.task, &c.args, &c.kwargs, &ttl, &timeout))
+        return NULL;
+    c.result_ttl_ms = ttl;
+    c.timeout_ms = timeout;
+    CORE_CALL(self, rc = tocsin_task_envelope(self->db, &json, &c));
+    return take_json(json);
+}
+
+/* result_wait(job_id): the core's result wait with its deadline already passed:
+ * the outcome tuple if there is one, else Timeout carrying the core's account of
+ * why (never claimed, running, retrying). Binding-side waits call it last. */
+static PyObject *Handle_result_wait(Handle *self, PyObject *args) {
+    long long id;
+    tocsin_result *r = NULL;
+    int rc;
+    if (!PyArg_ParseTuple(args, "L:result_wait", &id)) return NULL;
+    CORE_CALL(self, rc = tocsin_result_wait(self->db, &r, id, 0, NULL));
+    return result_tuple(r);
+}
+
+/* ---- workers: the worker protocol (tocsin_worker_*) ------------------------
+ *
+ * A Worker wraps a tocsin_worker; each run it hands out is a Run, released by
+ * finish() (or by close(), which hands back what still runs). next() is called
+ * by one thread at a time (the runner's loop); finish(), poke(), fileno() and
+ * in_flight() from any thread (the core locks the worker's state). Calls in
+ * progress are counted so that close() never frees what another thread uses.
+ */
+typedef struct {
+    PyObject_HEAD
+    tocsin_worker *w;
+    Handle *handle;
+    int busy, closing;
+} Worker;
+
+typedef struct {
+    PyObject_HEAD
+    tocsin_task_run *run; /* NULL once finished */
+    Worker *worker;
+} Run;
+
+static PyTypeObject WorkerType, RunType;
+
+static int w_enter(Worker *self) {
+    if (!self->w || __atomic_load_n(&self->closing, __ATOMIC_ACQUIRE)) {
+        raise_code(TOCSIN_CLOSED, "the worker is closed", 0);
+        return 0;
+    }
+    __atomic_add_fetch(&self->busy, 1, __ATOMIC_ACQ_REL);
+    if (__atomic_load_n(&self->closing, __ATOMIC_ACQUIRE)) {
+        __atomic_sub_fetch(&self->busy, 1, __ATOMIC_ACQ_REL);
+        raise_code(TOCSIN_CLOSED, "the worker is closed", 0);
+        return 0;
+    }
+    return 1;
+}
+static void w_leave(Worker *self) { __atomic_sub_fetch(&self->busy, 1, __ATOMIC_ACQ_REL); }
+
+/* Worker(handle, queues, concurrency, worker_id, visibility_ms, scheduler,
+ *        scheduler_ttl_ms, unknown_task_delay_ms, unknown_task_handbacks) */
+static int Worker_init(Worker *self, PyObject *args, PyObject *kw) {
+    Handle *h;
+    PyObject *qarg, *qt = NULL;
+    const char **qs = NULL, *wid = NULL;
+    int conc = 0, sched = 0, handbacks = 0, rc = -1, crc;
+    long long vis = 0, sttl = 0, udelay = 0;
+    tocsin_worker_opts o = TOCSIN_WORKER_OPTS_INIT;
+    tocsin_worker *w = NULL;
+    (void)kw;
+    if (!PyArg_ParseTuple(args, "O!O|izLpLLi:Worker", &HandleType, &h, &qarg, &conc, &wid, &vis,
+                          &sched, &sttl, &udelay, &handbacks))
+        return -1;
+    if (h->is_tx) {
+        raise_code(TOCSIN_INVALID, "a worker runs on a database handle, not a transaction", 0);
+        return -1;
+    }
+    if (self->w) {
+        PyErr_SetString(PyExc_RuntimeError, "Worker is already open");
+        return -1;
+    }
+    if (!(qt = PySequence_Tuple(qarg))) return -1;
+    if (!(qs = str_array(qt, 0, "queues"))) goto out;
+    o.worker_id = wid;
+    o.queues = qs;
+    o.n_queues = (size_t)PyTuple_GET_SIZE(qt);
+    o.concurrency = conc;
+    o.visibility_ms = vis;
+    o.scheduler = sched;
+    o.scheduler_ttl_ms = sttl;
+    o.unknown_task_delay_ms = udelay;
+    o.unknown_task_handbacks = handbacks;
+    if (!enter(h)) goto out;
+    Py_BEGIN_ALLOW_THREADS
+    crc = tocsin_worker_open(&w, h->db, &o);
+    Py_END_ALLOW_THREADS
+    if (crc != TOCSIN_OK) {
+        raise_last(crc);
+        leave(h, 1);
+        goto out;
+    }
+    __atomic_add_fetch(&h->workers, 1, __ATOMIC_ACQ_REL);
+    leave(h, 1);
+    self->w = w;
+    Py_INCREF(h);
+    self->handle = h;
+    rc = 0;
+out:
+    PyMem_Free(qs);
+    Py_XDECREF(qt);
+    return rc;
+}
+
+/* register(task, backoff_base_ms, backoff_cap_ms, timeout_ms, result_ttl_ms) */
+static PyObject *Worker_register(Worker *self, PyObject *args) {
+    const char *task;
+    long long base = 0, cap = 0, timeout = 0, ttl = 0;
+    tocsin_task_opts o = TOCSIN_TASK_OPTS_INIT;
+    int rc;
+    if (!PyArg_ParseTuple(args, "s|LLLL:register", &task, &base, &cap, &timeout, &ttl)) return NULL;
+    o.backoff_base_ms = base;
+    o.backoff_cap_ms = cap;
+    o.timeout_ms = timeout;
+    o.result_ttl_ms = ttl;
+    if (!w_enter(self)) return NULL;
+    rc = tocsin_worker_register(self->w, task, &o);
+    w_leave(self);
+    if (rc != TOCSIN_OK) return raise_last(rc);
+    Py_RETURN_NONE;
+}
+
+/* A run as (Run, job_id, token, queue, task, args_json, kwargs_json, meta_json,
+ * attempt, max_attempts, timeout_ms, started_at). */
+static PyObject *run_tuple(Worker *w, tocsin_task_run *r) {
+    Run *o = (Run *)RunType.tp_alloc(&RunType, 0);
+    if (!o) return NULL;
+    o->run = r;
+    Py_INCREF(w);
+    o->worker = w;
+    return Py_BuildValue("(NLLssssziiLL)", (PyObject *)o, (long long)r->job_id, (long long)r->token,
+                         r->queue, r->task, r->args, r->kwargs, r->meta, r->attempt,
+                         r->max_attempts, (long long)r->timeout_ms, (long long)r->started_at);
+}
+
+/* next(timeout_ms): the next runs (a list; empty at the timeout or after poke). */
+static PyObject *Worker_next(Worker *self, PyObject *args) {
+    int timeout_ms, rc = TOCSIN_TIMEOUT;
+    int64_t start;
+    tocsin_task_run **runs = NULL;
+    size_t n = 0, i;
+    PyObject *out;
+    struct timespec ts;
+    if (!PyArg_ParseTuple(args, "i:next", &timeout_ms)) return NULL;
+    if (!w_enter(self)) return NULL;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    start = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+    for (;;) {
+        int t = timeout_ms;
+        if (timeout_ms != 0) { /* slices, so that signals (Ctrl-C) are handled */
+            int64_t now, left;
+            clock_gettime(CLOCK_MONOTONIC, &ts);
+            now = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+            left = timeout_ms < 0 ? 200 : timeout_ms - (now - start);
+            if (left < 0) left = 0;
+            t = left > 200 ? 200 : (int)left;
+        }
+        Py_BEGIN_ALLOW_THREADS
+        rc = tocsin_worker_next(self->w, &runs, &n, t);
+        Py_END_ALLOW_THREADS
+        if (rc != TOCSIN_TIMEOUT || timeout_ms == 0 || __atomic_load_n(&self->closing, __ATOMIC_ACQUIRE))
+            break;
+        if (timeout_ms > 0 && t < 200) break;
+        if (PyErr_CheckSignals() < 0) {
+            w_leave(self);
+            return NULL;
+        }
+    }
+    if (rc == TOCSIN_TIMEOUT || rc == TOCSIN_INTERRUPTED) {
+        w_leave(self);
+        return PyList_New(0);
+    }
+    if (rc != TOCSIN_OK) {
+        w_leave(self);
+        return raise_last(rc);
+    }
+    out = PyList_New((Py_ssize_t)n);
+    for (i = 0; out && i < n; i++) {
+        PyObject *t = run_tuple(self, runs[i]);
+        if (!t) {
+            Py_CLEAR(out); /* the runs stay in flight: close() hands them back */
+            break;
+        }
+        PyList_SET_ITEM(out, (Py_ssize_t)i, t);
+    }
+    tocsin_free(runs);
+    w_leave(self);
+    return out;
+}
+
+/* finish(run, kind, value, error_type, error_message, error_trace, delay_ms, tx):
+ * records the outcome (tx None: batched into the next group commit; a Tx:
+ * inside it at once, LeaseLost when the lease is gone). */
+static PyObject *Worker_finish(Worker *self, PyObject *args) {
+    Run *run;
+    PyObject *txo = Py_None;
+    Handle *tx = NULL;
+    tocsin_task_run *r;
+    tocsin_outcome o = TOCSIN_OUTCOME_INIT;
+    long long delay = -1;
+    int rc;
+    if (!PyArg_ParseTuple(args, "O!i|zzzzLO:finish", &RunType, &run, &o.kind, &o.value,
+                          &o.error_type, &o.error_message, &o.error_trace, &delay, &txo))
+        return NULL;
+    o.delay_ms = delay;
+    if (txo != Py_None) {
+        if (!PyObject_TypeCheck(txo, &TxType))
+            return raise_code(TOCSIN_INVALID, "tx must be a Tx or None", 0);
+        tx = (Handle *)txo;
+    }
+    if (run->worker != self) return raise_code(TOCSIN_INVALID, "this run belongs to another worker", 0);
+    if (!(r = run->run)) return raise_code(TOCSIN_INVALID, "this run was finished already", 0);
+    if (!w_enter(self)) return NULL;
+    if (tx && !enter(tx)) {
+        w_leave(self);
+        return NULL;
+    }
+    run->run = NULL; /* under the GIL: a second finish of this run is refused */
+    Py_BEGIN_ALLOW_THREADS
+    rc = tocsin_worker_finish(self->w, tx ? tx->db : NULL, r, &o);
+    Py_END_ALLOW_THREADS
+    if (tx) leave(tx, 1);
+    w_leave(self);
+    /* a refused outcome or a lost lease leaves the run in flight: finish it again */
+    if (rc != TOCSIN_OK) run->run = r;
+    if (rc != TOCSIN_OK) return raise_last(rc);
+    Py_RETURN_NONE;
+}
+
+static PyObject *Worker_flush(Worker *self, PyObject *u) {
+    size_t lost = 0;
+    int rc;
+    (void)u;
+    if (!w_enter(self)) return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tocsin_worker_flush(self->w, &lost);
+    Py_END_ALLOW_THREADS
+    w_leave(self);
+    if (rc != TOCSIN_OK) return raise_last(rc);
+    return PyLong_FromSize_t(lost);
+}
+
+static PyObject *Worker_cancelled(Worker *self, PyObject *u) {
+    int64_t *ids = NULL;
+    size_t n = 0, i;
+    int rc;
+    PyObject *out;
+    (void)u;
+    if (!w_enter(self)) return NULL;
+    rc = tocsin_worker_cancelled(self->w, &ids, &n);
+    w_leave(self);
+    if (rc != TOCSIN_OK) return raise_last(rc);
+    out = PyList_New((Py_ssize_t)n);
+    for (i = 0; out && i < n; i++) {
+        PyObject *v = PyLong_FromLongLong(ids[i]);
+        if (!v) {
+            Py_CLEAR(out);
+            break;
+        }
+        PyList_SET_ITEM(out, (Py_ssize_t)i, v);
+    }
+    tocsin_free(ids);
+    return out;
+}
+
+static PyObject *Worker_fileno(Worker *self, PyObject *u) {
+    (void)u;
+    if (!self->w) return raise_code(TOCSIN_CLOSED, "the worker is closed", 0);
+    return PyLong_FromLong(tocsin_worker_fd(self->w));
+}
+
+static PyObject *Worker_wake_in(Worker *self, PyObject *u) {
+    long long ms;
+    (void)u;
+    if (!w_enter(self)) return NULL;
+    ms = tocsin_worker_wake_in(self->w);
+    w_leave(self);
+    return PyLong_FromLongLong(ms);
+}
+
+static PyObject *Worker_poke(Worker *self, PyObject *u) {
+    (void)u;
+    if (w_enter(self)) {
+        tocsin_worker_poke(self->w);
+        w_leave(self);
+    } else {
+        PyErr_Clear();
+    }
+    Py_RETURN_NONE;
+}
+
+static PyObject *Worker_in_flight(Worker *self, PyObject *u) {
+    size_t n;
+    (void)u;
+    if (!w_enter(self)) return NULL;
+    n = tocsin_worker_in_flight(self->w);
+    w_leave(self);
+    return PyLong_FromSize_t(n);
+}
+
+/* close(): flushes, hands back every run in flight, resigns, leaves the registry. */
+static PyObject *Worker_close(Worker *self, PyObject *u) {
+    tocsin_worker *w;
+    int rc;
+    (void)u;
+    if (!self->w || __atomic_exchange_n(&self->closing, 1, __ATOMIC_ACQ_REL)) Py_RETURN_NONE;
+    tocsin_worker_poke(self->w);
+    Py_BEGIN_ALLOW_THREADS
+    while (__atomic_load_n(&self->busy, __ATOMIC_ACQUIRE)) sleep_ms(1);
+    Py_END_ALLOW_THREADS
+    w = self->w;
+    self->w = NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tocsin_worker_close(w);
+    Py_END_ALLOW_THREADS
+    __atomic_sub_fetch(&self->handle->workers, 1, __ATOMIC_ACQ_REL);
+    if (rc != TOCSIN_OK) return raise_last(rc);
+    Py_RETURN_NONE;
+}
+
+static void Worker_dealloc(Worker *self) {
+    if (self->w) {
+        tocsin_worker_close(self->w);
+        self->w = NULL;
+        __atomic_sub_fetch(&self->handle->workers, 1, __ATOMIC_ACQ_REL);
+    }
+    Py_CLEAR(self->handle);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Worker_get_closed(Worker *self, void *u) {
+    (void)u;
+    return PyBool_FromLong(self->w == NULL);
+}
+
+static PyMethodDef Worker_methods[] = {
+    {"register", (PyCFunction)Worker_register, METH_VARARGS, "Declares a task this worker runs."},
+    {"next", (PyCFunction)Worker_next, METH_VARARGS, "Upkeep, then the next runs (waits up to timeout_ms; 0: never blocks)."},
+    {"finish", (PyCFunction)Worker_finish, METH_VARARGS, "Records a run's outcome (optionally inside a Tx)."},
+    {"flush", (PyCFunction)Worker_flush, METH_NOARGS, "Commits the batched outcomes; returns how many leases were lost."},
+    {"cancelled", (PyCFunction)Worker_cancelled, METH_NOARGS, "Job ids of running jobs whose handler should stop."},
+    {"fileno", (PyCFunction)Worker_fileno, METH_NOARGS, "The descriptor to poll."},
+    {"wake_in", (PyCFunction)Worker_wake_in, METH_NOARGS, "Milliseconds until the next upkeep is due."},
+    {"poke", (PyCFunction)Worker_poke, METH_NOARGS, "Ends a blocked next() (any thread)."},
+    {"in_flight", (PyCFunction)Worker_in_flight, METH_NOARGS, "Runs handed out and not finished."},
+    {"close", (PyCFunction)Worker_close, METH_NOARGS, "Hands back what still runs and closes."},
+    {NULL, NULL, 0, NULL},
+};
+static PyGetSetDef Worker_getset[] = {
+    {"closed", (getter)Worker_get_closed, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject WorkerType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tocsin._tocsin.Worker",
+    .tp_basicsize = sizeof(Worker),
+    .tp_dealloc = (destructor)Worker_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "The core's worker protocol (low level; use tocsin.Worker).",
+    .tp_methods = Worker_methods,
+    .tp_getset = Worker_getset,
+    .tp_init = (initproc)Worker_init,
+    .tp_new = PyType_GenericNew,
+};
+
+static void Run_dealloc(Run *self) {
+    Py_CLEAR(self->worker); /* an unfinished run stays in flight: close() hands it back */
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Run_get_finished(Run *self, void *u) {
+    (void)u;
+    return PyBool_FromLong(self->run == NULL || self->worker->w == NULL);
+}
+
+static PyGetSetDef Run_getset[] = {
+    {"finished", (getter)Run_get_finished, NULL, NULL, NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject RunType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tocsin._tocsin.Run",
+    .tp_basicsize = sizeof(Run),
+    .tp_dealloc = (destructor)Run_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "One run of a task handed out by a Worker (low level).",
+    .tp_getset = Run_getset,
+};
+
 /* wake_configure(poll_ms, identity_ms, no_kernel_events): process-wide watcher settings. */
 static PyObject *m_wake_configure(PyObject *m, PyObject *args) {
     tocsin_wake_opts o = TOCSIN_WAKE_OPTS_INIT;
@@ -2048,16 +2458,6 @@ static PyObject *m_errstr(PyObject *m, PyObject *args) {
     if (!PyArg_ParseTuple(args, "i:errstr", &rc)) return NULL;
     return PyUnicode_FromString(tocsin_errstr(rc));
 }
-static PyObject *m_backoff_ms(PyObject *m, PyObject *args) {
-    long long base, cap;
-    int attempts;
-    (void)m;
-    if (!PyArg_ParseTuple(args, "LLi:backoff_ms", &base, &cap, &attempts)) return NULL;
-    if (attempts < 1) return raise_code(TOCSIN_INVALID, "attempts must be >= 1", 0);
-    if (base < 0 || cap < 0) return raise_code(TOCSIN_INVALID, "base and cap must be >= 0", 0);
-    return PyLong_FromLongLong(tocsin_backoff_ms(base, cap, attempts));
-}
-
 /* cron_next(expr, after_ms, local_time) -> next fire (ms) or None */
 static PyObject *m_cron_next(PyObject *m, PyObject *args) {
     const char *expr;
@@ -2083,7 +2483,6 @@ static PyMethodDef module_methods[] = {
     {"version", m_version, METH_NOARGS, "The core's version string."},
     {"sqlite_version", m_sqlite_version, METH_NOARGS, "The SQLite version this process runs on."},
     {"errstr", m_errstr, METH_VARARGS, "The English name of a result code."},
-    {"backoff_ms", m_backoff_ms, METH_VARARGS, "The core's exponential backoff with jitter."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -2099,6 +2498,14 @@ PyMODINIT_FUNC PyInit__tocsin(void) {
     if (PyType_Ready(&HandleType) < 0) goto fail;
     Py_INCREF(&HandleType);
     if (PyModule_AddObject(m, "Handle", (PyObject *)&HandleType) < 0) goto fail;
+    if (PyType_Ready(&TxType) < 0 || PyType_Ready(&WorkerType) < 0 || PyType_Ready(&RunType) < 0)
+        goto fail;
+    Py_INCREF(&TxType);
+    if (PyModule_AddObject(m, "Tx", (PyObject *)&TxType) < 0) goto fail;
+    Py_INCREF(&WorkerType);
+    if (PyModule_AddObject(m, "Worker", (PyObject *)&WorkerType) < 0) goto fail;
+    Py_INCREF(&RunType);
+    if (PyModule_AddObject(m, "Run", (PyObject *)&RunType) < 0) goto fail;
     if (PyType_Ready(&SubType) < 0 || PyType_Ready(&ListenerType) < 0 ||
         PyType_Ready(&StreamSubType) < 0)
         goto fail;
@@ -2145,8 +2552,12 @@ PyMODINIT_FUNC PyInit__tocsin(void) {
     }
     if (PyModule_AddIntConstant(m, "VERSION_NUMBER", tocsin_version_number()) < 0) goto fail;
     if (PyModule_AddIntConstant(m, "SCHEMA_VERSION", TOCSIN_SCHEMA_VERSION) < 0) goto fail;
-    if (PyModule_AddIntConstant(m, "BACKOFF_BASE_MS", TOCSIN_BACKOFF_BASE_MS) < 0) goto fail;
-    if (PyModule_AddIntConstant(m, "BACKOFF_CAP_MS", TOCSIN_BACKOFF_CAP_MS) < 0) goto fail;
+    if (PyModule_AddIntConstant(m, "OUTCOME_OK", TOCSIN_OUTCOME_OK) < 0) goto fail;
+    if (PyModule_AddIntConstant(m, "OUTCOME_ERROR", TOCSIN_OUTCOME_ERROR) < 0) goto fail;
+    if (PyModule_AddIntConstant(m, "OUTCOME_FAIL", TOCSIN_OUTCOME_FAIL) < 0) goto fail;
+    if (PyModule_AddIntConstant(m, "OUTCOME_HAND_BACK", TOCSIN_OUTCOME_HAND_BACK) < 0) goto fail;
+    if (PyModule_AddIntConstant(m, "MAX_TRACE_BYTES", TOCSIN_MAX_TRACE_BYTES) < 0) goto fail;
+    if (PyModule_AddIntConstant(m, "DEFAULT_RESULT_TTL_MS", (long)TOCSIN_DEFAULT_RESULT_TTL_MS) < 0) goto fail;
     if (PyModule_AddIntConstant(m, "CATCHUP_ONCE", TOCSIN_CATCHUP_ONCE) < 0) goto fail;
     if (PyModule_AddIntConstant(m, "CATCHUP_ALL", TOCSIN_CATCHUP_ALL) < 0) goto fail;
     if (PyModule_AddIntConstant(m, "SCHEDULE_PRIORITY", TOCSIN_SCHEDULE_PRIORITY) < 0) goto fail;

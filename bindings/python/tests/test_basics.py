@@ -1,6 +1,7 @@
 import datetime as dt
 import os
 import sqlite3
+import textwrap
 
 import pytest
 
@@ -122,3 +123,44 @@ def test_schema_tables_exist(db):
     assert {"_tocsin_meta", "_tocsin_jobs", "_tocsin_dead", "_tocsin_events",
             "_tocsin_notifications"} <= names
     assert count(db, "_tocsin_jobs") == 0
+
+
+def _as_nobody(code, tmp_path):
+    import shutil
+    import subprocess
+    import sys
+    if os.geteuid() != 0 or not shutil.which("setpriv"):
+        pytest.skip("needs root and setpriv to run as an unprivileged user")
+    return subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
+                           sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
+                          env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+
+
+def test_read_only_in_a_directory_the_process_cannot_write(tmp_path):
+    import pathlib
+    import shutil
+    import tempfile
+    top = pathlib.Path(tempfile.mkdtemp())  # reachable by another user (pytest's is not)
+    os.chmod(str(top), 0o755)
+    d = top / "ro"
+    d.mkdir()
+    with tocsin.open(str(d / "a.db")) as db:  # a WAL database, closed cleanly (no -shm left)
+        db.queue("q").enqueue(1)
+    os.chmod(str(d), 0o555)
+    try:
+        p = _as_nobody(textwrap.dedent("""
+            import tocsin
+            with tocsin.open(%r, read_only=True) as db:
+                print(db.queue("q").stats()["pending"])
+            try:
+                tocsin.open(%r)
+            except tocsin.Error as e:
+                print(e)
+        """ % (str(d / "a.db"), str(d / "a.db"))), tmp_path)
+    finally:
+        os.chmod(str(d), 0o755)
+        shutil.rmtree(str(top), ignore_errors=True)
+    assert p.returncode == 0, p.stderr
+    out = p.stdout.splitlines()
+    assert out[0] == "1"  # read-only works: no pragma writes, no -shm to create
+    assert "must be writable" in out[1] and str(d) in out[1]

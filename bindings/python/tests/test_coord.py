@@ -187,3 +187,33 @@ def test_schedules_and_tick(clocked):
     with pytest.raises(tocsin.NotFound):
         db.pause_schedule("missing")
     assert count(db, "_tocsin_jobs") == 0
+
+
+def test_schedule_a_task_by_name_and_redefinitions_are_reported(db, caplog):
+    import logging
+    q = db.queue("reports")
+
+    @q.task(name="report")
+    def report(kind, days=1):
+        return kind
+
+    nxt = db.schedule("nightly", "0 3 * * *", task=report, args=["sales"], kwargs={"days": 7})
+    s = db.get_schedule("nightly")
+    assert s.queue == "reports" and nxt == s.next_fire
+    assert s.payload == {"task": "report", "args": ["sales"], "kwargs": {"days": 7},
+                         "result_ttl_ms": 86400000}
+    db.schedule("by-name", "@hourly", "other", task="remote_task", args=[1])
+    assert db.get_schedule("by-name").payload == {"task": "remote_task", "args": [1], "kwargs": {}}
+    with pytest.raises(tocsin.InvalidArgument):
+        db.schedule("bad", "@hourly", task=report, args=[1, 2, 3])  # does not fit report()
+    with pytest.raises(tocsin.InvalidArgument):
+        db.schedule("bad", "@hourly", task="remote_task")  # a name needs queue=
+    # the same definition again: silent; another one (a racing deploy): reported
+    with caplog.at_level(logging.WARNING, logger="tocsin"):
+        db.schedule("nightly", "0 3 * * *", task=report, args=["sales"], kwargs={"days": 7})
+        assert db.last_schedule_change is None and not caplog.records
+        db.schedule("nightly", "0 4 * * *", task=report, args=["sales"], kwargs={"days": 7})
+    assert db.last_schedule_change["name"] == "nightly"
+    assert db.last_schedule_change["before"][0] == "0 3 * * *"
+    assert db.last_schedule_change["after"][0] == "0 4 * * *"
+    assert any("redefined" in r.getMessage() for r in caplog.records)

@@ -107,3 +107,53 @@ def test_sqlalchemy_session_enqueue_in_orm_transaction(path):
         assert q.claim("tocsin-worker") is None
         assert db.execute("SELECT item FROM orders") == [("book (shipped)",)]
     engine.dispose()
+
+
+def test_app_connection_helpers_refuse_outside_a_transaction(path):
+    """The trial: "enqueue first, then rollback" sent a receipt for a rolled-back order,
+    because sqlite3 opens no transaction before a SELECT. The helpers refuse."""
+    conn = sqlite3.connect(path)
+    tocsin.load(conn)
+    conn.execute("CREATE TABLE orders(id INTEGER PRIMARY KEY)")
+    conn.commit()
+    with pytest.raises(tocsin.InvalidArgument, match="no transaction is open"):
+        tocsin.call(conn, "emails", "send_receipt", [1])
+    with pytest.raises(tocsin.InvalidArgument, match="no transaction is open"):
+        tocsin.enqueue(conn, "emails", {"order": 1})
+    # the safe pattern: BEGIN (or the business write) first, then enqueue, then commit
+    conn.execute("BEGIN")
+    jid = tocsin.call(conn, "emails", "send_receipt", [1], {"copy": True}, priority=3)
+    conn.execute("INSERT INTO orders(id) VALUES (1)")
+    conn.rollback()  # the order is rolled back: so is its receipt
+    with tocsin.open(path) as db:
+        assert db.queue("emails").get(jid) is None
+    conn.execute("INSERT INTO orders(id) VALUES (2)")  # opens the transaction
+    jid = tocsin.call(conn, "emails", "send_receipt", [2], {"copy": True}, priority=3)
+    conn.commit()
+    jid2 = tocsin.enqueue(conn, "emails", {"raw": 1}, autocommit=True)  # told: commits alone
+    with tocsin.open(path) as db:
+        job = db.queue("emails").get(jid)
+        assert job.payload == {"task": "send_receipt", "args": [2], "kwargs": {"copy": True}}
+        assert job.priority == 3 and db.queue("emails").get(jid2).payload == {"raw": 1}
+    conn.close()
+
+
+def test_app_connection_helpers_with_sqlalchemy(path):
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    engine = sqlalchemy.create_engine("sqlite:///" + path)
+    tocsin.load(engine)
+    with engine.connect() as c:
+        c.execute(sqlalchemy.text("CREATE TABLE orders(id INTEGER PRIMARY KEY)"))
+        c.commit()
+    with pytest.raises(RuntimeError):
+        with engine.begin() as c:  # SQLAlchemy's transaction: the job joins it
+            jid = tocsin.enqueue(c, "emails", {"order": 1})
+            c.execute(sqlalchemy.text("INSERT INTO orders(id) VALUES (1)"))
+            raise RuntimeError("payment declined")
+    with tocsin.open(path) as db:
+        assert db.queue("emails").get(jid) is None
+    with engine.begin() as c:
+        jid = tocsin.enqueue(c, "emails", {"order": 2})
+    with tocsin.open(path) as db:
+        assert db.queue("emails").get(jid).payload == {"order": 2}
+    engine.dispose()

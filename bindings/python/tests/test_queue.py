@@ -123,12 +123,15 @@ def test_expires(clocked):
 
 def test_enqueue_many_atomic(db):
     q = db.queue("q")
-    ids = q.enqueue_many([1, {"payload": 2, "priority": 5}, {"payload": {"payload": 3}}])
+    ids = q.enqueue_many([{"payload": 2, "priority": 5}, {"payload": 1}], options=True)
+    ids += q.enqueue_many([{"payload": 3}])  # a dict is a payload: nothing is guessed
     assert len(ids) == 3 and ids == sorted(ids)
     with pytest.raises(tocsin.InvalidArgument):
-        q.enqueue_many([4, {"payload": 5, "max_attempts": 0}])
+        q.enqueue_many([{"payload": 4}, {"payload": 5, "max_attempts": 0}], options=True)
     with pytest.raises(tocsin.InvalidArgument):
-        q.enqueue_many([{"payload": 6, "colour": "red"}])
+        q.enqueue_many([{"payload": 6, "colour": "red"}], options=True)
+    with pytest.raises(tocsin.InvalidArgument, match="payload"):
+        q.enqueue_many([7], options=True)
     with pytest.raises(tocsin.PayloadTooLarge):
         db.set_max_payload(50)
         q.enqueue_many([7, "y" * 100])

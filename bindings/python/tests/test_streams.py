@@ -77,3 +77,29 @@ def test_notify_read_prune(clocked):
         db.notify("auto", i)
     assert count(db, "_tocsin_notifications", "channel = 'auto'") == 5
     db.set_notify_autotrim(one_in=0)
+
+
+def test_named_consumer_saves_its_offset_when_iteration_ends(db):
+    s = db.stream("orders")
+    offs = s.publish_many(list(range(10)))
+    for e in s.subscribe(consumer="billing"):  # break: the offset of the last event handed out
+        if e.payload == 3:
+            break
+    assert s.offset("billing") == offs[3]
+    with s.subscribe(consumer="billing") as sub:  # with: replays after it, saves at the end
+        assert [e.payload for e in sub.get(0)] == [4, 5, 6, 7, 8, 9]
+    assert s.offset("billing") == offs[9]
+    sub = s.subscribe(consumer="audit", save_on_close=False)  # told otherwise
+    assert next(iter(sub)).payload == 0
+    sub.close()
+    assert s.offset("audit") == 0
+
+    async def consume():
+        async with s.subscribe(consumer="async") as sub:
+            async for e in sub:
+                if e.payload == 1:
+                    break
+
+    import asyncio
+    asyncio.run(consume())
+    assert s.offset("async") == offs[1]

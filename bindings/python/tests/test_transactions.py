@@ -126,18 +126,47 @@ def test_other_thread_waits_for_transaction(app):
     assert [j.payload for j in q.claim_batch(5, "w")] == ["from-thread"]
 
 
-def test_tx_from_other_thread_rejected(app):
-    errors = []
-    with app.transaction() as tx:
-        def use():
-            try:
-                app._check_tx(tx)
-            except tocsin.InvalidArgument as e:
-                errors.append(str(e))
-        t = threading.Thread(target=use)
-        t.start()
-        t.join()
-    assert errors and "another thread" in errors[0]
+def test_tx_belongs_to_its_handle_not_a_thread(app):
+    """(Changed with the core's thread model: a transaction is a core transaction
+    handle, not a thread's.) Another thread joins it only by passing tx=; its calls
+    without tx= run outside it."""
+    q = app.queue("q")
+    with pytest.raises(ValueError):
+        with app.transaction() as tx:
+            t = threading.Thread(target=lambda: q.enqueue("joined", tx=tx))
+            t.start()
+            t.join()
+            assert app.execute("SELECT count(*) FROM _tocsin_jobs", None) == [(1,)]  # joins in this context
+            raise ValueError("roll back")
+    assert q.stats()["pending"] == 0
+
+
+def test_contexts_have_their_own_transactions(app):
+    """Implicit joining follows the context (contextvars): two asyncio tasks of one
+    loop thread each see only their own transaction."""
+    import asyncio
+    q = app.queue("q")
+    seen = {}
+
+    async def a():
+        with app.transaction():
+            q.enqueue("a")
+            await asyncio.sleep(0.05)
+            seen["a"] = app.in_transaction
+            raise ValueError("a rolls back")
+
+    async def b():
+        await asyncio.sleep(0.01)
+        seen["b"] = app.in_transaction  # a's transaction is not b's
+        return True
+
+    async def main():
+        return await asyncio.gather(a(), b(), return_exceptions=True)
+
+    ra, rb = asyncio.run(main())
+    assert isinstance(ra, ValueError) and rb is True
+    assert seen == {"a": True, "b": False}
+    assert q.stats()["pending"] == 0
 
 
 def test_close_rolls_back_open_transaction(path):

@@ -15,6 +15,11 @@ from . import _tocsin
 from ._tocsin import (
     Busy,
     CallbackError,
+    CantOpen,
+    Full,
+    Interrupted,
+    IOError,
+    PermissionDenied,
     Closed,
     Corrupt,
     Error,
@@ -31,14 +36,14 @@ from ._tocsin import (
 )
 from ._version import __version__
 from .db import Database, Transaction, open
-from .ext import load, loadable_path
+from .ext import call, enqueue, load, loadable_path
 from .queue import Job, Queue
 from .stream import Event, Notification, Stream
 from .coord import Lock, RateDecision, RateLimit, Result, Schedule, cron_next
 from .queue import JobIterator
-from .tasks import Task, TaskError, TaskHandle
+from .tasks import JobContext, Task, TaskError, TaskHandle, current_job
 from .wake import Listener, Subscription, Wake
-from .worker import Scheduler, Worker
+from .worker import Worker
 
 
 def core_version() -> str:
@@ -54,9 +59,11 @@ def sqlite_version() -> str:
 __all__ = [
     "__version__", "core_version", "sqlite_version", "open", "Database", "Transaction",
     "Queue", "Job", "JobIterator", "Stream", "Event", "Notification", "load", "loadable_path",
+    "enqueue", "call",
     "Listener", "Subscription", "Wake", "Result", "Lock", "RateLimit", "RateDecision",
-    "Schedule", "cron_next", "Task", "TaskHandle", "TaskError", "Worker", "Scheduler",
+    "Schedule", "cron_next", "Task", "TaskHandle", "TaskError", "Worker", "JobContext",
+    "current_job",
     "Error", "SQLiteError", "InvalidArgument", "NotFound", "Busy", "LeaseLost", "Closed",
     "Corrupt", "PayloadTooLarge", "VersionMismatch", "CallbackError", "NoMemory", "Replaced",
-    "Timeout", "ReadOnly",
+    "Timeout", "ReadOnly", "Interrupted", "IOError", "Full", "CantOpen", "PermissionDenied",
 ]

@@ -35,11 +35,13 @@ class Result(NamedTuple):
     error_message: Optional[str]
     created_at: int       # ms since epoch
     expires_at: int       # ms since epoch, 0: never
+    error_trace: Optional[str] = None  # the runtime's traceback of an error, if recorded
 
     @classmethod
     def _from_row(cls, row: tuple) -> "Result":
-        job_id, is_error, value, etype, emsg, created, expires = row
-        return cls(job_id, is_error, None if is_error else loads(value), etype, emsg, created, expires)
+        job_id, is_error, value, etype, emsg, created, expires, trace = row
+        return cls(job_id, is_error, None if is_error else loads(value), etype, emsg, created,
+                   expires, trace)
 
 
 def wait_result(db: "Database", job_id: int, timeout: Optional[Duration]) -> Result:
@@ -56,7 +58,7 @@ def wait_result(db: "Database", job_id: int, timeout: Optional[Duration]) -> Res
                 return r
             left = None if end is None else end - time.monotonic()
             if left is not None and left <= 0:
-                raise Timeout("no result for job %d within %.3f s" % (job_id, limit or 0))
+                return _final_check(db, job_id, limit)
             sub.wait(-1 if left is None else max(1, int(left * 1000)))
     finally:
         sub.close()
@@ -75,10 +77,19 @@ async def wait_result_async(db: "Database", job_id: int, timeout: Optional[Durat
                 return r
             left = None if end is None else end - loop.time()
             if left is not None and left <= 0:
-                raise Timeout("no result for job %d within %.3f s" % (job_id, limit or 0))
+                return _final_check(db, job_id, limit)
             await readable(sub.fileno(), left)
     finally:
         sub.close()
+
+
+def _final_check(db: "Database", job_id: int, limit: Optional[float]) -> Result:
+    """At the deadline: the core's result wait, which says why it timed out (the job was
+    never claimed, is running, or is retrying)."""
+    try:
+        return Result._from_row(db._h.result_wait(job_id))
+    except Timeout as e:
+        raise Timeout("no result for job %d within %.3f s: %s" % (job_id, limit or 0, e)) from None
 
 
 def _check_result(db: "Database", job_id: int) -> Optional[Result]:

@@ -2,8 +2,12 @@
 from __future__ import annotations
 
 import datetime as _dt
+import asyncio
+import builtins
+import contextvars
+import logging
 import os
-import threading
+import weakref
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _tocsin
@@ -15,22 +19,42 @@ __all__ = ["Database", "Transaction", "open"]
 _NOCHANGE: Any = object()
 
 
+builtins_open = builtins.open
+_pool: Any = None
+
+
+def _begin_pool() -> Any:
+    """Threads in which async BEGINs wait for the write lock (never the loop's default
+    executor: waiting BEGINs must not starve the work that would release the lock)."""
+    global _pool
+    if _pool is None:
+        import concurrent.futures
+        _pool = concurrent.futures.ThreadPoolExecutor(max_workers=64, thread_name_prefix="tocsin-begin")
+    return _pool
+
+
+_active: "contextvars.ContextVar[Tuple[Transaction, ...]]" = contextvars.ContextVar(
+    "tocsin_transactions", default=())
+
+
 class Transaction:
-    """A write transaction on a Database (BEGIN IMMEDIATE ... COMMIT/ROLLBACK).
+    """A write transaction on a Database (BEGIN IMMEDIATE ... COMMIT/ROLLBACK), on a
+    core transaction handle of its own (a connection of its own).
 
     Used as a context manager it commits when the block succeeds and rolls back when
-    it raises. Every tocsin operation of the same database made by the same thread
-    before the end joins it: pass ``tx=`` to say so explicitly (it is then checked
-    to be open and to belong to that database). Other threads' calls on the same
-    Database wait until it ends.
+    it raises. The calls given ``tx=`` join it, and so do the calls on the same
+    Database made in the same *context* (contextvars: the same thread, or the same
+    asyncio task) before it ends. Other threads and other asyncio tasks never join it
+    by accident: their calls run outside it (writers wait for the write lock).
     """
 
-    __slots__ = ("_db", "_open", "_thread")
+    __slots__ = ("_db", "_tx", "_token", "_base")
 
-    def __init__(self, db: "Database") -> None:
+    def __init__(self, db: "Database", base: Any = None) -> None:
         self._db = db
-        self._open = False
-        self._thread = 0
+        self._tx: Any = None
+        self._token: Any = None
+        self._base = base if base is not None else db._h  # the handle it begins on
 
     @property
     def database(self) -> "Database":
@@ -39,65 +63,102 @@ class Transaction:
     @property
     def active(self) -> bool:
         """True between begin and commit/rollback."""
-        return self._open
+        return self._tx is not None and not self._tx.closed
 
     def begin(self) -> "Transaction":
-        if self._open:
+        if self._tx is not None:
             raise InvalidArgument("this transaction is already open")
-        self._db._h.begin()
-        self._open = True
-        self._thread = threading.get_ident()
+        if self._db._context_tx() is not None:
+            raise InvalidArgument("a transaction of this database is already open in this "
+                                  "context (transactions do not nest)")
+        self._tx = self._base.begin_tx()
+        self._token = _active.set(_active.get() + (self,))
         return self
 
+    def _pre_commit(self) -> None:
+        """Runs inside the transaction just before COMMIT (a task's ack: JobContext)."""
+
     def commit(self) -> None:
-        self._check_owner()
+        self._check_open()
         try:
-            self._db._h.commit()
-        finally:
-            if not self._db._h.owns_transaction():
-                self._open = False
+            self._pre_commit()
+        except BaseException:
+            self._end(False)
+            raise
+        self._end(True)
 
     def rollback(self) -> None:
-        self._check_owner()
-        try:
-            self._db._h.rollback()
-        finally:
-            if not self._db._h.owns_transaction():
-                self._open = False
+        self._check_open()
+        self._end(False)
 
-    def _check_owner(self) -> None:
-        if not self._open:
+    def _detach(self) -> Any:
+        tx, self._tx = self._tx, None
+        stack = _active.get()
+        if self in stack:
+            try:
+                _active.reset(self._token)
+            except ValueError:  # ended in another context than it began in
+                _active.set(tuple(t for t in stack if t is not self))
+        return tx
+
+    def _end(self, commit: bool) -> None:
+        tx = self._detach()
+        if commit:
+            tx.commit()
+        else:
+            tx.rollback()
+
+    def _check_open(self) -> None:
+        if self._tx is None or self._tx.closed:
             raise InvalidArgument("this transaction is not open")
-        if self._thread != threading.get_ident():
-            raise InvalidArgument("a transaction can only be ended by the thread that began it")
+
+    def execute(self, sql: str, params: Union[Sequence[Any], Dict[str, Any], None] = None) -> List[tuple]:
+        """Runs one statement of the application's inside this transaction."""
+        self._check_open()
+        return self._tx.execute(sql, params)
 
     def __enter__(self) -> "Transaction":
         return self.begin()
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        if not self._open:
+        if self._tx is None:
             return False
         if exc_type is None:
-            try:
-                self.commit()
-            except BaseException:
-                if self._open:
-                    self.rollback()
-                raise
+            self.commit()
         else:
             self.rollback()
         return False
 
+    async def __aenter__(self) -> "Transaction":
+        """``async with db.transaction() as tx:`` -- BEGIN and COMMIT wait for the write
+        lock off the event loop, so a transaction may span awaits while other tasks of
+        the loop (and their transactions) go on."""
+        if self._tx is not None:
+            raise InvalidArgument("this transaction is already open")
+        if self._db._context_tx() is not None:
+            raise InvalidArgument("a transaction of this database is already open in this "
+                                  "context (transactions do not nest)")
+        loop = asyncio.get_running_loop()
+        self._tx = await loop.run_in_executor(_begin_pool(), self._base.begin_tx)
+        self._token = _active.set(_active.get() + (self,))
+        return self
+
+    async def __aexit__(self, exc_type, exc, tb) -> bool:
+        if self._tx is None:
+            return False
+        # the write lock is held: COMMIT and ROLLBACK wait for nobody (GIL released)
+        self.__exit__(exc_type, exc, tb)
+        return False
+
     def __repr__(self) -> str:
-        return "<tocsin.Transaction %s on %r>" % ("open" if self._open else "closed", self._db.path)
+        return "<tocsin.Transaction %s on %r>" % ("open" if self.active else "closed", self._db.path)
 
 
 class Database:
     """A tocsin database: one SQLite file, opened on its own connection.
 
-    Thread-safe: calls from several threads are serialised by a lock (the GIL is
-    released while the core works). Close it with close() or use it as a context
-    manager.
+    Thread-safe: the core serialises the calls of several threads (the GIL is
+    released while it works). Close it with close() or use it as a context manager.
     """
 
     def __init__(self, path: Union[str, "os.PathLike[str]"], *, busy_timeout: Duration = 5.0,
@@ -108,13 +169,23 @@ class Database:
                                               not isinstance(max_payload_bytes, int) or
                                               max_payload_bytes < 1):
             raise InvalidArgument("max_payload_bytes must be an integer >= 1")
-        self._h = _tocsin.Handle(self.path, busy_ms, max_payload_bytes or 0, bool(read_only))
+        target = _read_only_target(self.path) if read_only else self.path
+        self._open_args = (target, busy_ms, max_payload_bytes or 0, bool(read_only))
+        try:
+            self._h = _tocsin.Handle(*self._open_args)
+        except _tocsin.Error as e:
+            raise _explain_open(e, self.path, read_only) from None
         self._queues: Dict[str, Any] = {}
         self._streams: Dict[str, Any] = {}
+        self._workers: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self.last_schedule_change: Optional[Dict[str, Any]] = None
 
     # ---- lifecycle ----
     def close(self) -> None:
-        """Closes the connection (rolling back a transaction left open). Idempotent."""
+        """Closes the connection, after closing the workers running on it (transactions
+        still open stay usable until they end). Idempotent."""
+        for w in list(self._workers):
+            w.close()
         self._h.close()
 
     @property
@@ -137,36 +208,48 @@ class Database:
 
     @property
     def in_transaction(self) -> bool:
-        return self._h.in_transaction()
+        """True while a transaction of this database is open in this context."""
+        return self._context_tx() is not None
 
-    def _check_tx(self, tx: Optional[Transaction]) -> None:
-        if tx is None:
-            return
-        if not isinstance(tx, Transaction):
-            raise InvalidArgument("tx must be a tocsin.Transaction, not %s" % type(tx).__name__)
-        if tx._db is not self:
-            raise InvalidArgument("tx belongs to another database")
-        if not tx._open:
-            raise InvalidArgument("tx is not open (already committed or rolled back)")
-        if tx._thread != threading.get_ident():
-            raise InvalidArgument("tx was begun by another thread")
+    def _context_tx(self) -> Optional[Transaction]:
+        for t in _active.get():
+            if t._db is self and t._tx is not None:
+                return t
+        return None
+
+    def _hx(self, tx: Optional[Transaction] = None) -> Any:
+        """The core handle a call runs on: ``tx``'s, else that of the transaction open
+        in this context, else the database's own."""
+        if tx is not None:
+            if not isinstance(tx, Transaction):
+                raise InvalidArgument("tx must be a tocsin.Transaction, not %s" % type(tx).__name__)
+            if tx._db is not self:
+                raise InvalidArgument("tx belongs to another database")
+            if tx._tx is None or tx._tx.closed:
+                raise InvalidArgument("tx is not open (already committed or rolled back)")
+            return tx._tx
+        if _active.get():
+            t = self._context_tx()
+            if t is not None:
+                return t._tx
+        return self._h
 
     def execute(self, sql: str, params: Union[Sequence[Any], Dict[str, Any], None] = None) -> List[tuple]:
         """Runs one statement of the application's on tocsin's connection (inside the
         open transaction, if any) and returns its rows as tuples. ``params`` binds
         ``?`` placeholders from a sequence or ``:name`` ones from a dict."""
-        return self._h.execute(sql, params)
+        return self._hx().execute(sql, params)
 
     def executescript(self, sql: str) -> None:
         """Runs SQL text (several statements, no parameters, no rows)."""
-        self._h.executescript(sql)
+        self._hx().executescript(sql)
 
     def changes(self) -> int:
         """Rows changed by the last statement on this connection."""
-        return self._h.changes()
+        return self._hx().changes()
 
     def last_insert_rowid(self) -> int:
-        return self._h.last_insert_rowid()
+        return self._hx().last_insert_rowid()
 
     # ---- clock and limits ----
     def now(self) -> int:
@@ -209,25 +292,23 @@ class Database:
     def stats(self) -> List[Dict[str, Any]]:
         """Statistics of every queue (see Queue.stats)."""
         import json
-        return json.loads(self._h.stats(None))["queues"]
+        return json.loads(self._hx().stats(None))["queues"]
 
     # ---- notifications ----
     def notify(self, channel: str, payload: Any = None, *, meta: Optional[dict] = None,
                tx: Optional[Transaction] = None) -> int:
         """Records a notification on ``channel`` (inside ``tx`` or the open transaction:
         rolled back with it) and returns its id."""
-        if tx is not None:
-            self._check_tx(tx)
-        return self._h.notify(channel, dumps(payload), meta_json(meta))
+        return self._hx(tx).notify(channel, dumps(payload), meta_json(meta))
 
     def notifications(self, channel: str, after_id: int = 0, limit: int = 100) -> List["Notification"]:
         """Stored notifications of ``channel`` with id > after_id, oldest first."""
         from .stream import Notification
-        return [Notification._from_row(r) for r in self._h.notify_read(channel, after_id, limit)]
+        return [Notification._from_row(r) for r in self._hx().notify_read(channel, after_id, limit)]
 
     def notify_max_id(self) -> int:
         """The highest notification id so far (where a listener starts), 0 if none."""
-        return self._h.notify_max_id()
+        return self._hx().notify_max_id()
 
     def prune_notifications(self, *, max_age: Optional[Duration] = None,
                             max_keep: Optional[int] = None) -> int:
@@ -261,22 +342,18 @@ class Database:
                     tx: Optional[Transaction] = None) -> None:
         """Stores ``value`` (JSON-serialisable) as the result of job ``job_id``, replacing
         any earlier one; it expires ``ttl`` after saving (None: never)."""
-        if tx is not None:
-            self._check_tx(tx)
-        self._h.result_save(job_id, dumps(value, "value"), _ttl(ttl))
+        self._hx(tx).result_save(job_id, dumps(value, "value"), _ttl(ttl))
 
     def save_error(self, job_id: int, type: str, message: str = "", *,
                    ttl: Optional[Duration] = None, tx: Optional[Transaction] = None) -> None:
         """Stores a task error as data (type, message) as the result of ``job_id``."""
-        if tx is not None:
-            self._check_tx(tx)
-        self._h.result_save_error(job_id, type, message, _ttl(ttl))
+        self._hx(tx).result_save_error(job_id, type, message, _ttl(ttl))
 
     def result(self, job_id: int) -> Optional["Result"]:
         """The stored result of ``job_id``, None when absent or expired (a stored JSON
         null is a Result whose value is None)."""
         from .coord import Result
-        row = self._h.result_get(job_id)
+        row = self._hx().result_get(job_id)
         return None if row is None else Result._from_row(row)
 
     def wait_result(self, job_id: int, timeout: Optional[Duration] = None) -> "Result":
@@ -289,7 +366,7 @@ class Database:
         return await wait_result_async(self, job_id, timeout)
 
     def delete_result(self, job_id: int) -> bool:
-        return self._h.result_delete(job_id)
+        return self._hx().result_delete(job_id)
 
     # ---- locks, rate limits ----
     def lock(self, name: str, *, ttl: Duration = 30.0, owner: Optional[str] = None) -> "Lock":
@@ -299,20 +376,66 @@ class Database:
 
     def lock_holder(self, name: str) -> Tuple[Optional[str], int, int]:
         """(owner or None when free, current token, lease end in ms)."""
-        return self._h.lock_holder(name)
+        return self._hx().lock_holder(name)
 
     def rate_limit(self, name: str, limit: int, per: Duration) -> "RateLimit":
         from .coord import RateLimit
         return RateLimit(self, name, limit, per)
 
     # ---- schedules ----
-    def schedule(self, name: str, cron: str, queue: str, payload: Any = None, **options: Any) -> int:
+    def schedule(self, name: str, cron: str, queue: Optional[str] = None, payload: Any = None, *,
+                 task: Any = None, args: Sequence[Any] = (), kwargs: Optional[Dict[str, Any]] = None,
+                 **options: Any) -> int:
         """Registers (upserts) schedule ``name``: every boundary of ``cron`` enqueues
-        ``payload`` on ``queue``. Options: priority, max_attempts, job_expires, catch_up
-        ("once" | "all"), max_catch_up, local_time, meta. Re-registering the same
-        expression keeps its next boundary. Returns the next fire time (ms)."""
+        ``payload`` on ``queue`` -- or, with ``task=`` (a Task, or a task's name with
+        ``queue``), a call of that task with ``args``/``kwargs``. Options: priority,
+        max_attempts, job_expires, catch_up ("once" | "all"), max_catch_up, local_time,
+        meta. Re-registering the same definition keeps its next boundary. A schedule
+        that already exists with another definition is replaced and the change is
+        reported (a warning on the "tocsin" logger, and ``self.last_schedule_change``),
+        so that racing definitions do not win silently. Returns the next fire time (ms)."""
         from .coord import schedule_opts
-        return self._h.schedule_set(name, cron, queue, dumps(payload), schedule_opts(**options))
+        from .tasks import Task
+        if task is not None:
+            if payload is not None:
+                raise InvalidArgument("give payload or task=, not both")
+            if isinstance(task, Task):
+                queue = queue or task.queue.name
+                text = task._envelope(args, kwargs)
+            elif isinstance(task, str):
+                if queue is None:
+                    raise InvalidArgument("a task given by name needs queue=")
+                text = self._h.task_envelope(task, dumps(list(args), "args"),
+                                             dumps(dict(kwargs or {}), "kwargs"), 0, 0)
+            else:
+                raise InvalidArgument("task must be a Task or a task name")
+        else:
+            if args or kwargs:
+                raise InvalidArgument("args/kwargs go with task=")
+            text = dumps(payload)
+        if not isinstance(queue, str):
+            raise InvalidArgument("queue must be a str")
+        opts = schedule_opts(**options)
+        own = self._context_tx() is None
+        tx = self.transaction().begin() if own else self._context_tx()
+        try:
+            h = tx._tx  # read and write in one transaction: a racing definition is seen
+            old = h.schedule_get(name)
+            nxt = h.schedule_set(name, cron, queue, text, opts)
+            new = h.schedule_get(name)
+            if own:
+                tx.commit()
+        except BaseException:
+            if own and tx.active:
+                tx.rollback()
+            raise
+        if old is not None and _definition(old) != _definition(new):
+            change = {"name": name, "before": _definition(old), "after": _definition(new)}
+            self.last_schedule_change = change
+            logging.getLogger("tocsin").warning(
+                "schedule %r was redefined (another definition was stored): %r -> %r",
+                name, change["before"], change["after"], extra={"tocsin": change})
+        return nxt
 
     def update_schedule(self, name: str, *, cron: Optional[str] = None, queue: Optional[str] = None,
                         payload: Any = _NOCHANGE, **options: Any) -> int:
@@ -321,34 +444,34 @@ class Database:
         ``meta=None`` removes the meta. Returns the next fire time (ms)."""
         from .coord import schedule_changes
         opts, fields = schedule_changes(**options)
-        return self._h.schedule_update(name, cron, queue,
+        return self._hx().schedule_update(name, cron, queue,
                                        None if payload is _NOCHANGE else dumps(payload),
                                        opts, fields)
 
     def schedules(self) -> List["Schedule"]:
         from .coord import Schedule
-        return [Schedule._from_row(r) for r in self._h.schedule_list()]
+        return [Schedule._from_row(r) for r in self._hx().schedule_list()]
 
     def get_schedule(self, name: str) -> Optional["Schedule"]:
         from .coord import Schedule
-        r = self._h.schedule_get(name)
+        r = self._hx().schedule_get(name)
         return None if r is None else Schedule._from_row(r)
 
     def pause_schedule(self, name: str) -> None:
-        self._h.schedule_pause(name)
+        self._hx().schedule_pause(name)
 
     def resume_schedule(self, name: str) -> None:
-        self._h.schedule_resume(name)
+        self._hx().schedule_resume(name)
 
     def unschedule(self, name: str) -> bool:
-        return self._h.schedule_remove(name)
+        return self._hx().schedule_remove(name)
 
     def scheduler_tick(self) -> int:
         """Fires every due boundary exactly once (safe with racing tickers)."""
-        return self._h.scheduler_tick()
+        return self._hx().scheduler_tick()
 
     def scheduler_next_fire(self) -> Optional[int]:
-        return self._h.scheduler_next_fire()
+        return self._hx().scheduler_next_fire()
 
     # ---- housekeeping ----
     def prune(self, *, notifications_max_age: Optional[Duration] = None,
@@ -362,6 +485,49 @@ class Database:
                                                             max_keep=notifications_max_keep)
         return out
 
+
+
+def _dir_writable(path: str) -> bool:
+    return os.access(os.path.dirname(os.path.abspath(path)) or ".", os.W_OK)
+
+
+def _read_only_target(path: str) -> str:
+    """What a read-only open opens. A WAL database needs its -shm file, which SQLite
+    cannot create in a directory this process may not write: then the file is opened
+    immutable (a snapshot: nothing committed afterwards is seen). Everything else, and
+    every database whose directory is writable, opens as it is."""
+    if path.startswith("file:") or path == ":memory:" or _dir_writable(path) or \
+            os.path.exists(path + "-shm") or not _is_wal(path):
+        return path
+    from urllib.parse import quote
+    return "file:%s?mode=ro&immutable=1" % quote(os.path.abspath(path))
+
+
+def _is_wal(path: str) -> bool:
+    """The header says WAL (file format version bytes 18 and 19 are 2)."""
+    try:
+        with builtins_open(path, "rb") as f:
+            head = f.read(20)
+    except OSError:
+        return False
+    return len(head) == 20 and head[18] == 2 and head[19] == 2
+
+
+def _explain_open(e: Exception, path: str, read_only: bool) -> Exception:
+    if not read_only and isinstance(e, (_tocsin.ReadOnly, _tocsin.CantOpen)) and not _dir_writable(path):
+        msg = ("%s (%s: the directory %s must be writable -- SQLite keeps a WAL database's "
+               "-wal and -shm files beside it; make it writable, or open with read_only=True "
+               "to read it)" % (e, path, os.path.dirname(os.path.abspath(path))))
+        out = type(e)(msg)
+        for attr in ("code", "sqlite_code"):
+            setattr(out, attr, getattr(e, attr, None))
+        return out
+    return e
+
+
+def _definition(row: tuple) -> tuple:
+    """What a schedule does (cron, queue, payload, options), not its firing state."""
+    return tuple(row[1:11])
 
 
 def _ttl(ttl: Optional[Duration]) -> int:

@@ -2,14 +2,15 @@
 connections (stdlib sqlite3, SQLAlchemy)."""
 from __future__ import annotations
 
+import json
 import os
 import sqlite3
 import sys
-from typing import Any
+from typing import Any, Dict, Optional, Sequence
 
-from ._tocsin import Error
+from ._tocsin import Error, InvalidArgument
 
-__all__ = ["loadable_path", "load"]
+__all__ = ["loadable_path", "load", "enqueue", "call"]
 
 ENTRY_POINT = "sqlite3_tocsin_init"
 
@@ -73,3 +74,83 @@ def load(conn: Any) -> None:
         raise Error("cannot load the tocsin extension from %s: %s" % (path, e)) from e
     finally:
         enable(False)
+
+
+# ---- enqueueing through the application's own connection ----
+#
+# The trap: Python's sqlite3 opens a transaction before INSERT/UPDATE/DELETE, never before a
+# SELECT -- and `SELECT tocsin_enqueue(...)` is a SELECT. Run first in a block, it commits
+# at once, and a later rollback of the business writes leaves the job (a receipt sent for a
+# rolled-back order). These helpers refuse to run outside an open transaction unless told.
+
+def _in_transaction(conn: Any, raw: Any) -> bool:
+    """True when the DBAPI connection is inside a transaction. An SQLAlchemy Connection or
+    Session that is in one while its pysqlite connection has not begun yet (it begins
+    lazily, at the first write) gets its BEGIN now, so the job joins what it commits."""
+    if raw.in_transaction:
+        return True
+    sa_in = getattr(conn, "in_transaction", None)
+    if callable(sa_in) and conn is not raw and sa_in():
+        raw.execute("BEGIN")
+        return True
+    return False
+
+
+def _refuse(conn: Any, autocommit: bool, what: str) -> Any:
+    raw = _dbapi_connection(conn)
+    if not autocommit and not _in_transaction(conn, raw):
+        raise InvalidArgument(
+            "%s: no transaction is open on this connection, so the job would commit on its "
+            "own right now (a later rollback would not drop it). Write the business rows "
+            "first or run conn.execute('BEGIN') (SQLAlchemy: inside session.begin() / "
+            "engine.begin()), then enqueue, then commit; or pass autocommit=True if the job "
+            "should commit by itself" % what)
+    return raw
+
+
+def _options(priority: int, delay: Any, max_attempts: Any, unique_key: Any, meta: Any) -> Optional[str]:
+    from ._util import duration_ms, dumps, meta_json
+    opts: Dict[str, Any] = {}
+    if priority:
+        opts["priority"] = priority
+    if delay is not None:
+        opts["delay_ms"] = duration_ms(delay, "delay")
+    if max_attempts is not None:
+        opts["max_attempts"] = max_attempts
+    if unique_key is not None:
+        opts["unique_key"] = unique_key
+    if meta is not None:
+        opts["meta"] = json.loads(meta_json(meta))
+    return dumps(opts, "options") if opts else None
+
+
+def enqueue(conn: Any, queue: str, payload: Any = None, *, priority: int = 0, delay: Any = None,
+            max_attempts: Optional[int] = None, unique_key: Optional[str] = None,
+            meta: Optional[dict] = None, autocommit: bool = False) -> int:
+    """Enqueues a job through the application's own connection (stdlib sqlite3, or an
+    SQLAlchemy Connection/Session) with the tocsin extension loaded (tocsin.load), inside
+    the transaction open on it -- refused when none is, unless ``autocommit=True``.
+    Returns the job's id."""
+    from ._util import dumps
+    raw = _refuse(conn, autocommit, "tocsin.enqueue")
+    opts = _options(priority, delay, max_attempts, unique_key, meta)
+    return raw.execute("SELECT tocsin_enqueue(?, ?, ?)", (queue, dumps(payload), opts)).fetchone()[0]
+
+
+def call(conn: Any, queue: str, task: str, args: Sequence[Any] = (),
+         kwargs: Optional[Dict[str, Any]] = None, *, autocommit: bool = False,
+         **options: Any) -> int:
+    """Enqueues a call of task ``task`` (registered by a worker of any runtime) through the
+    application's own connection, inside its open transaction (see enqueue), with the
+    SQL function tocsin_task_enqueue (the core's envelope, docs/sql.md). Returns the job's
+    id, whose result db.wait_result(id) (or any runtime) reads."""
+    from ._util import dumps
+    raw = _refuse(conn, autocommit, "tocsin.call")
+    opts = _options(options.pop("priority", 0), options.pop("delay", None),
+                    options.pop("max_attempts", None), options.pop("unique_key", None),
+                    options.pop("meta", None))
+    if options:
+        raise TypeError("call() got unexpected option(s) %s" % ", ".join(sorted(options)))
+    return raw.execute("SELECT tocsin_task_enqueue(?, ?, ?, ?, ?)",
+                       (queue, task, dumps(list(args), "args"), dumps(dict(kwargs or {}), "kwargs"),
+                        opts)).fetchone()[0]

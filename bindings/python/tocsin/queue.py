@@ -71,10 +71,7 @@ class Job:
 
     def ack(self, *, tx: Optional["Transaction"] = None) -> bool:
         """Done: the job is removed. False if this lease is no longer current."""
-        q = self._queue
-        if tx is not None:
-            q.db._check_tx(tx)
-        return q._h.ack(self.id, self.token)
+        return self._queue.db._hx(tx).ack(self.id, self.token)
 
     def retry(self, delay: Optional[Duration] = None, *, error: Optional[str] = None) -> bool:
         """Back to pending after ``delay`` (None: the core's exponential backoff), or dead
@@ -170,25 +167,26 @@ class Queue:
         job's id is returned. ``meta``: a dict of headers kept beside the payload.
         ``tx``: the transaction it joins (rolled back with it).
         """
-        if tx is not None:
-            self.db._check_tx(tx)
+        h = self.db._hx(tx)
         if (priority == 0 and delay is None and run_at is None and max_attempts is None and
                 expires is None and unique_key is None and meta is None):
-            return self._h.enqueue(self.name, dumps(payload))
-        return self._h.enqueue(*self._spec(payload, priority, delay, run_at, max_attempts,
+            return h.enqueue(self.name, dumps(payload))
+        return h.enqueue(*self._spec(payload, priority, delay, run_at, max_attempts,
                                            expires, unique_key, meta))
 
-    def enqueue_many(self, jobs: Iterable[JobSpec], *, tx: Optional["Transaction"] = None) -> List[int]:
+    def enqueue_many(self, jobs: Iterable[JobSpec], *, options: bool = False,
+                     tx: Optional["Transaction"] = None) -> List[int]:
         """Enqueues several jobs atomically (all or none); returns their ids.
 
-        Each item is a payload, or a dict ``{"payload": ..., "priority": ..., ...}`` with
-        the keyword arguments of enqueue (pass ``as_options=False``-style payload dicts
-        by wrapping them: ``{"payload": {...}}``)."""
-        if tx is not None:
-            self.db._check_tx(tx)
+        Each item is a payload (any JSON value, dicts included: nothing is guessed).
+        With ``options=True`` each item is instead a dict ``{"payload": ..., "priority":
+        ..., "delay": ..., ...}`` of enqueue's keyword arguments."""
+        h = self.db._hx(tx)
         specs = []
         for i, item in enumerate(jobs):
-            if isinstance(item, dict) and "payload" in item:
+            if options:
+                if not isinstance(item, dict) or "payload" not in item:
+                    raise InvalidArgument('job %d: with options=True each item is a dict with a "payload"' % i)
                 opts = dict(item)
                 payload = opts.pop("payload")
                 unknown = set(opts) - {"priority", "delay", "run_at", "max_attempts", "expires",
@@ -201,39 +199,37 @@ class Queue:
                                         opts.get("meta")))
             else:
                 specs.append((self.name, dumps(item)))
-        return self._h.enqueue_many(specs)
+        return h.enqueue_many(specs)
 
     # ---- claim and leases ----
     def claim(self, worker_id: str, *, visibility: Duration = _DEFAULT_VISIBILITY) -> Optional[Job]:
         """Claims the next claimable job for ``worker_id`` (a lease of ``visibility``,
         default 30 s), or None. Lapsed leases are reclaimed first."""
         vis = 30000 if visibility is _DEFAULT_VISIBILITY else duration_ms(visibility, "visibility", allow_zero=False)
-        rows = self._h.claim(self.name, worker_id, 1, vis)
+        rows = self.db._hx().claim(self.name, worker_id, 1, vis)
         return Job(self, rows[0]) if rows else None
 
     def claim_batch(self, n: int, worker_id: str, *, visibility: Duration = _DEFAULT_VISIBILITY) -> List[Job]:
         """Claims up to ``n`` jobs (priority DESC, run_at, id)."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise InvalidArgument("n must be an integer >= 1")
-        rows = self._h.claim(self.name, worker_id, n, duration_ms(visibility, "visibility", allow_zero=False))
+        rows = self.db._hx().claim(self.name, worker_id, n, duration_ms(visibility, "visibility", allow_zero=False))
         return [Job(self, r) for r in rows]
 
     def ack(self, job: Union[Job, int], token: Optional[int] = None, *,
             tx: Optional["Transaction"] = None) -> bool:
         """Acks a job (a Job, or its id and token): done and removed. Joins ``tx`` so the
         business write and the ack commit together. False if the lease is not current."""
-        if tx is not None:
-            self.db._check_tx(tx)
+        h = self.db._hx(tx)
         if token is None and type(job) is Job:
-            return self._h.ack(job.id, job.token)
-        return self._h.ack(*_id_token(job, token))
+            return h.ack(job.id, job.token)
+        return h.ack(*_id_token(job, token))
 
     def ack_batch(self, jobs: Sequence[Union[Job, Tuple[int, int]]], *,
                   tx: Optional["Transaction"] = None) -> int:
         """Acks several jobs (Jobs or (id, token) pairs) in one transaction; returns how
         many leases held."""
-        if tx is not None:
-            self.db._check_tx(tx)
+        h = self.db._hx(tx)
         ids, tokens = [], []
         for j in jobs:
             if isinstance(j, Job):
@@ -243,55 +239,55 @@ class Queue:
                 i, t = j
                 ids.append(i)
                 tokens.append(t)
-        return self._h.ack_batch(ids, tokens)
+        return h.ack_batch(ids, tokens)
 
     def retry(self, job: Union[Job, int], delay: Optional[Duration] = None, *,
               token: Optional[int] = None, error: Optional[str] = None) -> bool:
         """Back to pending after ``delay`` seconds (None: exponential backoff with jitter)."""
         jid, tok = _id_token(job, token)
         d = -1 if delay is None else duration_ms(delay, "delay")
-        return self._h.retry(jid, tok, d, error)
+        return self.db._hx().retry(jid, tok, d, error)
 
     def fail(self, job: Union[Job, int], *, token: Optional[int] = None,
              error: Optional[str] = None) -> bool:
         jid, tok = _id_token(job, token)
-        return self._h.fail(jid, tok, error)
+        return self.db._hx().fail(jid, tok, error)
 
     def heartbeat(self, job: Union[Job, int], extend: Duration = _DEFAULT_VISIBILITY, *,
                   token: Optional[int] = None) -> bool:
         jid, tok = _id_token(job, token)
-        return self._h.heartbeat(jid, tok, duration_ms(extend, "extend", allow_zero=False))
+        return self.db._hx().heartbeat(jid, tok, duration_ms(extend, "extend", allow_zero=False))
 
     def cancel(self, job_id: Union[Job, int]) -> bool:
         """Cancels a live job (it goes dead, reason 'cancelled'); False if none is live."""
         if isinstance(job_id, Job):
             job_id = job_id.id
-        return self._h.cancel(job_id)
+        return self.db._hx().cancel(job_id)
 
     def get(self, job_id: int) -> Optional[Job]:
         """The job with that id, live or dead; None if unknown or acked."""
-        row = self._h.get(job_id)
+        row = self.db._hx().get(job_id)
         return Job(self.db.queue(row[1]), row) if row else None
 
     # ---- queue state ----
     def pause(self) -> None:
-        self._h.pause(self.name)
+        self.db._hx().pause(self.name)
 
     def resume(self) -> None:
-        self._h.resume(self.name)
+        self.db._hx().resume(self.name)
 
     @property
     def paused(self) -> bool:
-        return self._h.is_paused(self.name)
+        return self.db._hx().is_paused(self.name)
 
     def stats(self) -> Dict[str, Any]:
         """{"queue", "pending", "scheduled", "processing", "dead", "oldest_pending_age_ms",
         "paused"}."""
-        return json.loads(self._h.stats(self.name))
+        return json.loads(self.db._hx().stats(self.name))
 
     def next_deadline(self) -> Optional[int]:
         """When (ms since epoch) something here next needs a worker, None if nothing will."""
-        return self._h.next_deadline((self.name,))
+        return self.db._hx().next_deadline((self.name,))
 
     # ---- waiting ----
     def jobs(self, worker_id: str, *, visibility: Duration = _DEFAULT_VISIBILITY, batch: int = 1,
@@ -310,19 +306,22 @@ class Queue:
     # ---- tasks ----
     def task(self, fn: Optional[Callable[..., Any]] = None, *, name: Optional[str] = None,
              retries: int = 2, backoff: Optional[Duration] = None, timeout: Optional[Duration] = None,
-             result_ttl: Optional[Duration] = 86400.0) -> Any:
+             result_ttl: Optional[Duration] = 86400.0, process: bool = False) -> Any:
         """Decorator: ``@queue.task`` or ``@queue.task(name=..., retries=..., backoff=...,
-        timeout=...)``. Calling the decorated function enqueues a call (the task envelope,
-        docs/sql.md ("Task envelope")) and returns a TaskHandle (``.get(timeout)``,
-        ``await .result(timeout)``). ``retries``: attempts after the first;
-        ``backoff``: base delay of the exponential backoff (None: the core's policy);
-        ``timeout``: a run longer than this fails the attempt; ``result_ttl``: how long
-        results are kept (None: forever). Nothing is written at import time."""
+        timeout=..., process=...)``. Calling the decorated function enqueues a call (the
+        task envelope, docs/sql.md ("Task envelope")) and returns a TaskHandle
+        (``.get(timeout)``, ``await .result(timeout)``); arguments that do not fit the
+        function's signature are refused here. ``retries``: attempts after the first;
+        ``backoff``: base delay of the core's exponential backoff (None: 1 s);
+        ``timeout``: a run longer than this is stopped and fails the attempt (async:
+        cancelled; ``process=True``: the child process is killed; a thread cannot be
+        stopped, only flagged); ``result_ttl``: how long results are kept (None:
+        forever). Nothing is written at import time."""
         from .tasks import Task
 
         def register(f: Callable[..., Any]) -> Any:
             task_name = name or "%s.%s" % (f.__module__, f.__qualname__)
-            t = Task(self, f, task_name, retries, backoff, timeout, result_ttl)
+            t = Task(self, f, task_name, retries, backoff, timeout, result_ttl, process)
             self._tasks[task_name] = t
             return t
 
@@ -331,21 +330,22 @@ class Queue:
     def periodic(self, cron: str, *, name: Optional[str] = None, args: Sequence[Any] = (),
                  kwargs: Optional[Dict[str, Any]] = None, catch_up: str = "once",
                  local_time: bool = False, retries: int = 0, timeout: Optional[Duration] = None,
-                 result_ttl: Optional[Duration] = 3600.0) -> Any:
+                 result_ttl: Optional[Duration] = 3600.0, process: bool = False) -> Any:
         """Decorator: runs the function on a cron schedule (5 or 6 fields, @macros,
-        "@every 5m"). The schedule is written when a worker / scheduler starts (never at
-        import); then exactly one scheduler (the leader) enqueues each boundary."""
+        "@every 5m"). The schedule is written when a worker starts (never at import);
+        then exactly one scheduler (the leader) enqueues each boundary."""
         from .coord import cron_next
-        from .tasks import Task, envelope
+        from .tasks import Task
         cron_next(cron)  # a bad expression fails at import, naming the field
 
         def register(f: Callable[..., Any]) -> Any:
             task_name = name or "%s.%s" % (f.__module__, f.__qualname__)
-            t = Task(self, f, task_name, retries, None, timeout, result_ttl)
+            t = Task(self, f, task_name, retries, None, timeout, result_ttl, process)
+            t._check_args(args, kwargs)
             self._tasks[task_name] = t
-            env = envelope(task_name, args, kwargs, t.result_ttl_ms, t.timeout_ms)
-            self._periodic.append(dict(name="periodic:" + task_name, cron=cron, queue=self.name,
-                                       payload=env, catch_up=catch_up, local_time=local_time,
+            self._periodic.append(dict(name="periodic:" + task_name, cron=cron, task=t,
+                                       args=tuple(args), kwargs=dict(kwargs or {}),
+                                       catch_up=catch_up, local_time=local_time,
                                        max_attempts=retries + 1))
             return t
 
@@ -355,8 +355,7 @@ class Queue:
         """Writes this queue's periodic schedules (upserts; done by workers at start)."""
         for spec in self._periodic:
             spec = dict(spec)
-            self.db.schedule(spec.pop("name"), spec.pop("cron"), spec.pop("queue"),
-                             spec.pop("payload"), **spec)
+            self.db.schedule(spec.pop("name"), spec.pop("cron"), **spec)
         return len(self._periodic)
 
     @property
@@ -366,24 +365,26 @@ class Queue:
 
     def call(self, task_name: str, *args: Any, **kwargs: Any) -> Any:
         """Enqueues a call of a task by name (registered by any runtime); returns a
-        TaskHandle."""
-        from .tasks import call
-        return call(self, task_name, args, kwargs)
+        TaskHandle. The core's default result ttl (one day) applies."""
+        from .tasks import TaskHandle
+        jid = self.db._hx().task_enqueue(self.name, task_name, dumps(list(args), "args"),
+                                         dumps(kwargs, "kwargs"))
+        return TaskHandle(self, jid)
 
     # ---- dead letters ----
     def dead_letters(self, *, after_id: int = 0, limit: int = 100) -> List[Job]:
         """Dead jobs of this queue, oldest first, ids > after_id."""
-        return [Job(self, r) for r in self._h.dead_list(self.name, after_id, limit)]
+        return [Job(self, r) for r in self.db._hx().dead_list(self.name, after_id, limit)]
 
     def requeue(self, job_id: Union[Job, int]) -> bool:
         """Moves a dead job back to pending (attempts reset, same id)."""
         if isinstance(job_id, Job):
             job_id = job_id.id
-        return self._h.dead_requeue(job_id)
+        return self.db._hx().dead_requeue(job_id)
 
     def purge(self, *, before: Optional[Instant] = None) -> int:
         """Deletes dead jobs of this queue (that died before ``before``, if given)."""
-        return self._h.dead_purge(self.name, instant_ms(before, "before"))
+        return self.db._hx().dead_purge(self.name, instant_ms(before, "before"))
 
 
 class JobIterator:

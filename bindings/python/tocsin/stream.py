@@ -83,42 +83,42 @@ class Stream:
     def publish(self, payload: Any, *, key: Optional[str] = None, meta: Optional[dict] = None,
                 tx: Optional["Transaction"] = None) -> int:
         """Appends an event; returns its offset (increasing, never reused)."""
-        if tx is not None:
-            self.db._check_tx(tx)
-        return self._h.publish(self.topic, dumps(payload), key, meta_json(meta))
+        return self.db._hx(tx).publish(self.topic, dumps(payload), key, meta_json(meta))
 
     def publish_many(self, payloads: Iterable[Any], *, keys: Optional[Iterable[Optional[str]]] = None,
                      tx: Optional["Transaction"] = None) -> List[int]:
         """Appends several events atomically; returns their offsets."""
-        if tx is not None:
-            self.db._check_tx(tx)
+        h = self.db._hx(tx)
         texts = [dumps(p) for p in payloads]
-        return self._h.publish_many(self.topic, texts, None if keys is None else list(keys))
+        return h.publish_many(self.topic, texts, None if keys is None else list(keys))
 
     def read(self, after: int = 0, limit: int = 100) -> List[Event]:
         """Events with offset > ``after``, oldest first, at most ``limit``."""
-        return [Event(r) for r in self._h.stream_read(self.topic, after, limit)]
+        return [Event(r) for r in self.db._hx().stream_read(self.topic, after, limit)]
 
     def save_offset(self, consumer: str, offset: int) -> int:
         """Saves a consumer's offset (it only moves forward); returns the stored offset."""
-        return self._h.save_offset(consumer, self.topic, offset)
+        return self.db._hx().save_offset(consumer, self.topic, offset)
 
     def offset(self, consumer: str) -> int:
         """A consumer's saved offset, 0 if none yet."""
-        return self._h.offset(consumer, self.topic)
+        return self.db._hx().offset(consumer, self.topic)
 
     def subscribe(self, consumer: Optional[str] = None, *, from_offset: Optional[int] = None,
                   batch: int = 100, autosave_every: Optional[int] = None,
-                  autosave_interval: Optional[Duration] = None) -> "Subscription":
+                  autosave_interval: Optional[Duration] = None,
+                  save_on_close: bool = True) -> "Subscription":
         """``for e in stream.subscribe(consumer="billing")`` / ``async for``: replays from
         the consumer's saved offset (or after ``from_offset``), then follows live. With
         autosave_every / autosave_interval the offset is saved as events are processed
-        (at-least-once); save() saves it now."""
+        (at-least-once); save() saves it now. When the iteration ends (break, close(),
+        the end of a ``with``) a named consumer's offset is saved -- the last event
+        handed out -- unless save_on_close=False."""
         from .wake import Subscription
         if consumer is None and from_offset is None:
             raise InvalidArgument("give a consumer name or a from_offset")
         return Subscription(self.db, self.topic, consumer, from_offset, batch, autosave_every,
-                            autosave_interval)
+                            autosave_interval, save_on_close)
 
     def trim(self, *, max_age: Optional[Duration] = None, max_count: Optional[int] = None,
              below_consumers: bool = False) -> int:
@@ -126,5 +126,5 @@ class Stream:
         (below_consumers=True) those every consumer has passed. Returns how many."""
         if max_count is not None and (isinstance(max_count, bool) or not isinstance(max_count, int) or max_count < 1):
             raise InvalidArgument("max_count must be an integer >= 1")
-        return self._h.trim(self.topic, duration_ms(max_age, "max_age"), max_count or 0,
+        return self.db._hx().trim(self.topic, duration_ms(max_age, "max_age"), max_count or 0,
                             bool(below_consumers))

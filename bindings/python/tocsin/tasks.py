@@ -1,69 +1,41 @@
 """Tasks: functions turned into enqueues, with results any runtime can read.
 
-The envelope (docs/sql.md ("Task envelope")) is the job payload:
+The core builds and checks the envelope (docs/sql.md, "Task envelope"):
     {"task": "send_email", "args": [...], "kwargs": {...}, "result_ttl_ms": 86400000}
-A worker of any runtime that registered ``send_email`` runs it and stores the outcome
-with the core's results: the return value as JSON, or an error recorded as data
-{"type": "ValueError", "message": "..."}.
+A worker of any runtime that registered ``send_email`` runs it and the core stores
+the outcome: the return value as JSON, or an error recorded as data (type, message,
+traceback).
 """
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import functools
 import inspect
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence
 
+from . import _tocsin
 from ._tocsin import Error, InvalidArgument
-from ._util import Duration, Instant, duration_ms
+from ._util import Duration, Instant, duration_ms, dumps, instant_ms, meta_json
+from .db import Transaction
 
 if TYPE_CHECKING:
     from .coord import Result
-    from .db import Transaction
     from .queue import Job, Queue
 
-__all__ = ["Task", "TaskHandle", "TaskError", "envelope", "parse_envelope", "DEFAULT_RESULT_TTL"]
-
-DEFAULT_RESULT_TTL = 86400.0  # seconds a result is kept by default (one day)
+__all__ = ["Task", "TaskHandle", "TaskError", "JobContext", "current_job"]
 
 
 class TaskError(Error):
-    """The task raised (or its job died): ``type`` and ``message`` as recorded."""
+    """The task raised (or its job died): ``type``, ``message`` and ``trace`` (the
+    runtime's traceback, when one was recorded) as stored."""
 
-    def __init__(self, type: str, message: str, job_id: int) -> None:
+    def __init__(self, type: str, message: str, job_id: int, trace: Optional[str] = None) -> None:
         super().__init__("%s: %s" % (type, message) if message else type)
         self.type = type
         self.message = message
         self.job_id = job_id
-
-
-def envelope(task: str, args: Sequence[Any] = (), kwargs: Optional[Dict[str, Any]] = None,
-             result_ttl_ms: Optional[int] = None, timeout_ms: Optional[int] = None) -> Dict[str, Any]:
-    """The language-neutral job payload of a task call."""
-    if not isinstance(task, str) or not task:
-        raise InvalidArgument("task name must be a non-empty str")
-    env: Dict[str, Any] = {"task": task, "args": list(args), "kwargs": dict(kwargs or {})}
-    if result_ttl_ms is not None:
-        env["result_ttl_ms"] = result_ttl_ms
-    if timeout_ms is not None:
-        env["timeout_ms"] = timeout_ms
-    return env
-
-
-def parse_envelope(payload: Any) -> Tuple[str, list, dict, Optional[int], Optional[int]]:
-    """(task, args, kwargs, result_ttl_ms, timeout_ms) of a payload; ValueError if it is
-    not a task envelope."""
-    if not isinstance(payload, dict) or not isinstance(payload.get("task"), str) or not payload["task"]:
-        raise ValueError('not a task envelope (a JSON object with a "task" name)')
-    args = payload.get("args", [])
-    kwargs = payload.get("kwargs", {})
-    if not isinstance(args, list) or not isinstance(kwargs, dict):
-        raise ValueError('"args" must be an array and "kwargs" an object')
-    ttl = payload.get("result_ttl_ms")
-    timeout = payload.get("timeout_ms")
-    for v, what in ((ttl, "result_ttl_ms"), (timeout, "timeout_ms")):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
-            raise ValueError('"%s" must be an integer >= 0' % what)
-    return payload["task"], args, kwargs, ttl, timeout
+        self.trace = trace
 
 
 class TaskHandle:
@@ -83,12 +55,13 @@ class TaskHandle:
 
     def _unwrap(self, r: "Result") -> Any:
         if r.is_error:
-            raise TaskError(r.error_type or "Error", r.error_message or "", self.job_id)
+            raise TaskError(r.error_type or "Error", r.error_message or "", self.job_id, r.error_trace)
         return r.value
 
     def get(self, timeout: Optional[Duration] = None) -> Any:
         """Waits (GIL released) for the task's return value; raises TaskError if it
-        failed, tocsin.Timeout at the timeout."""
+        failed, tocsin.Timeout at the timeout (saying whether the job was never claimed,
+        is running or is retrying)."""
         return self._unwrap(self.queue.db.wait_result(self.job_id, timeout))
 
     async def result(self, timeout: Optional[Duration] = None) -> Any:
@@ -99,39 +72,92 @@ class TaskHandle:
         return self.queue.db.result(self.job_id) is not None
 
 
+def _is_tx(v: Any) -> bool:
+    return isinstance(v, Transaction)
+
+
 class Task:
     """A registered task (``@queue.task(...)``). Calling it enqueues a call and returns
     a TaskHandle; ``task.run(...)`` calls the function here and now."""
 
     def __init__(self, queue: "Queue", fn: Callable[..., Any], name: str, retries: int,
                  backoff: Optional[Duration], timeout: Optional[Duration],
-                 result_ttl: Optional[Duration]) -> None:
+                 result_ttl: Optional[Duration], process: bool = False) -> None:
         if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries < 1000000:
             raise InvalidArgument("retries must be an integer >= 0")
+        queue.db._h.check_name("task name", name)
         self.queue = queue
         self.fn = fn
         self.name = name
         self.retries = retries
-        self.backoff_ms = None if backoff is None else duration_ms(backoff, "backoff", allow_zero=False)
-        self.timeout_ms = None if timeout is None else duration_ms(timeout, "timeout", allow_zero=False)
-        self.result_ttl_ms = None if result_ttl is None else duration_ms(result_ttl, "result_ttl", allow_zero=False)
+        self.backoff_ms = 0 if backoff is None else duration_ms(backoff, "backoff", allow_zero=False)
+        self.timeout_ms = 0 if timeout is None else duration_ms(timeout, "timeout", allow_zero=False)
+        # the call's result_ttl_ms (0: the task's default at the worker, i.e. forever
+        # when result_ttl is None: -1 is registered with the worker)
+        self.result_ttl_ms = 0 if result_ttl is None else duration_ms(result_ttl, "result_ttl", allow_zero=False)
+        self.keep_forever = result_ttl is None
         self.is_async = inspect.iscoroutinefunction(fn)
+        self.process = bool(process)
+        if self.process and self.is_async:
+            raise InvalidArgument("process=True is for sync functions (async ones are cancelled on timeout)")
+        try:
+            self.signature: Optional[inspect.Signature] = inspect.signature(fn)
+        except (TypeError, ValueError):
+            self.signature = None
         functools.update_wrapper(self, fn)  # type: ignore[arg-type]
 
     def __repr__(self) -> str:
         return "<tocsin.Task %r on %r>" % (self.name, self.queue.name)
 
     def __call__(self, *args: Any, **kwargs: Any) -> TaskHandle:
+        if "tx" in kwargs and _is_tx(kwargs["tx"]) and not self._takes("tx"):
+            raise InvalidArgument(
+                "%s(..., tx=tx) would pass the transaction to the task as an argument; to "
+                "enqueue inside a transaction write %s.enqueue(args, kwargs, tx=tx)"
+                % (self.name, getattr(self.fn, "__name__", "task")))
         return self.enqueue(args, kwargs)
+
+    def _takes(self, param: str) -> bool:
+        if self.signature is None:
+            return True
+        ps = self.signature.parameters
+        return param in ps or any(p.kind is p.VAR_KEYWORD for p in ps.values())
+
+    def _check_args(self, args: Sequence[Any], kwargs: Optional[Dict[str, Any]]) -> None:
+        """Arguments that do not fit the signature would fail every attempt: refused now."""
+        if self.signature is None:
+            return
+        try:
+            self.signature.bind(*args, **(kwargs or {}))
+        except TypeError as e:
+            raise InvalidArgument("%s: %s" % (self.name, e)) from None
+
+    def _envelope(self, args: Sequence[Any] = (), kwargs: Optional[Dict[str, Any]] = None) -> str:
+        self._check_args(args, kwargs)
+        return self.queue.db._h.task_envelope(self.name, dumps(list(args), "args"),
+                                              dumps(dict(kwargs or {}), "kwargs"),
+                                              self.result_ttl_ms, self.timeout_ms)
 
     def enqueue(self, args: Sequence[Any] = (), kwargs: Optional[Dict[str, Any]] = None, *,
                 tx: Optional["Transaction"] = None, delay: Optional[Duration] = None,
                 run_at: Optional[Instant] = None, priority: int = 0,
                 unique_key: Optional[str] = None, meta: Optional[dict] = None) -> TaskHandle:
         """Enqueues a call with job options (``tx=`` joins a transaction)."""
-        env = envelope(self.name, args, kwargs, self.result_ttl_ms, self.timeout_ms)
-        jid = self.queue.enqueue(env, tx=tx, delay=delay, run_at=run_at, priority=priority,
-                                 max_attempts=self.retries + 1, unique_key=unique_key, meta=meta)
+        if isinstance(args, (str, bytes)) or not isinstance(args, (list, tuple)):
+            raise InvalidArgument("args must be a list or tuple of positional arguments")
+        if kwargs is not None and not isinstance(kwargs, dict):
+            raise InvalidArgument("kwargs must be a dict")
+        self._check_args(args, kwargs)
+        if isinstance(priority, bool) or not isinstance(priority, int):
+            raise InvalidArgument("priority must be an integer")
+        if delay is not None and run_at is not None:
+            raise InvalidArgument("give delay or run_at, not both")
+        h = self.queue.db._hx(tx)
+        jid = h.task_enqueue(self.queue.name, self.name, dumps(list(args), "args"),
+                             dumps(dict(kwargs or {}), "kwargs"), self.result_ttl_ms,
+                             self.timeout_ms, priority, duration_ms(delay, "delay"),
+                             instant_ms(run_at, "run_at"), self.retries + 1, 0, unique_key,
+                             meta_json(meta))
         return TaskHandle(self.queue, jid)
 
     def run(self, *args: Any, **kwargs: Any) -> Any:
@@ -140,17 +166,81 @@ class Task:
             return asyncio.run(self.fn(*args, **kwargs))
         return self.fn(*args, **kwargs)
 
-    def retry_delay_ms(self, attempts: int) -> int:
-        """The delay before the next attempt: None -> -1 (the core's default backoff)."""
-        if self.backoff_ms is None:
-            return -1
-        from . import _tocsin
-        return _tocsin.backoff_ms(self.backoff_ms, _tocsin.BACKOFF_CAP_MS, max(1, attempts))
+
+# ---- the context of a running task ----
+
+_current: "contextvars.ContextVar[Optional[JobContext]]" = contextvars.ContextVar(
+    "tocsin_job", default=None)
 
 
-def call(queue: "Queue", task_name: str, args: Sequence[Any], kwargs: Dict[str, Any], *,
-         max_attempts: Optional[int] = None, tx: Optional["Transaction"] = None,
-         result_ttl: Optional[Duration] = DEFAULT_RESULT_TTL) -> TaskHandle:
-    ttl = None if result_ttl is None else duration_ms(result_ttl, "result_ttl", allow_zero=False)
-    jid = queue.enqueue(envelope(task_name, args, kwargs, ttl), tx=tx, max_attempts=max_attempts)
-    return TaskHandle(queue, jid)
+def current_job() -> "JobContext":
+    """The JobContext of the task running in this context (thread or asyncio task);
+    InvalidArgument outside a task run by a Worker."""
+    ctx = _current.get()
+    if ctx is None:
+        raise InvalidArgument("current_job() is only available inside a task run by a tocsin Worker")
+    return ctx
+
+
+class JobContext:
+    """What a running task may know: ``job_id``, ``attempt``, ``max_attempts``,
+    ``queue``, ``task``, ``meta`` (the job's headers), ``cancelled`` (True once the
+    job was cancelled, its lease lost or its timeout passed: stop), and
+    ``transaction()``: the transaction in which the job is acked.
+
+        with tocsin.current_job().transaction() as tx:
+            tx.execute("INSERT INTO charges ...")   # commits together with the ack
+
+    If the lease was lost meanwhile, LeaseLost is raised inside that ``with`` and the
+    transaction rolls back (another worker runs the job). The job's result is
+    ``tx.result`` (None unless set), and the handler's return value is then ignored."""
+
+    def __init__(self, worker: Any, run: Any, job_id: int, attempt: int, max_attempts: int,
+                 queue: str, task: str, meta: Optional[Dict[str, Any]], db: Any,
+                 worker_handle: Any = None) -> None:
+        self._worker = worker
+        self._worker_handle = worker_handle
+        self._run = run
+        self.job_id = job_id
+        self.attempt = attempt
+        self.max_attempts = max_attempts
+        self.queue = queue
+        self.task = task
+        self.meta = meta
+        self._db = db
+        self._cancelled = False
+
+    @property
+    def cancelled(self) -> bool:
+        return self._cancelled
+
+    @property
+    def acked(self) -> bool:
+        """True once the job was acked inside a transaction()."""
+        return self._run.finished
+
+    def transaction(self) -> "AckTransaction":
+        return AckTransaction(self)
+
+    def __repr__(self) -> str:
+        return "<tocsin.JobContext job %d %s attempt %d/%d>" % (self.job_id, self.task, self.attempt,
+                                                               self.max_attempts)
+
+
+class AckTransaction(Transaction):
+    """A transaction that acks the running task's job just before it commits."""
+
+    __slots__ = ("_job", "result")
+
+    def __init__(self, job: JobContext) -> None:
+        # begun on the worker's own handle: the core acks a run only in a transaction of it
+        super().__init__(job._db, job._worker_handle)
+        self._job = job
+        self.result: Any = None
+
+    def _pre_commit(self) -> None:
+        job = self._job
+        text = dumps(self.result, "the task's result")
+        # LeaseLost when another worker holds the job: nothing is written, and the
+        # transaction rolls back with the business writes
+        job._worker.finish(job._run, _tocsin.OUTCOME_OK, text, None, None, None, -1, self._tx)

@@ -90,6 +90,7 @@ class _Waiting:
     def __init__(self, w: Any) -> None:
         self._w = w
         self._buf: Deque[Any] = collections.deque()
+        self._last: Optional[int] = None  # the id of the last item handed to the caller
 
     def fileno(self) -> int:
         return self._w.fileno()
@@ -100,10 +101,13 @@ class _Waiting:
         if self._buf:
             out = list(self._buf)
             self._buf.clear()
-            return out
-        if self._w.closed:
+        elif self._w.closed:
             return []
-        return [self._make(r) for r in self._w.next(timeout_ms(timeout))]
+        else:
+            out = [self._make(r) for r in self._w.next(timeout_ms(timeout))]
+        if out:
+            self._last = out[-1].id
+        return out
 
     def __iter__(self) -> Iterator[Any]:
         return self
@@ -114,7 +118,9 @@ class _Waiting:
                 raise StopIteration
             rows = self._w.next(-1)
             self._buf.extend(self._make(r) for r in rows)
-        return self._buf.popleft()
+        item = self._buf.popleft()
+        self._last = item.id
+        return item
 
     def __aiter__(self) -> AsyncIterator[Any]:
         return self  # type: ignore[return-value]
@@ -128,7 +134,9 @@ class _Waiting:
                 self._buf.extend(self._make(r) for r in rows)
                 break
             await readable(self._w.fileno())
-        return self._buf.popleft()
+        item = self._buf.popleft()
+        self._last = item.id
+        return item
 
     async def get_async(self, timeout: Optional[Duration] = None) -> List[Any]:
         """get() for asyncio: waits on the event loop, never blocks it."""
@@ -189,14 +197,31 @@ class Listener(_Waiting):
 
 class Subscription(_Waiting):
     """A stream subscription (``stream.subscribe(...)``): replays from the consumer's
-    saved offset (or ``from_offset``), then follows live. Offsets are saved by
-    autosave (every N events / S seconds), by save(), and at close() when autosave
-    is on: delivery is at-least-once."""
+    saved offset (or ``from_offset``), then follows live. A named consumer's offset is
+    saved when the iteration ends -- close(), the end of a ``with`` block, or a ``break``
+    out of a for loop (the subscription is then dropped) -- as the offset of the last
+    event handed out, unless ``save_on_close=False``; also by autosave (every N events /
+    S seconds) and by save(). Delivery is at-least-once."""
 
     _make = Event
 
+    def close(self) -> None:
+        """Ends the subscription (iteration stops), saving a named consumer's offset
+        (the last event handed out) unless save_on_close=False."""
+        if self.save_on_close and self.consumer and self._last is not None and not self._w.closed:
+            self._db._hx().save_offset(self.consumer, self.topic, self._last)
+        self._w.close()
+
+    def __del__(self) -> None:  # `for e in stream.subscribe(...): break` drops it here
+        try:
+            if not self._w.closed:
+                self.close()
+        except Exception:
+            pass
+
     def __init__(self, db: "Database", topic: str, consumer: Optional[str], from_offset: Optional[int],
-                 batch: int, autosave_every: Optional[int], autosave_interval: Optional[Duration]) -> None:
+                 batch: int, autosave_every: Optional[int], autosave_interval: Optional[Duration],
+                 save_on_close: bool = True) -> None:
         if from_offset is not None and (isinstance(from_offset, bool) or not isinstance(from_offset, int) or from_offset < 0):
             raise InvalidArgument("from_offset must be an integer >= 0 (None: the consumer's saved offset)")
         if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 10000:
@@ -209,6 +234,8 @@ class Subscription(_Waiting):
                                            autosave_every or 0, every_ms))
         self.topic = topic
         self.consumer = consumer
+        self.save_on_close = bool(save_on_close)
+        self._db = db
 
     @property
     def position(self) -> int:

@@ -1,6 +1,11 @@
-"""The worker runner: claims task jobs, runs them (sync functions in threads, async
-ones on the event loop), records results, heartbeats long jobs, shuts down
-gracefully, and runs the scheduler (leader election with standbys).
+"""The worker runner, on the core's worker protocol (tocsin_worker_*, tocsin.h).
+
+The core claims (across queues, up to the free slots, in one transaction), decides
+retries and backoff, hands back unknown tasks, renews leases, takes back dead workers'
+jobs, leads the scheduler and group-commits outcomes. This module only gets the next
+runs, runs each handler the Python way (async functions on the event loop, sync ones
+in a thread pool or, with ``process=True``, in a child process that a timeout kills)
+and reports the outcome.
 
     python -m tocsin worker myapp.jobs:db --queue emails --concurrency 4
 """
@@ -8,94 +13,92 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import contextvars
+import json
 import logging
+import os
 import signal
 import time
-from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional, Set
+import traceback
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Optional
 
 from . import _tocsin
-from ._util import Duration, duration_ms, dumps
+from ._tocsin import Closed, Error, InvalidArgument, LeaseLost
+from ._util import Duration, duration_ms, dumps, loads
 from .coord import default_owner
-from .tasks import Task, parse_envelope
+from .tasks import JobContext, Task, _current
 from .wake import readable
 
 if TYPE_CHECKING:
     from .db import Database
-    from .queue import Job
 
-__all__ = ["Worker", "Scheduler"]
+__all__ = ["Worker"]
 
 log = logging.getLogger("tocsin.worker")
 
+OK, ERROR, FAIL, HAND_BACK = (_tocsin.OUTCOME_OK, _tocsin.OUTCOME_ERROR, _tocsin.OUTCOME_FAIL,
+                              _tocsin.OUTCOME_HAND_BACK)
+
 
 def _event(level: int, event: str, **fields: Any) -> None:
-    log.log(level, event, extra={"tocsin": fields})
+    if log.isEnabledFor(level):
+        log.log(level, event, extra={"tocsin": fields})
 
 
-class Scheduler:
-    """Runs the schedules: one leader among all schedulers of the database (a lease
-    renewed every ttl/3); standbys take over when the leader's lease lapses. The
-    leader fires due boundaries with the core's tick (each boundary exactly once)."""
+class _TaskFailed(Exception):
+    """An error raised in a child process: its type name, message and traceback."""
 
-    def __init__(self, db: "Database", *, owner: Optional[str] = None, ttl: Duration = 10.0) -> None:
-        self.db = db
-        self.owner = owner or default_owner()
-        self.ttl_ms = duration_ms(ttl, "ttl", allow_zero=False)
-        self.leader = False
-        self.fired = 0
+    def __init__(self, type_name: str, message: str, trace: str) -> None:
+        super().__init__(message)
+        self.type_name, self.message, self.trace = type_name, message, trace
 
-    def step(self) -> float:
-        """One round: lead (or stand by), fire what is due. Returns seconds to sleep."""
-        h = self.db._h
-        was = self.leader
-        self.leader, token = h.scheduler_lead(self.owner, self.ttl_ms)
-        if self.leader != was:
-            _event(logging.INFO, "scheduler.leader" if self.leader else "scheduler.standby",
-                   owner=self.owner, token=token)
-        renew_in = self.ttl_ms / 3000.0
-        if not self.leader:
-            return renew_in
-        fired = h.scheduler_tick()
-        if fired:
-            self.fired += fired
-            _event(logging.INFO, "scheduler.fired", jobs=fired)
-        nxt = h.scheduler_next_fire()
-        if nxt is None:
-            return renew_in
-        return max(0.0, min(renew_in, (nxt - h.now()) / 1000.0))
 
-    def resign(self) -> None:
-        if self.leader:
-            self.db._h.scheduler_resign(self.owner)
-            self.leader = False
-            _event(logging.INFO, "scheduler.resigned", owner=self.owner)
+class _Unserialisable(Exception):
+    pass
 
-    async def run(self, stop: asyncio.Event) -> None:
-        """Runs until ``stop`` is set; wakes early when schedules change (wake engine)."""
-        sub = _tocsin.Sub(self.db._h)
+
+class _Json(str):
+    """A result already encoded as JSON (by a child process)."""
+
+
+class _Running:
+    __slots__ = ("ctx", "task", "future", "proc", "stop_reason")
+
+    def __init__(self, ctx: JobContext, task: Optional[Task]) -> None:
+        self.ctx = ctx
+        self.task = task
+        self.future: Any = None
+        self.proc: Any = None
+        self.stop_reason: Optional[str] = None
+
+
+def _child(conn: Any, fn: Any, args: list, kwargs: dict) -> None:
+    """The body of a process-pool run: the result (JSON) or the error, through a pipe."""
+    try:
+        value = fn(*args, **kwargs)
         try:
-            while not stop.is_set():
-                sub.drain()
-                delay = self.step()
-                if delay > 0:
-                    stopper = asyncio.ensure_future(stop.wait())
-                    waker = asyncio.ensure_future(readable(sub.fileno(), delay))
-                    await asyncio.wait({stopper, waker}, return_when=asyncio.FIRST_COMPLETED)
-                    stopper.cancel()
-                    waker.cancel()
-        finally:
-            sub.close()
-            self.resign()
+            msg: tuple = ("ok", dumps(value, "the task's return value"))
+        except InvalidArgument as e:
+            msg = ("unserialisable", str(e))
+    except BaseException as e:  # noqa: B902 -- everything is reported to the parent
+        msg = ("error", type(e).__name__, str(e), traceback.format_exc())
+    try:
+        conn.send(msg)
+        conn.close()
+    finally:
+        os._exit(0)
 
 
 class Worker:
     """Runs the tasks registered on ``queues`` of ``db``.
 
-    concurrency: jobs at once; visibility: the lease per claim (heartbeats renew it
-    every visibility/3 while the task runs); shutdown_timeout: on SIGINT/SIGTERM (or
-    stop()) the worker stops claiming, lets running jobs finish for this long, then
-    hands the rest back to the queue (pending again, attempt not consumed by a
-    failure) so no job is lost; scheduler: also run the scheduler (leader/standby).
+    concurrency: runs at once; visibility: the lease per claim (the core renews it every
+    third while the task runs); shutdown_timeout: on SIGINT/SIGTERM (or stop()) the
+    worker stops claiming, lets running jobs finish for this long, then hands the rest
+    back (pending again, no attempt consumed); a second signal hands everything back at
+    once; scheduler: also stand for the scheduler's leadership (cron schedules).
+    Counters: processed, retried (an attempt failed and will be retried), failed
+    (final), handed_back.
     """
 
     def __init__(self, db: "Database", queues: Iterable[str], *, concurrency: int = 1,
@@ -105,193 +108,338 @@ class Worker:
         self.db = db
         self.queues = list(queues)
         if not self.queues:
-            raise _tocsin.InvalidArgument("give at least one queue")
+            raise InvalidArgument("give at least one queue")
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise _tocsin.InvalidArgument("concurrency must be an integer >= 1")
+            raise InvalidArgument("concurrency must be an integer >= 1")
         self.concurrency = concurrency
         self.worker_id = worker_id or default_owner()
         self.visibility_ms = duration_ms(visibility, "visibility", allow_zero=False)
         self.shutdown_timeout = duration_ms(shutdown_timeout, "shutdown_timeout") / 1000.0
-        self.scheduler = Scheduler(db, owner=self.worker_id, ttl=scheduler_ttl) if scheduler else None
-        self.processed = 0
-        self.failed = 0
-        self._stop: Optional[asyncio.Event] = None
+        self.scheduler = bool(scheduler)
+        self.scheduler_ttl_ms = duration_ms(scheduler_ttl, "scheduler_ttl", allow_zero=False)
+        self.processed = self.failed = self.retried = self.handed_back = 0
+        self._w: Any = None
+        self._tasks: Dict[str, Task] = {}
+        self._running: Dict[int, _Running] = {}
         self._loop: Optional[asyncio.AbstractEventLoop] = None
-        self._running: Dict["asyncio.Task[Any]", "Job"] = {}
-        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=concurrency,
-                                                           thread_name_prefix="tocsin-task")
-
-    def _tasks(self) -> Dict[str, Task]:
-        out: Dict[str, Task] = {}
-        for q in self.queues:
-            out.update(self.db.queue(q)._tasks)
-        return out
+        self._stop: Optional[asyncio.Event] = None
+        self._hard: Optional[asyncio.Event] = None
 
     # ---- lifecycle ----
     def run(self, *, install_signal_handlers: bool = True) -> None:
         """Runs until SIGINT/SIGTERM or stop() (blocking)."""
         asyncio.run(self.run_async(install_signal_handlers=install_signal_handlers))
 
-    def stop(self) -> None:
-        """Requests a graceful stop (thread-safe)."""
-        if self._loop is not None and self._stop is not None:
-            self._loop.call_soon_threadsafe(self._stop.set)
+    def stop(self, *, now: bool = False) -> None:
+        """Requests a graceful stop (now=True: hand everything back at once). Thread-safe."""
+        if self._loop is not None:
+            self._loop.call_soon_threadsafe(self._request_stop, now)
 
-    async def run_async(self, *, install_signal_handlers: bool = False) -> None:
-        self._loop = asyncio.get_running_loop()
-        self._stop = asyncio.Event()
-        if install_signal_handlers:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                self._loop.add_signal_handler(sig, self._on_signal, sig)
-        for q in self.queues:
-            self.db.queue(q).register_periodic()
-        _event(logging.INFO, "worker.start", worker=self.worker_id, queues=self.queues,
-               concurrency=self.concurrency, tasks=sorted(self._tasks()))
-        sched = asyncio.ensure_future(self.scheduler.run(self._stop)) if self.scheduler else None
-        try:
-            await self._claim_loop()
-        finally:
-            await self._drain()
-            if sched is not None:
-                self._stop.set()
-                await sched
-            self._pool.shutdown(wait=False)
-            if install_signal_handlers:
-                for sig in (signal.SIGINT, signal.SIGTERM):
-                    self._loop.remove_signal_handler(sig)
-            _event(logging.INFO, "worker.stop", worker=self.worker_id, processed=self.processed,
-                   failed=self.failed)
+    def close(self) -> None:
+        """Closes the core worker (hands back what still runs). Idempotent."""
+        if self._w is not None:
+            self._w.close()
+            self._hw.close()
 
-    def _on_signal(self, sig: int) -> None:
-        _event(logging.INFO, "worker.signal", signal=signal.Signals(sig).name,
-               in_flight=len(self._running))
-        assert self._stop is not None
+    def _request_stop(self, now: bool) -> None:
+        assert self._stop is not None and self._hard is not None
+        if now or self._stop.is_set():
+            self._hard.set()
         self._stop.set()
 
-    # ---- claiming ----
-    async def _claim_loop(self) -> None:
-        h = self.db._h
+    def _on_signal(self, sig: int) -> None:
         assert self._stop is not None
-        stop = self._stop
-        sub = _tocsin.Sub(h)
-        stopper = asyncio.ensure_future(stop.wait())
-        try:
-            while not stop.is_set():
-                free = self.concurrency - len(self._running)
-                if free <= 0:
-                    await asyncio.wait(set(self._running) | {stopper}, return_when=asyncio.FIRST_COMPLETED)
-                    continue
-                claimed = 0
-                for q in self.queues:
-                    rows = h.claim(q, self.worker_id, free - claimed, self.visibility_ms)
-                    for row in rows:
-                        from .queue import Job
-                        job = Job(self.db.queue(q), row)
-                        t = asyncio.ensure_future(self._execute(job))
-                        self._running[t] = job
-                        t.add_done_callback(self._running.pop)
-                    claimed += len(rows)
-                    if claimed >= free:
-                        break
-                if claimed:
-                    continue
-                if h.queue_wait(self.queues, 0, sub):  # read-only check, drains the wake
-                    continue
-                deadline = h.next_deadline(self.queues)
-                timeout = None if deadline is None else max(0.0, (deadline - h.now()) / 1000.0)
-                waker = asyncio.ensure_future(readable(sub.fileno(), None if timeout is None else min(timeout, 1.0)))
-                await asyncio.wait({waker, stopper} | set(self._running), return_when=asyncio.FIRST_COMPLETED)
-                waker.cancel()
-        finally:
-            stopper.cancel()
-            sub.close()
+        _event(logging.INFO, "worker.signal", signal=signal.Signals(sig).name,
+               in_flight=len(self._running), now=self._stop.is_set())
+        self._request_stop(False)
 
-    async def _drain(self) -> None:
-        """Shutdown: let running jobs finish within the deadline, hand the rest back."""
-        if not self._running:
-            return
-        pending = set(self._running)
-        _event(logging.INFO, "worker.draining", in_flight=len(pending), deadline_s=self.shutdown_timeout)
-        done, pending = await asyncio.wait(pending, timeout=self.shutdown_timeout)
-        for t in pending:
-            job = self._running.get(t)
-            t.cancel()
-            if job is not None:
-                handed = job.retry(0, error="worker shutdown: handed back unfinished")
-                _event(logging.WARNING, "job.handed_back", job_id=job.id, task=_task_name(job),
-                       ok=handed)
+    def _collect_tasks(self) -> Dict[str, Task]:
+        out: Dict[str, Task] = {}
+        for q in self.queues:
+            tasks = self.db.queue(q)._tasks
+            if not tasks:
+                log.warning("no task is registered for queue %r in this process: its jobs will be "
+                            "handed back (and die as UnknownTask after a bound)", q,
+                            extra={"tocsin": {"queue": q}})
+            out.update(tasks)
+        return out
+
+    async def run_async(self, *, install_signal_handlers: bool = False) -> None:
+        loop = self._loop = asyncio.get_running_loop()
+        self._stop, self._hard, self._kick = asyncio.Event(), asyncio.Event(), asyncio.Event()
+        self._outbox: list = []
+        self._tasks = self._collect_tasks()
+        for q in self.queues:
+            self.db.queue(q).register_periodic()
+        # the worker's own handle (connection): its upkeep may wait for the write lock,
+        # and that must never hold up the application's calls on db meanwhile
+        self._hw = _tocsin.Handle(*self.db._open_args)
+        w = self._w = _tocsin.Worker(self._hw, self.queues, self.concurrency, self.worker_id,
+                                     self.visibility_ms, self.scheduler, self.scheduler_ttl_ms)
+        self.db._workers.add(self)
+        for name, t in self._tasks.items():
+            w.register(name, t.backoff_ms, 0, t.timeout_ms, -1 if t.keep_forever else t.result_ttl_ms)
+        self._threads = concurrent.futures.ThreadPoolExecutor(
+            max_workers=self.concurrency + 4, thread_name_prefix="tocsin-task")
+        # next() runs off the loop: its group commit may wait for the write lock that an
+        # async task's own transaction holds, and that task must be able to finish
+        self._io = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tocsin-worker")
+        if install_signal_handlers:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, self._on_signal, sig)
+        _event(logging.INFO, "worker.start", worker=self.worker_id, queues=self.queues,
+               concurrency=self.concurrency, tasks=sorted(self._tasks))
+        try:
+            await self._loop_runs(w, loop)
+            await self._drain(w, loop)
+        finally:
+            for e in list(self._running.values()):
+                self._cancel(e, "shutdown")
+            for args in self._outbox:
+                try:
+                    w.finish(*args)
+                except Error:
+                    pass
+            w.close()  # flushes, hands back what still runs, resigns, leaves the registry
+            self._hw.close()
+            self.db._workers.discard(self)
+            self._threads.shutdown(wait=False)
+            self._io.shutdown(wait=False)
+            if install_signal_handlers:
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.remove_signal_handler(sig)
+            _event(logging.INFO, "worker.stop", worker=self.worker_id, processed=self.processed,
+                   retried=self.retried, failed=self.failed, handed_back=self.handed_back)
+
+    # ---- the core's steps, off the event loop ----
+    #
+    # Every call that takes the core worker's lock (next, finish without a transaction,
+    # cancelled, wake_in) runs in one thread of its own: an upkeep may wait there for
+    # the write lock that an async task's transaction holds, and the loop must stay
+    # free to let that task commit.
+
+    def _step(self, w: Any, claim: bool) -> tuple:
+        out, self._outbox = self._outbox, []
+        for args in out:
+            try:
+                w.finish(*args)
+            except Error as e:
+                _event(logging.WARNING, "job.unreported", error="%s: %s" % (type(e).__name__, e))
+        runs: list = []
+        if claim or w.wake_in() == 0:
+            try:
+                runs = w.next(0)
+            except Closed:
+                raise
+            except Error as e:  # e.g. Busy past the busy timeout: the next upkeep retries
+                _event(logging.WARNING, "worker.upkeep_failed", error="%s: %s" % (type(e).__name__, e))
+                time.sleep(0.1)
+        if not claim:  # draining: what the upkeep claimed goes straight back
+            for r in runs:
+                w.finish(r[0], HAND_BACK, None, None, "worker shutdown: not started", None, 0)
+            runs = []
+        return runs, w.cancelled(), w.wake_in()
+
+    async def _wait(self, fd: int, seconds: float, *events: asyncio.Event) -> None:
+        """Until the worker's descriptor is readable, `seconds` pass or an event is set."""
+        waits = [asyncio.ensure_future(readable(fd, seconds))]
+        waits += [asyncio.ensure_future(e.wait()) for e in events]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for f in waits:
+                f.cancel()
+
+    async def _loop_runs(self, w: Any, loop: asyncio.AbstractEventLoop) -> None:
+        assert self._stop is not None
+        fd = w.fileno()
+        while not self._stop.is_set():
+            runs, cancelled, wake_in = await loop.run_in_executor(self._io, self._step, w, True)
+            for r in runs:
+                self._start(w, r)
+            self._check_cancelled(cancelled)
+            if runs and len(self._running) < self.concurrency:
+                continue
+            self._kick.clear()
+            if self._outbox:
+                continue
+            # sleep on the descriptor (commits of any process) until the next upkeep
+            await self._wait(fd, wake_in / 1000.0, self._stop, self._kick)
+
+    async def _drain(self, w: Any, loop: asyncio.AbstractEventLoop) -> None:
+        """Shutdown: let running jobs finish within the deadline, hand the rest back. The
+        core's upkeep (lease renewal) goes on meanwhile; what it claims is handed back."""
+        assert self._hard is not None
+        fd = w.fileno()
+        if self._running and not self._hard.is_set():
+            _event(logging.INFO, "worker.draining", in_flight=len(self._running),
+                   deadline_s=self.shutdown_timeout)
+            end = loop.time() + self.shutdown_timeout
+            wake_in = 0
+            while self._running and not self._hard.is_set():
+                left = end - loop.time()
+                if left <= 0:
+                    break
+                self._kick.clear()
+                if not self._outbox:
+                    await self._wait(fd, min(left, wake_in / 1000.0), self._hard, self._kick)
+                _, cancelled, wake_in = await loop.run_in_executor(self._io, self._step, w, False)
+                self._check_cancelled(cancelled)
+        pending = [e.future for e in self._running.values()]
+        for e in list(self._running.values()):
+            self._cancel(e, "shutdown")
         if pending:
-            await asyncio.wait(pending, timeout=1.0)
+            await asyncio.wait(pending, timeout=2.0)
+        await loop.run_in_executor(self._io, self._step, w, False)
 
-    # ---- running one job ----
-    async def _heartbeat(self, job: "Job") -> None:
-        every = self.visibility_ms / 3000.0
-        while True:
-            await asyncio.sleep(every)
-            if not job.heartbeat(self.visibility_ms / 1000.0):
-                _event(logging.WARNING, "job.lease_lost", job_id=job.id)
-                return
+    # ---- one run ----
+    def _start(self, w: Any, r: tuple) -> None:
+        run, job_id, _token, queue, task, args, kwargs, meta, attempt, maxa, timeout_ms, _t = r
+        ctx = JobContext(w, run, job_id, attempt, maxa, queue, task, loads(meta), self.db, self._hw)
+        e = _Running(ctx, self._tasks.get(task))
+        self._running[job_id] = e
+        e.future = asyncio.ensure_future(self._execute(w, e, args, kwargs, timeout_ms))
 
-    async def _execute(self, job: "Job") -> None:
+    def _check_cancelled(self, ids: list) -> None:
+        for jid in ids:
+            e = self._running.get(jid)
+            if e is not None and e.stop_reason is None:
+                _event(logging.WARNING, "job.cancelled", job_id=jid, task=e.ctx.task)
+                self._cancel(e, "cancelled")
+
+    def _cancel(self, e: _Running, reason: str) -> None:
+        if e.stop_reason is None:
+            e.stop_reason = reason
+        e.ctx._cancelled = True
+        if e.proc is not None and e.proc.is_alive():
+            e.proc.kill()
+        if e.future is not None and not e.future.done():
+            e.future.cancel()
+
+    async def _execute(self, w: Any, e: _Running, args_json: str, kwargs_json: str,
+                       timeout_ms: int) -> None:
+        ctx, t = e.ctx, e.task
+        _current.set(ctx)  # this asyncio task's context (and the thread's copy)
         t0 = time.monotonic()
+        timeout = timeout_ms / 1000.0 if timeout_ms > 0 else None
+        kind, value, etype, emsg, trace, delay = OK, None, None, None, None, -1
         try:
-            name, args, kwargs, ttl_ms, timeout_ms = parse_envelope(job.payload)
-        except ValueError as e:
-            self._record_failure(job, None, "InvalidEnvelope", str(e), final=True, ttl_ms=None)
-            return
-        task = self._tasks().get(name)
-        if task is None:
-            self._record_failure(job, name, "UnknownTask",
-                                 "no task %r is registered by this worker" % name, final=True,
-                                 ttl_ms=ttl_ms)
-            return
-        timeout = (timeout_ms or task.timeout_ms or 0) / 1000.0 or None
-        hb = asyncio.ensure_future(self._heartbeat(job))
-        try:
-            if task.is_async:
-                coro = task.fn(*args, **kwargs)
+            if t is None:
+                raise asyncio.CancelledError  # registered after the worker started: hand back
+            args, kwargs = json.loads(args_json), json.loads(kwargs_json)
+            if t.is_async:
+                value = await asyncio.wait_for(t.fn(*args, **kwargs), timeout)
+            elif t.process:
+                value = await self._in_process(e, t, args, kwargs, timeout)
             else:
-                loop = asyncio.get_running_loop()
-                coro = loop.run_in_executor(self._pool, lambda: task.fn(*args, **kwargs))
-            value = await asyncio.wait_for(coro, timeout) if timeout else await coro
-            text = dumps(value, "the task's return value")
+                value = await self._in_thread(e, t, args, kwargs, timeout)
         except asyncio.CancelledError:
-            raise
+            if e.stop_reason is None and t is not None:
+                raise
+            kind, emsg, delay = HAND_BACK, ("worker shutdown: handed back unfinished"
+                                            if e.stop_reason != "cancelled" else None), 0
         except asyncio.TimeoutError:
-            self._record_failure(job, name, "Timeout", "the task ran longer than %.3f s" % timeout,
-                                 final=job.attempts >= job.max_attempts, ttl_ms=ttl_ms, task=task)
-            return
-        except Exception as e:  # the task's own error: recorded as data
-            self._record_failure(job, name, type(e).__name__, str(e),
-                                 final=job.attempts >= job.max_attempts, ttl_ms=ttl_ms, task=task)
-            return
+            kind, etype, emsg = ERROR, "Timeout", "the task ran longer than %.3f s" % (timeout or 0)
+        except LeaseLost:  # raised by the ack inside the task's transaction: another worker has it
+            kind, delay = HAND_BACK, 0
+            _event(logging.WARNING, "job.lease_lost", job_id=ctx.job_id, task=ctx.task)
+        except _TaskFailed as x:
+            kind, etype, emsg, trace = ERROR, x.type_name, x.message, x.trace
+        except _Unserialisable as x:
+            kind, etype, emsg = FAIL, "ResultNotSerialisable", str(x)
+        except Exception as x:  # the task's own error: recorded as data, with its traceback
+            kind, etype, emsg, trace = ERROR, type(x).__name__, str(x), traceback.format_exc()
         finally:
-            hb.cancel()
-        ttl = ttl_ms if ttl_ms is not None else (task.result_ttl_ms or 0)
-        # the result and the ack commit together, only while the lease holds
-        acked = self.db._h.complete(job.id, job.token, text, ttl or 0)
-        self.processed += 1
-        _event(logging.INFO, "job.done" if acked else "job.lease_lost", job_id=job.id, task=name,
-               attempt=job.attempts, ms=round((time.monotonic() - t0) * 1000, 3))
-
-    def _record_failure(self, job: "Job", name: Optional[str], etype: str, message: str, *,
-                        final: bool, ttl_ms: Optional[int], task: Optional[Task] = None) -> None:
-        self.failed += 1
-        error = "%s: %s" % (etype, message)
-        if not final:
-            delay = task.retry_delay_ms(job.attempts) if task else -1
-            ok = self.db._h.retry(job.id, job.token, delay, error)
-            _event(logging.WARNING, "job.retry", job_id=job.id, task=name, attempt=job.attempts,
-                   error=error, ok=ok)
+            self._running.pop(ctx.job_id, None)
+        if ctx.acked:  # acked inside its transaction
+            self.processed += 1
             return
-        ttl = ttl_ms if ttl_ms is not None else ((task.result_ttl_ms if task else None) or 0)
-        ok = self.db._h.fail_task(job.id, job.token, etype, message, ttl or 0)
-        _event(logging.ERROR, "job.failed", job_id=job.id, task=name, attempt=job.attempts,
-               error=error, ok=ok)
+        text = None
+        if kind == OK:
+            if isinstance(value, _Json):
+                text = str(value)
+            else:
+                try:
+                    text = dumps(value, "the task's return value")
+                except InvalidArgument as x:  # deterministic: retrying would repeat the side effect
+                    kind, etype, emsg = FAIL, "ResultNotSerialisable", str(x)
+        self._outbox.append((ctx._run, kind, text, etype, emsg, trace, delay))
+        self._kick.set()
+        self._count(ctx, kind, etype, emsg, trace, t0)
 
+    def _count(self, ctx: JobContext, kind: int, etype: Optional[str], emsg: Optional[str],
+               trace: Optional[str], t0: float) -> None:
+        if kind == OK:
+            self.processed += 1
+            _event(logging.DEBUG, "job.done", job_id=ctx.job_id, task=ctx.task,
+                   attempt=ctx.attempt, ms=round((time.monotonic() - t0) * 1000, 3))
+        elif kind == HAND_BACK:
+            self.handed_back += 1
+            _event(logging.WARNING, "job.handed_back", job_id=ctx.job_id, task=ctx.task)
+        elif kind == ERROR and ctx.attempt < ctx.max_attempts:
+            self.retried += 1
+            _event(logging.WARNING, "job.retry", job_id=ctx.job_id, task=ctx.task,
+                   attempt=ctx.attempt, error="%s: %s" % (etype, emsg), trace=trace)
+        else:
+            self.failed += 1
+            _event(logging.ERROR, "job.failed", job_id=ctx.job_id, task=ctx.task,
+                   attempt=ctx.attempt, error="%s: %s" % (etype, emsg), trace=trace)
 
-def _task_name(job: "Job") -> Optional[str]:
-    try:
-        return parse_envelope(job.payload)[0]
-    except ValueError:
-        return None
+    async def _in_thread(self, e: _Running, t: Task, args: list, kwargs: dict,
+                         timeout: Optional[float]) -> Any:
+        loop = asyncio.get_running_loop()
+        cv = contextvars.copy_context()
+        if timeout is None:
+            if kwargs:
+                return await loop.run_in_executor(self._threads, lambda: cv.run(t.fn, *args, **kwargs))
+            return await loop.run_in_executor(self._threads, cv.run, t.fn, *args)
+        started = loop.create_future()
+
+        def call() -> Any:
+            loop.call_soon_threadsafe(lambda: started.done() or started.set_result(None))
+            return t.fn(*args, **kwargs)
+
+        fut = loop.run_in_executor(self._threads, cv.run, call)
+        # the timeout counts from the start of the run, never from a wait for a thread
+        await asyncio.wait({started, fut}, return_when=asyncio.FIRST_COMPLETED)
+        try:
+            return await asyncio.wait_for(asyncio.shield(fut), timeout)
+        except asyncio.TimeoutError:
+            e.ctx._cancelled = True  # a thread cannot be stopped: it is told (ctx.cancelled)
+            _event(logging.WARNING, "job.timeout_thread", job_id=e.ctx.job_id, task=t.name,
+                   hint="a sync task's thread cannot be killed; use process=True for a hard timeout")
+            raise
+
+    async def _in_process(self, e: _Running, t: Task, args: list, kwargs: dict,
+                          timeout: Optional[float]) -> Any:
+        import multiprocessing
+        mp = multiprocessing.get_context("fork")
+        rd, wr = mp.Pipe(duplex=False)
+        p = mp.Process(target=_child, args=(wr, t.fn, args, kwargs), daemon=True)
+        p.start()
+        wr.close()
+        e.proc = p
+        loop = asyncio.get_running_loop()
+        try:
+            if not await readable(rd.fileno(), timeout):
+                p.kill()
+                await loop.run_in_executor(None, p.join)
+                raise asyncio.TimeoutError
+            try:
+                msg = rd.recv()
+            except EOFError:
+                msg = None
+            await loop.run_in_executor(None, p.join)
+        except asyncio.CancelledError:
+            p.kill()
+            raise
+        finally:
+            rd.close()
+        if msg is None:
+            raise _TaskFailed("WorkerProcessDied", "the task's process died (exit code %s)"
+                              % p.exitcode, "")
+        if msg[0] == "ok":
+            return _Json(msg[1])
+        if msg[0] == "unserialisable":
+            raise _Unserialisable(msg[1])
+        raise _TaskFailed(msg[1], msg[2], msg[3])

@@ -1,0 +1,421 @@
+"""The worker runner on the core's worker protocol: transactions per asyncio task, task
+context and the ack transaction, timeouts, cancellation, hand-back, deterministic errors,
+tracebacks, the summary. In-process workers (run_async) unless a signal is involved."""
+import asyncio
+import logging
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+import tocsin
+from conftest import count
+
+
+def run_worker(db, queues, body, **opts):
+    """Runs a worker in this process while the coroutine ``body(worker)`` runs."""
+    opts.setdefault("scheduler", False)
+    w = tocsin.Worker(db, queues, **opts)
+
+    async def main():
+        runner = asyncio.ensure_future(w.run_async())
+        try:
+            return await body(w)
+        finally:
+            w.stop()
+            await asyncio.wait_for(runner, 30)
+
+    return w, asyncio.run(main())
+
+
+@pytest.mark.parametrize("form", ["with", "async with"])
+def test_async_tasks_have_their_own_transactions(db, form):
+    """An async task's db.transaction() is its own: it never captures the worker's
+    claims and completions on the loop thread (the trial: the worker crashed and 50
+    results vanished). ``async with`` may hold it across awaits."""
+    db.executescript("CREATE TABLE orders(id INTEGER PRIMARY KEY, n INTEGER)")
+    q = db.queue("q")
+
+    @q.task(name="order")
+    async def order(n):
+        await asyncio.sleep(0.001)
+        if form == "with":
+            with db.transaction():  # joined by the calls of this task only
+                db.execute("INSERT INTO orders(n) VALUES (?)", [n])
+                db.queue("out").enqueue({"order": n})
+        else:
+            async with db.transaction():  # other tasks and the worker go on meanwhile
+                db.execute("INSERT INTO orders(n) VALUES (?)", [n])
+                await asyncio.sleep(0.005)
+                db.queue("out").enqueue({"order": n})
+        return n * 2
+
+    handles = [order(i) for i in range(50)]
+
+    async def body(w):
+        return [await h.result(timeout=60) for h in handles]
+
+    w, results = run_worker(db, ["q"], body, concurrency=8)
+    assert results == [i * 2 for i in range(50)]
+    assert count(db, "orders") == 50 and w.processed == 50 and w.failed == w.retried == 0
+    assert db.queue("out").stats()["pending"] == 50  # the tasks' own enqueues, committed with their inserts
+
+
+def test_task_context_and_ack_transaction(db):
+    db.executescript("CREATE TABLE effects(job INTEGER PRIMARY KEY, attempt INTEGER)")
+    q = db.queue("q")
+    seen = {}
+
+    @q.task(name="charge")
+    def charge(amount):
+        job = tocsin.current_job()
+        seen["ctx"] = (job.queue, job.task, job.attempt, job.max_attempts, job.meta)
+        with job.transaction() as tx:  # the effect commits with the ack, or not at all
+            tx.execute("INSERT INTO effects(job, attempt) VALUES (?, ?)", [job.job_id, job.attempt])
+            tx.result = {"charged": amount}
+        return "ignored: the job was acked in its transaction"
+
+    h = charge.enqueue((5,), meta={"trace": "abc"})
+
+    async def body(w):
+        return await h.result(timeout=30)
+
+    w, value = run_worker(db, ["q"], body)
+    assert value == {"charged": 5}
+    assert seen["ctx"] == ("q", "charge", 1, 3, {"trace": "abc"})
+    assert count(db, "effects") == 1 and q.get(h.job_id) is None
+    with pytest.raises(tocsin.InvalidArgument, match="inside a task"):
+        tocsin.current_job()
+
+
+def test_lost_lease_raises_inside_the_ack_transaction(db):
+    db.executescript("CREATE TABLE effects(job INTEGER PRIMARY KEY)")
+    q = db.queue("q")
+    raised = []
+
+    @q.task(name="slow")
+    def slow():
+        job = tocsin.current_job()
+        q.cancel(job.job_id)  # someone cancels it: the lease is no longer ours
+        try:
+            with job.transaction() as tx:
+                tx.execute("INSERT INTO effects(job) VALUES (?)", [job.job_id])
+        except tocsin.LeaseLost as e:
+            raised.append(str(e))
+            raise
+
+    h = slow()
+
+    async def body(w):
+        for _ in range(300):
+            if raised:
+                return
+            await asyncio.sleep(0.01)
+
+    run_worker(db, ["q"], body)
+    assert raised and "lease" in raised[0]
+    assert count(db, "effects") == 0  # rolled back with the refused ack
+    assert q.get(h.job_id).reason == "cancelled"
+
+
+def test_deterministic_errors(db):
+    q = db.queue("q")
+
+    @q.task(name="add", retries=5)
+    def add(a, b=1):
+        return a + b
+
+    @q.task(name="bad_result", retries=5)
+    def bad_result():
+        return object()
+
+    # arguments that do not fit the signature are refused at enqueue, nothing written
+    with pytest.raises(tocsin.InvalidArgument, match="add"):
+        add(1, 2, 3)
+    with pytest.raises(tocsin.InvalidArgument):
+        add.enqueue((), {"c": 1})
+    # task(1, tx=tx) explains how to enqueue inside a transaction
+    with db.transaction() as tx:
+        with pytest.raises(tocsin.InvalidArgument, match=r"\.enqueue\(args, kwargs, tx=tx\)"):
+            add(1, tx=tx)
+    assert count(db, "_tocsin_jobs") == 0
+    h = bad_result()
+
+    async def body(w):
+        with pytest.raises(tocsin.TaskError) as ei:
+            await h.result(timeout=30)
+        return ei.value
+
+    w, err = run_worker(db, ["q"], body)
+    # a result that cannot be serialised is a final failure: one attempt, not six
+    assert err.type == "ResultNotSerialisable"
+    assert q.get(h.job_id).attempts == 1 and q.get(h.job_id).state == "dead"
+    assert w.failed == 1 and w.retried == 0
+
+
+def test_errors_carry_their_traceback_and_retries_are_counted_apart(db, caplog):
+    q = db.queue("q")
+
+    @q.task(name="flaky", retries=1, backoff=0.01)
+    def flaky():
+        def inner():
+            raise ValueError("boom")
+        inner()
+
+    h = flaky()
+
+    async def body(w):
+        with pytest.raises(tocsin.TaskError) as ei:
+            await h.result(timeout=30)
+        return ei.value
+
+    with caplog.at_level(logging.WARNING, logger="tocsin.worker"):
+        w, err = run_worker(db, ["q"], body)
+    assert err.type == "ValueError" and err.message == "boom"
+    assert "Traceback" in err.trace and "inner" in err.trace
+    assert db.result(h.job_id).error_trace == err.trace
+    assert (w.retried, w.failed, w.processed) == (1, 1, 0)
+    logged = [r for r in caplog.records if r.getMessage() in ("job.retry", "job.failed")]
+    assert len(logged) == 2 and all("inner" in r.tocsin["trace"] for r in logged)
+
+
+def test_async_timeout_cancels_and_never_fails_a_job_that_did_not_run(db):
+    q = db.queue("q")
+    ran = []
+
+    @q.task(name="hang", timeout=0.2, retries=0)
+    async def hang():
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            ran.append("cancelled")
+            raise
+
+    @q.task(name="quick")
+    async def quick():
+        ran.append("quick")
+        return "ok"
+
+    h1, h2 = hang(), quick()
+
+    async def body(w):
+        with pytest.raises(tocsin.TaskError) as ei:
+            await h1.result(timeout=30)
+        return ei.value, await h2.result(timeout=30)
+
+    w, (err, ok) = run_worker(db, ["q"], body, concurrency=1)
+    assert err.type == "Timeout" and ok == "ok" and ran == ["cancelled", "quick"]
+
+
+def test_sync_timeout_counts_from_the_start_of_the_run(db):
+    """With concurrency 1 the task queued behind a slow one is never recorded as a
+    Timeout without running (the trial's bug)."""
+    q = db.queue("q")
+
+    @q.task(name="slowish", timeout=0.3, retries=0)
+    def slowish(n):
+        time.sleep(0.2)
+        return n
+
+    hs = [slowish(i) for i in range(3)]
+
+    async def body(w):
+        return [await h.result(timeout=30) for h in hs]
+
+    w, values = run_worker(db, ["q"], body, concurrency=1)
+    assert values == [0, 1, 2]
+
+
+def test_process_pool_timeout_kills_the_child_and_the_next_task_runs(db, tmp_path):
+    q = db.queue("q")
+    marker = tmp_path / "side-effect"
+
+    @q.task(name="stuck", timeout=0.3, retries=0, process=True)
+    def stuck():
+        time.sleep(2)
+        marker.write_text("the killed child must not get here")
+
+    @q.task(name="after", process=True)
+    def after():
+        return os.getpid()
+
+    h1, h2 = stuck(), after()
+
+    async def body(w):
+        with pytest.raises(tocsin.TaskError) as ei:
+            await h1.result(timeout=30)
+        return ei.value, await h2.result(timeout=30)
+
+    w, (err, pid) = run_worker(db, ["q"], body, concurrency=1)
+    assert err.type == "Timeout"
+    assert pid != os.getpid()  # ran in a child
+    time.sleep(2.2)
+    assert not marker.exists()  # the child was killed, not left running
+
+
+def test_cancelling_a_running_job_reaches_its_handler(db):
+    q = db.queue("q")
+    state = {}
+
+    @q.task(name="long_async")
+    async def long_async():
+        state["started"] = True
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            state["cancelled"] = True
+            raise
+
+    @q.task(name="long_sync")
+    def long_sync():
+        job = tocsin.current_job()
+        state["sync_started"] = True
+        end = time.monotonic() + 30
+        while not job.cancelled and time.monotonic() < end:
+            time.sleep(0.01)
+        state["sync_saw_cancel"] = job.cancelled
+
+    h1, h2 = long_async(), long_sync()
+
+    async def body(w):
+        for _ in range(500):
+            if state.get("started") and state.get("sync_started"):
+                break
+            await asyncio.sleep(0.01)
+        assert q.cancel(h1.job_id) and q.cancel(h2.job_id)
+        for _ in range(1000):
+            if state.get("cancelled") and "sync_saw_cancel" in state:
+                return
+            await asyncio.sleep(0.01)
+
+    # visibility 0.6 s: the core's upkeep (every third of it) notices the cancellations
+    run_worker(db, ["q"], body, concurrency=2, visibility=0.6)
+    assert state.get("cancelled") and state.get("sync_saw_cancel")
+    assert q.get(h1.job_id).reason == "cancelled"
+
+
+def test_worker_on_a_queue_without_tasks_warns(db, caplog):
+    db.queue("orphans").enqueue(1)
+
+    async def body(w):
+        await asyncio.sleep(0.05)
+
+    with caplog.at_level(logging.WARNING, logger="tocsin.worker"):
+        run_worker(db, ["orphans"], body)
+    assert any("no task is registered for queue 'orphans'" in r.getMessage() for r in caplog.records)
+
+
+def test_result_timeout_says_why(db):
+    q = db.queue("q")
+    h = q.call("nobody_runs_this")
+    with pytest.raises(tocsin.Timeout, match="never claimed"):
+        h.get(timeout=0.05)
+    job = q.claim("w")
+    with pytest.raises(tocsin.Timeout, match="running"):
+        h.get(timeout=0.05)
+    assert job.retry(60, error="ValueError: x")
+    with pytest.raises(tocsin.Timeout, match="retry"):
+        h.get(timeout=0.05)
+
+
+APP = textwrap.dedent('''
+    import os, sys, time
+    import tocsin
+
+    db = tocsin.open(os.environ["TOCSIN_TEST_DB"])
+    q = db.queue("q")
+    db.executescript("CREATE TABLE IF NOT EXISTS effects(job INTEGER PRIMARY KEY, n INTEGER)")
+
+    @q.task(name="effect", retries=50)
+    def effect(n):
+        job = tocsin.current_job()
+        time.sleep(0.002)
+        with job.transaction() as tx:
+            tx.execute("INSERT INTO effects(job, n) VALUES (?, ?)", [job.job_id, n])
+
+    @q.task(name="sleepy", retries=0)
+    def sleepy(seconds):
+        time.sleep(seconds)
+        return seconds
+''')
+
+
+@pytest.fixture
+def app(tmp_path, path):
+    (tmp_path / "workerapp.py").write_text(APP)
+    env = dict(os.environ, TOCSIN_TEST_DB=path, PYTHONPATH=str(tmp_path))
+    procs = []
+
+    def start(*extra):
+        cmd = [sys.executable, "-m", "tocsin", "worker", "workerapp:db", "--queue", "q",
+               "--concurrency", "4", "--no-scheduler", *extra]
+        p = subprocess.Popen(cmd, cwd=str(tmp_path), env=env, stderr=subprocess.PIPE, text=True)
+        procs.append(p)
+        return p
+
+    yield start
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+        p.wait(10)
+
+
+def test_sigkill_through_the_decorator_is_exactly_once(app, db, tmp_path):
+    """Effects acked in the task's transaction happen exactly once across SIGKILLs
+    (the trial: 4 duplicates in 2000 through the decorator)."""
+    sys.path.insert(0, str(tmp_path))
+    os.environ["TOCSIN_TEST_DB"] = db.path
+    try:
+        import workerapp  # noqa: F401 -- the same task definitions, for enqueueing
+        n = 300
+        ids = [db.queue("q").call("effect", i).job_id for i in range(n)]
+        for _ in range(3):
+            p = app()
+            time.sleep(0.7)
+            p.kill()
+            p.wait(10)
+        p = app()
+        end = time.monotonic() + 60
+        while count(db, "effects") < n and time.monotonic() < end:
+            time.sleep(0.1)
+        p.send_signal(signal.SIGTERM)
+        p.wait(30)
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("workerapp", None)
+    assert count(db, "effects") == n  # every effect once (job is the primary key)
+    assert sorted(r[0] for r in db.execute("SELECT job FROM effects")) == ids
+    assert count(db, "_tocsin_jobs") == 0
+
+
+def test_sigterm_past_the_deadline_hands_back_a_retries0_job(app, db):
+    p = app("--shutdown-timeout", "0.3")
+    h = db.queue("q").call("sleepy", 30)
+    end = time.monotonic() + 30
+    while (db.queue("q").get(h.job_id).state != "processing") and time.monotonic() < end:
+        time.sleep(0.05)
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(30) == 0
+    job = db.queue("q").get(h.job_id)
+    assert job.state == "pending" and "shutdown" in job.last_error  # not dead: no attempt used
+
+
+def test_second_signal_stops_at_once(app, db):
+    p = app("--shutdown-timeout", "60")
+    h = db.queue("q").call("sleepy", 30)
+    end = time.monotonic() + 30
+    while (db.queue("q").get(h.job_id).state != "processing") and time.monotonic() < end:
+        time.sleep(0.05)
+    t0 = time.monotonic()
+    p.send_signal(signal.SIGINT)
+    time.sleep(0.3)
+    assert p.poll() is None  # draining, within its 60 s
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(30) == 0
+    assert time.monotonic() - t0 < 20
+    assert db.queue("q").get(h.job_id).state == "pending"
