@@ -198,12 +198,6 @@ void tc_wake_local(tocsin_db *db);
 void tc_wake_release(tocsin_db *db);
 /* The handle's own subscription, opened at first use, closed with the handle. */
 int tc_wake_db_sub(tocsin_db *db, tocsin_sub **out);
-/* The subscription a blocking wait on db uses: *sub when it watches db's file
- * (else TOCSIN_INVALID); when *sub is NULL the handle's own, or one of the
- * wait's own when another wait uses that. Refuses to wait inside a
- * transaction. *own says what tc_wake_wait_done must give back after the wait. */
-int tc_wake_wait_sub(tocsin_db *db, tocsin_sub **sub, int *own);
-void tc_wake_wait_done(tocsin_db *db, tocsin_sub *sub, int own);
 /*
  * The loop under every blocking wait (one contract, tocsin.h "How every wait
  * ends"): drain, check, sleep until woken or *sleep_ms passes. check() sets
@@ -214,6 +208,11 @@ void tc_wake_wait_done(tocsin_db *db, tocsin_sub *sub, int own);
  */
 typedef int (*tc_check_fn)(void *ctx, int *done, int64_t *sleep_ms);
 int tc_wait_loop(tocsin_sub *sub, tc_check_fn check, void *ctx);
+/* A blocking wait on db (queue, result, lock waits): tc_wait_loop on `sub`
+ * when it watches db's file (else TOCSIN_INVALID); when `sub` is NULL on the
+ * handle's own subscription, or on one of the wait's own while another wait
+ * uses that. Refuses to wait inside a transaction. */
+int tc_db_wait(tocsin_db *db, tocsin_sub *sub, tc_check_fn check, void *ctx);
 /* Marks sub closed and returns once no thread waits on it any more. */
 void tc_sub_shut(tocsin_sub *sub);
 /* Counts the calling thread as waiting on sub (delta +1 / -1) around a whole
@@ -3089,19 +3088,16 @@ int tocsin_queue_wait(tocsin_db *db, const char *const *queues, size_t n, int64_
                       tocsin_sub *sub) {
     queue_wait q;
     size_t i;
-    int rc, own;
+    int rc;
     CHECK_DB(db);
     if (!queues || n == 0) return tc_err(db, TOCSIN_INVALID, "queues must name at least one queue");
     for (i = 0; i < n; i++)
         if ((rc = tc_check_name(db, "queue name", queues[i])) != TOCSIN_OK) return rc;
-    if ((rc = tc_wake_wait_sub(db, &sub, &own)) != TOCSIN_OK) return rc;
     q.db = db;
     q.queues = queues;
     q.n = n;
     q.deadline = deadline_ms < 0 ? -1 : deadline_ms;
-    rc = tc_wait_loop(sub, queue_wait_check, &q);
-    tc_wake_wait_done(db, sub, own);
-    return rc;
+    return tc_db_wait(db, sub, queue_wait_check, &q);
 }
 
 /* ---- for the worker protocol (worker.c) --------------------------------------- */
@@ -4639,7 +4635,7 @@ int tocsin_sub_wait_until(tocsin_sub *s, tocsin_check_fn check, void *ctx, int t
  * one wait at a time (a subscription's wake is consumed by one waiter):
  * concurrent waits on one handle each get a subscription of their own.
  */
-int tc_wake_wait_sub(tocsin_db *db, tocsin_sub **sub, int *own) {
+static int wait_sub(tocsin_db *db, tocsin_sub **sub, int *own) {
     int rc = TOCSIN_OK;
     *own = 0;
     tc_lock(db);
@@ -4663,7 +4659,10 @@ int tc_wake_wait_sub(tocsin_db *db, tocsin_sub **sub, int *own) {
     return rc;
 }
 
-void tc_wake_wait_done(tocsin_db *db, tocsin_sub *sub, int own) {
+int tc_db_wait(tocsin_db *db, tocsin_sub *sub, tc_check_fn check, void *ctx) {
+    int own, rc = wait_sub(db, &sub, &own);
+    if (rc != TOCSIN_OK) return rc;
+    rc = tc_wait_loop(sub, check, ctx);
     if (own == 1) {
         tc_lock(db);
         db->wake->sub_busy = 0;
@@ -4671,6 +4670,7 @@ void tc_wake_wait_done(tocsin_db *db, tocsin_sub *sub, int own) {
     } else if (own == 2) {
         tocsin_sub_close(sub);
     }
+    return rc;
 }
 
 int tc_sleep_until_clock(tocsin_db *db, int64_t deadline, int64_t next, int64_t *sleep_ms,
@@ -4969,18 +4969,16 @@ static int rs_wait_check(void *p, int *done, int64_t *sleep_ms) {
 int tocsin_result_wait(tocsin_db *db, tocsin_result **out_result, int64_t job_id,
                        int64_t deadline_ms, tocsin_sub *sub) {
     rs_wait w;
-    int rc, own;
+    int rc;
     TC_CHECK_DB(db);
     if (!out_result) return tc_err(db, TOCSIN_INVALID, "out_result must not be NULL");
     *out_result = NULL;
     if (job_id < 1) return tc_err(db, TOCSIN_INVALID, "job_id must be >= 1");
-    if ((rc = tc_wake_wait_sub(db, &sub, &own)) != TOCSIN_OK) return rc;
     w.db = db;
     w.out = out_result;
     w.job_id = job_id;
     w.deadline = deadline_ms < 0 ? -1 : deadline_ms;
-    rc = tc_wait_loop(sub, rs_wait_check, &w);
-    tc_wake_wait_done(db, sub, own);
+    rc = tc_db_wait(db, sub, rs_wait_check, &w);
     if (rc != TOCSIN_OK) {
         tocsin_result_free(*out_result);
         *out_result = NULL;
@@ -5274,13 +5272,12 @@ int tocsin_lock_wait(tocsin_db *db, int64_t *out_token, int64_t *out_until, cons
                      const char *owner, int64_t ttl_ms, int64_t deadline_ms, tocsin_sub *sub) {
     lock_wait w;
     int64_t until = 0;
-    int rc, own;
+    int rc;
     TC_CHECK_DB(db);
     if (!out_token) return tc_err(db, TOCSIN_INVALID, "out_token must not be NULL");
     *out_token = 0;
     if (out_until) *out_until = 0;
     if ((rc = lock_check(db, name, owner, ttl_ms, 1)) != TOCSIN_OK) return rc;
-    if ((rc = tc_wake_wait_sub(db, &sub, &own)) != TOCSIN_OK) return rc;
     w.db = db;
     w.name = name;
     w.owner = owner;
@@ -5288,8 +5285,7 @@ int tocsin_lock_wait(tocsin_db *db, int64_t *out_token, int64_t *out_until, cons
     w.deadline = deadline_ms < 0 ? -1 : deadline_ms;
     w.out_token = out_token;
     w.out_until = &until;
-    rc = tc_wait_loop(sub, lock_wait_check, &w);
-    tc_wake_wait_done(db, sub, own);
+    rc = tc_db_wait(db, sub, lock_wait_check, &w);
     if (rc != TOCSIN_OK) *out_token = 0;
     else if (out_until) *out_until = until;
     return rc;

@@ -193,12 +193,6 @@ void tc_wake_local(tocsin_db *db);
 void tc_wake_release(tocsin_db *db);
 /* The handle's own subscription, opened at first use, closed with the handle. */
 int tc_wake_db_sub(tocsin_db *db, tocsin_sub **out);
-/* The subscription a blocking wait on db uses: *sub when it watches db's file
- * (else TOCSIN_INVALID); when *sub is NULL the handle's own, or one of the
- * wait's own when another wait uses that. Refuses to wait inside a
- * transaction. *own says what tc_wake_wait_done must give back after the wait. */
-int tc_wake_wait_sub(tocsin_db *db, tocsin_sub **sub, int *own);
-void tc_wake_wait_done(tocsin_db *db, tocsin_sub *sub, int own);
 /*
  * The loop under every blocking wait (one contract, tocsin.h "How every wait
  * ends"): drain, check, sleep until woken or *sleep_ms passes. check() sets
@@ -209,6 +203,11 @@ void tc_wake_wait_done(tocsin_db *db, tocsin_sub *sub, int own);
  */
 typedef int (*tc_check_fn)(void *ctx, int *done, int64_t *sleep_ms);
 int tc_wait_loop(tocsin_sub *sub, tc_check_fn check, void *ctx);
+/* A blocking wait on db (queue, result, lock waits): tc_wait_loop on `sub`
+ * when it watches db's file (else TOCSIN_INVALID); when `sub` is NULL on the
+ * handle's own subscription, or on one of the wait's own while another wait
+ * uses that. Refuses to wait inside a transaction. */
+int tc_db_wait(tocsin_db *db, tocsin_sub *sub, tc_check_fn check, void *ctx);
 /* Marks sub closed and returns once no thread waits on it any more. */
 void tc_sub_shut(tocsin_sub *sub);
 /* Counts the calling thread as waiting on sub (delta +1 / -1) around a whole

@@ -227,13 +227,12 @@ int tocsin_lock_wait(tocsin_db *db, int64_t *out_token, int64_t *out_until, cons
                      const char *owner, int64_t ttl_ms, int64_t deadline_ms, tocsin_sub *sub) {
     lock_wait w;
     int64_t until = 0;
-    int rc, own;
+    int rc;
     TC_CHECK_DB(db);
     if (!out_token) return tc_err(db, TOCSIN_INVALID, "out_token must not be NULL");
     *out_token = 0;
     if (out_until) *out_until = 0;
     if ((rc = lock_check(db, name, owner, ttl_ms, 1)) != TOCSIN_OK) return rc;
-    if ((rc = tc_wake_wait_sub(db, &sub, &own)) != TOCSIN_OK) return rc;
     w.db = db;
     w.name = name;
     w.owner = owner;
@@ -241,8 +240,7 @@ int tocsin_lock_wait(tocsin_db *db, int64_t *out_token, int64_t *out_until, cons
     w.deadline = deadline_ms < 0 ? -1 : deadline_ms;
     w.out_token = out_token;
     w.out_until = &until;
-    rc = tc_wait_loop(sub, lock_wait_check, &w);
-    tc_wake_wait_done(db, sub, own);
+    rc = tc_db_wait(db, sub, lock_wait_check, &w);
     if (rc != TOCSIN_OK) *out_token = 0;
     else if (out_until) *out_until = until;
     return rc;

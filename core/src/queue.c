@@ -1128,19 +1128,16 @@ int tocsin_queue_wait(tocsin_db *db, const char *const *queues, size_t n, int64_
                       tocsin_sub *sub) {
     queue_wait q;
     size_t i;
-    int rc, own;
+    int rc;
     CHECK_DB(db);
     if (!queues || n == 0) return tc_err(db, TOCSIN_INVALID, "queues must name at least one queue");
     for (i = 0; i < n; i++)
         if ((rc = tc_check_name(db, "queue name", queues[i])) != TOCSIN_OK) return rc;
-    if ((rc = tc_wake_wait_sub(db, &sub, &own)) != TOCSIN_OK) return rc;
     q.db = db;
     q.queues = queues;
     q.n = n;
     q.deadline = deadline_ms < 0 ? -1 : deadline_ms;
-    rc = tc_wait_loop(sub, queue_wait_check, &q);
-    tc_wake_wait_done(db, sub, own);
-    return rc;
+    return tc_db_wait(db, sub, queue_wait_check, &q);
 }
 
 /* ---- for the worker protocol (worker.c) --------------------------------------- */

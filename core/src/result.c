@@ -283,18 +283,16 @@ static int rs_wait_check(void *p, int *done, int64_t *sleep_ms) {
 int tocsin_result_wait(tocsin_db *db, tocsin_result **out_result, int64_t job_id,
                        int64_t deadline_ms, tocsin_sub *sub) {
     rs_wait w;
-    int rc, own;
+    int rc;
     TC_CHECK_DB(db);
     if (!out_result) return tc_err(db, TOCSIN_INVALID, "out_result must not be NULL");
     *out_result = NULL;
     if (job_id < 1) return tc_err(db, TOCSIN_INVALID, "job_id must be >= 1");
-    if ((rc = tc_wake_wait_sub(db, &sub, &own)) != TOCSIN_OK) return rc;
     w.db = db;
     w.out = out_result;
     w.job_id = job_id;
     w.deadline = deadline_ms < 0 ? -1 : deadline_ms;
-    rc = tc_wait_loop(sub, rs_wait_check, &w);
-    tc_wake_wait_done(db, sub, own);
+    rc = tc_db_wait(db, sub, rs_wait_check, &w);
     if (rc != TOCSIN_OK) {
         tocsin_result_free(*out_result);
         *out_result = NULL;

@@ -682,7 +682,7 @@ int tocsin_sub_wait_until(tocsin_sub *s, tocsin_check_fn check, void *ctx, int t
  * one wait at a time (a subscription's wake is consumed by one waiter):
  * concurrent waits on one handle each get a subscription of their own.
  */
-int tc_wake_wait_sub(tocsin_db *db, tocsin_sub **sub, int *own) {
+static int wait_sub(tocsin_db *db, tocsin_sub **sub, int *own) {
     int rc = TOCSIN_OK;
     *own = 0;
     tc_lock(db);
@@ -706,7 +706,10 @@ int tc_wake_wait_sub(tocsin_db *db, tocsin_sub **sub, int *own) {
     return rc;
 }
 
-void tc_wake_wait_done(tocsin_db *db, tocsin_sub *sub, int own) {
+int tc_db_wait(tocsin_db *db, tocsin_sub *sub, tc_check_fn check, void *ctx) {
+    int own, rc = wait_sub(db, &sub, &own);
+    if (rc != TOCSIN_OK) return rc;
+    rc = tc_wait_loop(sub, check, ctx);
     if (own == 1) {
         tc_lock(db);
         db->wake->sub_busy = 0;
@@ -714,6 +717,7 @@ void tc_wake_wait_done(tocsin_db *db, tocsin_sub *sub, int own) {
     } else if (own == 2) {
         tocsin_sub_close(sub);
     }
+    return rc;
 }
 
 int tc_sleep_until_clock(tocsin_db *db, int64_t deadline, int64_t next, int64_t *sleep_ms,
