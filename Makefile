@@ -236,3 +236,6 @@ bench-python: python-venv
 include $(wildcard bindings/*/*.mk)
 # ---- the tocsin command-line tool and dashboard (cli/cli.mk) ----
 include $(wildcard cli/*.mk)
+# ---- polyglot interop, crash, fault and soak suites (interop-tests/*.mk) and the
+# benchmarks beside the peers (bench/*.mk): each file adds itself to test/bench/demo.
+include $(wildcard interop-tests/*.mk bench/*.mk)
