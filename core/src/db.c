@@ -228,6 +228,7 @@ static tocsin_db *alloc_db(void) {
 
 /* Frees a handle no thread uses any more (its connection too, if its own). */
 static void free_db(tocsin_db *db) {
+    tc_wake_write_end(db); /* closing ends an open write */
     tc_wake_release(db);
     tc_stmt_flush(db);
     if (db->owns_conn && db->conn) sqlite3_close_v2(db->conn);
@@ -514,13 +515,17 @@ static int begin_immediate(tocsin_db *db) {
         if (!db->owns_conn || !busy_retryable(db, NULL, rc) || !busy_wait(db))
             return tc_sqlerr(db, rc, "begin write transaction");
     }
+    tc_wake_write_begin(db);
     return TOCSIN_OK;
 }
 
 static int op_finish(tocsin_db *db, tc_op *op, int rc);
 
 void tc_lock(tocsin_db *db) { pthread_mutex_lock(&db->mutex); }
-void tc_unlock(tocsin_db *db) { pthread_mutex_unlock(&db->mutex); }
+void tc_unlock(tocsin_db *db) {
+    if (db->wk_writer && sqlite3_get_autocommit(db->conn)) tc_wake_write_end(db);
+    pthread_mutex_unlock(&db->mutex);
+}
 
 int tc_op_begin(tocsin_db *db, tc_op *op, int write) {
     int rc;
@@ -765,6 +770,7 @@ static void tx_release(tocsin_db *tx) {
     tocsin_db *db = tx->parent;
     int last;
     if (!sqlite3_get_autocommit(tx->conn)) run_ctl(tx, SQL_ROLLBACK);
+    tc_wake_write_end(tx);
     tc_wake_release(tx);
     tc_lock(db);
     if (db->closed) {

@@ -51,6 +51,7 @@ struct tocsin_db {
     struct tc_wake *wake; /* watcher.c: file identity and the handle's own subscription */
     int has_identity;      /* (dev, ino) of the opened file are known */
     uint64_t dev, ino;
+    uint64_t wk_writer;    /* wake.c: serial of the watcher told of this handle's open write, or 0 */
     /* prepared statements keyed by the address of their static SQL text */
     struct {
         const char *sql;
@@ -189,6 +190,14 @@ void tc_fd_close(int fd);
 /* Wakes this process's subscribers of db's file after a commit made through
  * tocsin. One atomic load when nothing in the process subscribes. */
 void tc_wake_local(tocsin_db *db);
+/* A write transaction of db began (it holds the file's write lock) / ended:
+ * the file's watcher in this process stops rechecking on the kernel's reports
+ * of our own page writes meanwhile (docs/architecture.md, "Local writes").
+ * tc_unlock ends it once the connection is back in autocommit. */
+void tc_wake_write_begin(tocsin_db *db);
+void tc_wake_write_end(tocsin_db *db);
+/* Tests: the local writes counted by db's file's watcher, -1 without one. */
+int tc_wake_local_writers(tocsin_db *db);
 /* Releases what the handle holds in the wake engine (tocsin_close). */
 void tc_wake_release(tocsin_db *db);
 /* The handle's own subscription, opened at first use, closed with the handle. */

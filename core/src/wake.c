@@ -64,6 +64,14 @@ typedef struct tc_watcher {
     tocsin_sub *subs; /* under wk_lock */
     int nsubs;        /* under wk_lock */
     int gone;         /* under wk_lock: failed or replaced; no new subscriber joins */
+    uint64_t serial;  /* unique in the process: a handle's write names its watcher by it */
+    /* Local writes (tc_wake_write_begin/end): while a handle of this process
+     * holds the file's write lock, no other process can commit, so the kernel's
+     * reports are our own page writes. The watcher then parks (stops reading
+     * them and rechecking) until the last local write ends and kicks it. */
+    atomic_int writers;
+    atomic_int parked;
+    tc_signal kick;
 } tc_watcher;
 
 /* What a tocsin_db keeps in the wake engine. */
@@ -77,6 +85,7 @@ static tc_watcher *wk_watchers;
 static atomic_int wk_nsubs; /* subscriptions in the process: the cheap "anyone listening?" */
 static tocsin_wake_opts wk_opts = TOCSIN_WAKE_OPTS_INIT;
 static atomic_int wk_generation; /* bumped in every forked child: older subscriptions are the parent's */
+static uint64_t wk_serial;       /* under wk_lock: the last watcher's serial */
 
 /* ---- fork() ---------------------------------------------------------------- */
 
@@ -232,17 +241,42 @@ static void *wk_main(void *arg) {
     names[1] = w->names[1];
     names[2] = w->names[2];
     for (;;) {
-        int fds[2], ready[2] = {0, 0}, nfd = 1, hit = 0, r;
+        int fds[2], ready[2] = {0, 0}, nfd = 1, hit = 0, r, parked = 0;
         int64_t until = burst ? now + WK_BURST_US : next_poll;
         fds[0] = w->stop.rfd;
-        if (w->dirfd >= 0) fds[nfd++] = w->dirfd;
+        /* A local write holds the write lock: what the kernel reports is ours.
+         * Sleep until it ends (its end kicks) or the safety poll is due. The
+         * flag is set before the count is read again, and the writer lowers
+         * the count before it reads the flag: one of the two sees the other. */
+        if (!gone && atomic_load(&w->writers) > 0) {
+            atomic_store(&w->parked, 1);
+            if (atomic_load(&w->writers) > 0) parked = 1;
+            else atomic_store(&w->parked, 0);
+        }
+        if (parked) {
+            fds[nfd++] = w->kick.rfd;
+            until = next_poll;
+        } else if (w->dirfd >= 0) {
+            fds[nfd++] = w->dirfd;
+        }
         /* The identity check rides on poll wakeups (at most idle_poll_ms
          * late); it has a timer of its own only when nothing else does. */
         if (gone) until = next_id;
         r = tc_poll_read(fds, ready, nfd, until > now ? until - now : 0);
         if (r > 0 && ready[0]) break;
         now = tc_monotonic_us();
-        if (r > 0 && nfd == 2 && ready[1]) hit = tc_dirwatch_read(w->dirfd, names, 3);
+        if (parked) {
+            atomic_store(&w->parked, 0);
+            tc_signal_drain(&w->kick);
+            /* the reports queued meanwhile are the write's: one check covers them */
+            if (w->dirfd >= 0) tc_dirwatch_read(w->dirfd, names, 3);
+            hit = r > 0 && ready[1];
+            burst = 0;
+        } else if (r > 0 && nfd == 2 && ready[1]) {
+            hit = tc_dirwatch_read(w->dirfd, names, 3);
+            /* a local write began: park first, check at its end */
+            if (hit && atomic_load(&w->writers) > 0) continue;
+        }
         if (!gone && (hit || burst || now >= next_poll)) {
             int changed = wk_check(w), polled = !hit && !burst;
             /* A write seen before its commit is published (the WAL frames land
@@ -250,7 +284,7 @@ static void *wk_main(void *arg) {
             if (changed) {
                 burst = 0;
                 wk_broadcast(w);
-            } else if (hit) {
+            } else if (hit && !parked) {
                 burst = WK_BURST_CHECKS;
             } else if (burst) {
                 burst--;
@@ -278,6 +312,7 @@ static void wk_free(tc_watcher *w) {
     sqlite3_finalize(w->dv);
     if (w->conn) sqlite3_close_v2(w->conn);
     tc_signal_close(&w->stop);
+    tc_signal_close(&w->kick);
     tc_fd_close(w->dirfd);
     for (i = 0; i < 3; i++) sqlite3_free(w->names[i]);
     sqlite3_free(w->path);
@@ -305,7 +340,8 @@ static int wk_start(tocsin_db *db, tc_watcher **out, const char *path, uint64_t 
     *out = NULL;
     if (!w) return tc_err(db, TOCSIN_NOMEM, "wake engine: out of memory");
     memset(w, 0, sizeof *w);
-    w->stop.rfd = w->stop.wfd = w->dirfd = -1;
+    w->stop.rfd = w->stop.wfd = w->kick.rfd = w->kick.wfd = w->dirfd = -1;
+    w->serial = ++wk_serial;
     w->dev = dev;
     w->ino = ino;
     w->poll_ms = wk_opts.poll_ms ? wk_opts.poll_ms : 1;
@@ -349,7 +385,7 @@ static int wk_start(tocsin_db *db, tc_watcher **out, const char *path, uint64_t 
         wk_free(w);
         return rc;
     }
-    if (tc_signal_open(&w->stop) != 0) {
+    if (tc_signal_open(&w->stop) != 0 || tc_signal_open(&w->kick) != 0) {
         sqlite3_free(dir);
         wk_free(w);
         return tc_err(db, TOCSIN_ERROR, "wake engine: cannot create a descriptor: %s",
@@ -424,6 +460,47 @@ void tc_wake_local(tocsin_db *db) {
         }
     }
     pthread_mutex_unlock(&wk_lock);
+}
+
+/* The handle's watcher (same file), or NULL. Under wk_lock. */
+static tc_watcher *wk_find(const tocsin_db *db) {
+    tc_watcher *w;
+    for (w = wk_watchers; w; w = w->next)
+        if (!w->gone && w->dev == db->dev && w->ino == db->ino) return w;
+    return NULL;
+}
+
+void tc_wake_write_begin(tocsin_db *db) {
+    tc_watcher *w;
+    if (db->wk_writer || atomic_load(&wk_nsubs) == 0 || !db->has_identity) return;
+    pthread_mutex_lock(&wk_lock);
+    if ((w = wk_find(db)) != NULL) {
+        atomic_fetch_add(&w->writers, 1);
+        db->wk_writer = w->serial;
+    }
+    pthread_mutex_unlock(&wk_lock);
+}
+
+void tc_wake_write_end(tocsin_db *db) {
+    tc_watcher *w;
+    if (!db->wk_writer) return;
+    pthread_mutex_lock(&wk_lock);
+    /* by serial: the watcher counted may be gone, and another in its place */
+    for (w = wk_watchers; w && w->serial != db->wk_writer; w = w->next)
+        ;
+    if (w && atomic_fetch_sub(&w->writers, 1) == 1 && atomic_load(&w->parked))
+        tc_signal_raise(&w->kick);
+    pthread_mutex_unlock(&wk_lock);
+    db->wk_writer = 0;
+}
+
+int tc_wake_local_writers(tocsin_db *db) {
+    tc_watcher *w;
+    int n = -1;
+    pthread_mutex_lock(&wk_lock);
+    if ((w = wk_find(db)) != NULL) n = atomic_load(&w->writers);
+    pthread_mutex_unlock(&wk_lock);
+    return n;
 }
 
 void tc_wake_release(tocsin_db *db) {

@@ -437,12 +437,81 @@ static void cross_process_case(const char *name, int wal, int kernel_events) {
     tocsin_close(db);
 }
 
+/* internal (wake.c): what the file's watcher counts as local writes */
+int tc_wake_local_writers(tocsin_db *db);
+
+/*
+ * Local writes park the watcher (it stops rechecking on the kernel's reports of
+ * our own page writes); every way a write ends must end that, and commits of
+ * another process right after a local write still wake us.
+ */
+static void local_writes_park(void) {
+    char path[512];
+    tocsin_db *db, *other, *tx = NULL;
+    tocsin_sub *s = NULL;
+    writer w;
+    int64_t id;
+    int i;
+    snprintf(path, sizeof path, "%s", t_path("park"));
+    w = writer_start(path);
+    CHECK(w.pid > 0);
+    db = t_open("park", NULL);
+    other = reopen(db, NULL);
+    CHECK_EQ_I(tc_wake_local_writers(db), -1); /* no watcher yet */
+    CHECK_OK(db, tocsin_sub_open(&s, other));
+    CHECK_EQ_I(tc_wake_local_writers(db), 0);
+    /* an explicit transaction: counted from BEGIN to COMMIT */
+    CHECK_OK(db, tocsin_begin(db));
+    CHECK_EQ_I(tc_wake_local_writers(db), 1);
+    CHECK_OK(db, tocsin_notify(db, &id, "park", "1", NULL));
+    CHECK_OK(db, tocsin_commit(db));
+    CHECK_EQ_I(tc_wake_local_writers(db), 0);
+    /* rollback; COMMIT through raw SQL; an operation's own transaction */
+    CHECK_OK(db, tocsin_begin(db));
+    CHECK_OK(db, tocsin_rollback(db));
+    CHECK_EQ_I(tc_wake_local_writers(db), 0);
+    CHECK_OK(db, tocsin_begin(db));
+    CHECK_OK(db, tocsin_exec(db, "COMMIT"));
+    CHECK_EQ_I(tc_wake_local_writers(db), 0);
+    CHECK_OK(db, tocsin_notify(db, &id, "park", "2", NULL));
+    CHECK_EQ_I(tocsin_notify(db, &id, "park", "not json", NULL), TOCSIN_INVALID);
+    CHECK_EQ_I(tc_wake_local_writers(db), 0);
+    /* transaction handles: commit, rollback */
+    CHECK_OK(db, tocsin_tx_begin(db, &tx));
+    CHECK_EQ_I(tc_wake_local_writers(db), 1);
+    CHECK_OK(tx, tocsin_notify(tx, &id, "park", "3", NULL));
+    CHECK_OK(tx, tocsin_tx_commit(tx));
+    CHECK_EQ_I(tc_wake_local_writers(db), 0);
+    CHECK_OK(db, tocsin_tx_begin(db, &tx));
+    CHECK_OK(tx, tocsin_tx_rollback(tx));
+    CHECK_EQ_I(tc_wake_local_writers(db), 0);
+    /* another process's commits right after each local one wake the subscriber */
+    for (i = 0; i < 20; i++) {
+        CHECK_OK(db, tocsin_notify(db, &id, "park", "4", NULL));
+        quiesce(s);
+        CHECK(writer_do(&w, 'c'));
+        CHECK_EQ_I(tocsin_sub_wait(s, 10000), TOCSIN_OK);
+    }
+    /* a handle closed in the middle of a write ends it too */
+    CHECK_OK(db, tocsin_begin(db));
+    CHECK_EQ_I(tc_wake_local_writers(other), 1);
+    tocsin_close(db);
+    CHECK_EQ_I(tc_wake_local_writers(other), 0);
+    quiesce(s);
+    CHECK(writer_do(&w, 'c'));
+    CHECK_EQ_I(tocsin_sub_wait(s, 10000), TOCSIN_OK);
+    CHECK_EQ_I(writer_stop(&w), 0);
+    tocsin_sub_close(s);
+    tocsin_close(other);
+}
+
 static void cross_process(void) {
     CHECK_EQ_I(n_threads(), 1); /* fork below needs a single-threaded process */
     cross_process_case("xp_wal", 1, 1);
     cross_process_case("xp_delete", 0, 1);
     cross_process_case("xp_wal_poll", 1, 0);
     cross_process_case("xp_delete_poll", 0, 0);
+    local_writes_park();
 }
 
 /* ---- sharing, release, replacement ---------------------------------------------- */
