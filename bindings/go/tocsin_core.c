@@ -56,6 +56,7 @@ struct tocsin_db {
     struct tc_wake *wake; /* watcher.c: file identity and the handle's own subscription */
     int has_identity;      /* (dev, ino) of the opened file are known */
     uint64_t dev, ino;
+    uint64_t wk_writer;    /* wake.c: serial of the watcher told of this handle's open write, or 0 */
     /* prepared statements keyed by the address of their static SQL text */
     struct {
         const char *sql;
@@ -74,6 +75,7 @@ typedef struct tc_thread_state {
     int sqlite_rc;
     int64_t busy_until;  /* monotonic ms: end of this call's wait for locks; 0: not waiting yet */
     int64_t busy_waited; /* ms this call spent waiting for locks */
+    int nowait;          /* set around a call that must not wait for locks (tocsin_worker_poll) */
     char msg[512];
 } tc_thread_state;
 tc_thread_state *tc_tls(void);
@@ -88,6 +90,9 @@ int tc_err(tocsin_db *db, int rc, const char *fmt, ...)
 int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what);
 void tc_clear(tocsin_db *db);
 /* The handle's mutex, for the few calls that use the connection outside an op. */
+/* The busy handler of the connections tocsin opens: waits up to ms for locks
+ * (SQLite's own schedule of pauses), never while the thread's nowait is set. */
+void tc_busy_install(sqlite3 *conn, int ms);
 void tc_lock(tocsin_db *db);
 void tc_unlock(tocsin_db *db);
 /* Records the identity of the handle's database file (db.c). */
@@ -194,6 +199,14 @@ void tc_fd_close(int fd);
 /* Wakes this process's subscribers of db's file after a commit made through
  * tocsin. One atomic load when nothing in the process subscribes. */
 void tc_wake_local(tocsin_db *db);
+/* A write transaction of db began (it holds the file's write lock) / ended:
+ * the file's watcher in this process stops rechecking on the kernel's reports
+ * of our own page writes meanwhile (docs/architecture.md, "Local writes").
+ * tc_unlock ends it once the connection is back in autocommit. */
+void tc_wake_write_begin(tocsin_db *db);
+void tc_wake_write_end(tocsin_db *db);
+/* Tests: the local writes counted by db's file's watcher, -1 without one. */
+int tc_wake_local_writers(tocsin_db *db);
 /* Releases what the handle holds in the wake engine (tocsin_close). */
 void tc_wake_release(tocsin_db *db);
 /* The handle's own subscription, opened at first use, closed with the handle. */
@@ -700,6 +713,7 @@ int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what) {
  */
 static int busy_wait(tocsin_db *db) {
     int64_t now = tc_monotonic_ms(), pause;
+    if (tc_thread.nowait) return 0;
     if (!tc_thread.busy_until) tc_thread.busy_until = now + db->busy_timeout_ms;
     if (now >= tc_thread.busy_until) return 0;
     pause = tc_thread.busy_waited < 1 ? 1 : tc_thread.busy_waited > 32 ? 32 : tc_thread.busy_waited;
@@ -708,6 +722,30 @@ static int busy_wait(tocsin_db *db) {
     tc_thread.busy_waited += pause;
     return 1;
 }
+
+/* Pauses as SQLite's own busy timeout makes them (ms), up to the handle's timeout. */
+static int busy_cb(void *ctx, int count) {
+    static const int pauses[] = {1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, 100};
+    static const int totals[] = {0, 1, 3, 8, 18, 33, 53, 78, 103, 128, 178, 228};
+    enum { N_PAUSES = (int)(sizeof pauses / sizeof pauses[0]) };
+    int timeout = (int)(intptr_t)ctx, pause, prior;
+    if (tc_thread.nowait) return 0;
+    if (count < N_PAUSES) {
+        pause = pauses[count];
+        prior = totals[count];
+    } else {
+        pause = pauses[N_PAUSES - 1];
+        prior = totals[N_PAUSES - 1] + pause * (count - (N_PAUSES - 1));
+    }
+    if (prior + pause > timeout) {
+        pause = timeout - prior;
+        if (pause <= 0) return 0;
+    }
+    sqlite3_sleep(pause);
+    return 1;
+}
+
+void tc_busy_install(sqlite3 *conn, int ms) { sqlite3_busy_handler(conn, busy_cb, (void *)(intptr_t)ms); }
 
 /* Could waiting for this BUSY ever succeed without risking a deadlock? */
 static int busy_retryable(tocsin_db *db, sqlite3_stmt *st, int rc) {
@@ -804,6 +842,7 @@ static tocsin_db *alloc_db(void) {
 
 /* Frees a handle no thread uses any more (its connection too, if its own). */
 static void free_db(tocsin_db *db) {
+    tc_wake_write_end(db); /* closing ends an open write */
     tc_wake_release(db);
     tc_stmt_flush(db);
     if (db->owns_conn && db->conn) sqlite3_close_v2(db->conn);
@@ -863,7 +902,7 @@ int tocsin_open(tocsin_db **out, const char *path, const tocsin_open_opts *opts)
         return tc_sqlerr(db, rc, path);
     }
     sqlite3_extended_result_codes(db->conn, 1);
-    sqlite3_busy_timeout(db->conn, db->busy_timeout_ms);
+    tc_busy_install(db->conn, db->busy_timeout_ms);
     tc_identify(db);
     if (!db->read_only && (rc = set_wal(db)) != TOCSIN_OK) return rc;
     if ((rc = tc_exec(db, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON", "set pragmas")) != TOCSIN_OK)
@@ -958,7 +997,7 @@ int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only) {
         return TC_ERRCODE;
     }
     sqlite3_extended_result_codes(conn, 1);
-    sqlite3_busy_timeout(conn, db->busy_timeout_ms);
+    tc_busy_install(conn, db->busy_timeout_ms);
     o.busy_timeout_ms = db->busy_timeout_ms;
     o.max_payload_bytes = db->max_payload;
     o.read_only = read_only;
@@ -1090,13 +1129,17 @@ static int begin_immediate(tocsin_db *db) {
         if (!db->owns_conn || !busy_retryable(db, NULL, rc) || !busy_wait(db))
             return tc_sqlerr(db, rc, "begin write transaction");
     }
+    tc_wake_write_begin(db);
     return TOCSIN_OK;
 }
 
 static int op_finish(tocsin_db *db, tc_op *op, int rc);
 
 void tc_lock(tocsin_db *db) { pthread_mutex_lock(&db->mutex); }
-void tc_unlock(tocsin_db *db) { pthread_mutex_unlock(&db->mutex); }
+void tc_unlock(tocsin_db *db) {
+    if (db->wk_writer && sqlite3_get_autocommit(db->conn)) tc_wake_write_end(db);
+    pthread_mutex_unlock(&db->mutex);
+}
 
 int tc_op_begin(tocsin_db *db, tc_op *op, int write) {
     int rc;
@@ -1285,7 +1328,7 @@ static int tx_new(tocsin_db *db, tocsin_db **out) {
         return rc;
     }
     sqlite3_extended_result_codes(tx->conn, 1);
-    sqlite3_busy_timeout(tx->conn, db->busy_timeout_ms);
+    tc_busy_install(tx->conn, db->busy_timeout_ms);
     if ((rc = tc_exec(tx, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON", "set pragmas")) != TOCSIN_OK) {
         free_db(tx);
         return rc;
@@ -1341,6 +1384,7 @@ static void tx_release(tocsin_db *tx) {
     tocsin_db *db = tx->parent;
     int last;
     if (!sqlite3_get_autocommit(tx->conn)) run_ctl(tx, SQL_ROLLBACK);
+    tc_wake_write_end(tx);
     tc_wake_release(tx);
     tc_lock(db);
     if (db->closed) {
@@ -4017,6 +4061,14 @@ typedef struct tc_watcher {
     tocsin_sub *subs; /* under wk_lock */
     int nsubs;        /* under wk_lock */
     int gone;         /* under wk_lock: failed or replaced; no new subscriber joins */
+    uint64_t serial;  /* unique in the process: a handle's write names its watcher by it */
+    /* Local writes (tc_wake_write_begin/end): while a handle of this process
+     * holds the file's write lock, no other process can commit, so the kernel's
+     * reports are our own page writes. The watcher then parks (stops reading
+     * them and rechecking) until the last local write ends and kicks it. */
+    atomic_int writers;
+    atomic_int parked;
+    tc_signal kick;
 } tc_watcher;
 
 /* What a tocsin_db keeps in the wake engine. */
@@ -4030,6 +4082,7 @@ static tc_watcher *wk_watchers;
 static atomic_int wk_nsubs; /* subscriptions in the process: the cheap "anyone listening?" */
 static tocsin_wake_opts wk_opts = TOCSIN_WAKE_OPTS_INIT;
 static atomic_int wk_generation; /* bumped in every forked child: older subscriptions are the parent's */
+static uint64_t wk_serial;       /* under wk_lock: the last watcher's serial */
 
 /* ---- fork() ---------------------------------------------------------------- */
 
@@ -4185,17 +4238,42 @@ static void *wk_main(void *arg) {
     names[1] = w->names[1];
     names[2] = w->names[2];
     for (;;) {
-        int fds[2], ready[2] = {0, 0}, nfd = 1, hit = 0, r;
+        int fds[2], ready[2] = {0, 0}, nfd = 1, hit = 0, r, parked = 0;
         int64_t until = burst ? now + WK_BURST_US : next_poll;
         fds[0] = w->stop.rfd;
-        if (w->dirfd >= 0) fds[nfd++] = w->dirfd;
+        /* A local write holds the write lock: what the kernel reports is ours.
+         * Sleep until it ends (its end kicks) or the safety poll is due. The
+         * flag is set before the count is read again, and the writer lowers
+         * the count before it reads the flag: one of the two sees the other. */
+        if (!gone && atomic_load(&w->writers) > 0) {
+            atomic_store(&w->parked, 1);
+            if (atomic_load(&w->writers) > 0) parked = 1;
+            else atomic_store(&w->parked, 0);
+        }
+        if (parked) {
+            fds[nfd++] = w->kick.rfd;
+            until = next_poll;
+        } else if (w->dirfd >= 0) {
+            fds[nfd++] = w->dirfd;
+        }
         /* The identity check rides on poll wakeups (at most idle_poll_ms
          * late); it has a timer of its own only when nothing else does. */
         if (gone) until = next_id;
         r = tc_poll_read(fds, ready, nfd, until > now ? until - now : 0);
         if (r > 0 && ready[0]) break;
         now = tc_monotonic_us();
-        if (r > 0 && nfd == 2 && ready[1]) hit = tc_dirwatch_read(w->dirfd, names, 3);
+        if (parked) {
+            atomic_store(&w->parked, 0);
+            tc_signal_drain(&w->kick);
+            /* the reports queued meanwhile are the write's: one check covers them */
+            if (w->dirfd >= 0) tc_dirwatch_read(w->dirfd, names, 3);
+            hit = r > 0 && ready[1];
+            burst = 0;
+        } else if (r > 0 && nfd == 2 && ready[1]) {
+            hit = tc_dirwatch_read(w->dirfd, names, 3);
+            /* a local write began: park first, check at its end */
+            if (hit && atomic_load(&w->writers) > 0) continue;
+        }
         if (!gone && (hit || burst || now >= next_poll)) {
             int changed = wk_check(w), polled = !hit && !burst;
             /* A write seen before its commit is published (the WAL frames land
@@ -4203,7 +4281,7 @@ static void *wk_main(void *arg) {
             if (changed) {
                 burst = 0;
                 wk_broadcast(w);
-            } else if (hit) {
+            } else if (hit && !parked) {
                 burst = WK_BURST_CHECKS;
             } else if (burst) {
                 burst--;
@@ -4231,6 +4309,7 @@ static void wk_free(tc_watcher *w) {
     sqlite3_finalize(w->dv);
     if (w->conn) sqlite3_close_v2(w->conn);
     tc_signal_close(&w->stop);
+    tc_signal_close(&w->kick);
     tc_fd_close(w->dirfd);
     for (i = 0; i < 3; i++) sqlite3_free(w->names[i]);
     sqlite3_free(w->path);
@@ -4258,7 +4337,8 @@ static int wk_start(tocsin_db *db, tc_watcher **out, const char *path, uint64_t 
     *out = NULL;
     if (!w) return tc_err(db, TOCSIN_NOMEM, "wake engine: out of memory");
     memset(w, 0, sizeof *w);
-    w->stop.rfd = w->stop.wfd = w->dirfd = -1;
+    w->stop.rfd = w->stop.wfd = w->kick.rfd = w->kick.wfd = w->dirfd = -1;
+    w->serial = ++wk_serial;
     w->dev = dev;
     w->ino = ino;
     w->poll_ms = wk_opts.poll_ms ? wk_opts.poll_ms : 1;
@@ -4302,7 +4382,7 @@ static int wk_start(tocsin_db *db, tc_watcher **out, const char *path, uint64_t 
         wk_free(w);
         return rc;
     }
-    if (tc_signal_open(&w->stop) != 0) {
+    if (tc_signal_open(&w->stop) != 0 || tc_signal_open(&w->kick) != 0) {
         sqlite3_free(dir);
         wk_free(w);
         return tc_err(db, TOCSIN_ERROR, "wake engine: cannot create a descriptor: %s",
@@ -4377,6 +4457,47 @@ void tc_wake_local(tocsin_db *db) {
         }
     }
     pthread_mutex_unlock(&wk_lock);
+}
+
+/* The handle's watcher (same file), or NULL. Under wk_lock. */
+static tc_watcher *wk_find(const tocsin_db *db) {
+    tc_watcher *w;
+    for (w = wk_watchers; w; w = w->next)
+        if (!w->gone && w->dev == db->dev && w->ino == db->ino) return w;
+    return NULL;
+}
+
+void tc_wake_write_begin(tocsin_db *db) {
+    tc_watcher *w;
+    if (db->wk_writer || atomic_load(&wk_nsubs) == 0 || !db->has_identity) return;
+    pthread_mutex_lock(&wk_lock);
+    if ((w = wk_find(db)) != NULL) {
+        atomic_fetch_add(&w->writers, 1);
+        db->wk_writer = w->serial;
+    }
+    pthread_mutex_unlock(&wk_lock);
+}
+
+void tc_wake_write_end(tocsin_db *db) {
+    tc_watcher *w;
+    if (!db->wk_writer) return;
+    pthread_mutex_lock(&wk_lock);
+    /* by serial: the watcher counted may be gone, and another in its place */
+    for (w = wk_watchers; w && w->serial != db->wk_writer; w = w->next)
+        ;
+    if (w && atomic_fetch_sub(&w->writers, 1) == 1 && atomic_load(&w->parked))
+        tc_signal_raise(&w->kick);
+    pthread_mutex_unlock(&wk_lock);
+    db->wk_writer = 0;
+}
+
+int tc_wake_local_writers(tocsin_db *db) {
+    tc_watcher *w;
+    int n = -1;
+    pthread_mutex_lock(&wk_lock);
+    if ((w = wk_find(db)) != NULL) n = atomic_load(&w->writers);
+    pthread_mutex_unlock(&wk_lock);
+    return n;
 }
 
 void tc_wake_release(tocsin_db *db) {
@@ -6894,6 +7015,14 @@ static int worker_check_opts(tocsin_db *db, const tocsin_worker_opts *o) {
     return TOCSIN_OK;
 }
 
+/* Frees a half-opened worker, keeping the thread's error (closing clears it). */
+static int open_failed(tocsin_worker *w, int rc) {
+    tc_thread_state saved = *tc_tls();
+    tocsin_worker_close(w);
+    *tc_tls() = saved;
+    return rc;
+}
+
 int tocsin_worker_open(tocsin_worker **out, tocsin_db *db, const tocsin_worker_opts *o) {
     tocsin_worker *w;
     tc_op op;
@@ -6925,25 +7054,21 @@ int tocsin_worker_open(tocsin_worker **out, tocsin_db *db, const tocsin_worker_o
                                            (unsigned)(tc_random() & 0xffff));
     w->queues = sqlite3_malloc64(o->n_queues * sizeof *w->queues);
     if (!w->id || !w->queues) {
-        tocsin_worker_close(w);
-        return tc_err(db, TOCSIN_NOMEM, "worker: out of memory");
+        return open_failed(w, tc_err(db, TOCSIN_NOMEM, "worker: out of memory"));
     }
     for (i = 0; i < o->n_queues; i++) {
         if (!(w->queues[i] = tc_strdup(o->queues[i]))) {
-            tocsin_worker_close(w);
-            return tc_err(db, TOCSIN_NOMEM, "worker: out of memory");
+            return open_failed(w, tc_err(db, TOCSIN_NOMEM, "worker: out of memory"));
         }
         w->nq++;
     }
     if ((rc = tocsin_sub_open(&w->sub, db)) != TOCSIN_OK) {
-        tocsin_worker_close(w);
-        return rc;
+        return open_failed(w, rc);
     }
     if ((rc = tc_op_begin(db, &op, 1)) == TOCSIN_OK)
         rc = tc_op_end(db, &op, registry_write(w, tocsin_now(db)));
     if (rc != TOCSIN_OK) {
-        tocsin_worker_close(w);
-        return rc;
+        return open_failed(w, rc);
     }
     *out = w;
     return TOCSIN_OK;
@@ -7582,6 +7707,15 @@ int tocsin_worker_next(tocsin_worker *w, tocsin_task_run ***out, size_t *out_n, 
     *out = (tocsin_task_run **)(void *)c.got;
     *out_n = c.ngot;
     return TOCSIN_OK;
+}
+
+int tocsin_worker_poll(tocsin_worker *w, tocsin_task_run ***out, size_t *out_n) {
+    tc_thread_state *t = tc_tls();
+    int rc;
+    t->nowait = 1;
+    rc = tocsin_worker_next(w, out, out_n, 0);
+    t->nowait = 0;
+    return rc;
 }
 
 int tocsin_worker_cancelled(tocsin_worker *w, int64_t **out_ids, size_t *out_n) {

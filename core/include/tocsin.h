@@ -1107,6 +1107,14 @@ TOCSIN_API int tocsin_worker_register(tocsin_worker *w, const char *task, const 
 TOCSIN_API int tocsin_worker_next(tocsin_worker *w, tocsin_task_run ***out, size_t *out_n,
                                   int timeout_ms);
 /*
+ * tocsin_worker_next(w, out, out_n, 0) that never blocks, for an event loop's
+ * own thread: when another connection holds the write lock it returns
+ * TOCSIN_BUSY at once instead of waiting (nothing is lost: batched outcomes
+ * stay batched); call tocsin_worker_next from a thread that may block then.
+ * TOCSIN_TIMEOUT when nothing is claimable now.
+ */
+TOCSIN_API int tocsin_worker_poll(tocsin_worker *w, tocsin_task_run ***out, size_t *out_n);
+/*
  * Records a run's outcome and releases the run. tx NULL: batched with the
  * other outcomes of this worker and committed by the next tocsin_worker_next
  * (or tocsin_worker_flush); tx a transaction handle (tocsin_tx_begin on the

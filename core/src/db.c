@@ -124,6 +124,7 @@ int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what) {
  */
 static int busy_wait(tocsin_db *db) {
     int64_t now = tc_monotonic_ms(), pause;
+    if (tc_thread.nowait) return 0;
     if (!tc_thread.busy_until) tc_thread.busy_until = now + db->busy_timeout_ms;
     if (now >= tc_thread.busy_until) return 0;
     pause = tc_thread.busy_waited < 1 ? 1 : tc_thread.busy_waited > 32 ? 32 : tc_thread.busy_waited;
@@ -132,6 +133,30 @@ static int busy_wait(tocsin_db *db) {
     tc_thread.busy_waited += pause;
     return 1;
 }
+
+/* Pauses as SQLite's own busy timeout makes them (ms), up to the handle's timeout. */
+static int busy_cb(void *ctx, int count) {
+    static const int pauses[] = {1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, 100};
+    static const int totals[] = {0, 1, 3, 8, 18, 33, 53, 78, 103, 128, 178, 228};
+    enum { N_PAUSES = (int)(sizeof pauses / sizeof pauses[0]) };
+    int timeout = (int)(intptr_t)ctx, pause, prior;
+    if (tc_thread.nowait) return 0;
+    if (count < N_PAUSES) {
+        pause = pauses[count];
+        prior = totals[count];
+    } else {
+        pause = pauses[N_PAUSES - 1];
+        prior = totals[N_PAUSES - 1] + pause * (count - (N_PAUSES - 1));
+    }
+    if (prior + pause > timeout) {
+        pause = timeout - prior;
+        if (pause <= 0) return 0;
+    }
+    sqlite3_sleep(pause);
+    return 1;
+}
+
+void tc_busy_install(sqlite3 *conn, int ms) { sqlite3_busy_handler(conn, busy_cb, (void *)(intptr_t)ms); }
 
 /* Could waiting for this BUSY ever succeed without risking a deadlock? */
 static int busy_retryable(tocsin_db *db, sqlite3_stmt *st, int rc) {
@@ -288,7 +313,7 @@ int tocsin_open(tocsin_db **out, const char *path, const tocsin_open_opts *opts)
         return tc_sqlerr(db, rc, path);
     }
     sqlite3_extended_result_codes(db->conn, 1);
-    sqlite3_busy_timeout(db->conn, db->busy_timeout_ms);
+    tc_busy_install(db->conn, db->busy_timeout_ms);
     tc_identify(db);
     if (!db->read_only && (rc = set_wal(db)) != TOCSIN_OK) return rc;
     if ((rc = tc_exec(db, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON", "set pragmas")) != TOCSIN_OK)
@@ -383,7 +408,7 @@ int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only) {
         return TC_ERRCODE;
     }
     sqlite3_extended_result_codes(conn, 1);
-    sqlite3_busy_timeout(conn, db->busy_timeout_ms);
+    tc_busy_install(conn, db->busy_timeout_ms);
     o.busy_timeout_ms = db->busy_timeout_ms;
     o.max_payload_bytes = db->max_payload;
     o.read_only = read_only;
@@ -714,7 +739,7 @@ static int tx_new(tocsin_db *db, tocsin_db **out) {
         return rc;
     }
     sqlite3_extended_result_codes(tx->conn, 1);
-    sqlite3_busy_timeout(tx->conn, db->busy_timeout_ms);
+    tc_busy_install(tx->conn, db->busy_timeout_ms);
     if ((rc = tc_exec(tx, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON", "set pragmas")) != TOCSIN_OK) {
         free_db(tx);
         return rc;

@@ -70,6 +70,7 @@ typedef struct tc_thread_state {
     int sqlite_rc;
     int64_t busy_until;  /* monotonic ms: end of this call's wait for locks; 0: not waiting yet */
     int64_t busy_waited; /* ms this call spent waiting for locks */
+    int nowait;          /* set around a call that must not wait for locks (tocsin_worker_poll) */
     char msg[512];
 } tc_thread_state;
 tc_thread_state *tc_tls(void);
@@ -84,6 +85,9 @@ int tc_err(tocsin_db *db, int rc, const char *fmt, ...)
 int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what);
 void tc_clear(tocsin_db *db);
 /* The handle's mutex, for the few calls that use the connection outside an op. */
+/* The busy handler of the connections tocsin opens: waits up to ms for locks
+ * (SQLite's own schedule of pauses), never while the thread's nowait is set. */
+void tc_busy_install(sqlite3 *conn, int ms);
 void tc_lock(tocsin_db *db);
 void tc_unlock(tocsin_db *db);
 /* Records the identity of the handle's database file (db.c). */

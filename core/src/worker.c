@@ -278,6 +278,14 @@ static int worker_check_opts(tocsin_db *db, const tocsin_worker_opts *o) {
     return TOCSIN_OK;
 }
 
+/* Frees a half-opened worker, keeping the thread's error (closing clears it). */
+static int open_failed(tocsin_worker *w, int rc) {
+    tc_thread_state saved = *tc_tls();
+    tocsin_worker_close(w);
+    *tc_tls() = saved;
+    return rc;
+}
+
 int tocsin_worker_open(tocsin_worker **out, tocsin_db *db, const tocsin_worker_opts *o) {
     tocsin_worker *w;
     tc_op op;
@@ -309,25 +317,21 @@ int tocsin_worker_open(tocsin_worker **out, tocsin_db *db, const tocsin_worker_o
                                            (unsigned)(tc_random() & 0xffff));
     w->queues = sqlite3_malloc64(o->n_queues * sizeof *w->queues);
     if (!w->id || !w->queues) {
-        tocsin_worker_close(w);
-        return tc_err(db, TOCSIN_NOMEM, "worker: out of memory");
+        return open_failed(w, tc_err(db, TOCSIN_NOMEM, "worker: out of memory"));
     }
     for (i = 0; i < o->n_queues; i++) {
         if (!(w->queues[i] = tc_strdup(o->queues[i]))) {
-            tocsin_worker_close(w);
-            return tc_err(db, TOCSIN_NOMEM, "worker: out of memory");
+            return open_failed(w, tc_err(db, TOCSIN_NOMEM, "worker: out of memory"));
         }
         w->nq++;
     }
     if ((rc = tocsin_sub_open(&w->sub, db)) != TOCSIN_OK) {
-        tocsin_worker_close(w);
-        return rc;
+        return open_failed(w, rc);
     }
     if ((rc = tc_op_begin(db, &op, 1)) == TOCSIN_OK)
         rc = tc_op_end(db, &op, registry_write(w, tocsin_now(db)));
     if (rc != TOCSIN_OK) {
-        tocsin_worker_close(w);
-        return rc;
+        return open_failed(w, rc);
     }
     *out = w;
     return TOCSIN_OK;
@@ -966,6 +970,15 @@ int tocsin_worker_next(tocsin_worker *w, tocsin_task_run ***out, size_t *out_n, 
     *out = (tocsin_task_run **)(void *)c.got;
     *out_n = c.ngot;
     return TOCSIN_OK;
+}
+
+int tocsin_worker_poll(tocsin_worker *w, tocsin_task_run ***out, size_t *out_n) {
+    tc_thread_state *t = tc_tls();
+    int rc;
+    t->nowait = 1;
+    rc = tocsin_worker_next(w, out, out_n, 0);
+    t->nowait = 0;
+    return rc;
 }
 
 int tocsin_worker_cancelled(tocsin_worker *w, int64_t **out_ids, size_t *out_n) {

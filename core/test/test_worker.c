@@ -519,7 +519,51 @@ static void task_backoff(void) {
     tocsin_close(db);
 }
 
+/* tocsin_worker_poll never waits for the write lock: BUSY at once while another
+ * connection holds it, the batched outcome kept; then it claims and commits. */
+static void poll_never_blocks(void) {
+    tocsin_open_opts oo = TOCSIN_OPEN_OPTS_INIT;
+    tocsin_db *db = NULL, *other = NULL;
+    tocsin_worker *w;
+    tocsin_task_run **runs = NULL, *r;
+    tocsin_outcome o = TOCSIN_OUTCOME_INIT;
+    size_t n = 0;
+    int64_t id1, id2;
+    oo.busy_timeout_ms = 600000; /* a wait would hang the suite (its alarm fails it) */
+    CHECK_OK(db, tocsin_open(&db, t_path("w_poll"), &oo));
+    CHECK_OK(other, tocsin_open(&other, sqlite3_db_filename(tocsin_sqlite(db), "main"), NULL));
+    w = open_worker(db, "wp", 2);
+    id1 = call(db, "add", "[1]", 3);
+    id2 = call(db, "add", "[2]", 3);
+    CHECK_OK(db, tocsin_worker_poll(w, &runs, &n));
+    CHECK_EQ_I(n, 2);
+    if (n != 2) return;
+    r = runs[0]->job_id == id1 ? runs[0] : runs[1];
+    o.value = "3";
+    CHECK_OK(db, tocsin_worker_finish(w, NULL, r, &o));
+    tocsin_free(runs);
+    runs = NULL;
+    CHECK_OK(other, tocsin_begin(other)); /* another connection holds the write lock */
+    CHECK_EQ_I(tocsin_worker_poll(w, &runs, &n), TOCSIN_BUSY);
+    CHECK_EQ_I(n, 0);
+    CHECK_OK(other, tocsin_rollback(other));
+    CHECK_EQ_I(t_count(db, "_tocsin_results"), 0);
+    /* the outcome was kept: the next poll commits it (nothing new to claim) */
+    CHECK_EQ_I(tocsin_worker_poll(w, &runs, &n), TOCSIN_TIMEOUT);
+    CHECK_EQ_I(t_count(db, "_tocsin_results WHERE status = 'ok'"), 1);
+    CHECK_EQ_I(tocsin_worker_in_flight(w), 1); /* id2 still runs */
+    CHECK(id2 > id1);
+    /* and the blocking call still waits for locks as before */
+    CHECK_OK(other, tocsin_begin(other));
+    CHECK_OK(other, tocsin_rollback(other));
+    CHECK_EQ_I(tocsin_worker_next(w, &runs, &n, 0), TOCSIN_TIMEOUT);
+    tocsin_worker_close(w);
+    tocsin_close(other);
+    tocsin_close(db);
+}
+
 void suite_worker(void) {
+    poll_never_blocks();
     task_backoff();
     envelope();
     bad_worker_options();

@@ -2174,13 +2174,14 @@ static PyObject *run_tuple(Worker *w, tocsin_task_run *r) {
                          r->max_attempts, (long long)r->timeout_ms, (long long)r->started_at);
 }
 
+static PyObject *runs_list(Worker *self, int rc, tocsin_task_run **runs, size_t n);
+
 /* next(timeout_ms): the next runs (a list; empty at the timeout or after poke). */
 static PyObject *Worker_next(Worker *self, PyObject *args) {
     int timeout_ms, rc = TOCSIN_TIMEOUT;
     int64_t start;
     tocsin_task_run **runs = NULL;
-    size_t n = 0, i;
-    PyObject *out;
+    size_t n = 0;
     struct timespec ts;
     if (!PyArg_ParseTuple(args, "i:next", &timeout_ms)) return NULL;
     if (!w_enter(self)) return NULL;
@@ -2207,6 +2208,31 @@ static PyObject *Worker_next(Worker *self, PyObject *args) {
             return NULL;
         }
     }
+    return runs_list(self, rc, runs, n);
+}
+
+/* poll(): next(0) that never waits for the write lock: None when another
+ * connection holds it (call next() from a thread that may block then). */
+static PyObject *Worker_poll(Worker *self, PyObject *noargs) {
+    tocsin_task_run **runs = NULL;
+    size_t n = 0;
+    int rc;
+    (void)noargs;
+    if (!w_enter(self)) return NULL;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tocsin_worker_poll(self->w, &runs, &n);
+    Py_END_ALLOW_THREADS
+    if (rc == TOCSIN_BUSY) {
+        w_leave(self);
+        Py_RETURN_NONE;
+    }
+    return runs_list(self, rc, runs, n);
+}
+
+/* The runs of a next/poll as a list (leaves the worker: w_leave). */
+static PyObject *runs_list(Worker *self, int rc, tocsin_task_run **runs, size_t n) {
+    PyObject *out;
+    size_t i;
     if (rc == TOCSIN_TIMEOUT || rc == TOCSIN_INTERRUPTED) {
         w_leave(self);
         return PyList_New(0);
@@ -2376,7 +2402,8 @@ static PyObject *Worker_get_closed(Worker *self, void *u) {
 
 static PyMethodDef Worker_methods[] = {
     {"register", (PyCFunction)Worker_register, METH_VARARGS, "Declares a task this worker runs."},
-    {"next", (PyCFunction)Worker_next, METH_VARARGS, "Upkeep, then the next runs (waits up to timeout_ms; 0: never blocks)."},
+    {"next", (PyCFunction)Worker_next, METH_VARARGS, "Upkeep, then the next runs (waits up to timeout_ms; 0: waits for no job)."},
+    {"poll", (PyCFunction)Worker_poll, METH_NOARGS, "next(0) that never waits for the write lock: None while another connection holds it."},
     {"finish", (PyCFunction)Worker_finish, METH_VARARGS, "Records a run's outcome (optionally inside a Tx)."},
     {"flush", (PyCFunction)Worker_flush, METH_NOARGS, "Commits the batched outcomes; returns how many leases were lost."},
     {"cancelled", (PyCFunction)Worker_cancelled, METH_NOARGS, "Job ids of running jobs whose handler should stop."},

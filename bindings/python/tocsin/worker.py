@@ -218,7 +218,7 @@ class Worker:
     # the write lock that an async task's transaction holds, and the loop must stay
     # free to let that task commit.
 
-    def _step(self, w: Any, claim: bool) -> tuple:
+    def _step(self, w: Any, claim: bool, poll: bool = False) -> Optional[tuple]:
         out, self._outbox = self._outbox, []
         for args in out:
             try:
@@ -226,7 +226,16 @@ class Worker:
             except Error as e:
                 _event(logging.WARNING, "job.unreported", error="%s: %s" % (type(e).__name__, e))
         runs: list = []
-        if claim or w.wake_in() == 0:
+        if poll:  # on the loop: never waits for the write lock (None: the thread must)
+            try:
+                runs = w.poll()
+            except Closed:
+                raise
+            except Error:
+                return None
+            if runs is None:
+                return None
+        elif claim or w.wake_in() == 0:
             try:
                 runs = w.next(0)
             except Closed:
@@ -254,7 +263,11 @@ class Worker:
         assert self._stop is not None
         fd = w.fileno()
         while not self._stop.is_set():
-            runs, cancelled, wake_in = await loop.run_in_executor(self._io, self._step, w, True)
+            # on the loop when the write lock is free (no thread hop), else in the thread
+            step = self._step(w, True, True)
+            if step is None:
+                step = await loop.run_in_executor(self._io, self._step, w, True)
+            runs, cancelled, wake_in = step
             for r in runs:
                 self._start(w, r)
             self._check_cancelled(cancelled)
@@ -326,9 +339,12 @@ class Worker:
         try:
             if t is None:
                 raise asyncio.CancelledError  # registered after the worker started: hand back
-            args, kwargs = json.loads(args_json), json.loads(kwargs_json)
+            # most calls carry no arguments: skip the decoder for the empty forms
+            args = [] if args_json == "[]" else json.loads(args_json)
+            kwargs = {} if kwargs_json == "{}" else json.loads(kwargs_json)
             if t.is_async:
-                value = await asyncio.wait_for(t.fn(*args, **kwargs), timeout)
+                coro = t.fn(*args, **kwargs)
+                value = await (coro if timeout is None else asyncio.wait_for(coro, timeout))
             elif t.process:
                 value = await self._in_process(e, t, args, kwargs, timeout)
             else:
@@ -356,7 +372,9 @@ class Worker:
             return
         text = None
         if kind == OK:
-            if isinstance(value, _Json):
+            if value is None:
+                text = "null"
+            elif isinstance(value, _Json):
                 text = str(value)
             else:
                 try:
