@@ -2,12 +2,15 @@
 (tab-separated fields, JSON where a value is JSON), one JSON reply per line on
 stdout. It uses the installed `tocsin` package's public API only."""
 import json
+import logging
 import sys
 import threading
 
 import tocsin
 
 RT = "python"
+# the worker logs each retry and failure of `boom`; the replies carry what matters
+logging.getLogger("tocsin").setLevel(logging.CRITICAL)
 
 
 class Agent:
@@ -142,16 +145,19 @@ class Agent:
         return {"token": lk.token}
 
     def lock_renew(self, name, owner):
-        return {"ok": self.locks[(name, owner)].renew()}
+        return {"res": self.locks[(name, owner)].renew()}
 
     def lock_release(self, name, owner):
-        return {"ok": self.locks[(name, owner)].release()}
+        return {"res": self.locks[(name, owner)].release()}
 
     def schedule(self, name, cron, queue, payload):
         return {"next_fire": self.db.schedule(name, cron, queue, json.loads(payload))}
 
+    def quit(self):
+        return self.close()
+
     def unschedule(self, name):
-        return {"ok": self.db.unschedule(name)}
+        return {"res": self.db.unschedule(name)}
 
 
 def main():

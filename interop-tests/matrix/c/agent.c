@@ -306,7 +306,7 @@ static int run(char **f, int nf) {
             CHECK(tocsin_lock_renew(db, &ok, f[1], f[2], locks[i].token, locks[i].ttl));
         else
             CHECK(tocsin_lock_release(db, &ok, f[1], f[2], locks[i].token));
-        puts_(ok ? ",\"ok\":true" : ",\"ok\":false");
+        puts_(ok ? ",\"res\":true" : ",\"res\":false");
     } else if (!strcmp(op, "schedule")) {
         int64_t next = 0;
         CHECK(tocsin_schedule_set(db, &next, f[1], f[2], f[3], f[4], NULL));
@@ -314,7 +314,7 @@ static int run(char **f, int nf) {
     } else if (!strcmp(op, "unschedule")) {
         int ok = 0;
         CHECK(tocsin_schedule_remove(db, &ok, f[1]));
-        puts_(ok ? ",\"ok\":true" : ",\"ok\":false");
+        puts_(ok ? ",\"res\":true" : ",\"res\":false");
     } else {
         return fail(TOCSIN_INVALID);
     }

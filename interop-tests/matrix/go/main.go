@@ -301,9 +301,9 @@ func (a *agent) do(op string, args []string) (reply, error) {
 			err = l.Release(ctx)
 		}
 		if errors.Is(err, tocsin.ErrLeaseLost) {
-			return reply{"ok": false}, nil
+			return reply{"res": false}, nil
 		}
-		return reply{"ok": err == nil}, err
+		return reply{"res": err == nil}, err
 	case "schedule":
 		v, err := decode(args[3])
 		if err != nil {
@@ -312,14 +312,14 @@ func (a *agent) do(op string, args []string) (reply, error) {
 		t, err := a.db.SetSchedule(ctx, args[0], args[1], args[2], v, nil)
 		return reply{"next_fire": t.UnixMilli()}, err
 	case "unschedule":
-		return reply{"ok": true}, a.db.RemoveSchedule(ctx, args[0])
+		return reply{"res": true}, a.db.RemoveSchedule(ctx, args[0])
 	case "sql_call": // database/sql + mattn/go-sqlite3: the app's own transaction
 		c, err := sqlConn(args[0])
 		if err != nil {
 			return nil, err
 		}
 		defer c.Close()
-		who := "database/sql " + args[4]
+		who := "database/sql " + args[4] + " " + args[1]
 		tx, err := c.BeginTx(ctx, nil)
 		if err != nil {
 			return nil, err
@@ -362,9 +362,13 @@ func (a *agent) do(op string, args []string) (reply, error) {
 			return nil, err
 		}
 		defer c.Close()
+		id, err := strconv.ParseInt(args[1], 10, 64)
+		if err != nil {
+			return nil, err
+		}
 		for i := 0; i < 3000; i++ {
 			var r sql.NullString
-			if err := c.QueryRowContext(ctx, "SELECT tocsin_result_get(?)", args[1]).Scan(&r); err != nil {
+			if err := c.QueryRowContext(ctx, "SELECT tocsin_result_get(?)", id).Scan(&r); err != nil {
 				return nil, err
 			}
 			if r.Valid {

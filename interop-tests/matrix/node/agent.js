@@ -89,7 +89,7 @@ const ops = {
     }
     return { events };
   },
-  sub_stop: async () => { sub.close(); sub = subIter = null; return {}; },
+  sub_stop: async () => { sub.save(); sub.close(); sub = subIter = null; return {}; },
   offset: async (topic, consumer) => ({ offset: await db.stream(topic).offset(consumer) }),
   listen_start: async (channel) => { listener = db.listen(channel); return {}; },
   listen_next: async () => { const [n] = await listener.get({ timeout: 60000 }); return { payload: n.payload }; },
@@ -108,24 +108,24 @@ const ops = {
     await l.acquire({ timeout: 60000 });
     return { token: Number(l.token) };
   },
-  lock_renew: async (name, owner) => ({ ok: await locks.get(`${name}\0${owner}`).renew() }),
-  lock_release: async (name, owner) => ({ ok: await locks.get(`${name}\0${owner}`).release() }),
+  lock_renew: async (name, owner) => ({ res: await locks.get(`${name}\0${owner}`).renew() }),
+  lock_release: async (name, owner) => ({ res: await locks.get(`${name}\0${owner}`).release() }),
   schedule: async (name, cron, queue, payload) => ({ next_fire: await db.schedule(name, cron, queue, JSON.parse(payload)) }),
-  unschedule: async (name) => ({ ok: await db.unschedule(name) }),
+  unschedule: async (name) => ({ res: await db.unschedule(name) }),
   // better-sqlite3: a task call with a business row in the app's transaction
   sql_call: async (path, queue, task, args, outcome) => {
     const c = sqlConn(path);
     let id = null;
     try {
       c.transaction(() => {
-        c.prepare('INSERT INTO orders(who) VALUES (?)').run(`better-sqlite3 ${outcome}`);
+        c.prepare('INSERT INTO orders(who) VALUES (?)').run(`better-sqlite3 ${outcome} ${queue}`);
         id = c.prepare("SELECT tocsin_task_enqueue(?, ?, ?, '{}', '{\"max_attempts\":1}')").pluck().get(queue, task, args);
         if (outcome === 'rollback') throw new Error('rollback');
       })();
     } catch (e) {
       if (e.message !== 'rollback') throw e;
     }
-    const rows = c.prepare('SELECT count(*) FROM orders WHERE who = ?').pluck().get(`better-sqlite3 ${outcome}`);
+    const rows = c.prepare('SELECT count(*) FROM orders WHERE who = ?').pluck().get(`better-sqlite3 ${outcome} ${queue}`);
     const job = id === null ? null : c.prepare('SELECT tocsin_job(?)').pluck().get(id);
     c.close();
     return { id, rows, job: job === null ? null : JSON.parse(job) };

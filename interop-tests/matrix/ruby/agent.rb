@@ -137,15 +137,15 @@ class Agent
   end
 
   def lock_renew(name, owner)
-    { ok: @locks[[name, owner]].renew }
+    { res: @locks[[name, owner]].renew }
   rescue Tocsin::InvalidArgument # "the lock is not held": this holding was fenced
-    { ok: false }
+    { res: false }
   end
 
-  def lock_release(name, owner) = { ok: @locks[[name, owner]].release }
+  def lock_release(name, owner) = { res: @locks[[name, owner]].release }
 
   def schedule(name, cron, queue, payload) = { next_fire: @db.schedule(name, cron, queue: queue, payload: JSON.parse(payload)) }
-  def unschedule(name) = { ok: @db.unschedule(name) }
+  def unschedule(name) = { res: @db.unschedule(name) }
 
   # The sqlite3 gem (Debian ruby-sqlite3): the app's own connection and transaction.
   def sql_conn(path)
@@ -159,7 +159,7 @@ class Agent
   def sql_call(path, queue, task, args, outcome)
     c = sql_conn(path)
     id = nil
-    who = "sqlite3-gem #{outcome}"
+    who = "sqlite3-gem #{outcome} #{queue}"
     c.transaction
     c.execute("INSERT INTO orders(who) VALUES (?)", [who])
     id = c.get_first_value("SELECT tocsin_task_enqueue(?, ?, ?, '{}', '{\"max_attempts\":1}')", [queue, task, args])
