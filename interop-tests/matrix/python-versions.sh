@@ -24,10 +24,10 @@ for minor in 9 10 11 12 13; do
     ext=$("$py/bin/python3" -c 'import sqlite3; c = sqlite3.connect(":memory:"); print("yes" if hasattr(c, "enable_load_extension") else "no")')
     venv=$work/py$v
     echo "== CPython $v ($py), sqlite3 enable_load_extension: $ext"
-    if [ ! -x "$venv/bin/pytest" ]; then
+    if [ ! -x "$venv/bin/pyproject-build" ]; then
         rm -rf "$venv"
         "$py/bin/python3" -m venv "$venv"
-        "$venv/bin/pip" install -q --disable-pip-version-check pytest sqlalchemy
+        "$venv/bin/pip" install -q --disable-pip-version-check pytest sqlalchemy build setuptools wheel
     fi
     # the wheel from the sdist with this interpreter (setuptools from its own build env)
     "$venv/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps "$sdist"
