@@ -860,7 +860,7 @@ static int fn_ack(fn_ctx *f, int argc, sqlite3_value **argv) {
 }
 
 static int fn_retry(fn_ctx *f, int argc, sqlite3_value **argv) {
-    int64_t id, token, delay;
+    int64_t id = 0, token = 0, delay = 0;
     const char *error;
     int ok, rc;
     if (!arg_lease(f, argv, &id, &token) ||
@@ -874,7 +874,7 @@ static int fn_retry(fn_ctx *f, int argc, sqlite3_value **argv) {
 }
 
 static int fn_fail(fn_ctx *f, int argc, sqlite3_value **argv) {
-    int64_t id, token;
+    int64_t id = 0, token = 0;
     const char *error;
     int ok, rc;
     if (!arg_lease(f, argv, &id, &token) || !arg_text_opt(f, argc, argv, 2, "error", &error))
@@ -885,7 +885,7 @@ static int fn_fail(fn_ctx *f, int argc, sqlite3_value **argv) {
 }
 
 static int fn_heartbeat(fn_ctx *f, int argc, sqlite3_value **argv) {
-    int64_t id, token, extend;
+    int64_t id = 0, token = 0, extend = 0;
     int ok, rc;
     UNUSED_ARGS;
     if (!arg_lease(f, argv, &id, &token) ||
@@ -902,7 +902,7 @@ static int arg_job_id(fn_ctx *f, sqlite3_value **argv, int64_t *id) {
 }
 
 static int fn_cancel(fn_ctx *f, int argc, sqlite3_value **argv) {
-    int64_t id;
+    int64_t id = 0;
     int ok, rc;
     UNUSED_ARGS;
     if (!arg_job_id(f, argv, &id)) return 0;
@@ -988,7 +988,7 @@ static int fn_dead_list(fn_ctx *f, int argc, sqlite3_value **argv) {
 }
 
 static int fn_dead_requeue(fn_ctx *f, int argc, sqlite3_value **argv) {
-    int64_t id;
+    int64_t id = 0;
     int ok, rc;
     UNUSED_ARGS;
     if (!arg_job_id(f, argv, &id)) return 0;
@@ -1069,7 +1069,7 @@ static int fn_notify_autotrim(fn_ctx *f, int argc, sqlite3_value **argv) {
 
 static int fn_stream_publish(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *topic, *payload, *key, *meta;
-    int64_t off;
+    int64_t off = 0;
     int rc;
     if (!arg_text(f, argv, 0, "topic", &topic) || !arg_text(f, argv, 1, "payload", &payload) ||
         !arg_text_opt(f, argc, argv, 2, "key", &key) ||
@@ -1151,7 +1151,7 @@ static int fn_stream_trim(fn_ctx *f, int argc, sqlite3_value **argv) {
 
 static int fn_result_save(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *value;
-    int64_t id, ttl;
+    int64_t id = 0, ttl = 0;
     int rc;
     if (!arg_job_id(f, argv, &id) || !arg_text(f, argv, 1, "value", &value) ||
         !arg_i64_opt(f, argc, argv, 2, "ttl_ms", 0, MS_MAX, 0, &ttl))
@@ -1163,7 +1163,7 @@ static int fn_result_save(fn_ctx *f, int argc, sqlite3_value **argv) {
 
 static int fn_complete(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *value;
-    int64_t id, token, ttl;
+    int64_t id = 0, token = 0, ttl = 0;
     int ok = 0, rc;
     if (!arg_lease(f, argv, &id, &token) || !arg_text(f, argv, 2, "value", &value) ||
         !arg_i64_opt(f, argc, argv, 3, "ttl_ms", 0, MS_MAX, 0, &ttl))
@@ -1176,7 +1176,7 @@ static int fn_complete(fn_ctx *f, int argc, sqlite3_value **argv) {
 
 static int fn_fail_task(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *type, *message;
-    int64_t id, token, ttl;
+    int64_t id = 0, token = 0, ttl = 0;
     int ok = 0, rc;
     if (!arg_lease(f, argv, &id, &token) || !arg_text(f, argv, 2, "type", &type) ||
         !arg_text_opt(f, argc, argv, 3, "message", &message) ||
@@ -1190,7 +1190,7 @@ static int fn_fail_task(fn_ctx *f, int argc, sqlite3_value **argv) {
 
 static int fn_result_save_error(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *type, *message;
-    int64_t id, ttl;
+    int64_t id = 0, ttl = 0;
     int rc;
     if (!arg_job_id(f, argv, &id) || !arg_text(f, argv, 1, "type", &type) ||
         !arg_text_opt(f, argc, argv, 2, "message", &message) ||
@@ -1204,7 +1204,7 @@ static int fn_result_save_error(fn_ctx *f, int argc, sqlite3_value **argv) {
 
 static int fn_result_get(fn_ctx *f, int argc, sqlite3_value **argv) {
     tocsin_result *r;
-    int64_t id;
+    int64_t id = 0;
     int rc;
     UNUSED_ARGS;
     if (!arg_job_id(f, argv, &id)) return 0;
@@ -1219,7 +1219,7 @@ static int fn_result_get(fn_ctx *f, int argc, sqlite3_value **argv) {
 }
 
 static int fn_result_delete(fn_ctx *f, int argc, sqlite3_value **argv) {
-    int64_t id;
+    int64_t id = 0;
     int ok, rc;
     UNUSED_ARGS;
     if (!arg_job_id(f, argv, &id)) return 0;
@@ -1366,7 +1366,7 @@ static int arg_zone(fn_ctx *f, int argc, sqlite3_value **argv, int i) {
 
 static int fn_cron_next(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *expr;
-    int64_t after, next;
+    int64_t after = 0, next = 0;
     tocsin_cron *c = NULL;
     char err[256];
     int local, rc;
@@ -1511,7 +1511,7 @@ static int fn_scheduler_next_fire(fn_ctx *f, int argc, sqlite3_value **argv) {
 
 static int fn_scheduler_lead(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *owner;
-    int64_t ttl, token;
+    int64_t ttl = 0, token = 0;
     int leader, rc;
     UNUSED_ARGS;
     if (!arg_text(f, argv, 0, "owner", &owner) ||

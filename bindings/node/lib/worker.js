@@ -120,7 +120,9 @@ class Worker extends EventEmitter {
     try {
       do {
         this._again = false;
-        const runs = await this._w.next();
+        // on the main thread when the write lock is free; on the pool otherwise
+        let runs = this._w.poll();
+        if (runs === false) runs = await this._w.next();
         if (this._stopping) {
           // claimed while stopping: hand back at once
           if (runs) for (const r of runs) this._finish(r.jobId, HAND_BACK, {});
