@@ -25,3 +25,13 @@ test-crash: crash-peers
 
 test-crash-slow: crash-peers
 	$(PY_VENV)/bin/python interop-tests/crash/driver.py --kills $(CRASH_SLOW_KILLS) --dir $(CRASH_DIR) $(if $(SEED),--seed $(SEED))
+
+SOAK_DIR     := $(BUILD)/soak
+SOAK_SECONDS ?= 600
+# The 60-second soak of `make test` (bounds in interop-tests/soak/soak.py).
+test-soak: crash-peers
+	SOAK_SECONDS=60 $(PY_VENV)/bin/python interop-tests/soak/soak.py --dir $(SOAK_DIR)
+
+# The long soak, not in CI: SOAK_SECONDS=n to change its length.
+soak: crash-peers
+	SOAK_SECONDS=$(SOAK_SECONDS) $(PY_VENV)/bin/python interop-tests/soak/soak.py --dir $(SOAK_DIR)

@@ -123,6 +123,42 @@ def checkpointer():
         pause(20, 80)
 
 
+def pubsub():
+    """The soak's stream and notify load: publish + notify in one transaction, a
+    follower of the stream (a named consumer) and a listener, each on its thread; the
+    counts go to the log once a second."""
+    import threading
+    db = tocsin.open(DB)
+    counts = {"published": 0, "followed": 0, "notified": 0, "heard": 0}
+
+    def follow():
+        for _ in db.stream("soak").subscribe(consumer="soak-follower", autosave_every=50):
+            counts["followed"] += 1
+
+    def hear():
+        for _ in db.listen("soak"):
+            counts["heard"] += 1
+
+    for fn in (follow, hear):
+        threading.Thread(target=fn, daemon=True).start()
+    log("ready")
+    last = time.monotonic()
+    while True:
+        with db.transaction() as tx:
+            db.stream("soak").publish({"at": now_ms()}, tx=tx)
+            db.notify("soak", {"at": now_ms()}, tx=tx)
+        counts["published"] += 1
+        counts["notified"] += 1
+        if counts["published"] % 200 == 0:
+            db.stream("soak").trim(max_count=1000)  # bounded tables: growth would be ours
+            db.prune_notifications(max_keep=1000)
+        if time.monotonic() - last > 1:
+            log("count " + " ".join("%s %d" % kv for kv in counts.items()))
+            last = time.monotonic()
+        pause(10, 30)
+
+
 if __name__ == "__main__":
-    signal.signal(signal.SIGTERM, lambda *_: os._exit(0)) if MODE in ("producer", "zombie", "checkpointer") else None
-    {"worker": worker, "producer": producer, "zombie": zombie, "checkpointer": checkpointer}[MODE]()
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0)) if MODE in ("producer", "zombie", "checkpointer", "pubsub") else None
+    {"worker": worker, "producer": producer, "zombie": zombie, "checkpointer": checkpointer,
+     "pubsub": pubsub}[MODE]()
