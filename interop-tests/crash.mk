@@ -35,3 +35,11 @@ test-soak: crash-peers
 # The long soak, not in CI: SOAK_SECONDS=n to change its length.
 soak: crash-peers
 	SOAK_SECONDS=$(SOAK_SECONDS) $(PY_VENV)/bin/python interop-tests/soak/soak.py --dir $(SOAK_DIR)
+
+# ---- the polyglot `make demo` (demo/run.sh): its Go worker, the Node addon and the
+# Ruby extension, built before the demo's recipe runs.
+DEMO_STOCK := $(BUILD)/demo-stock
+demo: $(NODE_ADDON) ruby-ext $(DEMO_STOCK)
+$(DEMO_STOCK): demo/go/main.go demo/go/go.mod $(wildcard $(GO_DIR)/*.go) $(GO_DIR)/tocsin_core.c $(GO_DIR)/tocsin.h
+	@mkdir -p $(BUILD)
+	cd demo/go && $(GO) build -o $(abspath $@) .
