@@ -1,11 +1,16 @@
 #!/bin/sh
-# The polyglot demo on a local .db: writers and workers in different runtimes
-# share one SQLite file, no broker, no daemon. Run through `make demo`.
+# The polyglot demo on ONE local .db: a Python web request writes orders and calls
+# tasks that Go and Node workers run, a Ruby consumer follows the order stream, the
+# results flow back to Python, a C program and the sqlite3 shell see the same state.
+# No broker, no daemon. Run through `make demo` (it builds what this needs).
 set -eu
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
 PY=${PY:-$BUILD/venv/bin/python}
 DEMO_DB=${DEMO_DB:-$BUILD/demo.db}
+NODE=${NODE:-node}
+RUBY=${RUBY:-ruby}
+ORDERS=${DEMO_ORDERS:-5}
 export DEMO_DB
 rm -f "$DEMO_DB" "$DEMO_DB-wal" "$DEMO_DB-shm"
 echo "== tocsin demo on $DEMO_DB"
@@ -20,10 +25,27 @@ job2=$("$BUILD/demo_shop" "$DEMO_DB" "kettle")
 PYTHONPATH=demo "$PY" -m tocsin worker tasks:db --queue emails --concurrency 2 \
     --shutdown-timeout 5 --log-level warning &
 worker=$!
-trap 'kill "$worker" 2>/dev/null || true' EXIT
+# 2b. The Go worker (reserve_stock), the Node worker (charge_card) and the Ruby
+#     follower of the orders stream, each its own process on the same file.
+"$BUILD/demo-stock" "$DEMO_DB" &
+goworker=$!
+"$NODE" demo/node_worker.js "$DEMO_DB" &
+nodeworker=$!
+rm -f "$BUILD/demo-ruby-shipping.json" "$BUILD/demo-ruby-shipping.json.summary"
+$RUBY -Ibindings/ruby/lib -I"$BUILD/ruby/lib" demo/ruby_follower.rb "$DEMO_DB" "$ORDERS" \
+    "$BUILD/demo-ruby-shipping.json" &
+follower=$!
+trap 'kill "$worker" "$goworker" "$nodeworker" "$follower" 2>/dev/null || true' EXIT
 
 # 3. A Python "web request" enqueues in its own transaction and reads every result.
 PYTHONPATH=demo "$PY" demo/web.py "mug" "$job1" "$job2"
+
+# 3b. The story: Python web requests -> Go and Node tasks, Ruby follows the stream,
+#     the results come back to Python. The follower ends after $ORDERS orders.
+PYTHONPATH=demo "$PY" demo/story.py "$ORDERS" "$BUILD/demo-ruby-shipping.json" &
+story=$!
+wait "$follower" || { echo "demo: the Ruby follower failed" >&2; exit 1; }
+wait "$story" || { echo "demo: the Python story failed" >&2; exit 1; }
 
 # 4. Any SQLite client with the extension sees the same state: here the sqlite3 shell.
 sqlite3 -batch "$DEMO_DB" <<SQL
@@ -36,6 +58,12 @@ SELECT 'sqlite3: saved consumer offset ' || tocsin_stream_save_offset('audit', '
 SELECT 'sqlite3: notification ' || json_extract(value, '\$.id') || ' ' || json_extract(value, '\$.payload')
   FROM json_each(tocsin_notify_read('orders', 0, 100));
 SELECT 'sqlite3: orders committed: ' || count(*) FROM orders;
+SELECT 'sqlite3: the Ruby consumer "shipping" is at offset ' || tocsin_stream_offset('shipping', 'orders');
+SELECT 'sqlite3: results by runtime: ' || group_concat(rt || ' ' || n, ', ') FROM
+  (SELECT json_extract(value, '\$.runtime') AS rt, count(*) AS n FROM _tocsin_results
+    WHERE json_extract(value, '\$.runtime') IS NOT NULL GROUP BY rt);
+SELECT 'sqlite3: stock ' || json_extract(tocsin_stats('stock'), '\$.pending') || ' pending, payments '
+  || json_extract(tocsin_stats('payments'), '\$.pending') || ' pending';
 SQL
 
 # 5. The scheduler fires the periodic digest; then the worker stops gracefully.
@@ -53,8 +81,10 @@ else:
     raise SystemExit("python: the periodic digest never fired")
 db.close()
 PY
-kill -TERM "$worker"
-wait "$worker"
+kill -TERM "$worker" "$goworker" "$nodeworker"
+wait "$worker" "$goworker" "$nodeworker"
 trap - EXIT
 echo "queue stats: $(sqlite3 -batch "$DEMO_DB" ".load $BUILD/tocsin.so" "SELECT tocsin_stats('emails');")"
+echo "== who processed what (one .db, $ORDERS orders)"
+cat "$BUILD/demo-ruby-shipping.json.summary"
 echo "== demo done"

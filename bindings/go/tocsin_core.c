@@ -7631,6 +7631,10 @@ static int next_check(void *p, int *done, int64_t *sleep_ms) {
     size_t free_slots, busy, i;
     int64_t now, wake, deadline = -1;
     int rc;
+    /* Each wake-up is a fresh set of transactions: its lock waits get a whole busy
+     * timeout (tocsin_worker_next may block for hours; the budget is per step). */
+    tc_tls()->busy_until = 0;
+    tc_tls()->busy_waited = 0;
     w_lock(w);
     rc = upkeep(w);
     /* the batched runs give their slots back in the claim's own transaction */

@@ -1,0 +1,372 @@
+"""The crash suite: producers and workers of four runtimes (Python, Node, Go, Ruby) as
+separate processes on one .db, SIGKILLed at seeded random moments and restarted; then
+the invariants of docs/worker-protocol.md are checked on what is left.
+
+    python driver.py --kills 30 --dir build/crash [--seed N]      (SEED=n also replays)
+
+The seed fixes the kill schedule (when, whom, how soon the restart) and every peer's
+own pauses; the interleaving of the processes is the machine's. Checked at the end:
+  - every committed intent (a producer's row, committed with its job) took effect
+    exactly once, or its job is dead with a reason; nothing took effect without one;
+  - the effect row, the ack and (for Worker runs) the result of a job are one commit;
+  - no stale token acks: every lease any peer ever held is refused now, and the
+    zombie's late acks after its lease was reclaimed were refused, effect rolled back;
+  - each schedule boundary fired once, none skipped;
+  - PRAGMA integrity_check is ok; no job is left live or claimed; no orphan result;
+    the worker registry is empty after the graceful stop; the scheduler's lease is
+    released or lapsed.
+"""
+import argparse
+import glob
+import json
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.abspath(os.path.join(HERE, "..", ".."))
+PEERS = os.path.join(HERE, "peers")
+
+
+def peer_argv(kind, build):
+    """argv (before MODE DB LOGDIR SEED) of a peer of runtime `kind`."""
+    if kind == "python":
+        return [os.path.join(build, "venv", "bin", "python"), os.path.join(PEERS, "py_peer.py")]
+    if kind == "node":
+        return [os.environ.get("NODE", "node"), os.path.join(PEERS, "node_peer.js")]
+    if kind == "go":
+        return [os.path.join(build, "crash-go-peer")]
+    if kind == "ruby":
+        return [os.environ.get("RUBY", "ruby"), "-I" + os.path.join(ROOT, "bindings", "ruby", "lib"),
+                "-I" + os.path.join(build, "ruby", "lib"), os.path.join(PEERS, "rb_peer.rb")]
+    raise ValueError(kind)
+
+
+# role name -> (runtime, mode, kind of role, kill weight)
+ROLES = {
+    "py-worker": ("python", "worker", "worker", 3),
+    "py-worker-2": ("python", "worker", "worker", 2),  # the scheduler's standby
+    "node-consumer": ("node", os.environ.get("CRASH_NODE_MODE", "consumer"), "worker", 3),
+    "go-consumer": ("go", os.environ.get("CRASH_GO_MODE", "consumer"), "worker", 3),
+    "rb-consumer": ("ruby", "consumer", "worker", 2),
+    "py-producer": ("python", "producer", "producer", 2),
+    "node-producer": ("node", "producer", "producer", 2),
+    "go-producer": ("go", "producer", "producer", 2),
+    "rb-producer": ("ruby", "producer", "producer", 2),
+    "py-zombie": ("python", "zombie", "zombie", 1),
+    "py-checkpointer": ("python", "checkpointer", "checkpointer", 2),
+}
+LEADER_WEIGHT = 3  # "the scheduler's leader, whoever it is now"
+
+
+class Peer:
+    def __init__(self, role, args, rng):
+        self.role, self.args, self.rng = role, args, rng
+        self.runtime, self.mode, self.kind, _ = ROLES[role]
+        self.proc = None
+        self.spawns = 0
+
+    def log_path(self, pid):
+        return os.path.join(self.args.logs, "%s-%s-%d.log" % (self.runtime, self.mode, pid))
+
+    def start(self):
+        argv = peer_argv(self.runtime, self.args.build) + [self.mode, self.args.db, self.args.logs,
+                                                            str(self.rng.randrange(1, 2 ** 31))]
+        self.err = open(os.path.join(self.args.logs, "%s.stderr" % self.role), "ab")
+        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=self.err, stderr=self.err,
+                                     cwd=ROOT)
+        self.spawns += 1
+        self.killed = False
+
+    def alive(self):
+        return self.proc is not None and self.proc.poll() is None
+
+    def lines(self):
+        try:
+            with open(self.log_path(self.proc.pid)) as f:
+                return f.read().splitlines()
+        except FileNotFoundError:
+            return []
+
+    def ready(self):
+        return "ready" in self.lines()
+
+    def kill(self):
+        os.kill(self.proc.pid, signal.SIGKILL)
+        self.proc.wait()
+        self.err.close()
+        self.killed = True
+
+
+def fail(msg):
+    print("crash: FAIL: " + msg, flush=True)
+    sys.exit(1)
+
+
+def ro(db):
+    c = sqlite3.connect("file:%s?mode=ro" % db, uri=True, timeout=10)
+    return c
+
+
+def leader_pid(db):
+    c = ro(db)
+    try:
+        row = c.execute("SELECT w.pid FROM _tocsin_locks l JOIN _tocsin_workers w ON w.id = l.owner "
+                        "WHERE l.name = 'tocsin.scheduler' AND l.expires_at > ?",
+                        (int(time.time() * 1000),)).fetchone()
+        return row[0] if row else None
+    finally:
+        c.close()
+
+
+def check_peers_alive(peers):
+    for p in peers.values():
+        if p.proc is not None and not p.killed and p.proc.poll() is not None:
+            with open(os.path.join(p.args.logs, "%s.stderr" % p.role), "rb") as f:
+                tail = f.read()[-3000:].decode(errors="replace")
+            fail("%s (pid %d) exited by itself with %s:\n%s" % (p.role, p.proc.pid, p.proc.returncode, tail))
+
+
+def setup(args):
+    import tocsin
+    for f in glob.glob(args.db + "*"):
+        os.unlink(f)
+    db = tocsin.open(args.db)
+    db.executescript("""
+        CREATE TABLE intents(job_id INTEGER PRIMARY KEY, producer TEXT NOT NULL, pid INTEGER, at INTEGER);
+        CREATE TABLE effects(id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL, runtime TEXT NOT NULL,
+                             pid INTEGER, attempt INTEGER, at INTEGER);
+    """)
+    db.close()
+    c = sqlite3.connect(args.db, isolation_level=None)
+    tocsin.load(c)
+    # every boundary, one job each on a queue nobody works: the jobs are the record
+    c.execute("SELECT tocsin_schedule_set('crash.tick', '@every 1s', 'ticks', '{}', "
+              "'{\"catch_up\":\"all\",\"max_catch_up\":1000}')").fetchall()
+    c.close()
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kills", type=int, default=30)
+    ap.add_argument("--dir", required=True)
+    ap.add_argument("--seed", type=int, default=None)
+    args = ap.parse_args()
+    seed = args.seed if args.seed is not None else int(os.environ.get("SEED") or random.SystemRandom().randrange(1, 2 ** 31))
+    print("crash: seed %d (replay: make test-crash SEED=%d), %d kills" % (seed, seed, args.kills), flush=True)
+    rng = random.Random(seed)
+    args.build = os.path.abspath(os.path.join(args.dir, ".."))
+    args.dir = os.path.abspath(args.dir)
+    args.logs = os.path.join(args.dir, "logs")
+    args.db = os.path.join(args.dir, "crash.db")
+    os.makedirs(args.logs, exist_ok=True)
+    for f in glob.glob(os.path.join(args.logs, "*")):
+        os.unlink(f)
+    setup(args)
+
+    # the whole kill plan is drawn first: the seed alone decides it
+    names = list(ROLES)
+    weights = [ROLES[n][3] for n in names] + [LEADER_WEIGHT]
+    plan = [(rng.uniform(0.15, 0.7), rng.choices(names + ["leader"], weights)[0], rng.uniform(0.0, 0.3))
+            for _ in range(args.kills)]
+    peers = {n: Peer(n, args, random.Random(rng.randrange(2 ** 31))) for n in names}
+    started = time.monotonic()
+    for p in peers.values():
+        p.start()
+    deadline = time.monotonic() + 60
+    while not all(p.ready() for p in peers.values()):
+        check_peers_alive(peers)
+        if time.monotonic() > deadline:
+            fail("peers not ready after 60 s: %s" % [n for n, p in peers.items() if not p.ready()])
+        time.sleep(0.05)
+    print("crash: %d peers ready in %.1f s" % (len(peers), time.monotonic() - started), flush=True)
+
+    stats = {"kills": 0, "producer_in_tx": 0, "worker_mid_run": 0, "checkpoint": 0, "leader": 0, "by_role": {}}
+    for delay, target, restart in plan:
+        time.sleep(delay)
+        check_peers_alive(peers)
+        if target == "leader":
+            pid = leader_pid(args.db)
+            match = [p for p in peers.values() if p.proc.pid == pid]
+            if not match:  # nobody leads right now (a takeover pending): the Python worker then
+                match = [peers["py-worker"]]
+            else:
+                stats["leader"] += 1
+            p = match[0]
+        else:
+            p = peers[target]
+        before = p.lines()
+        p.kill()
+        stats["kills"] += 1
+        stats["by_role"][p.role] = stats["by_role"].get(p.role, 0) + 1
+        last = before[-1] if before else ""
+        if p.kind == "producer" and last == "begin":
+            stats["producer_in_tx"] += 1
+        if p.kind == "checkpointer" and last == "checkpoint":
+            stats["checkpoint"] += 1
+        if p.kind == "worker" and any(line.startswith("run ") for line in before[-3:]):
+            stats["worker_mid_run"] += 1  # a run started just before: likely claimed, not acked
+        time.sleep(restart)
+        p.start()
+    kill_phase = time.monotonic() - started
+
+    # end: producers, zombie and checkpointer stop for good (SIGKILL: what they
+    # committed is exactly what their intents say); workers drain the queue
+    for p in peers.values():
+        if p.kind in ("producer", "zombie", "checkpointer"):
+            p.kill()
+    deadline = time.monotonic() + 120
+    while True:
+        check_peers_alive(peers)
+        c = ro(args.db)
+        live = c.execute("SELECT count(*) FROM _tocsin_jobs WHERE queue = 'crash'").fetchone()[0]
+        c.close()
+        if live == 0:
+            break
+        if time.monotonic() > deadline:
+            fail("%d crash jobs still live 120 s after the last kill" % live)
+        time.sleep(0.2)
+    time.sleep(2.5)  # a dead worker's registry row goes within ~1 s (worker-protocol.md)
+    for p in peers.values():
+        if p.kind == "worker":
+            p.proc.send_signal(signal.SIGTERM)
+    for p in peers.values():
+        if p.kind == "worker":
+            p.killed = True  # its exit is expected now
+            try:
+                rc = p.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                fail("%s did not stop within 30 s of SIGTERM" % p.role)
+            if rc != 0:
+                fail("%s exited with %d after SIGTERM" % (p.role, rc))
+    check(args, peers, stats, seed, kill_phase, time.monotonic() - started)
+
+
+def check(args, peers, stats, seed, kill_phase, total):
+    import tocsin
+    problems = []
+    c = sqlite3.connect(args.db, isolation_level=None, timeout=10)
+    tocsin.load(c)
+    q = lambda sql, *p: c.execute(sql, p).fetchall()  # noqa: E731
+    integrity = q("PRAGMA integrity_check")
+    if integrity != [("ok",)]:
+        problems.append("integrity_check: %s" % integrity[:5])
+    intents = q("SELECT count(*) FROM intents")[0][0]
+    per_producer = dict(q("SELECT producer, count(*) FROM intents GROUP BY producer"))
+    per_worker = dict(q("SELECT runtime, count(*) FROM effects GROUP BY runtime"))
+    twice = q("SELECT job_id, count(*) FROM effects GROUP BY job_id HAVING count(*) > 1")
+    if twice:
+        problems.append("%d jobs took effect more than once (fencing failed), e.g. %s" % (len(twice), twice[:5]))
+    missing = q("SELECT i.job_id FROM intents i WHERE NOT EXISTS (SELECT 1 FROM effects e WHERE e.job_id = i.job_id) "
+                "AND NOT EXISTS (SELECT 1 FROM _tocsin_dead d WHERE d.id = i.job_id)")
+    if missing:
+        problems.append("%d committed intents neither took effect nor died, e.g. %s" % (len(missing), missing[:5]))
+    dead = q("SELECT d.id, d.reason, d.last_error FROM _tocsin_dead d WHERE d.queue = 'crash'")
+    dead_with_effect = [d for d in dead if q("SELECT 1 FROM effects WHERE job_id = ?", d[0])]
+    if dead_with_effect:
+        problems.append("dead jobs that took effect: %s" % dead_with_effect[:5])
+    if any(not d[1] for d in dead):
+        problems.append("dead jobs without a reason")
+    orphans = q("SELECT count(*) FROM effects WHERE job_id NOT IN (SELECT job_id FROM intents)")[0][0]
+    if orphans:
+        problems.append("%d effects of jobs no producer committed" % orphans)
+    no_intent = q("SELECT count(*) FROM (SELECT id FROM _tocsin_jobs WHERE queue = 'crash' UNION ALL "
+                  "SELECT id FROM _tocsin_dead WHERE queue = 'crash') WHERE id NOT IN (SELECT job_id FROM intents)")[0][0]
+    if no_intent:
+        problems.append("%d crash jobs without an intent (a killed producer committed a job)" % no_intent)
+    # results: a Worker run commits effect, result and ack together
+    bad_results = 0
+    with_results = "('python'%s%s)" % (", 'node'" if ROLES["node-consumer"][1] == "worker" else "",
+                                          ", 'go'" if ROLES["go-consumer"][1] == "worker-tasktx" else "")
+    for job_id, runtime in q("SELECT job_id, runtime FROM effects WHERE runtime IN %s" % with_results):
+        r = q("SELECT status, value FROM _tocsin_results WHERE job_id = ?", job_id)
+        if not r or r[0][0] != "ok" or json.loads(r[0][1]).get("by") != runtime:
+            bad_results += 1
+    if bad_results:
+        problems.append("%d Worker effects without their result from the same runtime" % bad_results)
+    orphan_results = q("SELECT count(*) FROM _tocsin_results WHERE job_id NOT IN (SELECT job_id FROM intents)")[0][0]
+    if orphan_results:
+        problems.append("%d orphan results" % orphan_results)
+    live = q("SELECT count(*) FROM _tocsin_jobs WHERE queue = 'crash'")[0][0]
+    processing = q("SELECT count(*) FROM _tocsin_jobs WHERE state = 'processing'")[0][0]
+    if live or processing:
+        problems.append("%d crash jobs still live, %d jobs processing after the workers stopped" % (live, processing))
+    workers = q("SELECT id, pid FROM _tocsin_workers")
+    if workers:
+        problems.append("worker registry rows left after every worker stopped: %s" % workers)
+    now = int(time.time() * 1000)
+    lease = q("SELECT owner, expires_at FROM _tocsin_locks WHERE name = 'tocsin.scheduler'")
+    if lease and lease[0][0] is not None and (lease[0][1] or 0) > now:
+        problems.append("the scheduler's lease is still held by %s" % lease[0][0])
+    # fencing: every lease any peer held (job id, attempt -> token) is refused now
+    tokens = set()
+    zombie_refused = zombie_accepted = 0
+    for path in glob.glob(os.path.join(args.logs, "*.log")):
+        with open(path) as f:
+            for line in f:
+                w = line.split()
+                if w and w[0] == "run" and len(w) == 3:
+                    tokens.add((int(w[1]), (int(w[1]) << 20) + int(w[2])))
+                elif w and w[0] == "late-ack-refused":
+                    zombie_refused += 1
+                elif w and w[0] == "late-ack-accepted":
+                    zombie_accepted += 1
+    c.execute("BEGIN IMMEDIATE")
+    stale_ok = [t for t in tokens if c.execute("SELECT tocsin_ack(?, ?)", t).fetchone()[0]]
+    c.execute("ROLLBACK")
+    if stale_ok:
+        problems.append("%d stale tokens were accepted by ack, e.g. %s" % (len(stale_ok), stale_ok[:5]))
+    zombie_effects = per_worker.get("python-zombie", 0)
+    if zombie_effects != zombie_accepted:
+        problems.append("zombie effects %d != its accepted late acks %d (a refused ack kept its effect)"
+                        % (zombie_effects, zombie_accepted))
+    # schedules: one job per boundary, consecutive, as many as fired_count
+    fires = [r[0] for r in q("SELECT json_extract(meta, '$.tocsin_fire_at') FROM _tocsin_jobs "
+                              "WHERE queue = 'ticks' ORDER BY 1")]
+    sched = json.loads(q("SELECT tocsin_schedule_get('crash.tick')")[0][0])
+    dup = len(fires) - len(set(fires))
+    gaps = [(a, b) for a, b in zip(fires, fires[1:]) if b - a != 1000]
+    if dup or gaps:
+        problems.append("schedule boundaries: %d fired twice, gaps %s" % (dup, gaps[:5]))
+    if sched["fired_count"] != len(fires) or sched["skipped_count"]:
+        problems.append("schedule: fired_count %d, skipped %d, jobs %d"
+                        % (sched["fired_count"], sched["skipped_count"], len(fires)))
+    if len(fires) < 3:
+        problems.append("the scheduler fired only %d boundaries" % len(fires))
+    for rt in ("python", "node", "go", "ruby"):
+        if not per_producer.get(rt):
+            problems.append("no intent committed by the %s producer" % rt)
+        if not per_worker.get(rt):
+            problems.append("no effect by the %s worker" % rt)
+    effects = sum(v for k, v in per_worker.items())
+    print("crash: %d kills in %.1f s (%s); restarts %d" % (
+        stats["kills"], kill_phase, ", ".join("%s %d" % kv for kv in sorted(stats["by_role"].items())),
+        sum(p.spawns - 1 for p in peers.values())))
+    print("crash: kills of a producer inside its transaction %d, of a worker between claim and ack %d, "
+          "during a checkpoint %d, of the scheduler's leader %d" % (
+              stats["producer_in_tx"], stats["worker_mid_run"], stats["checkpoint"], stats["leader"]))
+    print("crash: %d intents committed (%s); %d effects (%s); %d dead (%s)" % (
+        intents, ", ".join("%s %d" % kv for kv in sorted(per_producer.items())), effects,
+        ", ".join("%s %d" % kv for kv in sorted(per_worker.items())), len(dead),
+        ", ".join(sorted({d[1] for d in dead})) or "-"))
+    print("crash: fencing: %d leases ever held, every token refused now: %s; zombie late acks refused %d, "
+          "accepted (lease lapsed, not reclaimed) %d" % (len(tokens), "yes" if not stale_ok else "NO",
+                                                       zombie_refused, zombie_accepted))
+    print("crash: schedule: %d boundaries, each once, none skipped: %s" % (len(fires), "yes" if not (dup or gaps) else "NO"))
+    print("crash: integrity %s; live crash jobs %d; processing %d; registry rows %d; total %.1f s" % (
+        integrity[0][0], live, processing, len(workers), total))
+    c.close()
+    if problems:
+        for p in problems:
+            print("crash: VIOLATION: " + p)
+        fail("%d invariant(s) broken (seed %d)" % (len(problems), seed))
+    print("crash: ok, every invariant held (seed %d)" % seed)
+
+
+if __name__ == "__main__":
+    main()
