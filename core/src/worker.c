@@ -278,6 +278,14 @@ static int worker_check_opts(tocsin_db *db, const tocsin_worker_opts *o) {
     return TOCSIN_OK;
 }
 
+/* Frees a half-opened worker without losing the error that stopped the open
+ * (tocsin_worker_close is a tocsin call: it would clear the thread's error). */
+static void close_keeping_error(tocsin_worker *w) {
+    tc_thread_state kept = *tc_tls();
+    tocsin_worker_close(w);
+    *tc_tls() = kept;
+}
+
 int tocsin_worker_open(tocsin_worker **out, tocsin_db *db, const tocsin_worker_opts *o) {
     tocsin_worker *w;
     tc_op op;
@@ -320,13 +328,13 @@ int tocsin_worker_open(tocsin_worker **out, tocsin_db *db, const tocsin_worker_o
         w->nq++;
     }
     if ((rc = tocsin_sub_open(&w->sub, db)) != TOCSIN_OK) {
-        tocsin_worker_close(w);
+        close_keeping_error(w);
         return rc;
     }
     if ((rc = tc_op_begin(db, &op, 1)) == TOCSIN_OK)
         rc = tc_op_end(db, &op, registry_write(w, tocsin_now(db)));
     if (rc != TOCSIN_OK) {
-        tocsin_worker_close(w);
+        close_keeping_error(w);
         return rc;
     }
     *out = w;
