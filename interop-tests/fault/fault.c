@@ -960,13 +960,14 @@ static void disk_full(void) {
 /* ===================================================================== */
 /* what cannot be opened                                                 */
 
-static long file_sum(const char *path, long *size) {
+static unsigned long file_sum(const char *path, long *size) {
     FILE *f = fopen(path, "rb");
-    long sum = 0, n = 0;
+    unsigned long sum = 0;
+    long n = 0;
     int c;
-    if (!f) return -1;
+    if (!f) return 0;
     while ((c = fgetc(f)) != EOF) {
-        sum = sum * 31 + c;
+        sum = sum * 31u + (unsigned)c;
         n++;
     }
     fclose(f);
@@ -980,7 +981,8 @@ static int exists(const char *p) {
 static void expect_open_fails(const char *what, const char *path, int want, int ro) {
     tocsin_open_opts oo = TOCSIN_OPEN_OPTS_INIT;
     tocsin_db *db = NULL;
-    long s0 = 0, s1 = 0, sz0 = 0, sz1 = 0;
+    unsigned long s0 = 0, s1 = 0;
+    long sz0 = 0, sz1 = 0;
     char side[800];
     int rc, had = exists(path);
     if (had) s0 = file_sum(path, &sz0);
