@@ -41,3 +41,37 @@ test-fault: $(BUILD)/fault_san
 
 fault-plain: $(BUILD)/fault
 	$(BUILD)/fault
+
+# ---- fuzzing (interop-tests/fuzz): libFuzzer targets for the options JSON, payload
+# validation, the task envelope and the SQL functions. test-fuzz-corpora replays the
+# committed corpora through the same entry points without libFuzzer (cc, ASan/UBSan);
+# `make fuzz` runs each fuzzer FUZZ_SECONDS (not in CI; new inputs land in
+# $(BUILD)/fuzz-corpus/<target>, minimize them into the committed corpus by hand).
+.PHONY: test-fuzz-corpora fuzz
+FUZZ_DIR     := interop-tests/fuzz
+FUZZ_TARGETS := options payload envelope sql
+FUZZ_COMMON  := $(FUZZ_DIR)/common.c $(FUZZ_DIR)/fuzz.h
+FUZZ_SECONDS ?= 60
+
+test: test-fuzz-corpora
+
+$(BUILD)/fuzz_replay: $(FUZZ_DIR)/replay.c $(foreach t,$(FUZZ_TARGETS),$(FUZZ_DIR)/fuzz_$(t).c) $(FUZZ_COMMON) $(CORE_SRC) $(CORE_HDR) | $(BUILD)
+	$(CC) $(WARN) $(SAN) -Icore/include -Icore/src $(FUZZ_DIR)/replay.c $(FUZZ_DIR)/common.c \
+		$(foreach t,$(FUZZ_TARGETS),$(FUZZ_DIR)/fuzz_$(t).c) core/src/tocsin_all.c -o $@ $(LIBS)
+
+test-fuzz-corpora: $(BUILD)/fuzz_replay
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/fuzz_replay $(FUZZ_DIR)/corpus
+
+$(BUILD)/fuzz_%: $(FUZZ_DIR)/fuzz_%.c $(FUZZ_COMMON) $(CORE_SRC) $(CORE_HDR) | $(BUILD)
+	clang -std=c11 -O1 -g -fsanitize=fuzzer,address,undefined -DFUZZ_LIBFUZZER -Icore/include -Icore/src \
+		$< $(FUZZ_DIR)/common.c core/src/tocsin_all.c -o $@ $(LIBS)
+
+fuzz: | $(BUILD)
+	@sh tools/deps.sh fuzz
+	$(MAKE) --no-print-directory $(foreach t,$(FUZZ_TARGETS),$(BUILD)/fuzz_$(t))
+	@for t in $(FUZZ_TARGETS); do \
+	  mkdir -p $(BUILD)/fuzz-corpus/$$t; \
+	  echo "fuzz: $$t for $(FUZZ_SECONDS) s"; \
+	  $(BUILD)/fuzz_$$t -max_total_time=$(FUZZ_SECONDS) -timeout=10 -max_len=4096 \
+	    -artifact_prefix=$(BUILD)/fuzz-corpus/$$t- $(BUILD)/fuzz-corpus/$$t $(FUZZ_DIR)/corpus/$$t || exit 1; \
+	done
