@@ -63,7 +63,7 @@ test-fuzz-corpora: $(BUILD)/fuzz_replay
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/fuzz_replay $(FUZZ_DIR)/corpus
 
 $(BUILD)/fuzz_%: $(FUZZ_DIR)/fuzz_%.c $(FUZZ_COMMON) $(CORE_SRC) $(CORE_HDR) | $(BUILD)
-	clang -std=c11 -O1 -g -fsanitize=fuzzer,address,undefined -DFUZZ_LIBFUZZER -Icore/include -Icore/src \
+	clang -std=c11 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -DFUZZ_LIBFUZZER -Icore/include -Icore/src \
 		$< $(FUZZ_DIR)/common.c core/src/tocsin_all.c -o $@ $(LIBS)
 
 fuzz: | $(BUILD)
