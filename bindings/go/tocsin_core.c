@@ -6894,6 +6894,14 @@ static int worker_check_opts(tocsin_db *db, const tocsin_worker_opts *o) {
     return TOCSIN_OK;
 }
 
+/* Frees a half-opened worker without losing the error that stopped the open
+ * (tocsin_worker_close is a tocsin call: it would clear the thread's error). */
+static void close_keeping_error(tocsin_worker *w) {
+    tc_thread_state kept = *tc_tls();
+    tocsin_worker_close(w);
+    *tc_tls() = kept;
+}
+
 int tocsin_worker_open(tocsin_worker **out, tocsin_db *db, const tocsin_worker_opts *o) {
     tocsin_worker *w;
     tc_op op;
@@ -6936,13 +6944,13 @@ int tocsin_worker_open(tocsin_worker **out, tocsin_db *db, const tocsin_worker_o
         w->nq++;
     }
     if ((rc = tocsin_sub_open(&w->sub, db)) != TOCSIN_OK) {
-        tocsin_worker_close(w);
+        close_keeping_error(w);
         return rc;
     }
     if ((rc = tc_op_begin(db, &op, 1)) == TOCSIN_OK)
         rc = tc_op_end(db, &op, registry_write(w, tocsin_now(db)));
     if (rc != TOCSIN_OK) {
-        tocsin_worker_close(w);
+        close_keeping_error(w);
         return rc;
     }
     *out = w;
@@ -8147,10 +8155,11 @@ static int opt_read(fn_ctx *f, const opt_spec *s, const char *p, const char *e, 
  */
 static int parse_opts(fn_ctx *f, const char *what, const char *json, size_t n,
                       const opt_spec *specs, void *out) {
-    const char *p, *end = json + n;
+    const char *p, *end;
     unsigned seen = 0;
     char top = 0;
     if (!json) return 1;
+    end = json + n; /* not before: NULL + 0 is undefined */
     if (!tc_json_valid(json, n, &top))
         return fail_msg(f, SQLITE_ERROR, "%s must be a JSON object (not valid JSON)", what);
     if (top != '{') return fail_msg(f, SQLITE_MISMATCH, "%s must be a JSON object", what);
