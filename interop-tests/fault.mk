@@ -13,8 +13,12 @@ test: test-golden-files
 $(BUILD)/golden_gen: $(GOLDEN_DIR)/gen.c $(BUILD)/libtocsin.a
 	$(CC) $(IT_CFLAGS) $< $(BUILD)/libtocsin.a -o $@ $(LIBS)
 
-$(BUILD)/golden_check: $(GOLDEN_DIR)/check.c core/test/test.h $(CORE_SRC) $(CORE_HDR) | $(BUILD)
-	$(CC) $(WARN) $(SAN) -Icore/include -Icore/src -Icore/test $< core/src/tocsin_all.c -o $@ $(LIBS)
+# The core under ASan/UBSan, compiled once for the three suites below.
+$(BUILD)/it_core_san.o: $(CORE_SRC) $(CORE_HDR) core/src/tocsin_all.c | $(BUILD)
+	$(CC) $(WARN) $(SAN) -Icore/include -Icore/src -c core/src/tocsin_all.c -o $@
+
+$(BUILD)/golden_check: $(GOLDEN_DIR)/check.c core/test/test.h $(BUILD)/it_core_san.o
+	$(CC) $(WARN) $(SAN) -Icore/include -Icore/test $< $(BUILD)/it_core_san.o -o $@ $(LIBS)
 
 test-golden-files: $(BUILD)/golden_check
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/golden_check $(GOLDEN_DIR)
@@ -30,14 +34,18 @@ golden-regen: $(BUILD)/golden_gen
 
 test: test-fault
 
-$(BUILD)/fault_san: interop-tests/fault/fault.c core/test/test.h $(CORE_SRC) $(CORE_HDR) | $(BUILD)
-	$(CC) $(WARN) $(SAN) -Icore/include -Icore/src -Icore/test $< core/src/tocsin_all.c -o $@ $(LIBS)
+$(BUILD)/fault_san: interop-tests/fault/fault.c core/test/test.h $(BUILD)/it_core_san.o
+	$(CC) $(WARN) $(SAN) -Icore/include -Icore/test $< $(BUILD)/it_core_san.o -o $@ $(LIBS)
 
 $(BUILD)/fault: interop-tests/fault/fault.c core/test/test.h $(BUILD)/libtocsin.a
 	$(CC) $(IT_CFLAGS) $< $(BUILD)/libtocsin.a -o $@ $(LIBS)
 
+# The second run takes the fallbacks (no mount): RLIMIT_FSIZE for the full disk, a
+# child without root for the read-only directory.
 test-fault: $(BUILD)/fault_san
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/fault_san
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 TOCSIN_FAULT_NO_MOUNT=1 $(BUILD)/fault_san disk
+	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 TOCSIN_FAULT_NO_MOUNT=1 $(BUILD)/fault_san rodir
 
 fault-plain: $(BUILD)/fault
 	$(BUILD)/fault
@@ -55,9 +63,9 @@ FUZZ_SECONDS ?= 60
 
 test: test-fuzz-corpora
 
-$(BUILD)/fuzz_replay: $(FUZZ_DIR)/replay.c $(foreach t,$(FUZZ_TARGETS),$(FUZZ_DIR)/fuzz_$(t).c) $(FUZZ_COMMON) $(CORE_SRC) $(CORE_HDR) | $(BUILD)
-	$(CC) $(WARN) $(SAN) -Icore/include -Icore/src $(FUZZ_DIR)/replay.c $(FUZZ_DIR)/common.c \
-		$(foreach t,$(FUZZ_TARGETS),$(FUZZ_DIR)/fuzz_$(t).c) core/src/tocsin_all.c -o $@ $(LIBS)
+$(BUILD)/fuzz_replay: $(FUZZ_DIR)/replay.c $(foreach t,$(FUZZ_TARGETS),$(FUZZ_DIR)/fuzz_$(t).c) $(FUZZ_COMMON) $(BUILD)/it_core_san.o
+	$(CC) $(WARN) $(SAN) -Icore/include $(FUZZ_DIR)/replay.c $(FUZZ_DIR)/common.c \
+		$(foreach t,$(FUZZ_TARGETS),$(FUZZ_DIR)/fuzz_$(t).c) $(BUILD)/it_core_san.o -o $@ $(LIBS)
 
 test-fuzz-corpora: $(BUILD)/fuzz_replay
 	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/fuzz_replay $(FUZZ_DIR)/corpus

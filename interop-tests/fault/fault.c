@@ -822,8 +822,11 @@ static void sweep_open(const struct kind *k) {
 /* ===================================================================== */
 /* a real full disk, in a child process                                  */
 
-/* A private mount namespace: mounts made in it vanish with the process. */
+/* A private mount namespace: mounts made in it vanish with the process.
+ * TOCSIN_FAULT_NO_MOUNT=1 refuses it, to run the fallbacks. */
 static int private_mounts(void) {
+    const char *no = getenv("TOCSIN_FAULT_NO_MOUNT");
+    if (no && *no && strcmp(no, "0") != 0) return 0;
     if (unshare(CLONE_NEWNS) != 0) return 0;
     return mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) == 0;
 }
@@ -867,6 +870,7 @@ static void in_child(const char *name, void (*fn)(void)) {
     t_failed += c.failed;
 }
 
+static struct rlimit saved_fsize;
 static void disk_full(void) {
     char mnt[600], path[700], filler[700], payload[4097];
     const char *mode;
@@ -880,8 +884,11 @@ static void disk_full(void) {
         tmpfs = 1;
         mode = "a 256 KiB tmpfs in a private mount namespace";
     } else {
-        struct rlimit rl = {256 * 1024, 256 * 1024};
+        struct rlimit rl;
         signal(SIGXFSZ, SIG_IGN);
+        getrlimit(RLIMIT_FSIZE, &rl);
+        saved_fsize = rl;
+        rl.rlim_cur = 256 * 1024; /* the soft limit only: it can be raised again */
         if (setrlimit(RLIMIT_FSIZE, &rl) != 0) {
             FAILF("neither a tmpfs mount nor RLIMIT_FSIZE: %s", strerror(errno));
             return;
@@ -915,8 +922,7 @@ static void disk_full(void) {
     if (tmpfs) {
         CHECK(mount(NULL, mnt, NULL, MS_REMOUNT, "size=16m") == 0);
     } else {
-        struct rlimit rl = {RLIM_INFINITY, RLIM_INFINITY};
-        CHECK(setrlimit(RLIMIT_FSIZE, &rl) == 0);
+        CHECK(setrlimit(RLIMIT_FSIZE, &saved_fsize) == 0);
     }
     CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", payload, NULL));
     CHECK_EQ_I(qi(db, "SELECT count(*) FROM _tocsin_jobs"), ok_n + 1);
@@ -1071,6 +1077,7 @@ static void ro_dir(void) {
         CHECK(mount(NULL, mnt, NULL, MS_REMOUNT | MS_RDONLY, NULL) == 0);
         printf("  read-only directory: a tmpfs remounted read-only\n");
     } else {
+        chmod(dir, 0711); /* the parents stay traversable for the unprivileged child */
         chmod(path, 0444);
         chmod(mnt, 0555);
         if (setgid(65534) != 0 || setuid(65534) != 0) {
