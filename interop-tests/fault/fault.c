@@ -6,7 +6,8 @@
  *    transaction-handle pool included) goes through it. It forwards to the
  *    real default VFS and, once armed, makes the Nth xWrite / xSync /
  *    xTruncate after arming -- and every later one, until disarmed: a disk
- *    that stays full -- fail with SQLITE_FULL or SQLITE_IOERR_*.
+ *    that stays full -- fail with SQLITE_FULL or SQLITE_IOERR_*; one kind
+ *    fails the Nth write only (a transient fault).
  *    For each representative operation and each fault kind, N sweeps over
  *    every write the operation makes (until the operation runs with no fault
  *    left to inject). At each N: the API returns the fault's code
@@ -63,9 +64,11 @@ static struct {
     int err;       /* ... with this SQLite code */
     long fired;    /* calls failed since arming */
     long seen;     /* counted calls since arming */
+    int once;      /* fail the Nth call only (a transient fault), not every later one */
 } fault;
 
-static void fault_arm(int kinds, long n, int err) {
+static void fault_arm(int kinds, long n, int err, int once) {
+    fault.once = once;
     fault.kinds = kinds;
     fault.countdown = n;
     fault.err = err;
@@ -80,7 +83,7 @@ static long fault_disarm(void) {
 static int fault_hit(int kind) {
     if (!fault.armed || !(fault.kinds & kind)) return 0;
     fault.seen++;
-    if (fault.fired || fault.seen >= fault.countdown) {
+    if (fault.once ? fault.seen == fault.countdown : fault.fired || fault.seen >= fault.countdown) {
         fault.fired++;
         return 1;
     }
@@ -614,6 +617,80 @@ static int st_worker(tocsin_db *db) {
     return done == 2 ? 1 : 0;
 }
 
+static int run_cancel(tocsin_db *db) {
+    int ok = 0, rc = tocsin_job_cancel(db, &ok, cx.id);
+    return rc == TOCSIN_OK && ok != 1 ? -1 : rc;
+}
+static int st_cancel(tocsin_db *db) {
+    long long live = qi(db, "SELECT count(*) FROM _tocsin_jobs"),
+              dead = qi(db, "SELECT count(*) FROM _tocsin_dead WHERE reason = 'cancelled'");
+    return STATE(live == 1 && dead == 0, live == 0 && dead == 1);
+}
+static void setup_requeue(tocsin_db *db) {
+    int ok;
+    claim1(db);
+    tocsin_job_fail(db, &ok, cx.id, cx.token, "x");
+}
+static int run_requeue(tocsin_db *db) {
+    int ok = 0, rc = tocsin_dead_requeue(db, &ok, cx.id);
+    return rc == TOCSIN_OK && ok != 1 ? -1 : rc;
+}
+static int st_requeue(tocsin_db *db) {
+    long long live = qi(db, "SELECT count(*) FROM _tocsin_jobs WHERE state = 'pending' AND attempts = 0"),
+              dead = qi(db, "SELECT count(*) FROM _tocsin_dead");
+    return STATE(live == 0 && dead == 1 && qi(db, "SELECT count(*) FROM _tocsin_jobs") == 0, live == 1 && dead == 0);
+}
+static void setup_trim(tocsin_db *db) {
+    int64_t off;
+    int i;
+    for (i = 0; i < 6; i++) tocsin_stream_publish(db, &off, "t", "1", NULL, NULL);
+}
+static int run_trim(tocsin_db *db) {
+    tocsin_trim_opts o = TOCSIN_TRIM_OPTS_INIT;
+    int64_t n = -1;
+    int rc;
+    o.max_count = 2;
+    rc = tocsin_stream_trim(db, &n, "t", &o);
+    return rc == TOCSIN_OK && n != 4 ? -1 : rc;
+}
+static int st_trim(tocsin_db *db) {
+    long long n = qi(db, "SELECT count(*) FROM _tocsin_events");
+    return STATE(n == 6, n == 2);
+}
+static void setup_ack_batch(tocsin_db *db) {
+    tocsin_job *jobs = NULL;
+    size_t n = 0;
+    enq(db, "q", 3);
+    tocsin_queue_claim(db, &jobs, &n, "q", "w1", 3, 60000);
+    if (n == 3) {
+        cx.id = jobs[0].id;
+        cx.token = jobs[0].token;
+        cx.id2 = jobs[1].id;
+        cx.token2 = jobs[1].token;
+    }
+    tocsin_jobs_free(jobs, n);
+}
+static int run_ack_batch(tocsin_db *db) {
+    int64_t ids[2] = {cx.id, cx.id2}, toks[2] = {cx.token, cx.token2};
+    size_t acked = 0;
+    int rc = tocsin_job_ack_batch(db, &acked, ids, toks, 2);
+    return rc == TOCSIN_OK && acked != 2 ? -1 : rc;
+}
+static int st_ack_batch(tocsin_db *db) {
+    long long n = qi(db, "SELECT count(*) FROM _tocsin_jobs");
+    return STATE(n == 3, n == 1);
+}
+static void setup_release(tocsin_db *db) { tocsin_lock_acquire(db, &cx.token, NULL, "L", "owner-a", 10000); }
+static int run_release(tocsin_db *db) {
+    int ok = 0, rc = tocsin_lock_release(db, &ok, "L", "owner-a", cx.token);
+    return rc == TOCSIN_OK && ok != 1 ? -1 : rc;
+}
+static int st_release(tocsin_db *db) {
+    long long held = qi(db, "SELECT count(*) FROM _tocsin_locks WHERE owner = 'owner-a'"),
+              free_ = qi(db, "SELECT count(*) FROM _tocsin_locks WHERE owner IS NULL AND token = 1");
+    return STATE(held == 1 && free_ == 0, held == 0 && free_ == 1);
+}
+
 typedef struct op {
     const char *name;
     void (*setup)(tocsin_db *db);
@@ -631,10 +708,15 @@ static const op OPS[] = {
     {"retry", claim1, run_retry, st_retry, 0},
     {"fail", claim1, run_fail, st_fail, 0},
     {"complete", claim1, run_complete, st_complete, 0},
+    {"ack_batch", setup_ack_batch, run_ack_batch, st_ack_batch, 0},
+    {"cancel", claim1, run_cancel, st_cancel, 0},
+    {"dead_requeue", setup_requeue, run_requeue, st_requeue, 0},
     {"publish", NULL, run_publish, st_publish, 0},
     {"save_offset", setup_offset, run_offset, st_offset, 0},
+    {"stream_trim", setup_trim, run_trim, st_trim, 0},
     {"notify", NULL, run_notify, st_notify, 0},
     {"lock_acquire", NULL, run_lock, st_lock, 0},
+    {"lock_release", setup_release, run_release, st_release, 0},
     {"ratelimit_try", NULL, run_ratelimit, st_ratelimit, 0},
     {"schedule_set", NULL, run_schedule_set, st_schedule_set, 0},
     {"scheduler_tick", setup_tick, run_tick, st_tick, 0},
@@ -652,11 +734,13 @@ static const struct kind {
     int kinds;
     int err;
     int want; /* tocsin code */
+    int once; /* a transient fault: only the Nth call fails */
 } KINDS[] = {
-    {"write-full", F_WRITE, SQLITE_FULL, TOCSIN_FULL},
-    {"write-ioerr", F_WRITE, SQLITE_IOERR_WRITE, TOCSIN_IOERR},
-    {"sync-ioerr", F_SYNC, SQLITE_IOERR_FSYNC, TOCSIN_IOERR},
-    {"truncate-ioerr", F_TRUNC, SQLITE_IOERR_TRUNCATE, TOCSIN_IOERR},
+    {"write-full", F_WRITE, SQLITE_FULL, TOCSIN_FULL, 0},
+    {"write-ioerr", F_WRITE, SQLITE_IOERR_WRITE, TOCSIN_IOERR, 0},
+    {"write-ioerr-once", F_WRITE, SQLITE_IOERR_WRITE, TOCSIN_IOERR, 1},
+    {"sync-ioerr", F_SYNC, SQLITE_IOERR_FSYNC, TOCSIN_IOERR, 0},
+    {"truncate-ioerr", F_TRUNC, SQLITE_IOERR_TRUNCATE, TOCSIN_IOERR, 0},
 };
 
 #define FAILF(...)                                         \
@@ -709,7 +793,7 @@ static void sweep_op(const op *o, const struct kind *k) {
         saved.set = 0;
         if (!(db = open_db(path))) return;
         if (o->setup) o->setup(db);
-        fault_arm(k->kinds, n, k->err);
+        fault_arm(k->kinds, n, k->err, k->once);
         rc = o->run(db);
         fired = fault_disarm();
         if (!fired) { /* no write of the operation left to fail: the sweep is over */
@@ -790,7 +874,7 @@ static void sweep_open(const struct kind *k) {
         int rc;
         oo.clock = t_clock_fn;
         oo.clock_ctx = &clk;
-        fault_arm(k->kinds, n, k->err);
+        fault_arm(k->kinds, n, k->err, k->once);
         rc = tocsin_open(&db, path, &oo);
         fired = fault_disarm();
         if (rc != TOCSIN_OK) check_error(what, n, rc, k);
