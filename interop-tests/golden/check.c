@@ -186,13 +186,6 @@ static void check_facts(tocsin_db *db) {
     s = db_text(db, "PRAGMA integrity_check");
     CHECK_STR(s, "ok");
     free(s);
-    s = db_text(db, "PRAGMA journal_mode");
-    {
-        char *want = mstr(".journal_mode");
-        CHECK(same_str(s, want));
-        free(want);
-    }
-    free(s);
 
     /* queue statistics */
     n = mlen(".queues");
@@ -568,7 +561,15 @@ static void extend(tocsin_db *db) {
     /* housekeeping on old rows */
     CHECK_OK(db, tocsin_result_sweep(db, &fired));
     CHECK_OK(db, tocsin_ratelimit_sweep(db, &fired));
-    CHECK_EQ_I(fired, mint(".rate_limits.api") > 0 ? mint(".rate_limits.api") : 0);
+    {
+        long long total = 0, nr = mlen(".rate_limits");
+        for (i = 0; i < nr; i++) {
+            char *name = mkey(".rate_limits", i);
+            total += mint(".rate_limits.\"%s\"", name);
+            free(name);
+        }
+        CHECK_EQ_I(fired, total); /* every admission is out of its window by now */
+    }
     CHECK_OK(db, tocsin_notify_prune(db, &fired, 0, 100));
     s = db_text(db, "PRAGMA integrity_check");
     CHECK_STR(s, "ok");
@@ -612,6 +613,17 @@ int main(int argc, char **argv) {
         sqlite3_finalize(st);
         snprintf(path, sizeof path, "%s/%s", argv[1], file_key);
         snprintf(copy, sizeof copy, "%s/%s", dir, file_key);
+        {
+            /* the journal mode the file was left in: header bytes 18-19 are 2 for WAL, 1 for a
+             * rollback journal (tocsin_open switches the copy to WAL) */
+            FILE *g = fopen(path, "rb");
+            unsigned char hdr[20] = {0};
+            char *want = mstr(".journal_mode");
+            if (!g || fread(hdr, 1, sizeof hdr, g) != sizeof hdr) t_failed++;
+            if (g) fclose(g);
+            CHECK_STR(hdr[18] == 2 && hdr[19] == 2 ? "wal" : hdr[18] == 1 && hdr[19] == 1 ? "delete" : "?", want);
+            free(want);
+        }
         if (copy_file(path, copy) != 0) {
             fprintf(stderr, "FAIL cannot copy %s\n", path);
             t_failed++;

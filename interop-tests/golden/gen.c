@@ -304,8 +304,7 @@ static const char *MANIFEST_SQL =
     "    FROM (SELECT * FROM _tocsin_jobs WHERE queue = 'tasks' ORDER BY id))"
     ")";
 
-static char *manifest_of(tocsin_db *h) {
-    sqlite3 *c = tocsin_sqlite(h);
+static char *manifest_conn(sqlite3 *c) {
     sqlite3_stmt *st = NULL;
     char *out = NULL;
     if (sqlite3_prepare_v2(c, MANIFEST_SQL, -1, &st, NULL) != SQLITE_OK) {
@@ -317,11 +316,48 @@ static char *manifest_of(tocsin_db *h) {
     if (!out) exit(1);
     return out;
 }
+static char *manifest_of(tocsin_db *h) { return manifest_conn(tocsin_sqlite(h)); }
+
+/* A file written through the SQL surface on a plain connection of the host's
+ * (the extension's way: tocsin_sql_init, journal mode left as SQLite's
+ * default rollback journal). */
+static const char *SQL_FILL =
+    "SELECT tocsin_clock(1700000000000);"
+    "SELECT tocsin_bootstrap();"
+    "SELECT tocsin_enqueue('sqlq', '{\"via\":\"sql\"}', '{\"priority\":3,\"unique_key\":\"s1\"}');"
+    "SELECT tocsin_enqueue('sqlq', '[1]', '{\"meta\":{\"m\":1},\"max_attempts\":7}');"
+    "SELECT tocsin_enqueue('sqlq', '2', '{\"run_at_ms\":4102444800000}');"
+    "SELECT tocsin_claim('sqlq', 'sql-worker', 1, 3155760000000);"
+    "SELECT tocsin_cancel(tocsin_enqueue('sqldead', '{\"gone\":true}'));"
+    "SELECT tocsin_result_save(777, '{\"ok\":true}');"
+    "SELECT tocsin_result_save_error(778, 'KeyError', 'missing');"
+    "SELECT tocsin_stream_publish('orders', '{\"n\":1}', 'k1');"
+    "SELECT tocsin_stream_publish('orders', '{\"n\":2}', NULL, '{\"h\":2}');"
+    "SELECT tocsin_stream_save_offset('billing', 'orders', 1);"
+    "SELECT tocsin_notify('chat', '\"hi\"');"
+    "SELECT tocsin_lock_acquire('sqllock', 'sql-owner', 60000);"
+    "SELECT tocsin_ratelimit_try('sqlapi', 10, 60000);"
+    "SELECT tocsin_schedule_set('sqlsched', '@every 1h', 'sqlq', '{}');"
+    "SELECT tocsin_task_enqueue('tasks', 'mul', '[6,7]', '{\"k\":1}');";
+
+static char *fill_sql_file(const char *path) {
+    sqlite3 *c = NULL;
+    char *err = NULL, *m;
+    rm_db(path);
+    if (sqlite3_open_v2(path, &c, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, NULL) != SQLITE_OK ||
+        tocsin_sql_init(c, &err, NULL) != SQLITE_OK || sqlite3_exec(c, SQL_FILL, NULL, NULL, &err) != SQLITE_OK) {
+        fprintf(stderr, "gen: %s: %s\n", path, err ? err : sqlite3_errmsg(c));
+        exit(1);
+    }
+    m = manifest_conn(c);
+    sqlite3_close(c);
+    return m;
+}
 
 int main(int argc, char **argv) {
-    char path[4096], *m[2];
+    char path[4096], *m[3];
     FILE *f;
-    static const char *files[] = {"v1-full.db", "v1-empty.db"};
+    static const char *files[] = {"v1-full.db", "v1-empty.db", "v1-sql.db"};
     size_t i;
     if (argc != 2) {
         fprintf(stderr, "usage: gen OUTDIR\n");
@@ -338,6 +374,9 @@ int main(int argc, char **argv) {
     db = open_at(path);
     m[1] = manifest_of(db);
     finish(db);
+
+    snprintf(path, sizeof path, "%s/%s", argv[1], files[2]);
+    m[2] = fill_sql_file(path);
 
     snprintf(path, sizeof path, "%s/manifest.json", argv[1]);
     f = fopen(path, "w");
