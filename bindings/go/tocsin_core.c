@@ -8285,10 +8285,11 @@ static int opt_read(fn_ctx *f, const opt_spec *s, const char *p, const char *e, 
  */
 static int parse_opts(fn_ctx *f, const char *what, const char *json, size_t n,
                       const opt_spec *specs, void *out) {
-    const char *p, *end = json + n;
+    const char *p, *end;
     unsigned seen = 0;
     char top = 0;
     if (!json) return 1;
+    end = json + n; /* not before: NULL + 0 is undefined */
     if (!tc_json_valid(json, n, &top))
         return fail_msg(f, SQLITE_ERROR, "%s must be a JSON object (not valid JSON)", what);
     if (top != '{') return fail_msg(f, SQLITE_MISMATCH, "%s must be a JSON object", what);
@@ -8678,7 +8679,7 @@ static int fn_ack(fn_ctx *f, int argc, sqlite3_value **argv) {
 }
 
 static int fn_retry(fn_ctx *f, int argc, sqlite3_value **argv) {
-    int64_t id, token, delay;
+    int64_t id = 0, token = 0, delay = 0;
     const char *error;
     int ok, rc;
     if (!arg_lease(f, argv, &id, &token) ||
@@ -8692,7 +8693,7 @@ static int fn_retry(fn_ctx *f, int argc, sqlite3_value **argv) {
 }
 
 static int fn_fail(fn_ctx *f, int argc, sqlite3_value **argv) {
-    int64_t id, token;
+    int64_t id = 0, token = 0;
     const char *error;
     int ok, rc;
     if (!arg_lease(f, argv, &id, &token) || !arg_text_opt(f, argc, argv, 2, "error", &error))
@@ -8703,7 +8704,7 @@ static int fn_fail(fn_ctx *f, int argc, sqlite3_value **argv) {
 }
 
 static int fn_heartbeat(fn_ctx *f, int argc, sqlite3_value **argv) {
-    int64_t id, token, extend;
+    int64_t id = 0, token = 0, extend = 0;
     int ok, rc;
     UNUSED_ARGS;
     if (!arg_lease(f, argv, &id, &token) ||
@@ -8720,7 +8721,7 @@ static int arg_job_id(fn_ctx *f, sqlite3_value **argv, int64_t *id) {
 }
 
 static int fn_cancel(fn_ctx *f, int argc, sqlite3_value **argv) {
-    int64_t id;
+    int64_t id = 0;
     int ok, rc;
     UNUSED_ARGS;
     if (!arg_job_id(f, argv, &id)) return 0;
@@ -8806,7 +8807,7 @@ static int fn_dead_list(fn_ctx *f, int argc, sqlite3_value **argv) {
 }
 
 static int fn_dead_requeue(fn_ctx *f, int argc, sqlite3_value **argv) {
-    int64_t id;
+    int64_t id = 0;
     int ok, rc;
     UNUSED_ARGS;
     if (!arg_job_id(f, argv, &id)) return 0;
@@ -8887,7 +8888,7 @@ static int fn_notify_autotrim(fn_ctx *f, int argc, sqlite3_value **argv) {
 
 static int fn_stream_publish(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *topic, *payload, *key, *meta;
-    int64_t off;
+    int64_t off = 0;
     int rc;
     if (!arg_text(f, argv, 0, "topic", &topic) || !arg_text(f, argv, 1, "payload", &payload) ||
         !arg_text_opt(f, argc, argv, 2, "key", &key) ||
@@ -8969,7 +8970,7 @@ static int fn_stream_trim(fn_ctx *f, int argc, sqlite3_value **argv) {
 
 static int fn_result_save(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *value;
-    int64_t id, ttl;
+    int64_t id = 0, ttl = 0;
     int rc;
     if (!arg_job_id(f, argv, &id) || !arg_text(f, argv, 1, "value", &value) ||
         !arg_i64_opt(f, argc, argv, 2, "ttl_ms", 0, MS_MAX, 0, &ttl))
@@ -8981,7 +8982,7 @@ static int fn_result_save(fn_ctx *f, int argc, sqlite3_value **argv) {
 
 static int fn_complete(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *value;
-    int64_t id, token, ttl;
+    int64_t id = 0, token = 0, ttl = 0;
     int ok = 0, rc;
     if (!arg_lease(f, argv, &id, &token) || !arg_text(f, argv, 2, "value", &value) ||
         !arg_i64_opt(f, argc, argv, 3, "ttl_ms", 0, MS_MAX, 0, &ttl))
@@ -8994,7 +8995,7 @@ static int fn_complete(fn_ctx *f, int argc, sqlite3_value **argv) {
 
 static int fn_fail_task(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *type, *message;
-    int64_t id, token, ttl;
+    int64_t id = 0, token = 0, ttl = 0;
     int ok = 0, rc;
     if (!arg_lease(f, argv, &id, &token) || !arg_text(f, argv, 2, "type", &type) ||
         !arg_text_opt(f, argc, argv, 3, "message", &message) ||
@@ -9008,7 +9009,7 @@ static int fn_fail_task(fn_ctx *f, int argc, sqlite3_value **argv) {
 
 static int fn_result_save_error(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *type, *message;
-    int64_t id, ttl;
+    int64_t id = 0, ttl = 0;
     int rc;
     if (!arg_job_id(f, argv, &id) || !arg_text(f, argv, 1, "type", &type) ||
         !arg_text_opt(f, argc, argv, 2, "message", &message) ||
@@ -9022,7 +9023,7 @@ static int fn_result_save_error(fn_ctx *f, int argc, sqlite3_value **argv) {
 
 static int fn_result_get(fn_ctx *f, int argc, sqlite3_value **argv) {
     tocsin_result *r;
-    int64_t id;
+    int64_t id = 0;
     int rc;
     UNUSED_ARGS;
     if (!arg_job_id(f, argv, &id)) return 0;
@@ -9037,7 +9038,7 @@ static int fn_result_get(fn_ctx *f, int argc, sqlite3_value **argv) {
 }
 
 static int fn_result_delete(fn_ctx *f, int argc, sqlite3_value **argv) {
-    int64_t id;
+    int64_t id = 0;
     int ok, rc;
     UNUSED_ARGS;
     if (!arg_job_id(f, argv, &id)) return 0;
@@ -9184,7 +9185,7 @@ static int arg_zone(fn_ctx *f, int argc, sqlite3_value **argv, int i) {
 
 static int fn_cron_next(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *expr;
-    int64_t after, next;
+    int64_t after = 0, next = 0;
     tocsin_cron *c = NULL;
     char err[256];
     int local, rc;
@@ -9329,7 +9330,7 @@ static int fn_scheduler_next_fire(fn_ctx *f, int argc, sqlite3_value **argv) {
 
 static int fn_scheduler_lead(fn_ctx *f, int argc, sqlite3_value **argv) {
     const char *owner;
-    int64_t ttl, token;
+    int64_t ttl = 0, token = 0;
     int leader, rc;
     UNUSED_ARGS;
     if (!arg_text(f, argv, 0, "owner", &owner) ||

@@ -467,10 +467,11 @@ static int opt_read(fn_ctx *f, const opt_spec *s, const char *p, const char *e, 
  */
 static int parse_opts(fn_ctx *f, const char *what, const char *json, size_t n,
                       const opt_spec *specs, void *out) {
-    const char *p, *end = json + n;
+    const char *p, *end;
     unsigned seen = 0;
     char top = 0;
     if (!json) return 1;
+    end = json + n; /* not before: NULL + 0 is undefined */
     if (!tc_json_valid(json, n, &top))
         return fail_msg(f, SQLITE_ERROR, "%s must be a JSON object (not valid JSON)", what);
     if (top != '{') return fail_msg(f, SQLITE_MISMATCH, "%s must be a JSON object", what);
