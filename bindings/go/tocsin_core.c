@@ -57,6 +57,8 @@ struct tocsin_db {
     int has_identity;      /* (dev, ino) of the opened file are known */
     uint64_t dev, ino;
     uint64_t wk_writer;    /* wake.c: serial of the watcher told of this handle's open write, or 0 */
+    int tx_open;            /* transaction handle: counted in its database's tx_writers */
+    _Atomic int tx_writers; /* database: its transaction handles now open (each holds the write lock) */
     /* prepared statements keyed by the address of their static SQL text */
     struct {
         const char *sql;
@@ -590,6 +592,8 @@ int tc_process_gone(int pid, int64_t start) {
 /* ---- core/src/db.c ---- */
 /* Handles, errors, statement cache, atomic operations, validation. */
 
+#include <stdatomic.h>
+
 #include <stdio.h>
 #include <sys/stat.h>
 
@@ -698,6 +702,8 @@ int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what) {
                "transaction holds a read lock, so it cannot wait for the write lock without "
                "risking a deadlock; start write transactions with BEGIN IMMEDIATE",
                what);
+    else if (prim == SQLITE_BUSY && tc_thread.nowait)
+        tc_err(db, rc, "%s: database is locked by another connection (this call does not wait)", what);
     else if (prim == SQLITE_BUSY)
         tc_err(db, rc, "%s: database is locked (waited %lld ms for the lock)", what,
                (long long)(tc_thread.busy_waited ? tc_thread.busy_waited : db->busy_timeout_ms));
@@ -742,6 +748,7 @@ static int busy_cb(void *ctx, int count) {
         if (pause <= 0) return 0;
     }
     sqlite3_sleep(pause);
+    tc_thread.busy_waited += pause; /* the "waited N ms" of a BUSY error counts these too */
     return 1;
 }
 
@@ -1375,6 +1382,8 @@ int tocsin_tx_begin(tocsin_db *db, tocsin_db **out_tx) {
         tx_release(tx);
         return rc;
     }
+    tx->tx_open = 1;
+    atomic_fetch_add(&db->tx_writers, 1); /* tx_release takes it back */
     *out_tx = tx;
     return TOCSIN_OK;
 }
@@ -1385,6 +1394,10 @@ static void tx_release(tocsin_db *tx) {
     int last;
     if (!sqlite3_get_autocommit(tx->conn)) run_ctl(tx, SQL_ROLLBACK);
     tc_wake_write_end(tx);
+    if (tx->tx_open) {
+        tx->tx_open = 0;
+        atomic_fetch_sub(&db->tx_writers, 1);
+    }
     tc_wake_release(tx);
     tc_lock(db);
     if (db->closed) {
@@ -6746,6 +6759,8 @@ char *tc_schedules_json(const tocsin_schedule *s, size_t n) {
  * here (it is the worker's table); the queue's in queue.c.
  */
 
+#include <stdatomic.h>
+
 #include <pthread.h>
 #include <stdio.h>
 
@@ -7625,7 +7640,7 @@ typedef struct next_ctx {
     size_t ngot;
 } next_ctx;
 
-static int next_check(void *p, int *done, int64_t *sleep_ms) {
+static int next_step(void *p, int *done, int64_t *sleep_ms) {
     next_ctx *c = p;
     tocsin_worker *w = c->w;
     size_t free_slots, busy, i;
@@ -7688,6 +7703,34 @@ static int next_check(void *p, int *done, int64_t *sleep_ms) {
         if ((left + 999) / 1000 < *sleep_ms) *sleep_ms = (left + 999) / 1000;
     }
     return TOCSIN_OK;
+}
+
+/*
+ * A transaction handle of the worker's own database may hold the write lock
+ * while its task waits for this worker (a binding that finishes runs from its
+ * worker loop): waiting for the lock then waits for ourselves. While such a
+ * transaction is open the step never waits for the lock; a BUSY step sleeps
+ * until a commit wakes the subscription (that transaction's, at the latest)
+ * and tries again.
+ */
+#define W_OWN_TX_RETRY_MS 5
+static int next_check(void *p, int *done, int64_t *sleep_ms) {
+    next_ctx *c = p;
+    tc_thread_state *t = tc_tls();
+    int own = !t->nowait && atomic_load(&c->w->db->tx_writers) > 0, rc;
+    if (!own) return next_step(p, done, sleep_ms);
+    t->nowait = 1;
+    rc = next_step(p, done, sleep_ms);
+    t->nowait = 0;
+    if (rc == TOCSIN_BUSY) {
+        tc_clear(c->w->db);
+        *done = 0;
+        if (*sleep_ms < 0 || *sleep_ms > W_OWN_TX_RETRY_MS) *sleep_ms = W_OWN_TX_RETRY_MS;
+        if (c->end_us >= 0 && c->end_us <= tc_monotonic_us())
+            return tc_err(c->w->db, TOCSIN_TIMEOUT, "nothing to run before the timeout");
+        return TOCSIN_OK;
+    }
+    return rc;
 }
 
 int tocsin_worker_next(tocsin_worker *w, tocsin_task_run ***out, size_t *out_n, int timeout_ms) {

@@ -1,6 +1,8 @@
 /* Handles, errors, statement cache, atomic operations, validation. */
 #include "internal.h"
 
+#include <stdatomic.h>
+
 #include <stdio.h>
 #include <sys/stat.h>
 
@@ -109,6 +111,8 @@ int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what) {
                "transaction holds a read lock, so it cannot wait for the write lock without "
                "risking a deadlock; start write transactions with BEGIN IMMEDIATE",
                what);
+    else if (prim == SQLITE_BUSY && tc_thread.nowait)
+        tc_err(db, rc, "%s: database is locked by another connection (this call does not wait)", what);
     else if (prim == SQLITE_BUSY)
         tc_err(db, rc, "%s: database is locked (waited %lld ms for the lock)", what,
                (long long)(tc_thread.busy_waited ? tc_thread.busy_waited : db->busy_timeout_ms));
@@ -153,6 +157,7 @@ static int busy_cb(void *ctx, int count) {
         if (pause <= 0) return 0;
     }
     sqlite3_sleep(pause);
+    tc_thread.busy_waited += pause; /* the "waited N ms" of a BUSY error counts these too */
     return 1;
 }
 
@@ -786,6 +791,8 @@ int tocsin_tx_begin(tocsin_db *db, tocsin_db **out_tx) {
         tx_release(tx);
         return rc;
     }
+    tx->tx_open = 1;
+    atomic_fetch_add(&db->tx_writers, 1); /* tx_release takes it back */
     *out_tx = tx;
     return TOCSIN_OK;
 }
@@ -796,6 +803,10 @@ static void tx_release(tocsin_db *tx) {
     int last;
     if (!sqlite3_get_autocommit(tx->conn)) run_ctl(tx, SQL_ROLLBACK);
     tc_wake_write_end(tx);
+    if (tx->tx_open) {
+        tx->tx_open = 0;
+        atomic_fetch_sub(&db->tx_writers, 1);
+    }
     tc_wake_release(tx);
     tc_lock(db);
     if (db->closed) {

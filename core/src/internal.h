@@ -52,6 +52,8 @@ struct tocsin_db {
     int has_identity;      /* (dev, ino) of the opened file are known */
     uint64_t dev, ino;
     uint64_t wk_writer;    /* wake.c: serial of the watcher told of this handle's open write, or 0 */
+    int tx_open;            /* transaction handle: counted in its database's tx_writers */
+    _Atomic int tx_writers; /* database: its transaction handles now open (each holds the write lock) */
     /* prepared statements keyed by the address of their static SQL text */
     struct {
         const char *sql;

@@ -9,6 +9,8 @@
  */
 #include "internal.h"
 
+#include <stdatomic.h>
+
 #include <pthread.h>
 #include <stdio.h>
 
@@ -888,7 +890,7 @@ typedef struct next_ctx {
     size_t ngot;
 } next_ctx;
 
-static int next_check(void *p, int *done, int64_t *sleep_ms) {
+static int next_step(void *p, int *done, int64_t *sleep_ms) {
     next_ctx *c = p;
     tocsin_worker *w = c->w;
     size_t free_slots, busy, i;
@@ -951,6 +953,34 @@ static int next_check(void *p, int *done, int64_t *sleep_ms) {
         if ((left + 999) / 1000 < *sleep_ms) *sleep_ms = (left + 999) / 1000;
     }
     return TOCSIN_OK;
+}
+
+/*
+ * A transaction handle of the worker's own database may hold the write lock
+ * while its task waits for this worker (a binding that finishes runs from its
+ * worker loop): waiting for the lock then waits for ourselves. While such a
+ * transaction is open the step never waits for the lock; a BUSY step sleeps
+ * until a commit wakes the subscription (that transaction's, at the latest)
+ * and tries again.
+ */
+#define W_OWN_TX_RETRY_MS 5
+static int next_check(void *p, int *done, int64_t *sleep_ms) {
+    next_ctx *c = p;
+    tc_thread_state *t = tc_tls();
+    int own = !t->nowait && atomic_load(&c->w->db->tx_writers) > 0, rc;
+    if (!own) return next_step(p, done, sleep_ms);
+    t->nowait = 1;
+    rc = next_step(p, done, sleep_ms);
+    t->nowait = 0;
+    if (rc == TOCSIN_BUSY) {
+        tc_clear(c->w->db);
+        *done = 0;
+        if (*sleep_ms < 0 || *sleep_ms > W_OWN_TX_RETRY_MS) *sleep_ms = W_OWN_TX_RETRY_MS;
+        if (c->end_us >= 0 && c->end_us <= tc_monotonic_us())
+            return tc_err(c->w->db, TOCSIN_TIMEOUT, "nothing to run before the timeout");
+        return TOCSIN_OK;
+    }
+    return rc;
 }
 
 int tocsin_worker_next(tocsin_worker *w, tocsin_task_run ***out, size_t *out_n, int timeout_ms) {

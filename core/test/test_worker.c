@@ -562,7 +562,55 @@ static void poll_never_blocks(void) {
     tocsin_close(db);
 }
 
+/* A transaction handle of the worker's database holds the write lock while a
+ * thread waits in tocsin_worker_next (a binding finishing runs from its worker
+ * loop): the wait never sits in the lock's busy wait, a poke ends it, and the
+ * run finished inside that transaction commits; then the claim proceeds. */
+static void own_transaction_no_deadlock(void) {
+    tocsin_open_opts oo = TOCSIN_OPEN_OPTS_INIT;
+    tocsin_db *db = NULL, *tx = NULL;
+    tocsin_worker *w;
+    tocsin_task_run **runs = NULL;
+    tocsin_outcome o = TOCSIN_OUTCOME_INIT;
+    waiter_ctx wc;
+    pthread_t th;
+    size_t n = 0;
+    oo.busy_timeout_ms = 600000; /* a busy wait would hang the suite (its alarm fails it) */
+    CHECK_OK(db, tocsin_open(&db, t_path("w_owntx"), &oo));
+    w = open_worker(db, "wo", 1);
+    call(db, "add", "[1]", 3);
+    CHECK_OK(db, tocsin_worker_next(w, &runs, &n, 0));
+    CHECK_EQ_I(n, 1);
+    if (n != 1) return;
+    call(db, "add", "[2]", 3);
+    o.value = "1";
+    CHECK_OK(db, tocsin_tx_begin(db, &tx));
+    /* the slot is busy: the waiter's step wants the lock for upkeep and claims */
+    wc.w = w;
+    wc.rc = -1;
+    CHECK_OK(db, tocsin_worker_finish(w, tx, runs[0], &o)); /* the slot frees: next wants to claim */
+    pthread_create(&th, NULL, wait_next, &wc);
+    nap(50);
+    CHECK_OK(db, tocsin_worker_poke(w));
+    pthread_join(th, NULL);
+    CHECK_EQ_I(wc.rc, TOCSIN_INTERRUPTED);
+    CHECK_OK(tx, tocsin_tx_commit(tx));
+    CHECK_EQ_I(t_count(db, "_tocsin_results WHERE status = 'ok'"), 1);
+    tocsin_free(runs);
+    runs = NULL;
+    /* the transaction ended: the step waits for locks again and claims */
+    CHECK_OK(db, tocsin_worker_next(w, &runs, &n, 5000));
+    CHECK_EQ_I(n, 1);
+    if (n == 1) CHECK_OK(db, tocsin_worker_finish(w, NULL, runs[0], &o));
+    tocsin_free(runs);
+    CHECK_OK(db, tocsin_worker_flush(w, NULL));
+    CHECK_EQ_I(t_count(db, "_tocsin_results WHERE status = 'ok'"), 2);
+    tocsin_worker_close(w);
+    tocsin_close(db);
+}
+
 void suite_worker(void) {
+    own_transaction_no_deadlock();
     poll_never_blocks();
     task_backoff();
     envelope();
