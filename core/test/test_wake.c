@@ -34,6 +34,12 @@ static void nap_ms(int ms) {
     nanosleep(&ts, NULL);
 }
 
+static int64_t t_monotonic_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
 static const char *path_of(tocsin_db *db) { return sqlite3_db_filename(tocsin_sqlite(db), "main"); }
 
 /* Another handle on db's file (same clock). */
@@ -253,41 +259,47 @@ static void local_wakes(void) {
     tocsin_db *db = t_open("wake_local", NULL), *w = reopen(db, NULL);
     tocsin_wake_opts slow = TOCSIN_WAKE_OPTS_INIT;
     tocsin_sub *s = NULL;
-    int woken = 0, i;
+    int i;
 
-    /* a slow watcher: what follows is the direct same-process path */
+    /* a slow watcher: what follows is the direct same-process path. Its
+     * safety poll (once a second) is a second, legitimate source of wakes: a
+     * round that took longer than that is run again (a loaded machine). */
     slow.poll_ms = 1000;
     slow.no_kernel_events = 1;
     CHECK_OK(db, tocsin_wake_configure(&slow));
-    CHECK_OK(db, tocsin_sub_open(&s, db));
-    CHECK_OK(db, tocsin_sub_drain(s, &woken));
-    CHECK_EQ_I(woken, 0);
-    notify(w, "c", "1");
-    CHECK_OK(db, tocsin_sub_drain(s, &woken));
-    CHECK_EQ_I(woken, 1);
-    /* inside a transaction the wake comes at commit, not at the operation */
-    CHECK_OK(w, tocsin_begin(w));
-    notify(w, "c", "2");
-    CHECK_OK(db, tocsin_sub_drain(s, &woken));
-    CHECK_EQ_I(woken, 0);
-    CHECK_OK(w, tocsin_commit(w));
-    CHECK_OK(db, tocsin_sub_drain(s, &woken));
-    CHECK_EQ_I(woken, 1);
-    /* a rolled-back transaction wakes nobody */
-    CHECK_OK(w, tocsin_begin(w));
-    notify(w, "c", "3");
-    CHECK_OK(w, tocsin_rollback(w));
-    CHECK_OK(db, tocsin_sub_drain(s, &woken));
-    CHECK_EQ_I(woken, 0);
-    /* reads wake nobody */
-    {
-        int64_t max = 0;
+    for (i = 0; i < 5; i++) {
+        int got[6];
+        int64_t max = 0, t0 = t_monotonic_ms();
+        CHECK_OK(db, tocsin_sub_open(&s, db));
+        CHECK_OK(db, tocsin_sub_drain(s, &got[0]));
+        notify(w, "c", "1");
+        CHECK_OK(db, tocsin_sub_drain(s, &got[1]));
+        /* inside a transaction the wake comes at commit, not at the operation */
+        CHECK_OK(w, tocsin_begin(w));
+        notify(w, "c", "2");
+        CHECK_OK(db, tocsin_sub_drain(s, &got[2]));
+        CHECK_OK(w, tocsin_commit(w));
+        CHECK_OK(db, tocsin_sub_drain(s, &got[3]));
+        /* a rolled-back transaction wakes nobody */
+        CHECK_OK(w, tocsin_begin(w));
+        notify(w, "c", "3");
+        CHECK_OK(w, tocsin_rollback(w));
+        CHECK_OK(db, tocsin_sub_drain(s, &got[4]));
+        /* reads wake nobody */
         CHECK_OK(w, tocsin_notify_max_id(w, &max));
-        CHECK_EQ_I(max, 2);
-        CHECK_OK(db, tocsin_sub_drain(s, &woken));
-        CHECK_EQ_I(woken, 0);
+        CHECK_OK(db, tocsin_sub_drain(s, &got[5]));
+        tocsin_sub_close(s);
+        s = NULL;
+        if (t_monotonic_ms() - t0 >= 900 && i < 4) continue;
+        CHECK_EQ_I(got[0], 0);
+        CHECK_EQ_I(got[1], 1);
+        CHECK_EQ_I(got[2], 0);
+        CHECK_EQ_I(got[3], 1);
+        CHECK_EQ_I(got[4], 0);
+        CHECK_EQ_I(max, 2 * (i + 1));
+        CHECK_EQ_I(got[5], 0);
+        break;
     }
-    tocsin_sub_close(s);
     CHECK_OK(db, tocsin_wake_configure(NULL));
 
     /* wakes coalesce; pokes wake and interrupt */
