@@ -149,7 +149,10 @@ typedef struct tocsin_open_opts {
     int version;               /* TOCSIN_OPEN_OPTS_VERSION */
     int busy_timeout_ms;       /* how long a writer waits for the lock; 0: 5000 */
     int64_t max_payload_bytes; /* payload size limit; 0: 1 MiB */
-    int read_only;             /* open read-only (no bootstrap, writes fail) */
+    int read_only;             /* open read-only (no bootstrap, writes fail); a WAL database
+                                  in a directory this process cannot write, without its -shm,
+                                  opens immutable (a snapshot). A read-write open there fails
+                                  saying the directory must be writable. */
     tocsin_clock_fn clock;     /* NULL: the system clock */
     void *clock_ctx;
 } tocsin_open_opts;

@@ -5,6 +5,7 @@
 
 #include <stdio.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 /* ---- versions and codes -------------------------------------------------- */
 
@@ -298,6 +299,88 @@ static int set_wal(tocsin_db *db) {
     }
 }
 
+/* ---- opening a database in a directory this process cannot write ---------- */
+
+/* The directory that holds path (a copy), or NULL without memory. */
+static char *dir_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    if (!slash) return sqlite3_mprintf(".");
+    if (slash == path) return sqlite3_mprintf("/");
+    return sqlite3_mprintf("%.*s", (int)(slash - path), path);
+}
+
+static int dir_writable(const char *path) {
+    char *dir = dir_of(path);
+    int ok = dir && access(dir, W_OK) == 0;
+    sqlite3_free(dir);
+    return ok;
+}
+
+/* The header says WAL (file format bytes 18 and 19 are 2). */
+static int file_is_wal(const char *path) {
+    unsigned char head[20];
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(head, 1, sizeof head, f) : 0;
+    if (f) fclose(f);
+    return n == sizeof head && head[18] == 2 && head[19] == 2;
+}
+
+/*
+ * What a read-only open opens: a WAL database needs its -shm file, which
+ * SQLite cannot create in a directory this process may not write; it is then
+ * opened immutable (a snapshot: later commits are not seen). Anything else
+ * opens as named. NULL: as named; else a URI to free.
+ */
+static char *read_only_target(const char *path) {
+    char *shm, *uri, *abs = NULL;
+    struct stat st;
+    size_t i, n;
+    sqlite3_str *u;
+    if (strncmp(path, "file:", 5) == 0 || strcmp(path, ":memory:") == 0 || dir_writable(path)) return NULL;
+    if (!(shm = sqlite3_mprintf("%s-shm", path))) return NULL;
+    i = stat(shm, &st) == 0;
+    sqlite3_free(shm);
+    if (i || !file_is_wal(path)) return NULL;
+    if (path[0] != '/') {
+        char cwd[4096];
+        if (!getcwd(cwd, sizeof cwd)) return NULL;
+        abs = sqlite3_mprintf("%s/%s", cwd, path);
+    } else {
+        abs = sqlite3_mprintf("%s", path);
+    }
+    if (!abs) return NULL;
+    u = sqlite3_str_new(NULL);
+    sqlite3_str_appendall(u, "file:");
+    for (i = 0, n = strlen(abs); i < n; i++) {
+        unsigned char c = (unsigned char)abs[i];
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || strchr("/-._~", c))
+            sqlite3_str_appendchar(u, 1, (char)c);
+        else
+            sqlite3_str_appendf(u, "%%%02X", c);
+    }
+    sqlite3_str_appendall(u, "?mode=ro&immutable=1");
+    sqlite3_free(abs);
+    uri = sqlite3_str_finish(u);
+    return uri;
+}
+
+/* A read-write open that failed because the directory is not writable says so. */
+static int explain_open(tocsin_db *db, const char *path, int rc) {
+    char msg[sizeof tc_thread.msg];
+    char *dir;
+    if (db->read_only || (rc != TOCSIN_READONLY && rc != TOCSIN_CANTOPEN) || strncmp(path, "file:", 5) == 0 ||
+        dir_writable(path))
+        return rc;
+    memcpy(msg, tc_thread.msg, sizeof msg);
+    dir = dir_of(path);
+    tc_err(db, rc,
+           "%s (%s: the directory %s must be writable -- SQLite keeps a WAL database's -wal and -shm "
+           "files beside it; make it writable, or open it read-only to read it)",
+           msg, path, dir ? dir : "?");
+    sqlite3_free(dir);
+    return rc;
+}
+
 int tocsin_open(tocsin_db **out, const char *path, const tocsin_open_opts *opts) {
     tocsin_db *db;
     int rc, flags;
@@ -311,19 +394,23 @@ int tocsin_open(tocsin_db **out, const char *path, const tocsin_open_opts *opts)
     if ((rc = check_sqlite_version(db)) != TOCSIN_OK) return rc;
     flags = (db->read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE) |
             SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI;
-    rc = sqlite3_open_v2(path, &db->conn, flags, NULL);
+    {
+        char *target = db->read_only ? read_only_target(path) : NULL;
+        rc = sqlite3_open_v2(target ? target : path, &db->conn, flags, NULL);
+        sqlite3_free(target);
+    }
     db->owns_conn = 1;
     if (rc != SQLITE_OK) {
         if (!db->conn) return tc_err(db, TOCSIN_NOMEM, "open %s: out of memory", path);
-        return tc_sqlerr(db, rc, path);
+        return explain_open(db, path, tc_sqlerr(db, rc, path));
     }
     sqlite3_extended_result_codes(db->conn, 1);
     tc_busy_install(db->conn, db->busy_timeout_ms);
     tc_identify(db);
-    if (!db->read_only && (rc = set_wal(db)) != TOCSIN_OK) return rc;
+    if (!db->read_only && (rc = set_wal(db)) != TOCSIN_OK) return explain_open(db, path, rc);
     if ((rc = tc_exec(db, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON", "set pragmas")) != TOCSIN_OK)
-        return rc;
-    if ((rc = tc_ensure_schema(db)) != TOCSIN_OK) return rc;
+        return explain_open(db, path, rc);
+    if ((rc = tc_ensure_schema(db)) != TOCSIN_OK) return explain_open(db, path, rc);
     tc_clear(db);
     return TOCSIN_OK;
 }
@@ -583,6 +670,10 @@ int tc_op_open(tocsin_db *db, tc_op *op, int write) {
     op->mode = 0;
     op->write = write;
     op->locked = 0;
+    if (write == TC_OP_ONE) {
+        op->mode = sqlite3_get_autocommit(db->conn) ? 3 : 0;
+        return TOCSIN_OK;
+    }
     if (sqlite3_get_autocommit(db->conn)) {
         if (write) {
             rc = begin_immediate(db);
@@ -611,6 +702,10 @@ static int op_finish(tocsin_db *db, tc_op *op, int rc) {
     int mode = op->mode, src;
     op->mode = 0;
     if (mode == 0) return rc;
+    if (mode == 3) { /* the statement committed itself, or failed and changed nothing */
+        if (rc == TOCSIN_OK) tc_wake_local(db);
+        return rc;
+    }
     if (rc == TOCSIN_OK) {
         src = run_ctl(db, mode == 1 ? SQL_COMMIT : SQL_RELEASE);
         if (src == SQLITE_OK) {

@@ -124,9 +124,13 @@ char *tc_strdup(const char *s);
 char *tc_col_text(sqlite3_stmt *st, int i);
 
 /* ---- operations: atomicity, lock waits, schema (db.c) ---- */
+/* tc_op_begin's `write` for a unit of exactly one write statement (atomic by
+ * itself): in autocommit it runs as it is, without BEGIN/COMMIT around it;
+ * inside a caller's transaction, without a savepoint. */
+#define TC_OP_ONE 2
 typedef struct tc_op {
-    int mode;   /* 0: nothing opened, 1: own transaction, 2: savepoint */
-    int write;  /* a write unit: its commit wakes local subscribers */
+    int mode;   /* 0: nothing opened, 1: own transaction, 2: savepoint, 3: one autocommit statement */
+    int write;  /* a write unit: its commit wakes local subscribers; TC_OP_ONE: one write statement */
     int locked; /* tc_op_begin took the handle's mutex; tc_op_end releases it */
 } tc_op;
 /* Opens an atomic unit: BEGIN IMMEDIATE (write) / BEGIN (read) in autocommit,

@@ -454,7 +454,11 @@ int tocsin_queue_enqueue_many(tocsin_db *db, int64_t *out_ids, const tocsin_job_
         }
     }
     if (n == 0) return TOCSIN_OK;
-    if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
+    /* one job without a unique key is one INSERT (with a key, a second
+     * statement may look up the job holding it: a transaction then) */
+    if ((rc = tc_op_begin(db, &op, n == 1 && !(specs[0].opts && specs[0].opts->unique_key) ? TC_OP_ONE : 1)) !=
+        TOCSIN_OK)
+        return rc;
     now = queue_now(db);
     for (i = 0; i < n && rc == TOCSIN_OK; i++) rc = insert_job(db, &out_ids[i], &specs[i], now);
     return tc_op_end(db, &op, rc);
@@ -635,7 +639,7 @@ int tocsin_job_ack_batch(tocsin_db *db, size_t *out_acked, const int64_t *ids,
         return tc_err(db, TOCSIN_INVALID, "out_acked, ids and tokens must not be NULL");
     *out_acked = 0;
     if (n == 0) return TOCSIN_OK;
-    if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
+    if ((rc = tc_op_begin(db, &op, n == 1 ? TC_OP_ONE : 1)) != TOCSIN_OK) return rc;
     for (i = 0; i < n && rc == TOCSIN_OK; i++) {
         if (!(st = tc_stmt(db, SQL_ACK))) {
             rc = TC_ERRCODE;

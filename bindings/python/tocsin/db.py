@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import asyncio
-import builtins
 import contextvars
 import logging
 import os
@@ -19,7 +18,6 @@ __all__ = ["Database", "Transaction", "open"]
 _NOCHANGE: Any = object()
 
 
-builtins_open = builtins.open
 _pool: Any = None
 
 
@@ -169,12 +167,13 @@ class Database:
                                               not isinstance(max_payload_bytes, int) or
                                               max_payload_bytes < 1):
             raise InvalidArgument("max_payload_bytes must be an integer >= 1")
-        target = _read_only_target(self.path) if read_only else self.path
-        self._open_args = (target, busy_ms, max_payload_bytes or 0, bool(read_only))
+        # the core opens a WAL database in a directory it cannot write immutable
+        # (read_only), and says when a read-write open needs a writable directory
+        self._open_args = (self.path, busy_ms, max_payload_bytes or 0, bool(read_only))
         try:
             self._h = _tocsin.Handle(*self._open_args)
         except _tocsin.Error as e:
-            raise _explain_open(e, self.path, read_only) from None
+            raise e.with_traceback(None) from None
         self._queues: Dict[str, Any] = {}
         self._streams: Dict[str, Any] = {}
         self._workers: "weakref.WeakSet[Any]" = weakref.WeakSet()
@@ -485,44 +484,6 @@ class Database:
                                                             max_keep=notifications_max_keep)
         return out
 
-
-
-def _dir_writable(path: str) -> bool:
-    return os.access(os.path.dirname(os.path.abspath(path)) or ".", os.W_OK)
-
-
-def _read_only_target(path: str) -> str:
-    """What a read-only open opens. A WAL database needs its -shm file, which SQLite
-    cannot create in a directory this process may not write: then the file is opened
-    immutable (a snapshot: nothing committed afterwards is seen). Everything else, and
-    every database whose directory is writable, opens as it is."""
-    if path.startswith("file:") or path == ":memory:" or _dir_writable(path) or \
-            os.path.exists(path + "-shm") or not _is_wal(path):
-        return path
-    from urllib.parse import quote
-    return "file:%s?mode=ro&immutable=1" % quote(os.path.abspath(path))
-
-
-def _is_wal(path: str) -> bool:
-    """The header says WAL (file format version bytes 18 and 19 are 2)."""
-    try:
-        with builtins_open(path, "rb") as f:
-            head = f.read(20)
-    except OSError:
-        return False
-    return len(head) == 20 and head[18] == 2 and head[19] == 2
-
-
-def _explain_open(e: Exception, path: str, read_only: bool) -> Exception:
-    if not read_only and isinstance(e, (_tocsin.ReadOnly, _tocsin.CantOpen)) and not _dir_writable(path):
-        msg = ("%s (%s: the directory %s must be writable -- SQLite keeps a WAL database's "
-               "-wal and -shm files beside it; make it writable, or open with read_only=True "
-               "to read it)" % (e, path, os.path.dirname(os.path.abspath(path))))
-        out = type(e)(msg)
-        for attr in ("code", "sqlite_code"):
-            setattr(out, attr, getattr(e, attr, None))
-        return out
-    return e
 
 
 def _definition(row: tuple) -> tuple:
