@@ -53,8 +53,8 @@ $(DIST)/gem/.stamp: $(RB_GEM_SRC) | ruby-deps
 	touch $@
 
 # the Go module as the module proxy serves it (zip, .mod, .info, list)
-$(DIST)/goproxy/.stamp: $(GO_MOD_SRC) $(MATRIX)/go-proxy.sh
-	sh $(MATRIX)/go-proxy.sh $(DIST)/goproxy
+$(DIST)/goproxy/.stamp: $(GO_MOD_SRC) $(GO_DIR)/go-proxy.sh
+	sh $(GO_DIR)/go-proxy.sh $(DIST)/goproxy
 	touch $@
 
 # the C library, header, tocsin.pc and the extension: a `make install` tree, as a tarball

@@ -8,21 +8,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 work=${1:?usage: test-module.sh WORKDIR}
 mod=$(sed -n 's/^module //p' "$here/go.mod")
 ver=v$(cat "$here/../../VERSION")
-rm -rf "$work" && mkdir -p "$work/proxy/$mod/@v" "$work/app" "$work/modcache"
-python3 - "$here" "$work/proxy/$mod/@v/$ver.zip" "$mod@$ver" <<'PY'
-import os, sys, zipfile
-src, out, prefix = sys.argv[1:]
-with zipfile.ZipFile(out, "w", zipfile.ZIP_DEFLATED) as z:
-    for root, dirs, files in os.walk(src):
-        # nested modules (bench/) are not part of this one
-        dirs[:] = sorted(d for d in dirs if not os.path.exists(os.path.join(root, d, "go.mod")))
-        for f in sorted(files):
-            p = os.path.join(root, f)
-            z.write(p, prefix + "/" + os.path.relpath(p, src))
-PY
-cp "$here/go.mod" "$work/proxy/$mod/@v/$ver.mod"
-printf '{"Version":"%s","Time":"2026-01-01T00:00:00Z"}\n' "$ver" > "$work/proxy/$mod/@v/$ver.info"
-echo "$ver" > "$work/proxy/$mod/@v/list"
+rm -rf "$work" && mkdir -p "$work/app" "$work/modcache"
+sh "$here/go-proxy.sh" "$work/proxy" > /dev/null
 cat > "$work/app/go.mod" <<EOM
 module example.com/app
 

@@ -1,5 +1,5 @@
 #!/bin/sh
-# Lays out the Go module bindings/go as a file-system GOPROXY serves it:
+# Lays out this Go module (bindings/go) as a file-system GOPROXY serves it:
 #   OUT/<module>/@v/{list,<ver>.info,<ver>.mod,<ver>.zip}
 # (the zip holds <module>@<ver>/..., nested modules such as bench/ left out).
 #   sh go-proxy.sh OUT
