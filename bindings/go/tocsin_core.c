@@ -78,6 +78,10 @@ typedef struct tc_thread_state {
     int64_t busy_until;  /* monotonic ms: end of this call's wait for locks; 0: not waiting yet */
     int64_t busy_waited; /* ms this call spent waiting for locks */
     int nowait;          /* set around a call that must not wait for locks (tocsin_worker_poll) */
+    /* set around a worker step: a lock wait stops as soon as this count (the worker
+     * database's open transaction handles) is > 0, and sets `yielded` */
+    _Atomic int *yield_to;
+    int yielded;
     char msg[512];
 } tc_thread_state;
 tc_thread_state *tc_tls(void);
@@ -719,12 +723,26 @@ int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what) {
 }
 
 /*
+ * Whether this thread's call must not wait for a lock now: tocsin_worker_poll,
+ * or a worker step while a transaction handle of its database holds the lock
+ * (that transaction may be waiting for this very step).
+ */
+static int no_wait(void) {
+    if (tc_thread.nowait) return 1;
+    if (tc_thread.yield_to && atomic_load(tc_thread.yield_to) > 0) {
+        tc_thread.yielded = 1;
+        return 1;
+    }
+    return 0;
+}
+
+/*
  * One more lock wait within the call's budget: 1 when the caller should
  * retry, 0 when the budget is spent. Sleeps 1, 2, 4 .. 32 ms.
  */
 static int busy_wait(tocsin_db *db) {
     int64_t now = tc_monotonic_ms(), pause;
-    if (tc_thread.nowait) return 0;
+    if (no_wait()) return 0;
     if (!tc_thread.busy_until) tc_thread.busy_until = now + db->busy_timeout_ms;
     if (now >= tc_thread.busy_until) return 0;
     pause = tc_thread.busy_waited < 1 ? 1 : tc_thread.busy_waited > 32 ? 32 : tc_thread.busy_waited;
@@ -740,7 +758,7 @@ static int busy_cb(void *ctx, int count) {
     static const int totals[] = {0, 1, 3, 8, 18, 33, 53, 78, 103, 128, 178, 228};
     enum { N_PAUSES = (int)(sizeof pauses / sizeof pauses[0]) };
     int timeout = (int)(intptr_t)ctx, pause, prior;
-    if (tc_thread.nowait) return 0;
+    if (no_wait()) return 0;
     if (count < N_PAUSES) {
         pause = pauses[count];
         prior = totals[count];
@@ -7811,8 +7829,10 @@ static int next_step(void *p, int *done, int64_t *sleep_ms) {
 /*
  * A transaction handle of the worker's own database may hold the write lock
  * while its task waits for this worker (a binding that finishes runs from its
- * worker loop): waiting for the lock then waits for ourselves. While such a
- * transaction is open the step never waits for the lock; a BUSY step sleeps
+ * worker loop, or whose thread that commits is blocked on this handle's mutex,
+ * which the step holds): waiting for the lock then waits for ourselves. So a
+ * step's lock wait ends as soon as such a transaction is open -- also one that
+ * took the lock while the step was already waiting -- and the step sleeps
  * until a commit wakes the subscription (that transaction's, at the latest)
  * and tries again.
  */
@@ -7820,12 +7840,14 @@ static int next_step(void *p, int *done, int64_t *sleep_ms) {
 static int next_check(void *p, int *done, int64_t *sleep_ms) {
     next_ctx *c = p;
     tc_thread_state *t = tc_tls();
-    int own = !t->nowait && atomic_load(&c->w->db->tx_writers) > 0, rc;
-    if (!own) return next_step(p, done, sleep_ms);
-    t->nowait = 1;
+    _Atomic int *prev = t->yield_to;
+    int rc;
+    t->yield_to = &c->w->db->tx_writers;
+    t->yielded = 0;
     rc = next_step(p, done, sleep_ms);
-    t->nowait = 0;
-    if (rc == TOCSIN_BUSY) {
+    t->yield_to = prev;
+    if (rc == TOCSIN_BUSY && t->yielded) {
+        t->yielded = 0;
         tc_clear(c->w->db);
         *done = 0;
         if (*sleep_ms < 0 || *sleep_ms > W_OWN_TX_RETRY_MS) *sleep_ms = W_OWN_TX_RETRY_MS;
@@ -7833,6 +7855,7 @@ static int next_check(void *p, int *done, int64_t *sleep_ms) {
             return tc_err(c->w->db, TOCSIN_TIMEOUT, "nothing to run before the timeout");
         return TOCSIN_OK;
     }
+    t->yielded = 0;
     return rc;
 }
 

@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"runtime/debug"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 )
@@ -53,6 +54,10 @@ type Worker struct {
 	running  map[int64]context.CancelFunc
 	handlers sync.WaitGroup
 	closed   bool
+	// TaskTx runs record their outcome from their own goroutine (fmu: one at a
+	// time with close; closing: close has begun, record no more).
+	fmu     sync.Mutex
+	closing atomic.Bool
 }
 
 type outcome struct {
@@ -60,8 +65,7 @@ type outcome struct {
 	id    int64
 	value json.RawMessage
 	err   error
-	tx    *Tx        // TaskTx: record the outcome inside it
-	reply chan error // TaskTx: how recording went (commit on nil)
+	done  bool // recorded already (TaskTx, in its transaction): only the bookkeeping is left
 }
 
 // NewWorker opens a worker on db for the tasks declared with Task so far, on a handle of
@@ -239,23 +243,25 @@ func (wk *Worker) dispatch(runs **C.tocsin_task_run, n C.size_t) {
 			}
 			wk.log.Log(context.Background(), lvl, "tocsin task finished", "task", name, "job_id", id,
 				"attempt", attempt, "duration", time.Since(start), "error", err)
-			var reply chan error
 			if tx != nil {
-				reply = make(chan error, 1)
-			}
-			wk.outcomes <- outcome{run: r, id: id, value: v, err: err, tx: tx, reply: reply}
-			wk.poke()
-			if reply != nil {
-				ferr := <-reply
+				// Recorded here, inside the run's transaction, then committed: never
+				// through the Run loop, which may be inside tocsin_worker_next while
+				// this transaction holds the write lock (the protocol allows finish
+				// from any thread).
+				ferr := wk.finishTx(r, id, v, tx)
 				if ferr == nil {
 					ferr = tx.end(true)
 				} else {
 					tx.end(false)
 				}
-				if ferr != nil {
+				if ferr != nil && !isCode(ferr, ErrLeaseLost) {
 					wk.log.Warn("tocsin task: its transaction did not commit", "task", name, "job_id", id, "error", ferr)
 				}
+				wk.outcomes <- outcome{id: id, done: true}
+			} else {
+				wk.outcomes <- outcome{run: r, id: id, value: v, err: err}
 			}
+			wk.poke()
 		}()
 	}
 	C.tocsin_free(unsafe.Pointer(runs))
@@ -287,40 +293,56 @@ func (wk *Worker) finish(o outcome) {
 	wk.mu.Lock()
 	delete(wk.running, o.id)
 	wk.mu.Unlock()
+	if o.done {
+		return
+	}
+	err := wk.record(nil, o.run, o.value, o.err)
+	if err != nil && !isCode(err, ErrLeaseLost) {
+		wk.log.Error("tocsin worker: recording an outcome failed", "job_id", o.id, "error", err)
+	}
+}
+
+// finishTx records a TaskTx run's success inside its transaction, from the run's
+// goroutine; ErrClosed once the worker is closing (its runs are handed back).
+func (wk *Worker) finishTx(r *C.tocsin_task_run, id int64, v json.RawMessage, tx *Tx) error {
+	wk.fmu.Lock()
+	defer wk.fmu.Unlock()
+	if wk.closing.Load() {
+		return newErr(ErrClosed, "worker", "the worker stopped: the run was handed back")
+	}
+	return wk.record(tx, r, v, nil)
+}
+
+// record calls tocsin_worker_finish with the outcome of a run (tx: inside it).
+func (wk *Worker) record(tx *Tx, run *C.tocsin_task_run, value json.RawMessage, runErr error) error {
 	var cs cstrings
 	defer cs.free()
 	var out C.tocsin_outcome
 	out.version = C.TOCSIN_OUTCOME_VERSION
 	out.delay_ms = -1
-	if o.err == nil {
+	if runErr == nil {
 		out.kind = C.TOCSIN_OUTCOME_OK
-		out.value = cs.str(string(o.value))
+		out.value = cs.str(string(value))
 	} else {
 		out.kind = C.TOCSIN_OUTCOME_ERROR
 		var p *permanent
-		if errors.As(o.err, &p) {
+		if errors.As(runErr, &p) {
 			out.kind = C.TOCSIN_OUTCOME_FAIL
 		}
-		typ, msg, trace := "Error", o.err.Error(), ""
+		typ, msg, trace := "Error", runErr.Error(), ""
 		var te *TaskError
-		if errors.As(o.err, &te) {
+		if errors.As(runErr, &te) {
 			typ, msg, trace = te.Type, te.Message, te.Trace
-		} else if errors.Is(o.err, context.Canceled) {
+		} else if errors.Is(runErr, context.Canceled) {
 			typ = "Cancelled"
 		}
 		out.error_type, out.error_message, out.error_trace = cs.str(typ), cs.str(msg), cs.opt(trace)
 	}
 	var txp *C.tocsin_db
-	if o.tx != nil {
-		txp = o.tx.p
+	if tx != nil {
+		txp = tx.p
 	}
-	err := call("worker_finish", func() C.int { return C.tocsin_worker_finish(wk.w, txp, o.run, &out) })
-	if err != nil && !isCode(err, ErrLeaseLost) {
-		wk.log.Error("tocsin worker: recording an outcome failed", "job_id", o.id, "error", err)
-	}
-	if o.reply != nil {
-		o.reply <- err
-	}
+	return call("worker_finish", func() C.int { return C.tocsin_worker_finish(wk.w, txp, run, &out) })
 }
 
 // cancelReported cancels the handlers of jobs cancelled or whose lease was lost.
@@ -374,10 +396,7 @@ func (wk *Worker) shutdown() {
 		go func() { wk.handlers.Wait(); close(done) }()
 		for {
 			select {
-			case o := <-wk.outcomes:
-				if o.reply != nil {
-					o.reply <- newErr(ErrClosed, "worker", "the worker stopped: the run was handed back")
-				}
+			case <-wk.outcomes:
 			case <-done:
 				return
 			}
@@ -396,6 +415,11 @@ func (wk *Worker) poke() {
 }
 
 func (wk *Worker) close() {
+	// no TaskTx run records from now on; one recording now ends first (it never
+	// waits for the write lock: its transaction holds it)
+	wk.fmu.Lock()
+	wk.closing.Store(true)
+	wk.fmu.Unlock()
 	wk.mu.Lock()
 	defer wk.mu.Unlock()
 	if wk.closed {

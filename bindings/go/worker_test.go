@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -263,4 +264,61 @@ func TestTaskTxExactlyOnce(t *testing.T) {
 	if j := must(db.Job(bg, h2.JobID)); j.State != "dead" {
 		t.Fatalf("%+v", j)
 	}
+}
+
+// TaskTx runs under contention from another connection: a run's transaction may
+// take the write lock while the Run loop already waits for it inside
+// tocsin_worker_next. Its outcome used to wait for that loop (a deadlock until the
+// busy timeout); it is recorded in the run's own goroutine now. The busy timeout is
+// long, so a deadlock shows as the suite's timeout, not as an error.
+func TestTaskTxUnderLockContention(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "t.db")
+	db := must(tocsin.Open(path, &tocsin.Options{BusyTimeout: 5 * time.Minute}))
+	t.Cleanup(func() { db.Close() })
+	other := must(tocsin.Open(path, &tocsin.Options{BusyTimeout: 5 * time.Minute}))
+	t.Cleanup(func() { other.Close() })
+	check(t, db.Exec(bg, "CREATE TABLE effects(job INTEGER PRIMARY KEY)"))
+	effect := tocsin.TaskTx(db, "effect", func(ctx context.Context, tx *tocsin.Tx, n int) (int, error) {
+		ri, _ := tocsin.Run(ctx)
+		if err := tx.Exec(ctx, fmt.Sprintf("INSERT INTO effects VALUES (%d)", ri.JobID)); err != nil {
+			return 0, err
+		}
+		time.Sleep(time.Duration(n%3) * time.Millisecond)
+		return n, nil
+	}, nil)
+	stop := runWorker(t, db, tocsin.WorkerOptions{Concurrency: 8})
+	defer stop()
+	// the other connection: short write transactions, one after another
+	quit := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			select {
+			case <-quit:
+				return
+			default:
+			}
+			check(t, other.Tx(bg, func(tx *tocsin.Tx) error {
+				time.Sleep(time.Duration(2+i%4) * time.Millisecond)
+				return tx.Exec(bg, "CREATE TABLE IF NOT EXISTS noise(x); INSERT INTO noise VALUES (1)")
+			}))
+		}
+	}()
+	const n = 100
+	hs := make([]*tocsin.TypedHandle[int], n)
+	for i := range hs {
+		hs[i] = must(effect.Call(bg, i, nil))
+	}
+	for i, h := range hs {
+		if v, err := h.Get(bg); err != nil || v != i {
+			t.Fatal(i, v, err)
+		}
+	}
+	close(quit)
+	wg.Wait()
+	check(t, stop())
+	// every run took effect once, with its result
+	check(t, db.Exec(bg, fmt.Sprintf("CREATE TABLE want(n CHECK (n = %d)); INSERT INTO want SELECT count(*) FROM effects", n)))
 }

@@ -124,12 +124,26 @@ int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what) {
 }
 
 /*
+ * Whether this thread's call must not wait for a lock now: tocsin_worker_poll,
+ * or a worker step while a transaction handle of its database holds the lock
+ * (that transaction may be waiting for this very step).
+ */
+static int no_wait(void) {
+    if (tc_thread.nowait) return 1;
+    if (tc_thread.yield_to && atomic_load(tc_thread.yield_to) > 0) {
+        tc_thread.yielded = 1;
+        return 1;
+    }
+    return 0;
+}
+
+/*
  * One more lock wait within the call's budget: 1 when the caller should
  * retry, 0 when the budget is spent. Sleeps 1, 2, 4 .. 32 ms.
  */
 static int busy_wait(tocsin_db *db) {
     int64_t now = tc_monotonic_ms(), pause;
-    if (tc_thread.nowait) return 0;
+    if (no_wait()) return 0;
     if (!tc_thread.busy_until) tc_thread.busy_until = now + db->busy_timeout_ms;
     if (now >= tc_thread.busy_until) return 0;
     pause = tc_thread.busy_waited < 1 ? 1 : tc_thread.busy_waited > 32 ? 32 : tc_thread.busy_waited;
@@ -145,7 +159,7 @@ static int busy_cb(void *ctx, int count) {
     static const int totals[] = {0, 1, 3, 8, 18, 33, 53, 78, 103, 128, 178, 228};
     enum { N_PAUSES = (int)(sizeof pauses / sizeof pauses[0]) };
     int timeout = (int)(intptr_t)ctx, pause, prior;
-    if (tc_thread.nowait) return 0;
+    if (no_wait()) return 0;
     if (count < N_PAUSES) {
         pause = pauses[count];
         prior = totals[count];

@@ -73,6 +73,10 @@ typedef struct tc_thread_state {
     int64_t busy_until;  /* monotonic ms: end of this call's wait for locks; 0: not waiting yet */
     int64_t busy_waited; /* ms this call spent waiting for locks */
     int nowait;          /* set around a call that must not wait for locks (tocsin_worker_poll) */
+    /* set around a worker step: a lock wait stops as soon as this count (the worker
+     * database's open transaction handles) is > 0, and sets `yielded` */
+    _Atomic int *yield_to;
+    int yielded;
     char msg[512];
 } tc_thread_state;
 tc_thread_state *tc_tls(void);

@@ -958,8 +958,10 @@ static int next_step(void *p, int *done, int64_t *sleep_ms) {
 /*
  * A transaction handle of the worker's own database may hold the write lock
  * while its task waits for this worker (a binding that finishes runs from its
- * worker loop): waiting for the lock then waits for ourselves. While such a
- * transaction is open the step never waits for the lock; a BUSY step sleeps
+ * worker loop, or whose thread that commits is blocked on this handle's mutex,
+ * which the step holds): waiting for the lock then waits for ourselves. So a
+ * step's lock wait ends as soon as such a transaction is open -- also one that
+ * took the lock while the step was already waiting -- and the step sleeps
  * until a commit wakes the subscription (that transaction's, at the latest)
  * and tries again.
  */
@@ -967,12 +969,14 @@ static int next_step(void *p, int *done, int64_t *sleep_ms) {
 static int next_check(void *p, int *done, int64_t *sleep_ms) {
     next_ctx *c = p;
     tc_thread_state *t = tc_tls();
-    int own = !t->nowait && atomic_load(&c->w->db->tx_writers) > 0, rc;
-    if (!own) return next_step(p, done, sleep_ms);
-    t->nowait = 1;
+    _Atomic int *prev = t->yield_to;
+    int rc;
+    t->yield_to = &c->w->db->tx_writers;
+    t->yielded = 0;
     rc = next_step(p, done, sleep_ms);
-    t->nowait = 0;
-    if (rc == TOCSIN_BUSY) {
+    t->yield_to = prev;
+    if (rc == TOCSIN_BUSY && t->yielded) {
+        t->yielded = 0;
         tc_clear(c->w->db);
         *done = 0;
         if (*sleep_ms < 0 || *sleep_ms > W_OWN_TX_RETRY_MS) *sleep_ms = W_OWN_TX_RETRY_MS;
@@ -980,6 +984,7 @@ static int next_check(void *p, int *done, int64_t *sleep_ms) {
             return tc_err(c->w->db, TOCSIN_TIMEOUT, "nothing to run before the timeout");
         return TOCSIN_OK;
     }
+    t->yielded = 0;
     return rc;
 }
 

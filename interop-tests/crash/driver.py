@@ -50,8 +50,10 @@ def peer_argv(kind, build):
 ROLES = {
     "py-worker": ("python", "worker", "worker", 3),
     "py-worker-2": ("python", "worker", "worker", 2),  # the scheduler's standby
-    "node-consumer": ("node", os.environ.get("CRASH_NODE_MODE", "consumer"), "worker", 3),
-    "go-consumer": ("go", os.environ.get("CRASH_GO_MODE", "consumer"), "worker", 3),
+    # the Node and Go Workers, effect + result + ack in the run's transaction
+    # (CRASH_NODE_MODE=consumer / CRASH_GO_MODE=consumer: the hand-claiming peers)
+    "node-consumer": ("node", os.environ.get("CRASH_NODE_MODE", "worker"), "worker", 3),
+    "go-consumer": ("go", os.environ.get("CRASH_GO_MODE", "worker-tasktx"), "worker", 3),
     "rb-consumer": ("ruby", "consumer", "worker", 2),
     "py-producer": ("python", "producer", "producer", 2),
     "node-producer": ("node", "producer", "producer", 2),

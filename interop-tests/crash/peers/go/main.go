@@ -75,10 +75,8 @@ func consumer(ctx context.Context, db *tocsin.DB) error {
 	return nil
 }
 
-// workerTaskTx is the same work as a TaskTx task on the Worker. Not in the suite: the
-// run's transaction holds the write lock while its outcome waits for the Run loop,
-// which may itself be waiting for that lock inside tocsin_worker_next (see the
-// crash suite's notes in interop-tests/crash/README.md).
+// workerTaskTx is the same work as a TaskTx task on the Worker (the suite's default
+// Go peer): the effect row, the result and the ack commit in the run's transaction.
 func workerTaskTx(ctx context.Context, db *tocsin.DB) error {
 	// TaskTx: the effect row, the result and the ack commit in one transaction
 	tocsin.TaskTx(db, "crash.effect", func(ctx context.Context, tx *tocsin.Tx, a effectArgs) (map[string]any, error) {
