@@ -1264,7 +1264,15 @@ int tc_op_begin(tocsin_db *db, tc_op *op, int write) {
     op->locked = 0;
     if (write && db->read_only)
         return tc_err(db, TOCSIN_READONLY, "the database handle is read-only");
-    tc_lock(db);
+    /* a call that must not wait (tocsin_worker_poll) does not wait for another
+     * thread's call on the handle either: that call may itself wait for a lock
+     * whose holder needs this thread */
+    if (tc_thread.nowait) {
+        if (pthread_mutex_trylock(&db->mutex) != 0)
+            return tc_err(db, TOCSIN_BUSY, "the handle is busy with another thread's call (this call does not wait)");
+    } else {
+        tc_lock(db);
+    }
     if (db->closed) {
         tc_unlock(db);
         return tc_err(db, TOCSIN_CLOSED, "the database handle was closed");
@@ -7771,7 +7779,12 @@ static int next_step(void *p, int *done, int64_t *sleep_ms) {
      * timeout (tocsin_worker_next may block for hours; the budget is per step). */
     tc_tls()->busy_until = 0;
     tc_tls()->busy_waited = 0;
-    w_lock(w);
+    if (tc_tls()->nowait) { /* tocsin_worker_poll: not even for another thread's step */
+        if (pthread_mutex_trylock(&w->mu) != 0)
+            return tc_err(w->db, TOCSIN_BUSY, "the worker is busy with another thread's call (this call does not wait)");
+    } else {
+        w_lock(w);
+    }
     rc = upkeep(w);
     /* the batched runs give their slots back in the claim's own transaction */
     busy = w->nruns - w->ndone;

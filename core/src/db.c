@@ -665,7 +665,15 @@ int tc_op_begin(tocsin_db *db, tc_op *op, int write) {
     op->locked = 0;
     if (write && db->read_only)
         return tc_err(db, TOCSIN_READONLY, "the database handle is read-only");
-    tc_lock(db);
+    /* a call that must not wait (tocsin_worker_poll) does not wait for another
+     * thread's call on the handle either: that call may itself wait for a lock
+     * whose holder needs this thread */
+    if (tc_thread.nowait) {
+        if (pthread_mutex_trylock(&db->mutex) != 0)
+            return tc_err(db, TOCSIN_BUSY, "the handle is busy with another thread's call (this call does not wait)");
+    } else {
+        tc_lock(db);
+    }
     if (db->closed) {
         tc_unlock(db);
         return tc_err(db, TOCSIN_CLOSED, "the database handle was closed");

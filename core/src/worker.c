@@ -900,7 +900,12 @@ static int next_step(void *p, int *done, int64_t *sleep_ms) {
      * timeout (tocsin_worker_next may block for hours; the budget is per step). */
     tc_tls()->busy_until = 0;
     tc_tls()->busy_waited = 0;
-    w_lock(w);
+    if (tc_tls()->nowait) { /* tocsin_worker_poll: not even for another thread's step */
+        if (pthread_mutex_trylock(&w->mu) != 0)
+            return tc_err(w->db, TOCSIN_BUSY, "the worker is busy with another thread's call (this call does not wait)");
+    } else {
+        w_lock(w);
+    }
     rc = upkeep(w);
     /* the batched runs give their slots back in the claim's own transaction */
     busy = w->nruns - w->ndone;

@@ -519,6 +519,18 @@ static void task_backoff(void) {
     tocsin_close(db);
 }
 
+typedef struct enqueue_ctx {
+    tocsin_db *db;
+    int rc;
+} enqueue_ctx;
+
+static void *enqueue_thread(void *p) {
+    enqueue_ctx *c = p;
+    int64_t id;
+    c->rc = tocsin_queue_enqueue(c->db, &id, "elsewhere", "1", NULL);
+    return NULL;
+}
+
 /* tocsin_worker_poll never waits for the write lock: BUSY at once while another
  * connection holds it, the batched outcome kept; then it claims and commits. */
 static void poll_never_blocks(void) {
@@ -546,6 +558,19 @@ static void poll_never_blocks(void) {
     CHECK_OK(other, tocsin_begin(other)); /* another connection holds the write lock */
     CHECK_EQ_I(tocsin_worker_poll(w, &runs, &n), TOCSIN_BUSY);
     CHECK_EQ_I(n, 0);
+    /* another thread's call on the handle waits for that lock, holding the
+     * handle: poll does not wait for it either */
+    {
+        enqueue_ctx ec = {db, -1};
+        pthread_t th;
+        pthread_create(&th, NULL, enqueue_thread, &ec);
+        nap(50);
+        CHECK_EQ_I(tocsin_worker_poll(w, &runs, &n), TOCSIN_BUSY);
+        CHECK_OK(other, tocsin_rollback(other));
+        pthread_join(th, NULL);
+        CHECK_EQ_I(ec.rc, TOCSIN_OK);
+        CHECK_OK(other, tocsin_begin(other));
+    }
     CHECK_OK(other, tocsin_rollback(other));
     CHECK_EQ_I(t_count(db, "_tocsin_results"), 0);
     /* the outcome was kept: the next poll commits it (nothing new to claim) */
