@@ -135,7 +135,11 @@ async function main() {
     await check('<script> payloads are shown as text', async () => {
       await page.fill('#s-q', 'onerror');
       await page.click('#search button[type=submit]');
-      await page.waitForFunction(() => document.querySelectorAll('#jobs tbody tr').length === 1);
+      // the search's answer, not the table it replaces (one row of that may be shown meanwhile)
+      await page.waitForFunction(() => {
+        const rows = document.querySelectorAll('#jobs tbody tr');
+        return rows.length === 1 && rows[0].textContent.includes('__xss');
+      });
       const text = await page.textContent('#jobs tbody tr code');
       assert(text.includes('<script>window.__xss = 1</script>'), 'payload shown verbatim: ' + text);
       const noteText = await page.textContent('#notes');
