@@ -52,3 +52,20 @@ bench-quick: bench-deps
 		--out $(BUILD)/bench-quick
 
 test-bench-quick: bench-quick
+
+# C: the core's API beside raw SQL through the C sqlite3 API
+$(BUILD)/bench_peers_c: bench/peers/c/runner.c $(BUILD)/libtocsin.a
+	$(CC) $(WARN) -O2 -Icore/include bench/peers/c/runner.c $(BUILD)/libtocsin.a -o $@ $(LIBS)
+
+# Go: the bench module bench/peers/go (the binding, goqite, River, mattn/go-sqlite3)
+$(BUILD)/bench-peers-go: bench/peers/go/main.go bench/peers/go/go.mod $(wildcard $(GO_DIR)/*.go $(GO_DIR)/tocsin_core.c)
+	cd bench/peers/go && $(GO) build -tags libsqlite3 -o $(abspath $@) .
+
+# Node: the binding's addon, and plainjob + better-sqlite3 in bench/peers/node
+BENCH_NODE_DEPS := bench/peers/node/node_modules/.installed
+$(BENCH_NODE_DEPS): bench/peers/node/package.json
+	cd bench/peers/node && $(NODE_GYP_ENV) $(NPM) install --no-audit --no-fund --loglevel=error
+	touch $@
+
+bench-deps: $(BUILD)/bench_peers_c $(BUILD)/bench-peers-go $(NODE_ADDON) $(BENCH_NODE_DEPS)
+bench-deps: ruby-ext

@@ -86,7 +86,7 @@ def c_runtime(thr):
     exe = os.path.join(BUILD, "bench_peers_c")
     if not os.path.exists(exe):
         return None
-    return {"tocsin": ([exe, "tocsin"], thr + ["wake", "notify", "claimlat"]),
+    return {"tocsin": ([exe, "tocsin"], thr + ["claimlat"]),
             "raw": ([exe, "raw"], thr + ["claimlat"])}
 
 
@@ -105,7 +105,7 @@ def go_runtime(thr):
         return None
     return {"tocsin": ([exe, "tocsin"], thr + ["wake", "worker"]),
             "raw": ([exe, "raw"], thr),
-            "goqite": ([exe, "goqite"], thr),
+            "goqite": ([exe, "goqite"], ["enq1", "enq100", "ca1"]),
             "river": ([exe, "river"], ["enq1", "enq100", "ca1"])}
 
 
