@@ -49,8 +49,8 @@ WORKLOADS = {
 
 MODES = {
     # reps: throughput workloads; reps_long: claimlat, sustained, worker
-    "full": dict(reps=5, reps_long=3, n=5000, lat_n=400, claim_n=500, backlog=100000,
-                 seconds=20.0, worker_n=20000),
+    "full": dict(reps=4, reps_long=3, n=2000, lat_n=300, claim_n=300, backlog=100000,
+                 seconds=20.0, worker_n=10000),
     "quick": dict(reps=1, reps_long=1, n=1000, lat_n=100, claim_n=100, backlog=20000,
                   seconds=2.0, worker_n=2000),
 }

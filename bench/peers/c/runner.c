@@ -53,7 +53,7 @@ static void open_impl(const char *path) {
     exec("PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL;"
          "CREATE TABLE IF NOT EXISTS jobs(id INTEGER PRIMARY KEY, queue TEXT NOT NULL,"
          " payload TEXT NOT NULL, ready INTEGER NOT NULL DEFAULT 1, lease_until INTEGER, worker TEXT);"
-         "CREATE INDEX IF NOT EXISTS jobs_ready ON jobs(queue, ready, id);");
+         "CREATE INDEX IF NOT EXISTS jobs_ready ON jobs(queue, id) WHERE ready = 1;");
     S(sqlite3_prepare_v2(g_c, "INSERT INTO jobs(queue, payload) VALUES ('bench', ?1)", -1, &g_ins, NULL));
     S(sqlite3_prepare_v2(g_c, "UPDATE jobs SET ready = 0, lease_until = ?1, worker = 'w1' WHERE id IN "
                               "(SELECT id FROM jobs WHERE queue = 'bench' AND ready = 1 ORDER BY id LIMIT ?2) "

@@ -78,7 +78,7 @@ type system struct {
 
 const rawSchema = `CREATE TABLE IF NOT EXISTS jobs(id INTEGER PRIMARY KEY, queue TEXT NOT NULL,
   payload TEXT NOT NULL, ready INTEGER NOT NULL DEFAULT 1, lease_until INTEGER, worker TEXT);
-CREATE INDEX IF NOT EXISTS jobs_ready ON jobs(queue, ready, id);`
+CREATE INDEX IF NOT EXISTS jobs_ready ON jobs(queue, id) WHERE ready = 1;`
 
 func sqlDB(path string) *sql.DB {
 	db, err := sql.Open("sqlite3", "file:"+path+"?_journal_mode=WAL&_synchronous=NORMAL&_busy_timeout=10000&_txlock=immediate")

@@ -22,7 +22,7 @@ const tocsin = () => require(path.join(ROOT, 'bindings', 'node'));
 const RAW_SCHEMA = `
 CREATE TABLE IF NOT EXISTS jobs(id INTEGER PRIMARY KEY, queue TEXT NOT NULL,
   payload TEXT NOT NULL, ready INTEGER NOT NULL DEFAULT 1, lease_until INTEGER, worker TEXT);
-CREATE INDEX IF NOT EXISTS jobs_ready ON jobs(queue, ready, id);`;
+CREATE INDEX IF NOT EXISTS jobs_ready ON jobs(queue, id) WHERE ready = 1;`;
 
 function open(file) {
   if (impl === 'tocsin') {
@@ -30,10 +30,10 @@ function open(file) {
     const q = db.queue('bench');
     return {
       enqueue: () => q.enqueue(PAYLOAD),
-      enqueue100: (ps) => q.enqueueMany(ps),
+      enqueue100: (ps) => q.enqueueMany(ps.map((payload) => ({ payload }))),
       claimAck: async () => { const j = await q.claim('w1'); if (!j) return false; j.payload; await j.ack(); return true; },
       claimAck100: async () => { const js = await q.claimBatch(100, 'w1'); for (const j of js) j.payload; await q.ackBatch(js); return js.length; },
-      fill: async (n) => { for (let i = 0; i < n; i += 1000) await q.enqueueMany(Array(Math.min(1000, n - i)).fill(PAYLOAD)); },
+      fill: async (n) => { for (let i = 0; i < n; i += 1000) await q.enqueueMany(Array(Math.min(1000, n - i)).fill({ payload: PAYLOAD })); },
     };
   }
   const Better = require('better-sqlite3');

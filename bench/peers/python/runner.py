@@ -26,7 +26,7 @@ HERE = os.path.abspath(__file__)
 RAW_SCHEMA = """
 CREATE TABLE IF NOT EXISTS jobs(id INTEGER PRIMARY KEY, queue TEXT NOT NULL,
   payload TEXT NOT NULL, ready INTEGER NOT NULL DEFAULT 1, lease_until INTEGER, worker TEXT);
-CREATE INDEX IF NOT EXISTS jobs_ready ON jobs(queue, ready, id);
+CREATE INDEX IF NOT EXISTS jobs_ready ON jobs(queue, id) WHERE ready = 1;
 CREATE TABLE IF NOT EXISTS events(id INTEGER PRIMARY KEY, topic TEXT NOT NULL, payload TEXT NOT NULL);
 """
 RAW_INSERT = "INSERT INTO jobs(queue, payload) VALUES (?, ?)"

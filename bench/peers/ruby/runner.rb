@@ -55,7 +55,7 @@ def open_impl(impl, path)
     c.execute_batch(<<~SQL)
       CREATE TABLE IF NOT EXISTS jobs(id INTEGER PRIMARY KEY, queue TEXT NOT NULL,
         payload TEXT NOT NULL, ready INTEGER NOT NULL DEFAULT 1, lease_until INTEGER, worker TEXT);
-      CREATE INDEX IF NOT EXISTS jobs_ready ON jobs(queue, ready, id);
+      CREATE INDEX IF NOT EXISTS jobs_ready ON jobs(queue, id) WHERE ready = 1;
     SQL
     ins = c.prepare("INSERT INTO jobs(queue, payload) VALUES (?, ?)")
     claim = c.prepare("UPDATE jobs SET ready = 0, lease_until = ?, worker = ? WHERE id IN " \
