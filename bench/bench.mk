@@ -39,7 +39,7 @@ $(BENCH_HKVENV)/.done:
 	  rm -rf $(BENCH_HKVENV); mkdir -p $(BENCH_HKVENV); fi
 	touch $@
 
-bench-python-env: python-venv $(BENCH_VENV)/.tocsin $(BENCH_HKVENV)/.done
+bench-python-env: $(BENCH_VENV)/.tocsin $(BENCH_HKVENV)/.done
 
 bench-deps: deps bench-python-env
 

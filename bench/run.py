@@ -115,7 +115,7 @@ def ruby_runtime(thr):
     if not os.path.exists(os.path.join(lib, "tocsin", "tocsin_native.so")):
         return None
     base = ["ruby", "-I" + os.path.join(ROOT, "bindings", "ruby", "lib"), "-I" + lib, rb]
-    return {"tocsin": (base + ["tocsin"], thr), "raw": (base + ["raw"], thr)}
+    return {"tocsin": (base + ["tocsin"], thr + ["worker"]), "raw": (base + ["raw"], thr)}
 
 
 def args_for(w, m):

@@ -63,7 +63,8 @@ function open(file) {
       const quiet = { info() {}, warn() {}, error() {}, debug() {} };
       const pq = defineQueue({ connection: better(c), logger: quiet });
       const many = c.transaction((ps) => { for (const p of ps) pq.add('bench', p); });
-      const claim = () => { const j = pq.getAndMarkJobAsProcessing('bench'); if (j) JSON.parse(j.data); return j; };
+      // as plainjob's own worker does: claim an id, then read the job's data
+      const claim = () => { const j = pq.getAndMarkJobAsProcessing('bench'); if (j) JSON.parse(pq.getJobById(j.id).data); return j; };
       const claimTx = c.transaction((k) => { const js = []; for (let i = 0; i < k; i++) { const j = claim(); if (!j) break; js.push(j); } return js; });
       const ackTx = c.transaction((js) => { for (const j of js) pq.markJobAsDone(j.id); });
       return {

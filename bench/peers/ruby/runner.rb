@@ -95,6 +95,43 @@ def rate(n)
   n / (Process.clock_gettime(Process::CLOCK_MONOTONIC) - t)
 end
 
+# the worker runner: 2 tocsin-worker processes x 4 concurrency, no-op tasks
+if workload == "worker"
+  require "tocsin"
+  require "rbconfig"
+  file = File.join(opt[:dir], "worker.db")
+  app = File.join(opt[:dir], "tasks.rb")
+  File.write(app, "Tocsin.task(\"noop\", queue: \"bench\") { nil }\n")
+  exe = File.expand_path("../../../bindings/ruby/exe/tocsin-worker", __dir__)
+  db = Tocsin.open(file)
+  q = db.queue("bench")
+  inc = $LOAD_PATH.grep(/bindings|ruby/).flat_map { |d| ["-I", d] }
+  pids = Array.new(2) do
+    Process.spawn(RbConfig.ruby, *inc, exe, "--db", file, "--require", app, "--queue", "bench",
+                  "--concurrency", "4", "--no-scheduler", out: File::NULL)
+  end
+  begin
+    require "sqlite3"
+    ro = SQLite3::Database.new(file, readonly: true)
+    ro.busy_timeout = 10_000
+    count = ->(sql) { ro.get_first_value(sql) }
+    deadline = Time.now + 60
+    sleep 0.05 while count.call("SELECT count(*) FROM _tocsin_workers") < 2 && Time.now < deadline
+    abort "the workers did not start" if count.call("SELECT count(*) FROM _tocsin_workers") < 2
+    db.transaction { |tx| n.times { q.call("noop", tx: tx) } }
+    t0 = Process.clock_gettime(Process::CLOCK_MONOTONIC)
+    deadline = Time.now + 120
+    sleep 0.002 while count.call("SELECT count(*) FROM _tocsin_jobs").positive? && Time.now < deadline
+    abort "the workers did not finish" if count.call("SELECT count(*) FROM _tocsin_jobs").positive?
+    r = n / (Process.clock_gettime(Process::CLOCK_MONOTONIC) - t0)
+  ensure
+    pids.each { |p| Process.kill("TERM", p) rescue nil }
+    pids.each { |p| Process.wait(p) rescue nil }
+  end
+  puts JSON.generate({ "metrics" => { "tasks_s" => r }, "samples" => {} })
+  exit 0
+end
+
 s = open_impl(impl, path)
 rounds = [n / 100, 1].max
 batch = Array.new(100) { PAYLOAD }
