@@ -80,10 +80,65 @@ def table(res):
                     row += [cell(s, unit), "" if r is None else "**%.2f**" % r]
                 out.append("| " + " | ".join(row) + " |")
         out.append("")
+    out += targets(res)
     if res["errors"]:
         out.append("Errors: " + "; ".join(e.splitlines()[0] for e in res["errors"]))
         out.append("")
     return "\n".join(out)
+
+
+def _med(res, rt, w, impl, mk):
+    try:
+        return res["figures"][rt][w][impl][mk]["median"]
+    except KeyError:
+        return None
+
+
+def targets(res):
+    """The issue's target ratios, measured in this run (reported, never asserted)."""
+    rows = []
+
+    def add(name, value, ok, fmt_="%.2f"):
+        if value is not None:
+            rows.append((name, fmt_ % value, "yes" if ok(value) else "**no**"))
+
+    def ratio(rt, w, a, b, mk, higher=True):
+        x, y = _med(res, rt, w, a, mk), _med(res, rt, w, b, mk)
+        if not x or not y:
+            return None
+        return x / y if higher else y / x
+    for peer in ("honker", "honker-kernel", "honker-shm"):
+        add("Python cross-process wake p50: %s / tocsin >= 4" % peer,
+            ratio("python", "wake", "tocsin", peer, "p50_ms", False), lambda v: v >= 4)
+        add("Python notify->listen p50: %s / tocsin >= 4" % peer,
+            ratio("python", "notify", "tocsin", peer, "p50_ms", False), lambda v: v >= 4)
+    add("Python asyncio listen p50 < 0.1 ms (ms)", _med(res, "python", "notify", "tocsin", "p50_ms"),
+        lambda v: v < 0.1, "%.3f")
+    for w, name in (("enq1", "enqueue 1/tx"), ("ca1", "claim+ack 1/tx")):
+        add("Python %s: tocsin / honker >= 2.5" % name, ratio("python", w, "tocsin", "honker", "ops_s"),
+            lambda v: v >= 2.5)
+        add("Python %s: tocsin / raw sqlite3 >= 0.90" % name, ratio("python", w, "tocsin", "raw", "ops_s"),
+            lambda v: v >= 0.9)
+        add("C %s: tocsin / raw >= 0.90" % name, ratio("c", w, "tocsin", "raw", "ops_s"), lambda v: v >= 0.9)
+    for rt in res["figures"]:
+        add("%s claim latency: 100k queued / empty <= 2" % RUNTIME_TITLE.get(rt, rt),
+            _med(res, rt, "claimlat", "tocsin", "backlog_over_empty"), lambda v: v <= 2)
+    for rt, ws in res["figures"].items():
+        for peer in sorted({i for w in ws.values() for i in w} - {"tocsin", "raw", "honker-kernel", "honker-shm"}):
+            rs = [(w, ratio(rt, w, "tocsin", peer, "ops_s")) for w in ("enq1", "enq100", "ca1", "ca100")]
+            rs = [(w, r) for w, r in rs if r]
+            if rs:
+                w, r = min(rs, key=lambda x: x[1])
+                add("%s: tocsin >= %s on every throughput workload (lowest: %s)"
+                    % (RUNTIME_TITLE.get(rt, rt), peer, w), r, lambda v: v >= 1)
+    for rt in res["figures"]:
+        add("%s worker runner >= 20000 no-op tasks/s (2 x 4)" % RUNTIME_TITLE.get(rt, rt),
+            _med(res, rt, "worker", "tocsin", "tasks_s"), lambda v: v >= 20000, "%.0f")
+    if not rows:
+        return []
+    out = ["### The issue's targets in this run", "", "| target | measured | met |", "|---|---|---|"]
+    out += ["| %s | %s | %s |" % r for r in rows]
+    return out + [""]
 
 
 def update_readme(path, tbl):
@@ -141,6 +196,13 @@ def charts(res, out):
         fig.savefig(os.path.join(out, "throughput-%s.png" % rt), dpi=90)
         plt.close(fig)
 
+    line_colors = {}
+
+    def line_color(rt, impl):
+        if (rt, impl) not in line_colors:
+            line_colors[(rt, impl)] = plt.cm.tab10(len(line_colors) % 10)
+        return line_colors[(rt, impl)]
+
     # latency CDFs across processes (every runtime that measured them), and claim latency
     panels = [("wake", "latency"), ("notify", "latency"), ("claimlat", "backlog")]
     fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 4), squeeze=False)
@@ -155,7 +217,7 @@ def charts(res, out):
                 v = sorted(s[sname])
                 ys = [(i + 1) / len(v) for i in range(len(v))]
                 lbl = "%s %s" % (rt, impl) + ("" if w != "claimlat" else " (%s)" % sname)
-                ax.plot(v, ys, ls, label=lbl, color=color(impl) if rt == "python" else None, lw=1.2)
+                ax.plot(v, ys, ls, label=lbl, color=line_color(rt, impl), lw=1.2)
         ax.set_xscale("log")
         ax.set_xlabel("ms (log)")
         ax.set_ylabel("fraction")

@@ -197,6 +197,7 @@ def main():
         rts = {k: v for k, v in rts.items() if k in a.only.split(",")}
     wls = [w for w in WORKLOADS if not a.workloads or w in a.workloads.split(",")]
     started = time.time()
+    info = machine()
     raw = {}      # (rt, w, impl) -> [metrics dict per rep]
     samples = {}  # (rt, w, impl) -> {name: pooled samples}
     errors = []
@@ -235,7 +236,6 @@ def main():
                         errors.append("%s/%s/%s: no figure %s" % (rt, w, impl, mk))
                         continue
                     figures.setdefault(rt, {}).setdefault(w, {}).setdefault(impl, {})[mk] = stats(vals)
-    info = machine()
     info["loadavg_end"] = os.getloadavg()
     result = {
         "mode": a.mode, "params": m, "started": datetime.datetime.utcfromtimestamp(started).isoformat() + "Z",
