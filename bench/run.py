@@ -79,7 +79,12 @@ def runtimes():
         r = fn(thr)
         if r:
             rt[name] = r
+        else:
+            MISSING.append(name)
     return rt
+
+
+MISSING = []  # runtimes whose runner is not built (an error unless --only leaves them out)
 
 
 def c_runtime(thr):
@@ -200,7 +205,8 @@ def main():
     info = machine()
     raw = {}      # (rt, w, impl) -> [metrics dict per rep]
     samples = {}  # (rt, w, impl) -> {name: pooled samples}
-    errors = []
+    errors = ["runtime %s: its runner is not built (make bench-deps)" % r for r in MISSING
+              if not a.only or r in a.only.split(",")]
     max_reps = max(m["reps"], m["reps_long"])
     for rep in range(max_reps):
         for w in wls:
