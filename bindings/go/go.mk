@@ -8,7 +8,6 @@ GO_TOOLS := $(abspath $(BUILD))/go-tools
 .PHONY: sync-core sync-core-check test-go bench-go go-vet go-staticcheck test-go-module demo-go
 
 test: test-go
-bench: bench-go
 
 # Copies core/ into the module (tocsin.h + the unity file tocsin_core.c).
 sync-core:

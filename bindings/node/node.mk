@@ -14,7 +14,6 @@ NODE_SRC  := $(wildcard $(NODE_DIR)/src/*) $(NODE_DIR)/binding.gyp $(CORE_SRC) $
 .PHONY: node-deps node-build test-node bench-node node-pack demo-node
 
 test: test-node
-bench: bench-node
 
 $(NODE_DEPS): $(NODE_DIR)/package.json
 	cd $(NODE_DIR) && $(NODE_GYP_ENV) $(NPM) install --ignore-scripts --no-audit --no-fund --loglevel=error

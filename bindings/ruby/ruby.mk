@@ -14,7 +14,6 @@ RB_NATIVE   := $(RB_BUILD)/lib/tocsin/tocsin_native.so
 RB_LOADABLE := $(RB_BUILD)/lib/tocsin/sqlite/tocsin.so
 
 test: test-ruby
-bench: bench-ruby
 demo: demo-ruby
 
 # Installs the Debian packages that are missing (non-interactive; apt-get update once).
