@@ -4649,11 +4649,13 @@ void tc_wake_release(tocsin_db *db) {
     db->wake = NULL;
 }
 
+static int wk_sub_open(tocsin_sub **out, tocsin_db *db);
+
 int tc_wake_db_sub(tocsin_db *db, tocsin_sub **out) {
     int rc;
     *out = NULL;
     if ((rc = wk_state(db)) != TOCSIN_OK) return rc;
-    if (!db->wake->sub && (rc = tocsin_sub_open(&db->wake->sub, db)) != TOCSIN_OK) return rc;
+    if (!db->wake->sub && (rc = wk_sub_open(&db->wake->sub, db)) != TOCSIN_OK) return rc;
     *out = db->wake->sub;
     return TOCSIN_OK;
 }
@@ -4687,7 +4689,28 @@ int tocsin_wake_configure(const tocsin_wake_opts *opts) {
 
 /* ---- subscriptions ------------------------------------------------------------ */
 
+/*
+ * A handle that subscribes once keeps its file's watcher until it closes: the
+ * handle's own subscription (opened here if absent) anchors it. Without it, a
+ * binding that opens a subscription per wait (to poke it) started and stopped
+ * the watcher thread, its connection and its baseline read at every wait, and
+ * a commit landing meanwhile waited for the next one (5-8 ms in Go and Node).
+ */
 int tocsin_sub_open(tocsin_sub **out, tocsin_db *db) {
+    int rc = wk_sub_open(out, db);
+    if (rc == TOCSIN_OK) {
+        tocsin_sub *own;
+        /* never waits for another thread's call on the handle (an event
+         * loop's thread opens subscriptions): a later open anchors instead */
+        if (pthread_mutex_trylock(&db->mutex) == 0) {
+            if (tc_wake_db_sub(db, &own) != TOCSIN_OK) tc_clear(db); /* the caller's subscription stands */
+            tc_unlock(db);
+        }
+    }
+    return rc;
+}
+
+static int wk_sub_open(tocsin_sub **out, tocsin_db *db) {
     tocsin_sub *s;
     tc_watcher *w;
     const char *path;
