@@ -33,9 +33,16 @@ WAL_MAX_MIB = 64
 # growth is measured from this mark (warm-up: imports, JIT, first allocations done)
 GROWTH_FROM = 20.0
 
-ROLES = ["py-worker", "node-consumer", "go-consumer", "rb-consumer",
+# Two consumers per runtime against one producer each: the peers keep the crash
+# suite's pauses (a consumer spends ~15 ms on a job, a producer ~40 ms between
+# jobs), and with one consumer each the backlog, and with it the latency, grew
+# for as long as the soak ran.
+ROLES = ["py-worker", "py-worker-2", "node-consumer", "node-consumer-2", "go-consumer",
+         "go-consumer-2", "rb-consumer", "rb-consumer-2",
          "py-producer", "node-producer", "go-producer", "rb-producer", "py-pubsub"]
 driver.ROLES["py-pubsub"] = ("python", "pubsub", "pubsub", 0)
+for _name in ("node-consumer", "go-consumer", "rb-consumer"):
+    driver.ROLES[_name + "-2"] = driver.ROLES[_name]
 
 
 def proc_stat(pid):
