@@ -19,8 +19,8 @@ for i in range(n):
     with db.transaction() as tx:
         order = db.execute("INSERT INTO orders(item) VALUES (?) RETURNING id", [item])[0][0]
         at = int(time.time() * 1000)
-        h1 = db.queue("stock").call("reserve_stock", order=order, item=item)
-        h2 = db.queue("payments").call("charge_card", order, amount=990 + i)
+        h1 = db.queue("stock").call("reserve_stock", kwargs={"order": order, "item": item})
+        h2 = db.queue("payments").call("charge_card", order, kwargs={"amount": 990 + i})
         db.stream("orders").publish({"order": order, "item": item}, tx=tx)
     calls += [(order, "reserve_stock", h1, at), (order, "charge_card", h2, at)]
     print("python web (pid %d): order %d (%s) committed with jobs %d, %d and its stream event"

@@ -13,7 +13,7 @@ item, others = sys.argv[1], [int(j) for j in sys.argv[2:]]
 
 with db.transaction() as tx:
     db.execute("INSERT INTO orders(item) VALUES (?)", [item])
-    handle = emails.call("send_email", item, to="ada@example.org")  # joins the transaction
+    handle = emails.call("send_email", item, kwargs={"to": "ada@example.org"})  # joins the transaction
     offset = db.stream("orders").publish({"item": item, "by": "python"}, tx=tx)
     db.notify("orders", {"item": item}, tx=tx)
 print("Python web: order for %s committed with job %d, stream offset %d" % (item, handle.job_id, offset))

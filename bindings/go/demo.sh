@@ -19,7 +19,7 @@ while ! grep -q "worker ready" "$build/demo-go.out" 2>/dev/null; do sleep 0.1; d
 "$py" - <<PY
 import os, tocsin
 db = tocsin.open(os.environ["DEMO_DB"])
-r = db.queue("go-invoices").call("invoice", order=7, total=990).get(timeout=30)
+r = db.queue("go-invoices").call("invoice", kwargs={"order": 7, "total": 990}).get(timeout=30)
 print("python: the Go worker ran invoice:", r)
 db.notify("demo-go", {"thanks": r["invoice"]})
 PY

@@ -118,10 +118,9 @@ func ExampleStream_Events() {
 	_, _ = s.PublishMany(ctx, []any{"a", "b", "c"}, nil)
 
 	n := 0
-	// Batch 1: the core counts a whole batch as processed when the next one is read or
-	// the subscription closes, so a loop that may break mid-batch reads one at a time.
-	opts := &tocsin.SubscribeOptions{Batch: 1, AutosaveEvery: 1}
-	for ev, err := range s.Events(ctx, "billing", opts) {
+	// The end of the loop (here a break) saves the consumer's offset: the last event
+	// the loop body got (NoSaveOnClose: true leaves it).
+	for ev, err := range s.Events(ctx, "billing", nil) {
 		if err != nil {
 			panic(err)
 		}

@@ -69,10 +69,10 @@ func TestGoCallsPythonTask(t *testing.T) {
 
 const pyCaller = `import json, os, sys, tocsin
 db = tocsin.open(os.environ["TOCSIN_DB"])
-h = db.queue("go").call("go_mul", x=6)
+h = db.queue("go").call("go_mul", kwargs={"x": 6})
 print(json.dumps(h.get(timeout=30)))
 try:
-    db.queue("go").call("go_mul", x=-1).get(timeout=30)
+    db.queue("go").call("go_mul", kwargs={"x": -1}).get(timeout=30)
 except tocsin.TaskError as e:
     print(e.type, e.message)
 `

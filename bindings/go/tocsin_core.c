@@ -3672,6 +3672,8 @@ struct tocsin_stream_sub {
     char *topic, *consumer;
     size_t batch;
     int64_t every, every_ms;
+    int save_on_close;
+    int64_t saved;     /* the offset last saved (or read at open) */
     int64_t position;  /* offset of the last event handed out */
     int64_t before;    /* where the last call's batch began (its events are > this) */
     int64_t last_n;    /* events handed out by the last call */
@@ -3686,6 +3688,7 @@ static int sub_save(tocsin_stream_sub *s, int64_t offset) {
     int rc = tocsin_stream_save_offset(s->db, NULL, s->consumer, s->topic, offset);
     if (rc == TOCSIN_OK) {
         s->unsaved = 0;
+        s->saved = offset;
         s->saved_at = tocsin_now(s->db);
     }
     return rc;
@@ -3715,7 +3718,12 @@ int tocsin_stream_sub_open(tocsin_stream_sub **out, tocsin_db *db, const char *t
         if (opts->version < 1)
             return tc_err(db, TOCSIN_INVALID,
                           "stream subscription options: version must be set (use TOCSIN_STREAM_SUB_OPTS_INIT)");
-        o = *opts;
+        /* field by field: a version-1 struct ends before save_on_close */
+        o.from_offset = opts->from_offset;
+        o.batch = opts->batch;
+        o.autosave_every = opts->autosave_every;
+        o.autosave_ms = opts->autosave_ms;
+        o.save_on_close = opts->version >= 2 ? opts->save_on_close : 0;
     }
     if ((rc = tc_check_name(db, "topic", topic)) != TOCSIN_OK) return rc;
     if (consumer && (rc = tc_check_name(db, "consumer", consumer)) != TOCSIN_OK) return rc;
@@ -3724,15 +3732,16 @@ int tocsin_stream_sub_open(tocsin_stream_sub **out, tocsin_db *db, const char *t
         return tc_err(db, TOCSIN_INVALID, "batch must be between 1 and %d", TOCSIN_MAX_BATCH);
     if (o.autosave_every < 0 || o.autosave_ms < 0)
         return tc_err(db, TOCSIN_INVALID, "autosave_every and autosave_ms must be >= 0");
-    if (!consumer && (o.from_offset < 0 || o.autosave_every || o.autosave_ms))
+    if (!consumer && (o.from_offset < 0 || o.autosave_every || o.autosave_ms || o.save_on_close))
         return tc_err(db, TOCSIN_INVALID,
-                      "consumer must be set to resume from a saved offset or to autosave");
+                      "consumer must be set to resume from a saved offset, to autosave or to save on close");
     if (!(s = sqlite3_malloc(sizeof *s)))
         return tc_err(db, TOCSIN_NOMEM, "stream subscription: out of memory");
     memset(s, 0, sizeof *s);
     s->batch = o.batch ? o.batch : 100;
     s->every = o.autosave_every;
     s->every_ms = o.autosave_ms;
+    s->save_on_close = o.save_on_close != 0;
     s->topic = tc_strdup(topic);
     s->consumer = consumer ? tc_strdup(consumer) : NULL;
     if (!s->topic || (consumer && !s->consumer)) {
@@ -3744,16 +3753,18 @@ int tocsin_stream_sub_open(tocsin_stream_sub **out, tocsin_db *db, const char *t
     if ((rc = tocsin_sub_open(&s->sub, db)) != TOCSIN_OK ||
         (rc = tc_open_private(db, &s->db, 0)) != TOCSIN_OK) {
         s->every = s->every_ms = 0;
+        s->save_on_close = 0;
         tocsin_stream_sub_close(s);
         return rc;
     }
     s->position = o.from_offset;
     if (o.from_offset < 0 &&
         (rc = tocsin_stream_offset(s->db, &s->position, consumer, topic)) != TOCSIN_OK) {
-        s->every = s->every_ms = 0;
+        s->every = s->every_ms = s->save_on_close = 0;
         tocsin_stream_sub_close(s);
         return rc;
     }
+    s->saved = s->position;
     s->before = s->position;
     s->saved_at = tocsin_now(s->db);
     *out = s;
@@ -3824,7 +3835,8 @@ int tocsin_stream_sub_close(tocsin_stream_sub *s) {
     int rc = TOCSIN_OK;
     if (!s) return TOCSIN_OK;
     tc_sub_shut(s->sub); /* a tocsin_stream_sub_next of another thread ends with TOCSIN_CLOSED */
-    if (s->db && s->consumer && (s->every || s->every_ms) && (s->unsaved || s->last_n)) {
+    if (s->db && s->consumer && (s->every || s->every_ms || s->save_on_close) &&
+        (s->unsaved || s->last_n) && s->position != s->saved) {
         tc_clear(s->db);
         rc = sub_save(s, s->position);
     }

@@ -407,6 +407,59 @@ func TestStreams(t *testing.T) {
 	wantCode(t, err, tocsin.ErrInvalid)
 }
 
+// A named consumer's offset is saved when the subscription ends (a break out of Events,
+// Close of a Subscription): a new subscription resumes after the last event seen.
+// NoSaveOnClose leaves the offset where it was.
+func TestStreamSaveOnClose(t *testing.T) {
+	db := openDB(t)
+	s := db.Stream("soc")
+	offs := must(s.PublishMany(bg, []any{1, 2, 3, 4, 5, 6}, nil))
+	n := 0
+	for ev, err := range s.Events(bg, "c", &tocsin.SubscribeOptions{Batch: 10}) {
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n++; n == 2 { // mid-batch: 3..6 were read, not handed on
+			if ev.ID != offs[1] {
+				t.Fatal(ev.ID)
+			}
+			break
+		}
+	}
+	if v := must(s.Offset(bg, "c")); v != offs[1] {
+		t.Fatal("the break did not save the last event seen", v, offs)
+	}
+	// a new subscription resumes after it; Close saves the last event delivered on C
+	sub := must(s.Subscribe(bg, "c", nil))
+	m := <-sub.C
+	if m.ID != offs[2] {
+		t.Fatal("did not resume after the saved offset", m.ID, offs)
+	}
+	if err := sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if v := must(s.Offset(bg, "c")); v != offs[2] {
+		t.Fatal("Close did not save the last event delivered", v, offs)
+	}
+	// the opt-out, in both forms
+	for ev, err := range s.Events(bg, "c", &tocsin.SubscribeOptions{NoSaveOnClose: true}) {
+		if err != nil || ev.ID != offs[3] {
+			t.Fatal(ev.ID, err)
+		}
+		break
+	}
+	sub = must(s.Subscribe(bg, "c", &tocsin.SubscribeOptions{NoSaveOnClose: true}))
+	if m := <-sub.C; m.ID != offs[3] {
+		t.Fatal(m.ID)
+	}
+	if err := sub.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if v := must(s.Offset(bg, "c")); v != offs[2] {
+		t.Fatal("NoSaveOnClose moved the offset", v, offs)
+	}
+}
+
 func TestListenAndCancel(t *testing.T) {
 	db := openDB(t)
 	ctx, cancel := context.WithCancel(bg)

@@ -362,6 +362,9 @@ type SubscribeOptions struct {
 	Batch         int           // events per read, 1..10000; 0: 100
 	AutosaveEvery int64         // > 0: save the consumer's offset every N processed events
 	AutosaveAfter time.Duration // > 0: ... or when this long passed since the last save
+	// A named consumer's offset is saved when the subscription ends (Close, the context,
+	// the end of an Events loop): the last event handed on. NoSaveOnClose leaves it.
+	NoSaveOnClose bool
 }
 
 func (db *DB) openStreamSub(ctx context.Context, topic, consumer string, opts *SubscribeOptions) (*C.tocsin_stream_sub, error) {
@@ -381,6 +384,9 @@ func (db *DB) openStreamSub(ctx context.Context, topic, consumer string, opts *S
 		o.batch = C.size_t(opts.Batch)
 		o.autosave_every = C.int64_t(opts.AutosaveEvery)
 		o.autosave_ms = C.int64_t(ms(opts.AutosaveAfter))
+	}
+	if consumer != "" && (opts == nil || !opts.NoSaveOnClose) {
+		o.save_on_close = 1 // the core saves at tocsin_stream_sub_close
 	}
 	var cs cstrings
 	defer cs.free()
@@ -448,15 +454,29 @@ func (sub *Subscription) run(ctx context.Context, ch chan<- Message) {
 			sub.err = err
 			return
 		}
-		for _, m := range msgs {
+		for i, m := range msgs {
 			select {
 			case ch <- m:
 			case <-ctx.Done():
 				sub.err = ctxErr(ctx, "subscribe")
+				stoppedAt(sub.s, msgs, i)
 				return
 			}
 		}
 	}
+}
+
+// stoppedAt: of a batch, only the events before i were handed on; the core's position
+// goes back to the last of them (what the close then saves).
+func stoppedAt(s *C.tocsin_stream_sub, msgs []Message, i int) {
+	if i >= len(msgs) {
+		return
+	}
+	off := msgs[0].ID - 1 // none of it: below the batch's first event
+	if i > 0 {
+		off = msgs[i-1].ID
+	}
+	C.tocsin_stream_sub_rewind(s, C.int64_t(off))
 }
 
 func streamNext(ctx context.Context, s *C.tocsin_stream_sub, w *waiter) ([]Message, error) {
@@ -478,8 +498,8 @@ func streamNext(ctx context.Context, s *C.tocsin_stream_sub, w *waiter) ([]Messa
 // ended (while it runs, the goroutine owns the core's subscription).
 func (sub *Subscription) Position() int64 { return sub.position.Load() }
 
-// Close stops the subscription (saving the position when autosave is on) and waits for
-// its goroutine.
+// Close stops the subscription and waits for its goroutine. A named consumer's offset is
+// saved (the last event delivered on C) unless NoSaveOnClose.
 func (sub *Subscription) Close() error {
 	sub.stop()
 	<-sub.done
@@ -501,8 +521,8 @@ func (sub *Subscription) Err() error {
 
 // Events iterates the topic for consumer in the caller's goroutine (no goroutine of its
 // own): replay, then live, until ctx ends (the last pair carries its error) or the loop
-// breaks. Autosave stores the position at the end; the core counts every event of a
-// batch handed out as processed, so a loop that breaks mid-batch should use Batch 1.
+// breaks. A named consumer's offset is saved at the end (the last event the loop body
+// got, also when it breaks mid-batch) unless NoSaveOnClose; autosave saves as it goes.
 func (s *Stream) Events(ctx context.Context, consumer string, opts *SubscribeOptions) iter.Seq2[Message, error] {
 	return func(yield func(Message, error) bool) {
 		db, err := s.dbOnly("subscribe")
@@ -526,8 +546,9 @@ func (s *Stream) Events(ctx context.Context, consumer string, opts *SubscribeOpt
 				yield(Message{}, err)
 				return
 			}
-			for _, m := range msgs {
+			for i, m := range msgs {
 				if !yield(m, nil) {
+					stoppedAt(ss, msgs, i+1)
 					return
 				}
 			}

@@ -195,6 +195,9 @@ export interface SubscribeOptions {
   batch?: number;
   autosaveEvery?: number;
   autosaveMs?: number;
+  /** A named consumer's offset is saved when the subscription closes (the end of a
+   * for-await loop, close()): the last event handed on. Default true. */
+  saveOnClose?: boolean;
   signal?: AbortSignal;
 }
 

@@ -634,9 +634,14 @@ typedef struct tocsin_stream_sub_opts {
     size_t batch;           /* most events per tocsin_stream_sub_next, 1..10000; 0: 100 */
     int64_t autosave_every; /* > 0: save the consumer's offset every N processed events */
     int64_t autosave_ms;    /* > 0: ... or when this long passed since the last save */
+    /* Version 2. Nonzero: tocsin_stream_sub_close saves the consumer's offset (the
+     * position: the last event handed out, or where tocsin_stream_sub_rewind put
+     * it) when it moved since the last save, also without autosave. The bindings
+     * set it by default (the end of an iteration saves). Needs a consumer. */
+    int save_on_close;
 } tocsin_stream_sub_opts;
-#define TOCSIN_STREAM_SUB_OPTS_VERSION 1
-#define TOCSIN_STREAM_SUB_OPTS_INIT {TOCSIN_STREAM_SUB_OPTS_VERSION, -1, 0, 0, 0}
+#define TOCSIN_STREAM_SUB_OPTS_VERSION 2
+#define TOCSIN_STREAM_SUB_OPTS_INIT {TOCSIN_STREAM_SUB_OPTS_VERSION, -1, 0, 0, 0, 0}
 
 /*
  * Subscribes `consumer` (may be NULL when opts->from_offset >= 0 and nothing
@@ -666,9 +671,12 @@ TOCSIN_API int tocsin_stream_sub_rewind(tocsin_stream_sub *s, int64_t offset);
 /* Saves the position as the consumer's offset now. */
 TOCSIN_API int tocsin_stream_sub_save(tocsin_stream_sub *s);
 TOCSIN_API int tocsin_stream_sub_poke(tocsin_stream_sub *s); /* thread-safe */
-/* Saves the position when autosave is on, then closes (a wait of another
- * thread ends with TOCSIN_CLOSED first). Accepts NULL. Returns the save's
- * failure, if any (the subscription is closed regardless). */
+/* Saves the position when autosave or save_on_close is on and it moved since
+ * the last save, then closes (a wait of another thread ends with
+ * TOCSIN_CLOSED first). An iteration that stopped mid-batch calls
+ * tocsin_stream_sub_rewind to the last event it handed on first. Accepts
+ * NULL. Returns the save's failure, if any (the subscription is closed
+ * regardless). */
 TOCSIN_API int tocsin_stream_sub_close(tocsin_stream_sub *s);
 
 /*

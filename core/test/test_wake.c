@@ -805,6 +805,64 @@ static void stream_subscribe(void) {
     tocsin_close(db);
 }
 
+/* save_on_close: the end of an iteration saves the last event handed on (a
+ * rewind marks where an iteration stopped mid-batch); off, close saves nothing */
+static void stream_save_on_close(void) {
+    t_clock clk = {1000};
+    tocsin_db *db = t_open("ssclose", &clk);
+    tocsin_stream_sub_opts o = TOCSIN_STREAM_SUB_OPTS_INIT;
+    tocsin_stream_sub *ss = NULL;
+    tocsin_message *m = NULL;
+    size_t n = 0;
+    int i;
+    for (i = 1; i <= 5; i++) publish(db, i);
+    o.batch = 3;
+    o.save_on_close = 1;
+    CHECK_OK(db, tocsin_stream_sub_open(&ss, db, "t", "c", &o));
+    CHECK_OK(db, tocsin_stream_sub_close(ss)); /* nothing handed out: nothing saved */
+    CHECK_EQ_I(saved(db, "c"), 0);
+    CHECK_OK(db, tocsin_stream_sub_open(&ss, db, "t", "c", &o));
+    CHECK_OK(db, tocsin_stream_sub_next(ss, &m, &n, 0));
+    CHECK_EQ_I(n, 3);
+    tocsin_messages_free(m, n);
+    CHECK_OK(db, tocsin_stream_sub_rewind(ss, 2)); /* events 1 and 2 handed on, then a break */
+    CHECK_OK(db, tocsin_stream_sub_close(ss));
+    CHECK_EQ_I(saved(db, "c"), 2);
+    /* the next subscription resumes after 2 */
+    CHECK_OK(db, tocsin_stream_sub_open(&ss, db, "t", "c", &o));
+    CHECK_OK(db, tocsin_stream_sub_next(ss, &m, &n, 0));
+    CHECK_EQ_I(n, 3);
+    if (n == 3) CHECK(m[0].id == 3 && m[2].id == 5);
+    tocsin_messages_free(m, n);
+    CHECK_OK(db, tocsin_stream_sub_close(ss)); /* the whole batch handed out */
+    CHECK_EQ_I(saved(db, "c"), 5);
+    /* off (the default of the C struct): close leaves the offset */
+    publish(db, 6);
+    o.save_on_close = 0;
+    CHECK_OK(db, tocsin_stream_sub_open(&ss, db, "t", "c", &o));
+    CHECK_OK(db, tocsin_stream_sub_next(ss, &m, &n, 0));
+    CHECK_EQ_I(n, 1);
+    tocsin_messages_free(m, n);
+    CHECK_OK(db, tocsin_stream_sub_close(ss));
+    CHECK_EQ_I(saved(db, "c"), 5);
+    /* a version-1 struct has no save_on_close (not read) */
+    o.version = 1;
+    o.save_on_close = 1;
+    CHECK_OK(db, tocsin_stream_sub_open(&ss, db, "t", "c", &o));
+    CHECK_OK(db, tocsin_stream_sub_next(ss, &m, &n, 0));
+    tocsin_messages_free(m, n);
+    CHECK_OK(db, tocsin_stream_sub_close(ss));
+    CHECK_EQ_I(saved(db, "c"), 5);
+    /* it needs a consumer */
+    o = (tocsin_stream_sub_opts)TOCSIN_STREAM_SUB_OPTS_INIT;
+    o.from_offset = 0;
+    o.save_on_close = 1;
+    CHECK_EQ_I(tocsin_stream_sub_open(&ss, db, "t", NULL, &o), TOCSIN_INVALID);
+    CHECK(strstr(tocsin_errmsg(db), "save on close") != NULL);
+    CHECK(ss == NULL);
+    tocsin_close(db);
+}
+
 /* ---- worker waits --------------------------------------------------------------- */
 
 static _Atomic int64_t shared_now;
@@ -1215,6 +1273,7 @@ void suite_wake(void) {
     replaced_file();
     listen();
     stream_subscribe();
+    stream_save_on_close();
     queue_waits();
     enqueue_wait_race(0);
     enqueue_wait_race(1);

@@ -24,10 +24,13 @@ for minor in 9 10 11 12 13; do
     ext=$("$py/bin/python3" -c 'import sqlite3; c = sqlite3.connect(":memory:"); print("yes" if hasattr(c, "enable_load_extension") else "no")')
     venv=$work/py$v
     echo "== CPython $v ($py), sqlite3 enable_load_extension: $ext"
-    if [ ! -x "$venv/bin/pyproject-build" ]; then
+    # --upgrade: the setuptools a 3.9 venv starts with is older than pyproject's >=61
+    # (the suite builds the sdist with --no-isolation); .deps marks a complete install
+    if [ ! -f "$venv/.deps" ]; then
         rm -rf "$venv"
         "$py/bin/python3" -m venv "$venv"
-        "$venv/bin/pip" install -q --disable-pip-version-check pytest sqlalchemy build setuptools wheel
+        "$venv/bin/pip" install -q --disable-pip-version-check --upgrade pytest sqlalchemy build setuptools wheel
+        touch "$venv/.deps"
     fi
     # the wheel from the sdist with this interpreter (setuptools from its own build env)
     "$venv/bin/pip" install -q --disable-pip-version-check --force-reinstall --no-deps "$sdist"

@@ -580,8 +580,16 @@ class Stream {
   subscribe(o) {
     o = opts(o);
     checkSignal(o.signal);
-    const w = native.streamSubOpen(this.db._h, this.topic, o.consumer === undefined ? null : o.consumer,
-      o.fromOffset === undefined ? null : o.fromOffset, o.batch, o.autosaveEvery, ms(o.autosaveMs, 'autosaveMs'));
+    if (o.saveOnClose !== undefined && typeof o.saveOnClose !== 'boolean') {
+      throw new errors.InvalidArgumentError(`saveOnClose must be a boolean, got ${typeof o.saveOnClose}`);
+    }
+    const consumer = o.consumer === undefined ? null : o.consumer;
+    // a named consumer's offset is saved when the subscription closes (the end of a
+    // for-await loop, close()), by the core, unless saveOnClose: false
+    const saveOnClose = consumer !== null && o.saveOnClose !== false;
+    const w = native.streamSubOpen(this.db._h, this.topic, consumer,
+      o.fromOffset === undefined ? null : o.fromOffset, o.batch, o.autosaveEvery, ms(o.autosaveMs, 'autosaveMs'),
+      saveOnClose);
     return new Subscription(this.db, w, o.signal, (r) => new Event(r));
   }
 }
@@ -633,15 +641,22 @@ class Waiting {
     });
   }
   async *[Symbol.asyncIterator]() {
+    let batch = null;
+    let handed = 0;
     try {
       for (;;) {
-        const batch = await this.get();
-        for (const m of batch) yield m;
+        batch = await this.get();
+        handed = 0;
+        for (const m of batch) { handed++; yield m; }
       }
     } finally {
+      // a loop left mid-batch (handed >= 1: a break happens at a yield): the rest of
+      // the batch was not handed on
+      if (batch && handed < batch.length && !this._closed) this._stoppedAt(batch[handed - 1]);
       if (!this._iterKeepOpen) this.close();
     }
   }
+  _stoppedAt() {}
   close() {
     if (this._closed) return;
     this._closed = true;
@@ -695,6 +710,8 @@ class Listener extends Waiting {
 
 class Subscription extends Waiting {
   get position() { return this._w.position(); }
+  // the core's position goes back to the last event handed on: close saves that
+  _stoppedAt(ev) { this._w.rewind(ev.offset); }
   save() { this._w.save(); }
 }
 

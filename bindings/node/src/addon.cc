@@ -1464,7 +1464,8 @@ class Waiter : public Napi::ObjectWrap<Waiter> {
                                     InstanceMethod("poke", &Waiter::Poke), InstanceMethod("close", &Waiter::Close),
                                     InstanceMethod("dropped", &Waiter::Dropped),
                                     InstanceMethod("position", &Waiter::Position),
-                                    InstanceMethod("save", &Waiter::Save)});
+                                    InstanceMethod("save", &Waiter::Save),
+                                    InstanceMethod("rewind", &Waiter::Rewind)});
     ctor = Napi::Persistent(f);
     return f;
   }
@@ -1524,6 +1525,18 @@ class Waiter : public Napi::ObjectWrap<Waiter> {
   Napi::Value Position(const Napi::CallbackInfo &info) {
     return js_num(info.Env(), ss ? tocsin_stream_sub_position(ss) : 0);
   }
+  // An iteration that stopped mid-batch: the position goes back to the last
+  // event handed on (what close then saves).
+  Napi::Value Rewind(const Napi::CallbackInfo &info) {
+    if (!ss) return throw_closed(info.Env(), "the subscription");
+    Args a(info);
+    int64_t off = a.i64(0, "offset");
+    if (!a.ok) return info.Env().Undefined();
+    Res r;
+    capture(r, tocsin_stream_sub_rewind(ss, off));
+    if (r.rc) return throw_res(info.Env(), r);
+    return info.Env().Undefined();
+  }
   Napi::Value Save(const Napi::CallbackInfo &info) {
     if (!ss) return throw_closed(info.Env(), "the subscription");
     Res r;
@@ -1582,6 +1595,8 @@ Napi::Value StreamSubOpen(const Napi::CallbackInfo &info) {
   int64_t batch = a.oi64(4, "batch", 0);
   o.autosave_every = a.oi64(5, "autosaveEvery", 0);
   o.autosave_ms = a.oi64(6, "autosaveMs", 0);
+  // the core saves the consumer's offset at close (validated by lib/index.js)
+  o.save_on_close = info.Length() > 7 && info[7].IsBoolean() && info[7].As<Napi::Boolean>().Value();
   if (!a.ok) return env.Undefined();
   if (batch < 0 || batch > TOCSIN_MAX_BATCH) return throw_invalid(env, "batch must be between 1 and 10000");
   o.batch = (size_t)batch;

@@ -115,6 +115,34 @@ describe('waits', () => {
     assert.ok(await s.trim({ maxCount: 1 }) >= 1);
   });
 
+  test('stream subscribe: a named consumer\'s offset is saved when the loop ends; saveOnClose: false leaves it', async () => {
+    const s = db.stream('soc');
+    await s.publishMany([1, 2, 3, 4, 5].map((i) => ({ i })));
+    const seen = [];
+    for await (const ev of s.subscribe({ consumer: 'c', batch: 10 })) {
+      seen.push(ev.payload.i);
+      if (ev.payload.i === 2) break; // mid-batch: 3..5 were fetched, not handed on
+    }
+    assert.deepEqual(seen, [1, 2]);
+    const again = [];
+    for await (const ev of s.subscribe({ consumer: 'c' })) {
+      again.push(ev.payload.i);
+      if (ev.payload.i === 3) break;
+    }
+    assert.deepEqual(again, [3], 'a new subscription resumes after the last event seen');
+    const at = await s.offset('c');
+    for await (const ev of s.subscribe({ consumer: 'c', saveOnClose: false })) {
+      if (ev.payload.i === 5) break;
+    }
+    assert.equal(await s.offset('c'), at, 'saveOnClose: false leaves the offset');
+    const sub = s.subscribe({ consumer: 'c' }); // close() after get(): the batch handed out
+    const batch = await sub.get({ timeout: 1000 });
+    assert.deepEqual(batch.map((e) => e.payload.i), [4, 5]);
+    sub.close();
+    assert.equal(await s.offset('c'), batch[1].offset);
+    assert.throws(() => s.subscribe({ consumer: 'c', saveOnClose: 'no' }), /saveOnClose must be a boolean/);
+  });
+
   test('results: waitResult resolves on the commit that stores it', async () => {
     const q = db.queue('res');
     const id = await q.enqueue('x');

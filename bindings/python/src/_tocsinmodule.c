@@ -1761,7 +1761,8 @@ static int Listener_init(Waiter *self, PyObject *args, PyObject *kw) {
     return 0;
 }
 
-/* StreamSub(handle, topic, consumer, from_offset, batch, autosave_every, autosave_ms) */
+/* StreamSub(handle, topic, consumer, from_offset, batch, autosave_every, autosave_ms,
+ *           save_on_close) */
 static int StreamSub_init(Waiter *self, PyObject *args, PyObject *kw) {
     Handle *h;
     const char *topic, *consumer = NULL;
@@ -1769,10 +1770,10 @@ static int StreamSub_init(Waiter *self, PyObject *args, PyObject *kw) {
     Py_ssize_t batch = 0;
     tocsin_stream_sub_opts o = TOCSIN_STREAM_SUB_OPTS_INIT;
     tocsin_stream_sub *s = NULL;
-    int how, rc;
+    int how, rc, save_on_close = 0;
     (void)kw;
-    if (!PyArg_ParseTuple(args, "O!sz|LnLL:StreamSub", &HandleType, &h, &topic, &consumer, &from,
-                          &batch, &every, &every_ms))
+    if (!PyArg_ParseTuple(args, "O!sz|LnLLp:StreamSub", &HandleType, &h, &topic, &consumer, &from,
+                          &batch, &every, &every_ms, &save_on_close))
         return -1;
     if (self->p) {
         PyErr_SetString(PyExc_RuntimeError, "already open");
@@ -1790,6 +1791,7 @@ static int StreamSub_init(Waiter *self, PyObject *args, PyObject *kw) {
     o.batch = (size_t)batch;
     o.autosave_every = every;
     o.autosave_ms = every_ms;
+    o.save_on_close = save_on_close; /* the core saves at tocsin_stream_sub_close */
     if (!(how = enter(h))) return -1;
     Py_BEGIN_ALLOW_THREADS
     rc = tocsin_stream_sub_open(&s, h->db, topic, consumer, &o);
@@ -1896,6 +1898,24 @@ static PyObject *Waiter_position(Waiter *self, PyObject *u) {
     return PyLong_FromLongLong(n);
 }
 
+/* An iteration that stopped mid-batch: the position goes back to the last event
+ * handed to the caller (what close then saves). */
+static PyObject *Waiter_rewind(Waiter *self, PyObject *arg) {
+    long long off = PyLong_AsLongLong(arg);
+    int rc;
+    if (off == -1 && PyErr_Occurred()) return NULL;
+    lock_obj(self->lock);
+    if (!self->p) {
+        PyThread_release_lock(self->lock);
+        return sub_closed();
+    }
+    rc = tocsin_stream_sub_rewind(self->p, off);
+    if (rc != TOCSIN_OK) raise_code(rc, waiter_errmsg(self), 0);
+    PyThread_release_lock(self->lock);
+    if (rc != TOCSIN_OK) return NULL;
+    Py_RETURN_NONE;
+}
+
 static PyObject *Waiter_save(Waiter *self, PyObject *u) {
     int rc;
     (void)u;
@@ -1968,6 +1988,7 @@ static PyMethodDef StreamSub_methods[] = {
     {"next", (PyCFunction)Waiter_next, METH_VARARGS, NULL},
     {"position", (PyCFunction)Waiter_position, METH_NOARGS, NULL},
     {"save", (PyCFunction)Waiter_save, METH_NOARGS, NULL},
+    {"rewind", (PyCFunction)Waiter_rewind, METH_O, NULL},
     {"close", (PyCFunction)Waiter_close, METH_NOARGS, NULL},
     {NULL, NULL, 0, NULL},
 };

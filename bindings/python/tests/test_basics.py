@@ -6,7 +6,7 @@ import textwrap
 import pytest
 
 import tocsin
-from conftest import count
+from conftest import count, unprivileged_python_problem
 
 
 def test_versions():
@@ -131,6 +131,9 @@ def _as_nobody(code, tmp_path):
     import sys
     if os.geteuid() != 0 or not shutil.which("setpriv"):
         pytest.skip("needs root and setpriv to run as an unprivileged user")
+    problem = unprivileged_python_problem()
+    if problem:
+        pytest.skip(problem)
     return subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups",
                            sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
                           env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))

@@ -5,6 +5,7 @@ import sqlite3
 import pytest
 
 import tocsin
+from conftest import needs_load_extension
 
 
 def test_loadable_path():
@@ -12,6 +13,7 @@ def test_loadable_path():
     assert os.path.isfile(p) and os.path.basename(p).startswith("tocsin.")
 
 
+@needs_load_extension
 def test_load_into_stdlib_sqlite3(path):
     conn = sqlite3.connect(path)
     tocsin.load(conn)
@@ -34,6 +36,7 @@ def test_load_into_stdlib_sqlite3(path):
     conn.close()
 
 
+@needs_load_extension
 def test_sql_rollback_in_stdlib_transaction(path):
     conn = sqlite3.connect(path)
     tocsin.load(conn)
@@ -64,6 +67,7 @@ def test_load_without_extension_support_is_a_clear_error():
 sqlalchemy = pytest.importorskip("sqlalchemy")
 
 
+@needs_load_extension
 def test_sqlalchemy_session_enqueue_in_orm_transaction(path):
     from sqlalchemy import Column, Integer, String, create_engine, text
     from sqlalchemy.orm import Session, declarative_base
@@ -109,6 +113,7 @@ def test_sqlalchemy_session_enqueue_in_orm_transaction(path):
     engine.dispose()
 
 
+@needs_load_extension
 def test_app_connection_helpers_refuse_outside_a_transaction(path):
     """The trial: "enqueue first, then rollback" sent a receipt for a rolled-back order,
     because sqlite3 opens no transaction before a SELECT. The helpers refuse."""
@@ -138,6 +143,7 @@ def test_app_connection_helpers_refuse_outside_a_transaction(path):
     conn.close()
 
 
+@needs_load_extension
 def test_app_connection_helpers_with_sqlalchemy(path):
     sqlalchemy = pytest.importorskip("sqlalchemy")
     engine = sqlalchemy.create_engine("sqlite:///" + path)

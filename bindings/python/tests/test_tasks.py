@@ -10,6 +10,7 @@ import time
 import pytest
 
 import tocsin
+from conftest import T0
 
 APP = textwrap.dedent('''
     import asyncio, os, time
@@ -74,7 +75,7 @@ def test_envelope_is_language_neutral(db):
     assert job.payload == {"task": "send_email", "args": ["ada@example.org"], "kwargs": {},
                            "result_ttl_ms": 60000}
     assert job.max_attempts == 5
-    h2 = q.call("other_runtime_task", 1, x=2)
+    h2 = q.call("other_runtime_task", 1, kwargs={"x": 2})
     # a call by name leaves the result ttl to the task's default at the worker (the core's)
     assert q.get(h2.job_id).payload == {"task": "other_runtime_task", "args": [1],
                                         "kwargs": {"x": 2}}
@@ -85,6 +86,57 @@ def test_envelope_is_language_neutral(db):
         q.task(name="bad", retries=-1)(lambda: None)
     with pytest.raises(tocsin.InvalidArgument):
         q.periodic("not a cron")(lambda: None)
+
+
+def test_call_by_name_takes_job_options(clocked):
+    db = clocked
+    q = db.queue("emails")
+    h = q.call("send", 1, kwargs={"x": 2}, priority=7, delay=30, max_attempts=2, expires=600,
+               unique_key="send-1", meta={"src": "test"}, result_ttl=60, timeout=5)
+    job = q.get(h.job_id)
+    assert job.payload == {"task": "send", "args": [1], "kwargs": {"x": 2},
+                           "result_ttl_ms": 60000, "timeout_ms": 5000}
+    assert (job.priority, job.max_attempts, job.unique_key, job.meta) == (7, 2, "send-1", {"src": "test"})
+    assert job.run_at == T0 + 30_000 and job.expires_at == T0 + 600_000
+    # the unique key: a live job with it is the answer
+    assert q.call("send", 1, unique_key="send-1").job_id == h.job_id
+    h2 = q.call("send", run_at=T0 / 1000 + 90)
+    assert q.get(h2.job_id).run_at == T0 + 90_000
+    with pytest.raises(RuntimeError):  # tx=: rolled back with the transaction
+        with db.transaction() as tx:
+            h3 = q.call("send", 3, tx=tx)
+            raise RuntimeError
+    assert q.get(h3.job_id) is None
+    # bad values say what was wrong
+    for bad, what in (({"max_attempts": 0}, "max_attempts"), ({"priority": "high"}, "priority"),
+                      ({"delay": -1}, "delay"), ({"delay": 1, "run_at": T0 / 1000}, "delay or run_at"),
+                      ({"unique_key": 5}, "unique_key"), ({"expires": 0}, "expires"),
+                      ({"result_ttl": -5}, "result_ttl"), ({"meta": [1]}, "meta")):
+        with pytest.raises(tocsin.InvalidArgument, match=what):
+            q.call("send", 1, **bad)
+    with pytest.raises(tocsin.InvalidArgument, match="kwargs must be a dict"):
+        q.call("send", 1, kwargs=[2])
+    # the task's own keyword arguments go in kwargs=: anything else is named
+    with pytest.raises(tocsin.InvalidArgument, match=r"unknown option\(s\) retries.*kwargs="):
+        q.call("send", 1, retries=3)
+
+
+def test_task_enqueue_takes_job_options(clocked):
+    db = clocked
+    q = db.queue("emails")
+
+    @q.task(name="t", retries=4)
+    def t(a):
+        return a
+
+    job = q.get(t.enqueue([1], max_attempts=2, expires=60, priority=3, unique_key="u").job_id)
+    assert (job.max_attempts, job.priority, job.unique_key) == (2, 3, "u")
+    assert job.expires_at == T0 + 60_000
+    assert q.get(t.enqueue([2]).job_id).max_attempts == 5  # the task's retries + 1
+    with pytest.raises(tocsin.InvalidArgument, match="max_attempts"):
+        t.enqueue([1], max_attempts=0)
+    with pytest.raises(tocsin.InvalidArgument, match="expires"):
+        t.enqueue([1], expires=-1)
 
 
 def test_task_in_transaction_rolls_back(db):
@@ -105,7 +157,7 @@ def test_results_across_processes(app, db):
     worker = app()
     q = db.queue("emails")
     send = q.call  # the caller does not need the task's code
-    ok = send("send_email", "ada@example.org", subject="welcome")
+    ok = send("send_email", "ada@example.org", kwargs={"subject": "welcome"})
     bad = send("send_email", "bad")
     add = q.call("async_add", 2, 3)
     unknown = q.call("nobody_has_this")

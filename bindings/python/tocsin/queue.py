@@ -363,12 +363,32 @@ class Queue:
         """The tasks registered on this queue in this process, by name."""
         return dict(self._tasks)
 
-    def call(self, task_name: str, *args: Any, **kwargs: Any) -> Any:
+    def call(self, task_name: str, *args: Any, kwargs: Optional[Dict[str, Any]] = None,
+             priority: int = 0, delay: Optional[Duration] = None, run_at: Optional[Instant] = None,
+             max_attempts: Optional[int] = None, expires: Optional[Duration] = None,
+             unique_key: Optional[str] = None, meta: Optional[dict] = None,
+             result_ttl: Optional[Duration] = None, timeout: Optional[Duration] = None,
+             tx: Optional["Transaction"] = None, **unknown: Any) -> Any:
         """Enqueues a call of a task by name (registered by any runtime); returns a
-        TaskHandle. The core's default result ttl (one day) applies."""
+        TaskHandle. ``args`` are the task's positional arguments, ``kwargs=`` (a dict)
+        its keyword arguments; the other keywords are the job options of enqueue
+        (``priority``, ``delay`` or ``run_at``, ``max_attempts``, ``expires``,
+        ``unique_key``, ``meta``, ``tx``), as Ruby's ``q.call(name, *args, kwargs:,
+        **opts)``, Node's ``queue.call(name, args, opts)``, Go's ``CallOptions`` and
+        ``tocsin.call`` take them. ``result_ttl``: how long the result is kept (None:
+        the core's default, one day); ``timeout``: a longer run fails the attempt."""
         from .tasks import TaskHandle
-        jid = self.db._hx().task_enqueue(self.name, task_name, dumps(list(args), "args"),
-                                         dumps(kwargs, "kwargs"))
+        if unknown:
+            raise InvalidArgument("call(%r): unknown option(s) %s (the task's keyword arguments go in "
+                                  "kwargs={...})" % (task_name, ", ".join(sorted(unknown))))
+        if kwargs is not None and not isinstance(kwargs, dict):
+            raise InvalidArgument("kwargs must be a dict of the task's keyword arguments, got %s"
+                                  % type(kwargs).__name__)
+        spec = self._spec(None, priority, delay, run_at, max_attempts, expires, unique_key, meta)
+        ttl = 0 if result_ttl is None else duration_ms(result_ttl, "result_ttl", allow_zero=False)
+        tmo = 0 if timeout is None else duration_ms(timeout, "timeout", allow_zero=False)
+        jid = self.db._hx(tx).task_enqueue(self.name, task_name, dumps(list(args), "args"),
+                                           dumps(dict(kwargs or {}), "kwargs"), ttl, tmo, *spec[2:])
         return TaskHandle(self, jid)
 
     # ---- dead letters ----

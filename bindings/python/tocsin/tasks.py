@@ -141,23 +141,23 @@ class Task:
     def enqueue(self, args: Sequence[Any] = (), kwargs: Optional[Dict[str, Any]] = None, *,
                 tx: Optional["Transaction"] = None, delay: Optional[Duration] = None,
                 run_at: Optional[Instant] = None, priority: int = 0,
+                max_attempts: Optional[int] = None, expires: Optional[Duration] = None,
                 unique_key: Optional[str] = None, meta: Optional[dict] = None) -> TaskHandle:
-        """Enqueues a call with job options (``tx=`` joins a transaction)."""
+        """Enqueues a call with job options (``tx=`` joins a transaction): ``priority``,
+        ``delay`` or ``run_at``, ``max_attempts`` (default: the task's retries + 1),
+        ``expires`` (dead if not claimed within it), ``unique_key``, ``meta``."""
         if isinstance(args, (str, bytes)) or not isinstance(args, (list, tuple)):
             raise InvalidArgument("args must be a list or tuple of positional arguments")
         if kwargs is not None and not isinstance(kwargs, dict):
             raise InvalidArgument("kwargs must be a dict")
         self._check_args(args, kwargs)
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise InvalidArgument("priority must be an integer")
-        if delay is not None and run_at is not None:
-            raise InvalidArgument("give delay or run_at, not both")
+        spec = self.queue._spec(None, priority, delay, run_at,
+                                self.retries + 1 if max_attempts is None else max_attempts,
+                                expires, unique_key, meta)
         h = self.queue.db._hx(tx)
         jid = h.task_enqueue(self.queue.name, self.name, dumps(list(args), "args"),
                              dumps(dict(kwargs or {}), "kwargs"), self.result_ttl_ms,
-                             self.timeout_ms, priority, duration_ms(delay, "delay"),
-                             instant_ms(run_at, "run_at"), self.retries + 1, 0, unique_key,
-                             meta_json(meta))
+                             self.timeout_ms, *spec[2:])
         return TaskHandle(self.queue, jid)
 
     def run(self, *args: Any, **kwargs: Any) -> Any:

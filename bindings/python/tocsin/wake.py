@@ -208,8 +208,11 @@ class Subscription(_Waiting):
     def close(self) -> None:
         """Ends the subscription (iteration stops), saving a named consumer's offset
         (the last event handed out) unless save_on_close=False."""
-        if self.save_on_close and self.consumer and self._last is not None and not self._w.closed:
-            self._db._hx().save_offset(self.consumer, self.topic, self._last)
+        if self._buf and self._last is not None and not self._w.closed:
+            # left mid-batch: the rest was not handed out; the core saves (save_on_close,
+            # autosave) up to the last event that was
+            self._w.rewind(self._last)
+            self._buf.clear()
         self._w.close()
 
     def __del__(self) -> None:  # `for e in stream.subscribe(...): break` drops it here
@@ -231,7 +234,8 @@ class Subscription(_Waiting):
         every_ms = 0 if autosave_interval is None else duration_ms(autosave_interval, "autosave_interval", allow_zero=False)
         super().__init__(_tocsin.StreamSub(db._h, topic, consumer,
                                            -1 if from_offset is None else from_offset, batch,
-                                           autosave_every or 0, every_ms))
+                                           autosave_every or 0, every_ms,
+                                           bool(save_on_close) and consumer is not None))
         self.topic = topic
         self.consumer = consumer
         self.save_on_close = bool(save_on_close)

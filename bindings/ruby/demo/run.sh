@@ -37,7 +37,7 @@ puts "sqlite3 gem: enqueued job #{id} in its own transaction -> #{db.wait_result
 "$PY" - "$DB" <<'PY'
 import sys, tocsin
 db = tocsin.open(sys.argv[1])
-print("python: invoice task ->", db.queue("billing").call("invoice", 3, total=12).get(timeout=10))
+print("python: invoice task ->", db.queue("billing").call("invoice", 3, kwargs={"total": 12}).get(timeout=10))
 PY
 
 # the worker's scheduler fires the periodic heartbeat; then INT/TERM stops it gracefully

@@ -224,6 +224,39 @@ class TestAPI < Minitest::Test
     sub.close
   end
 
+  # A named consumer's offset is saved when the subscription ends, also on a break
+  # mid-batch: the next subscription resumes after the last event seen.
+  # save_on_close: false leaves the offset where it was.
+  def test_stream_offset_saved_when_the_subscription_ends
+    s = db.stream("soc")
+    offs = s.publish_many((1..6).map { |n| { n: n } })
+    seen = []
+    s.subscribe(consumer: "c", batch: 10) do |e|
+      seen << e.payload["n"]
+      break if seen.size == 2 # 3..6 were fetched, not handed out
+    end
+    assert_equal [1, 2], seen
+    assert_equal offs[1], s.offset("c")
+    again = []
+    s.subscribe(consumer: "c", batch: 10) do |e|
+      again << e.payload["n"]
+      break
+    end
+    assert_equal [3], again
+    sub = s.subscribe(consumer: "c") # #close after a batch: all of it handed out
+    assert_equal [4, 5, 6], sub.next_batch(timeout: 1).map { |e| e.payload["n"] }
+    sub.close
+    assert_equal offs[5], s.offset("c")
+    s.publish({ n: 7 })
+    s.subscribe(consumer: "c", save_on_close: false) { |_e| break }
+    sub = s.subscribe(consumer: "c", save_on_close: false)
+    assert_equal 1, sub.next_batch(timeout: 1).size
+    sub.close
+    assert_equal offs[5], s.offset("c")
+    e = assert_raises(Tocsin::InvalidArgument) { s.subscribe(consumer: "c", save_on_close: "no") }
+    assert_match(/save_on_close must be true or false/, e.message)
+  end
+
   def test_listen_with_block_and_listener
     got = []
     t = Thread.new do

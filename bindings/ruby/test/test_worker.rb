@@ -110,7 +110,7 @@ class TestWorker < Minitest::Test
     script = <<~PY
       import sys, tocsin
       db = tocsin.open(sys.argv[1])
-      h = db.queue("math").call("add", 2, 3, scale=7)
+      h = db.queue("math").call("add", 2, 3, kwargs={"scale": 7})
       print(h.get(timeout=20))
       try:
           db.queue("math").call("boom").get(timeout=20)

@@ -1201,9 +1201,10 @@ static rss *get_rss(VALUE self) {
 }
 DEF_CALL(ssopen, tocsin_stream_sub *s; tocsin_db *db; const char *t; const char *c; tocsin_stream_sub_opts o;,
          tocsin_stream_sub_open(&a->s, a->db, a->t, a->c, &a->o))
-/* open(db, topic, consumer|nil, from_offset|nil, batch, autosave_every, autosave_ms) */
+/* open(db, topic, consumer|nil, from_offset|nil, batch, autosave_every, autosave_ms,
+ *      save_on_close) */
 static VALUE ss_s_open(VALUE klass, VALUE db, VALUE topic, VALUE consumer, VALUE from, VALUE batch,
-                       VALUE every, VALUE ms) {
+                       VALUE every, VALUE ms, VALUE save_on_close) {
     rss *s;
     VALUE obj = TypedData_Make_Struct(klass, rss, &rss_type, s);
     struct ssopen_a a = {0};
@@ -1212,6 +1213,7 @@ static VALUE ss_s_open(VALUE klass, VALUE db, VALUE topic, VALUE consumer, VALUE
     o.batch = NIL_P(batch) ? 0 : checked_size(batch, "batch");
     o.autosave_every = OPT_I64(every, 0);
     o.autosave_ms = OPT_I64(ms, 0);
+    o.save_on_close = RTEST(save_on_close); /* the core saves at tocsin_stream_sub_close */
     a.db = DB(db);
     a.t = cstr(topic);
     a.c = cstr_or_null(consumer);
@@ -1251,6 +1253,13 @@ static VALUE ss_save(VALUE self) {
     struct sssave_a a = {0, get_rss(self)->s};
     NOGVL(sssave, a);
     CHECK(a.rc);
+    return Qnil;
+}
+/* an iteration stopped mid-batch: the position goes back to the last event handed on */
+static VALUE ss_rewind(VALUE self, VALUE offset) {
+    rss *s = get_rss(self);
+    int rc = tocsin_stream_sub_rewind(s->s, NUM2LL(offset));
+    CHECK(rc);
     return Qnil;
 }
 static VALUE ss_poke(VALUE self) {
@@ -1620,7 +1629,8 @@ RUBY_FUNC_EXPORTED void Init_tocsin_native(void) {
 
     cStreamSub = rb_define_class_under(mNative, "StreamSub", rb_cObject);
     rb_undef_alloc_func(cStreamSub);
-    rb_define_singleton_method(cStreamSub, "open", ss_s_open, 7);
+    rb_define_singleton_method(cStreamSub, "open", ss_s_open, 8);
+    rb_define_method(cStreamSub, "rewind", ss_rewind, 1);
     rb_define_method(cStreamSub, "fd", ss_fd, 0);
     rb_define_method(cStreamSub, "next", ss_next, 1);
     rb_define_method(cStreamSub, "position", ss_position, 0);

@@ -45,15 +45,22 @@ module Tocsin
 
     # Replays from the consumer's saved offset (or +from_offset+), then goes live.
     # With a block, yields each Event until the block breaks (or +timeout+ idle
-    # seconds), saving the consumer's offset as it goes (+autosave_every+ events /
-    # +autosave+ seconds, and at the end); without, returns the StreamSubscription.
+    # seconds); without, returns the StreamSubscription. A named consumer's offset
+    # is saved when the subscription ends (the end of the block, a +break+, #close):
+    # the last event handed out, so the next subscription resumes after it; also as
+    # it goes (+autosave_every+ events / +autosave+ seconds; by default every 100 /
+    # 1 s). +save_on_close: false+ (without autosave) leaves the offset alone.
     def subscribe(consumer: nil, from_offset: nil, batch: 100, autosave_every: nil, autosave: nil,
-                  timeout: nil, &block)
-      if consumer && autosave_every.nil? && autosave.nil?
+                  timeout: nil, save_on_close: true, &block)
+      unless [true, false].include?(save_on_close)
+        raise InvalidArgument, "save_on_close must be true or false, got #{save_on_close.inspect}"
+      end
+      if consumer && save_on_close && autosave_every.nil? && autosave.nil?
         autosave_every = 100
         autosave = 1
       end
-      s = StreamSubscription.new(@db, @topic, consumer, from_offset, batch, autosave_every, Util.ms(autosave))
+      s = StreamSubscription.new(@db, @topic, consumer, from_offset, batch, autosave_every, Util.ms(autosave),
+                                 save_on_close && !consumer.nil?)
       return s unless block
 
       begin
@@ -100,12 +107,20 @@ module Tocsin
         batch = next_batch(timeout: timeout)
         break if batch.empty?
 
-        batch.each { |m| yield m }
+        handed = 0
+        begin
+          batch.each { |m| handed += 1; yield m }
+        ensure
+          # left mid-batch (break, raise): the rest of the batch was not handed out
+          stopped_at(batch[handed - 1]) if handed.positive? && handed < batch.size && !@closed
+        end
       end
       self
     end
 
     def closed? = @closed
+
+    def stopped_at(_message) = nil
 
     def close
       @closed = true
@@ -134,13 +149,16 @@ module Tocsin
   class StreamSubscription
     include MessageSource
 
-    def initialize(db, topic, consumer, from_offset, batch, every, ms)
-      @native = Native::StreamSub.open(db.native, topic, consumer, from_offset, batch, every, ms)
+    def initialize(db, topic, consumer, from_offset, batch, every, ms, save_on_close = false)
+      @native = Native::StreamSub.open(db.native, topic, consumer, from_offset, batch, every, ms, save_on_close)
       @closed = false
     end
 
     def position = @native.position
     def save = @native.save
+
+    # the core's position goes back to the last event handed out: close saves that
+    def stopped_at(event) = @native.rewind(event.offset)
 
     private
 

@@ -4,6 +4,67 @@ module Tocsin
   # Raised inside a running task whose job was cancelled (or whose lease was lost).
   class JobCancelled < Error; end
 
+  # What a running task may know (Tocsin.current_job, in the task's thread): job_id,
+  # attempt, max_attempts, queue, task, meta; and #transaction, in which the job is
+  # acked together with the task's own writes:
+  #
+  #   Tocsin.task("charge", queue: "orders") do |order_id, amount|
+  #     Tocsin.current_job.transaction do |tx|
+  #       tx.execute("INSERT INTO charges(order_id, amount) VALUES (#{order_id}, #{amount})")
+  #       { "charged" => amount }            # the job's result
+  #     end
+  #   end
+  #
+  # The block's value is the job's result (the task's return value is then ignored).
+  # A raise inside the block rolls back its writes and the ack: the job is retried
+  # as for any failure. If the lease was lost meanwhile (another worker has the
+  # job), Tocsin::LeaseLost is raised inside the block's transaction, which rolls
+  # back: exactly-once effects for work whose effects live in this database.
+  class JobContext
+    attr_reader :job_id, :attempt, :max_attempts, :queue, :task, :meta
+
+    def initialize(worker, run, job_id, attempt, max_attempts, queue, task, meta)
+      @worker = worker
+      @run = run
+      @job_id = job_id
+      @attempt = attempt
+      @max_attempts = max_attempts
+      @queue = queue
+      @task = task
+      @meta = meta
+      @finished = false
+      @used = false
+    end
+
+    # @api private: the run's outcome was recorded (inside a transaction)
+    attr_accessor :finished
+
+    def transaction
+      raise InvalidArgument, "current_job.transaction takes a block" unless block_given?
+      raise InvalidArgument, "this job's transaction was already used (one per run)" if @used
+
+      @used = true
+      @worker.db.transaction do |tx|
+        value = yield tx
+        # recorded by the worker's loop thread inside tx (tocsin_worker_finish with a
+        # transaction handle); committed by this block's end
+        unless @worker.finish_in(self, @run, tx, JSON.generate(value))
+          raise LeaseLost, "job #{@job_id}: the lease was lost (another worker has the job); " \
+                           "the transaction is rolled back"
+        end
+        value
+      end
+    end
+  end
+
+  class << self
+    # The JobContext of the task running in this thread; InvalidArgument outside one.
+    def current_job
+      Thread.current[:tocsin_job] ||
+        raise(InvalidArgument, "Tocsin.current_job is only available inside a task run by a Tocsin::Worker")
+    end
+  end
+
   # The worker runner, on the C worker protocol (tocsin_worker_*): the core claims,
   # renews leases, decides retries and backoff, hands back unknown tasks, leads the
   # scheduler and does the housekeeping; this class only runs handlers on a pool
@@ -146,10 +207,45 @@ module Tocsin
 
     def finish_done
       until @done.empty?
-        run, kind, value, type, msg, trace = @done.pop
+        item = @done.pop
+        if item[0] == :tx
+          finish_tx(*item[1..])
+          next
+        end
+        run, ctx, kind, value, type, msg, trace = item
+        next if ctx.finished # recorded inside the task's transaction
+
         @native.finish(run, nil, kind, value, type, msg, trace, -1)
       end
     end
+
+    # On the loop thread: the outcome written inside the task's transaction.
+    def finish_tx(ctx, run, tx, json, reply)
+      ok = @native.finish(run, tx.native, Native::OUTCOME_OK, json, nil, nil, nil, -1)
+      ctx.finished = true # released, recorded or (false) the lease was lost
+      reply << ok
+    rescue StandardError => e
+      reply << e
+    end
+
+    public
+
+    # @api private: called from the task's thread (JobContext#transaction); the loop
+    # thread records the outcome inside tx (the core's step never waits for the
+    # write lock while a transaction handle of its database is open). true, or
+    # false when the lease is no longer this run's.
+    def finish_in(ctx, run, tx, json)
+      reply = ::Queue.new
+      @done << [:tx, ctx, run, tx, json, reply]
+      @native.poke
+      r = reply.pop
+      raise r if r.is_a?(Exception)
+
+      @lock.synchronize { @processed += 1 } if r
+      r
+    end
+
+    private
 
     def cancel_running
       ids = @native.cancelled
@@ -163,22 +259,25 @@ module Tocsin
     def pool_loop(_i)
       Thread.current.report_on_exception = false
       while (item = @work.pop)
-        run, job_id, _token, _queue, task, args, kwargs, _meta, _attempt, _max, timeout_ms = item
+        run, job_id, _token, queue, task, args, kwargs, meta, attempt, max, timeout_ms = item
+        ctx = JobContext.new(self, run, job_id, attempt, max, queue, task, meta && JSON.parse(meta))
         @lock.synchronize { @running[job_id] = Thread.current }
+        Thread.current[:tocsin_job] = ctx
         outcome = begin
-          execute(task, args, kwargs, timeout_ms)
+          execute(ctx, task, args, kwargs, timeout_ms)
         rescue JobCancelled => e
           [Native::OUTCOME_HAND_BACK, nil, "Cancelled", e.message, nil]
         ensure
+          Thread.current[:tocsin_job] = nil
           @lock.synchronize { @running.delete(job_id) }
         end
-        @done << [run, *outcome]
+        @done << [run, ctx, *outcome]
         @native.poke
       end
     end
 
     # -> [kind, value_json, error_type, error_message, trace]
-    def execute(task_name, args_json, kwargs_json, timeout_ms)
+    def execute(ctx, task_name, args_json, kwargs_json, timeout_ms)
       task = @tasks.fetch(task_name)
       args = JSON.parse(args_json)
       kwargs = JSON.parse(kwargs_json)
@@ -187,6 +286,8 @@ module Tocsin
               else
                 task.run(args, kwargs)
               end
+      return [Native::OUTCOME_OK, nil, nil, nil, nil] if ctx.finished # counted by finish_in
+
       begin
         json = JSON.generate(value)
       rescue StandardError => e
@@ -203,7 +304,7 @@ module Tocsin
     rescue Exception => e # rubocop:disable Lint/RescueException -- a task's failure is data
       raise if e.is_a?(SystemExit) || e.is_a?(NoMemoryError)
 
-      @lock.synchronize { @failed += 1 }
+      @lock.synchronize { @failed += 1 } unless ctx.finished
       [Native::OUTCOME_ERROR, nil, e.class.name || "Error", e.message, (e.backtrace || []).join("\n")]
     end
 
