@@ -248,7 +248,7 @@ static void *wk_main(void *arg) {
          * Sleep until it ends (its end kicks) or the safety poll is due. The
          * flag is set before the count is read again, and the writer lowers
          * the count before it reads the flag: one of the two sees the other. */
-        if (!gone && atomic_load(&w->writers) > 0) {
+        if (!gone && w->dirfd >= 0 && atomic_load(&w->writers) > 0) { /* no feed: nothing to ignore */
             atomic_store(&w->parked, 1);
             if (atomic_load(&w->writers) > 0) parked = 1;
             else atomic_store(&w->parked, 0);
