@@ -116,7 +116,8 @@ int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what) {
         tc_err(db, rc, "%s: database is locked by another connection (this call does not wait)", what);
     else if (prim == SQLITE_BUSY)
         tc_err(db, rc, "%s: database is locked (waited %lld ms for the lock)", what,
-               (long long)(tc_thread.busy_waited ? tc_thread.busy_waited : db->busy_timeout_ms));
+               (long long)(tc_thread.busy_waited ? (tc_thread.busy_waited + 999) / 1000
+                                                 : db->busy_timeout_ms));
     else
         tc_err(db, rc, "%s: %s", what, msg);
     tc_thread.sqlite_rc = sqlite_rc;
@@ -146,32 +147,36 @@ static int busy_wait(tocsin_db *db) {
     if (no_wait()) return 0;
     if (!tc_thread.busy_until) tc_thread.busy_until = now + db->busy_timeout_ms;
     if (now >= tc_thread.busy_until) return 0;
-    pause = tc_thread.busy_waited < 1 ? 1 : tc_thread.busy_waited > 32 ? 32 : tc_thread.busy_waited;
+    pause = tc_thread.busy_waited / 1000;
+    pause = pause < 1 ? 1 : pause > 32 ? 32 : pause;
     if (pause > tc_thread.busy_until - now) pause = tc_thread.busy_until - now;
     tc_sleep_ms((int)pause);
-    tc_thread.busy_waited += pause;
+    tc_thread.busy_waited += pause * 1000;
     return 1;
 }
 
-/* Pauses as SQLite's own busy timeout makes them (ms), up to the handle's timeout. */
+/*
+ * Pauses (us) up to the handle's timeout. A tocsin write transaction holds the
+ * lock for a fraction of a millisecond, so the first pauses are that short
+ * (SQLite's own schedule starts at 1 ms and doubles: a worker that just missed
+ * another process's commit slept several of them); past 1 ms they follow
+ * SQLite's schedule.
+ */
 static int busy_cb(void *ctx, int count) {
-    static const int pauses[] = {1, 2, 5, 10, 15, 20, 25, 25, 25, 50, 50, 100};
-    static const int totals[] = {0, 1, 3, 8, 18, 33, 53, 78, 103, 128, 178, 228};
+    static const int pauses[] = {50, 100, 200, 400, 800, 1000, 2000, 5000, 10000, 15000,
+                                 20000, 25000, 25000, 25000, 50000, 50000, 100000};
     enum { N_PAUSES = (int)(sizeof pauses / sizeof pauses[0]) };
-    int timeout = (int)(intptr_t)ctx, pause, prior;
+    int64_t timeout = (int64_t)(intptr_t)ctx * 1000, pause, prior = 0;
+    int i;
     if (no_wait()) return 0;
-    if (count < N_PAUSES) {
-        pause = pauses[count];
-        prior = totals[count];
-    } else {
-        pause = pauses[N_PAUSES - 1];
-        prior = totals[N_PAUSES - 1] + pause * (count - (N_PAUSES - 1));
-    }
+    for (i = 0; i < count && i < N_PAUSES; i++) prior += pauses[i];
+    if (count >= N_PAUSES) prior += (int64_t)pauses[N_PAUSES - 1] * (count - N_PAUSES);
+    pause = pauses[count < N_PAUSES ? count : N_PAUSES - 1];
     if (prior + pause > timeout) {
         pause = timeout - prior;
         if (pause <= 0) return 0;
     }
-    sqlite3_sleep(pause);
+    tc_sleep_us(pause);
     tc_thread.busy_waited += pause; /* the "waited N ms" of a BUSY error counts these too */
     return 1;
 }

@@ -71,7 +71,7 @@ typedef struct tc_thread_state {
     int code;
     int sqlite_rc;
     int64_t busy_until;  /* monotonic ms: end of this call's wait for locks; 0: not waiting yet */
-    int64_t busy_waited; /* ms this call spent waiting for locks */
+    int64_t busy_waited; /* us this call spent waiting for locks */
     int nowait;          /* set around a call that must not wait for locks (tocsin_worker_poll) */
     /* set around a worker step: a lock wait stops as soon as this count (the worker
      * database's open transaction handles) is > 0, and sets `yielded` */
@@ -174,6 +174,7 @@ int tc_json_valid(const char *text, size_t n, char *top);
 int64_t tc_system_ms(void);
 int64_t tc_monotonic_ms(void);
 void tc_sleep_ms(int ms);
+void tc_sleep_us(int64_t us);
 uint64_t tc_random(void);
 /* Local time (platform.c): offset east of UTC in seconds at Unix time t; 0 on failure. */
 int tc_local_offset(int64_t t, int64_t *out_offset);

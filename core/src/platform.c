@@ -29,6 +29,12 @@ void tc_sleep_ms(int ms) {
     }
 }
 
+void tc_sleep_us(int64_t us) {
+    struct timespec ts = {(time_t)(us / 1000000), (long)(us % 1000000) * 1000L};
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
+    }
+}
+
 /* Randomness for jitter and the auto-trim dice; not for secrets. */
 uint64_t tc_random(void) {
     uint64_t v = 0;

@@ -23,6 +23,12 @@
 #define W_REAP_EVERY_MS 1000      /* how often the registry is read for dead workers */
 #define W_SWEEP_EVERY_MS 60000    /* the leader's housekeeping */
 #define W_CANCEL_CHECK_US 20000   /* running jobs and schedules are re-read at most this often */
+/* The reserve (docs/worker-protocol.md): a worker whose runs are short claims
+ * ahead of its free slots, so that a slot never waits for a commit and each
+ * commit carries many claims and outcomes. */
+#define W_RESERVE_RUN_US 2000     /* runs shorter than this on average (EWMA) earn a reserve */
+#define W_RESERVE_MIN 16          /* the reserve's size: max(concurrency, this), at most 4 x concurrency */
+#define W_FLUSH_US 5000           /* an outcome waits at most this long for the next claim's commit */
 
 /* ---- SQL of the registry ------------------------------------------------------ */
 
@@ -134,6 +140,9 @@ typedef struct wrun {
     const wtask *t;
     struct wrun *prev, *next; /* in flight */
     int lost;                 /* reported by tocsin_worker_cancelled already */
+    int reserved;             /* claimed ahead, not handed out yet (on w->reserve) */
+    struct wrun *res_next;    /* on w->reserve, oldest first */
+    int64_t handed_us;        /* monotonic: when it was handed out */
     int finishing;            /* an outcome waits in the batch */
     struct wrun *rel_next;    /* on w->released: acked in the caller's transaction */
 } wrun;
@@ -160,12 +169,18 @@ struct tocsin_worker {
     int64_t vis, sched_ttl, unknown_delay;
     int unknown_max, scheduler, leader;
     int hot; /* the last claim filled every free slot: claim again without looking first */
+    wrun *reserve, *reserve_tail; /* claimed ahead of the free slots, oldest first */
+    size_t nreserve;
+    int64_t run_ewma_us;    /* mean run time (handed out -> finished), exponentially weighted */
+    int64_t runs_measured;  /* how many runs it has seen (no reserve before `concurrency` of them) */
+    int64_t first_done_us;  /* monotonic: when the oldest batched outcome was recorded */
     wtask *tasks;
     size_t ntasks;
     wrun *runs;
     size_t nruns;
     wdone *done;
     size_t ndone, capdone;
+    wrun **claimed; /* a step's claims: up to concurrency + the largest reserve */
     int64_t *cancelled;
     size_t ncancelled, capcancelled;
     /* when the next upkeep steps are due (handle's clock) */
@@ -318,7 +333,8 @@ int tocsin_worker_open(tocsin_worker **out, tocsin_db *db, const tocsin_worker_o
                          : sqlite3_mprintf("%s:%d:%04x", w->host[0] ? w->host : "host", w->pid,
                                            (unsigned)(tc_random() & 0xffff));
     w->queues = sqlite3_malloc64(o->n_queues * sizeof *w->queues);
-    if (!w->id || !w->queues) {
+    w->claimed = sqlite3_malloc64((size_t)w->concurrency * 5 * sizeof *w->claimed);
+    if (!w->id || !w->queues || !w->claimed) {
         return open_failed(w, tc_err(db, TOCSIN_NOMEM, "worker: out of memory"));
     }
     for (i = 0; i < o->n_queues; i++) {
@@ -576,8 +592,13 @@ int tocsin_worker_finish(tocsin_worker *w, tocsin_db *tx, tocsin_task_run *run,
     }
     w->done[w->ndone].run = r;
     w->done[w->ndone].o = c;
-    w->ndone++;
+    if (!w->ndone++) w->first_done_us = tc_monotonic_us();
     r->finishing = 1;
+    if (r->handed_us) { /* the reserve follows the mean run time */
+        int64_t d = tc_monotonic_us() - r->handed_us;
+        w->run_ewma_us = w->runs_measured ? w->run_ewma_us + (d - w->run_ewma_us) / 8 : d;
+        w->runs_measured++;
+    }
     w_unlock(w);
     tc_sub_nudge(w->sub); /* a blocked tocsin_worker_next commits it and fills the slot */
     return TOCSIN_OK;
@@ -585,8 +606,59 @@ int tocsin_worker_finish(tocsin_worker *w, tocsin_db *tx, tocsin_task_run *run,
 
 /* ---- upkeep ------------------------------------------------------------------------ */
 
+/* ---- the reserve ---------------------------------------------------------------- */
+
+/* How many runs to keep claimed ahead: none until `concurrency` runs were
+ * measured and while runs take W_RESERVE_RUN_US or more on average (a long
+ * run would keep the reserve from other workers), else
+ * max(concurrency, W_RESERVE_MIN) capped at 4 x concurrency. */
+static size_t reserve_target(const tocsin_worker *w) {
+    size_t c = (size_t)w->concurrency, t = c > W_RESERVE_MIN ? c : W_RESERVE_MIN;
+    if (w->runs_measured < w->concurrency || w->run_ewma_us >= W_RESERVE_RUN_US) return 0;
+    return t > 4 * c ? 4 * c : t;
+}
+
+static void reserve_push(tocsin_worker *w, wrun *r) {
+    r->reserved = 1;
+    r->res_next = NULL;
+    if (w->reserve_tail) w->reserve_tail->res_next = r;
+    else w->reserve = r;
+    w->reserve_tail = r;
+    w->nreserve++;
+}
+
+static wrun *reserve_pop(tocsin_worker *w) {
+    wrun *r = w->reserve;
+    if (!r) return NULL;
+    if (!(w->reserve = r->res_next)) w->reserve_tail = NULL;
+    r->res_next = NULL;
+    r->reserved = 0;
+    w->nreserve--;
+    return r;
+}
+
+/* A reserved run whose lease is gone (cancelled, taken back): forgotten, never
+ * handed out. */
+static void reserve_drop(tocsin_worker *w, wrun *r) {
+    wrun **p = &w->reserve, *prev = NULL;
+    while (*p && *p != r) {
+        prev = *p;
+        p = &(*p)->res_next;
+    }
+    if (!*p) return;
+    *p = r->res_next;
+    if (w->reserve_tail == r) w->reserve_tail = prev;
+    w->nreserve--;
+    unlink_run(w, r);
+    free_run(r);
+}
+
 static int note_cancelled(tocsin_worker *w, wrun *r) {
     if (r->lost) return TOCSIN_OK;
+    if (r->reserved) {
+        reserve_drop(w, r);
+        return TOCSIN_OK;
+    }
     if (w->ncancelled == w->capcancelled) {
         size_t cap = w->capcancelled ? w->capcancelled * 2 : 16;
         int64_t *p = sqlite3_realloc64(w->cancelled, cap * sizeof *p);
@@ -606,9 +678,11 @@ static int renew(tocsin_worker *w, int64_t now) {
     wrun *r;
     tc_op op;
     int rc;
+    wrun *next;
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
-    for (r = w->runs; r && rc == TOCSIN_OK; r = r->next) {
+    for (r = w->runs; r && rc == TOCSIN_OK; r = next) {
         int ok = 1;
+        next = r->next; /* note_cancelled drops a reserved run */
         if (r->lost || r->finishing) continue;
         rc = tocsin_job_heartbeat(db, &ok, r->pub.job_id, r->pub.token, w->vis);
         if (rc == TOCSIN_OK && !ok) rc = note_cancelled(w, r);
@@ -627,11 +701,12 @@ static int renew(tocsin_worker *w, int64_t now) {
 /* Running jobs cancelled or lost since the last look (one read). */
 static int check_running(tocsin_worker *w) {
     tc_op op;
-    wrun *r;
+    wrun *r, *next;
     int rc;
     if ((rc = tc_op_begin(w->db, &op, 0)) != TOCSIN_OK) return rc;
-    for (r = w->runs; r && rc == TOCSIN_OK; r = r->next) {
+    for (r = w->runs; r && rc == TOCSIN_OK; r = next) {
         int held = 1;
+        next = r->next; /* note_cancelled drops a reserved run */
         if (r->lost || r->finishing) continue;
         rc = tc_job_held(w->db, &held, r->pub.job_id, r->pub.token);
         if (rc == TOCSIN_OK && !held) rc = note_cancelled(w, r);
@@ -890,12 +965,19 @@ typedef struct next_ctx {
     size_t ngot;
 } next_ctx;
 
+/* Hands a run out: it starts now. */
+static void hand_out(tocsin_worker *w, next_ctx *c, wrun *r) {
+    r->pub.started_at = tocsin_now(w->db);
+    r->handed_us = tc_monotonic_us();
+    c->got[c->ngot++] = r;
+}
+
 static int next_step(void *p, int *done, int64_t *sleep_ms) {
     next_ctx *c = p;
     tocsin_worker *w = c->w;
-    size_t free_slots, busy, i;
+    size_t free_slots, busy, target, want, nclaimed = 0, i;
     int64_t now, wake, deadline = -1;
-    int rc;
+    int rc, refill;
     /* Each wake-up is a fresh set of transactions: its lock waits get a whole busy
      * timeout (tocsin_worker_next may block for hours; the budget is per step). */
     tc_tls()->busy_until = 0;
@@ -908,43 +990,63 @@ static int next_step(void *p, int *done, int64_t *sleep_ms) {
     }
     rc = upkeep(w);
     /* the batched runs give their slots back in the claim's own transaction */
-    busy = w->nruns - w->ndone;
+    busy = w->nruns - w->ndone - w->nreserve;
     free_slots = busy < (size_t)w->concurrency ? (size_t)w->concurrency - busy : 0;
+    /* the reserve first: no transaction */
+    while (rc == TOCSIN_OK && free_slots && w->reserve) {
+        hand_out(w, c, reserve_pop(w));
+        free_slots--;
+    }
+    /* claim for the free slots, and refill the reserve once it is down to
+     * `concurrency` (so that each refill carries many claims and outcomes) */
+    target = reserve_target(w);
+    want = free_slots + (w->nreserve < target ? target - w->nreserve : 0);
+    refill = want > 0 && (free_slots > 0 || w->nreserve <= (size_t)w->concurrency);
     /* a read-only look first, unless the last claim filled every slot (more is likely) */
-    if (rc == TOCSIN_OK && free_slots && !w->hot)
+    if (rc == TOCSIN_OK && refill && !w->hot)
         rc = tocsin_queue_next_deadline(w->db, &deadline, (const char *const *)w->queues, w->nq);
     now = tocsin_now(w->db);
-    if (rc == TOCSIN_OK && free_slots && (w->hot || (deadline >= 0 && deadline <= now))) {
+    if (rc == TOCSIN_OK && refill && (w->hot || (deadline >= 0 && deadline <= now))) {
         /* one commit for the finished outcomes and the next claim */
         tc_op op;
         if ((rc = tc_op_begin(w->db, &op, 1)) == TOCSIN_OK) {
             rc = apply_batch(w, NULL);
-            if (rc == TOCSIN_OK) rc = claim(w, free_slots, c->got, &c->ngot);
+            if (rc == TOCSIN_OK) rc = claim(w, want, w->claimed, &nclaimed);
             if ((rc = tc_op_end(w->db, &op, rc)) == TOCSIN_OK) {
                 drop_batch(w);
             } else {
-                for (i = 0; i < c->ngot; i++) free_run(c->got[i]);
-                c->ngot = 0;
+                for (i = 0; i < nclaimed; i++) free_run(w->claimed[i]);
+                nclaimed = 0;
             }
         }
-        w->hot = rc == TOCSIN_OK && c->ngot == free_slots;
-        for (i = 0; i < c->ngot; i++) {
-            wrun *r = c->got[i];
+        w->hot = rc == TOCSIN_OK && nclaimed == want;
+        for (i = 0; i < nclaimed; i++) {
+            wrun *r = w->claimed[i];
             r->next = w->runs;
             if (w->runs) w->runs->prev = r;
             w->runs = r;
             w->nruns++;
-        }
-        if (rc == TOCSIN_OK && c->ngot) {
-            w_unlock(w);
-            *done = 1;
-            return TOCSIN_OK;
+            if (free_slots) {
+                hand_out(w, c, r);
+                free_slots--;
+            } else {
+                reserve_push(w, r);
+            }
         }
         /* all claimed jobs were dealt with here (unknown, invalid): look again */
-        deadline = now;
-    } else if (rc == TOCSIN_OK) {
+        if (rc == TOCSIN_OK && !c->ngot) deadline = now;
+    } else if (rc == TOCSIN_OK && w->ndone &&
+               (!w->nreserve || tc_monotonic_us() - w->first_done_us >= W_FLUSH_US)) {
+        /* no claim to ride with: commit the outcomes alone (with a reserve, they
+         * wait for its refill a few ms at most) */
         rc = flush_batch(w, NULL);
         w->hot = 0;
+    }
+    if (c->ngot) { /* runs to start: a failed write is retried by the next step */
+        w_unlock(w);
+        if (rc != TOCSIN_OK) tc_clear(w->db);
+        *done = 1;
+        return TOCSIN_OK;
     }
     wake = next_upkeep(w);
     if (free_slots && deadline >= 0 && deadline > now && deadline < wake) wake = deadline;
@@ -1049,7 +1151,12 @@ int64_t tocsin_worker_wake_in(tocsin_worker *w) {
     w_lock(w);
     now = tocsin_now(w->db);
     t = next_upkeep(w);
-    if (w->ndone) t = now;
+    if (w->ndone && !w->nreserve) {
+        t = now;
+    } else if (w->ndone) { /* the outcomes wait for the reserve's refill, W_FLUSH_US at most */
+        int64_t left_us = w->first_done_us + W_FLUSH_US - tc_monotonic_us();
+        if (now + (left_us + 999) / 1000 < t) t = now + (left_us + 999) / 1000;
+    }
     if (w->next_claim >= 0 && w->next_claim < t) t = w->next_claim;
     w_unlock(w);
     t -= now;
@@ -1065,7 +1172,7 @@ size_t tocsin_worker_in_flight(tocsin_worker *w) {
     if (!w) return 0;
     w_lock(w);
     drain_released(w);
-    n = w->nruns - w->ndone;
+    n = w->nruns - w->ndone - w->nreserve;
     w_unlock(w);
     return n;
 }
@@ -1112,6 +1219,7 @@ int tocsin_worker_close(tocsin_worker *w) {
     sqlite3_free(w->tasks);
     sqlite3_free(w->queues);
     sqlite3_free(w->done);
+    sqlite3_free(w->claimed);
     sqlite3_free(w->cancelled);
     sqlite3_free(w->id);
     pthread_mutex_destroy(&w->mu);

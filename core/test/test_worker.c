@@ -634,7 +634,91 @@ static void own_transaction_no_deadlock(void) {
     tocsin_close(db);
 }
 
+
+/* Runs handed out by one step (timeout 0): *n of them into out (capacity cap). */
+static int next_runs(tocsin_worker *w, tocsin_task_run **out, size_t cap) {
+    tocsin_task_run **runs = NULL;
+    size_t n = 0, i;
+    if (tocsin_worker_next(w, &runs, &n, 0) != TOCSIN_OK) return 0;
+    for (i = 0; i < n && i < cap; i++) out[i] = runs[i];
+    tocsin_free(runs);
+    return (int)n;
+}
+
+/* The reserve: a worker whose runs are short claims ahead of its free slots
+ * (never more than concurrency in flight to the binding), refills it with
+ * the outcomes in one commit, never hands out a reserved job that was
+ * cancelled meanwhile, and hands its reserve back at close; long runs earn
+ * no reserve. */
+static void reserve(void) {
+    tocsin_db *db = t_open("w_reserve", NULL), *other = NULL;
+    tocsin_worker *w = open_worker(db, "w1", 2);
+    tocsin_outcome ok = TOCSIN_OUTCOME_INIT;
+    tocsin_task_run *runs[8];
+    static int seen[64];
+    int64_t ids[40], victim = 0, *cids = NULL;
+    size_t ncancelled = 0;
+    int i, n, done = 0, max_flight = 0, max_processing = 0, dup = 0, victim_run = 0, ok2 = 0;
+    for (i = 0; i < 40; i++) ids[i] = call(db, "add", "[1]", 3);
+    CHECK_OK(other, tocsin_open(&other, sqlite3_db_filename(tocsin_sqlite(db), "main"), NULL));
+    for (int round = 0; round < 200 && done < 30; round++) {
+        long long processing;
+        n = next_runs(w, runs, 8);
+        if ((int)tocsin_worker_in_flight(w) > max_flight) max_flight = (int)tocsin_worker_in_flight(w);
+        processing = t_count(db, "_tocsin_jobs WHERE state = 'processing'");
+        if (processing > max_processing) max_processing = (int)processing;
+        if (!victim && processing > 2) { /* a job claimed ahead: cancel it before it is handed out */
+            sqlite3_stmt *st;
+            sqlite3_prepare_v2(tocsin_sqlite(other),
+                               "SELECT max(id) FROM _tocsin_jobs WHERE state = 'processing'", -1, &st, NULL);
+            if (sqlite3_step(st) == SQLITE_ROW) victim = sqlite3_column_int64(st, 0);
+            sqlite3_finalize(st);
+            CHECK_OK(other, tocsin_job_cancel(other, &ok2, victim));
+            CHECK_EQ_I(ok2, 1);
+            nap(30); /* past the worker's re-read interval */
+        }
+        for (i = 0; i < n; i++) {
+            int64_t id = runs[i]->job_id;
+            if (id >= 1 && id < 64 && seen[id]++) dup++;
+            if (id == victim) victim_run = 1;
+            CHECK_OK(db, tocsin_worker_finish(w, NULL, runs[i], &ok));
+            done++;
+        }
+        CHECK_OK(db, tocsin_worker_cancelled(w, &cids, &ncancelled));
+        CHECK_EQ_I(ncancelled, 0); /* a reserved job is dropped, never reported */
+        tocsin_free(cids);
+        cids = NULL;
+    }
+    CHECK_EQ_I(done, 30);
+    CHECK_EQ_I(dup, 0);
+    CHECK(victim != 0);
+    CHECK_EQ_I(victim_run, 0);
+    CHECK(max_flight <= 2);
+    CHECK(max_processing > 2);  /* it claimed ahead */
+    CHECK(max_processing <= 10); /* 2 running + a reserve of at most 4 x concurrency */
+    /* close: the outcomes commit, the reserve goes back (no attempt consumed) */
+    CHECK_OK(db, tocsin_worker_close(w));
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE state = 'processing'"), 0);
+    CHECK_EQ_I(t_count(db, "_tocsin_results"), 30);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE state = 'pending' AND attempts < max_attempts"), 9);
+    CHECK_EQ_I(t_count(db, "_tocsin_dead"), 1); /* the cancelled one */
+    (void)ids;
+    /* long runs earn no reserve */
+    w = open_worker(db, "w2", 1);
+    for (int round = 0; round < 8; round++) {
+        n = next_runs(w, runs, 8);
+        CHECK(n <= 1);
+        CHECK(t_count(db, "_tocsin_jobs WHERE state = 'processing'") <= 1);
+        nap(3);
+        for (i = 0; i < n; i++) CHECK_OK(db, tocsin_worker_finish(w, NULL, runs[i], &ok));
+    }
+    CHECK_OK(db, tocsin_worker_close(w));
+    tocsin_close(other);
+    tocsin_close(db);
+}
+
 void suite_worker(void) {
+    reserve();
     own_transaction_no_deadlock();
     poll_never_blocks();
     task_backoff();

@@ -2304,9 +2304,13 @@ static PyObject *Worker_finish(Worker *self, PyObject *args) {
         return NULL;
     }
     run->run = NULL; /* under the GIL: a second finish of this run is refused */
-    Py_BEGIN_ALLOW_THREADS
-    rc = tocsin_worker_finish(self->w, tx ? tx->db : NULL, r, &o);
-    Py_END_ALLOW_THREADS
+    if (tx) {
+        Py_BEGIN_ALLOW_THREADS
+        rc = tocsin_worker_finish(self->w, tx->db, r, &o);
+        Py_END_ALLOW_THREADS
+    } else { /* batched: the core only queues it (never waits for a step), so keep the GIL */
+        rc = tocsin_worker_finish(self->w, NULL, r, &o);
+    }
     if (tx) leave(tx, 1);
     w_leave(self);
     /* a refused outcome or a lost lease leaves the run in flight: finish it again */

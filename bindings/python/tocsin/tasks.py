@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence
 
 from . import _tocsin
 from ._tocsin import Error, InvalidArgument
-from ._util import Duration, Instant, duration_ms, dumps, instant_ms, meta_json
+from ._util import Duration, Instant, duration_ms, dumps, instant_ms, loads, meta_json
 from .db import Transaction
 
 if TYPE_CHECKING:
@@ -182,6 +182,9 @@ def current_job() -> "JobContext":
     return ctx
 
 
+_UNREAD = object()
+
+
 class JobContext:
     """What a running task may know: ``job_id``, ``attempt``, ``max_attempts``,
     ``queue``, ``task``, ``meta`` (the job's headers), ``cancelled`` (True once the
@@ -196,7 +199,7 @@ class JobContext:
     ``tx.result`` (None unless set), and the handler's return value is then ignored."""
 
     def __init__(self, worker: Any, run: Any, job_id: int, attempt: int, max_attempts: int,
-                 queue: str, task: str, meta: Optional[Dict[str, Any]], db: Any,
+                 queue: str, task: str, meta_json: Optional[str], db: Any,
                  worker_handle: Any = None) -> None:
         self._worker = worker
         self._worker_handle = worker_handle
@@ -206,9 +209,17 @@ class JobContext:
         self.max_attempts = max_attempts
         self.queue = queue
         self.task = task
-        self.meta = meta
+        self._meta_json = meta_json
+        self._meta: Any = _UNREAD
         self._db = db
         self._cancelled = False
+
+    @property
+    def meta(self) -> Optional[Dict[str, Any]]:
+        """The job's meta (headers such as trace context), decoded on first use."""
+        if self._meta is _UNREAD:
+            self._meta = loads(self._meta_json)
+        return self._meta
 
     @property
     def cancelled(self) -> bool:

@@ -4,8 +4,8 @@ The core claims (across queues, up to the free slots, in one transaction), decid
 retries and backoff, hands back unknown tasks, renews leases, takes back dead workers'
 jobs, leads the scheduler and group-commits outcomes. This module only gets the next
 runs, runs each handler the Python way (async functions on the event loop, sync ones
-in a thread pool or, with ``process=True``, in a child process that a timeout kills)
-and reports the outcome.
+on ``concurrency`` threads of the worker's own or, with ``process=True``, in a child
+process that a timeout kills) and reports the outcome.
 
     python -m tocsin worker myapp.jobs:db --queue emails --concurrency 4
 """
@@ -17,14 +17,16 @@ import contextvars
 import json
 import logging
 import os
+import queue as _queue
 import signal
+import threading
 import time
 import traceback
 from typing import TYPE_CHECKING, Any, Dict, Iterable, Optional
 
 from . import _tocsin
 from ._tocsin import Closed, Error, InvalidArgument, LeaseLost
-from ._util import Duration, duration_ms, dumps, loads
+from ._util import Duration, duration_ms, dumps
 from .coord import default_owner
 from .tasks import JobContext, Task, _current
 from .wake import readable
@@ -38,6 +40,11 @@ log = logging.getLogger("tocsin.worker")
 
 OK, ERROR, FAIL, HAND_BACK = (_tocsin.OUTCOME_OK, _tocsin.OUTCOME_ERROR, _tocsin.OUTCOME_FAIL,
                               _tocsin.OUTCOME_HAND_BACK)
+
+
+# with every slot busy the loop looks at the core at most this often (ms): upkeep and
+# outcomes batched by runs that end while the sync threads are all in long tasks
+_BUSY_LOOK_MS = 5
 
 
 def _event(level: int, event: str, **fields: Any) -> None:
@@ -62,7 +69,7 @@ class _Json(str):
 
 
 class _Running:
-    __slots__ = ("ctx", "task", "future", "proc", "stop_reason")
+    __slots__ = ("ctx", "task", "future", "proc", "stop_reason", "t0")
 
     def __init__(self, ctx: JobContext, task: Optional[Task]) -> None:
         self.ctx = ctx
@@ -87,6 +94,39 @@ def _child(conn: Any, fn: Any, args: list, kwargs: dict) -> None:
         conn.close()
     finally:
         os._exit(0)
+
+
+def _failure(ctx: JobContext, x: Exception) -> tuple:
+    """(kind, error type, message, trace, delay) of a run that raised x."""
+    if isinstance(x, LeaseLost):  # raised by the ack inside the task's transaction: another worker has it
+        _event(logging.WARNING, "job.lease_lost", job_id=ctx.job_id, task=ctx.task)
+        return HAND_BACK, None, None, None, 0
+    if isinstance(x, _TaskFailed):
+        return ERROR, x.type_name, x.message, x.trace, -1
+    if isinstance(x, _Unserialisable):
+        return FAIL, "ResultNotSerialisable", str(x), None, -1
+    # the task's own error: recorded as data, with its traceback
+    return ERROR, type(x).__name__, str(x), traceback.format_exc(), -1
+
+
+def _outcome(ctx: JobContext, kind: int, value: Any, etype: Optional[str], emsg: Optional[str],
+             trace: Optional[str], delay: int) -> Optional[tuple]:
+    """The arguments of the core's finish for a run, or None when it was acked inside
+    its own transaction."""
+    if ctx.acked:
+        return None
+    text = None
+    if kind == OK:
+        if value is None:
+            text = "null"
+        elif isinstance(value, _Json):
+            text = str(value)
+        else:
+            try:
+                text = dumps(value, "the task's return value")
+            except InvalidArgument as x:  # deterministic: retrying would repeat the side effect
+                kind, etype, emsg = FAIL, "ResultNotSerialisable", str(x)
+    return (ctx._run, kind, text, etype, emsg, trace, delay)
 
 
 class Worker:
@@ -143,6 +183,7 @@ class Worker:
 
     def _request_stop(self, now: bool) -> None:
         assert self._stop is not None and self._hard is not None
+        self._stopping = True  # the sync threads stop taking runs
         if now or self._stop.is_set():
             self._hard.set()
         self._stop.set()
@@ -181,6 +222,17 @@ class Worker:
             w.register(name, t.backoff_ms, 0, t.timeout_ms, -1 if t.keep_forever else t.result_ttl_ms)
         self._threads = concurrent.futures.ThreadPoolExecutor(
             max_workers=self.concurrency + 4, thread_name_prefix="tocsin-task")
+        # sync tasks without a timeout run on `concurrency` threads of their own: each
+        # reports its run's outcome to the core and takes the next runs itself (from
+        # the core's reserve, or claiming), so the loop is not on their path at all
+        self._todo: Any = _queue.SimpleQueue()
+        self._stopping = False
+        self._count_lock = threading.Lock()
+        self._sync_threads = [threading.Thread(target=self._sync_main, daemon=True,
+                                               name="tocsin-sync-%d" % i)
+                              for i in range(self.concurrency)]
+        for th in self._sync_threads:
+            th.start()
         # next() runs off the loop: its group commit may wait for the write lock that an
         # async task's own transaction holds, and that task must be able to finish
         self._io = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tocsin-worker")
@@ -200,6 +252,8 @@ class Worker:
                     w.finish(*args)
                 except Error:
                     pass
+            for _ in self._sync_threads:
+                self._todo.put(None)
             w.close()  # flushes, hands back what still runs, resigns, leaves the registry
             self._hw.close()
             self.db._workers.discard(self)
@@ -250,8 +304,9 @@ class Worker:
         return runs, w.cancelled(), w.wake_in()
 
     async def _wait(self, fd: int, seconds: float, *events: asyncio.Event) -> None:
-        """Until the worker's descriptor is readable, `seconds` pass or an event is set."""
-        waits = [asyncio.ensure_future(readable(fd, seconds))]
+        """Until the worker's descriptor is readable (fd >= 0), `seconds` pass or an
+        event is set."""
+        waits = [asyncio.ensure_future(readable(fd, seconds) if fd >= 0 else asyncio.sleep(seconds))]
         waits += [asyncio.ensure_future(e.wait()) for e in events]
         try:
             await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
@@ -276,6 +331,12 @@ class Worker:
             self._kick.clear()
             if self._outbox:
                 continue
+            if len(self._running) >= self.concurrency:
+                # every slot busy: nothing to claim, so no need to follow commits; the
+                # sync threads take their next runs themselves (their steps do the
+                # upkeep) and kick when idle, so the loop only looks in now and then
+                await self._wait(-1, max(wake_in, _BUSY_LOOK_MS) / 1000.0, self._stop, self._kick)
+                continue
             # sleep on the descriptor (commits of any process) until the next upkeep
             await self._wait(fd, wake_in / 1000.0, self._stop, self._kick)
 
@@ -298,7 +359,7 @@ class Worker:
                     await self._wait(fd, min(left, wake_in / 1000.0), self._hard, self._kick)
                 _, cancelled, wake_in = await loop.run_in_executor(self._io, self._step, w, False)
                 self._check_cancelled(cancelled)
-        pending = [e.future for e in self._running.values()]
+        pending = [e.future for e in self._running.values() if e.future is not None]
         for e in list(self._running.values()):
             self._cancel(e, "shutdown")
         if pending:
@@ -306,12 +367,27 @@ class Worker:
         await loop.run_in_executor(self._io, self._step, w, False)
 
     # ---- one run ----
-    def _start(self, w: Any, r: tuple) -> None:
+    def _prepare(self, w: Any, r: tuple) -> tuple:
+        """(run state, args, kwargs, timeout, sync) of a run handed out by the core."""
         run, job_id, _token, queue, task, args, kwargs, meta, attempt, maxa, timeout_ms, _t = r
-        ctx = JobContext(w, run, job_id, attempt, maxa, queue, task, loads(meta), self.db, self._hw)
-        e = _Running(ctx, self._tasks.get(task))
+        ctx = JobContext(w, run, job_id, attempt, maxa, queue, task, meta, self.db, self._hw)
+        t = self._tasks.get(task)
+        e = _Running(ctx, t)
+        e.t0 = time.monotonic()
         self._running[job_id] = e
-        e.future = asyncio.ensure_future(self._execute(w, e, args, kwargs, timeout_ms))
+        return e, args, kwargs, timeout_ms, (t is not None and not t.is_async and not t.process
+                                             and timeout_ms <= 0)
+
+    def _start(self, w: Any, r: tuple) -> None:
+        e, args, kwargs, timeout_ms, sync = self._prepare(w, r)
+        if sync:
+            self._todo.put((e, args, kwargs))
+        else:
+            self._launch(w, e, args, kwargs, timeout_ms)
+
+    def _launch(self, w: Any, e: _Running, args: str, kwargs: str, timeout_ms: int) -> None:
+        if self._running.get(e.ctx.job_id) is e:  # (not handed back at shutdown meanwhile)
+            e.future = asyncio.ensure_future(self._execute(w, e, args, kwargs, timeout_ms))
 
     def _check_cancelled(self, ids: list) -> None:
         for jid in ids:
@@ -324,6 +400,14 @@ class Worker:
         if e.stop_reason is None:
             e.stop_reason = reason
         e.ctx._cancelled = True
+        if e.future is None and e.task is not None and reason == "shutdown" and \
+                self._running.pop(e.ctx.job_id, None) is e:
+            # a sync run on a thread of its own cannot be stopped: handed back now, its
+            # outcome is dropped when it ends (a cancelled one is told and runs on)
+            self._outbox.append((e.ctx._run, HAND_BACK, None, None,
+                                 "worker shutdown: handed back unfinished", None, 0))
+            self._count(e.ctx, HAND_BACK, None, None, None, e.t0)
+            return
         if e.proc is not None and e.proc.is_alive():
             e.proc.kill()
         if e.future is not None and not e.future.done():
@@ -356,37 +440,86 @@ class Worker:
                                             if e.stop_reason != "cancelled" else None), 0
         except asyncio.TimeoutError:
             kind, etype, emsg = ERROR, "Timeout", "the task ran longer than %.3f s" % (timeout or 0)
-        except LeaseLost:  # raised by the ack inside the task's transaction: another worker has it
-            kind, delay = HAND_BACK, 0
-            _event(logging.WARNING, "job.lease_lost", job_id=ctx.job_id, task=ctx.task)
-        except _TaskFailed as x:
-            kind, etype, emsg, trace = ERROR, x.type_name, x.message, x.trace
-        except _Unserialisable as x:
-            kind, etype, emsg = FAIL, "ResultNotSerialisable", str(x)
-        except Exception as x:  # the task's own error: recorded as data, with its traceback
-            kind, etype, emsg, trace = ERROR, type(x).__name__, str(x), traceback.format_exc()
+        except Exception as x:
+            kind, etype, emsg, trace, delay = _failure(ctx, x)
         finally:
             self._running.pop(ctx.job_id, None)
-        if ctx.acked:  # acked inside its transaction
-            self.processed += 1
+        self._report(ctx, _outcome(ctx, kind, value, etype, emsg, trace, delay), t0)
+        self._kick.set()
+
+    def _report(self, ctx: JobContext, out: Optional[tuple], t0: float) -> None:
+        if out is None:  # acked inside its transaction
+            self._count(ctx, OK, None, None, None, t0)
             return
-        text = None
-        if kind == OK:
-            if value is None:
-                text = "null"
-            elif isinstance(value, _Json):
-                text = str(value)
+        self._outbox.append(out)
+        self._count(ctx, out[1], out[3], out[4], out[5], t0)
+
+    # ---- sync runs on the worker's threads ----
+    def _sync_main(self) -> None:
+        todo, w, loop = self._todo, self._w, self._loop
+        assert loop is not None
+        try:
+            while True:
+                item = todo.get()
+                if item is None:
+                    return
+                while item is not None:
+                    item = self._sync_run(w, loop, *item)
+        except RuntimeError:  # the loop closed under a straggler: the worker is gone
+            return
+
+    def _sync_run(self, w: Any, loop: Any, e: _Running, args_json: str,
+                  kwargs_json: str) -> Optional[tuple]:
+        """Runs e on this thread, reports it and takes the next runs from the core:
+        returns the next sync run for this thread, if any."""
+        ctx = e.ctx
+        _current.set(ctx)
+        kind, value, etype, emsg, trace, delay = OK, None, None, None, None, -1
+        try:
+            args = [] if args_json == "[]" else json.loads(args_json)
+            kwargs = {} if kwargs_json == "{}" else json.loads(kwargs_json)
+            value = e.task.fn(*args, **kwargs)
+        except Exception as x:
+            kind, etype, emsg, trace, delay = _failure(ctx, x)
+        _current.set(None)
+        out = _outcome(ctx, kind, value, etype, emsg, trace, delay)
+        if self._running.pop(ctx.job_id, None) is e:  # else: handed back at shutdown
+            if out is None:
+                self._count(ctx, OK, None, None, None, e.t0)
             else:
                 try:
-                    text = dumps(value, "the task's return value")
-                except InvalidArgument as x:  # deterministic: retrying would repeat the side effect
-                    kind, etype, emsg = FAIL, "ResultNotSerialisable", str(x)
-        self._outbox.append((ctx._run, kind, text, etype, emsg, trace, delay))
-        self._kick.set()
-        self._count(ctx, kind, etype, emsg, trace, t0)
+                    w.finish(*out)  # batched into the core's next group commit
+                except Error as x:
+                    _event(logging.WARNING, "job.unreported", error="%s: %s" % (type(x).__name__, x))
+                self._count(ctx, out[1], out[3], out[4], out[5], e.t0)
+        mine = None
+        if not self._stopping:
+            try:
+                runs = w.next(0)  # the core's reserve, else a claim (this thread may wait)
+                ids = w.cancelled()
+            except Error:  # Busy past the busy timeout, closed: the loop takes over
+                runs, ids = [], []
+            if ids:
+                loop.call_soon_threadsafe(self._check_cancelled, ids)
+            for r in runs:
+                e2, a2, k2, timeout_ms, sync = self._prepare(w, r)
+                if not sync:
+                    loop.call_soon_threadsafe(self._launch, w, e2, a2, k2, timeout_ms)
+                elif mine is None:
+                    mine = (e2, a2, k2)
+                else:
+                    self._todo.put((e2, a2, k2))
+        if mine is None:  # out of work here: the loop waits for more (or drains)
+            loop.call_soon_threadsafe(self._kick.set)
+        return mine
 
     def _count(self, ctx: JobContext, kind: int, etype: Optional[str], emsg: Optional[str],
                trace: Optional[str], t0: float) -> None:
+        with self._count_lock:  # the sync threads count too
+            self._count_locked(ctx, kind, etype, emsg, trace, t0)
+
+    def _count_locked(self, ctx: JobContext, kind: int, etype: Optional[str], emsg: Optional[str],
+                      trace: Optional[str], t0: float) -> None:
         if kind == OK:
             self.processed += 1
             _event(logging.DEBUG, "job.done", job_id=ctx.job_id, task=ctx.task,
