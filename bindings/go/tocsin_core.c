@@ -6953,7 +6953,8 @@ char *tc_schedules_json(const tocsin_schedule *s, size_t n) {
  * ahead of its free slots, so that a slot never waits for a commit and each
  * commit carries many claims and outcomes. */
 #define W_RESERVE_RUN_US 2000     /* runs shorter than this on average (EWMA) earn a reserve */
-#define W_RESERVE_MIN 16          /* the reserve's size: max(concurrency, this), at most 4 x concurrency */
+#define W_RESERVE_MIN 32          /* the reserve's size: max(concurrency, this), */
+#define W_RESERVE_CAP 8           /* at most this many times concurrency */
 #define W_FLUSH_US 5000           /* an outcome waits at most this long for the next claim's commit */
 
 /* ---- SQL of the registry ------------------------------------------------------ */
@@ -7069,7 +7070,7 @@ typedef struct wrun {
     int reserved;             /* claimed ahead, not handed out yet (on w->reserve) */
     struct wrun *res_next;    /* on w->reserve, oldest first */
     int64_t handed_us;        /* monotonic: when it was handed out */
-    int finishing;            /* an outcome waits in the batch */
+    _Atomic int finishing;    /* an outcome waits in the batch (set by any thread) */
     struct wrun *rel_next;    /* on w->released: acked in the caller's transaction */
 } wrun;
 
@@ -7077,6 +7078,7 @@ typedef struct wrun {
 typedef struct wdone {
     wrun *run;
     tocsin_outcome o;
+    int64_t ran_us; /* how long the run took (handed out -> finished), 0: unknown */
 } wdone;
 
 struct tocsin_worker {
@@ -7106,6 +7108,13 @@ struct tocsin_worker {
     size_t nruns;
     wdone *done;
     size_t ndone, capdone;
+    /* Outcomes just recorded, moved to `done` by the next step: tocsin_worker_finish
+     * never waits for a step (which may be waiting for the write lock); inmu also
+     * guards `cancelled`, so tocsin_worker_cancelled does not wait either. */
+    pthread_mutex_t inmu;
+    wdone *in;
+    size_t nin, capin;
+    int64_t in_first_us;
     wrun **claimed; /* a step's claims: up to concurrency + the largest reserve */
     int64_t *cancelled;
     size_t ncancelled, capcancelled;
@@ -7121,6 +7130,40 @@ static void w_lock(tocsin_worker *w) { pthread_mutex_lock(&w->mu); }
 static void w_unlock(tocsin_worker *w) { pthread_mutex_unlock(&w->mu); }
 static void free_run(wrun *r);
 static void unlink_run(tocsin_worker *w, wrun *r);
+
+/* Moves the outcomes recorded since the last step into the batch, and lets the
+ * reserve follow the mean run time. Under w->mu. */
+static int take_incoming(tocsin_worker *w) {
+    size_t i;
+    pthread_mutex_lock(&w->inmu);
+    if (!w->nin) {
+        pthread_mutex_unlock(&w->inmu);
+        return TOCSIN_OK;
+    }
+    if (w->ndone + w->nin > w->capdone) {
+        size_t cap = w->capdone ? w->capdone : 16;
+        wdone *d;
+        while (cap < w->ndone + w->nin) cap *= 2;
+        if (!(d = sqlite3_realloc64(w->done, cap * sizeof *d))) {
+            pthread_mutex_unlock(&w->inmu);
+            return tc_err(w->db, TOCSIN_NOMEM, "worker: out of memory");
+        }
+        w->done = d;
+        w->capdone = cap;
+    }
+    if (!w->ndone) w->first_done_us = w->in_first_us;
+    for (i = 0; i < w->nin; i++) {
+        int64_t d = w->in[i].ran_us;
+        w->done[w->ndone++] = w->in[i];
+        if (d > 0) {
+            w->run_ewma_us = w->runs_measured ? w->run_ewma_us + (d - w->run_ewma_us) / 8 : d;
+            w->runs_measured++;
+        }
+    }
+    w->nin = 0;
+    pthread_mutex_unlock(&w->inmu);
+    return TOCSIN_OK;
+}
 
 /* Unlinks and frees the runs finished in callers' transactions. Under w->mu. */
 static void drain_released(tocsin_worker *w) {
@@ -7245,6 +7288,7 @@ int tocsin_worker_open(tocsin_worker **out, tocsin_db *db, const tocsin_worker_o
     memset(w, 0, sizeof *w);
     pthread_mutex_init(&w->mu, NULL);
     pthread_mutex_init(&w->relmu, NULL);
+    pthread_mutex_init(&w->inmu, NULL);
     w->db = db;
     w->concurrency = o->concurrency ? o->concurrency : 1;
     w->vis = o->visibility_ms ? o->visibility_ms : W_DEFAULT_VISIBILITY_MS;
@@ -7259,7 +7303,7 @@ int tocsin_worker_open(tocsin_worker **out, tocsin_db *db, const tocsin_worker_o
                          : sqlite3_mprintf("%s:%d:%04x", w->host[0] ? w->host : "host", w->pid,
                                            (unsigned)(tc_random() & 0xffff));
     w->queues = sqlite3_malloc64(o->n_queues * sizeof *w->queues);
-    w->claimed = sqlite3_malloc64((size_t)w->concurrency * 5 * sizeof *w->claimed);
+    w->claimed = sqlite3_malloc64((size_t)w->concurrency * (1 + W_RESERVE_CAP) * sizeof *w->claimed);
     if (!w->id || !w->queues || !w->claimed) {
         return open_failed(w, tc_err(db, TOCSIN_NOMEM, "worker: out of memory"));
     }
@@ -7456,7 +7500,8 @@ int tocsin_worker_flush(tocsin_worker *w, size_t *out_lost) {
     if (!w) return tc_err(NULL, TOCSIN_INVALID, "worker must not be NULL");
     tc_clear(w->db);
     w_lock(w);
-    rc = flush_batch(w, out_lost);
+    rc = take_incoming(w);
+    if (rc == TOCSIN_OK) rc = flush_batch(w, out_lost);
     w_unlock(w);
     return rc;
 }
@@ -7504,28 +7549,32 @@ int tocsin_worker_finish(tocsin_worker *w, tocsin_db *tx, tocsin_task_run *run,
         free_outcome(&c);
         return tc_err(w->db, TOCSIN_NOMEM, "worker: out of memory");
     }
-    w_lock(w);
-    if (w->ndone == w->capdone) {
-        size_t cap = w->capdone ? w->capdone * 2 : 16;
-        wdone *d = sqlite3_realloc64(w->done, cap * sizeof *d);
+    pthread_mutex_lock(&w->inmu);
+    if (r->finishing) {
+        pthread_mutex_unlock(&w->inmu);
+        free_outcome(&c);
+        return tc_err(w->db, TOCSIN_INVALID, "this run was finished already");
+    }
+    if (w->nin == w->capin) {
+        size_t cap = w->capin ? w->capin * 2 : 16;
+        wdone *d = sqlite3_realloc64(w->in, cap * sizeof *d);
         if (!d) {
-            w_unlock(w);
+            pthread_mutex_unlock(&w->inmu);
             free_outcome(&c);
             return tc_err(w->db, TOCSIN_NOMEM, "worker: out of memory");
         }
-        w->done = d;
-        w->capdone = cap;
+        w->in = d;
+        w->capin = cap;
     }
-    w->done[w->ndone].run = r;
-    w->done[w->ndone].o = c;
-    if (!w->ndone++) w->first_done_us = tc_monotonic_us();
+    {
+        int64_t now_us = tc_monotonic_us();
+        w->in[w->nin].run = r;
+        w->in[w->nin].o = c;
+        w->in[w->nin].ran_us = r->handed_us ? now_us - r->handed_us : 0;
+        if (!w->nin++) w->in_first_us = now_us;
+    }
     r->finishing = 1;
-    if (r->handed_us) { /* the reserve follows the mean run time */
-        int64_t d = tc_monotonic_us() - r->handed_us;
-        w->run_ewma_us = w->runs_measured ? w->run_ewma_us + (d - w->run_ewma_us) / 8 : d;
-        w->runs_measured++;
-    }
-    w_unlock(w);
+    pthread_mutex_unlock(&w->inmu);
     tc_sub_nudge(w->sub); /* a blocked tocsin_worker_next commits it and fills the slot */
     return TOCSIN_OK;
 }
@@ -7537,11 +7586,11 @@ int tocsin_worker_finish(tocsin_worker *w, tocsin_db *tx, tocsin_task_run *run,
 /* How many runs to keep claimed ahead: none until `concurrency` runs were
  * measured and while runs take W_RESERVE_RUN_US or more on average (a long
  * run would keep the reserve from other workers), else
- * max(concurrency, W_RESERVE_MIN) capped at 4 x concurrency. */
+ * max(concurrency, W_RESERVE_MIN) capped at W_RESERVE_CAP x concurrency. */
 static size_t reserve_target(const tocsin_worker *w) {
     size_t c = (size_t)w->concurrency, t = c > W_RESERVE_MIN ? c : W_RESERVE_MIN;
     if (w->runs_measured < w->concurrency || w->run_ewma_us >= W_RESERVE_RUN_US) return 0;
-    return t > 4 * c ? 4 * c : t;
+    return t > W_RESERVE_CAP * c ? W_RESERVE_CAP * c : t;
 }
 
 static void reserve_push(tocsin_worker *w, wrun *r) {
@@ -7585,14 +7634,19 @@ static int note_cancelled(tocsin_worker *w, wrun *r) {
         reserve_drop(w, r);
         return TOCSIN_OK;
     }
+    pthread_mutex_lock(&w->inmu); /* tocsin_worker_cancelled takes only inmu */
     if (w->ncancelled == w->capcancelled) {
         size_t cap = w->capcancelled ? w->capcancelled * 2 : 16;
         int64_t *p = sqlite3_realloc64(w->cancelled, cap * sizeof *p);
-        if (!p) return tc_err(w->db, TOCSIN_NOMEM, "worker: out of memory");
+        if (!p) {
+            pthread_mutex_unlock(&w->inmu);
+            return tc_err(w->db, TOCSIN_NOMEM, "worker: out of memory");
+        }
         w->cancelled = p;
         w->capcancelled = cap;
     }
     w->cancelled[w->ncancelled++] = r->pub.job_id;
+    pthread_mutex_unlock(&w->inmu);
     r->lost = 1;
     return TOCSIN_OK;
 }
@@ -7914,7 +7968,8 @@ static int next_step(void *p, int *done, int64_t *sleep_ms) {
     } else {
         w_lock(w);
     }
-    rc = upkeep(w);
+    rc = take_incoming(w);
+    if (rc == TOCSIN_OK) rc = upkeep(w);
     /* the batched runs give their slots back in the claim's own transaction */
     busy = w->nruns - w->ndone - w->nreserve;
     free_slots = busy < (size_t)w->concurrency ? (size_t)w->concurrency - busy : 0;
@@ -8053,19 +8108,61 @@ int tocsin_worker_poll(tocsin_worker *w, tocsin_task_run ***out, size_t *out_n) 
     return rc;
 }
 
+int tocsin_worker_take(tocsin_worker *w, tocsin_task_run ***out, size_t *out_n) {
+    size_t busy, free_slots, n = 0;
+    wrun **got;
+    int64_t now, mono;
+    if (out) *out = NULL;
+    if (out_n) *out_n = 0;
+    if (!w || !out || !out_n) return tc_err(NULL, TOCSIN_INVALID, "worker, out and out_n must not be NULL");
+    tc_clear(w->db);
+    if (pthread_mutex_trylock(&w->mu) != 0)
+        return tc_err(w->db, TOCSIN_BUSY, "the worker is busy with another thread's call (this call does not wait)");
+    drain_released(w);
+    if (take_incoming(w) != TOCSIN_OK) {
+        w_unlock(w);
+        return TOCSIN_NOMEM;
+    }
+    now = tocsin_now(w->db);
+    mono = tc_monotonic_us();
+    busy = w->nruns - w->ndone - w->nreserve;
+    free_slots = busy < (size_t)w->concurrency ? (size_t)w->concurrency - busy : 0;
+    /* a step is due (upkeep, a refill, outcomes waiting too long): tocsin_worker_next */
+    if (!free_slots || w->nreserve <= (size_t)w->concurrency || now >= next_upkeep(w) ||
+        mono - w->last_check_us >= W_CANCEL_CHECK_US ||
+        (w->ndone && mono - w->first_done_us >= W_FLUSH_US)) {
+        w_unlock(w);
+        return tc_err(w->db, TOCSIN_TIMEOUT, "nothing to take without a step (call tocsin_worker_next)");
+    }
+    if (!(got = sqlite3_malloc64(free_slots * sizeof *got))) {
+        w_unlock(w);
+        return tc_err(w->db, TOCSIN_NOMEM, "worker: out of memory");
+    }
+    while (n < free_slots && w->nreserve > (size_t)w->concurrency) {
+        wrun *r = reserve_pop(w);
+        r->pub.started_at = now;
+        r->handed_us = mono;
+        got[n++] = r;
+    }
+    w_unlock(w);
+    *out = (tocsin_task_run **)(void *)got;
+    *out_n = n;
+    return TOCSIN_OK;
+}
+
 int tocsin_worker_cancelled(tocsin_worker *w, int64_t **out_ids, size_t *out_n) {
     if (out_ids) *out_ids = NULL;
     if (out_n) *out_n = 0;
     if (!w || !out_ids || !out_n) return tc_err(NULL, TOCSIN_INVALID, "worker, out_ids and out_n must not be NULL");
     tc_clear(w->db);
-    w_lock(w);
+    pthread_mutex_lock(&w->inmu); /* never waits for a step */
     if (w->ncancelled) {
         *out_ids = w->cancelled;
         *out_n = w->ncancelled;
         w->cancelled = NULL;
         w->ncancelled = w->capcancelled = 0;
     }
-    w_unlock(w);
+    pthread_mutex_unlock(&w->inmu);
     return TOCSIN_OK;
 }
 
@@ -8075,6 +8172,7 @@ int64_t tocsin_worker_wake_in(tocsin_worker *w) {
     int64_t now, t;
     if (!w) return 0;
     w_lock(w);
+    take_incoming(w);
     now = tocsin_now(w->db);
     t = next_upkeep(w);
     if (w->ndone && !w->nreserve) {
@@ -8098,6 +8196,7 @@ size_t tocsin_worker_in_flight(tocsin_worker *w) {
     if (!w) return 0;
     w_lock(w);
     drain_released(w);
+    take_incoming(w);
     n = w->nruns - w->ndone - w->nreserve;
     w_unlock(w);
     return n;
@@ -8111,6 +8210,7 @@ int tocsin_worker_close(tocsin_worker *w) {
     tc_sub_shut(w->sub); /* a tocsin_worker_next of another thread ends first (TOCSIN_CLOSED) */
     w_lock(w);
     drain_released(w);
+    take_incoming(w);
     if (w->sub) { /* opened fully: leave the database as we found it */
         tc_op op;
         rc = flush_batch(w, NULL);
@@ -8138,6 +8238,7 @@ int tocsin_worker_close(tocsin_worker *w) {
         free_run(r);
     }
     for (i = 0; i < w->ndone; i++) free_outcome(&w->done[i].o);
+    for (i = 0; i < w->nin; i++) free_outcome(&w->in[i].o);
     w_unlock(w);
     tocsin_sub_close(w->sub);
     for (i = 0; i < w->ntasks; i++) sqlite3_free(w->tasks[i].name);
@@ -8150,6 +8251,8 @@ int tocsin_worker_close(tocsin_worker *w) {
     sqlite3_free(w->id);
     pthread_mutex_destroy(&w->mu);
     pthread_mutex_destroy(&w->relmu);
+    pthread_mutex_destroy(&w->inmu);
+    sqlite3_free(w->in);
     sqlite3_free(w);
     return rc;
 }

@@ -1126,6 +1126,16 @@ TOCSIN_API int tocsin_worker_next(tocsin_worker *w, tocsin_task_run ***out, size
  */
 TOCSIN_API int tocsin_worker_poll(tocsin_worker *w, tocsin_task_run ***out, size_t *out_n);
 /*
+ * The part of tocsin_worker_next that needs no database: hands reserved runs
+ * (claimed ahead by an earlier step, see docs/worker-protocol.md) into the
+ * free slots, never blocks and never touches the database -- for a binding
+ * that keeps a runtime lock (a GIL) across it. TOCSIN_TIMEOUT when a step is
+ * due (no reserved run, the reserve needs its refill, upkeep or batched
+ * outcomes are due): call tocsin_worker_next then; TOCSIN_BUSY while another
+ * thread is in a step.
+ */
+TOCSIN_API int tocsin_worker_take(tocsin_worker *w, tocsin_task_run ***out, size_t *out_n);
+/*
  * Records a run's outcome and releases the run. tx NULL: batched with the
  * other outcomes of this worker and committed by the next tocsin_worker_next
  * (or tocsin_worker_flush); tx a transaction handle (tocsin_tx_begin on the

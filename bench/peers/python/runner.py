@@ -521,7 +521,7 @@ def w_worker(a):
             with db.transaction():
                 for _ in range(n):
                     q.call("noop")
-        left = lambda: db.execute("SELECT count(*) FROM _tocsin_jobs")[0][0]
+        left = lambda: db.execute("SELECT EXISTS (SELECT 1 FROM _tocsin_jobs)")[0][0]
     elif a.impl == "honker":
         with open(app, "w") as f:
             f.write(HONKER_APP)
@@ -541,7 +541,7 @@ def w_worker(a):
             with db.transaction() as tx:
                 for _ in range(n):
                     q.enqueue(env_, tx=tx)
-        left = lambda: db.query("SELECT count(*) AS c FROM _honker_live")[0]["c"]
+        left = lambda: db.query("SELECT EXISTS (SELECT 1 FROM _honker_live) AS c")[0]["c"]
     else:
         raise SystemExit("worker: no runner for " + a.impl)
     ps = [subprocess.Popen(cmd, cwd=a.dir, env=env, stderr=subprocess.DEVNULL) for _ in range(2)]

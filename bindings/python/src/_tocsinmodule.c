@@ -2250,6 +2250,19 @@ static PyObject *Worker_poll(Worker *self, PyObject *noargs) {
     return runs_list(self, rc, runs, n);
 }
 
+/* take(): reserved runs for the free slots with no database work, under the
+ * GIL (it never blocks): [] when a step is due or another thread is in one. */
+static PyObject *Worker_take(Worker *self, PyObject *noargs) {
+    tocsin_task_run **runs = NULL;
+    size_t n = 0;
+    int rc;
+    (void)noargs;
+    if (!w_enter(self)) return NULL;
+    rc = tocsin_worker_take(self->w, &runs, &n);
+    if (rc == TOCSIN_BUSY) rc = TOCSIN_TIMEOUT;
+    return runs_list(self, rc, runs, n);
+}
+
 /* The runs of a next/poll as a list (leaves the worker: w_leave). */
 static PyObject *runs_list(Worker *self, int rc, tocsin_task_run **runs, size_t n) {
     PyObject *out;
@@ -2429,6 +2442,7 @@ static PyMethodDef Worker_methods[] = {
     {"register", (PyCFunction)Worker_register, METH_VARARGS, "Declares a task this worker runs."},
     {"next", (PyCFunction)Worker_next, METH_VARARGS, "Upkeep, then the next runs (waits up to timeout_ms; 0: waits for no job)."},
     {"poll", (PyCFunction)Worker_poll, METH_NOARGS, "next(0) that never waits for the write lock: None while another connection holds it."},
+    {"take", (PyCFunction)Worker_take, METH_NOARGS, "Reserved runs for the free slots, with no database work ([] when a step is due)."},
     {"finish", (PyCFunction)Worker_finish, METH_VARARGS, "Records a run's outcome (optionally inside a Tx)."},
     {"flush", (PyCFunction)Worker_flush, METH_NOARGS, "Commits the batched outcomes; returns how many leases were lost."},
     {"cancelled", (PyCFunction)Worker_cancelled, METH_NOARGS, "Job ids of running jobs whose handler should stop."},

@@ -494,13 +494,12 @@ class Worker:
                 self._count(ctx, out[1], out[3], out[4], out[5], e.t0)
         mine = None
         if not self._stopping:
+            # (cancellations reach handlers through the loop, which looks every few ms)
             try:
-                runs = w.next(0)  # the core's reserve, else a claim (this thread may wait)
-                ids = w.cancelled()
+                # the core's reserve under the GIL, else a step (a claim: this thread may wait)
+                runs = w.take() or w.next(0)
             except Error:  # Busy past the busy timeout, closed: the loop takes over
-                runs, ids = [], []
-            if ids:
-                loop.call_soon_threadsafe(self._check_cancelled, ids)
+                runs = []
             for r in runs:
                 e2, a2, k2, timeout_ms, sync = self._prepare(w, r)
                 if not sync:
@@ -522,8 +521,9 @@ class Worker:
                       trace: Optional[str], t0: float) -> None:
         if kind == OK:
             self.processed += 1
-            _event(logging.DEBUG, "job.done", job_id=ctx.job_id, task=ctx.task,
-                   attempt=ctx.attempt, ms=round((time.monotonic() - t0) * 1000, 3))
+            if log.isEnabledFor(logging.DEBUG):
+                _event(logging.DEBUG, "job.done", job_id=ctx.job_id, task=ctx.task,
+                       attempt=ctx.attempt, ms=round((time.monotonic() - t0) * 1000, 3))
         elif kind == HAND_BACK:
             self.handed_back += 1
             _event(logging.WARNING, "job.handed_back", job_id=ctx.job_id, task=ctx.task)
