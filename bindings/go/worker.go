@@ -49,23 +49,16 @@ type Worker struct {
 	opts     WorkerOptions
 	log      *slog.Logger
 	tasks    map[string]*taskEntry
-	outcomes chan outcome
 	mu       sync.Mutex
 	running  map[int64]context.CancelFunc
 	handlers sync.WaitGroup
 	closed   bool
-	// TaskTx runs record their outcome from their own goroutine (fmu: one at a
-	// time with close; closing: close has begun, record no more).
-	fmu     sync.Mutex
-	closing atomic.Bool
-}
-
-type outcome struct {
-	run   *C.tocsin_task_run
-	id    int64
-	value json.RawMessage
-	err   error
-	done  bool // recorded already (TaskTx, in its transaction): only the bookkeeping is left
+	// Runs record their outcome from their own goroutine (the core batches it, or
+	// writes it in a TaskTx's transaction) and take the next reserved runs there
+	// (fmu: one at a time with close; closing: close has begun, record no more).
+	fmu      sync.Mutex
+	closing  atomic.Bool
+	stopping atomic.Bool // shutting down: no more claims
 }
 
 // NewWorker opens a worker on db for the tasks declared with Task so far, on a handle of
@@ -135,7 +128,7 @@ func (db *DB) NewWorker(opts WorkerOptions) (*Worker, error) {
 		return nil, err
 	}
 	wk := &Worker{db: db, own: own, w: w, opts: opts, tasks: tasks, log: opts.Logger,
-		outcomes: make(chan outcome, opts.Concurrency), running: map[int64]context.CancelFunc{}}
+		running: map[int64]context.CancelFunc{}}
 	if wk.log == nil {
 		wk.log = slog.Default()
 	}
@@ -175,7 +168,6 @@ func (wk *Worker) Run(ctx context.Context) error {
 		if err == nil {
 			wk.dispatch(runs, n)
 		}
-		wk.drainOutcomes()
 		wk.cancelReported()
 		if ctx.Err() != nil {
 			break
@@ -237,12 +229,14 @@ func (wk *Worker) dispatch(runs **C.tocsin_task_run, n C.size_t) {
 				tx.end(false) // the handler's writes go; the error is recorded outside
 				tx = nil
 			}
-			lvl := slog.LevelInfo
+			lvl := slog.LevelDebug
 			if err != nil {
 				lvl = slog.LevelWarn
 			}
-			wk.log.Log(context.Background(), lvl, "tocsin task finished", "task", name, "job_id", id,
-				"attempt", attempt, "duration", time.Since(start), "error", err)
+			if wk.log.Enabled(context.Background(), lvl) {
+				wk.log.Log(context.Background(), lvl, "tocsin task finished", "task", name, "job_id", id,
+					"attempt", attempt, "duration", time.Since(start), "error", err)
+			}
 			if tx != nil {
 				// Recorded here, inside the run's transaction, then committed: never
 				// through the Run loop, which may be inside tocsin_worker_next while
@@ -257,14 +251,48 @@ func (wk *Worker) dispatch(runs **C.tocsin_task_run, n C.size_t) {
 				if ferr != nil && !isCode(ferr, ErrLeaseLost) {
 					wk.log.Warn("tocsin task: its transaction did not commit", "task", name, "job_id", id, "error", ferr)
 				}
-				wk.outcomes <- outcome{id: id, done: true}
+				wk.forget(id)
+				wk.takeNext()
 			} else {
-				wk.outcomes <- outcome{run: r, id: id, value: v, err: err}
+				wk.finishAndTake(r, id, v, err)
 			}
-			wk.poke()
 		}()
 	}
 	C.tocsin_free(unsafe.Pointer(runs))
+}
+
+func (wk *Worker) forget(id int64) {
+	wk.mu.Lock()
+	delete(wk.running, id)
+	wk.mu.Unlock()
+}
+
+// finishAndTake records a run's outcome from its goroutine (the core batches it into
+// the next group commit and never waits for a step there), then takes reserved runs
+// for the free slots: with a reserve, a slot does not wait for the Run loop.
+func (wk *Worker) finishAndTake(r *C.tocsin_task_run, id int64, v json.RawMessage, runErr error) {
+	wk.fmu.Lock()
+	if !wk.closing.Load() { // else: close handed the job back, the outcome is dropped
+		if err := wk.record(nil, r, v, runErr); err != nil && !isCode(err, ErrLeaseLost) {
+			wk.log.Error("tocsin worker: recording an outcome failed", "job_id", id, "error", err)
+		}
+	}
+	wk.fmu.Unlock()
+	wk.forget(id)
+	wk.takeNext()
+}
+
+func (wk *Worker) takeNext() {
+	wk.fmu.Lock()
+	defer wk.fmu.Unlock()
+	if wk.closing.Load() || wk.stopping.Load() {
+		return
+	}
+	var runs **C.tocsin_task_run
+	var n C.size_t
+	if C.tocsin_worker_take(wk.w, &runs, &n) == C.TOCSIN_OK {
+		wk.dispatch(runs, n)
+	}
 }
 
 func safeRun(ctx context.Context, h handler, tx *Tx, args, kwargs json.RawMessage) (v json.RawMessage, err error) {
@@ -274,32 +302,6 @@ func safeRun(ctx context.Context, h handler, tx *Tx, args, kwargs json.RawMessag
 		}
 	}()
 	return h(ctx, tx, args, kwargs)
-}
-
-// drainOutcomes reports the finished runs (on the worker's goroutine: one thread at a
-// time per worker).
-func (wk *Worker) drainOutcomes() {
-	for {
-		select {
-		case o := <-wk.outcomes:
-			wk.finish(o)
-		default:
-			return
-		}
-	}
-}
-
-func (wk *Worker) finish(o outcome) {
-	wk.mu.Lock()
-	delete(wk.running, o.id)
-	wk.mu.Unlock()
-	if o.done {
-		return
-	}
-	err := wk.record(nil, o.run, o.value, o.err)
-	if err != nil && !isCode(err, ErrLeaseLost) {
-		wk.log.Error("tocsin worker: recording an outcome failed", "job_id", o.id, "error", err)
-	}
 }
 
 // finishTx records a TaskTx run's success inside its transaction, from the run's
@@ -366,8 +368,11 @@ func (wk *Worker) cancelReported() {
 
 // shutdown: no more claims; finish what ends within ShutdownTimeout, hand back the rest.
 func (wk *Worker) shutdown() {
+	wk.stopping.Store(true) // handlers take no more runs
 	deadline := time.NewTimer(wk.opts.ShutdownTimeout)
 	defer deadline.Stop()
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
 	for {
 		wk.mu.Lock()
 		left := len(wk.running)
@@ -376,11 +381,14 @@ func (wk *Worker) shutdown() {
 			break
 		}
 		select {
-		case o := <-wk.outcomes:
-			wk.finish(o)
+		case <-tick.C:
 			continue
 		case <-deadline.C:
 		}
+		// their late outcomes are dropped: close hands the jobs back
+		wk.fmu.Lock()
+		wk.closing.Store(true)
+		wk.fmu.Unlock()
 		wk.mu.Lock()
 		wk.log.Warn("tocsin worker: shutdown timeout, handing back running jobs", "running", len(wk.running))
 		for _, cancel := range wk.running {
@@ -389,19 +397,7 @@ func (wk *Worker) shutdown() {
 		wk.mu.Unlock()
 		break
 	}
-	wk.close() // hands back what still runs
-	// late outcomes of handed-back runs are dropped (their runs were released)
-	go func() {
-		done := make(chan struct{})
-		go func() { wk.handlers.Wait(); close(done) }()
-		for {
-			select {
-			case <-wk.outcomes:
-			case <-done:
-				return
-			}
-		}
-	}()
+	wk.close() // hands back what still runs; late outcomes of those runs are dropped
 	wk.log.Info("tocsin worker stopped")
 }
 
