@@ -1398,6 +1398,7 @@ static VALUE wk_register(VALUE self, VALUE task, VALUE base, VALUE cap, VALUE ti
     return Qnil;
 }
 struct wnext_ctx { tocsin_worker *w; tocsin_task_run **runs; size_t n; };
+static VALUE runs_ary(VALUE self, tocsin_task_run **runs, size_t n);
 static int wnext_fn(void *p, int t) { struct wnext_ctx *c = p; return tocsin_worker_next(c->w, &c->runs, &c->n, t); }
 static int wk_poke_fn(void *h) { return tocsin_worker_poke(h); }
 /* next(timeout_ms) -> [[run, job_id, token, queue, task, args, kwargs, meta, attempt, max_attempts, timeout_ms]],
@@ -1430,6 +1431,21 @@ static VALUE wk_next(VALUE self, VALUE timeout) {
     if (rc == TOCSIN_INTERRUPTED) { atomic_store(&k->flags.user_poked, 0); return Qnil; }
     if (rc == TOCSIN_TIMEOUT) return rb_ary_new();
     CHECK(rc);
+    return runs_ary(self, c.runs, c.n);
+}
+/* take -> the runs reserved for the free slots (as #next), [] when a step is due:
+ * no database work, so it keeps the GVL */
+static VALUE wk_take(VALUE self) {
+    rwk *k = get_rwk(self);
+    tocsin_task_run **runs = NULL;
+    size_t n = 0;
+    int rc = tocsin_worker_take(k->w, &runs, &n);
+    if (rc == TOCSIN_TIMEOUT || rc == TOCSIN_BUSY) return rb_ary_new();
+    CHECK(rc);
+    return runs_ary(self, runs, n);
+}
+static VALUE runs_ary(VALUE self, tocsin_task_run **runs, size_t n) {
+    struct { tocsin_task_run **runs; size_t n; } c = {runs, n};
     VALUE out = rb_ary_new_capa((long)c.n);
     for (size_t i = 0; i < c.n; i++) {
         tocsin_task_run *r = c.runs[i];
@@ -1643,6 +1659,7 @@ RUBY_FUNC_EXPORTED void Init_tocsin_native(void) {
     rb_define_singleton_method(cWorker, "open", wk_s_open, 7);
     rb_define_method(cWorker, "register", wk_register, 5);
     rb_define_method(cWorker, "next", wk_next, 1);
+    rb_define_method(cWorker, "take", wk_take, 0);
     rb_define_method(cWorker, "finish", wk_finish, -1);
     rb_define_method(cWorker, "flush", wk_flush, 0);
     rb_define_method(cWorker, "cancelled", wk_cancelled, 0);

@@ -98,6 +98,8 @@ module Tocsin
       @work = ::Queue.new
       @running = {} # job_id => Thread
       @lock = Mutex.new
+      @nlock = Mutex.new # the run threads' native calls vs close
+      @closed = false
       @stop = false
       @processed = 0
       @failed = 0
@@ -123,7 +125,10 @@ module Tocsin
         begin
           finish_done
         ensure
-          @native.close
+          @nlock.synchronize do
+            @closed = true
+            @native.close
+          end
           @db.worker_stopped(self)
           @stopped.close
           old.each { |sig, h| Signal.trap(sig, h) }
@@ -271,9 +276,23 @@ module Tocsin
           Thread.current[:tocsin_job] = nil
           @lock.synchronize { @running.delete(job_id) }
         end
-        @done << [run, ctx, *outcome]
-        @native.poke
+        report(run, ctx, outcome) unless ctx.finished # else recorded inside the task's transaction
       end
+    end
+
+    # From the run's thread: the outcome goes into the core's batch (its next group
+    # commit), then the runs the core reserved for the free slots, so that a slot does
+    # not wait for the loop thread. @nlock keeps these calls apart from close.
+    def report(run, ctx, outcome)
+      runs = @nlock.synchronize do
+        next [] if @closed
+
+        @native.finish(run, nil, *outcome, -1)
+        @stop ? [] : @native.take
+      end
+      runs.each { |r| @work << r }
+    rescue Tocsin::Error => e
+      warn "tocsin worker: recording job #{ctx.job_id} failed: #{e.message}"
     end
 
     # -> [kind, value_json, error_type, error_message, trace]
