@@ -171,8 +171,12 @@ struct tocsin_worker {
     int64_t vis, sched_ttl, unknown_delay;
     int unknown_max, scheduler, leader;
     int hot; /* the last claim filled every free slot: claim again without looking first */
-    wrun *reserve, *reserve_tail; /* claimed ahead of the free slots, oldest first */
-    size_t nreserve;
+    /* Claimed ahead of the free slots, oldest first (under inmu: tocsin_worker_take
+     * hands them out while another thread's step waits for the write lock). */
+    wrun *reserve, *reserve_tail;
+    _Atomic size_t nreserve;
+    size_t handed;         /* runs handed out and not finished (under inmu) */
+    _Atomic int stepping;  /* a step is under way (it refills the reserve) */
     int64_t run_ewma_us;    /* mean run time (handed out -> finished), exponentially weighted */
     int64_t runs_measured;  /* how many runs it has seen (no reserve before `concurrency` of them) */
     int64_t first_done_us;  /* monotonic: when the oldest batched outcome was recorded */
@@ -610,6 +614,9 @@ int tocsin_worker_finish(tocsin_worker *w, tocsin_db *tx, tocsin_task_run *run,
         r->rel_next = w->released;
         w->released = r;
         pthread_mutex_unlock(&w->relmu);
+        pthread_mutex_lock(&w->inmu);
+        w->handed--; /* its slot is free */
+        pthread_mutex_unlock(&w->inmu);
         tc_sub_nudge(w->sub);
         return TOCSIN_OK;
     }
@@ -648,6 +655,7 @@ int tocsin_worker_finish(tocsin_worker *w, tocsin_db *tx, tocsin_task_run *run,
         if (!w->nin++) w->in_first_us = now_us;
     }
     r->finishing = 1;
+    w->handed--; /* its slot is free */
     pthread_mutex_unlock(&w->inmu);
     tc_sub_nudge(w->sub); /* a blocked tocsin_worker_next commits it and fills the slot */
     return TOCSIN_OK;
@@ -667,6 +675,7 @@ static size_t reserve_target(const tocsin_worker *w) {
     return t > W_RESERVE_CAP * c ? W_RESERVE_CAP * c : t;
 }
 
+/* The reserve's list and `handed`: under inmu. */
 static void reserve_push(tocsin_worker *w, wrun *r) {
     r->reserved = 1;
     r->res_next = NULL;
@@ -697,18 +706,20 @@ static void reserve_drop(tocsin_worker *w, wrun *r) {
     if (!*p) return;
     *p = r->res_next;
     if (w->reserve_tail == r) w->reserve_tail = prev;
+    r->reserved = 0;
     w->nreserve--;
-    unlink_run(w, r);
-    free_run(r);
 }
 
 static int note_cancelled(tocsin_worker *w, wrun *r) {
     if (r->lost) return TOCSIN_OK;
-    if (r->reserved) {
+    pthread_mutex_lock(&w->inmu); /* tocsin_worker_cancelled takes only inmu */
+    if (r->reserved) { /* never handed out: forgotten */
         reserve_drop(w, r);
+        pthread_mutex_unlock(&w->inmu);
+        unlink_run(w, r);
+        free_run(r);
         return TOCSIN_OK;
     }
-    pthread_mutex_lock(&w->inmu); /* tocsin_worker_cancelled takes only inmu */
     if (w->ncancelled == w->capcancelled) {
         size_t cap = w->capcancelled ? w->capcancelled * 2 : 16;
         int64_t *p = sqlite3_realloc64(w->cancelled, cap * sizeof *p);
@@ -1019,17 +1030,22 @@ typedef struct next_ctx {
     size_t ngot;
 } next_ctx;
 
-/* Hands a run out: it starts now. */
-static void hand_out(tocsin_worker *w, next_ctx *c, wrun *r) {
-    r->pub.started_at = tocsin_now(w->db);
-    r->handed_us = tc_monotonic_us();
-    c->got[c->ngot++] = r;
+/* Hands a run out: it starts now. Under inmu. */
+static void hand_out(tocsin_worker *w, wrun **got, size_t *ngot, wrun *r, int64_t now, int64_t mono) {
+    r->pub.started_at = now;
+    r->handed_us = mono;
+    got[(*ngot)++] = r;
+    w->handed++;
+}
+
+static size_t free_slots_of(const tocsin_worker *w) {
+    return w->handed < (size_t)w->concurrency ? (size_t)w->concurrency - w->handed : 0;
 }
 
 static int next_step(void *p, int *done, int64_t *sleep_ms) {
     next_ctx *c = p;
     tocsin_worker *w = c->w;
-    size_t free_slots, busy, target, want, nclaimed = 0, i;
+    size_t free_slots, target, want, nclaimed = 0, i;
     int64_t now, wake, deadline = -1;
     int rc, refill;
     /* Each wake-up is a fresh set of transactions: its lock waits get a whole busy
@@ -1042,16 +1058,16 @@ static int next_step(void *p, int *done, int64_t *sleep_ms) {
     } else {
         w_lock(w);
     }
+    w->stepping = 1;
     rc = take_incoming(w);
     if (rc == TOCSIN_OK) rc = upkeep(w);
-    /* the batched runs give their slots back in the claim's own transaction */
-    busy = w->nruns - w->ndone - w->nreserve;
-    free_slots = busy < (size_t)w->concurrency ? (size_t)w->concurrency - busy : 0;
-    /* the reserve first: no transaction */
-    while (rc == TOCSIN_OK && free_slots && w->reserve) {
-        hand_out(w, c, reserve_pop(w));
-        free_slots--;
-    }
+    /* the reserve first: no transaction (the batched runs gave their slots back) */
+    pthread_mutex_lock(&w->inmu);
+    now = tocsin_now(w->db);
+    while (rc == TOCSIN_OK && free_slots_of(w) && w->reserve)
+        hand_out(w, c->got, &c->ngot, reserve_pop(w), now, tc_monotonic_us());
+    free_slots = free_slots_of(w);
+    pthread_mutex_unlock(&w->inmu);
     /* claim for the free slots, and refill the reserve once it is down to
      * `concurrency` (so that each refill carries many claims and outcomes) */
     target = reserve_target(w);
@@ -1075,19 +1091,19 @@ static int next_step(void *p, int *done, int64_t *sleep_ms) {
             }
         }
         w->hot = rc == TOCSIN_OK && nclaimed == want;
+        pthread_mutex_lock(&w->inmu); /* (tocsin_worker_take may have handed out meanwhile) */
         for (i = 0; i < nclaimed; i++) {
             wrun *r = w->claimed[i];
             r->next = w->runs;
             if (w->runs) w->runs->prev = r;
             w->runs = r;
             w->nruns++;
-            if (free_slots) {
-                hand_out(w, c, r);
-                free_slots--;
-            } else {
+            if (free_slots_of(w) && c->ngot < (size_t)w->concurrency)
+                hand_out(w, c->got, &c->ngot, r, now, tc_monotonic_us());
+            else
                 reserve_push(w, r);
-            }
         }
+        pthread_mutex_unlock(&w->inmu);
         /* all claimed jobs were dealt with here (unknown, invalid): look again */
         if (rc == TOCSIN_OK && !c->ngot) deadline = now;
     } else if (rc == TOCSIN_OK && w->ndone &&
@@ -1097,6 +1113,7 @@ static int next_step(void *p, int *done, int64_t *sleep_ms) {
         rc = flush_batch(w, NULL);
         w->hot = 0;
     }
+    w->stepping = 0;
     if (c->ngot) { /* runs to start: a failed write is retried by the next step */
         w_unlock(w);
         if (rc != TOCSIN_OK) tc_clear(w->db);
@@ -1183,42 +1200,29 @@ int tocsin_worker_poll(tocsin_worker *w, tocsin_task_run ***out, size_t *out_n) 
 }
 
 int tocsin_worker_take(tocsin_worker *w, tocsin_task_run ***out, size_t *out_n) {
-    size_t busy, free_slots, n = 0;
+    size_t free_slots, low, n = 0;
     wrun **got;
     int64_t now, mono;
     if (out) *out = NULL;
     if (out_n) *out_n = 0;
     if (!w || !out || !out_n) return tc_err(NULL, TOCSIN_INVALID, "worker, out and out_n must not be NULL");
     tc_clear(w->db);
-    if (pthread_mutex_trylock(&w->mu) != 0)
-        return tc_err(w->db, TOCSIN_BUSY, "the worker is busy with another thread's call (this call does not wait)");
-    drain_released(w);
-    if (take_incoming(w) != TOCSIN_OK) {
-        w_unlock(w);
-        return TOCSIN_NOMEM;
-    }
     now = tocsin_now(w->db);
     mono = tc_monotonic_us();
-    busy = w->nruns - w->ndone - w->nreserve;
-    free_slots = busy < (size_t)w->concurrency ? (size_t)w->concurrency - busy : 0;
-    /* a step is due (upkeep, a refill, outcomes waiting too long): tocsin_worker_next */
-    if (!free_slots || w->nreserve <= (size_t)w->concurrency || now >= next_upkeep(w) ||
-        mono - w->last_check_us >= W_CANCEL_CHECK_US ||
-        (w->ndone && mono - w->first_done_us >= W_FLUSH_US)) {
-        w_unlock(w);
+    pthread_mutex_lock(&w->inmu); /* never w->mu: a step may be waiting for the write lock */
+    free_slots = free_slots_of(w);
+    /* down to `concurrency` the reserve wants its refill, unless a step is doing it */
+    low = w->stepping ? 0 : (size_t)w->concurrency;
+    if (!free_slots || w->nreserve <= low || (w->nin && !w->stepping && mono - w->in_first_us >= W_FLUSH_US)) {
+        pthread_mutex_unlock(&w->inmu);
         return tc_err(w->db, TOCSIN_TIMEOUT, "nothing to take without a step (call tocsin_worker_next)");
     }
     if (!(got = sqlite3_malloc64(free_slots * sizeof *got))) {
-        w_unlock(w);
+        pthread_mutex_unlock(&w->inmu);
         return tc_err(w->db, TOCSIN_NOMEM, "worker: out of memory");
     }
-    while (n < free_slots && w->nreserve > (size_t)w->concurrency) {
-        wrun *r = reserve_pop(w);
-        r->pub.started_at = now;
-        r->handed_us = mono;
-        got[n++] = r;
-    }
-    w_unlock(w);
+    while (free_slots_of(w) && w->nreserve > low) hand_out(w, got, &n, reserve_pop(w), now, mono);
+    pthread_mutex_unlock(&w->inmu);
     *out = (tocsin_task_run **)(void *)got;
     *out_n = n;
     return TOCSIN_OK;
@@ -1268,11 +1272,9 @@ int tocsin_worker_poke(tocsin_worker *w) {
 size_t tocsin_worker_in_flight(tocsin_worker *w) {
     size_t n;
     if (!w) return 0;
-    w_lock(w);
-    drain_released(w);
-    take_incoming(w);
-    n = w->nruns - w->ndone - w->nreserve;
-    w_unlock(w);
+    pthread_mutex_lock(&w->inmu);
+    n = w->handed;
+    pthread_mutex_unlock(&w->inmu);
     return n;
 }
 

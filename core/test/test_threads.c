@@ -5,6 +5,8 @@
  */
 #define _GNU_SOURCE /* pthread_timedjoin_np: a hung waiter fails the test instead of hanging it */
 #include <pthread.h>
+#include <sched.h>
+#include <stdatomic.h>
 #include <sqlite3.h>
 #include <time.h>
 
@@ -226,7 +228,99 @@ static void sqlite_enter(void) {
     CHECK_OK(tx, tocsin_tx_rollback(tx));
 }
 
+
+/* One worker driven by several threads at once, as the Python, Go and Ruby
+ * workers do: each records its run's outcome and takes the next runs itself
+ * (the reserve without the worker's step lock, else a step), while another
+ * thread reads in_flight and cancelled. Every job runs once, never more than
+ * `concurrency` at a time. */
+#define TW_JOBS 2000
+#define TW_THREADS 4
+typedef struct tw_ctx {
+    tocsin_worker *w;
+    _Atomic int done, in_run, max_in_run, stop;
+    _Atomic int seen[TW_JOBS + 1];
+} tw_ctx;
+
+static void *tw_runner(void *p) {
+    tw_ctx *c = p;
+    tocsin_outcome ok = TOCSIN_OUTCOME_INIT;
+    int idle = 0;
+    while (atomic_load(&c->done) < TW_JOBS && idle < 2000) {
+        tocsin_task_run **runs = NULL;
+        size_t n = 0, i;
+        if (tocsin_worker_take(c->w, &runs, &n) != TOCSIN_OK &&
+            tocsin_worker_next(c->w, &runs, &n, 5) != TOCSIN_OK) {
+            idle++;
+            continue;
+        }
+        idle = 0;
+        for (i = 0; i < n; i++) {
+            int now = atomic_fetch_add(&c->in_run, 1) + 1, m = atomic_load(&c->max_in_run);
+            while (now > m && !atomic_compare_exchange_weak(&c->max_in_run, &m, now)) {
+            }
+            if (runs[i]->job_id >= 1 && runs[i]->job_id <= TW_JOBS) atomic_fetch_add(&c->seen[runs[i]->job_id], 1);
+            atomic_fetch_sub(&c->in_run, 1);
+            tocsin_worker_finish(c->w, NULL, runs[i], &ok);
+            atomic_fetch_add(&c->done, 1);
+        }
+        tocsin_free(runs);
+    }
+    return NULL;
+}
+
+static void *tw_reader(void *p) {
+    tw_ctx *c = p;
+    while (!atomic_load(&c->stop)) {
+        int64_t *ids = NULL;
+        size_t n = 0;
+        (void)tocsin_worker_in_flight(c->w);
+        tocsin_worker_cancelled(c->w, &ids, &n);
+        tocsin_free(ids);
+        sched_yield();
+    }
+    return NULL;
+}
+
+static void worker_threads(void) {
+    static const char *const qs[] = {"tw"};
+    static tw_ctx c;
+    tocsin_db *db = t_open("threads_worker", NULL);
+    tocsin_worker_opts o = TOCSIN_WORKER_OPTS_INIT;
+    tocsin_task_call call = TOCSIN_TASK_CALL_INIT;
+    pthread_t th[TW_THREADS], rd;
+    int64_t id;
+    int i, dups = 0, missing = 0;
+    call.task = "noop";
+    CHECK_OK(db, tocsin_begin(db));
+    for (i = 0; i < TW_JOBS; i++) CHECK_OK(db, tocsin_task_enqueue(db, &id, "tw", &call, NULL));
+    CHECK_OK(db, tocsin_commit(db));
+    o.queues = qs;
+    o.n_queues = 1;
+    o.concurrency = TW_THREADS;
+    CHECK_OK(db, tocsin_worker_open(&c.w, db, &o));
+    CHECK_OK(db, tocsin_worker_register(c.w, "noop", NULL));
+    for (i = 0; i < TW_THREADS; i++) pthread_create(&th[i], NULL, tw_runner, &c);
+    pthread_create(&rd, NULL, tw_reader, &c);
+    for (i = 0; i < TW_THREADS; i++) pthread_join(th[i], NULL);
+    atomic_store(&c.stop, 1);
+    pthread_join(rd, NULL);
+    CHECK_OK(db, tocsin_worker_close(c.w));
+    for (i = 1; i <= TW_JOBS; i++) {
+        if (atomic_load(&c.seen[i]) > 1) dups++;
+        if (atomic_load(&c.seen[i]) == 0) missing++;
+    }
+    CHECK_EQ_I(atomic_load(&c.done), TW_JOBS);
+    CHECK_EQ_I(dups, 0);
+    CHECK_EQ_I(missing, 0);
+    CHECK(atomic_load(&c.max_in_run) <= TW_THREADS);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 0);
+    CHECK_EQ_I(t_count(db, "_tocsin_results"), TW_JOBS);
+    tocsin_close(db);
+}
+
 void suite_threads(void) {
+    worker_threads();
     concurrent_waits_on_one_handle();
     tx_handles();
     sqlite_enter();
