@@ -114,7 +114,13 @@ class Worker extends EventEmitter {
 
   async _step() {
     if (this._stopping || !this._w) return;
-    if (this._busy) { this._again = true; return; }
+    if (this._busy) {
+      // next() is on the pool (waiting for the write lock, say): the reserve still serves
+      this._again = true;
+      const runs = this._w.take();
+      if (runs) for (const r of runs) this._execute(r);
+      return;
+    }
     this._busy = true;
     if (this._poller) this._poller.stop();
     try {
