@@ -304,6 +304,9 @@ func TestTaskTxUnderLockContention(t *testing.T) {
 				time.Sleep(time.Duration(2+i%4) * time.Millisecond)
 				return tx.Exec(bg, "CREATE TABLE IF NOT EXISTS noise(x); INSERT INTO noise VALUES (1)")
 			}))
+			// a short gap: the lock is still held ~3/4 of the time, but a waiter can
+			// win it (re-taking it at once starved the workers for 10-130 s a run)
+			time.Sleep(time.Millisecond)
 		}
 	}()
 	const n = 100
