@@ -7916,7 +7916,6 @@ static int make_run(tocsin_worker *w, const tocsin_job *j, wrun **out) {
     r->pub.kwargs = r->kwargs;
     r->pub.meta = r->meta;
     if (!r->pub.timeout_ms) r->pub.timeout_ms = t->o.timeout_ms;
-    r->pub.started_at = tocsin_now(db);
     *out = r;
     return TOCSIN_OK;
 }
@@ -9111,7 +9110,7 @@ static int arg_lease(fn_ctx *f, sqlite3_value **argv, int64_t *id, int64_t *toke
 }
 
 static int fn_ack(fn_ctx *f, int argc, sqlite3_value **argv) {
-    int64_t id, token;
+    int64_t id = 0, token = 0;
     int ok, rc;
     UNUSED_ARGS;
     if (!arg_lease(f, argv, &id, &token)) return 0;

@@ -851,7 +851,7 @@ static int arg_lease(fn_ctx *f, sqlite3_value **argv, int64_t *id, int64_t *toke
 }
 
 static int fn_ack(fn_ctx *f, int argc, sqlite3_value **argv) {
-    int64_t id, token;
+    int64_t id = 0, token = 0;
     int ok, rc;
     UNUSED_ARGS;
     if (!arg_lease(f, argv, &id, &token)) return 0;

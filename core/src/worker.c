@@ -990,7 +990,6 @@ static int make_run(tocsin_worker *w, const tocsin_job *j, wrun **out) {
     r->pub.kwargs = r->kwargs;
     r->pub.meta = r->meta;
     if (!r->pub.timeout_ms) r->pub.timeout_ms = t->o.timeout_ms;
-    r->pub.started_at = tocsin_now(db);
     *out = r;
     return TOCSIN_OK;
 }

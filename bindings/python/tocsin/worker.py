@@ -444,17 +444,26 @@ class Worker:
             kind, etype, emsg, trace, delay = _failure(ctx, x)
         finally:
             self._running.pop(ctx.job_id, None)
-        self._report(ctx, _outcome(ctx, kind, value, etype, emsg, trace, delay), t0)
+        self._report(ctx, _outcome(ctx, kind, value, etype, emsg, trace, delay), t0,
+                     self._outbox.append)
         self._kick.set()
 
-    def _report(self, ctx: JobContext, out: Optional[tuple], t0: float) -> None:
-        if out is None:  # acked inside its transaction
+    def _report(self, ctx: JobContext, out: Optional[tuple], t0: float, send: Any) -> None:
+        """Counts a run's outcome and sends it (the loop's outbox, or the core's
+        finish from a sync thread); out None: acked inside its own transaction."""
+        if out is None:
             self._count(ctx, OK, None, None, None, t0)
-            return
-        self._outbox.append(out)
-        self._count(ctx, out[1], out[3], out[4], out[5], t0)
+        else:
+            send(out)
+            self._count(ctx, out[1], out[3], out[4], out[5], t0)
 
     # ---- sync runs on the worker's threads ----
+    def _finish_now(self, out: tuple) -> None:
+        try:
+            self._w.finish(*out)  # batched into the core's next group commit
+        except Error as x:
+            _event(logging.WARNING, "job.unreported", error="%s: %s" % (type(x).__name__, x))
+
     def _sync_main(self) -> None:
         todo, w, loop = self._todo, self._w, self._loop
         assert loop is not None
@@ -484,14 +493,7 @@ class Worker:
         _current.set(None)
         out = _outcome(ctx, kind, value, etype, emsg, trace, delay)
         if self._running.pop(ctx.job_id, None) is e:  # else: handed back at shutdown
-            if out is None:
-                self._count(ctx, OK, None, None, None, e.t0)
-            else:
-                try:
-                    w.finish(*out)  # batched into the core's next group commit
-                except Error as x:
-                    _event(logging.WARNING, "job.unreported", error="%s: %s" % (type(x).__name__, x))
-                self._count(ctx, out[1], out[3], out[4], out[5], e.t0)
+            self._report(ctx, out, e.t0, self._finish_now)
         mine = None
         if not self._stopping:
             # (cancellations reach handlers through the loop, which looks every few ms)

@@ -1445,10 +1445,9 @@ static VALUE wk_take(VALUE self) {
     return runs_ary(self, runs, n);
 }
 static VALUE runs_ary(VALUE self, tocsin_task_run **runs, size_t n) {
-    struct { tocsin_task_run **runs; size_t n; } c = {runs, n};
-    VALUE out = rb_ary_new_capa((long)c.n);
-    for (size_t i = 0; i < c.n; i++) {
-        tocsin_task_run *r = c.runs[i];
+    VALUE out = rb_ary_new_capa((long)n);
+    for (size_t i = 0; i < n; i++) {
+        tocsin_task_run *r = runs[i];
         rrun *rr;
         VALUE h = TypedData_Make_Struct(cRun, rrun, &rrun_type, rr);
         rr->run = r;
@@ -1467,7 +1466,7 @@ static VALUE runs_ary(VALUE self, tocsin_task_run **runs, size_t n) {
         rb_ary_push(e, LL2NUM(r->timeout_ms));
         rb_ary_push(out, e);
     }
-    tocsin_free(c.runs);
+    tocsin_free(runs);
     return out;
 }
 DEF_CALL(wfin, tocsin_worker *w; tocsin_db *tx; tocsin_task_run *run; tocsin_outcome o;,
