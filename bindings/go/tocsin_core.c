@@ -33,6 +33,15 @@ SQLITE_EXTENSION_INIT3
 #define TC_MAX_NAME TOCSIN_MAX_NAME_BYTES
 #define TC_STMT_SLOTS 256
 
+/* The highest id ever handed out in a table of schema v2 (schema.c): its
+ * max(id) or, once that row is gone, its sqlite_sequence row, as AUTOINCREMENT
+ * counts. TC_NEXT_ID: the id of a new row, never one handed out before (a
+ * rolled-back one aside). */
+#define TC_MAX_ID(table)                                                        \
+    "max(coalesce((SELECT max(id) FROM " table "), 0),"                         \
+    " coalesce((SELECT seq FROM sqlite_sequence WHERE name = '" table "'), 0))"
+#define TC_NEXT_ID(table) "(" TC_MAX_ID(table) " + 1)"
+
 struct tocsin_db {
     /* Serialises the calls on the handle (held for each atomic operation;
      * recursive: operations nest). Never held while a wait sleeps. */
@@ -1884,11 +1893,77 @@ int tc_json_valid(const char *text, size_t n, char *top) {
 }
 /* ---- core/src/schema.c ---- */
 /*
- * The on-disk format: schema v1 (docs/schema.md documents every column).
+ * The on-disk format: schema v2 (docs/schema.md documents every column).
  * Migrations are forward-only scripts, one per version, run in one transaction.
  */
 
 #include <stdio.h>
+
+/*
+ * The three tables whose ids readers and fencing rely on never seeing twice.
+ * Their columns and indexes are the same in v1 and v2 (v2 only drops
+ * AUTOINCREMENT from the id): one text serves both scripts.
+ */
+/* The jobs' columns after the id. The state CHECK is written with ORs, not
+ * IN: SQLite 3.40 builds an ephemeral table for an IN list of 3+ values each
+ * time it checks a row (~30% of a claim's CPU). */
+#define JOBS_COLUMNS \
+    "  queue TEXT NOT NULL," \
+    "  state TEXT NOT NULL" \
+    "    CHECK (state = 'scheduled' OR state = 'pending' OR state = 'processing')," \
+    "  payload TEXT NOT NULL," \
+    "  meta TEXT," \
+    "  priority INTEGER NOT NULL DEFAULT 0," \
+    "  attempts INTEGER NOT NULL DEFAULT 0," \
+    "  max_attempts INTEGER NOT NULL CHECK (max_attempts BETWEEN 1 AND 1000000)," \
+    "  run_at INTEGER NOT NULL," \
+    "  created_at INTEGER NOT NULL," \
+    "  expires_at INTEGER," \
+    "  lease_until INTEGER," \
+    "  worker TEXT," \
+    "  unique_key TEXT," \
+    "  last_error TEXT," \
+    "  handbacks INTEGER NOT NULL DEFAULT 0 CHECK (handbacks >= 0)," \
+    "  CHECK (attempts BETWEEN 0 AND max_attempts)," \
+    "  CHECK ((state = 'processing') = (lease_until IS NOT NULL))" \
+    ");"
+
+/* Claim and lease in one index. Per queue: the processing entries by lease
+ * end, latest first, then the pending ones (lease_until NULL sorts last in a
+ * DESC column) in claim order. The next job to claim is the first pending
+ * entry and its lease entry lands beside it, on the same page while few jobs
+ * are in flight; new jobs append at the end. The trailing `state` makes the
+ * counts of stats index-only (SQLite 3.40 does not count a column of the
+ * WHERE clause as covered). */
+#define JOBS_INDEXES \
+    "CREATE INDEX _tocsin_jobs_claim" \
+    "  ON _tocsin_jobs(queue, lease_until DESC, priority DESC, run_at, id, state)" \
+    "  WHERE state <> 'scheduled';", \
+    "CREATE INDEX _tocsin_jobs_scheduled ON _tocsin_jobs(queue, run_at, priority, state)" \
+    "  WHERE state = 'scheduled';", \
+    "CREATE INDEX _tocsin_jobs_expiry ON _tocsin_jobs(queue, expires_at)" \
+    "  WHERE expires_at IS NOT NULL AND state <> 'processing';", \
+    "CREATE UNIQUE INDEX _tocsin_jobs_unique ON _tocsin_jobs(queue, unique_key)" \
+    "  WHERE unique_key IS NOT NULL;"
+
+#define EVENTS_COLUMNS \
+    "  topic TEXT NOT NULL," \
+    "  key TEXT," \
+    "  payload TEXT NOT NULL," \
+    "  meta TEXT," \
+    "  created_at INTEGER NOT NULL" \
+    ");"
+#define EVENTS_INDEXES "CREATE INDEX _tocsin_events_topic ON _tocsin_events(topic, id);"
+
+#define NOTIFICATIONS_COLUMNS \
+    "  channel TEXT NOT NULL," \
+    "  payload TEXT NOT NULL," \
+    "  meta TEXT," \
+    "  created_at INTEGER NOT NULL" \
+    ");"
+#define NOTIFICATIONS_INDEXES \
+    "CREATE INDEX _tocsin_notifications_channel ON _tocsin_notifications(channel, id);", \
+    "CREATE INDEX _tocsin_notifications_age ON _tocsin_notifications(created_at);"
 
 /*
  * Schema v1, one statement per string: a single literal would pass the 4095
@@ -1902,44 +1977,8 @@ static const char *const SCHEMA_V1[] = {
     /* queue: live jobs (scheduled, pending or processing). The CHECKs pin what
      * the fencing token (id * 2^20 + attempts) and the indexes rely on. */
     "CREATE TABLE _tocsin_jobs("
-    "  id INTEGER PRIMARY KEY AUTOINCREMENT CHECK (id BETWEEN 1 AND 8796093022207),"
-    "  queue TEXT NOT NULL,"
-    /* ORs, not IN: SQLite 3.40 builds an ephemeral table for an IN list of 3+
-     * values each time it checks a row (~30% of a claim's CPU). */
-    "  state TEXT NOT NULL"
-    "    CHECK (state = 'scheduled' OR state = 'pending' OR state = 'processing'),"
-    "  payload TEXT NOT NULL,"
-    "  meta TEXT,"
-    "  priority INTEGER NOT NULL DEFAULT 0,"
-    "  attempts INTEGER NOT NULL DEFAULT 0,"
-    "  max_attempts INTEGER NOT NULL CHECK (max_attempts BETWEEN 1 AND 1000000),"
-    "  run_at INTEGER NOT NULL,"
-    "  created_at INTEGER NOT NULL,"
-    "  expires_at INTEGER,"
-    "  lease_until INTEGER,"
-    "  worker TEXT,"
-    "  unique_key TEXT,"
-    "  last_error TEXT,"
-    "  handbacks INTEGER NOT NULL DEFAULT 0 CHECK (handbacks >= 0),"
-    "  CHECK (attempts BETWEEN 0 AND max_attempts),"
-    "  CHECK ((state = 'processing') = (lease_until IS NOT NULL))"
-    ");",
-    /* Claim and lease in one index. Per queue: the processing entries by
-     * lease end, latest first, then the pending ones (lease_until NULL sorts
-     * last in a DESC column) in claim order. The next job to claim is the
-     * first pending entry and its lease entry lands beside it, on the same
-     * page while few jobs are in flight; new jobs append at the end. The
-     * trailing `state` makes the counts of stats index-only (SQLite 3.40 does
-     * not count a column of the WHERE clause as covered). */
-    "CREATE INDEX _tocsin_jobs_claim"
-    "  ON _tocsin_jobs(queue, lease_until DESC, priority DESC, run_at, id, state)"
-    "  WHERE state <> 'scheduled';",
-    "CREATE INDEX _tocsin_jobs_scheduled ON _tocsin_jobs(queue, run_at, priority, state)"
-    "  WHERE state = 'scheduled';",
-    "CREATE INDEX _tocsin_jobs_expiry ON _tocsin_jobs(queue, expires_at)"
-    "  WHERE expires_at IS NOT NULL AND state <> 'processing';",
-    "CREATE UNIQUE INDEX _tocsin_jobs_unique ON _tocsin_jobs(queue, unique_key)"
-    "  WHERE unique_key IS NOT NULL;",
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT CHECK (id BETWEEN 1 AND 8796093022207)," JOBS_COLUMNS,
+    JOBS_INDEXES,
     /* queue: dead letters, keyed by the job's id */
     "CREATE TABLE _tocsin_dead("
     "  id INTEGER PRIMARY KEY,"
@@ -1969,14 +2008,8 @@ static const char *const SCHEMA_V1[] = {
     ") WITHOUT ROWID;",
     /* streams */
     "CREATE TABLE _tocsin_events("
-    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
-    "  topic TEXT NOT NULL,"
-    "  key TEXT,"
-    "  payload TEXT NOT NULL,"
-    "  meta TEXT,"
-    "  created_at INTEGER NOT NULL"
-    ");",
-    "CREATE INDEX _tocsin_events_topic ON _tocsin_events(topic, id);",
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT," EVENTS_COLUMNS,
+    EVENTS_INDEXES,
     "CREATE TABLE _tocsin_offsets("
     "  consumer TEXT NOT NULL,"
     "  topic TEXT NOT NULL,"
@@ -1987,14 +2020,8 @@ static const char *const SCHEMA_V1[] = {
     "CREATE INDEX _tocsin_offsets_topic ON _tocsin_offsets(topic, position);",
     /* notifications */
     "CREATE TABLE _tocsin_notifications("
-    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
-    "  channel TEXT NOT NULL,"
-    "  payload TEXT NOT NULL,"
-    "  meta TEXT,"
-    "  created_at INTEGER NOT NULL"
-    ");",
-    "CREATE INDEX _tocsin_notifications_channel ON _tocsin_notifications(channel, id);",
-    "CREATE INDEX _tocsin_notifications_age ON _tocsin_notifications(created_at);",
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT," NOTIFICATIONS_COLUMNS,
+    NOTIFICATIONS_INDEXES,
     /* results: a job's value or task error (docs/schema.md) */
     "CREATE TABLE _tocsin_results("
     "  job_id INTEGER PRIMARY KEY,"
@@ -2063,9 +2090,44 @@ static const char *const SCHEMA_V1[] = {
     ") WITHOUT ROWID;",
     NULL};
 
+/*
+ * Schema v2: job ids, event offsets and notification ids without
+ * AUTOINCREMENT, which rewrites the table's sqlite_sequence row (a page of its
+ * own) in every inserting transaction: one page in three of a single
+ * enqueue's commit. The sqlite_sequence rows stay and keep their meaning --
+ * with the table's max(id), the highest id ever handed out -- but are written
+ * only when a table's highest row is deleted (the trigger), and inserts name
+ * their id: TC_NEXT_ID (internal.h), AUTOINCREMENT's own rule. The rebuild is
+ * SQLite's recipe for a changed table (rename, create, copy, drop); renaming
+ * an AUTOINCREMENT table renames its sqlite_sequence row, which the copy then
+ * carries over.
+ */
+#define REBUILD(table, columns)                                                            \
+    "ALTER TABLE " table " RENAME TO " table "_v1;",                                       \
+    "CREATE TABLE " table "(  id INTEGER PRIMARY KEY" columns,                             \
+    "INSERT INTO " table " SELECT * FROM " table "_v1;",                                   \
+    "INSERT INTO sqlite_sequence(name, seq) SELECT '" table "',"                            \
+    " coalesce((SELECT seq FROM sqlite_sequence WHERE name = '" table "_v1'), 0);",         \
+    "DROP TABLE " table "_v1;",                                                            \
+    "CREATE TRIGGER " table "_top AFTER DELETE ON " table                                  \
+    " WHEN NOT EXISTS (SELECT 1 FROM " table " WHERE id > old.id)"                         \
+    " AND old.id > coalesce((SELECT seq FROM sqlite_sequence WHERE name = '" table "'), 0)" \
+    " BEGIN UPDATE sqlite_sequence SET seq = old.id WHERE name = '" table "';"             \
+    " INSERT INTO sqlite_sequence(name, seq) SELECT '" table "', old.id"                    \
+    " WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = '" table "'); END;"
+
+static const char *const SCHEMA_V2[] = {
+    REBUILD("_tocsin_jobs", " CHECK (id BETWEEN 1 AND 8796093022207)," JOBS_COLUMNS),
+    JOBS_INDEXES,
+    REBUILD("_tocsin_events", "," EVENTS_COLUMNS),
+    EVENTS_INDEXES,
+    REBUILD("_tocsin_notifications", "," NOTIFICATIONS_COLUMNS),
+    NOTIFICATIONS_INDEXES,
+    NULL};
+
 /* MIGRATIONS[v-1] brings schema v-1 to v (v0 = nothing): NULL-terminated
  * lists of statements. */
-static const char *const *const MIGRATIONS[] = {SCHEMA_V1};
+static const char *const *const MIGRATIONS[] = {SCHEMA_V1, SCHEMA_V2};
 #define N_MIGRATIONS ((int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0]))
 
 /* The stored schema_version must be exactly a decimal integer >= 1 as the
@@ -2197,9 +2259,15 @@ int tc_schema_install(tocsin_db *db, int *out_version) {
 #define CLAIM_ORDER "priority DESC, run_at, id"
 
 static const char SQL_INSERT[] =
-    "INSERT INTO _tocsin_jobs(queue, state, payload, meta, priority, max_attempts, run_at,"
-    " created_at, expires_at, unique_key) VALUES (?1, ?10, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+    "INSERT INTO _tocsin_jobs(id, queue, state, payload, meta, priority, max_attempts, run_at,"
+    " created_at, expires_at, unique_key) VALUES (" TC_NEXT_ID("_tocsin_jobs") ","
+    " ?1, ?10, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
     " ON CONFLICT(queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING";
+/* An enqueue that met a live job's unique key still uses up the id it would
+ * have taken, as AUTOINCREMENT did in schema v1: the ids a sequence of calls
+ * gets do not depend on the format. */
+static const char SQL_SKIP_ID[] =
+    "UPDATE sqlite_sequence SET seq = " TC_NEXT_ID("_tocsin_jobs") " WHERE name = '_tocsin_jobs'";
 static const char SQL_FIND_UNIQUE[] =
     "SELECT id FROM _tocsin_jobs WHERE queue = ?1 AND unique_key = ?2";
 
@@ -2579,6 +2647,8 @@ static int insert_job(tocsin_db *db, int64_t *out_id, const tocsin_job_spec *s, 
         return TOCSIN_OK;
     }
     /* A live job holds the unique key: hand back its id. */
+    if (!(st = tc_stmt(db, SQL_SKIP_ID))) return TC_ERRCODE;
+    if ((rc = tc_step_done(db, st, "enqueue")) != TOCSIN_OK) return rc;
     if (!(st = tc_stmt(db, SQL_FIND_UNIQUE))) return TC_ERRCODE;
     sqlite3_bind_text(st, 1, s->queue, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, o->unique_key, -1, SQLITE_STATIC);
@@ -3368,14 +3438,14 @@ int tc_job_handbacks(tocsin_db *db, int64_t id, int64_t *out_n) {
 /* ---- core/src/stream.c ---- */
 /*
  * Durable streams: every SQL statement of streams lives in this file.
- * An event's offset is its id in _tocsin_events: AUTOINCREMENT never reuses
- * one, and with SQLite's single writer ids become visible in order, so a
+ * An event's offset is its id in _tocsin_events: never reused (TC_NEXT_ID),
+ * and with SQLite's single writer ids become visible in order, so a
  * reader's "offset > last seen" cursor never skips an event.
  */
 
 static const char SQL_PUBLISH[] =
-    "INSERT INTO _tocsin_events(topic, key, payload, meta, created_at)"
-    " VALUES (?1, ?2, ?3, ?4, ?5) RETURNING id";
+    "INSERT INTO _tocsin_events(id, topic, key, payload, meta, created_at)"
+    " VALUES (" TC_NEXT_ID("_tocsin_events") ", ?1, ?2, ?3, ?4, ?5)";
 static const char SQL_STREAM_READ[] =
     "SELECT id, topic, key, payload, meta, created_at FROM _tocsin_events"
     " WHERE topic = ?1 AND id > ?2 ORDER BY id LIMIT ?3";
@@ -3386,7 +3456,7 @@ static const char SQL_SAVE_OFFSET[] =
 /* The highest offset ever handed out (trimmed events included): no offset
  * beyond it can be saved, or every later event would count as passed. */
 static const char SQL_LAST_OFFSET[] =
-    "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = '_tocsin_events'), 0)";
+    "SELECT " TC_MAX_ID("_tocsin_events");
 static const char SQL_OFFSET[] =
     "SELECT position FROM _tocsin_offsets WHERE consumer = ?1 AND topic = ?2";
 static const char SQL_TRIM_AGE[] =
@@ -3520,14 +3590,10 @@ static int publish(tocsin_db *db, int64_t *out_offsets, const char *topic,
         sqlite3_bind_text(st, 3, payloads[i], -1, SQLITE_STATIC);
         if (meta) sqlite3_bind_text(st, 4, meta, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 5, now);
-        rc = tc_step(db, st);
-        if (rc == SQLITE_ROW) {
-            out_offsets[i] = sqlite3_column_int64(st, 0);
-            rc = tc_step_done(db, st, "publish");
-        } else {
-            sqlite3_reset(st);
-            rc = tc_sqlerr(db, rc, "publish");
-        }
+        /* No RETURNING (it buffers its row in an ephemeral table): the
+         * statement's last rowid is the offset. */
+        rc = tc_step_done(db, st, "publish");
+        if (rc == TOCSIN_OK) out_offsets[i] = sqlite3_last_insert_rowid(db->conn);
     }
     return tc_op_end(db, &op, rc);
 }
@@ -3870,14 +3936,14 @@ int tocsin_stream_sub_close(tocsin_stream_sub *s) {
  */
 
 static const char SQL_NOTIFY[] =
-    "INSERT INTO _tocsin_notifications(channel, payload, meta, created_at)"
-    " VALUES (?1, ?2, ?3, ?4) RETURNING id";
+    "INSERT INTO _tocsin_notifications(id, channel, payload, meta, created_at)"
+    " VALUES (" TC_NEXT_ID("_tocsin_notifications") ", ?1, ?2, ?3, ?4)";
 static const char SQL_NOTIFY_READ[] =
     "SELECT id, channel, NULL, payload, meta, created_at FROM _tocsin_notifications"
     " WHERE channel = ?1 AND id > ?2 ORDER BY id LIMIT ?3";
 /* The highest id ever handed out, even when those rows were pruned since. */
 static const char SQL_MAX_ID[] =
-    "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = '_tocsin_notifications'), 0)";
+    "SELECT " TC_MAX_ID("_tocsin_notifications");
 static const char SQL_PRUNE_AGE[] = "DELETE FROM _tocsin_notifications WHERE created_at < ?1";
 static const char SQL_PRUNE_KEEP[] =
     "DELETE FROM _tocsin_notifications WHERE id IN (SELECT id FROM (SELECT id,"
@@ -3949,14 +4015,8 @@ int tocsin_notify(tocsin_db *db, int64_t *out_id, const char *channel, const cha
         sqlite3_bind_text(st, 2, payload, -1, SQLITE_STATIC);
         if (meta) sqlite3_bind_text(st, 3, meta, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 4, tocsin_now(db));
-        rc = tc_step(db, st);
-        if (rc == SQLITE_ROW) {
-            *out_id = sqlite3_column_int64(st, 0);
-            rc = tc_step_done(db, st, "notify");
-        } else {
-            sqlite3_reset(st);
-            rc = tc_sqlerr(db, rc, "notify");
-        }
+        rc = tc_step_done(db, st, "notify"); /* no RETURNING: see publish (stream.c) */
+        if (rc == TOCSIN_OK) *out_id = sqlite3_last_insert_rowid(db->conn);
     }
     if (rc == TOCSIN_OK) rc = autotrim(db);
     return tc_op_end(db, &op, rc);

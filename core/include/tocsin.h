@@ -85,7 +85,7 @@ extern "C" {
     (TOCSIN_VERSION_MAJOR * 1000000 + TOCSIN_VERSION_MINOR * 1000 + TOCSIN_VERSION_PATCH)
 
 /* The on-disk schema version this library writes (docs/schema.md). */
-#define TOCSIN_SCHEMA_VERSION 1
+#define TOCSIN_SCHEMA_VERSION 2
 
 /* ---- result codes ------------------------------------------------------ */
 #define TOCSIN_OK 0

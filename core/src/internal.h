@@ -28,6 +28,15 @@ SQLITE_EXTENSION_INIT3
 #define TC_MAX_NAME TOCSIN_MAX_NAME_BYTES
 #define TC_STMT_SLOTS 256
 
+/* The highest id ever handed out in a table of schema v2 (schema.c): its
+ * max(id) or, once that row is gone, its sqlite_sequence row, as AUTOINCREMENT
+ * counts. TC_NEXT_ID: the id of a new row, never one handed out before (a
+ * rolled-back one aside). */
+#define TC_MAX_ID(table)                                                        \
+    "max(coalesce((SELECT max(id) FROM " table "), 0),"                         \
+    " coalesce((SELECT seq FROM sqlite_sequence WHERE name = '" table "'), 0))"
+#define TC_NEXT_ID(table) "(" TC_MAX_ID(table) " + 1)"
+
 struct tocsin_db {
     /* Serialises the calls on the handle (held for each atomic operation;
      * recursive: operations nest). Never held while a wait sleeps. */

@@ -7,14 +7,14 @@
 #include "internal.h"
 
 static const char SQL_NOTIFY[] =
-    "INSERT INTO _tocsin_notifications(channel, payload, meta, created_at)"
-    " VALUES (?1, ?2, ?3, ?4) RETURNING id";
+    "INSERT INTO _tocsin_notifications(id, channel, payload, meta, created_at)"
+    " VALUES (" TC_NEXT_ID("_tocsin_notifications") ", ?1, ?2, ?3, ?4)";
 static const char SQL_NOTIFY_READ[] =
     "SELECT id, channel, NULL, payload, meta, created_at FROM _tocsin_notifications"
     " WHERE channel = ?1 AND id > ?2 ORDER BY id LIMIT ?3";
 /* The highest id ever handed out, even when those rows were pruned since. */
 static const char SQL_MAX_ID[] =
-    "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = '_tocsin_notifications'), 0)";
+    "SELECT " TC_MAX_ID("_tocsin_notifications");
 static const char SQL_PRUNE_AGE[] = "DELETE FROM _tocsin_notifications WHERE created_at < ?1";
 static const char SQL_PRUNE_KEEP[] =
     "DELETE FROM _tocsin_notifications WHERE id IN (SELECT id FROM (SELECT id,"
@@ -86,14 +86,8 @@ int tocsin_notify(tocsin_db *db, int64_t *out_id, const char *channel, const cha
         sqlite3_bind_text(st, 2, payload, -1, SQLITE_STATIC);
         if (meta) sqlite3_bind_text(st, 3, meta, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 4, tocsin_now(db));
-        rc = tc_step(db, st);
-        if (rc == SQLITE_ROW) {
-            *out_id = sqlite3_column_int64(st, 0);
-            rc = tc_step_done(db, st, "notify");
-        } else {
-            sqlite3_reset(st);
-            rc = tc_sqlerr(db, rc, "notify");
-        }
+        rc = tc_step_done(db, st, "notify"); /* no RETURNING: see publish (stream.c) */
+        if (rc == TOCSIN_OK) *out_id = sqlite3_last_insert_rowid(db->conn);
     }
     if (rc == TOCSIN_OK) rc = autotrim(db);
     return tc_op_end(db, &op, rc);

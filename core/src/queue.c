@@ -43,9 +43,15 @@
 #define CLAIM_ORDER "priority DESC, run_at, id"
 
 static const char SQL_INSERT[] =
-    "INSERT INTO _tocsin_jobs(queue, state, payload, meta, priority, max_attempts, run_at,"
-    " created_at, expires_at, unique_key) VALUES (?1, ?10, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
+    "INSERT INTO _tocsin_jobs(id, queue, state, payload, meta, priority, max_attempts, run_at,"
+    " created_at, expires_at, unique_key) VALUES (" TC_NEXT_ID("_tocsin_jobs") ","
+    " ?1, ?10, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
     " ON CONFLICT(queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING";
+/* An enqueue that met a live job's unique key still uses up the id it would
+ * have taken, as AUTOINCREMENT did in schema v1: the ids a sequence of calls
+ * gets do not depend on the format. */
+static const char SQL_SKIP_ID[] =
+    "UPDATE sqlite_sequence SET seq = " TC_NEXT_ID("_tocsin_jobs") " WHERE name = '_tocsin_jobs'";
 static const char SQL_FIND_UNIQUE[] =
     "SELECT id FROM _tocsin_jobs WHERE queue = ?1 AND unique_key = ?2";
 
@@ -425,6 +431,8 @@ static int insert_job(tocsin_db *db, int64_t *out_id, const tocsin_job_spec *s, 
         return TOCSIN_OK;
     }
     /* A live job holds the unique key: hand back its id. */
+    if (!(st = tc_stmt(db, SQL_SKIP_ID))) return TC_ERRCODE;
+    if ((rc = tc_step_done(db, st, "enqueue")) != TOCSIN_OK) return rc;
     if (!(st = tc_stmt(db, SQL_FIND_UNIQUE))) return TC_ERRCODE;
     sqlite3_bind_text(st, 1, s->queue, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, o->unique_key, -1, SQLITE_STATIC);

@@ -1,10 +1,76 @@
 /*
- * The on-disk format: schema v1 (docs/schema.md documents every column).
+ * The on-disk format: schema v2 (docs/schema.md documents every column).
  * Migrations are forward-only scripts, one per version, run in one transaction.
  */
 #include "internal.h"
 
 #include <stdio.h>
+
+/*
+ * The three tables whose ids readers and fencing rely on never seeing twice.
+ * Their columns and indexes are the same in v1 and v2 (v2 only drops
+ * AUTOINCREMENT from the id): one text serves both scripts.
+ */
+/* The jobs' columns after the id. The state CHECK is written with ORs, not
+ * IN: SQLite 3.40 builds an ephemeral table for an IN list of 3+ values each
+ * time it checks a row (~30% of a claim's CPU). */
+#define JOBS_COLUMNS \
+    "  queue TEXT NOT NULL," \
+    "  state TEXT NOT NULL" \
+    "    CHECK (state = 'scheduled' OR state = 'pending' OR state = 'processing')," \
+    "  payload TEXT NOT NULL," \
+    "  meta TEXT," \
+    "  priority INTEGER NOT NULL DEFAULT 0," \
+    "  attempts INTEGER NOT NULL DEFAULT 0," \
+    "  max_attempts INTEGER NOT NULL CHECK (max_attempts BETWEEN 1 AND 1000000)," \
+    "  run_at INTEGER NOT NULL," \
+    "  created_at INTEGER NOT NULL," \
+    "  expires_at INTEGER," \
+    "  lease_until INTEGER," \
+    "  worker TEXT," \
+    "  unique_key TEXT," \
+    "  last_error TEXT," \
+    "  handbacks INTEGER NOT NULL DEFAULT 0 CHECK (handbacks >= 0)," \
+    "  CHECK (attempts BETWEEN 0 AND max_attempts)," \
+    "  CHECK ((state = 'processing') = (lease_until IS NOT NULL))" \
+    ");"
+
+/* Claim and lease in one index. Per queue: the processing entries by lease
+ * end, latest first, then the pending ones (lease_until NULL sorts last in a
+ * DESC column) in claim order. The next job to claim is the first pending
+ * entry and its lease entry lands beside it, on the same page while few jobs
+ * are in flight; new jobs append at the end. The trailing `state` makes the
+ * counts of stats index-only (SQLite 3.40 does not count a column of the
+ * WHERE clause as covered). */
+#define JOBS_INDEXES \
+    "CREATE INDEX _tocsin_jobs_claim" \
+    "  ON _tocsin_jobs(queue, lease_until DESC, priority DESC, run_at, id, state)" \
+    "  WHERE state <> 'scheduled';", \
+    "CREATE INDEX _tocsin_jobs_scheduled ON _tocsin_jobs(queue, run_at, priority, state)" \
+    "  WHERE state = 'scheduled';", \
+    "CREATE INDEX _tocsin_jobs_expiry ON _tocsin_jobs(queue, expires_at)" \
+    "  WHERE expires_at IS NOT NULL AND state <> 'processing';", \
+    "CREATE UNIQUE INDEX _tocsin_jobs_unique ON _tocsin_jobs(queue, unique_key)" \
+    "  WHERE unique_key IS NOT NULL;"
+
+#define EVENTS_COLUMNS \
+    "  topic TEXT NOT NULL," \
+    "  key TEXT," \
+    "  payload TEXT NOT NULL," \
+    "  meta TEXT," \
+    "  created_at INTEGER NOT NULL" \
+    ");"
+#define EVENTS_INDEXES "CREATE INDEX _tocsin_events_topic ON _tocsin_events(topic, id);"
+
+#define NOTIFICATIONS_COLUMNS \
+    "  channel TEXT NOT NULL," \
+    "  payload TEXT NOT NULL," \
+    "  meta TEXT," \
+    "  created_at INTEGER NOT NULL" \
+    ");"
+#define NOTIFICATIONS_INDEXES \
+    "CREATE INDEX _tocsin_notifications_channel ON _tocsin_notifications(channel, id);", \
+    "CREATE INDEX _tocsin_notifications_age ON _tocsin_notifications(created_at);"
 
 /*
  * Schema v1, one statement per string: a single literal would pass the 4095
@@ -18,44 +84,8 @@ static const char *const SCHEMA_V1[] = {
     /* queue: live jobs (scheduled, pending or processing). The CHECKs pin what
      * the fencing token (id * 2^20 + attempts) and the indexes rely on. */
     "CREATE TABLE _tocsin_jobs("
-    "  id INTEGER PRIMARY KEY AUTOINCREMENT CHECK (id BETWEEN 1 AND 8796093022207),"
-    "  queue TEXT NOT NULL,"
-    /* ORs, not IN: SQLite 3.40 builds an ephemeral table for an IN list of 3+
-     * values each time it checks a row (~30% of a claim's CPU). */
-    "  state TEXT NOT NULL"
-    "    CHECK (state = 'scheduled' OR state = 'pending' OR state = 'processing'),"
-    "  payload TEXT NOT NULL,"
-    "  meta TEXT,"
-    "  priority INTEGER NOT NULL DEFAULT 0,"
-    "  attempts INTEGER NOT NULL DEFAULT 0,"
-    "  max_attempts INTEGER NOT NULL CHECK (max_attempts BETWEEN 1 AND 1000000),"
-    "  run_at INTEGER NOT NULL,"
-    "  created_at INTEGER NOT NULL,"
-    "  expires_at INTEGER,"
-    "  lease_until INTEGER,"
-    "  worker TEXT,"
-    "  unique_key TEXT,"
-    "  last_error TEXT,"
-    "  handbacks INTEGER NOT NULL DEFAULT 0 CHECK (handbacks >= 0),"
-    "  CHECK (attempts BETWEEN 0 AND max_attempts),"
-    "  CHECK ((state = 'processing') = (lease_until IS NOT NULL))"
-    ");",
-    /* Claim and lease in one index. Per queue: the processing entries by
-     * lease end, latest first, then the pending ones (lease_until NULL sorts
-     * last in a DESC column) in claim order. The next job to claim is the
-     * first pending entry and its lease entry lands beside it, on the same
-     * page while few jobs are in flight; new jobs append at the end. The
-     * trailing `state` makes the counts of stats index-only (SQLite 3.40 does
-     * not count a column of the WHERE clause as covered). */
-    "CREATE INDEX _tocsin_jobs_claim"
-    "  ON _tocsin_jobs(queue, lease_until DESC, priority DESC, run_at, id, state)"
-    "  WHERE state <> 'scheduled';",
-    "CREATE INDEX _tocsin_jobs_scheduled ON _tocsin_jobs(queue, run_at, priority, state)"
-    "  WHERE state = 'scheduled';",
-    "CREATE INDEX _tocsin_jobs_expiry ON _tocsin_jobs(queue, expires_at)"
-    "  WHERE expires_at IS NOT NULL AND state <> 'processing';",
-    "CREATE UNIQUE INDEX _tocsin_jobs_unique ON _tocsin_jobs(queue, unique_key)"
-    "  WHERE unique_key IS NOT NULL;",
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT CHECK (id BETWEEN 1 AND 8796093022207)," JOBS_COLUMNS,
+    JOBS_INDEXES,
     /* queue: dead letters, keyed by the job's id */
     "CREATE TABLE _tocsin_dead("
     "  id INTEGER PRIMARY KEY,"
@@ -85,14 +115,8 @@ static const char *const SCHEMA_V1[] = {
     ") WITHOUT ROWID;",
     /* streams */
     "CREATE TABLE _tocsin_events("
-    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
-    "  topic TEXT NOT NULL,"
-    "  key TEXT,"
-    "  payload TEXT NOT NULL,"
-    "  meta TEXT,"
-    "  created_at INTEGER NOT NULL"
-    ");",
-    "CREATE INDEX _tocsin_events_topic ON _tocsin_events(topic, id);",
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT," EVENTS_COLUMNS,
+    EVENTS_INDEXES,
     "CREATE TABLE _tocsin_offsets("
     "  consumer TEXT NOT NULL,"
     "  topic TEXT NOT NULL,"
@@ -103,14 +127,8 @@ static const char *const SCHEMA_V1[] = {
     "CREATE INDEX _tocsin_offsets_topic ON _tocsin_offsets(topic, position);",
     /* notifications */
     "CREATE TABLE _tocsin_notifications("
-    "  id INTEGER PRIMARY KEY AUTOINCREMENT,"
-    "  channel TEXT NOT NULL,"
-    "  payload TEXT NOT NULL,"
-    "  meta TEXT,"
-    "  created_at INTEGER NOT NULL"
-    ");",
-    "CREATE INDEX _tocsin_notifications_channel ON _tocsin_notifications(channel, id);",
-    "CREATE INDEX _tocsin_notifications_age ON _tocsin_notifications(created_at);",
+    "  id INTEGER PRIMARY KEY AUTOINCREMENT," NOTIFICATIONS_COLUMNS,
+    NOTIFICATIONS_INDEXES,
     /* results: a job's value or task error (docs/schema.md) */
     "CREATE TABLE _tocsin_results("
     "  job_id INTEGER PRIMARY KEY,"
@@ -179,9 +197,44 @@ static const char *const SCHEMA_V1[] = {
     ") WITHOUT ROWID;",
     NULL};
 
+/*
+ * Schema v2: job ids, event offsets and notification ids without
+ * AUTOINCREMENT, which rewrites the table's sqlite_sequence row (a page of its
+ * own) in every inserting transaction: one page in three of a single
+ * enqueue's commit. The sqlite_sequence rows stay and keep their meaning --
+ * with the table's max(id), the highest id ever handed out -- but are written
+ * only when a table's highest row is deleted (the trigger), and inserts name
+ * their id: TC_NEXT_ID (internal.h), AUTOINCREMENT's own rule. The rebuild is
+ * SQLite's recipe for a changed table (rename, create, copy, drop); renaming
+ * an AUTOINCREMENT table renames its sqlite_sequence row, which the copy then
+ * carries over.
+ */
+#define REBUILD(table, columns)                                                            \
+    "ALTER TABLE " table " RENAME TO " table "_v1;",                                       \
+    "CREATE TABLE " table "(  id INTEGER PRIMARY KEY" columns,                             \
+    "INSERT INTO " table " SELECT * FROM " table "_v1;",                                   \
+    "INSERT INTO sqlite_sequence(name, seq) SELECT '" table "',"                            \
+    " coalesce((SELECT seq FROM sqlite_sequence WHERE name = '" table "_v1'), 0);",         \
+    "DROP TABLE " table "_v1;",                                                            \
+    "CREATE TRIGGER " table "_top AFTER DELETE ON " table                                  \
+    " WHEN NOT EXISTS (SELECT 1 FROM " table " WHERE id > old.id)"                         \
+    " AND old.id > coalesce((SELECT seq FROM sqlite_sequence WHERE name = '" table "'), 0)" \
+    " BEGIN UPDATE sqlite_sequence SET seq = old.id WHERE name = '" table "';"             \
+    " INSERT INTO sqlite_sequence(name, seq) SELECT '" table "', old.id"                    \
+    " WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = '" table "'); END;"
+
+static const char *const SCHEMA_V2[] = {
+    REBUILD("_tocsin_jobs", " CHECK (id BETWEEN 1 AND 8796093022207)," JOBS_COLUMNS),
+    JOBS_INDEXES,
+    REBUILD("_tocsin_events", "," EVENTS_COLUMNS),
+    EVENTS_INDEXES,
+    REBUILD("_tocsin_notifications", "," NOTIFICATIONS_COLUMNS),
+    NOTIFICATIONS_INDEXES,
+    NULL};
+
 /* MIGRATIONS[v-1] brings schema v-1 to v (v0 = nothing): NULL-terminated
  * lists of statements. */
-static const char *const *const MIGRATIONS[] = {SCHEMA_V1};
+static const char *const *const MIGRATIONS[] = {SCHEMA_V1, SCHEMA_V2};
 #define N_MIGRATIONS ((int)(sizeof MIGRATIONS / sizeof MIGRATIONS[0]))
 
 /* The stored schema_version must be exactly a decimal integer >= 1 as the

@@ -1,14 +1,14 @@
 /*
  * Durable streams: every SQL statement of streams lives in this file.
- * An event's offset is its id in _tocsin_events: AUTOINCREMENT never reuses
- * one, and with SQLite's single writer ids become visible in order, so a
+ * An event's offset is its id in _tocsin_events: never reused (TC_NEXT_ID),
+ * and with SQLite's single writer ids become visible in order, so a
  * reader's "offset > last seen" cursor never skips an event.
  */
 #include "internal.h"
 
 static const char SQL_PUBLISH[] =
-    "INSERT INTO _tocsin_events(topic, key, payload, meta, created_at)"
-    " VALUES (?1, ?2, ?3, ?4, ?5) RETURNING id";
+    "INSERT INTO _tocsin_events(id, topic, key, payload, meta, created_at)"
+    " VALUES (" TC_NEXT_ID("_tocsin_events") ", ?1, ?2, ?3, ?4, ?5)";
 static const char SQL_STREAM_READ[] =
     "SELECT id, topic, key, payload, meta, created_at FROM _tocsin_events"
     " WHERE topic = ?1 AND id > ?2 ORDER BY id LIMIT ?3";
@@ -19,7 +19,7 @@ static const char SQL_SAVE_OFFSET[] =
 /* The highest offset ever handed out (trimmed events included): no offset
  * beyond it can be saved, or every later event would count as passed. */
 static const char SQL_LAST_OFFSET[] =
-    "SELECT coalesce((SELECT seq FROM sqlite_sequence WHERE name = '_tocsin_events'), 0)";
+    "SELECT " TC_MAX_ID("_tocsin_events");
 static const char SQL_OFFSET[] =
     "SELECT position FROM _tocsin_offsets WHERE consumer = ?1 AND topic = ?2";
 static const char SQL_TRIM_AGE[] =
@@ -153,14 +153,10 @@ static int publish(tocsin_db *db, int64_t *out_offsets, const char *topic,
         sqlite3_bind_text(st, 3, payloads[i], -1, SQLITE_STATIC);
         if (meta) sqlite3_bind_text(st, 4, meta, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 5, now);
-        rc = tc_step(db, st);
-        if (rc == SQLITE_ROW) {
-            out_offsets[i] = sqlite3_column_int64(st, 0);
-            rc = tc_step_done(db, st, "publish");
-        } else {
-            sqlite3_reset(st);
-            rc = tc_sqlerr(db, rc, "publish");
-        }
+        /* No RETURNING (it buffers its row in an ephemeral table): the
+         * statement's last rowid is the offset. */
+        rc = tc_step_done(db, st, "publish");
+        if (rc == TOCSIN_OK) out_offsets[i] = sqlite3_last_insert_rowid(db->conn);
     }
     return tc_op_end(db, &op, rc);
 }

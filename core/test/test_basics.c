@@ -20,7 +20,7 @@ static void open_and_schema(void) {
     sqlite3_stmt *st;
     CHECK_OK(db, tocsin_bootstrap(db, &v));
     CHECK_EQ_I(v, TOCSIN_SCHEMA_VERSION);
-    CHECK_EQ_I(t_count(db, "_tocsin_meta WHERE key = 'schema_version' AND value = '1'"), 1);
+    CHECK_EQ_I(t_count(db, "_tocsin_meta WHERE key = 'schema_version' AND value = '2'"), 1);
     /* pragmas are set explicitly */
     sqlite3_prepare_v2(tocsin_sqlite(db), "PRAGMA journal_mode", -1, &st, NULL);
     CHECK(sqlite3_step(st) == SQLITE_ROW);
@@ -185,6 +185,110 @@ static void names_and_payloads(void) {
     tocsin_close(db);
 }
 
+/* Schema v2: no AUTOINCREMENT, yet a committed job id, event offset or
+ * notification id is never handed out again, however its row left (ack,
+ * cancel, purge, trim, prune, a raw DELETE), and the highest id survives a
+ * reopen. A rolled-back id may come back: nobody saw it. */
+static void ids_never_reused(void) {
+    t_clock clk = {1000};
+    tocsin_db *db = t_open("ids", &clk), *again = NULL;
+    tocsin_job *jobs = NULL;
+    tocsin_trim_opts trim = TOCSIN_TRIM_OPTS_INIT;
+    int64_t id = 0, id2 = 0, n = 0, max = 0;
+    size_t got = 0;
+    int ok = 0;
+    char path[600];
+    snprintf(path, sizeof path, "%s", sqlite3_db_filename(tocsin_sqlite(db), "main"));
+    CHECK_EQ_I(t_count(db, "sqlite_master WHERE sql LIKE '%AUTOINCREMENT%'"), 0);
+    CHECK_EQ_I(t_count(db, "sqlite_sequence WHERE name LIKE '_tocsin%'"), 3);
+    /* the top job acked: the next one does not take its id */
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "1", NULL));
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "2", NULL));
+    CHECK_EQ_I(id, 2);
+    CHECK_OK(db, tocsin_queue_claim(db, &jobs, &got, "q", "w", 2, 1000));
+    CHECK_EQ_I((long long)got, 2);
+    CHECK_OK(db, tocsin_job_ack(db, &ok, jobs[1].id, jobs[1].token));
+    CHECK_OK(db, tocsin_job_ack(db, &ok, jobs[0].id, jobs[0].token));
+    tocsin_jobs_free(jobs, got);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 0);
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "3", NULL));
+    CHECK_EQ_I(id, 3);
+    /* cancel (to the dead table), purge, raw DELETE, reopen */
+    CHECK_OK(db, tocsin_job_cancel(db, &ok, id));
+    CHECK_OK(db, tocsin_dead_purge(db, &n, NULL, 0));
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "4", NULL));
+    CHECK_EQ_I(id, 4);
+    CHECK_OK(db, tocsin_exec(db, "DELETE FROM _tocsin_jobs"));
+    tocsin_close(db);
+    CHECK_OK(again, tocsin_open(&again, path, NULL));
+    db = again;
+    tocsin_set_clock(db, t_clock_fn, &clk);
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "5", NULL));
+    CHECK_EQ_I(id, 5);
+    /* a rolled-back id was never seen: it may be handed out again */
+    CHECK_OK(db, tocsin_begin(db));
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id2, "q", "6", NULL));
+    CHECK_EQ_I(id2, 6);
+    CHECK_OK(db, tocsin_rollback(db));
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id2, "q", "6", NULL));
+    CHECK_EQ_I(id2, 6);
+    /* deleting the top row inside a transaction that rolls back keeps it */
+    CHECK_OK(db, tocsin_begin(db));
+    CHECK_OK(db, tocsin_exec(db, "DELETE FROM _tocsin_jobs WHERE id = 6"));
+    CHECK_OK(db, tocsin_rollback(db));
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE id = 6"), 1);
+    /* a requeued dead job keeps its id below the top */
+    CHECK_OK(db, tocsin_job_cancel(db, &ok, 5));
+    CHECK_OK(db, tocsin_dead_requeue(db, &ok, 5));
+    CHECK(ok);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE id = 5"), 1);
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "7", NULL));
+    CHECK_EQ_I(id, 7);
+    /* sqlite_sequence still counts as it did with AUTOINCREMENT: moved ahead, ids follow */
+    CHECK_OK(db, tocsin_exec(db, "UPDATE sqlite_sequence SET seq = 100 WHERE name = '_tocsin_jobs'"));
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "8", NULL));
+    CHECK_EQ_I(id, 101);
+    /* a unique key met uses up the id it would have taken, as in v1 */
+    {
+        tocsin_enqueue_opts uo = TOCSIN_ENQUEUE_OPTS_INIT;
+        uo.unique_key = "u";
+        CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "9", &uo));
+        CHECK_EQ_I(id, 102);
+        CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "9", &uo));
+        CHECK_EQ_I(id, 102);
+        CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "10", NULL));
+        CHECK_EQ_I(id, 104);
+    }
+
+    /* stream offsets: trimmed away, the next event still moves on */
+    CHECK_OK(db, tocsin_stream_publish(db, &id, "t", "1", NULL, NULL));
+    CHECK_OK(db, tocsin_stream_publish(db, &id, "t", "2", NULL, NULL));
+    CHECK_EQ_I(id, 2);
+    clk.now += 10;
+    trim.max_age_ms = 1;
+    CHECK_OK(db, tocsin_stream_trim(db, &n, "t", &trim));
+    CHECK_EQ_I(n, 2);
+    CHECK_OK(db, tocsin_stream_publish(db, &id, "t", "3", NULL, NULL));
+    CHECK_EQ_I(id, 3);
+    /* an offset up to the highest ever handed out can be saved, not past it */
+    CHECK_OK(db, tocsin_exec(db, "DELETE FROM _tocsin_events"));
+    CHECK_OK(db, tocsin_stream_save_offset(db, NULL, "c", "t", 3));
+    CHECK_EQ_I(tocsin_stream_save_offset(db, NULL, "c", "t", 4), TOCSIN_INVALID);
+
+    /* notification ids: pruned away, max_id (where a listener starts) stays */
+    CHECK_OK(db, tocsin_notify(db, &id, "ch", "1", NULL));
+    CHECK_OK(db, tocsin_notify(db, &id, "ch", "2", NULL));
+    CHECK_EQ_I(id, 2);
+    clk.now += 10;
+    CHECK_OK(db, tocsin_notify_prune(db, &n, 1, 0));
+    CHECK_EQ_I(n, 2);
+    CHECK_OK(db, tocsin_notify_max_id(db, &max));
+    CHECK_EQ_I(max, 2);
+    CHECK_OK(db, tocsin_notify(db, &id, "ch", "3", NULL));
+    CHECK_EQ_I(id, 3);
+    tocsin_close(db);
+}
+
 void suite_basics(void) {
     versions();
     open_and_schema();
@@ -192,6 +296,7 @@ void suite_basics(void) {
     transactions();
     busy_timeout();
     names_and_payloads();
+    ids_never_reused();
 }
 
 /* The JSON validator agrees with RFC 8259 (and with SQLite's json_valid on it). */

@@ -583,7 +583,7 @@ static void schema_version_exact(void) {
         tocsin_db *db = t_open("c_schema_ok", NULL), *again = NULL;
         char path[600];
         snprintf(path, sizeof path, "%s", sqlite3_db_filename(tocsin_sqlite(db), "main"));
-        CHECK_OK(db, tocsin_exec(db, "UPDATE _tocsin_meta SET value = 1 WHERE key = 'schema_version'"));
+        CHECK_OK(db, tocsin_exec(db, "UPDATE _tocsin_meta SET value = 2 WHERE key = 'schema_version'"));
         tocsin_close(db);
         CHECK_OK(again, tocsin_open(&again, path, NULL));
         tocsin_close(again);

@@ -25,6 +25,7 @@ const char *t_suite = "golden";
 static sqlite3 *mj;      /* in-memory connection holding the manifest as ?1 */
 static char *manifest;   /* its text */
 static char file_key[64];
+static long long seq_jobs, seq_events, seq_notes; /* the v1 file's sqlite_sequence */
 
 /* json_extract(manifest, '$.files."<file>"' || sub) as owned text (NULL for a JSON null). */
 static int as_json; /* mtext gives JSON text (strings quoted) */
@@ -147,6 +148,13 @@ static char *db_text(tocsin_db *db, const char *sql) {
     return out ? out : strdup("(none)");
 }
 
+static long long db_int(tocsin_db *db, const char *sql) {
+    char *t = db_text(db, sql);
+    long long v = atoll(t);
+    free(t);
+    return v;
+}
+
 static char *slurp(const char *path) {
     FILE *f = fopen(path, "rb");
     long n;
@@ -181,8 +189,11 @@ static void check_facts(tocsin_db *db) {
     int version = 0;
     char *s;
 
+    /* the file was written as schema v1; opening it migrated it to the
+     * library's version (docs/schema.md, "Migrations") */
     CHECK_OK(db, tocsin_bootstrap(db, &version));
-    CHECK_EQ_I(version, mint(".schema_version"));
+    CHECK_EQ_I(mint(".schema_version"), 1);
+    CHECK_EQ_I(version, TOCSIN_SCHEMA_VERSION);
     s = db_text(db, "PRAGMA integrity_check");
     CHECK_STR(s, "ok");
     free(s);
@@ -458,6 +469,8 @@ static void extend(tocsin_db *db) {
     eo.priority = 100;
     CHECK_OK(db, tocsin_queue_enqueue(db, &id, "emails", "{\"to\":\"new@example.com\"}", &eo));
     CHECK(id > maxid);
+    CHECK_EQ_I(id, (seq_jobs > maxid ? seq_jobs : maxid) + 1);
+    CHECK_EQ_I(db_int(db, "SELECT count(*) FROM sqlite_master WHERE sql LIKE '%AUTOINCREMENT%'"), 0);
     /* claim every pending job of "emails": the new one first (priority 100) */
     pending = mint(".queues.emails.pending");
     if (pending < 0) pending = 0;
@@ -499,9 +512,11 @@ static void extend(tocsin_db *db) {
     /* streams and notifications go on after the stored ids */
     CHECK_OK(db, tocsin_stream_publish(db, &off, "orders", "{\"order\":6}", NULL, NULL));
     for (i = 0; i < mlen(".streams"); i++) CHECK(off > mint(".streams[%lld].last_offset", i));
+    if (seq_events) CHECK_EQ_I(off, seq_events + 1);
     CHECK_OK(db, tocsin_stream_save_offset(db, NULL, "billing", "orders", off));
     CHECK_OK(db, tocsin_notify(db, &nid, "chat", "{\"text\":\"again\"}", NULL));
     CHECK(nid > mint(".max_notification_id"));
+    if (seq_notes) CHECK_EQ_I(nid, seq_notes + 1);
     /* the unpaused schedules overdue since generation fire once (catch-up once) */
     {
         long long ns = mlen(".schedules"), want = 0;
@@ -623,6 +638,25 @@ int main(int argc, char **argv) {
             if (g) fclose(g);
             CHECK_STR(hdr[18] == 2 && hdr[19] == 2 ? "wal" : hdr[18] == 1 && hdr[19] == 1 ? "delete" : "?", want);
             free(want);
+        }
+        /* the ids the v1 file handed out (AUTOINCREMENT's sqlite_sequence):
+         * after the migration the next ones continue them exactly */
+        {
+            sqlite3 *o = NULL;
+            sqlite3_stmt *sq = NULL;
+            seq_jobs = seq_events = seq_notes = 0;
+            if (sqlite3_open_v2(path, &o, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+                sqlite3_prepare_v2(o, "SELECT name, seq FROM sqlite_sequence", -1, &sq, NULL) == SQLITE_OK) {
+                while (sqlite3_step(sq) == SQLITE_ROW) {
+                    const char *nm = (const char *)sqlite3_column_text(sq, 0);
+                    long long v = sqlite3_column_int64(sq, 1);
+                    if (strcmp(nm, "_tocsin_jobs") == 0) seq_jobs = v;
+                    if (strcmp(nm, "_tocsin_events") == 0) seq_events = v;
+                    if (strcmp(nm, "_tocsin_notifications") == 0) seq_notes = v;
+                }
+            }
+            sqlite3_finalize(sq);
+            sqlite3_close(o);
         }
         if (copy_file(path, copy) != 0) {
             fprintf(stderr, "FAIL cannot copy %s\n", path);

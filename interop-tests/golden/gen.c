@@ -363,6 +363,13 @@ int main(int argc, char **argv) {
         fprintf(stderr, "usage: gen OUTDIR\n");
         return 2;
     }
+    /* The v1 files are what a later library must migrate: this library writes
+     * schema v2, so regenerating them would replace v1 files with v2 ones. */
+    if (TOCSIN_SCHEMA_VERSION != 1) {
+        fprintf(stderr, "gen: this library writes schema v%d; the v1 golden files must stay as the v1 "
+                        "library wrote them (interop-tests/golden/README.md)\n", TOCSIN_SCHEMA_VERSION);
+        return 2;
+    }
     snprintf(path, sizeof path, "%s/%s", argv[1], files[0]);
     db = open_at(path);
     fill_full();

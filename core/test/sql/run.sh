@@ -34,9 +34,9 @@ qerr() {
 
 # The host chose rollback-journal mode: tocsin must leave it and work on it.
 sqlite3 "$DB" "PRAGMA journal_mode=DELETE; CREATE TABLE orders(id INTEGER PRIMARY KEY, item TEXT);" >/dev/null
-q "SELECT tocsin_bootstrap();" "1"
+q "SELECT tocsin_bootstrap();" "2"
 q "PRAGMA journal_mode;" "delete"
-q "SELECT value FROM _tocsin_meta WHERE key = 'schema_version';" "1"
+q "SELECT value FROM _tocsin_meta WHERE key = 'schema_version';" "2"
 
 # enqueue inside a transaction with a business row; rollback drops both
 q "BEGIN; INSERT INTO orders(item) VALUES ('x'); SELECT tocsin_enqueue('mail', '{\"to\":\"a\"}'); ROLLBACK;
