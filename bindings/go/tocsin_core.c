@@ -138,6 +138,7 @@ int tc_step_done(tocsin_db *db, sqlite3_stmt *st, const char *what);
 /* Runs literal SQL (no binds, no rows). */
 int tc_exec(tocsin_db *db, const char *sql, const char *what);
 char *tc_strdup(const char *s);
+char *tc_strndup(const char *s, size_t n); /* n bytes of s, NUL-terminated */
 /* Duplicates column `i` of a stepped statement as text (NULL stays NULL). */
 char *tc_col_text(sqlite3_stmt *st, int i);
 
@@ -183,6 +184,15 @@ int tc_check_meta(tocsin_db *db, const char *meta);
 int tc_check_text(tocsin_db *db, const char *what, const char *text, size_t max_bytes);
 /* Strict RFC 8259 (json.c); *top gets the first character of the value. */
 int tc_json_valid(const char *text, size_t n, char *top);
+/* Walks the members of a JSON object, strictly: fn gets each key as written
+ * (a string literal, quotes included) and its value's text. 0 if `text` is not
+ * exactly one valid object. */
+typedef void (*tc_json_member_fn)(void *ctx, const char *key, size_t key_n, const char *value,
+                                  size_t value_n);
+int tc_json_members(const char *text, size_t n, tc_json_member_fn fn, void *ctx);
+/* The text of a JSON string literal (quotes included, already validated),
+ * escapes decoded; sqlite3_malloc'd, NULL on oom. */
+char *tc_json_string(const char *lit, size_t n);
 
 /* ---- time and randomness (platform.c) ---- */
 int64_t tc_system_ms(void);
@@ -1223,6 +1233,15 @@ char *tc_strdup(const char *s) {
     return p;
 }
 
+char *tc_strndup(const char *s, size_t n) {
+    char *p = sqlite3_malloc64(n + 1);
+    if (p) {
+        memcpy(p, s, n);
+        p[n] = 0;
+    }
+    return p;
+}
+
 char *tc_col_text(sqlite3_stmt *st, int i) {
     if (sqlite3_column_type(st, i) == SQLITE_NULL) return NULL;
     return tc_strdup((const char *)sqlite3_column_text(st, i));
@@ -1890,6 +1909,123 @@ int tc_json_valid(const char *text, size_t n, char *top) {
     jp_ws(&j);
     if (top) *top = j.p < j.end ? (char)*j.p : 0;
     return jp_value(&j) && j.p == j.end;
+}
+
+/* The value at p (jp_value consumed it and the whitespace after it): its
+ * span without that whitespace. */
+static size_t span_of(const unsigned char *start, const unsigned char *end) {
+    while (end > start && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\n' || end[-1] == '\r')) end--;
+    return (size_t)(end - start);
+}
+
+int tc_json_members(const char *text, size_t n, tc_json_member_fn fn, void *ctx) {
+    jp j;
+    j.p = (const unsigned char *)text;
+    j.end = j.p + n;
+    j.depth = 1;
+    jp_ws(&j);
+    if (j.p >= j.end || *j.p != '{') return 0;
+    j.p++;
+    jp_ws(&j);
+    if (j.p < j.end && *j.p == '}') {
+        j.p++;
+        jp_ws(&j);
+        return j.p == j.end;
+    }
+    for (;;) {
+        const unsigned char *k, *v;
+        size_t kn;
+        if (j.p >= j.end || *j.p != '"') return 0;
+        k = j.p;
+        if (!jp_string(&j)) return 0;
+        kn = (size_t)(j.p - k);
+        jp_ws(&j);
+        if (j.p >= j.end || *j.p != ':') return 0;
+        j.p++;
+        jp_ws(&j);
+        v = j.p;
+        if (!jp_value(&j)) return 0;
+        if (fn) fn(ctx, (const char *)k, kn, (const char *)v, span_of(v, j.p));
+        if (j.p >= j.end) return 0;
+        if (*j.p == ',') {
+            j.p++;
+            jp_ws(&j);
+            continue;
+        }
+        if (*j.p != '}') return 0;
+        j.p++;
+        jp_ws(&j);
+        return j.p == j.end;
+    }
+}
+
+static unsigned hex4(const unsigned char *p) {
+    unsigned v = 0;
+    int i;
+    for (i = 0; i < 4; i++) {
+        unsigned char c = p[i];
+        v = v * 16 + (unsigned)(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+    }
+    return v;
+}
+
+static char *put_utf8(char *o, unsigned cp) {
+    if (cp < 0x80) {
+        *o++ = (char)cp;
+    } else if (cp < 0x800) {
+        *o++ = (char)(0xc0 | (cp >> 6));
+        *o++ = (char)(0x80 | (cp & 0x3f));
+    } else if (cp < 0x10000) {
+        *o++ = (char)(0xe0 | (cp >> 12));
+        *o++ = (char)(0x80 | ((cp >> 6) & 0x3f));
+        *o++ = (char)(0x80 | (cp & 0x3f));
+    } else {
+        *o++ = (char)(0xf0 | (cp >> 18));
+        *o++ = (char)(0x80 | ((cp >> 12) & 0x3f));
+        *o++ = (char)(0x80 | ((cp >> 6) & 0x3f));
+        *o++ = (char)(0x80 | (cp & 0x3f));
+    }
+    return o;
+}
+
+char *tc_json_string(const char *lit, size_t n) {
+    const unsigned char *p = (const unsigned char *)lit + 1, *end = (const unsigned char *)lit + n - 1;
+    char *out, *o;
+    if (n < 2 || lit[0] != '"' || lit[n - 1] != '"') return NULL;
+    if (!(out = sqlite3_malloc64(n + 1))) return NULL; /* decoding never grows the text */
+    o = out;
+    while (p < end) {
+        unsigned cp;
+        if (*p != '\\') {
+            *o++ = (char)*p++;
+            continue;
+        }
+        p++;
+        switch (*p++) {
+        case 'b': *o++ = '\b'; break;
+        case 'f': *o++ = '\f'; break;
+        case 'n': *o++ = '\n'; break;
+        case 'r': *o++ = '\r'; break;
+        case 't': *o++ = '\t'; break;
+        case 'u':
+            cp = hex4(p);
+            p += 4;
+            /* a surrogate pair is one character; a lone surrogate is kept as
+             * its 3-byte form, which UTF-8 checks then refuse */
+            if (cp >= 0xd800 && cp < 0xdc00 && end - p >= 6 && p[0] == '\\' && p[1] == 'u') {
+                unsigned lo = hex4(p + 2);
+                if (lo >= 0xdc00 && lo < 0xe000) {
+                    cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+                    p += 6;
+                }
+            }
+            o = put_utf8(o, cp);
+            break;
+        default: *o++ = (char)p[-1]; break; /* \" \\ \/ */
+        }
+    }
+    *o = 0;
+    return out;
 }
 /* ---- core/src/schema.c ---- */
 /*
@@ -7033,14 +7169,6 @@ static const char SQL_W_OTHERS[] =
     "SELECT id, host, pid, pid_start, heartbeat_at, lease_ms FROM _tocsin_workers WHERE id <> ?1";
 static const char SQL_W_QUEUES[] =
     "SELECT j.value FROM _tocsin_workers AS w, json_each(w.queues) AS j WHERE w.id = ?1";
-/* The parts of a payload a worker needs, read by SQLite's JSON functions. */
-static const char SQL_W_ENVELOPE[] =
-    "SELECT json_type(?1), json_type(?1, '$.task'), json_extract(?1, '$.task'),"
-    " json_type(?1, '$.args'), json_extract(?1, '$.args'),"
-    " json_type(?1, '$.kwargs'), json_extract(?1, '$.kwargs'),"
-    " json_type(?1, '$.result_ttl_ms'), json_extract(?1, '$.result_ttl_ms'),"
-    " json_type(?1, '$.timeout_ms'), json_extract(?1, '$.timeout_ms')";
-
 /* ---- the task envelope -------------------------------------------------------- */
 
 static int check_call(tocsin_db *db, const tocsin_task_call *c) {
@@ -7885,44 +8013,75 @@ static int64_t next_upkeep(const tocsin_worker *w) {
 /* A run from a claimed job, or NULL with *kept 0 when the job was dealt with
  * here (invalid envelope: failed; unknown task: handed back or, past the
  * bound, failed). Inside the claim's write op. */
+/* The members of a task envelope a worker reads: their first occurrence, as
+ * SQLite's json_extract would pick them (docs/sql.md, "Task envelopes"). */
+typedef struct wenv {
+    const char *v[5];
+    size_t n[5];
+} wenv;
+static const char *const ENV_KEYS[5] = {"task", "args", "kwargs", "result_ttl_ms", "timeout_ms"};
+
+static void env_member(void *ctx, const char *key, size_t key_n, const char *value, size_t value_n) {
+    wenv *e = ctx;
+    size_t i;
+    /* keys are compared as written (SQLite 3.40's json_extract does not
+     * decode escapes in keys either) */
+    for (i = 0; i < 5; i++)
+        if (!e->v[i] && strlen(ENV_KEYS[i]) == key_n - 2 && memcmp(ENV_KEYS[i], key + 1, key_n - 2) == 0) {
+            e->v[i] = value;
+            e->n[i] = value_n;
+        }
+}
+
+/* A member that must be an integer >= 0 when present: *out, or -1 if it is not one. */
+static int64_t env_count(const char *v, size_t n) {
+    int64_t x = 0;
+    size_t i = 0;
+    if (!v) return 0;
+    if (n == 2 && v[0] == '-' && v[1] == '0') return 0; /* -0 */
+    if (n == 0 || n > 18) return -1;                             /* also: no sign, no overflow */
+    for (; i < n; i++) {
+        if (v[i] < '0' || v[i] > '9') return -1;
+        x = x * 10 + (v[i] - '0');
+    }
+    return x;
+}
+
 static int make_run(tocsin_worker *w, const tocsin_job *j, wrun **out) {
     tocsin_db *db = w->db;
-    sqlite3_stmt *st = tc_stmt(db, SQL_W_ENVELOPE);
     const char *bad = NULL;
     const wtask *t = NULL;
+    wenv e;
     wrun *r;
     int rc, ok = 0;
     *out = NULL;
-    if (!st) return TC_ERRCODE;
     if (!(r = sqlite3_malloc(sizeof *r))) return tc_err(db, TOCSIN_NOMEM, "worker: out of memory");
     memset(r, 0, sizeof *r);
-    sqlite3_bind_text(st, 1, j->payload, -1, SQLITE_STATIC);
-    rc = tc_step(db, st);
-    if (rc != SQLITE_ROW) {
-        sqlite3_reset(st);
-        free_run(r);
-        return tc_sqlerr(db, rc, "read the task envelope");
-    }
-#define COLTYPE(i) ((const char *)sqlite3_column_text(st, i))
-#define IS(i, ty) (COLTYPE(i) && strcmp(COLTYPE(i), ty) == 0)
-    if (!IS(0, "object") || !IS(1, "text") || tc_check_name(db, "task name", COLTYPE(2)) != TOCSIN_OK)
+    memset(&e, 0, sizeof e);
+    /* read in C, not by SQL's JSON functions: a run is made inside the
+     * claim's write transaction, where they cost a tenth of a no-op task */
+    if (!j->payload || !tc_json_members(j->payload, strlen(j->payload), env_member, &e) || !e.v[0] ||
+        e.v[0][0] != '"')
         bad = "not a task envelope (a JSON object with a \"task\" name)";
-    else if ((COLTYPE(3) && !IS(3, "array")) || (COLTYPE(5) && !IS(5, "object")))
+    else if ((e.v[1] && e.v[1][0] != '[') || (e.v[2] && e.v[2][0] != '{'))
         bad = "\"args\" must be an array and \"kwargs\" an object";
-    else if ((COLTYPE(7) && (!IS(7, "integer") || sqlite3_column_int64(st, 8) < 0)) ||
-             (COLTYPE(9) && (!IS(9, "integer") || sqlite3_column_int64(st, 10) < 0)))
+    else if (env_count(e.v[3], e.n[3]) < 0 || env_count(e.v[4], e.n[4]) < 0)
         bad = "\"result_ttl_ms\" and \"timeout_ms\" must be integers >= 0";
     if (!bad) {
-        r->task = tc_col_text(st, 2);
-        r->args = COLTYPE(3) ? tc_col_text(st, 4) : tc_strdup("[]");
-        r->kwargs = COLTYPE(5) ? tc_col_text(st, 6) : tc_strdup("{}");
-        r->result_ttl_ms = COLTYPE(7) ? sqlite3_column_int64(st, 8) : 0;
-        r->pub.timeout_ms = COLTYPE(9) ? sqlite3_column_int64(st, 10) : 0;
+        if (!(r->task = tc_json_string(e.v[0], e.n[0]))) {
+            free_run(r);
+            return tc_err(db, TOCSIN_NOMEM, "worker: out of memory");
+        }
+        if (tc_check_name(db, "task name", r->task) != TOCSIN_OK)
+            bad = "not a task envelope (a JSON object with a \"task\" name)";
+        tc_clear(db); /* a failed name check is the envelope's fault, not an error of ours */
     }
-#undef IS
-#undef COLTYPE
-    sqlite3_reset(st);
-    tc_clear(db); /* a failed name check above is the envelope's fault, not an error of ours */
+    if (!bad) {
+        r->args = e.v[1] ? tc_strndup(e.v[1], e.n[1]) : tc_strdup("[]");
+        r->kwargs = e.v[2] ? tc_strndup(e.v[2], e.n[2]) : tc_strdup("{}");
+        r->result_ttl_ms = env_count(e.v[3], e.n[3]);
+        r->pub.timeout_ms = env_count(e.v[4], e.n[4]);
+    }
     if (bad) {
         tocsin_outcome o = TOCSIN_OUTCOME_INIT;
         o.kind = TOCSIN_OUTCOME_FAIL;

@@ -608,6 +608,15 @@ char *tc_strdup(const char *s) {
     return p;
 }
 
+char *tc_strndup(const char *s, size_t n) {
+    char *p = sqlite3_malloc64(n + 1);
+    if (p) {
+        memcpy(p, s, n);
+        p[n] = 0;
+    }
+    return p;
+}
+
 char *tc_col_text(sqlite3_stmt *st, int i) {
     if (sqlite3_column_type(st, i) == SQLITE_NULL) return NULL;
     return tc_strdup((const char *)sqlite3_column_text(st, i));

@@ -133,6 +133,7 @@ int tc_step_done(tocsin_db *db, sqlite3_stmt *st, const char *what);
 /* Runs literal SQL (no binds, no rows). */
 int tc_exec(tocsin_db *db, const char *sql, const char *what);
 char *tc_strdup(const char *s);
+char *tc_strndup(const char *s, size_t n); /* n bytes of s, NUL-terminated */
 /* Duplicates column `i` of a stepped statement as text (NULL stays NULL). */
 char *tc_col_text(sqlite3_stmt *st, int i);
 
@@ -178,6 +179,15 @@ int tc_check_meta(tocsin_db *db, const char *meta);
 int tc_check_text(tocsin_db *db, const char *what, const char *text, size_t max_bytes);
 /* Strict RFC 8259 (json.c); *top gets the first character of the value. */
 int tc_json_valid(const char *text, size_t n, char *top);
+/* Walks the members of a JSON object, strictly: fn gets each key as written
+ * (a string literal, quotes included) and its value's text. 0 if `text` is not
+ * exactly one valid object. */
+typedef void (*tc_json_member_fn)(void *ctx, const char *key, size_t key_n, const char *value,
+                                  size_t value_n);
+int tc_json_members(const char *text, size_t n, tc_json_member_fn fn, void *ctx);
+/* The text of a JSON string literal (quotes included, already validated),
+ * escapes decoded; sqlite3_malloc'd, NULL on oom. */
+char *tc_json_string(const char *lit, size_t n);
 
 /* ---- time and randomness (platform.c) ---- */
 int64_t tc_system_ms(void);

@@ -134,3 +134,120 @@ int tc_json_valid(const char *text, size_t n, char *top) {
     if (top) *top = j.p < j.end ? (char)*j.p : 0;
     return jp_value(&j) && j.p == j.end;
 }
+
+/* The value at p (jp_value consumed it and the whitespace after it): its
+ * span without that whitespace. */
+static size_t span_of(const unsigned char *start, const unsigned char *end) {
+    while (end > start && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\n' || end[-1] == '\r')) end--;
+    return (size_t)(end - start);
+}
+
+int tc_json_members(const char *text, size_t n, tc_json_member_fn fn, void *ctx) {
+    jp j;
+    j.p = (const unsigned char *)text;
+    j.end = j.p + n;
+    j.depth = 1;
+    jp_ws(&j);
+    if (j.p >= j.end || *j.p != '{') return 0;
+    j.p++;
+    jp_ws(&j);
+    if (j.p < j.end && *j.p == '}') {
+        j.p++;
+        jp_ws(&j);
+        return j.p == j.end;
+    }
+    for (;;) {
+        const unsigned char *k, *v;
+        size_t kn;
+        if (j.p >= j.end || *j.p != '"') return 0;
+        k = j.p;
+        if (!jp_string(&j)) return 0;
+        kn = (size_t)(j.p - k);
+        jp_ws(&j);
+        if (j.p >= j.end || *j.p != ':') return 0;
+        j.p++;
+        jp_ws(&j);
+        v = j.p;
+        if (!jp_value(&j)) return 0;
+        if (fn) fn(ctx, (const char *)k, kn, (const char *)v, span_of(v, j.p));
+        if (j.p >= j.end) return 0;
+        if (*j.p == ',') {
+            j.p++;
+            jp_ws(&j);
+            continue;
+        }
+        if (*j.p != '}') return 0;
+        j.p++;
+        jp_ws(&j);
+        return j.p == j.end;
+    }
+}
+
+static unsigned hex4(const unsigned char *p) {
+    unsigned v = 0;
+    int i;
+    for (i = 0; i < 4; i++) {
+        unsigned char c = p[i];
+        v = v * 16 + (unsigned)(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+    }
+    return v;
+}
+
+static char *put_utf8(char *o, unsigned cp) {
+    if (cp < 0x80) {
+        *o++ = (char)cp;
+    } else if (cp < 0x800) {
+        *o++ = (char)(0xc0 | (cp >> 6));
+        *o++ = (char)(0x80 | (cp & 0x3f));
+    } else if (cp < 0x10000) {
+        *o++ = (char)(0xe0 | (cp >> 12));
+        *o++ = (char)(0x80 | ((cp >> 6) & 0x3f));
+        *o++ = (char)(0x80 | (cp & 0x3f));
+    } else {
+        *o++ = (char)(0xf0 | (cp >> 18));
+        *o++ = (char)(0x80 | ((cp >> 12) & 0x3f));
+        *o++ = (char)(0x80 | ((cp >> 6) & 0x3f));
+        *o++ = (char)(0x80 | (cp & 0x3f));
+    }
+    return o;
+}
+
+char *tc_json_string(const char *lit, size_t n) {
+    const unsigned char *p = (const unsigned char *)lit + 1, *end = (const unsigned char *)lit + n - 1;
+    char *out, *o;
+    if (n < 2 || lit[0] != '"' || lit[n - 1] != '"') return NULL;
+    if (!(out = sqlite3_malloc64(n + 1))) return NULL; /* decoding never grows the text */
+    o = out;
+    while (p < end) {
+        unsigned cp;
+        if (*p != '\\') {
+            *o++ = (char)*p++;
+            continue;
+        }
+        p++;
+        switch (*p++) {
+        case 'b': *o++ = '\b'; break;
+        case 'f': *o++ = '\f'; break;
+        case 'n': *o++ = '\n'; break;
+        case 'r': *o++ = '\r'; break;
+        case 't': *o++ = '\t'; break;
+        case 'u':
+            cp = hex4(p);
+            p += 4;
+            /* a surrogate pair is one character; a lone surrogate is kept as
+             * its 3-byte form, which UTF-8 checks then refuse */
+            if (cp >= 0xd800 && cp < 0xdc00 && end - p >= 6 && p[0] == '\\' && p[1] == 'u') {
+                unsigned lo = hex4(p + 2);
+                if (lo >= 0xdc00 && lo < 0xe000) {
+                    cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+                    p += 6;
+                }
+            }
+            o = put_utf8(o, cp);
+            break;
+        default: *o++ = (char)p[-1]; break; /* \" \\ \/ */
+        }
+    }
+    *o = 0;
+    return out;
+}

@@ -738,12 +738,77 @@ static void reserve(void) {
     tocsin_close(db);
 }
 
+/* Envelopes written by hand (any SQL client may enqueue one): the worker
+ * reads the top-level members, first occurrence, escapes decoded in values;
+ * anything else is an InvalidEnvelope failure, never a failed claim. */
+static void hand_written_envelopes(void) {
+    static const struct {
+        const char *payload, *task, *args, *kwargs;
+        int64_t ttl, timeout;
+    } good[] = {
+        {"{\"task\":\"add\"}", "add", "[]", "{}", 0, 0},
+        {" { \"args\" : [ 1 , 2 ] , \"task\" : \"add\" , \"kwargs\" : {\"k\": [ ]} } ", "add", "[ 1 , 2 ]",
+         "{\"k\": [ ]}", 0, 0},
+        {"{\"task\":\"\\u0061dd\",\"task\":\"other\"}", "add", "[]", "{}", 0, 0},
+        {"{\"task\":\"add\",\"result_ttl_ms\":-0,\"timeout_ms\":250,\"extra\":{\"task\":\"x\"}}", "add", "[]",
+         "{}", 0, 250},
+        {"{\"kwargs\":{\"s\":\"\\ud83d\\ude00\"},\"task\":\"add\",\"result_ttl_ms\":60000}", "add", "[]",
+         "{\"s\":\"\\ud83d\\ude00\"}", 60000, 0},
+    };
+    static const char *const bad[] = {
+        "[]", "\"add\"", "{}", "{\"task\":1}", "{\"task\":\"\"}", "{\"task\":\"a\\nb\"}",
+        "{\"task\":\"add\",\"args\":{}}", "{\"task\":\"add\",\"kwargs\":[]}", "{\"task\":\"add\",\"args\":null}",
+        "{\"task\":\"add\",\"result_ttl_ms\":5.0}", "{\"task\":\"add\",\"timeout_ms\":-1}",
+        "{\"task\":\"add\",\"timeout_ms\":1e3}", "{\"task\":\"add\",\"timeout_ms\":\"5\"}",
+        "{\"task\":\"add\",\"result_ttl_ms\":99999999999999999999}", "{\"t\\u0061sk\":\"add\"}",
+    };
+    tocsin_db *db = t_open("w_envelopes", NULL);
+    tocsin_worker *w = open_worker(db, "w1", 1);
+    size_t i;
+    for (i = 0; i < sizeof good / sizeof good[0]; i++) {
+        tocsin_task_run **runs = NULL;
+        tocsin_outcome ok = TOCSIN_OUTCOME_INIT;
+        size_t n = 0;
+        int64_t id = 0;
+        CHECK_OK(db, tocsin_queue_enqueue(db, &id, "tasks", good[i].payload, NULL));
+        CHECK_OK(db, tocsin_worker_next(w, &runs, &n, 0));
+        CHECK_EQ_I(n, 1);
+        if (n != 1) continue;
+        CHECK_STR(runs[0]->task, good[i].task);
+        CHECK_STR(runs[0]->args, good[i].args);
+        CHECK_STR(runs[0]->kwargs, good[i].kwargs);
+        CHECK_EQ_I(runs[0]->timeout_ms, good[i].timeout);
+        CHECK_OK(db, tocsin_worker_finish(w, NULL, runs[0], &ok));
+        CHECK_OK(db, tocsin_worker_flush(w, NULL));
+        tocsin_free(runs);
+        if (good[i].ttl)
+            CHECK_EQ_I(t_count(db, "_tocsin_results WHERE expires_at - created_at = 60000"), 1);
+    }
+    for (i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        tocsin_task_run **runs = NULL;
+        tocsin_result *res = NULL;
+        size_t n = 0;
+        int64_t id = 0;
+        CHECK_OK(db, tocsin_queue_enqueue(db, &id, "tasks", bad[i], NULL));
+        CHECK_EQ_I(tocsin_worker_next(w, &runs, &n, 0), TOCSIN_TIMEOUT);
+        CHECK_EQ_I(n, 0);
+        tocsin_free(runs);
+        CHECK_OK(db, tocsin_result_get(db, &res, id));
+        CHECK(res && res->is_error && strcmp(res->error_type, "InvalidEnvelope") == 0);
+        if (!(res && res->is_error)) fprintf(stderr, "  envelope %s was read as valid\n", bad[i]);
+        tocsin_result_free(res);
+    }
+    tocsin_worker_close(w);
+    tocsin_close(db);
+}
+
 void suite_worker(void) {
     reserve();
     own_transaction_no_deadlock();
     poll_never_blocks();
     task_backoff();
     envelope();
+    hand_written_envelopes();
     bad_worker_options();
     outcomes();
     finish_in_transaction();
