@@ -196,7 +196,9 @@ int collect_stats(tocsin_db *db, sb *out, const char *queue) {
         "WITH cut(x) AS (SELECT coalesce((SELECT id FROM _tocsin_jobs WHERE created_at < ?2"
         "                                 ORDER BY id DESC LIMIT 1), 0))"
         " SELECT json_object('now', ?1,"
-        " 'enqueued_total', coalesce((SELECT seq FROM sqlite_sequence WHERE name = '_tocsin_jobs'), 0),"
+        /* the highest job id ever handed out (docs/schema.md, "Ids") */
+        " 'enqueued_total', max(coalesce((SELECT max(id) FROM _tocsin_jobs), 0),"
+        "   coalesce((SELECT seq FROM sqlite_sequence WHERE name = '_tocsin_jobs'), 0)),"
         " 'queues', json((SELECT json_group_array(json(json_set(q.value,"
         "   '$.enqueued_1m', (SELECT count(*) FROM _tocsin_jobs j WHERE j.id > cut.x"
         "                     AND +j.queue = q.value->>'queue' AND j.created_at >= ?2)"

@@ -121,7 +121,7 @@ def missing_database_is_not_found():
 def init_json():
     path = os.path.join(OUT, "init.db")
     rc, out, _ = run("init", path, "--json")
-    assert rc == 0 and json.loads(out)["schema_version"] == 1
+    assert rc == 0 and json.loads(out)["schema_version"] == 2
     assert count(path, "_tocsin_jobs") == 0
 
 
