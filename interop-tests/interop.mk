@@ -87,6 +87,9 @@ $(IOP)/gems/.stamp: $(DIST)/gem/.stamp
 
 $(IOP)/go/agent: $(DIST)/goproxy/.stamp $(MATRIX)/go/main.go
 	rm -rf $(IOP)/go/src && mkdir -p $(IOP)/go/src
+	@# the module's version stays v$(VERSION) while its source changes: drop the cached copy
+	chmod -R u+w $(IOP)/go/modcache 2>/dev/null || true
+	rm -rf $(IOP)/go/modcache/$(GO_MOD)@v$(VERSION) $(IOP)/go/modcache/cache/download/$(GO_MOD)
 	cp $(MATRIX)/go/main.go $(IOP)/go/src/
 	printf 'module example.com/interop-agent\n\ngo 1.23\n\nrequire $(GO_MOD) v$(VERSION)\n' > $(IOP)/go/src/go.mod
 	cd $(IOP)/go/src && $(GO_IOP_ENV) $(GO) get $(GO_MOD)@v$(VERSION) github.com/mattn/go-sqlite3 2>&1 | grep -v '^go: ' || true
