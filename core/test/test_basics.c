@@ -258,6 +258,20 @@ static void ids_never_reused(void) {
         CHECK_EQ_I(id, 102);
         CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "10", NULL));
         CHECK_EQ_I(id, 104);
+        /* the same in one batch: ids follow one another, a met key uses one up */
+        {
+            tocsin_enqueue_opts vo = TOCSIN_ENQUEUE_OPTS_INIT;
+            tocsin_job_spec sp[4] = {{"q", "1", NULL}, {"q", "2", &uo}, {"q", "3", NULL}, {"q", "4", &vo}};
+            int64_t ids[4] = {0};
+            vo.unique_key = "v";
+            CHECK_OK(db, tocsin_queue_enqueue_many(db, ids, sp, 4));
+            CHECK(ids[0] == 105 && ids[1] == 102 && ids[2] == 107 && ids[3] == 108);
+            sp[3].opts = &uo;
+            CHECK_OK(db, tocsin_queue_enqueue_many(db, ids, sp + 2, 2));
+            CHECK(ids[0] == 109 && ids[1] == 102);
+            CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "5", NULL));
+            CHECK_EQ_I(id, 111);
+        }
     }
 
     /* stream offsets: trimmed away, the next event still moves on */
