@@ -2394,11 +2394,14 @@ int tc_schema_install(tocsin_db *db, int *out_version) {
 /* Claim order: the order of the pending entries of _tocsin_jobs_claim. */
 #define CLAIM_ORDER "priority DESC, run_at, id"
 
-static const char SQL_INSERT[] =
-    "INSERT INTO _tocsin_jobs(id, queue, state, payload, meta, priority, max_attempts, run_at,"
-    " created_at, expires_at, unique_key) VALUES (" TC_NEXT_ID("_tocsin_jobs") ","
-    " ?1, ?10, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)"
-    " ON CONFLICT(queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING";
+#define INSERT_JOB(id)                                                                        \
+    "INSERT INTO _tocsin_jobs(id, queue, state, payload, meta, priority, max_attempts, run_at," \
+    " created_at, expires_at, unique_key) VALUES (" id ", ?1, ?10, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)" \
+    " ON CONFLICT(queue, unique_key) WHERE unique_key IS NOT NULL DO NOTHING"
+/* The first job of an enqueue reads the next id in its own statement (its
+ * write takes the lock); the write lock held, the next ones follow it. */
+static const char SQL_INSERT[] = INSERT_JOB(TC_NEXT_ID("_tocsin_jobs"));
+static const char SQL_INSERT_AT[] = INSERT_JOB("?11");
 /* An enqueue that met a live job's unique key still uses up the id it would
  * have taken, as AUTOINCREMENT did in schema v1: the ids a sequence of calls
  * gets do not depend on the format. */
@@ -2756,13 +2759,17 @@ static int check_spec(tocsin_db *db, const tocsin_job_spec *s) {
     return tc_check_meta(db, o->meta);
 }
 
-static int insert_job(tocsin_db *db, int64_t *out_id, const tocsin_job_spec *s, int64_t now) {
+/* *next: the id the job takes, 0 if unknown (then read by the INSERT); set to
+ * the id after it, or 0 when it met a unique key. */
+static int insert_job(tocsin_db *db, int64_t *out_id, const tocsin_job_spec *s, int64_t now,
+                      int64_t *next) {
     static const tocsin_enqueue_opts defaults = TOCSIN_ENQUEUE_OPTS_INIT;
     const tocsin_enqueue_opts *o = s->opts ? s->opts : &defaults;
     int64_t run_at = o->run_at_ms ? o->run_at_ms : tc_time_add(now, o->delay_ms);
-    sqlite3_stmt *st = tc_stmt(db, SQL_INSERT);
+    sqlite3_stmt *st = tc_stmt(db, *next ? SQL_INSERT_AT : SQL_INSERT);
     int rc;
     if (!st) return TC_ERRCODE;
+    if (*next) sqlite3_bind_int64(st, 11, *next);
     sqlite3_bind_text(st, 1, s->queue, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, s->payload, -1, SQLITE_STATIC);
     bind_text_or_null(st, 3, o->meta);
@@ -2780,8 +2787,10 @@ static int insert_job(tocsin_db *db, int64_t *out_id, const tocsin_job_spec *s, 
     if (rc != SQLITE_DONE) return tc_sqlerr(db, rc, "enqueue");
     if (sqlite3_changes(db->conn) == 1) {
         *out_id = sqlite3_last_insert_rowid(db->conn);
+        *next = *out_id + 1;
         return TOCSIN_OK;
     }
+    *next = 0;
     /* A live job holds the unique key: hand back its id. */
     if (!(st = tc_stmt(db, SQL_SKIP_ID))) return TC_ERRCODE;
     if ((rc = tc_step_done(db, st, "enqueue")) != TOCSIN_OK) return rc;
@@ -2799,7 +2808,7 @@ int tocsin_queue_enqueue_many(tocsin_db *db, int64_t *out_ids, const tocsin_job_
                               size_t n) {
     tc_op op;
     size_t i;
-    int64_t now;
+    int64_t now, next = 0;
     int rc = TOCSIN_OK;
     CHECK_DB(db);
     if (!out_ids || (!specs && n)) return tc_err(db, TOCSIN_INVALID, "out_ids and specs must not be NULL");
@@ -2820,7 +2829,7 @@ int tocsin_queue_enqueue_many(tocsin_db *db, int64_t *out_ids, const tocsin_job_
         TOCSIN_OK)
         return rc;
     now = queue_now(db);
-    for (i = 0; i < n && rc == TOCSIN_OK; i++) rc = insert_job(db, &out_ids[i], &specs[i], now);
+    for (i = 0; i < n && rc == TOCSIN_OK; i++) rc = insert_job(db, &out_ids[i], &specs[i], now, &next);
     return tc_op_end(db, &op, rc);
 }
 
