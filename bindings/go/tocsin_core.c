@@ -7158,9 +7158,11 @@ char *tc_schedules_json(const tocsin_schedule *s, size_t n) {
  * ahead of its free slots, so that a slot never waits for a commit and each
  * commit carries many claims and outcomes. */
 #define W_RESERVE_RUN_US 2000     /* runs shorter than this on average (EWMA) earn a reserve */
-#define W_RESERVE_MIN 32          /* the reserve's size: max(concurrency, this), */
-#define W_RESERVE_CAP 8           /* at most this many times concurrency */
+#define W_RESERVE_HOLD_US 20000   /* the reserve holds at most this much of the slots' time, */
+#define W_RESERVE_MAX 128         /* and at most this many runs (or concurrency, if more) */
 #define W_FLUSH_US 5000           /* an outcome waits at most this long for the next claim's commit */
+
+static size_t reserve_max(const tocsin_worker *w);
 
 /* ---- SQL of the registry ------------------------------------------------------ */
 
@@ -7504,7 +7506,7 @@ int tocsin_worker_open(tocsin_worker **out, tocsin_db *db, const tocsin_worker_o
                          : sqlite3_mprintf("%s:%d:%04x", w->host[0] ? w->host : "host", w->pid,
                                            (unsigned)(tc_random() & 0xffff));
     w->queues = sqlite3_malloc64(o->n_queues * sizeof *w->queues);
-    w->claimed = sqlite3_malloc64((size_t)w->concurrency * (1 + W_RESERVE_CAP) * sizeof *w->claimed);
+    w->claimed = sqlite3_malloc64(((size_t)w->concurrency + reserve_max(w)) * sizeof *w->claimed);
     if (!w->id || !w->queues || !w->claimed) {
         return open_failed(w, tc_err(db, TOCSIN_NOMEM, "worker: out of memory"));
     }
@@ -7790,12 +7792,20 @@ int tocsin_worker_finish(tocsin_worker *w, tocsin_db *tx, tocsin_task_run *run,
 
 /* How many runs to keep claimed ahead: none until `concurrency` runs were
  * measured and while runs take W_RESERVE_RUN_US or more on average (a long
- * run would keep the reserve from other workers), else
- * max(concurrency, W_RESERVE_MIN) capped at W_RESERVE_CAP x concurrency. */
+ * run would keep the reserve from other workers), else what the slots run in
+ * W_RESERVE_HOLD_US at the mean run time, between concurrency and
+ * reserve_max. The bigger a refill, the fewer commits and lock hand-overs per
+ * run; the time bound keeps a worker from holding more than a few
+ * milliseconds of work that an idle worker could start. */
 static size_t reserve_target(const tocsin_worker *w) {
-    size_t c = (size_t)w->concurrency, t = c > W_RESERVE_MIN ? c : W_RESERVE_MIN;
+    size_t c = (size_t)w->concurrency, max = reserve_max(w), t;
     if (w->runs_measured < w->concurrency || w->run_ewma_us >= W_RESERVE_RUN_US) return 0;
-    return t > W_RESERVE_CAP * c ? W_RESERVE_CAP * c : t;
+    t = (size_t)(W_RESERVE_HOLD_US / (w->run_ewma_us > 0 ? w->run_ewma_us : 1)) * c;
+    return t < c ? c : t > max ? max : t;
+}
+
+static size_t reserve_max(const tocsin_worker *w) {
+    return (size_t)w->concurrency > W_RESERVE_MAX ? (size_t)w->concurrency : W_RESERVE_MAX;
 }
 
 /* The reserve's list and `handed`: under inmu. */
