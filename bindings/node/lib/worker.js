@@ -239,8 +239,15 @@ class Worker extends EventEmitter {
     } finally {
       if (timer) clearTimeout(timer);
       this._running.delete(run.jobId);
-      if (this._stopping) { if (this._running.size === 0 && this._idle) this._idle(); }
-      else this._step(); // a slot is free
+      if (this._stopping) {
+        if (this._running.size === 0 && this._idle) this._idle();
+      } else {
+        // a slot is free: a reserved run first (no database work, no poller churn); a
+        // step only when the core says one is due (take() gives null then)
+        const runs = this._busy ? null : this._w.take();
+        if (runs && runs.length) for (const r of runs) this._execute(r);
+        else this._step();
+      }
     }
   }
 
