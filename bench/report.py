@@ -11,6 +11,8 @@ def fmt(v, unit):
         return "%.3g" % v
     if unit == "x":
         return "%.2f" % v
+    if unit == "%":
+        return "%.2f%%" % v
     if v >= 1e6:
         return "%.2fM" % (v / 1e6)
     if v >= 1e3:
@@ -134,6 +136,8 @@ def targets(res):
     for rt in res["figures"]:
         add("%s worker runner >= 20000 no-op tasks/s (2 x 4)" % RUNTIME_TITLE.get(rt, rt),
             _med(res, rt, "worker", "tocsin", "tasks_s"), lambda v: v >= 20000, "%.0f")
+    add("Python idle worker, scheduler on: < 1% of a core (%)", _med(res, "python", "idle", "tocsin", "cpu_pct"),
+        lambda v: v < 1, "%.2f")
     if not rows:
         return []
     out = ["### The issue's targets in this run", "", "| target | measured | met |", "|---|---|---|"]

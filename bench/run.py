@@ -45,16 +45,18 @@ WORKLOADS = {
         ("acked_ops_s", "acked jobs/s", "1/s", True), ("enqueued_ops_s", "enqueued jobs/s", "1/s", True)]),
     "worker": ("worker runner, no-op tasks, 2 processes x 4 concurrency", [
         ("tasks_s", "tasks/s", "1/s", True)]),
+    "idle": ("idle worker (scheduler on, nothing queued): its CPU", [
+        ("cpu_pct", "% of a core", "%", False)]),
 }
 
 MODES = {
     # reps: throughput workloads; reps_long: claimlat, sustained, worker
     "full": dict(reps=4, reps_long=3, n=2000, lat_n=300, claim_n=300, backlog=100000,
-                 seconds=20.0, worker_n=10000),
+                 seconds=20.0, worker_n=10000, idle_s=5.0),
     "quick": dict(reps=1, reps_long=1, n=1000, lat_n=100, claim_n=100, backlog=20000,
-                  seconds=2.0, worker_n=2000),
+                  seconds=2.0, worker_n=2000, idle_s=1.0),
 }
-LONG = {"claimlat", "sustained", "worker"}
+LONG = {"claimlat", "sustained", "worker", "idle"}
 
 
 def runtimes():
@@ -66,9 +68,11 @@ def runtimes():
     thr = ["enq1", "enq100", "ca1", "ca100"]
     rt = {}
     p = {
-        "tocsin": ([py, pyrun, "tocsin"], thr + ["wake", "notify", "stream", "claimlat", "sustained", "worker"]),
+        "tocsin": ([py, pyrun, "tocsin"], thr + ["wake", "notify", "stream", "claimlat", "sustained", "worker",
+                                                 "idle"]),
         "raw": ([py, pyrun, "raw"], thr + ["stream", "claimlat", "sustained"]),
-        "honker": ([py, pyrun, "honker"], thr + ["wake", "notify", "stream", "claimlat", "sustained", "worker"]),
+        "honker": ([py, pyrun, "honker"], thr + ["wake", "notify", "stream", "claimlat", "sustained", "worker",
+                                                 "idle"]),
         "huey": ([py, pyrun, "huey"], ["enq1", "ca1"]),
     }
     if os.path.exists(pyhk):
@@ -132,6 +136,8 @@ def args_for(w, m):
         return ["--seconds", str(m["seconds"])]
     if w == "worker":
         return ["--n", str(m["worker_n"])]
+    if w == "idle":
+        return ["--seconds", str(m["idle_s"])]
     return ["--n", str(m["n"])]
 
 
@@ -251,6 +257,7 @@ def main():
                                      "notify": "1 notifying process -> 1 listening process",
                                      "sustained": "4 worker processes + 2 producer processes",
                                      "worker": "2 worker processes x 4 concurrency",
+                                     "idle": "1 worker process, scheduler on, measured after 1.5 s",
                                      "other": "1 process, 1 connection"}},
         "workloads": {k: {"title": t, "metrics": [x[0] for x in ms]} for k, (t, ms) in WORKLOADS.items()},
         "figures": figures,

@@ -571,6 +571,40 @@ def w_worker(a):
     return {"tasks_s": r}
 
 
+def cpu_seconds(pid):
+    with open("/proc/%d/stat" % pid) as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def w_idle(a):
+    """The CPU of one idle worker process (its scheduler on, as by default, for tocsin:
+    it leads and renews its lease), over a.seconds once it has started."""
+    path = os.path.join(a.dir, "idle.db")
+    app = os.path.join(a.dir, "benchapp.py")
+    env = dict(os.environ, BENCH_DB=path, PYTHONPATH=a.dir)
+    with open(app, "w") as f:
+        f.write(TOCSIN_APP if a.impl == "tocsin" else HONKER_APP)
+    mod = "tocsin" if a.impl == "tocsin" else "honker"
+    p = subprocess.Popen([sys.executable, "-m", mod, "worker", "benchapp:db", "--queue", "bench",
+                          "--concurrency", "4"], cwd=a.dir, env=env, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(1.5)  # started (and, for tocsin, leading the scheduler)
+        if p.poll() is not None:
+            raise SystemExit("the worker exited")
+        c0, t0 = cpu_seconds(p.pid), time.monotonic()
+        time.sleep(a.seconds)
+        c1, t1 = cpu_seconds(p.pid), time.monotonic()
+    finally:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(5)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+    return {"cpu_pct": 100.0 * (c1 - c0) / (t1 - t0)}
+
+
 WORKLOADS = {
     "enq1": w_enq1, "enq100": w_enq100, "ca1": w_ca1, "ca100": w_ca100,
     "stream": w_stream, "claimlat": w_claimlat,
@@ -601,6 +635,8 @@ def main():
         out = w_sustained(a)
     elif w == "worker":
         out = w_worker(a)
+    elif w == "idle":
+        out = w_idle(a)
     else:
         out = WORKLOADS[w](a, make(a.impl, os.path.join(a.dir, w + ".db")))
     metrics, samples = out if isinstance(out, tuple) else (out, {})
