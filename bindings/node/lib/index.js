@@ -416,6 +416,7 @@ class Queue {
 
   /** Enqueues a job; resolves to its id. { priority, delay, runAt, maxAttempts, expires, uniqueKey, meta, tx } */
   async enqueue(payload, o) {
+    if (o === undefined) return native.enqueue(this.db._handle(o), this.name, toJson(payload, 'payload'));
     o = opts(o);
     return native.enqueue(this.db._handle(o), this.name, toJson(payload, 'payload'), ...enqueueArgs(o));
   }

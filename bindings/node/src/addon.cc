@@ -631,16 +631,31 @@ struct EnqOpts {
   }
 };
 
-OP_BEGIN(Enqueue)
+// enqueue(handle, queue, payload[, priority, delay, runAt, maxAttempts, expires, uniqueKey,
+// meta]): without the options (the common call) no option is read; the first try runs
+// here on the stack, and only a BUSY one becomes a pool op.
+Napi::Value Enqueue(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  Handle *h = get_handle(info);
+  if (!h) return env.Undefined();
+  Args a(info);
   std::string q = a.str(1, "queue"), payload = a.str(2, "payload");
-  auto eo = std::make_shared<EnqOpts>();
-  eo->read(a, 3);
+  EnqOpts eo0;
+  if (info.Length() > 3) eo0.read(a, 3);
+  if (!a.ok) return env.Undefined();
+  int64_t id0 = 0;
+  Res r;
+  capture(r, tocsin_queue_enqueue(h->first(), &id0, q.c_str(), payload.c_str(), eo0.get()));
+  if (r.rc == TOCSIN_OK) return js_num(env, id0);
+  if (r.rc != TOCSIN_BUSY || h->is_tx) return throw_res(env, r);
+  auto eo = std::make_shared<EnqOpts>(std::move(eo0));
   auto id = std::make_shared<int64_t>(0);
-  auto op = mk([q, payload, eo, id](tocsin_db *db) {
+  auto op = mk([q = std::move(q), payload = std::move(payload), eo, id](tocsin_db *db) {
                  return tocsin_queue_enqueue(db, id.get(), q.c_str(), payload.c_str(), eo->get());
                },
                [id](Napi::Env e) { return js_num(e, *id); });
-OP_END(op)
+  return dispatch_async(env, h, std::move(op));
+}
 
 // specs: array of [queue, payload, priority, delay, runAt, maxAttempts, expires, uniqueKey, meta]
 Napi::Value EnqueueMany(const Napi::CallbackInfo &info) {
