@@ -190,9 +190,10 @@ int tc_json_valid(const char *text, size_t n, char *top);
 typedef void (*tc_json_member_fn)(void *ctx, const char *key, size_t key_n, const char *value,
                                   size_t value_n);
 int tc_json_members(const char *text, size_t n, tc_json_member_fn fn, void *ctx);
-/* The text of a JSON string literal (quotes included, already validated),
- * escapes decoded; sqlite3_malloc'd, NULL on oom. */
-char *tc_json_string(const char *lit, size_t n);
+/* Decodes the string token [p, end) (quotes included, validated) into *out
+ * (owned, sqlite3_free). 0 on success, 1 for a \u0000 (a NUL character), 2
+ * for a lone surrogate (not UTF-8), 3 when out of memory. */
+int tc_json_decode(const char *p, const char *end, char **out);
 
 /* ---- time and randomness (platform.c) ---- */
 int64_t tc_system_ms(void);
@@ -1959,73 +1960,87 @@ int tc_json_members(const char *text, size_t n, tc_json_member_fn fn, void *ctx)
     }
 }
 
-static unsigned hex4(const unsigned char *p) {
+static int js_hex4(const char *p, unsigned *out) {
     unsigned v = 0;
     int i;
     for (i = 0; i < 4; i++) {
-        unsigned char c = p[i];
+        char c = p[i];
         v = v * 16 + (unsigned)(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
     }
-    return v;
+    *out = v;
+    return 1;
 }
 
-static char *put_utf8(char *o, unsigned cp) {
+static size_t js_put_utf8(char *o, unsigned cp) {
     if (cp < 0x80) {
-        *o++ = (char)cp;
-    } else if (cp < 0x800) {
-        *o++ = (char)(0xc0 | (cp >> 6));
-        *o++ = (char)(0x80 | (cp & 0x3f));
-    } else if (cp < 0x10000) {
-        *o++ = (char)(0xe0 | (cp >> 12));
-        *o++ = (char)(0x80 | ((cp >> 6) & 0x3f));
-        *o++ = (char)(0x80 | (cp & 0x3f));
-    } else {
-        *o++ = (char)(0xf0 | (cp >> 18));
-        *o++ = (char)(0x80 | ((cp >> 12) & 0x3f));
-        *o++ = (char)(0x80 | ((cp >> 6) & 0x3f));
-        *o++ = (char)(0x80 | (cp & 0x3f));
+        o[0] = (char)cp;
+        return 1;
     }
-    return o;
+    if (cp < 0x800) {
+        o[0] = (char)(0xc0 | (cp >> 6));
+        o[1] = (char)(0x80 | (cp & 0x3f));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        o[0] = (char)(0xe0 | (cp >> 12));
+        o[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
+        o[2] = (char)(0x80 | (cp & 0x3f));
+        return 3;
+    }
+    o[0] = (char)(0xf0 | (cp >> 18));
+    o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
+    o[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
+    o[3] = (char)(0x80 | (cp & 0x3f));
+    return 4;
 }
 
-char *tc_json_string(const char *lit, size_t n) {
-    const unsigned char *p = (const unsigned char *)lit + 1, *end = (const unsigned char *)lit + n - 1;
-    char *out, *o;
-    if (n < 2 || lit[0] != '"' || lit[n - 1] != '"') return NULL;
-    if (!(out = sqlite3_malloc64(n + 1))) return NULL; /* decoding never grows the text */
-    o = out;
-    while (p < end) {
+/* tc_json_decode (internal.h): a string token, escapes decoded. */
+int tc_json_decode(const char *p, const char *end, char **out) {
+    char *o, *buf = sqlite3_malloc64((sqlite3_uint64)(end - p) + 1);
+    *out = NULL;
+    if (!buf) return 3;
+    o = buf;
+    for (p++, end--; p < end; p++) {
         unsigned cp;
         if (*p != '\\') {
-            *o++ = (char)*p++;
+            *o++ = *p;
             continue;
         }
-        p++;
-        switch (*p++) {
+        switch (*++p) {
         case 'b': *o++ = '\b'; break;
         case 'f': *o++ = '\f'; break;
         case 'n': *o++ = '\n'; break;
         case 'r': *o++ = '\r'; break;
         case 't': *o++ = '\t'; break;
         case 'u':
-            cp = hex4(p);
+            js_hex4(p + 1, &cp);
             p += 4;
-            /* a surrogate pair is one character; a lone surrogate is kept as
-             * its 3-byte form, which UTF-8 checks then refuse */
-            if (cp >= 0xd800 && cp < 0xdc00 && end - p >= 6 && p[0] == '\\' && p[1] == 'u') {
-                unsigned lo = hex4(p + 2);
-                if (lo >= 0xdc00 && lo < 0xe000) {
-                    cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-                    p += 6;
-                }
+            if (cp == 0) {
+                sqlite3_free(buf);
+                return 1;
             }
-            o = put_utf8(o, cp);
+            if (cp >= 0xdc00 && cp <= 0xdfff) {
+                sqlite3_free(buf);
+                return 2;
+            }
+            if (cp >= 0xd800 && cp <= 0xdbff) {
+                unsigned lo;
+                if (end - p < 7 || p[1] != '\\' || p[2] != 'u' || !js_hex4(p + 3, &lo) ||
+                    lo < 0xdc00 || lo > 0xdfff) {
+                    sqlite3_free(buf);
+                    return 2;
+                }
+                p += 6;
+                cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+            }
+            o += js_put_utf8(o, cp);
             break;
-        default: *o++ = (char)p[-1]; break; /* \" \\ \/ */
+        default: *o++ = *p; break; /* " \ / */
         }
     }
     *o = 0;
-    return out;
+    *out = buf;
+    return 0;
 }
 /* ---- core/src/schema.c ---- */
 /*
@@ -8087,11 +8102,12 @@ static int make_run(tocsin_worker *w, const tocsin_job *j, wrun **out) {
     else if (env_count(e.v[3], e.n[3]) < 0 || env_count(e.v[4], e.n[4]) < 0)
         bad = "\"result_ttl_ms\" and \"timeout_ms\" must be integers >= 0";
     if (!bad) {
-        if (!(r->task = tc_json_string(e.v[0], e.n[0]))) {
+        int drc = tc_json_decode(e.v[0], e.v[0] + e.n[0], &r->task);
+        if (drc == 3) {
             free_run(r);
             return tc_err(db, TOCSIN_NOMEM, "worker: out of memory");
         }
-        if (tc_check_name(db, "task name", r->task) != TOCSIN_OK)
+        if (drc != 0 || tc_check_name(db, "task name", r->task) != TOCSIN_OK)
             bad = "not a task envelope (a JSON object with a \"task\" name)";
         tc_clear(db); /* a failed name check is the envelope's fault, not an error of ours */
     }
@@ -8721,93 +8737,6 @@ static const char *js_value_end(const char *p, const char *end) {
     return p;
 }
 
-static int js_hex4(const char *p, unsigned *out) {
-    unsigned v = 0;
-    int i;
-    for (i = 0; i < 4; i++) {
-        char c = p[i];
-        v = v * 16 + (unsigned)(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
-    }
-    *out = v;
-    return 1;
-}
-
-static size_t js_put_utf8(char *o, unsigned cp) {
-    if (cp < 0x80) {
-        o[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (char)(0xc0 | (cp >> 6));
-        o[1] = (char)(0x80 | (cp & 0x3f));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xe0 | (cp >> 12));
-        o[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
-        o[2] = (char)(0x80 | (cp & 0x3f));
-        return 3;
-    }
-    o[0] = (char)(0xf0 | (cp >> 18));
-    o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
-    o[3] = (char)(0x80 | (cp & 0x3f));
-    return 4;
-}
-
-/*
- * Decodes the string token [p, end) into *out (owned, sqlite3_free). Returns
- * 0 on success, 1 for a \u0000 (a NUL character), 2 for a lone surrogate
- * (not UTF-8), 3 when out of memory.
- */
-static int js_decode(const char *p, const char *end, char **out) {
-    char *o, *buf = sqlite3_malloc64((sqlite3_uint64)(end - p) + 1);
-    *out = NULL;
-    if (!buf) return 3;
-    o = buf;
-    for (p++, end--; p < end; p++) {
-        unsigned cp;
-        if (*p != '\\') {
-            *o++ = *p;
-            continue;
-        }
-        switch (*++p) {
-        case 'b': *o++ = '\b'; break;
-        case 'f': *o++ = '\f'; break;
-        case 'n': *o++ = '\n'; break;
-        case 'r': *o++ = '\r'; break;
-        case 't': *o++ = '\t'; break;
-        case 'u':
-            js_hex4(p + 1, &cp);
-            p += 4;
-            if (cp == 0) {
-                sqlite3_free(buf);
-                return 1;
-            }
-            if (cp >= 0xdc00 && cp <= 0xdfff) {
-                sqlite3_free(buf);
-                return 2;
-            }
-            if (cp >= 0xd800 && cp <= 0xdbff) {
-                unsigned lo;
-                if (end - p < 7 || p[1] != '\\' || p[2] != 'u' || !js_hex4(p + 3, &lo) ||
-                    lo < 0xdc00 || lo > 0xdfff) {
-                    sqlite3_free(buf);
-                    return 2;
-                }
-                p += 6;
-                cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-            }
-            o += js_put_utf8(o, cp);
-            break;
-        default: *o++ = *p; break; /* " \ / */
-        }
-    }
-    *o = 0;
-    *out = buf;
-    return 0;
-}
-
 /* A copy of the JSON value [p, end) without whitespace outside strings
  * (owned, sqlite3_free; NULL when out of memory). */
 static char *js_compact(const char *p, const char *end) {
@@ -8937,7 +8866,7 @@ static int opt_read(fn_ctx *f, const opt_spec *s, const char *p, const char *e, 
     case OPT_TEXT:
         if (*p != '"')
             return fail_msg(f, SQLITE_MISMATCH, "option \"%s\" must be a string", s->key);
-        rc = js_decode(p, e, &v->t);
+        rc = tc_json_decode(p, e, &v->t);
         if (rc == 3) return fail_nomem(f);
         if (rc == 1)
             return fail_msg(f, SQLITE_ERROR,
@@ -8982,7 +8911,7 @@ static int parse_opts(fn_ctx *f, const char *what, const char *json, size_t n,
         if (p >= end || *p == '}') return 1;
         if (*p == ',') p = js_ws(p + 1, end);
         ke = js_string_end(p, end);
-        if ((rc = js_decode(p, ke, &key)) == 3) return fail_nomem(f);
+        if ((rc = tc_json_decode(p, ke, &key)) == 3) return fail_nomem(f);
         if (rc != 0)
             return fail_msg(f, SQLITE_ERROR, "%s: a key must not contain %s", what,
                             rc == 1 ? "NUL characters (\\u0000)" : "lone surrogates");

@@ -224,93 +224,6 @@ static const char *js_value_end(const char *p, const char *end) {
     return p;
 }
 
-static int js_hex4(const char *p, unsigned *out) {
-    unsigned v = 0;
-    int i;
-    for (i = 0; i < 4; i++) {
-        char c = p[i];
-        v = v * 16 + (unsigned)(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
-    }
-    *out = v;
-    return 1;
-}
-
-static size_t js_put_utf8(char *o, unsigned cp) {
-    if (cp < 0x80) {
-        o[0] = (char)cp;
-        return 1;
-    }
-    if (cp < 0x800) {
-        o[0] = (char)(0xc0 | (cp >> 6));
-        o[1] = (char)(0x80 | (cp & 0x3f));
-        return 2;
-    }
-    if (cp < 0x10000) {
-        o[0] = (char)(0xe0 | (cp >> 12));
-        o[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
-        o[2] = (char)(0x80 | (cp & 0x3f));
-        return 3;
-    }
-    o[0] = (char)(0xf0 | (cp >> 18));
-    o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
-    o[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
-    o[3] = (char)(0x80 | (cp & 0x3f));
-    return 4;
-}
-
-/*
- * Decodes the string token [p, end) into *out (owned, sqlite3_free). Returns
- * 0 on success, 1 for a \u0000 (a NUL character), 2 for a lone surrogate
- * (not UTF-8), 3 when out of memory.
- */
-static int js_decode(const char *p, const char *end, char **out) {
-    char *o, *buf = sqlite3_malloc64((sqlite3_uint64)(end - p) + 1);
-    *out = NULL;
-    if (!buf) return 3;
-    o = buf;
-    for (p++, end--; p < end; p++) {
-        unsigned cp;
-        if (*p != '\\') {
-            *o++ = *p;
-            continue;
-        }
-        switch (*++p) {
-        case 'b': *o++ = '\b'; break;
-        case 'f': *o++ = '\f'; break;
-        case 'n': *o++ = '\n'; break;
-        case 'r': *o++ = '\r'; break;
-        case 't': *o++ = '\t'; break;
-        case 'u':
-            js_hex4(p + 1, &cp);
-            p += 4;
-            if (cp == 0) {
-                sqlite3_free(buf);
-                return 1;
-            }
-            if (cp >= 0xdc00 && cp <= 0xdfff) {
-                sqlite3_free(buf);
-                return 2;
-            }
-            if (cp >= 0xd800 && cp <= 0xdbff) {
-                unsigned lo;
-                if (end - p < 7 || p[1] != '\\' || p[2] != 'u' || !js_hex4(p + 3, &lo) ||
-                    lo < 0xdc00 || lo > 0xdfff) {
-                    sqlite3_free(buf);
-                    return 2;
-                }
-                p += 6;
-                cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-            }
-            o += js_put_utf8(o, cp);
-            break;
-        default: *o++ = *p; break; /* " \ / */
-        }
-    }
-    *o = 0;
-    *out = buf;
-    return 0;
-}
-
 /* A copy of the JSON value [p, end) without whitespace outside strings
  * (owned, sqlite3_free; NULL when out of memory). */
 static char *js_compact(const char *p, const char *end) {
@@ -440,7 +353,7 @@ static int opt_read(fn_ctx *f, const opt_spec *s, const char *p, const char *e, 
     case OPT_TEXT:
         if (*p != '"')
             return fail_msg(f, SQLITE_MISMATCH, "option \"%s\" must be a string", s->key);
-        rc = js_decode(p, e, &v->t);
+        rc = tc_json_decode(p, e, &v->t);
         if (rc == 3) return fail_nomem(f);
         if (rc == 1)
             return fail_msg(f, SQLITE_ERROR,
@@ -485,7 +398,7 @@ static int parse_opts(fn_ctx *f, const char *what, const char *json, size_t n,
         if (p >= end || *p == '}') return 1;
         if (*p == ',') p = js_ws(p + 1, end);
         ke = js_string_end(p, end);
-        if ((rc = js_decode(p, ke, &key)) == 3) return fail_nomem(f);
+        if ((rc = tc_json_decode(p, ke, &key)) == 3) return fail_nomem(f);
         if (rc != 0)
             return fail_msg(f, SQLITE_ERROR, "%s: a key must not contain %s", what,
                             rc == 1 ? "NUL characters (\\u0000)" : "lone surrogates");

@@ -185,9 +185,10 @@ int tc_json_valid(const char *text, size_t n, char *top);
 typedef void (*tc_json_member_fn)(void *ctx, const char *key, size_t key_n, const char *value,
                                   size_t value_n);
 int tc_json_members(const char *text, size_t n, tc_json_member_fn fn, void *ctx);
-/* The text of a JSON string literal (quotes included, already validated),
- * escapes decoded; sqlite3_malloc'd, NULL on oom. */
-char *tc_json_string(const char *lit, size_t n);
+/* Decodes the string token [p, end) (quotes included, validated) into *out
+ * (owned, sqlite3_free). 0 on success, 1 for a \u0000 (a NUL character), 2
+ * for a lone surrogate (not UTF-8), 3 when out of memory. */
+int tc_json_decode(const char *p, const char *end, char **out);
 
 /* ---- time and randomness (platform.c) ---- */
 int64_t tc_system_ms(void);

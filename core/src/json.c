@@ -183,71 +183,85 @@ int tc_json_members(const char *text, size_t n, tc_json_member_fn fn, void *ctx)
     }
 }
 
-static unsigned hex4(const unsigned char *p) {
+static int js_hex4(const char *p, unsigned *out) {
     unsigned v = 0;
     int i;
     for (i = 0; i < 4; i++) {
-        unsigned char c = p[i];
+        char c = p[i];
         v = v * 16 + (unsigned)(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
     }
-    return v;
+    *out = v;
+    return 1;
 }
 
-static char *put_utf8(char *o, unsigned cp) {
+static size_t js_put_utf8(char *o, unsigned cp) {
     if (cp < 0x80) {
-        *o++ = (char)cp;
-    } else if (cp < 0x800) {
-        *o++ = (char)(0xc0 | (cp >> 6));
-        *o++ = (char)(0x80 | (cp & 0x3f));
-    } else if (cp < 0x10000) {
-        *o++ = (char)(0xe0 | (cp >> 12));
-        *o++ = (char)(0x80 | ((cp >> 6) & 0x3f));
-        *o++ = (char)(0x80 | (cp & 0x3f));
-    } else {
-        *o++ = (char)(0xf0 | (cp >> 18));
-        *o++ = (char)(0x80 | ((cp >> 12) & 0x3f));
-        *o++ = (char)(0x80 | ((cp >> 6) & 0x3f));
-        *o++ = (char)(0x80 | (cp & 0x3f));
+        o[0] = (char)cp;
+        return 1;
     }
-    return o;
+    if (cp < 0x800) {
+        o[0] = (char)(0xc0 | (cp >> 6));
+        o[1] = (char)(0x80 | (cp & 0x3f));
+        return 2;
+    }
+    if (cp < 0x10000) {
+        o[0] = (char)(0xe0 | (cp >> 12));
+        o[1] = (char)(0x80 | ((cp >> 6) & 0x3f));
+        o[2] = (char)(0x80 | (cp & 0x3f));
+        return 3;
+    }
+    o[0] = (char)(0xf0 | (cp >> 18));
+    o[1] = (char)(0x80 | ((cp >> 12) & 0x3f));
+    o[2] = (char)(0x80 | ((cp >> 6) & 0x3f));
+    o[3] = (char)(0x80 | (cp & 0x3f));
+    return 4;
 }
 
-char *tc_json_string(const char *lit, size_t n) {
-    const unsigned char *p = (const unsigned char *)lit + 1, *end = (const unsigned char *)lit + n - 1;
-    char *out, *o;
-    if (n < 2 || lit[0] != '"' || lit[n - 1] != '"') return NULL;
-    if (!(out = sqlite3_malloc64(n + 1))) return NULL; /* decoding never grows the text */
-    o = out;
-    while (p < end) {
+/* tc_json_decode (internal.h): a string token, escapes decoded. */
+int tc_json_decode(const char *p, const char *end, char **out) {
+    char *o, *buf = sqlite3_malloc64((sqlite3_uint64)(end - p) + 1);
+    *out = NULL;
+    if (!buf) return 3;
+    o = buf;
+    for (p++, end--; p < end; p++) {
         unsigned cp;
         if (*p != '\\') {
-            *o++ = (char)*p++;
+            *o++ = *p;
             continue;
         }
-        p++;
-        switch (*p++) {
+        switch (*++p) {
         case 'b': *o++ = '\b'; break;
         case 'f': *o++ = '\f'; break;
         case 'n': *o++ = '\n'; break;
         case 'r': *o++ = '\r'; break;
         case 't': *o++ = '\t'; break;
         case 'u':
-            cp = hex4(p);
+            js_hex4(p + 1, &cp);
             p += 4;
-            /* a surrogate pair is one character; a lone surrogate is kept as
-             * its 3-byte form, which UTF-8 checks then refuse */
-            if (cp >= 0xd800 && cp < 0xdc00 && end - p >= 6 && p[0] == '\\' && p[1] == 'u') {
-                unsigned lo = hex4(p + 2);
-                if (lo >= 0xdc00 && lo < 0xe000) {
-                    cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
-                    p += 6;
-                }
+            if (cp == 0) {
+                sqlite3_free(buf);
+                return 1;
             }
-            o = put_utf8(o, cp);
+            if (cp >= 0xdc00 && cp <= 0xdfff) {
+                sqlite3_free(buf);
+                return 2;
+            }
+            if (cp >= 0xd800 && cp <= 0xdbff) {
+                unsigned lo;
+                if (end - p < 7 || p[1] != '\\' || p[2] != 'u' || !js_hex4(p + 3, &lo) ||
+                    lo < 0xdc00 || lo > 0xdfff) {
+                    sqlite3_free(buf);
+                    return 2;
+                }
+                p += 6;
+                cp = 0x10000 + ((cp - 0xd800) << 10) + (lo - 0xdc00);
+            }
+            o += js_put_utf8(o, cp);
             break;
-        default: *o++ = (char)p[-1]; break; /* \" \\ \/ */
+        default: *o++ = *p; break; /* " \ / */
         }
     }
     *o = 0;
-    return out;
+    *out = buf;
+    return 0;
 }

@@ -956,11 +956,12 @@ static int make_run(tocsin_worker *w, const tocsin_job *j, wrun **out) {
     else if (env_count(e.v[3], e.n[3]) < 0 || env_count(e.v[4], e.n[4]) < 0)
         bad = "\"result_ttl_ms\" and \"timeout_ms\" must be integers >= 0";
     if (!bad) {
-        if (!(r->task = tc_json_string(e.v[0], e.n[0]))) {
+        int drc = tc_json_decode(e.v[0], e.v[0] + e.n[0], &r->task);
+        if (drc == 3) {
             free_run(r);
             return tc_err(db, TOCSIN_NOMEM, "worker: out of memory");
         }
-        if (tc_check_name(db, "task name", r->task) != TOCSIN_OK)
+        if (drc != 0 || tc_check_name(db, "task name", r->task) != TOCSIN_OK)
             bad = "not a task envelope (a JSON object with a \"task\" name)";
         tc_clear(db); /* a failed name check is the envelope's fault, not an error of ours */
     }

@@ -761,6 +761,7 @@ static void hand_written_envelopes(void) {
         "{\"task\":\"add\",\"result_ttl_ms\":5.0}", "{\"task\":\"add\",\"timeout_ms\":-1}",
         "{\"task\":\"add\",\"timeout_ms\":1e3}", "{\"task\":\"add\",\"timeout_ms\":\"5\"}",
         "{\"task\":\"add\",\"result_ttl_ms\":99999999999999999999}", "{\"t\\u0061sk\":\"add\"}",
+        "{\"task\":\"a\\u0000b\"}", "{\"task\":\"a\\ud800b\"}",
     };
     tocsin_db *db = t_open("w_envelopes", NULL);
     tocsin_worker *w = open_worker(db, "w1", 1);
