@@ -126,8 +126,10 @@ class Worker extends EventEmitter {
     try {
       do {
         this._again = false;
-        // on the main thread when the write lock is free; on the pool otherwise
-        let runs = this._w.poll();
+        // while runs are in flight the step goes to the pool, so that this thread keeps
+        // running handlers and taking reserved runs meanwhile; idle, it runs here when the
+        // write lock is free (no thread round trip before a lone job starts)
+        let runs = this._running.size > 0 ? false : this._w.poll();
         if (runs === false) runs = await this._w.next();
         if (this._stopping) {
           // claimed while stopping: hand back at once
