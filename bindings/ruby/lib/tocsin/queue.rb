@@ -21,7 +21,7 @@ module Tocsin
     def queue = @queue
     def finished? = @finished
 
-    def ack(tx: nil) = finish(@queue.ack(self, tx: tx))
+    def ack(tx: nil) = finish(@queue.db.handle(tx).ack(@id, @token))
     def retry(delay: nil, error: nil, tx: nil) = finish(@queue.retry(self, delay: delay, error: error, tx: tx))
     def fail(error: nil, tx: nil) = finish(@queue.fail(self, error: error, tx: tx))
     def heartbeat(extend: 30) = @queue.heartbeat(self, extend: extend)
@@ -44,6 +44,7 @@ module Tocsin
   # A named queue of a database (Database#queue).
   class Queue
     DEFAULT_VISIBILITY = 30
+    DEFAULT_VISIBILITY_MS = DEFAULT_VISIBILITY * 1000
     attr_reader :db, :name
 
     def initialize(db, name)
@@ -82,7 +83,11 @@ module Tocsin
     end
 
     # Claims one job for +worker_id+ (leased for +visibility+ seconds), or nil.
-    def claim(worker_id, visibility: DEFAULT_VISIBILITY) = claim_batch(1, worker_id, visibility: visibility).first
+    def claim(worker_id, visibility: DEFAULT_VISIBILITY)
+      vis = visibility.equal?(DEFAULT_VISIBILITY) ? DEFAULT_VISIBILITY_MS : Util.ms(visibility, "visibility")
+      row = @db.native.claim(@name, Util.name!(worker_id, "worker_id"), 1, vis)[0]
+      row && Job.new(self, row)
+    end
 
     def claim_batch(n, worker_id, visibility: DEFAULT_VISIBILITY)
       @db.native.claim(@name, Util.name!(worker_id, "worker_id"), n, Util.ms(visibility, "visibility"))
