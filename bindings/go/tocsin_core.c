@@ -8044,9 +8044,6 @@ static int64_t next_upkeep(const tocsin_worker *w) {
 
 /* ---- claiming -------------------------------------------------------------------- */
 
-/* A run from a claimed job, or NULL with *kept 0 when the job was dealt with
- * here (invalid envelope: failed; unknown task: handed back or, past the
- * bound, failed). Inside the claim's write op. */
 /* The members of a task envelope a worker reads: their first occurrence, as
  * SQLite's json_extract would pick them (docs/sql.md, "Task envelopes"). */
 typedef struct wenv {
@@ -8067,13 +8064,14 @@ static void env_member(void *ctx, const char *key, size_t key_n, const char *val
         }
 }
 
-/* A member that must be an integer >= 0 when present: *out, or -1 if it is not one. */
+/* A member that must be an integer >= 0 when present: its value (0 when
+ * absent), or -1 when it is not one. */
 static int64_t env_count(const char *v, size_t n) {
     int64_t x = 0;
     size_t i = 0;
     if (!v) return 0;
     if (n == 2 && v[0] == '-' && v[1] == '0') return 0; /* -0 */
-    if (n == 0 || n > 18) return -1;                             /* also: no sign, no overflow */
+    if (n == 0 || n > 18) return -1; /* digits only below: no sign, no overflow */
     for (; i < n; i++) {
         if (v[i] < '0' || v[i] > '9') return -1;
         x = x * 10 + (v[i] - '0');
@@ -8081,6 +8079,9 @@ static int64_t env_count(const char *v, size_t n) {
     return x;
 }
 
+/* A run from a claimed job, or NULL with *kept 0 when the job was dealt with
+ * here (invalid envelope: failed; unknown task: handed back or, past the
+ * bound, failed). Inside the claim's write op. */
 static int make_run(tocsin_worker *w, const tocsin_job *j, wrun **out) {
     tocsin_db *db = w->db;
     const char *bad = NULL;
