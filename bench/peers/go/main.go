@@ -326,6 +326,7 @@ func wake(dir string, n int) (map[string]float64, map[string][]float64) {
 	child.Stderr = os.Stderr
 	check(child.Start())
 	var lat []float64
+	got := map[int]float64{}
 	for {
 		js, err := q.Claim(ctx, "w1", 1, 30*time.Second)
 		check(err)
@@ -341,11 +342,22 @@ func wake(dir string, n int) (map[string]float64, map[string][]float64) {
 			break
 		}
 		lat = append(lat, t-p.T)
+		got[p.I] = t
 	}
 	check(child.Wait())
+	raw, err := os.ReadFile(filepath.Join(dir, "sent.json"))
+	check(err)
+	var sent []float64
+	check(json.Unmarshal(raw, &sent))
+	var after []float64
+	for i, t := range got {
+		after = append(after, t-sent[i-1])
+	}
 	sort.Float64s(lat)
-	pct := func(x float64) float64 { return lat[min(len(lat)-1, int(x*float64(len(lat))))] }
-	return map[string]float64{"p50_ms": pct(0.5), "p99_ms": pct(0.99)}, map[string][]float64{"latency": lat}
+	sort.Float64s(after)
+	pct := func(v []float64, x float64) float64 { return v[min(len(v)-1, int(x*float64(len(v))))] }
+	return map[string]float64{"p50_ms": pct(lat, 0.5), "p99_ms": pct(lat, 0.99),
+		"p50_commit_ms": pct(after, 0.5), "p99_commit_ms": pct(after, 0.99)}, map[string][]float64{"latency": lat}
 }
 
 func produce(dir string, n int) {
@@ -353,11 +365,16 @@ func produce(dir string, n int) {
 	check(err)
 	q := db.Queue("bench")
 	time.Sleep(300 * time.Millisecond)
+	sent := make([]float64, 0, n) // when each enqueue returned: its commit is visible from then on
 	for i := 0; i < n; i++ {
 		time.Sleep(time.Duration(2000+rand.Intn(2000)) * time.Microsecond)
 		_, err := q.Enqueue(ctx, payload{T: wall(), I: i + 1}, nil)
 		check(err)
+		sent = append(sent, wall())
 	}
+	out, err := json.Marshal(sent)
+	check(err)
+	check(os.WriteFile(filepath.Join(dir, "sent.json"), out, 0o644))
 	_, err = q.Enqueue(ctx, payload{I: -1}, nil)
 	check(err)
 }

@@ -103,10 +103,13 @@ async function produce(kind) {
   const q = db.queue('bench');
   await new Promise((r) => setTimeout(r, 300));
   const send = (p) => (kind === 'wake' ? q.enqueue(p) : db.notify('bench', p));
+  const sent = []; // when each send returned: its commit is visible from then on
   for (let i = 0; i < N; i++) {
     await new Promise((r) => setTimeout(r, 2 + Math.random() * 2));
     await send({ tn: wall(), i });
+    sent.push(wall());
   }
+  fs.writeFileSync(path.join(opt.dir, 'sent.json'), JSON.stringify(sent));
   await send({ tn: 0, i: -1 });
   await db.close();
 }
@@ -120,19 +123,25 @@ async function latency(kind) {
   const it = kind === 'wake' ? q.jobs('w1') : db.listen('bench');
   const child = spawn(process.execPath, [__filename, impl, 'produce-' + kind, '--dir', opt.dir, '--n', String(N)], { stdio: 'inherit' });
   const done = new Promise((res, rej) => child.on('exit', (code) => (code === 0 ? res() : rej(new Error('producer failed')))));
-  const lat = [];
+  const lat = [], after = [];
+  const got = [];
   for await (const item of it) {
     const p = item.payload;
     const t = wall();
     if (kind === 'wake') await item.ack();
     if (p.i < 0) break;
     lat.push(t - p.tn);
+    got.push([p.i, t]);
   }
   await done;
   await db.close();
+  const sent = JSON.parse(fs.readFileSync(path.join(opt.dir, 'sent.json'), 'utf8'));
+  for (const [i, t] of got) after.push(t - sent[i]);
+  const pct = (v, x) => v[Math.min(v.length - 1, Math.floor(x * v.length))];
   lat.sort((a, b) => a - b);
-  const pct = (x) => lat[Math.min(lat.length - 1, Math.floor(x * lat.length))];
-  return [{ p50_ms: pct(0.5), p99_ms: pct(0.99) }, { latency: lat }];
+  after.sort((a, b) => a - b);
+  return [{ p50_ms: pct(lat, 0.5), p99_ms: pct(lat, 0.99), p50_commit_ms: pct(after, 0.5), p99_commit_ms: pct(after, 0.99) },
+    { latency: lat }];
 }
 
 async function worker() {

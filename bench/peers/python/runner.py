@@ -368,9 +368,15 @@ def w_claimlat(a, s):
 
 
 # ---- cross-process latency: this process consumes, a child produces ----------------
+# Two clocks start each sample: the payload carries the time taken before the send (so
+# the sender's own commit counts), and the producer writes down, in sent.json, the time
+# its send returned (the commit is then visible): the listener's share alone.
 def produce(impl, path, kind, n):
     time.sleep(0.3)
-    if impl == "tocsin":
+    if impl == "pipe":  # the floor: no database, one byte through a pipe
+        fd = int(os.environ["BENCH_PIPE_FD"])
+        send = lambda p: os.write(fd, (json.dumps(p) + "\n").encode())
+    elif impl == "tocsin":
         import tocsin
         db = tocsin.open(path)
         q = db.queue("bench")
@@ -384,16 +390,56 @@ def produce(impl, path, kind, n):
             with db.transaction() as tx:
                 tx.notify("bench", p)
         send = (lambda p: q.enqueue(p)) if kind == "wake" else notify
+    sent = []
     for i in range(n):
         time.sleep(random.uniform(0.002, 0.004))
         send({"t": time.time(), "i": i})
+        sent.append(time.time())
+    with open(os.path.join(os.path.dirname(path), "sent.json"), "w") as f:
+        json.dump(sent, f)
     send({"t": 0, "i": -1})
+
+
+class PipeMessage:
+    __slots__ = ("payload",)
+
+    def __init__(self, payload):
+        self.payload = payload
+
+
+class PipeListener:
+    """The floor of an asyncio listener: lines from a pipe, through loop.add_reader."""
+
+    def __init__(self, fd):
+        self.f = os.fdopen(fd, "rb", buffering=0)
+        self.buf = b""
+
+    def __aiter__(self):
+        return self
+
+    async def __anext__(self):
+        loop = asyncio.get_running_loop()
+        while b"\n" not in self.buf:
+            fut = loop.create_future()
+            loop.add_reader(self.f.fileno(), lambda: fut.done() or fut.set_result(None))
+            try:
+                await fut
+            finally:
+                loop.remove_reader(self.f.fileno())
+            self.buf += os.read(self.f.fileno(), 4096)
+        line, self.buf = self.buf.split(b"\n", 1)
+        return PipeMessage(json.loads(line))
 
 
 def w_latency(a, kind):
     path = os.path.join(a.dir, "lat.db")
-    lat = []
-    if a.impl == "tocsin":
+    recv = {}
+    env, fds = dict(os.environ), ()
+    if a.impl == "pipe":
+        rfd, wfd = os.pipe()
+        env["BENCH_PIPE_FD"], fds = str(wfd), (wfd,)
+        it = PipeListener(rfd)
+    elif a.impl == "tocsin":
         import tocsin
         db = tocsin.open(path)
         q = db.queue("bench")
@@ -409,7 +455,9 @@ def w_latency(a, kind):
 
     async def consume():
         proc = subprocess.Popen([sys.executable, HERE, a.impl, "produce-" + kind, "--dir", a.dir,
-                                 "--n", str(a.n)])
+                                 "--n", str(a.n)], env=env, pass_fds=fds)
+        if fds:
+            os.close(fds[0])
         async for item in it:
             p = item.payload
             t = time.time()
@@ -417,13 +465,17 @@ def w_latency(a, kind):
                 item.ack()
             if p["i"] < 0:
                 break
-            lat.append((t - p["t"]) * 1000.0)
+            recv[p["i"]] = (p["t"], t)
         if proc.wait() != 0:
             raise SystemExit("producer failed")
     asyncio.run(consume())
-    lat.sort()
-    pct = lambda q_: lat[min(len(lat) - 1, int(q_ * len(lat)))]
-    return {"p50_ms": pct(0.5), "p99_ms": pct(0.99)}, {"latency": lat}
+    with open(os.path.join(a.dir, "sent.json")) as f:
+        sent = json.load(f)
+    lat = sorted((t - t0) * 1000.0 for t0, t in recv.values())
+    after = sorted((t - sent[i]) * 1000.0 for i, (_, t) in recv.items())
+    pct = lambda v, q_: v[min(len(v) - 1, int(q_ * len(v)))]
+    return {"p50_ms": pct(lat, 0.5), "p99_ms": pct(lat, 0.99),
+            "p50_commit_ms": pct(after, 0.5), "p99_commit_ms": pct(after, 0.99)}, {"latency": lat}
 
 
 # ---- sustained: 4 worker processes and 2 producers for S seconds -------------------

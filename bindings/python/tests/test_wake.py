@@ -225,3 +225,51 @@ def test_waits_release_the_gil(db):
     t.join()
     assert n > 10000
     listener.close()
+
+
+def test_async_reader_stays_registered_and_never_spins(path, db, monkeypatch):
+    """A wake that arrives while nobody awaits drops the loop's reader rather than
+    calling back on every loop iteration; the next wait registers it again."""
+    from tocsin import wake
+
+    calls = []
+    ready = wake.Reader._ready
+    monkeypatch.setattr(wake.Reader, "_ready", lambda self: (calls.append(1), ready(self)))
+
+    async def main():
+        listener = db.listen("c")
+        got = []
+
+        async def consume(k):
+            async for n in listener:
+                got.append(n.payload["n"])
+                if len(got) == k:
+                    return
+
+        task = asyncio.ensure_future(consume(1))
+        await asyncio.sleep(0.05)  # waiting: the reader is registered
+        await asyncio.get_running_loop().run_in_executor(None, run_py, NOTIFY, path, "c", "1")
+        await asyncio.wait_for(task, 10)
+        # nobody waits now; another process commits: the reader drops itself
+        await asyncio.get_running_loop().run_in_executor(None, run_py, NOTIFY, path, "c", "2")
+        for _ in range(100):
+            await asyncio.sleep(0.005)
+        assert len(calls) <= 3
+        assert listener._reader._loop is None
+        await asyncio.wait_for(consume(2), 10)  # the next wait registers it again
+        assert got == [1, 2]
+        listener.close()
+        assert listener._reader._loop is None
+
+    asyncio.run(main())
+
+
+def test_async_wake_wait_timeout_and_close(db):
+    async def main():
+        w = db.subscribe()
+        assert await w.wait_async(timeout=0.02) is False
+        db.notify("x", 1)  # a commit through this process wakes it
+        assert await w.wait_async(timeout=5) is True
+        w.close()
+
+    asyncio.run(main())

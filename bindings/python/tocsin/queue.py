@@ -438,6 +438,7 @@ class JobIterator:
         self._sub = Sub(self.db._h)
         self._Handle = Handle
         self._waiter: Any = None
+        self._reader: Any = None
 
     def _claim(self) -> None:
         h = self.db._h
@@ -455,6 +456,8 @@ class JobIterator:
 
     def close(self) -> None:
         self._stopped = True
+        if self._reader is not None:
+            self._reader.close()
         self._sub.close()
         if self._waiter is not None:
             self._waiter.close()
@@ -479,7 +482,6 @@ class JobIterator:
         return self
 
     async def __anext__(self) -> Job:
-        from .wake import readable
         h = self.db._h
         while not self._buf:
             if self._stopped:
@@ -493,7 +495,10 @@ class JobIterator:
                 continue
             deadline = h.next_deadline(self.queues)
             timeout = None if deadline is None else max(0.0, (deadline - h.now()) / 1000.0)
-            await readable(self._sub.fileno(), None if timeout is None else min(timeout, 1.0))
+            if self._reader is None:
+                from .wake import Reader
+                self._reader = Reader(self._sub.fileno())
+            await self._reader.wait(None if timeout is None else min(timeout, 1.0))
         return self._buf.pop(0)
 
     def __enter__(self) -> "JobIterator":

@@ -23,23 +23,66 @@ __all__ = ["Listener", "Subscription", "Wake"]
 
 async def readable(fd: int, timeout: Optional[float] = None) -> bool:
     """Waits until ``fd`` is readable (True) or ``timeout`` seconds pass (False)."""
-    loop = asyncio.get_running_loop()
-    fut = loop.create_future()
+    reader = Reader(fd)
+    try:
+        return await reader.wait(timeout)
+    finally:
+        reader.close()
 
-    def ready() -> None:
-        if not fut.done():
+
+class Reader:
+    """Waits on the running loop for one descriptor, again and again. The loop's reader
+    stays registered from one wait to the next (adding and removing it costs two system
+    calls per wake); it is dropped when the descriptor turns readable with nobody waiting
+    (a readable descriptor would otherwise run the callback on every loop iteration) and
+    by close()."""
+
+    __slots__ = ("fd", "_loop", "_fut")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._loop: Optional[asyncio.AbstractEventLoop] = None
+        self._fut: Optional[asyncio.Future] = None
+
+    def _ready(self) -> None:
+        fut = self._fut
+        if fut is None or fut.done():
+            self._drop()
+        else:
             fut.set_result(True)
 
-    loop.add_reader(fd, ready)
-    try:
-        if timeout is None:
-            return await fut
+    def _drop(self) -> None:
+        if self._loop is not None:
+            try:
+                self._loop.remove_reader(self.fd)
+            except Exception:  # the loop is closed: nothing is registered any more
+                pass
+            self._loop = None
+
+    async def wait(self, timeout: Optional[float] = None) -> bool:
+        loop = asyncio.get_running_loop()
+        if self._loop is not loop:
+            self._drop()
+            loop.add_reader(self.fd, self._ready)
+            self._loop = loop
+        fut = self._fut = loop.create_future()
+        timer = None if timeout is None else loop.call_later(max(0.0, timeout), _expire, fut)
         try:
-            return await asyncio.wait_for(fut, max(0.0, timeout))
-        except asyncio.TimeoutError:
-            return False
-    finally:
-        loop.remove_reader(fd)
+            return await fut
+        finally:
+            self._fut = None
+            if timer is not None:
+                timer.cancel()
+
+    def close(self) -> None:
+        """Drops the loop's reader; call it before the descriptor is closed, on the
+        loop's thread."""
+        self._drop()
+
+
+def _expire(fut: "asyncio.Future") -> None:
+    if not fut.done():
+        fut.set_result(False)
 
 
 def timeout_ms(timeout: Optional[Duration]) -> int:
@@ -52,6 +95,7 @@ class Wake:
 
     def __init__(self, db: "Database") -> None:
         self._s = _tocsin.Sub(db._h)
+        self._reader: Optional[Reader] = None
 
     def fileno(self) -> int:
         return self._s.fileno()
@@ -63,7 +107,9 @@ class Wake:
     async def wait_async(self, timeout: Optional[Duration] = None) -> bool:
         if self._s.drain():
             return True
-        if not await readable(self._s.fileno(), None if timeout is None else duration_ms(timeout, "timeout") / 1000):
+        if self._reader is None:
+            self._reader = Reader(self._s.fileno())
+        if not await self._reader.wait(None if timeout is None else duration_ms(timeout, "timeout") / 1000):
             return False
         self._s.drain()
         return True
@@ -73,6 +119,8 @@ class Wake:
         self._s.poke()
 
     def close(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
         self._s.close()
 
     def __enter__(self) -> "Wake":
@@ -89,6 +137,7 @@ class _Waiting:
 
     def __init__(self, w: Any) -> None:
         self._w = w
+        self._reader: Optional[Reader] = None
         self._buf: Deque[Any] = collections.deque()
         self._last: Optional[int] = None  # the id of the last item handed to the caller
 
@@ -133,7 +182,7 @@ class _Waiting:
             if rows:
                 self._buf.extend(self._make(r) for r in rows)
                 break
-            await readable(self._w.fileno())
+            await self._readable()
         item = self._buf.popleft()
         self._last = item.id
         return item
@@ -150,7 +199,16 @@ class _Waiting:
             left = None if end is None else end - loop.time()
             if left is not None and left <= 0:
                 return []
-            await readable(self._w.fileno(), left)
+            await self._readable(left)
+
+    def _readable(self, timeout: Optional[float] = None) -> Any:
+        if self._reader is None:
+            self._reader = Reader(self._w.fileno())
+        return self._reader.wait(timeout)
+
+    def _drop_reader(self) -> None:
+        if self._reader is not None:
+            self._reader.close()
 
     def stop(self) -> None:
         """Ends a blocked get()/iteration from another thread (iteration goes on)."""
@@ -158,6 +216,7 @@ class _Waiting:
 
     def close(self) -> None:
         """Ends the subscription (iteration stops)."""
+        self._drop_reader()
         self._w.close()
 
     @property
@@ -213,6 +272,7 @@ class Subscription(_Waiting):
             # autosave) up to the last event that was
             self._w.rewind(self._last)
             self._buf.clear()
+        self._drop_reader()
         self._w.close()
 
     def __del__(self) -> None:  # `for e in stream.subscribe(...): break` drops it here
