@@ -2826,7 +2826,7 @@ int tocsin_queue_enqueue_many(tocsin_db *db, int64_t *out_ids, const tocsin_job_
     int64_t now, next = 0;
     int rc = TOCSIN_OK;
     CHECK_DB(db);
-    if (!out_ids || (!specs && n)) return tc_err(db, TOCSIN_INVALID, "out_ids and specs must not be NULL");
+    if (n && (!out_ids || !specs)) return tc_err(db, TOCSIN_INVALID, "out_ids and specs must not be NULL");
     for (i = 0; i < n; i++) {
         if ((rc = check_spec(db, &specs[i])) != TOCSIN_OK) {
             if (n > 1) {

@@ -113,6 +113,11 @@ static void invalid_arguments(void) {
     o.version = 0;
     CHECK_EQ_I(tocsin_queue_enqueue(db, &id, "q", "{}", &o), TOCSIN_INVALID);
 
+    /* an empty batch is no error and needs no arrays; a non-empty one does */
+    CHECK_OK(db, tocsin_queue_enqueue_many(db, NULL, NULL, 0));
+    CHECK_EQ_I(tocsin_queue_enqueue_many(db, NULL, specs, 1), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_queue_enqueue_many(db, ids, NULL, 1), TOCSIN_INVALID);
+
     /* enqueue_many is all or nothing, and names the bad job */
     specs[0].queue = "q"; specs[0].payload = "{}"; specs[0].opts = NULL;
     specs[1].queue = "q"; specs[1].payload = "{\"ok\":true}"; specs[1].opts = NULL;

@@ -411,6 +411,11 @@ function enqueueArgs(o) {
     o.uniqueKey === undefined ? null : o.uniqueKey, metaJson(o.meta)];
 }
 
+function plainJob(j) {
+  return j.queue === undefined && j.priority === undefined && j.delay === undefined && j.runAt === undefined &&
+    j.maxAttempts === undefined && j.expires === undefined && j.uniqueKey === undefined && j.meta === undefined;
+}
+
 class Queue {
   constructor(db, name) { this.db = db; this.name = name; }
 
@@ -424,6 +429,15 @@ class Queue {
   async enqueueMany(jobs, o) {
     o = opts(o);
     if (!Array.isArray(jobs)) throw invalid('jobs must be an array');
+    const texts = [];
+    for (let i = 0; i < jobs.length; i++) {
+      const j = jobs[i];
+      if (!j || typeof j !== 'object' || !('payload' in j)) throw invalid(`jobs[${i}] must be an object with a payload`);
+      if (!plainJob(j)) break;
+      texts.push(toJson(j.payload, `jobs[${i}].payload`));
+    }
+    // a payload and nothing else (the common batch): the payload texts alone
+    if (texts.length === jobs.length) return native.enqueueMany(this.db._handle(o), this.name, texts);
     const specs = jobs.map((j, i) => {
       if (!j || typeof j !== 'object' || !('payload' in j)) throw invalid(`jobs[${i}] must be an object with a payload`);
       return [j.queue === undefined ? this.name : j.queue, toJson(j.payload, `jobs[${i}].payload`), ...enqueueArgs(j)];

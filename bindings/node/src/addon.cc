@@ -657,11 +657,54 @@ Napi::Value Enqueue(const Napi::CallbackInfo &info) {
   return dispatch_async(env, h, std::move(op));
 }
 
+// The ids of a batch, as a JS array.
+Napi::Value js_ids(Napi::Env e, const std::vector<int64_t> &ids) {
+  Napi::Array a = Napi::Array::New(e, ids.size());
+  for (size_t i = 0; i < ids.size(); i++) a.Set((uint32_t)i, js_num(e, ids[i]));
+  return a;
+}
+
+// enqueueMany(handle, queue, payloads): jobs with a payload and no option (the
+// common batch) travel as the queue's name and an array of payload texts.
+Napi::Value EnqueuePlain(const Napi::CallbackInfo &info, Handle *h) {
+  Napi::Env env = info.Env();
+  if (!info[2].IsArray()) return throw_invalid(env, "payloads must be an array");
+  Napi::Array arr = info[2].As<Napi::Array>();
+  struct Batch {
+    std::string q;
+    std::vector<std::string> p;
+    std::vector<int64_t> ids;
+  };
+  auto b = std::make_shared<Batch>();
+  b->q = info[1].As<Napi::String>().Utf8Value();
+  uint32_t n = arr.Length();
+  b->p.resize(n);
+  b->ids.resize(n);
+  for (uint32_t i = 0; i < n; i++) {
+    Napi::Value v = arr.Get(i);
+    if (!v.IsString()) return throw_invalid(env, "jobs[" + std::to_string(i) + "]: payload must be a string");
+    b->p[i] = v.As<Napi::String>().Utf8Value();
+  }
+  auto op = mk(
+      [b](tocsin_db *db) {
+        std::vector<tocsin_job_spec> v(b->p.size());
+        for (size_t i = 0; i < v.size(); i++) {
+          v[i].queue = b->q.c_str();
+          v[i].payload = b->p[i].c_str();
+          v[i].opts = nullptr;
+        }
+        return tocsin_queue_enqueue_many(db, b->ids.data(), v.data(), v.size());
+      },
+      [b](Napi::Env e) { return js_ids(e, b->ids); });
+  return dispatch(env, h, std::move(op));
+}
+
 // specs: array of [queue, payload, priority, delay, runAt, maxAttempts, expires, uniqueKey, meta]
 Napi::Value EnqueueMany(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   Handle *h = get_handle(info);
   if (!h) return env.Undefined();
+  if (info[1].IsString()) return EnqueuePlain(info, h);
   if (!info[1].IsArray()) return throw_invalid(env, "jobs must be an array");
   Napi::Array arr = info[1].As<Napi::Array>();
   struct Spec {
@@ -724,11 +767,7 @@ Napi::Value EnqueueMany(const Napi::CallbackInfo &info) {
         }
         return tocsin_queue_enqueue_many(db, ids->data(), v.data(), v.size());
       },
-      [ids](Napi::Env e) {
-        Napi::Array a = Napi::Array::New(e, ids->size());
-        for (size_t i = 0; i < ids->size(); i++) a.Set((uint32_t)i, js_num(e, (*ids)[i]));
-        return a;
-      });
+      [ids](Napi::Env e) { return js_ids(e, *ids); });
   return dispatch(env, h, std::move(op));
 }
 

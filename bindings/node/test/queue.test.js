@@ -46,6 +46,30 @@ describe('queue', () => {
     assert.equal(await q.ackBatch(batch), 5);
   });
 
+  test('enqueueMany: payload-only batches, mixed batches, all or none', async () => {
+    const q = db.queue('q-many');
+    const plain = await q.enqueueMany([{ payload: { n: 1 } }, { payload: 'two' }, { payload: null }]);
+    assert.equal(plain.length, 3);
+    assert.deepEqual(plain, [plain[0], plain[0] + 1, plain[0] + 2]);
+    assert.deepEqual(await q.enqueueMany([]), []);
+    // a job with an option after plain ones: the whole batch takes the options path
+    const mixed = await q.enqueueMany([{ payload: 4 }, { payload: 5, priority: 9 }, { payload: 6, queue: 'q-many-b' }]);
+    assert.equal(mixed.length, 3);
+    assert.equal((await q.get(mixed[1])).priority, 9);
+    assert.equal((await db.queue('q-many-b').get(mixed[2])).queue, 'q-many-b');
+    const before = (await q.stats()).pending;
+    for (const bad of [[{ payload: 1 }, { payload: 2n }], [{ payload: 1 }, null], [{ payload: 1 }, { nopayload: 1 }]]) {
+      await assert.rejects(() => q.enqueueMany(bad), (e) => {
+        assert.ok(e instanceof tocsin.InvalidArgumentError);
+        assert.match(e.message, /jobs\[1\]/);
+        return true;
+      });
+    }
+    assert.equal((await q.stats()).pending, before, 'a rejected batch writes nothing');
+    const jobs = await q.claimBatch(10, 'w');
+    assert.deepEqual(jobs.slice(0, 4).map((j) => j.payload), [5, { n: 1 }, 'two', null]);
+  });
+
   test('retry, fail, dead letters, requeue, purge', async () => {
     const q = db.queue('q-dead');
     const id = await q.enqueue('x', { maxAttempts: 2 });
