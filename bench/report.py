@@ -130,7 +130,7 @@ def targets(res):
             _med(res, rt, "claimlat", "tocsin", "backlog_over_empty"), lambda v: v <= 2)
     for rt, ws in res["figures"].items():
         for peer in sorted({i for w in ws.values() for i in w} - {"tocsin", "raw", "honker-kernel", "honker-shm", "pipe"}):
-            rs = [(w, ratio(rt, w, "tocsin", peer, "ops_s")) for w in ("enq1", "enq100", "ca1", "ca100")]
+            rs = [(w, ratio(rt, w, "tocsin", peer, "ops_s")) for w in ("enq1", "enq100", "ca1", "ca1tx", "ca100")]
             rs = [(w, r) for w, r in rs if r]
             if rs:
                 w, r = min(rs, key=lambda x: x[1])

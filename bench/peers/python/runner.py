@@ -72,6 +72,16 @@ class Raw:
         c.execute(RAW_ACK, (row[0],))
         return True
 
+    def claim_ack_tx(self):
+        c = self.c
+        c.execute("BEGIN IMMEDIATE")
+        row = c.execute(RAW_CLAIM, (now_ms() + 30000, "w1", "bench", 1)).fetchone()
+        if row is not None:
+            json.loads(row[1])
+            c.execute(RAW_ACK, (row[0],))
+        c.execute("COMMIT")
+        return row is not None
+
     def claim_ack_100(self):
         c = self.c
         c.execute("BEGIN IMMEDIATE")
@@ -140,6 +150,15 @@ class Tocsin:
             return False
         job.payload
         job.ack()
+        return True
+
+    def claim_ack_tx(self):
+        with self.db.transaction() as tx:
+            job = self.q.claim("w1", tx=tx)
+            if job is None:
+                return False
+            job.payload
+            job.ack(tx=tx)
         return True
 
     def claim_ack_100(self):
@@ -262,8 +281,8 @@ class Huey:
     def enqueue(self, p):
         self.task(p)
 
-    def claim_ack(self):
-        # huey deletes the row as it reads it (no lease, no ack)
+    def claim_ack_tx(self):
+        # huey's dequeue reads and deletes the row in one transaction (no lease, no ack)
         t = self.h.dequeue()
         return t is not None
 
@@ -314,6 +333,16 @@ def w_ca1(a, s):
     def run():
         for _ in range(a.n):
             if not s.claim_ack():
+                raise SystemExit("queue ran dry")
+    return {"ops_s": rate(a.n, run)}
+
+
+def w_ca1tx(a, s):
+    s.fill(a.n)
+
+    def run():
+        for _ in range(a.n):
+            if not s.claim_ack_tx():
                 raise SystemExit("queue ran dry")
     return {"ops_s": rate(a.n, run)}
 
@@ -658,7 +687,7 @@ def w_idle(a):
 
 
 WORKLOADS = {
-    "enq1": w_enq1, "enq100": w_enq100, "ca1": w_ca1, "ca100": w_ca100,
+    "enq1": w_enq1, "enq100": w_enq100, "ca1": w_ca1, "ca1tx": w_ca1tx, "ca100": w_ca100,
     "stream": w_stream, "claimlat": w_claimlat,
 }
 

@@ -210,3 +210,33 @@ def test_threads_share_one_database(db):
     for t in threads:
         t.join()
     assert len(seen) == n_threads * per
+
+
+def test_claim_and_ack_in_one_transaction(app):
+    """claim(tx=) joins the transaction: claimed and acked together, the job is gone at
+    the commit; a rollback puts it back, unclaimed, with its attempt undone."""
+    q = app.queue("q1")
+    first = q.enqueue("a")
+    q.enqueue("b")
+    with app.transaction() as tx:
+        job = q.claim("w", tx=tx)
+        assert job.id == first
+        app.execute("INSERT INTO orders(item) VALUES (?)", [job.payload], )
+        assert job.ack(tx=tx)
+    assert q.get(first) is None
+    with pytest.raises(RuntimeError):
+        with app.transaction() as tx:
+            [job] = q.claim_batch(5, "w", tx=tx)
+            raise RuntimeError("handler failed")
+    again = q.claim("w")
+    assert again.payload == "b" and again.attempts == 1
+    other = tocsin.open(app.path)
+    try:
+        with other.transaction() as otx:
+            with pytest.raises(tocsin.InvalidArgument, match="another database"):
+                q.claim("w", tx=otx)
+            with pytest.raises(tocsin.InvalidArgument, match="another database"):
+                q.claim_batch(2, "w", tx=otx)
+    finally:
+        other.close()
+    assert count(app, "orders") == 1

@@ -202,18 +202,22 @@ class Queue:
         return h.enqueue_many(specs)
 
     # ---- claim and leases ----
-    def claim(self, worker_id: str, *, visibility: Duration = _DEFAULT_VISIBILITY) -> Optional[Job]:
+    def claim(self, worker_id: str, *, visibility: Duration = _DEFAULT_VISIBILITY,
+              tx: Optional["Transaction"] = None) -> Optional[Job]:
         """Claims the next claimable job for ``worker_id`` (a lease of ``visibility``,
-        default 30 s), or None. Lapsed leases are reclaimed first."""
+        default 30 s), or None. Lapsed leases are reclaimed first. In ``tx`` (or the
+        transaction open in this context) the claim commits with it: claimed and acked
+        in one transaction, a job is gone at that commit."""
         vis = 30000 if visibility is _DEFAULT_VISIBILITY else duration_ms(visibility, "visibility", allow_zero=False)
-        rows = self.db._hx().claim(self.name, worker_id, 1, vis)
+        rows = self.db._hx(tx).claim(self.name, worker_id, 1, vis)
         return Job(self, rows[0]) if rows else None
 
-    def claim_batch(self, n: int, worker_id: str, *, visibility: Duration = _DEFAULT_VISIBILITY) -> List[Job]:
-        """Claims up to ``n`` jobs (priority DESC, run_at, id)."""
+    def claim_batch(self, n: int, worker_id: str, *, visibility: Duration = _DEFAULT_VISIBILITY,
+                    tx: Optional["Transaction"] = None) -> List[Job]:
+        """Claims up to ``n`` jobs (priority DESC, run_at, id); ``tx`` as for claim()."""
         if isinstance(n, bool) or not isinstance(n, int) or n < 1:
             raise InvalidArgument("n must be an integer >= 1")
-        rows = self.db._hx().claim(self.name, worker_id, n, duration_ms(visibility, "visibility", allow_zero=False))
+        rows = self.db._hx(tx).claim(self.name, worker_id, n, duration_ms(visibility, "visibility", allow_zero=False))
         return [Job(self, r) for r in rows]
 
     def ack(self, job: Union[Job, int], token: Optional[int] = None, *,
