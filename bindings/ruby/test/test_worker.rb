@@ -92,6 +92,26 @@ class TestWorker < Minitest::Test
     refute th.alive?
   end
 
+  def test_no_arguments_nil_results_and_results_of_every_json_kind
+    reg = {}
+    seen = ::Queue.new
+    reg["none"] = Tocsin::Task.new("none", ->(*a, **k) { seen << [a, k]; nil }, queue: "kinds")
+    reg["echo"] = Tocsin::Task.new("echo", ->(x) { x }, queue: "kinds")
+    w = Tocsin::Worker.new(db, concurrency: 2, tasks: reg, scheduler: false)
+    th = Thread.new { w.run }
+    q = db.queue("kinds")
+    assert_nil q.call("none").value(timeout: 10)
+    assert_equal [[], {}], seen.pop
+    assert_nil q.call("none", 1, kwargs: { k: 2 }).value(timeout: 10)
+    assert_equal [[1], { k: 2 }], seen.pop
+    [nil, false, 0, "", [], {}, [nil], { "a" => nil }].each do |v|
+      assert_equal v, q.call("echo", v).value(timeout: 10), "echo(#{v.inspect})"
+    end
+    w.stop
+    th.join(10)
+    refute th.alive?
+  end
+
   def test_unknown_task_is_handed_back_not_failed
     reg = { "known" => Tocsin::Task.new("known", ->() { 1 }, queue: "x") }
     w = Tocsin::Worker.new(db, tasks: reg, scheduler: false)

@@ -1491,7 +1491,10 @@ static VALUE wk_finish(int argc, VALUE *argv, VALUE self) {
     o.error_trace = cstr_or_null(argv[6]);
     o.delay_ms = OPT_I64(argv[7], -1);
     a.o = o;
-    NOGVL(wfin, a);
+    /* without tx, finishing only records the outcome for the next step (no
+     * database work, no wait for a step): it keeps the GVL, as #take does */
+    if (a.tx) NOGVL(wfin, a);
+    else wfin_f(&a);
     for (int i = 0; i < 8; i++) RB_GC_GUARD(argv[i]);
     if (a.rc == TOCSIN_OK || a.rc == TOCSIN_LEASE_LOST) rr->run = NULL; /* released */
     if (a.rc == TOCSIN_LEASE_LOST) return Qfalse;

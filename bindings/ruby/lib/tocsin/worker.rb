@@ -298,8 +298,8 @@ module Tocsin
     # -> [kind, value_json, error_type, error_message, trace]
     def execute(ctx, task_name, args_json, kwargs_json, timeout_ms)
       task = @tasks.fetch(task_name)
-      args = JSON.parse(args_json)
-      kwargs = JSON.parse(kwargs_json)
+      args = args_json == "[]" ? [] : JSON.parse(args_json)
+      kwargs = kwargs_json == "{}" ? {} : JSON.parse(kwargs_json)
       value = if timeout_ms.positive?
                 ::Timeout.timeout(timeout_ms / 1000.0, TaskTimeout) { task.run(args, kwargs) }
               else
@@ -308,7 +308,7 @@ module Tocsin
       return [Native::OUTCOME_OK, nil, nil, nil, nil] if ctx.finished # counted by finish_in
 
       begin
-        json = JSON.generate(value)
+        json = value.nil? ? "null" : JSON.generate(value)
       rescue StandardError => e
         @lock.synchronize { @failed += 1 }
         return [Native::OUTCOME_FAIL, nil, "SerializationError", "the result is not JSON: #{e.message}", nil]
