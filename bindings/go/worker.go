@@ -59,6 +59,10 @@ type Worker struct {
 	fmu      sync.Mutex
 	closing  atomic.Bool
 	stopping atomic.Bool // shutting down: no more claims
+	// Runs go to Concurrency goroutines that live as long as Run: a goroutine per run
+	// would grow a fresh stack for its first cgo call, every time.
+	work chan func()
+	quit chan struct{}
 }
 
 // NewWorker opens a worker on db for the tasks declared with Task so far, on a handle of
@@ -128,7 +132,7 @@ func (db *DB) NewWorker(opts WorkerOptions) (*Worker, error) {
 		return nil, err
 	}
 	wk := &Worker{db: db, own: own, w: w, opts: opts, tasks: tasks, log: opts.Logger,
-		running: map[int64]context.CancelFunc{}}
+		running: map[int64]context.CancelFunc{}, work: make(chan func(), opts.Concurrency)}
 	if wk.log == nil {
 		wk.log = slog.Default()
 	}
@@ -160,6 +164,11 @@ func (db *DB) NewWorker(opts WorkerOptions) (*Worker, error) {
 func (wk *Worker) Run(ctx context.Context) error {
 	wk.log.Info("tocsin worker started", "queues", wk.opts.Queues, "concurrency", wk.opts.Concurrency)
 	wt := wk.db.newWaiter(ctx, wk.poke)
+	wk.quit = make(chan struct{})
+	defer close(wk.quit)
+	for i := 0; i < wk.opts.Concurrency; i++ {
+		go wk.slot(wk.quit)
+	}
 	var runErr error
 	for {
 		var runs **C.tocsin_task_run
@@ -191,7 +200,20 @@ func (wk *Worker) Run(ctx context.Context) error {
 	return runErr
 }
 
-// dispatch starts a goroutine per run (the core hands out at most the free slots).
+// slot runs what dispatch hands it until Run returns.
+func (wk *Worker) slot(quit chan struct{}) {
+	for {
+		select {
+		case f := <-wk.work:
+			f()
+		case <-quit:
+			return
+		}
+	}
+}
+
+// dispatch hands each run to a slot goroutine (the core hands out at most the free
+// slots, so one is waiting; if not, the run gets a goroutine of its own).
 func (wk *Worker) dispatch(runs **C.tocsin_task_run, n C.size_t) {
 	for i := C.size_t(0); i < n; i++ {
 		r := C.go_run_at(runs, i)
@@ -209,7 +231,7 @@ func (wk *Worker) dispatch(runs **C.tocsin_task_run, n C.size_t) {
 		wk.running[id] = cancel
 		wk.mu.Unlock()
 		wk.handlers.Add(1)
-		go func() {
+		f := func() {
 			defer wk.handlers.Done()
 			start := time.Now()
 			var tx *Tx
@@ -256,7 +278,12 @@ func (wk *Worker) dispatch(runs **C.tocsin_task_run, n C.size_t) {
 			} else {
 				wk.finishAndTake(r, id, v, err)
 			}
-		}()
+		}
+		select {
+		case wk.work <- f:
+		default:
+			go f()
+		}
 	}
 	C.tocsin_free(unsafe.Pointer(runs))
 }
