@@ -273,3 +273,22 @@ def test_async_wake_wait_timeout_and_close(db):
         w.close()
 
     asyncio.run(main())
+
+
+def test_close_ends_an_async_wait_from_the_loop_and_from_another_thread(db):
+    async def main():
+        for other_thread in (False, True):
+            listener = db.listen("c")
+
+            async def consume():
+                return [n async for n in listener]
+
+            task = asyncio.ensure_future(consume())
+            await asyncio.sleep(0.05)  # it waits on the loop's reader
+            if other_thread:
+                await asyncio.get_running_loop().run_in_executor(None, listener.close)
+            else:
+                listener.close()
+            assert await asyncio.wait_for(task, 5) == []
+
+    asyncio.run(main())

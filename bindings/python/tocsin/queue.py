@@ -460,9 +460,9 @@ class JobIterator:
 
     def close(self) -> None:
         self._stopped = True
-        if self._reader is not None:
-            self._reader.close()
         self._sub.close()
+        if self._reader is not None:  # after: a wait it ends finds the iteration stopped
+            self._reader.close()
         if self._waiter is not None:
             self._waiter.close()
 

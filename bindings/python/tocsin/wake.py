@@ -75,8 +75,28 @@ class Reader:
                 timer.cancel()
 
     def close(self) -> None:
-        """Drops the loop's reader; call it before the descriptor is closed, on the
-        loop's thread."""
+        """Drops the loop's reader and ends a pending wait, which returns True: call it
+        once the subscription is closed, so that the waiter finds it closed. From
+        another thread than the loop's, this happens on the loop's thread."""
+        loop = self._loop
+        if loop is None:
+            return
+        try:
+            running: Optional[asyncio.AbstractEventLoop] = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
+        if running is loop:
+            self._end()
+        else:
+            try:
+                loop.call_soon_threadsafe(self._end)
+            except RuntimeError:  # the loop is closed
+                self._loop = None
+
+    def _end(self) -> None:
+        fut = self._fut
+        if fut is not None and not fut.done():
+            fut.set_result(True)
         self._drop()
 
 
@@ -119,9 +139,9 @@ class Wake:
         self._s.poke()
 
     def close(self) -> None:
-        if self._reader is not None:
-            self._reader.close()
         self._s.close()
+        if self._reader is not None:  # after: a wait it ends finds the subscription closed
+            self._reader.close()
 
     def __enter__(self) -> "Wake":
         return self
@@ -216,8 +236,8 @@ class _Waiting:
 
     def close(self) -> None:
         """Ends the subscription (iteration stops)."""
-        self._drop_reader()
         self._w.close()
+        self._drop_reader()  # after: a wait it ends finds the subscription closed
 
     @property
     def closed(self) -> bool:
@@ -272,8 +292,8 @@ class Subscription(_Waiting):
             # autosave) up to the last event that was
             self._w.rewind(self._last)
             self._buf.clear()
-        self._drop_reader()
         self._w.close()
+        self._drop_reader()
 
     def __del__(self) -> None:  # `for e in stream.subscribe(...): break` drops it here
         try:
