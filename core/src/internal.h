@@ -233,6 +233,8 @@ void tc_wake_write_begin(tocsin_db *db);
 void tc_wake_write_end(tocsin_db *db);
 /* Tests: the local writes counted by db's file's watcher, -1 without one. */
 int tc_wake_local_writers(tocsin_db *db);
+/* Tests: 1 if db's file's watcher is saturated (see wake.c), -1 without one. */
+int tc_wake_saturated(tocsin_db *db);
 /* Releases what the handle holds in the wake engine (tocsin_close). */
 void tc_wake_release(tocsin_db *db);
 /* The handle's own subscription, opened at first use, closed with the handle. */

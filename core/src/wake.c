@@ -32,6 +32,8 @@
 
 #define WK_BURST_US 50        /* recheck spacing after a kernel event that showed no commit yet */
 #define WK_BURST_CHECKS 20    /* how many such rechecks (1 ms in all) */
+#define WK_RESUME_CHECKS 3    /* rechecks after a resume that found reports and no commit yet */
+#define WK_SATURATE_US 1000   /* broadcasts closer than this: the watcher may saturate */
 #define WK_ERROR_LIMIT 200    /* consecutive failed checks before subscribers hear of it */
 #define WK_MAX_BUFFER TOCSIN_MAX_BATCH
 
@@ -71,6 +73,9 @@ typedef struct tc_watcher {
      * them and rechecking) until the last local write ends and kicks it. */
     atomic_int writers;
     atomic_int parked;
+    /* Every subscription has a wake pending: the watcher sleeps until a drain
+     * (or a new subscription) kicks it; see wk_saturate. */
+    atomic_int saturated;
     tc_signal kick;
 } tc_watcher;
 
@@ -159,7 +164,13 @@ static void wk_signal(tocsin_sub *s) {
  */
 static int wk_drain(tocsin_sub *s) {
     int got = tc_signal_drain(&s->sig);
-    if (atomic_exchange(&s->pending, 0)) got = 1;
+    if (atomic_exchange(&s->pending, 0)) {
+        got = 1;
+        /* the first drain of a saturated watcher's subscriptions wakes it */
+        if (s->generation == atomic_load(&wk_generation) && atomic_load(&s->w->saturated) &&
+            atomic_exchange(&s->w->saturated, 0))
+            tc_signal_raise(&s->w->kick);
+    }
     return got;
 }
 
@@ -210,6 +221,29 @@ static int wk_check(tc_watcher *w) {
     return 1;
 }
 
+/*
+ * After a broadcast every subscription has a wake pending, and another commit
+ * would change nothing for them: the watcher stops reading the kernel's
+ * reports and the safety poll until a drain clears a pending wake (it kicks
+ * the watcher, which then checks at once: what committed meanwhile is seen).
+ * Under many writing processes this is most of the watcher's work saved; it
+ * is done only when commits come closer than WK_SATURATE_US (the drain's kick
+ * would otherwise wake the watcher in the middle of every wake-up, on the
+ * consumer's time). The flag is set before the subscriptions are read, and a
+ * drain clears its subscription's flag before it reads this one: one of the
+ * two sees the other.
+ */
+static void wk_saturate(tc_watcher *w) {
+    tocsin_sub *s;
+    int all = 1;
+    atomic_store(&w->saturated, 1);
+    pthread_mutex_lock(&wk_lock);
+    for (s = w->subs; s && all; s = s->next)
+        if (!atomic_load(&s->pending)) all = 0;
+    pthread_mutex_unlock(&wk_lock);
+    if (!all) atomic_store(&w->saturated, 0);
+}
+
 /* Does the path still name the file the watcher opened? */
 static void wk_identity(tc_watcher *w) {
     struct stat st;
@@ -236,19 +270,25 @@ static void *wk_main(void *arg) {
     /* without a kernel feed the poll is the primary path: it never backs off */
     int64_t idle_us = w->dirfd >= 0 ? (int64_t)w->idle_poll_ms * 1000 : poll_us, cur_us = poll_us;
     int64_t next_poll = now + poll_us, next_id = now + (int64_t)w->identity_ms * 1000;
+    int64_t last_change = 0;
     int burst = 0, gone = 0;
     names[0] = w->names[0];
     names[1] = w->names[1];
     names[2] = w->names[2];
     for (;;) {
-        int fds[2], ready[2] = {0, 0}, nfd = 1, hit = 0, r, parked = 0;
+        int fds[2], ready[2] = {0, 0}, nfd = 1, hit = 0, r, parked = 0, sat = 0, resumed = 0;
         int64_t until = burst ? now + WK_BURST_US : next_poll;
         fds[0] = w->stop.rfd;
+        if (!gone && atomic_load(&w->saturated)) {
+            sat = 1;
+            fds[nfd++] = w->kick.rfd;
+            until = next_id;
+        }
         /* A local write holds the write lock: what the kernel reports is ours.
          * Sleep until it ends (its end kicks) or the safety poll is due. The
          * flag is set before the count is read again, and the writer lowers
          * the count before it reads the flag: one of the two sees the other. */
-        if (!gone && w->dirfd >= 0 && atomic_load(&w->writers) > 0) { /* no feed: nothing to ignore */
+        if (!sat && !gone && w->dirfd >= 0 && atomic_load(&w->writers) > 0) { /* no feed: nothing to ignore */
             atomic_store(&w->parked, 1);
             if (atomic_load(&w->writers) > 0) parked = 1;
             else atomic_store(&w->parked, 0);
@@ -256,7 +296,7 @@ static void *wk_main(void *arg) {
         if (parked) {
             fds[nfd++] = w->kick.rfd;
             until = next_poll;
-        } else if (w->dirfd >= 0) {
+        } else if (!sat && w->dirfd >= 0) {
             fds[nfd++] = w->dirfd;
         }
         /* The identity check rides on poll wakeups (at most idle_poll_ms
@@ -265,7 +305,16 @@ static void *wk_main(void *arg) {
         r = tc_poll_read(fds, ready, nfd, until > now ? until - now : 0);
         if (r > 0 && ready[0]) break;
         now = tc_monotonic_us();
-        if (parked) {
+        if (sat) {
+            if (r > 0 && ready[1]) tc_signal_drain(&w->kick);
+            if (!atomic_load(&w->saturated)) {
+                /* kicked: what the kernel reported meanwhile is read, and the
+                 * check below runs now */
+                resumed = 1;
+                if (w->dirfd >= 0) hit = tc_dirwatch_read(w->dirfd, names, 3);
+                burst = 0;
+            }
+        } else if (parked) {
             atomic_store(&w->parked, 0);
             tc_signal_drain(&w->kick);
             /* the reports queued meanwhile are the write's: one check covers them */
@@ -277,13 +326,18 @@ static void *wk_main(void *arg) {
             /* a local write began: park first, check at its end */
             if (hit && atomic_load(&w->writers) > 0) continue;
         }
-        if (!gone && (hit || burst || now >= next_poll)) {
-            int changed = wk_check(w), polled = !hit && !burst;
+        if (!gone && (hit || burst || resumed || (!sat && now >= next_poll))) {
+            int changed = wk_check(w), polled = !hit && !burst && !resumed;
             /* A write seen before its commit is published (the WAL frames land
              * before the index header moves): look again shortly. */
             if (changed) {
                 burst = 0;
                 wk_broadcast(w);
+                if (now - last_change < WK_SATURATE_US) wk_saturate(w);
+                last_change = now;
+            } else if (resumed) {
+                /* a report without a commit yet may be one being published */
+                burst = hit ? WK_RESUME_CHECKS : 0;
             } else if (hit && !parked) {
                 burst = WK_BURST_CHECKS;
             } else if (burst) {
@@ -503,6 +557,15 @@ int tc_wake_local_writers(tocsin_db *db) {
     return n;
 }
 
+int tc_wake_saturated(tocsin_db *db) {
+    tc_watcher *w;
+    int n = -1;
+    pthread_mutex_lock(&wk_lock);
+    if ((w = wk_find(db)) != NULL) n = atomic_load(&w->saturated);
+    pthread_mutex_unlock(&wk_lock);
+    return n;
+}
+
 void tc_wake_release(tocsin_db *db) {
     if (!db->wake) return;
     tocsin_sub_close(db->wake->sub);
@@ -611,6 +674,8 @@ static int wk_sub_open(tocsin_sub **out, tocsin_db *db) {
     w->subs = s;
     w->nsubs++;
     atomic_fetch_add(&wk_nsubs, 1);
+    /* a saturated watcher wakes: this subscription has no wake pending */
+    if (atomic_exchange(&w->saturated, 0)) tc_signal_raise(&w->kick);
     pthread_mutex_unlock(&wk_lock);
     *out = s;
     return TOCSIN_OK;

@@ -355,6 +355,9 @@ static void writer_main(const char *path, int in, int out) {
             rc |= tocsin_begin(db);
             rc |= tocsin_notify(db, &id, "xp", "\"rolled back\"", NULL);
             rc |= tocsin_rollback(db);
+        } else if (c == 'b') { /* a burst: ten commits back to back */
+            int k;
+            for (k = 0; k < 10; k++) rc |= tocsin_notify(db, &id, "xp", "\"burst\"", NULL);
         } else {
             rc |= tocsin_notify(db, &id, "xp", "\"from the child\"", NULL);
         }
@@ -517,12 +520,84 @@ static void local_writes_park(void) {
     tocsin_close(other);
 }
 
+/* internal (wake.c): whether the file's watcher is saturated */
+int tc_wake_saturated(tocsin_db *db);
+
+/*
+ * Commits of another process close together, with every subscription's wake
+ * pending, saturate the watcher (it stops reading the kernel's reports); a
+ * drain, or a new subscription, ends that, and the next commit wakes again.
+ * Nothing is lost on the way: every notification reaches the listener.
+ */
+static void saturation(void) {
+    char path[512];
+    tocsin_db *db;
+    tocsin_sub *a = NULL, *b = NULL, *c = NULL;
+    tocsin_listener *l = NULL;
+    tocsin_message *m = NULL;
+    size_t n = 0, got = 0;
+    int i, sat = 0, bursts = 0;
+    int64_t end;
+    writer w;
+    snprintf(path, sizeof path, "%s", t_path("sat"));
+    w = writer_start(path);
+    CHECK(w.pid > 0);
+    db = t_open("sat", NULL);
+    CHECK_OK(db, tocsin_sub_open(&a, db));
+    CHECK_OK(db, tocsin_sub_open(&b, db));
+    CHECK_OK(db, tocsin_listen_open(&l, db, "xp", 10000));
+    CHECK(writer_do(&w, 'c'));
+    CHECK_OK(db, tocsin_sub_wait(a, 10000));
+    quiesce(a);
+    /* bursts of commits, nobody draining: the watcher saturates (a slow
+     * machine may need several bursts to see two commits within 1 ms) */
+    end = t_monotonic_ms() + 20000;
+    while (!sat && t_monotonic_ms() < end) {
+        CHECK(writer_do(&w, 'b'));
+        bursts++;
+        for (i = 0; i < 100 && !(sat = tc_wake_saturated(db) == 1); i++) nap_ms(2);
+    }
+    CHECK(sat);
+    /* b was never drained: its wake is there */
+    CHECK_EQ_I(tocsin_sub_wait(b, 0), TOCSIN_OK);
+    /* draining ends it, and the next commit wakes the drained subscription */
+    CHECK_OK(db, tocsin_sub_wait(a, 0));
+    quiesce(a);
+    CHECK(writer_do(&w, 'c'));
+    CHECK_OK(db, tocsin_sub_wait(a, 10000));
+    /* saturated again, a new subscription ends it too */
+    for (sat = 0, end = t_monotonic_ms() + 20000; !sat && t_monotonic_ms() < end;) {
+        CHECK(writer_do(&w, 'b'));
+        bursts++;
+        for (i = 0; i < 100 && !(sat = tc_wake_saturated(db) == 1); i++) nap_ms(2);
+    }
+    CHECK(sat);
+    CHECK_OK(db, tocsin_sub_open(&c, db));
+    CHECK(tc_wake_saturated(db) == 0);
+    CHECK(writer_do(&w, 'c'));
+    CHECK_OK(db, tocsin_sub_wait(c, 10000));
+    /* every notification arrived: 3 single commits and ten per burst */
+    while (got < (size_t)(3 + 10 * bursts) &&
+           tocsin_listen_next(l, &m, &n, 10000) == TOCSIN_OK) {
+        got += n;
+        tocsin_messages_free(m, n);
+    }
+    CHECK_EQ_I(got, 3 + 10 * bursts);
+    CHECK_EQ_I(writer_stop(&w), 0);
+    tocsin_listen_close(l);
+    tocsin_sub_close(a);
+    tocsin_sub_close(b);
+    tocsin_sub_close(c);
+    tocsin_close(db);
+}
+
 static void cross_process(void) {
     CHECK_EQ_I(n_threads(), 1); /* fork below needs a single-threaded process */
     cross_process_case("xp_wal", 1, 1);
     cross_process_case("xp_delete", 0, 1);
     cross_process_case("xp_wal_poll", 1, 0);
     cross_process_case("xp_delete_poll", 0, 0);
+    saturation();
     local_writes_park();
 }
 
