@@ -238,6 +238,8 @@ void tc_wake_write_begin(tocsin_db *db);
 void tc_wake_write_end(tocsin_db *db);
 /* Tests: the local writes counted by db's file's watcher, -1 without one. */
 int tc_wake_local_writers(tocsin_db *db);
+/* Tests: 1 if db's file's watcher is saturated (see wake.c), -1 without one. */
+int tc_wake_saturated(tocsin_db *db);
 /* Releases what the handle holds in the wake engine (tocsin_close). */
 void tc_wake_release(tocsin_db *db);
 /* The handle's own subscription, opened at first use, closed with the handle. */
@@ -4936,6 +4938,15 @@ int tc_wake_local_writers(tocsin_db *db) {
     int n = -1;
     pthread_mutex_lock(&wk_lock);
     if ((w = wk_find(db)) != NULL) n = atomic_load(&w->writers);
+    pthread_mutex_unlock(&wk_lock);
+    return n;
+}
+
+int tc_wake_saturated(tocsin_db *db) {
+    tc_watcher *w;
+    int n = -1;
+    pthread_mutex_lock(&wk_lock);
+    if ((w = wk_find(db)) != NULL) n = atomic_load(&w->saturated);
     pthread_mutex_unlock(&wk_lock);
     return n;
 }
