@@ -1962,15 +1962,15 @@ int tc_json_members(const char *text, size_t n, tc_json_member_fn fn, void *ctx)
     }
 }
 
-static int js_hex4(const char *p, unsigned *out) {
+/* The value of four hex digits (already validated). */
+static unsigned js_hex4(const char *p) {
     unsigned v = 0;
     int i;
     for (i = 0; i < 4; i++) {
         char c = p[i];
         v = v * 16 + (unsigned)(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
     }
-    *out = v;
-    return 1;
+    return v;
 }
 
 static size_t js_put_utf8(char *o, unsigned cp) {
@@ -2015,7 +2015,7 @@ int tc_json_decode(const char *p, const char *end, char **out) {
         case 'r': *o++ = '\r'; break;
         case 't': *o++ = '\t'; break;
         case 'u':
-            js_hex4(p + 1, &cp);
+            cp = js_hex4(p + 1);
             p += 4;
             if (cp == 0) {
                 sqlite3_free(buf);
@@ -2026,9 +2026,8 @@ int tc_json_decode(const char *p, const char *end, char **out) {
                 return 2;
             }
             if (cp >= 0xd800 && cp <= 0xdbff) {
-                unsigned lo;
-                if (end - p < 7 || p[1] != '\\' || p[2] != 'u' || !js_hex4(p + 3, &lo) ||
-                    lo < 0xdc00 || lo > 0xdfff) {
+                unsigned lo = end - p >= 7 && p[1] == '\\' && p[2] == 'u' ? js_hex4(p + 3) : 0;
+                if (lo < 0xdc00 || lo > 0xdfff) {
                     sqlite3_free(buf);
                     return 2;
                 }
@@ -7244,8 +7243,6 @@ char *tc_schedules_json(const tocsin_schedule *s, size_t n) {
 #define W_RESERVE_MAX 128         /* and at most this many runs (or concurrency, if more) */
 #define W_FLUSH_US 5000           /* an outcome waits at most this long for the next claim's commit */
 
-static size_t reserve_max(const tocsin_worker *w);
-
 /* ---- SQL of the registry ------------------------------------------------------ */
 
 static const char SQL_W_REGISTER[] =
@@ -7555,6 +7552,11 @@ static int open_failed(tocsin_worker *w, int rc) {
     tocsin_worker_close(w);
     *tc_tls() = saved;
     return rc;
+}
+
+/* The largest reserve (the claimed array has room for concurrency + this). */
+static size_t reserve_max(const tocsin_worker *w) {
+    return (size_t)w->concurrency > W_RESERVE_MAX ? (size_t)w->concurrency : W_RESERVE_MAX;
 }
 
 int tocsin_worker_open(tocsin_worker **out, tocsin_db *db, const tocsin_worker_opts *o) {
@@ -7886,9 +7888,6 @@ static size_t reserve_target(const tocsin_worker *w) {
     return t < c ? c : t > max ? max : t;
 }
 
-static size_t reserve_max(const tocsin_worker *w) {
-    return (size_t)w->concurrency > W_RESERVE_MAX ? (size_t)w->concurrency : W_RESERVE_MAX;
-}
 
 /* The reserve's list and `handed`: under inmu. */
 static void reserve_push(tocsin_worker *w, wrun *r) {

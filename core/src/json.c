@@ -183,15 +183,15 @@ int tc_json_members(const char *text, size_t n, tc_json_member_fn fn, void *ctx)
     }
 }
 
-static int js_hex4(const char *p, unsigned *out) {
+/* The value of four hex digits (already validated). */
+static unsigned js_hex4(const char *p) {
     unsigned v = 0;
     int i;
     for (i = 0; i < 4; i++) {
         char c = p[i];
         v = v * 16 + (unsigned)(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
     }
-    *out = v;
-    return 1;
+    return v;
 }
 
 static size_t js_put_utf8(char *o, unsigned cp) {
@@ -236,7 +236,7 @@ int tc_json_decode(const char *p, const char *end, char **out) {
         case 'r': *o++ = '\r'; break;
         case 't': *o++ = '\t'; break;
         case 'u':
-            js_hex4(p + 1, &cp);
+            cp = js_hex4(p + 1);
             p += 4;
             if (cp == 0) {
                 sqlite3_free(buf);
@@ -247,9 +247,8 @@ int tc_json_decode(const char *p, const char *end, char **out) {
                 return 2;
             }
             if (cp >= 0xd800 && cp <= 0xdbff) {
-                unsigned lo;
-                if (end - p < 7 || p[1] != '\\' || p[2] != 'u' || !js_hex4(p + 3, &lo) ||
-                    lo < 0xdc00 || lo > 0xdfff) {
+                unsigned lo = end - p >= 7 && p[1] == '\\' && p[2] == 'u' ? js_hex4(p + 3) : 0;
+                if (lo < 0xdc00 || lo > 0xdfff) {
                     sqlite3_free(buf);
                     return 2;
                 }

@@ -31,8 +31,6 @@
 #define W_RESERVE_MAX 128         /* and at most this many runs (or concurrency, if more) */
 #define W_FLUSH_US 5000           /* an outcome waits at most this long for the next claim's commit */
 
-static size_t reserve_max(const tocsin_worker *w);
-
 /* ---- SQL of the registry ------------------------------------------------------ */
 
 static const char SQL_W_REGISTER[] =
@@ -342,6 +340,11 @@ static int open_failed(tocsin_worker *w, int rc) {
     tocsin_worker_close(w);
     *tc_tls() = saved;
     return rc;
+}
+
+/* The largest reserve (the claimed array has room for concurrency + this). */
+static size_t reserve_max(const tocsin_worker *w) {
+    return (size_t)w->concurrency > W_RESERVE_MAX ? (size_t)w->concurrency : W_RESERVE_MAX;
 }
 
 int tocsin_worker_open(tocsin_worker **out, tocsin_db *db, const tocsin_worker_opts *o) {
@@ -673,9 +676,6 @@ static size_t reserve_target(const tocsin_worker *w) {
     return t < c ? c : t > max ? max : t;
 }
 
-static size_t reserve_max(const tocsin_worker *w) {
-    return (size_t)w->concurrency > W_RESERVE_MAX ? (size_t)w->concurrency : W_RESERVE_MAX;
-}
 
 /* The reserve's list and `handed`: under inmu. */
 static void reserve_push(tocsin_worker *w, wrun *r) {
