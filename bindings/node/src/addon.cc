@@ -657,11 +657,31 @@ Napi::Value Enqueue(const Napi::CallbackInfo &info) {
   return dispatch_async(env, h, std::move(op));
 }
 
-// The ids of a batch, as a JS array.
-Napi::Value js_ids(Napi::Env e, const std::vector<int64_t> &ids) {
-  Napi::Array a = Napi::Array::New(e, ids.size());
-  for (size_t i = 0; i < ids.size(); i++) a.Set((uint32_t)i, js_num(e, ids[i]));
-  return a;
+// One job of an enqueueMany batch, as the C call reads it.
+struct BatchJob {
+  std::string q, p;
+  EnqOpts eo;
+};
+
+// The batch in one enqueue_many (all or none); resolves to the ids.
+Napi::Value enqueue_batch(Napi::Env env, Handle *h, std::shared_ptr<std::vector<BatchJob>> jobs) {
+  auto ids = std::make_shared<std::vector<int64_t>>(jobs->size());
+  auto op = mk(
+      [jobs, ids](tocsin_db *db) {
+        std::vector<tocsin_job_spec> v(jobs->size());
+        for (size_t i = 0; i < v.size(); i++) {
+          v[i].queue = (*jobs)[i].q.c_str();
+          v[i].payload = (*jobs)[i].p.c_str();
+          v[i].opts = (*jobs)[i].eo.get();
+        }
+        return tocsin_queue_enqueue_many(db, ids->data(), v.data(), v.size());
+      },
+      [ids](Napi::Env e) {
+        Napi::Array a = Napi::Array::New(e, ids->size());
+        for (size_t i = 0; i < ids->size(); i++) a.Set((uint32_t)i, js_num(e, (*ids)[i]));
+        return a;
+      });
+  return dispatch(env, h, std::move(op));
 }
 
 // enqueueMany(handle, queue, payloads): jobs with a payload and no option (the
@@ -670,33 +690,15 @@ Napi::Value EnqueuePlain(const Napi::CallbackInfo &info, Handle *h) {
   Napi::Env env = info.Env();
   if (!info[2].IsArray()) return throw_invalid(env, "payloads must be an array");
   Napi::Array arr = info[2].As<Napi::Array>();
-  struct Batch {
-    std::string q;
-    std::vector<std::string> p;
-    std::vector<int64_t> ids;
-  };
-  auto b = std::make_shared<Batch>();
-  b->q = info[1].As<Napi::String>().Utf8Value();
-  uint32_t n = arr.Length();
-  b->p.resize(n);
-  b->ids.resize(n);
-  for (uint32_t i = 0; i < n; i++) {
+  std::string q = info[1].As<Napi::String>().Utf8Value();
+  auto jobs = std::make_shared<std::vector<BatchJob>>(arr.Length());
+  for (uint32_t i = 0; i < arr.Length(); i++) {
     Napi::Value v = arr.Get(i);
     if (!v.IsString()) return throw_invalid(env, "jobs[" + std::to_string(i) + "]: payload must be a string");
-    b->p[i] = v.As<Napi::String>().Utf8Value();
+    (*jobs)[i].q = q;
+    (*jobs)[i].p = v.As<Napi::String>().Utf8Value();
   }
-  auto op = mk(
-      [b](tocsin_db *db) {
-        std::vector<tocsin_job_spec> v(b->p.size());
-        for (size_t i = 0; i < v.size(); i++) {
-          v[i].queue = b->q.c_str();
-          v[i].payload = b->p[i].c_str();
-          v[i].opts = nullptr;
-        }
-        return tocsin_queue_enqueue_many(db, b->ids.data(), v.data(), v.size());
-      },
-      [b](Napi::Env e) { return js_ids(e, b->ids); });
-  return dispatch(env, h, std::move(op));
+  return enqueue_batch(env, h, std::move(jobs));
 }
 
 // specs: array of [queue, payload, priority, delay, runAt, maxAttempts, expires, uniqueKey, meta]
@@ -707,11 +709,7 @@ Napi::Value EnqueueMany(const Napi::CallbackInfo &info) {
   if (info[1].IsString()) return EnqueuePlain(info, h);
   if (!info[1].IsArray()) return throw_invalid(env, "jobs must be an array");
   Napi::Array arr = info[1].As<Napi::Array>();
-  struct Spec {
-    std::string q, p;
-    EnqOpts eo;
-  };
-  auto specs = std::make_shared<std::vector<Spec>>(arr.Length());
+  auto specs = std::make_shared<std::vector<BatchJob>>(arr.Length());
   for (uint32_t i = 0; i < arr.Length(); i++) {
     Napi::Value v = arr.Get(i);
     if (!v.IsArray()) return throw_invalid(env, "each job spec must be an array");
@@ -756,19 +754,7 @@ Napi::Value EnqueueMany(const Napi::CallbackInfo &info) {
       eo.has_meta = true;
     }
   }
-  auto ids = std::make_shared<std::vector<int64_t>>(specs->size());
-  auto op = mk(
-      [specs, ids](tocsin_db *db) {
-        std::vector<tocsin_job_spec> v(specs->size());
-        for (size_t i = 0; i < v.size(); i++) {
-          v[i].queue = (*specs)[i].q.c_str();
-          v[i].payload = (*specs)[i].p.c_str();
-          v[i].opts = (*specs)[i].eo.get();
-        }
-        return tocsin_queue_enqueue_many(db, ids->data(), v.data(), v.size());
-      },
-      [ids](Napi::Env e) { return js_ids(e, *ids); });
-  return dispatch(env, h, std::move(op));
+  return enqueue_batch(env, h, std::move(specs));
 }
 
 struct Jobs {
