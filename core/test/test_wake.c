@@ -529,6 +529,22 @@ int tc_wake_saturated(tocsin_db *db);
  * drain, or a new subscription, ends that, and the next commit wakes again.
  * Nothing is lost on the way: every notification reaches the listener.
  */
+/* Bursts from the writer until db's watcher saturates (a slow machine may need
+ * several to see two commits within 1 ms); 1 when it did within 20 s. */
+static int saturate(tocsin_db *db, writer *w, int *bursts) {
+    int64_t end = t_monotonic_ms() + 20000;
+    while (t_monotonic_ms() < end) {
+        int i;
+        if (!writer_do(w, 'b')) return 0;
+        ++*bursts;
+        for (i = 0; i < 100; i++) {
+            if (tc_wake_saturated(db) == 1) return 1;
+            nap_ms(2);
+        }
+    }
+    return 0;
+}
+
 static void saturation(void) {
     char path[512];
     tocsin_db *db;
@@ -536,8 +552,7 @@ static void saturation(void) {
     tocsin_listener *l = NULL;
     tocsin_message *m = NULL;
     size_t n = 0, got = 0;
-    int i, sat = 0, bursts = 0;
-    int64_t end;
+    int bursts = 0;
     writer w;
     snprintf(path, sizeof path, "%s", t_path("sat"));
     w = writer_start(path);
@@ -549,15 +564,8 @@ static void saturation(void) {
     CHECK(writer_do(&w, 'c'));
     CHECK_OK(db, tocsin_sub_wait(a, 10000));
     quiesce(a);
-    /* bursts of commits, nobody draining: the watcher saturates (a slow
-     * machine may need several bursts to see two commits within 1 ms) */
-    end = t_monotonic_ms() + 20000;
-    while (!sat && t_monotonic_ms() < end) {
-        CHECK(writer_do(&w, 'b'));
-        bursts++;
-        for (i = 0; i < 100 && !(sat = tc_wake_saturated(db) == 1); i++) nap_ms(2);
-    }
-    CHECK(sat);
+    /* bursts of commits, nobody draining: the watcher saturates */
+    CHECK(saturate(db, &w, &bursts));
     /* b was never drained: its wake is there */
     CHECK_EQ_I(tocsin_sub_wait(b, 0), TOCSIN_OK);
     /* draining ends it, and the next commit wakes the drained subscription */
@@ -566,12 +574,7 @@ static void saturation(void) {
     CHECK(writer_do(&w, 'c'));
     CHECK_OK(db, tocsin_sub_wait(a, 10000));
     /* saturated again, a new subscription ends it too */
-    for (sat = 0, end = t_monotonic_ms() + 20000; !sat && t_monotonic_ms() < end;) {
-        CHECK(writer_do(&w, 'b'));
-        bursts++;
-        for (i = 0; i < 100 && !(sat = tc_wake_saturated(db) == 1); i++) nap_ms(2);
-    }
-    CHECK(sat);
+    CHECK(saturate(db, &w, &bursts));
     CHECK_OK(db, tocsin_sub_open(&c, db));
     CHECK(tc_wake_saturated(db) == 0);
     CHECK(writer_do(&w, 'c'));

@@ -327,24 +327,22 @@ def w_enq100(a, s):
     return {"ops_s": rate(rounds * 100, run)}
 
 
-def w_ca1(a, s):
+def claim_each(a, s, claim_ack):
     s.fill(a.n)
 
     def run():
         for _ in range(a.n):
-            if not s.claim_ack():
+            if not claim_ack():
                 raise SystemExit("queue ran dry")
     return {"ops_s": rate(a.n, run)}
+
+
+def w_ca1(a, s):
+    return claim_each(a, s, s.claim_ack)
 
 
 def w_ca1tx(a, s):
-    s.fill(a.n)
-
-    def run():
-        for _ in range(a.n):
-            if not s.claim_ack_tx():
-                raise SystemExit("queue ran dry")
-    return {"ops_s": rate(a.n, run)}
+    return claim_each(a, s, s.claim_ack_tx)
 
 
 def w_ca100(a, s):
