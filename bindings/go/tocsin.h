@@ -138,6 +138,13 @@ TOCSIN_API const char *tocsin_errstr(int rc);
 /* Frees memory handed out by tocsin (strings, arrays). Accepts NULL. */
 TOCSIN_API void tocsin_free(void *p);
 
+/* A fresh owner id unique to this process and call, "host:pid:random" (48
+ * random bits): the default worker id, and the owner a binding gives a lock
+ * or a leadership when the application names none. Writes at most size bytes
+ * with the NUL (TOCSIN_OWNER_ID_SIZE always suffices); returns its length. */
+#define TOCSIN_OWNER_ID_SIZE 96
+TOCSIN_API size_t tocsin_owner_id(char *buf, size_t size);
+
 /* ---- handles ----------------------------------------------------------- */
 typedef struct tocsin_db tocsin_db;
 struct sqlite3;
@@ -1025,7 +1032,7 @@ typedef struct tocsin_worker tocsin_worker;
 
 typedef struct tocsin_worker_opts {
     int version;                 /* TOCSIN_WORKER_OPTS_VERSION */
-    const char *worker_id;       /* a name; NULL: "host:pid:random" */
+    const char *worker_id;       /* a name; NULL: a fresh tocsin_owner_id() */
     const char *const *queues;   /* the queues to work, in order of precedence */
     size_t n_queues;             /* 1..64 */
     int concurrency;             /* most runs in flight at once, 1..10000; 0: 1 */
@@ -1162,6 +1169,8 @@ TOCSIN_API int64_t tocsin_worker_wake_in(tocsin_worker *w);
 TOCSIN_API int tocsin_worker_poke(tocsin_worker *w);
 /* Runs in flight (handed out, not finished). */
 TOCSIN_API size_t tocsin_worker_in_flight(tocsin_worker *w);
+/* The worker's id (opts.worker_id, or the one it made); valid until close. */
+TOCSIN_API const char *tocsin_worker_id(const tocsin_worker *w);
 /* Flushes, hands back every run still in flight (no attempt consumed),
  * resigns the scheduler's lease, leaves the registry and frees. Accepts NULL. */
 TOCSIN_API int tocsin_worker_close(tocsin_worker *w);

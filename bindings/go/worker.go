@@ -63,6 +63,7 @@ type Worker struct {
 	// would grow a fresh stack for its first cgo call, every time.
 	work chan func()
 	quit chan struct{}
+	id   string // the id it registered under (opts.ID, or the core's host:pid:random)
 }
 
 // NewWorker opens a worker on db for the tasks declared with Task so far, on a handle of
@@ -136,7 +137,8 @@ func (db *DB) NewWorker(opts WorkerOptions) (*Worker, error) {
 	if wk.log == nil {
 		wk.log = slog.Default()
 	}
-	wk.log = wk.log.With("worker", opts.ID)
+	wk.id = C.GoString(C.tocsin_worker_id(w))
+	wk.log = wk.log.With("worker", wk.id)
 	for name, t := range tasks {
 		var to C.tocsin_task_opts
 		to.version = C.TOCSIN_TASK_OPTS_VERSION
@@ -156,6 +158,9 @@ func (db *DB) NewWorker(opts WorkerOptions) (*Worker, error) {
 	}
 	return wk, nil
 }
+
+// ID is the id the worker registered under: WorkerOptions.ID, or host:pid:random.
+func (wk *Worker) ID() string { return wk.id }
 
 // Run works until ctx ends, then shuts down gracefully: it stops claiming, lets running
 // handlers finish for ShutdownTimeout, then cancels the rest and hands their jobs back

@@ -6,7 +6,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"regexp"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -214,6 +216,25 @@ func TestWorkerBadInput(t *testing.T) {
 	wantCode(t, err, tocsin.ErrInvalid)
 	_, err = db.NewWorker(tocsin.WorkerOptions{Queues: []string{"q"}, UnknownTaskHandbacks: -1})
 	wantCode(t, err, tocsin.ErrInvalid)
+}
+
+// Without an ID a worker takes the core's host:pid:random, and logs under it.
+func TestWorkerID(t *testing.T) {
+	db := openDB(t)
+	for _, tc := range []struct{ id, want string }{{"", ""}, {"w-7", "w-7"}} {
+		wk := must(db.NewWorker(tocsin.WorkerOptions{Queues: []string{"ids"}, ID: tc.id}))
+		got := wk.ID()
+		if tc.want == "" {
+			if !regexp.MustCompile(fmt.Sprintf(`^.+:%d:[0-9a-f]{12}$`, os.Getpid())).MatchString(got) {
+				t.Fatalf("default worker id %q", got)
+			}
+		} else if got != tc.want {
+			t.Fatalf("worker id %q, want %q", got, tc.want)
+		}
+		ctx, cancel := context.WithCancel(bg)
+		cancel()
+		check(t, wk.Run(ctx))
+	}
 }
 
 // A job of a task no worker of the queue knows is handed back, then dies UnknownTask.

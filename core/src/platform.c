@@ -249,6 +249,16 @@ void tc_host_name(char *buf, size_t n) {
     buf[n - 1] = 0;
 }
 
+size_t tocsin_owner_id(char *buf, size_t size) {
+    char host[64];
+    int n;
+    if (!buf || size == 0) return 0;
+    tc_host_name(host, sizeof host);
+    n = snprintf(buf, size, "%s:%d:%012llx", host[0] ? host : "host", tc_process_id(),
+                 (unsigned long long)(tc_random() & 0xffffffffffffULL));
+    return n < 0 ? 0 : (size_t)n < size ? (size_t)n : size - 1;
+}
+
 /*
  * When process pid started (clock ticks since boot, field 22 of
  * /proc/PID/stat): with the pid it names one process for the whole uptime,

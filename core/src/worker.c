@@ -374,9 +374,13 @@ int tocsin_worker_open(tocsin_worker **out, tocsin_db *db, const tocsin_worker_o
     tc_host_name(w->host, sizeof w->host);
     w->pid = tc_process_id();
     w->pid_start = tc_process_start(w->pid);
-    w->id = o->worker_id ? tc_strdup(o->worker_id)
-                         : sqlite3_mprintf("%s:%d:%04x", w->host[0] ? w->host : "host", w->pid,
-                                           (unsigned)(tc_random() & 0xffff));
+    if (o->worker_id) {
+        w->id = tc_strdup(o->worker_id);
+    } else {
+        char id[TOCSIN_OWNER_ID_SIZE];
+        tocsin_owner_id(id, sizeof id);
+        w->id = tc_strdup(id);
+    }
     w->queues = sqlite3_malloc64(o->n_queues * sizeof *w->queues);
     w->claimed = sqlite3_malloc64(((size_t)w->concurrency + reserve_max(w)) * sizeof *w->claimed);
     if (!w->id || !w->queues || !w->claimed) {
@@ -1302,6 +1306,8 @@ int64_t tocsin_worker_wake_in(tocsin_worker *w) {
 int tocsin_worker_poke(tocsin_worker *w) {
     return w ? tocsin_sub_poke(w->sub) : tc_err(NULL, TOCSIN_INVALID, "worker must not be NULL");
 }
+
+const char *tocsin_worker_id(const tocsin_worker *w) { return w ? w->id : NULL; }
 
 size_t tocsin_worker_in_flight(tocsin_worker *w) {
     size_t n;

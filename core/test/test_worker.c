@@ -125,6 +125,43 @@ static void bad_worker_options(void) {
     tocsin_close(db);
 }
 
+/* A worker without worker_id takes a fresh owner id, and registers under the
+ * id tocsin_worker_id reports; owner ids differ call to call and truncate. */
+static void worker_ids(void) {
+    tocsin_db *db = t_open("w_ids", NULL);
+    tocsin_worker_opts o = TOCSIN_WORKER_OPTS_INIT;
+    tocsin_worker *a = NULL, *b = NULL;
+    char x[TOCSIN_OWNER_ID_SIZE], y[TOCSIN_OWNER_ID_SIZE], small[8], where[200], pid[32];
+    const char *id, *tail;
+    size_t n = tocsin_owner_id(x, sizeof x), i;
+    CHECK(n > 0 && n == strlen(x));
+    CHECK_EQ_I(tocsin_owner_id(y, sizeof y), strlen(y));
+    CHECK(strcmp(x, y) != 0);
+    snprintf(pid, sizeof pid, ":%d:", (int)getpid());
+    CHECK(strstr(x, pid) != NULL);
+    tail = strrchr(x, ':');
+    CHECK(tail && strlen(tail + 1) == 12);
+    for (i = 1; tail && tail[i]; i++) CHECK(strchr("0123456789abcdef", tail[i]) != NULL);
+    CHECK_EQ_I(tocsin_owner_id(small, sizeof small), 7);
+    CHECK_EQ_I(strlen(small), 7);
+    CHECK_EQ_I(tocsin_owner_id(NULL, 10), 0);
+    CHECK(tocsin_worker_id(NULL) == NULL);
+    o.queues = QS;
+    o.n_queues = 1;
+    CHECK_OK(db, tocsin_worker_open(&a, db, &o));
+    id = tocsin_worker_id(a);
+    CHECK(id && strstr(id, pid) != NULL);
+    snprintf(where, sizeof where, "_tocsin_workers WHERE id = '%s'", id ? id : "");
+    CHECK_EQ_I(t_count(db, where), 1);
+    o.worker_id = "named-worker";
+    CHECK_OK(db, tocsin_worker_open(&b, db, &o));
+    CHECK_STR(tocsin_worker_id(b), "named-worker");
+    CHECK_EQ_I(t_count(db, "_tocsin_workers WHERE id = 'named-worker'"), 1);
+    CHECK_OK(db, tocsin_worker_close(a));
+    CHECK_OK(db, tocsin_worker_close(b));
+    tocsin_close(db);
+}
+
 static void outcomes(void) {
     t_clock clk = {1000000};
     tocsin_db *db = t_open("w_outcomes", &clk);
@@ -811,6 +848,7 @@ void suite_worker(void) {
     envelope();
     hand_written_envelopes();
     bad_worker_options();
+    worker_ids();
     outcomes();
     finish_in_transaction();
     unknown_tasks();

@@ -7,8 +7,6 @@
 // notification ids are Numbers; fencing tokens are BigInts (id * 2^20 +
 // attempts exceeds 2^53 once ids pass 2^33) and are accepted back as BigInt,
 // decimal string, or safe-integer Number.
-const os = require('os');
-const crypto = require('crypto');
 const { EventEmitter } = require('events');
 const { native, addonPath, ensureLoaded, otherSqliteCopies } = require('./native');
 const errors = require('./errors');
@@ -63,8 +61,9 @@ function opts(o, what) {
   return o;
 }
 
+/** A fresh owner id, host:pid:random (the core's). */
 function defaultOwner() {
-  return `${os.hostname()}:${process.pid}:${crypto.randomBytes(4).toString('hex')}`;
+  return native.ownerId();
 }
 
 /** The fencing token as the BigInt the core gave (tokens travel as BigInt). */

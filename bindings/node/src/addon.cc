@@ -1850,6 +1850,12 @@ Napi::Value ApiReady(const Napi::CallbackInfo &info) {
   return Napi::Boolean::New(info.Env(), tocsin_node_api_ready() != 0);
 }
 
+Napi::Value OwnerId(const Napi::CallbackInfo &info) {
+  char id[TOCSIN_OWNER_ID_SIZE];
+  tocsin_owner_id(id, sizeof id);
+  return Napi::String::New(info.Env(), id);
+}
+
 Napi::Value Errstr(const Napi::CallbackInfo &info) {
   return Napi::String::New(info.Env(), tocsin_errstr(info[0].As<Napi::Number>().Int32Value()));
 }
@@ -1864,6 +1870,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   F("versions", Versions);
   F("apiReady", ApiReady);
   F("errstr", Errstr);
+  F("ownerId", OwnerId);
   F("open", Open);
   F("close", Close);
   F("pending", Pending);

@@ -151,8 +151,10 @@ describe('tasks in one process', () => {
     const w2 = new tocsin.Worker(db, { queues: ['t-abort'] });
     const r = w2.run({ signal: ac.signal });
     setTimeout(() => ac.abort(), 20);
+    assert.match(w2.workerId, new RegExp(`^.+:${process.pid}:[0-9a-f]{12}$`), 'the core made its id');
     await r;
     assert.equal(w2.inFlight, 0);
+    assert.equal(new tocsin.Worker(db, { queues: ['x'], workerId: 'w-7' }).workerId, 'w-7');
     assert.throws(() => new tocsin.Worker(db, { queues: [] }), tocsin.InvalidArgumentError);
     assert.throws(() => new tocsin.Worker({}, { queues: ['x'] }), tocsin.InvalidArgumentError);
     assert.throws(() => new tocsin.Worker(db, { queues: ['x'], concurrency: -1 }).run(), tocsin.InvalidArgumentError);

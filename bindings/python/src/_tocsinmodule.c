@@ -2518,6 +2518,12 @@ static PyObject *m_sqlite_version(PyObject *m, PyObject *u) {
     (void)m; (void)u;
     return PyUnicode_FromString(tocsin_sqlite_version());
 }
+static PyObject *m_owner_id(PyObject *m, PyObject *u) {
+    char id[TOCSIN_OWNER_ID_SIZE];
+    (void)m; (void)u;
+    tocsin_owner_id(id, sizeof id);
+    return PyUnicode_FromString(id);
+}
 static PyObject *m_errstr(PyObject *m, PyObject *args) {
     int rc;
     (void)m;
@@ -2548,6 +2554,7 @@ static PyMethodDef module_methods[] = {
     {"cron_next", m_cron_next, METH_VARARGS, "The first fire time of a cron expression after a time (ms)."},
     {"version", m_version, METH_NOARGS, "The core's version string."},
     {"sqlite_version", m_sqlite_version, METH_NOARGS, "The SQLite version this process runs on."},
+    {"owner_id", m_owner_id, METH_NOARGS, "A fresh owner id unique to this process and call: host:pid:random."},
     {"errstr", m_errstr, METH_VARARGS, "The English name of a result code."},
     {NULL, NULL, 0, NULL},
 };

@@ -218,3 +218,15 @@ def test_schedule_a_task_by_name_and_redefinitions_are_reported(db, caplog):
     assert db.last_schedule_change["before"][0] == "0 3 * * *"
     assert db.last_schedule_change["after"][0] == "0 4 * * *"
     assert any("redefined" in r.getMessage() for r in caplog.records)
+
+
+def test_default_owners_come_from_the_core_and_a_worker_takes_one(db):
+    import os
+    import re
+    form = re.compile(r"^.+:%d:[0-9a-f]{12}$" % os.getpid())
+    a, b = db.lock("x"), db.lock("x")
+    assert form.match(a.owner) and form.match(b.owner) and a.owner != b.owner
+    assert a.try_acquire() and not b.try_acquire()  # two default owners never share a lock
+    w = tocsin.Worker(db, ["q"], scheduler=False)
+    assert form.match(w.worker_id)
+    assert tocsin.Worker(db, ["q"], worker_id="w-7", scheduler=False).worker_id == "w-7"

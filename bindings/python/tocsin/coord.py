@@ -2,11 +2,8 @@
 from __future__ import annotations
 
 import asyncio
-import os
-import socket
 import threading
 import time
-import uuid
 from typing import TYPE_CHECKING, Any, Dict, NamedTuple, Optional, Tuple
 
 from . import _tocsin
@@ -21,8 +18,8 @@ __all__ = ["Result", "Lock", "RateLimit", "RateDecision", "Schedule", "default_o
 
 
 def default_owner() -> str:
-    """An owner id unique to this process and call: host:pid:random."""
-    return "%s:%d:%s" % (socket.gethostname(), os.getpid(), uuid.uuid4().hex[:8])
+    """An owner id unique to this process and call: host:pid:random (the core's)."""
+    return _tocsin.owner_id()
 
 
 class Result(NamedTuple):

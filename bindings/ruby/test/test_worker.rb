@@ -124,6 +124,20 @@ class TestWorker < Minitest::Test
     refute_equal "dead", job.state
   end
 
+  def test_worker_ids_come_from_the_core
+    w = Tocsin::Worker.new(db, queues: ["ids"], tasks: {}, scheduler: false)
+    assert_nil w.worker_id
+    th = Thread.new { w.run }
+    sleep 0.01 until w.worker_id || !th.alive?
+    assert_match(/\A.+:#{Process.pid}:\h{12}\z/, w.worker_id)
+    w.stop
+    th.join(10)
+    a = Tocsin::Util.default_owner
+    assert_match(/\A.+:#{Process.pid}:\h{12}\z/, a)
+    refute_equal a, Tocsin::Util.default_owner
+    assert_equal "w-7", Tocsin::Worker.new(db, queues: ["ids"], worker_id: "w-7", tasks: {}).worker_id
+  end
+
   def test_python_calls_a_ruby_task_and_reads_its_result
     py = python
     pid, log = start_worker

@@ -1520,6 +1520,7 @@ static VALUE wk_cancelled(VALUE self) {
 static VALUE wk_fd(VALUE self) { return INT2NUM(tocsin_worker_fd(get_rwk(self)->w)); }
 static VALUE wk_wake_in(VALUE self) { return LL2NUM(tocsin_worker_wake_in(get_rwk(self)->w)); }
 static VALUE wk_in_flight(VALUE self) { return SIZET2NUM(tocsin_worker_in_flight(get_rwk(self)->w)); }
+static VALUE wk_id(VALUE self) { return str_or_nil(tocsin_worker_id(get_rwk(self)->w)); }
 static VALUE wk_poke(VALUE self) {
     rwk *k;
     TypedData_Get_Struct(self, rwk, &rwk_type, k);
@@ -1552,6 +1553,11 @@ static VALUE m_backoff_ms(VALUE mod, VALUE base, VALUE cap, VALUE att) {
     return LL2NUM(tocsin_backoff_ms(I64(base), I64(cap), NUM2INT(att)));
 }
 static VALUE m_errstr(VALUE mod, VALUE rc) { return rb_str_new_cstr(tocsin_errstr(NUM2INT(rc))); }
+static VALUE m_owner_id(VALUE mod) {
+    char id[TOCSIN_OWNER_ID_SIZE];
+    tocsin_owner_id(id, sizeof id);
+    return str_or_nil(id);
+}
 
 RUBY_FUNC_EXPORTED void Init_tocsin_native(void) {
     mTocsin = rb_define_module("Tocsin");
@@ -1582,6 +1588,7 @@ RUBY_FUNC_EXPORTED void Init_tocsin_native(void) {
     rb_define_module_function(mNative, "sqlite_version", m_sqlite_version, 0);
     rb_define_module_function(mNative, "backoff_ms", m_backoff_ms, 3);
     rb_define_module_function(mNative, "errstr", m_errstr, 1);
+    rb_define_module_function(mNative, "owner_id", m_owner_id, 0);
     rb_define_module_function(mNative, "cron_next", m_cron_next, 3);
     rb_define_module_function(mNative, "loaded_objects", m_loaded_objects, 0);
     rb_define_module_function(mNative, "file_has_sqlite?", m_file_has_sqlite, 1);
@@ -1668,6 +1675,7 @@ RUBY_FUNC_EXPORTED void Init_tocsin_native(void) {
     rb_define_method(cWorker, "fd", wk_fd, 0);
     rb_define_method(cWorker, "wake_in", wk_wake_in, 0);
     rb_define_method(cWorker, "in_flight", wk_in_flight, 0);
+    rb_define_method(cWorker, "id", wk_id, 0);
     rb_define_method(cWorker, "poke", wk_poke, 0);
     rb_define_method(cWorker, "close", wk_close, 0);
     rb_define_method(cWorker, "closed?", wk_closed_p, 0);

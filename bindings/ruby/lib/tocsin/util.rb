@@ -53,9 +53,9 @@ module Tocsin
       v.to_s
     end
 
+    # A fresh owner id, host:pid:random (the core's).
     def default_owner
-      require "socket"
-      "#{Socket.gethostname}:#{Process.pid}:#{Thread.current.object_id.to_s(36)}"
+      Native.owner_id
     end
 
     # True when waits must yield to a Fiber scheduler instead of blocking the thread.

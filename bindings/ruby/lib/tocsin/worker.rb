@@ -164,6 +164,7 @@ module Tocsin
     def open_native
       @native = Native::Worker.open(@db.native, @worker_id, @queues, @concurrency, @visibility_ms, @scheduler,
                                     @scheduler_ttl_ms)
+      @worker_id = @native.id
       @tasks.each_value do |t|
         @native.register(t.name, t.backoff_ms, nil, t.timeout_ms, t.result_ttl_ms)
       end
