@@ -41,7 +41,7 @@ def table(res):
     m = res["machine"]
     out.append("Measured %s (%s mode, %.0f s) on %s, %s CPUs (%s); load average %.2f at the start, "
                "%.2f at the end. Every file: journal_mode=WAL, synchronous=NORMAL, payload %d bytes of "
-               "JSON. Figures are medians of %d runs (%d for claim latency, sustained and worker) "
+               "JSON. Figures are medians of %d runs (%d for claim latency, sustained and idle) "
                "with their half-spread (max-min)/2 in %% of the median."
                % (res["started"], res["mode"], res["duration_s"], m.get("cpu", m["machine"]), m["cpus"],
                   m["platform"], m["loadavg_start"][0], m["loadavg_end"][0],
