@@ -64,6 +64,7 @@ type Worker struct {
 	work chan func()
 	quit chan struct{}
 	id   string // the id it registered under (opts.ID, or the core's host:pid:random)
+	ran  atomic.Bool
 }
 
 // NewWorker opens a worker on db for the tasks declared with Task so far, on a handle of
@@ -165,8 +166,12 @@ func (wk *Worker) ID() string { return wk.id }
 // Run works until ctx ends, then shuts down gracefully: it stops claiming, lets running
 // handlers finish for ShutdownTimeout, then cancels the rest and hands their jobs back
 // (pending again, no attempt consumed). It returns nil after a shutdown by ctx, or the
-// error that stopped it (ErrClosed when the DB closed).
+// error that stopped it (ErrClosed when the DB closed). A Worker runs once: a second Run
+// returns ErrInvalid (open another with NewWorker).
 func (wk *Worker) Run(ctx context.Context) error {
+	if wk.ran.Swap(true) {
+		return newErr(ErrInvalid, "worker", "this worker has already run (a Worker runs once: open another with NewWorker)")
+	}
 	wk.log.Info("tocsin worker started", "queues", wk.opts.Queues, "concurrency", wk.opts.Concurrency)
 	wt := wk.db.newWaiter(ctx, wk.poke)
 	wk.quit = make(chan struct{})

@@ -234,6 +234,7 @@ func TestWorkerID(t *testing.T) {
 		ctx, cancel := context.WithCancel(bg)
 		cancel()
 		check(t, wk.Run(ctx))
+		wantCode(t, wk.Run(ctx), tocsin.ErrInvalid) // a Worker runs once
 	}
 }
 
