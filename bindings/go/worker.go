@@ -64,11 +64,16 @@ type Worker struct {
 	work chan func()
 	quit chan struct{}
 	id   string // the id it registered under (opts.ID, or the core's host:pid:random)
-	ran  atomic.Bool
+	// From NewWorker on, the DB's Close reaches the worker through wt: a running
+	// worker is poked and shuts down, one that never ran is closed (its handle and
+	// registry row are not left behind).
+	wt    *waiter
+	state atomic.Int32 // workerNew, workerRunning (Run began), workerClosed (closed unrun)
 }
 
 // NewWorker opens a worker on db for the tasks declared with Task so far, on a handle of
-// its own to db's file, and writes the schedules of the periodic tasks.
+// its own to db's file, and writes the schedules of the periodic tasks. Run it once; a
+// worker that never runs is closed (and leaves the worker registry) when db closes.
 func (db *DB) NewWorker(opts WorkerOptions) (*Worker, error) {
 	r := db.registry()
 	r.mu.Lock()
@@ -157,7 +162,30 @@ func (db *DB) NewWorker(opts WorkerOptions) (*Worker, error) {
 		wk.close()
 		return nil, err
 	}
+	wk.wt = db.newWaiter(context.Background(), wk.dbClosing)
 	return wk, nil
+}
+
+const (
+	workerNew int32 = iota
+	workerRunning
+	workerClosed
+)
+
+// dbClosing: the DB is closing (called under the waiter's lock).
+func (wk *Worker) dbClosing() {
+	if wk.state.Load() == workerRunning {
+		wk.poke()
+		return
+	}
+	go func() {
+		if wk.state.CompareAndSwap(workerNew, workerClosed) {
+			wk.close()
+			wk.wt.finish()
+		} else {
+			wk.poke() // Run began meanwhile
+		}
+	}()
 }
 
 // ID is the id the worker registered under: WorkerOptions.ID, or host:pid:random.
@@ -169,11 +197,21 @@ func (wk *Worker) ID() string { return wk.id }
 // error that stopped it (ErrClosed when the DB closed). A Worker runs once: a second Run
 // returns ErrInvalid (open another with NewWorker).
 func (wk *Worker) Run(ctx context.Context) error {
-	if wk.ran.Swap(true) {
+	if !wk.state.CompareAndSwap(workerNew, workerRunning) {
+		if wk.state.Load() == workerClosed {
+			return newErr(ErrClosed, "worker", "the database was closed before the worker ran")
+		}
 		return newErr(ErrInvalid, "worker", "this worker has already run (a Worker runs once: open another with NewWorker)")
 	}
+	wt := wk.wt
+	if wt.isDBClosed() { // closed just before Run began
+		wk.close()
+		wt.finish()
+		return newErr(ErrClosed, "worker", "the database was closed before the worker ran")
+	}
+	stop := context.AfterFunc(ctx, wk.poke)
+	defer stop()
 	wk.log.Info("tocsin worker started", "queues", wk.opts.Queues, "concurrency", wk.opts.Concurrency)
-	wt := wk.db.newWaiter(ctx, wk.poke)
 	wk.quit = make(chan struct{})
 	defer close(wk.quit)
 	for i := 0; i < wk.opts.Concurrency; i++ {

@@ -238,6 +238,19 @@ func TestWorkerID(t *testing.T) {
 	}
 }
 
+// A worker that never ran closes with its DB: its handle and registry row go, and a
+// Run after that says why.
+func TestWorkerNeverRunClosesWithTheDB(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "t.db")
+	db, err := tocsin.Open(path, nil)
+	check(t, err)
+	wk := must(db.NewWorker(tocsin.WorkerOptions{Queues: []string{"idle"}}))
+	check(t, db.Close())
+	other := openDB2(t, path)
+	check(t, other.Exec(bg, "CREATE TABLE want(n CHECK (n = 0)); INSERT INTO want SELECT count(*) FROM _tocsin_workers"))
+	wantCode(t, wk.Run(bg), tocsin.ErrClosed)
+}
+
 // A job of a task no worker of the queue knows is handed back, then dies UnknownTask.
 func TestUnknownTaskHandedBack(t *testing.T) {
 	db := openDB(t)
