@@ -184,12 +184,20 @@ int tc_check_meta(tocsin_db *db, const char *meta);
 int tc_check_text(tocsin_db *db, const char *what, const char *text, size_t max_bytes);
 /* Strict RFC 8259 (json.c); *top gets the first character of the value. */
 int tc_json_valid(const char *text, size_t n, char *top);
-/* Walks the members of a JSON object, strictly: fn gets each key as written
- * (a string literal, quotes included) and its value's text. 0 if `text` is not
- * exactly one valid object. */
-typedef void (*tc_json_member_fn)(void *ctx, const char *key, size_t key_n, const char *value,
-                                  size_t value_n);
+/* Walk the members of a JSON object / the elements of a JSON array, strictly:
+ * fn gets each key as written (a string literal, quotes included) or index,
+ * and the value's text without the whitespace around it; a nonzero return
+ * stops the walk. 1 when `text` is exactly one valid object / array and fn
+ * never stopped, -1 when fn stopped it, 0 when it is not valid (fn may have
+ * seen the members before the fault). */
+typedef int (*tc_json_member_fn)(void *ctx, const char *key, size_t key_n, const char *value,
+                                 size_t value_n);
+typedef int (*tc_json_element_fn)(void *ctx, size_t index, const char *value, size_t value_n);
 int tc_json_members(const char *text, size_t n, tc_json_member_fn fn, void *ctx);
+int tc_json_elements(const char *text, size_t n, tc_json_element_fn fn, void *ctx);
+/* A copy of the valid JSON text[0..n) without whitespace outside strings
+ * (owned, sqlite3_free; NULL when out of memory). */
+char *tc_json_compact(const char *text, size_t n);
 /* Decodes the string token [p, end) (quotes included, validated) into *out
  * (owned, sqlite3_free). 0 on success, 1 for a \u0000 (a NUL character), 2
  * for a lone surrogate (not UTF-8), 3 when out of memory. */
@@ -1931,45 +1939,88 @@ static size_t span_of(const unsigned char *start, const unsigned char *end) {
     return (size_t)(end - start);
 }
 
+/* The members (keyed) or elements of the container at j->p, strictly: each
+ * goes to mfn or efn. 1 walked to the end, 0 not valid, -1 stopped by fn. */
+static int jp_walk(jp *j, int keyed, tc_json_member_fn mfn, tc_json_element_fn efn, void *ctx) {
+    size_t i = 0;
+    unsigned char close = keyed ? '}' : ']';
+    jp_ws(j);
+    if (j->p >= j->end || *j->p != (keyed ? '{' : '[')) return 0;
+    j->p++;
+    jp_ws(j);
+    if (j->p < j->end && *j->p == close) {
+        j->p++;
+        jp_ws(j);
+        return j->p == j->end;
+    }
+    for (;; i++) {
+        const unsigned char *k = NULL, *v;
+        size_t kn = 0;
+        int stop;
+        if (keyed) {
+            if (j->p >= j->end || *j->p != '"') return 0;
+            k = j->p;
+            if (!jp_string(j)) return 0;
+            kn = (size_t)(j->p - k);
+            jp_ws(j);
+            if (j->p >= j->end || *j->p != ':') return 0;
+            j->p++;
+            jp_ws(j);
+        }
+        v = j->p;
+        if (!jp_value(j)) return 0;
+        stop = keyed ? (mfn ? mfn(ctx, (const char *)k, kn, (const char *)v, span_of(v, j->p)) : 0)
+                     : (efn ? efn(ctx, i, (const char *)v, span_of(v, j->p)) : 0);
+        if (stop) return -1;
+        if (j->p >= j->end) return 0;
+        if (*j->p == ',') {
+            j->p++;
+            jp_ws(j);
+            continue;
+        }
+        if (*j->p != close) return 0;
+        j->p++;
+        jp_ws(j);
+        return j->p == j->end;
+    }
+}
+
 int tc_json_members(const char *text, size_t n, tc_json_member_fn fn, void *ctx) {
     jp j;
     j.p = (const unsigned char *)text;
     j.end = j.p + n;
     j.depth = 1;
-    jp_ws(&j);
-    if (j.p >= j.end || *j.p != '{') return 0;
-    j.p++;
-    jp_ws(&j);
-    if (j.p < j.end && *j.p == '}') {
-        j.p++;
-        jp_ws(&j);
-        return j.p == j.end;
-    }
-    for (;;) {
-        const unsigned char *k, *v;
-        size_t kn;
-        if (j.p >= j.end || *j.p != '"') return 0;
-        k = j.p;
-        if (!jp_string(&j)) return 0;
-        kn = (size_t)(j.p - k);
-        jp_ws(&j);
-        if (j.p >= j.end || *j.p != ':') return 0;
-        j.p++;
-        jp_ws(&j);
-        v = j.p;
-        if (!jp_value(&j)) return 0;
-        if (fn) fn(ctx, (const char *)k, kn, (const char *)v, span_of(v, j.p));
-        if (j.p >= j.end) return 0;
-        if (*j.p == ',') {
+    return jp_walk(&j, 1, fn, NULL, ctx);
+}
+
+int tc_json_elements(const char *text, size_t n, tc_json_element_fn fn, void *ctx) {
+    jp j;
+    j.p = (const unsigned char *)text;
+    j.end = j.p + n;
+    j.depth = 1;
+    return jp_walk(&j, 0, NULL, fn, ctx);
+}
+
+char *tc_json_compact(const char *text, size_t n) {
+    jp j;
+    char *o, *buf = sqlite3_malloc64((sqlite3_uint64)n + 1);
+    if (!buf) return NULL;
+    j.p = (const unsigned char *)text;
+    j.end = j.p + n;
+    for (o = buf; j.p < j.end;) {
+        if (*j.p == '"') {
+            const unsigned char *s = j.p;
+            if (!jp_string(&j)) j.p = j.end; /* validated: not reached */
+            memcpy(o, s, (size_t)(j.p - s));
+            o += j.p - s;
+        } else if (*j.p == ' ' || *j.p == '\t' || *j.p == '\n' || *j.p == '\r') {
             j.p++;
-            jp_ws(&j);
-            continue;
+        } else {
+            *o++ = (char)*j.p++;
         }
-        if (*j.p != '}') return 0;
-        j.p++;
-        jp_ws(&j);
-        return j.p == j.end;
     }
+    *o = 0;
+    return buf;
 }
 
 /* The value of four hex digits (already validated). */
@@ -8132,7 +8183,7 @@ typedef struct wenv {
 } wenv;
 static const char *const ENV_KEYS[5] = {"task", "args", "kwargs", "result_ttl_ms", "timeout_ms"};
 
-static void env_member(void *ctx, const char *key, size_t key_n, const char *value, size_t value_n) {
+static int env_member(void *ctx, const char *key, size_t key_n, const char *value, size_t value_n) {
     wenv *e = ctx;
     size_t i;
     /* keys are compared as written (SQLite 3.40's json_extract does not
@@ -8142,6 +8193,7 @@ static void env_member(void *ctx, const char *key, size_t key_n, const char *val
             e->v[i] = value;
             e->n[i] = value_n;
         }
+    return 0;
 }
 
 /* A member that must be an integer >= 0 when present: its value (0 when
@@ -8175,7 +8227,7 @@ static int make_run(tocsin_worker *w, const tocsin_job *j, wrun **out) {
     memset(&e, 0, sizeof e);
     /* read in C, not by SQL's JSON functions: a run is made inside the
      * claim's write transaction, where they cost a tenth of a no-op task */
-    if (!j->payload || !tc_json_members(j->payload, strlen(j->payload), env_member, &e) || !e.v[0] ||
+    if (!j->payload || tc_json_members(j->payload, strlen(j->payload), env_member, &e) != 1 || !e.v[0] ||
         e.v[0][0] != '"')
         bad = "not a task envelope (a JSON object with a \"task\" name)";
     else if ((e.v[1] && e.v[1][0] != '[') || (e.v[2] && e.v[2][0] != '{'))
@@ -8778,68 +8830,11 @@ static int result_json(fn_ctx *f, char *json) {
 }
 
 /* ---- JSON scanning --------------------------------------------------------------
- * Options objects and job arrays are read here, in C, from text that
- * tc_json_valid (strict RFC 8259) accepted: no SQL statement (so no lock,
- * whatever the host does), the same on every SQLite version, exact integers
- * (no detour through a double) and the raw text of nested values.
+ * Options objects and job arrays are read here, in C, with json.c's strict
+ * (RFC 8259) walkers: no SQL statement (so no lock, whatever the host does),
+ * the same on every SQLite version, exact integers (no detour through a
+ * double) and the raw text of nested values.
  */
-
-static const char *js_ws(const char *p, const char *end) {
-    while (p < end && (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r')) p++;
-    return p;
-}
-
-/* Past the string token starting at p (its opening quote). */
-static const char *js_string_end(const char *p, const char *end) {
-    for (p++; p < end && *p != '"'; p++)
-        if (*p == '\\') p++;
-    return p < end ? p + 1 : end;
-}
-
-/* Past the value starting at p. */
-static const char *js_value_end(const char *p, const char *end) {
-    int depth = 0;
-    if (p >= end) return end;
-    if (*p == '"') return js_string_end(p, end);
-    if (*p != '{' && *p != '[') {
-        while (p < end && *p != ',' && *p != '}' && *p != ']' && *p != ' ' && *p != '\t' &&
-               *p != '\n' && *p != '\r')
-            p++;
-        return p;
-    }
-    while (p < end) {
-        if (*p == '"') {
-            p = js_string_end(p, end);
-            continue;
-        }
-        if (*p == '{' || *p == '[') depth++;
-        else if (*p == '}' || *p == ']') depth--;
-        p++;
-        if (depth == 0) break;
-    }
-    return p;
-}
-
-/* A copy of the JSON value [p, end) without whitespace outside strings
- * (owned, sqlite3_free; NULL when out of memory). */
-static char *js_compact(const char *p, const char *end) {
-    char *o, *buf = sqlite3_malloc64((sqlite3_uint64)(end - p) + 1);
-    if (!buf) return NULL;
-    for (o = buf; p < end;) {
-        if (*p == '"') {
-            const char *q = js_string_end(p, end);
-            memcpy(o, p, (size_t)(q - p));
-            o += q - p;
-            p = q;
-        } else if (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') {
-            p++;
-        } else {
-            *o++ = *p++;
-        }
-    }
-    *o = 0;
-    return buf;
-}
 
 /*
  * The number token [p, end) as an int64, exactly: 0 on success, 1 when it is
@@ -8961,7 +8956,7 @@ static int opt_read(fn_ctx *f, const opt_spec *s, const char *p, const char *e, 
             return fail_msg(f, SQLITE_MISMATCH, "option \"%s\" must be a JSON object", s->key);
         /* fall through */
     default:
-        if (!(v->t = js_compact(p, e))) return fail_nomem(f);
+        if (!(v->t = tc_json_compact(p, (size_t)(e - p)))) return fail_nomem(f);
         return 1;
     }
 }
@@ -8974,51 +8969,63 @@ static int opt_read(fn_ctx *f, const opt_spec *s, const char *p, const char *e, 
  * keys given twice, ill-typed values and out-of-range integers, with errors
  * naming the key.
  */
+typedef struct opts_walk {
+    fn_ctx *f;
+    const char *what;
+    const opt_spec *specs;
+    void *out;
+    unsigned seen;
+} opts_walk;
+
+/* One member of an options object: 0 to go on, 1 after reporting an error. */
+static int opts_member(void *ctx, const char *k, size_t kn, const char *v, size_t vn) {
+    opts_walk *w = ctx;
+    fn_ctx *f = w->f;
+    const opt_spec *s;
+    char *key;
+    int rc, idx;
+    if ((rc = tc_json_decode(k, k + kn, &key)) == 3) return !fail_nomem(f);
+    if (rc != 0)
+        return !fail_msg(f, SQLITE_ERROR, "%s: a key must not contain %s", w->what,
+                         rc == 1 ? "NUL characters (\\u0000)" : "lone surrogates");
+    for (s = w->specs, idx = 0; s->key && strcmp(s->key, key) != 0; s++, idx++) {
+    }
+    if (!s->key) {
+        fail_msg(f, SQLITE_ERROR, "unknown option \"%.*s\"", quote_len(key, 200), key);
+        sqlite3_free(key);
+        return 1;
+    }
+    sqlite3_free(key);
+    if (w->seen & (1u << idx)) return !fail_msg(f, SQLITE_ERROR, "option \"%s\" is given twice", s->key);
+    w->seen |= 1u << idx;
+    if (*v == 'n' && s->kind != OPT_JSON) return 0; /* null: the default */
+    if (!opt_read(f, s, v, v + vn, OPT_AT(w->out, s))) return 1;
+    OPT_AT(w->out, s)->set = 1;
+    return 0;
+}
+
+/*
+ * Reads the options object json[0..n) into `out` (zeroed by the caller; free
+ * it with free_opts, also after a failure) by key name against `specs`
+ * (terminated by a NULL key). `what` names the object ("options"). NULL json:
+ * nothing set. Anything but a JSON object is refused; so are unknown keys,
+ * keys given twice, ill-typed values and out-of-range integers, with errors
+ * naming the key.
+ */
 static int parse_opts(fn_ctx *f, const char *what, const char *json, size_t n,
                       const opt_spec *specs, void *out) {
-    const char *p, *end;
-    unsigned seen = 0;
+    opts_walk w;
     char top = 0;
     if (!json) return 1;
-    end = json + n; /* not before: NULL + 0 is undefined */
     if (!tc_json_valid(json, n, &top))
         return fail_msg(f, SQLITE_ERROR, "%s must be a JSON object (not valid JSON)", what);
     if (top != '{') return fail_msg(f, SQLITE_MISMATCH, "%s must be a JSON object", what);
-    p = js_ws(json, end) + 1;
-    for (;;) {
-        const opt_spec *s;
-        const char *ke, *ve;
-        char *key;
-        int rc, idx;
-        p = js_ws(p, end);
-        if (p >= end || *p == '}') return 1;
-        if (*p == ',') p = js_ws(p + 1, end);
-        ke = js_string_end(p, end);
-        if ((rc = tc_json_decode(p, ke, &key)) == 3) return fail_nomem(f);
-        if (rc != 0)
-            return fail_msg(f, SQLITE_ERROR, "%s: a key must not contain %s", what,
-                            rc == 1 ? "NUL characters (\\u0000)" : "lone surrogates");
-        for (s = specs, idx = 0; s->key && strcmp(s->key, key) != 0; s++, idx++) {
-        }
-        if (!s->key) {
-            fail_msg(f, SQLITE_ERROR, "unknown option \"%.*s\"", quote_len(key, 200), key);
-            sqlite3_free(key);
-            return 0;
-        }
-        sqlite3_free(key);
-        if (seen & (1u << idx))
-            return fail_msg(f, SQLITE_ERROR, "option \"%s\" is given twice", s->key);
-        seen |= 1u << idx;
-        p = js_ws(js_ws(ke, end) + 1, end); /* past the colon */
-        ve = js_value_end(p, end);
-        if (*p == 'n' && s->kind != OPT_JSON) { /* null: the default */
-            p = ve;
-            continue;
-        }
-        if (!opt_read(f, s, p, ve, OPT_AT(out, s))) return 0;
-        OPT_AT(out, s)->set = 1;
-        p = ve;
-    }
+    w.f = f;
+    w.what = what;
+    w.specs = specs;
+    w.out = out;
+    w.seen = 0;
+    return tc_json_members(json, n, opts_member, &w) == 1;
 }
 
 #define OPT_SPEC(type, field, kind, lo, hi) {#field, kind, offsetof(type, field), lo, hi}
@@ -9243,76 +9250,78 @@ static int fn_task_enqueue(fn_ctx *f, int argc, sqlite3_value **argv) {
     return 1;
 }
 
+/* tocsin_enqueue_many's walk over its array: counting (o == NULL: each
+ * element must be an object, at most TOCSIN_MAX_BATCH), then reading each job. */
+typedef struct jobs_walk {
+    fn_ctx *f;
+    size_t n;
+    enqueue_opts_sql *o;
+    tocsin_enqueue_opts *eo;
+    tocsin_job_spec *specs;
+} jobs_walk;
+
+static int jobs_element(void *ctx, size_t i, const char *v, size_t vn) {
+    static const tocsin_enqueue_opts init = TOCSIN_ENQUEUE_OPTS_INIT;
+    jobs_walk *w = ctx;
+    fn_ctx *f = w->f;
+    char where[48];
+    int ok;
+    if (!w->o) {
+        if (*v != '{') return !fail_msg(f, SQLITE_MISMATCH, "job %zu must be a JSON object", i);
+        if (++w->n > TOCSIN_MAX_BATCH)
+            return !fail_msg(f, SQLITE_RANGE, "jobs must hold at most %d jobs", TOCSIN_MAX_BATCH);
+        return 0;
+    }
+    snprintf(where, sizeof where, "job %zu", i);
+    f->where = where;
+    ok = parse_opts(f, "a job", v, vn, JOB_SPECS, &w->o[i]);
+    if (ok && !w->o[i].queue.set) ok = fail_msg(f, SQLITE_ERROR, "\"queue\" is required");
+    if (ok && !w->o[i].payload.set) ok = fail_msg(f, SQLITE_ERROR, "\"payload\" is required (a JSON value)");
+    f->where = NULL; /* the message already names the job */
+    if (!ok) return 1;
+    w->eo[i] = init;
+    enqueue_opts_of(&w->o[i], &w->eo[i]);
+    w->specs[i].queue = w->o[i].queue.t;
+    w->specs[i].payload = w->o[i].payload.t;
+    w->specs[i].opts = &w->eo[i];
+    return 0;
+}
+
 /*
  * tocsin_enqueue_many(jobs): a JSON array of job objects ({"queue",
  * "payload", ...enqueue options}) enqueued all or nothing (one
  * tocsin_queue_enqueue_many); returns the JSON array of their ids.
  */
 static int fn_enqueue_many(fn_ctx *f, int argc, sqlite3_value **argv) {
-    const char *jobs, *p, *end;
-    char top = 0, where[48];
-    size_t len, n = 0, i;
+    const char *jobs;
+    char top = 0;
+    size_t len, n, i;
     enqueue_opts_sql *o = NULL;
-    tocsin_enqueue_opts *eo = NULL;
-    tocsin_job_spec *specs = NULL;
     int64_t *ids = NULL;
+    jobs_walk w = {0};
     tc_buf b = {0};
     int rc, ok = 0;
     UNUSED_ARGS;
     if (!arg_text(f, argv, 0, "jobs", &jobs)) return 0;
     len = strlen(jobs);
-    end = jobs + len;
     if (!tc_json_valid(jobs, len, &top))
         return fail_msg(f, SQLITE_ERROR, "jobs must be a JSON array of job objects (not valid JSON)");
     if (top != '[')
         return fail_msg(f, SQLITE_MISMATCH, "jobs must be a JSON array of job objects");
-    /* count the elements, each an object */
-    for (p = js_ws(jobs, end) + 1;;) {
-        p = js_ws(p, end);
-        if (*p == ']') break;
-        if (*p == ',') p = js_ws(p + 1, end);
-        if (*p != '{')
-            return fail_msg(f, SQLITE_MISMATCH, "job %zu must be a JSON object", n);
-        if (++n > TOCSIN_MAX_BATCH)
-            return fail_msg(f, SQLITE_RANGE, "jobs must hold at most %d jobs", TOCSIN_MAX_BATCH);
-        p = js_value_end(p, end);
-    }
-    if (n == 0) return result_json(f, tc_strdup("[]"));
-    o = sqlite3_malloc64(n * sizeof *o);
-    eo = sqlite3_malloc64(n * sizeof *eo);
-    specs = sqlite3_malloc64(n * sizeof *specs);
+    w.f = f;
+    if (tc_json_elements(jobs, len, jobs_element, &w) != 1) return 0;
+    if ((n = w.n) == 0) return result_json(f, tc_strdup("[]"));
+    o = w.o = sqlite3_malloc64(n * sizeof *o);
+    w.eo = sqlite3_malloc64(n * sizeof *w.eo);
+    w.specs = sqlite3_malloc64(n * sizeof *w.specs);
     ids = sqlite3_malloc64(n * sizeof *ids);
-    if (!o || !eo || !specs || !ids) {
+    if (!o || !w.eo || !w.specs || !ids) {
         fail_nomem(f);
         goto done;
     }
     memset(o, 0, n * sizeof *o);
-    for (i = 0, p = js_ws(jobs, end) + 1; i < n; i++) {
-        static const tocsin_enqueue_opts init = TOCSIN_ENQUEUE_OPTS_INIT;
-        const char *e;
-        p = js_ws(p, end);
-        if (*p == ',') p = js_ws(p + 1, end);
-        e = js_value_end(p, end);
-        snprintf(where, sizeof where, "job %zu", i);
-        f->where = where;
-        if (!parse_opts(f, "a job", p, (size_t)(e - p), JOB_SPECS, &o[i])) goto done;
-        if (!o[i].queue.set) {
-            fail_msg(f, SQLITE_ERROR, "\"queue\" is required");
-            goto done;
-        }
-        if (!o[i].payload.set) {
-            fail_msg(f, SQLITE_ERROR, "\"payload\" is required (a JSON value)");
-            goto done;
-        }
-        f->where = NULL;
-        eo[i] = init;
-        enqueue_opts_of(&o[i], &eo[i]);
-        specs[i].queue = o[i].queue.t;
-        specs[i].payload = o[i].payload.t;
-        specs[i].opts = &eo[i];
-        p = e;
-    }
-    if ((rc = tocsin_queue_enqueue_many(f->db, ids, specs, n)) != TOCSIN_OK) {
+    if (tc_json_elements(jobs, len, jobs_element, &w) != 1) goto done;
+    if ((rc = tocsin_queue_enqueue_many(f->db, ids, w.specs, n)) != TOCSIN_OK) {
         /* the core names the job ("job 3: ...") when there are several */
         if (n == 1 && (rc == TOCSIN_INVALID || rc == TOCSIN_TOOBIG)) f->where = "job 0";
         fail(f, rc);
@@ -9330,8 +9339,8 @@ done:
     if (o)
         for (i = 0; i < n; i++) free_opts(JOB_SPECS, &o[i]);
     sqlite3_free(o);
-    sqlite3_free(eo);
-    sqlite3_free(specs);
+    sqlite3_free(w.eo);
+    sqlite3_free(w.specs);
     sqlite3_free(ids);
     return ok;
 }

@@ -179,12 +179,20 @@ int tc_check_meta(tocsin_db *db, const char *meta);
 int tc_check_text(tocsin_db *db, const char *what, const char *text, size_t max_bytes);
 /* Strict RFC 8259 (json.c); *top gets the first character of the value. */
 int tc_json_valid(const char *text, size_t n, char *top);
-/* Walks the members of a JSON object, strictly: fn gets each key as written
- * (a string literal, quotes included) and its value's text. 0 if `text` is not
- * exactly one valid object. */
-typedef void (*tc_json_member_fn)(void *ctx, const char *key, size_t key_n, const char *value,
-                                  size_t value_n);
+/* Walk the members of a JSON object / the elements of a JSON array, strictly:
+ * fn gets each key as written (a string literal, quotes included) or index,
+ * and the value's text without the whitespace around it; a nonzero return
+ * stops the walk. 1 when `text` is exactly one valid object / array and fn
+ * never stopped, -1 when fn stopped it, 0 when it is not valid (fn may have
+ * seen the members before the fault). */
+typedef int (*tc_json_member_fn)(void *ctx, const char *key, size_t key_n, const char *value,
+                                 size_t value_n);
+typedef int (*tc_json_element_fn)(void *ctx, size_t index, const char *value, size_t value_n);
 int tc_json_members(const char *text, size_t n, tc_json_member_fn fn, void *ctx);
+int tc_json_elements(const char *text, size_t n, tc_json_element_fn fn, void *ctx);
+/* A copy of the valid JSON text[0..n) without whitespace outside strings
+ * (owned, sqlite3_free; NULL when out of memory). */
+char *tc_json_compact(const char *text, size_t n);
 /* Decodes the string token [p, end) (quotes included, validated) into *out
  * (owned, sqlite3_free). 0 on success, 1 for a \u0000 (a NUL character), 2
  * for a lone surrogate (not UTF-8), 3 when out of memory. */

@@ -142,45 +142,88 @@ static size_t span_of(const unsigned char *start, const unsigned char *end) {
     return (size_t)(end - start);
 }
 
+/* The members (keyed) or elements of the container at j->p, strictly: each
+ * goes to mfn or efn. 1 walked to the end, 0 not valid, -1 stopped by fn. */
+static int jp_walk(jp *j, int keyed, tc_json_member_fn mfn, tc_json_element_fn efn, void *ctx) {
+    size_t i = 0;
+    unsigned char close = keyed ? '}' : ']';
+    jp_ws(j);
+    if (j->p >= j->end || *j->p != (keyed ? '{' : '[')) return 0;
+    j->p++;
+    jp_ws(j);
+    if (j->p < j->end && *j->p == close) {
+        j->p++;
+        jp_ws(j);
+        return j->p == j->end;
+    }
+    for (;; i++) {
+        const unsigned char *k = NULL, *v;
+        size_t kn = 0;
+        int stop;
+        if (keyed) {
+            if (j->p >= j->end || *j->p != '"') return 0;
+            k = j->p;
+            if (!jp_string(j)) return 0;
+            kn = (size_t)(j->p - k);
+            jp_ws(j);
+            if (j->p >= j->end || *j->p != ':') return 0;
+            j->p++;
+            jp_ws(j);
+        }
+        v = j->p;
+        if (!jp_value(j)) return 0;
+        stop = keyed ? (mfn ? mfn(ctx, (const char *)k, kn, (const char *)v, span_of(v, j->p)) : 0)
+                     : (efn ? efn(ctx, i, (const char *)v, span_of(v, j->p)) : 0);
+        if (stop) return -1;
+        if (j->p >= j->end) return 0;
+        if (*j->p == ',') {
+            j->p++;
+            jp_ws(j);
+            continue;
+        }
+        if (*j->p != close) return 0;
+        j->p++;
+        jp_ws(j);
+        return j->p == j->end;
+    }
+}
+
 int tc_json_members(const char *text, size_t n, tc_json_member_fn fn, void *ctx) {
     jp j;
     j.p = (const unsigned char *)text;
     j.end = j.p + n;
     j.depth = 1;
-    jp_ws(&j);
-    if (j.p >= j.end || *j.p != '{') return 0;
-    j.p++;
-    jp_ws(&j);
-    if (j.p < j.end && *j.p == '}') {
-        j.p++;
-        jp_ws(&j);
-        return j.p == j.end;
-    }
-    for (;;) {
-        const unsigned char *k, *v;
-        size_t kn;
-        if (j.p >= j.end || *j.p != '"') return 0;
-        k = j.p;
-        if (!jp_string(&j)) return 0;
-        kn = (size_t)(j.p - k);
-        jp_ws(&j);
-        if (j.p >= j.end || *j.p != ':') return 0;
-        j.p++;
-        jp_ws(&j);
-        v = j.p;
-        if (!jp_value(&j)) return 0;
-        if (fn) fn(ctx, (const char *)k, kn, (const char *)v, span_of(v, j.p));
-        if (j.p >= j.end) return 0;
-        if (*j.p == ',') {
+    return jp_walk(&j, 1, fn, NULL, ctx);
+}
+
+int tc_json_elements(const char *text, size_t n, tc_json_element_fn fn, void *ctx) {
+    jp j;
+    j.p = (const unsigned char *)text;
+    j.end = j.p + n;
+    j.depth = 1;
+    return jp_walk(&j, 0, NULL, fn, ctx);
+}
+
+char *tc_json_compact(const char *text, size_t n) {
+    jp j;
+    char *o, *buf = sqlite3_malloc64((sqlite3_uint64)n + 1);
+    if (!buf) return NULL;
+    j.p = (const unsigned char *)text;
+    j.end = j.p + n;
+    for (o = buf; j.p < j.end;) {
+        if (*j.p == '"') {
+            const unsigned char *s = j.p;
+            if (!jp_string(&j)) j.p = j.end; /* validated: not reached */
+            memcpy(o, s, (size_t)(j.p - s));
+            o += j.p - s;
+        } else if (*j.p == ' ' || *j.p == '\t' || *j.p == '\n' || *j.p == '\r') {
             j.p++;
-            jp_ws(&j);
-            continue;
+        } else {
+            *o++ = (char)*j.p++;
         }
-        if (*j.p != '}') return 0;
-        j.p++;
-        jp_ws(&j);
-        return j.p == j.end;
     }
+    *o = 0;
+    return buf;
 }
 
 /* The value of four hex digits (already validated). */

@@ -910,7 +910,7 @@ typedef struct wenv {
 } wenv;
 static const char *const ENV_KEYS[5] = {"task", "args", "kwargs", "result_ttl_ms", "timeout_ms"};
 
-static void env_member(void *ctx, const char *key, size_t key_n, const char *value, size_t value_n) {
+static int env_member(void *ctx, const char *key, size_t key_n, const char *value, size_t value_n) {
     wenv *e = ctx;
     size_t i;
     /* keys are compared as written (SQLite 3.40's json_extract does not
@@ -920,6 +920,7 @@ static void env_member(void *ctx, const char *key, size_t key_n, const char *val
             e->v[i] = value;
             e->n[i] = value_n;
         }
+    return 0;
 }
 
 /* A member that must be an integer >= 0 when present: its value (0 when
@@ -953,7 +954,7 @@ static int make_run(tocsin_worker *w, const tocsin_job *j, wrun **out) {
     memset(&e, 0, sizeof e);
     /* read in C, not by SQL's JSON functions: a run is made inside the
      * claim's write transaction, where they cost a tenth of a no-op task */
-    if (!j->payload || !tc_json_members(j->payload, strlen(j->payload), env_member, &e) || !e.v[0] ||
+    if (!j->payload || tc_json_members(j->payload, strlen(j->payload), env_member, &e) != 1 || !e.v[0] ||
         e.v[0][0] != '"')
         bad = "not a task envelope (a JSON object with a \"task\" name)";
     else if ((e.v[1] && e.v[1][0] != '[') || (e.v[2] && e.v[2][0] != '{'))
