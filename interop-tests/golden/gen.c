@@ -354,35 +354,67 @@ static char *fill_sql_file(const char *path) {
     return m;
 }
 
-int main(int argc, char **argv) {
-    char path[4096], *m[3];
+/* The manifest entries of the other schema versions' files (one per line, as
+ * written below), kept as they are: owned text, "" when there are none. */
+static char *kept_entries(const char *dir, const char *prefix) {
+    char path[4096], line[1 << 16];
+    size_t len = 0, cap = 1, n;
+    char *out = malloc(cap);
     FILE *f;
-    static const char *files[] = {"v1-full.db", "v1-empty.db", "v1-sql.db"};
+    if (!out) exit(1);
+    out[0] = 0;
+    snprintf(path, sizeof path, "%s/manifest.json", dir);
+    if (!(f = fopen(path, "r"))) return out;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] != '"' || line[1] != 'v' || strstr(line, ".db\": {") == NULL) continue;
+        if (strncmp(line + 1, prefix, strlen(prefix)) == 0) continue; /* this version's: rewritten */
+        n = strlen(line);
+        while (n && (line[n - 1] == '\n' || line[n - 1] == ',')) line[--n] = 0;
+        if (!(out = realloc(out, cap += n + 2))) exit(1);
+        memcpy(out + len, line, n);
+        len += n;
+        out[len++] = '\n';
+        out[len] = 0;
+    }
+    fclose(f);
+    return out;
+}
+
+int main(int argc, char **argv) {
+    char path[4096], prefix[16], names[3][32], *m[3], *kept, *line, *next;
+    const char *kinds[3] = {"full", "empty", "sql"};
+    FILE *f;
     size_t i;
     if (argc != 2) {
         fprintf(stderr, "usage: gen OUTDIR\n");
         return 2;
     }
-    /* The v1 files are what a later library must migrate: this library writes
-     * schema v2, so regenerating them would replace v1 files with v2 ones. */
-    if (TOCSIN_SCHEMA_VERSION != 1) {
-        fprintf(stderr, "gen: this library writes schema v%d; the v1 golden files must stay as the v1 "
-                        "library wrote them (interop-tests/golden/README.md)\n", TOCSIN_SCHEMA_VERSION);
+    /* Each schema version's files are written once, by the library that
+     * writes that version, and then kept as they are: a later library must
+     * read them unchanged (README.md). */
+    snprintf(prefix, sizeof prefix, "v%d-", TOCSIN_SCHEMA_VERSION);
+    for (i = 0; i < 3; i++) snprintf(names[i], sizeof names[i], "%s%s.db", prefix, kinds[i]);
+    snprintf(path, sizeof path, "%s/%s", argv[1], names[0]);
+    if (access(path, F_OK) == 0) {
+        fprintf(stderr, "gen: %s exists: the schema v%d golden files must stay as they were written "
+                        "(interop-tests/golden/README.md); delete them first only for a deliberate, "
+                        "documented change\n", path, TOCSIN_SCHEMA_VERSION);
         return 2;
     }
-    snprintf(path, sizeof path, "%s/%s", argv[1], files[0]);
+    kept = kept_entries(argv[1], prefix);
+
     db = open_at(path);
     fill_full();
     fill_tasks();
     m[0] = manifest_of(db);
     finish(db);
 
-    snprintf(path, sizeof path, "%s/%s", argv[1], files[1]);
+    snprintf(path, sizeof path, "%s/%s", argv[1], names[1]);
     db = open_at(path);
     m[1] = manifest_of(db);
     finish(db);
 
-    snprintf(path, sizeof path, "%s/%s", argv[1], files[2]);
+    snprintf(path, sizeof path, "%s/%s", argv[1], names[2]);
     m[2] = fill_sql_file(path);
 
     snprintf(path, sizeof path, "%s/manifest.json", argv[1]);
@@ -392,12 +424,18 @@ int main(int argc, char **argv) {
                "Written by interop-tests/golden/gen.c; do not edit by hand.\",\n");
     fprintf(f, "\"library_version\": \"%s\",\n\"generated_at_clock_ms\": %lld,\n\"files\": {\n",
             tocsin_version(), (long long)GOLDEN_T0);
-    for (i = 0; i < sizeof files / sizeof files[0]; i++) {
-        fprintf(f, "\"%s\": %s%s\n", files[i], m[i], i + 1 < sizeof files / sizeof files[0] ? "," : "");
+    for (line = kept; *line; line = next) {
+        next = strchr(line, '\n');
+        *next++ = 0;
+        fprintf(f, "%s,\n", line);
+    }
+    for (i = 0; i < 3; i++) {
+        fprintf(f, "\"%s\": %s%s\n", names[i], m[i], i + 1 < 3 ? "," : "");
         free(m[i]);
     }
     fprintf(f, "}\n}\n");
     fclose(f);
-    printf("gen: wrote %zu databases and manifest.json to %s\n", sizeof files / sizeof files[0], argv[1]);
+    free(kept);
+    printf("gen: wrote the schema v%d databases and manifest.json to %s\n", TOCSIN_SCHEMA_VERSION, argv[1]);
     return 0;
 }
