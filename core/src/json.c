@@ -77,8 +77,18 @@ static int jp_string(jp *j) {
 
 static int jp_value(jp *j);
 
-/* An object or array: members separated by commas, with or without keys. */
-static int jp_container(jp *j, unsigned char close, int keyed) {
+/* The value at p (jp_value consumed it and the whitespace after it): its
+ * span without that whitespace. */
+static size_t span_of(const unsigned char *start, const unsigned char *end) {
+    while (end > start && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\n' || end[-1] == '\r')) end--;
+    return (size_t)(end - start);
+}
+
+/* An object (keyed) or array at j->p: members separated by commas, each
+ * handed to mfn / efn when given. 1 valid, 0 not, -1 stopped by fn. */
+static int jp_container(jp *j, int keyed, tc_json_member_fn mfn, tc_json_element_fn efn, void *ctx) {
+    unsigned char close = keyed ? '}' : ']';
+    size_t i;
     if (++j->depth > TC_JSON_MAX_DEPTH) return 0;
     j->p++;
     jp_ws(j);
@@ -87,14 +97,20 @@ static int jp_container(jp *j, unsigned char close, int keyed) {
         j->depth--;
         return 1;
     }
-    for (;;) {
+    for (i = 0;; i++) {
+        const unsigned char *k = j->p, *ke = k, *v;
         if (keyed) {
             if (j->p >= j->end || *j->p != '"' || !jp_string(j)) return 0;
+            ke = j->p;
             jp_ws(j);
             if (j->p >= j->end || *j->p != ':') return 0;
             j->p++;
+            jp_ws(j);
         }
+        v = j->p;
         if (!jp_value(j)) return 0;
+        if (mfn && mfn(ctx, (const char *)k, (size_t)(ke - k), (const char *)v, span_of(v, j->p))) return -1;
+        if (efn && efn(ctx, i, (const char *)v, span_of(v, j->p))) return -1;
         if (j->p >= j->end) return 0;
         if (*j->p == ',') {
             j->p++;
@@ -113,8 +129,8 @@ static int jp_value(jp *j) {
     jp_ws(j);
     if (j->p >= j->end) return 0;
     switch (*j->p) {
-    case '{': ok = jp_container(j, '}', 1); break;
-    case '[': ok = jp_container(j, ']', 0); break;
+    case '{': ok = jp_container(j, 1, NULL, NULL, NULL); break;
+    case '[': ok = jp_container(j, 0, NULL, NULL, NULL); break;
     case '"': ok = jp_string(j); break;
     case 't': ok = jp_lit(j, "true"); break;
     case 'f': ok = jp_lit(j, "false"); break;
@@ -135,73 +151,28 @@ int tc_json_valid(const char *text, size_t n, char *top) {
     return jp_value(&j) && j.p == j.end;
 }
 
-/* The value at p (jp_value consumed it and the whitespace after it): its
- * span without that whitespace. */
-static size_t span_of(const unsigned char *start, const unsigned char *end) {
-    while (end > start && (end[-1] == ' ' || end[-1] == '\t' || end[-1] == '\n' || end[-1] == '\r')) end--;
-    return (size_t)(end - start);
-}
-
-/* The members (keyed) or elements of the container at j->p, strictly: each
- * goes to mfn or efn. 1 walked to the end, 0 not valid, -1 stopped by fn. */
-static int jp_walk(jp *j, int keyed, tc_json_member_fn mfn, tc_json_element_fn efn, void *ctx) {
-    size_t i = 0;
-    unsigned char close = keyed ? '}' : ']';
-    jp_ws(j);
-    if (j->p >= j->end || *j->p != (keyed ? '{' : '[')) return 0;
-    j->p++;
-    jp_ws(j);
-    if (j->p < j->end && *j->p == close) {
-        j->p++;
-        jp_ws(j);
-        return j->p == j->end;
-    }
-    for (;; i++) {
-        const unsigned char *k = NULL, *v;
-        size_t kn = 0;
-        int stop;
-        if (keyed) {
-            if (j->p >= j->end || *j->p != '"') return 0;
-            k = j->p;
-            if (!jp_string(j)) return 0;
-            kn = (size_t)(j->p - k);
-            jp_ws(j);
-            if (j->p >= j->end || *j->p != ':') return 0;
-            j->p++;
-            jp_ws(j);
-        }
-        v = j->p;
-        if (!jp_value(j)) return 0;
-        stop = keyed ? (mfn ? mfn(ctx, (const char *)k, kn, (const char *)v, span_of(v, j->p)) : 0)
-                     : (efn ? efn(ctx, i, (const char *)v, span_of(v, j->p)) : 0);
-        if (stop) return -1;
-        if (j->p >= j->end) return 0;
-        if (*j->p == ',') {
-            j->p++;
-            jp_ws(j);
-            continue;
-        }
-        if (*j->p != close) return 0;
-        j->p++;
-        jp_ws(j);
-        return j->p == j->end;
-    }
+/* The top-level container of text[0..n): 1 when it is exactly one valid
+ * object / array and fn never stopped, -1 when fn stopped, 0 otherwise. */
+static int jp_walk(const char *text, size_t n, int keyed, tc_json_member_fn mfn, tc_json_element_fn efn,
+                   void *ctx) {
+    jp j;
+    int r;
+    j.p = (const unsigned char *)text;
+    j.end = j.p + n;
+    j.depth = 0;
+    jp_ws(&j);
+    if (j.p >= j.end || *j.p != (keyed ? '{' : '[')) return 0;
+    if ((r = jp_container(&j, keyed, mfn, efn, ctx)) != 1) return r;
+    jp_ws(&j);
+    return j.p == j.end;
 }
 
 int tc_json_members(const char *text, size_t n, tc_json_member_fn fn, void *ctx) {
-    jp j;
-    j.p = (const unsigned char *)text;
-    j.end = j.p + n;
-    j.depth = 1;
-    return jp_walk(&j, 1, fn, NULL, ctx);
+    return jp_walk(text, n, 1, fn, NULL, ctx);
 }
 
 int tc_json_elements(const char *text, size_t n, tc_json_element_fn fn, void *ctx) {
-    jp j;
-    j.p = (const unsigned char *)text;
-    j.end = j.p + n;
-    j.depth = 1;
-    return jp_walk(&j, 0, NULL, fn, ctx);
+    return jp_walk(text, n, 0, NULL, fn, ctx);
 }
 
 char *tc_json_compact(const char *text, size_t n) {
