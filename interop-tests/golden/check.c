@@ -645,14 +645,21 @@ int main(int argc, char **argv) {
             CHECK_STR(hdr[18] == 2 && hdr[19] == 2 ? "wal" : hdr[18] == 1 && hdr[19] == 1 ? "delete" : "?", want);
             free(want);
         }
-        /* the ids the file handed out (v1: AUTOINCREMENT's sqlite_sequence; v2:
-         * max(id), or the sqlite_sequence row once the top row is gone): the
-         * next ones continue them exactly, whatever migrations ran */
+        if (copy_file(path, copy) != 0) {
+            fprintf(stderr, "FAIL cannot copy %s\n", path);
+            t_failed++;
+            continue;
+        }
+        /* the ids the file handed out (v1: AUTOINCREMENT's sqlite_sequence;
+         * v2: max(id), or the sqlite_sequence row once the top row is gone):
+         * the next ones continue them exactly, whatever migrations ran. Read
+         * from the copy: a reader of the file itself leaves a -wal and a -shm
+         * beside it. */
         {
             sqlite3 *o = NULL;
             sqlite3_stmt *sq = NULL;
             seq_jobs = seq_events = seq_notes = 0;
-            if (sqlite3_open_v2(path, &o, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
+            if (sqlite3_open_v2(copy, &o, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK &&
                 sqlite3_prepare_v2(o, "SELECT name, seq FROM sqlite_sequence", -1, &sq, NULL) == SQLITE_OK) {
                 while (sqlite3_step(sq) == SQLITE_ROW) {
                     const char *nm = (const char *)sqlite3_column_text(sq, 0);
@@ -664,11 +671,6 @@ int main(int argc, char **argv) {
             }
             sqlite3_finalize(sq);
             sqlite3_close(o);
-        }
-        if (copy_file(path, copy) != 0) {
-            fprintf(stderr, "FAIL cannot copy %s\n", path);
-            t_failed++;
-            continue;
         }
         if (tocsin_open(&db, copy, NULL) != TOCSIN_OK) {
             fprintf(stderr, "FAIL open %s: %s\n", file_key, tocsin_errmsg(db));
