@@ -392,8 +392,8 @@ export declare class Worker extends EventEmitter {
   readonly queues: string[];
   readonly concurrency: number;
   readonly inFlight: number;
-  /** The id it registers under: options.workerId, or host:pid:random once run() started. */
-  readonly workerId: string | undefined;
+  /** The id it registers under: options.workerId, or a fresh host:pid:random. */
+  readonly workerId: string;
   run(options?: { signal?: AbortSignal; handleSignals?: boolean }): Promise<void>;
   stop(): Promise<void>;
 }

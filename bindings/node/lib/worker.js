@@ -37,7 +37,7 @@ class Worker extends EventEmitter {
     this._w = null;
     this._running = new Map(); // jobId -> { run, ac, stopped }
     this._stopping = false;
-    this._id = o.workerId;
+    this._id = o.workerId === undefined || o.workerId === null ? native.ownerId() : o.workerId;
     this._stopped = null;
     this._busy = false;
     this._again = false;
@@ -53,10 +53,9 @@ class Worker extends EventEmitter {
 
   _open() {
     const o = this._o;
-    this._w = native.workerOpen(this.db._h, this.queues, o.workerId === undefined ? null : o.workerId,
+    this._w = native.workerOpen(this.db._h, this.queues, this._id,
       this.concurrency, ms(o.visibility, 'visibility'), !!o.scheduler, ms(o.schedulerTtl, 'schedulerTtl'),
       ms(o.unknownTaskDelay, 'unknownTaskDelay'), o.unknownTaskHandbacks);
-    this._id = this._w.id();
     this._tasks = new Map();
     const reg = tasks.registry(this.db);
     for (const q of this.queues) {

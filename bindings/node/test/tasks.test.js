@@ -152,6 +152,7 @@ describe('tasks in one process', () => {
     const r = w2.run({ signal: ac.signal });
     setTimeout(() => ac.abort(), 20);
     assert.match(w2.workerId, new RegExp(`^.+:${process.pid}:[0-9a-f]{12}$`), 'the core made its id');
+    assert.notEqual(new tocsin.Worker(db, { queues: ['x'] }).workerId, w2.workerId);
     await r;
     assert.equal(w2.inFlight, 0);
     assert.equal(new tocsin.Worker(db, { queues: ['x'], workerId: 'w-7' }).workerId, 'w-7');

@@ -1520,7 +1520,6 @@ static VALUE wk_cancelled(VALUE self) {
 static VALUE wk_fd(VALUE self) { return INT2NUM(tocsin_worker_fd(get_rwk(self)->w)); }
 static VALUE wk_wake_in(VALUE self) { return LL2NUM(tocsin_worker_wake_in(get_rwk(self)->w)); }
 static VALUE wk_in_flight(VALUE self) { return SIZET2NUM(tocsin_worker_in_flight(get_rwk(self)->w)); }
-static VALUE wk_id(VALUE self) { return str_or_nil(tocsin_worker_id(get_rwk(self)->w)); }
 static VALUE wk_poke(VALUE self) {
     rwk *k;
     TypedData_Get_Struct(self, rwk, &rwk_type, k);
@@ -1675,7 +1674,6 @@ RUBY_FUNC_EXPORTED void Init_tocsin_native(void) {
     rb_define_method(cWorker, "fd", wk_fd, 0);
     rb_define_method(cWorker, "wake_in", wk_wake_in, 0);
     rb_define_method(cWorker, "in_flight", wk_in_flight, 0);
-    rb_define_method(cWorker, "id", wk_id, 0);
     rb_define_method(cWorker, "poke", wk_poke, 0);
     rb_define_method(cWorker, "close", wk_close, 0);
     rb_define_method(cWorker, "closed?", wk_closed_p, 0);

@@ -89,7 +89,7 @@ module Tocsin
       raise InvalidArgument, "concurrency must be an Integer >= 1" unless concurrency.is_a?(Integer) && concurrency >= 1
 
       @concurrency = concurrency
-      @worker_id = worker_id
+      @worker_id = worker_id || Util.default_owner
       @visibility_ms = Util.ms(visibility, "visibility")
       @scheduler = scheduler
       @scheduler_ttl_ms = Util.ms(scheduler_ttl, "scheduler_ttl")
@@ -164,7 +164,6 @@ module Tocsin
     def open_native
       @native = Native::Worker.open(@db.native, @worker_id, @queues, @concurrency, @visibility_ms, @scheduler,
                                     @scheduler_ttl_ms)
-      @worker_id = @native.id
       @tasks.each_value do |t|
         @native.register(t.name, t.backoff_ms, nil, t.timeout_ms, t.result_ttl_ms)
       end
