@@ -313,14 +313,7 @@ static int opt_read(fn_ctx *f, const opt_spec *s, const char *p, const char *e, 
     }
 }
 
-/*
- * Reads the options object json[0..n) into `out` (zeroed by the caller; free
- * it with free_opts, also after a failure) by key name against `specs`
- * (terminated by a NULL key). `what` names the object ("options"). NULL json:
- * nothing set. Anything but a JSON object is refused; so are unknown keys,
- * keys given twice, ill-typed values and out-of-range integers, with errors
- * naming the key.
- */
+/* One parse_opts walk: where the values go, and the keys seen so far. */
 typedef struct opts_walk {
     fn_ctx *f;
     const char *what;
