@@ -4442,6 +4442,7 @@ int tocsin_listen_close(tocsin_listener *l) {
 #include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -4964,23 +4965,18 @@ void tc_wake_write_end(tocsin_db *db) {
     db->wk_writer = 0;
 }
 
-int tc_wake_local_writers(tocsin_db *db) {
+/* Tests: a counter of db's file's watcher (at `offset` in it), -1 without one. */
+static int wk_counter(tocsin_db *db, size_t offset) {
     tc_watcher *w;
     int n = -1;
     pthread_mutex_lock(&wk_lock);
-    if ((w = wk_find(db)) != NULL) n = atomic_load(&w->writers);
+    if ((w = wk_find(db)) != NULL) n = atomic_load((atomic_int *)((char *)w + offset));
     pthread_mutex_unlock(&wk_lock);
     return n;
 }
 
-int tc_wake_saturated(tocsin_db *db) {
-    tc_watcher *w;
-    int n = -1;
-    pthread_mutex_lock(&wk_lock);
-    if ((w = wk_find(db)) != NULL) n = atomic_load(&w->saturated);
-    pthread_mutex_unlock(&wk_lock);
-    return n;
-}
+int tc_wake_local_writers(tocsin_db *db) { return wk_counter(db, offsetof(tc_watcher, writers)); }
+int tc_wake_saturated(tocsin_db *db) { return wk_counter(db, offsetof(tc_watcher, saturated)); }
 
 void tc_wake_release(tocsin_db *db) {
     if (!db->wake) return;

@@ -172,20 +172,18 @@ const (
 	workerClosed
 )
 
-// dbClosing: the DB is closing (called under the waiter's lock).
+// dbClosing: the DB is closing (called under the waiter's lock). A worker that never
+// ran closes (on a goroutine: finish takes that lock); a running one is poked (the
+// poke is kept until its next step) and shuts down.
 func (wk *Worker) dbClosing() {
-	if wk.state.Load() == workerRunning {
-		wk.poke()
-		return
-	}
-	go func() {
-		if wk.state.CompareAndSwap(workerNew, workerClosed) {
+	if wk.state.CompareAndSwap(workerNew, workerClosed) {
+		go func() {
 			wk.close()
 			wk.wt.finish()
-		} else {
-			wk.poke() // Run began meanwhile
-		}
-	}()
+		}()
+		return
+	}
+	wk.poke()
 }
 
 // ID is the id the worker registered under: WorkerOptions.ID, or host:pid:random.
@@ -204,11 +202,6 @@ func (wk *Worker) Run(ctx context.Context) error {
 		return newErr(ErrInvalid, "worker", "this worker has already run (a Worker runs once: open another with NewWorker)")
 	}
 	wt := wk.wt
-	if wt.isDBClosed() { // closed just before Run began
-		wk.close()
-		wt.finish()
-		return newErr(ErrClosed, "worker", "the database was closed before the worker ran")
-	}
 	stop := context.AfterFunc(ctx, wk.poke)
 	defer stop()
 	wk.log.Info("tocsin worker started", "queues", wk.opts.Queues, "concurrency", wk.opts.Concurrency)

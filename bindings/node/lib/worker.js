@@ -7,7 +7,7 @@ const { EventEmitter } = require('events');
 const index = require('./index');
 const tasks = require('./tasks');
 
-const { native, opts, invalid, toJson, ms } = index._internal;
+const { native, opts, invalid, toJson, ms, defaultOwner } = index._internal;
 const { errorOf } = require('./errors');
 
 const OK = 0;
@@ -37,7 +37,7 @@ class Worker extends EventEmitter {
     this._w = null;
     this._running = new Map(); // jobId -> { run, ac, stopped }
     this._stopping = false;
-    this._id = o.workerId === undefined || o.workerId === null ? native.ownerId() : o.workerId;
+    this._id = o.workerId === undefined || o.workerId === null ? defaultOwner() : o.workerId;
     this._stopped = null;
     this._busy = false;
     this._again = false;
