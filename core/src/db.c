@@ -52,6 +52,7 @@ void tc_clear(tocsin_db *db) {
     tc_thread.code = TOCSIN_OK;
     tc_thread.sqlite_rc = 0;
     tc_thread.msg[0] = 0;
+    tc_thread.call_start = tc_monotonic_ms();
     tc_thread.busy_until = 0;
     tc_thread.busy_waited = 0;
 }
@@ -94,9 +95,26 @@ int tocsin_code_of_sqlite(int sqlite_rc) {
     }
 }
 
+/*
+ * The extended code of a failure: a host's connection may run without
+ * extended result codes, and then sqlite3_step returns the primary code alone
+ * (SQLITE_BUSY for SQLITE_BUSY_SNAPSHOT, SQLITE_CONSTRAINT for a UNIQUE
+ * failure). The connection still records the extended one.
+ */
+int tc_xcode(tocsin_db *db, int rc) {
+    if (rc != SQLITE_OK && rc != SQLITE_ROW && rc != SQLITE_DONE && rc == (rc & 0xff) && db->conn) {
+        int x = sqlite3_extended_errcode(db->conn);
+        if ((x & 0xff) == rc) return x;
+    }
+    return rc;
+}
+
 int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what) {
-    int prim = sqlite_rc & 0xff, rc = tocsin_code_of_sqlite(sqlite_rc);
+    int prim, rc;
     const char *msg = sqlite3_errmsg(db->conn);
+    sqlite_rc = tc_xcode(db, sqlite_rc);
+    prim = sqlite_rc & 0xff;
+    rc = tocsin_code_of_sqlite(sqlite_rc);
     if (rc == TOCSIN_OK) rc = TOCSIN_ERROR;
     if (sqlite_rc == SQLITE_BUSY_SNAPSHOT)
         tc_err(db, rc,
@@ -116,8 +134,10 @@ int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what) {
         tc_err(db, rc, "%s: database is locked by another connection (this call does not wait)", what);
     else if (prim == SQLITE_BUSY)
         tc_err(db, rc, "%s: database is locked (waited %lld ms for the lock)", what,
-               (long long)(tc_thread.busy_waited ? (tc_thread.busy_waited + 999) / 1000
-                                                 : db->busy_timeout_ms));
+               (long long)(!db->owns_conn && tc_thread.call_start
+                               ? tc_monotonic_ms() - tc_thread.call_start /* its handler's wait too */
+                           : tc_thread.busy_waited ? (tc_thread.busy_waited + 999) / 1000
+                                                   : db->busy_timeout_ms));
     else
         tc_err(db, rc, "%s: %s", what, msg);
     tc_thread.sqlite_rc = sqlite_rc;
@@ -140,12 +160,18 @@ static int no_wait(void) {
 
 /*
  * One more lock wait within the call's budget: 1 when the caller should
- * retry, 0 when the budget is spent. Sleeps 1, 2, 4 .. 32 ms.
+ * retry, 0 when the budget is spent. Sleeps 1, 2, 4 .. 32 ms. The budget runs
+ * from the first SQLITE_BUSY; on a host's connection from the call's start:
+ * the host's own busy handler has already waited before SQLite returned
+ * SQLITE_BUSY, and that wait counts (the call waits the longer of the two
+ * timeouts, not their sum).
  */
 static int busy_wait(tocsin_db *db) {
     int64_t now = tc_monotonic_ms(), pause;
     if (no_wait()) return 0;
-    if (!tc_thread.busy_until) tc_thread.busy_until = now + db->busy_timeout_ms;
+    if (!tc_thread.busy_until)
+        tc_thread.busy_until = (!db->owns_conn && tc_thread.call_start ? tc_thread.call_start : now) +
+                               db->busy_timeout_ms;
     if (now >= tc_thread.busy_until) return 0;
     pause = tc_thread.busy_waited / 1000;
     pause = pause < 1 ? 1 : pause > 32 ? 32 : pause;
@@ -197,18 +223,18 @@ static int busy_retryable(tocsin_db *db, sqlite3_stmt *st, int rc) {
 int tc_prepare(tocsin_db *db, const char *sql, unsigned flags, sqlite3_stmt **st) {
     int rc;
     /* Preparing reads the schema, which takes a read lock. */
-    while ((rc = sqlite3_prepare_v3(db->conn, sql, -1, flags, st, NULL)) != SQLITE_OK &&
+    while ((rc = tc_xcode(db, sqlite3_prepare_v3(db->conn, sql, -1, flags, st, NULL))) != SQLITE_OK &&
            !db->owns_conn && busy_retryable(db, NULL, rc) && busy_wait(db)) {
     }
     return rc;
 }
 
 int tc_step(tocsin_db *db, sqlite3_stmt *st) {
-    int rc = sqlite3_step(st);
+    int rc = tc_xcode(db, sqlite3_step(st));
     /* Our own connections wait in SQLite's busy handler (same budget). */
     while ((rc & 0xff) == SQLITE_BUSY && !db->owns_conn && busy_retryable(db, st, rc) &&
            busy_wait(db))
-        rc = sqlite3_step(st);
+        rc = tc_xcode(db, sqlite3_step(st));
     return rc;
 }
 
@@ -591,7 +617,7 @@ int tc_exec(tocsin_db *db, const char *sql, const char *what) {
             return tc_sqlerr(db, rc, what);
         }
         tc_err(db, tocsin_code_of_sqlite(rc), "%s: %s", what, msg ? msg : sqlite3_errstr(rc));
-        tc_thread.sqlite_rc = rc;
+        tc_thread.sqlite_rc = tc_xcode(db, rc);
         sqlite3_free(msg);
         return tc_thread.code;
     }
@@ -1053,7 +1079,10 @@ static int check_json(tocsin_db *db, const char *what, const char *json, int kin
         return tc_err(db, TOCSIN_TOOBIG, "%s is %zu bytes; the limit is %lld bytes", what, n,
                       (long long)db->max_payload);
     if (!tc_json_valid(json, n, &top) || !utf8_ok((const unsigned char *)json))
-        return tc_err(db, TOCSIN_INVALID, "%s is not valid JSON", what);
+        return tc_err(db, TOCSIN_INVALID, "%s is not valid JSON%s", what,
+                      tc_json_too_deep(json, n) ? " (it nests arrays and objects more than 1000 deep, "
+                                                  "tocsin's limit)"
+                                                : "");
     if (kind == 1 && top != '{') return tc_err(db, TOCSIN_INVALID, "%s must be a JSON object", what);
     return TOCSIN_OK;
 }

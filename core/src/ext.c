@@ -13,6 +13,7 @@
  */
 #include "internal.h"
 
+#include <ctype.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -144,7 +145,8 @@ static int arg_i64(fn_ctx *f, sqlite3_value **argv, int i, const char *what, int
         v = sqlite3_value_int64(argv[i]);
     } else if (t == SQLITE_FLOAT) {
         double d = sqlite3_value_double(argv[i]);
-        if (d != d) return fail_msg(f, SQLITE_MISMATCH, "%s must be an integer", what);
+        /* NaN and the infinities are not integers (1e300 is: out of range) */
+        if (d != d || d - d != 0.0) return fail_msg(f, SQLITE_MISMATCH, "%s must be an integer", what);
         /* -2^63 is a double exactly; 2^63 is the first one past INT64_MAX */
         if (d < -9223372036854775808.0 || d >= 9223372036854775808.0)
             return fail_range(f, "", what, lo, hi);
@@ -363,7 +365,7 @@ static int parse_opts(fn_ctx *f, const char *what, const char *json, size_t n,
     char top = 0;
     if (!json) return 1;
     if (!tc_json_valid(json, n, &top))
-        return fail_msg(f, SQLITE_ERROR, "%s must be a JSON object (not valid JSON)", what);
+        return fail_msg(f, SQLITE_MISMATCH, "%s must be a JSON object (not valid JSON)", what);
     if (top != '{') return fail_msg(f, SQLITE_MISMATCH, "%s must be a JSON object", what);
     w.f = f;
     w.what = what;
@@ -650,7 +652,7 @@ static int fn_enqueue_many(fn_ctx *f, int argc, sqlite3_value **argv) {
     if (!arg_text(f, argv, 0, "jobs", &jobs)) return 0;
     len = strlen(jobs);
     if (!tc_json_valid(jobs, len, &top))
-        return fail_msg(f, SQLITE_ERROR, "jobs must be a JSON array of job objects (not valid JSON)");
+        return fail_msg(f, SQLITE_MISMATCH, "jobs must be a JSON array of job objects (not valid JSON)");
     if (top != '[')
         return fail_msg(f, SQLITE_MISMATCH, "jobs must be a JSON array of job objects");
     w.f = f;
@@ -1404,7 +1406,8 @@ static int fn_scheduler_resign(fn_ctx *f, int argc, sqlite3_value **argv) {
 
 typedef int (*sql_fn)(fn_ctx *f, int argc, sqlite3_value **argv);
 
-#define FN_DB 1 /* touches the database (a transaction or savepoint of its own) */
+#define FN_DB 1    /* touches the database (a transaction or savepoint of its own) */
+#define FN_SETTER 2 /* changes the handle's state when given arguments (tocsin_clock(ms)) */
 
 typedef struct fn_def {
     const char *name;
@@ -1416,7 +1419,7 @@ typedef struct fn_def {
 static const fn_def FUNCTIONS[] = {
     {"tocsin_bootstrap", 0, 0, FN_DB, fn_bootstrap},
     {"tocsin_version", 0, 0, 0, fn_version},
-    {"tocsin_clock", 0, 1, 0, fn_clock},
+    {"tocsin_clock", 0, 1, FN_SETTER, fn_clock},
     {"tocsin_enqueue", 2, 3, FN_DB, fn_enqueue},
     {"tocsin_enqueue_many", 1, 1, FN_DB, fn_enqueue_many},
     {"tocsin_task_enqueue", 2, 5, FN_DB, fn_task_enqueue},
@@ -1495,26 +1498,78 @@ static int writer_in_progress(sqlite3 *conn) {
 }
 
 /*
- * On a host's connection the statement cache is emptied after every call: a
- * host that closes with sqlite3_close() (not _v2) fails while any statement
- * of ours is still prepared.
+ * Whether a PRAGMA is running on the connection. A function call under it
+ * comes from the schema: PRAGMA integrity_check and quick_check evaluate
+ * every CHECK constraint, and SQLite (3.40) lets a CHECK call a
+ * SQLITE_DIRECTONLY function, though not a trigger, view or index. A PRAGMA
+ * itself has no expressions to call a function from; the pragma_*() table
+ * functions run theirs as a PRAGMA statement too.
+ */
+static int pragma_in_progress(sqlite3 *conn) {
+    sqlite3_stmt *st;
+    for (st = sqlite3_next_stmt(conn, NULL); st; st = sqlite3_next_stmt(conn, st)) {
+        const char *s = sqlite3_sql(st);
+        if (!s || !sqlite3_stmt_busy(st)) continue;
+        for (;;) { /* white space and comments before the keyword */
+            while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r' || *s == '\f') s++;
+            if (s[0] == '-' && s[1] == '-') {
+                while (*s && *s != '\n') s++;
+            } else if (s[0] == '/' && s[1] == '*') {
+                const char *end = strstr(s + 2, "*/");
+                s = end ? end + 2 : s + strlen(s);
+            } else {
+                break;
+            }
+        }
+        if (sqlite3_strnicmp(s, "PRAGMA", 6) == 0 && !(isalnum((unsigned char)s[6]) || s[6] == '_'))
+            return 1;
+    }
+    return 0;
+}
+
+/*
+ * Every SQL function enters here. A function that touches the database, or
+ * changes the handle's state, runs only from the application's own statement:
+ *  - not from inside another tocsin call: a TEMP trigger on a tocsin table
+ *    (SQLite lets TEMP triggers call SQLITE_DIRECTONLY functions) or a
+ *    function of the application called from one would otherwise run while
+ *    a statement of ours is mid-step, and reset or finalize it under itself;
+ *  - not inside a statement that writes (SQLite refuses the savepoint anyway);
+ *  - not from a CHECK constraint that a PRAGMA evaluates (pragma_in_progress).
+ * On a host's connection the statement cache is emptied after every outermost
+ * call: a host that closes with sqlite3_close() (not _v2) fails while any
+ * statement of ours is still prepared.
  */
 static void dispatch(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     ext_fn *e = sqlite3_user_data(ctx);
+    tocsin_db *db = e->db;
+    int outermost = db->ext_depth == 0, flags = e->def->flags;
+    int guarded = (flags & FN_DB) || ((flags & FN_SETTER) && argc > 0);
     fn_ctx f;
     f.ctx = ctx;
-    f.db = e->db;
+    f.db = db;
     f.name = e->def->name;
     f.where = NULL;
-    if ((e->def->flags & FN_DB) && writer_in_progress(e->db->conn))
+    if (guarded && !outermost)
+        fail_msg(&f, SQLITE_ERROR,
+                 "cannot run inside another tocsin call (a trigger on a tocsin table, or a "
+                 "function such a trigger calls): call it from a statement of its own");
+    else if ((flags & FN_DB) && writer_in_progress(db->conn))
         fail_msg(&f, SQLITE_ERROR,
                  "cannot run inside a statement that writes (INSERT, UPDATE, DELETE, REPLACE, "
                  "CREATE TABLE ... AS): SQL statements in progress on this connection. Call "
                  "tocsin functions from a SELECT of their own, then write what they return in "
                  "the next statement (see \"Statement shapes\" in docs/sql.md)");
-    else
+    else if (guarded && pragma_in_progress(db->conn))
+        fail_msg(&f, SQLITE_ERROR,
+                 "cannot run inside a PRAGMA (a CHECK constraint that PRAGMA integrity_check or "
+                 "quick_check evaluates calls it): a schema must not call tocsin functions");
+    else {
+        db->ext_depth++;
         e->def->fn(&f, argc, argv);
-    if (!e->db->owns_conn) tc_stmt_flush(e->db);
+        db->ext_depth--;
+    }
+    if (outermost && !db->owns_conn) tc_stmt_flush(db);
 }
 
 /* The extension's wrapper lives as long as any of its functions: each

@@ -56,6 +56,7 @@ struct tocsin_db {
     int schema_ok;    /* schema known to be present and current */
     int64_t sql_clock; /* the fixed time set by tocsin_clock() in SQL */
     int ext_refs;      /* extension: SQL functions still registered */
+    int ext_depth;     /* extension: SQL function calls now running on the connection (ext.c) */
     void *ext_fns;     /* ext.c: what each registered SQL function carries */
     struct tc_wake *wake; /* watcher.c: file identity and the handle's own subscription */
     int has_identity;      /* (dev, ino) of the opened file are known */
@@ -79,6 +80,7 @@ struct tocsin_db {
 typedef struct tc_thread_state {
     int code;
     int sqlite_rc;
+    int64_t call_start;  /* monotonic ms: when this call began (a host's busy handler waits count) */
     int64_t busy_until;  /* monotonic ms: end of this call's wait for locks; 0: not waiting yet */
     int64_t busy_waited; /* us this call spent waiting for locks */
     int nowait;          /* set around a call that must not wait for locks (tocsin_worker_poll) */
@@ -89,6 +91,7 @@ typedef struct tc_thread_state {
     char msg[512];
 } tc_thread_state;
 tc_thread_state *tc_tls(void);
+int tc_xcode(tocsin_db *db, int rc);
 #define TC_ERRCODE (tc_tls()->code)
 /* Sets the thread's error; db may be NULL. Returns rc. */
 int tc_err(tocsin_db *db, int rc, const char *fmt, ...)
@@ -179,6 +182,7 @@ int tc_check_meta(tocsin_db *db, const char *meta);
 int tc_check_text(tocsin_db *db, const char *what, const char *text, size_t max_bytes);
 /* Strict RFC 8259 (json.c); *top gets the first character of the value. */
 int tc_json_valid(const char *text, size_t n, char *top);
+int tc_json_too_deep(const char *text, size_t n);
 /* Walk the members of a JSON object / the elements of a JSON array, strictly:
  * fn gets each key as written (a string literal, quotes included) or index,
  * and the value's text without the whitespace around it; a nonzero return
@@ -338,6 +342,10 @@ int tc_read_messages(tocsin_db *db, tocsin_message **out, size_t *out_n, const c
     } while (0)
 /* The lock the scheduler's leader lease uses (a reserved lock name). */
 #define TC_SCHEDULER_LOCK "tocsin.scheduler"
+/* the lock calls on tocsin's own (reserved) lock names, lock.c */
+int tc_lock_acquire(tocsin_db *db, int64_t *out_token, const char *name, const char *owner,
+                    int64_t ttl_ms);
+int tc_lock_release(tocsin_db *db, int *out_ok, const char *name, const char *owner, int64_t token);
 /* JSON of one schedule / a list of them: owned, NULL on oom (scheduler.c). */
 char *tc_schedules_json(const tocsin_schedule *s, size_t n);
 char *tc_schedule_json(const tocsin_schedule *s);

@@ -151,6 +151,24 @@ int tc_json_valid(const char *text, size_t n, char *top) {
     return jp_value(&j) && j.p == j.end;
 }
 
+/* Whether text[0..n) opens more than TC_JSON_MAX_DEPTH arrays and objects at
+ * once (strings skipped): what made tc_json_valid refuse it, if so. */
+int tc_json_too_deep(const char *text, size_t n) {
+    const char *p = text, *end = text + n;
+    int depth = 0;
+    for (; p < end; p++) {
+        if (*p == '"') {
+            for (p++; p < end && *p != '"'; p++)
+                if (*p == '\\') p++;
+        } else if (*p == '[' || *p == '{') {
+            if (++depth > TC_JSON_MAX_DEPTH) return 1;
+        } else if (*p == ']' || *p == '}') {
+            depth--;
+        }
+    }
+    return 0;
+}
+
 /* The top-level container of text[0..n): 1 when it is exactly one valid
  * object / array and fn never stopped, -1 when fn stopped, 0 otherwise. */
 static int jp_walk(const char *text, size_t n, int keyed, tc_json_member_fn mfn, tc_json_element_fn efn,

@@ -23,10 +23,21 @@ static const char SQL_LOCK_RELEASE[] =
 
 #define LOCK_MAX_TTL_MS (366LL * 86400 * 1000)
 
+/* Lock names beginning with "tocsin." are tocsin's own leases (the scheduler's
+ * leader lease, TC_SCHEDULER_LOCK): only the core takes, renews or releases
+ * them; anyone may read their holder. */
+#define RESERVED_PREFIX "tocsin."
+
 static int lock_check(tocsin_db *db, const char *name, const char *owner, int64_t ttl_ms,
-                      int check_ttl) {
+                      int check_ttl, int internal) {
     int rc;
     if ((rc = tc_check_name(db, "lock name", name)) != TOCSIN_OK) return rc;
+    if (!internal && strncmp(name, RESERVED_PREFIX, sizeof RESERVED_PREFIX - 1) == 0)
+        return tc_err(db, TOCSIN_INVALID,
+                      "lock name \"%.64s\" is reserved: names beginning with \"" RESERVED_PREFIX
+                      "\" are tocsin's own leases (the scheduler's leader lease is taken with "
+                      "tocsin_scheduler_lead)",
+                      name);
     if ((rc = tc_check_name(db, "owner", owner)) != TOCSIN_OK) return rc;
     if (check_ttl && (ttl_ms < 1 || ttl_ms > LOCK_MAX_TTL_MS))
         return tc_err(db, TOCSIN_INVALID, "ttl_ms must be between 1 and %lld (366 days)",
@@ -62,8 +73,8 @@ static int lock_read(tocsin_db *db, const char *name, int *found, char **owner, 
     return TOCSIN_OK;
 }
 
-int tocsin_lock_acquire(tocsin_db *db, int64_t *out_token, int64_t *out_until, const char *name,
-                        const char *owner, int64_t ttl_ms) {
+static int lock_acquire(tocsin_db *db, int64_t *out_token, int64_t *out_until, const char *name,
+                        const char *owner, int64_t ttl_ms, int internal) {
     tc_op op;
     sqlite3_stmt *st;
     char *cur = NULL;
@@ -73,7 +84,7 @@ int tocsin_lock_acquire(tocsin_db *db, int64_t *out_token, int64_t *out_until, c
     if (!out_token) return tc_err(db, TOCSIN_INVALID, "out_token must not be NULL");
     *out_token = 0;
     if (out_until) *out_until = 0;
-    if ((rc = lock_check(db, name, owner, ttl_ms, 1)) != TOCSIN_OK) return rc;
+    if ((rc = lock_check(db, name, owner, ttl_ms, 1, internal)) != TOCSIN_OK) return rc;
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
     now = tocsin_now(db);
     new_until = tc_time_add(now, ttl_ms);
@@ -126,9 +137,19 @@ done:
     return tc_op_end(db, &op, rc);
 }
 
+int tocsin_lock_acquire(tocsin_db *db, int64_t *out_token, int64_t *out_until, const char *name,
+                        const char *owner, int64_t ttl_ms) {
+    return lock_acquire(db, out_token, out_until, name, owner, ttl_ms, 0);
+}
+
+int tc_lock_acquire(tocsin_db *db, int64_t *out_token, const char *name, const char *owner,
+                    int64_t ttl_ms) {
+    return lock_acquire(db, out_token, NULL, name, owner, ttl_ms, 1);
+}
+
 /* renew (extend 1) or release (extend 0) of the holding (owner, token) */
 static int lock_holder_op(tocsin_db *db, int *out_ok, const char *name, const char *owner,
-                          int64_t token, int64_t ttl_ms, int extend) {
+                          int64_t token, int64_t ttl_ms, int extend, int internal) {
     tc_op op;
     sqlite3_stmt *st;
     int64_t now;
@@ -136,7 +157,7 @@ static int lock_holder_op(tocsin_db *db, int *out_ok, const char *name, const ch
     TC_CHECK_DB(db);
     if (!out_ok) return tc_err(db, TOCSIN_INVALID, "out_ok must not be NULL");
     *out_ok = 0;
-    if ((rc = lock_check(db, name, owner, ttl_ms, extend)) != TOCSIN_OK) return rc;
+    if ((rc = lock_check(db, name, owner, ttl_ms, extend, internal)) != TOCSIN_OK) return rc;
     if (token < 1) return tc_err(db, TOCSIN_INVALID, "token must be >= 1");
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
     now = tocsin_now(db);
@@ -158,12 +179,16 @@ static int lock_holder_op(tocsin_db *db, int *out_ok, const char *name, const ch
 
 int tocsin_lock_renew(tocsin_db *db, int *out_ok, const char *name, const char *owner,
                       int64_t token, int64_t ttl_ms) {
-    return lock_holder_op(db, out_ok, name, owner, token, ttl_ms, 1);
+    return lock_holder_op(db, out_ok, name, owner, token, ttl_ms, 1, 0);
 }
 
 int tocsin_lock_release(tocsin_db *db, int *out_ok, const char *name, const char *owner,
                         int64_t token) {
-    return lock_holder_op(db, out_ok, name, owner, token, 0, 0);
+    return lock_holder_op(db, out_ok, name, owner, token, 0, 0, 0);
+}
+
+int tc_lock_release(tocsin_db *db, int *out_ok, const char *name, const char *owner, int64_t token) {
+    return lock_holder_op(db, out_ok, name, owner, token, 0, 0, 1);
 }
 
 int tocsin_lock_holder(tocsin_db *db, char **out_owner, int64_t *out_token, int64_t *out_until,
@@ -232,7 +257,7 @@ int tocsin_lock_wait(tocsin_db *db, int64_t *out_token, int64_t *out_until, cons
     if (!out_token) return tc_err(db, TOCSIN_INVALID, "out_token must not be NULL");
     *out_token = 0;
     if (out_until) *out_until = 0;
-    if ((rc = lock_check(db, name, owner, ttl_ms, 1)) != TOCSIN_OK) return rc;
+    if ((rc = lock_check(db, name, owner, ttl_ms, 1, 0)) != TOCSIN_OK) return rc;
     w.db = db;
     w.name = name;
     w.owner = owner;

@@ -20,9 +20,14 @@ static const char SQL_PRUNE_KEEP[] =
     "DELETE FROM _tocsin_notifications WHERE id IN (SELECT id FROM (SELECT id,"
     " row_number() OVER (PARTITION BY channel ORDER BY id DESC) AS n"
     " FROM _tocsin_notifications) WHERE n > ?1)";
+/* json_valid first: a damaged policy is reported as such, not as SQLite's
+ * "malformed JSON" on every notify */
 static const char SQL_AUTOTRIM_GET[] =
-    "SELECT json_extract(value, '$.one_in'), json_extract(value, '$.max_age_ms'),"
-    " json_extract(value, '$.max_keep') FROM _tocsin_meta WHERE key = 'notify_autotrim'";
+    "SELECT CASE WHEN json_valid(value) THEN json_type(value) = 'object' ELSE 0 END,"
+    " CASE WHEN json_valid(value) THEN json_extract(value, '$.one_in') END,"
+    " CASE WHEN json_valid(value) THEN json_extract(value, '$.max_age_ms') END,"
+    " CASE WHEN json_valid(value) THEN json_extract(value, '$.max_keep') END"
+    " FROM _tocsin_meta WHERE key = 'notify_autotrim'";
 static const char SQL_AUTOTRIM_SET[] =
     "INSERT INTO _tocsin_meta(key, value) VALUES ('notify_autotrim',"
     " json_object('one_in', ?1, 'max_age_ms', ?2, 'max_keep', ?3))"
@@ -59,9 +64,15 @@ static int autotrim(tocsin_db *db) {
         sqlite3_reset(st);
         return rc == SQLITE_DONE ? TOCSIN_OK : tc_sqlerr(db, rc, "notify auto-trim");
     }
-    one_in = sqlite3_column_int64(st, 0);
-    age = sqlite3_column_int64(st, 1);
-    keep = sqlite3_column_int64(st, 2);
+    if (!sqlite3_column_int(st, 0)) {
+        sqlite3_reset(st);
+        return tc_err(db, TOCSIN_CORRUPT,
+                      "notify auto-trim: the stored policy (_tocsin_meta key 'notify_autotrim') is "
+                      "not a JSON object: set it again with tocsin_notify_set_autotrim");
+    }
+    one_in = sqlite3_column_int64(st, 1);
+    age = sqlite3_column_int64(st, 2);
+    keep = sqlite3_column_int64(st, 3);
     sqlite3_reset(st);
     if (one_in < 1 || tc_random() % (uint64_t)one_in != 0) return TOCSIN_OK;
     return prune(db, &n, age, keep);

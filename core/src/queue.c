@@ -431,6 +431,12 @@ static int insert_job(tocsin_db *db, int64_t *out_id, const tocsin_job_spec *s, 
     /* No RETURNING: it buffers its row in an ephemeral table. Without one,
      * the row count and last rowid of this statement say the same. */
     rc = tc_step(db, st);
+    if (rc == SQLITE_CONSTRAINT_CHECK && strstr(sqlite3_errmsg(db->conn), "id BETWEEN")) {
+        sqlite3_reset(st);
+        return tc_err(db, TOCSIN_FULL,
+                      "enqueue: no job id is left: ids end at 8796093022207 (2^43 - 1), the bound "
+                      "that keeps every fencing token (id * 2^20 + attempts) within 63 bits");
+    }
     sqlite3_reset(st);
     if (rc != SQLITE_DONE) return tc_sqlerr(db, rc, "enqueue");
     if (sqlite3_changes(db->conn) == 1) {

@@ -611,7 +611,7 @@ int tocsin_scheduler_lead(tocsin_db *db, int *out_is_leader, int64_t *out_token,
     *out_is_leader = 0;
     if (out_token) *out_token = 0;
     if ((rc = tc_check_ms(db, "ttl_ms", ttl_ms, 1)) != TOCSIN_OK) return rc;
-    rc = tocsin_lock_acquire(db, &token, NULL, TC_SCHEDULER_LOCK, owner, ttl_ms);
+    rc = tc_lock_acquire(db, &token, TC_SCHEDULER_LOCK, owner, ttl_ms);
     if (rc != TOCSIN_OK) return rc;
     *out_is_leader = token > 0;
     if (out_token) *out_token = token;
@@ -629,7 +629,7 @@ int tocsin_scheduler_resign(tocsin_db *db, int *out_ok, const char *owner) {
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
     rc = tocsin_lock_holder(db, &holder, &token, &until, TC_SCHEDULER_LOCK);
     if (rc == TOCSIN_OK && holder && strcmp(holder, owner) == 0)
-        rc = tocsin_lock_release(db, &ok, TC_SCHEDULER_LOCK, owner, token);
+        rc = tc_lock_release(db, &ok, TC_SCHEDULER_LOCK, owner, token);
     tocsin_free(holder);
     rc = tc_op_end(db, &op, rc);
     if (rc == TOCSIN_OK && out_ok) *out_ok = ok;

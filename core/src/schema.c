@@ -285,9 +285,17 @@ static int read_version(tocsin_db *db, int *out) {
     return TOCSIN_OK;
 }
 
+/* Whether a statement of the connection is running (ours are all reset here). */
+static int statement_running(sqlite3 *conn) {
+    sqlite3_stmt *st;
+    for (st = sqlite3_next_stmt(conn, NULL); st; st = sqlite3_next_stmt(conn, st))
+        if (sqlite3_stmt_busy(st)) return 1;
+    return 0;
+}
+
 int tc_schema_install(tocsin_db *db, int *out_version) {
     tc_op op;
-    int v, rc;
+    int v, rc, from;
     char sql[160];
     *out_version = 0;
     if ((rc = read_version(db, &v)) != TOCSIN_OK) return rc;
@@ -306,10 +314,18 @@ int tc_schema_install(tocsin_db *db, int *out_version) {
     if ((rc = tc_op_open(db, &op, 1)) != TOCSIN_OK) return rc;
     /* Another process may have installed it while we waited for the lock. */
     rc = read_version(db, &v);
+    from = v;
     for (; rc == TOCSIN_OK && v < N_MIGRATIONS; v++) {
         const char *const *sql;
         for (sql = MIGRATIONS[v]; rc == TOCSIN_OK && *sql; sql++) rc = tc_exec(db, *sql, "install schema");
     }
+    if (rc != TOCSIN_OK && (tc_tls()->sqlite_rc & 0xff) == SQLITE_LOCKED && statement_running(db->conn))
+        rc = tc_err(db, TOCSIN_ERROR,
+                    "install schema: the tocsin tables %s, and installing them drops a table, which "
+                    "SQLite refuses while another statement of this connection is running (as in "
+                    "SELECT tocsin_...(x) FROM t on a database without them): install them first, "
+                    "with tocsin_bootstrap() or any tocsin call in a statement of its own",
+                    from ? "need an upgrade" : "do not exist yet");
     if (rc == TOCSIN_OK) {
         snprintf(sql, sizeof sql,
                  "INSERT INTO _tocsin_meta(key, value) VALUES ('schema_version', '%d') "

@@ -514,13 +514,20 @@ static int apply_outcome(tocsin_db *db, int *held, const wrun *r, const tocsin_o
     }
 }
 
-static int check_outcome(tocsin_db *db, const tocsin_outcome *o) {
-    int rc;
+/* The outcome's form (a programming error of the binding when wrong). */
+static int check_outcome_form(tocsin_db *db, const tocsin_outcome *o) {
     if (!o) return tc_err(db, TOCSIN_INVALID, "outcome must not be NULL");
     if (o->version < 1)
         return tc_err(db, TOCSIN_INVALID, "outcome: version must be set (use TOCSIN_OUTCOME_INIT)");
     if (o->kind < TOCSIN_OUTCOME_OK || o->kind > TOCSIN_OUTCOME_HAND_BACK)
         return tc_err(db, TOCSIN_INVALID, "outcome kind %d is not one of TOCSIN_OUTCOME_*", o->kind);
+    return TOCSIN_OK;
+}
+
+/* The outcome's contents: what the task produced (a result too big or not
+ * JSON, an error type that is not a name, text that is not UTF-8). */
+static int check_outcome(tocsin_db *db, const tocsin_outcome *o) {
+    int rc;
     if (o->kind == TOCSIN_OUTCOME_OK && o->value &&
         (rc = tc_check_payload(db, "result value", o->value)) != TOCSIN_OK)
         return rc;
@@ -590,10 +597,30 @@ int tocsin_worker_finish(tocsin_worker *w, tocsin_db *tx, tocsin_task_run *run,
     wrun *r = (wrun *)run;
     tocsin_outcome c;
     int rc;
+    tocsin_outcome refused = TOCSIN_OUTCOME_INIT;
+    char why[sizeof tc_tls()->msg + 40];
     if (!w || !run) return tc_err(NULL, TOCSIN_INVALID, "worker and run must not be NULL");
     tc_clear(w->db);
-    if ((rc = check_outcome(w->db, o)) != TOCSIN_OK) return rc;
+    if ((rc = check_outcome_form(w->db, o)) != TOCSIN_OK) return rc;
     if (r->finishing) return tc_err(w->db, TOCSIN_INVALID, "this run was finished already");
+    if ((rc = check_outcome(w->db, o)) != TOCSIN_OK) {
+        /* In a transaction: refused, nothing written (the caller rolls back
+         * the task's writes and finishes again without tx). Otherwise the run
+         * must still end, not keep its lease and slot until the worker stops:
+         * a final failure naming what was refused takes the outcome's place. */
+        if (tx || rc == TOCSIN_NOMEM) return rc;
+        snprintf(why, sizeof why, "the outcome was refused: %s", tc_tls()->msg);
+        if ((int64_t)strlen(why) > w->db->max_payload) { /* stored as text under that limit */
+            size_t cut = (size_t)w->db->max_payload;
+            while (cut > 0 && ((unsigned char)why[cut] & 0xc0) == 0x80) cut--;
+            why[cut] = 0;
+        }
+        refused.kind = TOCSIN_OUTCOME_FAIL;
+        refused.error_type = o->kind == TOCSIN_OUTCOME_OK ? "InvalidResult" : "InvalidOutcome";
+        refused.error_message = why;
+        o = &refused;
+        tc_clear(w->db);
+    }
     if (tx) {
         tc_op op;
         int held = 0;

@@ -302,6 +302,52 @@ static void stale_snapshot_fails_at_once(void) {
     tocsin_close(db);
 }
 
+/* A host's connection runs without extended result codes (SQLite's default):
+ * sqlite3_step returns SQLITE_BUSY for a stale snapshot and SQLITE_CONSTRAINT
+ * for a UNIQUE failure. The core reads the extended code from the connection,
+ * so the messages and the no-retry rule are those of its own connections. */
+static void host_without_extended_codes(void) {
+    tocsin_db *writer = t_open("hostx", NULL), *db = NULL;
+    sqlite3 *conn = NULL;
+    tocsin_enqueue_opts eo = TOCSIN_ENQUEUE_OPTS_INIT;
+    tocsin_job *jobs = NULL;
+    size_t n = 0;
+    int64_t id = 0, live = 0, dead = 0;
+    int ok = -1, rc;
+    char path[512];
+    snprintf(path, sizeof path, "%s", sqlite3_db_filename(tocsin_sqlite(writer), "main"));
+    CHECK(sqlite3_open(path, &conn) == SQLITE_OK);
+    CHECK(sqlite3_extended_result_codes(conn, 0) == SQLITE_OK);
+    CHECK_OK(db, tocsin_wrap(&db, conn, NULL));
+
+    /* a stale read snapshot fails at once, named as such */
+    CHECK(sqlite3_exec(conn, "BEGIN; SELECT count(*) FROM _tocsin_jobs", NULL, NULL, NULL) == SQLITE_OK);
+    CHECK_OK(writer, tocsin_queue_enqueue(writer, &id, "q", "{}", NULL));
+    rc = tocsin_queue_enqueue(db, &id, "q", "{}", NULL);
+    CHECK_EQ_I(rc, TOCSIN_BUSY);
+    CHECK(strstr(tocsin_errmsg(db), "stale") != NULL);
+    CHECK_EQ_I(tocsin_sqlite_errcode(db), SQLITE_BUSY_SNAPSHOT);
+    CHECK(sqlite3_exec(conn, "ROLLBACK", NULL, NULL, NULL) == SQLITE_OK);
+
+    /* a requeue that meets a live job's unique key says so */
+    eo.unique_key = "k";
+    eo.max_attempts = 1;
+    CHECK_OK(db, tocsin_queue_enqueue(db, &dead, "u", "1", &eo));
+    CHECK_OK(db, tocsin_queue_claim(db, &jobs, &n, "u", "w", 1, 60000));
+    CHECK(n == 1);
+    CHECK_OK(db, tocsin_job_fail(db, &ok, dead, n ? jobs[0].token : 0, "boom"));
+    CHECK_EQ_I(ok, 1);
+    tocsin_jobs_free(jobs, n);
+    CHECK_OK(db, tocsin_queue_enqueue(db, &live, "u", "2", &eo));
+    CHECK(live != dead);
+    CHECK_EQ_I(tocsin_dead_requeue(db, &ok, dead), TOCSIN_INVALID);
+    CHECK(strstr(tocsin_errmsg(db), "holds the same unique_key") != NULL);
+    CHECK_EQ_I(t_count(db, "_tocsin_dead"), 1);
+    tocsin_close(db);
+    sqlite3_close(conn);
+    tocsin_close(writer);
+}
+
 /* ---- hostile durations and instants ------------------------------------------ */
 
 static int64_t max_clock(void *ctx) {
@@ -471,6 +517,7 @@ void suite_harden(void) {
     busy_host_connections();
     busy_timeout_is_busy();
     stale_snapshot_fails_at_once();
+    host_without_extended_codes();
     durations_never_wrap();
     stored_texts_are_utf8();
     subscribe_to_replaced_file();

@@ -199,12 +199,13 @@ static void outcomes(void) {
     CHECK(res && res->is_error && strcmp(res->error_type, "InvalidEnvelope") == 0);
     tocsin_result_free(res);
 
-    /* bad outcomes are refused, the run stays */
+    /* an outcome of the wrong form is refused, the run stays */
     o.kind = 7;
     CHECK_EQ_I(tocsin_worker_finish(w, NULL, r_ok, &o), TOCSIN_INVALID);
+    o.version = 0;
     o.kind = TOCSIN_OUTCOME_OK;
-    o.value = "{bad json";
     CHECK_EQ_I(tocsin_worker_finish(w, NULL, r_ok, &o), TOCSIN_INVALID);
+    o.version = TOCSIN_OUTCOME_VERSION;
     o.value = "3";
     CHECK_OK(db, tocsin_worker_finish(w, NULL, r_ok, &o));
     CHECK_EQ_I(tocsin_worker_finish(w, NULL, r_ok, &o), TOCSIN_INVALID); /* twice */
@@ -285,6 +286,69 @@ static void outcomes(void) {
         CHECK(res && strcmp(res->value, "null") == 0);
         tocsin_result_free(res);
     }
+    tocsin_close(db);
+}
+
+/* Contents the core cannot store end the run as a final failure (without a
+ * transaction), or are refused with nothing written (in one). */
+static void refused_outcomes(void) {
+    t_clock clk = {1000000};
+    tocsin_db *db = t_open("w_refused", &clk), *tx = NULL;
+    tocsin_worker *w = open_worker(db, "w1", 8);
+    tocsin_task_run **runs = NULL, *r[4] = {NULL, NULL, NULL, NULL};
+    tocsin_outcome o = TOCSIN_OUTCOME_INIT;
+    tocsin_result *res = NULL;
+    tocsin_job *job = NULL;
+    int64_t ids[4];
+    size_t n = 0, i, k;
+    char big[200];
+    for (i = 0; i < 4; i++) ids[i] = call(db, "add", "[1]", 3);
+    CHECK_OK(db, tocsin_set_max_payload(db, 64));
+    CHECK_OK(db, tocsin_worker_next(w, &runs, &n, 0));
+    CHECK_EQ_I(n, 4);
+    for (i = 0; i < n; i++)
+        for (k = 0; k < 4; k++)
+            if (runs[i]->job_id == ids[k]) r[k] = runs[i];
+    tocsin_free(runs);
+    CHECK(r[0] && r[1] && r[2] && r[3]);
+    if (!(r[0] && r[1] && r[2] && r[3])) return;
+    /* in a transaction: refused, nothing written, the run still open */
+    memset(big, '7', sizeof big - 1);
+    big[sizeof big - 1] = 0;
+    CHECK_OK(db, tocsin_tx_begin(db, &tx));
+    o.value = big;
+    CHECK_EQ_I(tocsin_worker_finish(w, tx, r[0], &o), TOCSIN_TOOBIG);
+    CHECK_OK(tx, tocsin_tx_rollback(tx));
+    CHECK_EQ_I(tocsin_worker_in_flight(w), 4);
+    /* without: a result over the payload limit, one that is not JSON, an error
+     * type that is not a name, a message that is not UTF-8 */
+    CHECK_OK(db, tocsin_worker_finish(w, NULL, r[0], &o));
+    o.value = "{not json";
+    CHECK_OK(db, tocsin_worker_finish(w, NULL, r[1], &o));
+    o.kind = TOCSIN_OUTCOME_ERROR;
+    o.value = NULL;
+    o.error_type = "bad\ttype";
+    o.error_message = "m";
+    CHECK_OK(db, tocsin_worker_finish(w, NULL, r[2], &o));
+    o.error_type = "ValueError";
+    o.error_message = "caf\xc3";
+    CHECK_OK(db, tocsin_worker_finish(w, NULL, r[3], &o));
+    CHECK_EQ_I(tocsin_worker_finish(w, NULL, r[3], &o), TOCSIN_INVALID); /* ended */
+    CHECK_OK(db, tocsin_worker_flush(w, NULL));
+    CHECK_EQ_I(tocsin_worker_in_flight(w), 0);
+    for (k = 0; k < 4; k++) {
+        CHECK_OK(db, tocsin_job_get(db, &job, ids[k]));
+        CHECK(job && strcmp(job->state, "dead") == 0 && strcmp(job->reason, "failed") == 0);
+        tocsin_jobs_free(job, 1);
+        CHECK_OK(db, tocsin_result_get(db, &res, ids[k]));
+        CHECK(res && res->is_error && strcmp(res->error_type, k < 2 ? "InvalidResult" : "InvalidOutcome") == 0);
+        CHECK(res && strstr(res->error_message, "the outcome was refused: ") == res->error_message);
+        tocsin_result_free(res);
+    }
+    CHECK_OK(db, tocsin_result_get(db, &res, ids[0])); /* the message cut to the limit */
+    CHECK(res && strlen(res->error_message) == 64);
+    tocsin_result_free(res);
+    tocsin_worker_close(w);
     tocsin_close(db);
 }
 
@@ -850,6 +914,7 @@ void suite_worker(void) {
     bad_worker_options();
     worker_ids();
     outcomes();
+    refused_outcomes();
     finish_in_transaction();
     unknown_tasks();
     dead_worker_recovery();

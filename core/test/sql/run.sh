@@ -134,7 +134,7 @@ qerr "SELECT tocsin_enqueue('mail', '1', '{\"expires_ms\":1e300}');" "option \"e
 qerr "SELECT tocsin_enqueue('mail', '1', '{\"priority\":1,\"priority\":2}');" "option \"priority\" is given twice"
 qerr "SELECT tocsin_heartbeat(1, 1, 9223372036854775807);" "extend_ms must be between 1 and 253402300799999"
 qerr "SELECT tocsin_claim('mail', 'w', 1, 1e300);" "visibility_ms must be between"
-qerr "SELECT tocsin_retry(1, 1, -1e999);" "delay_ms must be between"
+qerr "SELECT tocsin_retry(1, 1, -1e999);" "delay_ms must be an integer (20)"
 qerr "SELECT tocsin_lock_acquire('lk', 'o', 1.5);" "ttl_ms must be an integer"
 qerr "SELECT tocsin_result_save(1, '1', 9e18);" "ttl_ms must be between"
 qerr "SELECT tocsin_schedule_set('s', '@daily', 'q', '1', '{\"job_expires_ms\":253402300800000}');" "option \"job_expires_ms\" must be between"
@@ -167,6 +167,65 @@ q "SELECT count(*) FROM _tocsin_jobs WHERE queue = 'batch';" "2"
 
 # SQLITE_DIRECTONLY: not callable from a trigger or a view
 qerr "CREATE TABLE t(x); CREATE TRIGGER tr AFTER INSERT ON t BEGIN SELECT tocsin_enqueue('q', '{}'); END; INSERT INTO t VALUES (1);" "unsafe use of tocsin_enqueue"
+
+# SQLite lets a CHECK and a TEMP trigger call SQLITE_DIRECTONLY functions: tocsin refuses
+# them there itself, and a nested call never runs while a statement of ours is mid-step.
+q "CREATE TEMP TRIGGER tv AFTER INSERT ON main._tocsin_jobs BEGIN SELECT tocsin_version(); END;
+SELECT tocsin_enqueue('nest', '1') > 0; SELECT count(*) FROM _tocsin_jobs WHERE queue = 'nest';" "1
+1"
+qerr "CREATE TEMP TRIGGER tn AFTER INSERT ON main._tocsin_jobs BEGIN SELECT tocsin_enqueue('nest2', '2'); END;
+SELECT tocsin_enqueue('nest', '1');" "cannot run inside another tocsin call"
+q "CREATE TEMP TRIGGER tn AFTER INSERT ON main._tocsin_jobs BEGIN SELECT tocsin_enqueue('nest2', '2'); END;
+SELECT count(*) FROM _tocsin_jobs WHERE queue LIKE 'nest%';" "1"
+qerr "SELECT tocsin_clock(100000); CREATE TEMP TRIGGER tc AFTER INSERT ON main._tocsin_notifications BEGIN SELECT tocsin_clock(5); END;
+SELECT tocsin_notify('nestc', '1');" "tocsin_clock: cannot run inside another tocsin call"
+q "CREATE TABLE planted(x CHECK (x > 0)); INSERT INTO planted VALUES (1);" ""
+sqlite3 "$DB" "PRAGMA writable_schema=ON; UPDATE sqlite_schema SET sql = 'CREATE TABLE planted(x CHECK (tocsin_enqueue(''evil'', ''1'') > 0 OR tocsin_clock(5) = 5))' WHERE name = 'planted';" >/dev/null
+qerr "PRAGMA integrity_check;" "cannot run inside a PRAGMA"
+qerr "SELECT * FROM pragma_quick_check;" "error"
+qerr "INSERT INTO planted VALUES (2);" "cannot run inside a statement that writes"
+q "SELECT count(*) FROM _tocsin_jobs WHERE queue = 'evil'; SELECT tocsin_clock() > 5;" "0
+1"
+sqlite3 "$DB" "PRAGMA writable_schema=ON; DELETE FROM sqlite_schema WHERE name = 'planted';" >/dev/null
+# a host connection without extended result codes gets the same messages
+q "SELECT tocsin_clock(100000); SELECT tocsin_enqueue('uq', '1', '{\"unique_key\":\"k\",\"max_attempts\":1}') > 0;
+SELECT tocsin_fail(id, (id << 20) + 1, 'x') FROM (SELECT json_extract(tocsin_claim('uq', 'w', 1, 1000), '\$[0].id') AS id);
+SELECT tocsin_enqueue('uq', '2', '{\"unique_key\":\"k\"}') > 0;" "100000
+1
+1
+1"
+qerr "SELECT tocsin_dead_requeue(id) FROM _tocsin_dead WHERE queue = 'uq';" "a live job of its queue holds the same unique_key"
+# argument kinds as docs/sql.md gives them
+qerr "SELECT tocsin_claim('p', 'w', 9e999, 1000);" "n must be an integer (20)"
+qerr "SELECT tocsin_claim('p', 'w', -9e999, 1000);" "n must be an integer (20)"
+qerr "SELECT tocsin_enqueue('p', '1', '{bad');" "options must be a JSON object (not valid JSON) (20)"
+qerr "SELECT tocsin_enqueue_many('[{');" "jobs must be a JSON array of job objects (not valid JSON) (20)"
+qerr "SELECT tocsin_enqueue('p', printf('%.*c', 1001, '['));" "nests arrays and objects more than 1000 deep"
+q "SELECT tocsin_enqueue('deep', printf('%.*c', 1000, '[') || printf('%.*c', 1000, ']')) > 0;" "1"
+qerr "SELECT tocsin_lock_acquire('tocsin.scheduler', 'me', 1000);" "is reserved"
+qerr "SELECT tocsin_lock_release('tocsin.x', 'me', 1);" "is reserved"
+q "SELECT json_extract(tocsin_lock_holder('tocsin.scheduler'), '\$.name');" "tocsin.scheduler"
+# a damaged auto-trim policy is reported as such, and nothing is written
+q "INSERT INTO _tocsin_meta(key, value) VALUES ('notify_autotrim', '{bad');" ""
+qerr "SELECT tocsin_notify('at', '1');" "the stored policy"
+q "DELETE FROM _tocsin_meta WHERE key = 'notify_autotrim'; SELECT count(*) FROM _tocsin_notifications WHERE channel = 'at';" "0"
+# job ids end at 2^43 - 1 (on a file of its own: the ids of this one go on)
+out=$(printf '.load %s
+SELECT tocsin_enqueue(%s, %s);
+UPDATE sqlite_sequence SET seq = 8796093022207 WHERE name = %s;
+SELECT tocsin_enqueue(%s, %s);
+SELECT count(*) FROM _tocsin_jobs;
+' "$EXT" "'top'" "'1'" "'_tocsin_jobs'" "'top'" "'2'" | sqlite3 -batch "$DIR/top.db" 2>&1)
+case "$out" in 1*"no job id is left"*1) passed=$((passed + 1)) ;; *) failed=$((failed + 1)); echo "FAIL ids end: $out" ;; esac
+# a multi-row statement on a database without the tocsin tables: a clear error, nothing written
+FRESH=$DIR/fresh.db
+out=$(printf '.load %s\nCREATE TABLE src(x); INSERT INTO src VALUES (1), (2);\nSELECT tocsin_enqueue(%s, x) FROM src;\n' "$EXT" "'m'" | sqlite3 -batch "$FRESH" 2>&1)
+case "$out" in *"do not exist yet"*"tocsin_bootstrap()"*) passed=$((passed + 1)) ;; *) failed=$((failed + 1)); echo "FAIL fresh multi-row: $out" ;; esac
+out=$(printf '.load %s\nSELECT count(*) FROM sqlite_master WHERE name LIKE %s;\nSELECT tocsin_bootstrap();\nSELECT tocsin_enqueue(%s, x) FROM src;\n' "$EXT" "'_tocsin%'" "'m'" | sqlite3 -batch "$FRESH" 2>&1)
+if [ "$out" = "0
+2
+1
+2" ]; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL fresh after bootstrap: $out"; fi
 
 # the stdlib sqlite3 module of Debian's python3 loads the extension too
 if [ -x /usr/bin/python3 ]; then
