@@ -44,7 +44,9 @@ static const char *go_sqlite_image(void) {
 import "C"
 
 import (
+	"fmt"
 	"runtime"
+	"strings"
 	"unsafe"
 )
 
@@ -82,11 +84,21 @@ func call(op string, f func() C.int) error {
 	return err
 }
 
-type cstrings []*C.char
+// cstrings holds the C copies of one call's string arguments. A Go string with a NUL
+// byte has no C form (C.CString would cut it there, and "a\x00b" would name "a"):
+// the first one is kept as err, and the call is refused (ErrInvalid) before it runs.
+type cstrings struct {
+	ps  []*C.char
+	nul string // the first argument holding a NUL byte
+	bad bool
+}
 
 func (cs *cstrings) str(s string) *C.char {
+	if !cs.bad && strings.IndexByte(s, 0) >= 0 {
+		cs.bad, cs.nul = true, s
+	}
 	p := C.CString(s)
-	*cs = append(*cs, p)
+	cs.ps = append(cs.ps, p)
 	return p
 }
 
@@ -98,11 +110,23 @@ func (cs *cstrings) opt(s string) *C.char {
 	return cs.str(s)
 }
 
+// check is ErrInvalid, naming the argument, when one of the strings holds a NUL byte.
+func (cs *cstrings) check(op string) error {
+	if !cs.bad {
+		return nil
+	}
+	q := cs.nul
+	if len(q) > 64 {
+		q = q[:64] + "..."
+	}
+	return newErr(ErrInvalid, op, fmt.Sprintf("text argument %q contains a NUL byte (refused, not cut at the NUL)", q))
+}
+
 func (cs *cstrings) free() {
-	for _, p := range *cs {
+	for _, p := range cs.ps {
 		C.free(unsafe.Pointer(p))
 	}
-	*cs = (*cs)[:0]
+	cs.ps = cs.ps[:0]
 }
 
 func goStr(p *C.char) string {

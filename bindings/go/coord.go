@@ -70,7 +70,7 @@ func (c *conn) SaveResult(ctx context.Context, jobID int64, v any, ttl time.Dura
 	var cs cstrings
 	defer cs.free()
 	cv := cs.str(val)
-	return c.do(ctx, "result_save", func(p *C.tocsin_db) C.int {
+	return c.doCS(ctx, &cs, "result_save", func(p *C.tocsin_db) C.int {
 		return C.tocsin_result_save(p, C.int64_t(jobID), cv, C.int64_t(ms(ttl)))
 	})
 }
@@ -80,7 +80,7 @@ func (c *conn) SaveError(ctx context.Context, jobID int64, errType, message stri
 	var cs cstrings
 	defer cs.free()
 	ct, cm := cs.str(errType), cs.str(message)
-	return c.do(ctx, "result_save_error", func(p *C.tocsin_db) C.int {
+	return c.doCS(ctx, &cs, "result_save_error", func(p *C.tocsin_db) C.int {
 		return C.tocsin_result_save_error(p, C.int64_t(jobID), ct, cm, C.int64_t(ms(ttl)))
 	})
 }
@@ -154,7 +154,7 @@ func (l *Lock) TryAcquire(ctx context.Context) (bool, error) {
 	defer cs.free()
 	cn, co := cs.str(l.Name), cs.str(l.Owner)
 	var tok, until C.int64_t
-	if err := l.db.do(ctx, "lock_acquire", func(p *C.tocsin_db) C.int {
+	if err := l.db.doCS(ctx, &cs, "lock_acquire", func(p *C.tocsin_db) C.int {
 		return C.tocsin_lock_acquire(p, &tok, &until, cn, co, C.int64_t(ms(l.TTL)))
 	}); err != nil {
 		return false, err
@@ -172,6 +172,9 @@ func (l *Lock) Acquire(ctx context.Context) error {
 	var cs cstrings
 	defer cs.free()
 	cn, co := cs.str(l.Name), cs.str(l.Owner)
+	if err := cs.check("lock_wait"); err != nil {
+		return err
+	}
 	var tok, until C.int64_t
 	err := l.db.blockingWait(ctx, "lock_wait", func(p *C.tocsin_db, dl C.int64_t, sub *C.tocsin_sub) C.int {
 		return C.tocsin_lock_wait(p, &tok, &until, cn, co, C.int64_t(ms(l.TTL)), dl, sub)
@@ -192,7 +195,7 @@ func (l *Lock) Renew(ctx context.Context) error {
 	defer cs.free()
 	cn, co := cs.str(l.Name), cs.str(l.Owner)
 	var ok C.int
-	if err := l.db.do(ctx, "lock_renew", func(p *C.tocsin_db) C.int {
+	if err := l.db.doCS(ctx, &cs, "lock_renew", func(p *C.tocsin_db) C.int {
 		return C.tocsin_lock_renew(p, &ok, cn, co, C.int64_t(l.token), C.int64_t(ms(l.TTL)))
 	}); err != nil {
 		return err
@@ -206,7 +209,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	defer cs.free()
 	cn, co := cs.str(l.Name), cs.str(l.Owner)
 	var ok C.int
-	if err := l.db.do(ctx, "lock_release", func(p *C.tocsin_db) C.int {
+	if err := l.db.doCS(ctx, &cs, "lock_release", func(p *C.tocsin_db) C.int {
 		return C.tocsin_lock_release(p, &ok, cn, co, C.int64_t(l.token))
 	}); err != nil {
 		return err
@@ -222,7 +225,7 @@ func (c *conn) LockHolder(ctx context.Context, name string) (owner string, token
 	cn := cs.str(name)
 	var co *C.char
 	var tok, u C.int64_t
-	err = c.do(ctx, "lock_holder", func(p *C.tocsin_db) C.int { return C.tocsin_lock_holder(p, &co, &tok, &u, cn) })
+	err = c.doCS(ctx, &cs, "lock_holder", func(p *C.tocsin_db) C.int { return C.tocsin_lock_holder(p, &co, &tok, &u, cn) })
 	if err != nil {
 		return "", 0, time.Time{}, err
 	}
@@ -260,7 +263,7 @@ func (r *RateLimit) Try(ctx context.Context) (RateDecision, error) {
 	cn := cs.str(r.Name)
 	var allowed C.int
 	var retry, rem C.int64_t
-	err := r.c.do(ctx, "ratelimit_try", func(p *C.tocsin_db) C.int {
+	err := r.c.doCS(ctx, &cs, "ratelimit_try", func(p *C.tocsin_db) C.int {
 		return C.tocsin_ratelimit_try(p, &allowed, &retry, &rem, cn, C.int64_t(r.Limit), C.int64_t(ms(r.Per)))
 	})
 	return RateDecision{Allowed: allowed != 0, RetryAfter: time.Duration(retry) * time.Millisecond, Remaining: int64(rem)}, err
@@ -272,7 +275,7 @@ func (r *RateLimit) Reset(ctx context.Context) (int64, error) {
 	defer cs.free()
 	cn := cs.str(r.Name)
 	var n C.int64_t
-	err := r.c.do(ctx, "ratelimit_reset", func(p *C.tocsin_db) C.int { return C.tocsin_ratelimit_reset(p, &n, cn) })
+	err := r.c.doCS(ctx, &cs, "ratelimit_reset", func(p *C.tocsin_db) C.int { return C.tocsin_ratelimit_reset(p, &n, cn) })
 	return int64(n), err
 }
 
@@ -330,12 +333,12 @@ func (o *ScheduleOptions) fill(cs *cstrings, out *C.tocsin_schedule_opts) error 
 		return nil
 	}
 	out.priority = C.int64_t(o.Priority)
-	out.max_attempts = C.int(o.MaxAttempts)
+	out.max_attempts = cint(o.MaxAttempts)
 	out.job_expires_ms = C.int64_t(ms(o.JobExpires))
 	if o.CatchUpAll {
 		out.catch_up = C.TOCSIN_CATCHUP_ALL
 	}
-	out.max_catch_up = C.int(o.MaxCatchUp)
+	out.max_catch_up = cint(o.MaxCatchUp)
 	if o.LocalTime {
 		out.local_time = 1
 	}
@@ -398,7 +401,7 @@ func (c *conn) SetSchedule(ctx context.Context, name, cron, queue string, v any,
 	}
 	cn, cc, cq, cp := cs.str(name), cs.str(cron), cs.str(queue), cs.str(payload)
 	var next C.int64_t
-	err = c.do(ctx, "schedule_set", func(p *C.tocsin_db) C.int {
+	err = c.doCS(ctx, &cs, "schedule_set", func(p *C.tocsin_db) C.int {
 		return C.tocsin_schedule_set(p, &next, cn, cc, cq, cp, &o)
 	})
 	return fromMs(int64(next)), err
@@ -409,14 +412,14 @@ func (c *conn) PauseSchedule(ctx context.Context, name string) error {
 	var cs cstrings
 	defer cs.free()
 	cn := cs.str(name)
-	return c.do(ctx, "schedule_pause", func(p *C.tocsin_db) C.int { return C.tocsin_schedule_pause(p, cn) })
+	return c.doCS(ctx, &cs, "schedule_pause", func(p *C.tocsin_db) C.int { return C.tocsin_schedule_pause(p, cn) })
 }
 
 func (c *conn) ResumeSchedule(ctx context.Context, name string) error {
 	var cs cstrings
 	defer cs.free()
 	cn := cs.str(name)
-	return c.do(ctx, "schedule_resume", func(p *C.tocsin_db) C.int { return C.tocsin_schedule_resume(p, cn) })
+	return c.doCS(ctx, &cs, "schedule_resume", func(p *C.tocsin_db) C.int { return C.tocsin_schedule_resume(p, cn) })
 }
 
 // RemoveSchedule deletes a schedule; ErrNotFound if there was none.
@@ -425,7 +428,7 @@ func (c *conn) RemoveSchedule(ctx context.Context, name string) error {
 	defer cs.free()
 	cn := cs.str(name)
 	var ok C.int
-	if err := c.do(ctx, "schedule_remove", func(p *C.tocsin_db) C.int { return C.tocsin_schedule_remove(p, &ok, cn) }); err != nil {
+	if err := c.doCS(ctx, &cs, "schedule_remove", func(p *C.tocsin_db) C.int { return C.tocsin_schedule_remove(p, &ok, cn) }); err != nil {
 		return err
 	}
 	if ok == 0 {
@@ -440,7 +443,7 @@ func (c *conn) GetSchedule(ctx context.Context, name string) (*Schedule, error) 
 	defer cs.free()
 	cn := cs.str(name)
 	var s *C.tocsin_schedule
-	if err := c.do(ctx, "schedule_get", func(p *C.tocsin_db) C.int { return C.tocsin_schedule_get(p, &s, cn) }); err != nil {
+	if err := c.doCS(ctx, &cs, "schedule_get", func(p *C.tocsin_db) C.int { return C.tocsin_schedule_get(p, &s, cn) }); err != nil {
 		return nil, err
 	}
 	if s == nil {
@@ -482,6 +485,9 @@ func CronNext(expr string, after time.Time, localTime bool) (time.Time, bool, er
 	var cs cstrings
 	defer cs.free()
 	ce := cs.str(expr)
+	if err := cs.check("cron_parse"); err != nil {
+		return time.Time{}, false, err
+	}
 	errbuf := (*C.char)(C.calloc(256, 1))
 	defer C.free(unsafe.Pointer(errbuf))
 	var cr *C.tocsin_cron

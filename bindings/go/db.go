@@ -222,6 +222,15 @@ func (c *conn) do(ctx context.Context, op string, f func(p *C.tocsin_db) C.int) 
 	return err
 }
 
+// doCS is do for a call with string arguments: refused before it runs when one of them
+// cannot be passed to C (a NUL byte).
+func (c *conn) doCS(ctx context.Context, cs *cstrings, op string, f func(p *C.tocsin_db) C.int) error {
+	if err := cs.check(op); err != nil {
+		return err
+	}
+	return c.do(ctx, op, f)
+}
+
 // Now is the handle's clock.
 func (c *conn) Now() time.Time {
 	var ms C.int64_t
@@ -235,7 +244,7 @@ func (c *conn) Exec(ctx context.Context, sql string) error {
 	var cs cstrings
 	defer cs.free()
 	s := cs.str(sql)
-	return c.do(ctx, "exec", func(p *C.tocsin_db) C.int { return C.tocsin_exec(p, s) })
+	return c.doCS(ctx, &cs, "exec", func(p *C.tocsin_db) C.int { return C.tocsin_exec(p, s) })
 }
 
 // Tx is a write transaction on a connection of its own (tocsin_tx_begin): every call
@@ -255,12 +264,9 @@ func (db *DB) Tx(ctx context.Context, fn func(tx *Tx) error) (err error) {
 	if err != nil {
 		return err
 	}
-	defer func() {
-		if r := recover(); r != nil {
-			tx.end(false)
-			panic(r)
-		}
-	}()
+	// fn panicked or called runtime.Goexit (t.FailNow): roll back, never leave the
+	// write lock held; a panic goes on unchanged
+	defer tx.end(false) // a no-op once the transaction ended
 	if ferr := fn(tx); ferr != nil {
 		if rerr := tx.end(false); rerr != nil {
 			return errors.Join(ferr, rerr)
@@ -293,7 +299,29 @@ func (tx *Tx) end(commit bool) error {
 
 // ---- time ----
 
-func ms(d time.Duration) int64 { return d.Milliseconds() }
+// ms is d in whole milliseconds, rounded away from zero: a positive duration under a
+// millisecond stays positive (not 0, which the core reads as "none" or "the default").
+func ms(d time.Duration) int64 {
+	m := d.Milliseconds()
+	if rem := d - time.Duration(m)*time.Millisecond; rem > 0 {
+		m++
+	} else if rem < 0 {
+		m--
+	}
+	return m
+}
+
+// cint passes a count to C without wrapping: beyond the range of a C int it saturates,
+// so the core's range check names the value as too large (1<<32 must not become 0).
+func cint(v int) C.int {
+	if v > math.MaxInt32 {
+		return math.MaxInt32
+	}
+	if v < math.MinInt32 {
+		return math.MinInt32
+	}
+	return C.int(v)
+}
 
 func toMs(t time.Time) int64 {
 	if t.IsZero() {
@@ -320,10 +348,11 @@ type waiter struct {
 	poke     func()
 	stop     func() bool
 	db       *DB
+	closedCh chan struct{} // closed when Close fires the waiter (a goroutine blocked elsewhere sees it)
 }
 
 func (db *DB) newWaiter(ctx context.Context, poke func()) *waiter {
-	w := &waiter{poke: poke, db: db}
+	w := &waiter{poke: poke, db: db, closedCh: make(chan struct{})}
 	db.wmu.Lock()
 	db.waits[w] = struct{}{}
 	db.wmu.Unlock()
@@ -337,8 +366,9 @@ func (db *DB) newWaiter(ctx context.Context, poke func()) *waiter {
 func (w *waiter) fire(dbClosed bool) {
 	w.mu.Lock()
 	if !w.done {
-		if dbClosed {
+		if dbClosed && !w.dbClosed {
 			w.dbClosed = true
+			close(w.closedCh)
 		}
 		w.poke()
 	}

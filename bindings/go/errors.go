@@ -80,7 +80,8 @@ func (e *Error) Is(target error) bool {
 	return ok && c == e.Code
 }
 
-// Unwrap gives context.Canceled / context.DeadlineExceeded for waits their context ended.
+// Unwrap gives context.Canceled / context.DeadlineExceeded for waits their context
+// ended, and the database/sql driver's error for the helpers of sqltx.go (EnqueueTx, ...).
 func (e *Error) Unwrap() error { return e.cause }
 
 func newErr(code Code, op, msg string) error { return &Error{Code: code, Op: op, Message: msg} }

@@ -137,7 +137,7 @@ func (o *EnqueueOptions) fill(cs *cstrings, out *C.tocsin_enqueue_opts) error {
 	if o.MaxAttempts < 0 {
 		return newErr(ErrInvalid, "enqueue", "MaxAttempts must be >= 1")
 	}
-	out.max_attempts = C.int(o.MaxAttempts)
+	out.max_attempts = cint(o.MaxAttempts)
 	out.expires_ms = C.int64_t(ms(o.Expires))
 	out.unique_key = cs.opt(o.UniqueKey)
 	meta, err := marshalOpt(o.Meta)
@@ -163,7 +163,7 @@ func (q *Queue) Enqueue(ctx context.Context, v any, opts *EnqueueOptions) (int64
 	}
 	cq, cp := cs.str(q.name), cs.str(payload)
 	var id C.int64_t
-	err = q.c.do(ctx, "enqueue", func(p *C.tocsin_db) C.int {
+	err = q.c.doCS(ctx, &cs, "enqueue", func(p *C.tocsin_db) C.int {
 		return C.tocsin_queue_enqueue(p, &id, cq, cp, &o)
 	})
 	return int64(id), err
@@ -205,7 +205,7 @@ func (q *Queue) EnqueueMany(ctx context.Context, jobs []JobSpec) ([]int64, error
 		specs[i].opts = &optsArr[i]
 	}
 	ids := make([]C.int64_t, n)
-	err := q.c.do(ctx, "enqueue_many", func(p *C.tocsin_db) C.int {
+	err := q.c.doCS(ctx, &cs, "enqueue_many", func(p *C.tocsin_db) C.int {
 		return C.tocsin_queue_enqueue_many(p, &ids[0], &specs[0], C.size_t(n))
 	})
 	if err != nil {
@@ -235,7 +235,7 @@ func (q *Queue) Claim(ctx context.Context, worker string, max int, visibility ti
 	cq, cw := cs.str(q.name), cs.str(worker)
 	var jobs *C.tocsin_job
 	var n C.size_t
-	err := q.c.do(ctx, "claim", func(p *C.tocsin_db) C.int {
+	err := q.c.doCS(ctx, &cs, "claim", func(p *C.tocsin_db) C.int {
 		return C.tocsin_queue_claim(p, &jobs, &n, cq, cw, C.size_t(max), C.int64_t(ms(visibility)))
 	})
 	if err != nil {
@@ -302,7 +302,7 @@ func (c *conn) Retry(ctx context.Context, id, token int64, delay time.Duration, 
 		d = ms(delay)
 	}
 	var ok C.int
-	if err := c.do(ctx, "retry", func(p *C.tocsin_db) C.int {
+	if err := c.doCS(ctx, &cs, "retry", func(p *C.tocsin_db) C.int {
 		return C.tocsin_job_retry(p, &ok, C.int64_t(id), C.int64_t(token), C.int64_t(d), ce)
 	}); err != nil {
 		return err
@@ -316,7 +316,7 @@ func (c *conn) Fail(ctx context.Context, id, token int64, errText string) error 
 	defer cs.free()
 	ce := cs.opt(errText)
 	var ok C.int
-	if err := c.do(ctx, "fail", func(p *C.tocsin_db) C.int {
+	if err := c.doCS(ctx, &cs, "fail", func(p *C.tocsin_db) C.int {
 		return C.tocsin_job_fail(p, &ok, C.int64_t(id), C.int64_t(token), ce)
 	}); err != nil {
 		return err
@@ -345,7 +345,7 @@ func (c *conn) Complete(ctx context.Context, id, token int64, value any, ttl tim
 	defer cs.free()
 	cv := cs.str(v)
 	var ok C.int
-	if err := c.do(ctx, "complete", func(p *C.tocsin_db) C.int {
+	if err := c.doCS(ctx, &cs, "complete", func(p *C.tocsin_db) C.int {
 		return C.tocsin_job_complete(p, &ok, C.int64_t(id), C.int64_t(token), cv, C.int64_t(ms(ttl)))
 	}); err != nil {
 		return err
@@ -359,7 +359,7 @@ func (c *conn) FailTask(ctx context.Context, id, token int64, errType, message s
 	defer cs.free()
 	ct, cm := cs.str(errType), cs.str(message)
 	var ok C.int
-	if err := c.do(ctx, "fail_task", func(p *C.tocsin_db) C.int {
+	if err := c.doCS(ctx, &cs, "fail_task", func(p *C.tocsin_db) C.int {
 		return C.tocsin_job_fail_task(p, &ok, C.int64_t(id), C.int64_t(token), ct, cm, C.int64_t(ms(ttl)))
 	}); err != nil {
 		return err
@@ -414,14 +414,14 @@ func (q *Queue) Pause(ctx context.Context) error {
 	var cs cstrings
 	defer cs.free()
 	cq := cs.str(q.name)
-	return q.c.do(ctx, "pause", func(p *C.tocsin_db) C.int { return C.tocsin_queue_pause(p, cq) })
+	return q.c.doCS(ctx, &cs, "pause", func(p *C.tocsin_db) C.int { return C.tocsin_queue_pause(p, cq) })
 }
 
 func (q *Queue) Resume(ctx context.Context) error {
 	var cs cstrings
 	defer cs.free()
 	cq := cs.str(q.name)
-	return q.c.do(ctx, "resume", func(p *C.tocsin_db) C.int { return C.tocsin_queue_resume(p, cq) })
+	return q.c.doCS(ctx, &cs, "resume", func(p *C.tocsin_db) C.int { return C.tocsin_queue_resume(p, cq) })
 }
 
 // Paused tells whether the queue is paused.
@@ -430,7 +430,7 @@ func (q *Queue) Paused(ctx context.Context) (bool, error) {
 	defer cs.free()
 	cq := cs.str(q.name)
 	var v C.int
-	err := q.c.do(ctx, "is_paused", func(p *C.tocsin_db) C.int { return C.tocsin_queue_is_paused(p, &v, cq) })
+	err := q.c.doCS(ctx, &cs, "is_paused", func(p *C.tocsin_db) C.int { return C.tocsin_queue_is_paused(p, &v, cq) })
 	return v != 0, err
 }
 
@@ -461,7 +461,11 @@ func (q *Queue) Stats(ctx context.Context) (QueueStats, error) {
 	var cs cstrings
 	defer cs.free()
 	var st QueueStats
-	s, err := q.c.statsJSON(ctx, cs.str(q.name))
+	cq := cs.str(q.name)
+	if err := cs.check("stats"); err != nil {
+		return st, err
+	}
+	s, err := q.c.statsJSON(ctx, cq)
 	if err != nil {
 		return st, err
 	}
@@ -492,7 +496,7 @@ func (q *Queue) NextDeadline(ctx context.Context) (t time.Time, ok bool, err err
 	defer C.free(unsafe.Pointer(carr))
 	*carr = arr[0]
 	var v C.int64_t
-	err = q.c.do(ctx, "next_deadline", func(p *C.tocsin_db) C.int {
+	err = q.c.doCS(ctx, &cs, "next_deadline", func(p *C.tocsin_db) C.int {
 		return C.tocsin_queue_next_deadline(p, &v, carr, 1)
 	})
 	if err != nil || v < 0 {
@@ -505,7 +509,11 @@ func (q *Queue) NextDeadline(ctx context.Context) (t time.Time, ok bool, err err
 func (q *Queue) DeadLetters(ctx context.Context, afterID int64, limit int) ([]Job, error) {
 	var cs cstrings
 	defer cs.free()
-	return q.c.deadList(ctx, cs.str(q.name), afterID, limit)
+	cq := cs.str(q.name)
+	if err := cs.check("dead_list"); err != nil {
+		return nil, err
+	}
+	return q.c.deadList(ctx, cq, afterID, limit)
 }
 
 // DeadLetters of every queue.
@@ -552,7 +560,7 @@ func (q *Queue) Purge(ctx context.Context, before time.Time) (int64, error) {
 	defer cs.free()
 	cq := cs.str(q.name)
 	var n C.int64_t
-	err := q.c.do(ctx, "dead_purge", func(p *C.tocsin_db) C.int {
+	err := q.c.doCS(ctx, &cs, "dead_purge", func(p *C.tocsin_db) C.int {
 		return C.tocsin_dead_purge(p, &n, cq, C.int64_t(toMs(before)))
 	})
 	return int64(n), err

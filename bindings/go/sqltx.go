@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 )
@@ -30,7 +31,15 @@ func queryTocsin(ctx context.Context, q Querier, op, expr string, args ...any) (
 				"(mattn/go-sqlite3 needs -tags libsqlite3, and the connection must be opened after "+
 				"this package was imported)", ErrSQLiteCopy)
 		}
-		return 0, &Error{Code: ErrFailed, Op: op, Message: msg}
+		// the driver's error stays reachable (errors.As gives its SQLite code; a context
+		// that ended or sql.ErrTxDone match errors.Is)
+		code := ErrFailed
+		if errors.Is(err, context.Canceled) {
+			code = ErrInterrupted
+		} else if errors.Is(err, context.DeadlineExceeded) {
+			code = ErrTimeout
+		}
+		return 0, &Error{Code: code, Op: op, Message: msg, cause: err}
 	}
 	if probe != probeValue() {
 		return 0, fmt.Errorf("%w: the database/sql connection runs on another copy of SQLite", ErrSQLiteCopy)

@@ -89,7 +89,7 @@ func (c *conn) callRaw(ctx context.Context, queue, task, args, kwargs string, op
 	call.task, call.args, call.kwargs = cs.str(task), cs.opt(args), cs.opt(kwargs)
 	cq := cs.str(queue)
 	var id C.int64_t
-	err := c.do(ctx, "task_enqueue", func(p *C.tocsin_db) C.int {
+	err := c.doCS(ctx, &cs, "task_enqueue", func(p *C.tocsin_db) C.int {
 		return C.tocsin_task_enqueue(p, &id, cq, &call, &eo)
 	})
 	return int64(id), err
@@ -106,7 +106,7 @@ func (c *conn) Envelope(task, args, kwargs string, opts *CallOptions) (json.RawM
 	}
 	call.task, call.args, call.kwargs = cs.str(task), cs.opt(args), cs.opt(kwargs)
 	var out *C.char
-	if err := c.do(context.Background(), "task_envelope", func(p *C.tocsin_db) C.int { return C.tocsin_task_envelope(p, &out, &call) }); err != nil {
+	if err := c.doCS(context.Background(), &cs, "task_envelope", func(p *C.tocsin_db) C.int { return C.tocsin_task_envelope(p, &out, &call) }); err != nil {
 		return nil, err
 	}
 	s := C.GoString(out)
@@ -290,7 +290,13 @@ func (h *TypedHandle[Res]) Get(ctx context.Context) (Res, error) {
 }
 
 // Permanent marks a handler's error as final: the job fails now, without retries.
-func Permanent(err error) error { return &permanent{err} }
+// Permanent(nil) is nil.
+func Permanent(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &permanent{err}
+}
 
 type permanent struct{ err error }
 

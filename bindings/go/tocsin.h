@@ -1152,7 +1152,13 @@ TOCSIN_API int tocsin_worker_take(tocsin_worker *w, tocsin_task_run ***out, size
  * Outcome ERROR retries with the task's backoff while attempts remain, else
  * records the error (type, message, trace) as the result and kills the job;
  * FAIL does the latter at once; HAND_BACK makes it pending again after
- * delay_ms without consuming an attempt.
+ * delay_ms without consuming an attempt. An outcome whose contents the core
+ * cannot store (a result over the payload limit or not JSON, an error type
+ * that is not a name, a text that is not UTF-8) is refused with tx (nothing
+ * written: roll tx back, then finish again without it); without tx it is
+ * recorded as a final failure instead, type "InvalidResult" (a result) or
+ * "InvalidOutcome", its message naming what was refused, and the call
+ * returns TOCSIN_OK: a run always ends.
  */
 TOCSIN_API int tocsin_worker_finish(tocsin_worker *w, tocsin_db *tx, tocsin_task_run *run,
                                     const tocsin_outcome *outcome);

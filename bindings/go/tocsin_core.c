@@ -61,6 +61,7 @@ struct tocsin_db {
     int schema_ok;    /* schema known to be present and current */
     int64_t sql_clock; /* the fixed time set by tocsin_clock() in SQL */
     int ext_refs;      /* extension: SQL functions still registered */
+    int ext_depth;     /* extension: SQL function calls now running on the connection (ext.c) */
     void *ext_fns;     /* ext.c: what each registered SQL function carries */
     struct tc_wake *wake; /* watcher.c: file identity and the handle's own subscription */
     int has_identity;      /* (dev, ino) of the opened file are known */
@@ -84,6 +85,7 @@ struct tocsin_db {
 typedef struct tc_thread_state {
     int code;
     int sqlite_rc;
+    int64_t call_start;  /* monotonic ms: when this call began (a host's busy handler waits count) */
     int64_t busy_until;  /* monotonic ms: end of this call's wait for locks; 0: not waiting yet */
     int64_t busy_waited; /* us this call spent waiting for locks */
     int nowait;          /* set around a call that must not wait for locks (tocsin_worker_poll) */
@@ -94,6 +96,7 @@ typedef struct tc_thread_state {
     char msg[512];
 } tc_thread_state;
 tc_thread_state *tc_tls(void);
+int tc_xcode(tocsin_db *db, int rc);
 #define TC_ERRCODE (tc_tls()->code)
 /* Sets the thread's error; db may be NULL. Returns rc. */
 int tc_err(tocsin_db *db, int rc, const char *fmt, ...)
@@ -184,6 +187,7 @@ int tc_check_meta(tocsin_db *db, const char *meta);
 int tc_check_text(tocsin_db *db, const char *what, const char *text, size_t max_bytes);
 /* Strict RFC 8259 (json.c); *top gets the first character of the value. */
 int tc_json_valid(const char *text, size_t n, char *top);
+int tc_json_too_deep(const char *text, size_t n);
 /* Walk the members of a JSON object / the elements of a JSON array, strictly:
  * fn gets each key as written (a string literal, quotes included) or index,
  * and the value's text without the whitespace around it; a nonzero return
@@ -343,6 +347,10 @@ int tc_read_messages(tocsin_db *db, tocsin_message **out, size_t *out_n, const c
     } while (0)
 /* The lock the scheduler's leader lease uses (a reserved lock name). */
 #define TC_SCHEDULER_LOCK "tocsin.scheduler"
+/* the lock calls on tocsin's own (reserved) lock names, lock.c */
+int tc_lock_acquire(tocsin_db *db, int64_t *out_token, const char *name, const char *owner,
+                    int64_t ttl_ms);
+int tc_lock_release(tocsin_db *db, int *out_ok, const char *name, const char *owner, int64_t token);
 /* JSON of one schedule / a list of them: owned, NULL on oom (scheduler.c). */
 char *tc_schedules_json(const tocsin_schedule *s, size_t n);
 char *tc_schedule_json(const tocsin_schedule *s);
@@ -698,6 +706,7 @@ void tc_clear(tocsin_db *db) {
     tc_thread.code = TOCSIN_OK;
     tc_thread.sqlite_rc = 0;
     tc_thread.msg[0] = 0;
+    tc_thread.call_start = tc_monotonic_ms();
     tc_thread.busy_until = 0;
     tc_thread.busy_waited = 0;
 }
@@ -740,9 +749,26 @@ int tocsin_code_of_sqlite(int sqlite_rc) {
     }
 }
 
+/*
+ * The extended code of a failure: a host's connection may run without
+ * extended result codes, and then sqlite3_step returns the primary code alone
+ * (SQLITE_BUSY for SQLITE_BUSY_SNAPSHOT, SQLITE_CONSTRAINT for a UNIQUE
+ * failure). The connection still records the extended one.
+ */
+int tc_xcode(tocsin_db *db, int rc) {
+    if (rc != SQLITE_OK && rc != SQLITE_ROW && rc != SQLITE_DONE && rc == (rc & 0xff) && db->conn) {
+        int x = sqlite3_extended_errcode(db->conn);
+        if ((x & 0xff) == rc) return x;
+    }
+    return rc;
+}
+
 int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what) {
-    int prim = sqlite_rc & 0xff, rc = tocsin_code_of_sqlite(sqlite_rc);
+    int prim, rc;
     const char *msg = sqlite3_errmsg(db->conn);
+    sqlite_rc = tc_xcode(db, sqlite_rc);
+    prim = sqlite_rc & 0xff;
+    rc = tocsin_code_of_sqlite(sqlite_rc);
     if (rc == TOCSIN_OK) rc = TOCSIN_ERROR;
     if (sqlite_rc == SQLITE_BUSY_SNAPSHOT)
         tc_err(db, rc,
@@ -762,8 +788,10 @@ int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what) {
         tc_err(db, rc, "%s: database is locked by another connection (this call does not wait)", what);
     else if (prim == SQLITE_BUSY)
         tc_err(db, rc, "%s: database is locked (waited %lld ms for the lock)", what,
-               (long long)(tc_thread.busy_waited ? (tc_thread.busy_waited + 999) / 1000
-                                                 : db->busy_timeout_ms));
+               (long long)(!db->owns_conn && tc_thread.call_start
+                               ? tc_monotonic_ms() - tc_thread.call_start /* its handler's wait too */
+                           : tc_thread.busy_waited ? (tc_thread.busy_waited + 999) / 1000
+                                                   : db->busy_timeout_ms));
     else
         tc_err(db, rc, "%s: %s", what, msg);
     tc_thread.sqlite_rc = sqlite_rc;
@@ -786,12 +814,18 @@ static int no_wait(void) {
 
 /*
  * One more lock wait within the call's budget: 1 when the caller should
- * retry, 0 when the budget is spent. Sleeps 1, 2, 4 .. 32 ms.
+ * retry, 0 when the budget is spent. Sleeps 1, 2, 4 .. 32 ms. The budget runs
+ * from the first SQLITE_BUSY; on a host's connection from the call's start:
+ * the host's own busy handler has already waited before SQLite returned
+ * SQLITE_BUSY, and that wait counts (the call waits the longer of the two
+ * timeouts, not their sum).
  */
 static int busy_wait(tocsin_db *db) {
     int64_t now = tc_monotonic_ms(), pause;
     if (no_wait()) return 0;
-    if (!tc_thread.busy_until) tc_thread.busy_until = now + db->busy_timeout_ms;
+    if (!tc_thread.busy_until)
+        tc_thread.busy_until = (!db->owns_conn && tc_thread.call_start ? tc_thread.call_start : now) +
+                               db->busy_timeout_ms;
     if (now >= tc_thread.busy_until) return 0;
     pause = tc_thread.busy_waited / 1000;
     pause = pause < 1 ? 1 : pause > 32 ? 32 : pause;
@@ -843,18 +877,18 @@ static int busy_retryable(tocsin_db *db, sqlite3_stmt *st, int rc) {
 int tc_prepare(tocsin_db *db, const char *sql, unsigned flags, sqlite3_stmt **st) {
     int rc;
     /* Preparing reads the schema, which takes a read lock. */
-    while ((rc = sqlite3_prepare_v3(db->conn, sql, -1, flags, st, NULL)) != SQLITE_OK &&
+    while ((rc = tc_xcode(db, sqlite3_prepare_v3(db->conn, sql, -1, flags, st, NULL))) != SQLITE_OK &&
            !db->owns_conn && busy_retryable(db, NULL, rc) && busy_wait(db)) {
     }
     return rc;
 }
 
 int tc_step(tocsin_db *db, sqlite3_stmt *st) {
-    int rc = sqlite3_step(st);
+    int rc = tc_xcode(db, sqlite3_step(st));
     /* Our own connections wait in SQLite's busy handler (same budget). */
     while ((rc & 0xff) == SQLITE_BUSY && !db->owns_conn && busy_retryable(db, st, rc) &&
            busy_wait(db))
-        rc = sqlite3_step(st);
+        rc = tc_xcode(db, sqlite3_step(st));
     return rc;
 }
 
@@ -1237,7 +1271,7 @@ int tc_exec(tocsin_db *db, const char *sql, const char *what) {
             return tc_sqlerr(db, rc, what);
         }
         tc_err(db, tocsin_code_of_sqlite(rc), "%s: %s", what, msg ? msg : sqlite3_errstr(rc));
-        tc_thread.sqlite_rc = rc;
+        tc_thread.sqlite_rc = tc_xcode(db, rc);
         sqlite3_free(msg);
         return tc_thread.code;
     }
@@ -1699,7 +1733,10 @@ static int check_json(tocsin_db *db, const char *what, const char *json, int kin
         return tc_err(db, TOCSIN_TOOBIG, "%s is %zu bytes; the limit is %lld bytes", what, n,
                       (long long)db->max_payload);
     if (!tc_json_valid(json, n, &top) || !utf8_ok((const unsigned char *)json))
-        return tc_err(db, TOCSIN_INVALID, "%s is not valid JSON", what);
+        return tc_err(db, TOCSIN_INVALID, "%s is not valid JSON%s", what,
+                      tc_json_too_deep(json, n) ? " (it nests arrays and objects more than 1000 deep, "
+                                                  "tocsin's limit)"
+                                                : "");
     if (kind == 1 && top != '{') return tc_err(db, TOCSIN_INVALID, "%s must be a JSON object", what);
     return TOCSIN_OK;
 }
@@ -1946,6 +1983,24 @@ int tc_json_valid(const char *text, size_t n, char *top) {
     jp_ws(&j);
     if (top) *top = j.p < j.end ? (char)*j.p : 0;
     return jp_value(&j) && j.p == j.end;
+}
+
+/* Whether text[0..n) opens more than TC_JSON_MAX_DEPTH arrays and objects at
+ * once (strings skipped): what made tc_json_valid refuse it, if so. */
+int tc_json_too_deep(const char *text, size_t n) {
+    const char *p = text, *end = text + n;
+    int depth = 0;
+    for (; p < end; p++) {
+        if (*p == '"') {
+            for (p++; p < end && *p != '"'; p++)
+                if (*p == '\\') p++;
+        } else if (*p == '[' || *p == '{') {
+            if (++depth > TC_JSON_MAX_DEPTH) return 1;
+        } else if (*p == ']' || *p == '}') {
+            depth--;
+        }
+    }
+    return 0;
 }
 
 /* The top-level container of text[0..n): 1 when it is exactly one valid
@@ -2362,9 +2417,17 @@ static int read_version(tocsin_db *db, int *out) {
     return TOCSIN_OK;
 }
 
+/* Whether a statement of the connection is running (ours are all reset here). */
+static int statement_running(sqlite3 *conn) {
+    sqlite3_stmt *st;
+    for (st = sqlite3_next_stmt(conn, NULL); st; st = sqlite3_next_stmt(conn, st))
+        if (sqlite3_stmt_busy(st)) return 1;
+    return 0;
+}
+
 int tc_schema_install(tocsin_db *db, int *out_version) {
     tc_op op;
-    int v, rc;
+    int v, rc, from;
     char sql[160];
     *out_version = 0;
     if ((rc = read_version(db, &v)) != TOCSIN_OK) return rc;
@@ -2383,10 +2446,18 @@ int tc_schema_install(tocsin_db *db, int *out_version) {
     if ((rc = tc_op_open(db, &op, 1)) != TOCSIN_OK) return rc;
     /* Another process may have installed it while we waited for the lock. */
     rc = read_version(db, &v);
+    from = v;
     for (; rc == TOCSIN_OK && v < N_MIGRATIONS; v++) {
         const char *const *sql;
         for (sql = MIGRATIONS[v]; rc == TOCSIN_OK && *sql; sql++) rc = tc_exec(db, *sql, "install schema");
     }
+    if (rc != TOCSIN_OK && (tc_tls()->sqlite_rc & 0xff) == SQLITE_LOCKED && statement_running(db->conn))
+        rc = tc_err(db, TOCSIN_ERROR,
+                    "install schema: the tocsin tables %s, and installing them drops a table, which "
+                    "SQLite refuses while another statement of this connection is running (as in "
+                    "SELECT tocsin_...(x) FROM t on a database without them): install them first, "
+                    "with tocsin_bootstrap() or any tocsin call in a statement of its own",
+                    from ? "need an upgrade" : "do not exist yet");
     if (rc == TOCSIN_OK) {
         snprintf(sql, sizeof sql,
                  "INSERT INTO _tocsin_meta(key, value) VALUES ('schema_version', '%d') "
@@ -2831,6 +2902,12 @@ static int insert_job(tocsin_db *db, int64_t *out_id, const tocsin_job_spec *s, 
     /* No RETURNING: it buffers its row in an ephemeral table. Without one,
      * the row count and last rowid of this statement say the same. */
     rc = tc_step(db, st);
+    if (rc == SQLITE_CONSTRAINT_CHECK && strstr(sqlite3_errmsg(db->conn), "id BETWEEN")) {
+        sqlite3_reset(st);
+        return tc_err(db, TOCSIN_FULL,
+                      "enqueue: no job id is left: ids end at 8796093022207 (2^43 - 1), the bound "
+                      "that keeps every fencing token (id * 2^20 + attempts) within 63 bits");
+    }
     sqlite3_reset(st);
     if (rc != SQLITE_DONE) return tc_sqlerr(db, rc, "enqueue");
     if (sqlite3_changes(db->conn) == 1) {
@@ -4142,9 +4219,14 @@ static const char SQL_PRUNE_KEEP[] =
     "DELETE FROM _tocsin_notifications WHERE id IN (SELECT id FROM (SELECT id,"
     " row_number() OVER (PARTITION BY channel ORDER BY id DESC) AS n"
     " FROM _tocsin_notifications) WHERE n > ?1)";
+/* json_valid first: a damaged policy is reported as such, not as SQLite's
+ * "malformed JSON" on every notify */
 static const char SQL_AUTOTRIM_GET[] =
-    "SELECT json_extract(value, '$.one_in'), json_extract(value, '$.max_age_ms'),"
-    " json_extract(value, '$.max_keep') FROM _tocsin_meta WHERE key = 'notify_autotrim'";
+    "SELECT CASE WHEN json_valid(value) THEN json_type(value) = 'object' ELSE 0 END,"
+    " CASE WHEN json_valid(value) THEN json_extract(value, '$.one_in') END,"
+    " CASE WHEN json_valid(value) THEN json_extract(value, '$.max_age_ms') END,"
+    " CASE WHEN json_valid(value) THEN json_extract(value, '$.max_keep') END"
+    " FROM _tocsin_meta WHERE key = 'notify_autotrim'";
 static const char SQL_AUTOTRIM_SET[] =
     "INSERT INTO _tocsin_meta(key, value) VALUES ('notify_autotrim',"
     " json_object('one_in', ?1, 'max_age_ms', ?2, 'max_keep', ?3))"
@@ -4181,9 +4263,15 @@ static int autotrim(tocsin_db *db) {
         sqlite3_reset(st);
         return rc == SQLITE_DONE ? TOCSIN_OK : tc_sqlerr(db, rc, "notify auto-trim");
     }
-    one_in = sqlite3_column_int64(st, 0);
-    age = sqlite3_column_int64(st, 1);
-    keep = sqlite3_column_int64(st, 2);
+    if (!sqlite3_column_int(st, 0)) {
+        sqlite3_reset(st);
+        return tc_err(db, TOCSIN_CORRUPT,
+                      "notify auto-trim: the stored policy (_tocsin_meta key 'notify_autotrim') is "
+                      "not a JSON object: set it again with tocsin_notify_set_autotrim");
+    }
+    one_in = sqlite3_column_int64(st, 1);
+    age = sqlite3_column_int64(st, 2);
+    keep = sqlite3_column_int64(st, 3);
     sqlite3_reset(st);
     if (one_in < 1 || tc_random() % (uint64_t)one_in != 0) return TOCSIN_OK;
     return prune(db, &n, age, keep);
@@ -5692,10 +5780,21 @@ static const char SQL_LOCK_RELEASE[] =
 
 #define LOCK_MAX_TTL_MS (366LL * 86400 * 1000)
 
+/* Lock names beginning with "tocsin." are tocsin's own leases (the scheduler's
+ * leader lease, TC_SCHEDULER_LOCK): only the core takes, renews or releases
+ * them; anyone may read their holder. */
+#define RESERVED_PREFIX "tocsin."
+
 static int lock_check(tocsin_db *db, const char *name, const char *owner, int64_t ttl_ms,
-                      int check_ttl) {
+                      int check_ttl, int internal) {
     int rc;
     if ((rc = tc_check_name(db, "lock name", name)) != TOCSIN_OK) return rc;
+    if (!internal && strncmp(name, RESERVED_PREFIX, sizeof RESERVED_PREFIX - 1) == 0)
+        return tc_err(db, TOCSIN_INVALID,
+                      "lock name \"%.64s\" is reserved: names beginning with \"" RESERVED_PREFIX
+                      "\" are tocsin's own leases (the scheduler's leader lease is taken with "
+                      "tocsin_scheduler_lead)",
+                      name);
     if ((rc = tc_check_name(db, "owner", owner)) != TOCSIN_OK) return rc;
     if (check_ttl && (ttl_ms < 1 || ttl_ms > LOCK_MAX_TTL_MS))
         return tc_err(db, TOCSIN_INVALID, "ttl_ms must be between 1 and %lld (366 days)",
@@ -5731,8 +5830,8 @@ static int lock_read(tocsin_db *db, const char *name, int *found, char **owner, 
     return TOCSIN_OK;
 }
 
-int tocsin_lock_acquire(tocsin_db *db, int64_t *out_token, int64_t *out_until, const char *name,
-                        const char *owner, int64_t ttl_ms) {
+static int lock_acquire(tocsin_db *db, int64_t *out_token, int64_t *out_until, const char *name,
+                        const char *owner, int64_t ttl_ms, int internal) {
     tc_op op;
     sqlite3_stmt *st;
     char *cur = NULL;
@@ -5742,7 +5841,7 @@ int tocsin_lock_acquire(tocsin_db *db, int64_t *out_token, int64_t *out_until, c
     if (!out_token) return tc_err(db, TOCSIN_INVALID, "out_token must not be NULL");
     *out_token = 0;
     if (out_until) *out_until = 0;
-    if ((rc = lock_check(db, name, owner, ttl_ms, 1)) != TOCSIN_OK) return rc;
+    if ((rc = lock_check(db, name, owner, ttl_ms, 1, internal)) != TOCSIN_OK) return rc;
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
     now = tocsin_now(db);
     new_until = tc_time_add(now, ttl_ms);
@@ -5795,9 +5894,19 @@ done:
     return tc_op_end(db, &op, rc);
 }
 
+int tocsin_lock_acquire(tocsin_db *db, int64_t *out_token, int64_t *out_until, const char *name,
+                        const char *owner, int64_t ttl_ms) {
+    return lock_acquire(db, out_token, out_until, name, owner, ttl_ms, 0);
+}
+
+int tc_lock_acquire(tocsin_db *db, int64_t *out_token, const char *name, const char *owner,
+                    int64_t ttl_ms) {
+    return lock_acquire(db, out_token, NULL, name, owner, ttl_ms, 1);
+}
+
 /* renew (extend 1) or release (extend 0) of the holding (owner, token) */
 static int lock_holder_op(tocsin_db *db, int *out_ok, const char *name, const char *owner,
-                          int64_t token, int64_t ttl_ms, int extend) {
+                          int64_t token, int64_t ttl_ms, int extend, int internal) {
     tc_op op;
     sqlite3_stmt *st;
     int64_t now;
@@ -5805,7 +5914,7 @@ static int lock_holder_op(tocsin_db *db, int *out_ok, const char *name, const ch
     TC_CHECK_DB(db);
     if (!out_ok) return tc_err(db, TOCSIN_INVALID, "out_ok must not be NULL");
     *out_ok = 0;
-    if ((rc = lock_check(db, name, owner, ttl_ms, extend)) != TOCSIN_OK) return rc;
+    if ((rc = lock_check(db, name, owner, ttl_ms, extend, internal)) != TOCSIN_OK) return rc;
     if (token < 1) return tc_err(db, TOCSIN_INVALID, "token must be >= 1");
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
     now = tocsin_now(db);
@@ -5827,12 +5936,16 @@ static int lock_holder_op(tocsin_db *db, int *out_ok, const char *name, const ch
 
 int tocsin_lock_renew(tocsin_db *db, int *out_ok, const char *name, const char *owner,
                       int64_t token, int64_t ttl_ms) {
-    return lock_holder_op(db, out_ok, name, owner, token, ttl_ms, 1);
+    return lock_holder_op(db, out_ok, name, owner, token, ttl_ms, 1, 0);
 }
 
 int tocsin_lock_release(tocsin_db *db, int *out_ok, const char *name, const char *owner,
                         int64_t token) {
-    return lock_holder_op(db, out_ok, name, owner, token, 0, 0);
+    return lock_holder_op(db, out_ok, name, owner, token, 0, 0, 0);
+}
+
+int tc_lock_release(tocsin_db *db, int *out_ok, const char *name, const char *owner, int64_t token) {
+    return lock_holder_op(db, out_ok, name, owner, token, 0, 0, 1);
 }
 
 int tocsin_lock_holder(tocsin_db *db, char **out_owner, int64_t *out_token, int64_t *out_until,
@@ -5901,7 +6014,7 @@ int tocsin_lock_wait(tocsin_db *db, int64_t *out_token, int64_t *out_until, cons
     if (!out_token) return tc_err(db, TOCSIN_INVALID, "out_token must not be NULL");
     *out_token = 0;
     if (out_until) *out_until = 0;
-    if ((rc = lock_check(db, name, owner, ttl_ms, 1)) != TOCSIN_OK) return rc;
+    if ((rc = lock_check(db, name, owner, ttl_ms, 1, 0)) != TOCSIN_OK) return rc;
     w.db = db;
     w.name = name;
     w.owner = owner;
@@ -7150,7 +7263,7 @@ int tocsin_scheduler_lead(tocsin_db *db, int *out_is_leader, int64_t *out_token,
     *out_is_leader = 0;
     if (out_token) *out_token = 0;
     if ((rc = tc_check_ms(db, "ttl_ms", ttl_ms, 1)) != TOCSIN_OK) return rc;
-    rc = tocsin_lock_acquire(db, &token, NULL, TC_SCHEDULER_LOCK, owner, ttl_ms);
+    rc = tc_lock_acquire(db, &token, TC_SCHEDULER_LOCK, owner, ttl_ms);
     if (rc != TOCSIN_OK) return rc;
     *out_is_leader = token > 0;
     if (out_token) *out_token = token;
@@ -7168,7 +7281,7 @@ int tocsin_scheduler_resign(tocsin_db *db, int *out_ok, const char *owner) {
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
     rc = tocsin_lock_holder(db, &holder, &token, &until, TC_SCHEDULER_LOCK);
     if (rc == TOCSIN_OK && holder && strcmp(holder, owner) == 0)
-        rc = tocsin_lock_release(db, &ok, TC_SCHEDULER_LOCK, owner, token);
+        rc = tc_lock_release(db, &ok, TC_SCHEDULER_LOCK, owner, token);
     tocsin_free(holder);
     rc = tc_op_end(db, &op, rc);
     if (rc == TOCSIN_OK && out_ok) *out_ok = ok;
@@ -7754,13 +7867,20 @@ static int apply_outcome(tocsin_db *db, int *held, const wrun *r, const tocsin_o
     }
 }
 
-static int check_outcome(tocsin_db *db, const tocsin_outcome *o) {
-    int rc;
+/* The outcome's form (a programming error of the binding when wrong). */
+static int check_outcome_form(tocsin_db *db, const tocsin_outcome *o) {
     if (!o) return tc_err(db, TOCSIN_INVALID, "outcome must not be NULL");
     if (o->version < 1)
         return tc_err(db, TOCSIN_INVALID, "outcome: version must be set (use TOCSIN_OUTCOME_INIT)");
     if (o->kind < TOCSIN_OUTCOME_OK || o->kind > TOCSIN_OUTCOME_HAND_BACK)
         return tc_err(db, TOCSIN_INVALID, "outcome kind %d is not one of TOCSIN_OUTCOME_*", o->kind);
+    return TOCSIN_OK;
+}
+
+/* The outcome's contents: what the task produced (a result too big or not
+ * JSON, an error type that is not a name, text that is not UTF-8). */
+static int check_outcome(tocsin_db *db, const tocsin_outcome *o) {
+    int rc;
     if (o->kind == TOCSIN_OUTCOME_OK && o->value &&
         (rc = tc_check_payload(db, "result value", o->value)) != TOCSIN_OK)
         return rc;
@@ -7830,10 +7950,30 @@ int tocsin_worker_finish(tocsin_worker *w, tocsin_db *tx, tocsin_task_run *run,
     wrun *r = (wrun *)run;
     tocsin_outcome c;
     int rc;
+    tocsin_outcome refused = TOCSIN_OUTCOME_INIT;
+    char why[sizeof tc_tls()->msg + 40];
     if (!w || !run) return tc_err(NULL, TOCSIN_INVALID, "worker and run must not be NULL");
     tc_clear(w->db);
-    if ((rc = check_outcome(w->db, o)) != TOCSIN_OK) return rc;
+    if ((rc = check_outcome_form(w->db, o)) != TOCSIN_OK) return rc;
     if (r->finishing) return tc_err(w->db, TOCSIN_INVALID, "this run was finished already");
+    if ((rc = check_outcome(w->db, o)) != TOCSIN_OK) {
+        /* In a transaction: refused, nothing written (the caller rolls back
+         * the task's writes and finishes again without tx). Otherwise the run
+         * must still end, not keep its lease and slot until the worker stops:
+         * a final failure naming what was refused takes the outcome's place. */
+        if (tx || rc == TOCSIN_NOMEM) return rc;
+        snprintf(why, sizeof why, "the outcome was refused: %s", tc_tls()->msg);
+        if ((int64_t)strlen(why) > w->db->max_payload) { /* stored as text under that limit */
+            size_t cut = (size_t)w->db->max_payload;
+            while (cut > 0 && ((unsigned char)why[cut] & 0xc0) == 0x80) cut--;
+            why[cut] = 0;
+        }
+        refused.kind = TOCSIN_OUTCOME_FAIL;
+        refused.error_type = o->kind == TOCSIN_OUTCOME_OK ? "InvalidResult" : "InvalidOutcome";
+        refused.error_message = why;
+        o = &refused;
+        tc_clear(w->db);
+    }
     if (tx) {
         tc_op op;
         int held = 0;
@@ -8628,6 +8768,7 @@ int tocsin_worker_close(tocsin_worker *w) {
  * the core checks every value again and has the last word.
  */
 
+#include <ctype.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -8759,7 +8900,8 @@ static int arg_i64(fn_ctx *f, sqlite3_value **argv, int i, const char *what, int
         v = sqlite3_value_int64(argv[i]);
     } else if (t == SQLITE_FLOAT) {
         double d = sqlite3_value_double(argv[i]);
-        if (d != d) return fail_msg(f, SQLITE_MISMATCH, "%s must be an integer", what);
+        /* NaN and the infinities are not integers (1e300 is: out of range) */
+        if (d != d || d - d != 0.0) return fail_msg(f, SQLITE_MISMATCH, "%s must be an integer", what);
         /* -2^63 is a double exactly; 2^63 is the first one past INT64_MAX */
         if (d < -9223372036854775808.0 || d >= 9223372036854775808.0)
             return fail_range(f, "", what, lo, hi);
@@ -8978,7 +9120,7 @@ static int parse_opts(fn_ctx *f, const char *what, const char *json, size_t n,
     char top = 0;
     if (!json) return 1;
     if (!tc_json_valid(json, n, &top))
-        return fail_msg(f, SQLITE_ERROR, "%s must be a JSON object (not valid JSON)", what);
+        return fail_msg(f, SQLITE_MISMATCH, "%s must be a JSON object (not valid JSON)", what);
     if (top != '{') return fail_msg(f, SQLITE_MISMATCH, "%s must be a JSON object", what);
     w.f = f;
     w.what = what;
@@ -9265,7 +9407,7 @@ static int fn_enqueue_many(fn_ctx *f, int argc, sqlite3_value **argv) {
     if (!arg_text(f, argv, 0, "jobs", &jobs)) return 0;
     len = strlen(jobs);
     if (!tc_json_valid(jobs, len, &top))
-        return fail_msg(f, SQLITE_ERROR, "jobs must be a JSON array of job objects (not valid JSON)");
+        return fail_msg(f, SQLITE_MISMATCH, "jobs must be a JSON array of job objects (not valid JSON)");
     if (top != '[')
         return fail_msg(f, SQLITE_MISMATCH, "jobs must be a JSON array of job objects");
     w.f = f;
@@ -10019,7 +10161,8 @@ static int fn_scheduler_resign(fn_ctx *f, int argc, sqlite3_value **argv) {
 
 typedef int (*sql_fn)(fn_ctx *f, int argc, sqlite3_value **argv);
 
-#define FN_DB 1 /* touches the database (a transaction or savepoint of its own) */
+#define FN_DB 1    /* touches the database (a transaction or savepoint of its own) */
+#define FN_SETTER 2 /* changes the handle's state when given arguments (tocsin_clock(ms)) */
 
 typedef struct fn_def {
     const char *name;
@@ -10031,7 +10174,7 @@ typedef struct fn_def {
 static const fn_def FUNCTIONS[] = {
     {"tocsin_bootstrap", 0, 0, FN_DB, fn_bootstrap},
     {"tocsin_version", 0, 0, 0, fn_version},
-    {"tocsin_clock", 0, 1, 0, fn_clock},
+    {"tocsin_clock", 0, 1, FN_SETTER, fn_clock},
     {"tocsin_enqueue", 2, 3, FN_DB, fn_enqueue},
     {"tocsin_enqueue_many", 1, 1, FN_DB, fn_enqueue_many},
     {"tocsin_task_enqueue", 2, 5, FN_DB, fn_task_enqueue},
@@ -10110,26 +10253,78 @@ static int writer_in_progress(sqlite3 *conn) {
 }
 
 /*
- * On a host's connection the statement cache is emptied after every call: a
- * host that closes with sqlite3_close() (not _v2) fails while any statement
- * of ours is still prepared.
+ * Whether a PRAGMA is running on the connection. A function call under it
+ * comes from the schema: PRAGMA integrity_check and quick_check evaluate
+ * every CHECK constraint, and SQLite (3.40) lets a CHECK call a
+ * SQLITE_DIRECTONLY function, though not a trigger, view or index. A PRAGMA
+ * itself has no expressions to call a function from; the pragma_*() table
+ * functions run theirs as a PRAGMA statement too.
+ */
+static int pragma_in_progress(sqlite3 *conn) {
+    sqlite3_stmt *st;
+    for (st = sqlite3_next_stmt(conn, NULL); st; st = sqlite3_next_stmt(conn, st)) {
+        const char *s = sqlite3_sql(st);
+        if (!s || !sqlite3_stmt_busy(st)) continue;
+        for (;;) { /* white space and comments before the keyword */
+            while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r' || *s == '\f') s++;
+            if (s[0] == '-' && s[1] == '-') {
+                while (*s && *s != '\n') s++;
+            } else if (s[0] == '/' && s[1] == '*') {
+                const char *end = strstr(s + 2, "*/");
+                s = end ? end + 2 : s + strlen(s);
+            } else {
+                break;
+            }
+        }
+        if (sqlite3_strnicmp(s, "PRAGMA", 6) == 0 && !(isalnum((unsigned char)s[6]) || s[6] == '_'))
+            return 1;
+    }
+    return 0;
+}
+
+/*
+ * Every SQL function enters here. A function that touches the database, or
+ * changes the handle's state, runs only from the application's own statement:
+ *  - not from inside another tocsin call: a TEMP trigger on a tocsin table
+ *    (SQLite lets TEMP triggers call SQLITE_DIRECTONLY functions) or a
+ *    function of the application called from one would otherwise run while
+ *    a statement of ours is mid-step, and reset or finalize it under itself;
+ *  - not inside a statement that writes (SQLite refuses the savepoint anyway);
+ *  - not from a CHECK constraint that a PRAGMA evaluates (pragma_in_progress).
+ * On a host's connection the statement cache is emptied after every outermost
+ * call: a host that closes with sqlite3_close() (not _v2) fails while any
+ * statement of ours is still prepared.
  */
 static void dispatch(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     ext_fn *e = sqlite3_user_data(ctx);
+    tocsin_db *db = e->db;
+    int outermost = db->ext_depth == 0, flags = e->def->flags;
+    int guarded = (flags & FN_DB) || ((flags & FN_SETTER) && argc > 0);
     fn_ctx f;
     f.ctx = ctx;
-    f.db = e->db;
+    f.db = db;
     f.name = e->def->name;
     f.where = NULL;
-    if ((e->def->flags & FN_DB) && writer_in_progress(e->db->conn))
+    if (guarded && !outermost)
+        fail_msg(&f, SQLITE_ERROR,
+                 "cannot run inside another tocsin call (a trigger on a tocsin table, or a "
+                 "function such a trigger calls): call it from a statement of its own");
+    else if ((flags & FN_DB) && writer_in_progress(db->conn))
         fail_msg(&f, SQLITE_ERROR,
                  "cannot run inside a statement that writes (INSERT, UPDATE, DELETE, REPLACE, "
                  "CREATE TABLE ... AS): SQL statements in progress on this connection. Call "
                  "tocsin functions from a SELECT of their own, then write what they return in "
                  "the next statement (see \"Statement shapes\" in docs/sql.md)");
-    else
+    else if (guarded && pragma_in_progress(db->conn))
+        fail_msg(&f, SQLITE_ERROR,
+                 "cannot run inside a PRAGMA (a CHECK constraint that PRAGMA integrity_check or "
+                 "quick_check evaluates calls it): a schema must not call tocsin functions");
+    else {
+        db->ext_depth++;
         e->def->fn(&f, argc, argv);
-    if (!e->db->owns_conn) tc_stmt_flush(e->db);
+        db->ext_depth--;
+    }
+    if (outermost && !db->owns_conn) tc_stmt_flush(db);
 }
 
 /* The extension's wrapper lives as long as any of its functions: each

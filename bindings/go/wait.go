@@ -60,6 +60,9 @@ func (q *Queue) Wait(ctx context.Context) error {
 	carr := (**C.char)(C.malloc(C.size_t(unsafe.Sizeof((*C.char)(nil)))))
 	defer C.free(unsafe.Pointer(carr))
 	*carr = cs.str(q.name)
+	if err := cs.check("queue_wait"); err != nil {
+		return err
+	}
 	return q.c.db.blockingWait(ctx, "queue_wait", func(p *C.tocsin_db, dl C.int64_t, sub *C.tocsin_sub) C.int {
 		return C.tocsin_queue_wait(p, carr, 1, dl, sub)
 	})
@@ -126,7 +129,7 @@ func (db *DB) Listen(ctx context.Context, channel string, opts *ListenOptions) (
 	defer cs.free()
 	cch := cs.str(channel)
 	var l *C.tocsin_listener
-	if err := db.do(ctx, "listen", func(p *C.tocsin_db) C.int {
+	if err := db.doCS(ctx, &cs, "listen", func(p *C.tocsin_db) C.int {
 		return C.tocsin_listen_open(&l, p, cch, C.size_t(size))
 	}); err != nil {
 		return nil, err
@@ -160,14 +163,29 @@ func (li *Listener) run(ctx context.Context, ch chan<- Message) {
 		}
 		li.dropped.Store(int64(C.tocsin_listen_dropped(li.l)))
 		for _, m := range messagesFrom(msgs, n) {
+			if err := ended(ctx, li.w, "listen"); err != nil {
+				li.err = err
+				return
+			}
 			select {
 			case ch <- m:
 			case <-ctx.Done():
 				li.err = ctxErr(ctx, "listen")
 				return
+			case <-li.w.closedCh: // Close does not wait for a reader of C that is gone
+				li.err = newErr(ErrClosed, "listen", "the database was closed")
+				return
 			}
 		}
 	}
+}
+
+// ended is the error of a wait whose context ended or whose DB closed (nil while neither).
+func ended(ctx context.Context, w *waiter, op string) error {
+	if w.isDBClosed() {
+		return newErr(ErrClosed, op, "the database was closed")
+	}
+	return ctxErr(ctx, op)
 }
 
 func isCode(err error, c Code) bool {
@@ -235,7 +253,7 @@ func (s *Stream) Publish(ctx context.Context, v any, opts *PublishOptions) (int6
 	}
 	ct, cp := cs.str(s.topic), cs.str(payload)
 	var off C.int64_t
-	err = s.c.do(ctx, "publish", func(p *C.tocsin_db) C.int {
+	err = s.c.doCS(ctx, &cs, "publish", func(p *C.tocsin_db) C.int {
 		return C.tocsin_stream_publish(p, &off, ct, cp, key, meta)
 	})
 	return int64(off), err
@@ -274,7 +292,7 @@ func (s *Stream) PublishMany(ctx context.Context, values []any, keys []string) (
 	}
 	ct := cs.str(s.topic)
 	offs := make([]C.int64_t, n)
-	err := s.c.do(ctx, "publish_many", func(p *C.tocsin_db) C.int {
+	err := s.c.doCS(ctx, &cs, "publish_many", func(p *C.tocsin_db) C.int {
 		return C.tocsin_stream_publish_many(p, &offs[0], ct, &pays[0], kp, C.size_t(n))
 	})
 	if err != nil {
@@ -300,7 +318,7 @@ func (s *Stream) Read(ctx context.Context, after int64, limit int) ([]Message, e
 	ct := cs.str(s.topic)
 	var msgs *C.tocsin_message
 	var n C.size_t
-	if err := s.c.do(ctx, "stream_read", func(p *C.tocsin_db) C.int {
+	if err := s.c.doCS(ctx, &cs, "stream_read", func(p *C.tocsin_db) C.int {
 		return C.tocsin_stream_read(p, &msgs, &n, ct, C.int64_t(after), C.size_t(limit))
 	}); err != nil {
 		return nil, err
@@ -314,7 +332,7 @@ func (s *Stream) SaveOffset(ctx context.Context, consumer string, offset int64) 
 	defer cs.free()
 	cc, ct := cs.str(consumer), cs.str(s.topic)
 	var stored C.int64_t
-	err := s.c.do(ctx, "save_offset", func(p *C.tocsin_db) C.int {
+	err := s.c.doCS(ctx, &cs, "save_offset", func(p *C.tocsin_db) C.int {
 		return C.tocsin_stream_save_offset(p, &stored, cc, ct, C.int64_t(offset))
 	})
 	return int64(stored), err
@@ -326,7 +344,7 @@ func (s *Stream) Offset(ctx context.Context, consumer string) (int64, error) {
 	defer cs.free()
 	cc, ct := cs.str(consumer), cs.str(s.topic)
 	var off C.int64_t
-	err := s.c.do(ctx, "offset", func(p *C.tocsin_db) C.int {
+	err := s.c.doCS(ctx, &cs, "offset", func(p *C.tocsin_db) C.int {
 		return C.tocsin_stream_offset(p, &off, cc, ct)
 	})
 	return int64(off), err
@@ -352,7 +370,7 @@ func (s *Stream) Trim(ctx context.Context, opts TrimOptions) (int64, error) {
 		o.below_consumers = 1
 	}
 	var n C.int64_t
-	err := s.c.do(ctx, "stream_trim", func(p *C.tocsin_db) C.int { return C.tocsin_stream_trim(p, &n, ct, &o) })
+	err := s.c.doCS(ctx, &cs, "stream_trim", func(p *C.tocsin_db) C.int { return C.tocsin_stream_trim(p, &n, ct, &o) })
 	return int64(n), err
 }
 
@@ -392,7 +410,7 @@ func (db *DB) openStreamSub(ctx context.Context, topic, consumer string, opts *S
 	defer cs.free()
 	ct, cc := cs.str(topic), cs.opt(consumer)
 	var s *C.tocsin_stream_sub
-	err := db.do(ctx, "subscribe", func(p *C.tocsin_db) C.int {
+	err := db.doCS(ctx, &cs, "subscribe", func(p *C.tocsin_db) C.int {
 		return C.tocsin_stream_sub_open(&s, p, ct, cc, &o)
 	})
 	return s, err
@@ -455,10 +473,19 @@ func (sub *Subscription) run(ctx context.Context, ch chan<- Message) {
 			return
 		}
 		for i, m := range msgs {
+			if err := ended(ctx, sub.w, "subscribe"); err != nil {
+				sub.err = err
+				stoppedAt(sub.s, msgs, i)
+				return
+			}
 			select {
 			case ch <- m:
 			case <-ctx.Done():
 				sub.err = ctxErr(ctx, "subscribe")
+				stoppedAt(sub.s, msgs, i)
+				return
+			case <-sub.w.closedCh: // Close does not wait for a reader of C that is gone
+				sub.err = newErr(ErrClosed, "subscribe", "the database was closed")
 				stoppedAt(sub.s, msgs, i)
 				return
 			}
@@ -535,20 +562,38 @@ func (s *Stream) Events(ctx context.Context, consumer string, opts *SubscribeOpt
 			yield(Message{}, err)
 			return
 		}
-		w := db.newWaiter(ctx, func() { C.tocsin_stream_sub_poke(ss) })
+		// Of the last batch, the first handed events reached the loop body: whatever ends
+		// the loop (break, return, panic, ctx, Close), the position goes back to the last
+		// of them before the close saves it.
+		var batch []Message
+		handed := 0
 		defer func() {
-			w.finish()
+			stoppedAt(ss, batch, handed)
 			C.tocsin_stream_sub_close(ss)
 		}()
+		poke := func() { C.tocsin_stream_sub_poke(ss) }
 		for {
+			// The waiter is registered only while the core waits, not while the loop
+			// body runs: a body that closes the DB does not wait for itself.
+			w := db.newWaiter(ctx, poke)
 			msgs, err := streamNext(ctx, ss, w)
+			w.finish()
 			if err != nil {
 				yield(Message{}, err)
 				return
 			}
-			for i, m := range msgs {
+			batch, handed = msgs, 0
+			for _, m := range msgs {
+				if err := ctx.Err(); err != nil || db.closed.Load() {
+					err := ctxErr(ctx, "subscribe")
+					if db.closed.Load() {
+						err = newErr(ErrClosed, "subscribe", "the database was closed")
+					}
+					yield(Message{}, err)
+					return
+				}
+				handed++
 				if !yield(m, nil) {
-					stoppedAt(ss, msgs, i+1)
 					return
 				}
 			}
@@ -572,7 +617,7 @@ func (c *conn) Notify(ctx context.Context, channel string, v any, meta any) (int
 	defer cs.free()
 	cc, cp, cm := cs.str(channel), cs.str(payload), cs.opt(m)
 	var id C.int64_t
-	err = c.do(ctx, "notify", func(p *C.tocsin_db) C.int { return C.tocsin_notify(p, &id, cc, cp, cm) })
+	err = c.doCS(ctx, &cs, "notify", func(p *C.tocsin_db) C.int { return C.tocsin_notify(p, &id, cc, cp, cm) })
 	return int64(id), err
 }
 
@@ -589,7 +634,7 @@ func (c *conn) Notifications(ctx context.Context, channel string, afterID int64,
 	cc := cs.str(channel)
 	var msgs *C.tocsin_message
 	var n C.size_t
-	if err := c.do(ctx, "notify_read", func(p *C.tocsin_db) C.int {
+	if err := c.doCS(ctx, &cs, "notify_read", func(p *C.tocsin_db) C.int {
 		return C.tocsin_notify_read(p, &msgs, &n, cc, C.int64_t(afterID), C.size_t(limit))
 	}); err != nil {
 		return nil, err

@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"log/slog"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -117,14 +118,20 @@ func (db *DB) NewWorker(opts WorkerOptions) (*Worker, error) {
 	o.worker_id = cs.opt(opts.ID)
 	o.queues = &qs[0]
 	o.n_queues = C.size_t(n)
-	o.concurrency = C.int(opts.Concurrency)
+	o.concurrency = cint(opts.Concurrency)
 	o.visibility_ms = C.int64_t(ms(opts.Visibility))
 	if opts.Scheduler {
 		o.scheduler = 1
 	}
 	o.scheduler_ttl_ms = C.int64_t(ms(opts.SchedulerTTL))
 	o.unknown_task_delay_ms = C.int64_t(ms(opts.UnknownTaskDelay))
-	o.unknown_task_handbacks = C.int(opts.UnknownTaskHandbacks)
+	o.unknown_task_handbacks = cint(opts.UnknownTaskHandbacks)
+	for name := range tasks {
+		cs.str(name)
+	}
+	if err := cs.check("worker_open"); err != nil {
+		return nil, err
+	}
 	if db.closed.Load() {
 		return nil, newErr(ErrClosed, "worker_open", "the database is closed")
 	}
@@ -134,7 +141,7 @@ func (db *DB) NewWorker(opts WorkerOptions) (*Worker, error) {
 	}
 	db.shareClock(own)
 	var w *C.tocsin_worker
-	if err := own.do(context.Background(), "worker_open", func(p *C.tocsin_db) C.int { return C.tocsin_worker_open(&w, p, &o) }); err != nil {
+	if err := own.doCS(context.Background(), &cs, "worker_open", func(p *C.tocsin_db) C.int { return C.tocsin_worker_open(&w, p, &o) }); err != nil {
 		own.Close()
 		return nil, err
 	}
@@ -243,11 +250,18 @@ func (wk *Worker) Run(ctx context.Context) error {
 
 // slot runs what dispatch hands it until Run returns.
 func (wk *Worker) slot(quit chan struct{}) {
+	stopped := false
+	defer func() {
+		if !stopped { // a handler's runtime.Goexit ended this goroutine: replace it
+			go wk.slot(quit)
+		}
+	}()
 	for {
 		select {
 		case f := <-wk.work:
 			f()
 		case <-quit:
+			stopped = true
 			return
 		}
 	}
@@ -278,12 +292,26 @@ func (wk *Worker) dispatch(runs **C.tocsin_task_run, n C.size_t) {
 			var tx *Tx
 			var v json.RawMessage
 			var err error
+			returned := false
+			defer func() {
+				if returned {
+					return
+				}
+				// the handler called runtime.Goexit (t.FailNow): its transaction must
+				// not keep the write lock, nor its job stay leased to a run that is gone
+				if tx != nil {
+					tx.end(false)
+				}
+				cancel()
+				wk.finishAndTake(r, id, nil, &TaskError{Type: "Goexit", Message: "the handler called runtime.Goexit"})
+			}()
 			if t.inTx {
 				tx, err = wk.own.begin(hctx)
 			}
 			if err == nil {
 				v, err = safeRun(hctx, t.run, tx, args, kwargs)
 			}
+			returned = true
 			if hctx.Err() == context.DeadlineExceeded {
 				err = &TaskError{Type: "Timeout", Message: fmt.Sprintf("the run exceeded its timeout of %s", timeout)}
 			}
@@ -310,6 +338,13 @@ func (wk *Worker) dispatch(runs **C.tocsin_task_run, n C.size_t) {
 					ferr = tx.end(true)
 				} else {
 					tx.end(false)
+					if isCode(ferr, ErrInvalid) || isCode(ferr, ErrTooBig) {
+						// the core refused the result (nothing was written): finished
+						// again outside the transaction, the core records the run as a
+						// final failure (InvalidResult) naming what it refused
+						wk.finishAndTake(r, id, v, nil)
+						return
+					}
 				}
 				if ferr != nil && !isCode(ferr, ErrLeaseLost) {
 					wk.log.Warn("tocsin task: its transaction did not commit", "task", name, "job_id", id, "error", ferr)
@@ -383,7 +418,14 @@ func (wk *Worker) finishTx(r *C.tocsin_task_run, id int64, v json.RawMessage, tx
 	return wk.record(tx, r, v, nil)
 }
 
-// record calls tocsin_worker_finish with the outcome of a run (tx: inside it).
+// sanitize makes a Go string text the core accepts: valid UTF-8, no NUL byte.
+func sanitize(s string) string {
+	return strings.ReplaceAll(strings.ToValidUTF8(s, "\uFFFD"), "\x00", "")
+}
+
+// record calls tocsin_worker_finish with the outcome of a run (tx: inside it). Without
+// tx an outcome whose contents the core cannot store (a result over the payload limit)
+// still ends the run: the core records it as a final failure (tocsin.h).
 func (wk *Worker) record(tx *Tx, run *C.tocsin_task_run, value json.RawMessage, runErr error) error {
 	var cs cstrings
 	defer cs.free()
@@ -406,11 +448,19 @@ func (wk *Worker) record(tx *Tx, run *C.tocsin_task_run, value json.RawMessage, 
 		} else if errors.Is(runErr, context.Canceled) {
 			typ = "Cancelled"
 		}
+		if typ == "" {
+			typ = "Error" // the core's default type (a TaskError without one)
+		}
+		// a trace is any text (the core cuts it); NUL bytes and bad UTF-8 of Go strings go
+		msg, trace = sanitize(msg), sanitize(trace)
 		out.error_type, out.error_message, out.error_trace = cs.str(typ), cs.str(msg), cs.opt(trace)
 	}
 	var txp *C.tocsin_db
 	if tx != nil {
 		txp = tx.p
+	}
+	if err := cs.check("worker_finish"); err != nil {
+		return err
 	}
 	return call("worker_finish", func() C.int { return C.tocsin_worker_finish(wk.w, txp, run, &out) })
 }
