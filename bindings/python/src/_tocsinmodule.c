@@ -16,6 +16,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <pythread.h>
+#include <stdarg.h>
 #include <string.h>
 #include <time.h>
 
@@ -75,6 +76,49 @@ static PyObject *raise_code(int rc, const char *msg, int sqlite_code) {
 /* The calling thread's last core failure (the one error channel). */
 static PyObject *raise_last(int rc) {
     return raise_code(rc, tocsin_errmsg(NULL), tocsin_sqlite_errcode(NULL));
+}
+
+/* A value that cannot be converted (a str with a NUL or a lone surrogate, an
+ * integer out of range) is an invalid argument: InvalidArgument naming the call,
+ * not a bare ValueError/OverflowError. Wrong types stay TypeError. */
+static void as_invalid(const char *fmt) {
+    PyObject *type, *value, *tb, *msg;
+    const char *fn = fmt ? strchr(fmt, ':') : NULL;
+    if (!PyErr_Occurred() || PyErr_ExceptionMatches(Error) ||
+        !(PyErr_ExceptionMatches(PyExc_ValueError) || PyErr_ExceptionMatches(PyExc_OverflowError)))
+        return;
+    PyErr_Fetch(&type, &value, &tb);
+    PyErr_NormalizeException(&type, &value, &tb);
+    msg = value ? PyObject_Str(value) : NULL;
+    if (msg) {
+        const char *m = PyUnicode_AsUTF8(msg);
+        if (m) {
+            PyObject *text = PyUnicode_FromFormat("%s%s%s", fn ? fn + 1 : "", fn ? "(): " : "", m);
+            if (text) {
+                raise_code(TOCSIN_INVALID, PyUnicode_AsUTF8(text), 0);
+                Py_DECREF(text);
+            }
+        }
+        Py_DECREF(msg);
+    }
+    if (PyErr_Occurred()) { /* converted (or failed converting: that error stands) */
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        return;
+    }
+    PyErr_Restore(type, value, tb);
+}
+
+/* PyArg_ParseTuple, with as_invalid's translation of unconvertible values. */
+static int parse_args(PyObject *args, const char *fmt, ...) {
+    va_list va;
+    int ok;
+    va_start(va, fmt);
+    ok = PyArg_VaParse(args, fmt, va);
+    va_end(va);
+    if (!ok) as_invalid(fmt);
+    return ok;
 }
 
 static void sleep_ms(int ms) {
@@ -157,8 +201,10 @@ static int Handle_init(Handle *self, PyObject *args, PyObject *kw) {
     long long maxp = 0;
     tocsin_open_opts o = TOCSIN_OPEN_OPTS_INIT;
     tocsin_db *db = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|iLp:Handle", kwlist, &path, &busy, &maxp, &ro))
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|iLp:Handle", kwlist, &path, &busy, &maxp, &ro)) {
+        as_invalid(":Handle");
         return -1;
+    }
     if (self->db || self->is_tx) {
         PyErr_SetString(PyExc_RuntimeError, "Handle is already open");
         return -1;
@@ -257,7 +303,7 @@ static PyObject *Tx_rollback(Handle *self, PyObject *u) { (void)u; return end_tx
 static PyObject *Handle_executescript(Handle *self, PyObject *args) {
     const char *sql;
     int rc;
-    if (!PyArg_ParseTuple(args, "s:executescript", &sql)) return NULL;
+    if (!parse_args(args, "s:executescript", &sql)) return NULL;
     CORE_CALL(self, rc = tocsin_exec(self->db, sql));
     Py_RETURN_NONE;
 }
@@ -363,7 +409,7 @@ static PyObject *Handle_execute(Handle *self, PyObject *args) {
     PyObject *params = Py_None, *rows = NULL;
     sqlite3_stmt *st = NULL;
     int rc;
-    if (!PyArg_ParseTuple(args, "s|O:execute", &sql, &params)) return NULL;
+    if (!parse_args(args, "s|O:execute", &sql, &params)) return NULL;
     if (!enter(self)) return NULL;
     Py_BEGIN_ALLOW_THREADS
     rc = tocsin_sqlite_enter(self->db);
@@ -469,7 +515,10 @@ static PyObject *Handle_set_time(Handle *self, PyObject *arg) {
     long long ms = 0;
     if (arg != Py_None) {
         ms = PyLong_AsLongLong(arg);
-        if (ms == -1 && PyErr_Occurred()) return NULL;
+        if (ms == -1 && PyErr_Occurred()) {
+            as_invalid(":set_time");
+            return NULL;
+        }
         if (ms < 0) return raise_code(TOCSIN_INVALID, "time must be >= 0 ms", 0);
     }
     if (!(how = enter(self))) return NULL;
@@ -486,7 +535,7 @@ static PyObject *Handle_set_time(Handle *self, PyObject *arg) {
 static PyObject *Handle_set_max_payload(Handle *self, PyObject *args) {
     long long n;
     int rc;
-    if (!PyArg_ParseTuple(args, "L:set_max_payload", &n)) return NULL;
+    if (!parse_args(args, "L:set_max_payload", &n)) return NULL;
     CORE_CALL(self, rc = tocsin_set_max_payload(self->db, n));
     Py_RETURN_NONE;
 }
@@ -523,7 +572,7 @@ static PyObject *Handle_enqueue(Handle *self, PyObject *args) {
     int maxa = 0, rc;
     int64_t id;
     tocsin_enqueue_opts o = TOCSIN_ENQUEUE_OPTS_INIT;
-    if (!PyArg_ParseTuple(args, "ss|LLLiLzz:enqueue", &queue, &payload, &prio, &delay, &run_at,
+    if (!parse_args(args, "ss|LLLiLzz:enqueue", &queue, &payload, &prio, &delay, &run_at,
                           &maxa, &expires, &ukey, &meta))
         return NULL;
     o.priority = prio;
@@ -545,7 +594,7 @@ static PyObject *Handle_enqueue_many(Handle *self, PyObject *args) {
     tocsin_enqueue_opts *op = NULL;
     int64_t *ids = NULL;
     int rc;
-    if (!PyArg_ParseTuple(args, "O:enqueue_many", &arg)) return NULL;
+    if (!parse_args(args, "O:enqueue_many", &arg)) return NULL;
     /* A tuple of the items: the strings we point into stay alive and unchanged
      * while the GIL is released. */
     if (!(specs = PySequence_Tuple(arg))) return NULL;
@@ -567,7 +616,7 @@ static PyObject *Handle_enqueue_many(Handle *self, PyObject *args) {
             PyErr_Format(PyExc_TypeError, "job %zd: spec must be a tuple", i);
             goto done;
         }
-        if (!PyArg_ParseTuple(t, "ss|LLLiLzz:enqueue_many", &sp[i].queue, &sp[i].payload, &prio,
+        if (!parse_args(t, "ss|LLLiLzz:enqueue_many", &sp[i].queue, &sp[i].payload, &prio,
                               &delay, &run_at, &maxa, &expires, &op[i].unique_key, &op[i].meta))
             goto done;
         op[i].priority = prio;
@@ -615,7 +664,7 @@ static PyObject *Handle_claim(Handle *self, PyObject *args) {
     size_t n = 0;
     int rc;
     PyObject *out;
-    if (!PyArg_ParseTuple(args, "ssnL:claim", &queue, &worker, &max, &vis)) return NULL;
+    if (!parse_args(args, "ssnL:claim", &queue, &worker, &max, &vis)) return NULL;
     if (max < 0) return raise_code(TOCSIN_INVALID, "n must be >= 1", 0);
     CORE_CALL(self, rc = tocsin_queue_claim(self->db, &jobs, &n, queue, worker, (size_t)max, vis));
     out = jobs_list(jobs, n);
@@ -626,7 +675,7 @@ static PyObject *Handle_claim(Handle *self, PyObject *args) {
 static PyObject *Handle_ack(Handle *self, PyObject *args) {
     long long id, token;
     int ok = 0, rc;
-    if (!PyArg_ParseTuple(args, "LL:ack", &id, &token)) return NULL;
+    if (!parse_args(args, "LL:ack", &id, &token)) return NULL;
     CORE_CALL(self, rc = tocsin_job_ack(self->db, &ok, id, token));
     return PyBool_FromLong(ok);
 }
@@ -660,7 +709,7 @@ static PyObject *Handle_ack_batch(Handle *self, PyObject *args) {
     Py_ssize_t n1 = 0, n2 = 0;
     size_t acked = 0;
     int rc, how;
-    if (!PyArg_ParseTuple(args, "OO:ack_batch", &pids, &ptoks)) return NULL;
+    if (!parse_args(args, "OO:ack_batch", &pids, &ptoks)) return NULL;
     if (!(ids = int_array(pids, &n1, "ids must be a sequence of integers"))) return NULL;
     if (!(toks = int_array(ptoks, &n2, "tokens must be a sequence of integers"))) goto fail;
     if (n1 != n2) {
@@ -687,7 +736,7 @@ static PyObject *Handle_retry(Handle *self, PyObject *args) {
     long long id, token, delay = -1;
     const char *error = NULL;
     int ok = 0, rc;
-    if (!PyArg_ParseTuple(args, "LL|Lz:retry", &id, &token, &delay, &error)) return NULL;
+    if (!parse_args(args, "LL|Lz:retry", &id, &token, &delay, &error)) return NULL;
     CORE_CALL(self, rc = tocsin_job_retry(self->db, &ok, id, token, delay, error));
     return PyBool_FromLong(ok);
 }
@@ -696,15 +745,23 @@ static PyObject *Handle_fail(Handle *self, PyObject *args) {
     long long id, token;
     const char *error = NULL;
     int ok = 0, rc;
-    if (!PyArg_ParseTuple(args, "LL|z:fail", &id, &token, &error)) return NULL;
+    if (!parse_args(args, "LL|z:fail", &id, &token, &error)) return NULL;
     CORE_CALL(self, rc = tocsin_job_fail(self->db, &ok, id, token, error));
+    return PyBool_FromLong(ok);
+}
+
+static PyObject *Handle_hand_back(Handle *self, PyObject *args) {
+    long long id, token, delay = 0;
+    int ok = 0, rc;
+    if (!parse_args(args, "LL|L:hand_back", &id, &token, &delay)) return NULL;
+    CORE_CALL(self, rc = tocsin_job_hand_back(self->db, &ok, id, token, delay));
     return PyBool_FromLong(ok);
 }
 
 static PyObject *Handle_heartbeat(Handle *self, PyObject *args) {
     long long id, token, extend;
     int ok = 0, rc;
-    if (!PyArg_ParseTuple(args, "LLL:heartbeat", &id, &token, &extend)) return NULL;
+    if (!parse_args(args, "LLL:heartbeat", &id, &token, &extend)) return NULL;
     CORE_CALL(self, rc = tocsin_job_heartbeat(self->db, &ok, id, token, extend));
     return PyBool_FromLong(ok);
 }
@@ -712,7 +769,7 @@ static PyObject *Handle_heartbeat(Handle *self, PyObject *args) {
 static PyObject *Handle_cancel(Handle *self, PyObject *args) {
     long long id;
     int ok = 0, rc;
-    if (!PyArg_ParseTuple(args, "L:cancel", &id)) return NULL;
+    if (!parse_args(args, "L:cancel", &id)) return NULL;
     CORE_CALL(self, rc = tocsin_job_cancel(self->db, &ok, id));
     return PyBool_FromLong(ok);
 }
@@ -722,7 +779,7 @@ static PyObject *Handle_get(Handle *self, PyObject *args) {
     tocsin_job *job = NULL;
     int rc;
     PyObject *out;
-    if (!PyArg_ParseTuple(args, "L:get", &id)) return NULL;
+    if (!parse_args(args, "L:get", &id)) return NULL;
     CORE_CALL(self, rc = tocsin_job_get(self->db, &job, id));
     if (!job) Py_RETURN_NONE;
     out = job_tuple(job);
@@ -733,7 +790,7 @@ static PyObject *Handle_get(Handle *self, PyObject *args) {
 static PyObject *Handle_pause(Handle *self, PyObject *args) {
     const char *q;
     int rc;
-    if (!PyArg_ParseTuple(args, "s:pause", &q)) return NULL;
+    if (!parse_args(args, "s:pause", &q)) return NULL;
     CORE_CALL(self, rc = tocsin_queue_pause(self->db, q));
     Py_RETURN_NONE;
 }
@@ -741,7 +798,7 @@ static PyObject *Handle_pause(Handle *self, PyObject *args) {
 static PyObject *Handle_resume(Handle *self, PyObject *args) {
     const char *q;
     int rc;
-    if (!PyArg_ParseTuple(args, "s:resume", &q)) return NULL;
+    if (!parse_args(args, "s:resume", &q)) return NULL;
     CORE_CALL(self, rc = tocsin_queue_resume(self->db, q));
     Py_RETURN_NONE;
 }
@@ -749,7 +806,7 @@ static PyObject *Handle_resume(Handle *self, PyObject *args) {
 static PyObject *Handle_is_paused(Handle *self, PyObject *args) {
     const char *q;
     int rc, p = 0;
-    if (!PyArg_ParseTuple(args, "s:is_paused", &q)) return NULL;
+    if (!parse_args(args, "s:is_paused", &q)) return NULL;
     CORE_CALL(self, rc = tocsin_queue_is_paused(self->db, &p, q));
     return PyBool_FromLong(p);
 }
@@ -765,7 +822,7 @@ static PyObject *Handle_stats(Handle *self, PyObject *args) {
     const char *q = NULL;
     char *json = NULL;
     int rc;
-    if (!PyArg_ParseTuple(args, "|z:stats", &q)) return NULL;
+    if (!parse_args(args, "|z:stats", &q)) return NULL;
     CORE_CALL(self, rc = tocsin_queue_stats(self->db, &json, q));
     return take_json(json);
 }
@@ -788,11 +845,13 @@ static const char **str_array(PyObject *tuple, int allow_none, const char *what)
             return NULL;
         }
         if (!(a[i] = PyUnicode_AsUTF8AndSize(v, &len))) {
+            PyErr_Clear();
+            PyErr_Format(code_exc[TOCSIN_INVALID], "%s[%zd] is not valid UTF-8 (a lone surrogate)", what, i);
             PyMem_Free(a);
             return NULL;
         }
         if ((size_t)len != strlen(a[i])) {
-            PyErr_Format(PyExc_ValueError, "%s[%zd] contains a NUL character", what, i);
+            PyErr_Format(code_exc[TOCSIN_INVALID], "%s[%zd] contains a NUL character", what, i);
             PyMem_Free(a);
             return NULL;
         }
@@ -805,7 +864,7 @@ static PyObject *Handle_next_deadline(Handle *self, PyObject *args) {
     const char **qs;
     int64_t ms = -1;
     int rc, how;
-    if (!PyArg_ParseTuple(args, "O:next_deadline", &arg)) return NULL;
+    if (!parse_args(args, "O:next_deadline", &arg)) return NULL;
     if (!(t = PySequence_Tuple(arg))) return NULL;
     if (!(qs = str_array(t, 0, "queues"))) {
         Py_DECREF(t);
@@ -836,7 +895,7 @@ static PyObject *Handle_dead_list(Handle *self, PyObject *args) {
     size_t n = 0;
     int rc;
     PyObject *out;
-    if (!PyArg_ParseTuple(args, "|zLn:dead_list", &q, &after, &limit)) return NULL;
+    if (!parse_args(args, "|zLn:dead_list", &q, &after, &limit)) return NULL;
     if (limit < 1) return raise_code(TOCSIN_INVALID, "limit must be >= 1", 0);
     CORE_CALL(self, rc = tocsin_dead_list(self->db, &jobs, &n, q, after, (size_t)limit));
     out = jobs_list(jobs, n);
@@ -847,7 +906,7 @@ static PyObject *Handle_dead_list(Handle *self, PyObject *args) {
 static PyObject *Handle_dead_requeue(Handle *self, PyObject *args) {
     long long id;
     int ok = 0, rc;
-    if (!PyArg_ParseTuple(args, "L:dead_requeue", &id)) return NULL;
+    if (!parse_args(args, "L:dead_requeue", &id)) return NULL;
     CORE_CALL(self, rc = tocsin_dead_requeue(self->db, &ok, id));
     return PyBool_FromLong(ok);
 }
@@ -857,7 +916,7 @@ static PyObject *Handle_dead_purge(Handle *self, PyObject *args) {
     long long before = 0;
     int64_t n = 0;
     int rc;
-    if (!PyArg_ParseTuple(args, "|zL:dead_purge", &q, &before)) return NULL;
+    if (!parse_args(args, "|zL:dead_purge", &q, &before)) return NULL;
     CORE_CALL(self, rc = tocsin_dead_purge(self->db, &n, q, before));
     return PyLong_FromLongLong(n);
 }
@@ -884,7 +943,7 @@ static PyObject *Handle_publish(Handle *self, PyObject *args) {
     const char *topic, *payload, *key = NULL, *meta = NULL;
     int64_t off = 0;
     int rc;
-    if (!PyArg_ParseTuple(args, "ss|zz:publish", &topic, &payload, &key, &meta)) return NULL;
+    if (!parse_args(args, "ss|zz:publish", &topic, &payload, &key, &meta)) return NULL;
     CORE_CALL(self, rc = tocsin_stream_publish(self->db, &off, topic, payload, key, meta));
     return PyLong_FromLongLong(off);
 }
@@ -896,7 +955,7 @@ static PyObject *Handle_publish_many(Handle *self, PyObject *args) {
     int64_t *offs = NULL;
     Py_ssize_t n, i;
     int rc, how;
-    if (!PyArg_ParseTuple(args, "sO|O:publish_many", &topic, &pp, &pk)) return NULL;
+    if (!parse_args(args, "sO|O:publish_many", &topic, &pp, &pk)) return NULL;
     if (!(tp = PySequence_Tuple(pp))) return NULL;
     n = PyTuple_GET_SIZE(tp);
     if (!(payloads = str_array(tp, 0, "payloads"))) goto done;
@@ -951,7 +1010,7 @@ static PyObject *read_messages(Handle *self, PyObject *args, const char *fmt, re
     size_t n = 0;
     int rc;
     PyObject *out;
-    if (!PyArg_ParseTuple(args, fmt, &name, &after, &limit)) return NULL;
+    if (!parse_args(args, fmt, &name, &after, &limit)) return NULL;
     if (limit < 1) return raise_code(TOCSIN_INVALID, "limit must be >= 1", 0);
     CORE_CALL(self, rc = read(self->db, &m, &n, name, after, (size_t)limit));
     out = messages_list(m, n);
@@ -968,7 +1027,7 @@ static PyObject *Handle_save_offset(Handle *self, PyObject *args) {
     long long off;
     int64_t stored = 0;
     int rc;
-    if (!PyArg_ParseTuple(args, "ssL:save_offset", &consumer, &topic, &off)) return NULL;
+    if (!parse_args(args, "ssL:save_offset", &consumer, &topic, &off)) return NULL;
     CORE_CALL(self, rc = tocsin_stream_save_offset(self->db, &stored, consumer, topic, off));
     return PyLong_FromLongLong(stored);
 }
@@ -977,7 +1036,7 @@ static PyObject *Handle_offset(Handle *self, PyObject *args) {
     const char *consumer, *topic;
     int64_t off = 0;
     int rc;
-    if (!PyArg_ParseTuple(args, "ss:offset", &consumer, &topic)) return NULL;
+    if (!parse_args(args, "ss:offset", &consumer, &topic)) return NULL;
     CORE_CALL(self, rc = tocsin_stream_offset(self->db, &off, consumer, topic));
     return PyLong_FromLongLong(off);
 }
@@ -988,7 +1047,7 @@ static PyObject *Handle_trim(Handle *self, PyObject *args) {
     int below = 0, rc;
     int64_t n = 0;
     tocsin_trim_opts o = TOCSIN_TRIM_OPTS_INIT;
-    if (!PyArg_ParseTuple(args, "s|LLp:trim", &topic, &age, &count, &below)) return NULL;
+    if (!parse_args(args, "s|LLp:trim", &topic, &age, &count, &below)) return NULL;
     o.max_age_ms = age;
     o.max_count = count;
     o.below_consumers = below;
@@ -1000,7 +1059,7 @@ static PyObject *Handle_notify(Handle *self, PyObject *args) {
     const char *channel, *payload, *meta = NULL;
     int64_t id = 0;
     int rc;
-    if (!PyArg_ParseTuple(args, "ss|z:notify", &channel, &payload, &meta)) return NULL;
+    if (!parse_args(args, "ss|z:notify", &channel, &payload, &meta)) return NULL;
     CORE_CALL(self, rc = tocsin_notify(self->db, &id, channel, payload, meta));
     return PyLong_FromLongLong(id);
 }
@@ -1021,7 +1080,7 @@ static PyObject *Handle_notify_prune(Handle *self, PyObject *args) {
     long long age = 0, keep = 0;
     int64_t n = 0;
     int rc;
-    if (!PyArg_ParseTuple(args, "|LL:notify_prune", &age, &keep)) return NULL;
+    if (!parse_args(args, "|LL:notify_prune", &age, &keep)) return NULL;
     CORE_CALL(self, rc = tocsin_notify_prune(self->db, &n, age, keep));
     return PyLong_FromLongLong(n);
 }
@@ -1029,7 +1088,7 @@ static PyObject *Handle_notify_prune(Handle *self, PyObject *args) {
 static PyObject *Handle_notify_set_autotrim(Handle *self, PyObject *args) {
     long long age, keep, one_in;
     int rc;
-    if (!PyArg_ParseTuple(args, "LLL:notify_set_autotrim", &age, &keep, &one_in)) return NULL;
+    if (!parse_args(args, "LLL:notify_set_autotrim", &age, &keep, &one_in)) return NULL;
     CORE_CALL(self, rc = tocsin_notify_set_autotrim(self->db, age, keep, one_in));
     Py_RETURN_NONE;
 }
@@ -1041,7 +1100,7 @@ static PyObject *Handle_result_save(Handle *self, PyObject *args) {
     long long id, ttl = 0;
     const char *value;
     int rc;
-    if (!PyArg_ParseTuple(args, "Ls|L:result_save", &id, &value, &ttl)) return NULL;
+    if (!parse_args(args, "Ls|L:result_save", &id, &value, &ttl)) return NULL;
     CORE_CALL(self, rc = tocsin_result_save(self->db, id, value, ttl));
     Py_RETURN_NONE;
 }
@@ -1050,7 +1109,7 @@ static PyObject *Handle_result_save_error(Handle *self, PyObject *args) {
     long long id, ttl = 0;
     const char *type, *msg = NULL;
     int rc;
-    if (!PyArg_ParseTuple(args, "Lsz|L:result_save_error", &id, &type, &msg, &ttl)) return NULL;
+    if (!parse_args(args, "Lsz|L:result_save_error", &id, &type, &msg, &ttl)) return NULL;
     CORE_CALL(self, rc = tocsin_result_save_error(self->db, id, type, msg, ttl));
     Py_RETURN_NONE;
 }
@@ -1071,7 +1130,7 @@ static PyObject *Handle_result_get(Handle *self, PyObject *args) {
     long long id;
     tocsin_result *r = NULL;
     int rc;
-    if (!PyArg_ParseTuple(args, "L:result_get", &id)) return NULL;
+    if (!parse_args(args, "L:result_get", &id)) return NULL;
     CORE_CALL(self, rc = tocsin_result_get(self->db, &r, id));
     return result_tuple(r);
 }
@@ -1080,7 +1139,7 @@ static PyObject *Handle_result_get(Handle *self, PyObject *args) {
 static PyObject *Handle_check_name(Handle *self, PyObject *args) {
     const char *what, *name;
     int rc;
-    if (!PyArg_ParseTuple(args, "ss:check_name", &what, &name)) return NULL;
+    if (!parse_args(args, "ss:check_name", &what, &name)) return NULL;
     CORE_CALL(self, rc = tocsin_check_name(self->db, what, name));
     Py_RETURN_NONE;
 }
@@ -1092,7 +1151,7 @@ static PyObject *Handle_result_check(Handle *self, PyObject *args) {
     long long id;
     tocsin_result *r = NULL;
     int rc;
-    if (!PyArg_ParseTuple(args, "L:result_check", &id)) return NULL;
+    if (!parse_args(args, "L:result_check", &id)) return NULL;
     CORE_CALL(self, rc = tocsin_result_check(self->db, &r, id));
     return result_tuple(r);
 }
@@ -1100,7 +1159,7 @@ static PyObject *Handle_result_check(Handle *self, PyObject *args) {
 static PyObject *Handle_result_delete(Handle *self, PyObject *args) {
     long long id;
     int ok = 0, rc;
-    if (!PyArg_ParseTuple(args, "L:result_delete", &id)) return NULL;
+    if (!parse_args(args, "L:result_delete", &id)) return NULL;
     CORE_CALL(self, rc = tocsin_result_delete(self->db, &ok, id));
     return PyBool_FromLong(ok);
 }
@@ -1120,7 +1179,7 @@ static PyObject *Handle_lock_acquire(Handle *self, PyObject *args) {
     long long ttl;
     int64_t token = 0, until = 0;
     int rc;
-    if (!PyArg_ParseTuple(args, "ssL:lock_acquire", &name, &owner, &ttl)) return NULL;
+    if (!parse_args(args, "ssL:lock_acquire", &name, &owner, &ttl)) return NULL;
     CORE_CALL(self, rc = tocsin_lock_acquire(self->db, &token, &until, name, owner, ttl));
     return Py_BuildValue("(LL)", (long long)token, (long long)until);
 }
@@ -1129,7 +1188,7 @@ static PyObject *Handle_lock_renew(Handle *self, PyObject *args) {
     const char *name, *owner;
     long long token, ttl;
     int ok = 0, rc;
-    if (!PyArg_ParseTuple(args, "ssLL:lock_renew", &name, &owner, &token, &ttl)) return NULL;
+    if (!parse_args(args, "ssLL:lock_renew", &name, &owner, &token, &ttl)) return NULL;
     CORE_CALL(self, rc = tocsin_lock_renew(self->db, &ok, name, owner, token, ttl));
     return PyBool_FromLong(ok);
 }
@@ -1138,7 +1197,7 @@ static PyObject *Handle_lock_release(Handle *self, PyObject *args) {
     const char *name, *owner;
     long long token;
     int ok = 0, rc;
-    if (!PyArg_ParseTuple(args, "ssL:lock_release", &name, &owner, &token)) return NULL;
+    if (!parse_args(args, "ssL:lock_release", &name, &owner, &token)) return NULL;
     CORE_CALL(self, rc = tocsin_lock_release(self->db, &ok, name, owner, token));
     return PyBool_FromLong(ok);
 }
@@ -1149,7 +1208,7 @@ static PyObject *Handle_lock_holder(Handle *self, PyObject *args) {
     int64_t token = 0, until = 0;
     int rc;
     PyObject *out;
-    if (!PyArg_ParseTuple(args, "s:lock_holder", &name)) return NULL;
+    if (!parse_args(args, "s:lock_holder", &name)) return NULL;
     CORE_CALL(self, rc = tocsin_lock_holder(self->db, &owner, &token, &until, name));
     out = Py_BuildValue("(zLL)", owner, (long long)token, (long long)until);
     tocsin_free(owner);
@@ -1163,7 +1222,7 @@ static PyObject *Handle_ratelimit_try(Handle *self, PyObject *args) {
     long long limit, per;
     int allowed = 0, rc;
     int64_t after = 0, remaining = 0;
-    if (!PyArg_ParseTuple(args, "sLL:ratelimit_try", &name, &limit, &per)) return NULL;
+    if (!parse_args(args, "sLL:ratelimit_try", &name, &limit, &per)) return NULL;
     CORE_CALL(self, rc = tocsin_ratelimit_try(self->db, &allowed, &after, &remaining, name, limit, per));
     return Py_BuildValue("(NLL)", PyBool_FromLong(allowed), (long long)after, (long long)remaining);
 }
@@ -1180,7 +1239,7 @@ static PyObject *Handle_ratelimit_reset(Handle *self, PyObject *args) {
     const char *name;
     int64_t n = 0;
     int rc;
-    if (!PyArg_ParseTuple(args, "s:ratelimit_reset", &name)) return NULL;
+    if (!parse_args(args, "s:ratelimit_reset", &name)) return NULL;
     CORE_CALL(self, rc = tocsin_ratelimit_reset(self->db, &n, name));
     return PyLong_FromLongLong(n);
 }
@@ -1203,7 +1262,7 @@ static int schedule_opts(PyObject *t, tocsin_schedule_opts *o) {
     long long prio = 0, expires = 0;
     int maxa = 0, catch_up = 0, max_catch = 0, local = 0;
     const char *meta = NULL;
-    if (!PyArg_ParseTuple(t, "LiLiipz:schedule options", &prio, &maxa, &expires, &catch_up,
+    if (!parse_args(t, "LiLiipz:schedule options", &prio, &maxa, &expires, &catch_up,
                           &max_catch, &local, &meta))
         return -1;
     o->priority = prio;
@@ -1222,7 +1281,7 @@ static PyObject *Handle_schedule_set(Handle *self, PyObject *args) {
     tocsin_schedule_opts o = TOCSIN_SCHEDULE_OPTS_INIT;
     int64_t next = 0;
     int rc;
-    if (!PyArg_ParseTuple(args, "ssssO!:schedule_set", &name, &cron, &queue, &payload,
+    if (!parse_args(args, "ssssO!:schedule_set", &name, &cron, &queue, &payload,
                           &PyTuple_Type, &opts))
         return NULL;
     if (schedule_opts(opts, &o) < 0) return NULL;
@@ -1240,7 +1299,7 @@ static PyObject *Handle_schedule_update(Handle *self, PyObject *args) {
     tocsin_schedule_opts o = TOCSIN_SCHEDULE_OPTS_INIT;
     int64_t next = 0;
     int rc;
-    if (!PyArg_ParseTuple(args, "szzz|OI:schedule_update", &name, &cron, &queue, &payload, &opts,
+    if (!parse_args(args, "szzz|OI:schedule_update", &name, &cron, &queue, &payload, &opts,
                           &fields))
         return NULL;
     if (opts != Py_None) {
@@ -1256,7 +1315,7 @@ static PyObject *Handle_schedule_update(Handle *self, PyObject *args) {
 static PyObject *Handle_schedule_pause(Handle *self, PyObject *args) {
     const char *name;
     int rc;
-    if (!PyArg_ParseTuple(args, "s:schedule_pause", &name)) return NULL;
+    if (!parse_args(args, "s:schedule_pause", &name)) return NULL;
     CORE_CALL(self, rc = tocsin_schedule_pause(self->db, name));
     Py_RETURN_NONE;
 }
@@ -1264,7 +1323,7 @@ static PyObject *Handle_schedule_pause(Handle *self, PyObject *args) {
 static PyObject *Handle_schedule_resume(Handle *self, PyObject *args) {
     const char *name;
     int rc;
-    if (!PyArg_ParseTuple(args, "s:schedule_resume", &name)) return NULL;
+    if (!parse_args(args, "s:schedule_resume", &name)) return NULL;
     CORE_CALL(self, rc = tocsin_schedule_resume(self->db, name));
     Py_RETURN_NONE;
 }
@@ -1272,7 +1331,7 @@ static PyObject *Handle_schedule_resume(Handle *self, PyObject *args) {
 static PyObject *Handle_schedule_remove(Handle *self, PyObject *args) {
     const char *name;
     int ok = 0, rc;
-    if (!PyArg_ParseTuple(args, "s:schedule_remove", &name)) return NULL;
+    if (!parse_args(args, "s:schedule_remove", &name)) return NULL;
     CORE_CALL(self, rc = tocsin_schedule_remove(self->db, &ok, name));
     return PyBool_FromLong(ok);
 }
@@ -1282,7 +1341,7 @@ static PyObject *Handle_schedule_get(Handle *self, PyObject *args) {
     tocsin_schedule *s = NULL;
     int rc;
     PyObject *out;
-    if (!PyArg_ParseTuple(args, "s:schedule_get", &name)) return NULL;
+    if (!parse_args(args, "s:schedule_get", &name)) return NULL;
     CORE_CALL(self, rc = tocsin_schedule_get(self->db, &s, name));
     if (!s) Py_RETURN_NONE;
     out = schedule_tuple(s);
@@ -1354,6 +1413,7 @@ static PyMethodDef Handle_methods[] = {
     {"retry", (PyCFunction)Handle_retry, METH_VARARGS, NULL},
     {"fail", (PyCFunction)Handle_fail, METH_VARARGS, NULL},
     {"heartbeat", (PyCFunction)Handle_heartbeat, METH_VARARGS, NULL},
+    {"hand_back", (PyCFunction)Handle_hand_back, METH_VARARGS, "Hands a held job back unrun (no attempt consumed)."},
     {"cancel", (PyCFunction)Handle_cancel, METH_VARARGS, NULL},
     {"get", (PyCFunction)Handle_get, METH_VARARGS, NULL},
     {"pause", (PyCFunction)Handle_pause, METH_VARARGS, NULL},
@@ -1483,6 +1543,7 @@ typedef struct {
     int poked;
     int closing; /* close() started: waits return at once */
     int fd;
+    PyObject *weakrefs;
 } Sub;
 
 static PyTypeObject SubType;
@@ -1492,7 +1553,7 @@ static int Sub_init(Sub *self, PyObject *args, PyObject *kw) {
     int how, rc;
     tocsin_sub *sub = NULL;
     (void)kw;
-    if (!PyArg_ParseTuple(args, "O!:Sub", &HandleType, &h)) return -1;
+    if (!parse_args(args, "O!:Sub", &HandleType, &h)) return -1;
     if (self->sub) {
         PyErr_SetString(PyExc_RuntimeError, "Sub is already open");
         return -1;
@@ -1557,7 +1618,7 @@ static PyObject *Sub_drain(Sub *self, PyObject *u) {
 static PyObject *Sub_wait(Sub *self, PyObject *args) {
     int timeout_ms, rc = TOCSIN_TIMEOUT, t;
     int64_t start = mono_ms();
-    if (!PyArg_ParseTuple(args, "i:wait", &timeout_ms)) return NULL;
+    if (!parse_args(args, "i:wait", &timeout_ms)) return NULL;
     lock_obj(self->lock);
     if (!self->sub || __atomic_load_n(&self->closing, __ATOMIC_ACQUIRE)) {
         PyThread_release_lock(self->lock);
@@ -1614,6 +1675,7 @@ static PyObject *Sub_close(Sub *self, PyObject *u) {
 }
 
 static void Sub_dealloc(Sub *self) {
+    if (self->weakrefs) PyObject_ClearWeakRefs((PyObject *)self);
     if (self->sub) tocsin_sub_close(self->sub);
     if (self->lock) PyThread_free_lock(self->lock);
     Py_TYPE(self)->tp_free((PyObject *)self);
@@ -1648,6 +1710,7 @@ static PyTypeObject SubType = {
     .tp_getset = Sub_getset,
     .tp_init = (initproc)Sub_init,
     .tp_new = PyType_GenericNew,
+    .tp_weaklistoffset = offsetof(Sub, weakrefs),
 };
 
 /* queue_wait(queues, deadline_ms, sub): True when something is claimable, False
@@ -1659,7 +1722,7 @@ static PyObject *Handle_queue_wait(Handle *self, PyObject *args) {
     long long deadline;
     int how, rc = TOCSIN_OK, ready = 0;
     Sub *sub = NULL;
-    if (!PyArg_ParseTuple(args, "OL|O:queue_wait", &arg, &deadline, &subobj)) return NULL;
+    if (!parse_args(args, "OL|O:queue_wait", &arg, &deadline, &subobj)) return NULL;
     if (subobj != Py_None) {
         if (!PyObject_TypeCheck(subobj, &SubType))
             return raise_code(TOCSIN_INVALID, "sub must be a Sub or None", 0);
@@ -1732,7 +1795,7 @@ static int Listener_init(Waiter *self, PyObject *args, PyObject *kw) {
     tocsin_listener *l = NULL;
     int how, rc;
     (void)kw;
-    if (!PyArg_ParseTuple(args, "O!s|n:Listener", &HandleType, &h, &channel, &buffer)) return -1;
+    if (!parse_args(args, "O!s|n:Listener", &HandleType, &h, &channel, &buffer)) return -1;
     if (self->p) {
         PyErr_SetString(PyExc_RuntimeError, "already open");
         return -1;
@@ -1772,7 +1835,7 @@ static int StreamSub_init(Waiter *self, PyObject *args, PyObject *kw) {
     tocsin_stream_sub *s = NULL;
     int how, rc, save_on_close = 0;
     (void)kw;
-    if (!PyArg_ParseTuple(args, "O!sz|LnLLp:StreamSub", &HandleType, &h, &topic, &consumer, &from,
+    if (!parse_args(args, "O!sz|LnLLp:StreamSub", &HandleType, &h, &topic, &consumer, &from,
                           &batch, &every, &every_ms, &save_on_close))
         return -1;
     if (self->p) {
@@ -1831,7 +1894,7 @@ static PyObject *Waiter_next(Waiter *self, PyObject *args) {
     tocsin_message *m = NULL;
     size_t n = 0;
     PyObject *out;
-    if (!PyArg_ParseTuple(args, "i:next", &timeout_ms)) return NULL;
+    if (!parse_args(args, "i:next", &timeout_ms)) return NULL;
     if (__atomic_load_n(&self->closing, __ATOMIC_ACQUIRE)) return PyList_New(0);
     lock_obj(self->lock);
     if (!self->p) {
@@ -2030,7 +2093,7 @@ static PyObject *Handle_task_enqueue(Handle *self, PyObject *args) {
     int64_t id = 0;
     tocsin_task_call c = TOCSIN_TASK_CALL_INIT;
     tocsin_enqueue_opts o = TOCSIN_ENQUEUE_OPTS_INIT;
-    if (!PyArg_ParseTuple(args, "sszz|LLLLLiLzz:task_enqueue", &queue, &c.task, &c.args, &c.kwargs,
+    if (!parse_args(args, "sszz|LLLLLiLzz:task_enqueue", &queue, &c.task, &c.args, &c.kwargs,
                           &ttl, &timeout, &prio, &delay, &run_at, &maxa, &expires, &ukey, &meta))
         return NULL;
     c.result_ttl_ms = ttl;
@@ -2052,7 +2115,7 @@ static PyObject *Handle_task_envelope(Handle *self, PyObject *args) {
     char *json = NULL;
     int rc;
     tocsin_task_call c = TOCSIN_TASK_CALL_INIT;
-    if (!PyArg_ParseTuple(args, "szz|LL:task_envelope", &c.task, &c.args, &c.kwargs, &ttl, &timeout))
+    if (!parse_args(args, "szz|LL:task_envelope", &c.task, &c.args, &c.kwargs, &ttl, &timeout))
         return NULL;
     c.result_ttl_ms = ttl;
     c.timeout_ms = timeout;
@@ -2067,7 +2130,7 @@ static PyObject *Handle_result_wait(Handle *self, PyObject *args) {
     long long id;
     tocsin_result *r = NULL;
     int rc;
-    if (!PyArg_ParseTuple(args, "L:result_wait", &id)) return NULL;
+    if (!parse_args(args, "L:result_wait", &id)) return NULL;
     CORE_CALL(self, rc = tocsin_result_wait(self->db, &r, id, 0, NULL));
     return result_tuple(r);
 }
@@ -2121,7 +2184,7 @@ static int Worker_init(Worker *self, PyObject *args, PyObject *kw) {
     tocsin_worker_opts o = TOCSIN_WORKER_OPTS_INIT;
     tocsin_worker *w = NULL;
     (void)kw;
-    if (!PyArg_ParseTuple(args, "O!O|izLpLLi:Worker", &HandleType, &h, &qarg, &conc, &wid, &vis,
+    if (!parse_args(args, "O!O|izLpLLi:Worker", &HandleType, &h, &qarg, &conc, &wid, &vis,
                           &sched, &sttl, &udelay, &handbacks))
         return -1;
     if (h->is_tx) {
@@ -2170,7 +2233,7 @@ static PyObject *Worker_register(Worker *self, PyObject *args) {
     long long base = 0, cap = 0, timeout = 0, ttl = 0;
     tocsin_task_opts o = TOCSIN_TASK_OPTS_INIT;
     int rc;
-    if (!PyArg_ParseTuple(args, "s|LLLL:register", &task, &base, &cap, &timeout, &ttl)) return NULL;
+    if (!parse_args(args, "s|LLLL:register", &task, &base, &cap, &timeout, &ttl)) return NULL;
     o.backoff_base_ms = base;
     o.backoff_cap_ms = cap;
     o.timeout_ms = timeout;
@@ -2204,7 +2267,7 @@ static PyObject *Worker_next(Worker *self, PyObject *args) {
     tocsin_task_run **runs = NULL;
     size_t n = 0;
     struct timespec ts;
-    if (!PyArg_ParseTuple(args, "i:next", &timeout_ms)) return NULL;
+    if (!parse_args(args, "i:next", &timeout_ms)) return NULL;
     if (!w_enter(self)) return NULL;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     start = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
@@ -2300,7 +2363,7 @@ static PyObject *Worker_finish(Worker *self, PyObject *args) {
     tocsin_outcome o = TOCSIN_OUTCOME_INIT;
     long long delay = -1;
     int rc;
-    if (!PyArg_ParseTuple(args, "O!i|zzzzLO:finish", &RunType, &run, &o.kind, &o.value,
+    if (!parse_args(args, "O!i|zzzzLO:finish", &RunType, &run, &o.kind, &o.value,
                           &o.error_type, &o.error_message, &o.error_trace, &delay, &txo))
         return NULL;
     o.delay_ms = delay;
@@ -2501,7 +2564,7 @@ static PyObject *m_wake_configure(PyObject *m, PyObject *args) {
     tocsin_wake_opts o = TOCSIN_WAKE_OPTS_INIT;
     int rc, nk = 0;
     (void)m;
-    if (!PyArg_ParseTuple(args, "ii|p:wake_configure", &o.poll_ms, &o.identity_ms, &nk)) return NULL;
+    if (!parse_args(args, "ii|p:wake_configure", &o.poll_ms, &o.identity_ms, &nk)) return NULL;
     o.no_kernel_events = nk;
     rc = tocsin_wake_configure(&o);
     if (rc != TOCSIN_OK) return raise_code(rc, "invalid wake settings (poll_ms 1..1000, identity_ms 1..60000)", 0);
@@ -2527,7 +2590,7 @@ static PyObject *m_owner_id(PyObject *m, PyObject *u) {
 static PyObject *m_errstr(PyObject *m, PyObject *args) {
     int rc;
     (void)m;
-    if (!PyArg_ParseTuple(args, "i:errstr", &rc)) return NULL;
+    if (!parse_args(args, "i:errstr", &rc)) return NULL;
     return PyUnicode_FromString(tocsin_errstr(rc));
 }
 /* cron_next(expr, after_ms, local_time) -> next fire (ms) or None */
@@ -2539,7 +2602,7 @@ static PyObject *m_cron_next(PyObject *m, PyObject *args) {
     char err[256] = "";
     int64_t next = -1;
     (void)m;
-    if (!PyArg_ParseTuple(args, "sL|p:cron_next", &expr, &after, &local)) return NULL;
+    if (!parse_args(args, "sL|p:cron_next", &expr, &after, &local)) return NULL;
     rc = tocsin_cron_parse(&c, expr, err, sizeof err);
     if (rc != TOCSIN_OK) return raise_code(rc, err[0] ? err : tocsin_errstr(rc), 0);
     rc = tocsin_cron_next(&next, c, after, local);

@@ -13,6 +13,16 @@ Instant = Union[float, int, _dt.datetime]
 """An instant: a datetime (naive means local time, as datetime.timestamp() reads it) or
 seconds since the Unix epoch (as time.time() returns)."""
 
+_MAX_MS = 2 ** 63 - 1  # the core's times and durations are int64 milliseconds
+
+
+def _seconds(value: Union[int, float], what: str) -> float:
+    try:
+        return float(value)
+    except OverflowError:
+        raise InvalidArgument("%s is out of range" % what) from None
+
+
 _encode = _json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 _decode = _json.loads
 
@@ -44,7 +54,7 @@ def duration_ms(value: Optional[Duration], what: str, *, allow_zero: bool = True
     if isinstance(value, _dt.timedelta):
         seconds = value.total_seconds()
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
+        seconds = _seconds(value, what)
     else:
         raise InvalidArgument("%s must be seconds (a number) or a timedelta, not %s"
                               % (what, type(value).__name__))
@@ -52,6 +62,8 @@ def duration_ms(value: Optional[Duration], what: str, *, allow_zero: bool = True
         raise InvalidArgument("%s must be finite" % what)
     if seconds < 0 or (not allow_zero and seconds <= 0):
         raise InvalidArgument("%s must be %s" % (what, ">= 0" if allow_zero else "> 0"))
+    if seconds * 1000 >= _MAX_MS:
+        raise InvalidArgument("%s is out of range" % what)
     ms = int(round(seconds * 1000))
     if not allow_zero and ms < 1:
         ms = 1
@@ -65,12 +77,14 @@ def instant_ms(value: Optional[Instant], what: str) -> int:
     if isinstance(value, _dt.datetime):
         seconds = value.timestamp()
     elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        seconds = float(value)
+        seconds = _seconds(value, what)
     else:
         raise InvalidArgument("%s must be a datetime or seconds since the epoch, not %s"
                               % (what, type(value).__name__))
     if seconds != seconds or seconds <= 0 or seconds == float("inf"):
         raise InvalidArgument("%s must be a positive instant" % what)
+    if seconds * 1000 >= _MAX_MS:
+        raise InvalidArgument("%s is out of range" % what)
     return int(round(seconds * 1000))
 
 

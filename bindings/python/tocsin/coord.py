@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Dict, NamedTuple, Optional, Tuple
 from . import _tocsin
 from ._tocsin import InvalidArgument, Timeout
 from ._util import Duration, Instant, duration_ms, instant_ms, loads
-from .wake import readable
+from .wake import MAX_WAIT_MS, Wake
 
 if TYPE_CHECKING:
     from .db import Database
@@ -47,7 +47,7 @@ def wait_result(db: "Database", job_id: int, timeout: Optional[Duration]) -> Res
     attempt) yields an error result of type "JobDead"."""
     limit = None if timeout is None else duration_ms(timeout, "timeout") / 1000
     end = None if limit is None else time.monotonic() + limit
-    sub = _tocsin.Sub(db._h)  # subscribe first, then read: no commit is missed
+    sub = db._track(_tocsin.Sub(db._h))  # subscribe first, then read: no commit is missed
     try:
         while True:
             r = _check_result(db, job_id)
@@ -56,7 +56,7 @@ def wait_result(db: "Database", job_id: int, timeout: Optional[Duration]) -> Res
             left = None if end is None else end - time.monotonic()
             if left is not None and left <= 0:
                 return _final_check(db, job_id, limit)
-            sub.wait(-1 if left is None else max(1, int(left * 1000)))
+            sub.wait(-1 if left is None else min(max(1, int(left * 1000)), MAX_WAIT_MS))
     finally:
         sub.close()
 
@@ -65,19 +65,18 @@ async def wait_result_async(db: "Database", job_id: int, timeout: Optional[Durat
     limit = None if timeout is None else duration_ms(timeout, "timeout") / 1000
     loop = asyncio.get_running_loop()
     end = None if limit is None else loop.time() + limit
-    sub = _tocsin.Sub(db._h)
+    wake = Wake(db)  # db.close() ends its wait (then Closed)
     try:
         while True:
-            sub.drain()
             r = _check_result(db, job_id)
             if r is not None:
                 return r
             left = None if end is None else end - loop.time()
             if left is not None and left <= 0:
                 return _final_check(db, job_id, limit)
-            await readable(sub.fileno(), left)
+            await wake.wait_async(left)
     finally:
-        sub.close()
+        wake.close()
 
 
 def _final_check(db: "Database", job_id: int, limit: Optional[float]) -> Result:
@@ -122,7 +121,7 @@ class Lock:
         end = None if limit is None else time.monotonic() + limit
         if self.try_acquire() or not blocking:
             return self.token > 0
-        sub = _tocsin.Sub(self.db._h)
+        sub = self.db._track(_tocsin.Sub(self.db._h))
         try:
             while not self.try_acquire():
                 left = None if end is None else end - time.monotonic()
@@ -130,7 +129,7 @@ class Lock:
                     return False
                 lapse = max(1, self.until - self.db.now())  # the holder's lease end
                 wait_ms = lapse if left is None else min(lapse, max(1, int(left * 1000)))
-                sub.wait(int(wait_ms))
+                sub.wait(min(int(wait_ms), MAX_WAIT_MS))
             return True
         finally:
             sub.close()

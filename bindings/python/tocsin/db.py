@@ -163,6 +163,8 @@ class Database:
                  max_payload_bytes: Optional[int] = None, read_only: bool = False) -> None:
         self.path = os.fspath(path)
         busy_ms = duration_ms(busy_timeout, "busy_timeout", allow_zero=False)
+        if busy_ms > 2 ** 31 - 1:  # the core's busy timeout is an int of ms
+            raise InvalidArgument("busy_timeout must be at most %d s" % ((2 ** 31 - 1) // 1000))
         if max_payload_bytes is not None and (isinstance(max_payload_bytes, bool) or
                                               not isinstance(max_payload_bytes, int) or
                                               max_payload_bytes < 1):
@@ -177,15 +179,30 @@ class Database:
         self._queues: Dict[str, Any] = {}
         self._streams: Dict[str, Any] = {}
         self._workers: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        # listeners, subscriptions, job iterators and waits made on this database:
+        # close() ends them, so that no thread waits on forever on a closed database
+        self._waits: "weakref.WeakSet[Any]" = weakref.WeakSet()
         self.last_schedule_change: Optional[Dict[str, Any]] = None
 
     # ---- lifecycle ----
     def close(self) -> None:
-        """Closes the connection, after closing the workers running on it (transactions
-        still open stay usable until they end). Idempotent."""
+        """Closes the connection, after closing the workers running on it and the
+        listeners, subscriptions and job iterators made from it (their iterations end;
+        a wait for a result or a lock in another thread raises Closed). Transactions
+        still open stay usable until they end. Idempotent."""
+        for w in list(self._waits):
+            try:
+                w.close()
+            except Exception:  # (a subscription's final offset save): the close goes on
+                pass
         for w in list(self._workers):
             w.close()
         self._h.close()
+
+    def _track(self, waiter: Any) -> Any:
+        """Registers something with close() that close() ends."""
+        self._waits.add(waiter)
+        return waiter
 
     @property
     def closed(self) -> bool:
@@ -265,25 +282,27 @@ class Database:
         self._h.set_time(when)
 
     def set_max_payload(self, max_bytes: int) -> None:
+        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
+            raise InvalidArgument("max_bytes must be an integer >= 1")
         self._h.set_max_payload(max_bytes)
 
     # ---- queues and streams ----
     def queue(self, name: str) -> "Queue":
+        if not isinstance(name, str):
+            raise InvalidArgument("queue name must be a str, not %s" % type(name).__name__)
         q = self._queues.get(name)
         if q is None:
             from .queue import Queue
-            if not isinstance(name, str):
-                raise InvalidArgument("queue name must be a str")
             self._h.check_name("queue name", name)
             q = self._queues[name] = Queue(self, name)
         return q
 
     def stream(self, topic: str) -> "Stream":
+        if not isinstance(topic, str):
+            raise InvalidArgument("topic must be a str, not %s" % type(topic).__name__)
         s = self._streams.get(topic)
         if s is None:
             from .stream import Stream
-            if not isinstance(topic, str):
-                raise InvalidArgument("topic must be a str")
             self._h.check_name("topic", topic)
             s = self._streams[topic] = Stream(self, topic)
         return s

@@ -4,7 +4,7 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
-from ._tocsin import InvalidArgument
+from ._tocsin import Error, InvalidArgument
 from ._util import Duration, Instant, duration_ms, dumps, instant_ms, loads, meta_json
 
 if TYPE_CHECKING:
@@ -298,6 +298,9 @@ class Queue:
              also: Sequence[str] = ()) -> "JobIterator":
         """Iterates over jobs as they become claimable (sync or async for); ``also``
         adds more queues to watch (this one is claimed first)."""
+        if isinstance(also, (str, bytes)):  # not its characters
+            raise InvalidArgument("also must be a list of queue names, not a %s (write [%r])"
+                                  % (type(also).__name__, also))
         return JobIterator(self, worker_id, visibility, batch, (self.name,) + tuple(also))
 
     def wait(self, timeout: Optional[Duration] = None) -> bool:
@@ -443,6 +446,7 @@ class JobIterator:
         self._Handle = Handle
         self._waiter: Any = None
         self._reader: Any = None
+        self.db._track(self)
 
     def _claim(self) -> None:
         h = self.db._h
@@ -459,7 +463,15 @@ class JobIterator:
         self._sub.poke()
 
     def close(self) -> None:
+        """Ends the iteration. Jobs claimed in a batch and not handed out yet are handed
+        back (pending again at once, no attempt consumed), not left to their lease."""
         self._stopped = True
+        buf, self._buf = self._buf, []
+        for job in buf:
+            try:
+                self.db._h.hand_back(job.id, job.token, 0)
+            except Error:  # closed database: the lease lapses and the job is claimed again
+                break
         self._sub.close()
         if self._reader is not None:  # after: a wait it ends finds the iteration stopped
             self._reader.close()

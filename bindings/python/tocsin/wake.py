@@ -105,8 +105,13 @@ def _expire(fut: "asyncio.Future") -> None:
         fut.set_result(False)
 
 
+MAX_WAIT_MS = 2 ** 31 - 1
+"""The longest single wait of the C layer (an int of ms, about 24.8 days)."""
+
+
 def timeout_ms(timeout: Optional[Duration]) -> int:
-    return -1 if timeout is None else duration_ms(timeout, "timeout")
+    """A wait's bound in ms (-1: none); longer ones than MAX_WAIT_MS end at that."""
+    return -1 if timeout is None else min(duration_ms(timeout, "timeout"), MAX_WAIT_MS)
 
 
 class Wake:
@@ -116,6 +121,7 @@ class Wake:
     def __init__(self, db: "Database") -> None:
         self._s = _tocsin.Sub(db._h)
         self._reader: Optional[Reader] = None
+        db._track(self)
 
     def fileno(self) -> int:
         return self._s.fileno()
@@ -268,6 +274,7 @@ class Listener(_Waiting):
             raise InvalidArgument("buffer_size must be an integer from 1 to 10000")
         super().__init__(_tocsin.Listener(db._h, channel, buffer_size))
         self.channel = channel
+        db._track(self)
 
     @property
     def dropped(self) -> int:
@@ -320,6 +327,7 @@ class Subscription(_Waiting):
         self.consumer = consumer
         self.save_on_close = bool(save_on_close)
         self._db = db
+        db._track(self)
 
     @property
     def position(self) -> int:

@@ -64,6 +64,25 @@ class _Unserialisable(Exception):
     pass
 
 
+class _RunTimeout(Exception):
+    """The run outlived its task's timeout (a TimeoutError the task raises itself, such
+    as a socket's or tocsin.Timeout, is the task's own error)."""
+
+
+async def _within(aw: Any, timeout: float) -> Any:
+    """``await aw``, cancelled at ``timeout`` seconds: then _RunTimeout."""
+    fired: list = []
+    timer = asyncio.get_running_loop().call_later(timeout, fired.append, True)
+    try:
+        return await asyncio.wait_for(aw, timeout)
+    except asyncio.TimeoutError:
+        if not fired:  # raised by the task before the deadline: its own error
+            raise
+        raise _RunTimeout() from None
+    finally:
+        timer.cancel()
+
+
 class _Json(str):
     """A result already encoded as JSON (by a child process)."""
 
@@ -96,7 +115,7 @@ def _child(conn: Any, fn: Any, args: list, kwargs: dict) -> None:
         os._exit(0)
 
 
-def _failure(ctx: JobContext, x: Exception) -> tuple:
+def _failure(ctx: JobContext, x: BaseException) -> tuple:
     """(kind, error type, message, trace, delay) of a run that raised x."""
     if isinstance(x, LeaseLost):  # raised by the ack inside the task's transaction: another worker has it
         _event(logging.WARNING, "job.lease_lost", job_id=ctx.job_id, task=ctx.task)
@@ -146,9 +165,15 @@ class Worker:
                  shutdown_timeout: Duration = 30.0, scheduler: bool = True,
                  scheduler_ttl: Duration = 10.0) -> None:
         self.db = db
+        if isinstance(queues, (str, bytes)):  # not its characters
+            raise InvalidArgument("queues must be a list of queue names, not a %s (write [%r])"
+                                  % (type(queues).__name__, queues))
         self.queues = list(queues)
         if not self.queues:
             raise InvalidArgument("give at least one queue")
+        for q in self.queues:
+            if not isinstance(q, str):
+                raise InvalidArgument("queue names must be str, not %s" % type(q).__name__)
         if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
             raise InvalidArgument("concurrency must be an integer >= 1")
         self.concurrency = concurrency
@@ -164,6 +189,7 @@ class Worker:
         self._loop: Optional[asyncio.AbstractEventLoop] = None
         self._stop: Optional[asyncio.Event] = None
         self._hard: Optional[asyncio.Event] = None
+        self._early_stop: Optional[bool] = None  # stop() while not running: ends the next run
 
     # ---- lifecycle ----
     def run(self, *, install_signal_handlers: bool = True) -> None:
@@ -171,9 +197,17 @@ class Worker:
         asyncio.run(self.run_async(install_signal_handlers=install_signal_handlers))
 
     def stop(self, *, now: bool = False) -> None:
-        """Requests a graceful stop (now=True: hand everything back at once). Thread-safe."""
-        if self._loop is not None:
-            self._loop.call_soon_threadsafe(self._request_stop, now)
+        """Requests a graceful stop (now=True: hand everything back at once). Thread-safe.
+        Asked while the worker is not running (before run() or run_async() got going),
+        the next run stops as soon as it starts."""
+        loop = self._loop
+        if loop is None:
+            self._early_stop = bool(now) or bool(self._early_stop)
+            return
+        try:
+            loop.call_soon_threadsafe(self._request_stop, now)
+        except RuntimeError:  # the loop closed meanwhile: that run is over
+            pass
 
     def close(self) -> None:
         """Closes the core worker (hands back what still runs). Idempotent."""
@@ -241,6 +275,9 @@ class Worker:
                 loop.add_signal_handler(sig, self._on_signal, sig)
         _event(logging.INFO, "worker.start", worker=self.worker_id, queues=self.queues,
                concurrency=self.concurrency, tasks=sorted(self._tasks))
+        if self._early_stop is not None:  # stop() came before the run
+            self._request_stop(self._early_stop)
+            self._early_stop = None
         try:
             await self._loop_runs(w, loop)
             await self._drain(w, loop)
@@ -257,6 +294,7 @@ class Worker:
             w.close()  # flushes, hands back what still runs, resigns, leaves the registry
             self._hw.close()
             self.db._workers.discard(self)
+            self._loop = None  # a later stop() is for the next run
             self._threads.shutdown(wait=False)
             self._io.shutdown(wait=False)
             if install_signal_handlers:
@@ -428,7 +466,7 @@ class Worker:
             kwargs = {} if kwargs_json == "{}" else json.loads(kwargs_json)
             if t.is_async:
                 coro = t.fn(*args, **kwargs)
-                value = await (coro if timeout is None else asyncio.wait_for(coro, timeout))
+                value = await (coro if timeout is None else _within(coro, timeout))
             elif t.process:
                 value = await self._in_process(e, t, args, kwargs, timeout)
             else:
@@ -438,9 +476,9 @@ class Worker:
                 raise
             kind, emsg, delay = HAND_BACK, ("worker shutdown: handed back unfinished"
                                             if e.stop_reason != "cancelled" else None), 0
-        except asyncio.TimeoutError:
+        except _RunTimeout:
             kind, etype, emsg = ERROR, "Timeout", "the task ran longer than %.3f s" % (timeout or 0)
-        except Exception as x:
+        except BaseException as x:  # SystemExit, KeyboardInterrupt...: the task's error too
             kind, etype, emsg, trace, delay = _failure(ctx, x)
         finally:
             self._running.pop(ctx.job_id, None)
@@ -488,7 +526,7 @@ class Worker:
             args = [] if args_json == "[]" else json.loads(args_json)
             kwargs = {} if kwargs_json == "{}" else json.loads(kwargs_json)
             value = e.task.fn(*args, **kwargs)
-        except Exception as x:
+        except BaseException as x:  # as in a child process: a SystemExit must not end the thread
             kind, etype, emsg, trace, delay = _failure(ctx, x)
         _current.set(None)
         out = _outcome(ctx, kind, value, etype, emsg, trace, delay)
@@ -556,8 +594,8 @@ class Worker:
         # the timeout counts from the start of the run, never from a wait for a thread
         await asyncio.wait({started, fut}, return_when=asyncio.FIRST_COMPLETED)
         try:
-            return await asyncio.wait_for(asyncio.shield(fut), timeout)
-        except asyncio.TimeoutError:
+            return await _within(asyncio.shield(fut), timeout)
+        except _RunTimeout:
             e.ctx._cancelled = True  # a thread cannot be stopped: it is told (ctx.cancelled)
             _event(logging.WARNING, "job.timeout_thread", job_id=e.ctx.job_id, task=t.name,
                    hint="a sync task's thread cannot be killed; use process=True for a hard timeout")
@@ -577,7 +615,7 @@ class Worker:
             if not await readable(rd.fileno(), timeout):
                 p.kill()
                 await loop.run_in_executor(None, p.join)
-                raise asyncio.TimeoutError
+                raise _RunTimeout()
             try:
                 msg = rd.recv()
             except EOFError:
