@@ -46,8 +46,19 @@ function ms(v, what) {
 }
 
 function instant(v, what) {
-  if (v instanceof Date) return v.getTime();
+  if (v instanceof Date) {
+    const t = v.getTime();
+    if (Number.isNaN(t)) throw invalid(`${what} is an invalid Date`);
+    return t;
+  }
   return ms(v, what);
+}
+
+/** An optional integer count (undefined when not given); NaN, 1.5, '5' are refused, not read as 0. */
+function int(v, what) {
+  if (v === undefined || v === null) return undefined;
+  if (typeof v !== 'number' || !Number.isInteger(v)) throw invalid(`${what} must be an integer`);
+  return v;
 }
 
 function str(v, what) {
@@ -284,11 +295,11 @@ class Database {
   async notifyMaxId() { return native.notifyMaxId(this._h); }
   async pruneNotifications(o) {
     o = opts(o);
-    return native.notifyPrune(this._h, ms(o.maxAge, 'maxAge') || 0, o.maxKeep || 0);
+    return native.notifyPrune(this._h, ms(o.maxAge, 'maxAge') || 0, int(o.maxKeep, 'maxKeep') || 0);
   }
   async setNotifyAutotrim(o) {
     o = opts(o);
-    return native.notifyAutotrim(this._h, ms(o.maxAge, 'maxAge') || 0, o.maxKeep || 0, o.oneIn || 0);
+    return native.notifyAutotrim(this._h, ms(o.maxAge, 'maxAge') || 0, int(o.maxKeep, 'maxKeep') || 0, int(o.oneIn, 'oneIn') || 0);
   }
   /** Listens on `channel` from now on: an async iterator of Notifications and an EventEmitter ('notification'). */
   listen(channel, o) {
@@ -439,7 +450,13 @@ class Queue {
     if (texts.length === jobs.length) return native.enqueueMany(this.db._handle(o), this.name, texts);
     const specs = jobs.map((j, i) => {
       if (!j || typeof j !== 'object' || !('payload' in j)) throw invalid(`jobs[${i}] must be an object with a payload`);
-      return [j.queue === undefined ? this.name : j.queue, toJson(j.payload, `jobs[${i}].payload`), ...enqueueArgs(j)];
+      let args;
+      try {
+        args = enqueueArgs(j);
+      } catch (e) {
+        throw invalid(`jobs[${i}].${e.message}`); // which job's option it was
+      }
+      return [j.queue === undefined ? this.name : j.queue, toJson(j.payload, `jobs[${i}].payload`), ...args];
     });
     return native.enqueueMany(this.db._handle(o), specs);
   }
@@ -524,12 +541,22 @@ class Queue {
     const batch = o.batch === undefined ? 1 : o.batch;
     return (async function* jobIterator() {
       const buffered = [];
-      for (;;) {
-        if (buffered.length) { yield buffered.shift(); continue; }
-        if (o.signal && o.signal.aborted) throw abortReason(o.signal);
-        const got = await self.claimBatch(batch, workerId, { visibility: o.visibility });
-        if (got.length) { buffered.push(...got); continue; }
-        await self.wait({ signal: o.signal });
+      try {
+        for (;;) {
+          if (buffered.length) { yield buffered.shift(); continue; }
+          if (o.signal && o.signal.aborted) throw abortReason(o.signal);
+          const got = await self.claimBatch(batch, workerId, { visibility: o.visibility });
+          if (got.length) { buffered.push(...got); continue; }
+          await self.wait({ signal: o.signal });
+        }
+      } finally {
+        // the loop ended (break, a throw, the signal) with jobs of a batch claimed and
+        // not handed on: hand them back (pending again at once, no attempt consumed)
+        // rather than leave them to their lease
+        for (const j of buffered.splice(0)) {
+          if (self.db._closing) break; // closed: the lease lapses and the job is claimed again
+          try { await native.handBack(self.db._h, j.id, j.token, 0); } catch (_) { break; }
+        }
       }
     })();
   }
@@ -584,7 +611,7 @@ class Stream {
   async offset(consumer) { return native.offset(this.db._h, str(consumer, 'consumer'), this.topic); }
   async trim(o) {
     o = opts(o);
-    return native.trim(this.db._h, this.topic, ms(o.maxAge, 'maxAge') || 0, o.maxCount || 0, !!o.belowConsumers);
+    return native.trim(this.db._h, this.topic, ms(o.maxAge, 'maxAge') || 0, int(o.maxCount, 'maxCount') || 0, !!o.belowConsumers);
   }
   /**
    * Replays from the consumer's saved offset (or fromOffset), then follows
@@ -905,7 +932,7 @@ module.exports = {
   Result, Lock, RateLimit, loadablePath, load, enqueueSql, publishSql, notifySql, cronNext, versions,
   ...errors,
   // for lib/tasks.js and lib/worker.js
-  _internal: { native, toJson, fromJson, metaJson, ms, instant, str, opts, invalid, enqueueArgs, defaultOwner, waitFor, Result },
+  _internal: { native, toJson, fromJson, metaJson, ms, int, instant, str, opts, invalid, enqueueArgs, defaultOwner, waitFor, Result },
 };
 delete module.exports.makeError;
 delete module.exports.errorOf;

@@ -68,6 +68,8 @@ Queue.prototype.task = function task(name, fn, o) {
   native.checkName(this.db._h, 'task name', str(name, 'task name')); // the core's rule
   if (typeof fn !== 'function') throw invalid('task(name, fn): fn must be a function');
   o = opts(o);
+  // the worker's options of the task, refused here rather than at a worker's run()
+  for (const k of ['backoffBase', 'backoffCap', 'timeout', 'resultTtl']) ms(o[k], k);
   const queue = this;
   const defaults = {};
   if (o.retries !== undefined) {

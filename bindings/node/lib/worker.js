@@ -9,6 +9,29 @@ const tasks = require('./tasks');
 
 const { native, opts, invalid, toJson, ms, defaultOwner } = index._internal;
 const { errorOf } = require('./errors');
+const { checkSignal } = require('./wait');
+
+// What a handler threw, as the strings the core records: any value may be thrown
+// (null, a Symbol, an object without a prototype, an Error whose message getter
+// throws), and none of them may keep the run from being reported.
+function text(f, dflt) {
+  try {
+    const v = f();
+    if (typeof v === 'string') return v;
+    if (v === undefined || v === null) return dflt;
+    return String(v);
+  } catch (_) {
+    return dflt;
+  }
+}
+function thrown(e) {
+  if (e instanceof Error) {
+    const type = e.name === 'Timeout' ? 'Timeout'
+      : text(() => (e.constructor && e.constructor.name) || e.name, 'Error') || 'Error';
+    return { type, message: text(() => e.message, ''), trace: text(() => e.stack, null) };
+  }
+  return { type: 'Error', message: text(() => String(e), Object.prototype.toString.call(e)), trace: null };
+}
 
 const OK = 0;
 const ERROR = 1;
@@ -31,6 +54,10 @@ class Worker extends EventEmitter {
     if (!Array.isArray(queues) || queues.length === 0) throw invalid('a worker needs at least one queue');
     this.db = db;
     this.queues = queues;
+    if (!queues.every((q) => typeof q === 'string')) throw invalid('queues must be an array of strings');
+    if (o.concurrency !== undefined && (!Number.isInteger(o.concurrency) || o.concurrency < 1 || o.concurrency > 10000)) {
+      throw invalid('concurrency must be an integer between 1 and 10000');
+    }
     this.concurrency = o.concurrency === undefined ? 1 : o.concurrency;
     this.shutdownTimeout = o.shutdownTimeout === undefined ? 30000 : ms(o.shutdownTimeout, 'shutdownTimeout');
     this._o = o;
@@ -78,9 +105,18 @@ class Worker extends EventEmitter {
    * { signal, handleSignals }
    */
   run(o) {
-    o = opts(o);
     if (this._stopped) return this._stopped;
-    this._open();
+    try {
+      o = opts(o);
+      checkSignal(o.signal);
+      if (this.db._closing) throw errorOf('TOCSIN_CLOSED', 'the database is closed');
+      this._open();
+    } catch (e) {
+      // refused (a bad option, a closed database): a rejection, as from any async call,
+      // and no native worker left open behind it
+      if (this._w) { const w = this._w; this._w = null; w.close().catch(() => {}); }
+      return Promise.reject(e);
+    }
     this.db._closers.add(this);
     this._stopped = new Promise((resolve, reject) => { this._resolve = resolve; this._reject = reject; });
     if (o.signal) {
@@ -228,15 +264,14 @@ class Worker extends EventEmitter {
       this.emit('done', ctx);
     } catch (e) {
       if (!entry.handedBack) {
-        const err = e instanceof Error ? e : new Error(String(e));
-        if (transactional && err.code === 'TOCSIN_LEASE_LOST') {
+        const f = thrown(e);
+        if (transactional && e instanceof Error && text(() => e.code, null) === 'TOCSIN_LEASE_LOST') {
           // nothing was written (rolled back): the core has the job elsewhere
           this._finish(run.jobId, HAND_BACK, {});
         } else {
-          const type = err.name === 'Timeout' ? 'Timeout' : (err.constructor && err.constructor.name) || err.name || 'Error';
-          this._finish(run.jobId, ERROR, { type, message: err.message, trace: err.stack, delay: -1 });
+          this._finish(run.jobId, ERROR, { type: f.type, message: f.message, trace: f.trace, delay: -1 });
         }
-        this.emit('failed', ctx, err);
+        this.emit('failed', ctx, e instanceof Error ? e : new Error(f.message));
       }
     } finally {
       if (timer) clearTimeout(timer);

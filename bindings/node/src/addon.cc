@@ -87,6 +87,43 @@ bool ensure_api(Napi::Env env) {
 
 bool is_nullish(const Napi::Value &v) { return v.IsUndefined() || v.IsNull(); }
 
+// A JS string as the C string the core reads. Refused (false, `why` set) when
+// C cannot carry it as given: a NUL would end it early ('a\0b' would become
+// 'a'), a lone surrogate has no UTF-8 form (V8 would put U+FFFD in its place,
+// so two different names would become one).
+bool c_string(const Napi::Value &v, std::string &out, const char *&why) {
+  Napi::String js = v.As<Napi::String>();
+  out = js.Utf8Value();
+  if (out.find('\0') != std::string::npos) {
+    why = "must not contain NUL characters";
+    return false;
+  }
+  if (out.find("\xEF\xBF\xBD") != std::string::npos) {  // U+FFFD: given, or made of a lone surrogate
+    std::u16string u = js.Utf16Value();
+    for (size_t k = 0; k < u.size(); k++) {
+      char16_t c = u[k];
+      if (c >= 0xD800 && c <= 0xDBFF && k + 1 < u.size() && u[k + 1] >= 0xDC00 && u[k + 1] <= 0xDFFF) {
+        k++;
+      } else if (c >= 0xD800 && c <= 0xDFFF) {
+        why = "must not contain lone surrogates (not valid Unicode)";
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// c_string, or a pending InvalidArgumentError naming `what`.
+bool c_string_arg(Napi::Env env, const Napi::Value &v, std::string &out, const std::string &what) {
+  const char *why = nullptr;
+  if (c_string(v, out, why)) return true;
+  Res r;
+  r.rc = TOCSIN_INVALID;
+  r.msg = what + " " + why;
+  throw_res(env, r);
+  return false;
+}
+
 struct Args {
   const Napi::CallbackInfo &info;
   bool ok = true;
@@ -105,7 +142,12 @@ struct Args {
       bad(i, what, "a string");
       return {};
     }
-    return v.As<Napi::String>().Utf8Value();
+    std::string out;
+    if (!c_string_arg(info.Env(), v, out, what)) {
+      ok = false;
+      return {};
+    }
+    return out;
   }
   // nullable string: has=false for null/undefined
   std::string ostr(size_t i, const char *what, bool &has) {
@@ -134,41 +176,6 @@ struct Args {
       }
       return (int64_t)d;
     }
-    if (v.IsString()) {  // tokens may travel as decimal strings
-      std::string s = v.As<Napi::String>().Utf8Value();
-      if (s.empty() || s.size() > 20) {
-        bad(i, what, "an integer");
-        return 0;
-      }
-      size_t k = 0;
-      bool neg = false;
-      if (s[0] == '-') {
-        neg = true;
-        k = 1;
-      }
-      unsigned long long acc = 0;
-      if (k == s.size()) {
-        bad(i, what, "an integer");
-        return 0;
-      }
-      for (; k < s.size(); k++) {
-        if (s[k] < '0' || s[k] > '9') {
-          bad(i, what, "an integer");
-          return 0;
-        }
-        unsigned long long nx = acc * 10 + (unsigned)(s[k] - '0');
-        if (nx / 10 != acc || nx > 9223372036854775808ULL) {
-          bad(i, what, "a 64-bit signed integer");
-          return 0;
-        }
-        acc = nx;
-      }
-      if (!neg && acc > 9223372036854775807ULL) {
-        bad(i, what, "a 64-bit signed integer");
-        return 0;
-      }
-      return neg ? (int64_t)(0 - acc) : (int64_t)acc;
-    }
     bad(i, what, "an integer");
     return 0;
   }
@@ -187,6 +194,8 @@ struct Args {
     return (int)v;
   }
   bool flag(size_t i) {
+    // no call into JS once an argument was refused (its exception is pending)
+    if (!ok) return false;
     Napi::Value v = info[i];
     return !is_nullish(v) && v.ToBoolean().Value();
   }
@@ -205,7 +214,13 @@ struct Args {
         bad(i, what, "an array of strings");
         return out;
       }
-      out.push_back(e.As<Napi::String>().Utf8Value());
+      std::string one;
+      if (!c_string_arg(info.Env(), e, one, std::string(what) + "[" + std::to_string(k) + "]")) {
+        ok = false;
+        out.clear();
+        return out;
+      }
+      out.push_back(std::move(one));
     }
     return out;
   }
@@ -690,13 +705,14 @@ Napi::Value EnqueuePlain(const Napi::CallbackInfo &info, Handle *h) {
   Napi::Env env = info.Env();
   if (!info[2].IsArray()) return throw_invalid(env, "payloads must be an array");
   Napi::Array arr = info[2].As<Napi::Array>();
-  std::string q = info[1].As<Napi::String>().Utf8Value();
+  std::string q;
+  if (!c_string_arg(env, info[1], q, "queue")) return env.Undefined();
   auto jobs = std::make_shared<std::vector<BatchJob>>(arr.Length());
   for (uint32_t i = 0; i < arr.Length(); i++) {
     Napi::Value v = arr.Get(i);
     if (!v.IsString()) return throw_invalid(env, "jobs[" + std::to_string(i) + "]: payload must be a string");
     (*jobs)[i].q = q;
-    (*jobs)[i].p = v.As<Napi::String>().Utf8Value();
+    if (!c_string_arg(env, v, (*jobs)[i].p, "jobs[" + std::to_string(i) + "].payload")) return env.Undefined();
   }
   return enqueue_batch(env, h, std::move(jobs));
 }
@@ -718,8 +734,9 @@ Napi::Value EnqueueMany(const Napi::CallbackInfo &info) {
     Napi::Value qv = s.Get(0u), pv = s.Get(1u);
     if (!qv.IsString()) return throw_invalid(env, "jobs[" + std::to_string(i) + "]: queue must be a string");
     if (!pv.IsString()) return throw_invalid(env, "jobs[" + std::to_string(i) + "]: payload must be a string");
-    (*specs)[i].q = qv.As<Napi::String>().Utf8Value();
-    (*specs)[i].p = pv.As<Napi::String>().Utf8Value();
+    std::string at = "jobs[" + std::to_string(i) + "].";
+    if (!c_string_arg(env, qv, (*specs)[i].q, at + "queue") || !c_string_arg(env, pv, (*specs)[i].p, at + "payload"))
+      return env.Undefined();
     EnqOpts &eo = (*specs)[i].eo;
     auto num = [&](uint32_t k, const char *what, int64_t &out) -> bool {
       Napi::Value x = s.Get(k);
@@ -744,13 +761,13 @@ Napi::Value EnqueueMany(const Napi::CallbackInfo &info) {
     eo.o.max_attempts = (int)ma;
     Napi::Value uk = s.Get(7u), mt = s.Get(8u);
     if (!is_nullish(uk)) {
-      if (!uk.IsString()) return throw_invalid(env, "uniqueKey must be a string");
-      eo.unique = uk.As<Napi::String>().Utf8Value();
+      if (!uk.IsString()) return throw_invalid(env, "jobs[" + std::to_string(i) + "].uniqueKey must be a string");
+      if (!c_string_arg(env, uk, eo.unique, "jobs[" + std::to_string(i) + "].uniqueKey")) return env.Undefined();
       eo.has_unique = true;
     }
     if (!is_nullish(mt)) {
-      if (!mt.IsString()) return throw_invalid(env, "meta must be a string");
-      eo.meta = mt.As<Napi::String>().Utf8Value();
+      if (!mt.IsString()) return throw_invalid(env, "jobs[" + std::to_string(i) + "].meta must be a string");
+      if (!c_string_arg(env, mt, eo.meta, "jobs[" + std::to_string(i) + "].meta")) return env.Undefined();
       eo.has_meta = true;
     }
   }
@@ -800,15 +817,20 @@ OP_BEGIN(AckBatch)
   Napi::Array ia = info[1].As<Napi::Array>(), ta = info[2].As<Napi::Array>();
   auto ids = std::make_shared<std::vector<int64_t>>();
   auto toks = std::make_shared<std::vector<int64_t>>();
+  if (ia.Length() != ta.Length()) return throw_invalid(env, "jobs: one token per id");
   for (uint32_t i = 0; i < ia.Length(); i++) {
     Napi::Value iv = ia.Get(i), tv = ta.Get(i);
+    std::string at = "jobs[" + std::to_string(i) + "]";
+    // exact integers only: 1.5 must not become job 1, NaN must not become 0
     bool lossless = true;
     int64_t t = 0;
     if (tv.IsBigInt()) t = tv.As<Napi::BigInt>().Int64Value(&lossless);
-    else if (tv.IsNumber()) t = (int64_t)tv.As<Napi::Number>().DoubleValue();
-    else return throw_invalid(env, "token must be a bigint");
-    if (!iv.IsNumber()) return throw_invalid(env, "id must be an integer");
-    ids->push_back((int64_t)iv.As<Napi::Number>().DoubleValue());
+    else return throw_invalid(env, at + ".token must be a bigint");
+    if (!lossless) return throw_invalid(env, at + ".token must be a 64-bit signed integer");
+    double d = iv.IsNumber() ? iv.As<Napi::Number>().DoubleValue() : 0.5;
+    if (d != d || d < -9.2e18 || d > 9.2e18 || (double)(int64_t)d != d)
+      return throw_invalid(env, at + ".id must be an integer");
+    ids->push_back((int64_t)d);
     toks->push_back(t);
   }
   auto n = std::make_shared<size_t>(0);
@@ -849,6 +871,13 @@ OP_BEGIN(Complete)
   int64_t ttl = a.oi64(4, "ttl", 0);
   auto ok = std::make_shared<int>(0);
   auto op = mk([=](tocsin_db *db) { return tocsin_job_complete(db, ok.get(), id, tok, v.c_str(), ttl); },
+               [ok](Napi::Env e) { return bool_out(e, *ok); });
+OP_END(op)
+
+OP_BEGIN(HandBack)
+  int64_t id = a.i64(1, "id"), tok = a.i64(2, "token"), delay = a.oi64(3, "delay", 0);
+  auto ok = std::make_shared<int>(0);
+  auto op = mk([=](tocsin_db *db) { return tocsin_job_hand_back(db, ok.get(), id, tok, delay); },
                [ok](Napi::Env e) { return bool_out(e, *ok); });
 OP_END(op)
 
@@ -999,7 +1028,9 @@ OP_BEGIN(PublishMany)
         ks->push_back("");
         knull->push_back(true);
       } else if (v.IsString()) {
-        ks->push_back(v.As<Napi::String>().Utf8Value());
+        std::string k;
+        if (!c_string_arg(env, v, k, "keys[" + std::to_string(i) + "]")) return env.Undefined();
+        ks->push_back(std::move(k));
         knull->push_back(false);
       } else {
         return throw_invalid(env, "keys must be strings or null");
@@ -1296,7 +1327,7 @@ struct SchedOpts {
           throw_invalid(env, "meta must be JSON text");
           return false;
         }
-        meta = m.As<Napi::String>().Utf8Value();
+        if (!c_string_arg(env, m, meta, "meta")) return false;
         has_meta = true;
       }
       if (update) o.fields |= TOCSIN_SCHEDULE_META;
@@ -1891,6 +1922,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   F("heartbeat", Heartbeat);
   F("complete", Complete);
   F("failTask", FailTask);
+  F("handBack", HandBack);
   F("cancel", Cancel);
   F("get", Get);
   F("pause", Pause);

@@ -1,0 +1,124 @@
+'use strict';
+// Regression tests of the binding's translation of bad inputs: each is refused
+// with an InvalidArgumentError naming the argument, nothing is written, the
+// process neither aborts nor leaves a rejection unhandled.
+const { test, describe, before, after } = require('node:test');
+const assert = require('node:assert/strict');
+const tocsin = require('..');
+const { tmpdb } = require('./helpers');
+
+const invalid = (re) => (e) => e instanceof tocsin.InvalidArgumentError && re.test(e.message);
+
+describe('bad inputs', () => {
+  let db;
+  before(() => { db = tocsin.open(tmpdb()); });
+  after(() => db.close());
+
+  test('a refused number before a boolean argument throws, it does not abort the process', async () => {
+    assert.throws(() => tocsin.cronNext('* * * * *', new Date('nope')), invalid(/after is an invalid Date/));
+    await assert.rejects(db.result(2 ** 70), invalid(/jobId must be a 64-bit|jobId must be an integer/));
+    await assert.rejects(db.stream('s-abort').trim({ maxCount: 1.5 }), invalid(/maxCount must be an integer/));
+    assert.throws(() => tocsin.open(tmpdb(), { maxPayload: NaN }), invalid(/maxPayload must be an integer/));
+    const w = new tocsin.Worker(db, { queues: ['q-abort'], visibility: 1e20 });
+    await assert.rejects(w.run(), invalid(/visibility must be an integer/));
+  });
+
+  test('strings with a NUL or a lone surrogate are refused, not cut short or replaced', async () => {
+    const q = db.queue('q-nul');
+    await assert.rejects(db.queue('q-nul\0other').enqueue(1), invalid(/queue must not contain NUL/));
+    await assert.rejects(q.enqueue(1, { uniqueKey: 'k\0a' }), invalid(/uniqueKey must not contain NUL/));
+    await assert.rejects(db.queue('q-\ud800').enqueue(1), invalid(/queue must not contain lone surrogates/));
+    await assert.rejects(q.enqueueMany([{ payload: 1, queue: 'q-nul\0x' }]), invalid(/jobs\[0\]\.queue must not contain NUL/));
+    await assert.rejects(db.notify('c\0x', 1), invalid(/channel must not contain NUL/));
+    await assert.rejects(db.stream('s-nul').publishMany([1], { keys: ['k\0'] }), invalid(/keys\[0\] must not contain NUL/));
+    assert.throws(() => tocsin.open(tmpdb() + '\0.x'), invalid(/path must not contain NUL/));
+    assert.equal((await db.stats()).filter((s) => s.queue.startsWith('q-')).length, 0, 'nothing was written');
+    // a well-formed pair and U+FFFD itself are fine
+    assert.equal(typeof await db.queue('q-\ud83d\ude00\ufffd').enqueue(1), 'number');
+    await q.enqueue(1);
+    await assert.rejects(q.claim('w\0x'), invalid(/workerId must not contain NUL/));
+    assert.equal((await q.stats()).pending, 1, 'the refused claim took nothing');
+  });
+
+  test('integers are numbers: strings and NaN are refused, not read as another value', async () => {
+    const q = db.queue('q-int');
+    await assert.rejects(q.enqueue(1, { priority: '3' }), invalid(/priority must be an integer/));
+    assert.throws(() => db.setMaxPayload('5'), invalid(/maxPayload must be an integer/));
+    await assert.rejects(db.pruneNotifications({ maxKeep: NaN }), invalid(/maxKeep must be an integer/));
+    await assert.rejects(db.setNotifyAutotrim({ oneIn: NaN }), invalid(/oneIn must be an integer/));
+    await assert.rejects(db.stream('s-int').trim({ maxCount: NaN }), invalid(/maxCount must be an integer/));
+    await assert.rejects(q.enqueue(1, { runAt: new Date('nope') }), invalid(/runAt is an invalid Date/));
+    await assert.rejects(q.enqueueMany([{ payload: 1 }, { payload: 2, delay: 1.5 }]), invalid(/jobs\[1\]\.delay must be an integer/));
+    assert.equal((await q.stats()).pending + (await q.stats()).scheduled, 0, 'nothing was written');
+  });
+
+  test('ackBatch refuses an id that is not an exact integer (1.5 does not ack job 1)', async () => {
+    const q = db.queue('q-ackbatch');
+    await q.enqueue(1);
+    const job = await q.claim('w');
+    await assert.rejects(q.ackBatch([{ id: job.id + 0.5, token: job.token }]), invalid(/jobs\[0\]\.id must be an integer/));
+    await assert.rejects(q.ackBatch([{ id: NaN, token: job.token }]), invalid(/jobs\[0\]\.id must be an integer/));
+    assert.equal((await q.get(job.id)).state, 'processing', 'the job was not acked');
+    assert.equal(await q.ackBatch([job]), 1);
+  });
+
+  test('jobs(): a loop left mid-batch hands the rest of the batch back', async () => {
+    const q = db.queue('q-iter');
+    await q.enqueueMany([{ payload: 1 }, { payload: 2 }, { payload: 3 }]);
+    for await (const job of q.jobs('w', { batch: 3 })) {
+      await job.ack();
+      break;
+    }
+    const st = await q.stats();
+    assert.equal(st.processing, 0, 'no job is left to its lease');
+    assert.equal(st.pending, 2);
+    const again = await q.claimBatch(5, 'w2');
+    // no attempt consumed: the hand-back grows maxAttempts with attempts (tokens never repeat)
+    assert.deepEqual(again.map((j) => j.maxAttempts - j.attempts), [2, 2], 'no attempt consumed');
+  });
+});
+
+describe('worker and tasks: bad inputs and odd throws', () => {
+  let db;
+  before(() => { db = tocsin.open(tmpdb()); });
+  after(() => db.close());
+
+  test('run() refuses bad options with a rejection; concurrency 0 and bad task options are refused', async () => {
+    assert.throws(() => new tocsin.Worker(db, { queues: ['w-opts'], concurrency: 0 }), invalid(/concurrency must be an integer between 1 and 10000/));
+    assert.throws(() => new tocsin.Worker(db, { queues: ['w-opts'], concurrency: NaN }), invalid(/concurrency/));
+    assert.throws(() => new tocsin.Worker(db, { queues: [5] }), invalid(/queues must be an array of strings/));
+    assert.throws(() => db.queue('w-opts').task('t', () => 1, { backoffBase: 1.5 }), invalid(/backoffBase/));
+    const w = new tocsin.Worker(db, { queues: ['w-opts'] });
+    let p;
+    assert.doesNotThrow(() => { p = w.run({ signal: 5 }); });
+    await assert.rejects(p, invalid(/signal must be an AbortSignal/));
+  });
+
+  test('a handler throwing a value without a string form fails its run, nothing goes unhandled', async () => {
+    const unhandled = [];
+    const onUnhandled = (e) => unhandled.push(e);
+    process.on('unhandledRejection', onUnhandled);
+    try {
+      const q = db.queue('w-throw');
+      const noProto = q.task('no_proto', () => { throw Object.create(null); }, { retries: 0 });
+      const badGetter = q.task('bad_getter', () => {
+        const e = new Error('x');
+        Object.defineProperty(e, 'message', { get() { throw new Error('getter'); } });
+        throw e;
+      }, { retries: 0 });
+      const w = new tocsin.Worker(db, { queues: ['w-throw'] });
+      const running = w.run();
+      const h1 = await noProto();
+      const h2 = await badGetter();
+      await assert.rejects(h1.result({ timeout: 5000 }), (e) => e instanceof tocsin.TaskError && e.type === 'Error' && e.taskMessage === '[object Object]');
+      await assert.rejects(h2.result({ timeout: 5000 }), (e) => e instanceof tocsin.TaskError && e.type === 'Error');
+      await w.stop();
+      await running;
+      assert.equal((await q.stats()).dead, 2);
+      await new Promise((r) => setImmediate(r));
+      assert.deepEqual(unhandled, []);
+    } finally {
+      process.off('unhandledRejection', onUnhandled);
+    }
+  });
+});
