@@ -61,7 +61,7 @@ class TestAPI < Minitest::Test
     assert_raises(Tocsin::InvalidArgument) { db.rate_limit("r", limit: 0, per: 1).try }
     assert_raises(Tocsin::InvalidArgument) { db.schedule("s", "61 * * * *", queue: "q") }
     assert_raises(Tocsin::InvalidArgument) { q.call("") }
-    assert_raises(ArgumentError) { q.claim("w\0x") }
+    assert_raises(Tocsin::InvalidArgument) { q.claim("w\0x") } # not cut at the NUL
     assert_equal 0, q.stats["pending"]
     assert_equal [], db.stream("s").read
     e = assert_raises(Tocsin::InvalidArgument) { q.enqueue(1, max_attempts: 0) }

@@ -59,13 +59,22 @@ static void raise_rc(int rc) {
 static VALUE str_or_nil(const char *s) {
     return s ? rb_enc_str_new_cstr(s, rb_utf8_encoding()) : Qnil;
 }
-/* A C string of a Ruby String (nil -> NULL). NUL bytes are refused here with
- * the core's own wording rather than silently cut. */
-static const char *cstr_or_null(VALUE v) {
-    if (NIL_P(v)) return NULL;
+/* A C string of a Ruby String (nil -> NULL). Refused (InvalidArgument) rather
+ * than silently cut: a NUL byte, and an encoding whose text is not ASCII
+ * bytes (UTF-16/32: the Ruby layer transcodes names to UTF-8). */
+static const char *cstr(VALUE v) {
+    StringValue(v);
+    if (!rb_enc_asciicompat(rb_enc_get(v)))
+        rb_raise(eByCode[TOCSIN_INVALID], "a %s string cannot be passed to tocsin: give UTF-8 text",
+                 rb_enc_name(rb_enc_get(v)));
+    if (memchr(RSTRING_PTR(v), 0, (size_t)RSTRING_LEN(v))) {
+        VALUE shown = rb_str_inspect(rb_str_substr(v, 0, 40));
+        rb_raise(eByCode[TOCSIN_INVALID], "%s%s contains a NUL byte", StringValueCStr(shown),
+                 RSTRING_LEN(v) > 40 ? "..." : "");
+    }
     return StringValueCStr(v);
 }
-static const char *cstr(VALUE v) { return StringValueCStr(v); }
+static const char *cstr_or_null(VALUE v) { return NIL_P(v) ? NULL : cstr(v); }
 #define I64(v) ((int64_t)NUM2LL(v))
 #define OPT_I64(v, d) (NIL_P(v) ? (int64_t)(d) : (int64_t)NUM2LL(v))
 
@@ -83,6 +92,8 @@ typedef struct {
     _Atomic int64_t fixed_now; /* < 0: system clock */
     VALUE parent;              /* tx: the database it came from (kept alive) */
     int workers;               /* open Native::Workers on it: it must outlive them */
+    int closing;               /* close started: new calls raise Closed */
+    _Atomic int inflight;      /* calls of other threads running in the core on it */
 } rdb;
 
 static void rdb_mark(void *p) { rdb *h = p; rb_gc_mark(h->parent); }
@@ -114,9 +125,49 @@ static rdb *get_rdb(VALUE self) {
 }
 static tocsin_db *DB(VALUE self) {
     rdb *h = get_rdb(self);
-    if (!h->db) rb_raise(eByCode[TOCSIN_CLOSED], h->is_tx ? "the transaction has ended" : "the database is closed");
+    if (!h->db || h->closing) rb_raise(eByCode[TOCSIN_CLOSED], h->is_tx ? "the transaction has ended" : "the database is closed");
     return h->db;
 }
+
+/* A call into the core on a database handle, without the GVL, counted so
+ * that close waits for it: tocsin_close frees the handle, which a call of
+ * another thread must not be running on. Counted under the GVL after a last
+ * check (converting the arguments may have run Ruby code, and a close, since
+ * DB()); uncounted as soon as the core returns, or by the ensure when an
+ * interrupt raised before the call started. */
+struct dbcall {
+    void *(*fn)(void *);
+    void *arg;
+    rb_unblock_function_t *ubf;
+    void *ubf_arg;
+    rdb *h;
+    int done;
+};
+static void *dbcall_f(void *p) {
+    struct dbcall *c = p;
+    c->fn(c->arg);
+    atomic_fetch_sub(&c->h->inflight, 1);
+    c->done = 1;
+    return NULL;
+}
+static VALUE dbcall_body(VALUE p) {
+    struct dbcall *c = (struct dbcall *)p;
+    rb_thread_call_without_gvl(dbcall_f, c, c->ubf, c->ubf_arg);
+    return Qnil;
+}
+static VALUE dbcall_ensure(VALUE p) {
+    struct dbcall *c = (struct dbcall *)p;
+    if (!c->done) atomic_fetch_sub(&c->h->inflight, 1);
+    return Qnil;
+}
+static void call_on_db(rdb *h, void *(*fn)(void *), void *arg, rb_unblock_function_t *ubf, void *ubf_arg) {
+    struct dbcall c = {fn, arg, ubf, ubf_arg, h, 0};
+    if (!h->db || h->closing)
+        rb_raise(eByCode[TOCSIN_CLOSED], h->is_tx ? "the transaction has ended" : "the database is closed");
+    atomic_fetch_add(&h->inflight, 1);
+    rb_ensure(dbcall_body, (VALUE)&c, dbcall_ensure, (VALUE)&c);
+}
+#define NOGVL_DB(name, a, dbv) call_on_db(get_rdb(dbv), name##_f, &(a), NULL, NULL)
 
 static int64_t fixed_clock(void *ctx) {
     rdb *h = ctx;
@@ -155,6 +206,9 @@ static VALUE db_s_open(VALUE klass, VALUE path, VALUE busy, VALUE maxp, VALUE ro
 }
 
 DEF_CALL(close, tocsin_db *db;, tocsin_close(a->db))
+/* close { wake the waits on the database } -- new calls raise Closed at once;
+ * the calls other threads are running finish first (the block, called while
+ * some still run, ends the waits: Database#close pokes its subscriptions). */
 static VALUE db_close(VALUE self) {
     rdb *h = get_rdb(self);
     if (!h->db) return Qnil;
@@ -162,17 +216,27 @@ static VALUE db_close(VALUE self) {
         rb_raise(eByCode[TOCSIN_BUSY], "%d worker(s) still run on this database: stop them before closing it",
                  h->workers);
     if (h->is_tx) { tocsin_tx_rollback(h->db); h->db = NULL; return Qnil; }
+    h->closing = 1;
+    for (int i = 0; atomic_load(&h->inflight) > 0; i++) {
+        if (i % 10 == 0 && rb_block_given_p()) rb_yield(Qnil);
+        struct timeval tv = {0, 1000};
+        rb_thread_wait_for(tv);
+    }
+    if (!h->db) return Qnil; /* closed by another thread meanwhile */
     struct close_a a = {0, h->db};
     h->db = NULL;
     NOGVL(close, a);
     return Qnil;
 }
-static VALUE db_closed_p(VALUE self) { return get_rdb(self)->db ? Qfalse : Qtrue; }
+static VALUE db_closed_p(VALUE self) {
+    rdb *h = get_rdb(self);
+    return h->db && !h->closing ? Qfalse : Qtrue;
+}
 
 DEF_CALL(txb, tocsin_db *db; tocsin_db *tx;, tocsin_tx_begin(a->db, &a->tx))
 static VALUE db_tx_begin(VALUE self) {
     struct txb_a a = {0, DB(self), NULL};
-    NOGVL(txb, a);
+    NOGVL_DB(txb, a, self);
     CHECK(a.rc);
     VALUE obj = rdb_alloc(cDB);
     rdb *t = get_rdb(obj);
@@ -207,7 +271,7 @@ static VALUE db_is_tx(VALUE self) { return get_rdb(self)->is_tx ? Qtrue : Qfalse
 DEF_CALL(exec, tocsin_db *db; const char *sql;, tocsin_exec(a->db, a->sql))
 static VALUE db_exec(VALUE self, VALUE sql) {
     struct exec_a a = {0, DB(self), cstr(sql)};
-    NOGVL(exec, a);
+    NOGVL_DB(exec, a, self);
     RB_GC_GUARD(sql);
     CHECK(a.rc);
     return Qnil;
@@ -295,7 +359,7 @@ static VALUE db_enqueue(VALUE self, VALUE queue, VALUE payload, VALUE opts) {
     a.q = cstr(queue);
     a.p = cstr(payload);
     fill_enqueue_opts(&a.o, opts);
-    NOGVL(enq, a);
+    NOGVL_DB(enq, a, self);
     RB_GC_GUARD(queue); RB_GC_GUARD(payload); RB_GC_GUARD(opts);
     CHECK(a.rc);
     return LL2NUM(a.id);
@@ -326,7 +390,7 @@ static VALUE db_enqueue_many(VALUE self, VALUE jobs) {
         fill_enqueue_opts(&opts[i], rb_ary_entry(e, 2));
         a.specs[i].opts = &opts[i];
     }
-    NOGVL(enqm, a);
+    NOGVL_DB(enqm, a, self);
     RB_GC_GUARD(keep); RB_GC_GUARD(buf1); RB_GC_GUARD(buf2); RB_GC_GUARD(buf3);
     CHECK(a.rc);
     VALUE out = rb_ary_new_capa(n);
@@ -343,7 +407,7 @@ static VALUE db_claim(VALUE self, VALUE queue, VALUE worker, VALUE max, VALUE vi
     a.w = cstr(worker);
     a.max = checked_size(max, "n");
     a.vis = I64(vis);
-    NOGVL(claim, a);
+    NOGVL_DB(claim, a, self);
     RB_GC_GUARD(queue); RB_GC_GUARD(worker);
     CHECK(a.rc);
     return jobs_to_ary(a.jobs, a.n);
@@ -352,7 +416,7 @@ static VALUE db_claim(VALUE self, VALUE queue, VALUE worker, VALUE max, VALUE vi
 DEF_CALL(ack, tocsin_db *db; int ok; int64_t id; int64_t tok;, tocsin_job_ack(a->db, &a->ok, a->id, a->tok))
 static VALUE db_ack(VALUE self, VALUE id, VALUE tok) {
     struct ack_a a = {0, DB(self), 0, I64(id), I64(tok)};
-    NOGVL(ack, a);
+    NOGVL_DB(ack, a, self);
     CHECK(a.rc);
     return a.ok ? Qtrue : Qfalse;
 }
@@ -370,7 +434,7 @@ static VALUE db_ack_batch(VALUE self, VALUE ids, VALUE toks) {
         a.ids[i] = I64(rb_ary_entry(ids, i));
         a.toks[i] = I64(rb_ary_entry(toks, i));
     }
-    NOGVL(ackb, a);
+    NOGVL_DB(ackb, a, self);
     RB_GC_GUARD(b1); RB_GC_GUARD(b2);
     CHECK(a.rc);
     return SIZET2NUM(a.acked);
@@ -379,7 +443,7 @@ DEF_CALL(retry, tocsin_db *db; int ok; int64_t id; int64_t tok; int64_t delay; c
          tocsin_job_retry(a->db, &a->ok, a->id, a->tok, a->delay, a->err))
 static VALUE db_retry(VALUE self, VALUE id, VALUE tok, VALUE delay, VALUE err) {
     struct retry_a a = {0, DB(self), 0, I64(id), I64(tok), OPT_I64(delay, -1), cstr_or_null(err)};
-    NOGVL(retry, a);
+    NOGVL_DB(retry, a, self);
     RB_GC_GUARD(err);
     CHECK(a.rc);
     return a.ok ? Qtrue : Qfalse;
@@ -388,8 +452,17 @@ DEF_CALL(fail, tocsin_db *db; int ok; int64_t id; int64_t tok; const char *err;,
          tocsin_job_fail(a->db, &a->ok, a->id, a->tok, a->err))
 static VALUE db_fail(VALUE self, VALUE id, VALUE tok, VALUE err) {
     struct fail_a a = {0, DB(self), 0, I64(id), I64(tok), cstr_or_null(err)};
-    NOGVL(fail, a);
+    NOGVL_DB(fail, a, self);
     RB_GC_GUARD(err);
+    CHECK(a.rc);
+    return a.ok ? Qtrue : Qfalse;
+}
+DEF_CALL(handback, tocsin_db *db; int ok; int64_t id; int64_t tok; int64_t delay;,
+         tocsin_job_hand_back(a->db, &a->ok, a->id, a->tok, a->delay))
+/* hand_back(id, token, delay_ms): pending again, unrun, no attempt consumed */
+static VALUE db_hand_back(VALUE self, VALUE id, VALUE tok, VALUE delay) {
+    struct handback_a a = {0, DB(self), 0, I64(id), I64(tok), OPT_I64(delay, 0)};
+    NOGVL_DB(handback, a, self);
     CHECK(a.rc);
     return a.ok ? Qtrue : Qfalse;
 }
@@ -397,21 +470,21 @@ DEF_CALL(hb, tocsin_db *db; int ok; int64_t id; int64_t tok; int64_t ext;,
          tocsin_job_heartbeat(a->db, &a->ok, a->id, a->tok, a->ext))
 static VALUE db_heartbeat(VALUE self, VALUE id, VALUE tok, VALUE ext) {
     struct hb_a a = {0, DB(self), 0, I64(id), I64(tok), I64(ext)};
-    NOGVL(hb, a);
+    NOGVL_DB(hb, a, self);
     CHECK(a.rc);
     return a.ok ? Qtrue : Qfalse;
 }
 DEF_CALL(cancel, tocsin_db *db; int ok; int64_t id;, tocsin_job_cancel(a->db, &a->ok, a->id))
 static VALUE db_cancel(VALUE self, VALUE id) {
     struct cancel_a a = {0, DB(self), 0, I64(id)};
-    NOGVL(cancel, a);
+    NOGVL_DB(cancel, a, self);
     CHECK(a.rc);
     return a.ok ? Qtrue : Qfalse;
 }
 DEF_CALL(jget, tocsin_db *db; tocsin_job *job; int64_t id;, tocsin_job_get(a->db, &a->job, a->id))
 static VALUE db_job_get(VALUE self, VALUE id) {
     struct jget_a a = {0, DB(self), NULL, I64(id)};
-    NOGVL(jget, a);
+    NOGVL_DB(jget, a, self);
     CHECK(a.rc);
     if (!a.job) return Qnil;
     VALUE r = job_to_ary(a.job);
@@ -424,7 +497,7 @@ DEF_CALL(qname, tocsin_db *db; const char *q; int which; int out;,
          : tocsin_queue_is_paused(a->db, &a->out, a->q))
 static VALUE queue_op(VALUE self, VALUE q, int which) {
     struct qname_a a = {0, DB(self), cstr(q), which, 0};
-    NOGVL(qname, a);
+    NOGVL_DB(qname, a, self);
     RB_GC_GUARD(q);
     CHECK(a.rc);
     return which == 2 ? (a.out ? Qtrue : Qfalse) : Qnil;
@@ -436,7 +509,7 @@ static VALUE db_is_paused(VALUE self, VALUE q) { return queue_op(self, q, 2); }
 DEF_CALL(stats, tocsin_db *db; char *json; const char *q;, tocsin_queue_stats(a->db, &a->json, a->q))
 static VALUE db_stats(VALUE self, VALUE q) {
     struct stats_a a = {0, DB(self), NULL, cstr_or_null(q)};
-    NOGVL(stats, a);
+    NOGVL_DB(stats, a, self);
     RB_GC_GUARD(q);
     CHECK(a.rc);
     VALUE s = str_or_nil(a.json);
@@ -460,7 +533,7 @@ static VALUE db_next_deadline(VALUE self, VALUE queues) {
     VALUE keep;
     struct ndl_a a = {0, DB(self), 0, NULL, 0};
     a.qs = names_of(queues, &keep, &a.n);
-    NOGVL(ndl, a);
+    NOGVL_DB(ndl, a, self);
     RB_GC_GUARD(keep); RB_GC_GUARD(queues);
     CHECK(a.rc);
     return a.ms < 0 ? Qnil : LL2NUM(a.ms);
@@ -470,7 +543,7 @@ DEF_CALL(deadl, tocsin_db *db; tocsin_job *jobs; size_t n; const char *q; int64_
          tocsin_dead_list(a->db, &a->jobs, &a->n, a->q, a->after, a->limit))
 static VALUE db_dead_list(VALUE self, VALUE q, VALUE after, VALUE limit) {
     struct deadl_a a = {0, DB(self), NULL, 0, cstr_or_null(q), I64(after), checked_size(limit, "limit")};
-    NOGVL(deadl, a);
+    NOGVL_DB(deadl, a, self);
     RB_GC_GUARD(q);
     CHECK(a.rc);
     return jobs_to_ary(a.jobs, a.n);
@@ -478,7 +551,7 @@ static VALUE db_dead_list(VALUE self, VALUE q, VALUE after, VALUE limit) {
 DEF_CALL(requeue, tocsin_db *db; int ok; int64_t id;, tocsin_dead_requeue(a->db, &a->ok, a->id))
 static VALUE db_dead_requeue(VALUE self, VALUE id) {
     struct requeue_a a = {0, DB(self), 0, I64(id)};
-    NOGVL(requeue, a);
+    NOGVL_DB(requeue, a, self);
     CHECK(a.rc);
     return a.ok ? Qtrue : Qfalse;
 }
@@ -486,7 +559,7 @@ DEF_CALL(purge, tocsin_db *db; int64_t n; const char *q; int64_t before;,
          tocsin_dead_purge(a->db, &a->n, a->q, a->before))
 static VALUE db_dead_purge(VALUE self, VALUE q, VALUE before) {
     struct purge_a a = {0, DB(self), 0, cstr_or_null(q), OPT_I64(before, 0)};
-    NOGVL(purge, a);
+    NOGVL_DB(purge, a, self);
     RB_GC_GUARD(q);
     CHECK(a.rc);
     return LL2NUM(a.n);
@@ -514,7 +587,7 @@ DEF_CALL(pub, tocsin_db *db; int64_t off; const char *t; const char *p; const ch
          tocsin_stream_publish(a->db, &a->off, a->t, a->p, a->k, a->m))
 static VALUE db_publish(VALUE self, VALUE topic, VALUE payload, VALUE key, VALUE meta) {
     struct pub_a a = {0, DB(self), 0, cstr(topic), cstr(payload), cstr_or_null(key), cstr_or_null(meta)};
-    NOGVL(pub, a);
+    NOGVL_DB(pub, a, self);
     RB_GC_GUARD(topic); RB_GC_GUARD(payload); RB_GC_GUARD(key); RB_GC_GUARD(meta);
     CHECK(a.rc);
     return LL2NUM(a.off);
@@ -536,7 +609,7 @@ static VALUE db_publish_many(VALUE self, VALUE topic, VALUE payloads, VALUE keys
     }
     VALUE b = rb_str_new(NULL, (long)sizeof(int64_t) * (a.n ? a.n : 1));
     a.offs = (int64_t *)RSTRING_PTR(b);
-    NOGVL(pubm, a);
+    NOGVL_DB(pubm, a, self);
     RB_GC_GUARD(k1); RB_GC_GUARD(k2); RB_GC_GUARD(b); RB_GC_GUARD(payloads); RB_GC_GUARD(keys); RB_GC_GUARD(topic);
     CHECK(a.rc);
     VALUE out = rb_ary_new_capa((long)a.n);
@@ -548,7 +621,7 @@ DEF_CALL(sread, tocsin_db *db; tocsin_message *m; size_t n; const char *t; int64
                    : tocsin_stream_read(a->db, &a->m, &a->n, a->t, a->after, a->lim))
 static VALUE read_msgs(VALUE self, VALUE name, VALUE after, VALUE limit, int notify) {
     struct sread_a a = {0, DB(self), NULL, 0, cstr(name), I64(after), checked_size(limit, "limit"), notify};
-    NOGVL(sread, a);
+    NOGVL_DB(sread, a, self);
     RB_GC_GUARD(name);
     CHECK(a.rc);
     return msgs_to_ary(a.m, a.n);
@@ -561,14 +634,14 @@ DEF_CALL(soff, tocsin_db *db; int64_t out; const char *c; const char *t; int64_t
                  : tocsin_stream_offset(a->db, &a->out, a->c, a->t))
 static VALUE db_save_offset(VALUE self, VALUE c, VALUE t, VALUE off) {
     struct soff_a a = {0, DB(self), 0, cstr(c), cstr(t), I64(off), 1};
-    NOGVL(soff, a);
+    NOGVL_DB(soff, a, self);
     RB_GC_GUARD(c); RB_GC_GUARD(t);
     CHECK(a.rc);
     return LL2NUM(a.out);
 }
 static VALUE db_stream_offset(VALUE self, VALUE c, VALUE t) {
     struct soff_a a = {0, DB(self), 0, cstr(c), cstr(t), 0, 0};
-    NOGVL(soff, a);
+    NOGVL_DB(soff, a, self);
     RB_GC_GUARD(c); RB_GC_GUARD(t);
     CHECK(a.rc);
     return LL2NUM(a.out);
@@ -580,7 +653,7 @@ static VALUE db_stream_trim(VALUE self, VALUE t, VALUE age, VALUE count, VALUE b
     o.max_count = OPT_I64(count, 0);
     o.below_consumers = RTEST(below);
     struct trim_a a = {0, DB(self), 0, cstr(t), o};
-    NOGVL(trim, a);
+    NOGVL_DB(trim, a, self);
     RB_GC_GUARD(t);
     CHECK(a.rc);
     return LL2NUM(a.n);
@@ -590,7 +663,7 @@ DEF_CALL(notify, tocsin_db *db; int64_t id; const char *c; const char *p; const 
          tocsin_notify(a->db, &a->id, a->c, a->p, a->m))
 static VALUE db_notify(VALUE self, VALUE c, VALUE p, VALUE m) {
     struct notify_a a = {0, DB(self), 0, cstr(c), cstr(p), cstr_or_null(m)};
-    NOGVL(notify, a);
+    NOGVL_DB(notify, a, self);
     RB_GC_GUARD(c); RB_GC_GUARD(p); RB_GC_GUARD(m);
     CHECK(a.rc);
     return LL2NUM(a.id);
@@ -598,14 +671,14 @@ static VALUE db_notify(VALUE self, VALUE c, VALUE p, VALUE m) {
 DEF_CALL(nmax, tocsin_db *db; int64_t id;, tocsin_notify_max_id(a->db, &a->id))
 static VALUE db_notify_max_id(VALUE self) {
     struct nmax_a a = {0, DB(self), 0};
-    NOGVL(nmax, a);
+    NOGVL_DB(nmax, a, self);
     CHECK(a.rc);
     return LL2NUM(a.id);
 }
 DEF_CALL(nprune, tocsin_db *db; int64_t n; int64_t age; int64_t keep;, tocsin_notify_prune(a->db, &a->n, a->age, a->keep))
 static VALUE db_notify_prune(VALUE self, VALUE age, VALUE keep) {
     struct nprune_a a = {0, DB(self), 0, OPT_I64(age, 0), OPT_I64(keep, 0)};
-    NOGVL(nprune, a);
+    NOGVL_DB(nprune, a, self);
     CHECK(a.rc);
     return LL2NUM(a.n);
 }
@@ -613,7 +686,7 @@ DEF_CALL(ntrim, tocsin_db *db; int64_t age; int64_t keep; int64_t one_in;,
          tocsin_notify_set_autotrim(a->db, a->age, a->keep, a->one_in))
 static VALUE db_notify_autotrim(VALUE self, VALUE age, VALUE keep, VALUE one_in) {
     struct ntrim_a a = {0, DB(self), OPT_I64(age, 0), OPT_I64(keep, 0), OPT_I64(one_in, 0)};
-    NOGVL(ntrim, a);
+    NOGVL_DB(ntrim, a, self);
     CHECK(a.rc);
     return Qnil;
 }
@@ -637,7 +710,7 @@ static VALUE result_to_ary(tocsin_result *r) {
 DEF_CALL(rsave, tocsin_db *db; int64_t id; const char *v; int64_t ttl;, tocsin_result_save(a->db, a->id, a->v, a->ttl))
 static VALUE db_result_save(VALUE self, VALUE id, VALUE v, VALUE ttl) {
     struct rsave_a a = {0, DB(self), I64(id), cstr(v), OPT_I64(ttl, 0)};
-    NOGVL(rsave, a);
+    NOGVL_DB(rsave, a, self);
     RB_GC_GUARD(v);
     CHECK(a.rc);
     return Qnil;
@@ -646,7 +719,7 @@ DEF_CALL(rerr, tocsin_db *db; int64_t id; const char *t; const char *m; int64_t 
          tocsin_result_save_error(a->db, a->id, a->t, a->m, a->ttl))
 static VALUE db_result_save_error(VALUE self, VALUE id, VALUE t, VALUE m, VALUE ttl) {
     struct rerr_a a = {0, DB(self), I64(id), cstr(t), cstr_or_null(m), OPT_I64(ttl, 0)};
-    NOGVL(rerr, a);
+    NOGVL_DB(rerr, a, self);
     RB_GC_GUARD(t); RB_GC_GUARD(m);
     CHECK(a.rc);
     return Qnil;
@@ -655,20 +728,20 @@ DEF_CALL(rget, tocsin_db *db; tocsin_result *r; int64_t id; int check;,
          a->check ? tocsin_result_check(a->db, &a->r, a->id) : tocsin_result_get(a->db, &a->r, a->id))
 static VALUE db_result_get(VALUE self, VALUE id) {
     struct rget_a a = {0, DB(self), NULL, I64(id), 0};
-    NOGVL(rget, a);
+    NOGVL_DB(rget, a, self);
     CHECK(a.rc);
     return result_to_ary(a.r);
 }
 static VALUE db_result_check(VALUE self, VALUE id) {
     struct rget_a a = {0, DB(self), NULL, I64(id), 1};
-    NOGVL(rget, a);
+    NOGVL_DB(rget, a, self);
     CHECK(a.rc);
     return result_to_ary(a.r);
 }
 DEF_CALL(rdel, tocsin_db *db; int ok; int64_t id;, tocsin_result_delete(a->db, &a->ok, a->id))
 static VALUE db_result_delete(VALUE self, VALUE id) {
     struct rdel_a a = {0, DB(self), 0, I64(id)};
-    NOGVL(rdel, a);
+    NOGVL_DB(rdel, a, self);
     CHECK(a.rc);
     return a.ok ? Qtrue : Qfalse;
 }
@@ -676,13 +749,13 @@ DEF_CALL(sweep, tocsin_db *db; int64_t n; int which;,
          a->which == 0 ? tocsin_result_sweep(a->db, &a->n) : tocsin_ratelimit_sweep(a->db, &a->n))
 static VALUE db_result_sweep(VALUE self) {
     struct sweep_a a = {0, DB(self), 0, 0};
-    NOGVL(sweep, a);
+    NOGVL_DB(sweep, a, self);
     CHECK(a.rc);
     return LL2NUM(a.n);
 }
 static VALUE db_ratelimit_sweep(VALUE self) {
     struct sweep_a a = {0, DB(self), 0, 1};
-    NOGVL(sweep, a);
+    NOGVL_DB(sweep, a, self);
     CHECK(a.rc);
     return LL2NUM(a.n);
 }
@@ -690,7 +763,7 @@ DEF_CALL(complete, tocsin_db *db; int ok; int64_t id; int64_t tok; const char *v
          tocsin_job_complete(a->db, &a->ok, a->id, a->tok, a->v, a->ttl))
 static VALUE db_job_complete(VALUE self, VALUE id, VALUE tok, VALUE v, VALUE ttl) {
     struct complete_a a = {0, DB(self), 0, I64(id), I64(tok), cstr(v), OPT_I64(ttl, 0)};
-    NOGVL(complete, a);
+    NOGVL_DB(complete, a, self);
     RB_GC_GUARD(v);
     CHECK(a.rc);
     return a.ok ? Qtrue : Qfalse;
@@ -699,7 +772,7 @@ DEF_CALL(failtask, tocsin_db *db; int ok; int64_t id; int64_t tok; const char *t
          tocsin_job_fail_task(a->db, &a->ok, a->id, a->tok, a->t, a->m, a->ttl))
 static VALUE db_job_fail_task(VALUE self, VALUE id, VALUE tok, VALUE t, VALUE m, VALUE ttl) {
     struct failtask_a a = {0, DB(self), 0, I64(id), I64(tok), cstr(t), cstr_or_null(m), OPT_I64(ttl, 0)};
-    NOGVL(failtask, a);
+    NOGVL_DB(failtask, a, self);
     RB_GC_GUARD(t); RB_GC_GUARD(m);
     CHECK(a.rc);
     return a.ok ? Qtrue : Qfalse;
@@ -711,7 +784,7 @@ DEF_CALL(lacq, tocsin_db *db; int64_t tok; int64_t until; const char *n; const c
          tocsin_lock_acquire(a->db, &a->tok, &a->until, a->n, a->o, a->ttl))
 static VALUE db_lock_acquire(VALUE self, VALUE name, VALUE owner, VALUE ttl) {
     struct lacq_a a = {0, DB(self), 0, 0, cstr(name), cstr(owner), I64(ttl)};
-    NOGVL(lacq, a);
+    NOGVL_DB(lacq, a, self);
     RB_GC_GUARD(name); RB_GC_GUARD(owner);
     CHECK(a.rc);
     return rb_ary_new_from_args(2, LL2NUM(a.tok), LL2NUM(a.until));
@@ -721,14 +794,14 @@ DEF_CALL(lren, tocsin_db *db; int ok; const char *n; const char *o; int64_t tok;
                 : tocsin_lock_renew(a->db, &a->ok, a->n, a->o, a->tok, a->ttl))
 static VALUE db_lock_renew(VALUE self, VALUE name, VALUE owner, VALUE tok, VALUE ttl) {
     struct lren_a a = {0, DB(self), 0, cstr(name), cstr(owner), I64(tok), I64(ttl), 0};
-    NOGVL(lren, a);
+    NOGVL_DB(lren, a, self);
     RB_GC_GUARD(name); RB_GC_GUARD(owner);
     CHECK(a.rc);
     return a.ok ? Qtrue : Qfalse;
 }
 static VALUE db_lock_release(VALUE self, VALUE name, VALUE owner, VALUE tok) {
     struct lren_a a = {0, DB(self), 0, cstr(name), cstr(owner), I64(tok), 0, 1};
-    NOGVL(lren, a);
+    NOGVL_DB(lren, a, self);
     RB_GC_GUARD(name); RB_GC_GUARD(owner);
     CHECK(a.rc);
     return a.ok ? Qtrue : Qfalse;
@@ -737,7 +810,7 @@ DEF_CALL(lhold, tocsin_db *db; char *owner; int64_t tok; int64_t until; const ch
          tocsin_lock_holder(a->db, &a->owner, &a->tok, &a->until, a->n))
 static VALUE db_lock_holder(VALUE self, VALUE name) {
     struct lhold_a a = {0, DB(self), NULL, 0, 0, cstr(name)};
-    NOGVL(lhold, a);
+    NOGVL_DB(lhold, a, self);
     RB_GC_GUARD(name);
     CHECK(a.rc);
     VALUE o = str_or_nil(a.owner);
@@ -748,7 +821,7 @@ DEF_CALL(rl, tocsin_db *db; int allowed; int64_t retry; int64_t rem; const char 
          tocsin_ratelimit_try(a->db, &a->allowed, &a->retry, &a->rem, a->n, a->lim, a->per))
 static VALUE db_ratelimit_try(VALUE self, VALUE name, VALUE lim, VALUE per) {
     struct rl_a a = {0, DB(self), 0, 0, 0, cstr(name), I64(lim), I64(per)};
-    NOGVL(rl, a);
+    NOGVL_DB(rl, a, self);
     RB_GC_GUARD(name);
     CHECK(a.rc);
     return rb_ary_new_from_args(3, a.allowed ? Qtrue : Qfalse, LL2NUM(a.retry), LL2NUM(a.rem));
@@ -756,7 +829,7 @@ static VALUE db_ratelimit_try(VALUE self, VALUE name, VALUE lim, VALUE per) {
 DEF_CALL(rlreset, tocsin_db *db; int64_t n; const char *name;, tocsin_ratelimit_reset(a->db, &a->n, a->name))
 static VALUE db_ratelimit_reset(VALUE self, VALUE name) {
     struct rlreset_a a = {0, DB(self), 0, cstr(name)};
-    NOGVL(rlreset, a);
+    NOGVL_DB(rlreset, a, self);
     RB_GC_GUARD(name);
     CHECK(a.rc);
     return LL2NUM(a.n);
@@ -797,7 +870,7 @@ static VALUE db_schedule_set(VALUE self, VALUE name, VALUE cron, VALUE queue, VA
     a.db = DB(self);
     a.n = cstr(name); a.c = cstr(cron); a.q = cstr(queue); a.p = cstr(payload);
     fill_schedule_opts(&a.o, opts, keep);
-    NOGVL(sset, a);
+    NOGVL_DB(sset, a, self);
     RB_GC_GUARD(keep); RB_GC_GUARD(name); RB_GC_GUARD(cron); RB_GC_GUARD(queue); RB_GC_GUARD(payload);
     CHECK(a.rc);
     return a.next < 0 ? Qnil : LL2NUM(a.next);
@@ -810,7 +883,7 @@ static VALUE db_schedule_update(VALUE self, VALUE name, VALUE cron, VALUE queue,
     a.n = cstr(name); a.c = cstr_or_null(cron); a.q = cstr_or_null(queue); a.p = cstr_or_null(payload);
     fill_schedule_opts(&a.o, opts, keep);
     a.has_opts = !NIL_P(opts);
-    NOGVL(sset, a);
+    NOGVL_DB(sset, a, self);
     RB_GC_GUARD(keep); RB_GC_GUARD(name); RB_GC_GUARD(cron); RB_GC_GUARD(queue); RB_GC_GUARD(payload);
     CHECK(a.rc);
     return a.next < 0 ? Qnil : LL2NUM(a.next);
@@ -821,7 +894,7 @@ DEF_CALL(sop, tocsin_db *db; int ok; const char *n; int which;,
          : tocsin_schedule_remove(a->db, &a->ok, a->n))
 static VALUE sched_op(VALUE self, VALUE name, int which) {
     struct sop_a a = {0, DB(self), 0, cstr(name), which};
-    NOGVL(sop, a);
+    NOGVL_DB(sop, a, self);
     RB_GC_GUARD(name);
     CHECK(a.rc);
     return which == 2 ? (a.ok ? Qtrue : Qfalse) : Qnil;
@@ -851,7 +924,7 @@ DEF_CALL(sget, tocsin_db *db; tocsin_schedule *s; size_t n; const char *name;,
          a->name ? tocsin_schedule_get(a->db, &a->s, a->name) : tocsin_schedule_list(a->db, &a->s, &a->n))
 static VALUE db_schedule_get(VALUE self, VALUE name) {
     struct sget_a a = {0, DB(self), NULL, 0, cstr(name)};
-    NOGVL(sget, a);
+    NOGVL_DB(sget, a, self);
     RB_GC_GUARD(name);
     CHECK(a.rc);
     if (!a.s) return Qnil;
@@ -861,7 +934,7 @@ static VALUE db_schedule_get(VALUE self, VALUE name) {
 }
 static VALUE db_schedule_list(VALUE self) {
     struct sget_a a = {0, DB(self), NULL, 0, NULL};
-    NOGVL(sget, a);
+    NOGVL_DB(sget, a, self);
     CHECK(a.rc);
     VALUE out = rb_ary_new();
     for (size_t i = 0; i < a.n; i++) rb_ary_push(out, schedule_to_hash(&a.s[i]));
@@ -872,13 +945,13 @@ DEF_CALL(stick, tocsin_db *db; int64_t n; int which;,
          a->which == 0 ? tocsin_scheduler_tick(a->db, &a->n) : tocsin_scheduler_next_fire(a->db, &a->n))
 static VALUE db_scheduler_tick(VALUE self) {
     struct stick_a a = {0, DB(self), 0, 0};
-    NOGVL(stick, a);
+    NOGVL_DB(stick, a, self);
     CHECK(a.rc);
     return LL2NUM(a.n);
 }
 static VALUE db_scheduler_next_fire(VALUE self) {
     struct stick_a a = {0, DB(self), 0, 1};
-    NOGVL(stick, a);
+    NOGVL_DB(stick, a, self);
     CHECK(a.rc);
     return a.n < 0 ? Qnil : LL2NUM(a.n);
 }
@@ -887,14 +960,14 @@ DEF_CALL(slead, tocsin_db *db; int lead; int64_t tok; const char *o; int64_t ttl
                    : tocsin_scheduler_lead(a->db, &a->lead, &a->tok, a->o, a->ttl))
 static VALUE db_scheduler_lead(VALUE self, VALUE owner, VALUE ttl) {
     struct slead_a a = {0, DB(self), 0, 0, cstr(owner), I64(ttl), 0};
-    NOGVL(slead, a);
+    NOGVL_DB(slead, a, self);
     RB_GC_GUARD(owner);
     CHECK(a.rc);
     return rb_ary_new_from_args(2, a.lead ? Qtrue : Qfalse, LL2NUM(a.tok));
 }
 static VALUE db_scheduler_resign(VALUE self, VALUE owner) {
     struct slead_a a = {0, DB(self), 0, 0, cstr(owner), 0, 1};
-    NOGVL(slead, a);
+    NOGVL_DB(slead, a, self);
     RB_GC_GUARD(owner);
     CHECK(a.rc);
     return a.lead ? Qtrue : Qfalse;
@@ -904,6 +977,7 @@ static VALUE m_cron_next(VALUE mod, VALUE expr, VALUE after, VALUE local) {
     tocsin_cron *c = NULL;
     char err[256] = "";
     int rc = tocsin_cron_parse(&c, cstr(expr), err, sizeof err);
+    if (rc != TOCSIN_OK && err[0]) rb_raise(error_class(rc), "cron: %s", err); /* the parser's own words */
     if (rc != TOCSIN_OK) raise_rc(rc);
     int64_t next = -1;
     rc = tocsin_cron_next(&next, c, I64(after), RTEST(local));
@@ -929,7 +1003,7 @@ static VALUE db_task_envelope(VALUE self, VALUE task, VALUE args, VALUE kwargs, 
     struct tenv_a a = {0};
     a.db = DB(self);
     fill_call(&a.c, task, args, kwargs, ttl, timeout);
-    NOGVL(tenv, a);
+    NOGVL_DB(tenv, a, self);
     RB_GC_GUARD(task); RB_GC_GUARD(args); RB_GC_GUARD(kwargs);
     CHECK(a.rc);
     VALUE s = str_or_nil(a.json);
@@ -946,7 +1020,7 @@ static VALUE db_task_enqueue(int argc, VALUE *argv, VALUE self) {
     a.q = cstr(argv[0]);
     fill_call(&a.c, argv[1], argv[2], argv[3], argv[4], argv[5]);
     fill_enqueue_opts(&a.o, argv[6]);
-    NOGVL(tenq, a);
+    NOGVL_DB(tenq, a, self);
     for (int i = 0; i < 7; i++) RB_GC_GUARD(argv[i]);
     CHECK(a.rc);
     return LL2NUM(a.id);
@@ -995,13 +1069,16 @@ static int64_t mono_ms(void) {
 }
 /* Returns the wait's final code (OK, TIMEOUT or a failure to raise);
  * interrupts are handled here. */
-static int run_wait(wait_fn fn, void *ctx, int timeout_ms, poke_fn poke, void *handle, pokeflags *flags) {
+/* h: the database handle the wait runs on (NULL: none); its close ends the
+ * wait with Tocsin::Closed (Database#close pokes the wait's subscription). */
+static int run_wait(wait_fn fn, void *ctx, int timeout_ms, poke_fn poke, void *handle, pokeflags *flags, rdb *h) {
     int64_t deadline = timeout_ms >= 0 ? mono_ms() + timeout_ms : -1;
     struct ubf_arg u = {poke, handle, flags};
     for (;;) {
         struct wait_call w = {fn, ctx, timeout_ms, 0};
         atomic_store(&flags->ubf_fired, 0);
-        rb_thread_call_without_gvl(wait_nogvl, &w, wait_ubf, &u);
+        if (h) call_on_db(h, wait_nogvl, &w, wait_ubf, &u); /* counted (see call_on_db) */
+        else rb_thread_call_without_gvl(wait_nogvl, &w, wait_ubf, &u);
         if (w.rc != TOCSIN_INTERRUPTED) return w.rc;
         /* Ruby's own interrupt first (it may run a trap that pokes, even inside
          * rb_thread_call_without_gvl), then a poke through #poke; a poke left
@@ -1056,7 +1133,7 @@ static int sub_wait_fn(void *ctx, int t) { return tocsin_sub_wait(ctx, t); }
 static int sub_poke_fn(void *h) { return tocsin_sub_poke(h); }
 static VALUE sub_wait(VALUE self, VALUE timeout) {
     rsub *s = get_rsub(self);
-    int rc = run_wait(sub_wait_fn, s->sub, clamp_timeout(timeout), sub_poke_fn, s->sub, &s->flags);
+    int rc = run_wait(sub_wait_fn, s->sub, clamp_timeout(timeout), sub_poke_fn, s->sub, &s->flags, NULL);
     if (rc == TOCSIN_TIMEOUT) return Qfalse;
     CHECK(rc);
     return Qtrue;
@@ -1065,6 +1142,12 @@ static VALUE sub_poke(VALUE self) {
     rsub *s = get_rsub(self);
     atomic_store(&s->flags.user_poked, 1);
     tocsin_sub_poke(s->sub);
+    return Qnil;
+}
+/* wake: ends a wait on the subscription without raising Interrupted (its
+ * loop then finds the database closing: Database#close) */
+static VALUE sub_wake(VALUE self) {
+    tocsin_sub_poke(get_rsub(self)->sub);
     return Qnil;
 }
 DEF_CALL(subclose, tocsin_sub *s;, tocsin_sub_close(a->s))
@@ -1089,7 +1172,7 @@ static VALUE db_queue_wait(VALUE self, VALUE queues, VALUE deadline, VALUE subv)
     rsub *s = get_rsub(subv);
     struct qwait_ctx c = {DB(self), NULL, 0, OPT_I64(deadline, -1), s->sub};
     c.qs = names_of(queues, &keep, &c.n);
-    int rc = run_wait(qwait_fn, &c, -1, sub_poke_fn, s->sub, &s->flags);
+    int rc = run_wait(qwait_fn, &c, -1, sub_poke_fn, s->sub, &s->flags, get_rdb(self));
     RB_GC_GUARD(keep); RB_GC_GUARD(queues);
     if (rc == TOCSIN_TIMEOUT) return Qfalse;
     CHECK(rc);
@@ -1104,7 +1187,7 @@ static int rwait_fn(void *p, int t) {
 static VALUE db_result_wait(VALUE self, VALUE id, VALUE deadline, VALUE subv) {
     rsub *s = get_rsub(subv);
     struct rwait_ctx c = {DB(self), NULL, I64(id), OPT_I64(deadline, -1), s->sub};
-    int rc = run_wait(rwait_fn, &c, -1, sub_poke_fn, s->sub, &s->flags);
+    int rc = run_wait(rwait_fn, &c, -1, sub_poke_fn, s->sub, &s->flags, get_rdb(self));
     if (rc == TOCSIN_TIMEOUT) return Qnil;
     CHECK(rc);
     return result_to_ary(c.r);
@@ -1118,7 +1201,7 @@ static int lwait_fn(void *p, int t) {
 static VALUE db_lock_wait(VALUE self, VALUE name, VALUE owner, VALUE ttl, VALUE deadline, VALUE subv) {
     rsub *s = get_rsub(subv);
     struct lwait_ctx c = {DB(self), 0, 0, cstr(name), cstr(owner), I64(ttl), OPT_I64(deadline, -1), s->sub};
-    int rc = run_wait(lwait_fn, &c, -1, sub_poke_fn, s->sub, &s->flags);
+    int rc = run_wait(lwait_fn, &c, -1, sub_poke_fn, s->sub, &s->flags, get_rdb(self));
     RB_GC_GUARD(name); RB_GC_GUARD(owner);
     if (rc == TOCSIN_TIMEOUT) return Qnil;
     CHECK(rc);
@@ -1143,7 +1226,7 @@ static VALUE lis_s_open(VALUE klass, VALUE db, VALUE ch, VALUE buf) {
     rlis *l;
     VALUE obj = TypedData_Make_Struct(klass, rlis, &rlis_type, l);
     struct lopen_a a = {0, NULL, DB(db), cstr(ch), checked_size(buf, "buffer_size")};
-    NOGVL(lopen, a);
+    NOGVL_DB(lopen, a, db);
     RB_GC_GUARD(ch);
     CHECK(a.rc);
     l->l = a.l;
@@ -1159,7 +1242,7 @@ static VALUE lis_next(VALUE self, VALUE timeout) {
     struct lnext_ctx c = {l->l, NULL, 0};
     int t = clamp_timeout(timeout);
     int rc = t == 0 ? tocsin_listen_next(l->l, &c.m, &c.n, 0)
-                    : run_wait(lnext_fn, &c, t, lis_poke_fn, l->l, &l->flags);
+                    : run_wait(lnext_fn, &c, t, lis_poke_fn, l->l, &l->flags, NULL);
     if (rc == TOCSIN_INTERRUPTED && t == 0) {
         if (atomic_exchange(&l->flags.user_poked, 0)) raise_rc(rc);
         return rb_ary_new();
@@ -1190,9 +1273,11 @@ static VALUE lis_close(VALUE self) {
 typedef struct {
     tocsin_stream_sub *s;
     pokeflags flags;
+    VALUE db; /* kept alive: the subscription reads its clock (set_time's ctx is the rdb) */
 } rss;
+static void rss_mark(void *p) { rb_gc_mark(((rss *)p)->db); }
 static void rss_free(void *p) { rss *s = p; tocsin_stream_sub_close(s->s); xfree(s); }
-static const rb_data_type_t rss_type = {"tocsin_stream_sub", {NULL, rss_free, NULL}, NULL, NULL, RUBY_TYPED_FREE_IMMEDIATELY};
+static const rb_data_type_t rss_type = {"tocsin_stream_sub", {rss_mark, rss_free, NULL}, NULL, NULL, RUBY_TYPED_FREE_IMMEDIATELY};
 static rss *get_rss(VALUE self) {
     rss *s;
     TypedData_Get_Struct(self, rss, &rss_type, s);
@@ -1207,6 +1292,7 @@ static VALUE ss_s_open(VALUE klass, VALUE db, VALUE topic, VALUE consumer, VALUE
                        VALUE every, VALUE ms, VALUE save_on_close) {
     rss *s;
     VALUE obj = TypedData_Make_Struct(klass, rss, &rss_type, s);
+    s->db = db;
     struct ssopen_a a = {0};
     tocsin_stream_sub_opts o = TOCSIN_STREAM_SUB_OPTS_INIT;
     o.from_offset = OPT_I64(from, -1);
@@ -1218,7 +1304,7 @@ static VALUE ss_s_open(VALUE klass, VALUE db, VALUE topic, VALUE consumer, VALUE
     a.t = cstr(topic);
     a.c = cstr_or_null(consumer);
     a.o = o;
-    NOGVL(ssopen, a);
+    NOGVL_DB(ssopen, a, db);
     RB_GC_GUARD(topic); RB_GC_GUARD(consumer);
     CHECK(a.rc);
     s->s = a.s;
@@ -1241,7 +1327,7 @@ static VALUE ss_next(VALUE self, VALUE timeout) {
             return rb_ary_new();
         }
     } else {
-        rc = run_wait(ssnext_fn, &c, t, ss_poke_fn, s->s, &s->flags);
+        rc = run_wait(ssnext_fn, &c, t, ss_poke_fn, s->s, &s->flags, NULL);
     }
     if (rc == TOCSIN_TIMEOUT) return rb_ary_new();
     CHECK(rc);
@@ -1379,7 +1465,7 @@ static VALUE wk_s_open(VALUE klass, VALUE db, VALUE id, VALUE queues, VALUE conc
     o.scheduler_ttl_ms = OPT_I64(sttl, 0);
     a.db = DB(db);
     a.o = o;
-    NOGVL(wopen, a);
+    NOGVL_DB(wopen, a, db);
     RB_GC_GUARD(keep); RB_GC_GUARD(queues); RB_GC_GUARD(id);
     CHECK(a.rc);
     k->w = a.w;
@@ -1493,7 +1579,7 @@ static VALUE wk_finish(int argc, VALUE *argv, VALUE self) {
     a.o = o;
     /* without tx, finishing only records the outcome for the next step (no
      * database work, no wait for a step): it keeps the GVL, as #take does */
-    if (a.tx) NOGVL(wfin, a);
+    if (a.tx) NOGVL_DB(wfin, a, argv[1]);
     else wfin_f(&a);
     for (int i = 0; i < 8; i++) RB_GC_GUARD(argv[i]);
     if (a.rc == TOCSIN_OK || a.rc == TOCSIN_LEASE_LOST) rr->run = NULL; /* released */
@@ -1605,6 +1691,7 @@ RUBY_FUNC_EXPORTED void Init_tocsin_native(void) {
     M("enqueue", db_enqueue, 3); M("enqueue_many", db_enqueue_many, 1);
     M("claim", db_claim, 4); M("ack", db_ack, 2); M("ack_batch", db_ack_batch, 2);
     M("retry", db_retry, 4); M("fail", db_fail, 3); M("heartbeat", db_heartbeat, 3);
+    M("hand_back", db_hand_back, 3);
     M("cancel", db_cancel, 1); M("job", db_job_get, 1);
     M("pause", db_pause, 1); M("resume", db_resume, 1); M("paused?", db_is_paused, 1);
     M("stats", db_stats, 1); M("next_deadline", db_next_deadline, 1);
@@ -1640,6 +1727,7 @@ RUBY_FUNC_EXPORTED void Init_tocsin_native(void) {
     rb_define_method(cSub, "drain", sub_drain, 0);
     rb_define_method(cSub, "wait", sub_wait, 1);
     rb_define_method(cSub, "poke", sub_poke, 0);
+    rb_define_method(cSub, "wake", sub_wake, 0);
     rb_define_method(cSub, "close", sub_close, 0);
 
     cListener = rb_define_class_under(mNative, "Listener", rb_cObject);

@@ -22,7 +22,7 @@ module Tocsin
 
     # Runs SQL of the application's (no result rows) inside the transaction.
     def execute(sql)
-      native.exec(sql.to_s)
+      native.exec(Util.text(sql.to_s, "sql"))
       nil
     end
 
@@ -60,6 +60,7 @@ module Tocsin
       @native = Native::DB.open(@path, Util.ms(busy_timeout, "busy_timeout"), max_payload, read_only)
       @workers = []
       @workers_lock = Mutex.new
+      @subs = [] # the threads' own wake subscriptions (#own_sub)
     end
 
     # @api private: the native handle of +tx+ (checked to belong here) or ours.
@@ -80,11 +81,15 @@ module Tocsin
 
     # Closes the database; workers running on it are stopped first (each closes,
     # handing back what it still runs) -- a worker needs its database to the end.
+    # Calls other threads are running finish first; their waits (queue, result,
+    # lock) end with Tocsin::Closed.
     def close
       workers = @workers_lock.synchronize { @workers.dup }
       workers.each(&:stop)
       workers.each { |w| w.wait_stopped unless w.loop_thread == Thread.current }
-      @native.close
+      @native.close { @workers_lock.synchronize { @subs.dup }.each { |s| s.native.wake unless s.closed? } }
+      @workers_lock.synchronize { @subs.slice!(0..) }.each(&:close)
+      nil
     end
 
     # @api private: Worker#run registers itself while it runs.
@@ -116,7 +121,7 @@ module Tocsin
     end
 
     # SQL of the application's (no result rows), on the database's connection.
-    def execute(sql) = native.exec(sql.to_s)
+    def execute(sql) = native.exec(Util.text(sql.to_s, "sql"))
 
     # The handle's clock (epoch ms); set_time(Time/ms) fixes it (tests), nil restores it.
     def now = native.now
@@ -139,7 +144,7 @@ module Tocsin
     end
 
     def notifications(channel, after: 0, limit: 100)
-      native.notify_read(channel.to_s, after, limit).map { |r| Notification.new(*r) }
+      native.notify_read(Util.text(channel, "channel"), after, limit).map { |r| Notification.new(*r) }
     end
 
     def notify_max_id = native.notify_max_id
@@ -167,7 +172,7 @@ module Tocsin
     end
 
     def save_error(job_id, type, message = "", ttl: nil, tx: nil)
-      handle(tx).result_save_error(job_id, type.to_s, message.to_s, Util.ms(ttl, "ttl"))
+      handle(tx).result_save_error(job_id, Util.text(type, "type"), Util.text(message, "message"), Util.ms(ttl, "ttl"))
     end
 
     def result(job_id, tx: nil) = Result.from(handle(tx).result_get(job_id))
@@ -222,12 +227,12 @@ module Tocsin
     # Registers schedule +name+: every boundary of +cron+ enqueues +payload+ on +queue+.
     # Returns the next fire time (epoch ms).
     def schedule(name, cron, queue:, payload: nil, **opts)
-      native.schedule_set(name.to_s, cron.to_s, queue.to_s, Util.dump(payload), Schedule.opts(opts))
+      native.schedule_set(Util.text(name, "schedule name"), Util.text(cron, "cron"), Util.text(queue, "queue"), Util.dump(payload), Schedule.opts(opts))
     end
 
     def update_schedule(name, cron: nil, queue: nil, payload: Schedule::KEEP, **opts)
       p = payload.equal?(Schedule::KEEP) ? nil : Util.dump(payload)
-      native.schedule_update(name.to_s, cron, queue&.to_s, p, opts.empty? ? nil : Schedule.opts(opts))
+      native.schedule_update(Util.text(name, "schedule name"), Util.text(cron, "cron"), Util.text(queue, "queue"), p, opts.empty? ? nil : Schedule.opts(opts))
     end
 
     def schedules = native.schedule_list.map { |h| Schedule.from(h) }
@@ -246,16 +251,16 @@ module Tocsin
     def prune(notifications_max_age: nil, notifications_keep: nil, dead_before: nil)
       out = {}
       if notifications_max_age || notifications_keep
-        out[:notifications] = native.notify_prune(Util.ms(notifications_max_age), notifications_keep)
+        out[:notifications] = native.notify_prune(Util.ms(notifications_max_age, "notifications_max_age"), notifications_keep)
       end
       out[:results] = native.result_sweep
       out[:rate_limits] = native.ratelimit_sweep
-      out[:dead] = native.dead_purge(nil, Util.instant_ms(dead_before)) if dead_before
+      out[:dead] = native.dead_purge(nil, Util.instant_ms(dead_before, "dead_before")) if dead_before
       out
     end
 
     def set_notify_autotrim(max_age: nil, max_keep: nil, one_in: 100)
-      native.notify_autotrim(Util.ms(max_age), max_keep, one_in)
+      native.notify_autotrim(Util.ms(max_age, "max_age"), max_keep, one_in)
     end
 
     # Calls task +task+ (registered by a worker of any runtime) on +queue+ with
@@ -271,6 +276,10 @@ module Tocsin
       s = Thread.current.thread_variable_get(key)
       if s.nil? || s.closed?
         s = Subscription.new(self)
+        @workers_lock.synchronize do
+          @subs.reject!(&:closed?)
+          @subs << s
+        end
         Thread.current.thread_variable_set(key, s)
       end
       s
@@ -299,7 +308,7 @@ module Tocsin
         Util.wait_fd(to_io, timeout)
         return drain
       end
-      @native.wait(Util.ms(timeout))
+      @native.wait(Util.ms(timeout, "timeout"))
     end
 
     def closed? = @closed

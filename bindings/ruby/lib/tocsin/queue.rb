@@ -25,6 +25,7 @@ module Tocsin
     def retry(delay: nil, error: nil, tx: nil) = finish(@queue.retry(self, delay: delay, error: error, tx: tx))
     def fail(error: nil, tx: nil) = finish(@queue.fail(self, error: error, tx: tx))
     def heartbeat(extend: 30) = @queue.heartbeat(self, extend: extend)
+    def hand_back(delay: 0, tx: nil) = finish(@queue.hand_back(self, delay: delay, tx: tx))
     def cancel = finish(@queue.cancel(id))
 
     def to_h = FIELDS.to_h { |f| [f, public_send(f)] }.merge(payload: payload, meta: meta)
@@ -109,12 +110,19 @@ module Tocsin
     # or dead when attempts are spent.
     def retry(job, token = nil, delay: nil, error: nil, tx: nil)
       id, tok = id_token(job, token)
-      @db.handle(tx).retry(id, tok, Util.ms(delay, "delay"), error&.to_s)
+      @db.handle(tx).retry(id, tok, Util.ms(delay, "delay"), Util.text(error, "error"))
     end
 
     def fail(job, token = nil, error: nil, tx: nil)
       id, tok = id_token(job, token)
-      @db.handle(tx).fail(id, tok, error&.to_s)
+      @db.handle(tx).fail(id, tok, Util.text(error, "error"))
+    end
+
+    # Hands a claimed job back unrun: pending again after +delay+ seconds, no
+    # attempt consumed (for a worker that claimed more than it will run).
+    def hand_back(job, token = nil, delay: 0, tx: nil)
+      id, tok = id_token(job, token)
+      @db.handle(tx).hand_back(id, tok, Util.ms(delay, "delay"))
     end
 
     def heartbeat(job, token = nil, extend: DEFAULT_VISIBILITY)
@@ -149,8 +157,11 @@ module Tocsin
     # Yields claimed jobs as they come, waiting (without the GVL, or yielding to
     # other fibers under a Fiber scheduler) while there are none. A job the block
     # leaves unfinished is acked when the block returns; an exception retries it
-    # (the core's backoff) with the error and propagates. +timeout+: stop after
-    # this many idle seconds. Without a block, returns an Enumerator.
+    # (the core's backoff) with the error and propagates. A +break+ (or throw)
+    # leaves the current job to the caller (ack it, or its lease lapses). Jobs of
+    # a +batch+ not yet yielded when the loop ends are handed back (pending again,
+    # no attempt consumed). +timeout+: stop after this many idle seconds. Without
+    # a block, returns an Enumerator.
     def each_job(worker_id, visibility: DEFAULT_VISIBILITY, batch: 1, timeout: nil)
       return enum_for(:each_job, worker_id, visibility: visibility, batch: batch, timeout: timeout) unless block_given?
 
@@ -161,15 +172,21 @@ module Tocsin
 
           next
         end
-        jobs.each_with_index do |job, i|
-          begin
-            yield job
-          rescue Exception => e # rubocop:disable Lint/RescueException -- hand the job back, re-raise
-            job.retry(error: "#{e.class}: #{e.message}") unless job.finished?
-            jobs[(i + 1)..].each { |rest| rest.retry(delay: 0) }
-            raise
+        handed = 0
+        begin
+          jobs.each do |job|
+            handed += 1
+            begin
+              yield job
+            rescue Exception => e # rubocop:disable Lint/RescueException -- retry the job, re-raise
+              job.retry(error: "#{e.class}: #{e.message}") unless job.finished?
+              raise
+            end
+            job.ack unless job.finished?
           end
-          job.ack unless job.finished?
+        ensure
+          # left early (raise, break, throw): the batch's unrun jobs go back unrun
+          jobs[handed..].each(&:hand_back) if handed < jobs.size && !@db.closed?
         end
       end
       nil
@@ -215,12 +232,15 @@ module Tocsin
 
     def enqueue_opts(priority, delay, run_at, max_attempts, expires, unique_key, meta)
       # nil is the core's default; an explicit 0 is not (the core reads 0 as "default")
+      if priority && !(priority.is_a?(Integer) && Util::INT64.cover?(priority))
+        raise InvalidArgument, "priority must be a 64-bit Integer, not #{priority.inspect}"
+      end
       if max_attempts && !(max_attempts.is_a?(Integer) && max_attempts >= 1)
         raise InvalidArgument, "max_attempts must be between 1 and 1000000, not #{max_attempts.inspect}"
       end
 
-      [priority, Util.ms(delay, "delay"), Util.instant_ms(run_at), max_attempts, Util.ms(expires, "expires"),
-       unique_key&.to_s, Util.meta(meta)]
+      [priority, Util.ms(delay, "delay"), Util.instant_ms(run_at, "run_at"), max_attempts, Util.ms(expires, "expires"),
+       Util.text(unique_key, "unique_key"), Util.meta(meta)]
     end
 
     def id_token(job, token)

@@ -26,11 +26,11 @@ module Tocsin
 
     # Appends an event; returns its offset.
     def publish(payload, key: nil, meta: nil, tx: nil)
-      @db.handle(tx).publish(@topic, Util.dump(payload), key&.to_s, Util.meta(meta))
+      @db.handle(tx).publish(@topic, Util.dump(payload), Util.text(key, "key"), Util.meta(meta))
     end
 
     def publish_many(payloads, keys: nil, tx: nil)
-      @db.handle(tx).publish_many(@topic, payloads.map { |p| Util.dump(p) }, keys&.map { |k| k&.to_s })
+      @db.handle(tx).publish_many(@topic, payloads.map { |p| Util.dump(p) }, keys&.map { |k| Util.text(k, "key") })
     end
 
     def read(after: 0, limit: 100) = @db.native.stream_read(@topic, after, limit).map { |r| Event.new(*r) }
@@ -40,7 +40,7 @@ module Tocsin
     # Deletes events older than +max_age+ seconds, beyond the newest +max_count+,
     # and/or (+below_consumers+) those every consumer has passed. Returns the count.
     def trim(max_age: nil, max_count: nil, below_consumers: false)
-      @db.native.stream_trim(@topic, Util.ms(max_age), max_count, below_consumers)
+      @db.native.stream_trim(@topic, Util.ms(max_age, "max_age"), max_count, below_consumers)
     end
 
     # Replays from the consumer's saved offset (or +from_offset+), then goes live.
@@ -59,7 +59,7 @@ module Tocsin
         autosave_every = 100
         autosave = 1
       end
-      s = StreamSubscription.new(@db, @topic, consumer, from_offset, batch, autosave_every, Util.ms(autosave),
+      s = StreamSubscription.new(@db, @topic, consumer, from_offset, batch, autosave_every, Util.ms(autosave, "autosave"),
                                  save_on_close && !consumer.nil?)
       return s unless block
 
@@ -96,7 +96,7 @@ module Tocsin
           Util.wait_fd(to_io, left)
         end
       end
-      @native.next(Util.ms(timeout)).map { |r| wrap(r) }
+      @native.next(Util.ms(timeout, "timeout")).map { |r| wrap(r) }
     end
 
     # Yields every message; ends when +timeout+ idle seconds pass (nil: never).

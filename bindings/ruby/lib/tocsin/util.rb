@@ -12,22 +12,34 @@ module Tocsin
   module Util
     module_function
 
-    # seconds (Numeric) -> ms; nil stays nil. The core checks the ranges.
+    INT64 = (-2**63..2**63 - 1).freeze
+
+    # seconds (Numeric) -> ms; nil stays nil. The core checks the ranges (a
+    # value beyond 64 bits, NaN or an infinity cannot reach it: refused here).
     def ms(seconds, what = "duration")
       return nil if seconds.nil?
-      raise InvalidArgument, "#{what} must be a number of seconds, not #{seconds.class}" unless seconds.is_a?(Numeric)
+      unless seconds.is_a?(Numeric) && seconds.real?
+        raise InvalidArgument, "#{what} must be a number of seconds, not #{seconds.class}"
+      end
+      raise InvalidArgument, "#{what} must be a finite number of seconds, not #{seconds}" if seconds.to_f.nan? || seconds.to_f.infinite?
 
-      (seconds * 1000).round
+      v = (seconds * 1000).round
+      raise InvalidArgument, "#{what} is out of range: #{seconds} seconds" unless INT64.cover?(v)
+
+      v
     end
 
     # Time / epoch ms (Integer) -> ms
-    def instant_ms(t)
-      case t
-      when nil then nil
-      when Time then (t.to_r * 1000).round
-      when Integer then t
-      else raise InvalidArgument, "an instant is a Time or epoch milliseconds, not #{t.class}"
-      end
+    def instant_ms(t, what = "instant")
+      v = case t
+          when nil then return nil
+          when Time then (t.to_r * 1000).round
+          when Integer then t
+          else raise InvalidArgument, "#{what}: an instant is a Time or epoch milliseconds, not #{t.class}"
+          end
+      raise InvalidArgument, "#{what} is out of range: #{t.inspect}" unless INT64.cover?(v)
+
+      v
     end
 
     def now_ms = Process.clock_gettime(Process::CLOCK_REALTIME, :millisecond)
@@ -42,7 +54,7 @@ module Tocsin
       return nil if h.nil?
       raise InvalidArgument, "meta must be a Hash" unless h.is_a?(Hash)
 
-      JSON.generate(h)
+      dump(h, "meta")
     end
 
     def load(text) = text.nil? ? nil : JSON.parse(text)
@@ -50,7 +62,22 @@ module Tocsin
     def name!(v, what)
       raise InvalidArgument, "#{what} must be a String or Symbol" unless v.is_a?(String) || v.is_a?(Symbol)
 
-      v.to_s
+      text(v.to_s, what)
+    end
+
+    # +s+ as UTF-8 text for the core (which stores UTF-8): a String in another
+    # encoding (ISO-8859-1, UTF-16, ...) is transcoded; binary Strings go as
+    # they are (the core checks they are UTF-8). nil stays nil.
+    def text(s, what)
+      return nil if s.nil?
+
+      s = s.to_s
+      enc = s.encoding
+      return s if enc == Encoding::UTF_8 || enc == Encoding::BINARY || (enc.ascii_compatible? && s.ascii_only?)
+
+      s.encode(Encoding::UTF_8)
+    rescue EncodingError => e
+      raise InvalidArgument, "#{what} cannot be converted to UTF-8: #{e.message}"
     end
 
     # A fresh owner id, host:pid:random (the core's).
