@@ -54,6 +54,11 @@ int collect_metrics(tocsin_db *db, sb *out);
 void job_json(sb *b, const tocsin_job *j);
 void message_json(sb *b, const tocsin_message *m);
 
+/* TOCSIN_BUSY_TIMEOUT in ms (0: unset, the default); -1 (message printed) when invalid. */
+int cli_busy_timeout(void);
+/* Appends to g_err what installs the schema, after a read-only open refused for its absence. */
+void cli_schema_hint(int rc, const char *path);
+
 /* tocsin ui (ui.c) */
 int cmd_ui(int argc, char **argv);
 

@@ -18,8 +18,8 @@ cli-deps:
 		export DEBIAN_FRONTEND=noninteractive; \
 		apt-get update -qq && apt-get install -y -qq libmicrohttpd-dev >/dev/null; fi
 
-# The page is embedded with .incbin (cli/ui.c), so it is a dependency of ui.o.
-$(BUILD)/tocsin: $(CLI_SRC) $(CLI_HDR) cli/dashboard.html $(BUILD)/libtocsin.a | cli-deps
+# The page and its script are embedded with .incbin (cli/ui.c): both are dependencies.
+$(BUILD)/tocsin: $(CLI_SRC) $(CLI_HDR) cli/dashboard.html cli/dashboard.js $(BUILD)/libtocsin.a | cli-deps
 	$(CC) $(WARN) $(CFLAGS) -Icore/include -Icli $(CLI_SRC) $(BUILD)/libtocsin.a -o $@ \
 		-lmicrohttpd $(LIBS)
 

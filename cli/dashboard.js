@@ -61,7 +61,9 @@
 
   // ---- queues ----
   let prev = null;
-  const rates = {}; // queue -> enqueued/s estimate from successive snapshots
+  // queue -> enqueued/s estimate from successive snapshots; a Map, since queue names are data
+  // (a queue named 'constructor' or '__proto__' must not reach Object.prototype)
+  const rates = new Map();
   function renderQueues(snap) {
     const qs = snap.stats.queues || [];
     fill('queues', qs.map((q) => {
@@ -74,7 +76,7 @@
       const d = num(q.dead); d.className = 'n dead'; tr.appendChild(d);
       tr.appendChild(el('td', age(q.oldest_pending_age_ms)));
       tr.appendChild(num(q.enqueued_1m));
-      tr.appendChild(el('td', rates[q.queue] !== undefined ? rates[q.queue].toFixed(1) + '/s' : '–'));
+      tr.appendChild(el('td', rates.has(q.queue) ? rates.get(q.queue).toFixed(1) + '/s' : '–'));
       const act = el('td');
       if (q.paused) act.appendChild(el('span', 'paused ', 'paused'));
       act.appendChild(button(q.paused ? 'Resume' : 'Pause', 'mut', () =>
@@ -101,7 +103,7 @@
       if (series.length > 120) series.shift();
       for (const q of qs) {
         const pq = prev.qs.find((x) => x.queue === q.queue);
-        if (pq) rates[q.queue] = Math.max(0, q.enqueued_1m - pq.enqueued_1m) / dt;
+        if (pq) rates.set(q.queue, Math.max(0, q.enqueued_1m - pq.enqueued_1m) / dt);
       }
     }
     prev = cur;

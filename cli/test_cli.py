@@ -535,6 +535,134 @@ def busy_database_exit_code():
     assert js("enqueue", db, "q", "{}")["id"] == 1
 
 
+@test
+def dead_options_belong_to_their_action():
+    # an option of another action is refused, never ignored: `dead purge --limit 1` purged everything
+    db = newdb("deadopts")
+    make_dead(db, "q", 3)
+    for args, word in ((["purge", db, "--limit", "1"], "--limit does not apply to dead purge"),
+                       (["purge", db, "--after", "1"], "--after"),
+                       (["requeue", db, "--all", "--older-than", "1d"], "--older-than does not apply to dead requeue"),
+                       (["requeue", db, "1", "--limit", "1"], "--limit"),
+                       (["list", db, "--all"], "--all does not apply to dead list"),
+                       (["list", db, "--older-than", "1d"], "--older-than"),
+                       ([db], "unknown action"), ([db, "list"], "unknown action")):
+        rc, out, err = run("dead", *args)
+        usage_error(rc, err, word)
+        assert out == ""
+    assert count(db, "_tocsin_dead") == 3 and count(db, "_tocsin_jobs") == 0
+
+
+def publish(db, topic, n):
+    for i in range(n):
+        sql(db, "SELECT tocsin_stream_publish(?, ?)", topic, json.dumps({"i": i}))
+
+
+@test
+def tail_consumer_count_saves_only_what_it_printed():
+    # --count stops mid-batch: the saved offset is the last event printed, not the batch's end
+    db = newdb("tailcount")
+    publish(db, "t", 5)
+    rc, out, _ = run("tail", db, "t", "--consumer", "c", "--count", "2")
+    assert rc == 0 and [json.loads(x)["id"] for x in out.splitlines()] == [1, 2]
+    assert sql(db, "SELECT tocsin_stream_offset('c', 't')")[0][0] == 2
+    rc, out, _ = run("tail", db, "t", "--consumer", "c", "--count", "1", "--no-follow")
+    assert rc == 0 and [json.loads(x)["id"] for x in out.splitlines()] == [3]
+    rc, out, _ = run("tail", db, "t", "--consumer", "c", "--no-follow")
+    assert rc == 0 and [json.loads(x)["id"] for x in out.splitlines()] == [4, 5]
+
+
+@test
+def follow_ends_when_the_reader_goes():
+    # `tocsin tail DB T | head -1` and `tocsin listen ... | head -1` used to run forever
+    db = newdb("pipeclose")
+    publish(db, "t", 1)
+    for args in (["tail", db, "t"], ["tail", db, "t", "--consumer", "c"], ["listen", db, "ch"]):
+        p = spawn(*args)
+        if args[0] == "listen":
+            assert "listening" in wait_line(p.stderr)
+            run("notify", db, "ch", "1")
+        # read here, not with wait_line: its thread would hold the pipe and block close()
+        r, _, _ = select.select([p.stdout], [], [], 10)
+        assert r, f"{args}: no output"
+        json.loads(p.stdout.readline())
+        p.stdout.close()  # the reader goes away
+        try:
+            assert p.wait(10) == 0, args
+        except subprocess.TimeoutExpired:
+            p.kill()  # our own child, by its pid
+            p.wait()
+            raise AssertionError(f"{args} kept running after its reader closed the pipe")
+        p.stderr.close()
+    assert sql(db, "SELECT tocsin_stream_offset('c', 't')")[0][0] == 1
+
+
+@test
+def init_json_escapes_the_path():
+    path = os.path.join(OUT, 'we"ird\\name.db')
+    rc, out, _ = run("init", path, "--json")
+    assert rc == 0 and json.loads(out) == {"path": path, "schema_version": 2}, out
+
+
+@test
+def no_terminal_controls_from_the_data():
+    # C0 controls are refused by the core; C1 controls (U+009B is CSI for xterm) are valid UTF-8
+    db = newdb("c1")
+    csi = "\u009b"
+    qname = "q" + csi + "31m"
+    jid = js("enqueue", db, qname, json.dumps({"a": csi + "2J"}, ensure_ascii=False), "--unique-key", "k" + csi)["id"]
+    make_dead(db, "d" + csi, 1, error="line1\nbad" + csi + "2J")
+    dead = js("dead", "list", db)[0]["id"]
+    for args in (["job", db, jid], ["job", db, dead], ["jobs", db], ["stats", db], ["dead", "list", db],
+                 ["metrics", db]):
+        rc, out, _ = run(*args)
+        assert rc == 0, args
+        if args[0] != "metrics":  # Prometheus text: label values are UTF-8 as they are
+            assert csi not in out and "\x1b" not in out, (args, out)
+    rc, out, _ = run("job", db, dead)
+    assert "last error    line1\nbad?2J" in out, out
+    for args in (["job", db, jid], ["jobs", db], ["stats", db], ["dead", "list", db]):
+        rc, out, _ = run(*args, "--json")
+        assert rc == 0 and csi not in out and "\\u009b" in out, (args, out)
+    assert js("job", db, jid)["queue"] == qname and js("job", db, dead)["last_error"] == "line1\nbad" + csi + "2J"
+    sql(db, "SELECT tocsin_stream_publish('t', ?)", json.dumps({"x": csi}, ensure_ascii=False))
+    rc, out, _ = run("tail", db, "t", "--no-follow")
+    assert rc == 0 and csi not in out and json.loads(out)["payload"] == {"x": csi}
+
+
+@test
+def stdin_payload_with_a_nul_is_refused():
+    db = newdb("nul")
+    for cmd in (["enqueue", db, "q", "-"], ["notify", db, "ch", "-"]):
+        rc, out, err = run(*cmd, input='{}\x00{"rest":"unseen"}')
+        usage_error(rc, err, "NUL")
+        assert out == ""
+    assert count(db, "_tocsin_jobs") == 0 and count(db, "_tocsin_notifications") == 0
+
+
+@test
+def bad_busy_timeout_is_refused():
+    db = newdb("badbusy")
+    for args in (["enqueue", db, "q", "{}"], ["stats", db], ["ui", db, "--port", "0"]):
+        rc, out, err = run(*args, env={"TOCSIN_BUSY_TIMEOUT": "5 seconds"})
+        usage_error(rc, err, "TOCSIN_BUSY_TIMEOUT")
+        assert out == ""
+    assert count(db, "_tocsin_jobs") == 0
+
+
+@test
+def read_only_open_of_an_old_schema_says_what_to_do():
+    old = os.path.join(OUT, "v1.db")
+    shutil.copy(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "interop-tests", "golden",
+                             "v1-empty.db"), old)
+    before = open(old, "rb").read()
+    for args in (["stats", old], ["jobs", old], ["ui", old, "--read-only", "--port", "0"]):
+        rc, out, err = run(*args)
+        assert rc == EXIT_ERR and f"tocsin init {old}" in err and err.count("\n") == 1, (args, rc, err)
+        assert out == ""
+    assert open(old, "rb").read() == before
+
+
 # ---- the dashboard's HTTP surface ----
 class Server:
     def __init__(self, db, *args):
@@ -575,6 +703,15 @@ def ui_bad_options():
     usage_error(rc, err, "--host")
     rc, _, err = run("ui", db, "--token", "short")
     usage_error(rc, err, "--token")
+    rc, _, err = run("ui", db, "--port=99999")  # --name=value as in every other command
+    usage_error(rc, err, "--port must be")
+    rc, _, err = run("ui", db, "--port=")
+    usage_error(rc, err, "--port must be")
+    s = Server(db, "--host=127.0.0.1", "--read-only")
+    try:
+        assert http(s.url)[0] == 200
+    finally:
+        assert s.stop() == 0
 
 
 @test

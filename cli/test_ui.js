@@ -59,6 +59,8 @@ async function main() {
   sql("SELECT tocsin_schedule_set('cleanup', '@every 15m', 'maintenance', '{}')");
   tocsin('notify', DB, 'cache', '{"invalidate":"user:42"}');
   tocsin('notify', DB, 'chat', JSON.stringify({ msg: XSS }));
+  // queue names are data: these must not reach Object.prototype in the page
+  for (const q of ['constructor', '__proto__', 'toString']) tocsin('enqueue', DB, q, '{}');
 
   const server = spawn(TOCSIN, ['ui', DB, '--port', '0'], { stdio: ['ignore', 'pipe', 'inherit'] });
   const url = await new Promise((resolve, reject) => {
@@ -98,6 +100,15 @@ async function main() {
         return td && Number(td.textContent) === want;
       }, before + 1, { timeout: 4000 }); // before the 5 s idle snapshot: pushed by the commit
       assert(Number(await page.getAttribute('body', 'data-snapshots')) > snaps, 'a new snapshot arrived');
+    });
+
+    await check('queues named constructor, __proto__ and toString render', async () => {
+      // the per-queue rate appears from the second snapshot on: wait for one more
+      const snaps = Number(await page.getAttribute('body', 'data-snapshots'));
+      await page.waitForFunction((n) => Number(document.body.dataset.snapshots) > n, snaps, { timeout: 8000 });
+      const names = await page.$$eval('#queues tbody tr', (rows) => rows.map((r) => r.firstChild.textContent));
+      for (const q of ['constructor', '__proto__', 'toString']) assert(names.includes(q), 'row for ' + q + ': ' + names);
+      assert(pageErrors.length === 0, 'page errors: ' + pageErrors.join('; '));
     });
 
     await check('requeue a dead job with a click, see it pending', async () => {

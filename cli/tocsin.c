@@ -56,8 +56,12 @@ static int usage_err(const char *fmt, const char *arg) {
     return EXIT_USAGE;
 }
 
+static void clean_nl(char *s, int keep_nl);
 static int report(int code) {
-    if (code) fprintf(stderr, "tocsin: %s\n", g_err);
+    if (code) {
+        clean_nl(g_err, 0); /* a message may quote data (a key, an error text) */
+        fprintf(stderr, "tocsin: %s\n", g_err);
+    }
     return code;
 }
 
@@ -116,13 +120,19 @@ static void fmt_time(char *buf, size_t n, int64_t ms) {
     strftime(buf, n, "%Y-%m-%dT%H:%M:%SZ", &tm);
 }
 
-/* Reads a whole stream (the payload "-"). */
+/* Reads a whole stream (the payload "-"). NULL (message printed) when it holds
+ * a NUL byte: the C API takes a C string, so the rest would be cut off unseen. */
 static char *read_all(FILE *f) {
     sb b = {0};
     char buf[4096];
     size_t n;
     while ((n = fread(buf, 1, sizeof buf, f)) > 0) sb_add(&b, buf, n);
     if (!b.p) sb_add(&b, "", 0);
+    if (strlen(b.p) != b.n) {
+        fprintf(stderr, "tocsin: the payload read from stdin contains a NUL byte (at %zu)\n", strlen(b.p));
+        sb_free(&b);
+        return NULL;
+    }
     /* a trailing newline from echo or a heredoc is not part of the JSON text */
     while (b.n && (b.p[b.n - 1] == '\n' || b.p[b.n - 1] == '\r')) b.p[--b.n] = 0;
     return b.p;
@@ -219,11 +229,22 @@ static int check_id(const char *s, int64_t *out) {
 
 /* TOCSIN_BUSY_TIMEOUT (a duration) bounds how long a command waits for the
  * write lock before it gives up with exit code 4; default 5s. */
-static int busy_timeout(void) {
+int cli_busy_timeout(void) {
     const char *e = getenv("TOCSIN_BUSY_TIMEOUT");
     int64_t ms;
-    if (!e || parse_duration(e, &ms) || ms < 1 || ms > 3600000) return 0;
+    if (!e || !*e) return 0;
+    if (parse_duration(e, &ms) || ms < 1 || ms > 3600000) {
+        snprintf(g_err, sizeof g_err, "TOCSIN_BUSY_TIMEOUT must be a duration between 1ms and 1h, such as 500ms"
+                 " or 30s, not '%.100s'", e);
+        return -1;
+    }
     return (int)ms;
+}
+
+/* A read-only open of a file without (the current) tocsin schema: say what installs it. */
+void cli_schema_hint(int rc, const char *path) {
+    if (rc == TOCSIN_READONLY && strstr(g_err, "tocsin schema") && strlen(g_err) + strlen(path) + 40 < sizeof g_err)
+        snprintf(g_err + strlen(g_err), sizeof g_err - strlen(g_err), " (tocsin init %s does)", path);
 }
 
 /* Opens an existing database. write 0: a read-only handle (nothing can be written). */
@@ -236,10 +257,11 @@ static int open_db(tocsin_db **db, const char *path, int write) {
     }
     tocsin_open_opts o = TOCSIN_OPEN_OPTS_INIT;
     o.read_only = !write;
-    o.busy_timeout_ms = busy_timeout();
+    if ((o.busy_timeout_ms = cli_busy_timeout()) < 0) return EXIT_USAGE;
     int rc = tocsin_open(db, path, &o);
     if (rc) {
         snprintf(g_err, sizeof g_err, "cannot open %s: %s", path, *db ? tocsin_errmsg(NULL) : tocsin_errstr(rc));
+        cli_schema_hint(rc, path);
         tocsin_close(*db);
         *db = NULL;
         return exit_code_of(rc);
@@ -256,10 +278,32 @@ typedef struct col {
     int kind;
 } col;
 
-/* Terminal output never carries control characters from the data (escape sequences). */
-static void clean(char *s) {
-    for (unsigned char *p = (unsigned char *)s; *p; p++)
-        if (*p < 0x20 || *p == 0x7f) *p = '?';
+/* Terminal output never carries control characters from the data (escape
+ * sequences): C0, DEL and the C1 controls U+0080..U+009F (UTF-8 C2 80..C2 9F,
+ * which terminals such as xterm obey: U+009B is CSI) become '?'. keep_nl keeps
+ * newlines (multi-line errors). In place. */
+static void clean_nl(char *s, int keep_nl) {
+    unsigned char *r = (unsigned char *)s, *w = r;
+    for (; *r; r++) {
+        if (*r == 0xc2 && r[1] >= 0x80 && r[1] <= 0x9f) { *w++ = '?'; r++; }
+        else if ((*r < 0x20 && !(keep_nl && *r == '\n')) || *r == 0x7f) *w++ = '?';
+        else *w++ = *r;
+    }
+    *w = 0;
+}
+static void clean(char *s) { clean_nl(s, 0); }
+
+/* Writes JSON text as one line on stdout with the C1 controls escaped
+ * (\u0080..\u009f: the same JSON; valid JSON has raw non-ASCII bytes only
+ * inside strings). -1 when stdout cannot be written (a closed pipe). */
+static int put_json_line(const char *s) {
+    const unsigned char *p = (const unsigned char *)s;
+    for (; *p; p++) {
+        if (*p == 0xc2 && p[1] >= 0x80 && p[1] <= 0x9f) { printf("\\u%04x", p[1]); p++; }
+        else putchar(*p);
+    }
+    putchar('\n');
+    return fflush(stdout) || ferror(stdout) ? -1 : 0;
 }
 
 static int print_table(tocsin_db *db, const char *json, const char *each_path, const col *cols, int ncols) {
@@ -307,7 +351,11 @@ static int print_table(tocsin_db *db, const char *json, const char *each_path, c
             default: out = isnull ? "-" : t ? t : ""; break;
             }
             char *cell = strdup(out);
-            if (cols[i].kind == K_JSON && strlen(cell) > 60) strcpy(cell + 57, "...");
+            if (cols[i].kind == K_JSON && strlen(cell) > 60) {
+                size_t cut = 57;
+                while (cut && ((unsigned char)cell[cut] & 0xc0) == 0x80) cut--; /* not inside a character */
+                strcpy(cell + cut, "...");
+            }
             clean(cell);
             if (strlen(cell) > width[i]) width[i] = strlen(cell);
             cells[rows * (size_t)ncols + (size_t)i] = cell;
@@ -384,7 +432,14 @@ static int cmd_init(int argc, char **argv) {
         tocsin_close(db);
         return exit_code_of(rc);
     }
-    if (g_json) printf("{\"path\":\"%s\",\"schema_version\":%d}\n", pos[0], TOCSIN_SCHEMA_VERSION);
+    if (g_json) {
+        sb b = {0};
+        sb_puts(&b, "{\"path\":");
+        sb_json_str(&b, pos[0]);
+        sb_printf(&b, ",\"schema_version\":%d}", TOCSIN_SCHEMA_VERSION);
+        put_json_line(b.p);
+        sb_free(&b);
+    }
     else printf("%s: tocsin schema v%d\n", pos[0], TOCSIN_SCHEMA_VERSION);
     tocsin_close(db);
     return 0;
@@ -467,7 +522,7 @@ static int cmd_stats(int argc, char **argv) {
                         "\"died_per_s\":%.3f}}", (long long)(secs * 1000), enq, done, died);
     }
     if (!rc) {
-        if (g_json) printf("%s\n", out.p);
+        if (g_json) put_json_line(out.p);
         else {
             static const col cols[] = {{"QUEUE", "$.queue", K_STR}, {"PENDING", "$.pending", K_INT},
                 {"SCHEDULED", "$.scheduled", K_INT}, {"IN-FLIGHT", "$.processing", K_INT},
@@ -516,7 +571,7 @@ static int cmd_jobs(int argc, char **argv) {
     sb out = {0};
     rc = collect_jobs(db, &out, &f);
     if (!rc) {
-        if (g_json) printf("%s\n", out.p);
+        if (g_json) put_json_line(out.p);
         else {
             static const col cols[] = {{"ID", "$.id", K_INT}, {"QUEUE", "$.queue", K_STR},
                 {"STATE", "$.state", K_STR}, {"ATTEMPTS", "$.attempts", K_INT}, {"AGE", "$.created_at", K_AGO},
@@ -529,14 +584,24 @@ static int cmd_jobs(int argc, char **argv) {
     return report(rc);
 }
 
+/* "label         value" with the value cleaned of control characters. */
+static void field(const char *label, const char *value, int keep_nl) {
+    if (!value) return;
+    char *v = strdup(value);
+    if (!v) exit(EXIT_ERR);
+    clean_nl(v, keep_nl);
+    printf("%-14s%s\n", label, v);
+    free(v);
+}
+
 static void print_job_human(tocsin_db *db, const tocsin_job *j) {
     char t1[64];
     int64_t now = tocsin_now(db);
     printf("id            %lld\n", (long long)j->id);
-    printf("queue         %s\n", j->queue);
-    printf("state         %s\n", j->state);
-    printf("payload       %s\n", j->payload);
-    if (j->meta) printf("meta          %s\n", j->meta);
+    field("queue", j->queue, 0);
+    field("state", j->state, 0);
+    field("payload", j->payload, 0);
+    field("meta", j->meta, 0);
     printf("priority      %lld\n", (long long)j->priority);
     printf("attempts      %d/%d\n", j->attempts, j->max_attempts);
     fmt_time(t1, sizeof t1, j->created_at);
@@ -545,12 +610,16 @@ static void print_job_human(tocsin_db *db, const tocsin_job *j) {
     printf("run at        %s\n", t1);
     if (j->lease_until) { fmt_time(t1, sizeof t1, j->lease_until); printf("lease until   %s\n", t1); }
     if (j->expires_at) { fmt_time(t1, sizeof t1, j->expires_at); printf("expires       %s\n", t1); }
-    if (j->unique_key) printf("unique key    %s\n", j->unique_key);
-    if (j->worker) printf("worker        %s\n", j->worker);
-    if (j->last_error) printf("last error    %s\n", j->last_error);
+    field("unique key", j->unique_key, 0);
+    field("worker", j->worker, 0);
+    field("last error", j->last_error, 1);
     if (j->reason) {
+        char *r = strdup(j->reason);
+        if (!r) exit(EXIT_ERR);
+        clean(r);
         fmt_age(t1, sizeof t1, now - j->died_at);
-        printf("dead          %s, %s ago\n", j->reason, t1);
+        printf("dead          %s, %s ago\n", r, t1);
+        free(r);
     }
 }
 
@@ -571,11 +640,10 @@ static int cmd_job(int argc, char **argv) {
         snprintf(g_err, sizeof g_err, "no job %lld (never enqueued, or acked)", (long long)id);
         rc = EXIT_NOTFOUND;
     } else {
-        for (char *p = j->last_error; p && *p; p++) if ((unsigned char)*p < 0x20 && *p != '\n') *p = '?';
         if (g_json) {
             sb out = {0};
             job_json(&out, j);
-            printf("%s\n", out.p);
+            put_json_line(out.p);
             sb_free(&out);
         } else {
             print_job_human(db, j);
@@ -612,7 +680,7 @@ static int cmd_enqueue(int argc, char **argv) {
     eo.meta = opts[6].set ? opts[6].val : NULL;
     char *stdin_payload = NULL;
     const char *payload = pos[2];
-    if (!strcmp(payload, "-")) payload = stdin_payload = read_all(stdin);
+    if (!strcmp(payload, "-") && !(payload = stdin_payload = read_all(stdin))) return EXIT_USAGE;
     tocsin_db *db;
     if ((rc = open_db(&db, pos[0], 1))) { free(stdin_payload); return report(rc); }
     int64_t id = 0;
@@ -689,11 +757,27 @@ static int purge_dead(tocsin_db *db, const char *queue, int64_t before, int64_t 
 static int cmd_dead(int argc, char **argv) {
     if (argc < 1) return usage_err("%s", "dead needs list, requeue or purge");
     const char *sub = argv[0];
+    /* which options each action takes: one meant for another action is refused,
+     * never ignored (`dead purge --limit 10` would purge everything) */
+    static const char *const takes[][2] = {{"list", " queue after limit "}, {"requeue", " queue all "},
+                                           {"purge", " queue older-than "}};
+    const char *allowed = NULL;
+    for (size_t k = 0; k < sizeof takes / sizeof takes[0]; k++)
+        if (!strcmp(sub, takes[k][0])) allowed = takes[k][1];
+    if (!allowed) return usage_err("dead: unknown action '%s' (list, requeue or purge)", sub);
     opt opts[] = {{"queue", 1, 0, 0}, {"after", 1, 0, 0}, {"limit", 1, 0, 0}, {"all", 0, 0, 0},
                   {"older-than", 1, 0, 0}, {0, 0, 0, 0}};
     const char *pos[TOCSIN_MAX_BATCH];
     int npos, rc;
     if ((rc = parse_args(argc - 1, argv + 1, opts, pos, TOCSIN_MAX_BATCH, &npos))) return rc;
+    for (opt *o = opts; o->name; o++) {
+        char word[32];
+        snprintf(word, sizeof word, " %s ", o->name);
+        if (o->set && !strstr(allowed, word)) {
+            fprintf(stderr, "tocsin: option --%s does not apply to dead %s (see --help)\n", o->name, sub);
+            return EXIT_USAGE;
+        }
+    }
     NEED_POS(1, "DB");
     const char *queue = opts[0].set ? opts[0].val : NULL;
     if (queue && (rc = check_name("queue", queue))) return rc;
@@ -708,7 +792,7 @@ static int cmd_dead(int argc, char **argv) {
         sb out = {0};
         rc = collect_dead(db, &out, queue, after, limit);
         if (!rc) {
-            if (g_json) printf("%s\n", out.p);
+            if (g_json) put_json_line(out.p);
             else {
                 static const col cols[] = {{"ID", "$.id", K_INT}, {"QUEUE", "$.queue", K_STR},
                     {"REASON", "$.reason", K_STR}, {"ATTEMPTS", "$.attempts", K_INT},
@@ -806,7 +890,7 @@ static int cmd_notify(int argc, char **argv) {
     if ((rc = check_name("channel", pos[1]))) return rc;
     char *stdin_payload = NULL;
     const char *payload = pos[2];
-    if (!strcmp(payload, "-")) payload = stdin_payload = read_all(stdin);
+    if (!strcmp(payload, "-") && !(payload = stdin_payload = read_all(stdin))) return EXIT_USAGE;
     tocsin_db *db;
     if ((rc = open_db(&db, pos[0], 1))) { free(stdin_payload); return report(rc); }
     int64_t id = 0;
@@ -841,7 +925,9 @@ static int64_t mono_ms(void) {
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
-/* Waits for fd to be readable: 1 readable, 0 timed out, -1 signalled. */
+/* Waits for fd to be readable: 1 readable, 0 timed out, -1 signalled or stdout
+ * closed (the reader of a pipe went away, as after `| head`: nothing could be
+ * printed any more). */
 static int wait_fd(int fd, int64_t deadline) {
     int timeout = -1;
     if (deadline >= 0) {
@@ -849,25 +935,38 @@ static int wait_fd(int fd, int64_t deadline) {
         if (left <= 0) return 0;
         timeout = left > 1000000 ? 1000000 : (int)left;
     }
-    struct pollfd p[2] = {{fd, POLLIN, 0}, {g_sigpipe[0], POLLIN, 0}};
-    int r = poll(p, 2, timeout);
+    struct pollfd p[3] = {{fd, POLLIN, 0}, {g_sigpipe[0], POLLIN, 0}, {STDOUT_FILENO, 0, 0}};
+    struct stat st;
+    int np = fstat(STDOUT_FILENO, &st) == 0 && S_ISFIFO(st.st_mode) ? 3 : 2;
+    int r = poll(p, (nfds_t)np, timeout);
     if (r < 0) return errno == EINTR ? 1 : -1;
     if (p[1].revents) return -1;
+    if (np == 3 && (p[2].revents & (POLLERR | POLLHUP))) return -1;
     return r > 0 ? 1 : 0;
 }
 
-static void print_message(const tocsin_message *m, const char *kind) {
-    sb b = {0};
+/* One message as a JSON line. -1 when stdout cannot take it (a closed pipe:
+ * `tocsin tail DB T | head` must end, SIGPIPE being ignored). */
+static int print_message(const tocsin_message *m, const char *kind) {
+    sb b = {0}, line = {0};
     message_json(&b, m);
     /* rename "name" to the kind (channel or topic) for readability */
-    printf("{\"%s\":", kind);
-    sb n = {0};
-    sb_json_str(&n, m->name);
+    sb_printf(&line, "{\"%s\":", kind);
+    sb_json_str(&line, m->name);
     char *rest = strstr(b.p, ",\"key\"");
-    printf("%s,\"id\":%lld%s\n", n.p, (long long)m->id, rest ? rest : "}");
-    sb_free(&n);
+    sb_printf(&line, ",\"id\":%lld", (long long)m->id);
+    sb_puts(&line, rest ? rest : "}");
+    int r = put_json_line(line.p);
+    sb_free(&line);
     sb_free(&b);
-    fflush(stdout);
+    return r;
+}
+
+/* After stdout failed: a closed pipe ends the command quietly (exit 0), any other error is one. */
+static int output_failed(void) {
+    if (errno == EPIPE) return 0;
+    snprintf(g_err, sizeof g_err, "cannot write the output: %s", strerror(errno));
+    return EXIT_ERR;
 }
 
 static const char H_LISTEN[] =
@@ -894,13 +993,16 @@ static int cmd_listen(int argc, char **argv) {
     /* stdout is line-buffered JSON; the READY line on stderr lets scripts know we listen */
     fprintf(stderr, "listening on %s\n", pos[1]);
     int64_t deadline = timeout >= 0 ? mono_ms() + timeout : -1, got = 0, dropped = 0;
-    while (!count || got < count) {
+    int closed = 0;
+    while (!closed && (!count || got < count)) {
         tocsin_message *m = NULL;
         size_t n = 0;
         int r = tocsin_listen_next(l, &m, &n, 0);
         if (r == TOCSIN_OK) {
-            for (size_t i = 0; i < n && (!count || got < count); i++, got++) print_message(&m[i], "channel");
+            for (size_t i = 0; i < n && (!count || got < count) && !closed; i++, got++)
+                if (print_message(&m[i], "channel")) { closed = 1; rc = output_failed(); }
             tocsin_messages_free(m, n);
+            if (closed) break;
             if (tocsin_listen_dropped(l) != dropped) {
                 dropped = tocsin_listen_dropped(l);
                 fprintf(stderr, "{\"dropped\":%lld}\n", (long long)dropped);
@@ -949,12 +1051,23 @@ static int cmd_tail(int argc, char **argv) {
     if (rc) { rc = fail_tocsin(rc, "tail"); tocsin_close(db); return report(rc); }
     catch_signals();
     int64_t deadline = timeout >= 0 ? mono_ms() + timeout : -1, got = 0;
-    while (!count || got < count) {
+    int closed = 0;
+    while (!closed && (!count || got < count)) {
         tocsin_message *m = NULL;
-        size_t n = 0;
+        size_t n = 0, i;
+        int64_t done = tocsin_stream_sub_position(s); /* the last event printed */
         int r = tocsin_stream_sub_next(s, &m, &n, 0);
         if (r == TOCSIN_OK) {
-            for (size_t i = 0; i < n && (!count || got < count); i++, got++) print_message(&m[i], "topic");
+            for (i = 0; i < n && (!count || got < count); i++, got++) {
+                if (print_message(&m[i], "topic")) { closed = 1; rc = output_failed(); break; }
+                done = m[i].id;
+            }
+            /* stopped mid-batch (--count, or the output closed): the consumer's saved
+             * offset must not pass the last event printed */
+            if (i < n && consumer) {
+                int rr = tocsin_stream_sub_rewind(s, done);
+                if (rr && !rc) rc = fail_tocsin(rr, "rewind");
+            }
             tocsin_messages_free(m, n);
             continue;
         }
@@ -982,7 +1095,7 @@ static int cmd_schedules(int argc, char **argv) {
     sb out = {0};
     rc = collect_schedules(db, &out);
     if (!rc) {
-        if (g_json) printf("%s\n", out.p);
+        if (g_json) put_json_line(out.p);
         else {
             static const col cols[] = {{"NAME", "$.name", K_STR}, {"CRON", "$.cron", K_STR},
                 {"QUEUE", "$.queue", K_STR}, {"NEXT-FIRE", "$.next_fire", K_TIME}, {"LAST-FIRE", "$.last_fire", K_TIME},

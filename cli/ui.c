@@ -165,7 +165,7 @@ static int bad_queue(const char *queue) {
 }
 
 /* {"now","stats","streams","schedules","notifications"}: one SSE event. */
-static int snapshot(sb *out) {
+static int snapshot(sb *out, char *err) {
     sb st = {0}, str = {0}, sc = {0}, no = {0};
     pthread_mutex_lock(&g_mu);
     int rc = collect_stats(g_db, &st, NULL);
@@ -179,6 +179,7 @@ static int snapshot(sb *out) {
         sb_puts(out, "{\"error\":");
         sb_json_str(out, g_err);
         sb_puts(out, "}");
+        if (err) memcpy(err, g_err, sizeof g_err);
     }
     pthread_mutex_unlock(&g_mu);
     sb_free(&st);
@@ -206,7 +207,7 @@ static double since(const struct timespec *t) {
 
 static void sse_event(sse *s) {
     sb snap = {0};
-    snapshot(&snap);
+    snapshot(&snap, NULL);
     /* JSON whitespace only: no newline may break the data: line */
     for (size_t i = 0; i < snap.n; i++)
         if (snap.p[i] == '\n' || snap.p[i] == '\r') snap.p[i] = ' ';
@@ -393,9 +394,10 @@ static enum MHD_Result mutate(struct MHD_Connection *c, const char *what) {
 static enum MHD_Result read_api(struct MHD_Connection *c, const char *url) {
     sb out = {0};
     int rc = 0;
+    char err[sizeof g_err] = "";
     const char *ctype = "application/json; charset=utf-8";
     if (!strcmp(url, "/api/snapshot")) {
-        rc = snapshot(&out);
+        rc = snapshot(&out, err);
     } else if (!strcmp(url, "/api/jobs")) {
         job_filter f = {0};
         f.queue = arg(c, "queue");
@@ -405,6 +407,7 @@ static enum MHD_Result read_api(struct MHD_Connection *c, const char *url) {
             return send_error(c, MHD_HTTP_BAD_REQUEST, "limit must be between 1 and 1000");
         pthread_mutex_lock(&g_mu);
         rc = collect_jobs(g_db, &out, &f);
+        if (rc) memcpy(err, g_err, sizeof err); /* g_err is shared: read it under the lock */
         pthread_mutex_unlock(&g_mu);
     } else if (!strcmp(url, "/api/dead")) {
         int64_t limit;
@@ -414,17 +417,19 @@ static enum MHD_Result read_api(struct MHD_Connection *c, const char *url) {
         if (queue && bad_queue(queue)) return send_error(c, MHD_HTTP_BAD_REQUEST, tocsin_errmsg(NULL));
         pthread_mutex_lock(&g_mu);
         rc = collect_dead(g_db, &out, queue, 0, limit);
+        if (rc) memcpy(err, g_err, sizeof err); /* g_err is shared: read it under the lock */
         pthread_mutex_unlock(&g_mu);
     } else if (!strcmp(url, "/metrics")) {
         ctype = "text/plain; version=0.0.4; charset=utf-8";
         pthread_mutex_lock(&g_mu);
         rc = collect_metrics(g_db, &out);
+        if (rc) memcpy(err, g_err, sizeof err); /* g_err is shared: read it under the lock */
         pthread_mutex_unlock(&g_mu);
     } else {
         return send_error(c, MHD_HTTP_NOT_FOUND, "not found");
     }
     enum MHD_Result r;
-    if (rc) r = send_error(c, status_of(rc), g_err);
+    if (rc) r = send_error(c, status_of(rc), err);
     else r = send_text(c, MHD_HTTP_OK, ctype, out.p ? out.p : "", out.n);
     sb_free(&out);
     return r;
@@ -466,13 +471,17 @@ int cmd_ui(int argc, char **argv) {
     const char *path = NULL, *host = "127.0.0.1";
     long port = 8080;
     for (int i = 0; i < argc; i++) {
-        const char *a = argv[i];
+        const char *a = argv[i], *eq = strchr(a, '=');
+        char name[16] = "";
+        /* --port N and --port=N, like every other command */
+        if (!strncmp(a, "--", 2) && eq && (size_t)(eq - a) < sizeof name) memcpy(name, a, (size_t)(eq - a));
+        else snprintf(name, sizeof name, "%s", strlen(a) < sizeof name ? a : "");
         int more = i + 1 < argc;
         if (!strcmp(a, "--read-only")) g_read_only = 1;
         else if (!strcmp(a, "--json")) continue;
-        else if (!strcmp(a, "--port") || !strcmp(a, "--host") || !strcmp(a, "--token")) {
-            if (!more) { fprintf(stderr, "tocsin: option %s needs a value (see --help)\n", a); return EXIT_USAGE; }
-            const char *v = argv[++i];
+        else if (!strcmp(name, "--port") || !strcmp(name, "--host") || !strcmp(name, "--token")) {
+            if (!eq && !more) { fprintf(stderr, "tocsin: option %s needs a value (see --help)\n", a); return EXIT_USAGE; }
+            const char *v = eq ? eq + 1 : argv[++i];
             if (a[2] == 'p') {
                 char *end;
                 port = strtol(v, &end, 10);
@@ -514,9 +523,12 @@ int cmd_ui(int argc, char **argv) {
     }
     tocsin_open_opts o = TOCSIN_OPEN_OPTS_INIT;
     o.read_only = g_read_only;
+    if ((o.busy_timeout_ms = cli_busy_timeout()) < 0) { fprintf(stderr, "tocsin: %s\n", g_err); return EXIT_USAGE; }
     int rc = tocsin_open(&g_db, path, &o);
     if (rc) {
-        fprintf(stderr, "tocsin: cannot open %s: %s\n", path, g_db ? tocsin_errmsg(NULL) : tocsin_errstr(rc));
+        snprintf(g_err, sizeof g_err, "%s", g_db ? tocsin_errmsg(NULL) : tocsin_errstr(rc));
+        cli_schema_hint(rc, path);
+        fprintf(stderr, "tocsin: cannot open %s: %s\n", path, g_err);
         tocsin_close(g_db);
         return exit_code_of(rc);
     }
