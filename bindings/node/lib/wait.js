@@ -118,7 +118,14 @@ function waitFor({ fd, drain, attempt, recheck, timeout, signal, owner, holder, 
     if (holder) holder._waits.add(entry);
     if (signal) signal.addEventListener('abort', onAbort, { once: true });
     if (timeout !== undefined && timeout !== null) {
-      timeoutTimer = setTimeout(() => finish(errorOf('TOCSIN_TIMEOUT', `the wait timed out after ${timeout} ms`)), Math.min(timeout, MAX_TIMER));
+      // a timer past setTimeout's limit is re-armed for what is left
+      const end = Date.now() + timeout;
+      const arm = () => {
+        const left = end - Date.now();
+        if (left > MAX_TIMER) timeoutTimer = setTimeout(arm, MAX_TIMER);
+        else timeoutTimer = setTimeout(() => finish(errorOf('TOCSIN_TIMEOUT', `the wait timed out after ${timeout} ms`)), Math.max(0, left));
+      };
+      arm();
     }
     try {
       poller = new native.Poller(fd, onReadable);

@@ -122,3 +122,28 @@ describe('worker and tasks: bad inputs and odd throws', () => {
     }
   });
 });
+
+describe('long timeouts', () => {
+  test('a wait timeout past setTimeout\'s limit (2^31-1 ms) is re-armed, not cut short', async (t) => {
+    const db = tocsin.open(tmpdb());
+    t.mock.timers.enable({ apis: ['setTimeout', 'Date'] });
+    try {
+      const max = 2147483647;
+      let outcome = null;
+      const w = db.queue('q-long').wait({ timeout: max + 5000 }).then(
+        (v) => { outcome = ['resolved', v]; },
+        (e) => { outcome = ['rejected', e]; });
+      await new Promise((r) => setImmediate(r));
+      t.mock.timers.tick(max);
+      await new Promise((r) => setImmediate(r));
+      assert.equal(outcome, null, 'still waiting after 2^31-1 ms');
+      t.mock.timers.tick(5000);
+      await w;
+      assert.equal(outcome[0], 'rejected');
+      assert.ok(outcome[1] instanceof tocsin.TimeoutError, String(outcome[1]));
+    } finally {
+      t.mock.timers.reset();
+      db.close();
+    }
+  });
+});
