@@ -22,6 +22,7 @@ import subprocess
 import sys
 import threading
 import time
+import tempfile
 import traceback
 import urllib.error
 import urllib.request
@@ -661,6 +662,33 @@ def read_only_open_of_an_old_schema_says_what_to_do():
         assert rc == EXIT_ERR and f"tocsin init {old}" in err and err.count("\n") == 1, (args, rc, err)
         assert out == ""
     assert open(old, "rb").read() == before
+
+
+@test
+def replay_of_a_file_in_a_read_only_directory():
+    # a WAL file without its -shm, in a directory the user cannot write (as root: run as
+    # nobody): a replay is plain reads, no wake engine, so it works
+    d = tempfile.mkdtemp(prefix="tocsin-ro-")
+    try:
+        src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "interop-tests", "golden",
+                           "v2-full.db")
+        db, exe = os.path.join(d, "x.db"), os.path.join(d, "tocsin")
+        shutil.copy(src, db)
+        shutil.copy(TOCSIN, exe)  # reachable by the other user wherever the checkout is
+        os.chmod(db, 0o444)
+        os.chmod(d, 0o555)
+        cmd = [exe, "tail", db, "orders", "--no-follow"]
+        if os.geteuid() == 0:
+            cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] + cmd
+        p = subprocess.run(cmd, capture_output=True, text=True, timeout=20)
+        assert p.returncode == 0, (p.returncode, p.stderr)
+        lines = [json.loads(x) for x in p.stdout.splitlines()]
+        assert lines and all(x["topic"] == "orders" for x in lines), p.stdout
+        assert [x["id"] for x in lines] == sorted(x["id"] for x in lines)
+        assert not os.path.exists(db + "-shm")
+    finally:
+        os.chmod(d, 0o755)
+        shutil.rmtree(d, ignore_errors=True)
 
 
 # ---- the dashboard's HTTP surface ----

@@ -1043,6 +1043,26 @@ static int cmd_tail(int argc, char **argv) {
     int follow = !opts[2].set;
     tocsin_db *db;
     if ((rc = open_db(&db, pos[0], consumer != NULL))) return report(rc);
+    if (!follow && !consumer) {
+        /* a replay that saves nothing is plain reads: no subscription, so no wake
+         * engine (which a read-only file in a directory it cannot write lacks) */
+        int64_t after = from, got = 0;
+        catch_signals(); /* a closed output ends it as in the follow mode (exit 0) */
+        for (;;) {
+            tocsin_message *m = NULL;
+            size_t n = 0, i;
+            int r = tocsin_stream_read(db, &m, &n, pos[1], after, 1000);
+            if (r) { rc = fail_tocsin(r, "tail"); break; }
+            for (i = 0; i < n && (!count || got < count); i++, got++) {
+                if (print_message(&m[i], "topic")) { rc = output_failed(); break; }
+                after = m[i].id;
+            }
+            tocsin_messages_free(m, n);
+            if (rc || n == 0 || i < n || (count && got >= count)) break;
+        }
+        tocsin_close(db);
+        return report(rc);
+    }
     tocsin_stream_sub *s = NULL;
     tocsin_stream_sub_opts so = TOCSIN_STREAM_SUB_OPTS_INIT;
     so.from_offset = consumer ? -1 : from;
