@@ -486,18 +486,37 @@ void tc_stmt_flush(tocsin_db *db) {
     }
 }
 
+void tc_db_drop(tocsin_db *db) {
+    int last;
+    tc_lock(db);
+    last = --db->refs == 0;
+    tc_unlock(db);
+    if (last) free_db(db);
+}
+
 int tocsin_close(tocsin_db *db) {
     tocsin_db *tx;
+    tc_waitrec *rec;
+    struct tc_wake *wake;
     int last;
     if (!db) return TOCSIN_OK;
     tc_clear(db);
     if (db->is_tx)
         return tc_err(db, TOCSIN_INVALID, "a transaction handle ends with tocsin_tx_commit or tocsin_tx_rollback");
-    /* Waits on the handle's own subscription end first (TOCSIN_CLOSED); they
-     * take the mutex between sleeps, so this must not hold it. */
-    tc_wake_release(db);
+    /* Every queue, result or lock wait of another thread is poked and ends
+     * with TOCSIN_CLOSED; each holds a reference, so the handle is freed by
+     * whoever lets go of it last. */
     tc_lock(db);
     db->closed = 1;
+    for (rec = db->waits; rec; rec = rec->next) tocsin_sub_poke(rec->sub);
+    wake = db->wake;
+    db->wake = NULL;
+    tc_stmt_flush(db); /* a host's connection is left with none of ours, waits or not */
+    tc_unlock(db);
+    /* a wait on the handle's own subscription ends before this returns; it
+     * takes the mutex between sleeps, so this must not hold it */
+    tc_wake_free(wake);
+    tc_lock(db);
     while ((tx = db->idle) != NULL) {
         db->idle = tx->idle;
         free_db(tx);

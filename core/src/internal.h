@@ -37,6 +37,13 @@ SQLITE_EXTENSION_INIT3
     " coalesce((SELECT seq FROM sqlite_sequence WHERE name = '" table "'), 0))"
 #define TC_NEXT_ID(table) "(" TC_MAX_ID(table) " + 1)"
 
+/* A queue, result or lock wait in progress on a handle (tc_db_wait): closing
+ * the handle pokes it, and the handle lives until the wait has ended. */
+typedef struct tc_waitrec {
+    struct tocsin_sub *sub;
+    struct tc_waitrec *next;
+} tc_waitrec;
+
 struct tocsin_db {
     /* Serialises the calls on the handle (held for each atomic operation;
      * recursive: operations nest). Never held while a wait sleeps. */
@@ -46,6 +53,7 @@ struct tocsin_db {
     tocsin_db *idle;     /* database: transaction handles to reuse; tx: next in that list */
     int refs;            /* database: 1 for the user + 1 per live transaction handle */
     int closed;          /* database: tocsin_close() was called (refs > 0 keeps it) */
+    tc_waitrec *waits;   /* database: the waits of other threads now sleeping on it (each holds a ref) */
     sqlite3 *conn;
     int owns_conn;
     int read_only;
@@ -249,6 +257,8 @@ int tc_wake_local_writers(tocsin_db *db);
 int tc_wake_saturated(tocsin_db *db);
 /* Releases what the handle holds in the wake engine (tocsin_close). */
 void tc_wake_release(tocsin_db *db);
+/* Closes and frees a handle's wake state taken out of it (tocsin_close). */
+void tc_wake_free(struct tc_wake *wake);
 /* The handle's own subscription, opened at first use, closed with the handle. */
 int tc_wake_db_sub(tocsin_db *db, tocsin_sub **out);
 /*
@@ -266,6 +276,8 @@ int tc_wait_loop(tocsin_sub *sub, tc_check_fn check, void *ctx);
  * handle's own subscription, or on one of the wait's own while another wait
  * uses that. Refuses to wait inside a transaction. */
 int tc_db_wait(tocsin_db *db, tocsin_sub *sub, tc_check_fn check, void *ctx);
+/* Drops a reference a wait held (db.c): frees the handle when it was the last. */
+void tc_db_drop(tocsin_db *db);
 /* Marks sub closed and returns once no thread waits on it any more. */
 void tc_sub_shut(tocsin_sub *sub);
 /* Counts the calling thread as waiting on sub (delta +1 / -1) around a whole

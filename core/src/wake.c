@@ -562,10 +562,14 @@ static int wk_counter(tocsin_db *db, size_t offset) {
 int tc_wake_local_writers(tocsin_db *db) { return wk_counter(db, offsetof(tc_watcher, writers)); }
 int tc_wake_saturated(tocsin_db *db) { return wk_counter(db, offsetof(tc_watcher, saturated)); }
 
+void tc_wake_free(struct tc_wake *wake) {
+    if (!wake) return;
+    tocsin_sub_close(wake->sub);
+    sqlite3_free(wake);
+}
+
 void tc_wake_release(tocsin_db *db) {
-    if (!db->wake) return;
-    tocsin_sub_close(db->wake->sub);
-    sqlite3_free(db->wake);
+    tc_wake_free(db->wake);
     db->wake = NULL;
 }
 
@@ -841,13 +845,16 @@ int tocsin_sub_wait_until(tocsin_sub *s, tocsin_check_fn check, void *ctx, int t
  * Under the handle's mutex: another thread's operation in progress is not
  * "a transaction of the caller's", and the handle's own subscription serves
  * one wait at a time (a subscription's wake is consumed by one waiter):
- * concurrent waits on one handle each get a subscription of their own.
+ * concurrent waits on one handle each get a subscription of their own. The
+ * wait is recorded on the handle, with a reference, for tocsin_close.
  */
-static int wait_sub(tocsin_db *db, tocsin_sub **sub, int *own) {
+static int wait_sub(tocsin_db *db, tocsin_sub **sub, int *own, tc_waitrec *rec) {
     int rc = TOCSIN_OK;
     *own = 0;
     tc_lock(db);
-    if (!sqlite3_get_autocommit(db->conn)) {
+    if (db->closed) {
+        rc = tc_err(db, TOCSIN_CLOSED, "the database handle was closed");
+    } else if (!sqlite3_get_autocommit(db->conn)) {
         rc = tc_err(db, TOCSIN_INVALID,
                     "cannot wait inside a transaction (it would hold its snapshot and locks)");
     } else if (*sub) {
@@ -863,21 +870,55 @@ static int wait_sub(tocsin_db *db, tocsin_sub **sub, int *own) {
         rc = tocsin_sub_open(sub, db);
         *own = 2;
     }
+    if (rc == TOCSIN_OK) {
+        rec->sub = *sub;
+        rec->next = db->waits;
+        db->waits = rec;
+        db->refs++;
+    }
     tc_unlock(db);
     return rc;
 }
 
+typedef struct db_wait {
+    tocsin_db *db;
+    tc_check_fn check;
+    void *ctx;
+} db_wait;
+
+/* The wait's check, unless the handle was closed meanwhile (its connection
+ * is then no longer the wait's to use). */
+static int db_wait_check(void *p, int *done, int64_t *sleep_ms) {
+    db_wait *d = p;
+    int closed;
+    tc_lock(d->db);
+    closed = d->db->closed;
+    tc_unlock(d->db);
+    if (closed) return tc_err(d->db, TOCSIN_CLOSED, "the database handle was closed during the wait");
+    return d->check(d->ctx, done, sleep_ms);
+}
+
 int tc_db_wait(tocsin_db *db, tocsin_sub *sub, tc_check_fn check, void *ctx) {
-    int own, rc = wait_sub(db, &sub, &own);
+    tc_waitrec rec, **p;
+    db_wait d;
+    int own, rc = wait_sub(db, &sub, &own, &rec), closed;
     if (rc != TOCSIN_OK) return rc;
-    rc = tc_wait_loop(sub, check, ctx);
-    if (own == 1) {
-        tc_lock(db);
-        db->wake->sub_busy = 0;
-        tc_unlock(db);
-    } else if (own == 2) {
-        tocsin_sub_close(sub);
-    }
+    d.db = db;
+    d.check = check;
+    d.ctx = ctx;
+    rc = tc_wait_loop(sub, db_wait_check, &d);
+    tc_lock(db);
+    for (p = &db->waits; *p && *p != &rec; p = &(*p)->next)
+        ;
+    if (*p) *p = rec.next;
+    if (own == 1 && db->wake) db->wake->sub_busy = 0;
+    closed = db->closed;
+    tc_unlock(db);
+    if (own == 2) tocsin_sub_close(sub);
+    /* poked by tocsin_close (or its own subscription closed under it) */
+    if (closed && rc != TOCSIN_OK && rc != TOCSIN_CLOSED)
+        rc = tc_err(db, TOCSIN_CLOSED, "the database handle was closed during the wait");
+    tc_db_drop(db);
     return rc;
 }
 

@@ -237,6 +237,47 @@ static void one_case(int kind, int c) {
     teardown(&x);
 }
 
+static void *db_closer(void *p) {
+    waitable *x = p;
+    nap(40);
+    tocsin_close(x->db);
+    return NULL;
+}
+
+/* Closing the handle ends the queue, result and lock waits another thread
+ * has on it with TOCSIN_CLOSED, whether they wait on a subscription of the
+ * caller's or on the handle's own, and the handle is freed once they have
+ * ended (ASan: nothing is used after that). */
+static void close_the_handle(void) {
+    int kind, own;
+    for (kind = K_QUEUE; kind <= K_LOCK; kind++)
+        for (own = 0; own < 2; own++) {
+            waitable x;
+            pthread_t t;
+            int rc;
+            if (!setup(&x, kind, 10 + own)) {
+                fprintf(stderr, "FAIL setup %s/db close: %s\n", KIND_NAMES[kind], tocsin_errmsg(NULL));
+                t_failed++;
+                teardown(&x);
+                continue;
+            }
+            if (own) {
+                tocsin_sub_close(x.sub);
+                x.sub = NULL; /* the wait uses the handle's own subscription */
+            }
+            pthread_create(&t, NULL, db_closer, &x);
+            rc = do_wait(&x, -1);
+            pthread_join(t, NULL);
+            if (rc != TOCSIN_CLOSED)
+                fprintf(stderr, "FAIL [waits] %s / db close (%s sub): %s; %s\n", KIND_NAMES[kind],
+                        own ? "the handle's" : "a caller's", tocsin_errstr(rc), tocsin_errmsg(NULL));
+            CHECK_EQ_I(rc, TOCSIN_CLOSED);
+            CHECK_EQ_I(tocsin_errcode(NULL), TOCSIN_CLOSED);
+            x.db = NULL; /* freed when the wait let go of it */
+            teardown(&x);
+        }
+}
+
 void suite_waits(void) {
     tocsin_wake_opts wo = TOCSIN_WAKE_OPTS_INIT;
     int kind, c;
@@ -244,5 +285,6 @@ void suite_waits(void) {
     CHECK_OK(NULL, tocsin_wake_configure(&wo));
     for (kind = 0; kind < N_KINDS; kind++)
         for (c = 0; c < N_CASES; c++) one_case(kind, c);
+    close_the_handle();
     CHECK_OK(NULL, tocsin_wake_configure(NULL));
 }
