@@ -184,11 +184,12 @@ TOCSIN_API int tocsin_open(tocsin_db **out, const char *path, const tocsin_open_
  */
 TOCSIN_API int tocsin_wrap(tocsin_db **out, struct sqlite3 *conn, const tocsin_open_opts *opts);
 
-/* Closes the handle (and its connection unless wrapped). Accepts NULL. A
- * queue, result or lock wait of another thread on the handle's own
- * subscription ends with TOCSIN_CLOSED first; later calls on the handle
- * return TOCSIN_CLOSED while transaction handles still keep it alive, after
- * which it is freed. A transaction handle is ended with tocsin_tx_*, not this. */
+/* Closes the handle (and its connection unless wrapped). Accepts NULL. Every
+ * queue, result or lock wait of another thread on the handle -- on its own
+ * subscription or on one of the caller's -- ends with TOCSIN_CLOSED; later
+ * calls on the handle return TOCSIN_CLOSED while transaction handles or such
+ * waits still keep it alive, and whichever lets go of it last frees it. A
+ * transaction handle is ended with tocsin_tx_*, not this. */
 TOCSIN_API int tocsin_close(tocsin_db *db);
 
 /* The underlying connection, borrowed until tocsin_close(): use it for the

@@ -42,6 +42,13 @@ SQLITE_EXTENSION_INIT3
     " coalesce((SELECT seq FROM sqlite_sequence WHERE name = '" table "'), 0))"
 #define TC_NEXT_ID(table) "(" TC_MAX_ID(table) " + 1)"
 
+/* A queue, result or lock wait in progress on a handle (tc_db_wait): closing
+ * the handle pokes it, and the handle lives until the wait has ended. */
+typedef struct tc_waitrec {
+    struct tocsin_sub *sub;
+    struct tc_waitrec *next;
+} tc_waitrec;
+
 struct tocsin_db {
     /* Serialises the calls on the handle (held for each atomic operation;
      * recursive: operations nest). Never held while a wait sleeps. */
@@ -51,6 +58,7 @@ struct tocsin_db {
     tocsin_db *idle;     /* database: transaction handles to reuse; tx: next in that list */
     int refs;            /* database: 1 for the user + 1 per live transaction handle */
     int closed;          /* database: tocsin_close() was called (refs > 0 keeps it) */
+    tc_waitrec *waits;   /* database: the waits of other threads now sleeping on it (each holds a ref) */
     sqlite3 *conn;
     int owns_conn;
     int read_only;
@@ -254,6 +262,8 @@ int tc_wake_local_writers(tocsin_db *db);
 int tc_wake_saturated(tocsin_db *db);
 /* Releases what the handle holds in the wake engine (tocsin_close). */
 void tc_wake_release(tocsin_db *db);
+/* Closes and frees a handle's wake state taken out of it (tocsin_close). */
+void tc_wake_free(struct tc_wake *wake);
 /* The handle's own subscription, opened at first use, closed with the handle. */
 int tc_wake_db_sub(tocsin_db *db, tocsin_sub **out);
 /*
@@ -271,6 +281,8 @@ int tc_wait_loop(tocsin_sub *sub, tc_check_fn check, void *ctx);
  * handle's own subscription, or on one of the wait's own while another wait
  * uses that. Refuses to wait inside a transaction. */
 int tc_db_wait(tocsin_db *db, tocsin_sub *sub, tc_check_fn check, void *ctx);
+/* Drops a reference a wait held (db.c): frees the handle when it was the last. */
+void tc_db_drop(tocsin_db *db);
 /* Marks sub closed and returns once no thread waits on it any more. */
 void tc_sub_shut(tocsin_sub *sub);
 /* Counts the calling thread as waiting on sub (delta +1 / -1) around a whole
@@ -1140,18 +1152,37 @@ void tc_stmt_flush(tocsin_db *db) {
     }
 }
 
+void tc_db_drop(tocsin_db *db) {
+    int last;
+    tc_lock(db);
+    last = --db->refs == 0;
+    tc_unlock(db);
+    if (last) free_db(db);
+}
+
 int tocsin_close(tocsin_db *db) {
     tocsin_db *tx;
+    tc_waitrec *rec;
+    struct tc_wake *wake;
     int last;
     if (!db) return TOCSIN_OK;
     tc_clear(db);
     if (db->is_tx)
         return tc_err(db, TOCSIN_INVALID, "a transaction handle ends with tocsin_tx_commit or tocsin_tx_rollback");
-    /* Waits on the handle's own subscription end first (TOCSIN_CLOSED); they
-     * take the mutex between sleeps, so this must not hold it. */
-    tc_wake_release(db);
+    /* Every queue, result or lock wait of another thread is poked and ends
+     * with TOCSIN_CLOSED; each holds a reference, so the handle is freed by
+     * whoever lets go of it last. */
     tc_lock(db);
     db->closed = 1;
+    for (rec = db->waits; rec; rec = rec->next) tocsin_sub_poke(rec->sub);
+    wake = db->wake;
+    db->wake = NULL;
+    tc_stmt_flush(db); /* a host's connection is left with none of ours, waits or not */
+    tc_unlock(db);
+    /* a wait on the handle's own subscription ends before this returns; it
+     * takes the mutex between sleeps, so this must not hold it */
+    tc_wake_free(wake);
+    tc_lock(db);
     while ((tx = db->idle) != NULL) {
         db->idle = tx->idle;
         free_db(tx);
@@ -5066,10 +5097,14 @@ static int wk_counter(tocsin_db *db, size_t offset) {
 int tc_wake_local_writers(tocsin_db *db) { return wk_counter(db, offsetof(tc_watcher, writers)); }
 int tc_wake_saturated(tocsin_db *db) { return wk_counter(db, offsetof(tc_watcher, saturated)); }
 
+void tc_wake_free(struct tc_wake *wake) {
+    if (!wake) return;
+    tocsin_sub_close(wake->sub);
+    sqlite3_free(wake);
+}
+
 void tc_wake_release(tocsin_db *db) {
-    if (!db->wake) return;
-    tocsin_sub_close(db->wake->sub);
-    sqlite3_free(db->wake);
+    tc_wake_free(db->wake);
     db->wake = NULL;
 }
 
@@ -5345,13 +5380,16 @@ int tocsin_sub_wait_until(tocsin_sub *s, tocsin_check_fn check, void *ctx, int t
  * Under the handle's mutex: another thread's operation in progress is not
  * "a transaction of the caller's", and the handle's own subscription serves
  * one wait at a time (a subscription's wake is consumed by one waiter):
- * concurrent waits on one handle each get a subscription of their own.
+ * concurrent waits on one handle each get a subscription of their own. The
+ * wait is recorded on the handle, with a reference, for tocsin_close.
  */
-static int wait_sub(tocsin_db *db, tocsin_sub **sub, int *own) {
+static int wait_sub(tocsin_db *db, tocsin_sub **sub, int *own, tc_waitrec *rec) {
     int rc = TOCSIN_OK;
     *own = 0;
     tc_lock(db);
-    if (!sqlite3_get_autocommit(db->conn)) {
+    if (db->closed) {
+        rc = tc_err(db, TOCSIN_CLOSED, "the database handle was closed");
+    } else if (!sqlite3_get_autocommit(db->conn)) {
         rc = tc_err(db, TOCSIN_INVALID,
                     "cannot wait inside a transaction (it would hold its snapshot and locks)");
     } else if (*sub) {
@@ -5367,21 +5405,55 @@ static int wait_sub(tocsin_db *db, tocsin_sub **sub, int *own) {
         rc = tocsin_sub_open(sub, db);
         *own = 2;
     }
+    if (rc == TOCSIN_OK) {
+        rec->sub = *sub;
+        rec->next = db->waits;
+        db->waits = rec;
+        db->refs++;
+    }
     tc_unlock(db);
     return rc;
 }
 
+typedef struct db_wait {
+    tocsin_db *db;
+    tc_check_fn check;
+    void *ctx;
+} db_wait;
+
+/* The wait's check, unless the handle was closed meanwhile (its connection
+ * is then no longer the wait's to use). */
+static int db_wait_check(void *p, int *done, int64_t *sleep_ms) {
+    db_wait *d = p;
+    int closed;
+    tc_lock(d->db);
+    closed = d->db->closed;
+    tc_unlock(d->db);
+    if (closed) return tc_err(d->db, TOCSIN_CLOSED, "the database handle was closed during the wait");
+    return d->check(d->ctx, done, sleep_ms);
+}
+
 int tc_db_wait(tocsin_db *db, tocsin_sub *sub, tc_check_fn check, void *ctx) {
-    int own, rc = wait_sub(db, &sub, &own);
+    tc_waitrec rec, **p;
+    db_wait d;
+    int own, rc = wait_sub(db, &sub, &own, &rec), closed;
     if (rc != TOCSIN_OK) return rc;
-    rc = tc_wait_loop(sub, check, ctx);
-    if (own == 1) {
-        tc_lock(db);
-        db->wake->sub_busy = 0;
-        tc_unlock(db);
-    } else if (own == 2) {
-        tocsin_sub_close(sub);
-    }
+    d.db = db;
+    d.check = check;
+    d.ctx = ctx;
+    rc = tc_wait_loop(sub, db_wait_check, &d);
+    tc_lock(db);
+    for (p = &db->waits; *p && *p != &rec; p = &(*p)->next)
+        ;
+    if (*p) *p = rec.next;
+    if (own == 1 && db->wake) db->wake->sub_busy = 0;
+    closed = db->closed;
+    tc_unlock(db);
+    if (own == 2) tocsin_sub_close(sub);
+    /* poked by tocsin_close (or its own subscription closed under it) */
+    if (closed && rc != TOCSIN_OK && rc != TOCSIN_CLOSED)
+        rc = tc_err(db, TOCSIN_CLOSED, "the database handle was closed during the wait");
+    tc_db_drop(db);
     return rc;
 }
 
