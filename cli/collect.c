@@ -80,7 +80,11 @@ int exit_code_of(int rc) {
 }
 
 int fail_tocsin(int rc, const char *what) {
-    snprintf(g_err, sizeof g_err, "%s: %s", what, tocsin_errmsg(NULL));
+    const char *msg = tocsin_errmsg(NULL);
+    size_t n = strlen(what);
+    /* the core's message may already start with the same step ("enqueue: ...") */
+    if (!strncmp(msg, what, n) && msg[n] == ':') snprintf(g_err, sizeof g_err, "%s", msg);
+    else snprintf(g_err, sizeof g_err, "%s: %s", what, msg);
     return exit_code_of(rc);
 }
 

@@ -102,6 +102,10 @@ def help_everywhere():
         rc, out, err = run(c, "--help")
         assert rc == 0, (c, err)
         assert out.startswith("usage: tocsin " + c), (c, out[:40])
+        rc, out2, err = run("help", c)
+        assert rc == 0 and out2 == out, (c, rc, err, out2[:40])
+    rc, _, err = run("help", "frobnicate")
+    usage_error(rc, err, "unknown command 'frobnicate'")
     rc, _, err = run()
     assert rc == EXIT_USAGE
     rc, _, err = run("frobnicate")
@@ -530,6 +534,7 @@ def busy_database_exit_code():
     try:
         rc, _, err = run("enqueue", db, "q", "{}", env={"TOCSIN_BUSY_TIMEOUT": "200ms"})
         assert rc == EXIT_BUSY, (rc, err)
+        assert "locked" in err and "enqueue: enqueue:" not in err, err  # one prefix per step
     finally:
         c.execute("ROLLBACK")
         c.close()

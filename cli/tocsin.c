@@ -1227,6 +1227,15 @@ static const command COMMANDS[] = {
     {NULL, NULL, NULL}};
 
 int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "help")) { /* tocsin help CMD: that command's help */
+        for (const command *c = COMMANDS; c->name; c++)
+            if (!strcmp(c->name, argv[2])) {
+                fputs(c->help, stdout);
+                return EXIT_OK;
+            }
+        fprintf(stderr, "tocsin: help: unknown command '%s' (see tocsin --help)\n", argv[2]);
+        return EXIT_USAGE;
+    }
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         fputs(MAIN_HELP, argc < 2 ? stderr : stdout);
         return argc < 2 ? EXIT_USAGE : EXIT_OK;
