@@ -105,6 +105,21 @@ typedef struct tc_thread_state {
 } tc_thread_state;
 tc_thread_state *tc_tls(void);
 int tc_xcode(tocsin_db *db, int rc);
+/*
+ * What the connection's running statements are (db.c), as bits:
+ *  TC_RUN_ANY     a statement is mid-step (our own are always reset between calls);
+ *  TC_RUN_WRITER  one of them writes;
+ *  TC_RUN_PRAGMA  one is a PRAGMA: a function call under it comes from the
+ *                 schema -- PRAGMA integrity_check and quick_check evaluate every
+ *                 CHECK, and SQLite (3.40) lets a CHECK call a SQLITE_DIRECTONLY
+ *                 function, though not a trigger, view or index (a PRAGMA has no
+ *                 expressions of its own; the pragma_*() table functions run a
+ *                 PRAGMA statement too).
+ */
+#define TC_RUN_ANY 1
+#define TC_RUN_WRITER 2
+#define TC_RUN_PRAGMA 4
+int tc_running(sqlite3 *conn);
 #define TC_ERRCODE (tc_tls()->code)
 /* Sets the thread's error; db may be NULL. Returns rc. */
 int tc_err(tocsin_db *db, int rc, const char *fmt, ...)
@@ -667,6 +682,7 @@ int tc_process_gone(int pid, int64_t start) {
 /* ---- core/src/db.c ---- */
 /* Handles, errors, statement cache, atomic operations, validation. */
 
+#include <ctype.h>
 #include <stdatomic.h>
 
 #include <stdio.h>
@@ -714,11 +730,11 @@ static _Thread_local tc_thread_state tc_thread;
 tc_thread_state *tc_tls(void) { return &tc_thread; }
 
 void tc_clear(tocsin_db *db) {
-    (void)db;
     tc_thread.code = TOCSIN_OK;
     tc_thread.sqlite_rc = 0;
     tc_thread.msg[0] = 0;
-    tc_thread.call_start = tc_monotonic_ms();
+    /* only a host's connection needs it (busy_wait): no clock read per call on ours */
+    tc_thread.call_start = db && !db->owns_conn ? tc_monotonic_ms() : 0;
     tc_thread.busy_until = 0;
     tc_thread.busy_waited = 0;
 }
@@ -1150,6 +1166,35 @@ void tc_stmt_flush(tocsin_db *db) {
         db->stmts[i].stmt = NULL;
         db->stmts[i].sql = NULL;
     }
+}
+
+/* A PRAGMA statement's text: its keyword after white space and comments. */
+static int is_pragma(const char *s) {
+    for (;;) {
+        while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r' || *s == '\f') s++;
+        if (s[0] == '-' && s[1] == '-') {
+            while (*s && *s != '\n') s++;
+        } else if (s[0] == '/' && s[1] == '*') {
+            const char *end = strstr(s + 2, "*/");
+            s = end ? end + 2 : s + strlen(s);
+        } else {
+            break;
+        }
+    }
+    return sqlite3_strnicmp(s, "PRAGMA", 6) == 0 && !(isalnum((unsigned char)s[6]) || s[6] == '_');
+}
+
+int tc_running(sqlite3 *conn) {
+    sqlite3_stmt *st;
+    int run = 0;
+    for (st = sqlite3_next_stmt(conn, NULL); st; st = sqlite3_next_stmt(conn, st)) {
+        const char *sql;
+        if (!sqlite3_stmt_busy(st)) continue;
+        run |= TC_RUN_ANY;
+        if (!sqlite3_stmt_readonly(st)) run |= TC_RUN_WRITER;
+        if ((sql = sqlite3_sql(st)) != NULL && is_pragma(sql)) run |= TC_RUN_PRAGMA;
+    }
+    return run;
 }
 
 void tc_db_drop(tocsin_db *db) {
@@ -1875,7 +1920,15 @@ char *tc_buf_take(tc_buf *b) {
 typedef struct jp {
     const unsigned char *p, *end;
     int depth;
+    int too_deep; /* refused for nesting past TC_JSON_MAX_DEPTH */
 } jp;
+
+static void jp_init(jp *j, const char *text, size_t n) {
+    j->p = (const unsigned char *)text;
+    j->end = j->p + n;
+    j->depth = 0;
+    j->too_deep = 0;
+}
 
 static void jp_ws(jp *j) {
     while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) j->p++;
@@ -1954,7 +2007,10 @@ static size_t span_of(const unsigned char *start, const unsigned char *end) {
 static int jp_container(jp *j, int keyed, tc_json_member_fn mfn, tc_json_element_fn efn, void *ctx) {
     unsigned char close = keyed ? '}' : ']';
     size_t i;
-    if (++j->depth > TC_JSON_MAX_DEPTH) return 0;
+    if (++j->depth > TC_JSON_MAX_DEPTH) {
+        j->too_deep = 1;
+        return 0;
+    }
     j->p++;
     jp_ws(j);
     if (j->p < j->end && *j->p == close) {
@@ -2006,32 +2062,23 @@ static int jp_value(jp *j) {
     return ok;
 }
 
-int tc_json_valid(const char *text, size_t n, char *top) {
-    jp j;
-    j.p = (const unsigned char *)text;
-    j.end = j.p + n;
-    j.depth = 0;
-    jp_ws(&j);
-    if (top) *top = j.p < j.end ? (char)*j.p : 0;
-    return jp_value(&j) && j.p == j.end;
+static int jp_valid(jp *j, const char *text, size_t n, char *top) {
+    jp_init(j, text, n);
+    jp_ws(j);
+    if (top) *top = j->p < j->end ? (char)*j->p : 0;
+    return jp_value(j) && j->p == j->end;
 }
 
-/* Whether text[0..n) opens more than TC_JSON_MAX_DEPTH arrays and objects at
- * once (strings skipped): what made tc_json_valid refuse it, if so. */
+int tc_json_valid(const char *text, size_t n, char *top) {
+    jp j;
+    return jp_valid(&j, text, n, top);
+}
+
+/* Whether tc_json_valid refuses text[0..n) for its nesting (an error path:
+ * it validates again to say why). */
 int tc_json_too_deep(const char *text, size_t n) {
-    const char *p = text, *end = text + n;
-    int depth = 0;
-    for (; p < end; p++) {
-        if (*p == '"') {
-            for (p++; p < end && *p != '"'; p++)
-                if (*p == '\\') p++;
-        } else if (*p == '[' || *p == '{') {
-            if (++depth > TC_JSON_MAX_DEPTH) return 1;
-        } else if (*p == ']' || *p == '}') {
-            depth--;
-        }
-    }
-    return 0;
+    jp j;
+    return !jp_valid(&j, text, n, NULL) && j.too_deep;
 }
 
 /* The top-level container of text[0..n): 1 when it is exactly one valid
@@ -2040,9 +2087,7 @@ static int jp_walk(const char *text, size_t n, int keyed, tc_json_member_fn mfn,
                    void *ctx) {
     jp j;
     int r;
-    j.p = (const unsigned char *)text;
-    j.end = j.p + n;
-    j.depth = 0;
+    jp_init(&j, text, n);
     jp_ws(&j);
     if (j.p >= j.end || *j.p != (keyed ? '{' : '[')) return 0;
     if ((r = jp_container(&j, keyed, mfn, efn, ctx)) != 1) return r;
@@ -2062,8 +2107,7 @@ char *tc_json_compact(const char *text, size_t n) {
     jp j;
     char *o, *buf = sqlite3_malloc64((sqlite3_uint64)n + 1);
     if (!buf) return NULL;
-    j.p = (const unsigned char *)text;
-    j.end = j.p + n;
+    jp_init(&j, text, n);
     for (o = buf; j.p < j.end;) {
         if (*j.p == '"') {
             const unsigned char *s = j.p;
@@ -2448,14 +2492,6 @@ static int read_version(tocsin_db *db, int *out) {
     return TOCSIN_OK;
 }
 
-/* Whether a statement of the connection is running (ours are all reset here). */
-static int statement_running(sqlite3 *conn) {
-    sqlite3_stmt *st;
-    for (st = sqlite3_next_stmt(conn, NULL); st; st = sqlite3_next_stmt(conn, st))
-        if (sqlite3_stmt_busy(st)) return 1;
-    return 0;
-}
-
 int tc_schema_install(tocsin_db *db, int *out_version) {
     tc_op op;
     int v, rc, from;
@@ -2482,7 +2518,7 @@ int tc_schema_install(tocsin_db *db, int *out_version) {
         const char *const *sql;
         for (sql = MIGRATIONS[v]; rc == TOCSIN_OK && *sql; sql++) rc = tc_exec(db, *sql, "install schema");
     }
-    if (rc != TOCSIN_OK && (tc_tls()->sqlite_rc & 0xff) == SQLITE_LOCKED && statement_running(db->conn))
+    if (rc != TOCSIN_OK && (tc_tls()->sqlite_rc & 0xff) == SQLITE_LOCKED && (tc_running(db->conn) & TC_RUN_ANY))
         rc = tc_err(db, TOCSIN_ERROR,
                     "install schema: the tocsin tables %s, and installing them drops a table, which "
                     "SQLite refuses while another statement of this connection is running (as in "
@@ -8035,11 +8071,7 @@ int tocsin_worker_finish(tocsin_worker *w, tocsin_db *tx, tocsin_task_run *run,
          * a final failure naming what was refused takes the outcome's place. */
         if (tx || rc == TOCSIN_NOMEM) return rc;
         snprintf(why, sizeof why, "the outcome was refused: %s", tc_tls()->msg);
-        if ((int64_t)strlen(why) > w->db->max_payload) { /* stored as text under that limit */
-            size_t cut = (size_t)w->db->max_payload;
-            while (cut > 0 && ((unsigned char)why[cut] & 0xc0) == 0x80) cut--;
-            why[cut] = 0;
-        }
+        cut_utf8(why, (size_t)w->db->max_payload); /* stored as text under that limit */
         refused.kind = TOCSIN_OUTCOME_FAIL;
         refused.error_type = o->kind == TOCSIN_OUTCOME_OK ? "InvalidResult" : "InvalidOutcome";
         refused.error_message = why;
@@ -8840,7 +8872,6 @@ int tocsin_worker_close(tocsin_worker *w) {
  * the core checks every value again and has the last word.
  */
 
-#include <ctype.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -10311,58 +10342,17 @@ typedef struct ext_fn {
 } ext_fn;
 
 /*
- * Whether a statement that writes is running on the connection: then SQLite
- * refuses the savepoint, BEGIN/COMMIT a tocsin call needs ("SQL statements in
- * progress"), so no call could succeed -- INSERT INTO t VALUES
- * (tocsin_enqueue(...)), UPDATE t SET x = tocsin_...(), CREATE TABLE ... AS
- * SELECT tocsin_...(). Our own cached statements are never running here.
- */
-static int writer_in_progress(sqlite3 *conn) {
-    sqlite3_stmt *st;
-    for (st = sqlite3_next_stmt(conn, NULL); st; st = sqlite3_next_stmt(conn, st))
-        if (sqlite3_stmt_busy(st) && !sqlite3_stmt_readonly(st)) return 1;
-    return 0;
-}
-
-/*
- * Whether a PRAGMA is running on the connection. A function call under it
- * comes from the schema: PRAGMA integrity_check and quick_check evaluate
- * every CHECK constraint, and SQLite (3.40) lets a CHECK call a
- * SQLITE_DIRECTONLY function, though not a trigger, view or index. A PRAGMA
- * itself has no expressions to call a function from; the pragma_*() table
- * functions run theirs as a PRAGMA statement too.
- */
-static int pragma_in_progress(sqlite3 *conn) {
-    sqlite3_stmt *st;
-    for (st = sqlite3_next_stmt(conn, NULL); st; st = sqlite3_next_stmt(conn, st)) {
-        const char *s = sqlite3_sql(st);
-        if (!s || !sqlite3_stmt_busy(st)) continue;
-        for (;;) { /* white space and comments before the keyword */
-            while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r' || *s == '\f') s++;
-            if (s[0] == '-' && s[1] == '-') {
-                while (*s && *s != '\n') s++;
-            } else if (s[0] == '/' && s[1] == '*') {
-                const char *end = strstr(s + 2, "*/");
-                s = end ? end + 2 : s + strlen(s);
-            } else {
-                break;
-            }
-        }
-        if (sqlite3_strnicmp(s, "PRAGMA", 6) == 0 && !(isalnum((unsigned char)s[6]) || s[6] == '_'))
-            return 1;
-    }
-    return 0;
-}
-
-/*
  * Every SQL function enters here. A function that touches the database, or
  * changes the handle's state, runs only from the application's own statement:
  *  - not from inside another tocsin call: a TEMP trigger on a tocsin table
  *    (SQLite lets TEMP triggers call SQLITE_DIRECTONLY functions) or a
  *    function of the application called from one would otherwise run while
  *    a statement of ours is mid-step, and reset or finalize it under itself;
- *  - not inside a statement that writes (SQLite refuses the savepoint anyway);
- *  - not from a CHECK constraint that a PRAGMA evaluates (pragma_in_progress).
+ *  - not inside a statement that writes: SQLite refuses the savepoint,
+ *    BEGIN/COMMIT a call needs ("SQL statements in progress") -- INSERT INTO t
+ *    VALUES (tocsin_enqueue(...)), UPDATE t SET x = tocsin_...(), CREATE TABLE
+ *    ... AS SELECT tocsin_...();
+ *  - not from a CHECK constraint that a PRAGMA evaluates (tc_running).
  * On a host's connection the statement cache is emptied after every outermost
  * call: a host that closes with sqlite3_close() (not _v2) fails while any
  * statement of ours is still prepared.
@@ -10372,6 +10362,7 @@ static void dispatch(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     tocsin_db *db = e->db;
     int outermost = db->ext_depth == 0, flags = e->def->flags;
     int guarded = (flags & FN_DB) || ((flags & FN_SETTER) && argc > 0);
+    int running = guarded && outermost ? tc_running(db->conn) : 0;
     fn_ctx f;
     f.ctx = ctx;
     f.db = db;
@@ -10381,13 +10372,13 @@ static void dispatch(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
         fail_msg(&f, SQLITE_ERROR,
                  "cannot run inside another tocsin call (a trigger on a tocsin table, or a "
                  "function such a trigger calls): call it from a statement of its own");
-    else if ((flags & FN_DB) && writer_in_progress(db->conn))
+    else if ((flags & FN_DB) && (running & TC_RUN_WRITER))
         fail_msg(&f, SQLITE_ERROR,
                  "cannot run inside a statement that writes (INSERT, UPDATE, DELETE, REPLACE, "
                  "CREATE TABLE ... AS): SQL statements in progress on this connection. Call "
                  "tocsin functions from a SELECT of their own, then write what they return in "
                  "the next statement (see \"Statement shapes\" in docs/sql.md)");
-    else if (guarded && pragma_in_progress(db->conn))
+    else if (running & TC_RUN_PRAGMA)
         fail_msg(&f, SQLITE_ERROR,
                  "cannot run inside a PRAGMA (a CHECK constraint that PRAGMA integrity_check or "
                  "quick_check evaluates calls it): a schema must not call tocsin functions");

@@ -1,6 +1,7 @@
 /* Handles, errors, statement cache, atomic operations, validation. */
 #include "internal.h"
 
+#include <ctype.h>
 #include <stdatomic.h>
 
 #include <stdio.h>
@@ -48,11 +49,11 @@ static _Thread_local tc_thread_state tc_thread;
 tc_thread_state *tc_tls(void) { return &tc_thread; }
 
 void tc_clear(tocsin_db *db) {
-    (void)db;
     tc_thread.code = TOCSIN_OK;
     tc_thread.sqlite_rc = 0;
     tc_thread.msg[0] = 0;
-    tc_thread.call_start = tc_monotonic_ms();
+    /* only a host's connection needs it (busy_wait): no clock read per call on ours */
+    tc_thread.call_start = db && !db->owns_conn ? tc_monotonic_ms() : 0;
     tc_thread.busy_until = 0;
     tc_thread.busy_waited = 0;
 }
@@ -484,6 +485,35 @@ void tc_stmt_flush(tocsin_db *db) {
         db->stmts[i].stmt = NULL;
         db->stmts[i].sql = NULL;
     }
+}
+
+/* A PRAGMA statement's text: its keyword after white space and comments. */
+static int is_pragma(const char *s) {
+    for (;;) {
+        while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r' || *s == '\f') s++;
+        if (s[0] == '-' && s[1] == '-') {
+            while (*s && *s != '\n') s++;
+        } else if (s[0] == '/' && s[1] == '*') {
+            const char *end = strstr(s + 2, "*/");
+            s = end ? end + 2 : s + strlen(s);
+        } else {
+            break;
+        }
+    }
+    return sqlite3_strnicmp(s, "PRAGMA", 6) == 0 && !(isalnum((unsigned char)s[6]) || s[6] == '_');
+}
+
+int tc_running(sqlite3 *conn) {
+    sqlite3_stmt *st;
+    int run = 0;
+    for (st = sqlite3_next_stmt(conn, NULL); st; st = sqlite3_next_stmt(conn, st)) {
+        const char *sql;
+        if (!sqlite3_stmt_busy(st)) continue;
+        run |= TC_RUN_ANY;
+        if (!sqlite3_stmt_readonly(st)) run |= TC_RUN_WRITER;
+        if ((sql = sqlite3_sql(st)) != NULL && is_pragma(sql)) run |= TC_RUN_PRAGMA;
+    }
+    return run;
 }
 
 void tc_db_drop(tocsin_db *db) {

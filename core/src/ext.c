@@ -13,7 +13,6 @@
  */
 #include "internal.h"
 
-#include <ctype.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -1484,58 +1483,17 @@ typedef struct ext_fn {
 } ext_fn;
 
 /*
- * Whether a statement that writes is running on the connection: then SQLite
- * refuses the savepoint, BEGIN/COMMIT a tocsin call needs ("SQL statements in
- * progress"), so no call could succeed -- INSERT INTO t VALUES
- * (tocsin_enqueue(...)), UPDATE t SET x = tocsin_...(), CREATE TABLE ... AS
- * SELECT tocsin_...(). Our own cached statements are never running here.
- */
-static int writer_in_progress(sqlite3 *conn) {
-    sqlite3_stmt *st;
-    for (st = sqlite3_next_stmt(conn, NULL); st; st = sqlite3_next_stmt(conn, st))
-        if (sqlite3_stmt_busy(st) && !sqlite3_stmt_readonly(st)) return 1;
-    return 0;
-}
-
-/*
- * Whether a PRAGMA is running on the connection. A function call under it
- * comes from the schema: PRAGMA integrity_check and quick_check evaluate
- * every CHECK constraint, and SQLite (3.40) lets a CHECK call a
- * SQLITE_DIRECTONLY function, though not a trigger, view or index. A PRAGMA
- * itself has no expressions to call a function from; the pragma_*() table
- * functions run theirs as a PRAGMA statement too.
- */
-static int pragma_in_progress(sqlite3 *conn) {
-    sqlite3_stmt *st;
-    for (st = sqlite3_next_stmt(conn, NULL); st; st = sqlite3_next_stmt(conn, st)) {
-        const char *s = sqlite3_sql(st);
-        if (!s || !sqlite3_stmt_busy(st)) continue;
-        for (;;) { /* white space and comments before the keyword */
-            while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r' || *s == '\f') s++;
-            if (s[0] == '-' && s[1] == '-') {
-                while (*s && *s != '\n') s++;
-            } else if (s[0] == '/' && s[1] == '*') {
-                const char *end = strstr(s + 2, "*/");
-                s = end ? end + 2 : s + strlen(s);
-            } else {
-                break;
-            }
-        }
-        if (sqlite3_strnicmp(s, "PRAGMA", 6) == 0 && !(isalnum((unsigned char)s[6]) || s[6] == '_'))
-            return 1;
-    }
-    return 0;
-}
-
-/*
  * Every SQL function enters here. A function that touches the database, or
  * changes the handle's state, runs only from the application's own statement:
  *  - not from inside another tocsin call: a TEMP trigger on a tocsin table
  *    (SQLite lets TEMP triggers call SQLITE_DIRECTONLY functions) or a
  *    function of the application called from one would otherwise run while
  *    a statement of ours is mid-step, and reset or finalize it under itself;
- *  - not inside a statement that writes (SQLite refuses the savepoint anyway);
- *  - not from a CHECK constraint that a PRAGMA evaluates (pragma_in_progress).
+ *  - not inside a statement that writes: SQLite refuses the savepoint,
+ *    BEGIN/COMMIT a call needs ("SQL statements in progress") -- INSERT INTO t
+ *    VALUES (tocsin_enqueue(...)), UPDATE t SET x = tocsin_...(), CREATE TABLE
+ *    ... AS SELECT tocsin_...();
+ *  - not from a CHECK constraint that a PRAGMA evaluates (tc_running).
  * On a host's connection the statement cache is emptied after every outermost
  * call: a host that closes with sqlite3_close() (not _v2) fails while any
  * statement of ours is still prepared.
@@ -1545,6 +1503,7 @@ static void dispatch(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     tocsin_db *db = e->db;
     int outermost = db->ext_depth == 0, flags = e->def->flags;
     int guarded = (flags & FN_DB) || ((flags & FN_SETTER) && argc > 0);
+    int running = guarded && outermost ? tc_running(db->conn) : 0;
     fn_ctx f;
     f.ctx = ctx;
     f.db = db;
@@ -1554,13 +1513,13 @@ static void dispatch(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
         fail_msg(&f, SQLITE_ERROR,
                  "cannot run inside another tocsin call (a trigger on a tocsin table, or a "
                  "function such a trigger calls): call it from a statement of its own");
-    else if ((flags & FN_DB) && writer_in_progress(db->conn))
+    else if ((flags & FN_DB) && (running & TC_RUN_WRITER))
         fail_msg(&f, SQLITE_ERROR,
                  "cannot run inside a statement that writes (INSERT, UPDATE, DELETE, REPLACE, "
                  "CREATE TABLE ... AS): SQL statements in progress on this connection. Call "
                  "tocsin functions from a SELECT of their own, then write what they return in "
                  "the next statement (see \"Statement shapes\" in docs/sql.md)");
-    else if (guarded && pragma_in_progress(db->conn))
+    else if (running & TC_RUN_PRAGMA)
         fail_msg(&f, SQLITE_ERROR,
                  "cannot run inside a PRAGMA (a CHECK constraint that PRAGMA integrity_check or "
                  "quick_check evaluates calls it): a schema must not call tocsin functions");

@@ -100,6 +100,21 @@ typedef struct tc_thread_state {
 } tc_thread_state;
 tc_thread_state *tc_tls(void);
 int tc_xcode(tocsin_db *db, int rc);
+/*
+ * What the connection's running statements are (db.c), as bits:
+ *  TC_RUN_ANY     a statement is mid-step (our own are always reset between calls);
+ *  TC_RUN_WRITER  one of them writes;
+ *  TC_RUN_PRAGMA  one is a PRAGMA: a function call under it comes from the
+ *                 schema -- PRAGMA integrity_check and quick_check evaluate every
+ *                 CHECK, and SQLite (3.40) lets a CHECK call a SQLITE_DIRECTONLY
+ *                 function, though not a trigger, view or index (a PRAGMA has no
+ *                 expressions of its own; the pragma_*() table functions run a
+ *                 PRAGMA statement too).
+ */
+#define TC_RUN_ANY 1
+#define TC_RUN_WRITER 2
+#define TC_RUN_PRAGMA 4
+int tc_running(sqlite3 *conn);
 #define TC_ERRCODE (tc_tls()->code)
 /* Sets the thread's error; db may be NULL. Returns rc. */
 int tc_err(tocsin_db *db, int rc, const char *fmt, ...)

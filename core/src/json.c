@@ -10,7 +10,15 @@
 typedef struct jp {
     const unsigned char *p, *end;
     int depth;
+    int too_deep; /* refused for nesting past TC_JSON_MAX_DEPTH */
 } jp;
+
+static void jp_init(jp *j, const char *text, size_t n) {
+    j->p = (const unsigned char *)text;
+    j->end = j->p + n;
+    j->depth = 0;
+    j->too_deep = 0;
+}
 
 static void jp_ws(jp *j) {
     while (j->p < j->end && (*j->p == ' ' || *j->p == '\t' || *j->p == '\n' || *j->p == '\r')) j->p++;
@@ -89,7 +97,10 @@ static size_t span_of(const unsigned char *start, const unsigned char *end) {
 static int jp_container(jp *j, int keyed, tc_json_member_fn mfn, tc_json_element_fn efn, void *ctx) {
     unsigned char close = keyed ? '}' : ']';
     size_t i;
-    if (++j->depth > TC_JSON_MAX_DEPTH) return 0;
+    if (++j->depth > TC_JSON_MAX_DEPTH) {
+        j->too_deep = 1;
+        return 0;
+    }
     j->p++;
     jp_ws(j);
     if (j->p < j->end && *j->p == close) {
@@ -141,32 +152,23 @@ static int jp_value(jp *j) {
     return ok;
 }
 
-int tc_json_valid(const char *text, size_t n, char *top) {
-    jp j;
-    j.p = (const unsigned char *)text;
-    j.end = j.p + n;
-    j.depth = 0;
-    jp_ws(&j);
-    if (top) *top = j.p < j.end ? (char)*j.p : 0;
-    return jp_value(&j) && j.p == j.end;
+static int jp_valid(jp *j, const char *text, size_t n, char *top) {
+    jp_init(j, text, n);
+    jp_ws(j);
+    if (top) *top = j->p < j->end ? (char)*j->p : 0;
+    return jp_value(j) && j->p == j->end;
 }
 
-/* Whether text[0..n) opens more than TC_JSON_MAX_DEPTH arrays and objects at
- * once (strings skipped): what made tc_json_valid refuse it, if so. */
+int tc_json_valid(const char *text, size_t n, char *top) {
+    jp j;
+    return jp_valid(&j, text, n, top);
+}
+
+/* Whether tc_json_valid refuses text[0..n) for its nesting (an error path:
+ * it validates again to say why). */
 int tc_json_too_deep(const char *text, size_t n) {
-    const char *p = text, *end = text + n;
-    int depth = 0;
-    for (; p < end; p++) {
-        if (*p == '"') {
-            for (p++; p < end && *p != '"'; p++)
-                if (*p == '\\') p++;
-        } else if (*p == '[' || *p == '{') {
-            if (++depth > TC_JSON_MAX_DEPTH) return 1;
-        } else if (*p == ']' || *p == '}') {
-            depth--;
-        }
-    }
-    return 0;
+    jp j;
+    return !jp_valid(&j, text, n, NULL) && j.too_deep;
 }
 
 /* The top-level container of text[0..n): 1 when it is exactly one valid
@@ -175,9 +177,7 @@ static int jp_walk(const char *text, size_t n, int keyed, tc_json_member_fn mfn,
                    void *ctx) {
     jp j;
     int r;
-    j.p = (const unsigned char *)text;
-    j.end = j.p + n;
-    j.depth = 0;
+    jp_init(&j, text, n);
     jp_ws(&j);
     if (j.p >= j.end || *j.p != (keyed ? '{' : '[')) return 0;
     if ((r = jp_container(&j, keyed, mfn, efn, ctx)) != 1) return r;
@@ -197,8 +197,7 @@ char *tc_json_compact(const char *text, size_t n) {
     jp j;
     char *o, *buf = sqlite3_malloc64((sqlite3_uint64)n + 1);
     if (!buf) return NULL;
-    j.p = (const unsigned char *)text;
-    j.end = j.p + n;
+    jp_init(&j, text, n);
     for (o = buf; j.p < j.end;) {
         if (*j.p == '"') {
             const unsigned char *s = j.p;

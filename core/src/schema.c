@@ -285,14 +285,6 @@ static int read_version(tocsin_db *db, int *out) {
     return TOCSIN_OK;
 }
 
-/* Whether a statement of the connection is running (ours are all reset here). */
-static int statement_running(sqlite3 *conn) {
-    sqlite3_stmt *st;
-    for (st = sqlite3_next_stmt(conn, NULL); st; st = sqlite3_next_stmt(conn, st))
-        if (sqlite3_stmt_busy(st)) return 1;
-    return 0;
-}
-
 int tc_schema_install(tocsin_db *db, int *out_version) {
     tc_op op;
     int v, rc, from;
@@ -319,7 +311,7 @@ int tc_schema_install(tocsin_db *db, int *out_version) {
         const char *const *sql;
         for (sql = MIGRATIONS[v]; rc == TOCSIN_OK && *sql; sql++) rc = tc_exec(db, *sql, "install schema");
     }
-    if (rc != TOCSIN_OK && (tc_tls()->sqlite_rc & 0xff) == SQLITE_LOCKED && statement_running(db->conn))
+    if (rc != TOCSIN_OK && (tc_tls()->sqlite_rc & 0xff) == SQLITE_LOCKED && (tc_running(db->conn) & TC_RUN_ANY))
         rc = tc_err(db, TOCSIN_ERROR,
                     "install schema: the tocsin tables %s, and installing them drops a table, which "
                     "SQLite refuses while another statement of this connection is running (as in "

@@ -610,11 +610,7 @@ int tocsin_worker_finish(tocsin_worker *w, tocsin_db *tx, tocsin_task_run *run,
          * a final failure naming what was refused takes the outcome's place. */
         if (tx || rc == TOCSIN_NOMEM) return rc;
         snprintf(why, sizeof why, "the outcome was refused: %s", tc_tls()->msg);
-        if ((int64_t)strlen(why) > w->db->max_payload) { /* stored as text under that limit */
-            size_t cut = (size_t)w->db->max_payload;
-            while (cut > 0 && ((unsigned char)why[cut] & 0xc0) == 0x80) cut--;
-            why[cut] = 0;
-        }
+        cut_utf8(why, (size_t)w->db->max_payload); /* stored as text under that limit */
         refused.kind = TOCSIN_OUTCOME_FAIL;
         refused.error_type = o->kind == TOCSIN_OUTCOME_OK ? "InvalidResult" : "InvalidOutcome";
         refused.error_message = why;
