@@ -69,6 +69,26 @@ def test_closing_the_batch_iterator_hands_unreturned_jobs_back(db):
     assert all((j.attempts, j.max_attempts) == (2, 2) for j in rest)
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_breaking_out_of_a_batch_loop_hands_unreturned_jobs_back(db, mode):
+    q = db.queue("q")
+    for i in range(5):
+        q.enqueue(i, max_attempts=1)
+    if mode == "sync":
+        for job in q.jobs("w1", batch=5):
+            assert job.ack()
+            break
+    else:
+        async def first():
+            async for job in q.jobs("w1", batch=5):
+                assert job.ack()
+                break
+        asyncio.run(first())
+    # the iterator was dropped with the loop: the four jobs it held are pending again
+    assert q.stats()["processing"] == 0
+    assert sorted(j.payload for j in q.claim_batch(10, "w2")) == [1, 2, 3, 4]
+
+
 @pytest.mark.parametrize("kind", ["listen", "subscribe", "jobs", "wait_result", "wake"])
 def test_close_ends_waits_of_other_threads(path, kind):
     db = tocsin.open(path)

@@ -478,6 +478,13 @@ class JobIterator:
         if self._waiter is not None:
             self._waiter.close()
 
+    def __del__(self) -> None:  # `for job in queue.jobs(...): break` drops it here
+        try:
+            if getattr(self, "_buf", None) or not getattr(self, "_stopped", True):
+                self.close()
+        except Exception:
+            pass
+
     def __iter__(self) -> "JobIterator":
         return self
 
