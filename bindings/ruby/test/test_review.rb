@@ -148,4 +148,115 @@ class TestReview < Minitest::Test
     assert_equal "café", j.worker.split.first
     assert_raises(Tocsin::InvalidArgument) { db.queue("\xFF".b).enqueue(1) }
   end
+
+  # Integer arguments went through NUM2LL / NUM2INT: a String raised a bare
+  # TypeError ("no implicit conversion of String into Integer", naming no
+  # argument), a Float was cut (ack(1.9, token) acked job 1) and a value beyond
+  # the C type raised RangeError "bignum too big". Now each is
+  # Tocsin::InvalidArgument naming the argument, raised before anything is written.
+  def assert_refused(what, &call)
+    e = assert_raises(Tocsin::InvalidArgument, "#{what}: #{call.source_location.inspect}", &call)
+    assert_match what, e.message
+    assert_equal Tocsin::InvalidArgument::CODE, e.code
+    e
+  end
+
+  def test_integer_arguments_name_what_is_wrong_and_write_nothing
+    db.set_time(1_700_000_000_000) # stats' oldest_pending_age_ms stays put
+    q = db.queue("q")
+    q.enqueue("a")
+    job = q.claim("w")
+    q.enqueue("b")
+    s = db.stream("s")
+    s.publish(1)
+    s.save_offset("c", 1)
+    before = [q.stats, s.offset("c"), s.read.size, db.stats]
+
+    e = assert_refused(/job id/) { q.ack("1", job.token) }
+    assert_equal "job id must be an Integer, not String", e.message
+    assert_refused(/job id/) { q.ack(job.id + 0.9, job.token) }         # was cut to job.id: acked
+    assert_refused(/job id must be an Integer, not Float/) { q.ack(job.id.to_f, job.token) }
+    assert_refused(/token/) { q.ack(job.id, job.token.to_f) }
+    assert_refused(/token/) { q.ack(job.id, "#{job.token}") }
+    e = assert_refused(/job id/) { q.ack(2**64, job.token) }
+    assert_match(/64-bit Integer, not 18446744073709551616/, e.message)
+    assert_refused(/job id/) { q.ack(-2**63 - 1, job.token) }
+    assert_refused(/job id/) { q.retry(job.id.to_s, job.token) }
+    assert_refused(/job id/) { q.fail(2**63, job.token) }
+    assert_refused(/job id/) { q.hand_back(job.id + 0.5, job.token) }
+    assert_refused(/job id/) { q.heartbeat(nil, job.token) }
+    assert_refused(/job id/) { q.cancel(job.id.to_f) }                   # was cut: cancelled
+    assert_refused(/job id/) { q.cancel(2**100) }
+    assert_refused(/job id/) { q.get("1") }
+    assert_refused(/job id/) { q.requeue(1.0) }
+    assert_refused(/job id/) { db.save_result(job.id + 0.1, "v") }       # was cut: saved for job.id
+    assert_refused(/job id/) { db.save_error("7", "T", "m") }
+    assert_refused(/job id/) { db.result(2**64) }
+    assert_refused(/job id/) { db.wait_result("1", timeout: 0) }
+    assert_refused(/job id of ack_batch entry 1/) { q.ack_batch([[job.id, job.token], ["2", 1]]) }
+    assert_refused(/ack_batch entry 0 must be a Job or an \[id, token\] pair/) { q.ack_batch([job.id]) }
+
+    # counts: negative, zero, past the core's limit, beyond 64 bits, not Integers
+    assert_refused(/claim count must be between 1 and 10000, not -1/) { q.claim_batch(-1, "w") }
+    assert_refused(/claim count must be between 1 and 10000, not 10001/) { q.claim_batch(10_001, "w") }
+    assert_refused(/claim count must be between 1 and 10000, not 18446744073709551616/) { q.claim_batch(2**64, "w") }
+    assert_refused(/claim count must be an Integer, not Float/) { q.claim_batch(1.5, "w") }
+    assert_refused(/claim count/) { q.each_job("w", batch: "10", timeout: 0) { flunk } }
+    assert_refused(/limit must be between 1 and 10000, not -1/) { q.dead_letters(limit: -1) }
+    assert_refused(/limit must be between 1 and 10000/) { s.read(limit: 10**30) }
+    assert_refused(/limit must be an Integer, not String/) { db.notifications("ch", limit: "5") }
+    assert_refused(/after must be a 64-bit Integer/) { s.read(after: 2**64) }
+    assert_refused(/after must be an Integer, not Float/) { db.notifications("ch", after: 0.5) }
+    assert_refused(/buffer_size must be between 1 and 10000/) { db.listen("ch", buffer_size: 0) }
+    assert_refused(/batch must be between 1 and 10000/) { s.subscribe(batch: 10**6) }
+    assert_refused(/max_count must be >= 0, not -1/) { s.trim(max_count: -1) }
+    assert_refused(/max_count/) { s.trim(max_count: 2.5) }
+    assert_refused(/notifications_keep must be >= 0/) { db.prune(notifications_keep: -2) }
+    assert_refused(/max_keep/) { db.set_notify_autotrim(max_keep: "10") }
+    assert_refused(/one_in/) { db.set_notify_autotrim(max_keep: 10, one_in: 2**64) }
+    assert_refused(/limit must be an Integer, not String/) { db.rate_limit("r", limit: "5", per: 1).try }
+
+    # offsets
+    assert_refused(/offset must be >= 0, not -1/) { s.save_offset("c", -1) }
+    assert_refused(/offset must be between 0 and 9223372036854775807, not 9223372036854775808/) do
+      s.save_offset("c", 2**63)
+    end
+    assert_refused(/offset must be an Integer, not Float/) { s.save_offset("c", 0.7) } # was cut: saved 0
+    assert_refused(/from_offset/) { s.subscribe(from_offset: "0") }
+
+    # the ints of enqueue and schedules, and attempts
+    assert_refused(/max_attempts must be between 1 and 1000000, not 1099511627776/) { q.enqueue(1, max_attempts: 2**40) }
+    assert_refused(/max_attempts/) { q.enqueue_many([1, { payload: 2, max_attempts: 2**64 }]) }
+    assert_refused(/max_attempts must be between 0 and 1000000/) { db.schedule("sc", "* * * * *", queue: "q", max_attempts: 2**40) }
+    assert_refused(/max_catch_up must be an Integer, not Float/) do
+      db.schedule("sc", "* * * * *", queue: "q", catch_up: :all, max_catch_up: 5.0)
+    end
+    assert_refused(/priority must be an Integer, not String/) { db.schedule("sc", "* * * * *", queue: "q", priority: "1") }
+    assert_refused(/retries must be an Integer between 0 and 999999/) { Tocsin::Task.new("t", -> {}, retries: 1.5) }
+    assert_refused(/concurrency must be an Integer between 1 and 10000, not 1099511627776/) do
+      Tocsin::Worker.new(db, queues: ["q"], concurrency: 2**40)
+    end
+    assert_refused(/attempts must be between 0 and 2147483647/) { Tocsin.backoff_ms(2**40) }
+    assert_refused(/max_payload must be an Integer, not Float/) { db.max_payload = 1e3 }
+
+    assert_equal before, [q.stats, s.offset("c"), s.read.size, db.stats]
+    assert_equal "processing", q.get(job.id).state
+    assert_nil db.result(job.id)
+    assert_empty db.schedules
+  end
+
+  # busy_timeout (a C int of milliseconds) over 2**31-1 ms (~24.8 days) raised
+  # RangeError from NUM2INT; it is refused in the caller's unit, before the file
+  # is opened (or created).
+  def test_busy_timeout_beyond_an_int_of_ms
+    other = File.join(@dir, "other.db")
+    e = assert_refused(/busy_timeout/) { Tocsin.open(other, busy_timeout: 30 * 86_400) }
+    assert_equal "busy_timeout must be between 0 and 2147483.647 seconds, not 2592000 seconds", e.message
+    assert_refused(/busy_timeout must be between 0 and 2147483.647 seconds, not -0.5 seconds/) do
+      Tocsin.open(other, busy_timeout: -0.5)
+    end
+    assert_refused(/busy_timeout/) { Tocsin.open(other, busy_timeout: "5") }
+    refute File.exist?(other)
+    Tocsin.open(other, busy_timeout: 2_147_483.647) { |d| assert_equal 0, d.queue("q").stats["pending"] }
+  end
 end

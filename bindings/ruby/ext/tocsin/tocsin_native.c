@@ -13,6 +13,8 @@
 #include <ruby/encoding.h>
 #include <stdatomic.h>
 #include <string.h>
+#include <limits.h>
+#include <stdint.h>
 #include <time.h>
 #include <link.h>
 #include <dlfcn.h>
@@ -75,14 +77,77 @@ static const char *cstr(VALUE v) {
     return StringValueCStr(v);
 }
 static const char *cstr_or_null(VALUE v) { return NIL_P(v) ? NULL : cstr(v); }
-#define I64(v) ((int64_t)NUM2LL(v))
-#define OPT_I64(v, d) (NIL_P(v) ? (int64_t)(d) : (int64_t)NUM2LL(v))
 
-static size_t checked_size(VALUE v, const char *what) {
-    long long n = NUM2LL(v);
-    if (n < 0) rb_raise(eByCode[TOCSIN_INVALID], "%s must be >= 0", what);
-    return (size_t)n;
+/* ---- integers -----------------------------------------------------------
+ * Every integer argument goes through arg_int (no NUM2LL / NUM2INT, whose
+ * TypeError names no argument, whose RangeError says "bignum too big" and
+ * which truncate a Float): an Integer -- not a Float, even an integral one,
+ * never truncated; not a String -- within lo..hi, else Tocsin::InvalidArgument
+ * naming the argument (`what`, as the Ruby API calls it), raised before the
+ * core is called, so nothing is written. The core checks the ranges of its
+ * 64-bit arguments itself; an argument of a narrower C type (int, size_t) is
+ * bounded here with the core's own numbers. secs: a duration the Ruby layer
+ * made of seconds (Util.ms): its bounds are worded in seconds. */
+#define TC_SHOWN_MAX 40
+static void fmt_secs(char *buf, size_t size, int64_t ms) {
+    uint64_t a = ms < 0 ? (uint64_t)0 - (uint64_t)ms : (uint64_t)ms;
+    int n = snprintf(buf, size, "%s%llu.%03llu", ms < 0 ? "-" : "", (unsigned long long)(a / 1000),
+                     (unsigned long long)(a % 1000));
+    while (n > 0 && (size_t)n < size && buf[n - 1] == '0') buf[--n] = 0; /* 1.500 -> 1.5, 2.000 -> 2 */
+    if (n > 0 && (size_t)n < size && buf[n - 1] == '.') buf[--n] = 0;
 }
+/* sign: the value's (< 0: negative); fits: within 64 bits (n is the value) */
+static void NORETURN(arg_range_error(VALUE v, const char *what, int64_t lo, int64_t hi, int sign, int fits, int64_t n,
+                                     int secs));
+static void arg_range_error(VALUE v, const char *what, int64_t lo, int64_t hi, int sign, int fits, int64_t n,
+                            int secs) {
+    VALUE inv = eByCode[TOCSIN_INVALID];
+    char shown[64], a[32], b[32];
+    if (fits && secs) {
+        fmt_secs(shown, sizeof shown, n);
+        strcat(shown, " seconds");
+    } else if (fits) {
+        snprintf(shown, sizeof shown, "%lld", (long long)n);
+    } else { /* beyond 64 bits: its first digits */
+        VALUE s = rb_big2str(v, 10);
+        snprintf(shown, sizeof shown, "%.*s%s", TC_SHOWN_MAX, RSTRING_PTR(s), RSTRING_LEN(s) > TC_SHOWN_MAX ? "..." : "");
+    }
+    if (secs) {
+        fmt_secs(a, sizeof a, lo);
+        fmt_secs(b, sizeof b, hi);
+        rb_raise(inv, "%s must be between %s and %s seconds, not %s", what, a, b, shown);
+    }
+    int below = fits ? n < lo : sign < 0;
+    if (lo == INT64_MIN && hi == INT64_MAX) rb_raise(inv, "%s must be a 64-bit Integer, not %s", what, shown);
+    if (below && hi == INT64_MAX) rb_raise(inv, "%s must be >= %lld, not %s", what, (long long)lo, shown);
+    if (!below && lo == INT64_MIN) rb_raise(inv, "%s must be <= %lld, not %s", what, (long long)hi, shown);
+    rb_raise(inv, "%s must be between %lld and %lld, not %s", what, (long long)lo, (long long)hi, shown);
+}
+static int64_t arg_int(VALUE v, const char *what, int64_t lo, int64_t hi, int secs) {
+    if (!RB_INTEGER_TYPE_P(v))
+        rb_raise(eByCode[TOCSIN_INVALID], "%s must be an Integer, not %s", what,
+                 NIL_P(v) ? "nil" : rb_obj_classname(v));
+    int64_t n = 0;
+    /* n: the low 64 bits, two's complement. The sign says -2 / +2 only beyond
+     * 64 bits of magnitude: 2**63..2**64-1 (and -2**64..-2**63-1) come back
+     * with +1 (-1) and an n of the other sign. */
+    int sign = rb_integer_pack(v, &n, 1, sizeof n, 0,
+                               INTEGER_PACK_LSWORD_FIRST | INTEGER_PACK_NATIVE_BYTE_ORDER | INTEGER_PACK_2COMP);
+    int fits = sign == 0 || (sign == 1 && n > 0) || (sign == -1 && n < 0);
+    if (!fits || n < lo || n > hi) arg_range_error(v, what, lo, hi, sign, fits, n, secs);
+    return n;
+}
+/* any 64-bit Integer (the core checks the range) */
+static int64_t arg_i64(VALUE v, const char *what) { return arg_int(v, what, INT64_MIN, INT64_MAX, 0); }
+/* nil -> d */
+static int64_t opt_i64(VALUE v, const char *what, int64_t d) { return NIL_P(v) ? d : arg_i64(v, what); }
+static int64_t opt_range(VALUE v, const char *what, int64_t lo, int64_t hi, int64_t d) {
+    return NIL_P(v) ? d : arg_int(v, what, lo, hi, 0);
+}
+/* a count of rows (claim count, read limit, buffer): 1..TOCSIN_MAX_BATCH, as the core */
+static size_t arg_count(VALUE v, const char *what) { return (size_t)arg_int(v, what, 1, TOCSIN_MAX_BATCH, 0); }
+/* an int the core checks itself (a result code, an outcome kind): bounded to int */
+static int arg_cint(VALUE v, const char *what) { return (int)arg_int(v, what, INT_MIN, INT_MAX, 0); }
 
 /* ---- the database handle ----------------------------------------------- */
 
@@ -186,8 +251,8 @@ static VALUE db_s_open(VALUE klass, VALUE path, VALUE busy, VALUE maxp, VALUE ro
     rdb *h = get_rdb(obj);
     struct open_a a = {0};
     tocsin_open_opts o = TOCSIN_OPEN_OPTS_INIT;
-    o.busy_timeout_ms = NIL_P(busy) ? 0 : NUM2INT(busy);
-    o.max_payload_bytes = OPT_I64(maxp, 0);
+    o.busy_timeout_ms = NIL_P(busy) ? 0 : (int)arg_int(busy, "busy_timeout", 0, INT_MAX, 1);
+    o.max_payload_bytes = opt_i64(maxp, "max_payload", 0);
     o.read_only = RTEST(ro);
     a.o = o;
     a.path = cstr(path);
@@ -286,15 +351,14 @@ static VALUE db_set_time(VALUE self, VALUE ms) {
         atomic_store(&h->fixed_now, -1);
         tocsin_set_clock(db, NULL, NULL);
     } else {
-        int64_t t = I64(ms);
-        if (t < 0 || t > TOCSIN_MAX_TIME_MS) rb_raise(eByCode[TOCSIN_INVALID], "time out of range: %lld", (long long)t);
+        int64_t t = arg_int(ms, "time (epoch ms)", 0, TOCSIN_MAX_TIME_MS, 0);
         atomic_store(&h->fixed_now, t);
         tocsin_set_clock(db, fixed_clock, h);
     }
     return Qnil;
 }
 static VALUE db_set_max_payload(VALUE self, VALUE n) {
-    CHECK(tocsin_set_max_payload(DB(self), I64(n)));
+    CHECK(tocsin_set_max_payload(DB(self), arg_i64(n, "max_payload")));
     return Qnil;
 }
 static VALUE db_sqlite_version(VALUE self) { return rb_str_new_cstr(sqlite3_libversion()); }
@@ -337,16 +401,12 @@ static void fill_enqueue_opts(tocsin_enqueue_opts *o, VALUE ary) {
     if (NIL_P(ary)) return;
     Check_Type(ary, T_ARRAY);
     if (RARRAY_LEN(ary) != 7) rb_raise(rb_eArgError, "enqueue options: 7 entries expected");
-    o->priority = OPT_I64(rb_ary_entry(ary, 0), 0);
-    o->delay_ms = OPT_I64(rb_ary_entry(ary, 1), 0);
-    o->run_at_ms = OPT_I64(rb_ary_entry(ary, 2), 0);
-    VALUE ma = rb_ary_entry(ary, 3);
-    if (!NIL_P(ma)) {
-        long long m = NUM2LL(ma);
-        /* out of int range: let the core's range check word it */
-        o->max_attempts = (m < INT32_MIN || m > INT32_MAX) ? -1 : (int)m; /* the core words the range */
-    }
-    o->expires_ms = OPT_I64(rb_ary_entry(ary, 4), 0);
+    o->priority = opt_i64(rb_ary_entry(ary, 0), "priority", 0);
+    o->delay_ms = opt_i64(rb_ary_entry(ary, 1), "delay", 0);
+    o->run_at_ms = opt_i64(rb_ary_entry(ary, 2), "run_at", 0);
+    /* an int: bounded here with the core's numbers (nil: the default) */
+    o->max_attempts = (int)opt_range(rb_ary_entry(ary, 3), "max_attempts", 1, TOCSIN_MAX_ATTEMPTS, 0);
+    o->expires_ms = opt_i64(rb_ary_entry(ary, 4), "expires", 0);
     o->unique_key = cstr_or_null(rb_ary_entry(ary, 5));
     o->meta = cstr_or_null(rb_ary_entry(ary, 6));
 }
@@ -405,8 +465,8 @@ static VALUE db_claim(VALUE self, VALUE queue, VALUE worker, VALUE max, VALUE vi
     a.db = DB(self);
     a.q = cstr(queue);
     a.w = cstr(worker);
-    a.max = checked_size(max, "n");
-    a.vis = I64(vis);
+    a.max = arg_count(max, "claim count");
+    a.vis = arg_i64(vis, "visibility");
     NOGVL_DB(claim, a, self);
     RB_GC_GUARD(queue); RB_GC_GUARD(worker);
     CHECK(a.rc);
@@ -415,7 +475,7 @@ static VALUE db_claim(VALUE self, VALUE queue, VALUE worker, VALUE max, VALUE vi
 
 DEF_CALL(ack, tocsin_db *db; int ok; int64_t id; int64_t tok;, tocsin_job_ack(a->db, &a->ok, a->id, a->tok))
 static VALUE db_ack(VALUE self, VALUE id, VALUE tok) {
-    struct ack_a a = {0, DB(self), 0, I64(id), I64(tok)};
+    struct ack_a a = {0, DB(self), 0, arg_i64(id, "job id"), arg_i64(tok, "token")};
     NOGVL_DB(ack, a, self);
     CHECK(a.rc);
     return a.ok ? Qtrue : Qfalse;
@@ -431,8 +491,11 @@ static VALUE db_ack_batch(VALUE self, VALUE ids, VALUE toks) {
     VALUE b2 = rb_str_new(NULL, (long)sizeof(int64_t) * (n ? n : 1));
     struct ackb_a a = {0, DB(self), 0, (int64_t *)RSTRING_PTR(b1), (int64_t *)RSTRING_PTR(b2), (size_t)n};
     for (long i = 0; i < n; i++) {
-        a.ids[i] = I64(rb_ary_entry(ids, i));
-        a.toks[i] = I64(rb_ary_entry(toks, i));
+        char what[64];
+        snprintf(what, sizeof what, "the job id of ack_batch entry %ld", i);
+        a.ids[i] = arg_i64(rb_ary_entry(ids, i), what);
+        snprintf(what, sizeof what, "the token of ack_batch entry %ld", i);
+        a.toks[i] = arg_i64(rb_ary_entry(toks, i), what);
     }
     NOGVL_DB(ackb, a, self);
     RB_GC_GUARD(b1); RB_GC_GUARD(b2);
@@ -442,7 +505,8 @@ static VALUE db_ack_batch(VALUE self, VALUE ids, VALUE toks) {
 DEF_CALL(retry, tocsin_db *db; int ok; int64_t id; int64_t tok; int64_t delay; const char *err;,
          tocsin_job_retry(a->db, &a->ok, a->id, a->tok, a->delay, a->err))
 static VALUE db_retry(VALUE self, VALUE id, VALUE tok, VALUE delay, VALUE err) {
-    struct retry_a a = {0, DB(self), 0, I64(id), I64(tok), OPT_I64(delay, -1), cstr_or_null(err)};
+    struct retry_a a = {0, DB(self), 0, arg_i64(id, "job id"), arg_i64(tok, "token"), opt_i64(delay, "delay", -1),
+                          cstr_or_null(err)};
     NOGVL_DB(retry, a, self);
     RB_GC_GUARD(err);
     CHECK(a.rc);
@@ -451,7 +515,7 @@ static VALUE db_retry(VALUE self, VALUE id, VALUE tok, VALUE delay, VALUE err) {
 DEF_CALL(fail, tocsin_db *db; int ok; int64_t id; int64_t tok; const char *err;,
          tocsin_job_fail(a->db, &a->ok, a->id, a->tok, a->err))
 static VALUE db_fail(VALUE self, VALUE id, VALUE tok, VALUE err) {
-    struct fail_a a = {0, DB(self), 0, I64(id), I64(tok), cstr_or_null(err)};
+    struct fail_a a = {0, DB(self), 0, arg_i64(id, "job id"), arg_i64(tok, "token"), cstr_or_null(err)};
     NOGVL_DB(fail, a, self);
     RB_GC_GUARD(err);
     CHECK(a.rc);
@@ -461,7 +525,7 @@ DEF_CALL(handback, tocsin_db *db; int ok; int64_t id; int64_t tok; int64_t delay
          tocsin_job_hand_back(a->db, &a->ok, a->id, a->tok, a->delay))
 /* hand_back(id, token, delay_ms): pending again, unrun, no attempt consumed */
 static VALUE db_hand_back(VALUE self, VALUE id, VALUE tok, VALUE delay) {
-    struct handback_a a = {0, DB(self), 0, I64(id), I64(tok), OPT_I64(delay, 0)};
+    struct handback_a a = {0, DB(self), 0, arg_i64(id, "job id"), arg_i64(tok, "token"), opt_i64(delay, "delay", 0)};
     NOGVL_DB(handback, a, self);
     CHECK(a.rc);
     return a.ok ? Qtrue : Qfalse;
@@ -469,21 +533,21 @@ static VALUE db_hand_back(VALUE self, VALUE id, VALUE tok, VALUE delay) {
 DEF_CALL(hb, tocsin_db *db; int ok; int64_t id; int64_t tok; int64_t ext;,
          tocsin_job_heartbeat(a->db, &a->ok, a->id, a->tok, a->ext))
 static VALUE db_heartbeat(VALUE self, VALUE id, VALUE tok, VALUE ext) {
-    struct hb_a a = {0, DB(self), 0, I64(id), I64(tok), I64(ext)};
+    struct hb_a a = {0, DB(self), 0, arg_i64(id, "job id"), arg_i64(tok, "token"), arg_i64(ext, "extend")};
     NOGVL_DB(hb, a, self);
     CHECK(a.rc);
     return a.ok ? Qtrue : Qfalse;
 }
 DEF_CALL(cancel, tocsin_db *db; int ok; int64_t id;, tocsin_job_cancel(a->db, &a->ok, a->id))
 static VALUE db_cancel(VALUE self, VALUE id) {
-    struct cancel_a a = {0, DB(self), 0, I64(id)};
+    struct cancel_a a = {0, DB(self), 0, arg_i64(id, "job id")};
     NOGVL_DB(cancel, a, self);
     CHECK(a.rc);
     return a.ok ? Qtrue : Qfalse;
 }
 DEF_CALL(jget, tocsin_db *db; tocsin_job *job; int64_t id;, tocsin_job_get(a->db, &a->job, a->id))
 static VALUE db_job_get(VALUE self, VALUE id) {
-    struct jget_a a = {0, DB(self), NULL, I64(id)};
+    struct jget_a a = {0, DB(self), NULL, arg_i64(id, "job id")};
     NOGVL_DB(jget, a, self);
     CHECK(a.rc);
     if (!a.job) return Qnil;
@@ -542,7 +606,7 @@ static VALUE db_next_deadline(VALUE self, VALUE queues) {
 DEF_CALL(deadl, tocsin_db *db; tocsin_job *jobs; size_t n; const char *q; int64_t after; size_t limit;,
          tocsin_dead_list(a->db, &a->jobs, &a->n, a->q, a->after, a->limit))
 static VALUE db_dead_list(VALUE self, VALUE q, VALUE after, VALUE limit) {
-    struct deadl_a a = {0, DB(self), NULL, 0, cstr_or_null(q), I64(after), checked_size(limit, "limit")};
+    struct deadl_a a = {0, DB(self), NULL, 0, cstr_or_null(q), arg_i64(after, "after"), arg_count(limit, "limit")};
     NOGVL_DB(deadl, a, self);
     RB_GC_GUARD(q);
     CHECK(a.rc);
@@ -550,7 +614,7 @@ static VALUE db_dead_list(VALUE self, VALUE q, VALUE after, VALUE limit) {
 }
 DEF_CALL(requeue, tocsin_db *db; int ok; int64_t id;, tocsin_dead_requeue(a->db, &a->ok, a->id))
 static VALUE db_dead_requeue(VALUE self, VALUE id) {
-    struct requeue_a a = {0, DB(self), 0, I64(id)};
+    struct requeue_a a = {0, DB(self), 0, arg_i64(id, "job id")};
     NOGVL_DB(requeue, a, self);
     CHECK(a.rc);
     return a.ok ? Qtrue : Qfalse;
@@ -558,7 +622,7 @@ static VALUE db_dead_requeue(VALUE self, VALUE id) {
 DEF_CALL(purge, tocsin_db *db; int64_t n; const char *q; int64_t before;,
          tocsin_dead_purge(a->db, &a->n, a->q, a->before))
 static VALUE db_dead_purge(VALUE self, VALUE q, VALUE before) {
-    struct purge_a a = {0, DB(self), 0, cstr_or_null(q), OPT_I64(before, 0)};
+    struct purge_a a = {0, DB(self), 0, cstr_or_null(q), opt_i64(before, "before", 0)};
     NOGVL_DB(purge, a, self);
     RB_GC_GUARD(q);
     CHECK(a.rc);
@@ -620,7 +684,7 @@ DEF_CALL(sread, tocsin_db *db; tocsin_message *m; size_t n; const char *t; int64
          a->notify ? tocsin_notify_read(a->db, &a->m, &a->n, a->t, a->after, a->lim)
                    : tocsin_stream_read(a->db, &a->m, &a->n, a->t, a->after, a->lim))
 static VALUE read_msgs(VALUE self, VALUE name, VALUE after, VALUE limit, int notify) {
-    struct sread_a a = {0, DB(self), NULL, 0, cstr(name), I64(after), checked_size(limit, "limit"), notify};
+    struct sread_a a = {0, DB(self), NULL, 0, cstr(name), arg_i64(after, "after"), arg_count(limit, "limit"), notify};
     NOGVL_DB(sread, a, self);
     RB_GC_GUARD(name);
     CHECK(a.rc);
@@ -633,7 +697,7 @@ DEF_CALL(soff, tocsin_db *db; int64_t out; const char *c; const char *t; int64_t
          a->save ? tocsin_stream_save_offset(a->db, &a->out, a->c, a->t, a->off)
                  : tocsin_stream_offset(a->db, &a->out, a->c, a->t))
 static VALUE db_save_offset(VALUE self, VALUE c, VALUE t, VALUE off) {
-    struct soff_a a = {0, DB(self), 0, cstr(c), cstr(t), I64(off), 1};
+    struct soff_a a = {0, DB(self), 0, cstr(c), cstr(t), arg_int(off, "offset", 0, INT64_MAX, 0), 1};
     NOGVL_DB(soff, a, self);
     RB_GC_GUARD(c); RB_GC_GUARD(t);
     CHECK(a.rc);
@@ -649,8 +713,8 @@ static VALUE db_stream_offset(VALUE self, VALUE c, VALUE t) {
 DEF_CALL(trim, tocsin_db *db; int64_t n; const char *t; tocsin_trim_opts o;, tocsin_stream_trim(a->db, &a->n, a->t, &a->o))
 static VALUE db_stream_trim(VALUE self, VALUE t, VALUE age, VALUE count, VALUE below) {
     tocsin_trim_opts o = TOCSIN_TRIM_OPTS_INIT;
-    o.max_age_ms = OPT_I64(age, 0);
-    o.max_count = OPT_I64(count, 0);
+    o.max_age_ms = opt_i64(age, "max_age", 0);
+    o.max_count = opt_range(count, "max_count", 0, INT64_MAX, 0);
     o.below_consumers = RTEST(below);
     struct trim_a a = {0, DB(self), 0, cstr(t), o};
     NOGVL_DB(trim, a, self);
@@ -677,7 +741,8 @@ static VALUE db_notify_max_id(VALUE self) {
 }
 DEF_CALL(nprune, tocsin_db *db; int64_t n; int64_t age; int64_t keep;, tocsin_notify_prune(a->db, &a->n, a->age, a->keep))
 static VALUE db_notify_prune(VALUE self, VALUE age, VALUE keep) {
-    struct nprune_a a = {0, DB(self), 0, OPT_I64(age, 0), OPT_I64(keep, 0)};
+    struct nprune_a a = {0, DB(self), 0, opt_i64(age, "notifications_max_age", 0),
+                           opt_range(keep, "notifications_keep", 0, INT64_MAX, 0)};
     NOGVL_DB(nprune, a, self);
     CHECK(a.rc);
     return LL2NUM(a.n);
@@ -685,7 +750,8 @@ static VALUE db_notify_prune(VALUE self, VALUE age, VALUE keep) {
 DEF_CALL(ntrim, tocsin_db *db; int64_t age; int64_t keep; int64_t one_in;,
          tocsin_notify_set_autotrim(a->db, a->age, a->keep, a->one_in))
 static VALUE db_notify_autotrim(VALUE self, VALUE age, VALUE keep, VALUE one_in) {
-    struct ntrim_a a = {0, DB(self), OPT_I64(age, 0), OPT_I64(keep, 0), OPT_I64(one_in, 0)};
+    struct ntrim_a a = {0, DB(self), opt_i64(age, "max_age", 0), opt_range(keep, "max_keep", 0, INT64_MAX, 0),
+                          opt_range(one_in, "one_in", 0, INT64_MAX, 0)};
     NOGVL_DB(ntrim, a, self);
     CHECK(a.rc);
     return Qnil;
@@ -709,7 +775,7 @@ static VALUE result_to_ary(tocsin_result *r) {
 }
 DEF_CALL(rsave, tocsin_db *db; int64_t id; const char *v; int64_t ttl;, tocsin_result_save(a->db, a->id, a->v, a->ttl))
 static VALUE db_result_save(VALUE self, VALUE id, VALUE v, VALUE ttl) {
-    struct rsave_a a = {0, DB(self), I64(id), cstr(v), OPT_I64(ttl, 0)};
+    struct rsave_a a = {0, DB(self), arg_i64(id, "job id"), cstr(v), opt_i64(ttl, "ttl", 0)};
     NOGVL_DB(rsave, a, self);
     RB_GC_GUARD(v);
     CHECK(a.rc);
@@ -718,7 +784,7 @@ static VALUE db_result_save(VALUE self, VALUE id, VALUE v, VALUE ttl) {
 DEF_CALL(rerr, tocsin_db *db; int64_t id; const char *t; const char *m; int64_t ttl;,
          tocsin_result_save_error(a->db, a->id, a->t, a->m, a->ttl))
 static VALUE db_result_save_error(VALUE self, VALUE id, VALUE t, VALUE m, VALUE ttl) {
-    struct rerr_a a = {0, DB(self), I64(id), cstr(t), cstr_or_null(m), OPT_I64(ttl, 0)};
+    struct rerr_a a = {0, DB(self), arg_i64(id, "job id"), cstr(t), cstr_or_null(m), opt_i64(ttl, "ttl", 0)};
     NOGVL_DB(rerr, a, self);
     RB_GC_GUARD(t); RB_GC_GUARD(m);
     CHECK(a.rc);
@@ -727,20 +793,20 @@ static VALUE db_result_save_error(VALUE self, VALUE id, VALUE t, VALUE m, VALUE 
 DEF_CALL(rget, tocsin_db *db; tocsin_result *r; int64_t id; int check;,
          a->check ? tocsin_result_check(a->db, &a->r, a->id) : tocsin_result_get(a->db, &a->r, a->id))
 static VALUE db_result_get(VALUE self, VALUE id) {
-    struct rget_a a = {0, DB(self), NULL, I64(id), 0};
+    struct rget_a a = {0, DB(self), NULL, arg_i64(id, "job id"), 0};
     NOGVL_DB(rget, a, self);
     CHECK(a.rc);
     return result_to_ary(a.r);
 }
 static VALUE db_result_check(VALUE self, VALUE id) {
-    struct rget_a a = {0, DB(self), NULL, I64(id), 1};
+    struct rget_a a = {0, DB(self), NULL, arg_i64(id, "job id"), 1};
     NOGVL_DB(rget, a, self);
     CHECK(a.rc);
     return result_to_ary(a.r);
 }
 DEF_CALL(rdel, tocsin_db *db; int ok; int64_t id;, tocsin_result_delete(a->db, &a->ok, a->id))
 static VALUE db_result_delete(VALUE self, VALUE id) {
-    struct rdel_a a = {0, DB(self), 0, I64(id)};
+    struct rdel_a a = {0, DB(self), 0, arg_i64(id, "job id")};
     NOGVL_DB(rdel, a, self);
     CHECK(a.rc);
     return a.ok ? Qtrue : Qfalse;
@@ -762,7 +828,7 @@ static VALUE db_ratelimit_sweep(VALUE self) {
 DEF_CALL(complete, tocsin_db *db; int ok; int64_t id; int64_t tok; const char *v; int64_t ttl;,
          tocsin_job_complete(a->db, &a->ok, a->id, a->tok, a->v, a->ttl))
 static VALUE db_job_complete(VALUE self, VALUE id, VALUE tok, VALUE v, VALUE ttl) {
-    struct complete_a a = {0, DB(self), 0, I64(id), I64(tok), cstr(v), OPT_I64(ttl, 0)};
+    struct complete_a a = {0, DB(self), 0, arg_i64(id, "job id"), arg_i64(tok, "token"), cstr(v), opt_i64(ttl, "ttl", 0)};
     NOGVL_DB(complete, a, self);
     RB_GC_GUARD(v);
     CHECK(a.rc);
@@ -771,7 +837,8 @@ static VALUE db_job_complete(VALUE self, VALUE id, VALUE tok, VALUE v, VALUE ttl
 DEF_CALL(failtask, tocsin_db *db; int ok; int64_t id; int64_t tok; const char *t; const char *m; int64_t ttl;,
          tocsin_job_fail_task(a->db, &a->ok, a->id, a->tok, a->t, a->m, a->ttl))
 static VALUE db_job_fail_task(VALUE self, VALUE id, VALUE tok, VALUE t, VALUE m, VALUE ttl) {
-    struct failtask_a a = {0, DB(self), 0, I64(id), I64(tok), cstr(t), cstr_or_null(m), OPT_I64(ttl, 0)};
+    struct failtask_a a = {0, DB(self), 0, arg_i64(id, "job id"), arg_i64(tok, "token"), cstr(t), cstr_or_null(m),
+                             opt_i64(ttl, "ttl", 0)};
     NOGVL_DB(failtask, a, self);
     RB_GC_GUARD(t); RB_GC_GUARD(m);
     CHECK(a.rc);
@@ -783,7 +850,7 @@ static VALUE db_job_fail_task(VALUE self, VALUE id, VALUE tok, VALUE t, VALUE m,
 DEF_CALL(lacq, tocsin_db *db; int64_t tok; int64_t until; const char *n; const char *o; int64_t ttl;,
          tocsin_lock_acquire(a->db, &a->tok, &a->until, a->n, a->o, a->ttl))
 static VALUE db_lock_acquire(VALUE self, VALUE name, VALUE owner, VALUE ttl) {
-    struct lacq_a a = {0, DB(self), 0, 0, cstr(name), cstr(owner), I64(ttl)};
+    struct lacq_a a = {0, DB(self), 0, 0, cstr(name), cstr(owner), arg_i64(ttl, "ttl")};
     NOGVL_DB(lacq, a, self);
     RB_GC_GUARD(name); RB_GC_GUARD(owner);
     CHECK(a.rc);
@@ -793,14 +860,14 @@ DEF_CALL(lren, tocsin_db *db; int ok; const char *n; const char *o; int64_t tok;
          a->rel ? tocsin_lock_release(a->db, &a->ok, a->n, a->o, a->tok)
                 : tocsin_lock_renew(a->db, &a->ok, a->n, a->o, a->tok, a->ttl))
 static VALUE db_lock_renew(VALUE self, VALUE name, VALUE owner, VALUE tok, VALUE ttl) {
-    struct lren_a a = {0, DB(self), 0, cstr(name), cstr(owner), I64(tok), I64(ttl), 0};
+    struct lren_a a = {0, DB(self), 0, cstr(name), cstr(owner), arg_i64(tok, "token"), arg_i64(ttl, "ttl"), 0};
     NOGVL_DB(lren, a, self);
     RB_GC_GUARD(name); RB_GC_GUARD(owner);
     CHECK(a.rc);
     return a.ok ? Qtrue : Qfalse;
 }
 static VALUE db_lock_release(VALUE self, VALUE name, VALUE owner, VALUE tok) {
-    struct lren_a a = {0, DB(self), 0, cstr(name), cstr(owner), I64(tok), 0, 1};
+    struct lren_a a = {0, DB(self), 0, cstr(name), cstr(owner), arg_i64(tok, "token"), 0, 1};
     NOGVL_DB(lren, a, self);
     RB_GC_GUARD(name); RB_GC_GUARD(owner);
     CHECK(a.rc);
@@ -820,7 +887,7 @@ static VALUE db_lock_holder(VALUE self, VALUE name) {
 DEF_CALL(rl, tocsin_db *db; int allowed; int64_t retry; int64_t rem; const char *n; int64_t lim; int64_t per;,
          tocsin_ratelimit_try(a->db, &a->allowed, &a->retry, &a->rem, a->n, a->lim, a->per))
 static VALUE db_ratelimit_try(VALUE self, VALUE name, VALUE lim, VALUE per) {
-    struct rl_a a = {0, DB(self), 0, 0, 0, cstr(name), I64(lim), I64(per)};
+    struct rl_a a = {0, DB(self), 0, 0, 0, cstr(name), arg_i64(lim, "limit"), arg_i64(per, "per")};
     NOGVL_DB(rl, a, self);
     RB_GC_GUARD(name);
     CHECK(a.rc);
@@ -847,15 +914,14 @@ static void fill_schedule_opts(tocsin_schedule_opts *o, VALUE h, VALUE keep) {
 #define SOPT(key, flag, stmt) \
     if (RTEST(rb_funcall(h, rb_intern("key?"), 1, ID2SYM(rb_intern(key))))) { \
         v = rb_hash_aref(h, ID2SYM(rb_intern(key))); o->fields |= flag; stmt; }
-    SOPT("priority", TOCSIN_SCHEDULE_PRIORITY, o->priority = OPT_I64(v, 0))
-    SOPT("max_attempts", TOCSIN_SCHEDULE_MAX_ATTEMPTS, {
-        long long m = NIL_P(v) ? 0 : NUM2LL(v);
-        o->max_attempts = (m < 0 || m > TOCSIN_MAX_ATTEMPTS) ? -1 : (int)m; })
-    SOPT("job_expires_ms", TOCSIN_SCHEDULE_JOB_EXPIRES, o->job_expires_ms = OPT_I64(v, 0))
-    SOPT("catch_up", TOCSIN_SCHEDULE_CATCH_UP, o->catch_up = NIL_P(v) ? 0 : NUM2INT(v))
-    SOPT("max_catch_up", TOCSIN_SCHEDULE_MAX_CATCH_UP, {
-        long long m = NIL_P(v) ? 0 : NUM2LL(v);
-        o->max_catch_up = (m < 0 || m > TOCSIN_MAX_CATCH_UP) ? -1 : (int)m; })
+    /* the ints bounded here with the core's numbers (0: the default) */
+    SOPT("priority", TOCSIN_SCHEDULE_PRIORITY, o->priority = opt_i64(v, "priority", 0))
+    SOPT("max_attempts", TOCSIN_SCHEDULE_MAX_ATTEMPTS,
+         o->max_attempts = (int)opt_range(v, "max_attempts", 0, TOCSIN_MAX_ATTEMPTS, 0))
+    SOPT("job_expires_ms", TOCSIN_SCHEDULE_JOB_EXPIRES, o->job_expires_ms = opt_i64(v, "job_expires", 0))
+    SOPT("catch_up", TOCSIN_SCHEDULE_CATCH_UP, o->catch_up = NIL_P(v) ? 0 : arg_cint(v, "catch_up"))
+    SOPT("max_catch_up", TOCSIN_SCHEDULE_MAX_CATCH_UP,
+         o->max_catch_up = (int)opt_range(v, "max_catch_up", 0, TOCSIN_MAX_CATCH_UP, 0))
     SOPT("local_time", TOCSIN_SCHEDULE_LOCAL_TIME, o->local_time = RTEST(v))
     SOPT("meta", TOCSIN_SCHEDULE_META, { rb_ary_push(keep, v); o->meta = cstr_or_null(v); })
 #undef SOPT
@@ -959,7 +1025,7 @@ DEF_CALL(slead, tocsin_db *db; int lead; int64_t tok; const char *o; int64_t ttl
          a->resign ? tocsin_scheduler_resign(a->db, &a->lead, a->o)
                    : tocsin_scheduler_lead(a->db, &a->lead, &a->tok, a->o, a->ttl))
 static VALUE db_scheduler_lead(VALUE self, VALUE owner, VALUE ttl) {
-    struct slead_a a = {0, DB(self), 0, 0, cstr(owner), I64(ttl), 0};
+    struct slead_a a = {0, DB(self), 0, 0, cstr(owner), arg_i64(ttl, "ttl"), 0};
     NOGVL_DB(slead, a, self);
     RB_GC_GUARD(owner);
     CHECK(a.rc);
@@ -980,7 +1046,7 @@ static VALUE m_cron_next(VALUE mod, VALUE expr, VALUE after, VALUE local) {
     if (rc != TOCSIN_OK && err[0]) rb_raise(error_class(rc), "cron: %s", err); /* the parser's own words */
     if (rc != TOCSIN_OK) raise_rc(rc);
     int64_t next = -1;
-    rc = tocsin_cron_next(&next, c, I64(after), RTEST(local));
+    rc = tocsin_cron_next(&next, c, arg_i64(after, "after"), RTEST(local));
     tocsin_cron_free(c);
     if (rc == TOCSIN_NOTFOUND) return Qnil;
     CHECK(rc);
@@ -995,8 +1061,8 @@ static void fill_call(tocsin_task_call *c, VALUE task, VALUE args, VALUE kwargs,
     c->task = cstr(task);
     c->args = cstr_or_null(args);
     c->kwargs = cstr_or_null(kwargs);
-    c->result_ttl_ms = OPT_I64(ttl, 0);
-    c->timeout_ms = OPT_I64(timeout, 0);
+    c->result_ttl_ms = opt_i64(ttl, "result_ttl", 0);
+    c->timeout_ms = opt_i64(timeout, "timeout", 0);
 }
 DEF_CALL(tenv, tocsin_db *db; char *json; tocsin_task_call c;, tocsin_task_envelope(a->db, &a->json, &a->c))
 static VALUE db_task_envelope(VALUE self, VALUE task, VALUE args, VALUE kwargs, VALUE ttl, VALUE timeout) {
@@ -1094,7 +1160,7 @@ static int run_wait(wait_fn fn, void *ctx, int timeout_ms, poke_fn poke, void *h
 }
 static int clamp_timeout(VALUE t) {
     if (NIL_P(t)) return -1;
-    long long v = NUM2LL(t);
+    int64_t v = arg_i64(t, "timeout");
     if (v < 0) return -1;
     return v > INT32_MAX ? INT32_MAX : (int)v;
 }
@@ -1170,7 +1236,7 @@ static int qwait_fn(void *p, int t) {
 static VALUE db_queue_wait(VALUE self, VALUE queues, VALUE deadline, VALUE subv) {
     VALUE keep;
     rsub *s = get_rsub(subv);
-    struct qwait_ctx c = {DB(self), NULL, 0, OPT_I64(deadline, -1), s->sub};
+    struct qwait_ctx c = {DB(self), NULL, 0, opt_i64(deadline, "deadline", -1), s->sub};
     c.qs = names_of(queues, &keep, &c.n);
     int rc = run_wait(qwait_fn, &c, -1, sub_poke_fn, s->sub, &s->flags, get_rdb(self));
     RB_GC_GUARD(keep); RB_GC_GUARD(queues);
@@ -1186,7 +1252,7 @@ static int rwait_fn(void *p, int t) {
 /* result_wait(job_id, deadline_ms|nil, sub) -> result array, or nil at the deadline */
 static VALUE db_result_wait(VALUE self, VALUE id, VALUE deadline, VALUE subv) {
     rsub *s = get_rsub(subv);
-    struct rwait_ctx c = {DB(self), NULL, I64(id), OPT_I64(deadline, -1), s->sub};
+    struct rwait_ctx c = {DB(self), NULL, arg_i64(id, "job id"), opt_i64(deadline, "deadline", -1), s->sub};
     int rc = run_wait(rwait_fn, &c, -1, sub_poke_fn, s->sub, &s->flags, get_rdb(self));
     if (rc == TOCSIN_TIMEOUT) return Qnil;
     CHECK(rc);
@@ -1200,7 +1266,8 @@ static int lwait_fn(void *p, int t) {
 /* lock_wait(name, owner, ttl_ms, deadline_ms|nil, sub) -> [token, until] or nil at the deadline */
 static VALUE db_lock_wait(VALUE self, VALUE name, VALUE owner, VALUE ttl, VALUE deadline, VALUE subv) {
     rsub *s = get_rsub(subv);
-    struct lwait_ctx c = {DB(self), 0, 0, cstr(name), cstr(owner), I64(ttl), OPT_I64(deadline, -1), s->sub};
+    struct lwait_ctx c = {DB(self), 0, 0, cstr(name), cstr(owner), arg_i64(ttl, "ttl"),
+                          opt_i64(deadline, "deadline", -1), s->sub};
     int rc = run_wait(lwait_fn, &c, -1, sub_poke_fn, s->sub, &s->flags, get_rdb(self));
     RB_GC_GUARD(name); RB_GC_GUARD(owner);
     if (rc == TOCSIN_TIMEOUT) return Qnil;
@@ -1225,7 +1292,7 @@ DEF_CALL(lopen, tocsin_listener *l; tocsin_db *db; const char *c; size_t buf;, t
 static VALUE lis_s_open(VALUE klass, VALUE db, VALUE ch, VALUE buf) {
     rlis *l;
     VALUE obj = TypedData_Make_Struct(klass, rlis, &rlis_type, l);
-    struct lopen_a a = {0, NULL, DB(db), cstr(ch), checked_size(buf, "buffer_size")};
+    struct lopen_a a = {0, NULL, DB(db), cstr(ch), arg_count(buf, "buffer_size")};
     NOGVL_DB(lopen, a, db);
     RB_GC_GUARD(ch);
     CHECK(a.rc);
@@ -1295,10 +1362,10 @@ static VALUE ss_s_open(VALUE klass, VALUE db, VALUE topic, VALUE consumer, VALUE
     s->db = db;
     struct ssopen_a a = {0};
     tocsin_stream_sub_opts o = TOCSIN_STREAM_SUB_OPTS_INIT;
-    o.from_offset = OPT_I64(from, -1);
-    o.batch = NIL_P(batch) ? 0 : checked_size(batch, "batch");
-    o.autosave_every = OPT_I64(every, 0);
-    o.autosave_ms = OPT_I64(ms, 0);
+    o.from_offset = opt_range(from, "from_offset", -1, INT64_MAX, -1);
+    o.batch = NIL_P(batch) ? 0 : arg_count(batch, "batch");
+    o.autosave_every = opt_range(every, "autosave_every", 0, INT64_MAX, 0);
+    o.autosave_ms = opt_i64(ms, "autosave", 0);
     o.save_on_close = RTEST(save_on_close); /* the core saves at tocsin_stream_sub_close */
     a.db = DB(db);
     a.t = cstr(topic);
@@ -1344,7 +1411,7 @@ static VALUE ss_save(VALUE self) {
 /* an iteration stopped mid-batch: the position goes back to the last event handed on */
 static VALUE ss_rewind(VALUE self, VALUE offset) {
     rss *s = get_rss(self);
-    int rc = tocsin_stream_sub_rewind(s->s, NUM2LL(offset));
+    int rc = tocsin_stream_sub_rewind(s->s, arg_i64(offset, "offset"));
     CHECK(rc);
     return Qnil;
 }
@@ -1459,10 +1526,10 @@ static VALUE wk_s_open(VALUE klass, VALUE db, VALUE id, VALUE queues, VALUE conc
     tocsin_worker_opts o = TOCSIN_WORKER_OPTS_INIT;
     o.worker_id = cstr_or_null(id);
     o.queues = names_of(queues, &keep, &o.n_queues);
-    o.concurrency = NIL_P(conc) ? 0 : NUM2INT(conc);
-    o.visibility_ms = OPT_I64(vis, 0);
+    o.concurrency = (int)opt_range(conc, "concurrency", 1, TOCSIN_MAX_BATCH, 0);
+    o.visibility_ms = opt_i64(vis, "visibility", 0);
     o.scheduler = RTEST(sched);
-    o.scheduler_ttl_ms = OPT_I64(sttl, 0);
+    o.scheduler_ttl_ms = opt_i64(sttl, "scheduler_ttl", 0);
     a.db = DB(db);
     a.o = o;
     NOGVL_DB(wopen, a, db);
@@ -1476,10 +1543,10 @@ static VALUE wk_s_open(VALUE klass, VALUE db, VALUE id, VALUE queues, VALUE conc
 /* register(task, backoff_base_ms, backoff_cap_ms, timeout_ms, result_ttl_ms) */
 static VALUE wk_register(VALUE self, VALUE task, VALUE base, VALUE cap, VALUE timeout, VALUE ttl) {
     tocsin_task_opts o = TOCSIN_TASK_OPTS_INIT;
-    o.backoff_base_ms = OPT_I64(base, 0);
-    o.backoff_cap_ms = OPT_I64(cap, 0);
-    o.timeout_ms = OPT_I64(timeout, 0);
-    o.result_ttl_ms = OPT_I64(ttl, 0);
+    o.backoff_base_ms = opt_i64(base, "backoff", 0);
+    o.backoff_cap_ms = opt_i64(cap, "backoff_cap", 0);
+    o.timeout_ms = opt_i64(timeout, "timeout", 0);
+    o.result_ttl_ms = opt_i64(ttl, "result_ttl", 0);
     CHECK(tocsin_worker_register(get_rwk(self)->w, cstr(task), &o));
     return Qnil;
 }
@@ -1570,12 +1637,12 @@ static VALUE wk_finish(int argc, VALUE *argv, VALUE self) {
     a.tx = NIL_P(argv[1]) ? NULL : DB(argv[1]);
     a.run = rr->run;
     tocsin_outcome o = TOCSIN_OUTCOME_INIT;
-    o.kind = NUM2INT(argv[2]);
+    o.kind = arg_cint(argv[2], "outcome kind");
     o.value = cstr_or_null(argv[3]);
     o.error_type = cstr_or_null(argv[4]);
     o.error_message = cstr_or_null(argv[5]);
     o.error_trace = cstr_or_null(argv[6]);
-    o.delay_ms = OPT_I64(argv[7], -1);
+    o.delay_ms = opt_i64(argv[7], "delay", -1);
     a.o = o;
     /* without tx, finishing only records the outcome for the next step (no
      * database work, no wait for a step): it keeps the GVL, as #take does */
@@ -1635,9 +1702,10 @@ static VALUE wk_closed_p(VALUE self) {
 static VALUE m_version(VALUE mod) { return rb_str_new_cstr(tocsin_version()); }
 static VALUE m_sqlite_version(VALUE mod) { return rb_str_new_cstr(tocsin_sqlite_version()); }
 static VALUE m_backoff_ms(VALUE mod, VALUE base, VALUE cap, VALUE att) {
-    return LL2NUM(tocsin_backoff_ms(I64(base), I64(cap), NUM2INT(att)));
+    return LL2NUM(tocsin_backoff_ms(arg_i64(base, "base_ms"), arg_i64(cap, "cap_ms"),
+                                     (int)arg_int(att, "attempts", 0, INT_MAX, 0)));
 }
-static VALUE m_errstr(VALUE mod, VALUE rc) { return rb_str_new_cstr(tocsin_errstr(NUM2INT(rc))); }
+static VALUE m_errstr(VALUE mod, VALUE rc) { return rb_str_new_cstr(tocsin_errstr(arg_cint(rc, "code"))); }
 static VALUE m_owner_id(VALUE mod) {
     char id[TOCSIN_OWNER_ID_SIZE];
     tocsin_owner_id(id, sizeof id);
@@ -1665,6 +1733,8 @@ RUBY_FUNC_EXPORTED void Init_tocsin_native(void) {
         rb_define_const(eByCode[names[i].rc], "CODE", INT2NUM(names[i].rc));
     }
     rb_define_const(mNative, "MAX_TIME_MS", LL2NUM(TOCSIN_MAX_TIME_MS));
+    rb_define_const(mNative, "MAX_ATTEMPTS", INT2NUM(TOCSIN_MAX_ATTEMPTS));
+    rb_define_const(mNative, "MAX_BATCH", INT2NUM(TOCSIN_MAX_BATCH));
     rb_define_const(mNative, "BACKOFF_BASE_MS", LL2NUM(TOCSIN_BACKOFF_BASE_MS));
     rb_define_const(mNative, "BACKOFF_CAP_MS", LL2NUM(TOCSIN_BACKOFF_CAP_MS));
     rb_define_const(mNative, "DEFAULT_RESULT_TTL_MS", LL2NUM(TOCSIN_DEFAULT_RESULT_TTL_MS));

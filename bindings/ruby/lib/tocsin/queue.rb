@@ -102,7 +102,12 @@ module Tocsin
 
     # Acks [Job or [id, token]] in one transaction; returns how many held.
     def ack_batch(jobs, tx: nil)
-      pairs = jobs.map { |j| j.is_a?(Job) ? [j.id, j.token] : j }
+      pairs = jobs.each_with_index.map do |j, i|
+        next [j.id, j.token] if j.is_a?(Job)
+        next j if j.is_a?(Array) && j.size == 2
+
+        raise InvalidArgument, "ack_batch entry #{i} must be a Job or an [id, token] pair, not #{j.class}"
+      end
       @db.handle(tx).ack_batch(pairs.map(&:first), pairs.map(&:last))
     end
 

@@ -55,6 +55,10 @@ module Tocsin
       @name = Util.name!(name, "task name")
       @callable = callable
       @queue = queue.to_s
+      unless retries.is_a?(Integer) && retries.between?(0, Native::MAX_ATTEMPTS - 1)
+        raise InvalidArgument, "retries must be an Integer between 0 and #{Native::MAX_ATTEMPTS - 1}, not #{retries.inspect}"
+      end
+
       @retries = retries
       @backoff_ms = Util.ms(backoff, "backoff")
       @timeout_ms = Util.ms(timeout, "timeout")

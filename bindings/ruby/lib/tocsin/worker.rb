@@ -86,7 +86,9 @@ module Tocsin
       @periodic = periodic
       @queues = (queues || tasks.values.map(&:queue).uniq).map(&:to_s)
       raise InvalidArgument, "give at least one queue (or register tasks)" if @queues.empty?
-      raise InvalidArgument, "concurrency must be an Integer >= 1" unless concurrency.is_a?(Integer) && concurrency >= 1
+      unless concurrency.is_a?(Integer) && concurrency.between?(1, Native::MAX_BATCH)
+        raise InvalidArgument, "concurrency must be an Integer between 1 and #{Native::MAX_BATCH}, not #{concurrency.inspect}"
+      end
 
       @concurrency = concurrency
       @worker_id = worker_id || Util.default_owner
