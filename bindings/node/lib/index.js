@@ -42,6 +42,9 @@ function metaJson(meta) {
 function ms(v, what) {
   if (v === undefined || v === null) return undefined;
   if (typeof v !== 'number' || !Number.isInteger(v)) throw invalid(`${what} must be an integer number of milliseconds`);
+  // no duration is negative (the core reads some negative values as "none" or "the
+  // backoff": those are spelled by leaving the option out)
+  if (v < 0) throw invalid(`${what} must be >= 0 ms, not ${v}`);
   return v;
 }
 

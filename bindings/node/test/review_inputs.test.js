@@ -52,6 +52,21 @@ describe('bad inputs', () => {
     assert.equal((await q.stats()).pending + (await q.stats()).scheduled, 0, 'nothing was written');
   });
 
+  test('a negative duration is refused, not read as the core\'s "none" or "backoff"', async () => {
+    const q = db.queue('q-negative');
+    await q.enqueue(1, { maxAttempts: 3 });
+    const job = await q.claim('w');
+    await assert.rejects(job.retry({ delay: -5 }), invalid(/delay must be >= 0 ms, not -5/));
+    await assert.rejects(job.complete(1, { ttl: -1 }), invalid(/ttl must be >= 0 ms/));
+    await assert.rejects(db.saveResult(job.id, 1, { ttl: -1 }), invalid(/ttl must be >= 0 ms/));
+    await assert.rejects(job.heartbeat({ extend: -1 }), invalid(/extend must be >= 0 ms/));
+    await assert.rejects(q.enqueue(1, { delay: -1 }), invalid(/delay must be >= 0 ms/));
+    const got = await q.get(job.id);
+    assert.equal(got.state, 'processing', 'the refused retry wrote nothing');
+    assert.equal(await db.result(job.id), null, 'no result was saved');
+    assert.equal((await q.stats()).pending, 0);
+  });
+
   test('ackBatch refuses an id that is not an exact integer (1.5 does not ack job 1)', async () => {
     const q = db.queue('q-ackbatch');
     await q.enqueue(1);
