@@ -252,11 +252,36 @@ class TestReview < Minitest::Test
     other = File.join(@dir, "other.db")
     e = assert_refused(/busy_timeout/) { Tocsin.open(other, busy_timeout: 30 * 86_400) }
     assert_equal "busy_timeout must be between 0 and 2147483.647 seconds, not 2592000 seconds", e.message
-    assert_refused(/busy_timeout must be between 0 and 2147483.647 seconds, not -0.5 seconds/) do
+    assert_refused(/busy_timeout must be >= 0 seconds, not -0.5/) do
       Tocsin.open(other, busy_timeout: -0.5)
     end
     assert_refused(/busy_timeout/) { Tocsin.open(other, busy_timeout: "5") }
     refute File.exist?(other)
     Tocsin.open(other, busy_timeout: 2_147_483.647) { |d| assert_equal 0, d.queue("q").stats["pending"] }
+  end
+
+  # A negative duration reached the core, which reads some negative values as
+  # "none" or "the backoff": retry(delay: -5) retried with the backoff,
+  # save_result(ttl: -1) kept the result forever, wait(timeout: -1) waited
+  # without bound. Each is refused, naming the argument, and writes nothing.
+  def test_negative_durations_are_refused
+    q = db.queue("q")
+    q.enqueue("a", max_attempts: 3)
+    job = q.claim("w")
+    assert_refused(/delay must be >= 0 seconds, not -5/) { q.retry(job, delay: -5) }
+    assert_refused(/delay must be >= 0 seconds/) { job.hand_back(delay: -1) }
+    assert_refused(/extend must be >= 0 seconds/) { q.heartbeat(job, extend: -1) }
+    assert_refused(/ttl must be >= 0 seconds/) { db.save_result(job.id, "v", ttl: -1) }
+    assert_refused(/delay must be >= 0 seconds/) { q.enqueue("b", delay: -0.001) }
+    assert_refused(/timeout must be >= 0 seconds/) { q.wait(timeout: -1) }
+    assert_refused(/shutdown_timeout must be a number of seconds, not String/) do
+      Tocsin::Worker.new(db, queues: ["q"], shutdown_timeout: "5")
+    end
+    assert_refused(/shutdown_timeout must be >= 0 seconds/) { Tocsin::Worker.new(db, queues: ["q"], shutdown_timeout: -1) }
+    assert_refused(/publish_many: 1 keys for 2 payloads/) { db.stream("s").publish_many([1, 2], keys: ["a"]) }
+    assert_empty db.stream("s").read
+    assert_equal "processing", q.get(job.id).state
+    assert_nil db.result(job.id)
+    assert_equal 0, q.stats["pending"] + q.stats["scheduled"]
   end
 end

@@ -666,7 +666,7 @@ static VALUE db_publish_many(VALUE self, VALUE topic, VALUE payloads, VALUE keys
     a.ps = names_of(payloads, &k1, &a.n);
     if (!NIL_P(keys)) {
         Check_Type(keys, T_ARRAY);
-        if ((size_t)RARRAY_LEN(keys) != a.n) rb_raise(rb_eArgError, "keys and payloads differ in length");
+        if ((size_t)RARRAY_LEN(keys) != a.n) rb_raise(eByCode[TOCSIN_INVALID], "publish_many: %ld keys for %zu payloads (give one key per payload, or none)", RARRAY_LEN(keys), a.n);
         k2 = rb_str_new(NULL, (long)sizeof(char *) * (a.n ? a.n : 1));
         a.ks = (const char **)RSTRING_PTR(k2);
         for (size_t i = 0; i < a.n; i++) a.ks[i] = cstr_or_null(rb_ary_entry(keys, (long)i));

@@ -22,6 +22,9 @@ module Tocsin
         raise InvalidArgument, "#{what} must be a number of seconds, not #{seconds.class}"
       end
       raise InvalidArgument, "#{what} must be a finite number of seconds, not #{seconds}" if seconds.to_f.nan? || seconds.to_f.infinite?
+      # no duration is negative: the core reads some negative values as "none" or
+      # "the backoff", which a caller spells by leaving the option out
+      raise InvalidArgument, "#{what} must be >= 0 seconds, not #{seconds}" if seconds.negative?
 
       v = (seconds * 1000).round
       raise InvalidArgument, "#{what} is out of range: #{seconds} seconds" unless INT64.cover?(v)

@@ -95,7 +95,10 @@ module Tocsin
       @visibility_ms = Util.ms(visibility, "visibility")
       @scheduler = scheduler
       @scheduler_ttl_ms = Util.ms(scheduler_ttl, "scheduler_ttl")
-      @shutdown_timeout = shutdown_timeout
+      shutdown_ms = Util.ms(shutdown_timeout, "shutdown_timeout")
+      raise InvalidArgument, "shutdown_timeout must be a number of seconds, not nil" if shutdown_ms.nil?
+
+      @shutdown_timeout = shutdown_ms / 1000.0
       @done = ::Queue.new
       @work = ::Queue.new
       @running = {} # job_id => Thread
@@ -113,9 +116,9 @@ module Tocsin
     # running handlers finish for shutdown_timeout seconds, then closes (the core
     # hands back whatever still runs: pending again, no attempt consumed).
     def run(trap_signals: false)
-      old = trap_signals ? install_traps : {}
       @loop_thread = Thread.current
-      open_native
+      open_native # (a failed open leaves the process's signal handlers as they were)
+      old = trap_signals ? install_traps : {}
       @db.worker_started(self)
       threads = Array.new(@concurrency) { |i| Thread.new { pool_loop(i) } }
       begin
