@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 )
 
@@ -21,6 +22,15 @@ type Querier interface {
 // with mattn/go-sqlite3 that means building with -tags libsqlite3. Each call also
 // selects tocsin_go_probe(), which answers only on a connection of tocsin's own SQLite,
 // so a driver on a second copy fails with ErrSQLiteCopy instead of writing.
+//
+// A refused call is an *Error whose Code follows the SQLite result code of the driver's
+// error (docs/sql.md, "Errors"): SQLITE_MISMATCH and SQLITE_RANGE give ErrInvalid,
+// SQLITE_TOOBIG ErrTooBig, SQLITE_BUSY ErrBusy, SQLITE_READONLY ErrReadOnly,
+// SQLITE_CORRUPT ErrCorrupt, SQLITE_NOMEM ErrNoMem, SQLITE_FULL ErrFull, and any other
+// code (SQLITE_ERROR: the other invalid arguments, or an SQLite failure) ErrFailed; a
+// context that ended gives ErrInterrupted or ErrTimeout. SQLiteCode holds the code (0 if
+// the driver's error carries none); the driver's error stays reachable with errors.As,
+// and the context's error and sql.ErrTxDone match errors.Is.
 func queryTocsin(ctx context.Context, q Querier, op, expr string, args ...any) (int64, error) {
 	var probe, v int64
 	err := q.QueryRowContext(ctx, "SELECT tocsin_go_probe(), "+expr, args...).Scan(&probe, &v)
@@ -31,20 +41,59 @@ func queryTocsin(ctx context.Context, q Querier, op, expr string, args ...any) (
 				"(mattn/go-sqlite3 needs -tags libsqlite3, and the connection must be opened after "+
 				"this package was imported)", ErrSQLiteCopy)
 		}
-		// the driver's error stays reachable (errors.As gives its SQLite code; a context
-		// that ended or sql.ErrTxDone match errors.Is)
-		code := ErrFailed
+		sc := driverCode(err)
+		code := sqlCodes[sc&0xff]
 		if errors.Is(err, context.Canceled) {
 			code = ErrInterrupted
 		} else if errors.Is(err, context.DeadlineExceeded) {
 			code = ErrTimeout
+		} else if code == 0 {
+			code = ErrFailed
 		}
-		return 0, &Error{Code: code, Op: op, Message: msg, cause: err}
+		return 0, &Error{Code: code, SQLiteCode: sc, Op: op, Message: msg, cause: err}
 	}
 	if probe != probeValue() {
 		return 0, fmt.Errorf("%w: the database/sql connection runs on another copy of SQLite", ErrSQLiteCopy)
 	}
 	return v, nil
+}
+
+// sqlCodes maps the primary SQLite result codes the SQL functions fail with to tocsin
+// codes; any other is ErrFailed.
+var sqlCodes = map[int]Code{
+	20: ErrInvalid,  // SQLITE_MISMATCH
+	25: ErrInvalid,  // SQLITE_RANGE
+	18: ErrTooBig,   // SQLITE_TOOBIG
+	5:  ErrBusy,     // SQLITE_BUSY
+	8:  ErrReadOnly, // SQLITE_READONLY
+	11: ErrCorrupt,  // SQLITE_CORRUPT
+	7:  ErrNoMem,    // SQLITE_NOMEM
+	13: ErrFull,     // SQLITE_FULL
+}
+
+// driverCode is the SQLite result code of a database/sql driver's error, found without
+// importing a driver: the first error of the Unwrap chain with a Code() int method
+// (modernc.org/sqlite) or an integer field ExtendedCode or Code (mattn/go-sqlite3's
+// sqlite3.Error); 0 if none has one.
+func driverCode(err error) int {
+	for err != nil {
+		if c, ok := err.(interface{ Code() int }); ok {
+			return c.Code()
+		}
+		v := reflect.ValueOf(err)
+		if v.Kind() == reflect.Pointer && !v.IsNil() {
+			v = v.Elem()
+		}
+		if v.Kind() == reflect.Struct {
+			for _, name := range [...]string{"ExtendedCode", "Code"} {
+				if f := v.FieldByName(name); f.IsValid() && f.CanInt() && f.Int() != 0 {
+					return int(f.Int())
+				}
+			}
+		}
+		err = errors.Unwrap(err)
+	}
+	return 0
 }
 
 // sqlOptions is EnqueueOptions as the JSON options object of tocsin_enqueue.

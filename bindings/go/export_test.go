@@ -1,0 +1,4 @@
+package tocsin
+
+// DriverCode exposes driverCode to the tests of package tocsin_test.
+var DriverCode = driverCode
