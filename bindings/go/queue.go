@@ -539,7 +539,7 @@ func (c *conn) deadList(ctx context.Context, queue *C.char, afterID int64, limit
 	return jobsFrom(jobs, n), nil
 }
 
-// Requeue moves dead job id back to pending (attempts reset); ErrNotFound if it is not dead.
+// Requeue moves dead job id back to pending (same id, MaxAttempts more attempts; the attempt count goes on, so tokens never repeat); ErrNotFound if it is not dead.
 func (c *conn) Requeue(ctx context.Context, id int64) error {
 	var ok C.int
 	if err := c.do(ctx, "dead_requeue", func(p *C.tocsin_db) C.int { return C.tocsin_dead_requeue(p, &ok, C.int64_t(id)) }); err != nil {

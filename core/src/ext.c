@@ -73,6 +73,11 @@ static int fail(fn_ctx *f, int rc) {
     case TOCSIN_NOMEM: return fail_nomem(f);
     case TOCSIN_CORRUPT: code = SQLITE_CORRUPT; break;
     case TOCSIN_READONLY: code = SQLITE_READONLY; break;
+    case TOCSIN_FULL: code = SQLITE_FULL; break;
+    case TOCSIN_IOERR: code = SQLITE_IOERR; break;
+    case TOCSIN_INTERRUPTED: code = SQLITE_INTERRUPT; break;
+    case TOCSIN_PERM: code = SQLITE_PERM; break;
+    case TOCSIN_CANTOPEN: code = SQLITE_CANTOPEN; break;
     default: break;
     }
     return fail_msg(f, code, "%s", tocsin_errmsg(f->db));
@@ -350,6 +355,14 @@ static int opts_member(void *ctx, const char *k, size_t kn, const char *v, size_
     return 0;
 }
 
+/* A wrapper (options, jobs) refused for the nesting of a value inside it,
+ * which the value itself would get as an argument (SQLITE_ERROR). */
+static int fail_too_deep(fn_ctx *f, const char *what) {
+    return fail_msg(f, SQLITE_ERROR,
+                    "%s: a value in it nests arrays and objects more than 1000 deep (tocsin's limit)",
+                    what);
+}
+
 /*
  * Reads the options object json[0..n) into `out` (zeroed by the caller; free
  * it with free_opts, also after a failure) by key name against `specs`
@@ -362,9 +375,10 @@ static int parse_opts(fn_ctx *f, const char *what, const char *json, size_t n,
                       const opt_spec *specs, void *out) {
     opts_walk w;
     char top = 0;
+    int valid;
     if (!json) return 1;
-    if (!tc_json_valid(json, n, &top))
-        return fail_msg(f, SQLITE_MISMATCH, "%s must be a JSON object (not valid JSON)", what);
+    if ((valid = tc_json_wrapper_valid(json, n, &top, 1)) < 0) return fail_too_deep(f, what);
+    if (!valid) return fail_msg(f, SQLITE_MISMATCH, "%s must be a JSON object (not valid JSON)", what);
     if (top != '{') return fail_msg(f, SQLITE_MISMATCH, "%s must be a JSON object", what);
     w.f = f;
     w.what = what;
@@ -646,11 +660,12 @@ static int fn_enqueue_many(fn_ctx *f, int argc, sqlite3_value **argv) {
     int64_t *ids = NULL;
     jobs_walk w = {0};
     tc_buf b = {0};
-    int rc, ok = 0;
+    int rc, ok = 0, valid;
     UNUSED_ARGS;
     if (!arg_text(f, argv, 0, "jobs", &jobs)) return 0;
     len = strlen(jobs);
-    if (!tc_json_valid(jobs, len, &top))
+    if ((valid = tc_json_wrapper_valid(jobs, len, &top, 2)) < 0) return fail_too_deep(f, "jobs");
+    if (!valid)
         return fail_msg(f, SQLITE_MISMATCH, "jobs must be a JSON array of job objects (not valid JSON)");
     if (top != '[')
         return fail_msg(f, SQLITE_MISMATCH, "jobs must be a JSON array of job objects");
@@ -1513,7 +1528,7 @@ static void dispatch(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
         fail_msg(&f, SQLITE_ERROR,
                  "cannot run inside another tocsin call (a trigger on a tocsin table, or a "
                  "function such a trigger calls): call it from a statement of its own");
-    else if ((flags & FN_DB) && (running & TC_RUN_WRITER))
+    else if (running & TC_RUN_WRITER)
         fail_msg(&f, SQLITE_ERROR,
                  "cannot run inside a statement that writes (INSERT, UPDATE, DELETE, REPLACE, "
                  "CREATE TABLE ... AS): SQL statements in progress on this connection. Call "

@@ -206,6 +206,7 @@ int tc_check_text(tocsin_db *db, const char *what, const char *text, size_t max_
 /* Strict RFC 8259 (json.c); *top gets the first character of the value. */
 int tc_json_valid(const char *text, size_t n, char *top);
 int tc_json_too_deep(const char *text, size_t n);
+int tc_json_wrapper_valid(const char *text, size_t n, char *top, int levels);
 /* Walk the members of a JSON object / the elements of a JSON array, strictly:
  * fn gets each key as written (a string literal, quotes included) or index,
  * and the value's text without the whitespace around it; a nonzero return

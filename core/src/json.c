@@ -9,14 +9,20 @@
 
 typedef struct jp {
     const unsigned char *p, *end;
-    int depth;
-    int too_deep; /* refused for nesting past TC_JSON_MAX_DEPTH */
+    int depth, max_depth;
+    int too_deep; /* refused for nesting past max_depth */
 } jp;
+
+/* A wrapper (an options object, the jobs array and its job objects) sits
+ * above the values it carries: at most this many levels, so that a value
+ * inside one may nest as deep as it may on its own. */
+#define TC_JSON_WRAPPER_LEVELS 2
 
 static void jp_init(jp *j, const char *text, size_t n) {
     j->p = (const unsigned char *)text;
     j->end = j->p + n;
     j->depth = 0;
+    j->max_depth = TC_JSON_MAX_DEPTH;
     j->too_deep = 0;
 }
 
@@ -97,7 +103,7 @@ static size_t span_of(const unsigned char *start, const unsigned char *end) {
 static int jp_container(jp *j, int keyed, tc_json_member_fn mfn, tc_json_element_fn efn, void *ctx) {
     unsigned char close = keyed ? '}' : ']';
     size_t i;
-    if (++j->depth > TC_JSON_MAX_DEPTH) {
+    if (++j->depth > j->max_depth) {
         j->too_deep = 1;
         return 0;
     }
@@ -171,6 +177,20 @@ int tc_json_too_deep(const char *text, size_t n) {
     return !jp_valid(&j, text, n, NULL) && j.too_deep;
 }
 
+/* tc_json_valid for a wrapper whose values sit `levels` containers deep
+ * (1: an options object; 2: the jobs array): 1 valid, 0 not, -1 refused only
+ * for its nesting (a value inside nests past the limit). */
+int tc_json_wrapper_valid(const char *text, size_t n, char *top, int levels) {
+    jp j;
+    int ok;
+    jp_init(&j, text, n);
+    j.max_depth += levels > TC_JSON_WRAPPER_LEVELS ? TC_JSON_WRAPPER_LEVELS : levels;
+    jp_ws(&j);
+    if (top) *top = j.p < j.end ? (char)*j.p : 0;
+    ok = jp_value(&j) && j.p == j.end;
+    return ok ? 1 : j.too_deep ? -1 : 0;
+}
+
 /* The top-level container of text[0..n): 1 when it is exactly one valid
  * object / array and fn never stopped, -1 when fn stopped, 0 otherwise. */
 static int jp_walk(const char *text, size_t n, int keyed, tc_json_member_fn mfn, tc_json_element_fn efn,
@@ -178,6 +198,7 @@ static int jp_walk(const char *text, size_t n, int keyed, tc_json_member_fn mfn,
     jp j;
     int r;
     jp_init(&j, text, n);
+    j.max_depth += TC_JSON_WRAPPER_LEVELS; /* a wrapper: tc_json_wrapper_valid gated its depth */
     jp_ws(&j);
     if (j.p >= j.end || *j.p != (keyed ? '{' : '[')) return 0;
     if ((r = jp_container(&j, keyed, mfn, efn, ctx)) != 1) return r;

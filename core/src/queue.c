@@ -203,11 +203,18 @@ static const char SQL_DEAD_LIST_Q[] =
     "SELECT " DEAD_COLS " FROM _tocsin_dead WHERE queue = ?1 AND id > ?2 ORDER BY id LIMIT ?3";
 static const char SQL_DEAD_LIST_ALL[] =
     "SELECT " DEAD_COLS " FROM _tocsin_dead WHERE id > ?2 ORDER BY id LIMIT ?3";
+/* A requeue grants the job max_attempts more claims, keeping the claims it
+ * had: tokens are id * 2^20 + attempts, so resetting attempts to 0 would
+ * hand the next claim the token of the job's first one, and a stale holder
+ * of that claim could ack the new lease. At the attempts limit (1,000,000
+ * claims spent) it starts again at 0. */
 static const char SQL_REQUEUE[] =
     "INSERT INTO _tocsin_jobs(id, queue, state, payload, meta, priority, attempts, max_attempts,"
     " run_at, created_at, expires_at, unique_key)"
-    " SELECT id, queue, 'pending', payload, meta, priority, 0, max_attempts, ?2, created_at,"
-    " NULL, unique_key FROM _tocsin_dead WHERE id = ?1";
+    " SELECT id, queue, 'pending', payload, meta, priority,"
+    " CASE WHEN attempts < 1000000 THEN attempts ELSE 0 END,"
+    " CASE WHEN attempts < 1000000 THEN min(1000000, attempts + max_attempts) ELSE max_attempts END,"
+    " ?2, created_at, NULL, unique_key FROM _tocsin_dead WHERE id = ?1";
 static const char SQL_DEAD_DELETE_ONE[] = "DELETE FROM _tocsin_dead WHERE id = ?1";
 /* One statement per shape, so each is a plain index range (no OR for the planner). */
 static const char SQL_PURGE_Q[] = "DELETE FROM _tocsin_dead WHERE queue = ?1";

@@ -1,4 +1,6 @@
 /* The job queue: ordering, leases and fencing, reclaim, dead letters, stats. */
+#include <sqlite3.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "test.h"
@@ -507,8 +509,44 @@ static void batches_and_dead_letters(void) {
     CHECK_EQ_I(ok, 0);
     CHECK_OK(db, tocsin_job_get(db, &job, ids[3]));
     CHECK_STR(job->state, "pending");
-    CHECK_EQ_I(job->attempts, 0);
+    /* a fresh budget of 3 claims; the count goes on (1 of 4) */
+    CHECK_EQ_I(job->attempts, 1);
+    CHECK_EQ_I(job->max_attempts, 4);
     tocsin_jobs_free(job, 1);
+    {
+        /* the next claim's token is not the one the job died with: its stale
+         * holder's lease operations write nothing */
+        int64_t tok = 0;
+        char sql[160];
+        CHECK_EQ_I(claim1(db, "bulk", "w2", 1000, &tok), ids[3]);
+        CHECK(tok != tok3);
+        CHECK_OK(db, tocsin_job_ack(db, &ok, ids[3], tok3));
+        CHECK_EQ_I(ok, 0);
+        CHECK_OK(db, tocsin_job_heartbeat(db, &ok, ids[3], tok3, 1000));
+        CHECK_EQ_I(ok, 0);
+        CHECK_OK(db, tocsin_job_fail(db, &ok, ids[3], tok, "again"));
+        CHECK_EQ_I(ok, 1);
+        /* the budget stops at TOCSIN_MAX_ATTEMPTS; a job that spent all of it
+         * starts again at 0 */
+        snprintf(sql, sizeof sql,
+                 "UPDATE _tocsin_dead SET attempts = 999999, max_attempts = 1000000 WHERE id = %lld",
+                 (long long)ids[3]);
+        CHECK_EQ_I(sqlite3_exec(tocsin_sqlite(db), sql, NULL, NULL, NULL), SQLITE_OK);
+        CHECK_OK(db, tocsin_dead_requeue(db, &ok, ids[3]));
+        CHECK_OK(db, tocsin_job_get(db, &job, ids[3]));
+        CHECK_EQ_I(job->attempts, 999999);
+        CHECK_EQ_I(job->max_attempts, 1000000);
+        tocsin_jobs_free(job, 1);
+        CHECK_OK(db, tocsin_job_cancel(db, &ok, ids[3]));
+        snprintf(sql, sizeof sql, "UPDATE _tocsin_dead SET attempts = 1000000 WHERE id = %lld",
+                 (long long)ids[3]);
+        CHECK_EQ_I(sqlite3_exec(tocsin_sqlite(db), sql, NULL, NULL, NULL), SQLITE_OK);
+        CHECK_OK(db, tocsin_dead_requeue(db, &ok, ids[3]));
+        CHECK_OK(db, tocsin_job_get(db, &job, ids[3]));
+        CHECK_EQ_I(job->attempts, 0);
+        CHECK_EQ_I(job->max_attempts, 1000000);
+        tocsin_jobs_free(job, 1);
+    }
     clk.now = 5000;
     CHECK_OK(db, tocsin_dead_purge(db, &purged, "bulk", 0));
     CHECK_EQ_I(purged, 2);

@@ -404,7 +404,7 @@ class Queue:
         return [Job(self, r) for r in self.db._hx().dead_list(self.name, after_id, limit)]
 
     def requeue(self, job_id: Union[Job, int]) -> bool:
-        """Moves a dead job back to pending (attempts reset, same id)."""
+        """Moves a dead job back to pending (same id, max_attempts more attempts: the attempt count goes on, so tokens never repeat)."""
         if isinstance(job_id, Job):
             job_id = job_id.id
         return self.db._hx().dead_requeue(job_id)

@@ -134,6 +134,7 @@ class Model:
         self.now = T0
         self.jobs = {}      # id -> dict (live: pending/processing; dead: state 'dead')
         self.seq = 0        # the last job id handed out
+        self.tokens = set() # every fencing token a claim handed out
         self.paused = set()
         self.notes = []     # (id, channel, payload)
         self.note_seq = 0
@@ -485,6 +486,9 @@ def op_claim():
                 m.__dict__.update(mm.__dict__)
                 for j in got:
                     mj = m.jobs[j["id"]]
+                    check(j["token"] not in m.tokens, "a claim's token was never handed out before",
+                          j["id"], j["token"])
+                    m.tokens.add(j["token"])
                     mj["token"], mj["worker"] = j["token"], w
                     diffs = same_job(mj, job_from_json(j))
                     check(not diffs, "claimed job matches the model", diffs, mj, j)
@@ -711,8 +715,12 @@ def op_dead_requeue():
             return check(not ok and "unique_key" in res, "requeue refused: a live job holds the key", (ok, res))
         if not check(ok and res == 1, "requeue of a dead job gives 1", (jid, ok, res)):
             return False
-        j.update(state="pending", attempts=0, run_at=m.now, expires_at=None, lease_until=None,
-                 worker=None, last_error=None, reason=None, died_at=None, token=None)
+        # a fresh budget on top of the claims it had: tokens never repeat
+        a, mx = j["attempts"], j["max_attempts"]
+        attempts, max_attempts = (a, min(1000000, a + mx)) if a < 1000000 else (0, mx)
+        j.update(state="pending", attempts=attempts, max_attempts=max_attempts, run_at=m.now,
+                 expires_at=None, lease_until=None, worker=None, last_error=None, reason=None,
+                 died_at=None, token=None)
         return True
 
     return Op("tocsin_dead_requeue", [("job_id", "int", True, I64_MIN, I64_MAX)], gen, apply, weight=1)
