@@ -410,8 +410,10 @@ TOCSIN_API int tocsin_queue_next_deadline(tocsin_db *db, int64_t *out_ms, const 
 /* Dead letters of `queue` (NULL: all queues), oldest first, ids > after_id. */
 TOCSIN_API int tocsin_dead_list(tocsin_db *db, tocsin_job **out_jobs, size_t *out_n, const char *queue,
                      int64_t after_id, size_t limit);
-/* Moves dead job `id` back to pending (attempts reset), keeping its id.
- * *out_ok is 0 if no dead job has that id. */
+/* Moves dead job `id` back to pending, keeping its id, with max_attempts
+ * more claims allowed: attempts keeps counting (max_attempts grows by the
+ * job's max_attempts, to at most TOCSIN_MAX_ATTEMPTS), so no claim repeats
+ * an earlier claim's fencing token. *out_ok is 0 if no dead job has that id. */
 TOCSIN_API int tocsin_dead_requeue(tocsin_db *db, int *out_ok, int64_t id);
 /* Deletes dead jobs of `queue` (NULL: all) that died before `before_ms`
  * (0: all of them); *out_n counts them. */

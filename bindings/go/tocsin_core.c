@@ -211,6 +211,7 @@ int tc_check_text(tocsin_db *db, const char *what, const char *text, size_t max_
 /* Strict RFC 8259 (json.c); *top gets the first character of the value. */
 int tc_json_valid(const char *text, size_t n, char *top);
 int tc_json_too_deep(const char *text, size_t n);
+int tc_json_wrapper_valid(const char *text, size_t n, char *top, int levels);
 /* Walk the members of a JSON object / the elements of a JSON array, strictly:
  * fn gets each key as written (a string literal, quotes included) or index,
  * and the value's text without the whitespace around it; a nonzero return
@@ -1919,14 +1920,20 @@ char *tc_buf_take(tc_buf *b) {
 
 typedef struct jp {
     const unsigned char *p, *end;
-    int depth;
-    int too_deep; /* refused for nesting past TC_JSON_MAX_DEPTH */
+    int depth, max_depth;
+    int too_deep; /* refused for nesting past max_depth */
 } jp;
+
+/* A wrapper (an options object, the jobs array and its job objects) sits
+ * above the values it carries: at most this many levels, so that a value
+ * inside one may nest as deep as it may on its own. */
+#define TC_JSON_WRAPPER_LEVELS 2
 
 static void jp_init(jp *j, const char *text, size_t n) {
     j->p = (const unsigned char *)text;
     j->end = j->p + n;
     j->depth = 0;
+    j->max_depth = TC_JSON_MAX_DEPTH;
     j->too_deep = 0;
 }
 
@@ -2007,7 +2014,7 @@ static size_t span_of(const unsigned char *start, const unsigned char *end) {
 static int jp_container(jp *j, int keyed, tc_json_member_fn mfn, tc_json_element_fn efn, void *ctx) {
     unsigned char close = keyed ? '}' : ']';
     size_t i;
-    if (++j->depth > TC_JSON_MAX_DEPTH) {
+    if (++j->depth > j->max_depth) {
         j->too_deep = 1;
         return 0;
     }
@@ -2081,6 +2088,20 @@ int tc_json_too_deep(const char *text, size_t n) {
     return !jp_valid(&j, text, n, NULL) && j.too_deep;
 }
 
+/* tc_json_valid for a wrapper whose values sit `levels` containers deep
+ * (1: an options object; 2: the jobs array): 1 valid, 0 not, -1 refused only
+ * for its nesting (a value inside nests past the limit). */
+int tc_json_wrapper_valid(const char *text, size_t n, char *top, int levels) {
+    jp j;
+    int ok;
+    jp_init(&j, text, n);
+    j.max_depth += levels > TC_JSON_WRAPPER_LEVELS ? TC_JSON_WRAPPER_LEVELS : levels;
+    jp_ws(&j);
+    if (top) *top = j.p < j.end ? (char)*j.p : 0;
+    ok = jp_value(&j) && j.p == j.end;
+    return ok ? 1 : j.too_deep ? -1 : 0;
+}
+
 /* The top-level container of text[0..n): 1 when it is exactly one valid
  * object / array and fn never stopped, -1 when fn stopped, 0 otherwise. */
 static int jp_walk(const char *text, size_t n, int keyed, tc_json_member_fn mfn, tc_json_element_fn efn,
@@ -2088,6 +2109,7 @@ static int jp_walk(const char *text, size_t n, int keyed, tc_json_member_fn mfn,
     jp j;
     int r;
     jp_init(&j, text, n);
+    j.max_depth += TC_JSON_WRAPPER_LEVELS; /* a wrapper: tc_json_wrapper_valid gated its depth */
     jp_ws(&j);
     if (j.p >= j.end || *j.p != (keyed ? '{' : '[')) return 0;
     if ((r = jp_container(&j, keyed, mfn, efn, ctx)) != 1) return r;
@@ -2741,11 +2763,18 @@ static const char SQL_DEAD_LIST_Q[] =
     "SELECT " DEAD_COLS " FROM _tocsin_dead WHERE queue = ?1 AND id > ?2 ORDER BY id LIMIT ?3";
 static const char SQL_DEAD_LIST_ALL[] =
     "SELECT " DEAD_COLS " FROM _tocsin_dead WHERE id > ?2 ORDER BY id LIMIT ?3";
+/* A requeue grants the job max_attempts more claims, keeping the claims it
+ * had: tokens are id * 2^20 + attempts, so resetting attempts to 0 would
+ * hand the next claim the token of the job's first one, and a stale holder
+ * of that claim could ack the new lease. At the attempts limit (1,000,000
+ * claims spent) it starts again at 0. */
 static const char SQL_REQUEUE[] =
     "INSERT INTO _tocsin_jobs(id, queue, state, payload, meta, priority, attempts, max_attempts,"
     " run_at, created_at, expires_at, unique_key)"
-    " SELECT id, queue, 'pending', payload, meta, priority, 0, max_attempts, ?2, created_at,"
-    " NULL, unique_key FROM _tocsin_dead WHERE id = ?1";
+    " SELECT id, queue, 'pending', payload, meta, priority,"
+    " CASE WHEN attempts < 1000000 THEN attempts ELSE 0 END,"
+    " CASE WHEN attempts < 1000000 THEN min(1000000, attempts + max_attempts) ELSE max_attempts END,"
+    " ?2, created_at, NULL, unique_key FROM _tocsin_dead WHERE id = ?1";
 static const char SQL_DEAD_DELETE_ONE[] = "DELETE FROM _tocsin_dead WHERE id = ?1";
 /* One statement per shape, so each is a plain index range (no OR for the planner). */
 static const char SQL_PURGE_Q[] = "DELETE FROM _tocsin_dead WHERE queue = ?1";
@@ -8932,6 +8961,11 @@ static int fail(fn_ctx *f, int rc) {
     case TOCSIN_NOMEM: return fail_nomem(f);
     case TOCSIN_CORRUPT: code = SQLITE_CORRUPT; break;
     case TOCSIN_READONLY: code = SQLITE_READONLY; break;
+    case TOCSIN_FULL: code = SQLITE_FULL; break;
+    case TOCSIN_IOERR: code = SQLITE_IOERR; break;
+    case TOCSIN_INTERRUPTED: code = SQLITE_INTERRUPT; break;
+    case TOCSIN_PERM: code = SQLITE_PERM; break;
+    case TOCSIN_CANTOPEN: code = SQLITE_CANTOPEN; break;
     default: break;
     }
     return fail_msg(f, code, "%s", tocsin_errmsg(f->db));
@@ -9209,6 +9243,14 @@ static int opts_member(void *ctx, const char *k, size_t kn, const char *v, size_
     return 0;
 }
 
+/* A wrapper (options, jobs) refused for the nesting of a value inside it,
+ * which the value itself would get as an argument (SQLITE_ERROR). */
+static int fail_too_deep(fn_ctx *f, const char *what) {
+    return fail_msg(f, SQLITE_ERROR,
+                    "%s: a value in it nests arrays and objects more than 1000 deep (tocsin's limit)",
+                    what);
+}
+
 /*
  * Reads the options object json[0..n) into `out` (zeroed by the caller; free
  * it with free_opts, also after a failure) by key name against `specs`
@@ -9221,9 +9263,10 @@ static int parse_opts(fn_ctx *f, const char *what, const char *json, size_t n,
                       const opt_spec *specs, void *out) {
     opts_walk w;
     char top = 0;
+    int valid;
     if (!json) return 1;
-    if (!tc_json_valid(json, n, &top))
-        return fail_msg(f, SQLITE_MISMATCH, "%s must be a JSON object (not valid JSON)", what);
+    if ((valid = tc_json_wrapper_valid(json, n, &top, 1)) < 0) return fail_too_deep(f, what);
+    if (!valid) return fail_msg(f, SQLITE_MISMATCH, "%s must be a JSON object (not valid JSON)", what);
     if (top != '{') return fail_msg(f, SQLITE_MISMATCH, "%s must be a JSON object", what);
     w.f = f;
     w.what = what;
@@ -9505,11 +9548,12 @@ static int fn_enqueue_many(fn_ctx *f, int argc, sqlite3_value **argv) {
     int64_t *ids = NULL;
     jobs_walk w = {0};
     tc_buf b = {0};
-    int rc, ok = 0;
+    int rc, ok = 0, valid;
     UNUSED_ARGS;
     if (!arg_text(f, argv, 0, "jobs", &jobs)) return 0;
     len = strlen(jobs);
-    if (!tc_json_valid(jobs, len, &top))
+    if ((valid = tc_json_wrapper_valid(jobs, len, &top, 2)) < 0) return fail_too_deep(f, "jobs");
+    if (!valid)
         return fail_msg(f, SQLITE_MISMATCH, "jobs must be a JSON array of job objects (not valid JSON)");
     if (top != '[')
         return fail_msg(f, SQLITE_MISMATCH, "jobs must be a JSON array of job objects");
@@ -10372,7 +10416,7 @@ static void dispatch(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
         fail_msg(&f, SQLITE_ERROR,
                  "cannot run inside another tocsin call (a trigger on a tocsin table, or a "
                  "function such a trigger calls): call it from a statement of its own");
-    else if ((flags & FN_DB) && (running & TC_RUN_WRITER))
+    else if (running & TC_RUN_WRITER)
         fail_msg(&f, SQLITE_ERROR,
                  "cannot run inside a statement that writes (INSERT, UPDATE, DELETE, REPLACE, "
                  "CREATE TABLE ... AS): SQL statements in progress on this connection. Call "
