@@ -26,7 +26,9 @@ type Querier interface {
 // A refused call is an *Error whose Code follows the SQLite result code of the driver's
 // error (docs/sql.md, "Errors"): SQLITE_MISMATCH and SQLITE_RANGE give ErrInvalid,
 // SQLITE_TOOBIG ErrTooBig, SQLITE_BUSY ErrBusy, SQLITE_READONLY ErrReadOnly,
-// SQLITE_CORRUPT ErrCorrupt, SQLITE_NOMEM ErrNoMem, SQLITE_FULL ErrFull, and any other
+// SQLITE_CORRUPT ErrCorrupt, SQLITE_NOMEM ErrNoMem, SQLITE_FULL ErrFull, SQLITE_IOERR
+// ErrIO, SQLITE_PERM ErrPerm, SQLITE_CANTOPEN ErrCantOpen, SQLITE_INTERRUPT
+// ErrInterrupted, and any other
 // code (SQLITE_ERROR: the other invalid arguments, or an SQLite failure) ErrFailed; a
 // context that ended gives ErrInterrupted or ErrTimeout. SQLiteCode holds the code (0 if
 // the driver's error carries none); the driver's error stays reachable with errors.As,
@@ -61,14 +63,18 @@ func queryTocsin(ctx context.Context, q Querier, op, expr string, args ...any) (
 // sqlCodes maps the primary SQLite result codes the SQL functions fail with to tocsin
 // codes; any other is ErrFailed.
 var sqlCodes = map[int]Code{
-	20: ErrInvalid,  // SQLITE_MISMATCH
-	25: ErrInvalid,  // SQLITE_RANGE
-	18: ErrTooBig,   // SQLITE_TOOBIG
-	5:  ErrBusy,     // SQLITE_BUSY
-	8:  ErrReadOnly, // SQLITE_READONLY
-	11: ErrCorrupt,  // SQLITE_CORRUPT
-	7:  ErrNoMem,    // SQLITE_NOMEM
-	13: ErrFull,     // SQLITE_FULL
+	20: ErrInvalid,     // SQLITE_MISMATCH
+	25: ErrInvalid,     // SQLITE_RANGE
+	18: ErrTooBig,      // SQLITE_TOOBIG
+	5:  ErrBusy,        // SQLITE_BUSY
+	8:  ErrReadOnly,    // SQLITE_READONLY
+	11: ErrCorrupt,     // SQLITE_CORRUPT
+	7:  ErrNoMem,       // SQLITE_NOMEM
+	13: ErrFull,        // SQLITE_FULL
+	10: ErrIO,          // SQLITE_IOERR
+	3:  ErrPerm,        // SQLITE_PERM
+	14: ErrCantOpen,    // SQLITE_CANTOPEN
+	9:  ErrInterrupted, // SQLITE_INTERRUPT
 }
 
 // driverCode is the SQLite result code of a database/sql driver's error, found without

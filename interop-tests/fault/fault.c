@@ -636,7 +636,7 @@ static int run_requeue(tocsin_db *db) {
     return rc == TOCSIN_OK && ok != 1 ? -1 : rc;
 }
 static int st_requeue(tocsin_db *db) {
-    long long live = qi(db, "SELECT count(*) FROM _tocsin_jobs WHERE state = 'pending' AND attempts = 0"),
+    long long live = qi(db, "SELECT count(*) FROM _tocsin_jobs WHERE state = 'pending' AND attempts = 1 AND max_attempts = 4"),
               dead = qi(db, "SELECT count(*) FROM _tocsin_dead");
     return STATE(live == 0 && dead == 1 && qi(db, "SELECT count(*) FROM _tocsin_jobs") == 0, live == 1 && dead == 0);
 }

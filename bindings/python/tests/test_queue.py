@@ -204,8 +204,10 @@ def test_retry_fail_heartbeat_cancel(clocked):
     dead = q.get(jid)
     assert (dead.state, dead.reason, dead.last_error) == ("dead", "max_attempts", "again")
     assert q.requeue(jid) is True and q.requeue(jid) is False
+    # a fresh budget of attempts; the count goes on, so no token repeats
+    assert (q.get(jid).attempts, q.get(jid).max_attempts) == (2, 4)
     job = q.claim("w")
-    assert job.attempts == 1
+    assert (job.attempts, job.max_attempts) == (3, 4)
     assert job.fail("fatal") is True
     assert q.get(jid).reason == "failed"
     other = q.enqueue("y")
