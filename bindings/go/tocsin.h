@@ -1004,8 +1004,10 @@ TOCSIN_API int tocsin_scheduler_resign(tocsin_db *db, int *out_ok, const char *o
  *
  * An event loop polls tocsin_worker_fd() and calls tocsin_worker_next(w,
  * ..., 0) when it is readable or tocsin_worker_wake_in() ms have passed.
- * One thread at a time per worker; tocsin_worker_poke and tocsin_worker_fd
- * from any thread.
+ * tocsin_worker_finish, _take, _cancelled, _poke, _fd, _in_flight and _id may
+ * be called from any thread at any time; _next, _poll, _register and _flush
+ * serialise on the worker; _close comes after every other call returned
+ * (docs/worker-protocol.md, "Thread rule").
  */
 #define TOCSIN_DEFAULT_RESULT_TTL_MS 86400000LL /* results are kept one day unless told */
 #define TOCSIN_MAX_TRACE_BYTES 16384             /* recorded tracebacks are cut to this */
@@ -1043,7 +1045,8 @@ typedef struct tocsin_worker_opts {
     int scheduler;               /* != 0: stand for the scheduler's leadership (cron schedules) */
     int64_t scheduler_ttl_ms;    /* leader lease; 0: 10000 */
     int64_t unknown_task_delay_ms; /* first hand-back delay of a task this worker lacks
-                                    (doubling, capped at 60 s); 0: 1000 */
+                                    (doubling up to 60 s, or this if larger, each
+                                    drawn between half and all of it); 0: 1000 */
     int unknown_task_handbacks;  /* hand-backs before such a job dies (UnknownTask); 0: 20 */
 } tocsin_worker_opts;
 #define TOCSIN_WORKER_OPTS_VERSION 1
@@ -1071,7 +1074,10 @@ typedef struct tocsin_task_run {
     const char *args;     /* JSON array */
     const char *kwargs;   /* JSON object */
     const char *meta;     /* the job's meta (trace context), JSON object or NULL */
-    int attempt;          /* 1 for the first run */
+    int attempt;          /* the job's claims so far: 1 for the first run. A hand-back
+                             (shutdown, a task the worker lacks) counts too and raises
+                             max_attempts by one, so max_attempts - attempt is always
+                             the runs left after this one */
     int max_attempts;
     int64_t timeout_ms;   /* the run's timeout (call, else the task's); 0: none */
     int64_t started_at;   /* handle's clock */
@@ -1095,7 +1101,7 @@ typedef struct tocsin_outcome {
                                   kept as the job's last_error (NULL: unchanged) */
     const char *error_trace;   /* ERROR/FAIL: the runtime's traceback or NULL (cut to
                                   TOCSIN_MAX_TRACE_BYTES) */
-    int64_t delay_ms;          /* HAND_BACK: delay (0: now); ERROR: < 0 the task's backoff */
+    int64_t delay_ms;          /* HAND_BACK: delay (<= 0: now); ERROR: < 0 the task's backoff */
 } tocsin_outcome;
 #define TOCSIN_OUTCOME_VERSION 1
 #define TOCSIN_OUTCOME_INIT {TOCSIN_OUTCOME_VERSION, TOCSIN_OUTCOME_OK, NULL, NULL, NULL, NULL, -1}
@@ -1151,7 +1157,9 @@ TOCSIN_API int tocsin_worker_take(tocsin_worker *w, tocsin_task_run ***out, size
  * (or tocsin_worker_flush); tx a transaction handle (tocsin_tx_begin on the
  * worker's db): written inside it at once, so the task's own database effects
  * and its ack commit together (exactly-once effects), and TOCSIN_LEASE_LOST
- * (nothing written) when the lease is no longer this run's -- roll tx back.
+ * (nothing written) when the lease is no longer this run's -- roll tx back,
+ * then finish the run again without tx (HAND_BACK, say: the core counts it
+ * as lost, writes nothing and releases the run; until then it holds a slot).
  * Outcome ERROR retries with the task's backoff while attempts remain, else
  * records the error (type, message, trace) as the result and kills the job;
  * FAIL does the latter at once; HAND_BACK makes it pending again after
@@ -1161,12 +1169,17 @@ TOCSIN_API int tocsin_worker_take(tocsin_worker *w, tocsin_task_run ***out, size
  * written: roll tx back, then finish again without it); without tx it is
  * recorded as a final failure instead, type "InvalidResult" (a result) or
  * "InvalidOutcome", its message naming what was refused, and the call
- * returns TOCSIN_OK: a run always ends.
+ * returns TOCSIN_OK: a run always ends. A run is finished on the worker that
+ * handed it out (another worker: TOCSIN_INVALID), once.
  */
 TOCSIN_API int tocsin_worker_finish(tocsin_worker *w, tocsin_db *tx, tocsin_task_run *run,
                                     const tocsin_outcome *outcome);
 /* Commits the batched outcomes now. *out_lost (may be NULL) counts those whose
- * lease was lost meanwhile (another worker has the job: nothing written). */
+ * lease was lost meanwhile (another worker has the job: nothing written).
+ * The batch is written in a write operation of db: inside a transaction the
+ * caller opened on db itself (tocsin_begin) it commits or rolls back with it,
+ * and the runs are released either way -- a rolled-back outcome's job runs
+ * again when its lease lapses. Workers flush outside transactions of their own. */
 TOCSIN_API int tocsin_worker_flush(tocsin_worker *w, size_t *out_lost);
 /* Job ids among the running ones whose handler should stop: cancelled, or
  * whose lease was lost (*out owned: tocsin_free). Checked at each upkeep. */
@@ -1181,7 +1194,12 @@ TOCSIN_API size_t tocsin_worker_in_flight(tocsin_worker *w);
 /* The worker's id (opts.worker_id, or the one it made); valid until close. */
 TOCSIN_API const char *tocsin_worker_id(const tocsin_worker *w);
 /* Flushes, hands back every run still in flight (no attempt consumed),
- * resigns the scheduler's lease, leaves the registry and frees. Accepts NULL. */
+ * resigns the scheduler's lease, leaves the registry and frees. Accepts NULL.
+ * It always frees: when the write lock stays taken past the busy timeout (or
+ * the caller's own transaction on db holds it), it returns TOCSIN_BUSY and
+ * what it could not write is not written -- the batched outcomes and the runs
+ * in flight keep their leases until they lapse, and those jobs run again
+ * (at least once, never lost). Close with no transaction of yours open. */
 TOCSIN_API int tocsin_worker_close(tocsin_worker *w);
 /* ==== end of the worker protocol ========================================= */
 

@@ -346,7 +346,11 @@ func (wk *Worker) dispatch(runs **C.tocsin_task_run, n C.size_t) {
 						return
 					}
 				}
-				if ferr != nil && !isCode(ferr, ErrLeaseLost) {
+				if isCode(ferr, ErrLeaseLost) {
+					// nothing was written and the run still holds a slot: end it
+					// with a hand-back, which the core counts as lost
+					wk.handBack(r)
+				} else if ferr != nil {
 					wk.log.Warn("tocsin task: its transaction did not commit", "task", name, "job_id", id, "error", ferr)
 				}
 				wk.forget(id)
@@ -362,6 +366,19 @@ func (wk *Worker) dispatch(runs **C.tocsin_task_run, n C.size_t) {
 		}
 	}
 	C.tocsin_free(unsafe.Pointer(runs))
+}
+
+// handBack ends a run whose lease was lost inside its transaction (nothing written).
+func (wk *Worker) handBack(r *C.tocsin_task_run) {
+	wk.fmu.Lock()
+	defer wk.fmu.Unlock()
+	if wk.closing.Load() { // close hands it back itself
+		return
+	}
+	var out C.tocsin_outcome
+	out.version = C.TOCSIN_OUTCOME_VERSION
+	out.kind = C.TOCSIN_OUTCOME_HAND_BACK
+	C.tocsin_worker_finish(wk.w, nil, r, &out)
 }
 
 func (wk *Worker) forget(id int64) {

@@ -43,6 +43,8 @@ static const char SQL_W_REGISTER[] =
 static const char SQL_W_HEARTBEAT[] =
     "UPDATE _tocsin_workers SET heartbeat_at = ?2 WHERE id = ?1";
 static const char SQL_W_LEAVE[] = "DELETE FROM _tocsin_workers WHERE id = ?1";
+static const char SQL_W_SELF[] =
+    "SELECT host, pid, pid_start, heartbeat_at, lease_ms FROM _tocsin_workers WHERE id = ?1";
 static const char SQL_W_OTHERS[] =
     "SELECT id, host, pid, pid_start, heartbeat_at, lease_ms FROM _tocsin_workers WHERE id <> ?1";
 static const char SQL_W_QUEUES[] =
@@ -130,7 +132,9 @@ typedef struct wrun {
     tocsin_task_run pub;
     char *queue, *task, *args, *kwargs, *meta;
     int64_t result_ttl_ms; /* the call's, 0: the task's default */
-    const wtask *t;
+    tocsin_task_opts topts;   /* the task's options at the claim (a copy: a later
+                                 tocsin_worker_register may move the task table) */
+    const struct tocsin_worker *owner; /* the worker that claimed it */
     struct wrun *prev, *next; /* in flight */
     int lost;                 /* reported by tocsin_worker_cancelled already */
     int reserved;             /* claimed ahead, not handed out yet (on w->reserve) */
@@ -194,7 +198,14 @@ struct tocsin_worker {
     char host[256];
     int pid;
     int64_t pid_start;
+    struct tocsin_worker *open_next; /* on open_workers (listed) */
+    int listed, registered;
 };
+
+/* The workers open in this process, to refuse a second one with the same id
+ * on the same file (the registry has one row per id). */
+static pthread_mutex_t open_mu = PTHREAD_MUTEX_INITIALIZER;
+static tocsin_worker *open_workers;
 
 static void w_lock(tocsin_worker *w) { pthread_mutex_lock(&w->mu); }
 static void w_unlock(tocsin_worker *w) { pthread_mutex_unlock(&w->mu); }
@@ -334,6 +345,65 @@ static int worker_check_opts(tocsin_db *db, const tocsin_worker_opts *o) {
     return TOCSIN_OK;
 }
 
+/* Refuses an id another live worker registered on this database: the same
+ * process's (same file), a live process of this host, or a worker elsewhere
+ * whose heartbeat is within its lease. Two workers under one id would replace
+ * each other's registry row, and the death of one would release the other's
+ * leases while it still runs them. */
+/* The process's part: lists w (close unlists it) unless a worker of this
+ * process has its id on the same file. */
+static int list_worker(tocsin_worker *w) {
+    tocsin_db *db = w->db;
+    tocsin_worker *o;
+    pthread_mutex_lock(&open_mu);
+    for (o = open_workers; o; o = o->open_next)
+        if (strcmp(o->id, w->id) == 0 && o->db->has_identity && db->has_identity &&
+            o->db->dev == db->dev && o->db->ino == db->ino) {
+            pthread_mutex_unlock(&open_mu);
+            return tc_err(db, TOCSIN_INVALID,
+                          "worker id \"%s\" is taken by another open worker of this process on this "
+                          "database: give each worker its own id", w->id);
+        }
+    w->open_next = open_workers;
+    open_workers = w;
+    w->listed = 1;
+    pthread_mutex_unlock(&open_mu);
+    return TOCSIN_OK;
+}
+
+/* The registry's part, inside the registration op (this process's own row is
+ * a close that could not leave the registry: list_worker ruled out the rest). */
+static int check_id_free(tocsin_worker *w, int64_t now) {
+    tocsin_db *db = w->db;
+    sqlite3_stmt *st;
+    int rc;
+    if (!(st = tc_stmt(db, SQL_W_SELF))) return TC_ERRCODE;
+    sqlite3_bind_text(st, 1, w->id, -1, SQLITE_STATIC);
+    rc = tc_step(db, st);
+    if (rc == SQLITE_ROW) {
+        const char *host = (const char *)sqlite3_column_text(st, 0);
+        int pid = sqlite3_column_int(st, 1), same_host = host && strcmp(host, w->host) == 0;
+        int64_t start = sqlite3_column_int64(st, 2), beat = sqlite3_column_int64(st, 3),
+                lease = sqlite3_column_int64(st, 4);
+        /* this process's own row, no worker open under it: a close that could not
+         * leave the registry; a process of this host: alive or not; elsewhere:
+         * its heartbeat */
+        int live = same_host ? pid != w->pid && !tc_process_gone(pid, start) : now - beat <= lease;
+        if (live) {
+            char who[300];
+            snprintf(who, sizeof who, "pid %d on %s", pid, host ? host : "?");
+            sqlite3_reset(st);
+            return tc_err(db, TOCSIN_INVALID,
+                          "worker id \"%s\" is registered by a live worker (%s%s): give each worker "
+                          "its own id", w->id, who,
+                          same_host ? "" : "; its registration lapses when its heartbeat is older "
+                                           "than its lease");
+        }
+    }
+    sqlite3_reset(st);
+    return rc == SQLITE_ROW || rc == SQLITE_DONE ? TOCSIN_OK : tc_sqlerr(db, rc, "read workers");
+}
+
 /* Frees a half-opened worker, keeping the thread's error (closing clears it). */
 static int open_failed(tocsin_worker *w, int rc) {
     tc_thread_state saved = *tc_tls();
@@ -395,8 +465,13 @@ int tocsin_worker_open(tocsin_worker **out, tocsin_db *db, const tocsin_worker_o
     if ((rc = tocsin_sub_open(&w->sub, db)) != TOCSIN_OK) {
         return open_failed(w, rc);
     }
-    if ((rc = tc_op_begin(db, &op, 1)) == TOCSIN_OK)
-        rc = tc_op_end(db, &op, registry_write(w, tocsin_now(db)));
+    if ((rc = list_worker(w)) == TOCSIN_OK && (rc = tc_op_begin(db, &op, 1)) == TOCSIN_OK) {
+        int64_t now = tocsin_now(db);
+        rc = check_id_free(w, now);
+        if (rc == TOCSIN_OK) rc = registry_write(w, now);
+        rc = tc_op_end(db, &op, rc);
+        w->registered = rc == TOCSIN_OK;
+    }
     if (rc != TOCSIN_OK) {
         return open_failed(w, rc);
     }
@@ -445,13 +520,13 @@ int tocsin_worker_register(tocsin_worker *w, const char *task, const tocsin_task
 static int64_t run_result_ttl(const wrun *r) {
     int64_t t = r->result_ttl_ms;
     if (t > 0) return t;
-    t = r->t ? r->t->o.result_ttl_ms : 0;
+    t = r->topts.result_ttl_ms;
     return t > 0 ? t : t < 0 ? 0 : TOCSIN_DEFAULT_RESULT_TTL_MS;
 }
 
 static int64_t run_backoff(const wrun *r) {
-    int64_t base = r->t && r->t->o.backoff_base_ms ? r->t->o.backoff_base_ms : TOCSIN_BACKOFF_BASE_MS;
-    int64_t cap = r->t && r->t->o.backoff_cap_ms ? r->t->o.backoff_cap_ms : TOCSIN_BACKOFF_CAP_MS;
+    int64_t base = r->topts.backoff_base_ms ? r->topts.backoff_base_ms : TOCSIN_BACKOFF_BASE_MS;
+    int64_t cap = r->topts.backoff_cap_ms ? r->topts.backoff_cap_ms : TOCSIN_BACKOFF_CAP_MS;
     return tocsin_backoff_ms(base, cap, r->pub.attempt);
 }
 
@@ -601,6 +676,9 @@ int tocsin_worker_finish(tocsin_worker *w, tocsin_db *tx, tocsin_task_run *run,
     char why[sizeof tc_tls()->msg + 40];
     if (!w || !run) return tc_err(NULL, TOCSIN_INVALID, "worker and run must not be NULL");
     tc_clear(w->db);
+    if (r->owner != w)
+        return tc_err(w->db, TOCSIN_INVALID,
+                      "this run was handed out by another worker: finish it on that worker");
     if ((rc = check_outcome_form(w->db, o)) != TOCSIN_OK) return rc;
     if (r->finishing) return tc_err(w->db, TOCSIN_INVALID, "this run was finished already");
     if ((rc = check_outcome(w->db, o)) != TOCSIN_OK) {
@@ -1046,7 +1124,8 @@ static int make_run(tocsin_worker *w, const tocsin_job *j, wrun **out) {
         free_run(r);
         return rc;
     }
-    r->t = t;
+    r->topts = t->o;
+    r->owner = w;
     r->pub.queue = r->queue;
     r->pub.task = r->task;
     r->pub.args = r->args;
@@ -1347,11 +1426,21 @@ int tocsin_worker_close(tocsin_worker *w) {
     size_t i;
     if (!w) return TOCSIN_OK;
     tc_clear(w->db);
+    if (w->listed) {
+        tocsin_worker **p;
+        pthread_mutex_lock(&open_mu);
+        for (p = &open_workers; *p; p = &(*p)->open_next)
+            if (*p == w) {
+                *p = w->open_next;
+                break;
+            }
+        pthread_mutex_unlock(&open_mu);
+    }
     tc_sub_shut(w->sub); /* a tocsin_worker_next of another thread ends first (TOCSIN_CLOSED) */
     w_lock(w);
     drain_released(w);
     take_incoming(w);
-    if (w->sub) { /* opened fully: leave the database as we found it */
+    if (w->registered) { /* opened fully: leave the database as we found it */
         tc_op op;
         rc = flush_batch(w, NULL);
         if ((rc2 = tc_op_begin(w->db, &op, 1)) == TOCSIN_OK) {

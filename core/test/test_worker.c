@@ -157,8 +157,68 @@ static void worker_ids(void) {
     CHECK_OK(db, tocsin_worker_open(&b, db, &o));
     CHECK_STR(tocsin_worker_id(b), "named-worker");
     CHECK_EQ_I(t_count(db, "_tocsin_workers WHERE id = 'named-worker'"), 1);
+    /* one id, one live worker: a second open under it is refused and
+     * writes nothing (the row stays the first worker's) */
+    {
+        tocsin_worker *c = NULL;
+        tocsin_db *db2 = NULL;
+        CHECK_EQ_I(tocsin_worker_open(&c, db, &o), TOCSIN_INVALID);
+        CHECK(c == NULL);
+        CHECK(strstr(tocsin_errmsg(db), "\"named-worker\" is taken by another open worker") != NULL);
+        CHECK_OK(db2, tocsin_open(&db2, sqlite3_db_filename(tocsin_sqlite(db), "main"), NULL));
+        CHECK_EQ_I(tocsin_worker_open(&c, db2, &o), TOCSIN_INVALID);
+        CHECK_EQ_I(t_count(db, "_tocsin_workers WHERE id = 'named-worker'"), 1);
+        /* a row a live process of this host holds (here: pid 1) is refused too */
+        CHECK_OK(db, tocsin_exec(db, "INSERT INTO _tocsin_workers(id, host, pid, pid_start, queues,"
+                                     " started_at, heartbeat_at, lease_ms) SELECT 'init-held', host, 1,"
+                                     " 0, queues, started_at, heartbeat_at, lease_ms FROM _tocsin_workers"
+                                     " WHERE id = 'named-worker'"));
+        o.worker_id = "init-held";
+        CHECK_EQ_I(tocsin_worker_open(&c, db2, &o), TOCSIN_INVALID);
+        CHECK(strstr(tocsin_errmsg(db2), "registered by a live worker (pid 1 on") != NULL);
+        o.worker_id = "named-worker";
+        CHECK_OK(db, tocsin_worker_close(b));
+        b = NULL;
+        CHECK_OK(db2, tocsin_worker_open(&c, db2, &o)); /* free again once closed */
+        CHECK_OK(db2, tocsin_worker_close(c));
+        tocsin_close(db2);
+    }
     CHECK_OK(db, tocsin_worker_close(a));
     CHECK_OK(db, tocsin_worker_close(b));
+    tocsin_close(db);
+}
+
+/* A run is finished on the worker that handed it out; a task registered while
+ * runs are in flight leaves them their options. */
+static void foreign_runs_and_late_registration(void) {
+    t_clock clk = {1000000};
+    tocsin_db *db = t_open("w_foreign", &clk);
+    tocsin_worker *w1 = open_worker(db, "f1", 2), *w2 = open_worker(db, "f2", 2);
+    tocsin_task_opts to = TOCSIN_TASK_OPTS_INIT;
+    tocsin_outcome o = TOCSIN_OUTCOME_INIT;
+    tocsin_task_run *r;
+    char name[32];
+    int i;
+    int64_t id = call(db, "add", "[1]", 3);
+    to.result_ttl_ms = 5000;
+    CHECK_OK(db, tocsin_worker_register(w2, "add", &to));
+    r = next_run(w2, NULL);
+    CHECK(r && r->job_id == id);
+    if (!r) return;
+    CHECK_EQ_I(tocsin_worker_finish(w1, NULL, r, &o), TOCSIN_INVALID);
+    CHECK(strstr(tocsin_errmsg(db), "handed out by another worker") != NULL);
+    CHECK_EQ_I(tocsin_worker_in_flight(w1), 0);
+    CHECK_EQ_I(tocsin_worker_in_flight(w2), 1);
+    for (i = 0; i < 40; i++) { /* the task table grows (and moves) under the run */
+        snprintf(name, sizeof name, "late%d", i);
+        CHECK_OK(db, tocsin_worker_register(w2, name, NULL));
+    }
+    o.value = "7";
+    CHECK_OK(db, tocsin_worker_finish(w2, NULL, r, &o));
+    CHECK_OK(db, tocsin_worker_flush(w2, NULL));
+    CHECK_EQ_I(t_count(db, "_tocsin_results WHERE job_id = 1 AND expires_at = 1005000"), 1);
+    CHECK_OK(db, tocsin_worker_close(w1));
+    CHECK_OK(db, tocsin_worker_close(w2));
     tocsin_close(db);
 }
 
@@ -391,6 +451,22 @@ static void finish_in_transaction(void) {
     CHECK_OK(other, tocsin_tx_begin(other, &tx));
     CHECK_EQ_I(tocsin_worker_finish(w, tx, r, &o), TOCSIN_INVALID);
     CHECK_OK(tx, tocsin_tx_rollback(tx));
+    /* the run whose lease was lost still holds its slot until finished again
+     * without tx: a hand-back the core counts as lost, writing nothing */
+    CHECK_EQ_I(tocsin_worker_in_flight(w), 1);
+    {
+        tocsin_outcome hb = TOCSIN_OUTCOME_INIT;
+        size_t lost = 0;
+        int64_t id3 = call(db, "add", "[3]", 3);
+        hb.kind = TOCSIN_OUTCOME_HAND_BACK;
+        CHECK_OK(db, tocsin_worker_finish(w, NULL, r, &hb));
+        CHECK_EQ_I(tocsin_worker_in_flight(w), 0);
+        CHECK_OK(db, tocsin_worker_flush(w, &lost));
+        CHECK_EQ_I(lost, 1);
+        CHECK_EQ_I(t_count(db, "_tocsin_dead WHERE id = 2 AND reason = 'cancelled'"), 1);
+        r = next_run(w, NULL); /* the slot took the next job */
+        CHECK(r && r->job_id == id3);
+    }
     tocsin_close(other);
     tocsin_worker_close(w);
     tocsin_close(db);
@@ -913,6 +989,7 @@ void suite_worker(void) {
     hand_written_envelopes();
     bad_worker_options();
     worker_ids();
+    foreign_runs_and_late_registration();
     outcomes();
     refused_outcomes();
     finish_in_transaction();

@@ -1649,8 +1649,20 @@ static VALUE wk_finish(int argc, VALUE *argv, VALUE self) {
     if (a.tx) NOGVL_DB(wfin, a, argv[1]);
     else wfin_f(&a);
     for (int i = 0; i < 8; i++) RB_GC_GUARD(argv[i]);
-    if (a.rc == TOCSIN_OK || a.rc == TOCSIN_LEASE_LOST) rr->run = NULL; /* released */
-    if (a.rc == TOCSIN_LEASE_LOST) return Qfalse;
+    if (a.rc == TOCSIN_LEASE_LOST) {
+        /* nothing was written and the run is still in flight, holding a slot:
+         * end it with a hand-back, which the core counts as lost (it writes
+         * nothing either) */
+        tocsin_outcome hb = TOCSIN_OUTCOME_INIT;
+        hb.kind = TOCSIN_OUTCOME_HAND_BACK;
+        hb.delay_ms = 0;
+        a.tx = NULL;
+        a.o = hb;
+        wfin_f(&a);
+        rr->run = NULL;
+        return Qfalse;
+    }
+    if (a.rc == TOCSIN_OK) rr->run = NULL; /* released */
     CHECK(a.rc);
     return Qtrue;
 }
