@@ -152,6 +152,10 @@ struct sqlite3;
 /* The clock: milliseconds since the Unix epoch. */
 typedef int64_t (*tocsin_clock_fn)(void *ctx);
 
+/* Options structs start with `int version`: start from the struct's _INIT
+ * macro. A version of 0 (unset) or newer than this library's (a struct from a
+ * newer tocsin.h, whose fields this library cannot see) is TOCSIN_INVALID. */
+
 typedef struct tocsin_open_opts {
     int version;               /* TOCSIN_OPEN_OPTS_VERSION */
     int busy_timeout_ms;       /* how long a writer waits for the lock; 0: 5000 */

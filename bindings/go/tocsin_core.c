@@ -208,6 +208,13 @@ int tc_check_meta(tocsin_db *db, const char *meta);
  * UTF-8 of at most max_bytes. NULL is accepted (the caller decides whether
  * that is allowed). TOCSIN_INVALID / TOCSIN_TOOBIG naming `what` otherwise. */
 int tc_check_text(tocsin_db *db, const char *what, const char *text, size_t max_bytes);
+/* An options struct's version: set (>= 1) and not newer than this library's
+ * (a caller built against a newer tocsin.h would set fields this library
+ * cannot see). TC_CHECK_VERSION(db, "enqueue options", o->version,
+ * TOCSIN_ENQUEUE_OPTS) names the struct's _INIT macro in the message. */
+int tc_check_version(tocsin_db *db, const char *what, int version, int current, const char *init);
+#define TC_CHECK_VERSION(db, what, version, NAME) \
+    tc_check_version(db, what, version, NAME##_VERSION, #NAME "_INIT")
 /* Strict RFC 8259 (json.c); *top gets the first character of the value. */
 int tc_json_valid(const char *text, size_t n, char *top);
 int tc_json_too_deep(const char *text, size_t n);
@@ -958,10 +965,11 @@ int tocsin_set_max_payload(tocsin_db *db, int64_t max_bytes) {
 /* ---- handles ------------------------------------------------------------- */
 
 static int apply_opts(tocsin_db *db, const tocsin_open_opts *o) {
+    int rc;
     db->busy_timeout_ms = TC_DEFAULT_BUSY_MS;
     db->max_payload = TC_DEFAULT_MAX_PAYLOAD;
     if (!o) return TOCSIN_OK;
-    if (o->version < 1) return tc_err(db, TOCSIN_INVALID, "open options: version must be set (use TOCSIN_OPEN_OPTS_INIT)");
+    if ((rc = TC_CHECK_VERSION(db, "open options", o->version, TOCSIN_OPEN_OPTS)) != TOCSIN_OK) return rc;
     if (o->busy_timeout_ms < 0) return tc_err(db, TOCSIN_INVALID, "busy_timeout_ms must be >= 0");
     if (o->max_payload_bytes < 0) return tc_err(db, TOCSIN_INVALID, "max_payload_bytes must be >= 0");
     if (o->busy_timeout_ms) db->busy_timeout_ms = o->busy_timeout_ms;
@@ -1786,6 +1794,16 @@ int tocsin_check_name(tocsin_db *db, const char *what, const char *name) {
     if (!db) return TOCSIN_INVALID;
     tc_clear(db);
     return tc_check_name(db, what ? what : "name", name);
+}
+
+int tc_check_version(tocsin_db *db, const char *what, int version, int current, const char *init) {
+    if (version < 1) return tc_err(db, TOCSIN_INVALID, "%s: version must be set (use %s)", what, init);
+    if (version > current)
+        return tc_err(db, TOCSIN_INVALID,
+                      "%s: version %d is newer than this library's (%d): build against the tocsin.h "
+                      "of the library you link (use %s)",
+                      what, version, current, init);
+    return TOCSIN_OK;
 }
 
 int tc_check_text(tocsin_db *db, const char *what, const char *text, size_t max_bytes) {
@@ -2960,8 +2978,8 @@ static int check_spec(tocsin_db *db, const tocsin_job_spec *s) {
     if ((rc = tc_check_name(db, "queue name", s->queue)) != TOCSIN_OK) return rc;
     if ((rc = tc_check_payload(db, "payload", s->payload)) != TOCSIN_OK) return rc;
     if (!o) return TOCSIN_OK;
-    if (o->version < 1)
-        return tc_err(db, TOCSIN_INVALID, "enqueue options: version must be set (use TOCSIN_ENQUEUE_OPTS_INIT)");
+    if ((rc = TC_CHECK_VERSION(db, "enqueue options", o->version, TOCSIN_ENQUEUE_OPTS)) != TOCSIN_OK)
+        return rc;
     if ((rc = tc_check_ms(db, "delay_ms", o->delay_ms, 0)) != TOCSIN_OK) return rc;
     if ((rc = tc_check_ms(db, "run_at_ms", o->run_at_ms, 0)) != TOCSIN_OK) return rc;
     if (o->delay_ms && o->run_at_ms)
@@ -4093,8 +4111,7 @@ int tocsin_stream_trim(tocsin_db *db, int64_t *out_n, const char *topic,
     if (!out_n || !o) return tc_err(db, TOCSIN_INVALID, "out_n and opts must not be NULL");
     *out_n = 0;
     if ((rc = tc_check_name(db, "topic", topic)) != TOCSIN_OK) return rc;
-    if (o->version < 1)
-        return tc_err(db, TOCSIN_INVALID, "trim options: version must be set (use TOCSIN_TRIM_OPTS_INIT)");
+    if ((rc = TC_CHECK_VERSION(db, "trim options", o->version, TOCSIN_TRIM_OPTS)) != TOCSIN_OK) return rc;
     if ((rc = tc_check_ms(db, "max_age_ms", o->max_age_ms, 0)) != TOCSIN_OK) return rc;
     if (o->max_count < 0) return tc_err(db, TOCSIN_INVALID, "max_count must be >= 0");
     if (!o->max_age_ms && !o->max_count && !o->below_consumers)
@@ -4159,9 +4176,9 @@ int tocsin_stream_sub_open(tocsin_stream_sub **out, tocsin_db *db, const char *t
     if (!db) return tc_err(NULL, TOCSIN_INVALID, "db must not be NULL");
     tc_clear(db);
     if (opts) {
-        if (opts->version < 1)
-            return tc_err(db, TOCSIN_INVALID,
-                          "stream subscription options: version must be set (use TOCSIN_STREAM_SUB_OPTS_INIT)");
+        int vrc = TC_CHECK_VERSION(db, "stream subscription options", opts->version,
+                                   TOCSIN_STREAM_SUB_OPTS);
+        if (vrc != TOCSIN_OK) return vrc;
         /* field by field: a version-1 struct ends before save_on_close */
         o.from_offset = opts->from_offset;
         o.batch = opts->batch;
@@ -5190,8 +5207,8 @@ int tocsin_wake_configure(const tocsin_wake_opts *opts) {
     tocsin_wake_opts o = TOCSIN_WAKE_OPTS_INIT;
     tc_clear(NULL);
     if (opts) {
-        if (opts->version < 1)
-            return tc_err(NULL, TOCSIN_INVALID, "wake options: version must be set (use TOCSIN_WAKE_OPTS_INIT)");
+        int vrc = TC_CHECK_VERSION(NULL, "wake options", opts->version, TOCSIN_WAKE_OPTS);
+        if (vrc != TOCSIN_OK) return vrc;
         if (opts->poll_ms < 0 || opts->poll_ms > 1000)
             return tc_err(NULL, TOCSIN_INVALID, "poll_ms must be between 0 and 1000, not %d", opts->poll_ms);
         if (opts->identity_ms < 0 || opts->identity_ms > 60000)
@@ -6962,9 +6979,8 @@ static unsigned sched_fields(const tocsin_schedule_opts *o, int update) {
 static int sched_check_opts(tocsin_db *db, const tocsin_schedule_opts *o, unsigned fields) {
     int rc;
     if (!o) return TOCSIN_OK;
-    if (o->version < 1)
-        return tc_err(db, TOCSIN_INVALID,
-                      "schedule options: version must be set (use TOCSIN_SCHEDULE_OPTS_INIT)");
+    if ((rc = TC_CHECK_VERSION(db, "schedule options", o->version, TOCSIN_SCHEDULE_OPTS)) != TOCSIN_OK)
+        return rc;
     if (fields & ~TOCSIN_SCHEDULE_ALL)
         return tc_err(db, TOCSIN_INVALID, "schedule options: unknown field flags 0x%x",
                       fields & ~TOCSIN_SCHEDULE_ALL);
@@ -7545,8 +7561,7 @@ static int check_call(tocsin_db *db, const tocsin_task_call *c) {
     int rc;
     char top = 0;
     if (!c) return tc_err(db, TOCSIN_INVALID, "call must not be NULL");
-    if (c->version < 1)
-        return tc_err(db, TOCSIN_INVALID, "task call: version must be set (use TOCSIN_TASK_CALL_INIT)");
+    if ((rc = TC_CHECK_VERSION(db, "task call", c->version, TOCSIN_TASK_CALL)) != TOCSIN_OK) return rc;
     if ((rc = tc_check_name(db, "task name", c->task)) != TOCSIN_OK) return rc;
     if (c->args) {
         if ((rc = tc_check_payload(db, "args", c->args)) != TOCSIN_OK) return rc;
@@ -7814,8 +7829,8 @@ static int worker_check_opts(tocsin_db *db, const tocsin_worker_opts *o) {
     size_t i;
     int rc;
     if (!o) return tc_err(db, TOCSIN_INVALID, "worker options must not be NULL (they name the queues)");
-    if (o->version < 1)
-        return tc_err(db, TOCSIN_INVALID, "worker options: version must be set (use TOCSIN_WORKER_OPTS_INIT)");
+    if ((rc = TC_CHECK_VERSION(db, "worker options", o->version, TOCSIN_WORKER_OPTS)) != TOCSIN_OK)
+        return rc;
     if (o->worker_id && (rc = tc_check_name(db, "worker id", o->worker_id)) != TOCSIN_OK) return rc;
     if (!o->queues || o->n_queues < 1 || o->n_queues > W_MAX_QUEUES)
         return tc_err(db, TOCSIN_INVALID, "a worker needs 1 to %d queues", W_MAX_QUEUES);
@@ -7977,8 +7992,8 @@ int tocsin_worker_register(tocsin_worker *w, const char *task, const tocsin_task
     tc_clear(w->db);
     if ((rc = tc_check_name(w->db, "task name", task)) != TOCSIN_OK) return rc;
     if (opts) {
-        if (opts->version < 1)
-            return tc_err(w->db, TOCSIN_INVALID, "task options: version must be set (use TOCSIN_TASK_OPTS_INIT)");
+        if ((rc = TC_CHECK_VERSION(w->db, "task options", opts->version, TOCSIN_TASK_OPTS)) != TOCSIN_OK)
+            return rc;
         o = *opts;
     }
     if ((rc = tc_check_ms(w->db, "backoff_base_ms", o.backoff_base_ms, 0)) != TOCSIN_OK ||
@@ -8082,8 +8097,8 @@ static int apply_outcome(tocsin_db *db, int *held, const wrun *r, const tocsin_o
 /* The outcome's form (a programming error of the binding when wrong). */
 static int check_outcome_form(tocsin_db *db, const tocsin_outcome *o) {
     if (!o) return tc_err(db, TOCSIN_INVALID, "outcome must not be NULL");
-    if (o->version < 1)
-        return tc_err(db, TOCSIN_INVALID, "outcome: version must be set (use TOCSIN_OUTCOME_INIT)");
+    int rc;
+    if ((rc = TC_CHECK_VERSION(db, "outcome", o->version, TOCSIN_OUTCOME)) != TOCSIN_OK) return rc;
     if (o->kind < TOCSIN_OUTCOME_OK || o->kind > TOCSIN_OUTCOME_HAND_BACK)
         return tc_err(db, TOCSIN_INVALID, "outcome kind %d is not one of TOCSIN_OUTCOME_*", o->kind);
     return TOCSIN_OK;

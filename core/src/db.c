@@ -276,10 +276,11 @@ int tocsin_set_max_payload(tocsin_db *db, int64_t max_bytes) {
 /* ---- handles ------------------------------------------------------------- */
 
 static int apply_opts(tocsin_db *db, const tocsin_open_opts *o) {
+    int rc;
     db->busy_timeout_ms = TC_DEFAULT_BUSY_MS;
     db->max_payload = TC_DEFAULT_MAX_PAYLOAD;
     if (!o) return TOCSIN_OK;
-    if (o->version < 1) return tc_err(db, TOCSIN_INVALID, "open options: version must be set (use TOCSIN_OPEN_OPTS_INIT)");
+    if ((rc = TC_CHECK_VERSION(db, "open options", o->version, TOCSIN_OPEN_OPTS)) != TOCSIN_OK) return rc;
     if (o->busy_timeout_ms < 0) return tc_err(db, TOCSIN_INVALID, "busy_timeout_ms must be >= 0");
     if (o->max_payload_bytes < 0) return tc_err(db, TOCSIN_INVALID, "max_payload_bytes must be >= 0");
     if (o->busy_timeout_ms) db->busy_timeout_ms = o->busy_timeout_ms;
@@ -1104,6 +1105,16 @@ int tocsin_check_name(tocsin_db *db, const char *what, const char *name) {
     if (!db) return TOCSIN_INVALID;
     tc_clear(db);
     return tc_check_name(db, what ? what : "name", name);
+}
+
+int tc_check_version(tocsin_db *db, const char *what, int version, int current, const char *init) {
+    if (version < 1) return tc_err(db, TOCSIN_INVALID, "%s: version must be set (use %s)", what, init);
+    if (version > current)
+        return tc_err(db, TOCSIN_INVALID,
+                      "%s: version %d is newer than this library's (%d): build against the tocsin.h "
+                      "of the library you link (use %s)",
+                      what, version, current, init);
+    return TOCSIN_OK;
 }
 
 int tc_check_text(tocsin_db *db, const char *what, const char *text, size_t max_bytes) {

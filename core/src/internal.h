@@ -203,6 +203,13 @@ int tc_check_meta(tocsin_db *db, const char *meta);
  * UTF-8 of at most max_bytes. NULL is accepted (the caller decides whether
  * that is allowed). TOCSIN_INVALID / TOCSIN_TOOBIG naming `what` otherwise. */
 int tc_check_text(tocsin_db *db, const char *what, const char *text, size_t max_bytes);
+/* An options struct's version: set (>= 1) and not newer than this library's
+ * (a caller built against a newer tocsin.h would set fields this library
+ * cannot see). TC_CHECK_VERSION(db, "enqueue options", o->version,
+ * TOCSIN_ENQUEUE_OPTS) names the struct's _INIT macro in the message. */
+int tc_check_version(tocsin_db *db, const char *what, int version, int current, const char *init);
+#define TC_CHECK_VERSION(db, what, version, NAME) \
+    tc_check_version(db, what, version, NAME##_VERSION, #NAME "_INIT")
 /* Strict RFC 8259 (json.c); *top gets the first character of the value. */
 int tc_json_valid(const char *text, size_t n, char *top);
 int tc_json_too_deep(const char *text, size_t n);

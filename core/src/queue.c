@@ -400,8 +400,8 @@ static int check_spec(tocsin_db *db, const tocsin_job_spec *s) {
     if ((rc = tc_check_name(db, "queue name", s->queue)) != TOCSIN_OK) return rc;
     if ((rc = tc_check_payload(db, "payload", s->payload)) != TOCSIN_OK) return rc;
     if (!o) return TOCSIN_OK;
-    if (o->version < 1)
-        return tc_err(db, TOCSIN_INVALID, "enqueue options: version must be set (use TOCSIN_ENQUEUE_OPTS_INIT)");
+    if ((rc = TC_CHECK_VERSION(db, "enqueue options", o->version, TOCSIN_ENQUEUE_OPTS)) != TOCSIN_OK)
+        return rc;
     if ((rc = tc_check_ms(db, "delay_ms", o->delay_ms, 0)) != TOCSIN_OK) return rc;
     if ((rc = tc_check_ms(db, "run_at_ms", o->run_at_ms, 0)) != TOCSIN_OK) return rc;
     if (o->delay_ms && o->run_at_ms)

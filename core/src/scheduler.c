@@ -173,9 +173,8 @@ static unsigned sched_fields(const tocsin_schedule_opts *o, int update) {
 static int sched_check_opts(tocsin_db *db, const tocsin_schedule_opts *o, unsigned fields) {
     int rc;
     if (!o) return TOCSIN_OK;
-    if (o->version < 1)
-        return tc_err(db, TOCSIN_INVALID,
-                      "schedule options: version must be set (use TOCSIN_SCHEDULE_OPTS_INIT)");
+    if ((rc = TC_CHECK_VERSION(db, "schedule options", o->version, TOCSIN_SCHEDULE_OPTS)) != TOCSIN_OK)
+        return rc;
     if (fields & ~TOCSIN_SCHEDULE_ALL)
         return tc_err(db, TOCSIN_INVALID, "schedule options: unknown field flags 0x%x",
                       fields & ~TOCSIN_SCHEDULE_ALL);

@@ -290,8 +290,7 @@ int tocsin_stream_trim(tocsin_db *db, int64_t *out_n, const char *topic,
     if (!out_n || !o) return tc_err(db, TOCSIN_INVALID, "out_n and opts must not be NULL");
     *out_n = 0;
     if ((rc = tc_check_name(db, "topic", topic)) != TOCSIN_OK) return rc;
-    if (o->version < 1)
-        return tc_err(db, TOCSIN_INVALID, "trim options: version must be set (use TOCSIN_TRIM_OPTS_INIT)");
+    if ((rc = TC_CHECK_VERSION(db, "trim options", o->version, TOCSIN_TRIM_OPTS)) != TOCSIN_OK) return rc;
     if ((rc = tc_check_ms(db, "max_age_ms", o->max_age_ms, 0)) != TOCSIN_OK) return rc;
     if (o->max_count < 0) return tc_err(db, TOCSIN_INVALID, "max_count must be >= 0");
     if (!o->max_age_ms && !o->max_count && !o->below_consumers)
@@ -356,9 +355,9 @@ int tocsin_stream_sub_open(tocsin_stream_sub **out, tocsin_db *db, const char *t
     if (!db) return tc_err(NULL, TOCSIN_INVALID, "db must not be NULL");
     tc_clear(db);
     if (opts) {
-        if (opts->version < 1)
-            return tc_err(db, TOCSIN_INVALID,
-                          "stream subscription options: version must be set (use TOCSIN_STREAM_SUB_OPTS_INIT)");
+        int vrc = TC_CHECK_VERSION(db, "stream subscription options", opts->version,
+                                   TOCSIN_STREAM_SUB_OPTS);
+        if (vrc != TOCSIN_OK) return vrc;
         /* field by field: a version-1 struct ends before save_on_close */
         o.from_offset = opts->from_offset;
         o.batch = opts->batch;

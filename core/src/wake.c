@@ -590,8 +590,8 @@ int tocsin_wake_configure(const tocsin_wake_opts *opts) {
     tocsin_wake_opts o = TOCSIN_WAKE_OPTS_INIT;
     tc_clear(NULL);
     if (opts) {
-        if (opts->version < 1)
-            return tc_err(NULL, TOCSIN_INVALID, "wake options: version must be set (use TOCSIN_WAKE_OPTS_INIT)");
+        int vrc = TC_CHECK_VERSION(NULL, "wake options", opts->version, TOCSIN_WAKE_OPTS);
+        if (vrc != TOCSIN_OK) return vrc;
         if (opts->poll_ms < 0 || opts->poll_ms > 1000)
             return tc_err(NULL, TOCSIN_INVALID, "poll_ms must be between 0 and 1000, not %d", opts->poll_ms);
         if (opts->identity_ms < 0 || opts->identity_ms > 60000)

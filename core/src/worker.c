@@ -55,8 +55,7 @@ static int check_call(tocsin_db *db, const tocsin_task_call *c) {
     int rc;
     char top = 0;
     if (!c) return tc_err(db, TOCSIN_INVALID, "call must not be NULL");
-    if (c->version < 1)
-        return tc_err(db, TOCSIN_INVALID, "task call: version must be set (use TOCSIN_TASK_CALL_INIT)");
+    if ((rc = TC_CHECK_VERSION(db, "task call", c->version, TOCSIN_TASK_CALL)) != TOCSIN_OK) return rc;
     if ((rc = tc_check_name(db, "task name", c->task)) != TOCSIN_OK) return rc;
     if (c->args) {
         if ((rc = tc_check_payload(db, "args", c->args)) != TOCSIN_OK) return rc;
@@ -324,8 +323,8 @@ static int worker_check_opts(tocsin_db *db, const tocsin_worker_opts *o) {
     size_t i;
     int rc;
     if (!o) return tc_err(db, TOCSIN_INVALID, "worker options must not be NULL (they name the queues)");
-    if (o->version < 1)
-        return tc_err(db, TOCSIN_INVALID, "worker options: version must be set (use TOCSIN_WORKER_OPTS_INIT)");
+    if ((rc = TC_CHECK_VERSION(db, "worker options", o->version, TOCSIN_WORKER_OPTS)) != TOCSIN_OK)
+        return rc;
     if (o->worker_id && (rc = tc_check_name(db, "worker id", o->worker_id)) != TOCSIN_OK) return rc;
     if (!o->queues || o->n_queues < 1 || o->n_queues > W_MAX_QUEUES)
         return tc_err(db, TOCSIN_INVALID, "a worker needs 1 to %d queues", W_MAX_QUEUES);
@@ -487,8 +486,8 @@ int tocsin_worker_register(tocsin_worker *w, const char *task, const tocsin_task
     tc_clear(w->db);
     if ((rc = tc_check_name(w->db, "task name", task)) != TOCSIN_OK) return rc;
     if (opts) {
-        if (opts->version < 1)
-            return tc_err(w->db, TOCSIN_INVALID, "task options: version must be set (use TOCSIN_TASK_OPTS_INIT)");
+        if ((rc = TC_CHECK_VERSION(w->db, "task options", opts->version, TOCSIN_TASK_OPTS)) != TOCSIN_OK)
+            return rc;
         o = *opts;
     }
     if ((rc = tc_check_ms(w->db, "backoff_base_ms", o.backoff_base_ms, 0)) != TOCSIN_OK ||
@@ -592,8 +591,8 @@ static int apply_outcome(tocsin_db *db, int *held, const wrun *r, const tocsin_o
 /* The outcome's form (a programming error of the binding when wrong). */
 static int check_outcome_form(tocsin_db *db, const tocsin_outcome *o) {
     if (!o) return tc_err(db, TOCSIN_INVALID, "outcome must not be NULL");
-    if (o->version < 1)
-        return tc_err(db, TOCSIN_INVALID, "outcome: version must be set (use TOCSIN_OUTCOME_INIT)");
+    int rc;
+    if ((rc = TC_CHECK_VERSION(db, "outcome", o->version, TOCSIN_OUTCOME)) != TOCSIN_OK) return rc;
     if (o->kind < TOCSIN_OUTCOME_OK || o->kind > TOCSIN_OUTCOME_HAND_BACK)
         return tc_err(db, TOCSIN_INVALID, "outcome kind %d is not one of TOCSIN_OUTCOME_*", o->kind);
     return TOCSIN_OK;

@@ -74,6 +74,12 @@ static void bad_open(void) {
     o = (tocsin_open_opts)TOCSIN_OPEN_OPTS_INIT;
     o.version = 0;
     CHECK_EQ_I(tocsin_open(&db, t_path("bad"), &o), TOCSIN_INVALID);
+    CHECK(strstr(tocsin_errmsg(db), "version must be set (use TOCSIN_OPEN_OPTS_INIT)") != NULL);
+    tocsin_close(db);
+    /* a struct from a newer tocsin.h: fields this library cannot see */
+    o.version = TOCSIN_OPEN_OPTS_VERSION + 1;
+    CHECK_EQ_I(tocsin_open(&db, t_path("bad"), &o), TOCSIN_INVALID);
+    CHECK(strstr(tocsin_errmsg(db), "open options: version 2 is newer than this library's (1)") != NULL);
     tocsin_close(db);
     CHECK_EQ_I(tocsin_open(&db, "/nonexistent-dir/x/y.db", NULL), TOCSIN_CANTOPEN);
     CHECK(strlen(tocsin_errmsg(db)) > 0);

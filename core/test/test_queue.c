@@ -114,6 +114,9 @@ static void invalid_arguments(void) {
     o = (tocsin_enqueue_opts)TOCSIN_ENQUEUE_OPTS_INIT;
     o.version = 0;
     CHECK_EQ_I(tocsin_queue_enqueue(db, &id, "q", "{}", &o), TOCSIN_INVALID);
+    o.version = 99;
+    CHECK_EQ_I(tocsin_queue_enqueue(db, &id, "q", "{}", &o), TOCSIN_INVALID);
+    CHECK(strstr(tocsin_errmsg(db), "enqueue options: version 99 is newer") != NULL);
 
     /* an empty batch is no error and needs no arrays; a non-empty one does */
     CHECK_OK(db, tocsin_queue_enqueue_many(db, NULL, NULL, 0));
