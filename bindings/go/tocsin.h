@@ -1041,7 +1041,9 @@ typedef struct tocsin_worker tocsin_worker;
 
 typedef struct tocsin_worker_opts {
     int version;                 /* TOCSIN_WORKER_OPTS_VERSION */
-    const char *worker_id;       /* a name; NULL: a fresh tocsin_owner_id() */
+    const char *worker_id;       /* a name; NULL: a fresh tocsin_owner_id(). One live worker
+                                    per id: open refuses an id a live worker registered
+                                    (docs/worker-protocol.md, "Dead workers") */
     const char *const *queues;   /* the queues to work, in order of precedence */
     size_t n_queues;             /* 1..64 */
     int concurrency;             /* most runs in flight at once, 1..10000; 0: 1 */
