@@ -370,7 +370,9 @@ TOCSIN_API int tocsin_job_heartbeat(tocsin_db *db, int *out_ok, int64_t id, int6
                          int64_t extend_ms);
 
 /* Hands a held job back unrun: pending again after delay_ms (0: now), no
- * attempt consumed (max_attempts grows by one, so tokens never repeat). For a
+ * attempt consumed (max_attempts grows by one, so tokens never repeat; at
+ * TOCSIN_MAX_ATTEMPTS the attempt is spent instead, and a hand-back of the
+ * last one moves the job to the dead letters, reason "max_attempts"). For a
  * worker that claimed more than it will run (a batch cut short, shutdown).
  * *out_ok 0 when (id, token) is not the current lease: nothing written. */
 TOCSIN_API int tocsin_job_hand_back(tocsin_db *db, int *out_ok, int64_t id, int64_t token,
@@ -417,7 +419,9 @@ TOCSIN_API int tocsin_dead_list(tocsin_db *db, tocsin_job **out_jobs, size_t *ou
 /* Moves dead job `id` back to pending, keeping its id, with max_attempts
  * more claims allowed: attempts keeps counting (max_attempts grows by the
  * job's max_attempts, to at most TOCSIN_MAX_ATTEMPTS), so no claim repeats
- * an earlier claim's fencing token. *out_ok is 0 if no dead job has that id. */
+ * an earlier claim's fencing token. *out_ok is 0 if no dead job has that id.
+ * TOCSIN_FULL, nothing written, for a job that spent all TOCSIN_MAX_ATTEMPTS
+ * claims (no token is left to hand out). */
 TOCSIN_API int tocsin_dead_requeue(tocsin_db *db, int *out_ok, int64_t id);
 /* Deletes dead jobs of `queue` (NULL: all) that died before `before_ms`
  * (0: all of them); *out_n counts them. */

@@ -138,14 +138,17 @@ static const char SQL_HEARTBEAT[] =
     "UPDATE _tocsin_jobs SET lease_until = ?3"
     " WHERE id = ?1 AND state = 'processing' AND attempts = ?2";
 /* A hand-back: pending (or scheduled) again, no attempt consumed -- the
- * claim's attempt is matched by one more allowed, so the next claim's token
- * still differs from every earlier one. */
+ * claim's attempt is matched by one more allowed, and `attempts` is never
+ * lowered, so the next claim's token differs from every earlier one. At the
+ * max_attempts limit no more can be allowed: the hand-back then spends the
+ * attempt, and when it was the last one the statement matches nothing and
+ * the job dies instead (tc_job_hand_back). */
 static const char SQL_HAND_BACK[] =
     "UPDATE _tocsin_jobs SET state = ?4, run_at = ?3, lease_until = NULL,"
     " last_error = coalesce(?5, last_error), handbacks = handbacks + 1,"
-    " max_attempts = max_attempts + (max_attempts < 1000000),"
-    " attempts = attempts - (max_attempts >= 1000000)"
-    " WHERE id = ?1 AND state = 'processing' AND attempts = ?2 RETURNING handbacks";
+    " max_attempts = max_attempts + (max_attempts < 1000000)"
+    " WHERE id = ?1 AND state = 'processing' AND attempts = ?2"
+    " AND (max_attempts < 1000000 OR attempts < max_attempts) RETURNING handbacks";
 static const char SQL_HANDBACKS[] = "SELECT handbacks FROM _tocsin_jobs WHERE id = ?1";
 /* A dead worker's leases lapse at once: the next claim of its queue takes them. */
 static const char SQL_RELEASE_WORKER[] =
@@ -206,15 +209,16 @@ static const char SQL_DEAD_LIST_ALL[] =
 /* A requeue grants the job max_attempts more claims, keeping the claims it
  * had: tokens are id * 2^20 + attempts, so resetting attempts to 0 would
  * hand the next claim the token of the job's first one, and a stale holder
- * of that claim could ack the new lease. At the attempts limit (1,000,000
- * claims spent) it starts again at 0. */
+ * of that claim could ack the new lease. A job that spent all 1,000,000
+ * claims has no token left to hand out: it matches nothing here and the
+ * requeue is refused (tocsin_dead_requeue). */
 static const char SQL_REQUEUE[] =
     "INSERT INTO _tocsin_jobs(id, queue, state, payload, meta, priority, attempts, max_attempts,"
     " run_at, created_at, expires_at, unique_key)"
-    " SELECT id, queue, 'pending', payload, meta, priority,"
-    " CASE WHEN attempts < 1000000 THEN attempts ELSE 0 END,"
-    " CASE WHEN attempts < 1000000 THEN min(1000000, attempts + max_attempts) ELSE max_attempts END,"
-    " ?2, created_at, NULL, unique_key FROM _tocsin_dead WHERE id = ?1";
+    " SELECT id, queue, 'pending', payload, meta, priority, attempts,"
+    " min(1000000, attempts + max_attempts), ?2, created_at, NULL, unique_key"
+    " FROM _tocsin_dead WHERE id = ?1 AND attempts < 1000000";
+static const char SQL_DEAD_EXISTS[] = "SELECT 1 FROM _tocsin_dead WHERE id = ?1";
 static const char SQL_DEAD_DELETE_ONE[] = "DELETE FROM _tocsin_dead WHERE id = ?1";
 /* One statement per shape, so each is a plain index range (no OR for the planner). */
 static const char SQL_PURGE_Q[] = "DELETE FROM _tocsin_dead WHERE queue = ?1";
@@ -1035,6 +1039,23 @@ int tocsin_dead_requeue(tocsin_db *db, int *out_ok, int64_t id) {
             *out_ok = sqlite3_changes(db->conn) == 1;
         }
     }
+    if (rc == TOCSIN_OK && !*out_ok) {
+        /* not requeued: no such dead job, or one with every claim spent */
+        if (!(st = tc_stmt(db, SQL_DEAD_EXISTS))) {
+            rc = TC_ERRCODE;
+        } else {
+            sqlite3_bind_int64(st, 1, id);
+            rc = tc_step(db, st);
+            sqlite3_reset(st);
+            if (rc == SQLITE_ROW)
+                rc = tc_err(db, TOCSIN_FULL,
+                            "requeue job %lld: it spent all %d claims its fencing tokens allow;"
+                            " enqueue its payload as a new job",
+                            (long long)id, TOCSIN_MAX_ATTEMPTS);
+            else
+                rc = rc == SQLITE_DONE ? TOCSIN_OK : tc_sqlerr(db, rc, "requeue");
+        }
+    }
     if (rc == TOCSIN_OK && *out_ok) {
         if (!(st = tc_stmt(db, SQL_DEAD_DELETE_ONE))) {
             rc = TC_ERRCODE;
@@ -1192,12 +1213,18 @@ int tc_job_hand_back(tocsin_db *db, int *held, int64_t *out_handbacks, int64_t i
     if (rc == SQLITE_ROW) {
         *held = 1;
         if (out_handbacks) *out_handbacks = sqlite3_column_int64(st, 0);
-        rc = tc_step_done(db, st, "hand back");
-    } else {
-        sqlite3_reset(st);
-        rc = rc == SQLITE_DONE ? TOCSIN_OK : tc_sqlerr(db, rc, "hand back");
+        return tc_step_done(db, st, "hand back");
     }
-    return rc;
+    sqlite3_reset(st);
+    if (rc != SQLITE_DONE) return tc_sqlerr(db, rc, "hand back");
+    {
+        /* still held but not handed back: the claim was the last of the
+         * max_attempts limit, so the job dies as a retry there would */
+        int attempts = 0, max = 0;
+        if ((rc = holder(db, held, id, token, &attempts, &max)) != TOCSIN_OK || !*held) return rc;
+        if (out_handbacks) *out_handbacks = 0;
+        return to_dead(db, id, "max_attempts", why ? why : "handed back after its last attempt", now);
+    }
 }
 
 int tocsin_job_hand_back(tocsin_db *db, int *out_ok, int64_t id, int64_t token, int64_t delay_ms) {

@@ -523,6 +523,41 @@ static void plain_hand_back(void) {
     CHECK_OK(db, tocsin_queue_claim(db, &jobs, &n, "q", "w", 1, 60000));
     CHECK(n == 1 && jobs[0].token != token); /* tokens never repeat */
     tocsin_jobs_free(jobs, n);
+    {
+        /* At the max_attempts limit a hand-back spends the attempt (attempts
+         * is never lowered, so no token repeats); after the last one the job
+         * dies as a retry there would. */
+        char sql[160];
+        int64_t toks[3] = {0, 0, 0};
+        int k;
+        snprintf(sql, sizeof sql,
+                 "UPDATE _tocsin_jobs SET attempts = 999998, max_attempts = 1000000,"
+                 " state = 'pending', lease_until = NULL WHERE id = %lld", (long long)id);
+        CHECK_EQ_I(sqlite3_exec(tocsin_sqlite(db), sql, NULL, NULL, NULL), SQLITE_OK);
+        for (k = 0; k < 2; k++) {
+            CHECK_OK(db, tocsin_queue_claim(db, &jobs, &n, "q", "w", 1, 60000));
+            CHECK_EQ_I(n, 1);
+            toks[k] = n ? jobs[0].token : 0;
+            tocsin_jobs_free(jobs, n);
+            CHECK_OK(db, tocsin_job_hand_back(db, &ok, id, toks[k], 0));
+            CHECK_EQ_I(ok, 1);
+            CHECK_OK(db, tocsin_job_get(db, &job, id));
+            CHECK_EQ_I(job->max_attempts, 1000000);
+            CHECK_EQ_I(job->attempts, 999999 + k);
+            CHECK_STR(job->state, k == 0 ? "pending" : "dead");
+            if (k == 1) {
+                CHECK_STR(job->reason, "max_attempts");
+                CHECK_STR(job->last_error, "handed back after its last attempt");
+            }
+            tocsin_jobs_free(job, 1);
+        }
+        CHECK(toks[0] != toks[1]);
+        CHECK_OK(db, tocsin_queue_claim(db, &jobs, &n, "q", "w", 1, 60000));
+        CHECK_EQ_I(n, 0);
+        tocsin_jobs_free(jobs, n);
+        CHECK_OK(db, tocsin_job_ack(db, &ok, id, toks[1]));
+        CHECK_EQ_I(ok, 0);
+    }
     tocsin_close(db);
 }
 

@@ -481,7 +481,7 @@ static void batches_and_dead_letters(void) {
     CHECK_EQ_I(acked, 49);
     CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 1);
 
-    /* dead letters: list, requeue (same id, attempts reset), purge */
+    /* dead letters: list, requeue (same id, a fresh budget of claims), purge */
     CHECK_OK(db, tocsin_job_fail(db, &ok, ids[3], tok3, "x"));
     CHECK_EQ_I(ok, 1);
     o.max_attempts = 1;
@@ -530,7 +530,7 @@ static void batches_and_dead_letters(void) {
         CHECK_OK(db, tocsin_job_fail(db, &ok, ids[3], tok, "again"));
         CHECK_EQ_I(ok, 1);
         /* the budget stops at TOCSIN_MAX_ATTEMPTS; a job that spent all of it
-         * starts again at 0 */
+         * has no token left and is refused, written nowhere */
         snprintf(sql, sizeof sql,
                  "UPDATE _tocsin_dead SET attempts = 999999, max_attempts = 1000000 WHERE id = %lld",
                  (long long)ids[3]);
@@ -544,15 +544,20 @@ static void batches_and_dead_letters(void) {
         snprintf(sql, sizeof sql, "UPDATE _tocsin_dead SET attempts = 1000000 WHERE id = %lld",
                  (long long)ids[3]);
         CHECK_EQ_I(sqlite3_exec(tocsin_sqlite(db), sql, NULL, NULL, NULL), SQLITE_OK);
-        CHECK_OK(db, tocsin_dead_requeue(db, &ok, ids[3]));
+        ok = 7;
+        CHECK_EQ_I(tocsin_dead_requeue(db, &ok, ids[3]), TOCSIN_FULL);
+        CHECK_EQ_I(ok, 0);
+        CHECK(strstr(tocsin_errmsg(db), "spent all 1000000 claims") != NULL);
         CHECK_OK(db, tocsin_job_get(db, &job, ids[3]));
-        CHECK_EQ_I(job->attempts, 0);
-        CHECK_EQ_I(job->max_attempts, 1000000);
+        CHECK_STR(job->state, "dead");
+        CHECK_EQ_I(job->attempts, 1000000);
         tocsin_jobs_free(job, 1);
     }
     clk.now = 5000;
     CHECK_OK(db, tocsin_dead_purge(db, &purged, "bulk", 0));
-    CHECK_EQ_I(purged, 2);
+    CHECK_EQ_I(purged, 3);
+    CHECK_OK(db, tocsin_dead_requeue(db, &ok, ids[3]));
+    CHECK_EQ_I(ok, 0);
     CHECK_OK(db, tocsin_dead_purge(db, &purged, NULL, 1000));
     CHECK_EQ_I(purged, 0);
     CHECK_OK(db, tocsin_dead_purge(db, &purged, NULL, 5001));

@@ -709,15 +709,18 @@ def op_dead_requeue():
         j = m.jobs.get(jid)
         if not j or j["state"] != "dead":
             return check(ok and res == 0, "requeue of a job that is not dead gives 0", (jid, ok, res))
+        # a fresh budget on top of the claims it had: tokens never repeat; a job
+        # that spent every claim has no token left and is refused
+        a, mx = j["attempts"], j["max_attempts"]
+        if a >= MAX_ATTEMPTS:
+            return check(not ok and "spent all" in res, "requeue refused: every claim spent", (ok, res))
         clash = j["unique_key"] is not None and any(
             k["unique_key"] == j["unique_key"] for k in m.live(j["queue"]))
         if clash:
             return check(not ok and "unique_key" in res, "requeue refused: a live job holds the key", (ok, res))
+        attempts, max_attempts = a, min(MAX_ATTEMPTS, a + mx)
         if not check(ok and res == 1, "requeue of a dead job gives 1", (jid, ok, res)):
             return False
-        # a fresh budget on top of the claims it had: tokens never repeat
-        a, mx = j["attempts"], j["max_attempts"]
-        attempts, max_attempts = (a, min(1000000, a + mx)) if a < 1000000 else (0, mx)
         j.update(state="pending", attempts=attempts, max_attempts=max_attempts, run_at=m.now,
                  expires_at=None, lease_until=None, worker=None, last_error=None, reason=None,
                  died_at=None, token=None)

@@ -254,6 +254,16 @@ SELECT tocsin_ack(1, 1048578);" "1000000
 1048578
 0|0|0
 1"
+# a job that spent every claim its tokens allow cannot be requeued: refused
+# (SQLITE_FULL), the dead row kept
+qfresh requeue_spent "SELECT tocsin_enqueue('q', '1'); SELECT tocsin_cancel(1);
+UPDATE _tocsin_dead SET attempts = 1000000, max_attempts = 1000000;
+SELECT tocsin_dead_requeue(1);
+SELECT count(*) FROM _tocsin_dead; SELECT count(*) FROM _tocsin_jobs;" "1
+1
+*requeue job 1: it spent all 1000000 claims*(13)*
+1
+0"
 # tocsin_clock(ms) sets the connection's clock: refused inside a writing
 # statement and a CHECK (a planted schema must not move it); reading works anywhere
 qfresh clock "CREATE TABLE t(x); CREATE TABLE ck(x CHECK (tocsin_clock(7) > 0));
