@@ -37,6 +37,16 @@ $RUBY -Ibindings/ruby/lib -I"$BUILD/ruby/lib" demo/ruby_follower.rb "$DEMO_DB" "
 follower=$!
 trap 'kill "$worker" "$goworker" "$nodeworker" "$follower" 2>/dev/null || true' EXIT
 
+# Every worker is up (in the worker registry) before the web requests start, so the
+# latencies at the end are the queue's, not a worker process's start-up.
+i=0
+until [ "$(sqlite3 -batch "$DEMO_DB" "SELECT count(DISTINCT q.value) FROM _tocsin_workers,
+      json_each(queues) AS q WHERE q.value IN ('emails', 'stock', 'payments');" 2>/dev/null)" = 3 ]; do
+    i=$((i + 1))
+    [ "$i" -le 300 ] || { echo "demo: the workers did not start within 30 s" >&2; exit 1; }
+    sleep 0.1
+done
+
 # 3. A Python "web request" enqueues in its own transaction and reads every result.
 PYTHONPATH=demo "$PY" demo/web.py "mug" "$job1" "$job2"
 
