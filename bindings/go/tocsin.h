@@ -1137,7 +1137,9 @@ TOCSIN_API int tocsin_worker_register(tocsin_worker *w, const char *task, const 
  * for claimable work. TOCSIN_OK with *out_n >= 1 runs (*out owned:
  * tocsin_free(*out) frees the array only; each run is released by
  * tocsin_worker_finish), or as every wait ends (TOCSIN_TIMEOUT,
- * TOCSIN_INTERRUPTED after tocsin_worker_poke, TOCSIN_CLOSED). Invalid
+ * TOCSIN_INTERRUPTED after tocsin_worker_poke, TOCSIN_CLOSED). Also
+ * TOCSIN_TIMEOUT before the timeout, once, when an upkeep found running jobs
+ * cancelled or whose lease was lost: read tocsin_worker_cancelled. Invalid
  * envelopes fail (InvalidEnvelope) and unknown tasks are handed back here,
  * never returned.
  */

@@ -191,9 +191,11 @@ struct tocsin_worker {
     wrun **claimed; /* a step's claims: up to concurrency + the largest reserve */
     int64_t *cancelled;
     size_t ncancelled, capcancelled;
+    int cancel_news; /* under inmu: ids noted since a tocsin_worker_next last returned */
     /* when the next upkeep steps are due (handle's clock) */
     int64_t next_renew, next_reap, next_lead, next_fire, next_sweep, next_claim;
     int64_t last_check_us; /* monotonic: the last check of running jobs */
+    int recheck_due;       /* a step skipped that check (too soon): one is owed */
     char host[256];
     int pid;
     int64_t pid_start;
@@ -837,6 +839,7 @@ static int note_cancelled(tocsin_worker *w, wrun *r) {
         w->capcancelled = cap;
     }
     w->cancelled[w->ncancelled++] = r->pub.job_id;
+    w->cancel_news = 1;
     pthread_mutex_unlock(&w->inmu);
     r->lost = 1;
     return TOCSIN_OK;
@@ -978,6 +981,10 @@ static int upkeep(tocsin_worker *w) {
     int recheck = mono - w->last_check_us >= W_CANCEL_CHECK_US, rc = TOCSIN_OK;
     drain_released(w);
     if (recheck) w->last_check_us = mono;
+    /* a step too soon after the last check (a commit woke it) may have news of a
+     * cancelled job or a schedule change: the check it skipped is owed, at
+     * last_check + W_CANCEL_CHECK_US (next_upkeep), not at the next renewal */
+    w->recheck_due = !recheck && (w->nruns || w->scheduler);
     if (rc == TOCSIN_OK && now >= w->next_renew) {
         rc = renew(w, now);
         w->next_renew = now + w->vis / 3;
@@ -991,8 +998,13 @@ static int upkeep(tocsin_worker *w) {
     return rc;
 }
 
-static int64_t next_upkeep(const tocsin_worker *w) {
+static int64_t next_upkeep(const tocsin_worker *w, int64_t now) {
     int64_t t = w->next_renew;
+    if (w->recheck_due) {
+        int64_t left_us = w->last_check_us + W_CANCEL_CHECK_US - tc_monotonic_us();
+        int64_t at = now + (left_us > 0 ? (left_us + 999) / 1000 : 0);
+        if (at < t) t = at;
+    }
     if (w->next_reap < t) t = w->next_reap;
     if (w->scheduler && w->next_lead < t) t = w->next_lead;
     if (w->leader && w->next_fire < t) t = w->next_fire;
@@ -1187,7 +1199,7 @@ static int next_step(void *p, int *done, int64_t *sleep_ms) {
     tocsin_worker *w = c->w;
     size_t free_slots, target, want, nclaimed = 0, i;
     int64_t now, wake, deadline = -1;
-    int rc, refill;
+    int rc, refill, news;
     /* Each wake-up is a fresh set of transactions: its lock waits get a whole busy
      * timeout (tocsin_worker_next may block for hours; the budget is per step). */
     tc_tls()->busy_until = 0;
@@ -1255,16 +1267,29 @@ static int next_step(void *p, int *done, int64_t *sleep_ms) {
     }
     w->stepping = 0;
     if (c->ngot) { /* runs to start: a failed write is retried by the next step */
+        pthread_mutex_lock(&w->inmu); /* the caller reads tocsin_worker_cancelled after it */
+        w->cancel_news = 0;
+        pthread_mutex_unlock(&w->inmu);
         w_unlock(w);
         if (rc != TOCSIN_OK) tc_clear(w->db);
         *done = 1;
         return TOCSIN_OK;
     }
-    wake = next_upkeep(w);
+    wake = next_upkeep(w, now);
     if (free_slots && deadline >= 0 && deadline > now && deadline < wake) wake = deadline;
     w->next_claim = free_slots && deadline >= 0 ? deadline : -1;
     w_unlock(w);
     if (rc != TOCSIN_OK) return rc;
+    /* running jobs to stop: the caller hears of it now (tocsin_worker_cancelled),
+     * not when a run is next handed out */
+    pthread_mutex_lock(&w->inmu);
+    news = w->cancel_news;
+    w->cancel_news = 0;
+    pthread_mutex_unlock(&w->inmu);
+    if (news)
+        return tc_err(w->db, TOCSIN_TIMEOUT,
+                      "nothing to run yet; running jobs were cancelled or lost their leases"
+                      " (tocsin_worker_cancelled)");
     *sleep_ms = wake <= now ? 0 : wake - now > TC_MAX_SLEEP_MS ? TC_MAX_SLEEP_MS : wake - now;
     if (c->end_us >= 0) {
         int64_t left = c->end_us - tc_monotonic_us();
@@ -1392,7 +1417,7 @@ int64_t tocsin_worker_wake_in(tocsin_worker *w) {
     w_lock(w);
     take_incoming(w);
     now = tocsin_now(w->db);
-    t = next_upkeep(w);
+    t = next_upkeep(w, now);
     if (w->ndone && !w->nreserve) {
         t = now;
     } else if (w->ndone) { /* the outcomes wait for the reserve's refill, W_FLUSH_US at most */

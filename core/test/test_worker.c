@@ -588,6 +588,38 @@ static void cancellation(void) {
     tocsin_close(db);
 }
 
+/* A tocsin_worker_next blocked with runs in flight returns as soon as its
+ * upkeep finds one of them cancelled (also when the commit came too soon
+ * after the last check of running jobs): the caller reads
+ * tocsin_worker_cancelled then, not when a run is next handed out. */
+static void cancellation_ends_next(void) {
+    t_clock clk = {1000000};
+    tocsin_db *db = t_open("w_cancel_next", &clk), *other = NULL;
+    tocsin_worker *w = open_worker(db, "w1", 2);
+    tocsin_task_run *r, **runs = NULL;
+    int64_t id = call(db, "add", "[1]", 3), *ids = NULL;
+    size_t n = 0, nruns = 0;
+    int ok = 0;
+    r = next_run(w, NULL);
+    CHECK(r != NULL);
+    CHECK_OK(other, tocsin_open(&other, sqlite3_db_filename(tocsin_sqlite(db), "main"), NULL));
+    CHECK_OK(other, tocsin_job_cancel(other, &ok, id));
+    CHECK_EQ_I(ok, 1);
+    CHECK_EQ_I(tocsin_worker_next(w, &runs, &nruns, 60000), TOCSIN_TIMEOUT);
+    CHECK(strstr(tocsin_errmsg(NULL), "cancelled or lost their leases") != NULL);
+    CHECK_EQ_I(nruns, 0);
+    CHECK_OK(db, tocsin_worker_cancelled(w, &ids, &n));
+    CHECK_EQ_I(n, 1);
+    if (n == 1) CHECK_EQ_I(ids[0], id);
+    tocsin_free(ids);
+    /* the news is told once: the next call waits for its own timeout */
+    CHECK_EQ_I(tocsin_worker_next(w, &runs, &nruns, 30), TOCSIN_TIMEOUT);
+    CHECK(strstr(tocsin_errmsg(NULL), "before the timeout") != NULL);
+    tocsin_close(other);
+    tocsin_worker_close(w);
+    tocsin_close(db);
+}
+
 /* The scheduler's step runs inside tocsin_worker_next: lead, fire, sleep. */
 static void scheduler_step(void) {
     t_clock clk = {60000};
@@ -996,6 +1028,7 @@ void suite_worker(void) {
     unknown_tasks();
     dead_worker_recovery();
     cancellation();
+    cancellation_ends_next();
     scheduler_step();
     poke_and_close();
 }
