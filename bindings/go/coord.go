@@ -205,6 +205,9 @@ func (l *Lock) Renew(ctx context.Context) error {
 
 // Release frees the lock; ErrLeaseLost when this holding no longer held it.
 func (l *Lock) Release(ctx context.Context) error {
+	if l.token == 0 {
+		return newErr(ErrLeaseLost, "lock_release", "the lock is not held by this Lock")
+	}
 	var cs cstrings
 	defer cs.free()
 	cn, co := cs.str(l.Name), cs.str(l.Owner)
@@ -212,7 +215,7 @@ func (l *Lock) Release(ctx context.Context) error {
 	if err := l.db.doCS(ctx, &cs, "lock_release", func(p *C.tocsin_db) C.int {
 		return C.tocsin_lock_release(p, &ok, cn, co, C.int64_t(l.token))
 	}); err != nil {
-		return err
+		return err // still held: Release can be called again
 	}
 	l.token = 0
 	return leaseErr(ok, "lock_release")
@@ -479,6 +482,9 @@ func (c *conn) SchedulerNextFire(ctx context.Context) (time.Time, bool, error) {
 	return fromMs(int64(v)), true, nil
 }
 
+// maxTimeMs is the core's last instant (9999-12-31T23:59:59.999Z).
+const maxTimeMs = 253402300799999
+
 // CronNext is the first fire time of expr strictly after `after` (ok false: none before
 // year 10000). ErrInvalid names the bad field.
 func CronNext(expr string, after time.Time, localTime bool) (time.Time, bool, error) {
@@ -499,8 +505,12 @@ func CronNext(expr string, after time.Time, localTime bool) (time.Time, bool, er
 	if localTime {
 		lt = 1
 	}
+	am := after.UnixMilli()
+	if am < 0 || am > maxTimeMs {
+		return time.Time{}, false, newErr(ErrInvalid, "cron_next", "after must be between the Unix epoch and the year 9999, not "+after.String())
+	}
 	var next C.int64_t
-	rc := C.tocsin_cron_next(&next, cr, C.int64_t(after.UnixMilli()), lt)
+	rc := C.tocsin_cron_next(&next, cr, C.int64_t(am), lt)
 	if rc == C.TOCSIN_NOTFOUND {
 		return time.Time{}, false, nil
 	}

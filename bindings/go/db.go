@@ -80,7 +80,7 @@ func Open(path string, opts *Options) (*DB, error) {
 	if opts.BusyTimeout < 0 || opts.MaxPayloadBytes < 0 {
 		return nil, newErr(ErrInvalid, "open", "BusyTimeout and MaxPayloadBytes must be >= 0")
 	}
-	bt := opts.BusyTimeout.Milliseconds()
+	bt := ms(opts.BusyTimeout) // a positive timeout under 1ms stays positive (0 is the 5s default)
 	if bt > math.MaxInt32 {
 		bt = math.MaxInt32
 	}
@@ -192,10 +192,14 @@ func (db *DB) Close() error {
 // live until their end, independently of Close.
 func (c *conn) acquire(op string) (*C.tocsin_db, func(), error) {
 	if c.tx != nil {
+		// held shared for the call: the end of the transaction (which hands the core's
+		// handle back to its pool, or frees it) waits for calls of other goroutines
+		c.tx.mu.RLock()
 		if c.tx.done.Load() {
+			c.tx.mu.RUnlock()
 			return nil, nil, newErr(ErrClosed, op, "the transaction has ended")
 		}
-		return c.p, noop, nil
+		return c.p, c.tx.mu.RUnlock, nil
 	}
 	db := c.db
 	db.mu.RLock()
@@ -205,8 +209,6 @@ func (c *conn) acquire(op string) (*C.tocsin_db, func(), error) {
 	}
 	return db.p, db.mu.RUnlock, nil
 }
-
-func noop() {}
 
 // do runs f on the handle with the thread's error read in the same locked thread.
 func (c *conn) do(ctx context.Context, op string, f func(p *C.tocsin_db) C.int) error {
@@ -239,12 +241,41 @@ func (c *conn) Now() time.Time {
 }
 
 // Exec runs SQL text of the application's (no result rows, no parameters) on the
-// handle's connection: inside Tx, it joins the transaction.
+// handle's connection: inside Tx, it joins the transaction. Transactions are db.Tx's:
+// SQL that leaves the DB's connection inside a transaction (BEGIN, SAVEPOINT) is rolled
+// back, and SQL that ends a Tx's transaction (COMMIT, ROLLBACK, END) ends the Tx; both
+// are ErrInvalid.
 func (c *conn) Exec(ctx context.Context, sql string) error {
 	var cs cstrings
 	defer cs.free()
 	s := cs.str(sql)
-	return c.doCS(ctx, &cs, "exec", func(p *C.tocsin_db) C.int { return C.tocsin_exec(p, s) })
+	var in C.int
+	ran := false
+	err := c.doCS(ctx, &cs, "exec", func(p *C.tocsin_db) C.int {
+		ran = true
+		rc := C.tocsin_exec(p, s)
+		in = C.tocsin_in_transaction(p)
+		if in != 0 && c.tx == nil {
+			// every goroutine's calls on the DB would join it, and Close would drop them
+			C.tocsin_rollback(p)
+		}
+		return rc
+	})
+	if !ran {
+		return err
+	}
+	if c.tx == nil && in != 0 {
+		return errors.Join(newErr(ErrInvalid, "exec", "the SQL left a transaction open on the DB (BEGIN or SAVEPOINT): "+
+			"rolled back; use db.Tx for transactions"), err)
+	}
+	if c.tx != nil && in == 0 {
+		// COMMIT/ROLLBACK/END: what the transaction wrote before it may be committed;
+		// later calls would each run on their own, outside any transaction
+		c.tx.end(false)
+		return errors.Join(newErr(ErrInvalid, "exec", "the SQL ended the transaction (COMMIT, ROLLBACK or END); "+
+			"the Tx is over (db.Tx commits or rolls back)"), err)
+	}
+	return err
 }
 
 // Tx is a write transaction on a connection of its own (tocsin_tx_begin): every call
@@ -252,13 +283,15 @@ func (c *conn) Exec(ctx context.Context, sql string) error {
 // at a time; waits are not available inside a transaction.
 type Tx struct {
 	conn
+	mu   sync.RWMutex // held shared by every call on the transaction, exclusively by its end
 	done atomic.Bool
 }
 
 // Tx runs fn in a write transaction (BEGIN IMMEDIATE, waiting up to the busy timeout):
 // it commits when fn returns nil and rolls back when fn returns an error or panics,
 // so the jobs, events and notifications written through tx commit or vanish together
-// with the application's own writes (tx.Exec).
+// with the application's own writes (tx.Exec). As with database/sql's BeginTx, a ctx
+// that ended before the commit rolls it back: Tx returns the context's error.
 func (db *DB) Tx(ctx context.Context, fn func(tx *Tx) error) (err error) {
 	tx, err := db.begin(ctx)
 	if err != nil {
@@ -272,6 +305,12 @@ func (db *DB) Tx(ctx context.Context, fn func(tx *Tx) error) (err error) {
 			return errors.Join(ferr, rerr)
 		}
 		return ferr
+	}
+	if cerr := ctxErr(ctx, "commit"); cerr != nil {
+		if rerr := tx.end(false); rerr != nil {
+			return errors.Join(cerr, rerr)
+		}
+		return cerr
 	}
 	return tx.end(true)
 }
@@ -287,6 +326,8 @@ func (db *DB) begin(ctx context.Context) (*Tx, error) {
 }
 
 func (tx *Tx) end(commit bool) error {
+	tx.mu.Lock()
+	defer tx.mu.Unlock()
 	if tx.done.Swap(true) {
 		return nil
 	}

@@ -164,3 +164,28 @@ func TestSQLHelperDriverCode(t *testing.T) {
 		}
 	}
 }
+
+// EnqueueTx refuses a unique key that encoding/json would alter (invalid UTF-8 becomes
+// U+FFFD, so "\xff" and "\xfe" would dedup as one key) or a NUL, as Enqueue does; nothing
+// is written.
+func TestSQLHelperUniqueKeyRefused(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "app.db")
+	db := openDB2(t, path)
+	sdb, err := sql.Open("sqlite3", path)
+	check(t, err)
+	defer sdb.Close()
+	for _, k := range []string{"\xff", "a\x00b"} {
+		_, err := tocsin.EnqueueTx(bg, sdb, "q", 1, &tocsin.EnqueueOptions{UniqueKey: k})
+		wantCode(t, err, tocsin.ErrInvalid)
+		if !strings.Contains(err.Error(), "unique_key") {
+			t.Fatalf("the error does not name the option: %v", err)
+		}
+		_, err = tocsin.CallTx(bg, sdb, "q", "t", nil, nil, &tocsin.CallOptions{Job: &tocsin.EnqueueOptions{UniqueKey: k}})
+		wantCode(t, err, tocsin.ErrInvalid)
+	}
+	st, err := db.Queue("q").Stats(bg)
+	check(t, err)
+	if st.Pending != 0 {
+		t.Fatalf("a refused call wrote %d jobs", st.Pending)
+	}
+}

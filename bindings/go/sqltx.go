@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"reflect"
 	"strings"
+	"unicode/utf8"
 )
 
 // Querier is what the database/sql helpers run on: a *sql.Tx (the usual case: the job
@@ -133,6 +134,11 @@ func (o *EnqueueOptions) sqlOptionsWith(m map[string]any) (any, error) {
 		m["expires_ms"] = ms(o.Expires)
 	}
 	if o.UniqueKey != "" {
+		// encoding/json would turn invalid UTF-8 into U+FFFD (two distinct keys would then
+		// dedup as one) and a NUL into \u0000: refused as the native Enqueue refuses them
+		if !utf8.ValidString(o.UniqueKey) || strings.IndexByte(o.UniqueKey, 0) >= 0 {
+			return nil, newErr(ErrInvalid, "enqueue", "unique_key must be valid UTF-8 without NUL bytes")
+		}
 		m["unique_key"] = o.UniqueKey
 	}
 	if o.Meta != nil {

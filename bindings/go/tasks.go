@@ -267,6 +267,9 @@ func (t *TaskDef[Args, Res]) callOn(ctx context.Context, c *conn, args Args, opt
 // Periodic asks the workers of this program to keep a schedule "periodic:<name>" that
 // calls the task with args at every boundary of cron (written when a Worker starts).
 func (t *TaskDef[Args, Res]) Periodic(cron string, args Args, opts *ScheduleOptions) error {
+	if _, _, err := CronNext(cron, time.Now(), opts != nil && opts.LocalTime); err != nil {
+		return err // refused now, not when a Worker starts
+	}
 	a, k, err := encodeArgs(args)
 	if err != nil {
 		return err

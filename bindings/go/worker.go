@@ -218,10 +218,14 @@ func (wk *Worker) Run(ctx context.Context) error {
 		go wk.slot(wk.quit)
 	}
 	var runErr error
-	for {
+	for ctx.Err() == nil { // a context that already ended claims nothing
 		var runs **C.tocsin_task_run
 		var n C.size_t
-		err := wk.own.do(context.Background(), "worker_next", func(*C.tocsin_db) C.int { return C.tocsin_worker_next(wk.w, &runs, &n, -1) })
+		// next also returns (ErrTimeout) as soon as its upkeep finds running jobs that
+		// were cancelled or lost their leases: cancelReported hands them on
+		err := wk.own.do(context.Background(), "worker_next", func(*C.tocsin_db) C.int {
+			return C.tocsin_worker_next(wk.w, &runs, &n, -1)
+		})
 		if err == nil {
 			wk.dispatch(runs, n)
 		}
@@ -334,6 +338,10 @@ func (wk *Worker) dispatch(runs **C.tocsin_task_run, n C.size_t) {
 				// this transaction holds the write lock (the protocol allows finish
 				// from any thread).
 				ferr := wk.finishTx(r, id, v, tx)
+				if ferr == errTxEnded {
+					wk.finishAndTake(r, id, nil, ferr)
+					return
+				}
 				if ferr == nil {
 					ferr = tx.end(true)
 				} else {
@@ -432,8 +440,17 @@ func (wk *Worker) finishTx(r *C.tocsin_task_run, id int64, v json.RawMessage, tx
 	if wk.closing.Load() {
 		return newErr(ErrClosed, "worker", "the worker stopped: the run was handed back")
 	}
+	tx.mu.RLock()
+	defer tx.mu.RUnlock()
+	if tx.done.Load() {
+		return errTxEnded
+	}
 	return wk.record(tx, r, v, nil)
 }
+
+// errTxEnded: a TaskTx handler returned nil after its transaction ended under it
+// (tx.Exec of COMMIT or ROLLBACK): the run ends as a failure outside the transaction.
+var errTxEnded = &TaskError{Type: "TransactionEnded", Message: "the handler's transaction ended before the run finished (tx.Exec of COMMIT, ROLLBACK or END)"}
 
 // sanitize makes a Go string text the core accepts: valid UTF-8, no NUL byte.
 func sanitize(s string) string {
@@ -467,6 +484,13 @@ func (wk *Worker) record(tx *Tx, run *C.tocsin_task_run, value json.RawMessage, 
 		}
 		if typ == "" {
 			typ = "Error" // the core's default type (a TaskError without one)
+		}
+		if strings.IndexByte(typ, 0) >= 0 {
+			// no C form: refused here as the core refuses a type it cannot store (a final
+			// failure naming why), never left unrecorded (the run would hold its slot and
+			// its job's lease for good)
+			out.kind = C.TOCSIN_OUTCOME_FAIL
+			typ, msg, trace = "InvalidOutcome", "the outcome was refused: error type contains a NUL byte", ""
 		}
 		// a trace is any text (the core cuts it); NUL bytes and bad UTF-8 of Go strings go
 		msg, trace = sanitize(msg), sanitize(trace)

@@ -1,0 +1,292 @@
+package tocsin_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	tocsin "github.com/tocsin-db/tocsin/bindings/go"
+)
+
+// A Worker whose context already ended claims nothing: the job stays pending.
+func TestWorkerRunEndedContextClaimsNothing(t *testing.T) {
+	db := openDB(t)
+	ran := make(chan struct{}, 1)
+	tk := tocsin.Task(db, "t", func(ctx context.Context, a int) (int, error) { ran <- struct{}{}; return a, nil }, nil)
+	w := must(db.NewWorker(tocsin.WorkerOptions{Logger: quiet}))
+	h := must(tk.Call(bg, 1, nil))
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	check(t, w.Run(ctx))
+	select {
+	case <-ran:
+		t.Fatal("the handler ran after the worker's context had ended")
+	default:
+	}
+	j := must(db.Job(bg, h.JobID))
+	if j.State != "pending" || j.Attempts != 0 {
+		t.Fatalf("want the job pending and unclaimed, got %s after %d attempts", j.State, j.Attempts)
+	}
+}
+
+// Periodic refuses a bad cron expression at once, not when a Worker starts.
+func TestPeriodicRefusesBadCron(t *testing.T) {
+	db := openDB(t)
+	tk := tocsin.Task(db, "t", func(ctx context.Context, a int) (int, error) { return a, nil }, nil)
+	err := tk.Periodic("61 * * * *", 1, nil)
+	wantCode(t, err, tocsin.ErrInvalid)
+	if !strings.Contains(err.Error(), "minute") {
+		t.Fatalf("the error does not name the bad field: %v", err)
+	}
+	wantCode(t, tk.Periodic("", 1, nil), tocsin.ErrInvalid)
+	// nothing was kept: a worker starts
+	w := must(db.NewWorker(tocsin.WorkerOptions{Logger: quiet}))
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	check(t, w.Run(ctx))
+}
+
+// CronNext names an out-of-range `after` (the zero time.Time) instead of "invalid argument".
+func TestCronNextAfterOutOfRange(t *testing.T) {
+	_, _, err := tocsin.CronNext("* * * * *", time.Time{}, false)
+	wantCode(t, err, tocsin.ErrInvalid)
+	if !strings.Contains(err.Error(), "after") {
+		t.Fatalf("the error does not name the argument: %v", err)
+	}
+	_, ok, err := tocsin.CronNext("* * * * *", time.UnixMilli(0), false)
+	if err != nil || !ok {
+		t.Fatalf("the epoch is in range: %v %v", ok, err)
+	}
+}
+
+// Release of a Lock that does not hold the lock is ErrLeaseLost (as Renew), not a
+// complaint about a token the caller never passed.
+func TestLockReleaseNotHeld(t *testing.T) {
+	db := openDB(t)
+	wantCode(t, db.Lock("l", "a", time.Minute).Release(bg), tocsin.ErrLeaseLost)
+	l := db.Lock("l", "a", time.Minute)
+	if ok := must(l.TryAcquire(bg)); !ok {
+		t.Fatal("not acquired")
+	}
+	check(t, l.Release(bg))
+	wantCode(t, l.Release(bg), tocsin.ErrLeaseLost)
+}
+
+// A BusyTimeout under a millisecond is not rounded to 0 (the core's 5 s default).
+func TestBusyTimeoutUnderAMillisecond(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "b.db")
+	holder := openDB2(t, path)
+	db, err := tocsin.Open(path, &tocsin.Options{BusyTimeout: 500 * time.Microsecond})
+	check(t, err)
+	defer db.Close()
+	in, out := make(chan struct{}), make(chan struct{})
+	done := make(chan error)
+	go func() {
+		done <- holder.Tx(bg, func(tx *tocsin.Tx) error {
+			close(in)
+			<-out
+			return nil
+		})
+	}()
+	<-in
+	_, err = db.Queue("q").Enqueue(bg, 1, nil)
+	close(out)
+	check(t, <-done)
+	wantCode(t, err, tocsin.ErrBusy)
+	if strings.Contains(err.Error(), "5000 ms") {
+		t.Fatalf("a 500µs busy timeout became the 5 s default: %v", err)
+	}
+}
+
+// A goroutine that still uses a Tx while the transaction ends gets ErrClosed; the end
+// waits for its call instead of handing the core's handle back under it (a crash, or a
+// write landing in the next transaction that takes the pooled handle).
+func TestTxUsedByAGoroutineWhileItEnds(t *testing.T) {
+	db := openDB(t)
+	var stored atomic.Int64
+	for round := 0; round < 200; round++ {
+		var wg sync.WaitGroup
+		ready := make(chan struct{}, 4)
+		errs := make(chan error, 4)
+		check(t, db.Tx(bg, func(tx *tocsin.Tx) error {
+			for g := 0; g < 4; g++ {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					ready <- struct{}{}
+					for {
+						if _, err := tx.Queue("late").Enqueue(bg, 1, nil); err != nil {
+							errs <- err
+							return
+						}
+						stored.Add(1)
+					}
+				}()
+			}
+			for g := 0; g < 4; g++ {
+				<-ready
+			}
+			return nil
+		}))
+		// the next transaction takes the pooled handle and rolls back
+		_ = db.Tx(bg, func(tx *tocsin.Tx) error { return errors.New("roll back") })
+		wg.Wait()
+		for g := 0; g < 4; g++ {
+			wantCode(t, <-errs, tocsin.ErrClosed)
+		}
+	}
+	st := must(db.Queue("late").Stats(bg))
+	if st.Pending != stored.Load() {
+		t.Fatalf("%d enqueues succeeded, %d jobs stored", stored.Load(), st.Pending)
+	}
+}
+
+// A transaction whose context ended before the commit rolls back (database/sql's
+// BeginTx rule) and returns the context's error.
+func TestTxContextEndedBeforeCommitRollsBack(t *testing.T) {
+	db := openDB(t)
+	ctx, cancel := context.WithCancel(bg)
+	err := db.Tx(ctx, func(tx *tocsin.Tx) error {
+		if _, err := tx.Queue("q").Enqueue(ctx, 1, nil); err != nil {
+			return err
+		}
+		cancel() // the request went away; fn does not look
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) || !errors.Is(err, tocsin.ErrInterrupted) {
+		t.Fatalf("want context.Canceled, got %v", err)
+	}
+	if st := must(db.Queue("q").Stats(bg)); st.Pending != 0 {
+		t.Fatalf("the transaction committed %d jobs after its context ended", st.Pending)
+	}
+}
+
+// Cancelling a running job cancels its handler's context (the Run loop's waits are
+// bounded, so the upkeep's report reaches the handler without another job arriving).
+func TestCancelRunningJobCancelsHandler(t *testing.T) {
+	db := openDB(t)
+	started := make(chan struct{})
+	stopped := make(chan error, 1)
+	tk := tocsin.Task(db, "t", func(ctx context.Context, a int) (int, error) {
+		close(started)
+		<-ctx.Done()
+		stopped <- ctx.Err()
+		return 0, ctx.Err()
+	}, nil)
+	w := must(db.NewWorker(tocsin.WorkerOptions{Logger: quiet}))
+	ctx, cancel := context.WithCancel(bg)
+	done := make(chan error)
+	go func() { done <- w.Run(ctx) }()
+	h := must(tk.Call(bg, 1, nil))
+	<-started
+	check(t, db.Cancel(bg, h.JobID))
+	within(t, 30*time.Second, "the cancelled job's handler", func() {
+		if err := <-stopped; !errors.Is(err, context.Canceled) {
+			t.Errorf("want context.Canceled, got %v", err)
+		}
+	})
+	cancel()
+	check(t, <-done)
+	j := must(db.Job(bg, h.JobID))
+	if j.State != "dead" || j.Reason != "cancelled" || j.Attempts != 1 {
+		t.Fatalf("want dead (cancelled) after 1 attempt, got %s (%s) after %d", j.State, j.Reason, j.Attempts)
+	}
+}
+
+// A handler's TaskError whose Type holds a NUL byte (no C form) still ends the run, as
+// the core ends one whose type it refuses: a final InvalidOutcome failure, not a run that
+// keeps its slot and its job's lease for good.
+func TestTaskErrorTypeWithNULEndsTheRun(t *testing.T) {
+	db := openDB(t)
+	tk := tocsin.Task(db, "t", func(ctx context.Context, a int) (int, error) {
+		return 0, &tocsin.TaskError{Type: "Bad\x00Type", Message: "m"}
+	}, nil)
+	w := must(db.NewWorker(tocsin.WorkerOptions{Logger: quiet}))
+	ctx, cancel := context.WithCancel(bg)
+	done := make(chan error)
+	go func() { done <- w.Run(ctx) }()
+	for i := 0; i < 2; i++ { // the second runs only if the first freed the slot
+		h := must(tk.Call(bg, i, nil))
+		var r *tocsin.Result
+		within(t, 30*time.Second, "the run's outcome", func() { r = must(h.Result(bg)) })
+		if r.Err == nil || r.Err.Type != "InvalidOutcome" || !strings.Contains(r.Err.Message, "NUL") {
+			t.Fatalf("want an InvalidOutcome naming the NUL byte, got %+v", r.Err)
+		}
+		if j := must(db.Job(bg, h.JobID)); j.State != "dead" {
+			t.Fatalf("want the job dead, got %s", j.State)
+		}
+	}
+	cancel()
+	check(t, <-done)
+}
+
+// Exec keeps transactions db.Tx's: BEGIN on the DB is rolled back (every goroutine's
+// calls would join it, and Close would drop them: an Enqueue that returned nil, lost),
+// and COMMIT/ROLLBACK inside a Tx ends the Tx instead of leaving later calls outside
+// any transaction and the commit failing after the writes were committed.
+func TestExecTransactionControl(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "e.db")
+	db, err := tocsin.Open(path, nil)
+	check(t, err)
+	wantCode(t, db.Exec(bg, "BEGIN"), tocsin.ErrInvalid)
+	err = db.Exec(bg, "BEGIN; SELEC")
+	if !errors.Is(err, tocsin.ErrInvalid) || !errors.Is(err, tocsin.ErrFailed) {
+		t.Fatalf("want ErrInvalid and the SQL error, got %v", err)
+	}
+	must(db.Queue("q").Enqueue(bg, 1, nil))
+	check(t, db.Exec(bg, "CREATE TABLE a(x); INSERT INTO a VALUES (1)")) // ordinary SQL runs
+	check(t, db.Close())
+	db = openDB2(t, path)
+	if st := must(db.Queue("q").Stats(bg)); st.Pending != 1 {
+		t.Fatalf("the enqueue after Exec(BEGIN) was lost: %d pending", st.Pending)
+	}
+	for _, sql := range []string{"COMMIT", "ROLLBACK"} {
+		err := db.Tx(bg, func(tx *tocsin.Tx) error {
+			must(tx.Queue("t").Enqueue(bg, sql, nil))
+			err := tx.Exec(bg, sql)
+			wantCode(t, err, tocsin.ErrInvalid)
+			_, err2 := tx.Queue("t").Enqueue(bg, "after", nil)
+			wantCode(t, err2, tocsin.ErrClosed) // not an autocommit write outside the Tx
+			return err
+		})
+		wantCode(t, err, tocsin.ErrInvalid)
+	}
+	check(t, db.Tx(bg, func(tx *tocsin.Tx) error { return tx.Exec(bg, "INSERT INTO a VALUES (2)") }))
+	// a context that ended before Exec ran leaves the Tx alone
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	check(t, db.Tx(bg, func(tx *tocsin.Tx) error {
+		if err := tx.Exec(ctx, "INSERT INTO a VALUES (3)"); !errors.Is(err, context.Canceled) {
+			t.Errorf("want context.Canceled, got %v", err)
+		}
+		return tx.Exec(bg, "INSERT INTO a VALUES (4)")
+	}))
+}
+
+// A TaskTx handler that ends its transaction (tx.Exec("COMMIT")) and returns nil: the
+// run still ends (a TransactionEnded failure), never on a transaction handle that was
+// handed back, nor holding its slot.
+func TestTaskTxHandlerEndsItsTransaction(t *testing.T) {
+	db := openDB(t)
+	tk := tocsin.TaskTx(db, "t", func(ctx context.Context, tx *tocsin.Tx, a int) (int, error) {
+		_ = tx.Exec(ctx, "COMMIT") // ErrInvalid, ignored
+		return a, nil
+	}, &tocsin.TaskOptions{BackoffBase: time.Millisecond})
+	w := must(db.NewWorker(tocsin.WorkerOptions{Logger: quiet}))
+	ctx, cancel := context.WithCancel(bg)
+	done := make(chan error)
+	go func() { done <- w.Run(ctx) }()
+	h := must(tk.Call(bg, 1, &tocsin.CallOptions{Job: &tocsin.EnqueueOptions{MaxAttempts: 1}}))
+	var r *tocsin.Result
+	within(t, 30*time.Second, "the run's outcome", func() { r = must(h.Result(bg)) })
+	if r.Err == nil || r.Err.Type != "TransactionEnded" {
+		t.Fatalf("want a TransactionEnded failure, got %+v %s", r.Err, r.Value)
+	}
+	cancel()
+	check(t, <-done)
+}
