@@ -92,7 +92,7 @@ export interface CompleteOptions extends LeaseOptions { ttl?: number }
 export interface ClaimOptions { visibility?: number }
 export interface JobsOptions extends ClaimOptions { signal?: AbortSignal; batch?: number }
 
-export interface TaskOptions extends Omit<EnqueueOptions, 'tx' | 'maxAttempts' | 'uniqueKey'> {
+export interface TaskOptions extends Omit<EnqueueOptions, 'tx' | 'maxAttempts' | 'uniqueKey' | 'runAt'> {
   /** attempts after the first */
   retries?: number;
   /** a run longer than this (ms) fails the attempt with error type Timeout */
@@ -317,7 +317,8 @@ export declare class Database {
   readonly closed: boolean;
   close(): Promise<void>;
   transaction<T>(fn: (tx: Transaction) => T | Promise<T>): Promise<T>;
-  exec(sql: string, options?: TxOption): void;
+  /** SQL of the application's (no result rows); rejects with the error. */
+  exec(sql: string, options?: TxOption): Promise<void>;
   now(): number;
   setTime(when: Instant | null): void;
   setMaxPayload(bytes: number): void;

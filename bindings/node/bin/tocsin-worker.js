@@ -62,6 +62,10 @@ async function main() {
   await worker.run({ handleSignals: true });
   await db.close();
   log('worker.stop', {});
+  // a handler still running past --shutdown-timeout was handed back (another worker runs
+  // the job again), but its timers would keep this process alive until it returns: the
+  // worker has stopped, so the process ends (at once if nothing else is pending)
+  setTimeout(() => process.exit(process.exitCode || 0), 1000).unref();
 }
 
 main().catch((e) => {

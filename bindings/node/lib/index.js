@@ -64,14 +64,31 @@ function int(v, what) {
   return v;
 }
 
+/** An optional flag: true, false, or left out (undefined/null: false); 'no' or 1 is refused, not read as true. */
+function bool(v, what) {
+  if (v === undefined || v === null) return false;
+  if (typeof v !== 'boolean') throw invalid(`${what} must be a boolean, not ${typeof v}`);
+  return v;
+}
+
 function str(v, what) {
   if (typeof v !== 'string') throw invalid(`${what} must be a string`);
   return v;
 }
 
-function opts(o, what) {
+/**
+ * An options object ({} when none). With `keys`, a key it does not know is refused
+ * ({ dealy: 5000 } must not enqueue a job to run now), as is an array.
+ */
+function opts(o, what, keys) {
   if (o === undefined || o === null) return {};
-  if (typeof o !== 'object') throw invalid(`${what || 'options'} must be an object`);
+  what = what || 'options';
+  if (typeof o !== 'object' || Array.isArray(o)) throw invalid(`${what} must be an object`);
+  if (keys) {
+    for (const k of Object.keys(o)) {
+      if (!keys.includes(k)) throw invalid(`unknown option "${k}"${what === 'options' ? '' : ` in ${what}`} (known: ${keys.join(', ')})`);
+    }
+  }
   return o;
 }
 
@@ -197,17 +214,25 @@ class Result {
 // ---- the database ----
 
 class Transaction {
-  constructor(db, h) { this._db = db; this._h = h; this.active = true; }
+  constructor(db, h) { this._db = db; this._h = h; this.active = true; this._closedByDb = false; db._txs.add(this); }
   get database() { return this._db; }
+  _end(commit, byClose) {
+    if (!this.active) return;
+    this.active = false;
+    this._closedByDb = !!byClose;
+    this._db._txs.delete(this);
+    if (commit) { native.txEnd(this._h, true); return; }
+    try { native.txEnd(this._h, false); } catch (_) { /* rolled back */ }
+  }
   /** Runs SQL of the application's (no result rows) inside the transaction. */
   exec(sql) { return native.exec(this._h, str(sql, 'sql')); }
 }
 
 class Database {
   constructor(path, options) {
-    const o = opts(options);
+    const o = opts(options, 'open options', ['busyTimeout', 'maxPayload', 'readOnly', 'allowOtherSqlite']);
     ensureLoaded();
-    if (!o.allowOtherSqlite) {
+    if (!bool(o.allowOtherSqlite, 'allowOtherSqlite')) {
       const others = otherSqliteCopies();
       if (others.length) {
         throw errorOf('TOCSIN_ERROR', `tocsin: another copy of SQLite is loaded in this process (${others.join(', ')}); ` +
@@ -217,10 +242,11 @@ class Database {
     }
     const busy = ms(o.busyTimeout, 'busyTimeout');
     if (busy !== undefined && busy < 1) throw invalid('busyTimeout must be >= 1 ms');
-    this._h = native.open(str(path, 'path'), busy || 0, o.maxPayload === undefined ? null : o.maxPayload, !!o.readOnly);
+    this._h = native.open(str(path, 'path'), busy || 0, o.maxPayload === undefined ? null : o.maxPayload, bool(o.readOnly, 'readOnly'));
     this.path = path;
     this._waits = new Set();
     this._closers = new Set(); // listeners, subscriptions, workers: closed with the database
+    this._txs = new Set(); // transactions in progress: rolled back by close()
     this._closing = false;
     this._closed = false;
   }
@@ -249,6 +275,9 @@ class Database {
     for (const c of [...this._closers]) {
       try { await c._closeFromDb(); } catch (_) { /* closing anyway */ }
     }
+    // transactions still open are rolled back, as closing a connection does: none may
+    // go on writing (and commit) after close(); their transaction() rejects with ClosedError
+    for (const tx of [...this._txs]) tx._end(false, true);
     while (native.close(this._h) > 0) await new Promise((r) => setTimeout(r, 2));
     this._closed = true;
   }
@@ -258,23 +287,36 @@ class Database {
     if (typeof fn !== 'function') throw invalid('transaction(fn): fn must be a function');
     const th = await native.txBegin(this._handle(), !!_onMain);
     const tx = new Transaction(this, th);
+    if (this._closing) {
+      // close() began while the transaction waited for the write lock
+      tx._end(false, true);
+      throw errorOf('TOCSIN_CLOSED', 'the database was closed');
+    }
     let result;
     try {
       result = await fn(tx);
     } catch (e) {
-      if (tx.active) {
-        tx.active = false;
-        try { native.txEnd(th, false); } catch (_) { /* rolled back */ }
+      const byClose = tx._closedByDb;
+      tx._end(false);
+      if (byClose && !(e instanceof errors.ClosedError)) {
+        throw errorOf('TOCSIN_CLOSED', 'the database was closed during the transaction (rolled back)');
       }
       throw e;
     }
-    if (!tx.active) throw errorOf('TOCSIN_CLOSED', 'the transaction ended early');
-    tx.active = false;
-    native.txEnd(th, true);
+    if (!tx.active) {
+      throw errorOf('TOCSIN_CLOSED', tx._closedByDb
+        ? 'the database was closed during the transaction (rolled back)' : 'the transaction ended early');
+    }
+    tx._end(true);
     return result;
   }
 
-  exec(sql, o) { return native.exec(this._handle(o), str(sql, 'sql')); }
+  /**
+   * Runs SQL of the application's (no result rows): a Promise, always (a write that
+   * finds the file locked by another process finishes on the libuv pool; an error is
+   * a rejection, never a synchronous throw that only happens when uncontended).
+   */
+  async exec(sql, o) { return native.exec(this._handle(o), str(sql, 'sql')); }
   now() { return native.now(this._h); }
   /** Fixes the clock at `when` (ms or Date); null restores the system clock (tests). */
   setTime(when) { native.setTime(this._h, when === null || when === undefined ? null : instant(when, 'time')); }
@@ -287,26 +329,26 @@ class Database {
 
   // ---- notify / listen ----
   async notify(channel, payload, o) {
-    o = opts(o);
+    o = opts(o, 'options', ['tx', 'meta']);
     return native.notify(this._handle(o), str(channel, 'channel'), toJson(payload, 'payload'), metaJson(o.meta));
   }
   async notifications(channel, o) {
-    o = opts(o);
+    o = opts(o, 'options', ['afterId', 'limit']);
     const rows = await native.notifyRead(this._h, str(channel, 'channel'), o.afterId, o.limit);
     return rows.map((r) => new Notification(r));
   }
   async notifyMaxId() { return native.notifyMaxId(this._h); }
   async pruneNotifications(o) {
-    o = opts(o);
+    o = opts(o, 'options', ['maxAge', 'maxKeep']);
     return native.notifyPrune(this._h, ms(o.maxAge, 'maxAge') || 0, int(o.maxKeep, 'maxKeep') || 0);
   }
   async setNotifyAutotrim(o) {
-    o = opts(o);
+    o = opts(o, 'options', ['maxAge', 'maxKeep', 'oneIn']);
     return native.notifyAutotrim(this._h, ms(o.maxAge, 'maxAge') || 0, int(o.maxKeep, 'maxKeep') || 0, int(o.oneIn, 'oneIn') || 0);
   }
   /** Listens on `channel` from now on: an async iterator of Notifications and an EventEmitter ('notification'). */
   listen(channel, o) {
-    o = opts(o);
+    o = opts(o, 'options', ['bufferSize', 'signal']);
     checkSignal(o.signal);
     return new Listener(this, native.listenOpen(this._h, str(channel, 'channel'), o.bufferSize), o.signal);
   }
@@ -315,11 +357,11 @@ class Database {
 
   // ---- results ----
   async saveResult(jobId, value, o) {
-    o = opts(o);
+    o = opts(o, 'options', ['tx', 'ttl']);
     return native.resultSave(this._handle(o), jobIdOf(jobId), toJson(value, 'value'), ms(o.ttl, 'ttl'));
   }
   async saveError(jobId, type, message, o) {
-    o = opts(o);
+    o = opts(o, 'options', ['tx', 'ttl']);
     return native.resultSaveError(this._handle(o), jobIdOf(jobId), str(type, 'type'), message === undefined ? null : message, ms(o.ttl, 'ttl'));
   }
   /** The stored result of a job, or null. */
@@ -334,7 +376,7 @@ class Database {
   }
   /** Waits for a job's outcome (see checkResult): { timeout, signal }. */
   async waitResult(jobId, o) {
-    o = opts(o);
+    o = opts(o, 'options', ['timeout', 'signal']);
     const id = jobIdOf(jobId);
     const sub = native.subOpen(this._h);
     const h = this._h;
@@ -352,14 +394,14 @@ class Database {
   async deleteResult(jobId) { return native.resultDelete(this._h, jobIdOf(jobId)); }
 
   // ---- locks and rate limits ----
-  lock(name, o) { return new Lock(this, str(name, 'lock name'), opts(o)); }
+  lock(name, o) { return new Lock(this, str(name, 'lock name'), opts(o, 'lock options', ['ttl', 'owner'])); }
   async lockHolder(name) { return native.lockHolder(this._h, str(name, 'lock name')); }
   /** Acquires `name` (waiting: { ttl, timeout, signal, owner }), runs fn(lock), releases. */
   async withLock(name, o, fn) {
     if (typeof o === 'function') { fn = o; o = {}; }
     if (typeof fn !== 'function') throw invalid('withLock(name, options, fn): fn must be a function');
-    o = opts(o);
-    const lock = this.lock(name, o);
+    o = opts(o, 'options', ['ttl', 'owner', 'timeout', 'signal']);
+    const lock = this.lock(name, { ttl: o.ttl, owner: o.owner });
     await lock.acquire({ timeout: o.timeout, signal: o.signal });
     try {
       return await fn(lock);
@@ -392,7 +434,7 @@ class Database {
   // ---- housekeeping ----
   /** Deletes expired results and stale rate-limit state; prunes notifications when a criterion is given. */
   async prune(o) {
-    o = opts(o);
+    o = opts(o, 'options', ['notificationsMaxAge', 'notificationsMaxKeep']);
     const out = { results: await native.resultSweep(this._h), rateLimits: await native.rateSweep(this._h), notifications: 0 };
     if (o.notificationsMaxAge !== undefined || o.notificationsMaxKeep !== undefined) {
       out.notifications = await this.pruneNotifications({ maxAge: o.notificationsMaxAge, maxKeep: o.notificationsMaxKeep });
@@ -405,12 +447,13 @@ class Database {
   async call(queue, name, args, o) { return this.queue(queue).call(name, args, o); }
 }
 
+const SCHEDULE_KEYS = ['priority', 'maxAttempts', 'jobExpires', 'maxCatchUp', 'catchUp', 'localTime', 'meta'];
 function scheduleOpts(o, update) {
-  o = opts(o);
+  o = opts(o, update ? 'schedule changes' : 'schedule options', update ? [...SCHEDULE_KEYS, 'cron', 'queue', 'payload'] : SCHEDULE_KEYS);
   const r = {};
   for (const k of ['priority', 'maxAttempts', 'jobExpires', 'maxCatchUp']) if (o[k] !== undefined) r[k] = o[k];
   if (o.catchUp !== undefined) r.catchUp = o.catchUp;
-  if (o.localTime !== undefined) r.localTime = !!o.localTime;
+  if (o.localTime !== undefined) r.localTime = bool(o.localTime, 'localTime');
   if ('meta' in o && (o.meta !== undefined || update)) r.meta = metaJson(o.meta);
   return r;
 }
@@ -424,6 +467,8 @@ function enqueueArgs(o) {
     o.uniqueKey === undefined ? null : o.uniqueKey, metaJson(o.meta)];
 }
 
+const ENQUEUE_KEYS = ['priority', 'delay', 'runAt', 'maxAttempts', 'expires', 'uniqueKey', 'meta'];
+const JOB_SPEC_KEYS = ['payload', 'queue', ...ENQUEUE_KEYS];
 function plainJob(j) {
   return j.queue === undefined && j.priority === undefined && j.delay === undefined && j.runAt === undefined &&
     j.maxAttempts === undefined && j.expires === undefined && j.uniqueKey === undefined && j.meta === undefined;
@@ -435,17 +480,18 @@ class Queue {
   /** Enqueues a job; resolves to its id. { priority, delay, runAt, maxAttempts, expires, uniqueKey, meta, tx } */
   async enqueue(payload, o) {
     if (o === undefined) return native.enqueue(this.db._handle(o), this.name, toJson(payload, 'payload'));
-    o = opts(o);
+    o = opts(o, 'options', ['tx', 'priority', 'delay', 'runAt', 'maxAttempts', 'expires', 'uniqueKey', 'meta']);
     return native.enqueue(this.db._handle(o), this.name, toJson(payload, 'payload'), ...enqueueArgs(o));
   }
   /** Enqueues jobs atomically (all or none): each a { payload, ...options } object. */
   async enqueueMany(jobs, o) {
-    o = opts(o);
+    o = opts(o, 'options', ['tx']);
     if (!Array.isArray(jobs)) throw invalid('jobs must be an array');
     const texts = [];
     for (let i = 0; i < jobs.length; i++) {
       const j = jobs[i];
       if (!j || typeof j !== 'object' || !('payload' in j)) throw invalid(`jobs[${i}] must be an object with a payload`);
+      opts(j, `jobs[${i}]`, JOB_SPEC_KEYS);
       if (!plainJob(j)) break;
       texts.push(toJson(j.payload, `jobs[${i}].payload`));
     }
@@ -453,6 +499,7 @@ class Queue {
     if (texts.length === jobs.length) return native.enqueueMany(this.db._handle(o), this.name, texts);
     const specs = jobs.map((j, i) => {
       if (!j || typeof j !== 'object' || !('payload' in j)) throw invalid(`jobs[${i}] must be an object with a payload`);
+      opts(j, `jobs[${i}]`, JOB_SPEC_KEYS);
       let args;
       try {
         args = enqueueArgs(j);
@@ -469,7 +516,7 @@ class Queue {
     return jobs.length ? jobs[0] : null;
   }
   async claimBatch(n, workerId, o) {
-    o = opts(o);
+    o = opts(o, 'options', ['visibility']);
     const rows = await native.claim(this.db._h, this.name, str(workerId, 'workerId'), n,
       o.visibility === undefined ? DEFAULT_VISIBILITY : ms(o.visibility, 'visibility'));
     return rows.map((r) => new Job(this, r));
@@ -487,28 +534,28 @@ class Queue {
   }
   /** { delay (ms; default: the core's exponential backoff), error, token } */
   async retry(job, o) {
-    o = opts(o);
+    o = opts(o, 'options', ['tx', 'token', 'delay', 'error']);
     const [id, tok] = idOf(job, o.token);
     return native.retry(this.db._handle(o), id, tok, ms(o.delay, 'delay'), o.error === undefined ? null : o.error);
   }
   async fail(job, o) {
-    o = opts(o);
+    o = opts(o, 'options', ['tx', 'token', 'error']);
     const [id, tok] = idOf(job, o.token);
     return native.fail(this.db._handle(o), id, tok, o.error === undefined ? null : o.error);
   }
   async heartbeat(job, o) {
-    o = opts(o);
+    o = opts(o, 'options', ['tx', 'token', 'extend']);
     const [id, tok] = idOf(job, o.token);
     return native.heartbeat(this.db._handle(o), id, tok, o.extend === undefined ? DEFAULT_VISIBILITY : ms(o.extend, 'extend'));
   }
   /** Saves `value` as the job's result and acks it, atomically. { ttl, tx, token } */
   async complete(job, value, o) {
-    o = opts(o);
+    o = opts(o, 'options', ['tx', 'token', 'ttl']);
     const [id, tok] = idOf(job, o.token);
     return native.complete(this.db._handle(o), id, tok, toJson(value, 'value'), ms(o.ttl, 'ttl'));
   }
   async failTask(job, type, message, o) {
-    o = opts(o);
+    o = opts(o, 'options', ['tx', 'token', 'ttl']);
     const [id, tok] = idOf(job, o.token);
     return native.failTask(this.db._handle(o), id, tok, str(type, 'type'), message === undefined ? null : message, ms(o.ttl, 'ttl'));
   }
@@ -523,21 +570,21 @@ class Queue {
   async stats() { return JSON.parse(await native.stats(this.db._h, this.name)); }
   async nextDeadline() { const t = await native.nextDeadline(this.db._h, [this.name]); return t < 0 ? null : t; }
   async deadLetters(o) {
-    o = opts(o);
+    o = opts(o, 'options', ['afterId', 'limit']);
     return (await native.deadList(this.db._h, this.name, o.afterId, o.limit)).map((r) => new Job(this, r));
   }
   async requeue(job) { return native.deadRequeue(this.db._h, jobIdOf(job)); }
-  async purge(o) { o = opts(o); return native.deadPurge(this.db._h, this.name, instant(o.before, 'before') || 0); }
+  async purge(o) { o = opts(o, 'options', ['before']); return native.deadPurge(this.db._h, this.name, instant(o.before, 'before') || 0); }
 
   /** Resolves true once something is claimable. { timeout, signal } */
   async wait(o) {
-    o = opts(o);
+    o = opts(o, 'options', ['timeout', 'signal']);
     return waitClaimable(this.db, [this.name], o.timeout, o.signal);
   }
 
   /** for await (const job of queue.jobs(workerId, { signal, visibility, batch })) */
   jobs(workerId, o) {
-    o = opts(o);
+    o = opts(o, 'options', ['signal', 'visibility', 'batch']);
     str(workerId, 'workerId');
     checkSignal(o.signal);
     const self = this;
@@ -598,23 +645,31 @@ function waitClaimable(db, queues, timeout, signal) {
 class Stream {
   constructor(db, topic) { this.db = db; this.topic = topic; }
   async publish(payload, o) {
-    o = opts(o);
+    o = opts(o, 'options', ['tx', 'key', 'meta']);
     return native.publish(this.db._handle(o), this.topic, toJson(payload, 'payload'), o.key === undefined ? null : o.key, metaJson(o.meta));
   }
   async publishMany(payloads, o) {
-    o = opts(o);
+    o = opts(o, 'options', ['tx', 'keys']);
     if (!Array.isArray(payloads)) throw invalid('payloads must be an array');
-    return native.publishMany(this.db._handle(o), this.topic, payloads.map((p, i) => toJson(p, `payloads[${i}]`)), o.keys === undefined ? null : o.keys);
+    const h = this.db._handle(o);
+    if (payloads.length === 0) {
+      // nothing to publish (as enqueueMany([]) enqueues nothing)
+      if (o.keys !== undefined && o.keys !== null && (!Array.isArray(o.keys) || o.keys.length !== 0)) {
+        throw invalid('keys must have one key per payload');
+      }
+      return [];
+    }
+    return native.publishMany(h, this.topic, payloads.map((p, i) => toJson(p, `payloads[${i}]`)), o.keys === undefined ? null : o.keys);
   }
   async read(o) {
-    o = opts(o);
+    o = opts(o, 'options', ['after', 'limit']);
     return (await native.streamRead(this.db._h, this.topic, o.after, o.limit)).map((r) => new Event(r));
   }
   async saveOffset(consumer, offset) { return native.saveOffset(this.db._h, str(consumer, 'consumer'), this.topic, offset); }
   async offset(consumer) { return native.offset(this.db._h, str(consumer, 'consumer'), this.topic); }
   async trim(o) {
-    o = opts(o);
-    return native.trim(this.db._h, this.topic, ms(o.maxAge, 'maxAge') || 0, int(o.maxCount, 'maxCount') || 0, !!o.belowConsumers);
+    o = opts(o, 'options', ['maxAge', 'maxCount', 'belowConsumers']);
+    return native.trim(this.db._h, this.topic, ms(o.maxAge, 'maxAge') || 0, int(o.maxCount, 'maxCount') || 0, bool(o.belowConsumers, 'belowConsumers'));
   }
   /**
    * Replays from the consumer's saved offset (or fromOffset), then follows
@@ -622,7 +677,7 @@ class Stream {
    * autosaveEvery, autosaveMs, signal }
    */
   subscribe(o) {
-    o = opts(o);
+    o = opts(o, 'options', ['consumer', 'fromOffset', 'batch', 'autosaveEvery', 'autosaveMs', 'saveOnClose', 'signal']);
     checkSignal(o.signal);
     if (o.saveOnClose !== undefined && typeof o.saveOnClose !== 'boolean') {
       throw new errors.InvalidArgumentError(`saveOnClose must be a boolean, got ${typeof o.saveOnClose}`);
@@ -658,7 +713,7 @@ class Waiting {
   get closed() { return this._closed; }
   /** The next batch (at least one), waiting: { timeout, signal }. */
   async get(o) {
-    o = opts(o);
+    o = opts(o, 'options', ['timeout', 'signal']);
     if (this._closed) {
       if (this._signal && this._signal.aborted) return Promise.reject(abortReason(this._signal));
       return Promise.reject(errorOf('TOCSIN_CLOSED', 'the subscription is closed'));
@@ -763,7 +818,7 @@ class Wake {
   constructor(db, w) { this._db = db; this._w = w; this._closed = false; this._waits = new Set(); db._closers.add(this); }
   /** Resolves true after a commit (any process); { timeout, signal }. */
   async wait(o) {
-    o = opts(o);
+    o = opts(o, 'options', ['timeout', 'signal']);
     if (this._closed) return Promise.reject(errorOf('TOCSIN_CLOSED', 'the subscription is closed'));
     return waitFor({
       fd: this._w.fd(), timeout: o.timeout, signal: o.signal, owner: this._db, holder: this,
@@ -799,7 +854,7 @@ class Lock {
   }
   /** Waits until held (resolves to the fencing token). { timeout, signal } */
   async acquire(o) {
-    o = opts(o);
+    o = opts(o, 'options', ['timeout', 'signal']);
     const db = this.db;
     const h = db._h;
     const sub = native.subOpen(h);
@@ -822,7 +877,7 @@ class Lock {
     });
   }
   async renew(o) {
-    o = opts(o);
+    o = opts(o, 'options', ['ttl']);
     const ttl = o.ttl === undefined ? this.ttl : ms(o.ttl, 'ttl');
     const ok = await native.lockRenew(this.db._h, this.name, this.owner, this.token, ttl);
     if (ok) this.until = this.db.now() + ttl;
@@ -856,6 +911,7 @@ function load(betterDb) {
   if (!betterDb || typeof betterDb.loadExtension !== 'function' || typeof betterDb.prepare !== 'function') {
     throw invalid('expected a better-sqlite3 Database');
   }
+  if (betterDb.open === false) throw errorOf('TOCSIN_CLOSED', 'the better-sqlite3 connection is closed');
   if (loadedInto.has(betterDb)) return betterDb;
   ensureLoaded();
   try {
@@ -888,29 +944,44 @@ function stmt(betterDb, key, sql) {
   return s;
 }
 
+// better-sqlite3's error (SQLite's primary result code in e.code) as the error class the
+// same refusal has through the native calls
+const SQL_CODES = {
+  SQLITE_TOOBIG: 'TOCSIN_TOOBIG', SQLITE_BUSY: 'TOCSIN_BUSY', SQLITE_LOCKED: 'TOCSIN_BUSY',
+  SQLITE_READONLY: 'TOCSIN_READONLY', SQLITE_NOMEM: 'TOCSIN_NOMEM', SQLITE_IOERR: 'TOCSIN_IOERR',
+  SQLITE_FULL: 'TOCSIN_FULL', SQLITE_CORRUPT: 'TOCSIN_CORRUPT', SQLITE_NOTADB: 'TOCSIN_CORRUPT',
+  SQLITE_CANTOPEN: 'TOCSIN_CANTOPEN', SQLITE_PERM: 'TOCSIN_PERM', SQLITE_INTERRUPT: 'TOCSIN_INTERRUPTED',
+};
+function sqlError(betterDb, e) {
+  if (e instanceof errors.TocsinError) return e;
+  if (!betterDb.open) return errorOf('TOCSIN_CLOSED', `the better-sqlite3 connection is closed (${e.message})`);
+  const primary = typeof e.code === 'string' ? e.code.replace(/^(SQLITE_[A-Z]+)_.*$/, '$1') : '';
+  return errorOf(SQL_CODES[primary] || 'TOCSIN_INVALID', e.message);
+}
+
 function sqlCall(betterDb, key, sql, args) {
   load(betterDb);
   try {
     return stmt(betterDb, key, sql).pluck().get(...args);
   } catch (e) {
-    if (e instanceof errors.TocsinError) throw e;
-    throw errorOf(/too big|too large/i.test(e.message) ? 'TOCSIN_TOOBIG' : 'TOCSIN_INVALID', e.message);
+    throw sqlError(betterDb, e);
   }
 }
 
 /** Enqueues through SQL on the app's better-sqlite3 connection (inside its transaction, if any); returns the id. */
 function enqueueSql(betterDb, queue, payload, o) {
-  o = opts(o);
+  o = opts(o, 'options', ['priority', 'delay', 'runAt', 'maxAttempts', 'expires', 'uniqueKey', 'meta']);
   const optsJson = sqlOptions(o);
   if (optsJson === null) return sqlCall(betterDb, 'enq2', 'SELECT tocsin_enqueue(?, ?)', [str(queue, 'queue'), toJson(payload, 'payload')]);
   return sqlCall(betterDb, 'enq3', 'SELECT tocsin_enqueue(?, ?, ?)', [str(queue, 'queue'), toJson(payload, 'payload'), optsJson]);
 }
 function publishSql(betterDb, topic, payload, o) {
-  o = opts(o);
-  return sqlCall(betterDb, 'pub', 'SELECT tocsin_stream_publish(?, ?, ?, ?)', [str(topic, 'topic'), toJson(payload, 'payload'), o.key === undefined ? null : o.key, metaJson(o.meta)]);
+  o = opts(o, 'options', ['key', 'meta']);
+  const key = o.key === undefined || o.key === null ? null : str(o.key, 'key');
+  return sqlCall(betterDb, 'pub', 'SELECT tocsin_stream_publish(?, ?, ?, ?)', [str(topic, 'topic'), toJson(payload, 'payload'), key, metaJson(o.meta)]);
 }
 function notifySql(betterDb, channel, payload, o) {
-  o = opts(o);
+  o = opts(o, 'options', ['meta']);
   return sqlCall(betterDb, 'ntf', 'SELECT tocsin_notify(?, ?, ?)', [str(channel, 'channel'), toJson(payload, 'payload'), metaJson(o.meta)]);
 }
 
@@ -922,10 +993,10 @@ function notifySql(betterDb, channel, payload, o) {
 function open(path, options) { return new Database(path, options); }
 
 function cronNext(expr, after, o) {
-  o = opts(o);
+  o = opts(o, 'options', ['localTime']);
   const a = after === undefined || after === null ? Date.now() : instant(after, 'after');
   ensureLoaded();
-  return native.cronNext(str(expr, 'cron'), a, !!o.localTime);
+  return native.cronNext(str(expr, 'cron'), a, bool(o.localTime, 'localTime'));
 }
 
 function versions() { ensureLoaded(); return native.versions(); }
@@ -935,7 +1006,7 @@ module.exports = {
   Result, Lock, RateLimit, loadablePath, load, enqueueSql, publishSql, notifySql, cronNext, versions,
   ...errors,
   // for lib/tasks.js and lib/worker.js
-  _internal: { native, toJson, fromJson, metaJson, ms, int, instant, str, opts, invalid, enqueueArgs, defaultOwner, waitFor, Result },
+  _internal: { ENQUEUE_KEYS, bool, native, toJson, fromJson, metaJson, ms, int, instant, str, opts, invalid, enqueueArgs, defaultOwner, waitFor, Result },
 };
 delete module.exports.makeError;
 delete module.exports.errorOf;

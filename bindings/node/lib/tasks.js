@@ -7,7 +7,10 @@ const { AsyncLocalStorage } = require('async_hooks');
 const index = require('./index');
 
 const { Queue, Database, Result } = index;
-const { native, toJson, opts, str, invalid, enqueueArgs, ms } = index._internal;
+const { native, toJson, opts, str, invalid, enqueueArgs, ms, ENQUEUE_KEYS } = index._internal;
+
+const CALL_KEYS = ['tx', 'kwargs', 'resultTtl', 'timeout', ...ENQUEUE_KEYS];
+const TASK_KEYS = ['retries', 'timeout', 'resultTtl', 'backoffBase', 'backoffCap', 'priority', 'delay', 'expires', 'meta', 'transactional'];
 const errors = require('./errors');
 
 const current = new AsyncLocalStorage();
@@ -38,7 +41,7 @@ function callArgs(args, kwargs) {
 
 /** Enqueues a call of task `name` (any runtime's); options: kwargs, resultTtl, timeout, tx and the enqueue options. */
 async function enqueueCall(queue, name, args, o) {
-  o = opts(o);
+  o = opts(o, 'call options', CALL_KEYS);
   const [a, k] = callArgs(args, o.kwargs);
   const id = await native.taskEnqueue(queue.db._handle(o), queue.name, str(name, 'task name'), a, k,
     ms(o.resultTtl, 'resultTtl'), ms(o.timeout, 'timeout'), ...enqueueArgs(o));
@@ -67,9 +70,10 @@ function registry(db) {
 Queue.prototype.task = function task(name, fn, o) {
   native.checkName(this.db._h, 'task name', str(name, 'task name')); // the core's rule
   if (typeof fn !== 'function') throw invalid('task(name, fn): fn must be a function');
-  o = opts(o);
+  o = opts(o, 'task options', TASK_KEYS);
   // the worker's options of the task, refused here rather than at a worker's run()
   for (const k of ['backoffBase', 'backoffCap', 'timeout', 'resultTtl']) ms(o[k], k);
+  index._internal.bool(o.transactional, 'transactional');
   const queue = this;
   const defaults = {};
   if (o.retries !== undefined) {
@@ -85,7 +89,10 @@ Queue.prototype.task = function task(name, fn, o) {
   call.taskName = name;
   call.queue = queue;
   /** enqueue({ args, kwargs, tx, delay, priority, meta, ... }) */
-  call.enqueue = (e) => { e = opts(e); return enqueueCall(queue, name, e.args, { ...defaults, ...e }); };
+  call.enqueue = (e) => {
+    const { args, ...rest } = opts(e, 'enqueue options', ['args', ...CALL_KEYS]);
+    return enqueueCall(queue, name, args, { ...defaults, ...rest });
+  };
   /** Runs the function here and now (tests). */
   call.run = (...args) => fn(...args);
   def.call = call;
@@ -109,7 +116,8 @@ Queue.prototype.tasks = function tasks() {
  * next fire time.
  */
 Queue.prototype.periodic = async function periodic(cron, taskName, o) {
-  o = opts(o);
+  o = opts(o, 'periodic options', ['args', 'kwargs', 'name', 'resultTtl', 'timeout',
+    'priority', 'maxAttempts', 'jobExpires', 'maxCatchUp', 'catchUp', 'localTime', 'meta']);
   const env = await envelope(this.db, taskName, o.args, o);
   const { args, kwargs, name, resultTtl, timeout, ...sched } = o;
   void args; void kwargs; void resultTtl; void timeout;

@@ -7,7 +7,7 @@ const { EventEmitter } = require('events');
 const index = require('./index');
 const tasks = require('./tasks');
 
-const { native, opts, invalid, toJson, ms, defaultOwner } = index._internal;
+const { native, opts, invalid, toJson, ms, bool, defaultOwner } = index._internal;
 const { errorOf } = require('./errors');
 const { checkSignal } = require('./wait');
 
@@ -46,7 +46,8 @@ class Worker extends EventEmitter {
    */
   constructor(db, o) {
     super();
-    o = opts(o);
+    o = opts(o, 'worker options', ['queues', 'queue', 'concurrency', 'visibility', 'scheduler', 'schedulerTtl',
+      'workerId', 'shutdownTimeout', 'unknownTaskDelay', 'unknownTaskHandbacks']);
     if (!(db instanceof index.Database)) throw invalid('new Worker(db, options): db must be a Database');
     let queues = o.queues === undefined ? o.queue : o.queues;
     if (typeof queues === 'string') queues = [queues];
@@ -81,7 +82,7 @@ class Worker extends EventEmitter {
   _open() {
     const o = this._o;
     this._w = native.workerOpen(this.db._h, this.queues, this._id,
-      this.concurrency, ms(o.visibility, 'visibility'), !!o.scheduler, ms(o.schedulerTtl, 'schedulerTtl'),
+      this.concurrency, ms(o.visibility, 'visibility'), bool(o.scheduler, 'scheduler'), ms(o.schedulerTtl, 'schedulerTtl'),
       ms(o.unknownTaskDelay, 'unknownTaskDelay'), o.unknownTaskHandbacks);
     this._tasks = new Map();
     const reg = tasks.registry(this.db);
@@ -107,8 +108,9 @@ class Worker extends EventEmitter {
   run(o) {
     if (this._stopped) return this._stopped;
     try {
-      o = opts(o);
+      o = opts(o, 'run options', ['signal', 'handleSignals']);
       checkSignal(o.signal);
+      bool(o.handleSignals, 'handleSignals');
       if (this.db._closing) throw errorOf('TOCSIN_CLOSED', 'the database is closed');
       this._open();
     } catch (e) {
@@ -254,14 +256,15 @@ class Worker extends EventEmitter {
         } catch (e) {
           if (tx) throw e;
           this._finish(run.jobId, FAIL, { type: 'SerializationError', message: e.message, trace: e.stack });
-          return;
+          this.emit('failed', ctx, e); // the run failed: not 'done'
+          return false;
         }
         if (entry.handedBack) return;
         this._finish(run.jobId, OK, { value: json }, tx);
+        return true;
       };
-      if (transactional) await this.db.transaction((tx) => go(tx), true);
-      else await go(null);
-      this.emit('done', ctx);
+      const ok = transactional ? await this.db.transaction((tx) => go(tx), true) : await go(null);
+      if (ok !== false) this.emit('done', ctx);
     } catch (e) {
       if (!entry.handedBack) {
         const f = thrown(e);

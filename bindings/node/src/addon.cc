@@ -23,7 +23,14 @@ int tocsin_node_api_ready(void);
 
 namespace {
 
-Napi::FunctionReference g_error_factory;
+// Per-environment state (the main thread and each worker_threads Worker load
+// the addon into an environment of their own): references made in one
+// environment must never be used from another, nor after it is torn down.
+struct EnvData {
+  Napi::FunctionReference error_factory;
+  Napi::FunctionReference handle_ctor, waiter_ctor, poller_ctor, worker_ctor;
+};
+EnvData &env_data(Napi::Env env) { return *env.GetInstanceData<EnvData>(); }
 
 struct Res {
   int rc = 0;
@@ -43,8 +50,9 @@ void capture(Res &r, int rc) {
 }
 
 Napi::Value make_error(Napi::Env env, int code, const std::string &msg, int sqlite) {
-  if (!g_error_factory.IsEmpty()) {
-    return g_error_factory.Call({Napi::Number::New(env, code), Napi::String::New(env, msg),
+  Napi::FunctionReference &factory = env_data(env).error_factory;
+  if (!factory.IsEmpty()) {
+    return factory.Call({Napi::Number::New(env, code), Napi::String::New(env, msg),
                                  Napi::Number::New(env, sqlite)});
   }
   Napi::Error e = Napi::Error::New(env, msg);
@@ -321,7 +329,7 @@ int64_t fixed_clock(void *ctx) { return ((Clock *)ctx)->fixed.load(); }
 
 class Handle : public Napi::ObjectWrap<Handle> {
  public:
-  static Napi::FunctionReference ctor;
+  static Napi::FunctionReference &ctor(Napi::Env env) { return env_data(env).handle_ctor; }
   tocsin_db *main = nullptr;  // the database handle (NULL once closed), or the tx handle
   tocsin_db *fast = nullptr;  // database only: the 1 ms busy-timeout handle
   bool is_tx = false;
@@ -332,7 +340,7 @@ class Handle : public Napi::ObjectWrap<Handle> {
 
   static Napi::Function Init(Napi::Env env) {
     Napi::Function f = DefineClass(env, "Handle", {});
-    ctor = Napi::Persistent(f);
+    ctor(env) = Napi::Persistent(f);
     return f;
   }
   explicit Handle(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Handle>(info) {}
@@ -351,11 +359,10 @@ class Handle : public Napi::ObjectWrap<Handle> {
 
   tocsin_db *first() { return is_tx ? main : fast; }
 };
-Napi::FunctionReference Handle::ctor;
 
 Handle *get_handle(const Napi::CallbackInfo &info, size_t i = 0) {
   Napi::Value v = info[i];
-  if (!v.IsObject() || !v.As<Napi::Object>().InstanceOf(Handle::ctor.Value())) {
+  if (!v.IsObject() || !v.As<Napi::Object>().InstanceOf(Handle::ctor(info.Env()).Value())) {
     throw_invalid(info.Env(), "expected a tocsin database or transaction handle");
     return nullptr;
   }
@@ -495,7 +502,7 @@ Napi::Value Open(const Napi::CallbackInfo &info) {
     tocsin_close(db);
     return throw_res(env, r);
   }
-  Napi::Object obj = Handle::ctor.New({});
+  Napi::Object obj = Handle::ctor(env).New({});
   Handle *h = Handle::Unwrap(obj);
   h->main = db;
   h->fast = fast;
@@ -507,7 +514,7 @@ Napi::Value Open(const Napi::CallbackInfo &info) {
 Napi::Value Close(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
   Napi::Value v = info[0];
-  if (!v.IsObject() || !v.As<Napi::Object>().InstanceOf(Handle::ctor.Value()))
+  if (!v.IsObject() || !v.As<Napi::Object>().InstanceOf(Handle::ctor(env).Value()))
     return throw_invalid(env, "expected a tocsin database handle");
   Handle *h = Handle::Unwrap(v.As<Napi::Object>());
   if (h->pending > 0) return Napi::Number::New(env, h->pending);
@@ -582,7 +589,7 @@ struct TxBegin : Op {
   }
   int run(tocsin_db *db) override { return tocsin_tx_begin(db, &tx); }
   Napi::Value result(Napi::Env env) override {
-    Napi::Object obj = Handle::ctor.New({});
+    Napi::Object obj = Handle::ctor(env).New({});
     Handle *t = Handle::Unwrap(obj);
     t->is_tx = true;
     t->main = tx;
@@ -1523,7 +1530,7 @@ Napi::Value CronNext(const Napi::CallbackInfo &info) {
 // is polled from JS through a Poller.
 class Waiter : public Napi::ObjectWrap<Waiter> {
  public:
-  static Napi::FunctionReference ctor;
+  static Napi::FunctionReference &ctor(Napi::Env env) { return env_data(env).waiter_ctor; }
   enum Kind { SUB, LISTEN, STREAM } kind = SUB;
   tocsin_sub *sub = nullptr;
   tocsin_listener *lis = nullptr;
@@ -1537,7 +1544,7 @@ class Waiter : public Napi::ObjectWrap<Waiter> {
                                     InstanceMethod("position", &Waiter::Position),
                                     InstanceMethod("save", &Waiter::Save),
                                     InstanceMethod("rewind", &Waiter::Rewind)});
-    ctor = Napi::Persistent(f);
+    ctor(env) = Napi::Persistent(f);
     return f;
   }
   explicit Waiter(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Waiter>(info) {}
@@ -1616,7 +1623,6 @@ class Waiter : public Napi::ObjectWrap<Waiter> {
     return info.Env().Undefined();
   }
 };
-Napi::FunctionReference Waiter::ctor;
 
 Napi::Value SubOpen(const Napi::CallbackInfo &info) {
   Napi::Env env = info.Env();
@@ -1626,7 +1632,7 @@ Napi::Value SubOpen(const Napi::CallbackInfo &info) {
   Res r;
   capture(r, tocsin_sub_open(&s, h->is_tx ? h->main : h->fast));
   if (r.rc) return throw_res(env, r);
-  Napi::Object o = Waiter::ctor.New({});
+  Napi::Object o = Waiter::ctor(env).New({});
   Waiter *w = Waiter::Unwrap(o);
   w->kind = Waiter::SUB;
   w->sub = s;
@@ -1646,7 +1652,7 @@ Napi::Value ListenOpen(const Napi::CallbackInfo &info) {
   Res r;
   capture(r, tocsin_listen_open(&l, h->fast, ch.c_str(), (size_t)buf));
   if (r.rc) return throw_res(env, r);
-  Napi::Object o = Waiter::ctor.New({});
+  Napi::Object o = Waiter::ctor(env).New({});
   Waiter *w = Waiter::Unwrap(o);
   w->kind = Waiter::LISTEN;
   w->lis = l;
@@ -1677,7 +1683,7 @@ Napi::Value StreamSubOpen(const Napi::CallbackInfo &info) {
   // run on the pool? No: saves are short; see docs (autosave happens inside next()).
   capture(r, tocsin_stream_sub_open(&s, h->fast, t.c_str(), hc ? c.c_str() : nullptr, &o));
   if (r.rc) return throw_res(env, r);
-  Napi::Object ob = Waiter::ctor.New({});
+  Napi::Object ob = Waiter::ctor(env).New({});
   Waiter *w = Waiter::Unwrap(ob);
   w->kind = Waiter::STREAM;
   w->ss = s;
@@ -1690,7 +1696,7 @@ Napi::Value StreamSubOpen(const Napi::CallbackInfo &info) {
 // wait's `sub` (its pending wake is consumed by the step).
 Waiter *get_sub(const Napi::CallbackInfo &info, size_t i) {
   Napi::Value v = info[i];
-  if (!v.IsObject() || !v.As<Napi::Object>().InstanceOf(Waiter::ctor.Value())) {
+  if (!v.IsObject() || !v.As<Napi::Object>().InstanceOf(Waiter::ctor(info.Env()).Value())) {
     throw_invalid(info.Env(), "expected a subscription");
     return nullptr;
   }
@@ -1768,12 +1774,12 @@ OP_END(op)
 
 class Poller : public Napi::ObjectWrap<Poller> {
  public:
-  static Napi::FunctionReference ctor;
+  static Napi::FunctionReference &ctor(Napi::Env env) { return env_data(env).poller_ctor; }
   static Napi::Function Init(Napi::Env env) {
     Napi::Function f = DefineClass(env, "Poller",
                                    {InstanceMethod("start", &Poller::Start), InstanceMethod("stop", &Poller::Stop),
                                     InstanceMethod("close", &Poller::Close)});
-    ctor = Napi::Persistent(f);
+    ctor(env) = Napi::Persistent(f);
     return f;
   }
   // new Poller(fd, callback)
@@ -1802,7 +1808,7 @@ class Poller : public Napi::ObjectWrap<Poller> {
     (void)status;
     (void)events;
     Poller *p = (Poller *)h->data;
-    if (!p || !p->active_) return;
+    if (!p || !p->active_ || p->cb_.IsEmpty()) return;
     Napi::Env env = p->cb_.Env();
     Napi::HandleScope scope(env);
     p->cb_.MakeCallback(env.Global(), {}, *p->ctx_);
@@ -1818,6 +1824,10 @@ class Poller : public Napi::ObjectWrap<Poller> {
       ref_held_ = false;
       Unref();
     }
+    // the callback (a closure that usually holds this Poller's JS object) must not be
+    // kept alive by a strong reference of the object itself: that cycle is never
+    // collected, and every wait would leak its closure, timers and error
+    if (!cb_.IsEmpty()) cb_.Reset();
   }
   Napi::Value Start(const Napi::CallbackInfo &info) {
     if (h_ && !active_) {
@@ -1853,7 +1863,6 @@ class Poller : public Napi::ObjectWrap<Poller> {
   Napi::FunctionReference cb_;
   std::unique_ptr<Napi::AsyncContext> ctx_;
 };
-Napi::FunctionReference Poller::ctor;
 
 #ifdef TOCSIN_NODE_WORKER
 #include "worker.inc"
@@ -1862,7 +1871,8 @@ void InitWorker(Napi::Env, Napi::Object) {}
 #endif
 
 Napi::Value SetErrorFactory(const Napi::CallbackInfo &info) {
-  g_error_factory = Napi::Persistent(info[0].As<Napi::Function>());
+  if (!info[0].IsFunction()) return throw_invalid(info.Env(), "setErrorFactory(fn): fn must be a function");
+  env_data(info.Env()).error_factory = Napi::Persistent(info[0].As<Napi::Function>());
   return info.Env().Undefined();
 }
 
@@ -1892,6 +1902,7 @@ Napi::Value Errstr(const Napi::CallbackInfo &info) {
 }
 
 Napi::Object Init(Napi::Env env, Napi::Object exports) {
+  env.SetInstanceData(new EnvData());  // deleted with the environment
   exports.Set("Handle", Handle::Init(env));
   exports.Set("Waiter", Waiter::Init(env));
   exports.Set("Poller", Poller::Init(env));

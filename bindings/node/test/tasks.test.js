@@ -14,7 +14,7 @@ describe('tasks in one process', () => {
   let running;
   let q;
   const calls = {};
-  before(() => {
+  before(async () => {
     db = tocsin.open(tmpdb());
     q = db.queue('t1');
     calls.add = q.task('add', async (a, b, kw) => ({ sum: a + b, kw: kw || null, job: tocsin.currentJob().attempt }));
@@ -27,7 +27,7 @@ describe('tasks in one process', () => {
     calls.slow = q.task('slow', (ms) => new Promise((r) => setTimeout(r, ms)), { timeout: 50, retries: 0 });
     calls.cyclic = q.task('cyclic', async () => { const o = {}; o.o = o; return o; });
     calls.meta = q.task('meta', async () => tocsin.currentJob().meta);
-    db.exec('CREATE TABLE effects(job INTEGER PRIMARY KEY)');
+    await db.exec('CREATE TABLE effects(job INTEGER PRIMARY KEY)');
     calls.tx = q.task('tx', async (n) => {
       const { tx, jobId } = tocsin.currentJob();
       tx.exec(`INSERT INTO effects(job) VALUES (${jobId})`);

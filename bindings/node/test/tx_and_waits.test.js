@@ -6,7 +6,7 @@ const { tmpdb, sleep } = require('./helpers');
 
 describe('transactions', () => {
   let db;
-  before(() => { db = tocsin.open(tmpdb()); db.exec('CREATE TABLE orders(id INTEGER PRIMARY KEY, item TEXT)'); });
+  before(async () => { db = tocsin.open(tmpdb()); await db.exec('CREATE TABLE orders(id INTEGER PRIMARY KEY, item TEXT)'); });
   after(() => db.close());
 
   test('commit: business row, job, event, notification and result together', async () => {
