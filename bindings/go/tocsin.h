@@ -274,7 +274,10 @@ TOCSIN_API int tocsin_in_transaction(tocsin_db *db);
 TOCSIN_API int tocsin_tx_begin(tocsin_db *db, tocsin_db **out_tx);
 TOCSIN_API int tocsin_tx_commit(tocsin_db *tx);
 TOCSIN_API int tocsin_tx_rollback(tocsin_db *tx);
-/* Runs SQL text of the application's (no result rows) on the handle's connection. */
+/* Runs SQL text of the application's (no result rows) on the handle's
+ * connection, statement by statement up to the first failure. A failed call
+ * rolls back a transaction its own SQL opened (BEGIN; ...; a failing
+ * statement), so the handle is left as it was found. */
 TOCSIN_API int tocsin_exec(tocsin_db *db, const char *sql);
 
 /* ---- queue ------------------------------------------------------------- */

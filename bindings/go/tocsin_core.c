@@ -1614,7 +1614,15 @@ int tocsin_exec(tocsin_db *db, const char *sql) {
     tc_clear(db);
     if (!sql) return tc_err(db, TOCSIN_INVALID, "sql must not be NULL");
     tc_lock(db);
-    rc = tc_exec(db, sql, "exec");
+    {
+        /* A failed script leaves the transaction state as it found it: one the
+         * script opened itself (BEGIN; ...; a failing statement) is rolled back,
+         * not left holding the write lock with every later call joining it. */
+        int was_auto = sqlite3_get_autocommit(db->conn);
+        rc = tc_exec(db, sql, "exec");
+        if (rc != TOCSIN_OK && was_auto && !sqlite3_get_autocommit(db->conn))
+            sqlite3_exec(db->conn, "ROLLBACK", NULL, NULL, NULL);
+    }
     tc_unlock(db);
     return rc;
 }

@@ -291,6 +291,17 @@ static void stale_snapshot_fails_at_once(void) {
     CHECK_OK(other, tocsin_open(&other, path, NULL));
     CHECK_OK(db, tocsin_exec(db, "CREATE TABLE side(x)"));
 
+    /* a failing script that opened a transaction leaves none behind */
+    CHECK_EQ_I(tocsin_exec(db, "BEGIN; INSERT INTO side VALUES (1); INSERT INTO nope VALUES (1)"),
+               TOCSIN_ERROR);
+    CHECK_EQ_I(tocsin_in_transaction(db), 0);
+    CHECK(t_count(db, "side") == 0);
+    /* inside the caller's transaction, a failure leaves it open, as it was */
+    CHECK_OK(db, tocsin_begin(db));
+    CHECK_EQ_I(tocsin_exec(db, "INSERT INTO side VALUES (2); INSERT INTO nope VALUES (1)"), TOCSIN_ERROR);
+    CHECK_EQ_I(tocsin_in_transaction(db), 1);
+    CHECK_OK(db, tocsin_rollback(db));
+
     /* a stale BEGIN: read, another connection commits, then write */
     CHECK_OK(db, tocsin_exec(db, "BEGIN"));
     CHECK(t_count(db, "_tocsin_jobs") == 0);
