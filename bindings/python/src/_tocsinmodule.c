@@ -1388,6 +1388,7 @@ static PyObject *Handle_scheduler_next_fire(Handle *self, PyObject *u) {
 }
 
 static PyObject *Handle_queue_wait(Handle *self, PyObject *args);
+static PyObject *Handle_lock_wait(Handle *self, PyObject *args);
 static PyObject *Handle_task_enqueue(Handle *self, PyObject *args);
 static PyObject *Handle_task_envelope(Handle *self, PyObject *args);
 static PyObject *Handle_result_wait(Handle *self, PyObject *args);
@@ -1443,6 +1444,7 @@ static PyMethodDef Handle_methods[] = {
     {"result_delete", (PyCFunction)Handle_result_delete, METH_VARARGS, NULL},
     {"result_sweep", (PyCFunction)Handle_result_sweep, METH_NOARGS, NULL},
     {"lock_acquire", (PyCFunction)Handle_lock_acquire, METH_VARARGS, NULL},
+    {"lock_wait", (PyCFunction)Handle_lock_wait, METH_VARARGS, NULL},
     {"lock_renew", (PyCFunction)Handle_lock_renew, METH_VARARGS, NULL},
     {"lock_release", (PyCFunction)Handle_lock_release, METH_VARARGS, NULL},
     {"lock_holder", (PyCFunction)Handle_lock_holder, METH_VARARGS, NULL},
@@ -1766,6 +1768,57 @@ out:
     Py_DECREF(t);
     if (PyErr_Occurred()) return NULL;
     return PyBool_FromLong(ready);
+}
+
+/* lock_wait(name, owner, ttl_ms, deadline_ms, sub): (token, until) once `owner` holds
+ * the lock, (0, 0) at the deadline or when `sub` was poked. While another owner holds
+ * it the core only reads (no write, so no commit that would wake this very wait) and
+ * sleeps until the lease ends or a commit; deadline_ms as for queue_wait (0: one
+ * non-blocking attempt). */
+static PyObject *Handle_lock_wait(Handle *self, PyObject *args) {
+    const char *name, *owner;
+    long long ttl, deadline;
+    int64_t token = 0, until = 0;
+    int how, rc = TOCSIN_OK;
+    PyObject *subobj = Py_None;
+    Sub *sub = NULL;
+    if (!parse_args(args, "ssLL|O:lock_wait", &name, &owner, &ttl, &deadline, &subobj)) return NULL;
+    if (subobj != Py_None) {
+        if (!PyObject_TypeCheck(subobj, &SubType))
+            return raise_code(TOCSIN_INVALID, "sub must be a Sub or None", 0);
+        sub = (Sub *)subobj;
+        if (!sub->sub) return sub_closed();
+    }
+    if (!(how = enter(self))) return NULL;
+    for (;;) {
+        int64_t slice_end = deadline;
+        int64_t now = tocsin_now(self->db);
+        if (deadline != 0 && (deadline < 0 || deadline - now > SLICE_MS)) slice_end = now + SLICE_MS;
+        Py_BEGIN_ALLOW_THREADS
+        rc = tocsin_lock_wait(self->db, &token, &until, name, owner, ttl, slice_end,
+                              sub ? sub->sub : NULL);
+        Py_END_ALLOW_THREADS
+        if (rc == TOCSIN_INTERRUPTED || rc == TOCSIN_CLOSED) { /* poked or closed: not held */
+            rc = TOCSIN_OK;
+            token = until = 0;
+            break;
+        }
+        if (rc == TOCSIN_TIMEOUT && slice_end != deadline) {
+            if (PyErr_CheckSignals() < 0) break;
+            if (sub && __atomic_load_n(&sub->poked, __ATOMIC_ACQUIRE)) {
+                rc = TOCSIN_OK;
+                break;
+            }
+            continue;
+        }
+        break;
+    }
+    if (sub) __atomic_store_n(&sub->poked, 0, __ATOMIC_RELEASE);
+    if (rc != TOCSIN_OK && rc != TOCSIN_TIMEOUT && !PyErr_Occurred()) raise_db(self, rc);
+    leave(self, how);
+    if (PyErr_Occurred()) return NULL;
+    if (rc != TOCSIN_OK) token = until = 0;
+    return Py_BuildValue("(LL)", (long long)token, (long long)until);
 }
 
 /* ---- listeners and stream subscriptions ---- */

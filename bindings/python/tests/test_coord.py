@@ -230,3 +230,66 @@ def test_default_owners_come_from_the_core_and_a_worker_takes_one(db):
     w = tocsin.Worker(db, ["q"], scheduler=False)
     assert form.match(w.worker_id)
     assert tocsin.Worker(db, ["q"], worker_id="w-7", scheduler=False).worker_id == "w-7"
+
+
+def test_async_lock_waits_off_the_loop_and_bad_names_are_refused_up_front(db):
+    import asyncio
+
+    for make in (lambda: db.lock(None), lambda: db.lock(""), lambda: db.lock("l", owner=5),
+                 lambda: db.lock("l", owner=""), lambda: db.rate_limit(None, 1, 1)):
+        with pytest.raises(tocsin.InvalidArgument):
+            make()
+    holder = db.lock("l", ttl=30)
+    assert holder.acquire()
+
+    async def main():
+        ticks = 0
+
+        async def tick():
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        ticker = asyncio.ensure_future(tick())
+        waiter = db.lock("l", ttl=30)
+        assert await waiter.acquire_async(timeout=0.2) is False  # held: times out
+        asyncio.get_running_loop().call_later(0.1, holder.release)
+        async with waiter:  # acquired when the holder releases
+            assert waiter.held
+            seen = ticks
+        ticker.cancel()
+        return seen
+
+    assert asyncio.run(main()) > 5  # the loop ran while the lock was awaited
+    assert db.lock_holder("l")[0] is None
+
+
+def test_a_blocked_lock_wait_reads_instead_of_retrying_its_write(db, monkeypatch):
+    # each failed attempt was a write whose commit woke the waiter's own subscription:
+    # acquire(timeout=...) spun through tens of thousands of attempts at full CPU
+    import threading
+
+    holder = db.lock("l", ttl=30)
+    assert holder.acquire()
+    waiter = db.lock("l", ttl=30)
+    attempts = []
+    real = type(waiter).try_acquire
+    monkeypatch.setattr(type(waiter), "try_acquire", lambda self: attempts.append(1) or real(self))
+    assert waiter.acquire(timeout=0.3) is False
+    assert len(attempts) == 1
+    threading.Timer(0.1, holder.release).start()
+    assert waiter.acquire(timeout=10) and waiter.held
+    waiter.release()
+    other = tocsin.open(db.path)
+    try:
+        stuck = other.lock("l")
+        assert holder.acquire()
+        out = []
+        t = threading.Thread(target=lambda: out.append(pytest.raises(tocsin.Closed, stuck.acquire)))
+        t.start()
+        threading.Timer(0.1, other.close).start()
+        t.join(10)
+        assert not t.is_alive() and out
+    finally:
+        other.close()

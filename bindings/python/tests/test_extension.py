@@ -163,3 +163,35 @@ def test_app_connection_helpers_with_sqlalchemy(path):
     with tocsin.open(path) as db:
         assert db.queue("emails").get(jid).payload == {"order": 2}
     engine.dispose()
+
+
+@needs_load_extension
+def test_app_connection_helpers_refuse_bad_values_as_invalid_argument(path):
+    # they reached the SQL functions and came back as sqlite3 errors of assorted classes
+    # (IntegrityError, InterfaceError, UnicodeEncodeError), or wrote a str's characters
+    conn = sqlite3.connect(path)
+    tocsin.load(conn)
+    conn.execute("BEGIN")
+    for call in (lambda: tocsin.enqueue(conn, "q", 1, priority=True),
+                 lambda: tocsin.enqueue(conn, "q", 1, priority=1.5),
+                 lambda: tocsin.enqueue(conn, "q", 1, max_attempts=0),
+                 lambda: tocsin.enqueue(conn, "q", 1, unique_key=5),
+                 lambda: tocsin.enqueue(conn, 5, 1),
+                 lambda: tocsin.enqueue(conn, "", 1),
+                 lambda: tocsin.enqueue(conn, "q", "lone \ud800"),
+                 lambda: tocsin.call(conn, "q", "t", "abc"),
+                 lambda: tocsin.call(conn, "q", "t", None),
+                 lambda: tocsin.call(conn, "q", "t", [], [("a", 1)]),
+                 lambda: tocsin.call(conn, "q", "t", [], bogus=1),
+                 lambda: tocsin.call(conn, "q", None, []),
+                 lambda: tocsin.call(conn, "q", "", [])):
+        with pytest.raises(tocsin.InvalidArgument):
+            call()
+    jid = tocsin.call(conn, "q", "t", ("a",), result_ttl=60, timeout=5, max_attempts=2)
+    conn.commit()
+    with tocsin.open(path) as db:
+        assert db.queue("q").stats()["pending"] == 1
+        job = db.queue("q").get(jid)
+        assert job.max_attempts == 2 and job.payload["args"] == ["a"]
+        assert job.payload["result_ttl_ms"] == 60000 and job.payload["timeout_ms"] == 5000
+    conn.close()

@@ -220,3 +220,141 @@ def test_a_timeout_error_the_task_raises_is_its_own_error(db):
 
     assert asyncio.run(main()) == [("TimeoutError", "the server did not answer"),
                                    ("TimeoutError", "the socket timed out")]
+
+
+class BrokenStr(Exception):
+    def __str__(self):
+        raise RuntimeError("no str")
+
+
+@pytest.mark.parametrize("mode", ["thread", "async", "process", "timeout"])
+def test_outcomes_the_core_cannot_store_still_end_the_run(db, mode):
+    # a lone surrogate in the result or the error, an exception whose str() raises, a
+    # result nested too deeply: each ends its job (it held its slot and lease forever)
+    q = db.queue("q")
+    opts = {"process": {"process": True}, "timeout": {"timeout": 30}}.get(mode, {})
+
+    def register(name, fn):
+        if mode == "async":
+            async def run():
+                return fn()
+            return q.task(name=name, retries=0)(run)
+        return q.task(name=name, retries=0, **opts)(fn)
+
+    def deep():
+        x = []
+        for _ in range(100000):
+            x = [x]
+        return x
+
+    def bad_message():
+        raise ValueError("bad \ud800")
+
+    def broken_str():
+        raise BrokenStr()
+
+    tasks = [register("surrogate", lambda: "bad \ud800"), register("message", bad_message),
+             register("broken", broken_str), register("deep", deep), register("ok", lambda: "fine")]
+    handles = [t() for t in tasks]
+    w = tocsin.Worker(db, ["q"], scheduler=False, shutdown_timeout=1)
+
+    async def main():
+        runner = asyncio.ensure_future(w.run_async())
+        try:
+            got = []
+            for h in handles:
+                try:
+                    got.append(await h.result(timeout=20))
+                except tocsin.TaskError as e:
+                    got.append((e.type, e.message))
+            return got
+        finally:
+            w.stop()
+            await asyncio.wait_for(runner, 10)
+
+    got = asyncio.run(main())
+    assert got[0][0] == "ResultNotSerialisable" and "UTF-8" in got[0][1]
+    assert got[1] == ("ValueError", "bad \\ud800")
+    assert got[2] == ("BrokenStr", "<str() of the BrokenStr raised>")
+    assert got[3] == ("ResultNotSerialisable",
+                      "the task's return value is not JSON-serialisable: nested too deeply")
+    assert got[4] == "fine"
+    assert q.stats()["processing"] == 0 and q.stats()["dead"] == 4
+
+
+def test_bad_containers_and_task_definitions_are_refused(db):
+    q = db.queue("q")
+    deep = []
+    for _ in range(100000):
+        deep = [deep]
+    with pytest.raises(tocsin.InvalidArgument, match="nested too deeply"):
+        q.enqueue(deep)
+    for jobs in ("abc", b"ab", {"a": 1}):
+        with pytest.raises(tocsin.InvalidArgument, match="list of jobs"):
+            q.enqueue_many(jobs)
+    for items in ([(1,)], [("1", 2)], [(1.5, 2)], [None], "ab"):
+        with pytest.raises(tocsin.InvalidArgument, match="ack_batch"):
+            q.ack_batch(items)
+    assert q.stats()["pending"] == 0
+    with pytest.raises(tocsin.InvalidArgument, match="callable"):
+        q.task(5, name="five")
+    with pytest.raises(tocsin.InvalidArgument, match="empty"):
+        q.task(lambda: 1, name="")
+    with pytest.raises(tocsin.InvalidArgument, match="task name must be a str"):
+        q.task(lambda: 1, name=5)
+    with pytest.raises(tocsin.InvalidArgument, match="catch_up"):
+        q.periodic("* * * * *", name="p", catch_up="never")
+    assert q.tasks == {}
+
+
+def test_a_worker_refuses_bad_settings_before_it_writes_or_opens_anything(db):
+    q = db.queue("q")
+
+    @q.periodic("* * * * *", name="tick")
+    def tick():
+        pass
+
+    for kw in (dict(worker_id=5), dict(worker_id=""), dict(worker_id="w" * 300),
+               dict(concurrency=20000), dict(queues=["q", ""])):
+        queues = kw.pop("queues", ["q"])
+        with pytest.raises(tocsin.InvalidArgument):
+            tocsin.Worker(db, queues, scheduler=False, **kw)
+    assert db.schedules() == []
+    for payloads in ("abc", {"a": 1}):
+        with pytest.raises(tocsin.InvalidArgument, match="list of payloads"):
+            db.stream("s").publish_many(payloads)
+    assert db.stream("s").read(0) == []
+
+
+def test_a_second_run_of_a_running_worker_is_refused_and_leaves_the_first_alone(db):
+    q = db.queue("q")
+
+    @q.task(name="echo", retries=0)
+    def echo(x):
+        with tocsin.current_job().transaction() as tx:  # on the first run's own handle
+            tx.result = x
+
+    w = tocsin.Worker(db, ["q"], scheduler=False, shutdown_timeout=1)
+
+    async def main():
+        first = asyncio.ensure_future(w.run_async())
+        await asyncio.sleep(0.1)
+        with pytest.raises(tocsin.InvalidArgument, match="already running"):
+            await w.run_async()
+        try:
+            return await echo(7).result(timeout=10)
+        finally:
+            w.stop()
+            await asyncio.wait_for(first, 10)
+
+    assert asyncio.run(main()) == 7
+
+    async def again():  # stopped, it may run again
+        run = asyncio.ensure_future(w.run_async())
+        try:
+            return await echo(8).result(timeout=10)
+        finally:
+            w.stop()
+            await asyncio.wait_for(run, 10)
+
+    assert asyncio.run(again()) == 8

@@ -252,3 +252,14 @@ def test_cli_names_a_bad_target(tmp_path):
                            cwd=str(tmp_path), capture_output=True, text=True, timeout=60)
         assert p.returncode != 0
         assert msg in p.stderr and "Traceback" not in p.stderr
+
+
+def test_cli_names_a_bad_option(tmp_path):
+    (tmp_path / "app.py").write_text("import tocsin\ndb = tocsin.open('a.db')\n")
+    for extra, msg in [(["--concurrency", "0"], "concurrency must be"),
+                       (["--shutdown-timeout", "-1"], "shutdown_timeout must be"),
+                       (["--log-level", "loud"], "invalid choice")]:
+        p = subprocess.run([sys.executable, "-m", "tocsin", "worker", "app:db", "--queue", "q"] + extra,
+                           cwd=str(tmp_path), capture_output=True, text=True, timeout=60)
+        assert p.returncode != 0
+        assert msg in p.stderr and "Traceback" not in p.stderr

@@ -64,7 +64,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     w.add_argument("--worker-id", default=None)
     w.add_argument("--no-scheduler", action="store_true", help="do not run the scheduler")
     w.add_argument("--scheduler-ttl", type=float, default=10.0, help="leader lease, seconds")
-    w.add_argument("--log-level", default="info")
+    w.add_argument("--log-level", default="info", type=str.lower,
+                   choices=["debug", "info", "warning", "error", "critical"])
     args = p.parse_args(argv)
 
     handler = logging.StreamHandler(sys.stderr)
@@ -78,9 +79,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     queues = args.queues or [name for name, q in db._queues.items() if q._tasks]
     if not queues:
         raise SystemExit("tocsin: no --queue given and no task registered on %s" % args.target)
-    worker = Worker(db, queues, concurrency=args.concurrency, worker_id=args.worker_id,
-                    visibility=args.visibility, shutdown_timeout=args.shutdown_timeout,
-                    scheduler=not args.no_scheduler, scheduler_ttl=args.scheduler_ttl)
+    from ._tocsin import InvalidArgument
+    try:
+        worker = Worker(db, queues, concurrency=args.concurrency, worker_id=args.worker_id,
+                        visibility=args.visibility, shutdown_timeout=args.shutdown_timeout,
+                        scheduler=not args.no_scheduler, scheduler_ttl=args.scheduler_ttl)
+    except InvalidArgument as e:  # a bad option: said as the other command-line errors are
+        raise SystemExit("tocsin: %s" % e) from None
     worker.run()
     db.close()
     import threading

@@ -33,6 +33,8 @@ def dumps(value: Any, what: str = "payload") -> str:
         return _encode(value)
     except (TypeError, ValueError) as e:
         raise InvalidArgument("%s is not JSON-serialisable: %s" % (what, e)) from None
+    except RecursionError:
+        raise InvalidArgument("%s is not JSON-serialisable: nested too deeply" % what) from None
 
 
 def loads(text: Optional[str]) -> Any:

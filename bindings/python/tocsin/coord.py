@@ -7,7 +7,7 @@ import time
 from typing import TYPE_CHECKING, Any, Dict, NamedTuple, Optional, Tuple
 
 from . import _tocsin
-from ._tocsin import InvalidArgument, Timeout
+from ._tocsin import Closed, InvalidArgument, Timeout
 from ._util import Duration, Instant, duration_ms, instant_ms, loads
 from .wake import MAX_WAIT_MS, Wake
 
@@ -94,19 +94,28 @@ def _check_result(db: "Database", job_id: int) -> Optional[Result]:
     row = db._h.result_check(job_id)
     return None if row is None else Result._from_row(row)
 
+def _not_str(what: str, value: Any) -> None:
+    raise InvalidArgument("%s must be a str, not %s" % (what, type(value).__name__))
+
+
 class Lock:
     """A named TTL lease with a fencing token (``db.lock(name, ttl=...)``).
 
     ``with db.lock("report", ttl=60) as lock:`` waits until it is acquired (wake engine,
-    no polling loop) and releases it at the end. ``lock.token`` grows with every new
+    no polling loop) and releases it at the end; ``async with`` (``acquire_async``)
+    waits without blocking the event loop. ``lock.token`` grows with every new
     holder: hand it to resources that can refuse a stale holder. Renew long work with
     ``lock.renew()``; it returns False once the lease was taken over."""
 
     def __init__(self, db: "Database", name: str, ttl: Duration = 30.0, owner: Optional[str] = None) -> None:
         self.db = db
+        if owner is not None and not isinstance(owner, str):
+            raise InvalidArgument("owner must be a str, not %s" % type(owner).__name__)
+        db._h.check_name("lock name", name) if isinstance(name, str) else _not_str("lock name", name)
         self.name = name
         self.ttl_ms = duration_ms(ttl, "ttl", allow_zero=False)
-        self.owner = owner or default_owner()
+        self.owner = default_owner() if owner is None else owner
+        db._h.check_name("lock owner", self.owner)
         self.token = 0
         self.until = 0
 
@@ -116,23 +125,67 @@ class Lock:
 
     def acquire(self, blocking: bool = True, timeout: Optional[Duration] = None) -> bool:
         """Acquires the lock; with blocking=True waits up to ``timeout`` (None: no bound)
-        for the holder to release it or for its lease to lapse."""
+        for the holder to release it or for its lease to lapse (GIL released)."""
         limit = None if timeout is None else duration_ms(timeout, "timeout") / 1000
         end = None if limit is None else time.monotonic() + limit
         if self.try_acquire() or not blocking:
             return self.token > 0
-        sub = self.db._track(_tocsin.Sub(self.db._h))
+        sub = self.db._track(_tocsin.Sub(self.db._h))  # db.close() ends the wait
         try:
-            while not self.try_acquire():
+            while True:
+                # a read-only check while another owner holds it (an attempt only when it
+                # is free): no commit of its own that would wake this very wait at once
+                self.token, self.until = self.db._h.lock_wait(self.name, self.owner, self.ttl_ms,
+                                                              0, sub)
+                if self.token > 0:
+                    return True
                 left = None if end is None else end - time.monotonic()
                 if left is not None and left <= 0:
                     return False
-                lapse = max(1, self.until - self.db.now())  # the holder's lease end
-                wait_ms = lapse if left is None else min(lapse, max(1, int(left * 1000)))
-                sub.wait(min(int(wait_ms), MAX_WAIT_MS))
-            return True
+                if sub.closed:
+                    raise Closed("the database was closed while waiting for lock %r" % self.name)
+                sub.wait(self._wait_ms(None if left is None else left * 1000))
         finally:
             sub.close()
+
+    def _wait_ms(self, left_ms: Optional[float]) -> int:
+        """How long to sleep before the next check: until the holder's lease ends (or a
+        commit, such as a release, wakes the wait), at most left_ms."""
+        _, _, lease_end = self.db._h.lock_holder(self.name)
+        lapse = max(1, lease_end - self.db.now()) if lease_end else 1
+        wait = lapse if left_ms is None else min(lapse, max(1, int(left_ms)))
+        return int(min(wait, MAX_WAIT_MS))
+
+    async def acquire_async(self, timeout: Optional[Duration] = None) -> bool:
+        """acquire() for asyncio: waits for the holder to release the lock or for its
+        lease to lapse without blocking the event loop (``async with db.lock(...)``)."""
+        limit = None if timeout is None else duration_ms(timeout, "timeout") / 1000
+        loop = asyncio.get_running_loop()
+        end = None if limit is None else loop.time() + limit
+        if self.try_acquire():
+            return True
+        wake = Wake(self.db)  # db.close() ends its wait
+        try:
+            while True:
+                # one read-only check (an attempt only when the lock is free): no commit
+                # of its own, so the wait below sleeps until a release or the lease end
+                self.token, self.until = self.db._h.lock_wait(self.name, self.owner, self.ttl_ms,
+                                                              0, wake._s)
+                if self.token > 0:
+                    return True
+                left = None if end is None else end - loop.time()
+                if left is not None and left <= 0:
+                    return False
+                await wake.wait_async(self._wait_ms(None if left is None else left * 1000) / 1000)
+        finally:
+            wake.close()
+
+    async def __aenter__(self) -> "Lock":
+        await self.acquire_async()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self.release()
 
     def renew(self, ttl: Optional[Duration] = None) -> bool:
         ms = self.ttl_ms if ttl is None else duration_ms(ttl, "ttl", allow_zero=False)
@@ -170,6 +223,7 @@ class RateLimit:
     def __init__(self, db: "Database", name: str, limit: int, per: Duration) -> None:
         if isinstance(limit, bool) or not isinstance(limit, int):
             raise InvalidArgument("limit must be an integer")
+        db._h.check_name("rate limit name", name) if isinstance(name, str) else _not_str("rate limit name", name)
         self.db = db
         self.name = name
         self.limit = limit

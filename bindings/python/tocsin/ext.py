@@ -108,8 +108,28 @@ def _refuse(conn: Any, autocommit: bool, what: str) -> Any:
     return raw
 
 
-def _options(priority: int, delay: Any, max_attempts: Any, unique_key: Any, meta: Any) -> Optional[str]:
+def _text(value: Any, what: str) -> str:
+    """A str the SQL functions can take (refused here as InvalidArgument, not as an
+    sqlite3 error of whatever class the driver maps the function's error to)."""
+    if not isinstance(value, str):
+        raise InvalidArgument("%s must be a str, not %s" % (what, type(value).__name__))
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise InvalidArgument("%s is not valid UTF-8: %s" % (what, e)) from None
+    if not value and what in ("queue", "task"):
+        raise InvalidArgument("%s name must not be empty" % what)
+    return value
+
+
+def _options(priority: int, delay: Any, max_attempts: Any, unique_key: Any, meta: Any,
+             result_ttl: Any = None, timeout: Any = None) -> Optional[str]:
     from ._util import duration_ms, dumps, meta_json
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidArgument("priority must be an integer")
+    if max_attempts is not None and (isinstance(max_attempts, bool) or not isinstance(max_attempts, int)
+                                     or not 1 <= max_attempts <= 1000000):
+        raise InvalidArgument("max_attempts must be an integer from 1 to 1000000")
     opts: Dict[str, Any] = {}
     if priority:
         opts["priority"] = priority
@@ -118,10 +138,14 @@ def _options(priority: int, delay: Any, max_attempts: Any, unique_key: Any, meta
     if max_attempts is not None:
         opts["max_attempts"] = max_attempts
     if unique_key is not None:
-        opts["unique_key"] = unique_key
+        opts["unique_key"] = _text(unique_key, "unique_key")
     if meta is not None:
         opts["meta"] = json.loads(meta_json(meta))
-    return dumps(opts, "options") if opts else None
+    if result_ttl is not None:
+        opts["result_ttl_ms"] = duration_ms(result_ttl, "result_ttl", allow_zero=False)
+    if timeout is not None:
+        opts["timeout_ms"] = duration_ms(timeout, "timeout", allow_zero=False)
+    return _text(dumps(opts, "options"), "options") if opts else None
 
 
 def enqueue(conn: Any, queue: str, payload: Any = None, *, priority: int = 0, delay: Any = None,
@@ -132,9 +156,11 @@ def enqueue(conn: Any, queue: str, payload: Any = None, *, priority: int = 0, de
     the transaction open on it -- refused when none is, unless ``autocommit=True``.
     Returns the job's id."""
     from ._util import dumps
-    raw = _refuse(conn, autocommit, "tocsin.enqueue")
+    _text(queue, "queue")
+    text = _text(dumps(payload), "payload")
     opts = _options(priority, delay, max_attempts, unique_key, meta)
-    return raw.execute("SELECT tocsin_enqueue(?, ?, ?)", (queue, dumps(payload), opts)).fetchone()[0]
+    raw = _refuse(conn, autocommit, "tocsin.enqueue")
+    return raw.execute("SELECT tocsin_enqueue(?, ?, ?)", (queue, text, opts)).fetchone()[0]
 
 
 def call(conn: Any, queue: str, task: str, args: Sequence[Any] = (),
@@ -142,15 +168,27 @@ def call(conn: Any, queue: str, task: str, args: Sequence[Any] = (),
          **options: Any) -> int:
     """Enqueues a call of task ``task`` (registered by a worker of any runtime) through the
     application's own connection, inside its open transaction (see enqueue), with the
-    SQL function tocsin_task_enqueue (the core's envelope, docs/sql.md). Returns the job's
-    id, whose result db.wait_result(id) (or any runtime) reads."""
+    SQL function tocsin_task_enqueue (the core's envelope, docs/sql.md). ``args``: a list
+    or tuple; ``kwargs``: a dict; options: ``priority``, ``delay``, ``max_attempts``,
+    ``unique_key``, ``meta``, ``result_ttl``, ``timeout`` (others raise InvalidArgument).
+    Returns the job's id, whose result db.wait_result(id) (or any runtime) reads."""
     from ._util import dumps
-    raw = _refuse(conn, autocommit, "tocsin.call")
+    _text(queue, "queue")
+    _text(task, "task")
+    if not isinstance(args, (list, tuple)):  # not a str's characters
+        raise InvalidArgument("args must be a list or tuple of the task's positional arguments, "
+                              "not %s" % type(args).__name__)
+    if kwargs is not None and not isinstance(kwargs, dict):
+        raise InvalidArgument("kwargs must be a dict of the task's keyword arguments, not %s"
+                              % type(kwargs).__name__)
     opts = _options(options.pop("priority", 0), options.pop("delay", None),
                     options.pop("max_attempts", None), options.pop("unique_key", None),
-                    options.pop("meta", None))
+                    options.pop("meta", None), options.pop("result_ttl", None),
+                    options.pop("timeout", None))
     if options:
-        raise TypeError("call() got unexpected option(s) %s" % ", ".join(sorted(options)))
+        raise InvalidArgument("tocsin.call: unknown option(s) %s" % ", ".join(sorted(options)))
+    args_text = _text(dumps(list(args), "args"), "args")
+    kwargs_text = _text(dumps(dict(kwargs or {}), "kwargs"), "kwargs")
+    raw = _refuse(conn, autocommit, "tocsin.call")
     return raw.execute("SELECT tocsin_task_enqueue(?, ?, ?, ?, ?)",
-                       (queue, task, dumps(list(args), "args"), dumps(dict(kwargs or {}), "kwargs"),
-                        opts)).fetchone()[0]
+                       (queue, task, args_text, kwargs_text, opts)).fetchone()[0]

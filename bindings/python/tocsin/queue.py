@@ -109,6 +109,18 @@ class Job:
 JobSpec = Union[Any, Dict[str, Any]]
 
 
+def _task_name(fn: Any, name: Optional[str]) -> str:
+    """The name a task registers under: ``name``, else the function's qualified name."""
+    if not callable(fn):
+        raise InvalidArgument("a task must be a function (a callable), not %s" % type(fn).__name__)
+    if name is None:
+        return "%s.%s" % (getattr(fn, "__module__", None) or "__main__",
+                          getattr(fn, "__qualname__", None) or type(fn).__qualname__)
+    if not isinstance(name, str):
+        raise InvalidArgument("task name must be a str, not %s" % type(name).__name__)
+    return name  # checked (empty, too long, NUL) by the core
+
+
 def _id_token(job: Union[Job, int], token: Optional[int]) -> Tuple[int, int]:
     if isinstance(job, Job):
         if token is not None and token != job.token:
@@ -181,6 +193,9 @@ class Queue:
         Each item is a payload (any JSON value, dicts included: nothing is guessed).
         With ``options=True`` each item is instead a dict ``{"payload": ..., "priority":
         ..., "delay": ..., ...}`` of enqueue's keyword arguments."""
+        if isinstance(jobs, (str, bytes, bytearray, dict)):  # not its characters, nor its keys
+            raise InvalidArgument("enqueue_many takes a list of jobs, not a %s (write [%r])"
+                                  % (type(jobs).__name__, jobs))
         h = self.db._hx(tx)
         specs = []
         for i, item in enumerate(jobs):
@@ -235,14 +250,20 @@ class Queue:
         many leases held."""
         h = self.db._hx(tx)
         ids, tokens = [], []
-        for j in jobs:
+        if isinstance(jobs, (str, bytes, bytearray, dict)):
+            raise InvalidArgument("ack_batch takes a list of Jobs or (id, token) pairs, not a %s"
+                                  % type(jobs).__name__)
+        for n, j in enumerate(jobs):
             if isinstance(j, Job):
                 ids.append(j.id)
                 tokens.append(j.token)
+            elif (isinstance(j, (tuple, list)) and len(j) == 2 and
+                  all(isinstance(v, int) and not isinstance(v, bool) for v in j)):
+                ids.append(j[0])
+                tokens.append(j[1])
             else:
-                i, t = j
-                ids.append(i)
-                tokens.append(t)
+                raise InvalidArgument("ack_batch: item %d must be a Job or an (id, token) pair of "
+                                      "integers, not %r" % (n, j))
         return h.ack_batch(ids, tokens)
 
     def retry(self, job: Union[Job, int], delay: Optional[Duration] = None, *,
@@ -327,7 +348,7 @@ class Queue:
         from .tasks import Task
 
         def register(f: Callable[..., Any]) -> Any:
-            task_name = name or "%s.%s" % (f.__module__, f.__qualname__)
+            task_name = _task_name(f, name)
             t = Task(self, f, task_name, retries, backoff, timeout, result_ttl, process)
             self._tasks[task_name] = t
             return t
@@ -344,9 +365,11 @@ class Queue:
         from .coord import cron_next
         from .tasks import Task
         cron_next(cron)  # a bad expression fails at import, naming the field
+        if catch_up not in ("once", "all"):  # at import too, not when a worker starts
+            raise InvalidArgument('catch_up must be "once" or "all", not %r' % (catch_up,))
 
         def register(f: Callable[..., Any]) -> Any:
-            task_name = name or "%s.%s" % (f.__module__, f.__qualname__)
+            task_name = _task_name(f, name)
             t = Task(self, f, task_name, retries, None, timeout, result_ttl, process)
             t._check_args(args, kwargs)
             self._tasks[task_name] = t

@@ -88,6 +88,9 @@ class Stream:
     def publish_many(self, payloads: Iterable[Any], *, keys: Optional[Iterable[Optional[str]]] = None,
                      tx: Optional["Transaction"] = None) -> List[int]:
         """Appends several events atomically; returns their offsets."""
+        if isinstance(payloads, (str, bytes, bytearray, dict)):  # not its characters, nor its keys
+            raise InvalidArgument("publish_many takes a list of payloads, not a %s (write [%r])"
+                                  % (type(payloads).__name__, payloads))
         h = self.db._hx(tx)
         texts = [dumps(p) for p in payloads]
         return h.publish_many(self.topic, texts, None if keys is None else list(keys))

@@ -107,12 +107,33 @@ def _child(conn: Any, fn: Any, args: list, kwargs: dict) -> None:
         except InvalidArgument as e:
             msg = ("unserialisable", str(e))
     except BaseException as e:  # noqa: B902 -- everything is reported to the parent
-        msg = ("error", type(e).__name__, str(e), traceback.format_exc())
+        msg = ("error", type(e).__name__, _describe(e), _utf8(traceback.format_exc()))
     try:
         conn.send(msg)
         conn.close()
     finally:
         os._exit(0)
+
+
+def _utf8(text: Optional[str]) -> Optional[str]:
+    """text as the core can store it: lone surrogates (which UTF-8 cannot encode)
+    escaped, so that an outcome is never refused for its error text."""
+    if text is None:
+        return None
+    try:
+        text.encode("utf-8")
+        return text
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _describe(x: BaseException) -> str:
+    """str(x), also for an exception whose __str__ raises or is not valid UTF-8."""
+    try:
+        text = str(x)
+    except BaseException:  # noqa: B902 -- a broken __str__ must not lose the job
+        text = "<str() of the %s raised>" % type(x).__name__
+    return _utf8(text) or ""
 
 
 def _failure(ctx: JobContext, x: BaseException) -> tuple:
@@ -121,11 +142,11 @@ def _failure(ctx: JobContext, x: BaseException) -> tuple:
         _event(logging.WARNING, "job.lease_lost", job_id=ctx.job_id, task=ctx.task)
         return HAND_BACK, None, None, None, 0
     if isinstance(x, _TaskFailed):
-        return ERROR, x.type_name, x.message, x.trace, -1
+        return ERROR, _utf8(x.type_name), _utf8(x.message), _utf8(x.trace), -1
     if isinstance(x, _Unserialisable):
-        return FAIL, "ResultNotSerialisable", str(x), None, -1
+        return FAIL, "ResultNotSerialisable", _describe(x), None, -1
     # the task's own error: recorded as data, with its traceback
-    return ERROR, type(x).__name__, str(x), traceback.format_exc(), -1
+    return ERROR, _utf8(type(x).__name__), _describe(x), _utf8(traceback.format_exc()), -1
 
 
 def _outcome(ctx: JobContext, kind: int, value: Any, etype: Optional[str], emsg: Optional[str],
@@ -145,7 +166,24 @@ def _outcome(ctx: JobContext, kind: int, value: Any, etype: Optional[str], emsg:
                 text = dumps(value, "the task's return value")
             except InvalidArgument as x:  # deterministic: retrying would repeat the side effect
                 kind, etype, emsg = FAIL, "ResultNotSerialisable", str(x)
+        if text is not None:
+            try:
+                text.encode("utf-8")
+            except UnicodeEncodeError as x:  # a lone surrogate: not storable as JSON text
+                kind, text, etype, emsg = (FAIL, None, "ResultNotSerialisable",
+                                           "the task's return value is not valid UTF-8: %s" % _utf8(str(x)))
     return (ctx._run, kind, text, etype, emsg, trace, delay)
+
+
+def _finish(w: Any, out: tuple) -> None:
+    """The core's finish of an outcome; one it refuses as invalid (a value that slipped
+    past the checks) is reported as the run's error instead, so that no run is left
+    holding its slot and its lease forever."""
+    try:
+        w.finish(*out)
+    except InvalidArgument as x:
+        _event(logging.ERROR, "job.unreportable", error="%s: %s" % (type(x).__name__, x))
+        w.finish(out[0], ERROR, None, "UnreportableOutcome", _describe(x), None, -1)
 
 
 class Worker:
@@ -174,10 +212,15 @@ class Worker:
         for q in self.queues:
             if not isinstance(q, str):
                 raise InvalidArgument("queue names must be str, not %s" % type(q).__name__)
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
-            raise InvalidArgument("concurrency must be an integer >= 1")
+            db._h.check_name("queue name", q)
+        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not 1 <= concurrency <= 10000:
+            raise InvalidArgument("concurrency must be an integer from 1 to 10000")
         self.concurrency = concurrency
-        self.worker_id = worker_id or default_owner()
+        # refused here, not when run() has written the schedules and opened a connection
+        if worker_id is not None and not isinstance(worker_id, str):
+            raise InvalidArgument("worker_id must be a str, not %s" % type(worker_id).__name__)
+        self.worker_id = default_owner() if worker_id is None else worker_id
+        db._h.check_name("worker id", self.worker_id)
         self.visibility_ms = duration_ms(visibility, "visibility", allow_zero=False)
         self.shutdown_timeout = duration_ms(shutdown_timeout, "shutdown_timeout") / 1000.0
         self.scheduler = bool(scheduler)
@@ -239,8 +282,8 @@ class Worker:
             out.update(tasks)
         return out
 
-    async def run_async(self, *, install_signal_handlers: bool = False) -> None:
-        loop = self._loop = asyncio.get_running_loop()
+    def _setup(self) -> None:
+        """A run's state, its schedules, its connection and the core worker."""
         self._stop, self._hard, self._kick = asyncio.Event(), asyncio.Event(), asyncio.Event()
         self._outbox: list = []
         self._tasks = self._collect_tasks()
@@ -248,12 +291,32 @@ class Worker:
             self.db.queue(q).register_periodic()
         # the worker's own handle (connection): its upkeep may wait for the write lock,
         # and that must never hold up the application's calls on db meanwhile
-        self._hw = _tocsin.Handle(*self.db._open_args)
-        w = self._w = _tocsin.Worker(self._hw, self.queues, self.concurrency, self.worker_id,
-                                     self.visibility_ms, self.scheduler, self.scheduler_ttl_ms)
+        hw = _tocsin.Handle(*self.db._open_args)
+        w = None
+        try:
+            w = _tocsin.Worker(hw, self.queues, self.concurrency, self.worker_id,
+                               self.visibility_ms, self.scheduler, self.scheduler_ttl_ms)
+            for name, t in self._tasks.items():
+                w.register(name, t.backoff_ms, 0, t.timeout_ms, -1 if t.keep_forever else t.result_ttl_ms)
+        except BaseException:  # (e.g. this worker id is live elsewhere): no connection left open
+            if w is not None:
+                w.close()
+            hw.close()
+            raise
+        self._hw, self._w = hw, w
         self.db._workers.add(self)
-        for name, t in self._tasks.items():
-            w.register(name, t.backoff_ms, 0, t.timeout_ms, -1 if t.keep_forever else t.result_ttl_ms)
+
+    async def run_async(self, *, install_signal_handlers: bool = False) -> None:
+        if self._loop is not None:  # its state (events, outbox, handle) belongs to that run
+            raise InvalidArgument("this Worker is already running; make another Worker (with "
+                                  "its own worker_id) to run more")
+        loop = self._loop = asyncio.get_running_loop()
+        try:
+            self._setup()
+        except BaseException:  # nothing runs: a later run may start
+            self._loop = None
+            raise
+        w = self._w
         self._threads = concurrent.futures.ThreadPoolExecutor(
             max_workers=self.concurrency + 4, thread_name_prefix="tocsin-task")
         # sync tasks without a timeout run on `concurrency` threads of their own: each
@@ -286,7 +349,7 @@ class Worker:
                 self._cancel(e, "shutdown")
             for args in self._outbox:
                 try:
-                    w.finish(*args)
+                    _finish(w, args)
                 except Error:
                     pass
             for _ in self._sync_threads:
@@ -314,7 +377,7 @@ class Worker:
         out, self._outbox = self._outbox, []
         for args in out:
             try:
-                w.finish(*args)
+                _finish(w, args)
             except Error as e:
                 _event(logging.WARNING, "job.unreported", error="%s: %s" % (type(e).__name__, e))
         runs: list = []
@@ -498,7 +561,7 @@ class Worker:
     # ---- sync runs on the worker's threads ----
     def _finish_now(self, out: tuple) -> None:
         try:
-            self._w.finish(*out)  # batched into the core's next group commit
+            _finish(self._w, out)  # batched into the core's next group commit
         except Error as x:
             _event(logging.WARNING, "job.unreported", error="%s: %s" % (type(x).__name__, x))
 
