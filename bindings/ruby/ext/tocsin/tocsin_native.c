@@ -1136,8 +1136,12 @@ static int64_t mono_ms(void) {
 /* Returns the wait's final code (OK, TIMEOUT or a failure to raise);
  * interrupts are handled here. */
 /* h: the database handle the wait runs on (NULL: none); its close ends the
- * wait with Tocsin::Closed (Database#close pokes the wait's subscription). */
-static int run_wait(wait_fn fn, void *ctx, int timeout_ms, poke_fn poke, void *handle, pokeflags *flags, rdb *h) {
+ * wait with Tocsin::Closed (Database#close pokes the wait's subscription).
+ * slot: where the object keeps the waited-on handle (NULL once closed): an
+ * interrupt's handler (a trap, another thread switched in meanwhile) may have
+ * closed it -- and freed it -- before the wait resumes. */
+static int run_wait(wait_fn fn, void *ctx, int timeout_ms, poke_fn poke, void *handle, pokeflags *flags, rdb *h,
+                    void *const *slot) {
     int64_t deadline = timeout_ms >= 0 ? mono_ms() + timeout_ms : -1;
     struct ubf_arg u = {poke, handle, flags};
     for (;;) {
@@ -1152,6 +1156,7 @@ static int run_wait(wait_fn fn, void *ctx, int timeout_ms, poke_fn poke, void *h
         if (atomic_exchange(&flags->ubf_fired, 0)) rb_thread_check_ints();
         if (atomic_exchange(&flags->user_poked, 0))
             rb_raise(eByCode[TOCSIN_INTERRUPTED], "the wait was interrupted (poke)");
+        if (*slot != handle) rb_raise(eByCode[TOCSIN_CLOSED], "closed while waiting");
         if (deadline >= 0) {
             int64_t left = deadline - mono_ms();
             timeout_ms = left > 0 ? (int)left : 0;
@@ -1199,7 +1204,8 @@ static int sub_wait_fn(void *ctx, int t) { return tocsin_sub_wait(ctx, t); }
 static int sub_poke_fn(void *h) { return tocsin_sub_poke(h); }
 static VALUE sub_wait(VALUE self, VALUE timeout) {
     rsub *s = get_rsub(self);
-    int rc = run_wait(sub_wait_fn, s->sub, clamp_timeout(timeout), sub_poke_fn, s->sub, &s->flags, NULL);
+    int rc = run_wait(sub_wait_fn, s->sub, clamp_timeout(timeout), sub_poke_fn, s->sub, &s->flags, NULL,
+                      (void *const *)&s->sub);
     if (rc == TOCSIN_TIMEOUT) return Qfalse;
     CHECK(rc);
     return Qtrue;
@@ -1238,7 +1244,8 @@ static VALUE db_queue_wait(VALUE self, VALUE queues, VALUE deadline, VALUE subv)
     rsub *s = get_rsub(subv);
     struct qwait_ctx c = {DB(self), NULL, 0, opt_i64(deadline, "deadline", -1), s->sub};
     c.qs = names_of(queues, &keep, &c.n);
-    int rc = run_wait(qwait_fn, &c, -1, sub_poke_fn, s->sub, &s->flags, get_rdb(self));
+    int rc = run_wait(qwait_fn, &c, -1, sub_poke_fn, s->sub, &s->flags, get_rdb(self),
+                      (void *const *)&s->sub);
     RB_GC_GUARD(keep); RB_GC_GUARD(queues);
     if (rc == TOCSIN_TIMEOUT) return Qfalse;
     CHECK(rc);
@@ -1253,7 +1260,8 @@ static int rwait_fn(void *p, int t) {
 static VALUE db_result_wait(VALUE self, VALUE id, VALUE deadline, VALUE subv) {
     rsub *s = get_rsub(subv);
     struct rwait_ctx c = {DB(self), NULL, arg_i64(id, "job id"), opt_i64(deadline, "deadline", -1), s->sub};
-    int rc = run_wait(rwait_fn, &c, -1, sub_poke_fn, s->sub, &s->flags, get_rdb(self));
+    int rc = run_wait(rwait_fn, &c, -1, sub_poke_fn, s->sub, &s->flags, get_rdb(self),
+                      (void *const *)&s->sub);
     if (rc == TOCSIN_TIMEOUT) return Qnil;
     CHECK(rc);
     return result_to_ary(c.r);
@@ -1268,7 +1276,8 @@ static VALUE db_lock_wait(VALUE self, VALUE name, VALUE owner, VALUE ttl, VALUE 
     rsub *s = get_rsub(subv);
     struct lwait_ctx c = {DB(self), 0, 0, cstr(name), cstr(owner), arg_i64(ttl, "ttl"),
                           opt_i64(deadline, "deadline", -1), s->sub};
-    int rc = run_wait(lwait_fn, &c, -1, sub_poke_fn, s->sub, &s->flags, get_rdb(self));
+    int rc = run_wait(lwait_fn, &c, -1, sub_poke_fn, s->sub, &s->flags, get_rdb(self),
+                      (void *const *)&s->sub);
     RB_GC_GUARD(name); RB_GC_GUARD(owner);
     if (rc == TOCSIN_TIMEOUT) return Qnil;
     CHECK(rc);
@@ -1309,7 +1318,7 @@ static VALUE lis_next(VALUE self, VALUE timeout) {
     struct lnext_ctx c = {l->l, NULL, 0};
     int t = clamp_timeout(timeout);
     int rc = t == 0 ? tocsin_listen_next(l->l, &c.m, &c.n, 0)
-                    : run_wait(lnext_fn, &c, t, lis_poke_fn, l->l, &l->flags, NULL);
+                    : run_wait(lnext_fn, &c, t, lis_poke_fn, l->l, &l->flags, NULL, (void *const *)&l->l);
     if (rc == TOCSIN_INTERRUPTED && t == 0) {
         if (atomic_exchange(&l->flags.user_poked, 0)) raise_rc(rc);
         return rb_ary_new();
@@ -1394,7 +1403,7 @@ static VALUE ss_next(VALUE self, VALUE timeout) {
             return rb_ary_new();
         }
     } else {
-        rc = run_wait(ssnext_fn, &c, t, ss_poke_fn, s->s, &s->flags, NULL);
+        rc = run_wait(ssnext_fn, &c, t, ss_poke_fn, s->s, &s->flags, NULL, (void *const *)&s->s);
     }
     if (rc == TOCSIN_TIMEOUT) return rb_ary_new();
     CHECK(rc);

@@ -61,6 +61,13 @@ module Tocsin
       @workers = []
       @workers_lock = Mutex.new
       @subs = [] # the threads' own wake subscriptions (#own_sub)
+      @sources = ObjectSpace::WeakMap.new # listeners and stream subscriptions: #close ends them
+    end
+
+    # @api private: a Listener / StreamSubscription made on this database (#close closes it)
+    def track(source)
+      @workers_lock.synchronize { @sources[source] = true }
+      source
     end
 
     # @api private: the native handle of +tx+ (checked to belong here) or ours.
@@ -82,8 +89,16 @@ module Tocsin
     # Closes the database; workers running on it are stopped first (each closes,
     # handing back what it still runs) -- a worker needs its database to the end.
     # Calls other threads are running finish first; their waits (queue, result,
-    # lock) end with Tocsin::Closed.
+    # lock) end with Tocsin::Closed. Listeners and stream subscriptions made from
+    # it are closed too (a stream subscription saves its offset as its own #close
+    # does); a thread waiting on one gets Tocsin::Closed.
     def close
+      sources = @workers_lock.synchronize { @sources.keys }
+      sources.each do |s|
+        s.close
+      rescue Error
+        nil # (a subscription's final offset save): the close goes on
+      end
       workers = @workers_lock.synchronize { @workers.dup }
       workers.each(&:stop)
       workers.each { |w| w.wait_stopped unless w.loop_thread == Thread.current }

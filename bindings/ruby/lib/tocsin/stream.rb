@@ -135,6 +135,7 @@ module Tocsin
     def initialize(db, channel, buffer_size)
       @native = Native::Listener.open(db.native, channel, buffer_size)
       @closed = false
+      db.track(self)
     end
 
     # Notifications lost to the bounded buffer so far.
@@ -152,6 +153,7 @@ module Tocsin
     def initialize(db, topic, consumer, from_offset, batch, every, ms, save_on_close = false)
       @native = Native::StreamSub.open(db.native, topic, consumer, from_offset, batch, every, ms, save_on_close)
       @closed = false
+      db.track(self)
     end
 
     def position = @native.position

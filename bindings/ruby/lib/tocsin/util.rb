@@ -49,7 +49,8 @@ module Tocsin
 
     def dump(value, what = "payload")
       JSON.generate(value)
-    rescue JSON::GeneratorError, Encoding::UndefinedConversionError => e
+    rescue JSON::GeneratorError, JSON::NestingError, Encoding::UndefinedConversionError => e
+      # (NestingError: nested too deep, or circular)
       raise InvalidArgument, "#{what} is not JSON-serialisable: #{e.message}"
     end
 
