@@ -52,4 +52,17 @@ class TestActiveJob < Minitest::Test
     th.join(10)
     assert_equal 1, db.queue("mailers").stats["scheduled"]
   end
+
+  # ActiveJob: a lower priority number runs first (tocsin stores it negated).
+  def test_lower_activejob_priority_is_claimed_first
+    low = TocsinTestJob.set(priority: 50).perform_later("late")
+    high = TocsinTestJob.set(priority: 10).perform_later("early")
+    plain = TocsinTestJob.perform_later("plain")
+    q = db.queue("mailers")
+    assert_equal(-10, q.get(high.provider_job_id).priority)
+    assert_equal(-50, q.get(low.provider_job_id).priority)
+    assert_equal 0, q.get(plain.provider_job_id).priority
+    order = 3.times.map { q.claim("w").tap(&:ack).id }
+    assert_equal [plain.provider_job_id, high.provider_job_id, low.provider_job_id], order
+  end
 end

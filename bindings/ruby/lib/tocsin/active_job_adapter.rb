@@ -41,10 +41,13 @@ module ActiveJob
         enqueue_at(job, nil)
       end
 
+      # ActiveJob's priority runs lower numbers first (as Delayed Job, GoodJob and
+      # Solid Queue do); tocsin claims higher ones first: the sign is flipped.
       def enqueue_at(job, timestamp)
         h = database.queue(job.queue_name || "default")
                     .call(Tocsin::ActiveJobSupport::TASK, job.serialize, max_attempts: 1,
-                          priority: job.priority, run_at: timestamp && (timestamp * 1000).round)
+                          priority: job.priority && -job.priority,
+                          run_at: timestamp && (timestamp * 1000).round)
         job.provider_job_id = h.job_id
         h
       end
