@@ -1715,44 +1715,33 @@ static PyTypeObject SubType = {
     .tp_weaklistoffset = offsetof(Sub, weakrefs),
 };
 
-/* queue_wait(queues, deadline_ms, sub): True when something is claimable, False
- * at the deadline or when `sub` was poked. deadline_ms is a time of the handle's
- * clock (< 0: none); 0 makes it a non-blocking, read-only check. */
-static PyObject *Handle_queue_wait(Handle *self, PyObject *args) {
-    PyObject *arg, *t, *subobj = Py_None;
-    const char **qs;
-    long long deadline;
-    int how, rc = TOCSIN_OK, ready = 0;
-    Sub *sub = NULL;
-    if (!parse_args(args, "OL|O:queue_wait", &arg, &deadline, &subobj)) return NULL;
-    if (subobj != Py_None) {
-        if (!PyObject_TypeCheck(subobj, &SubType))
-            return raise_code(TOCSIN_INVALID, "sub must be a Sub or None", 0);
-        sub = (Sub *)subobj;
-        if (!sub->sub) return sub_closed();
-    }
-    if (!(t = PySequence_Tuple(arg))) return NULL;
-    if (!(qs = str_array(t, 0, "queues"))) {
-        Py_DECREF(t);
-        return NULL;
-    }
-    if (!(how = enter(self))) goto out;
+/* A deadline wait of the core (queue, lock) in slices of SLICE_MS with the GIL
+ * released, so that signals (Ctrl-C) are handled between them: fn waits until
+ * slice_end (a time of the handle's clock). `sub` optional (the sub argument of
+ * the methods below: checked, NULL when None). Returns the final code (OK,
+ * TIMEOUT, a failure: a Python exception may be set by a signal handler);
+ * *poked when a poke or close of sub ended it (then TOCSIN_OK). */
+typedef int (*slice_wait_fn)(void *ctx, tocsin_db *db, int64_t slice_end, tocsin_sub *sub);
+static int sliced_wait(Handle *self, Sub *sub, int64_t deadline, slice_wait_fn fn, void *ctx,
+                       int *poked) {
+    int rc;
+    *poked = 0;
     for (;;) {
         int64_t slice_end = deadline;
         int64_t now = tocsin_now(self->db);
         if (deadline != 0 && (deadline < 0 || deadline - now > SLICE_MS)) slice_end = now + SLICE_MS;
         Py_BEGIN_ALLOW_THREADS
-        rc = tocsin_queue_wait(self->db, qs, (size_t)PyTuple_GET_SIZE(t), slice_end,
-                               sub ? sub->sub : NULL);
+        rc = fn(ctx, self->db, slice_end, sub ? sub->sub : NULL);
         Py_END_ALLOW_THREADS
-        ready = rc == TOCSIN_OK;
-        if (rc == TOCSIN_INTERRUPTED || rc == TOCSIN_CLOSED) { /* poked: not ready */
+        if (rc == TOCSIN_INTERRUPTED || rc == TOCSIN_CLOSED) { /* poked or closed */
+            *poked = 1;
             rc = TOCSIN_OK;
             break;
         }
         if (rc == TOCSIN_TIMEOUT && slice_end != deadline) {
             if (PyErr_CheckSignals() < 0) break;
             if (sub && __atomic_load_n(&sub->poked, __ATOMIC_ACQUIRE)) {
+                *poked = 1;
                 rc = TOCSIN_OK;
                 break;
             }
@@ -1761,6 +1750,53 @@ static PyObject *Handle_queue_wait(Handle *self, PyObject *args) {
         break;
     }
     if (sub) __atomic_store_n(&sub->poked, 0, __ATOMIC_RELEASE);
+    return rc;
+}
+
+/* The optional `sub` argument of a wait: NULL for None, else a live Sub. */
+static int sub_arg(PyObject *subobj, Sub **out) {
+    *out = NULL;
+    if (subobj == Py_None) return 1;
+    if (!PyObject_TypeCheck(subobj, &SubType)) {
+        raise_code(TOCSIN_INVALID, "sub must be a Sub or None", 0);
+        return 0;
+    }
+    *out = (Sub *)subobj;
+    if (!(*out)->sub) {
+        sub_closed();
+        return 0;
+    }
+    return 1;
+}
+
+struct queue_wait_args { const char **qs; size_t n; };
+static int queue_wait_slice(void *ctx, tocsin_db *db, int64_t slice_end, tocsin_sub *sub) {
+    struct queue_wait_args *a = ctx;
+    return tocsin_queue_wait(db, a->qs, a->n, slice_end, sub);
+}
+
+/* queue_wait(queues, deadline_ms, sub): True when something is claimable, False
+ * at the deadline or when `sub` was poked. deadline_ms is a time of the handle's
+ * clock (< 0: none); 0 makes it a non-blocking, read-only check. */
+static PyObject *Handle_queue_wait(Handle *self, PyObject *args) {
+    PyObject *arg, *t, *subobj = Py_None;
+    const char **qs;
+    long long deadline;
+    int how, rc = TOCSIN_OK, ready = 0, poked = 0;
+    Sub *sub = NULL;
+    struct queue_wait_args a;
+    if (!parse_args(args, "OL|O:queue_wait", &arg, &deadline, &subobj)) return NULL;
+    if (!sub_arg(subobj, &sub)) return NULL;
+    if (!(t = PySequence_Tuple(arg))) return NULL;
+    if (!(qs = str_array(t, 0, "queues"))) {
+        Py_DECREF(t);
+        return NULL;
+    }
+    if (!(how = enter(self))) goto out;
+    a.qs = qs;
+    a.n = (size_t)PyTuple_GET_SIZE(t);
+    rc = sliced_wait(self, sub, deadline, queue_wait_slice, &a, &poked);
+    ready = rc == TOCSIN_OK && !poked;
     if (rc != TOCSIN_OK && rc != TOCSIN_TIMEOUT && !PyErr_Occurred()) raise_db(self, rc);
     leave(self, how);
 out:
@@ -1775,50 +1811,26 @@ out:
  * it the core only reads (no write, so no commit that would wake this very wait) and
  * sleeps until the lease ends or a commit; deadline_ms as for queue_wait (0: one
  * non-blocking attempt). */
+struct lock_wait_args { const char *name, *owner; long long ttl; int64_t token, until; };
+static int lock_wait_slice(void *ctx, tocsin_db *db, int64_t slice_end, tocsin_sub *sub) {
+    struct lock_wait_args *a = ctx;
+    return tocsin_lock_wait(db, &a->token, &a->until, a->name, a->owner, a->ttl, slice_end, sub);
+}
 static PyObject *Handle_lock_wait(Handle *self, PyObject *args) {
-    const char *name, *owner;
-    long long ttl, deadline;
-    int64_t token = 0, until = 0;
-    int how, rc = TOCSIN_OK;
+    struct lock_wait_args a = {NULL, NULL, 0, 0, 0};
+    long long deadline;
+    int how, rc, poked = 0;
     PyObject *subobj = Py_None;
     Sub *sub = NULL;
-    if (!parse_args(args, "ssLL|O:lock_wait", &name, &owner, &ttl, &deadline, &subobj)) return NULL;
-    if (subobj != Py_None) {
-        if (!PyObject_TypeCheck(subobj, &SubType))
-            return raise_code(TOCSIN_INVALID, "sub must be a Sub or None", 0);
-        sub = (Sub *)subobj;
-        if (!sub->sub) return sub_closed();
-    }
+    if (!parse_args(args, "ssLL|O:lock_wait", &a.name, &a.owner, &a.ttl, &deadline, &subobj)) return NULL;
+    if (!sub_arg(subobj, &sub)) return NULL;
     if (!(how = enter(self))) return NULL;
-    for (;;) {
-        int64_t slice_end = deadline;
-        int64_t now = tocsin_now(self->db);
-        if (deadline != 0 && (deadline < 0 || deadline - now > SLICE_MS)) slice_end = now + SLICE_MS;
-        Py_BEGIN_ALLOW_THREADS
-        rc = tocsin_lock_wait(self->db, &token, &until, name, owner, ttl, slice_end,
-                              sub ? sub->sub : NULL);
-        Py_END_ALLOW_THREADS
-        if (rc == TOCSIN_INTERRUPTED || rc == TOCSIN_CLOSED) { /* poked or closed: not held */
-            rc = TOCSIN_OK;
-            token = until = 0;
-            break;
-        }
-        if (rc == TOCSIN_TIMEOUT && slice_end != deadline) {
-            if (PyErr_CheckSignals() < 0) break;
-            if (sub && __atomic_load_n(&sub->poked, __ATOMIC_ACQUIRE)) {
-                rc = TOCSIN_OK;
-                break;
-            }
-            continue;
-        }
-        break;
-    }
-    if (sub) __atomic_store_n(&sub->poked, 0, __ATOMIC_RELEASE);
+    rc = sliced_wait(self, sub, deadline, lock_wait_slice, &a, &poked);
     if (rc != TOCSIN_OK && rc != TOCSIN_TIMEOUT && !PyErr_Occurred()) raise_db(self, rc);
     leave(self, how);
     if (PyErr_Occurred()) return NULL;
-    if (rc != TOCSIN_OK) token = until = 0;
-    return Py_BuildValue("(LL)", (long long)token, (long long)until);
+    if (rc != TOCSIN_OK || poked) a.token = a.until = 0; /* not held */
+    return Py_BuildValue("(LL)", (long long)a.token, (long long)a.until);
 }
 
 /* ---- listeners and stream subscriptions ---- */
