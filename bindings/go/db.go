@@ -241,41 +241,15 @@ func (c *conn) Now() time.Time {
 }
 
 // Exec runs SQL text of the application's (no result rows, no parameters) on the
-// handle's connection: inside Tx, it joins the transaction. Transactions are db.Tx's:
-// SQL that leaves the DB's connection inside a transaction (BEGIN, SAVEPOINT) is rolled
-// back, and SQL that ends a Tx's transaction (COMMIT, ROLLBACK, END) ends the Tx; both
-// are ErrInvalid.
+// handle's connection, statement by statement up to the first failure: inside Tx, it
+// joins the transaction. Transactions are db.Tx's: SQL that begins or ends one (BEGIN,
+// COMMIT, ROLLBACK, END, a SAVEPOINT outside a transaction) is refused by the core
+// before it runs, with ErrInvalid.
 func (c *conn) Exec(ctx context.Context, sql string) error {
 	var cs cstrings
 	defer cs.free()
 	s := cs.str(sql)
-	var in C.int
-	ran := false
-	err := c.doCS(ctx, &cs, "exec", func(p *C.tocsin_db) C.int {
-		ran = true
-		rc := C.tocsin_exec(p, s)
-		in = C.tocsin_in_transaction(p)
-		if in != 0 && c.tx == nil {
-			// every goroutine's calls on the DB would join it, and Close would drop them
-			C.tocsin_rollback(p)
-		}
-		return rc
-	})
-	if !ran {
-		return err
-	}
-	if c.tx == nil && in != 0 {
-		return errors.Join(newErr(ErrInvalid, "exec", "the SQL left a transaction open on the DB (BEGIN or SAVEPOINT): "+
-			"rolled back; use db.Tx for transactions"), err)
-	}
-	if c.tx != nil && in == 0 {
-		// COMMIT/ROLLBACK/END: what the transaction wrote before it may be committed;
-		// later calls would each run on their own, outside any transaction
-		c.tx.end(false)
-		return errors.Join(newErr(ErrInvalid, "exec", "the SQL ended the transaction (COMMIT, ROLLBACK or END); "+
-			"the Tx is over (db.Tx commits or rolls back)"), err)
-	}
-	return err
+	return c.doCS(ctx, &cs, "exec", func(p *C.tocsin_db) C.int { return C.tocsin_exec(p, s) })
 }
 
 // Tx is a write transaction on a connection of its own (tocsin_tx_begin): every call

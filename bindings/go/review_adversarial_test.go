@@ -3,6 +3,7 @@ package tocsin_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -225,21 +226,18 @@ func TestTaskErrorTypeWithNULEndsTheRun(t *testing.T) {
 	check(t, <-done)
 }
 
-// Exec keeps transactions db.Tx's: BEGIN on the DB is rolled back (every goroutine's
-// calls would join it, and Close would drop them: an Enqueue that returned nil, lost),
-// and COMMIT/ROLLBACK inside a Tx ends the Tx instead of leaving later calls outside
-// any transaction and the commit failing after the writes were committed.
+// Exec keeps transactions db.Tx's: BEGIN on the DB is refused before it runs (every
+// goroutine's calls would join it, and Close would drop them: an Enqueue that returned
+// nil, lost), and so is COMMIT/ROLLBACK inside a Tx (later calls would run outside any
+// transaction, and the commit fail after the writes were committed).
 func TestExecTransactionControl(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "e.db")
 	db, err := tocsin.Open(path, nil)
 	check(t, err)
 	wantCode(t, db.Exec(bg, "BEGIN"), tocsin.ErrInvalid)
-	// a script that fails after its BEGIN: the SQL error, and the core has rolled its
-	// transaction back (nothing left open)
-	err = db.Exec(bg, "BEGIN; SELEC")
-	if !errors.Is(err, tocsin.ErrFailed) || errors.Is(err, tocsin.ErrInvalid) {
-		t.Fatalf("want the SQL error alone, got %v", err)
-	}
+	wantCode(t, db.Exec(bg, "SAVEPOINT s"), tocsin.ErrInvalid)
+	// a script: statement by statement, nothing runs from the refused BEGIN on
+	wantCode(t, db.Exec(bg, "CREATE TABLE b(x); BEGIN; INSERT INTO b VALUES (1)"), tocsin.ErrInvalid)
 	must(db.Queue("q").Enqueue(bg, 1, nil))
 	check(t, db.Exec(bg, "CREATE TABLE a(x); INSERT INTO a VALUES (1)")) // ordinary SQL runs
 	check(t, db.Close())
@@ -247,13 +245,13 @@ func TestExecTransactionControl(t *testing.T) {
 	if st := must(db.Queue("q").Stats(bg)); st.Pending != 1 {
 		t.Fatalf("the enqueue after Exec(BEGIN) was lost: %d pending", st.Pending)
 	}
-	for _, sql := range []string{"COMMIT", "ROLLBACK"} {
+	for _, sql := range []string{"COMMIT", "ROLLBACK", "END"} {
 		err := db.Tx(bg, func(tx *tocsin.Tx) error {
 			must(tx.Queue("t").Enqueue(bg, sql, nil))
 			err := tx.Exec(bg, sql)
 			wantCode(t, err, tocsin.ErrInvalid)
-			_, err2 := tx.Queue("t").Enqueue(bg, "after", nil)
-			wantCode(t, err2, tocsin.ErrClosed) // not an autocommit write outside the Tx
+			_, err2 := tx.Queue("t").Enqueue(bg, "after", nil) // still inside the Tx
+			check(t, err2)
 			return err
 		})
 		wantCode(t, err, tocsin.ErrInvalid)
@@ -270,14 +268,16 @@ func TestExecTransactionControl(t *testing.T) {
 	}))
 }
 
-// A TaskTx handler that ends its transaction (tx.Exec("COMMIT")) and returns nil: the
-// run still ends (a TransactionEnded failure), never on a transaction handle that was
-// handed back, nor holding its slot.
+// A TaskTx handler cannot end its transaction (tx.Exec("COMMIT") is refused): the run
+// goes on inside it and its outcome commits with the handler's writes.
 func TestTaskTxHandlerEndsItsTransaction(t *testing.T) {
 	db := openDB(t)
+	check(t, db.Exec(bg, "CREATE TABLE effects(n INTEGER)"))
 	tk := tocsin.TaskTx(db, "t", func(ctx context.Context, tx *tocsin.Tx, a int) (int, error) {
-		_ = tx.Exec(ctx, "COMMIT") // ErrInvalid, ignored
-		return a, nil
+		if err := tx.Exec(ctx, "COMMIT"); !errors.Is(err, tocsin.ErrInvalid) {
+			return 0, fmt.Errorf("want ErrInvalid, got %v", err)
+		}
+		return a, tx.Exec(ctx, "INSERT INTO effects VALUES (1)")
 	}, &tocsin.TaskOptions{BackoffBase: time.Millisecond})
 	w := must(db.NewWorker(tocsin.WorkerOptions{Logger: quiet}))
 	ctx, cancel := context.WithCancel(bg)
@@ -286,9 +286,11 @@ func TestTaskTxHandlerEndsItsTransaction(t *testing.T) {
 	h := must(tk.Call(bg, 1, &tocsin.CallOptions{Job: &tocsin.EnqueueOptions{MaxAttempts: 1}}))
 	var r *tocsin.Result
 	within(t, 30*time.Second, "the run's outcome", func() { r = must(h.Result(bg)) })
-	if r.Err == nil || r.Err.Type != "TransactionEnded" {
-		t.Fatalf("want a TransactionEnded failure, got %+v %s", r.Err, r.Value)
+	if r.Err != nil || string(r.Value) != "1" {
+		t.Fatalf("want the run to succeed with 1, got %+v %s", r.Err, r.Value)
 	}
+	// the handler's write committed with its outcome
+	check(t, db.Exec(bg, "CREATE TABLE want(n CHECK (n = 1)); INSERT INTO want SELECT count(*) FROM effects"))
 	cancel()
 	check(t, <-done)
 }

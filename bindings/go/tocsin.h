@@ -197,7 +197,8 @@ TOCSIN_API int tocsin_wrap(tocsin_db **out, struct sqlite3 *conn, const tocsin_o
 TOCSIN_API int tocsin_close(tocsin_db *db);
 
 /* The underlying connection, borrowed until tocsin_close(): use it for the
- * application's own statements inside a tocsin transaction. */
+ * application's own statements inside a tocsin transaction (on a connection
+ * tocsin opened they may not begin or end one: see tocsin_exec). */
 TOCSIN_API struct sqlite3 *tocsin_sqlite(tocsin_db *db);
 /*
  * Holds the handle's serialisation (the lock every tocsin call on db takes)
@@ -275,9 +276,21 @@ TOCSIN_API int tocsin_tx_begin(tocsin_db *db, tocsin_db **out_tx);
 TOCSIN_API int tocsin_tx_commit(tocsin_db *tx);
 TOCSIN_API int tocsin_tx_rollback(tocsin_db *tx);
 /* Runs SQL text of the application's (no result rows) on the handle's
- * connection, statement by statement up to the first failure. A failed call
- * rolls back a transaction its own SQL opened (BEGIN; ...; a failing
- * statement), so the handle is left as it was found. */
+ * connection, statement by statement up to the first failure.
+ *
+ * On the connections tocsin opens (tocsin_open, transaction handles) the
+ * application's SQL -- here, and its statements on tocsin_sqlite(db) -- may
+ * not begin or end a transaction: BEGIN, COMMIT, ROLLBACK, END, and a
+ * SAVEPOINT outside a transaction are refused when prepared (TOCSIN_INVALID,
+ * SQLite's SQLITE_AUTH; that statement and the rest of the script do not run),
+ * since a transaction begun that way on a handle every thread shares would
+ * take in the other threads' calls, and a COMMIT would end tocsin_begin's or a
+ * transaction handle's transaction behind its back. Transactions are
+ * tocsin_begin's and tocsin_tx_begin's; SAVEPOINT / RELEASE / ROLLBACK TO
+ * inside one are the application's. On a host's connection (tocsin_wrap) the
+ * host keeps transaction control, and a failed call rolls back a transaction
+ * its own SQL opened (BEGIN; ...; a failing statement), so the handle is left
+ * as it was found. */
 TOCSIN_API int tocsin_exec(tocsin_db *db, const char *sql);
 
 /* ---- queue ------------------------------------------------------------- */

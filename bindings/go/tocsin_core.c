@@ -101,6 +101,8 @@ typedef struct tc_thread_state {
      * database's open transaction handles) is > 0, and sets `yielded` */
     _Atomic int *yield_to;
     int yielded;
+    int ctl;    /* the core runs its own transaction control (own_auth lets it) */
+    int denied; /* own_auth refused a statement of this call (its message is set) */
     char msg[512];
 } tc_thread_state;
 tc_thread_state *tc_tls(void);
@@ -131,9 +133,11 @@ int tc_err(tocsin_db *db, int rc, const char *fmt, ...)
 int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what);
 void tc_clear(tocsin_db *db);
 /* The handle's mutex, for the few calls that use the connection outside an op. */
-/* The busy handler of the connections tocsin opens: waits up to ms for locks
- * (SQLite's own schedule of pauses), never while the thread's nowait is set. */
-void tc_busy_install(sqlite3 *conn, int ms);
+/* Sets up a connection tocsin opened: its busy handler (waits up to ms for
+ * locks, SQLite's own schedule of pauses, never while the thread's nowait is
+ * set) and its authorizer (the application's SQL on it may not begin or end a
+ * transaction). */
+void tc_own_conn_setup(sqlite3 *conn, int ms);
 void tc_lock(tocsin_db *db);
 void tc_unlock(tocsin_db *db);
 /* Records the identity of the handle's database file (db.c). */
@@ -745,6 +749,7 @@ void tc_clear(tocsin_db *db) {
     tc_thread.call_start = db && !db->owns_conn ? tc_monotonic_ms() : 0;
     tc_thread.busy_until = 0;
     tc_thread.busy_waited = 0;
+    tc_thread.denied = 0;
 }
 
 int tc_err(tocsin_db *db, int rc, const char *fmt, ...) {
@@ -897,7 +902,36 @@ static int busy_cb(void *ctx, int count) {
     return 1;
 }
 
-void tc_busy_install(sqlite3 *conn, int ms) { sqlite3_busy_handler(conn, busy_cb, (void *)(intptr_t)ms); }
+/*
+ * The authorizer of the connections the core opens (never a host's): the
+ * application's SQL on them -- tocsin_exec, its statements on tocsin_sqlite(db)
+ * -- may not begin or end a transaction. Transactions are tocsin_begin's and
+ * the transaction handles': a BEGIN on a handle that every thread shares would
+ * pull the other threads' calls into it (and a close would drop them), and a
+ * COMMIT or ROLLBACK would end tocsin_begin's or a transaction handle's
+ * transaction behind its back. Refused when prepared, so nothing of the
+ * statement runs; the core's own control statements run with ctl set.
+ */
+static int own_auth(void *ctx, int action, const char *a, const char *b, const char *c, const char *d) {
+    (void)b, (void)c, (void)d;
+    if (tc_thread.ctl) return SQLITE_OK;
+    if (action == SQLITE_TRANSACTION ||
+        (action == SQLITE_SAVEPOINT && a && !strcmp(a, "BEGIN") && sqlite3_get_autocommit((sqlite3 *)ctx))) {
+        tc_err(NULL, TOCSIN_INVALID,
+               "the SQL's %s is refused: SQL run on tocsin's own connections may not begin or end a "
+               "transaction (BEGIN, COMMIT, ROLLBACK, END, or a SAVEPOINT outside one); transactions "
+               "are tocsin's (tocsin_begin, tocsin_tx_begin; a binding's transaction())",
+               action == SQLITE_SAVEPOINT ? "SAVEPOINT" : a ? a : "transaction control");
+        tc_thread.denied = 1;
+        return SQLITE_DENY;
+    }
+    return SQLITE_OK;
+}
+
+void tc_own_conn_setup(sqlite3 *conn, int ms) {
+    sqlite3_busy_handler(conn, busy_cb, (void *)(intptr_t)ms);
+    sqlite3_set_authorizer(conn, own_auth, conn);
+}
 
 /* Could waiting for this BUSY ever succeed without risking a deadlock? */
 static int busy_retryable(tocsin_db *db, sqlite3_stmt *st, int rc) {
@@ -1141,7 +1175,7 @@ int tocsin_open(tocsin_db **out, const char *path, const tocsin_open_opts *opts)
         return explain_open(db, path, tc_sqlerr(db, rc, path));
     }
     sqlite3_extended_result_codes(db->conn, 1);
-    tc_busy_install(db->conn, db->busy_timeout_ms);
+    tc_own_conn_setup(db->conn, db->busy_timeout_ms);
     tc_identify(db);
     if (!db->read_only && (rc = set_wal(db)) != TOCSIN_OK) return explain_open(db, path, rc);
     if ((rc = tc_exec(db, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON", "set pragmas")) != TOCSIN_OK)
@@ -1252,6 +1286,7 @@ sqlite3 *tocsin_sqlite(tocsin_db *db) { return db ? db->conn : NULL; }
 
 int tocsin_sqlite_enter(tocsin_db *db) {
     if (!db) return tc_err(NULL, TOCSIN_INVALID, "db must not be NULL");
+    tc_clear(db); /* a statement that own_auth refuses sets the thread's error */
     tc_lock(db);
     if (db->closed) {
         tc_unlock(db);
@@ -1284,7 +1319,7 @@ int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only) {
         return TC_ERRCODE;
     }
     sqlite3_extended_result_codes(conn, 1);
-    tc_busy_install(conn, db->busy_timeout_ms);
+    tc_own_conn_setup(conn, db->busy_timeout_ms);
     o.busy_timeout_ms = db->busy_timeout_ms;
     o.max_payload_bytes = db->max_payload;
     o.read_only = read_only;
@@ -1351,6 +1386,12 @@ int tc_exec(tocsin_db *db, const char *sql, const char *what) {
     int rc = sqlite3_exec(db->conn, sql, NULL, NULL, &msg);
     if (rc != SQLITE_OK) {
         int prim = rc & 0xff;
+        if (prim == SQLITE_AUTH && tc_thread.denied) { /* own_auth's refusal, with its reason */
+            sqlite3_free(msg);
+            tc_err(db, TOCSIN_INVALID, "%s: %s", what, tc_thread.msg);
+            tc_thread.sqlite_rc = tc_xcode(db, rc);
+            return TOCSIN_INVALID;
+        }
         if (prim == SQLITE_BUSY || prim == SQLITE_LOCKED) {
             sqlite3_free(msg);
             return tc_sqlerr(db, rc, what);
@@ -1404,11 +1445,13 @@ static const char SQL_ROLLBACK_TO[] = "ROLLBACK TO tocsin_op";
 
 /* Runs one cached transaction-control statement; returns SQLite's code. */
 static int run_ctl(tocsin_db *db, const char *sql) {
-    sqlite3_stmt *st = tc_stmt(db, sql);
-    int rc;
-    if (!st) return SQLITE_ERROR;
-    rc = tc_step(db, st);
-    sqlite3_reset(st);
+    sqlite3_stmt *st;
+    int rc, ctl = tc_thread.ctl;
+    tc_thread.ctl = 1; /* own_auth: the core's own (prepared, or re-prepared in the step) */
+    st = tc_stmt(db, sql);
+    rc = st ? tc_step(db, st) : SQLITE_ERROR;
+    if (st) sqlite3_reset(st);
+    tc_thread.ctl = ctl;
     return rc == SQLITE_DONE ? SQLITE_OK : rc;
 }
 
@@ -1615,13 +1658,13 @@ int tocsin_exec(tocsin_db *db, const char *sql) {
     if (!sql) return tc_err(db, TOCSIN_INVALID, "sql must not be NULL");
     tc_lock(db);
     {
-        /* A failed script leaves the transaction state as it found it: one the
-         * script opened itself (BEGIN; ...; a failing statement) is rolled back,
-         * not left holding the write lock with every later call joining it. */
+        /* On a host's connection (tocsin_wrap: no own_auth) a failed script
+         * leaves the transaction state as it found it: one the script opened
+         * itself (BEGIN; ...; a failing statement) is rolled back, not left
+         * holding the write lock with every later call joining it. */
         int was_auto = sqlite3_get_autocommit(db->conn);
         rc = tc_exec(db, sql, "exec");
-        if (rc != TOCSIN_OK && was_auto && !sqlite3_get_autocommit(db->conn))
-            sqlite3_exec(db->conn, "ROLLBACK", NULL, NULL, NULL);
+        if (rc != TOCSIN_OK && was_auto && !sqlite3_get_autocommit(db->conn)) run_ctl(db, SQL_ROLLBACK);
     }
     tc_unlock(db);
     return rc;
@@ -1648,7 +1691,7 @@ static int tx_new(tocsin_db *db, tocsin_db **out) {
         return rc;
     }
     sqlite3_extended_result_codes(tx->conn, 1);
-    tc_busy_install(tx->conn, db->busy_timeout_ms);
+    tc_own_conn_setup(tx->conn, db->busy_timeout_ms);
     if ((rc = tc_exec(tx, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON", "set pragmas")) != TOCSIN_OK) {
         free_db(tx);
         return rc;

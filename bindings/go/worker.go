@@ -338,10 +338,6 @@ func (wk *Worker) dispatch(runs **C.tocsin_task_run, n C.size_t) {
 				// this transaction holds the write lock (the protocol allows finish
 				// from any thread).
 				ferr := wk.finishTx(r, id, v, tx)
-				if ferr == errTxEnded {
-					wk.finishAndTake(r, id, nil, ferr)
-					return
-				}
 				if ferr == nil {
 					ferr = tx.end(true)
 				} else {
@@ -440,17 +436,8 @@ func (wk *Worker) finishTx(r *C.tocsin_task_run, id int64, v json.RawMessage, tx
 	if wk.closing.Load() {
 		return newErr(ErrClosed, "worker", "the worker stopped: the run was handed back")
 	}
-	tx.mu.RLock()
-	defer tx.mu.RUnlock()
-	if tx.done.Load() {
-		return errTxEnded
-	}
 	return wk.record(tx, r, v, nil)
 }
-
-// errTxEnded: a TaskTx handler returned nil after its transaction ended under it
-// (tx.Exec of COMMIT or ROLLBACK): the run ends as a failure outside the transaction.
-var errTxEnded = &TaskError{Type: "TransactionEnded", Message: "the handler's transaction ended before the run finished (tx.Exec of COMMIT, ROLLBACK or END)"}
 
 // sanitize makes a Go string text the core accepts: valid UTF-8, no NUL byte.
 func sanitize(s string) string {

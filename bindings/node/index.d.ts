@@ -306,7 +306,8 @@ export interface Schedule extends Required<Omit<ScheduleOptions, 'meta'>> {
 export declare class Transaction {
   readonly database: Database;
   readonly active: boolean;
-  /** SQL of the application's (no result rows), inside the transaction. */
+  /** SQL of the application's (no result rows), inside the transaction. SQL that
+   * ends it (COMMIT, ROLLBACK, END) throws InvalidArgumentError and runs nothing. */
   exec(sql: string): void;
 }
 
@@ -317,7 +318,9 @@ export declare class Database {
   readonly closed: boolean;
   close(): Promise<void>;
   transaction<T>(fn: (tx: Transaction) => T | Promise<T>): Promise<T>;
-  /** SQL of the application's (no result rows); rejects with the error. */
+  /** SQL of the application's (no result rows); rejects with the error. SQL that
+   * begins or ends a transaction (BEGIN, COMMIT, ROLLBACK, END, a SAVEPOINT outside
+   * one) rejects with InvalidArgumentError and runs nothing: use transaction(). */
   exec(sql: string, options?: TxOption): Promise<void>;
   now(): number;
   setTime(when: Instant | null): void;

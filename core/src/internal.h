@@ -96,6 +96,8 @@ typedef struct tc_thread_state {
      * database's open transaction handles) is > 0, and sets `yielded` */
     _Atomic int *yield_to;
     int yielded;
+    int ctl;    /* the core runs its own transaction control (own_auth lets it) */
+    int denied; /* own_auth refused a statement of this call (its message is set) */
     char msg[512];
 } tc_thread_state;
 tc_thread_state *tc_tls(void);
@@ -126,9 +128,11 @@ int tc_err(tocsin_db *db, int rc, const char *fmt, ...)
 int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what);
 void tc_clear(tocsin_db *db);
 /* The handle's mutex, for the few calls that use the connection outside an op. */
-/* The busy handler of the connections tocsin opens: waits up to ms for locks
- * (SQLite's own schedule of pauses), never while the thread's nowait is set. */
-void tc_busy_install(sqlite3 *conn, int ms);
+/* Sets up a connection tocsin opened: its busy handler (waits up to ms for
+ * locks, SQLite's own schedule of pauses, never while the thread's nowait is
+ * set) and its authorizer (the application's SQL on it may not begin or end a
+ * transaction). */
+void tc_own_conn_setup(sqlite3 *conn, int ms);
 void tc_lock(tocsin_db *db);
 void tc_unlock(tocsin_db *db);
 /* Records the identity of the handle's database file (db.c). */

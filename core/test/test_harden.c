@@ -275,8 +275,8 @@ static void commit_elsewhere(sqlite3_context *ctx, int argc, sqlite3_value **arg
 }
 
 static void stale_snapshot_fails_at_once(void) {
-    tocsin_db *db = t_open("stale", NULL), *other = NULL;
-    sqlite3 *conn = tocsin_sqlite(db);
+    tocsin_db *db = t_open("stale", NULL), *other = NULL, *host = NULL;
+    sqlite3 *conn = tocsin_sqlite(db), *hc = NULL;
     sqlite3_stmt *st = NULL;
     int64_t id;
     int rc;
@@ -291,26 +291,31 @@ static void stale_snapshot_fails_at_once(void) {
     CHECK_OK(other, tocsin_open(&other, path, NULL));
     CHECK_OK(db, tocsin_exec(db, "CREATE TABLE side(x)"));
 
+    /* On a host's connection, which keeps transaction control: */
+    CHECK(sqlite3_open(path, &hc) == SQLITE_OK);
+    CHECK_OK(host, tocsin_wrap(&host, hc, &o));
     /* a failing script that opened a transaction leaves none behind */
-    CHECK_EQ_I(tocsin_exec(db, "BEGIN; INSERT INTO side VALUES (1); INSERT INTO nope VALUES (1)"),
+    CHECK_EQ_I(tocsin_exec(host, "BEGIN; INSERT INTO side VALUES (1); INSERT INTO nope VALUES (1)"),
                TOCSIN_ERROR);
-    CHECK_EQ_I(tocsin_in_transaction(db), 0);
+    CHECK_EQ_I(tocsin_in_transaction(host), 0);
     CHECK(t_count(db, "side") == 0);
     /* inside the caller's transaction, a failure leaves it open, as it was */
-    CHECK_OK(db, tocsin_begin(db));
-    CHECK_EQ_I(tocsin_exec(db, "INSERT INTO side VALUES (2); INSERT INTO nope VALUES (1)"), TOCSIN_ERROR);
-    CHECK_EQ_I(tocsin_in_transaction(db), 1);
-    CHECK_OK(db, tocsin_rollback(db));
+    CHECK_OK(host, tocsin_begin(host));
+    CHECK_EQ_I(tocsin_exec(host, "INSERT INTO side VALUES (2); INSERT INTO nope VALUES (1)"), TOCSIN_ERROR);
+    CHECK_EQ_I(tocsin_in_transaction(host), 1);
+    CHECK_OK(host, tocsin_rollback(host));
 
     /* a stale BEGIN: read, another connection commits, then write */
-    CHECK_OK(db, tocsin_exec(db, "BEGIN"));
-    CHECK(t_count(db, "_tocsin_jobs") == 0);
+    CHECK_OK(host, tocsin_exec(host, "BEGIN"));
+    CHECK(t_count(host, "_tocsin_jobs") == 0);
     CHECK_OK(other, tocsin_queue_enqueue(other, &id, "q", "{}", NULL));
-    rc = tocsin_queue_enqueue(db, &id, "q", "{}", NULL);
+    rc = tocsin_queue_enqueue(host, &id, "q", "{}", NULL);
     CHECK_EQ_I(rc, TOCSIN_BUSY);
-    CHECK(strstr(tocsin_errmsg(db), "stale") != NULL);
-    CHECK_EQ_I(tocsin_sqlite_errcode(db), SQLITE_BUSY_SNAPSHOT);
-    CHECK_OK(db, tocsin_rollback(db));
+    CHECK(strstr(tocsin_errmsg(host), "stale") != NULL);
+    CHECK_EQ_I(tocsin_sqlite_errcode(host), SQLITE_BUSY_SNAPSHOT);
+    CHECK_OK(host, tocsin_exec(host, "ROLLBACK"));
+    tocsin_close(host);
+    sqlite3_close(hc);
 
     /* one statement over many rows, another connection committing in between */
     CHECK_OK(db, tocsin_register_sql(db));
@@ -572,7 +577,82 @@ static void plain_hand_back(void) {
     tocsin_close(db);
 }
 
+/* ---- transaction control through SQL ------------------------------------------ */
+
+/* On the connections tocsin opens, the application's SQL may not begin or end
+ * a transaction: refused when prepared, so it changes nothing. */
+static void sql_transaction_control_refused(void) {
+    tocsin_db *db = t_open("txctl", NULL), *tx = NULL;
+    sqlite3 *conn = tocsin_sqlite(db);
+    sqlite3_stmt *st = NULL;
+    int64_t id;
+    static const char *const refused[] = {"BEGIN", "BEGIN IMMEDIATE", "begin exclusive transaction",
+                                          "  /* c */ COMMIT", "END", "ROLLBACK", "SAVEPOINT a",
+                                          "INSERT INTO side VALUES (9); BEGIN; INSERT INTO side VALUES (9)"};
+    size_t i;
+    CHECK_OK(db, tocsin_exec(db, "CREATE TABLE side(x)"));
+    for (i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        CHECK_EQ_I(tocsin_exec(db, refused[i]), TOCSIN_INVALID);
+        CHECK(strstr(tocsin_errmsg(db), "may not begin or end a transaction") != NULL);
+        CHECK_EQ_I(tocsin_sqlite_errcode(db), SQLITE_AUTH);
+        CHECK_EQ_I(tocsin_in_transaction(db), 0);
+    }
+    /* statement by statement: the INSERT before the BEGIN ran, the one after did not */
+    CHECK_EQ_I(t_count(db, "side"), 1);
+    CHECK(strstr((tocsin_exec(db, "BEGIN"), tocsin_errmsg(db)), "exec: the SQL's BEGIN is refused") != NULL);
+
+    /* inside tocsin_begin's transaction: COMMIT/ROLLBACK refused, savepoints the app's */
+    CHECK_OK(db, tocsin_begin(db));
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "{}", NULL));
+    CHECK_EQ_I(tocsin_exec(db, "COMMIT"), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_exec(db, "ROLLBACK"), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_exec(db, "BEGIN"), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_in_transaction(db), 1);
+    CHECK_OK(db, tocsin_exec(db, "SAVEPOINT a; INSERT INTO side VALUES (2); ROLLBACK TO a; "
+                                 "INSERT INTO side VALUES (3); RELEASE a"));
+    CHECK_EQ_I(tocsin_in_transaction(db), 1);
+    CHECK_OK(db, tocsin_rollback(db));
+    CHECK_EQ_I(t_count(db, "side"), 1);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 0);
+
+    /* a transaction handle: its transaction cannot be ended behind its back */
+    CHECK_OK(db, tocsin_tx_begin(db, &tx));
+    CHECK_OK(tx, tocsin_exec(tx, "INSERT INTO side VALUES (4)"));
+    CHECK_EQ_I(tocsin_exec(tx, "COMMIT"), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_exec(tx, "END TRANSACTION"), TOCSIN_INVALID);
+    CHECK_EQ_I(tocsin_exec(tx, "ROLLBACK"), TOCSIN_INVALID);
+    CHECK_OK(tx, tocsin_queue_enqueue(tx, &id, "q", "{}", NULL));
+    CHECK_OK(tx, tocsin_tx_rollback(tx));
+    CHECK_EQ_I(t_count(db, "side"), 1);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 0);
+    CHECK_OK(db, tocsin_tx_begin(db, &tx));
+    CHECK_OK(tx, tocsin_exec(tx, "INSERT INTO side VALUES (5)"));
+    CHECK_OK(tx, tocsin_tx_commit(tx));
+    CHECK_EQ_I(t_count(db, "side"), 2);
+
+    /* the application's statements on tocsin_sqlite(db): refused when prepared, the
+     * reason in the thread's error */
+    CHECK_OK(db, tocsin_sqlite_enter(db));
+    CHECK_EQ_I(sqlite3_prepare_v2(conn, "BEGIN", -1, &st, NULL), SQLITE_AUTH);
+    CHECK(st == NULL);
+    CHECK_EQ_I(tocsin_errcode(db), TOCSIN_INVALID);
+    CHECK(strstr(tocsin_errmsg(db), "BEGIN is refused") != NULL);
+    CHECK_EQ_I(sqlite3_prepare_v2(conn, "INSERT INTO side VALUES (6)", -1, &st, NULL), SQLITE_OK);
+    CHECK_EQ_I(sqlite3_step(st), SQLITE_DONE);
+    sqlite3_finalize(st);
+    tocsin_sqlite_leave(db);
+    CHECK_EQ_I(t_count(db, "side"), 3);
+    /* the core's own transactions still run */
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "{}", NULL));
+    CHECK_OK(db, tocsin_begin(db));
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "{}", NULL));
+    CHECK_OK(db, tocsin_commit(db));
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 2);
+    tocsin_close(db);
+}
+
 void suite_harden(void) {
+    sql_transaction_control_refused();
     plain_hand_back();
     stream_rewind();
     fork_with_live_subscriptions();

@@ -481,12 +481,14 @@ static void local_writes_park(void) {
     CHECK_OK(db, tocsin_notify(db, &id, "park", "1", NULL));
     CHECK_OK(db, tocsin_commit(db));
     CHECK_EQ_I(tc_wake_local_writers(db), 0);
-    /* rollback; COMMIT through raw SQL; an operation's own transaction */
+    /* rollback; a COMMIT through raw SQL (refused); an operation's own transaction */
     CHECK_OK(db, tocsin_begin(db));
     CHECK_OK(db, tocsin_rollback(db));
     CHECK_EQ_I(tc_wake_local_writers(db), 0);
     CHECK_OK(db, tocsin_begin(db));
-    CHECK_OK(db, tocsin_exec(db, "COMMIT"));
+    CHECK_EQ_I(tocsin_exec(db, "COMMIT"), TOCSIN_INVALID); /* refused: the transaction goes on */
+    CHECK_EQ_I(tc_wake_local_writers(db), 1);
+    CHECK_OK(db, tocsin_commit(db));
     CHECK_EQ_I(tc_wake_local_writers(db), 0);
     CHECK_OK(db, tocsin_notify(db, &id, "park", "2", NULL));
     CHECK_EQ_I(tocsin_notify(db, &id, "park", "not json", NULL), TOCSIN_INVALID);

@@ -58,6 +58,21 @@ describe('transactions', () => {
     await other.close();
   });
 
+  test('exec cannot begin or end a transaction: refused before it runs', async () => {
+    for (const sql of ['BEGIN', 'BEGIN IMMEDIATE', 'COMMIT', 'ROLLBACK', 'END', 'SAVEPOINT s']) {
+      await assert.rejects(db.exec(sql), (e) => e instanceof tocsin.InvalidArgumentError &&
+        /may not begin or end a transaction/.test(e.message));
+    }
+    const q = db.queue('tx-ctl');
+    await db.transaction(async (tx) => {
+      tx.exec("INSERT INTO orders(item) VALUES ('ctl')");
+      for (const sql of ['COMMIT', 'ROLLBACK', 'END']) assert.throws(() => tx.exec(sql), tocsin.InvalidArgumentError);
+      await q.enqueue('inside', { tx }); // still the transaction's
+      tx.exec("SAVEPOINT a; INSERT INTO orders(item) VALUES ('gone'); ROLLBACK TO a; RELEASE a");
+    });
+    assert.equal((await q.stats()).pending, 1);
+  });
+
   test('two transactions of one event loop never share one by accident', async () => {
     const q = db.queue('tx-two');
     const a = db.transaction(async (tx) => { await q.enqueue('a', { tx }); await sleep(30); throw new Error('a fails'); });

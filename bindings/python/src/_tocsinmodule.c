@@ -395,6 +395,10 @@ static PyObject *column_value(sqlite3_stmt *st, int i) {
 
 static PyObject *sqlite_failure(Handle *h, int src) {
     sqlite3 *c = tocsin_sqlite(h->db);
+    /* refused by the core (transaction control: tocsin_exec's rule), its reason in
+     * the thread's error (tocsin_sqlite_enter cleared it) */
+    if ((src & 0xff) == SQLITE_AUTH && tocsin_errcode(NULL) == TOCSIN_INVALID)
+        return raise_code(TOCSIN_INVALID, tocsin_errmsg(NULL), src);
     return raise_code(tocsin_code_of_sqlite(src), sqlite3_errmsg(c), sqlite3_extended_errcode(c));
 }
 

@@ -240,3 +240,34 @@ def test_claim_and_ack_in_one_transaction(app):
     finally:
         other.close()
     assert count(app, "orders") == 1
+
+
+@pytest.mark.parametrize("sql", ["BEGIN", "BEGIN IMMEDIATE", "COMMIT", "END", "ROLLBACK", "SAVEPOINT a"])
+def test_sql_transaction_control_is_refused(app, sql):
+    # the shared handle: a BEGIN would pull every thread's calls into it
+    with pytest.raises(tocsin.InvalidArgument, match="may not begin or end a transaction"):
+        app.execute(sql)
+    with pytest.raises(tocsin.InvalidArgument, match="may not begin or end a transaction"):
+        app.executescript("INSERT INTO orders(item) VALUES ('a'); " + sql)
+    assert not app.in_transaction
+    assert count(app, "orders") == 1  # statement by statement: the INSERT before it ran
+    # inside db.transaction(): it cannot be ended behind its back (a SAVEPOINT
+    # inside it is the app's)
+    with app.transaction() as tx:
+        app.execute("INSERT INTO orders(item) VALUES ('b')")
+        if sql != "SAVEPOINT a":
+            with pytest.raises(tocsin.InvalidArgument):
+                app.execute(sql)
+            with pytest.raises(tocsin.InvalidArgument):
+                tx.execute(sql)
+        assert tx.active
+        app.queue("q").enqueue(1, tx=tx)
+    assert count(app, "orders") == 2 and app.queue("q").stats()["pending"] == 1
+
+
+def test_savepoints_inside_a_transaction_are_the_apps(app):
+    with app.transaction() as tx:
+        app.executescript("SAVEPOINT a; INSERT INTO orders(item) VALUES ('x'); ROLLBACK TO a; "
+                          "INSERT INTO orders(item) VALUES ('y'); RELEASE a")
+        assert tx.active
+    assert [r[0] for r in app.execute("SELECT item FROM orders")] == ["y"]

@@ -253,11 +253,14 @@ class Database:
     def execute(self, sql: str, params: Union[Sequence[Any], Dict[str, Any], None] = None) -> List[tuple]:
         """Runs one statement of the application's on tocsin's connection (inside the
         open transaction, if any) and returns its rows as tuples. ``params`` binds
-        ``?`` placeholders from a sequence or ``:name`` ones from a dict."""
+        ``?`` placeholders from a sequence or ``:name`` ones from a dict. SQL that
+        begins or ends a transaction (BEGIN, COMMIT, ROLLBACK, END, a SAVEPOINT outside
+        one) raises InvalidArgument and runs nothing: use ``db.transaction()``."""
         return self._hx().execute(sql, params)
 
     def executescript(self, sql: str) -> None:
-        """Runs SQL text (several statements, no parameters, no rows)."""
+        """Runs SQL text (several statements, no parameters, no rows), statement by
+        statement up to the first failure; transaction control as in execute()."""
         self._hx().executescript(sql)
 
     def changes(self) -> int:

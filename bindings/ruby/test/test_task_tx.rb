@@ -29,6 +29,22 @@ class TestTaskTx < Minitest::Test
     db.execute("CREATE TABLE effects(job INTEGER, attempt INTEGER)")
   end
 
+  # Transactions are db.transaction's: SQL that begins or ends one is refused before it
+  # runs (a BEGIN on the shared handle would pull every thread's calls into it).
+  def test_execute_cannot_begin_or_end_a_transaction
+    db.execute("CREATE TABLE IF NOT EXISTS ctl(x)")
+    %w[BEGIN COMMIT ROLLBACK END].push("SAVEPOINT s").each do |sql|
+      e = assert_raises(Tocsin::InvalidArgument) { db.execute(sql) }
+      assert_match(/may not begin or end a transaction/, e.message)
+    end
+    db.transaction do |tx|
+      tx.execute("INSERT INTO ctl VALUES (1)")
+      %w[COMMIT ROLLBACK END].each { |sql| assert_raises(Tocsin::InvalidArgument) { tx.execute(sql) } }
+      db.queue("ctl").enqueue(1, tx: tx)
+    end
+    assert_equal 1, db.queue("ctl").stats["pending"]
+  end
+
   def test_effect_and_ack_commit_together
     reg = {}
     reg["pay"] = Tocsin::Task.new("pay", lambda do |amount|
