@@ -571,7 +571,9 @@ static int claim_prepare(tocsin_db *db, const char *queue, int64_t now, size_t m
         if (rc == TOCSIN_OK) rc = run_qnow(db, SQL_LAPSED_DELETE, queue, now, "reclaim lapsed leases");
         if (rc == TOCSIN_OK) rc = run_qnow(db, SQL_LAPSED_REQUEUE, queue, now, "reclaim lapsed leases");
     }
-    if (expired && rc == TOCSIN_OK) {
+    /* A lapsed lease reclaimed just now is pending again: past its expiry it
+     * dies too, which the check (run while it was leased) could not see. */
+    if ((expired || lapsed) && rc == TOCSIN_OK) {
         rc = run_qnow(db, SQL_EXPIRED_DEAD, queue, now, "expire jobs");
         if (rc == TOCSIN_OK) rc = run_qnow(db, SQL_EXPIRED_DELETE, queue, now, "expire jobs");
     }
