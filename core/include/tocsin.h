@@ -1028,6 +1028,7 @@ TOCSIN_API int tocsin_scheduler_resign(tocsin_db *db, int *out_ok, const char *o
 typedef struct tocsin_task_call {
     int version;           /* TOCSIN_TASK_CALL_VERSION */
     const char *task;      /* the task's name (a name: 1..255 bytes, no control characters) */
+    /* args and kwargs nest at most 999 deep: the envelope around them is one level more */
     const char *args;      /* JSON array of positional arguments; NULL: [] */
     const char *kwargs;    /* JSON object of keyword arguments; NULL: {} */
     int64_t result_ttl_ms; /* > 0: keep the result this long; 0: the task's default */

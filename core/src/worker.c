@@ -51,22 +51,32 @@ static const char SQL_W_QUEUES[] =
     "SELECT j.value FROM _tocsin_workers AS w, json_each(w.queues) AS j WHERE w.id = ?1";
 /* ---- the task envelope -------------------------------------------------------- */
 
+/* args or kwargs: valid JSON of the kind `want` ('[' or '{'), one level less
+ * deep than a payload may nest, since the envelope holding it is a level of
+ * the payload (else the enqueue would refuse a payload the caller never gave). */
+static int check_call_json(tocsin_db *db, const char *what, const char *json, char want) {
+    char top = 0;
+    int rc;
+    if ((rc = tc_check_payload(db, what, json)) != TOCSIN_OK) return rc;
+    if (tc_json_wrapper_valid(json, strlen(json), &top, -1) < 0)
+        return tc_err(db, TOCSIN_INVALID,
+                      "%s nests arrays and objects more than 999 deep (the task envelope around it "
+                      "is one more level of the payload, which nests at most 1000 deep, tocsin's "
+                      "limit)",
+                      what);
+    if (top != want)
+        return tc_err(db, TOCSIN_INVALID, "%s must be a JSON %s", what,
+                      want == '[' ? "array" : "object");
+    return TOCSIN_OK;
+}
+
 static int check_call(tocsin_db *db, const tocsin_task_call *c) {
     int rc;
-    char top = 0;
     if (!c) return tc_err(db, TOCSIN_INVALID, "call must not be NULL");
     if ((rc = TC_CHECK_VERSION(db, "task call", c->version, TOCSIN_TASK_CALL)) != TOCSIN_OK) return rc;
     if ((rc = tc_check_name(db, "task name", c->task)) != TOCSIN_OK) return rc;
-    if (c->args) {
-        if ((rc = tc_check_payload(db, "args", c->args)) != TOCSIN_OK) return rc;
-        tc_json_valid(c->args, strlen(c->args), &top);
-        if (top != '[') return tc_err(db, TOCSIN_INVALID, "args must be a JSON array");
-    }
-    if (c->kwargs) {
-        if ((rc = tc_check_payload(db, "kwargs", c->kwargs)) != TOCSIN_OK) return rc;
-        tc_json_valid(c->kwargs, strlen(c->kwargs), &top);
-        if (top != '{') return tc_err(db, TOCSIN_INVALID, "kwargs must be a JSON object");
-    }
+    if (c->args && (rc = check_call_json(db, "args", c->args, '[')) != TOCSIN_OK) return rc;
+    if (c->kwargs && (rc = check_call_json(db, "kwargs", c->kwargs, '{')) != TOCSIN_OK) return rc;
     if ((rc = tc_check_ms(db, "result_ttl_ms", c->result_ttl_ms, 0)) != TOCSIN_OK) return rc;
     return tc_check_ms(db, "timeout_ms", c->timeout_ms, 0);
 }

@@ -161,6 +161,10 @@ q "SELECT json_extract(payload, '\$.task', '\$.args', '\$.kwargs', '\$.result_tt
 qerr "SELECT tocsin_task_enqueue('task_calls', 'send_email', '{}');" "args must be a JSON array"
 qerr "SELECT tocsin_task_enqueue('task_calls', 'send_email', NULL, '[1]');" "kwargs must be a JSON object"
 qerr "SELECT tocsin_task_enqueue('task_calls', '');" "task name must not be empty"
+# args / kwargs sit one level inside the envelope: 999 levels of their own at most,
+# and the error names them (not the payload the caller never gave)
+qerr "SELECT tocsin_task_enqueue('task_calls', 'deep', printf('%.1000c', '[') || printf('%.1000c', ']'));" "args nests arrays and objects more than 999 deep"
+qerr "SELECT tocsin_task_enqueue('task_calls', 'deep', NULL, '{\"a\":' || printf('%.999c', '[') || printf('%.999c', ']') || '}');" "kwargs nests arrays and objects more than 999 deep"
 qerr "SELECT tocsin_task_enqueue('task_calls', 'send_email', NULL, NULL, '{\"timeout_ms\":-1}');" "timeout_ms"
 q "SELECT count(*) FROM _tocsin_jobs WHERE queue = 'task_calls';" "1"
 q "SELECT count(*) FROM _tocsin_jobs WHERE queue = 'batch';" "2"
