@@ -1041,6 +1041,11 @@ static void finish_tasks(void) {
     CHECK_EQ_I(tocsin_job_complete(db, &ok, a, ta, "1", -1), TOCSIN_INVALID);
     CHECK_EQ_I(tocsin_job_complete(db, NULL, a, ta, "1", 0), TOCSIN_INVALID);
     CHECK_EQ_I(tocsin_job_fail_task(db, &ok, b, tb, "", "m", 0), TOCSIN_INVALID);
+    /* a message within the limit whose "type: message" (the job's last_error) is not */
+    CHECK_OK(db, tocsin_set_max_payload(db, 16));
+    CHECK_EQ_I(tocsin_job_fail_task(db, &ok, b, tb, "ValueError", "0123456789", 0), TOCSIN_TOOBIG);
+    CHECK(strstr(tocsin_errmsg(db), "error type and message are 22 bytes") != NULL);
+    CHECK_OK(db, tocsin_set_max_payload(db, 1048576));
     CHECK_EQ_I(t_count(db, "_tocsin_results"), 0);
     CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE state = 'processing'"), 2);
     /* a stale token writes nothing: no result, job untouched */

@@ -296,6 +296,25 @@ SELECT count(*) FROM _tocsin_jobs;" "\[1,2]
 *tocsin_enqueue_many: jobs: a value in it nests arrays and objects more than 1000 deep (tocsin's limit)
 *tocsin_enqueue: options: a value in it nests arrays and objects more than 1000 deep (tocsin's limit)
 3"
+# a lapsed lease reclaimed past the job's expiry: pending again, so that claim expires it
+qfresh lapsed_expiry "SELECT tocsin_clock(0); SELECT tocsin_enqueue('z', '1', '{\"expires_ms\":100}');
+SELECT json_array_length(tocsin_claim('z', 'w', 1, 10));
+SELECT tocsin_clock(200); SELECT tocsin_claim('z', 'w', 1, 10);
+SELECT json_extract(tocsin_job(1), '\$.state', '\$.reason', '\$.last_error');" "0
+1
+1
+200
+\[]
+\[\"dead\",\"expired\",\"lease expired\"]"
+# fail_task: a message within the limit whose \"type: message\" (the job's last_error)
+# is not is refused naming both, writing nothing
+qfresh fail_task_size "SELECT tocsin_enqueue('t', '1'); SELECT json_array_length(tocsin_claim('t', 'w', 1, 1000));
+SELECT tocsin_fail_task(1, 1048577, 'ValueError', printf('%.1048576c', 'm'));
+SELECT count(*) FROM _tocsin_results; SELECT json_extract(tocsin_job(1), '\$.state');" "1
+1
+*tocsin_fail_task: error type and message are 1048588 bytes as the job's last_error*
+0
+processing"
 
 # the stdlib sqlite3 module of Debian's python3 loads the extension too
 if [ -x /usr/bin/python3 ]; then
