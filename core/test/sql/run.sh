@@ -315,6 +315,29 @@ SELECT count(*) FROM _tocsin_results; SELECT json_extract(tocsin_job(1), '\$.sta
 *tocsin_fail_task: error type and message are 1048588 bytes as the job's last_error*
 0
 processing"
+# damage tocsin finds in its own tables (a stored policy it cannot read) is
+# SQLITE_CORRUPT (11) to the shell, yet leaves the caller's transaction usable: its
+# rows still commit (a function's bare SQLITE_CORRUPT makes SQLite refuse them)
+qfresh corrupt_tx "SELECT tocsin_bootstrap(); CREATE TABLE app(x);
+INSERT INTO _tocsin_meta VALUES ('notify_autotrim', 'garbage');
+BEGIN; INSERT INTO app VALUES (1);
+SELECT tocsin_notify('n', '1');
+INSERT INTO app VALUES (2); COMMIT;
+SELECT count(*) FROM app; SELECT count(*) FROM _tocsin_notifications;" "2
+*tocsin_notify: notify auto-trim: the stored policy*(11)*
+2
+0"
+# a trigger that drops tocsin's INSERT (RAISE(IGNORE)): a clear error, and nothing
+# written (the id sequence did not move either), inside BEGIN and in autocommit
+qfresh dropped_insert "SELECT tocsin_enqueue('q', '1'); SELECT tocsin_ack(1, 0);
+CREATE TRIGGER drop_jobs BEFORE INSERT ON _tocsin_jobs BEGIN SELECT RAISE(IGNORE); END;
+SELECT tocsin_enqueue('q', '2');
+BEGIN; SELECT tocsin_enqueue('q', '3', '{\"unique_key\":\"k\"}'); COMMIT;
+DROP TRIGGER drop_jobs; SELECT tocsin_enqueue('q', '4');" "1
+0
+*the job's INSERT wrote no row*(11)*
+*the job's INSERT wrote no row*(11)*
+2"
 
 # the stdlib sqlite3 module of Debian's python3 loads the extension too
 if [ -x /usr/bin/python3 ]; then
