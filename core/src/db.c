@@ -1221,7 +1221,17 @@ void tc_buf_jstr(tc_buf *b, const char *s) {
     tc_buf_put(b, "\"", 1);
 }
 
-void tc_buf_jraw(tc_buf *b, const char *json) { tc_buf_puts(b, json ? json : "null"); }
+/* A stored value tocsin wrote is valid JSON; one written into the tables around
+ * tocsin that is not (plain SQL) goes in as a JSON string of its text, so the
+ * result stays the valid JSON its subtype promises. */
+void tc_buf_jraw(tc_buf *b, const char *json) {
+    if (!json)
+        tc_buf_puts(b, "null");
+    else if (tc_json_valid(json, strlen(json), NULL))
+        tc_buf_puts(b, json);
+    else
+        tc_buf_jstr(b, json);
+}
 
 void tc_buf_key(tc_buf *b, const char *key, int *first) {
     if (!*first) tc_buf_put(b, ",", 1);

@@ -334,7 +334,7 @@ void tc_buf_put(tc_buf *b, const char *s, size_t n);
 void tc_buf_puts(tc_buf *b, const char *s);
 void tc_buf_i64(tc_buf *b, int64_t v);
 void tc_buf_jstr(tc_buf *b, const char *s); /* JSON string literal, or null */
-void tc_buf_jraw(tc_buf *b, const char *json); /* embedded JSON text, or null */
+void tc_buf_jraw(tc_buf *b, const char *json); /* embedded JSON text (a string if invalid), or null */
 /* "name": prefix with a comma unless first */
 void tc_buf_key(tc_buf *b, const char *key, int *first);
 char *tc_buf_take(tc_buf *b); /* NUL-terminated, owned (tocsin_free); NULL on oom */

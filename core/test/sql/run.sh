@@ -338,6 +338,24 @@ DROP TRIGGER drop_jobs; SELECT tocsin_enqueue('q', '4');" "1
 *the job's INSERT wrote no row*(11)*
 *the job's INSERT wrote no row*(11)*
 2"
+# a stored value written around tocsin that is not JSON: every JSON result stays valid
+# JSON (the text goes in as a JSON string), so json_each over a claim still works
+qfresh stored_not_json "SELECT tocsin_enqueue('q', '1'); SELECT tocsin_notify('c', '1');
+SELECT tocsin_stream_publish('t', '1'); SELECT tocsin_result_save(1, '1');
+SELECT tocsin_schedule_set('s', '@hourly', 'q', '1') > 0;
+UPDATE _tocsin_jobs SET payload = 'not json', meta = '{bad';
+UPDATE _tocsin_notifications SET payload = '{'; UPDATE _tocsin_events SET payload = '';
+UPDATE _tocsin_results SET value = 'nope'; UPDATE _tocsin_schedules SET payload = '[1,';
+SELECT json_extract(value, '\$.payload', '\$.meta') FROM json_each(tocsin_claim('q', 'w', 1, 1000));
+SELECT json_valid(tocsin_job(1)), json_valid(tocsin_notify_read('c', 0, 10)),
+       json_valid(tocsin_stream_read('t', 0, 10)), tocsin_result_get(1) ->> '\$.value',
+       tocsin_schedule_get('s') ->> '\$.payload';" "1
+1
+1
+1
+1
+\[\"not json\",\"{bad\"]
+1|1|1|nope|\[1,"
 
 # the stdlib sqlite3 module of Debian's python3 loads the extension too
 if [ -x /usr/bin/python3 ]; then
