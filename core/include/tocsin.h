@@ -420,8 +420,8 @@ TOCSIN_API int tocsin_queue_next_deadline(tocsin_db *db, int64_t *out_ms, const 
 TOCSIN_API int tocsin_dead_list(tocsin_db *db, tocsin_job **out_jobs, size_t *out_n, const char *queue,
                      int64_t after_id, size_t limit);
 /* Moves dead job `id` back to pending, keeping its id, with max_attempts
- * more claims allowed: attempts keeps counting (max_attempts grows by the
- * job's max_attempts, to at most TOCSIN_MAX_ATTEMPTS), so no claim repeats
+ * more claims allowed: attempts keeps counting (max_attempts becomes
+ * attempts + max_attempts, at most TOCSIN_MAX_ATTEMPTS), so no claim repeats
  * an earlier claim's fencing token. *out_ok is 0 if no dead job has that id.
  * TOCSIN_FULL, nothing written, for a job that spent all TOCSIN_MAX_ATTEMPTS
  * claims (no token is left to hand out). */
