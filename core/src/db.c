@@ -657,6 +657,13 @@ int tc_step_done(tocsin_db *db, sqlite3_stmt *st, const char *what) {
     return TOCSIN_OK;
 }
 
+int tc_no_id_left(tocsin_db *db, int rc, const char *what) {
+    /* the next id, max + 1 past INT64_MAX, is a real: the INTEGER PRIMARY KEY
+     * refuses it as a datatype mismatch */
+    if (rc != TOCSIN_INVALID || (tc_thread.sqlite_rc & 0xff) != SQLITE_MISMATCH) return rc;
+    return tc_err(db, TOCSIN_FULL, "%s: no id is left: ids end at 9223372036854775807", what);
+}
+
 int tc_exec(tocsin_db *db, const char *sql, const char *what) {
     char *msg = NULL;
     int rc = sqlite3_exec(db->conn, sql, NULL, NULL, &msg);

@@ -156,6 +156,9 @@ int tc_step(tocsin_db *db, sqlite3_stmt *st);
 int tc_prepare(tocsin_db *db, const char *sql, unsigned flags, sqlite3_stmt **st);
 /* Steps a statement expecting no row (or ignoring rows); resets it. */
 int tc_step_done(tocsin_db *db, sqlite3_stmt *st, const char *what);
+/* rc of an INSERT that takes TC_NEXT_ID, or TOCSIN_FULL naming `what` when that
+ * id went past INT64_MAX (the table's ids are spent). */
+int tc_no_id_left(tocsin_db *db, int rc, const char *what);
 /* Runs literal SQL (no binds, no rows). */
 int tc_exec(tocsin_db *db, const char *sql, const char *what);
 char *tc_strdup(const char *s);

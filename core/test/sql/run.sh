@@ -356,6 +356,15 @@ SELECT json_valid(tocsin_job(1)), json_valid(tocsin_notify_read('c', 0, 10)),
 1
 \[\"not json\",\"{bad\"]
 1|1|1|nope|\[1,"
+# the last event and notification id: the next one is SQLITE_FULL, not a datatype mismatch
+qfresh ids_spent "SELECT tocsin_stream_publish('t', '1'), tocsin_notify('c', '1');
+UPDATE sqlite_sequence SET seq = 9223372036854775807 WHERE name IN ('_tocsin_events', '_tocsin_notifications');
+SELECT tocsin_stream_publish('t', '2');
+SELECT tocsin_notify('c', '2');
+SELECT count(*) FROM _tocsin_events, _tocsin_notifications;" "1|1
+*tocsin_stream_publish: publish: no id is left*(13)*
+*tocsin_notify: notify: no id is left*(13)*
+1"
 
 # the stdlib sqlite3 module of Debian's python3 loads the extension too
 if [ -x /usr/bin/python3 ]; then
