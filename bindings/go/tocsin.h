@@ -420,8 +420,8 @@ TOCSIN_API int tocsin_queue_next_deadline(tocsin_db *db, int64_t *out_ms, const 
 TOCSIN_API int tocsin_dead_list(tocsin_db *db, tocsin_job **out_jobs, size_t *out_n, const char *queue,
                      int64_t after_id, size_t limit);
 /* Moves dead job `id` back to pending, keeping its id, with max_attempts
- * more claims allowed: attempts keeps counting (max_attempts grows by the
- * job's max_attempts, to at most TOCSIN_MAX_ATTEMPTS), so no claim repeats
+ * more claims allowed: attempts keeps counting (max_attempts becomes
+ * attempts + max_attempts, at most TOCSIN_MAX_ATTEMPTS), so no claim repeats
  * an earlier claim's fencing token. *out_ok is 0 if no dead job has that id.
  * TOCSIN_FULL, nothing written, for a job that spent all TOCSIN_MAX_ATTEMPTS
  * claims (no token is left to hand out). */
@@ -1028,6 +1028,7 @@ TOCSIN_API int tocsin_scheduler_resign(tocsin_db *db, int *out_ok, const char *o
 typedef struct tocsin_task_call {
     int version;           /* TOCSIN_TASK_CALL_VERSION */
     const char *task;      /* the task's name (a name: 1..255 bytes, no control characters) */
+    /* args and kwargs nest at most 999 deep: the envelope around them is one level more */
     const char *args;      /* JSON array of positional arguments; NULL: [] */
     const char *kwargs;    /* JSON object of keyword arguments; NULL: {} */
     int64_t result_ttl_ms; /* > 0: keep the result this long; 0: the task's default */
