@@ -164,6 +164,8 @@ int tc_step_done(tocsin_db *db, sqlite3_stmt *st, const char *what);
 /* rc of an INSERT that takes TC_NEXT_ID, or TOCSIN_FULL naming `what` when that
  * id went past INT64_MAX (the table's ids are spent). */
 int tc_no_id_left(tocsin_db *db, int rc, const char *what);
+/* Cuts s in place to at most n bytes, on a UTF-8 character boundary. */
+void tc_cut_utf8(char *s, size_t n);
 /* Runs literal SQL (no binds, no rows). */
 int tc_exec(tocsin_db *db, const char *sql, const char *what);
 char *tc_strdup(const char *s);
@@ -1347,6 +1349,12 @@ int tc_step_done(tocsin_db *db, sqlite3_stmt *st, const char *what) {
     }
     sqlite3_reset(st);
     return TOCSIN_OK;
+}
+
+void tc_cut_utf8(char *s, size_t n) {
+    if (strlen(s) <= n) return;
+    while (n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80) n--;
+    s[n] = 0;
 }
 
 int tc_no_id_left(tocsin_db *db, int rc, const char *what) {
@@ -5796,15 +5804,11 @@ int tocsin_job_fail_task(tocsin_db *db, int *out_ok, int64_t id, int64_t token,
     if ((rc = tc_check_name(db, "error type", type)) != TOCSIN_OK) return rc;
     if ((rc = tc_check_text(db, "error message", message, (size_t)db->max_payload)) != TOCSIN_OK)
         return rc;
-    /* the job's last_error reads "type: message", as a retry records it: that
-     * text, not only the message, must fit (refused here, naming both) */
-    if (message && *message && strlen(type) + 2 + strlen(message) > (size_t)db->max_payload)
-        return tc_err(db, TOCSIN_TOOBIG,
-                      "error type and message are %zu bytes as the job's last_error (\"type: "
-                      "message\"); the limit is %lld bytes",
-                      strlen(type) + 2 + strlen(message), (long long)db->max_payload);
+    /* the job's last_error reads "type: message", as a retry records it, cut to
+     * the limit as the worker cuts it (the result keeps the whole message) */
     error = message && *message ? sqlite3_mprintf("%s: %s", type, message) : sqlite3_mprintf("%s", type);
     if (!error) return tc_err(db, TOCSIN_NOMEM, "fail task: out of memory");
+    tc_cut_utf8(error, (size_t)db->max_payload);
     if ((rc = tc_op_begin(db, &op, 1)) == TOCSIN_OK) {
         rc = tocsin_job_fail(db, &ok, id, token, error);
         if (rc == TOCSIN_OK && ok) rc = tocsin_result_save_error(db, id, type, message, ttl_ms);
@@ -8125,13 +8129,6 @@ static int64_t run_backoff(const wrun *r) {
     return tocsin_backoff_ms(base, cap, r->pub.attempt);
 }
 
-/* Cuts s in place to at most n bytes, on a UTF-8 character boundary. */
-static void cut_utf8(char *s, size_t n) {
-    if (strlen(s) <= n) return;
-    while (n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80) n--;
-    s[n] = 0;
-}
-
 /* Cuts a traceback to TOCSIN_MAX_TRACE_BYTES on a UTF-8 boundary (owned copy). */
 static char *cut_trace(const char *s) {
     size_t n;
@@ -8142,7 +8139,7 @@ static char *cut_trace(const char *s) {
     if (!(p = sqlite3_malloc64(n + 1))) return NULL;
     memcpy(p, s, n);
     p[n] = 0;
-    cut_utf8(p, TOCSIN_MAX_TRACE_BYTES);
+    tc_cut_utf8(p, TOCSIN_MAX_TRACE_BYTES);
     return p;
 }
 
@@ -8153,7 +8150,7 @@ static int record_error(tocsin_db *db, int *ok, const wrun *r, const tocsin_outc
     char *text = *msg ? sqlite3_mprintf("%s: %s", type, msg) : sqlite3_mprintf("%s", type);
     int rc, dies = final || r->pub.attempt >= r->pub.max_attempts;
     if (!text) return tc_err(db, TOCSIN_NOMEM, "worker: out of memory");
-    cut_utf8(text, (size_t)db->max_payload); /* last_error: "type: message", bounded */
+    tc_cut_utf8(text, (size_t)db->max_payload); /* last_error: "type: message", bounded */
     if (final)
         rc = tocsin_job_fail(db, ok, r->pub.job_id, r->pub.token, text);
     else
@@ -8283,7 +8280,7 @@ int tocsin_worker_finish(tocsin_worker *w, tocsin_db *tx, tocsin_task_run *run,
          * a final failure naming what was refused takes the outcome's place. */
         if (tx || rc == TOCSIN_NOMEM) return rc;
         snprintf(why, sizeof why, "the outcome was refused: %s", tc_tls()->msg);
-        cut_utf8(why, (size_t)w->db->max_payload); /* stored as text under that limit */
+        tc_cut_utf8(why, (size_t)w->db->max_payload); /* stored as text under that limit */
         refused.kind = TOCSIN_OUTCOME_FAIL;
         refused.error_type = o->kind == TOCSIN_OUTCOME_OK ? "InvalidResult" : "InvalidOutcome";
         refused.error_message = why;

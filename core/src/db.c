@@ -657,6 +657,12 @@ int tc_step_done(tocsin_db *db, sqlite3_stmt *st, const char *what) {
     return TOCSIN_OK;
 }
 
+void tc_cut_utf8(char *s, size_t n) {
+    if (strlen(s) <= n) return;
+    while (n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80) n--;
+    s[n] = 0;
+}
+
 int tc_no_id_left(tocsin_db *db, int rc, const char *what) {
     /* the next id, max + 1 past INT64_MAX, is a real: the INTEGER PRIMARY KEY
      * refuses it as a datatype mismatch */

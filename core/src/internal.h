@@ -159,6 +159,8 @@ int tc_step_done(tocsin_db *db, sqlite3_stmt *st, const char *what);
 /* rc of an INSERT that takes TC_NEXT_ID, or TOCSIN_FULL naming `what` when that
  * id went past INT64_MAX (the table's ids are spent). */
 int tc_no_id_left(tocsin_db *db, int rc, const char *what);
+/* Cuts s in place to at most n bytes, on a UTF-8 character boundary. */
+void tc_cut_utf8(char *s, size_t n);
 /* Runs literal SQL (no binds, no rows). */
 int tc_exec(tocsin_db *db, const char *sql, const char *what);
 char *tc_strdup(const char *s);

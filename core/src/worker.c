@@ -541,13 +541,6 @@ static int64_t run_backoff(const wrun *r) {
     return tocsin_backoff_ms(base, cap, r->pub.attempt);
 }
 
-/* Cuts s in place to at most n bytes, on a UTF-8 character boundary. */
-static void cut_utf8(char *s, size_t n) {
-    if (strlen(s) <= n) return;
-    while (n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80) n--;
-    s[n] = 0;
-}
-
 /* Cuts a traceback to TOCSIN_MAX_TRACE_BYTES on a UTF-8 boundary (owned copy). */
 static char *cut_trace(const char *s) {
     size_t n;
@@ -558,7 +551,7 @@ static char *cut_trace(const char *s) {
     if (!(p = sqlite3_malloc64(n + 1))) return NULL;
     memcpy(p, s, n);
     p[n] = 0;
-    cut_utf8(p, TOCSIN_MAX_TRACE_BYTES);
+    tc_cut_utf8(p, TOCSIN_MAX_TRACE_BYTES);
     return p;
 }
 
@@ -569,7 +562,7 @@ static int record_error(tocsin_db *db, int *ok, const wrun *r, const tocsin_outc
     char *text = *msg ? sqlite3_mprintf("%s: %s", type, msg) : sqlite3_mprintf("%s", type);
     int rc, dies = final || r->pub.attempt >= r->pub.max_attempts;
     if (!text) return tc_err(db, TOCSIN_NOMEM, "worker: out of memory");
-    cut_utf8(text, (size_t)db->max_payload); /* last_error: "type: message", bounded */
+    tc_cut_utf8(text, (size_t)db->max_payload); /* last_error: "type: message", bounded */
     if (final)
         rc = tocsin_job_fail(db, ok, r->pub.job_id, r->pub.token, text);
     else
@@ -699,7 +692,7 @@ int tocsin_worker_finish(tocsin_worker *w, tocsin_db *tx, tocsin_task_run *run,
          * a final failure naming what was refused takes the outcome's place. */
         if (tx || rc == TOCSIN_NOMEM) return rc;
         snprintf(why, sizeof why, "the outcome was refused: %s", tc_tls()->msg);
-        cut_utf8(why, (size_t)w->db->max_payload); /* stored as text under that limit */
+        tc_cut_utf8(why, (size_t)w->db->max_payload); /* stored as text under that limit */
         refused.kind = TOCSIN_OUTCOME_FAIL;
         refused.error_type = o->kind == TOCSIN_OUTCOME_OK ? "InvalidResult" : "InvalidOutcome";
         refused.error_message = why;

@@ -307,14 +307,15 @@ SELECT json_extract(tocsin_job(1), '\$.state', '\$.reason', '\$.last_error');" "
 \[]
 \[\"dead\",\"expired\",\"lease expired\"]"
 # fail_task: a message within the limit whose \"type: message\" (the job's last_error)
-# is not is refused naming both, writing nothing
+# is not: last_error is cut to the limit, as the worker cuts it; the result keeps it all
 qfresh fail_task_size "SELECT tocsin_enqueue('t', '1'); SELECT json_array_length(tocsin_claim('t', 'w', 1, 1000));
 SELECT tocsin_fail_task(1, 1048577, 'ValueError', printf('%.1048576c', 'm'));
-SELECT count(*) FROM _tocsin_results; SELECT json_extract(tocsin_job(1), '\$.state');" "1
+SELECT length(last_error), substr(last_error, 1, 13) FROM _tocsin_dead;
+SELECT length(tocsin_result_get(1) ->> '\$.error.message');" "1
 1
-*tocsin_fail_task: error type and message are 1048588 bytes as the job's last_error*
-0
-processing"
+1
+1048576|ValueError: m
+1048576"
 # damage tocsin finds in its own tables (a stored policy it cannot read) is
 # SQLITE_CORRUPT (11) to the shell, yet leaves the caller's transaction usable: its
 # rows still commit (a function's bare SQLITE_CORRUPT makes SQLite refuse them)
