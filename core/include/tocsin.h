@@ -387,7 +387,7 @@ TOCSIN_API int64_t tocsin_backoff_ms(int64_t base_ms, int64_t cap_ms, int attemp
 #define TOCSIN_BACKOFF_BASE_MS 1000
 #define TOCSIN_BACKOFF_CAP_MS 3600000
 
-/* Cancels a live job (pending or processing): it goes dead with reason
+/* Cancels a live job (scheduled, pending or processing): it goes dead with reason
  * "cancelled". *out_ok is 0 if no live job has that id. */
 TOCSIN_API int tocsin_job_cancel(tocsin_db *db, int *out_ok, int64_t id);
 
@@ -775,7 +775,7 @@ TOCSIN_API int tocsin_result_get(tocsin_db *db, tocsin_result **out_result, int6
  * tocsin_result_get), or -- for a job that died without one -- an error whose
  * error_type is "JobDead" and whose message names the dead reason and last
  * error. *out_result (owned, tocsin_result_free) is NULL while the job is
- * pending or processing. TOCSIN_NOTFOUND when neither a job nor a result has
+ * live (scheduled, pending or processing). TOCSIN_NOTFOUND when neither a job nor a result has
  * that id (acked without a result, result expired, or never enqueued).
  * Read-only: what an event loop calls after each wake of a subscription.
  */
