@@ -400,7 +400,7 @@ TOCSIN_API int64_t tocsin_backoff_ms(int64_t base_ms, int64_t cap_ms, int attemp
 #define TOCSIN_BACKOFF_BASE_MS 1000
 #define TOCSIN_BACKOFF_CAP_MS 3600000
 
-/* Cancels a live job (pending or processing): it goes dead with reason
+/* Cancels a live job (scheduled, pending or processing): it goes dead with reason
  * "cancelled". *out_ok is 0 if no live job has that id. */
 TOCSIN_API int tocsin_job_cancel(tocsin_db *db, int *out_ok, int64_t id);
 
@@ -433,8 +433,8 @@ TOCSIN_API int tocsin_queue_next_deadline(tocsin_db *db, int64_t *out_ms, const 
 TOCSIN_API int tocsin_dead_list(tocsin_db *db, tocsin_job **out_jobs, size_t *out_n, const char *queue,
                      int64_t after_id, size_t limit);
 /* Moves dead job `id` back to pending, keeping its id, with max_attempts
- * more claims allowed: attempts keeps counting (max_attempts grows by the
- * job's max_attempts, to at most TOCSIN_MAX_ATTEMPTS), so no claim repeats
+ * more claims allowed: attempts keeps counting (max_attempts becomes
+ * attempts + max_attempts, at most TOCSIN_MAX_ATTEMPTS), so no claim repeats
  * an earlier claim's fencing token. *out_ok is 0 if no dead job has that id.
  * TOCSIN_FULL, nothing written, for a job that spent all TOCSIN_MAX_ATTEMPTS
  * claims (no token is left to hand out). */
@@ -788,7 +788,7 @@ TOCSIN_API int tocsin_result_get(tocsin_db *db, tocsin_result **out_result, int6
  * tocsin_result_get), or -- for a job that died without one -- an error whose
  * error_type is "JobDead" and whose message names the dead reason and last
  * error. *out_result (owned, tocsin_result_free) is NULL while the job is
- * pending or processing. TOCSIN_NOTFOUND when neither a job nor a result has
+ * live (scheduled, pending or processing). TOCSIN_NOTFOUND when neither a job nor a result has
  * that id (acked without a result, result expired, or never enqueued).
  * Read-only: what an event loop calls after each wake of a subscription.
  */
@@ -1041,6 +1041,7 @@ TOCSIN_API int tocsin_scheduler_resign(tocsin_db *db, int *out_ok, const char *o
 typedef struct tocsin_task_call {
     int version;           /* TOCSIN_TASK_CALL_VERSION */
     const char *task;      /* the task's name (a name: 1..255 bytes, no control characters) */
+    /* args and kwargs nest at most 999 deep: the envelope around them is one level more */
     const char *args;      /* JSON array of positional arguments; NULL: [] */
     const char *kwargs;    /* JSON object of keyword arguments; NULL: {} */
     int64_t result_ttl_ms; /* > 0: keep the result this long; 0: the task's default */

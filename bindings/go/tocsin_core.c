@@ -165,6 +165,11 @@ int tc_step(tocsin_db *db, sqlite3_stmt *st);
 int tc_prepare(tocsin_db *db, const char *sql, unsigned flags, sqlite3_stmt **st);
 /* Steps a statement expecting no row (or ignoring rows); resets it. */
 int tc_step_done(tocsin_db *db, sqlite3_stmt *st, const char *what);
+/* rc of an INSERT that takes TC_NEXT_ID, or TOCSIN_FULL naming `what` when that
+ * id went past INT64_MAX (the table's ids are spent). */
+int tc_no_id_left(tocsin_db *db, int rc, const char *what);
+/* Cuts s in place to at most n bytes, on a UTF-8 character boundary. */
+void tc_cut_utf8(char *s, size_t n);
 /* Runs literal SQL (no binds, no rows). */
 int tc_exec(tocsin_db *db, const char *sql, const char *what);
 char *tc_strdup(const char *s);
@@ -343,7 +348,7 @@ void tc_buf_put(tc_buf *b, const char *s, size_t n);
 void tc_buf_puts(tc_buf *b, const char *s);
 void tc_buf_i64(tc_buf *b, int64_t v);
 void tc_buf_jstr(tc_buf *b, const char *s); /* JSON string literal, or null */
-void tc_buf_jraw(tc_buf *b, const char *json); /* embedded JSON text, or null */
+void tc_buf_jraw(tc_buf *b, const char *json); /* embedded JSON text (a string if invalid), or null */
 /* "name": prefix with a comma unless first */
 void tc_buf_key(tc_buf *b, const char *key, int *first);
 char *tc_buf_take(tc_buf *b); /* NUL-terminated, owned (tocsin_free); NULL on oom */
@@ -1381,6 +1386,19 @@ int tc_step_done(tocsin_db *db, sqlite3_stmt *st, const char *what) {
     return TOCSIN_OK;
 }
 
+void tc_cut_utf8(char *s, size_t n) {
+    if (strlen(s) <= n) return;
+    while (n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80) n--;
+    s[n] = 0;
+}
+
+int tc_no_id_left(tocsin_db *db, int rc, const char *what) {
+    /* the next id, max + 1 past INT64_MAX, is a real: the INTEGER PRIMARY KEY
+     * refuses it as a datatype mismatch */
+    if (rc != TOCSIN_INVALID || (tc_thread.sqlite_rc & 0xff) != SQLITE_MISMATCH) return rc;
+    return tc_err(db, TOCSIN_FULL, "%s: no id is left: ids end at 9223372036854775807", what);
+}
+
 int tc_exec(tocsin_db *db, const char *sql, const char *what) {
     char *msg = NULL;
     int rc = sqlite3_exec(db->conn, sql, NULL, NULL, &msg);
@@ -1953,7 +1971,17 @@ void tc_buf_jstr(tc_buf *b, const char *s) {
     tc_buf_put(b, "\"", 1);
 }
 
-void tc_buf_jraw(tc_buf *b, const char *json) { tc_buf_puts(b, json ? json : "null"); }
+/* A stored value tocsin wrote is valid JSON; one written into the tables around
+ * tocsin that is not (plain SQL) goes in as a JSON string of its text, so the
+ * result stays the valid JSON its subtype promises. */
+void tc_buf_jraw(tc_buf *b, const char *json) {
+    if (!json)
+        tc_buf_puts(b, "null");
+    else if (tc_json_valid(json, strlen(json), NULL))
+        tc_buf_puts(b, json);
+    else
+        tc_buf_jstr(b, json);
+}
 
 void tc_buf_key(tc_buf *b, const char *key, int *first) {
     if (!*first) tc_buf_put(b, ",", 1);
@@ -2159,7 +2187,9 @@ int tc_json_too_deep(const char *text, size_t n) {
 
 /* tc_json_valid for a wrapper whose values sit `levels` containers deep
  * (1: an options object; 2: the jobs array): 1 valid, 0 not, -1 refused only
- * for its nesting (a value inside nests past the limit). */
+ * for its nesting (a value inside nests past the limit). A negative `levels`
+ * is a value that will sit inside a wrapper of ours (-1: the task envelope
+ * around args and kwargs), allowed that many levels less. */
 int tc_json_wrapper_valid(const char *text, size_t n, char *top, int levels) {
     jp j;
     int ok;
@@ -3047,6 +3077,14 @@ static int check_spec(tocsin_db *db, const tocsin_job_spec *s) {
     return tc_check_meta(db, o->meta);
 }
 
+/* The job's INSERT wrote no row, and no live job holds its unique key. */
+static int insert_dropped(tocsin_db *db) {
+    return tc_err(db, TOCSIN_CORRUPT,
+                  "enqueue: the job's INSERT wrote no row and no live job holds its unique_key: a "
+                  "trigger on _tocsin_jobs (RAISE(IGNORE)) dropped it; tocsin tables must not "
+                  "carry triggers that change their rows");
+}
+
 /* *next: the id the job takes, 0 if unknown (then read by the INSERT); set to
  * the id after it, or 0 when it met a unique key. */
 static int insert_job(tocsin_db *db, int64_t *out_id, const tocsin_job_spec *s, int64_t now,
@@ -3085,6 +3123,9 @@ static int insert_job(tocsin_db *db, int64_t *out_id, const tocsin_job_spec *s, 
         return TOCSIN_OK;
     }
     *next = 0;
+    /* No row and no key to meet: a trigger on _tocsin_jobs dropped the insert
+     * (RAISE(IGNORE)); report it before writing anything else. */
+    if (!o->unique_key) return insert_dropped(db);
     /* A live job holds the unique key: hand back its id. */
     if (!(st = tc_stmt(db, SQL_SKIP_ID))) return TC_ERRCODE;
     if ((rc = tc_step_done(db, st, "enqueue")) != TOCSIN_OK) return rc;
@@ -3094,6 +3135,7 @@ static int insert_job(tocsin_db *db, int64_t *out_id, const tocsin_job_spec *s, 
     rc = tc_step(db, st);
     if (rc == SQLITE_ROW) *out_id = sqlite3_column_int64(st, 0);
     sqlite3_reset(st);
+    if (rc == SQLITE_DONE) return insert_dropped(db);
     if (rc != SQLITE_ROW) return tc_sqlerr(db, rc, "enqueue: find job holding unique_key");
     return TOCSIN_OK;
 }
@@ -3200,7 +3242,9 @@ static int claim_prepare(tocsin_db *db, const char *queue, int64_t now, size_t m
         if (rc == TOCSIN_OK) rc = run_qnow(db, SQL_LAPSED_DELETE, queue, now, "reclaim lapsed leases");
         if (rc == TOCSIN_OK) rc = run_qnow(db, SQL_LAPSED_REQUEUE, queue, now, "reclaim lapsed leases");
     }
-    if (expired && rc == TOCSIN_OK) {
+    /* A lapsed lease reclaimed just now is pending again: past its expiry it
+     * dies too, which the check (run while it was leased) could not see. */
+    if ((expired || lapsed) && rc == TOCSIN_OK) {
         rc = run_qnow(db, SQL_EXPIRED_DEAD, queue, now, "expire jobs");
         if (rc == TOCSIN_OK) rc = run_qnow(db, SQL_EXPIRED_DELETE, queue, now, "expire jobs");
     }
@@ -4054,7 +4098,7 @@ static int publish(tocsin_db *db, int64_t *out_offsets, const char *topic,
         sqlite3_bind_int64(st, 5, now);
         /* No RETURNING (it buffers its row in an ephemeral table): the
          * statement's last rowid is the offset. */
-        rc = tc_step_done(db, st, "publish");
+        rc = tc_no_id_left(db, tc_step_done(db, st, "publish"), "publish");
         if (rc == TOCSIN_OK) out_offsets[i] = sqlite3_last_insert_rowid(db->conn);
     }
     return tc_op_end(db, &op, rc);
@@ -4487,7 +4531,8 @@ int tocsin_notify(tocsin_db *db, int64_t *out_id, const char *channel, const cha
         sqlite3_bind_text(st, 2, payload, -1, SQLITE_STATIC);
         if (meta) sqlite3_bind_text(st, 3, meta, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 4, tocsin_now(db));
-        rc = tc_step_done(db, st, "notify"); /* no RETURNING: see publish (stream.c) */
+        /* no RETURNING: see publish (stream.c) */
+        rc = tc_no_id_left(db, tc_step_done(db, st, "notify"), "notify");
         if (rc == TOCSIN_OK) *out_id = sqlite3_last_insert_rowid(db->conn);
     }
     if (rc == TOCSIN_OK) rc = autotrim(db);
@@ -5802,9 +5847,11 @@ int tocsin_job_fail_task(tocsin_db *db, int *out_ok, int64_t id, int64_t token,
     if ((rc = tc_check_name(db, "error type", type)) != TOCSIN_OK) return rc;
     if ((rc = tc_check_text(db, "error message", message, (size_t)db->max_payload)) != TOCSIN_OK)
         return rc;
-    /* the job's last_error reads "type: message", as a retry records it */
+    /* the job's last_error reads "type: message", as a retry records it, cut to
+     * the limit as the worker cuts it (the result keeps the whole message) */
     error = message && *message ? sqlite3_mprintf("%s: %s", type, message) : sqlite3_mprintf("%s", type);
     if (!error) return tc_err(db, TOCSIN_NOMEM, "fail task: out of memory");
+    tc_cut_utf8(error, (size_t)db->max_payload);
     if ((rc = tc_op_begin(db, &op, 1)) == TOCSIN_OK) {
         rc = tocsin_job_fail(db, &ok, id, token, error);
         if (rc == TOCSIN_OK && ok) rc = tocsin_result_save_error(db, id, type, message, ttl_ms);
@@ -7635,22 +7682,32 @@ static const char SQL_W_QUEUES[] =
     "SELECT j.value FROM _tocsin_workers AS w, json_each(w.queues) AS j WHERE w.id = ?1";
 /* ---- the task envelope -------------------------------------------------------- */
 
+/* args or kwargs: valid JSON of the kind `want` ('[' or '{'), one level less
+ * deep than a payload may nest, since the envelope holding it is a level of
+ * the payload (else the enqueue would refuse a payload the caller never gave). */
+static int check_call_json(tocsin_db *db, const char *what, const char *json, char want) {
+    char top = 0;
+    int rc;
+    if ((rc = tc_check_payload(db, what, json)) != TOCSIN_OK) return rc;
+    if (tc_json_wrapper_valid(json, strlen(json), &top, -1) < 0)
+        return tc_err(db, TOCSIN_INVALID,
+                      "%s nests arrays and objects more than 999 deep (the task envelope around it "
+                      "is one more level of the payload, which nests at most 1000 deep, tocsin's "
+                      "limit)",
+                      what);
+    if (top != want)
+        return tc_err(db, TOCSIN_INVALID, "%s must be a JSON %s", what,
+                      want == '[' ? "array" : "object");
+    return TOCSIN_OK;
+}
+
 static int check_call(tocsin_db *db, const tocsin_task_call *c) {
     int rc;
-    char top = 0;
     if (!c) return tc_err(db, TOCSIN_INVALID, "call must not be NULL");
     if ((rc = TC_CHECK_VERSION(db, "task call", c->version, TOCSIN_TASK_CALL)) != TOCSIN_OK) return rc;
     if ((rc = tc_check_name(db, "task name", c->task)) != TOCSIN_OK) return rc;
-    if (c->args) {
-        if ((rc = tc_check_payload(db, "args", c->args)) != TOCSIN_OK) return rc;
-        tc_json_valid(c->args, strlen(c->args), &top);
-        if (top != '[') return tc_err(db, TOCSIN_INVALID, "args must be a JSON array");
-    }
-    if (c->kwargs) {
-        if ((rc = tc_check_payload(db, "kwargs", c->kwargs)) != TOCSIN_OK) return rc;
-        tc_json_valid(c->kwargs, strlen(c->kwargs), &top);
-        if (top != '{') return tc_err(db, TOCSIN_INVALID, "kwargs must be a JSON object");
-    }
+    if (c->args && (rc = check_call_json(db, "args", c->args, '[')) != TOCSIN_OK) return rc;
+    if (c->kwargs && (rc = check_call_json(db, "kwargs", c->kwargs, '{')) != TOCSIN_OK) return rc;
     if ((rc = tc_check_ms(db, "result_ttl_ms", c->result_ttl_ms, 0)) != TOCSIN_OK) return rc;
     return tc_check_ms(db, "timeout_ms", c->timeout_ms, 0);
 }
@@ -8115,13 +8172,6 @@ static int64_t run_backoff(const wrun *r) {
     return tocsin_backoff_ms(base, cap, r->pub.attempt);
 }
 
-/* Cuts s in place to at most n bytes, on a UTF-8 character boundary. */
-static void cut_utf8(char *s, size_t n) {
-    if (strlen(s) <= n) return;
-    while (n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80) n--;
-    s[n] = 0;
-}
-
 /* Cuts a traceback to TOCSIN_MAX_TRACE_BYTES on a UTF-8 boundary (owned copy). */
 static char *cut_trace(const char *s) {
     size_t n;
@@ -8132,7 +8182,7 @@ static char *cut_trace(const char *s) {
     if (!(p = sqlite3_malloc64(n + 1))) return NULL;
     memcpy(p, s, n);
     p[n] = 0;
-    cut_utf8(p, TOCSIN_MAX_TRACE_BYTES);
+    tc_cut_utf8(p, TOCSIN_MAX_TRACE_BYTES);
     return p;
 }
 
@@ -8143,7 +8193,7 @@ static int record_error(tocsin_db *db, int *ok, const wrun *r, const tocsin_outc
     char *text = *msg ? sqlite3_mprintf("%s: %s", type, msg) : sqlite3_mprintf("%s", type);
     int rc, dies = final || r->pub.attempt >= r->pub.max_attempts;
     if (!text) return tc_err(db, TOCSIN_NOMEM, "worker: out of memory");
-    cut_utf8(text, (size_t)db->max_payload); /* last_error: "type: message", bounded */
+    tc_cut_utf8(text, (size_t)db->max_payload); /* last_error: "type: message", bounded */
     if (final)
         rc = tocsin_job_fail(db, ok, r->pub.job_id, r->pub.token, text);
     else
@@ -8273,7 +8323,7 @@ int tocsin_worker_finish(tocsin_worker *w, tocsin_db *tx, tocsin_task_run *run,
          * a final failure naming what was refused takes the outcome's place. */
         if (tx || rc == TOCSIN_NOMEM) return rc;
         snprintf(why, sizeof why, "the outcome was refused: %s", tc_tls()->msg);
-        cut_utf8(why, (size_t)w->db->max_payload); /* stored as text under that limit */
+        tc_cut_utf8(why, (size_t)w->db->max_payload); /* stored as text under that limit */
         refused.kind = TOCSIN_OUTCOME_FAIL;
         refused.error_type = o->kind == TOCSIN_OUTCOME_OK ? "InvalidResult" : "InvalidOutcome";
         refused.error_message = why;
@@ -9166,7 +9216,16 @@ static int fail(fn_ctx *f, int rc) {
     case TOCSIN_BUSY: code = SQLITE_BUSY; break;
     case TOCSIN_TOOBIG: code = SQLITE_TOOBIG; break;
     case TOCSIN_NOMEM: return fail_nomem(f);
-    case TOCSIN_CORRUPT: code = SQLITE_CORRUPT; break;
+    case TOCSIN_CORRUPT:
+        /* Damage tocsin found in its tables' content (a stored policy, cron
+         * expression or schema version it cannot read) is SQLITE_CORRUPT_VTAB:
+         * a function failing with the bare SQLITE_CORRUPT makes SQLite refuse
+         * every later write of the caller's transaction, its COMMIT included
+         * ("database disk image is malformed"), though the file is sound. A
+         * corruption SQLite met itself keeps its code (its statement already
+         * flagged the transaction). */
+        code = tc_tls()->sqlite_rc ? SQLITE_CORRUPT : SQLITE_CORRUPT_VTAB;
+        break;
     case TOCSIN_READONLY: code = SQLITE_READONLY; break;
     case TOCSIN_FULL: code = SQLITE_FULL; break;
     case TOCSIN_IOERR: code = SQLITE_IOERR; break;

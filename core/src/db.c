@@ -688,6 +688,19 @@ int tc_step_done(tocsin_db *db, sqlite3_stmt *st, const char *what) {
     return TOCSIN_OK;
 }
 
+void tc_cut_utf8(char *s, size_t n) {
+    if (strlen(s) <= n) return;
+    while (n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80) n--;
+    s[n] = 0;
+}
+
+int tc_no_id_left(tocsin_db *db, int rc, const char *what) {
+    /* the next id, max + 1 past INT64_MAX, is a real: the INTEGER PRIMARY KEY
+     * refuses it as a datatype mismatch */
+    if (rc != TOCSIN_INVALID || (tc_thread.sqlite_rc & 0xff) != SQLITE_MISMATCH) return rc;
+    return tc_err(db, TOCSIN_FULL, "%s: no id is left: ids end at 9223372036854775807", what);
+}
+
 int tc_exec(tocsin_db *db, const char *sql, const char *what) {
     char *msg = NULL;
     int rc = sqlite3_exec(db->conn, sql, NULL, NULL, &msg);
@@ -1260,7 +1273,17 @@ void tc_buf_jstr(tc_buf *b, const char *s) {
     tc_buf_put(b, "\"", 1);
 }
 
-void tc_buf_jraw(tc_buf *b, const char *json) { tc_buf_puts(b, json ? json : "null"); }
+/* A stored value tocsin wrote is valid JSON; one written into the tables around
+ * tocsin that is not (plain SQL) goes in as a JSON string of its text, so the
+ * result stays the valid JSON its subtype promises. */
+void tc_buf_jraw(tc_buf *b, const char *json) {
+    if (!json)
+        tc_buf_puts(b, "null");
+    else if (tc_json_valid(json, strlen(json), NULL))
+        tc_buf_puts(b, json);
+    else
+        tc_buf_jstr(b, json);
+}
 
 void tc_buf_key(tc_buf *b, const char *key, int *first) {
     if (!*first) tc_buf_put(b, ",", 1);

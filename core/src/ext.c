@@ -71,7 +71,16 @@ static int fail(fn_ctx *f, int rc) {
     case TOCSIN_BUSY: code = SQLITE_BUSY; break;
     case TOCSIN_TOOBIG: code = SQLITE_TOOBIG; break;
     case TOCSIN_NOMEM: return fail_nomem(f);
-    case TOCSIN_CORRUPT: code = SQLITE_CORRUPT; break;
+    case TOCSIN_CORRUPT:
+        /* Damage tocsin found in its tables' content (a stored policy, cron
+         * expression or schema version it cannot read) is SQLITE_CORRUPT_VTAB:
+         * a function failing with the bare SQLITE_CORRUPT makes SQLite refuse
+         * every later write of the caller's transaction, its COMMIT included
+         * ("database disk image is malformed"), though the file is sound. A
+         * corruption SQLite met itself keeps its code (its statement already
+         * flagged the transaction). */
+        code = tc_tls()->sqlite_rc ? SQLITE_CORRUPT : SQLITE_CORRUPT_VTAB;
+        break;
     case TOCSIN_READONLY: code = SQLITE_READONLY; break;
     case TOCSIN_FULL: code = SQLITE_FULL; break;
     case TOCSIN_IOERR: code = SQLITE_IOERR; break;

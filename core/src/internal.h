@@ -160,6 +160,11 @@ int tc_step(tocsin_db *db, sqlite3_stmt *st);
 int tc_prepare(tocsin_db *db, const char *sql, unsigned flags, sqlite3_stmt **st);
 /* Steps a statement expecting no row (or ignoring rows); resets it. */
 int tc_step_done(tocsin_db *db, sqlite3_stmt *st, const char *what);
+/* rc of an INSERT that takes TC_NEXT_ID, or TOCSIN_FULL naming `what` when that
+ * id went past INT64_MAX (the table's ids are spent). */
+int tc_no_id_left(tocsin_db *db, int rc, const char *what);
+/* Cuts s in place to at most n bytes, on a UTF-8 character boundary. */
+void tc_cut_utf8(char *s, size_t n);
 /* Runs literal SQL (no binds, no rows). */
 int tc_exec(tocsin_db *db, const char *sql, const char *what);
 char *tc_strdup(const char *s);
@@ -338,7 +343,7 @@ void tc_buf_put(tc_buf *b, const char *s, size_t n);
 void tc_buf_puts(tc_buf *b, const char *s);
 void tc_buf_i64(tc_buf *b, int64_t v);
 void tc_buf_jstr(tc_buf *b, const char *s); /* JSON string literal, or null */
-void tc_buf_jraw(tc_buf *b, const char *json); /* embedded JSON text, or null */
+void tc_buf_jraw(tc_buf *b, const char *json); /* embedded JSON text (a string if invalid), or null */
 /* "name": prefix with a comma unless first */
 void tc_buf_key(tc_buf *b, const char *key, int *first);
 char *tc_buf_take(tc_buf *b); /* NUL-terminated, owned (tocsin_free); NULL on oom */

@@ -179,7 +179,9 @@ int tc_json_too_deep(const char *text, size_t n) {
 
 /* tc_json_valid for a wrapper whose values sit `levels` containers deep
  * (1: an options object; 2: the jobs array): 1 valid, 0 not, -1 refused only
- * for its nesting (a value inside nests past the limit). */
+ * for its nesting (a value inside nests past the limit). A negative `levels`
+ * is a value that will sit inside a wrapper of ours (-1: the task envelope
+ * around args and kwargs), allowed that many levels less. */
 int tc_json_wrapper_valid(const char *text, size_t n, char *top, int levels) {
     jp j;
     int ok;

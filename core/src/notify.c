@@ -97,7 +97,8 @@ int tocsin_notify(tocsin_db *db, int64_t *out_id, const char *channel, const cha
         sqlite3_bind_text(st, 2, payload, -1, SQLITE_STATIC);
         if (meta) sqlite3_bind_text(st, 3, meta, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 4, tocsin_now(db));
-        rc = tc_step_done(db, st, "notify"); /* no RETURNING: see publish (stream.c) */
+        /* no RETURNING: see publish (stream.c) */
+        rc = tc_no_id_left(db, tc_step_done(db, st, "notify"), "notify");
         if (rc == TOCSIN_OK) *out_id = sqlite3_last_insert_rowid(db->conn);
     }
     if (rc == TOCSIN_OK) rc = autotrim(db);

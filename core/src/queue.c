@@ -418,6 +418,14 @@ static int check_spec(tocsin_db *db, const tocsin_job_spec *s) {
     return tc_check_meta(db, o->meta);
 }
 
+/* The job's INSERT wrote no row, and no live job holds its unique key. */
+static int insert_dropped(tocsin_db *db) {
+    return tc_err(db, TOCSIN_CORRUPT,
+                  "enqueue: the job's INSERT wrote no row and no live job holds its unique_key: a "
+                  "trigger on _tocsin_jobs (RAISE(IGNORE)) dropped it; tocsin tables must not "
+                  "carry triggers that change their rows");
+}
+
 /* *next: the id the job takes, 0 if unknown (then read by the INSERT); set to
  * the id after it, or 0 when it met a unique key. */
 static int insert_job(tocsin_db *db, int64_t *out_id, const tocsin_job_spec *s, int64_t now,
@@ -456,6 +464,9 @@ static int insert_job(tocsin_db *db, int64_t *out_id, const tocsin_job_spec *s, 
         return TOCSIN_OK;
     }
     *next = 0;
+    /* No row and no key to meet: a trigger on _tocsin_jobs dropped the insert
+     * (RAISE(IGNORE)); report it before writing anything else. */
+    if (!o->unique_key) return insert_dropped(db);
     /* A live job holds the unique key: hand back its id. */
     if (!(st = tc_stmt(db, SQL_SKIP_ID))) return TC_ERRCODE;
     if ((rc = tc_step_done(db, st, "enqueue")) != TOCSIN_OK) return rc;
@@ -465,6 +476,7 @@ static int insert_job(tocsin_db *db, int64_t *out_id, const tocsin_job_spec *s, 
     rc = tc_step(db, st);
     if (rc == SQLITE_ROW) *out_id = sqlite3_column_int64(st, 0);
     sqlite3_reset(st);
+    if (rc == SQLITE_DONE) return insert_dropped(db);
     if (rc != SQLITE_ROW) return tc_sqlerr(db, rc, "enqueue: find job holding unique_key");
     return TOCSIN_OK;
 }
@@ -571,7 +583,9 @@ static int claim_prepare(tocsin_db *db, const char *queue, int64_t now, size_t m
         if (rc == TOCSIN_OK) rc = run_qnow(db, SQL_LAPSED_DELETE, queue, now, "reclaim lapsed leases");
         if (rc == TOCSIN_OK) rc = run_qnow(db, SQL_LAPSED_REQUEUE, queue, now, "reclaim lapsed leases");
     }
-    if (expired && rc == TOCSIN_OK) {
+    /* A lapsed lease reclaimed just now is pending again: past its expiry it
+     * dies too, which the check (run while it was leased) could not see. */
+    if ((expired || lapsed) && rc == TOCSIN_OK) {
         rc = run_qnow(db, SQL_EXPIRED_DEAD, queue, now, "expire jobs");
         if (rc == TOCSIN_OK) rc = run_qnow(db, SQL_EXPIRED_DELETE, queue, now, "expire jobs");
     }

@@ -172,9 +172,11 @@ int tocsin_job_fail_task(tocsin_db *db, int *out_ok, int64_t id, int64_t token,
     if ((rc = tc_check_name(db, "error type", type)) != TOCSIN_OK) return rc;
     if ((rc = tc_check_text(db, "error message", message, (size_t)db->max_payload)) != TOCSIN_OK)
         return rc;
-    /* the job's last_error reads "type: message", as a retry records it */
+    /* the job's last_error reads "type: message", as a retry records it, cut to
+     * the limit as the worker cuts it (the result keeps the whole message) */
     error = message && *message ? sqlite3_mprintf("%s: %s", type, message) : sqlite3_mprintf("%s", type);
     if (!error) return tc_err(db, TOCSIN_NOMEM, "fail task: out of memory");
+    tc_cut_utf8(error, (size_t)db->max_payload);
     if ((rc = tc_op_begin(db, &op, 1)) == TOCSIN_OK) {
         rc = tocsin_job_fail(db, &ok, id, token, error);
         if (rc == TOCSIN_OK && ok) rc = tocsin_result_save_error(db, id, type, message, ttl_ms);

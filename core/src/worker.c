@@ -51,22 +51,32 @@ static const char SQL_W_QUEUES[] =
     "SELECT j.value FROM _tocsin_workers AS w, json_each(w.queues) AS j WHERE w.id = ?1";
 /* ---- the task envelope -------------------------------------------------------- */
 
+/* args or kwargs: valid JSON of the kind `want` ('[' or '{'), one level less
+ * deep than a payload may nest, since the envelope holding it is a level of
+ * the payload (else the enqueue would refuse a payload the caller never gave). */
+static int check_call_json(tocsin_db *db, const char *what, const char *json, char want) {
+    char top = 0;
+    int rc;
+    if ((rc = tc_check_payload(db, what, json)) != TOCSIN_OK) return rc;
+    if (tc_json_wrapper_valid(json, strlen(json), &top, -1) < 0)
+        return tc_err(db, TOCSIN_INVALID,
+                      "%s nests arrays and objects more than 999 deep (the task envelope around it "
+                      "is one more level of the payload, which nests at most 1000 deep, tocsin's "
+                      "limit)",
+                      what);
+    if (top != want)
+        return tc_err(db, TOCSIN_INVALID, "%s must be a JSON %s", what,
+                      want == '[' ? "array" : "object");
+    return TOCSIN_OK;
+}
+
 static int check_call(tocsin_db *db, const tocsin_task_call *c) {
     int rc;
-    char top = 0;
     if (!c) return tc_err(db, TOCSIN_INVALID, "call must not be NULL");
     if ((rc = TC_CHECK_VERSION(db, "task call", c->version, TOCSIN_TASK_CALL)) != TOCSIN_OK) return rc;
     if ((rc = tc_check_name(db, "task name", c->task)) != TOCSIN_OK) return rc;
-    if (c->args) {
-        if ((rc = tc_check_payload(db, "args", c->args)) != TOCSIN_OK) return rc;
-        tc_json_valid(c->args, strlen(c->args), &top);
-        if (top != '[') return tc_err(db, TOCSIN_INVALID, "args must be a JSON array");
-    }
-    if (c->kwargs) {
-        if ((rc = tc_check_payload(db, "kwargs", c->kwargs)) != TOCSIN_OK) return rc;
-        tc_json_valid(c->kwargs, strlen(c->kwargs), &top);
-        if (top != '{') return tc_err(db, TOCSIN_INVALID, "kwargs must be a JSON object");
-    }
+    if (c->args && (rc = check_call_json(db, "args", c->args, '[')) != TOCSIN_OK) return rc;
+    if (c->kwargs && (rc = check_call_json(db, "kwargs", c->kwargs, '{')) != TOCSIN_OK) return rc;
     if ((rc = tc_check_ms(db, "result_ttl_ms", c->result_ttl_ms, 0)) != TOCSIN_OK) return rc;
     return tc_check_ms(db, "timeout_ms", c->timeout_ms, 0);
 }
@@ -531,13 +541,6 @@ static int64_t run_backoff(const wrun *r) {
     return tocsin_backoff_ms(base, cap, r->pub.attempt);
 }
 
-/* Cuts s in place to at most n bytes, on a UTF-8 character boundary. */
-static void cut_utf8(char *s, size_t n) {
-    if (strlen(s) <= n) return;
-    while (n > 0 && ((unsigned char)s[n] & 0xc0) == 0x80) n--;
-    s[n] = 0;
-}
-
 /* Cuts a traceback to TOCSIN_MAX_TRACE_BYTES on a UTF-8 boundary (owned copy). */
 static char *cut_trace(const char *s) {
     size_t n;
@@ -548,7 +551,7 @@ static char *cut_trace(const char *s) {
     if (!(p = sqlite3_malloc64(n + 1))) return NULL;
     memcpy(p, s, n);
     p[n] = 0;
-    cut_utf8(p, TOCSIN_MAX_TRACE_BYTES);
+    tc_cut_utf8(p, TOCSIN_MAX_TRACE_BYTES);
     return p;
 }
 
@@ -559,7 +562,7 @@ static int record_error(tocsin_db *db, int *ok, const wrun *r, const tocsin_outc
     char *text = *msg ? sqlite3_mprintf("%s: %s", type, msg) : sqlite3_mprintf("%s", type);
     int rc, dies = final || r->pub.attempt >= r->pub.max_attempts;
     if (!text) return tc_err(db, TOCSIN_NOMEM, "worker: out of memory");
-    cut_utf8(text, (size_t)db->max_payload); /* last_error: "type: message", bounded */
+    tc_cut_utf8(text, (size_t)db->max_payload); /* last_error: "type: message", bounded */
     if (final)
         rc = tocsin_job_fail(db, ok, r->pub.job_id, r->pub.token, text);
     else
@@ -689,7 +692,7 @@ int tocsin_worker_finish(tocsin_worker *w, tocsin_db *tx, tocsin_task_run *run,
          * a final failure naming what was refused takes the outcome's place. */
         if (tx || rc == TOCSIN_NOMEM) return rc;
         snprintf(why, sizeof why, "the outcome was refused: %s", tc_tls()->msg);
-        cut_utf8(why, (size_t)w->db->max_payload); /* stored as text under that limit */
+        tc_cut_utf8(why, (size_t)w->db->max_payload); /* stored as text under that limit */
         refused.kind = TOCSIN_OUTCOME_FAIL;
         refused.error_type = o->kind == TOCSIN_OUTCOME_OK ? "InvalidResult" : "InvalidOutcome";
         refused.error_message = why;

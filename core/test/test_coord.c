@@ -1073,6 +1073,23 @@ static void finish_tasks(void) {
     /* a second finish of the same job: its lease is gone */
     CHECK_OK(db, tocsin_job_fail_task(db, &ok, b, tb, "ValueError", NULL, 0));
     CHECK_EQ_I(ok, 0);
+    /* a message within the limit whose "type: message" is not: last_error is cut
+     * to the limit, as the worker cuts it; the result keeps the whole message */
+    CHECK_OK(db, tocsin_queue_enqueue(db, &a, "t", "{\"task\":\"z\"}", &o));
+    CHECK_OK(db, tocsin_queue_claim(db, &jobs, &n, "t", "w", 1, 1000));
+    CHECK_EQ_I(n, 1);
+    ta = n == 1 ? jobs[0].token : 0;
+    tocsin_jobs_free(jobs, n);
+    CHECK_OK(db, tocsin_set_max_payload(db, 16));
+    CHECK_OK(db, tocsin_job_fail_task(db, &ok, a, ta, "ValueError", "0123456789", 0));
+    CHECK_EQ_I(ok, 1);
+    CHECK_OK(db, tocsin_set_max_payload(db, 1048576));
+    CHECK_OK(db, tocsin_job_get(db, &job, a));
+    CHECK(job && job->last_error && strcmp(job->last_error, "ValueError: 0123") == 0);
+    tocsin_jobs_free(job, 1);
+    CHECK_OK(db, tocsin_result_get(db, &r, a));
+    CHECK(r && r->is_error && strcmp(r->error_message, "0123456789") == 0);
+    tocsin_result_free(r);
     tocsin_close(db);
 }
 

@@ -391,6 +391,19 @@ static void expiry(void) {
     CHECK_STR(job->state, "dead");
     CHECK_STR(job->reason, "expired");
     tocsin_jobs_free(job, 1);
+    job = NULL;
+    /* A lapsed lease reclaimed past the job's expiry: pending again, so it
+     * expires in that same claim (alone in its queue: no other expired job
+     * makes the claim look for expired ones). */
+    o.expires_ms = 100;
+    id = enq(db, "lapsed", "{}", &o);
+    CHECK_EQ_I(claim1(db, "lapsed", "w", 10, NULL), id);
+    clk.now = 1300;
+    CHECK_EQ_I(claim1(db, "lapsed", "w", 10, NULL), 0);
+    CHECK_OK(db, tocsin_job_get(db, &job, id));
+    CHECK(job && strcmp(job->state, "dead") == 0 && strcmp(job->reason, "expired") == 0);
+    CHECK(job && job->last_error && strcmp(job->last_error, "lease expired") == 0);
+    tocsin_jobs_free(job, 1);
     tocsin_close(db);
 }
 

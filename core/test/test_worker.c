@@ -77,6 +77,21 @@ static void envelope(void) {
     c.args = "{\"not\":\"an array\"}";
     CHECK_EQ_I(tocsin_task_enqueue(db, &id, "tasks", &c, NULL), TOCSIN_INVALID);
     CHECK(strstr(tocsin_errmsg(NULL), "args must be a JSON array") != NULL);
+    {
+        /* args nested 1000 deep is a valid payload on its own, but not inside the
+         * envelope: refused naming args, not the envelope's payload */
+        char deep[2001];
+        memset(deep, '[', 1000);
+        memset(deep + 1000, ']', 1000);
+        deep[2000] = 0;
+        c.args = deep;
+        CHECK_EQ_I(tocsin_task_enqueue(db, &id, "tasks", &c, NULL), TOCSIN_INVALID);
+        CHECK(strstr(tocsin_errmsg(NULL), "args nests arrays and objects more than 999 deep") != NULL);
+        deep[999] = ' ';
+        deep[1000] = ' ';
+        CHECK_OK(db, tocsin_task_envelope(db, &json, &c)); /* 999 levels: the envelope is 1000 */
+        tocsin_free(json);
+    }
     c.args = NULL;
     c.kwargs = "[1]";
     CHECK_EQ_I(tocsin_task_enqueue(db, &id, "tasks", &c, NULL), TOCSIN_INVALID);

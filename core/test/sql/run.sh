@@ -161,6 +161,10 @@ q "SELECT json_extract(payload, '\$.task', '\$.args', '\$.kwargs', '\$.result_tt
 qerr "SELECT tocsin_task_enqueue('task_calls', 'send_email', '{}');" "args must be a JSON array"
 qerr "SELECT tocsin_task_enqueue('task_calls', 'send_email', NULL, '[1]');" "kwargs must be a JSON object"
 qerr "SELECT tocsin_task_enqueue('task_calls', '');" "task name must not be empty"
+# args / kwargs sit one level inside the envelope: 999 levels of their own at most,
+# and the error names them (not the payload the caller never gave)
+qerr "SELECT tocsin_task_enqueue('task_calls', 'deep', printf('%.1000c', '[') || printf('%.1000c', ']'));" "args nests arrays and objects more than 999 deep"
+qerr "SELECT tocsin_task_enqueue('task_calls', 'deep', NULL, '{\"a\":' || printf('%.999c', '[') || printf('%.999c', ']') || '}');" "kwargs nests arrays and objects more than 999 deep"
 qerr "SELECT tocsin_task_enqueue('task_calls', 'send_email', NULL, NULL, '{\"timeout_ms\":-1}');" "timeout_ms"
 q "SELECT count(*) FROM _tocsin_jobs WHERE queue = 'task_calls';" "1"
 q "SELECT count(*) FROM _tocsin_jobs WHERE queue = 'batch';" "2"
@@ -292,6 +296,76 @@ SELECT count(*) FROM _tocsin_jobs;" "\[1,2]
 *tocsin_enqueue_many: jobs: a value in it nests arrays and objects more than 1000 deep (tocsin's limit)
 *tocsin_enqueue: options: a value in it nests arrays and objects more than 1000 deep (tocsin's limit)
 3"
+# a lapsed lease reclaimed past the job's expiry: pending again, so that claim expires it
+qfresh lapsed_expiry "SELECT tocsin_clock(0); SELECT tocsin_enqueue('z', '1', '{\"expires_ms\":100}');
+SELECT json_array_length(tocsin_claim('z', 'w', 1, 10));
+SELECT tocsin_clock(200); SELECT tocsin_claim('z', 'w', 1, 10);
+SELECT json_extract(tocsin_job(1), '\$.state', '\$.reason', '\$.last_error');" "0
+1
+1
+200
+\[]
+\[\"dead\",\"expired\",\"lease expired\"]"
+# fail_task: a message within the limit whose \"type: message\" (the job's last_error)
+# is not: last_error is cut to the limit, as the worker cuts it; the result keeps it all
+qfresh fail_task_size "SELECT tocsin_enqueue('t', '1'); SELECT json_array_length(tocsin_claim('t', 'w', 1, 1000));
+SELECT tocsin_fail_task(1, 1048577, 'ValueError', printf('%.1048576c', 'm'));
+SELECT length(last_error), substr(last_error, 1, 13) FROM _tocsin_dead;
+SELECT length(tocsin_result_get(1) ->> '\$.error.message');" "1
+1
+1
+1048576|ValueError: m
+1048576"
+# damage tocsin finds in its own tables (a stored policy it cannot read) is
+# SQLITE_CORRUPT (11) to the shell, yet leaves the caller's transaction usable: its
+# rows still commit (a function's bare SQLITE_CORRUPT makes SQLite refuse them)
+qfresh corrupt_tx "SELECT tocsin_bootstrap(); CREATE TABLE app(x);
+INSERT INTO _tocsin_meta VALUES ('notify_autotrim', 'garbage');
+BEGIN; INSERT INTO app VALUES (1);
+SELECT tocsin_notify('n', '1');
+INSERT INTO app VALUES (2); COMMIT;
+SELECT count(*) FROM app; SELECT count(*) FROM _tocsin_notifications;" "2
+*tocsin_notify: notify auto-trim: the stored policy*(11)*
+2
+0"
+# a trigger that drops tocsin's INSERT (RAISE(IGNORE)): a clear error, and nothing
+# written (the id sequence did not move either), inside BEGIN and in autocommit
+qfresh dropped_insert "SELECT tocsin_enqueue('q', '1'); SELECT tocsin_ack(1, 0);
+CREATE TRIGGER drop_jobs BEFORE INSERT ON _tocsin_jobs BEGIN SELECT RAISE(IGNORE); END;
+SELECT tocsin_enqueue('q', '2');
+BEGIN; SELECT tocsin_enqueue('q', '3', '{\"unique_key\":\"k\"}'); COMMIT;
+DROP TRIGGER drop_jobs; SELECT tocsin_enqueue('q', '4');" "1
+0
+*the job's INSERT wrote no row*(11)*
+*the job's INSERT wrote no row*(11)*
+2"
+# a stored value written around tocsin that is not JSON: every JSON result stays valid
+# JSON (the text goes in as a JSON string), so json_each over a claim still works
+qfresh stored_not_json "SELECT tocsin_enqueue('q', '1'); SELECT tocsin_notify('c', '1');
+SELECT tocsin_stream_publish('t', '1'); SELECT tocsin_result_save(1, '1');
+SELECT tocsin_schedule_set('s', '@hourly', 'q', '1') > 0;
+UPDATE _tocsin_jobs SET payload = 'not json', meta = '{bad';
+UPDATE _tocsin_notifications SET payload = '{'; UPDATE _tocsin_events SET payload = '';
+UPDATE _tocsin_results SET value = 'nope'; UPDATE _tocsin_schedules SET payload = '[1,';
+SELECT json_extract(value, '\$.payload', '\$.meta') FROM json_each(tocsin_claim('q', 'w', 1, 1000));
+SELECT json_valid(tocsin_job(1)), json_valid(tocsin_notify_read('c', 0, 10)),
+       json_valid(tocsin_stream_read('t', 0, 10)), tocsin_result_get(1) ->> '\$.value',
+       tocsin_schedule_get('s') ->> '\$.payload';" "1
+1
+1
+1
+1
+\[\"not json\",\"{bad\"]
+1|1|1|nope|\[1,"
+# the last event and notification id: the next one is SQLITE_FULL, not a datatype mismatch
+qfresh ids_spent "SELECT tocsin_stream_publish('t', '1'), tocsin_notify('c', '1');
+UPDATE sqlite_sequence SET seq = 9223372036854775807 WHERE name IN ('_tocsin_events', '_tocsin_notifications');
+SELECT tocsin_stream_publish('t', '2');
+SELECT tocsin_notify('c', '2');
+SELECT count(*) FROM _tocsin_events, _tocsin_notifications;" "1|1
+*tocsin_stream_publish: publish: no id is left*(13)*
+*tocsin_notify: notify: no id is left*(13)*
+1"
 
 # the stdlib sqlite3 module of Debian's python3 loads the extension too
 if [ -x /usr/bin/python3 ]; then
