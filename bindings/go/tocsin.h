@@ -990,6 +990,12 @@ TOCSIN_API int tocsin_schedule_list(tocsin_db *db, tocsin_schedule **out, size_t
  * schedule's catch-up policy. *out_fired (may be NULL) counts jobs enqueued.
  * Each fired job's meta carries "tocsin_schedule" (name) and
  * "tocsin_fire_at" (the boundary, ms) besides the schedule's meta.
+ * A schedule that cannot fire -- its stored row is damaged (TOCSIN_CORRUPT),
+ * its job is refused (TOCSIN_INVALID, TOCSIN_TOOBIG: a payload over this
+ * handle's limit) -- changes nothing and does not hold back the others: they
+ * fire and are committed (*out_fired counts them), and the call returns the
+ * first such error, naming that schedule. Other failures (TOCSIN_BUSY, I/O)
+ * roll the whole tick back.
  */
 TOCSIN_API int tocsin_scheduler_tick(tocsin_db *db, int64_t *out_fired);
 /* The earliest next_fire of the unpaused schedules (sleep until then); -1: none. */
@@ -1158,7 +1164,12 @@ TOCSIN_API int tocsin_worker_register(tocsin_worker *w, const char *task, const 
  * TOCSIN_TIMEOUT before the timeout, once, when an upkeep found running jobs
  * cancelled or whose lease was lost: read tocsin_worker_cancelled. Invalid
  * envelopes fail (InvalidEnvelope) and unknown tasks are handed back here,
- * never returned.
+ * never returned. A schedule that cannot fire (tocsin_scheduler_tick: a
+ * damaged row, a refused job) holds back neither the other schedules nor the
+ * worker's jobs: it is tried again every second, and a call that hands out no
+ * run returns its error (TOCSIN_CORRUPT, TOCSIN_INVALID or TOCSIN_TOOBIG,
+ * naming the schedule) when it first appears and then once a minute while it
+ * lasts; the worker goes on, so log it and call again.
  */
 TOCSIN_API int tocsin_worker_next(tocsin_worker *w, tocsin_task_run ***out, size_t *out_n,
                                   int timeout_ms);

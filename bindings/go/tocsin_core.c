@@ -7484,7 +7484,8 @@ int tocsin_scheduler_tick(tocsin_db *db, int64_t *out_fired) {
     sqlite3_stmt *st;
     tc_op op;
     int64_t now, fired = 0, advanced;
-    int rc;
+    int rc, failed = 0;
+    char why[sizeof tc_tls()->msg];
     TC_CHECK_DB(db);
     if (out_fired) *out_fired = 0;
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
@@ -7499,14 +7500,31 @@ int tocsin_scheduler_tick(tocsin_db *db, int64_t *out_fired) {
         sqlite3_bind_int(st, 2, SCHED_TICK_BATCH);
         if ((rc = sched_collect(db, st, &due, &n, "scheduler: due schedules")) != TOCSIN_OK) break;
         advanced = 0;
-        for (i = 0; i < n && rc == TOCSIN_OK; i++)
-            rc = sched_fire(db, &due[i], now, &fired, &advanced);
+        for (i = 0; i < n && rc == TOCSIN_OK; i++) {
+            /* each schedule in a savepoint of its own: one that cannot fire
+             * (its stored row is damaged, its job is refused) changes nothing
+             * and does not hold back the others */
+            tc_op one;
+            int64_t f = fired, a = advanced;
+            if ((rc = tc_op_open(db, &one, 1)) != TOCSIN_OK) break;
+            rc = tc_op_end(db, &one, sched_fire(db, &due[i], now, &fired, &advanced));
+            if (rc == TOCSIN_CORRUPT || rc == TOCSIN_INVALID || rc == TOCSIN_TOOBIG) {
+                fired = f, advanced = a;
+                if (!failed) {
+                    failed = rc;
+                    memcpy(why, tc_tls()->msg, sizeof why);
+                }
+                rc = TOCSIN_OK;
+            }
+        }
         tocsin_schedules_free(due, n);
         due = NULL;
         /* a full batch: more may be due (each round moves every row it read) */
     } while (rc == TOCSIN_OK && n == SCHED_TICK_BATCH && advanced > 0);
     rc = tc_op_end(db, &op, rc);
     if (rc == TOCSIN_OK && out_fired) *out_fired = fired;
+    /* the others fired and are committed; the first that could not is reported */
+    if (rc == TOCSIN_OK && failed) rc = tc_err(db, failed, "%s (the other due schedules fired)", why);
     return rc;
 }
 
@@ -7653,6 +7671,8 @@ char *tc_schedules_json(const tocsin_schedule *s, size_t n) {
 #define W_DEFAULT_UNKNOWN_HANDBACKS 20
 #define W_REAP_EVERY_MS 1000      /* how often the registry is read for dead workers */
 #define W_SWEEP_EVERY_MS 60000    /* the leader's housekeeping */
+#define W_SCHED_RETRY_MS 1000     /* a schedule that could not fire is tried again */
+#define W_SCHED_TELL_MS 60000     /* and its error told again */
 #define W_CANCEL_CHECK_US 20000   /* running jobs and schedules are re-read at most this often */
 /* The reserve (docs/worker-protocol.md): a worker whose runs are short claims
  * ahead of its free slots, so that a slot never waits for a commit and each
@@ -7835,6 +7855,11 @@ struct tocsin_worker {
     int cancel_news; /* under inmu: ids noted since a tocsin_worker_next last returned */
     /* when the next upkeep steps are due (handle's clock) */
     int64_t next_renew, next_reap, next_lead, next_fire, next_sweep, next_claim;
+    /* a schedule that cannot fire (tocsin_scheduler_tick: the others did): its
+     * error, told by tocsin_worker_next at most every W_SCHED_TELL_MS */
+    int sched_err;
+    int64_t sched_told;
+    char sched_msg[512];
     int64_t last_check_us; /* monotonic: the last check of running jobs */
     int recheck_due;       /* a step skipped that check (too soon): one is owed */
     char host[256];
@@ -8596,9 +8621,24 @@ static int lead(tocsin_worker *w, int64_t now, int woken) {
     /* another process may have changed the schedules: re-read after commits */
     if (!was || woken || now >= w->next_fire) {
         int64_t fired = 0, next = -1;
-        if (now >= w->next_fire && (rc = tocsin_scheduler_tick(w->db, &fired)) != TOCSIN_OK) return rc;
+        int stuck = 0;
+        if (now >= w->next_fire && (rc = tocsin_scheduler_tick(w->db, &fired)) != TOCSIN_OK) {
+            if (rc != TOCSIN_CORRUPT && rc != TOCSIN_INVALID && rc != TOCSIN_TOOBIG) return rc;
+            /* one schedule cannot fire (the others did): the worker goes on, the
+             * schedule is tried again every W_SCHED_RETRY_MS, and the caller is
+             * told (tocsin_worker_next) */
+            if (!w->sched_err || strcmp(w->sched_msg, tc_tls()->msg) != 0) w->sched_told = 0;
+            w->sched_err = rc;
+            memcpy(w->sched_msg, tc_tls()->msg, sizeof w->sched_msg);
+            stuck = 1;
+            rc = TOCSIN_OK;
+        } else if (now >= w->next_fire) {
+            w->sched_err = 0;
+        }
         if ((rc = tocsin_scheduler_next_fire(w->db, &next)) != TOCSIN_OK) return rc;
         w->next_fire = next < 0 ? TOCSIN_MAX_TIME_MS : next;
+        /* its next_fire stays due: not a tick per step until it is mended */
+        if (stuck && w->next_fire < now + W_SCHED_RETRY_MS) w->next_fire = now + W_SCHED_RETRY_MS;
     }
     if (now >= w->next_sweep) {
         int64_t n = 0;
@@ -8912,6 +8952,10 @@ static int next_step(void *p, int *done, int64_t *sleep_ms) {
     wake = next_upkeep(w, now);
     if (free_slots && deadline >= 0 && deadline > now && deadline < wake) wake = deadline;
     w->next_claim = free_slots && deadline >= 0 ? deadline : -1;
+    if (rc == TOCSIN_OK && w->sched_err && (!w->sched_told || now - w->sched_told >= W_SCHED_TELL_MS)) {
+        w->sched_told = now > 0 ? now : 1;
+        rc = tc_err(w->db, w->sched_err, "scheduler: %s", w->sched_msg);
+    }
     w_unlock(w);
     if (rc != TOCSIN_OK) return rc;
     /* running jobs to stop: the caller hears of it now (tocsin_worker_cancelled),

@@ -553,7 +553,8 @@ int tocsin_scheduler_tick(tocsin_db *db, int64_t *out_fired) {
     sqlite3_stmt *st;
     tc_op op;
     int64_t now, fired = 0, advanced;
-    int rc;
+    int rc, failed = 0;
+    char why[sizeof tc_tls()->msg];
     TC_CHECK_DB(db);
     if (out_fired) *out_fired = 0;
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
@@ -568,14 +569,31 @@ int tocsin_scheduler_tick(tocsin_db *db, int64_t *out_fired) {
         sqlite3_bind_int(st, 2, SCHED_TICK_BATCH);
         if ((rc = sched_collect(db, st, &due, &n, "scheduler: due schedules")) != TOCSIN_OK) break;
         advanced = 0;
-        for (i = 0; i < n && rc == TOCSIN_OK; i++)
-            rc = sched_fire(db, &due[i], now, &fired, &advanced);
+        for (i = 0; i < n && rc == TOCSIN_OK; i++) {
+            /* each schedule in a savepoint of its own: one that cannot fire
+             * (its stored row is damaged, its job is refused) changes nothing
+             * and does not hold back the others */
+            tc_op one;
+            int64_t f = fired, a = advanced;
+            if ((rc = tc_op_open(db, &one, 1)) != TOCSIN_OK) break;
+            rc = tc_op_end(db, &one, sched_fire(db, &due[i], now, &fired, &advanced));
+            if (rc == TOCSIN_CORRUPT || rc == TOCSIN_INVALID || rc == TOCSIN_TOOBIG) {
+                fired = f, advanced = a;
+                if (!failed) {
+                    failed = rc;
+                    memcpy(why, tc_tls()->msg, sizeof why);
+                }
+                rc = TOCSIN_OK;
+            }
+        }
         tocsin_schedules_free(due, n);
         due = NULL;
         /* a full batch: more may be due (each round moves every row it read) */
     } while (rc == TOCSIN_OK && n == SCHED_TICK_BATCH && advanced > 0);
     rc = tc_op_end(db, &op, rc);
     if (rc == TOCSIN_OK && out_fired) *out_fired = fired;
+    /* the others fired and are committed; the first that could not is reported */
+    if (rc == TOCSIN_OK && failed) rc = tc_err(db, failed, "%s (the other due schedules fired)", why);
     return rc;
 }
 

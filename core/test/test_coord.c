@@ -1213,6 +1213,44 @@ static void schedule_update_fields(void) {
     tocsin_close(db);
 }
 
+/* A schedule that cannot fire does not hold back the others. */
+static void schedule_cannot_fire(void) {
+    t_clock clk = {T2024 + 30000};
+    tocsin_db *db = t_open("sched_bad", &clk);
+    int64_t next = 0, fired = -1;
+    tocsin_schedule *s = NULL;
+    CHECK_OK(db, tocsin_schedule_set(db, &next, "a-damaged", "* * * * *", "jobs", "{\"a\":1}", NULL));
+    CHECK_OK(db, tocsin_schedule_set(db, &next, "b-good", "* * * * *", "jobs", "{\"b\":1}", NULL));
+    CHECK_OK(db, tocsin_schedule_set(db, &next, "c-big", "* * * * *", "jobs",
+                                     "{\"c\":\"a payload over the lowered limit of 80 bytes, which the job meta stays within\"}", NULL));
+    CHECK_OK(db, tocsin_exec(db, "UPDATE _tocsin_schedules SET cron = 'bogus' WHERE name = 'a-damaged'"));
+    CHECK_OK(db, tocsin_set_max_payload(db, 80));
+    clk.now = T2024 + MIN_MS;
+    CHECK_EQ_I(tocsin_scheduler_tick(db, &fired), TOCSIN_CORRUPT);
+    CHECK(strstr(tocsin_errmsg(db), "schedule a-damaged") != NULL);
+    CHECK(strstr(tocsin_errmsg(db), "the other due schedules fired") != NULL);
+    CHECK_EQ_I(fired, 1);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 1);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE payload = '{\"b\":1}'"), 1);
+    /* the two that could not fire are left as they were */
+    CHECK_OK(db, tocsin_schedule_get(db, &s, "c-big"));
+    CHECK(s && s->next_fire == T2024 + MIN_MS && s->last_job_id == 0);
+    tocsin_schedules_free(s, 1);
+    /* the limit back: c fires; a stays damaged and named, b fired its boundary already */
+    CHECK_OK(db, tocsin_set_max_payload(db, TOCSIN_DEFAULT_MAX_PAYLOAD_BYTES));
+    CHECK_EQ_I(tocsin_scheduler_tick(db, &fired), TOCSIN_CORRUPT);
+    CHECK_EQ_I(fired, 1);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 2);
+    /* inside the caller's transaction the good ones still roll back with it */
+    clk.now = T2024 + 2 * MIN_MS;
+    CHECK_OK(db, tocsin_begin(db));
+    CHECK_EQ_I(tocsin_scheduler_tick(db, &fired), TOCSIN_CORRUPT);
+    CHECK_EQ_I(fired, 2);
+    CHECK_OK(db, tocsin_rollback(db));
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 2);
+    tocsin_close(db);
+}
+
 void suite_coord(void) {
     results();
     finish_tasks();
@@ -1222,6 +1260,7 @@ void suite_coord(void) {
     ratelimit_basics();
     schedule_basics();
     schedule_update_fields();
+    schedule_cannot_fire();
     catch_up();
     racing_tickers();
     leadership();

@@ -674,6 +674,76 @@ static void scheduler_step(void) {
     tocsin_close(db);
 }
 
+/* A schedule that cannot fire holds back neither the other schedules nor the
+ * leader's jobs; its error is told, then again once a minute. */
+static void scheduler_damaged_schedule(void) {
+    t_clock clk = {60000};
+    tocsin_db *db = t_open("w_sched_bad", &clk);
+    tocsin_worker_opts wo = TOCSIN_WORKER_OPTS_INIT;
+    tocsin_worker *w = NULL;
+    tocsin_task_run *r;
+    tocsin_outcome o = TOCSIN_OUTCOME_INIT;
+    int64_t next = 0, id = 0;
+    int rc = 0, told = 0, ran = 0, i;
+    wo.queues = QS;
+    wo.n_queues = 1;
+    wo.scheduler = 1;
+    wo.worker_id = "leader";
+    CHECK_OK(db, tocsin_schedule_set(db, &next, "a-damaged", "* * * * *", "tasks",
+                                     "{\"task\":\"add\",\"args\":[]}", NULL));
+    CHECK_OK(db, tocsin_schedule_set(db, &next, "b-good", "* * * * *", "tasks",
+                                     "{\"task\":\"add\",\"args\":[]}", NULL));
+    CHECK_OK(db, tocsin_exec(db, "UPDATE _tocsin_schedules SET cron = 'bogus' WHERE name = 'a-damaged'"));
+    CHECK_OK(db, tocsin_worker_open(&w, db, &wo));
+    CHECK_OK(db, tocsin_worker_register(w, "add", NULL));
+    clk.now = 120000;
+    /* b fires, its job and an enqueued one run; a's error is told once */
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id, "tasks", "{\"task\":\"add\",\"args\":[]}", NULL));
+    for (i = 0; i < 6; i++) {
+        r = next_run(w, &rc);
+        if (r) {
+            ran++;
+            CHECK_OK(db, tocsin_worker_finish(w, NULL, r, &o));
+        } else if (rc == TOCSIN_CORRUPT) {
+            told++;
+            CHECK(strstr(tocsin_errmsg(NULL), "schedule a-damaged") != NULL);
+        } else {
+            CHECK_EQ_I(rc, TOCSIN_TIMEOUT);
+        }
+    }
+    CHECK_EQ_I(ran, 2);
+    CHECK_EQ_I(told, 1);
+    CHECK_EQ_I(t_count(db, "_tocsin_schedules WHERE name = 'b-good' AND next_fire = 180000"), 1);
+    /* tried again a second later (not told), told again a minute later */
+    CHECK(tocsin_worker_wake_in(w) <= 1000);
+    clk.now = 121500;
+    CHECK(next_run(w, &rc) == NULL);
+    CHECK_EQ_I(rc, TOCSIN_TIMEOUT);
+    clk.now = 120000 + 60000 + 500; /* b's next boundary fires too */
+    for (i = 0, told = ran = 0; i < 4; i++) {
+        r = next_run(w, &rc);
+        if (r) {
+            ran++;
+            CHECK_OK(db, tocsin_worker_finish(w, NULL, r, &o));
+        } else {
+            told += rc == TOCSIN_CORRUPT;
+        }
+    }
+    CHECK_EQ_I(ran, 1);
+    CHECK_EQ_I(told, 1);
+    /* mended: no more errors */
+    CHECK_OK(db, tocsin_schedule_set(db, &next, "a-damaged", "* * * * *", "tasks",
+                                     "{\"task\":\"add\",\"args\":[]}", NULL));
+    clk.now = 240000 + 61000;
+    for (i = 0; i < 6; i++) {
+        r = next_run(w, &rc);
+        if (r) CHECK_OK(db, tocsin_worker_finish(w, NULL, r, &o));
+        else CHECK_EQ_I(rc, TOCSIN_TIMEOUT);
+    }
+    CHECK_OK(db, tocsin_worker_close(w));
+    tocsin_close(db);
+}
+
 typedef struct waiter_ctx {
     tocsin_worker *w;
     int rc;
@@ -1045,5 +1115,6 @@ void suite_worker(void) {
     cancellation();
     cancellation_ends_next();
     scheduler_step();
+    scheduler_damaged_schedule();
     poke_and_close();
 }

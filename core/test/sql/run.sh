@@ -367,6 +367,20 @@ SELECT count(*) FROM _tocsin_events, _tocsin_notifications;" "1|1
 *tocsin_notify: notify: no id is left*(13)*
 1"
 
+# a schedule that cannot fire (its cron edited around tocsin) does not hold back the others
+qfresh sched_damaged "SELECT tocsin_clock(60000);
+SELECT tocsin_schedule_set('a', '* * * * *', 'q', '{}'), tocsin_schedule_set('b', '* * * * *', 'q', '{}');
+UPDATE _tocsin_schedules SET cron = 'bogus' WHERE name = 'a';
+SELECT tocsin_clock(120000);
+SELECT tocsin_scheduler_tick();
+SELECT count(*) FROM _tocsin_jobs;
+SELECT group_concat(name || '=' || next_fire) FROM _tocsin_schedules;" "60000
+120000|120000
+120000
+*tocsin_scheduler_tick: schedule a: stored cron expression*(the other due schedules fired)*
+1
+a=120000,b=180000"
+
 # the stdlib sqlite3 module of Debian's python3 loads the extension too
 if [ -x /usr/bin/python3 ]; then
     out=$(/usr/bin/python3 - "$EXT" "$DB" <<'PY'
