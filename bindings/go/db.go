@@ -219,8 +219,25 @@ func (c *conn) do(ctx context.Context, op string, f func(p *C.tocsin_db) C.int) 
 	if err != nil {
 		return err
 	}
-	err = call(op, func() C.int { return f(p) })
+	dl, bounded := ctx.Deadline()
+	err = call(op, func() C.int {
+		if !bounded {
+			return f(p)
+		}
+		// the ctx's deadline bounds the call's waits for another connection's lock
+		// (the thread is locked for the call: tocsin_thread_timeout is per thread)
+		ms := (time.Until(dl) + time.Millisecond - 1) / time.Millisecond // not before the deadline
+		C.tocsin_thread_timeout(C.int(min(max(int64(ms), 0), math.MaxInt32)))
+		rc := f(p)
+		C.tocsin_thread_timeout(-1)
+		return rc
+	})
 	release()
+	if bounded && isCode(err, ErrBusy) && !time.Now().Before(dl) {
+		// (ctx.Err() may lag: its timer fires on its own)
+		return errors.Join(&Error{Code: ErrTimeout, Op: op, Message: context.DeadlineExceeded.Error(),
+			cause: context.DeadlineExceeded}, err)
+	}
 	return err
 }
 

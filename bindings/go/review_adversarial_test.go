@@ -294,3 +294,39 @@ func TestTaskTxHandlerEndsItsTransaction(t *testing.T) {
 	cancel()
 	check(t, <-done)
 }
+
+// A ctx deadline bounds a call's wait for another connection's write lock: the call
+// returns at the deadline (ErrTimeout and ErrBusy), not after the 30 s busy timeout.
+func TestContextDeadlineBoundsLockWaits(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "d.db")
+	db, err := tocsin.Open(path, &tocsin.Options{BusyTimeout: 30 * time.Second})
+	check(t, err)
+	t.Cleanup(func() { db.Close() })
+	holder := openDB2(t, path)
+	locked, release, held := make(chan struct{}), make(chan struct{}), make(chan error)
+	go func() {
+		held <- holder.Tx(bg, func(tx *tocsin.Tx) error {
+			close(locked)
+			<-release
+			return nil
+		})
+	}()
+	<-locked
+	q := db.Queue("q")
+	for i := 0; i < 3; i++ {
+		ctx, cancel := context.WithTimeout(bg, 20*time.Millisecond)
+		_, err := q.Enqueue(ctx, i, nil)
+		cancel()
+		wantCode(t, err, tocsin.ErrBusy)
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("want the deadline named, got %v", err)
+		}
+	}
+	close(release)
+	check(t, <-held)
+	// the bound ended with its call: later calls wait as long as they need
+	must(q.Enqueue(bg, "after", nil))
+	if st := must(q.Stats(bg)); st.Pending != 1 {
+		t.Fatalf("want only the last enqueue, got %d pending", st.Pending)
+	}
+}

@@ -224,6 +224,17 @@ TOCSIN_API const char *tocsin_errmsg(tocsin_db *db);
 TOCSIN_API int tocsin_errcode(tocsin_db *db);
 TOCSIN_API int tocsin_sqlite_errcode(tocsin_db *db);
 
+/*
+ * Bounds the lock waits of the calling thread's following tocsin calls, on any
+ * handle: a call that waits for another connection's write lock gives up with
+ * TOCSIN_BUSY `ms` from now, or at the handle's busy timeout if that comes
+ * first. ms < 0 removes the bound. For a per-call deadline (a Go context, a
+ * binding's timeout): set it before the call and remove it after, on the same
+ * thread. The bound is on waits for locks only; queue, result and lock waits
+ * keep their own timeouts (their writes are bounded too).
+ */
+TOCSIN_API void tocsin_thread_timeout(int ms);
+
 /* The handle's clock. tocsin_set_clock(db, NULL, NULL) restores the system
  * clock. Set it (and the payload limit) before other threads use the handle;
  * transaction handles take db's settings when they begin. The clock may be

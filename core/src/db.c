@@ -48,6 +48,15 @@ static _Thread_local tc_thread_state tc_thread;
 
 tc_thread_state *tc_tls(void) { return &tc_thread; }
 
+void tocsin_thread_timeout(int ms) {
+    if (ms < 0) {
+        tc_thread.deadline_us = 0;
+    } else {
+        tc_thread.deadline_us = tc_monotonic_us() + (int64_t)ms * 1000;
+        if (!tc_thread.deadline_us) tc_thread.deadline_us = 1; /* 0 is "none" */
+    }
+}
+
 void tc_clear(tocsin_db *db) {
     tc_thread.code = TOCSIN_OK;
     tc_thread.sqlite_rc = 0;
@@ -171,9 +180,12 @@ static int no_wait(void) {
 static int busy_wait(tocsin_db *db) {
     int64_t now = tc_monotonic_ms(), pause;
     if (no_wait()) return 0;
-    if (!tc_thread.busy_until)
+    if (!tc_thread.busy_until) {
         tc_thread.busy_until = (!db->owns_conn && tc_thread.call_start ? tc_thread.call_start : now) +
                                db->busy_timeout_ms;
+        if (tc_thread.deadline_us && tc_thread.deadline_us / 1000 < tc_thread.busy_until)
+            tc_thread.busy_until = tc_thread.deadline_us / 1000;
+    }
     if (now >= tc_thread.busy_until) return 0;
     pause = tc_thread.busy_waited / 1000;
     pause = pause < 1 ? 1 : pause > 32 ? 32 : pause;
@@ -203,6 +215,11 @@ static int busy_cb(void *ctx, int count) {
     if (prior + pause > timeout) {
         pause = timeout - prior;
         if (pause <= 0) return 0;
+    }
+    if (tc_thread.deadline_us) { /* the thread's own bound (tocsin_thread_timeout) */
+        int64_t left = tc_thread.deadline_us - tc_monotonic_us();
+        if (left <= 0) return 0;
+        if (pause > left) pause = left;
     }
     tc_sleep_us(pause);
     tc_thread.busy_waited += pause; /* the "waited N ms" of a BUSY error counts these too */

@@ -96,6 +96,7 @@ typedef struct tc_thread_state {
      * database's open transaction handles) is > 0, and sets `yielded` */
     _Atomic int *yield_to;
     int yielded;
+    int64_t deadline_us; /* monotonic us: lock waits end then (tocsin_thread_timeout); 0: none */
     int ctl;    /* the core runs its own transaction control (own_auth lets it) */
     int denied; /* own_auth refused a statement of this call (its message is set) */
     char msg[512];

@@ -262,6 +262,43 @@ static void busy_timeout_is_busy(void) {
     sqlite3_close(conn);
 }
 
+/* The thread's own bound on lock waits (tocsin_thread_timeout) ends them before
+ * a long busy timeout: on tocsin's connections (SQLite's busy handler) and on a
+ * host's (tocsin's own retry). Without it these calls would wait 60 s. */
+static void thread_timeout_bounds_lock_waits(void) {
+    char path[512];
+    sqlite3 *conn = NULL, *holder = NULL;
+    tocsin_db *db = NULL, *host, *tx = NULL;
+    tocsin_open_opts o = TOCSIN_OPEN_OPTS_INIT;
+    int64_t id = 0;
+    snprintf(path, sizeof path, "%s", t_path("thread_timeout"));
+    o.busy_timeout_ms = 60000;
+    CHECK_OK(db, tocsin_open(&db, path, &o));
+    host = host_conn(path, &conn, 60000);
+    CHECK(host != NULL);
+    if (!host) return;
+    CHECK(sqlite3_open(path, &holder) == SQLITE_OK);
+    CHECK(sqlite3_exec(holder, "BEGIN EXCLUSIVE", NULL, NULL, NULL) == SQLITE_OK);
+    tocsin_thread_timeout(0);
+    CHECK_EQ_I(tocsin_queue_enqueue(db, &id, "q", "{}", NULL), TOCSIN_BUSY);
+    CHECK(strstr(tocsin_errmsg(db), "locked") != NULL);
+    CHECK_EQ_I(tocsin_queue_enqueue(host, &id, "q", "{}", NULL), TOCSIN_BUSY);
+    tocsin_thread_timeout(30);
+    CHECK_EQ_I(tocsin_queue_enqueue(db, &id, "q", "{}", NULL), TOCSIN_BUSY);
+    CHECK_EQ_I(tocsin_queue_enqueue(host, &id, "q", "{}", NULL), TOCSIN_BUSY);
+    CHECK_EQ_I(tocsin_tx_begin(db, &tx), TOCSIN_BUSY);
+    CHECK(tx == NULL);
+    tocsin_thread_timeout(-1); /* removed: the next waits get the busy timeout again */
+    sqlite3_exec(holder, "ROLLBACK", NULL, NULL, NULL);
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "{}", NULL));
+    CHECK_OK(host, tocsin_queue_enqueue(host, &id, "q", "{}", NULL));
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 2);
+    sqlite3_close(holder);
+    tocsin_close(host);
+    sqlite3_close(conn);
+    tocsin_close(db);
+}
+
 /* ---- stale WAL snapshots ------------------------------------------------------ */
 
 static sqlite3 *t_other_conn;
@@ -659,6 +696,7 @@ void suite_harden(void) {
     racing_first_opens();
     busy_host_connections();
     busy_timeout_is_busy();
+    thread_timeout_bounds_lock_waits();
     stale_snapshot_fails_at_once();
     host_without_extended_codes();
     durations_never_wrap();
