@@ -408,6 +408,7 @@ def _str_calls(db):
         ("worker_id", lambda v: q.jobs(v)),
         ("consumer", lambda v: s.save_offset(v, 0)),
         ("consumer", lambda v: s.offset(v)),
+        ("consumer", lambda v: s.subscribe(v) if v is not None else s.subscribe(3)),
         ("channel", lambda v: db.notify(v, 1)),
         ("channel", lambda v: db.notifications(v)),
         ("channel", lambda v: db.listen(v)),
