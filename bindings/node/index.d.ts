@@ -6,6 +6,15 @@
 import { EventEmitter } from 'events';
 
 export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+/**
+ * What a payload, meta, result or task argument may be: any value JSON.stringify writes
+ * as itself. Refused with InvalidArgumentError before anything is written: NaN and
+ * +/-Infinity, a BigInt, a Map or a Set at any depth, and undefined as the value itself
+ * (except where the argument is optional: notify's and schedule's payload, a task's
+ * return value, which store null). toJSON() is honoured (a Date is its ISO string); an
+ * undefined member of an object is left out, one in an array is null.
+ */
+export type JsonValue = unknown;
 export type Meta = { [key: string]: Json };
 export type Token = bigint | string;
 export type Instant = number | Date;
@@ -80,7 +89,7 @@ export declare class Job<P = any> {
   fail(options?: FailOptions): Promise<boolean>;
   heartbeat(options?: HeartbeatOptions): Promise<boolean>;
   cancel(): Promise<boolean>;
-  complete(value: unknown, options?: CompleteOptions): Promise<boolean>;
+  complete(value: JsonValue, options?: CompleteOptions): Promise<boolean>;
   toJSON(): object;
 }
 
@@ -106,14 +115,14 @@ export interface TaskOptions extends Omit<EnqueueOptions, 'tx' | 'maxAttempts' |
 }
 
 export interface CallOptions extends EnqueueOptions {
-  kwargs?: { [key: string]: unknown };
+  kwargs?: { [key: string]: JsonValue };
   resultTtl?: number;
   timeout?: number;
 }
 
 export interface PeriodicOptions extends ScheduleOptions {
-  args?: unknown[];
-  kwargs?: { [key: string]: unknown };
+  args?: JsonValue[];
+  kwargs?: { [key: string]: JsonValue };
   /** the schedule's name; default the task's name */
   name?: string;
   resultTtl?: number;
@@ -141,7 +150,7 @@ export interface TaskFunction<A extends unknown[], R> {
 export declare class Queue {
   readonly db: Database;
   readonly name: string;
-  enqueue(payload: unknown, options?: EnqueueOptions): Promise<number>;
+  enqueue(payload: JsonValue, options?: EnqueueOptions): Promise<number>;
   enqueueMany(jobs: JobSpec[], options?: TxOption): Promise<number[]>;
   claim<P = any>(workerId: string, options?: ClaimOptions): Promise<Job<P> | null>;
   claimBatch<P = any>(n: number, workerId: string, options?: ClaimOptions): Promise<Job<P>[]>;
@@ -151,7 +160,7 @@ export declare class Queue {
   retry(job: Job | number, options?: RetryOptions): Promise<boolean>;
   fail(job: Job | number, options?: FailOptions): Promise<boolean>;
   heartbeat(job: Job | number, options?: HeartbeatOptions): Promise<boolean>;
-  complete(job: Job | number, value: unknown, options?: CompleteOptions): Promise<boolean>;
+  complete(job: Job | number, value: JsonValue, options?: CompleteOptions): Promise<boolean>;
   failTask(job: Job | number, type: string, message?: string, options?: CompleteOptions): Promise<boolean>;
   cancel(job: Job | number): Promise<boolean>;
   get<P = any>(id: number): Promise<Job<P> | null>;
@@ -167,7 +176,7 @@ export declare class Queue {
   wait(options?: WaitOptions): Promise<boolean>;
   jobs<P = any>(workerId: string, options?: JobsOptions): AsyncGenerator<Job<P>, void, undefined>;
   task<A extends unknown[], R>(name: string, fn: (...args: A) => R | Promise<R>, options?: TaskOptions): TaskFunction<A, Awaited<R>>;
-  call<R = any>(name: string, args?: unknown[], options?: CallOptions): Promise<TaskHandle<R>>;
+  call<R = any>(name: string, args?: JsonValue[], options?: CallOptions): Promise<TaskHandle<R>>;
   tasks(): string[];
   periodic(cron: string, taskName: string, options?: PeriodicOptions): Promise<number>;
 }
@@ -204,8 +213,8 @@ export interface SubscribeOptions {
 export declare class Stream {
   readonly db: Database;
   readonly topic: string;
-  publish(payload: unknown, options?: PublishOptions): Promise<number>;
-  publishMany(payloads: unknown[], options?: TxOption & { keys?: Array<string | null> }): Promise<number[]>;
+  publish(payload: JsonValue, options?: PublishOptions): Promise<number>;
+  publishMany(payloads: JsonValue[], options?: TxOption & { keys?: Array<string | null> }): Promise<number[]>;
   read<P = any>(options?: { after?: number; limit?: number }): Promise<Event<P>[]>;
   saveOffset(consumer: string, offset: number): Promise<number>;
   offset(consumer: string): Promise<number>;
@@ -328,14 +337,14 @@ export declare class Database {
   queue(name: string): Queue;
   stream(topic: string): Stream;
   stats(): Promise<QueueStats[]>;
-  notify(channel: string, payload?: unknown, options?: TxOption & { meta?: Meta }): Promise<number>;
+  notify(channel: string, payload?: JsonValue, options?: TxOption & { meta?: Meta }): Promise<number>;
   notifications<P = any>(channel: string, options?: { afterId?: number; limit?: number }): Promise<Notification<P>[]>;
   notifyMaxId(): Promise<number>;
   pruneNotifications(options?: { maxAge?: number; maxKeep?: number }): Promise<number>;
   setNotifyAutotrim(options?: { maxAge?: number; maxKeep?: number; oneIn?: number }): Promise<void>;
   listen<P = any>(channel: string, options?: { bufferSize?: number; signal?: AbortSignal }): Listener<P>;
   subscribe(): Wake;
-  saveResult(jobId: number, value: unknown, options?: TxOption & { ttl?: number }): Promise<void>;
+  saveResult(jobId: number, value: JsonValue, options?: TxOption & { ttl?: number }): Promise<void>;
   saveError(jobId: number, type: string, message?: string, options?: TxOption & { ttl?: number }): Promise<void>;
   result<T = any>(jobId: number): Promise<Result<T> | null>;
   checkResult<T = any>(jobId: number): Promise<Result<T> | null>;
@@ -346,8 +355,8 @@ export declare class Database {
   withLock<T>(name: string, options: LockOptions & WaitOptions, fn: (lock: Lock) => T | Promise<T>): Promise<T>;
   withLock<T>(name: string, fn: (lock: Lock) => T | Promise<T>): Promise<T>;
   rateLimit(name: string, limit: number, per: number): RateLimit;
-  schedule(name: string, cron: string, queue: string, payload?: unknown, options?: ScheduleOptions): Promise<number>;
-  updateSchedule(name: string, changes: ScheduleOptions & { cron?: string; queue?: string; payload?: unknown }): Promise<number>;
+  schedule(name: string, cron: string, queue: string, payload?: JsonValue, options?: ScheduleOptions): Promise<number>;
+  updateSchedule(name: string, changes: ScheduleOptions & { cron?: string; queue?: string; payload?: JsonValue }): Promise<number>;
   schedules(): Promise<Schedule[]>;
   getSchedule(name: string): Promise<Schedule | null>;
   pauseSchedule(name: string): Promise<void>;
@@ -358,8 +367,8 @@ export declare class Database {
   schedulerLead(owner: string, ttl: number): Promise<{ leader: boolean; token: number }>;
   schedulerResign(owner: string): Promise<boolean>;
   prune(options?: { notificationsMaxAge?: number; notificationsMaxKeep?: number }): Promise<PruneResult>;
-  call<R = any>(queue: string, name: string, args?: unknown[], options?: CallOptions): Promise<TaskHandle<R>>;
-  taskEnvelope(name: string, args?: unknown[], options?: { kwargs?: { [key: string]: unknown }; resultTtl?: number; timeout?: number }): Promise<string>;
+  call<R = any>(queue: string, name: string, args?: JsonValue[], options?: CallOptions): Promise<TaskHandle<R>>;
+  taskEnvelope(name: string, args?: JsonValue[], options?: { kwargs?: { [key: string]: JsonValue }; resultTtl?: number; timeout?: number }): Promise<string>;
 }
 
 export interface WorkerOptions {
@@ -414,9 +423,9 @@ export interface BetterSqliteLike {
   prepare(sql: string): any;
 }
 export declare function load<T extends BetterSqliteLike>(betterDb: T): T;
-export declare function enqueueSql(betterDb: BetterSqliteLike, queue: string, payload: unknown, options?: Omit<EnqueueOptions, 'tx'>): number;
-export declare function publishSql(betterDb: BetterSqliteLike, topic: string, payload: unknown, options?: { key?: string; meta?: Meta }): number;
-export declare function notifySql(betterDb: BetterSqliteLike, channel: string, payload: unknown, options?: { meta?: Meta }): number;
+export declare function enqueueSql(betterDb: BetterSqliteLike, queue: string, payload: JsonValue, options?: Omit<EnqueueOptions, 'tx'>): number;
+export declare function publishSql(betterDb: BetterSqliteLike, topic: string, payload: JsonValue, options?: { key?: string; meta?: Meta }): number;
+export declare function notifySql(betterDb: BetterSqliteLike, channel: string, payload: JsonValue, options?: { meta?: Meta }): number;
 export declare function cronNext(expr: string, after?: Instant | null, options?: { localTime?: boolean }): number | null;
 export declare function versions(): { version: string; versionNumber: number; compiledVersion: string; schemaVersion: number; sqliteVersion: string | null };
 export declare const codes: { [code: string]: number };

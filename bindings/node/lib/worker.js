@@ -252,7 +252,7 @@ class Worker extends EventEmitter {
         const value = await p;
         let json;
         try {
-          json = toJson(value, 'the return value');
+          json = toJson(value, 'the return value', true); // no return: null
         } catch (e) {
           if (tx) throw e;
           this._finish(run.jobId, FAIL, { type: 'SerializationError', message: e.message, trace: e.stack });

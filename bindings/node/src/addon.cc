@@ -1828,6 +1828,10 @@ class Poller : public Napi::ObjectWrap<Poller> {
     // kept alive by a strong reference of the object itself: that cycle is never
     // collected, and every wait would leak its closure, timers and error
     if (!cb_.IsEmpty()) cb_.Reset();
+    // nor is the async context (napi_async_init's record, resource object and handle:
+    // about 300 bytes of native memory) needed after close: a closed Poller that is
+    // still referenced, or not collected yet, holds only this object
+    ctx_.reset();
   }
   Napi::Value Start(const Napi::CallbackInfo &info) {
     if (h_ && !active_) {

@@ -87,3 +87,43 @@ test('memory: 100k enqueue/claim/ack keep RSS bounded after GC', async () => {
   const growth = (m.end - m.base) / (1024 * 1024);
   assert.ok(growth < 24, `RSS grew by ${growth.toFixed(1)} MiB over 80k jobs after GC`);
 });
+
+test('a closed poller releases its native async context at close, not when it is collected', async () => {
+  // Each Poller (the native object behind every wait) had an async context (napi_async_init:
+  // ~100 bytes of native memory, a resource object and a handle) that lived until the JS
+  // object was garbage collected: a closed Poller still referenced (or not collected yet)
+  // held ~300 bytes. Its async hooks show when the context ends: at close now.
+  const asyncHooks = require('async_hooks');
+  const { native } = tocsin._internal;
+  const live = new Set();
+  let made = 0;
+  const hook = asyncHooks.createHook({
+    init(id, type) { if (type === 'tocsin.poll') { live.add(id); made++; } },
+    destroy(id) { live.delete(id); },
+  }).enable();
+  const db = tocsin.open(tmpdb());
+  const sub = native.subOpen(db._h);
+  const kept = [];
+  try {
+    for (let i = 0; i < 200; i++) {
+      const p = new native.Poller(sub.fd(), () => {});
+      p.start();
+      p.close();
+      kept.push(p); // still referenced: never collected during the test
+    }
+    const l = db.listen('poll-ctx');
+    for (let i = 0; i < 50; i++) {
+      await assert.rejects(l.get({ timeout: 0 }), (e) => e instanceof tocsin.TimeoutError);
+      await assert.rejects(db.queue('poll-ctx').wait({ timeout: 0 }), (e) => e instanceof tocsin.TimeoutError);
+    }
+    l.close();
+    for (let i = 0; i < 3; i++) await new Promise((r) => setImmediate(r)); // destroy hooks run on an immediate
+    assert.ok(made >= 300, `${made} pollers made`);
+    assert.equal(live.size, 0, `${live.size} of ${made} closed pollers still hold their async context`);
+    assert.equal(kept.length, 200);
+  } finally {
+    hook.disable();
+    sub.close();
+    await db.close();
+  }
+});

@@ -162,3 +162,116 @@ describe('long timeouts', () => {
     }
   });
 });
+
+describe('payloads are JSON values', () => {
+  let db;
+  before(() => { db = tocsin.open(tmpdb()); });
+  after(() => db.close());
+
+  // [value, what the message says it holds]
+  const NOT_JSON = [
+    [NaN, /holds NaN\b/],
+    [Infinity, /holds Infinity/],
+    [-Infinity, /holds -Infinity/],
+    [{ a: [1, NaN] }, /holds NaN \(at \[1\]\)/],
+    [{ a: { b: Infinity } }, /holds Infinity \(at "b"\)/],
+    [[{ x: new Number(NaN) }], /holds NaN \(at "x"\)/],
+    [{ toJSON() { return NaN; } }, /holds NaN/],
+    [10n, /holds a BigInt/],
+    [{ deep: [{ n: 1n }] }, /holds a BigInt/],
+    [new Map([[1, 2]]), /holds a Map/],
+    [{ s: new Set([1]) }, /holds a Set \(at "s"\)/],
+  ];
+
+  test('every serialising path refuses NaN, infinities, BigInt, Map and Set at any depth, and writes nothing', async () => {
+    const q = db.queue('json-q');
+    const s = db.stream('json-s');
+    const t = q.task('json-t', () => null);
+    const paths = [
+      ['payload', (v) => q.enqueue(v)],
+      ['payload', (v) => q.enqueue(v, { priority: 1 })],
+      ['jobs\\[1\\]\\.payload', (v) => q.enqueueMany([{ payload: 1 }, { payload: v }])],
+      ['jobs\\[1\\]\\.payload', (v) => q.enqueueMany([{ payload: 1 }, { payload: v, priority: 2 }])],
+      ['meta', (v) => q.enqueue(1, { meta: { m: v } })],
+      ['payload', (v) => s.publish(v)],
+      ['meta', (v) => s.publish(1, { meta: { m: v } })],
+      ['payloads\\[1\\]', (v) => s.publishMany([1, v])],
+      ['payload', (v) => db.notify('json-c', v)],
+      ['meta', (v) => db.notify('json-c', 1, { meta: { m: v } })],
+      ['value', (v) => db.saveResult(1, v)],
+      ['args', (v) => q.call('json-t', [v])],
+      ['kwargs', (v) => q.call('json-t', [], { kwargs: { k: v } })],
+      ['args', (v) => t(v)],
+      ['payload', (v) => db.schedule('json-sched', '@hourly', 'json-q', v)],
+      ['meta', (v) => db.schedule('json-sched', '@hourly', 'json-q', 1, { meta: { m: v } })],
+    ];
+    for (const [what, call] of paths) {
+      for (const [v, holds] of NOT_JSON) {
+        // a toJSON object as meta's value still names what it holds
+        await assert.rejects(async () => call(v), (e) => e instanceof tocsin.InvalidArgumentError &&
+          new RegExp(`^${what} is not a JSON value: `).test(e.message) && holds.test(e.message),
+        `${what} ${String(typeof v === 'bigint' ? `${v}n` : v)}`);
+      }
+    }
+    const st = await q.stats();
+    assert.equal(st.pending + st.scheduled, 0, 'no job was written');
+    assert.deepEqual(await s.read(), [], 'no event was written');
+    assert.deepEqual(await db.notifications('json-c'), [], 'no notification was written');
+    assert.equal(await db.result(1), null, 'no result was written');
+    assert.deepEqual(await db.schedules(), [], 'no schedule was written');
+  });
+
+  test('undefined as the value is refused where the value is required, null where it is optional', async () => {
+    const q = db.queue('json-undef');
+    await assert.rejects(q.enqueue(), invalid(/^payload is undefined, which is not a JSON value \(pass null for none\)/));
+    await assert.rejects(q.enqueue(undefined, { priority: 1 }), invalid(/^payload is undefined/));
+    await assert.rejects(q.enqueueMany([{ payload: undefined }]), invalid(/^jobs\[0\]\.payload is undefined/));
+    await assert.rejects(db.stream('json-undef').publish(undefined), invalid(/^payload is undefined/));
+    await assert.rejects(db.stream('json-undef').publishMany([1, undefined]), invalid(/^payloads\[1\] is undefined/));
+    await assert.rejects(db.saveResult(1, undefined), invalid(/^value is undefined/));
+    assert.equal((await q.stats()).pending, 0);
+    // optional: a notification and a schedule without a payload carry null
+    const id = await db.notify('json-undef');
+    assert.equal((await db.notifications('json-undef'))[0].id, id);
+    assert.equal((await db.notifications('json-undef'))[0].payload, null);
+    await db.schedule('json-undef', '@hourly', 'json-undef');
+    assert.equal((await db.getSchedule('json-undef')).payload, null);
+    await db.unschedule('json-undef');
+  });
+
+  test('what JSON.stringify defines is kept: toJSON, Dates, undefined members, strings that say null', async () => {
+    const q = db.queue('json-ok');
+    const cases = [
+      [{ at: new Date(0) }, '{"at":"1970-01-01T00:00:00.000Z"}'],
+      [{ u: undefined, n: null, f() {} }, '{"n":null}'],
+      [[undefined, 1], '[null,1]'],
+      ['null', '"null"'],
+      [{}, '{}'],
+      [{ nested: { empty: {} }, x: 'nullable' }, '{"nested":{"empty":{}},"x":"nullable"}'],
+      [null, 'null'],
+      [{ big: 2 ** 60, neg: -0.5 }, `{"big":${2 ** 60},"neg":-0.5}`],
+    ];
+    for (const [v, text] of cases) {
+      const jid = await q.enqueue(v);
+      assert.equal((await q.get(jid)).payloadJson, text);
+    }
+  });
+
+  test('a task returning nothing stores null; one returning NaN fails with what it held', async () => {
+    const d = tocsin.open(tmpdb());
+    const q = d.queue('json-tasks');
+    const nothing = q.task('nothing', () => {});
+    const nan = q.task('nan', () => ({ ratio: NaN }), { retries: 0 });
+    const w = new tocsin.Worker(d, { queues: ['json-tasks'] });
+    const running = w.run();
+    try {
+      assert.equal(await (await nothing()).result({ timeout: 10000 }), null);
+      await assert.rejects((await nan()).result({ timeout: 10000 }), (e) => e instanceof tocsin.TaskError &&
+        e.type === 'SerializationError' && /the return value is not a JSON value: it holds NaN \(at "ratio"\)/.test(e.taskMessage));
+    } finally {
+      await w.stop();
+      await running;
+      await d.close();
+    }
+  });
+});

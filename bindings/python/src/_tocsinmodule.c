@@ -110,10 +110,165 @@ static void as_invalid(const char *fmt) {
     PyErr_Restore(type, value, tb);
 }
 
-/* PyArg_ParseTuple, with as_invalid's translation of unconvertible values. */
+/* The names of the arguments of each parse_args format (by the function name after
+ * its ':'), as the public API calls them: an argument of the wrong type is refused
+ * naming it. Looked up only when an argument is refused. */
+static const struct {
+    const char *fn;
+    const char *names; /* space-separated, in the order of the format's units */
+} ARG_NAMES[] = {
+    {"Handle", "path busy_timeout_ms max_payload_bytes read_only"},
+    {"executescript", "sql"},
+    {"execute", "sql params"},
+    {"set_max_payload", "max_bytes"},
+    {"enqueue", "queue payload priority delay run_at max_attempts expires unique_key meta"},
+    {"enqueue_many", "queue payload priority delay run_at max_attempts expires unique_key meta"},
+    {"claim", "queue worker_id n visibility"},
+    {"ack", "job_id token"},
+    {"ack_batch", "ids tokens"},
+    {"retry", "job_id token delay error"},
+    {"fail", "job_id token error"},
+    {"hand_back", "job_id token delay"},
+    {"heartbeat", "job_id token extend"},
+    {"cancel", "job_id"},
+    {"get", "job_id"},
+    {"pause", "queue"},
+    {"resume", "queue"},
+    {"is_paused", "queue"},
+    {"stats", "queue"},
+    {"next_deadline", "queues"},
+    {"dead_list", "queue after_id limit"},
+    {"dead_requeue", "job_id"},
+    {"dead_purge", "queue before"},
+    {"publish", "topic payload key meta"},
+    {"publish_many", "topic payloads keys"},
+    {"stream_read", "topic after limit"},
+    {"notify_read", "channel after_id limit"},
+    {"save_offset", "consumer topic offset"},
+    {"offset", "consumer topic"},
+    {"trim", "topic max_age max_count below_consumers"},
+    {"notify", "channel payload meta"},
+    {"notify_prune", "max_age max_keep"},
+    {"notify_set_autotrim", "max_age max_keep one_in"},
+    {"result_save", "job_id value ttl"},
+    {"result_save_error", "job_id type message ttl"},
+    {"result_get", "job_id"},
+    {"result_check", "job_id"},
+    {"result_delete", "job_id"},
+    {"result_wait", "job_id"},
+    {"check_name", "what name"},
+    {"lock_acquire", "name owner ttl"},
+    {"lock_renew", "name owner token ttl"},
+    {"lock_release", "name owner token"},
+    {"lock_holder", "name"},
+    {"lock_wait", "name owner ttl deadline sub"},
+    {"ratelimit_try", "name limit per"},
+    {"ratelimit_reset", "name"},
+    {"schedule options", "priority max_attempts job_expires catch_up max_catch_up local_time meta"},
+    {"schedule_set", "name cron queue payload options"},
+    {"schedule_update", "name cron queue payload options fields"},
+    {"schedule_pause", "name"},
+    {"schedule_resume", "name"},
+    {"schedule_remove", "name"},
+    {"schedule_get", "name"},
+    {"Sub", "handle"},
+    {"wait", "timeout_ms"},
+    {"next", "timeout_ms"},
+    {"queue_wait", "queues deadline sub"},
+    {"Listener", "handle channel buffer_size"},
+    {"StreamSub", "handle topic consumer from_offset batch autosave_every autosave_ms save_on_close"},
+    {"task_enqueue", "queue task args kwargs result_ttl timeout priority delay run_at max_attempts "
+                     "expires unique_key meta"},
+    {"task_envelope", "task args kwargs result_ttl timeout"},
+    {"Worker", "handle queues concurrency worker_id visibility scheduler scheduler_ttl "
+               "unknown_task_delay unknown_task_handbacks"},
+    {"register", "task backoff_base backoff_cap timeout result_ttl"},
+    {"finish", "run kind value error_type error_message error_trace delay tx"},
+    {"wake_configure", "poll_ms identity_ms no_kernel_events"},
+    {"errstr", "rc"},
+    {"cron_next", "expr after local_time"},
+};
+
+/* Raises InvalidArgument: argument `pos` (0-based) of the format `fmt` must be `want`. */
+static int refuse_arg(const char *fmt, Py_ssize_t pos, const char *want, PyObject *v) {
+    const char *fn = strchr(fmt, ':'), *names = NULL, *p;
+    char name[48];
+    size_t i, len = 0;
+    PyObject *text;
+    if (fn) {
+        fn++;
+        for (i = 0; i < sizeof ARG_NAMES / sizeof ARG_NAMES[0]; i++)
+            if (!strcmp(ARG_NAMES[i].fn, fn)) {
+                names = ARG_NAMES[i].names;
+                break;
+            }
+    }
+    for (p = names; p && *p && pos > 0; p++)
+        if (*p == ' ') pos--;
+    if (p && *p && !pos) {
+        while (p[len] && p[len] != ' ' && len < sizeof name - 1) len++;
+        memcpy(name, p, len);
+        name[len] = 0;
+    } else {
+        PyOS_snprintf(name, sizeof name, "argument %d", (int)pos + 1);
+    }
+    text = PyUnicode_FromFormat("%s must be %s, not %.100s", name, want, Py_TYPE(v)->tp_name);
+    if (text) {
+        raise_code(TOCSIN_INVALID, PyUnicode_AsUTF8(text), 0);
+        Py_DECREF(text);
+    }
+    return 0;
+}
+
+/* Whether `v` is an integer argument: an int (or an int subclass, or an object with
+ * __index__ such as numpy's integers), never a bool (True is not job 1), never a
+ * float (1.5 is not truncated to 1). The exact int is the fast path. */
+static inline int is_int_arg(PyObject *v) {
+    return PyLong_CheckExact(v) || (!PyBool_Check(v) && (PyLong_Check(v) || PyIndex_Check(v)));
+}
+
+/* The types of the positional arguments against the format's units: integer units
+ * (L, i, n, I, K...) take integers only, s a str, z a str or None. One type check per
+ * argument; refused as InvalidArgument naming the argument. */
+static int check_arg_types(PyObject *args, const char *fmt) {
+    Py_ssize_t n, i = 0;
+    const char *f;
+    if (!PyTuple_Check(args)) return 1;
+    n = PyTuple_GET_SIZE(args);
+    for (f = fmt; *f && *f != ':' && *f != ';' && i < n; f++) {
+        PyObject *v;
+        switch (*f) {
+        case '|': case '$': continue;
+        default: break;
+        }
+        v = PyTuple_GET_ITEM(args, i);
+        switch (*f) {
+        case 'L': case 'K': case 'i': case 'I': case 'n': case 'l': case 'k':
+        case 'h': case 'H': case 'b': case 'B':
+            if (!is_int_arg(v)) return refuse_arg(fmt, i, "an integer", v);
+            break;
+        case 's':
+            if (!PyUnicode_Check(v)) return refuse_arg(fmt, i, "a str", v);
+            break;
+        case 'z':
+            if (v != Py_None && !PyUnicode_Check(v)) return refuse_arg(fmt, i, "a str or None", v);
+            break;
+        case 'O':
+            if (f[1] == '!' || f[1] == '&') f++;
+            break;
+        default: break;
+        }
+        i++;
+    }
+    return 1;
+}
+
+/* PyArg_ParseTuple after check_arg_types, with as_invalid's translation of
+ * unconvertible values. */
 static int parse_args(PyObject *args, const char *fmt, ...) {
     va_list va;
     int ok;
+    if (!check_arg_types(args, fmt)) return 0;
     va_start(va, fmt);
     ok = PyArg_VaParse(args, fmt, va);
     va_end(va);
@@ -201,7 +356,8 @@ static int Handle_init(Handle *self, PyObject *args, PyObject *kw) {
     long long maxp = 0;
     tocsin_open_opts o = TOCSIN_OPEN_OPTS_INIT;
     tocsin_db *db = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "s|iLp:Handle", kwlist, &path, &busy, &maxp, &ro)) {
+    if (!check_arg_types(args, "s|iLp:Handle") ||
+        !PyArg_ParseTupleAndKeywords(args, kw, "s|iLp:Handle", kwlist, &path, &busy, &maxp, &ro)) {
         as_invalid(":Handle");
         return -1;
     }
@@ -518,6 +674,7 @@ static PyObject *Handle_set_time(Handle *self, PyObject *arg) {
     int how;
     long long ms = 0;
     if (arg != Py_None) {
+        if (!is_int_arg(arg)) return refuse_arg(":set_time", 0, "an integer or None", arg), NULL;
         ms = PyLong_AsLongLong(arg);
         if (ms == -1 && PyErr_Occurred()) {
             as_invalid(":set_time");
@@ -685,10 +842,15 @@ static PyObject *Handle_ack(Handle *self, PyObject *args) {
 }
 
 static int64_t *int_array(PyObject *seq, Py_ssize_t *n, const char *what) {
-    PyObject *f = PySequence_Fast(seq, what);
+    PyObject *f;
     int64_t *a;
     Py_ssize_t i;
-    if (!f) return NULL;
+    if (!PySequence_Check(seq) || PyUnicode_Check(seq) || PyBytes_Check(seq)) {
+        PyErr_Format(code_exc[TOCSIN_INVALID], "%s must be a sequence of integers, not %.100s", what,
+                     Py_TYPE(seq)->tp_name);
+        return NULL;
+    }
+    if (!(f = PySequence_Fast(seq, what))) return NULL;
     *n = PySequence_Fast_GET_SIZE(f);
     if (!(a = PyMem_Calloc((size_t)*n + 1, sizeof *a))) {
         Py_DECREF(f);
@@ -696,8 +858,17 @@ static int64_t *int_array(PyObject *seq, Py_ssize_t *n, const char *what) {
         return NULL;
     }
     for (i = 0; i < *n; i++) {
-        a[i] = PyLong_AsLongLong(PySequence_Fast_GET_ITEM(f, i));
+        PyObject *v = PySequence_Fast_GET_ITEM(f, i);
+        if (!is_int_arg(v)) {
+            PyErr_Format(code_exc[TOCSIN_INVALID], "%s[%zd] must be an integer, not %.100s", what,
+                         i, Py_TYPE(v)->tp_name);
+            PyMem_Free(a);
+            Py_DECREF(f);
+            return NULL;
+        }
+        a[i] = PyLong_AsLongLong(v);
         if (a[i] == -1 && PyErr_Occurred()) {
+            as_invalid(":ack_batch");
             PyMem_Free(a);
             Py_DECREF(f);
             return NULL;
@@ -714,8 +885,8 @@ static PyObject *Handle_ack_batch(Handle *self, PyObject *args) {
     size_t acked = 0;
     int rc, how;
     if (!parse_args(args, "OO:ack_batch", &pids, &ptoks)) return NULL;
-    if (!(ids = int_array(pids, &n1, "ids must be a sequence of integers"))) return NULL;
-    if (!(toks = int_array(ptoks, &n2, "tokens must be a sequence of integers"))) goto fail;
+    if (!(ids = int_array(pids, &n1, "ids"))) return NULL;
+    if (!(toks = int_array(ptoks, &n2, "tokens"))) goto fail;
     if (n1 != n2) {
         raise_code(TOCSIN_INVALID, "ids and tokens must have the same length", 0);
         goto fail;
@@ -844,7 +1015,8 @@ static const char **str_array(PyObject *tuple, int allow_none, const char *what)
         Py_ssize_t len;
         if (allow_none && v == Py_None) continue;
         if (!PyUnicode_Check(v)) {
-            PyErr_Format(PyExc_TypeError, "%s[%zd] must be a str", what, i);
+            PyErr_Format(code_exc[TOCSIN_INVALID], "%s[%zd] must be a str%s, not %.100s", what, i,
+                         allow_none ? " or None" : "", Py_TYPE(v)->tp_name);
             PyMem_Free(a);
             return NULL;
         }
@@ -2033,9 +2205,14 @@ static PyObject *Waiter_position(Waiter *self, PyObject *u) {
 /* An iteration that stopped mid-batch: the position goes back to the last event
  * handed to the caller (what close then saves). */
 static PyObject *Waiter_rewind(Waiter *self, PyObject *arg) {
-    long long off = PyLong_AsLongLong(arg);
+    long long off;
     int rc;
-    if (off == -1 && PyErr_Occurred()) return NULL;
+    if (!is_int_arg(arg)) return refuse_arg(":rewind", 0, "an integer", arg), NULL;
+    off = PyLong_AsLongLong(arg);
+    if (off == -1 && PyErr_Occurred()) {
+        as_invalid(":rewind");
+        return NULL;
+    }
     lock_obj(self->lock);
     if (!self->p) {
         PyThread_release_lock(self->lock);

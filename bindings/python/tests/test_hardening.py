@@ -7,6 +7,8 @@ import pytest
 
 import tocsin
 
+from conftest import count
+
 
 def test_unconvertible_values_raise_invalid_argument_and_write_nothing(db):
     q = db.queue("q")
@@ -358,3 +360,235 @@ def test_a_second_run_of_a_running_worker_is_refused_and_leaves_the_first_alone(
             await asyncio.wait_for(run, 10)
 
     assert asyncio.run(again()) == 8
+
+
+# ---- ids, tokens, counts, offsets and names: the argument's own type, named ----
+
+_NOT_INTS = (True, False, 1.0, 1.5, "1", None)
+_NOT_STRS = (True, 1, 1.5, b"w", None)
+
+
+def _int_calls(db):
+    """(argument name, call taking the bad value) of every public call that passes an
+    integer the caller gave straight to the core."""
+    q, s = db.queue("q"), db.stream("s")
+    return [
+        ("job_id", lambda v: q.get(v)),
+        ("job_id", lambda v: q.ack(v, 1)),
+        ("token", lambda v: q.ack(1, v)),
+        ("job_id", lambda v: q.retry(v, token=1)),
+        ("token", lambda v: q.retry(1, token=v)),
+        ("job_id", lambda v: q.fail(v, token=1)),
+        ("token", lambda v: q.fail(1, token=v)),
+        ("job_id", lambda v: q.heartbeat(v, token=1)),
+        ("token", lambda v: q.heartbeat(1, token=v)),
+        ("job_id", lambda v: q.cancel(v)),
+        ("job_id", lambda v: q.requeue(v)),
+        ("after_id", lambda v: q.dead_letters(after_id=v)),
+        ("limit", lambda v: q.dead_letters(limit=v)),
+        ("after", lambda v: s.read(v)),
+        ("limit", lambda v: s.read(0, v)),
+        ("offset", lambda v: s.save_offset("c", v)),
+        ("after_id", lambda v: db.notifications("c", v)),
+        ("limit", lambda v: db.notifications("c", 0, v)),
+        ("one_in", lambda v: db.set_notify_autotrim(max_keep=10, one_in=v)),
+        ("job_id", lambda v: db.save_result(v, 1)),
+        ("job_id", lambda v: db.save_error(v, "E")),
+        ("job_id", lambda v: db.result(v)),
+        ("job_id", lambda v: db.delete_result(v)),
+        ("job_id", lambda v: db.wait_result(v, timeout=0.01)),
+    ]
+
+
+def _str_calls(db):
+    q, s = db.queue("q"), db.stream("s")
+    return [
+        ("worker_id", lambda v: q.claim(v)),
+        ("worker_id", lambda v: q.claim_batch(2, v)),
+        ("worker_id", lambda v: q.jobs(v)),
+        ("consumer", lambda v: s.save_offset(v, 0)),
+        ("consumer", lambda v: s.offset(v)),
+        ("consumer", lambda v: s.subscribe(v) if v is not None else s.subscribe(3)),
+        ("channel", lambda v: db.notify(v, 1)),
+        ("channel", lambda v: db.notifications(v)),
+        ("channel", lambda v: db.listen(v)),
+        ("type", lambda v: db.save_error(1, v)),
+        ("name", lambda v: db.lock_holder(v)),
+        ("key", lambda v: s.publish(1, key=v) if v is not None else s.publish(1, key=7)),
+    ]
+
+
+def test_integer_arguments_refuse_bools_floats_and_other_types_naming_them(db):
+    q = db.queue("q")
+    jid = q.enqueue({"a": 1})
+    job = q.claim("w")
+    db.save_result(jid, "kept")
+    for name, call in _int_calls(db):
+        for v in _NOT_INTS:
+            want = (r"^token is required" if name == "token" and v is None else
+                    r"^%s must be an integer, not %s$" % (name, type(v).__name__))
+            with pytest.raises(tocsin.InvalidArgument, match=want) as ei:
+                call(v)
+            assert isinstance(ei.value, ValueError) and ei.value.code is not None
+    # nothing was read as job 1 (True) nor changed: the lease, the result, the stream
+    assert q.get(jid).state == "processing" and q.get(jid).token == job.token
+    assert db.result(jid).value == "kept"
+    assert db.stream("s").offset("c") == 0
+    # the ints still work, and so do int subclasses and __index__ objects (not bools)
+    import enum
+
+    class Id(enum.IntEnum):
+        JOB = jid
+
+    class Index:
+        def __index__(self):
+            return jid
+
+    assert q.get(Id.JOB).id == jid and q.get(Index()).id == jid
+    assert q.ack(Id.JOB, job.token) is True
+
+
+def test_name_arguments_refuse_non_str_naming_them(db):
+    for name, call in _str_calls(db):
+        for v in _NOT_STRS:
+            if v is None and name in ("key",):
+                continue
+            with pytest.raises(tocsin.InvalidArgument, match=r"^%s must be a str" % name):
+                call(v)
+    assert count(db, "_tocsin_notifications") == 0
+    assert count(db, "_tocsin_events") == 0
+
+
+def test_counts_priorities_and_attempts_refuse_bools_and_floats(db):
+    q = db.queue("q")
+    calls = [
+        lambda v: q.enqueue(1, priority=v),
+        lambda v: q.enqueue_many([{"payload": 1, "priority": v}], options=True),
+        lambda v: q.enqueue(1, max_attempts=v),
+        lambda v: q.claim_batch(v, "w"),
+        lambda v: q.jobs("w", batch=v),
+        lambda v: q.call("t", kwargs={}, priority=v),
+        lambda v: db.stream("s").trim(max_count=v),
+        lambda v: db.stream("s").subscribe("c", batch=v),
+        lambda v: db.stream("s").subscribe(from_offset=v),
+        lambda v: db.stream("s").subscribe("c", autosave_every=v),
+        lambda v: db.prune_notifications(max_keep=v),
+        lambda v: db.listen("c", buffer_size=v),
+        lambda v: db.rate_limit("r", v, 1),
+        lambda v: db.schedule("s", "@hourly", queue="q", priority=v),
+        lambda v: db.schedule("s", "@hourly", queue="q", max_catch_up=v),
+        lambda v: db.set_max_payload(v),
+        lambda v: db.set_time(v),
+        lambda v: q.task(name="t", retries=v)(lambda: None),
+        lambda v: tocsin.Worker(db, ["q"], concurrency=v),
+        lambda v: q.ack_batch([(v, 1)]),
+    ]
+    for call in calls:
+        for v in (True, False, 1.0, 2.5, "2"):
+            with pytest.raises(tocsin.InvalidArgument):
+                call(v)
+    # priority=False / 0.0 were taken as 0 by enqueue's shortcut
+    for v in (False, 0.0):
+        with pytest.raises(tocsin.InvalidArgument, match="priority"):
+            q.enqueue(1, priority=v)
+    assert q.stats()["pending"] == 0 and db.schedules() == []
+
+
+def test_worker_ids_and_low_level_calls_refuse_wrong_types(db):
+    from tocsin import _tocsin
+    with pytest.raises(tocsin.InvalidArgument, match="worker_id must be a str, not int"):
+        tocsin.Worker(db, ["q"], worker_id=7)
+    with pytest.raises(tocsin.InvalidArgument, match="queue names must be str"):
+        tocsin.Worker(db, ["q", 3])
+    h = db._h
+    with pytest.raises(tocsin.InvalidArgument, match="ids must be a sequence of integers, not int"):
+        h.ack_batch(1, [1])
+    with pytest.raises(tocsin.InvalidArgument, match=r"tokens\[1\] must be an integer, not bool"):
+        h.ack_batch([1, 2], [1, True])
+    with pytest.raises(tocsin.InvalidArgument, match=r"queues\[0\] must be a str, not int"):
+        h.next_deadline((1,))
+    with pytest.raises(tocsin.InvalidArgument, match="busy_timeout_ms must be an integer, not float"):
+        _tocsin.Handle(db.path, 1.5)
+    with pytest.raises(tocsin.InvalidArgument, match="concurrency must be an integer, not bool"):
+        _tocsin.Worker(h, ["q"], True)
+    with pytest.raises(tocsin.InvalidArgument, match="timeout_ms must be an integer, not float"):
+        _tocsin.Sub(h).wait(0.5)
+    # an integer out of range is InvalidArgument too (not OverflowError), as before
+    with pytest.raises(tocsin.InvalidArgument):
+        db.queue("q").get(2 ** 64)
+
+
+# ---- payloads: only JSON values are written ----
+
+class _Shown:
+    def __str__(self):
+        return "shown"
+
+
+_NOT_JSON = (float("nan"), float("inf"), float("-inf"), {"a": [1, float("nan")]}, {1, 2},
+             b"bytes", bytearray(b"x"), __import__("datetime").datetime(2024, 1, 1), _Shown(),
+             complex(1, 2), {"k": object()})
+
+
+def test_every_serialising_path_refuses_non_json_values_and_writes_nothing(db):
+    q, s = db.queue("q"), db.stream("s")
+
+    @q.task(name="t")
+    def t(*a, **k):
+        return None
+
+    paths = [
+        ("payload", lambda v: q.enqueue(v)),
+        ("payload", lambda v: q.enqueue(v, priority=1)),
+        ("payload", lambda v: q.enqueue_many([1, v])),
+        ("payload", lambda v: q.enqueue_many([{"payload": 1}, {"payload": v}], options=True)),
+        ("meta", lambda v: q.enqueue(1, meta={"m": v})),
+        ("payload", lambda v: s.publish(v)),
+        ("meta", lambda v: s.publish(1, meta={"m": v})),
+        ("payload", lambda v: s.publish_many([1, v])),
+        ("payload", lambda v: db.notify("c", v)),
+        ("meta", lambda v: db.notify("c", 1, meta={"m": v})),
+        ("value", lambda v: db.save_result(1, v)),
+        ("args", lambda v: q.call("t", v)),
+        ("kwargs", lambda v: q.call("t", kwargs={"k": v})),
+        ("args", lambda v: t(v)),
+        ("kwargs", lambda v: t.enqueue((), {"k": v})),
+        ("payload", lambda v: db.schedule("s", "@hourly", queue="q", payload=v)),
+        ("meta", lambda v: db.schedule("s", "@hourly", queue="q", meta={"m": v})),
+        ("args", lambda v: db.schedule("s", "@hourly", task=t, args=[v])),
+    ]
+    for what, call in paths:
+        for v in _NOT_JSON:
+            with pytest.raises(tocsin.InvalidArgument, match="^%s is not JSON-serialisable: " % what) as ei:
+                call(v)
+            if isinstance(v, float) or isinstance(v, dict) and "a" in v:
+                assert "NaN and infinities" in str(ei.value)
+    assert q.stats()["pending"] == 0
+    assert count(db, "_tocsin_events") == 0
+    assert count(db, "_tocsin_notifications") == 0
+    assert count(db, "_tocsin_results") == 0
+    assert db.schedules() == []
+
+
+def test_a_task_returning_a_non_json_value_records_an_error(db):
+    """The worker's serialising path: a NaN return value is an error result, not "NaN"."""
+    q = db.queue("q")
+
+    @q.task(name="nan", retries=0)
+    def nan():
+        return float("nan")
+
+    h = nan()
+    w = tocsin.Worker(db, ["q"], scheduler=False)
+
+    async def main():
+        task = asyncio.ensure_future(w.run_async())
+        try:
+            r = await db.wait_result_async(h.job_id, timeout=30)
+        finally:
+            w.stop()
+            await task
+        return r
+
+    r = asyncio.run(main())
+    assert r.is_error and "JSON" in (r.error_message or "") and "NaN" in r.error_message

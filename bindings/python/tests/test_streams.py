@@ -31,7 +31,7 @@ def test_stream_bad_input(db):
         s.publish(1, meta="no")
     with pytest.raises(tocsin.InvalidArgument):
         s.publish_many([1, 2], keys=["a"])
-    with pytest.raises(TypeError):
+    with pytest.raises(tocsin.InvalidArgument, match=r"keys\[0\] must be a str or None, not int"):
         s.publish_many([1], keys=[5])
     with pytest.raises(tocsin.InvalidArgument):
         s.read(limit=0)

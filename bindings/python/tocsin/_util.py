@@ -31,7 +31,12 @@ def dumps(value: Any, what: str = "payload") -> str:
     """JSON text of a value (compact; NaN and infinities are rejected)."""
     try:
         return _encode(value)
-    except (TypeError, ValueError) as e:
+    except ValueError as e:
+        if str(e).startswith("Out of range float"):
+            raise InvalidArgument("%s is not JSON-serialisable: NaN and infinities have no JSON "
+                                  "form (only finite numbers do)" % what) from None
+        raise InvalidArgument("%s is not JSON-serialisable: %s" % (what, e)) from None
+    except TypeError as e:
         raise InvalidArgument("%s is not JSON-serialisable: %s" % (what, e)) from None
     except RecursionError:
         raise InvalidArgument("%s is not JSON-serialisable: nested too deeply" % what) from None

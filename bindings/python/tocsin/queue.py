@@ -180,8 +180,8 @@ class Queue:
         ``tx``: the transaction it joins (rolled back with it).
         """
         h = self.db._hx(tx)
-        if (priority == 0 and delay is None and run_at is None and max_attempts is None and
-                expires is None and unique_key is None and meta is None):
+        if (priority == 0 and type(priority) is int and delay is None and run_at is None and
+                max_attempts is None and expires is None and unique_key is None and meta is None):
             return h.enqueue(self.name, dumps(payload))
         return h.enqueue(*self._spec(payload, priority, delay, run_at, max_attempts,
                                            expires, unique_key, meta))
@@ -454,6 +454,8 @@ class JobIterator:
         from ._tocsin import Handle, Sub
         if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
             raise InvalidArgument("batch must be an integer >= 1")
+        if not isinstance(worker_id, str):  # refused now, not at the first claim
+            raise InvalidArgument("worker_id must be a str, not %s" % type(worker_id).__name__)
         self.queue = queue
         self.db = queue.db
         self.worker_id = worker_id
