@@ -89,7 +89,8 @@ export declare class Job<P = any> {
   fail(options?: FailOptions): Promise<boolean>;
   heartbeat(options?: HeartbeatOptions): Promise<boolean>;
   cancel(): Promise<boolean>;
-  complete(value: JsonValue, options?: CompleteOptions): Promise<boolean>;
+  /** Acks the job and saves its result (no value: null). */
+  complete(value?: JsonValue, options?: CompleteOptions): Promise<boolean>;
   toJSON(): object;
 }
 
@@ -160,7 +161,7 @@ export declare class Queue {
   retry(job: Job | number, options?: RetryOptions): Promise<boolean>;
   fail(job: Job | number, options?: FailOptions): Promise<boolean>;
   heartbeat(job: Job | number, options?: HeartbeatOptions): Promise<boolean>;
-  complete(job: Job | number, value: JsonValue, options?: CompleteOptions): Promise<boolean>;
+  complete(job: Job | number, value?: JsonValue, options?: CompleteOptions): Promise<boolean>;
   failTask(job: Job | number, type: string, message?: string, options?: CompleteOptions): Promise<boolean>;
   cancel(job: Job | number): Promise<boolean>;
   get<P = any>(id: number): Promise<Job<P> | null>;

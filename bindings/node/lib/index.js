@@ -601,7 +601,7 @@ class Queue {
   async complete(job, value, o) {
     o = opts(o, 'options', ['tx', 'token', 'ttl']);
     const [id, tok] = idOf(job, o.token);
-    return native.complete(this.db._handle(o), id, tok, toJson(value, 'value'), ms(o.ttl, 'ttl'));
+    return native.complete(this.db._handle(o), id, tok, toJson(value, 'value', true), ms(o.ttl, 'ttl')); // no value: null
   }
   async failTask(job, type, message, o) {
     o = opts(o, 'options', ['tx', 'token', 'ttl']);

@@ -237,6 +237,12 @@ describe('payloads are JSON values', () => {
     await db.schedule('json-undef', '@hourly', 'json-undef');
     assert.equal((await db.getSchedule('json-undef')).payload, null);
     await db.unschedule('json-undef');
+    await q.enqueue(null);
+    const job = await q.claim('w');
+    assert.equal(await job.complete(), true);
+    const r = await db.result(job.id);
+    assert.ok(r.ok);
+    assert.equal(r.value, null);
   });
 
   test('what JSON.stringify defines is kept: toJSON, Dates, undefined members, strings that say null', async () => {
