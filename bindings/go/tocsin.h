@@ -541,6 +541,13 @@ TOCSIN_API int tocsin_notify_set_autotrim(tocsin_db *db, int64_t max_age_ms, int
  * carry meaning (tocsin_queue_wait) are read from the handle's clock.
  *
  * Subscriptions do not survive fork(): open them in the process that uses them.
+ * Nor do database handles on tocsin's own connections (tocsin_open, transaction
+ * handles): in a child of fork() every call on one inherited from the parent
+ * returns TOCSIN_CLOSED ("opened before fork()"), and tocsin_close() of it
+ * returns at once, releasing nothing (its connection, locks and mutex are the
+ * parent's; SQLite forbids using a connection across fork()). A handle on a
+ * host's connection (tocsin_wrap, the extension) follows its connection: the
+ * host decides.
  *
  * How every wait ends -- tocsin_sub_wait, tocsin_sub_wait_until,
  * tocsin_listen_next, tocsin_stream_sub_next, tocsin_queue_wait,

@@ -54,6 +54,7 @@ struct tocsin_db {
      * recursive: operations nest). Never held while a wait sleeps. */
     pthread_mutex_t mutex;
     int is_tx;           /* a transaction handle (tocsin_tx_begin) */
+    int generation;      /* tc_fork_generation() when made: another value means fork() since */
     tocsin_db *parent;   /* a transaction handle's database handle */
     tocsin_db *idle;     /* database: transaction handles to reuse; tx: next in that list */
     int refs;            /* database: 1 for the user + 1 per live transaction handle */
@@ -133,6 +134,13 @@ int tc_err(tocsin_db *db, int rc, const char *fmt, ...)
 /* Maps the connection's last SQLite error to a tocsin code, naming `what`. */
 int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what);
 void tc_clear(tocsin_db *db);
+/* Bumped in every child of fork() (wake.c): a handle made before it is the parent's. */
+int tc_fork_generation(void);
+/* TOCSIN_CLOSED, with its message, for a handle on a connection of tocsin's
+ * inherited across fork() (its connection, locks and mutex are the parent's:
+ * not one is touched); else 0 (a host's connection is the host's to use).
+ * Checked before the handle's mutex, which a parent's thread may have held. */
+int tc_inherited(tocsin_db *db);
 /* The handle's mutex, for the few calls that use the connection outside an op. */
 /* Sets up a connection tocsin opened: its busy handler (waits up to ms for
  * locks, SQLite's own schedule of pauses, never while the thread's nowait is
@@ -385,10 +393,11 @@ int tc_read_messages(tocsin_db *db, tocsin_message **out, size_t *out_n, const c
                      const char *name, const char *sql, int64_t after, size_t limit);
 
 /* ---- coordination (result.c, lock.c, ratelimit.c, scheduler.c) ---- */
-#define TC_CHECK_DB(db)                   \
-    do {                                  \
-        if (!(db)) return TOCSIN_INVALID; \
-        tc_clear(db);                     \
+#define TC_CHECK_DB(db)                       \
+    do {                                      \
+        if (!(db)) return TOCSIN_INVALID;     \
+        tc_clear(db);                         \
+        if (tc_inherited(db)) return TC_ERRCODE; \
     } while (0)
 /* The lock the scheduler's leader lease uses (a reserved lock name). */
 #define TC_SCHEDULER_LOCK "tocsin.scheduler"
@@ -1047,7 +1056,16 @@ static tocsin_db *alloc_db(void) {
     pthread_mutex_init(&db->mutex, &a);
     pthread_mutexattr_destroy(&a);
     db->refs = 1;
+    db->generation = tc_fork_generation();
     return db;
+}
+
+int tc_inherited(tocsin_db *db) {
+    /* a host's connection (tocsin_wrap) is the host's to use after fork() */
+    if (!db->owns_conn || db->generation == tc_fork_generation()) return 0;
+    return tc_err(db, TOCSIN_CLOSED,
+                  "this database handle was opened before fork(); it belongs to the parent process "
+                  "(open a new one in the child)");
 }
 
 /* Frees a handle no thread uses any more (its connection too, if its own). */
@@ -1280,6 +1298,9 @@ int tocsin_close(tocsin_db *db) {
     tc_clear(db);
     if (db->is_tx)
         return tc_err(db, TOCSIN_INVALID, "a transaction handle ends with tocsin_tx_commit or tocsin_tx_rollback");
+    /* inherited across fork(): its connection, locks and mutex are the parent's,
+     * and closing them here would act on the parent's file state */
+    if (db->owns_conn && db->generation != tc_fork_generation()) return TOCSIN_OK;
     /* Every queue, result or lock wait of another thread is poked and ends
      * with TOCSIN_CLOSED; each holds a reference, so the handle is freed by
      * whoever lets go of it last. */
@@ -1310,6 +1331,7 @@ sqlite3 *tocsin_sqlite(tocsin_db *db) { return db ? db->conn : NULL; }
 int tocsin_sqlite_enter(tocsin_db *db) {
     if (!db) return tc_err(NULL, TOCSIN_INVALID, "db must not be NULL");
     tc_clear(db); /* a statement that own_auth refuses sets the thread's error */
+    if (tc_inherited(db)) return TC_ERRCODE;
     tc_lock(db);
     if (db->closed) {
         tc_unlock(db);
@@ -1521,6 +1543,7 @@ int tc_op_begin(tocsin_db *db, tc_op *op, int write) {
     op->mode = 0;
     op->write = write;
     op->locked = 0;
+    if (tc_inherited(db)) return TC_ERRCODE;
     if (write && db->read_only)
         return tc_err(db, TOCSIN_READONLY, "the database handle is read-only");
     /* a call that must not wait (tocsin_worker_poll) does not wait for another
@@ -1618,6 +1641,7 @@ int tocsin_bootstrap(tocsin_db *db, int *out_version) {
     int v = 0, rc;
     if (!db) return tc_err(NULL, TOCSIN_INVALID, "db must not be NULL");
     tc_clear(db);
+    if (tc_inherited(db)) return TC_ERRCODE;
     tc_lock(db);
     rc = tc_schema_install(db, &v);
     tc_unlock(db);
@@ -1647,6 +1671,7 @@ int tocsin_begin(tocsin_db *db) {
     int rc = TOCSIN_OK;
     if (!db) return tc_err(NULL, TOCSIN_INVALID, "db must not be NULL");
     tc_clear(db);
+    if (tc_inherited(db)) return TC_ERRCODE;
     if (db->read_only) return tc_err(db, TOCSIN_READONLY, "the database handle is read-only");
     tc_lock(db);
     if (!sqlite3_get_autocommit(db->conn))
@@ -1664,6 +1689,7 @@ static int own_end(tocsin_db *db, const char *sql, const char *what) {
     tc_clear(db);
     if (db->is_tx)
         return tc_err(db, TOCSIN_INVALID, "a transaction handle ends with tocsin_tx_commit or tocsin_tx_rollback");
+    if (tc_inherited(db)) return TC_ERRCODE;
     tc_lock(db);
     if (sqlite3_get_autocommit(db->conn))
         rc = tc_err(db, TOCSIN_INVALID, "no transaction is open on this handle");
@@ -1692,6 +1718,7 @@ int tocsin_exec(tocsin_db *db, const char *sql) {
     if (!db) return tc_err(NULL, TOCSIN_INVALID, "db must not be NULL");
     tc_clear(db);
     if (!sql) return tc_err(db, TOCSIN_INVALID, "sql must not be NULL");
+    if (tc_inherited(db)) return TC_ERRCODE;
     tc_lock(db);
     {
         /* On a host's connection (tocsin_wrap: no own_auth) a failed script
@@ -1747,6 +1774,7 @@ int tocsin_tx_begin(tocsin_db *db, tocsin_db **out_tx) {
     if (!db) return tc_err(NULL, TOCSIN_INVALID, "db must not be NULL");
     tc_clear(db);
     if (db->is_tx) return tc_err(db, TOCSIN_INVALID, "transactions do not nest: db is a transaction handle");
+    if (tc_inherited(db)) return TC_ERRCODE;
     if (db->read_only) return tc_err(db, TOCSIN_READONLY, "the database handle is read-only");
     tc_lock(db);
     rc = db->closed ? tc_err(db, TOCSIN_CLOSED, "the database handle was closed") : TOCSIN_OK;
@@ -1809,6 +1837,7 @@ static int tx_end(tocsin_db *tx, int commit) {
     tc_clear(tx);
     if (!tx->is_tx)
         return tc_err(tx, TOCSIN_INVALID, "not a transaction handle (use tocsin_commit / tocsin_rollback)");
+    if (tc_inherited(tx)) return TC_ERRCODE; /* the parent's: nothing of it is released here */
     tc_lock(tx);
     if (commit) {
         if ((src = run_ctl(tx, SQL_COMMIT)) != SQLITE_OK) rc = tc_sqlerr(tx, src, "commit");
@@ -4896,6 +4925,11 @@ static void wk_fork_register(void) {
     pthread_atfork(wk_fork_prepare, wk_fork_release, wk_fork_child);
 }
 
+int tc_fork_generation(void) {
+    pthread_once(&wk_fork_once, wk_fork_register);
+    return atomic_load(&wk_generation);
+}
+
 /* TOCSIN_CLOSED (message in s) for a subscription inherited across fork(). */
 static int wk_inherited(tocsin_sub *s) {
     if (s->generation == atomic_load(&wk_generation)) return 0;
@@ -5659,8 +5693,9 @@ static int db_wait_check(void *p, int *done, int64_t *sleep_ms) {
 int tc_db_wait(tocsin_db *db, tocsin_sub *sub, tc_check_fn check, void *ctx) {
     tc_waitrec rec, **p;
     db_wait d;
-    int own, rc = wait_sub(db, &sub, &own, &rec), closed;
-    if (rc != TOCSIN_OK) return rc;
+    int own, rc, closed;
+    if (tc_inherited(db)) return TC_ERRCODE;
+    if ((rc = wait_sub(db, &sub, &own, &rec)) != TOCSIN_OK) return rc;
     d.db = db;
     d.check = check;
     d.ctx = ctx;

@@ -348,7 +348,16 @@ static tocsin_db *alloc_db(void) {
     pthread_mutex_init(&db->mutex, &a);
     pthread_mutexattr_destroy(&a);
     db->refs = 1;
+    db->generation = tc_fork_generation();
     return db;
+}
+
+int tc_inherited(tocsin_db *db) {
+    /* a host's connection (tocsin_wrap) is the host's to use after fork() */
+    if (!db->owns_conn || db->generation == tc_fork_generation()) return 0;
+    return tc_err(db, TOCSIN_CLOSED,
+                  "this database handle was opened before fork(); it belongs to the parent process "
+                  "(open a new one in the child)");
 }
 
 /* Frees a handle no thread uses any more (its connection too, if its own). */
@@ -581,6 +590,9 @@ int tocsin_close(tocsin_db *db) {
     tc_clear(db);
     if (db->is_tx)
         return tc_err(db, TOCSIN_INVALID, "a transaction handle ends with tocsin_tx_commit or tocsin_tx_rollback");
+    /* inherited across fork(): its connection, locks and mutex are the parent's,
+     * and closing them here would act on the parent's file state */
+    if (db->owns_conn && db->generation != tc_fork_generation()) return TOCSIN_OK;
     /* Every queue, result or lock wait of another thread is poked and ends
      * with TOCSIN_CLOSED; each holds a reference, so the handle is freed by
      * whoever lets go of it last. */
@@ -611,6 +623,7 @@ sqlite3 *tocsin_sqlite(tocsin_db *db) { return db ? db->conn : NULL; }
 int tocsin_sqlite_enter(tocsin_db *db) {
     if (!db) return tc_err(NULL, TOCSIN_INVALID, "db must not be NULL");
     tc_clear(db); /* a statement that own_auth refuses sets the thread's error */
+    if (tc_inherited(db)) return TC_ERRCODE;
     tc_lock(db);
     if (db->closed) {
         tc_unlock(db);
@@ -822,6 +835,7 @@ int tc_op_begin(tocsin_db *db, tc_op *op, int write) {
     op->mode = 0;
     op->write = write;
     op->locked = 0;
+    if (tc_inherited(db)) return TC_ERRCODE;
     if (write && db->read_only)
         return tc_err(db, TOCSIN_READONLY, "the database handle is read-only");
     /* a call that must not wait (tocsin_worker_poll) does not wait for another
@@ -919,6 +933,7 @@ int tocsin_bootstrap(tocsin_db *db, int *out_version) {
     int v = 0, rc;
     if (!db) return tc_err(NULL, TOCSIN_INVALID, "db must not be NULL");
     tc_clear(db);
+    if (tc_inherited(db)) return TC_ERRCODE;
     tc_lock(db);
     rc = tc_schema_install(db, &v);
     tc_unlock(db);
@@ -948,6 +963,7 @@ int tocsin_begin(tocsin_db *db) {
     int rc = TOCSIN_OK;
     if (!db) return tc_err(NULL, TOCSIN_INVALID, "db must not be NULL");
     tc_clear(db);
+    if (tc_inherited(db)) return TC_ERRCODE;
     if (db->read_only) return tc_err(db, TOCSIN_READONLY, "the database handle is read-only");
     tc_lock(db);
     if (!sqlite3_get_autocommit(db->conn))
@@ -965,6 +981,7 @@ static int own_end(tocsin_db *db, const char *sql, const char *what) {
     tc_clear(db);
     if (db->is_tx)
         return tc_err(db, TOCSIN_INVALID, "a transaction handle ends with tocsin_tx_commit or tocsin_tx_rollback");
+    if (tc_inherited(db)) return TC_ERRCODE;
     tc_lock(db);
     if (sqlite3_get_autocommit(db->conn))
         rc = tc_err(db, TOCSIN_INVALID, "no transaction is open on this handle");
@@ -993,6 +1010,7 @@ int tocsin_exec(tocsin_db *db, const char *sql) {
     if (!db) return tc_err(NULL, TOCSIN_INVALID, "db must not be NULL");
     tc_clear(db);
     if (!sql) return tc_err(db, TOCSIN_INVALID, "sql must not be NULL");
+    if (tc_inherited(db)) return TC_ERRCODE;
     tc_lock(db);
     {
         /* On a host's connection (tocsin_wrap: no own_auth) a failed script
@@ -1048,6 +1066,7 @@ int tocsin_tx_begin(tocsin_db *db, tocsin_db **out_tx) {
     if (!db) return tc_err(NULL, TOCSIN_INVALID, "db must not be NULL");
     tc_clear(db);
     if (db->is_tx) return tc_err(db, TOCSIN_INVALID, "transactions do not nest: db is a transaction handle");
+    if (tc_inherited(db)) return TC_ERRCODE;
     if (db->read_only) return tc_err(db, TOCSIN_READONLY, "the database handle is read-only");
     tc_lock(db);
     rc = db->closed ? tc_err(db, TOCSIN_CLOSED, "the database handle was closed") : TOCSIN_OK;
@@ -1110,6 +1129,7 @@ static int tx_end(tocsin_db *tx, int commit) {
     tc_clear(tx);
     if (!tx->is_tx)
         return tc_err(tx, TOCSIN_INVALID, "not a transaction handle (use tocsin_commit / tocsin_rollback)");
+    if (tc_inherited(tx)) return TC_ERRCODE; /* the parent's: nothing of it is released here */
     tc_lock(tx);
     if (commit) {
         if ((src = run_ctl(tx, SQL_COMMIT)) != SQLITE_OK) rc = tc_sqlerr(tx, src, "commit");

@@ -49,6 +49,7 @@ struct tocsin_db {
      * recursive: operations nest). Never held while a wait sleeps. */
     pthread_mutex_t mutex;
     int is_tx;           /* a transaction handle (tocsin_tx_begin) */
+    int generation;      /* tc_fork_generation() when made: another value means fork() since */
     tocsin_db *parent;   /* a transaction handle's database handle */
     tocsin_db *idle;     /* database: transaction handles to reuse; tx: next in that list */
     int refs;            /* database: 1 for the user + 1 per live transaction handle */
@@ -128,6 +129,13 @@ int tc_err(tocsin_db *db, int rc, const char *fmt, ...)
 /* Maps the connection's last SQLite error to a tocsin code, naming `what`. */
 int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what);
 void tc_clear(tocsin_db *db);
+/* Bumped in every child of fork() (wake.c): a handle made before it is the parent's. */
+int tc_fork_generation(void);
+/* TOCSIN_CLOSED, with its message, for a handle on a connection of tocsin's
+ * inherited across fork() (its connection, locks and mutex are the parent's:
+ * not one is touched); else 0 (a host's connection is the host's to use).
+ * Checked before the handle's mutex, which a parent's thread may have held. */
+int tc_inherited(tocsin_db *db);
 /* The handle's mutex, for the few calls that use the connection outside an op. */
 /* Sets up a connection tocsin opened: its busy handler (waits up to ms for
  * locks, SQLite's own schedule of pauses, never while the thread's nowait is
@@ -380,10 +388,11 @@ int tc_read_messages(tocsin_db *db, tocsin_message **out, size_t *out_n, const c
                      const char *name, const char *sql, int64_t after, size_t limit);
 
 /* ---- coordination (result.c, lock.c, ratelimit.c, scheduler.c) ---- */
-#define TC_CHECK_DB(db)                   \
-    do {                                  \
-        if (!(db)) return TOCSIN_INVALID; \
-        tc_clear(db);                     \
+#define TC_CHECK_DB(db)                       \
+    do {                                      \
+        if (!(db)) return TOCSIN_INVALID;     \
+        tc_clear(db);                         \
+        if (tc_inherited(db)) return TC_ERRCODE; \
     } while (0)
 /* The lock the scheduler's leader lease uses (a reserved lock name). */
 #define TC_SCHEDULER_LOCK "tocsin.scheduler"

@@ -138,6 +138,11 @@ static void wk_fork_register(void) {
     pthread_atfork(wk_fork_prepare, wk_fork_release, wk_fork_child);
 }
 
+int tc_fork_generation(void) {
+    pthread_once(&wk_fork_once, wk_fork_register);
+    return atomic_load(&wk_generation);
+}
+
 /* TOCSIN_CLOSED (message in s) for a subscription inherited across fork(). */
 static int wk_inherited(tocsin_sub *s) {
     if (s->generation == atomic_load(&wk_generation)) return 0;
@@ -901,8 +906,9 @@ static int db_wait_check(void *p, int *done, int64_t *sleep_ms) {
 int tc_db_wait(tocsin_db *db, tocsin_sub *sub, tc_check_fn check, void *ctx) {
     tc_waitrec rec, **p;
     db_wait d;
-    int own, rc = wait_sub(db, &sub, &own, &rec), closed;
-    if (rc != TOCSIN_OK) return rc;
+    int own, rc, closed;
+    if (tc_inherited(db)) return TC_ERRCODE;
+    if ((rc = wait_sub(db, &sub, &own, &rec)) != TOCSIN_OK) return rc;
     d.db = db;
     d.check = check;
     d.ctx = ctx;

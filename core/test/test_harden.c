@@ -90,6 +90,17 @@ static void fork_with_live_subscriptions(void) {
             unlink(own);
             if (tocsin_open(&c, own, NULL) != TOCSIN_OK) _exit(3);
             if (tocsin_queue_enqueue(c, &cid, "q", "{\"child\":true}", NULL) != TOCSIN_OK) _exit(4);
+            /* an inherited handle is refused, and its close releases nothing of the parent's */
+            {
+                tocsin_db *tx = NULL;
+                if (tocsin_queue_enqueue(db, &cid, "q", "{}", NULL) != TOCSIN_CLOSED) _exit(10);
+                if (!strstr(tocsin_errmsg(db), "opened before fork()")) _exit(11);
+                if (tocsin_exec(db, "CREATE TABLE x(y)") != TOCSIN_CLOSED) _exit(12);
+                if (tocsin_tx_begin(db, &tx) != TOCSIN_CLOSED || tx) _exit(13);
+                if (tocsin_begin(db) != TOCSIN_CLOSED) _exit(14);
+                if (tocsin_sqlite_enter(db) != TOCSIN_CLOSED) _exit(15);
+                if (tocsin_close(db) != TOCSIN_OK) _exit(16);
+            }
             /* inherited subscriptions report an error, never wait */
             if (tocsin_sub_wait(subs[0], 1000) != TOCSIN_CLOSED) _exit(5);
             if (tocsin_sub_drain(subs[1], &woke) != TOCSIN_CLOSED) _exit(6);
@@ -110,6 +121,8 @@ static void fork_with_live_subscriptions(void) {
         pthread_join(th, NULL);
         CHECK(w.commits > 0);
     }
+    /* the parent's handle still works, its file as it was */
+    CHECK_EQ_I(t_count(db, "sqlite_master WHERE name = 'x'"), 0);
     /* the parent keeps receiving */
     for (i = 0; i < FORK_SUBS; i++) tocsin_sub_drain(subs[i], &woken);
     CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "{}", NULL));

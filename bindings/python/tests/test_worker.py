@@ -258,6 +258,31 @@ def test_process_pool_timeout_kills_the_child_and_the_next_task_runs(db, tmp_pat
     assert not marker.exists()  # the child was killed, not left running
 
 
+def test_process_task_gets_closed_for_the_parents_handle_and_opens_its_own(db):
+    q = db.queue("q")
+
+    @q.task(name="parents", process=True, retries=0)
+    def parents():
+        return q.enqueue("from the child")  # the worker's handle: the parent's
+
+    @q.task(name="own", process=True)
+    def own():
+        with tocsin.open(db.path) as mine:
+            return mine.queue("side").enqueue("from the child")
+
+    h1, h2 = parents(), own()
+
+    async def body(w):
+        with pytest.raises(tocsin.TaskError) as ei:
+            await h1.result(timeout=30)
+        return ei.value, await h2.result(timeout=30)
+
+    w, (err, jid) = run_worker(db, ["q"], body, concurrency=1)
+    assert err.type == "Closed" and "before fork()" in err.message
+    assert db.queue("side").get(jid).payload == "from the child"
+    assert db.queue("q").stats()["pending"] == 0  # nothing written through the parent's
+
+
 def test_cancelling_a_running_job_reaches_its_handler(db):
     q = db.queue("q")
     state = {}
