@@ -191,6 +191,7 @@ char *tc_col_text(sqlite3_stmt *st, int i);
  * itself): in autocommit it runs as it is, without BEGIN/COMMIT around it;
  * inside a caller's transaction, without a savepoint. */
 #define TC_OP_ONE 2
+#define TC_OP_READ_ONE 3 /* one read statement: it is its own read transaction */
 typedef struct tc_op {
     int mode;   /* 0: nothing opened, 1: own transaction, 2: savepoint, 3: one autocommit statement */
     int write;  /* a write unit: its commit wakes local subscribers; TC_OP_ONE: one write statement */
@@ -1544,7 +1545,7 @@ int tc_op_begin(tocsin_db *db, tc_op *op, int write) {
     op->write = write;
     op->locked = 0;
     if (tc_inherited(db)) return TC_ERRCODE;
-    if (write && db->read_only)
+    if (write && write != TC_OP_READ_ONE && db->read_only)
         return tc_err(db, TOCSIN_READONLY, "the database handle is read-only");
     /* a call that must not wait (tocsin_worker_poll) does not wait for another
      * thread's call on the handle either: that call may itself wait for a lock
@@ -1575,6 +1576,10 @@ int tc_op_open(tocsin_db *db, tc_op *op, int write) {
     op->locked = 0;
     if (write == TC_OP_ONE) {
         op->mode = sqlite3_get_autocommit(db->conn) ? 3 : 0;
+        return TOCSIN_OK;
+    }
+    if (write == TC_OP_READ_ONE) { /* no BEGIN/COMMIT around it: nothing to end */
+        op->write = 0;
         return TOCSIN_OK;
     }
     if (sqlite3_get_autocommit(db->conn)) {
@@ -4173,7 +4178,7 @@ int tc_read_messages(tocsin_db *db, tocsin_message **out, size_t *out_n, const c
     *out_n = 0;
     if ((rc = tc_check_name(db, kind, name)) != TOCSIN_OK) return rc;
     if ((rc = tc_check_limit(db, limit)) != TOCSIN_OK) return rc;
-    if ((rc = tc_op_begin(db, &op, 0)) != TOCSIN_OK) return rc;
+    if ((rc = tc_op_begin(db, &op, TC_OP_READ_ONE)) != TOCSIN_OK) return rc;
     if (!(st = tc_stmt(db, sql))) {
         rc = TC_ERRCODE;
     } else {

@@ -836,7 +836,7 @@ int tc_op_begin(tocsin_db *db, tc_op *op, int write) {
     op->write = write;
     op->locked = 0;
     if (tc_inherited(db)) return TC_ERRCODE;
-    if (write && db->read_only)
+    if (write && write != TC_OP_READ_ONE && db->read_only)
         return tc_err(db, TOCSIN_READONLY, "the database handle is read-only");
     /* a call that must not wait (tocsin_worker_poll) does not wait for another
      * thread's call on the handle either: that call may itself wait for a lock
@@ -867,6 +867,10 @@ int tc_op_open(tocsin_db *db, tc_op *op, int write) {
     op->locked = 0;
     if (write == TC_OP_ONE) {
         op->mode = sqlite3_get_autocommit(db->conn) ? 3 : 0;
+        return TOCSIN_OK;
+    }
+    if (write == TC_OP_READ_ONE) { /* no BEGIN/COMMIT around it: nothing to end */
+        op->write = 0;
         return TOCSIN_OK;
     }
     if (sqlite3_get_autocommit(db->conn)) {

@@ -186,6 +186,7 @@ char *tc_col_text(sqlite3_stmt *st, int i);
  * itself): in autocommit it runs as it is, without BEGIN/COMMIT around it;
  * inside a caller's transaction, without a savepoint. */
 #define TC_OP_ONE 2
+#define TC_OP_READ_ONE 3 /* one read statement: it is its own read transaction */
 typedef struct tc_op {
     int mode;   /* 0: nothing opened, 1: own transaction, 2: savepoint, 3: one autocommit statement */
     int write;  /* a write unit: its commit wakes local subscribers; TC_OP_ONE: one write statement */

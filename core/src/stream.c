@@ -183,7 +183,7 @@ int tc_read_messages(tocsin_db *db, tocsin_message **out, size_t *out_n, const c
     *out_n = 0;
     if ((rc = tc_check_name(db, kind, name)) != TOCSIN_OK) return rc;
     if ((rc = tc_check_limit(db, limit)) != TOCSIN_OK) return rc;
-    if ((rc = tc_op_begin(db, &op, 0)) != TOCSIN_OK) return rc;
+    if ((rc = tc_op_begin(db, &op, TC_OP_READ_ONE)) != TOCSIN_OK) return rc;
     if (!(st = tc_stmt(db, sql))) {
         rc = TC_ERRCODE;
     } else {
