@@ -19,6 +19,7 @@
 #include <link.h>
 #include <dlfcn.h>
 #include <stdio.h>
+#include <math.h>
 #include <sqlite3.h>
 
 #include "tocsin.h"
@@ -1442,6 +1443,116 @@ static VALUE ss_close(VALUE self) {
     return Qnil;
 }
 
+/* ==== JSON values ==========================================================
+ * Native.json_check(value, what): raises Tocsin::InvalidArgument unless
+ * `value` is a JSON value, in one walk: a Hash whose keys are Strings or
+ * Symbols, an Array, a String, an Integer, a finite Float, true, false or nil
+ * (instances of subclasses of Hash, Array and String count: their type is the
+ * builtin one). Anything else -- a Time, a Symbol value, a Rational, an Object
+ * the json gem would store through its #to_s -- is refused with its class and
+ * where it is (payload["a"][2]); so is a non-finite Float and nesting deeper
+ * than JSON.generate's own limit (100; a container that holds itself ends
+ * there). Only the path to the offending value is formatted, on failure. */
+#define TC_JSON_MAX_DEPTH 100
+struct jframe { VALUE key; long index; int is_hash; };
+struct jcheck {
+    VALUE what;
+    int depth;
+    struct jframe stack[TC_JSON_MAX_DEPTH + 1];
+};
+static VALUE json_path(struct jcheck *c, int upto) {
+    VALUE s = rb_str_dup(c->what);
+    for (int i = 0; i < upto; i++) {
+        if (upto > 12 && i == 5) { /* deep: its first and last steps */
+            rb_str_cat_cstr(s, "...");
+            i = upto - 6;
+            continue;
+        }
+        if (c->stack[i].is_hash) {
+            VALUE k = rb_inspect(c->stack[i].key);
+            if (RSTRING_LEN(k) > TC_SHOWN_MAX) k = rb_str_cat_cstr(rb_str_substr(k, 0, TC_SHOWN_MAX), "...");
+            rb_str_catf(s, "[%"PRIsVALUE"]", k);
+        } else {
+            rb_str_catf(s, "[%ld]", c->stack[i].index);
+        }
+    }
+    return s;
+}
+static void NORETURN(json_refuse(struct jcheck *c, VALUE v));
+static void json_refuse(struct jcheck *c, VALUE v) {
+    VALUE where = json_path(c, c->depth);
+    if (RB_FLOAT_TYPE_P(v))
+        rb_enc_raise(rb_utf8_encoding(), eByCode[TOCSIN_INVALID], "%"PRIsVALUE" is %s, which JSON cannot hold (a JSON number is finite)",
+                 where, isnan(RFLOAT_VALUE(v)) ? "NaN" : RFLOAT_VALUE(v) > 0 ? "Infinity" : "-Infinity");
+    rb_enc_raise(rb_utf8_encoding(), eByCode[TOCSIN_INVALID],
+             "%"PRIsVALUE" is %s %s, not a JSON value (a Hash with String or Symbol keys, an Array, a String, "
+             "an Integer, a finite Float, true, false or nil)",
+             where, strchr("AEIOU", rb_obj_classname(v)[0]) ? "an" : "a", rb_obj_classname(v));
+}
+static void json_walk(struct jcheck *c, VALUE v);
+static int json_pair(VALUE k, VALUE v, VALUE p) {
+    struct jcheck *c = (struct jcheck *)p;
+    struct jframe *f = &c->stack[c->depth - 1];
+    if (!RB_TYPE_P(k, T_STRING) && !RB_TYPE_P(k, T_SYMBOL)) {
+        VALUE where = json_path(c, c->depth - 1);
+        VALUE shown = rb_inspect(k);
+        if (RSTRING_LEN(shown) > TC_SHOWN_MAX) shown = rb_str_cat_cstr(rb_str_substr(shown, 0, TC_SHOWN_MAX), "...");
+        rb_enc_raise(rb_utf8_encoding(), eByCode[TOCSIN_INVALID],
+                 "%"PRIsVALUE" has the key %"PRIsVALUE" (%s %s): the keys of a JSON object are Strings or Symbols",
+                 where, shown, strchr("AEIOU", rb_obj_classname(k)[0]) ? "an" : "a", rb_obj_classname(k));
+    }
+    f->key = k;
+    json_walk(c, v);
+    return ST_CONTINUE;
+}
+static void json_enter(struct jcheck *c, VALUE v, int is_hash) {
+    if (c->depth >= TC_JSON_MAX_DEPTH)
+        rb_enc_raise(rb_utf8_encoding(), eByCode[TOCSIN_INVALID], "%"PRIsVALUE" is nested deeper than %d levels (or contains itself)",
+                 json_path(c, c->depth), TC_JSON_MAX_DEPTH);
+    struct jframe *f = &c->stack[c->depth++];
+    f->is_hash = is_hash;
+    f->key = Qnil;
+    f->index = 0;
+}
+static void json_walk(struct jcheck *c, VALUE v) {
+    switch (rb_type(v)) {
+    case T_NIL: case T_TRUE: case T_FALSE: case T_FIXNUM: case T_BIGNUM: case T_STRING:
+        return;
+    case T_FLOAT:
+        if (!isfinite(RFLOAT_VALUE(v))) json_refuse(c, v);
+        return;
+    case T_ARRAY: {
+        json_enter(c, v, 0);
+        struct jframe *f = &c->stack[c->depth - 1];
+        for (long i = 0; i < RARRAY_LEN(v); i++) {
+            f->index = i;
+            json_walk(c, RARRAY_AREF(v, i));
+        }
+        c->depth--;
+        return;
+    }
+    case T_HASH:
+        json_enter(c, v, 1);
+        rb_hash_foreach(v, json_pair, (VALUE)c);
+        c->depth--;
+        return;
+    default:
+        json_refuse(c, v);
+    }
+}
+static VALUE m_json_check(VALUE mod, VALUE v, VALUE what) {
+    switch (rb_type(v)) { /* the common scalars: no walk */
+    case T_NIL: case T_TRUE: case T_FALSE: case T_FIXNUM: case T_STRING: return Qnil;
+    default: break;
+    }
+    struct jcheck c;
+    c.what = rb_String(what);
+    c.depth = 0;
+    json_walk(&c, v);
+    RB_GC_GUARD(c.what);
+    return Qnil;
+}
+
 /* ==== one SQLite per process ==============================================
  * Every copy of SQLite carries the format of its corruption reports,
  * "%s at line %d of [%.10s]" (sqlite3ReportError; no client of SQLite has it).
@@ -1769,6 +1880,7 @@ RUBY_FUNC_EXPORTED void Init_tocsin_native(void) {
     rb_define_module_function(mNative, "loaded_objects", m_loaded_objects, 0);
     rb_define_module_function(mNative, "file_has_sqlite?", m_file_has_sqlite, 1);
     rb_define_module_function(mNative, "sqlite_object", m_sqlite_object, 0);
+    rb_define_module_function(mNative, "json_check", m_json_check, 2);
 
     cDB = rb_define_class_under(mNative, "DB", rb_cObject);
     rb_undef_alloc_func(cDB);

@@ -47,24 +47,44 @@ module Tocsin
 
     def now_ms = Process.clock_gettime(Process::CLOCK_REALTIME, :millisecond)
 
+    # The JSON text of +value+, a JSON value only (Native.json_check: a Hash with
+    # String or Symbol keys, an Array, a String, an Integer, a finite Float,
+    # true, false, nil): anything else is refused with its class and where it
+    # is (payload["a"][2]), never stored through its #to_s.
     def dump(value, what = "payload")
+      Native.json_check(value, what)
       JSON.generate(value)
-    rescue JSON::GeneratorError, JSON::NestingError, Encoding::UndefinedConversionError => e
-      # (NestingError: nested too deep, or circular)
+    rescue JSON::GeneratorError, JSON::NestingError, EncodingError => e
+      # (a String that is not valid in its encoding)
       raise InvalidArgument, "#{what} is not JSON-serialisable: #{e.message}"
+    end
+
+    # Checks that +value+ is a JSON value (as #dump), without serialising it.
+    def json!(value, what)
+      Native.json_check(value, what)
+      value
     end
 
     def meta(h)
       return nil if h.nil?
-      raise InvalidArgument, "meta must be a Hash" unless h.is_a?(Hash)
+      raise InvalidArgument, "meta must be a Hash, not #{kind(h)}" unless h.is_a?(Hash)
 
       dump(h, "meta")
     end
 
     def load(text) = text.nil? ? nil : JSON.parse(text)
 
+    # What a refused argument is, in messages: nil, true, false, else its class
+    # (as the native layer words it: "job id must be an Integer, not String").
+    def kind(v)
+      case v
+      when nil, true, false then v.inspect
+      else v.class.name || v.class.inspect
+      end
+    end
+
     def name!(v, what)
-      raise InvalidArgument, "#{what} must be a String or Symbol" unless v.is_a?(String) || v.is_a?(Symbol)
+      raise InvalidArgument, "#{what} must be a String or Symbol, not #{kind(v)}" unless v.is_a?(String) || v.is_a?(Symbol)
 
       text(v.to_s, what)
     end

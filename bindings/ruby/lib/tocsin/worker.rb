@@ -48,7 +48,7 @@ module Tocsin
         value = yield tx
         # recorded by the worker's loop thread inside tx (tocsin_worker_finish with a
         # transaction handle); committed by this block's end
-        unless @worker.finish_in(self, @run, tx, JSON.generate(value))
+        unless @worker.finish_in(self, @run, tx, Util.dump(value, "result"))
           raise LeaseLost, "job #{@job_id}: the lease was lost (another worker has the job); " \
                            "the transaction is rolled back"
         end
@@ -313,7 +313,7 @@ module Tocsin
       return [Native::OUTCOME_OK, nil, nil, nil, nil] if ctx.finished # counted by finish_in
 
       begin
-        json = value.nil? ? "null" : JSON.generate(value)
+        json = value.nil? ? "null" : Util.dump(value, "result")
       rescue StandardError => e
         @lock.synchronize { @failed += 1 }
         return [Native::OUTCOME_FAIL, nil, "SerializationError", "the result is not JSON: #{e.message}", nil]
