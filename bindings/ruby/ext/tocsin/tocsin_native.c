@@ -127,7 +127,7 @@ static void arg_range_error(VALUE v, const char *what, int64_t lo, int64_t hi, i
 static int64_t arg_int(VALUE v, const char *what, int64_t lo, int64_t hi, int secs) {
     if (!RB_INTEGER_TYPE_P(v))
         rb_raise(eByCode[TOCSIN_INVALID], "%s must be an Integer, not %s", what,
-                 NIL_P(v) ? "nil" : rb_obj_classname(v));
+                 NIL_P(v) ? "nil" : v == Qtrue ? "true" : v == Qfalse ? "false" : rb_obj_classname(v));
     int64_t n = 0;
     /* n: the low 64 bits, two's complement. The sign says -2 / +2 only beyond
      * 64 bits of magnitude: 2**63..2**64-1 (and -2**64..-2**63-1) come back
