@@ -1478,6 +1478,19 @@ static VALUE json_path(struct jcheck *c, int upto) {
     }
     return s;
 }
+/* "a Time", "an Object", "an anonymous Struct subclass" */
+static VALUE json_kind(VALUE v) {
+    VALUE k = rb_obj_class(v);
+    const char *pre = "";
+    while (rb_mod_name(k) == Qnil && RTEST(rb_class_superclass(k))) {
+        k = rb_class_superclass(k);
+        pre = "anonymous ";
+    }
+    VALUE name = rb_mod_name(k);
+    const char *n = NIL_P(name) ? "Object" : StringValueCStr(name);
+    int vowel = *pre || strchr("AEIOU", n[0]) != NULL; /* "an anonymous ...", "an Object" */
+    return rb_sprintf("%s %s%s%s", vowel ? "an" : "a", pre, n, *pre ? " subclass" : "");
+}
 static void NORETURN(json_refuse(struct jcheck *c, VALUE v));
 static void json_refuse(struct jcheck *c, VALUE v) {
     VALUE where = json_path(c, c->depth);
@@ -1485,9 +1498,9 @@ static void json_refuse(struct jcheck *c, VALUE v) {
         rb_enc_raise(rb_utf8_encoding(), eByCode[TOCSIN_INVALID], "%"PRIsVALUE" is %s, which JSON cannot hold (a JSON number is finite)",
                  where, isnan(RFLOAT_VALUE(v)) ? "NaN" : RFLOAT_VALUE(v) > 0 ? "Infinity" : "-Infinity");
     rb_enc_raise(rb_utf8_encoding(), eByCode[TOCSIN_INVALID],
-             "%"PRIsVALUE" is %s %s, not a JSON value (a Hash with String or Symbol keys, an Array, a String, "
+             "%"PRIsVALUE" is %"PRIsVALUE", not a JSON value (a Hash with String or Symbol keys, an Array, a String, "
              "an Integer, a finite Float, true, false or nil)",
-             where, strchr("AEIOU", rb_obj_classname(v)[0]) ? "an" : "a", rb_obj_classname(v));
+             where, json_kind(v));
 }
 static void json_walk(struct jcheck *c, VALUE v);
 static int json_pair(VALUE k, VALUE v, VALUE p) {
@@ -1498,8 +1511,8 @@ static int json_pair(VALUE k, VALUE v, VALUE p) {
         VALUE shown = rb_inspect(k);
         if (RSTRING_LEN(shown) > TC_SHOWN_MAX) shown = rb_str_cat_cstr(rb_str_substr(shown, 0, TC_SHOWN_MAX), "...");
         rb_enc_raise(rb_utf8_encoding(), eByCode[TOCSIN_INVALID],
-                 "%"PRIsVALUE" has the key %"PRIsVALUE" (%s %s): the keys of a JSON object are Strings or Symbols",
-                 where, shown, strchr("AEIOU", rb_obj_classname(k)[0]) ? "an" : "a", rb_obj_classname(k));
+                 "%"PRIsVALUE" has the key %"PRIsVALUE" (%"PRIsVALUE"): the keys of a JSON object are Strings or Symbols",
+                 where, shown, json_kind(k));
     }
     f->key = k;
     json_walk(c, v);
