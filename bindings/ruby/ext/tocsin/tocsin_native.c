@@ -218,7 +218,8 @@ static void *dbcall_f(void *p) {
 }
 static VALUE dbcall_body(VALUE p) {
     struct dbcall *c = (struct dbcall *)p;
-    rb_thread_call_without_gvl(dbcall_f, c, c->ubf, c->ubf_arg);
+    /* a wait's unblock function (wait_ubf) is async-signal-safe: see run_wait */
+    rb_nogvl(dbcall_f, c, c->ubf, c->ubf_arg, c->ubf ? RB_NOGVL_UBF_ASYNC_SAFE : 0);
     return Qnil;
 }
 static VALUE dbcall_ensure(VALUE p) {
@@ -1098,7 +1099,52 @@ static VALUE db_task_enqueue(int argc, VALUE *argv, VALUE self) {
  * returns TOCSIN_INTERRUPTED); the pending interrupt (Thread#raise, #kill,
  * Timeout, a signal's trap) then runs in rb_thread_check_ints(). When that
  * returns (a trap handler that did not raise), the wait resumes with the time
- * left. A poke through #poke from Ruby raises Tocsin::Interrupted. */
+ * left. A poke through #poke from Ruby raises Tocsin::Interrupted.
+ *
+ * Signals. Ruby runs trap handlers on the main thread. Its C signal handler
+ * only marks the main thread; the unblock function of a main thread that is
+ * in a blocking region is called by whichever thread notices the signal: a
+ * thread sleeping in Ruby (sleep, Queue#pop, IO waits: it watches the signal
+ * descriptor), or one waiting for the GVL. Ruby 3.1 starts a helper thread
+ * of its own for that only when the main thread is the only thread. So a
+ * main thread waiting here while every other thread runs Ruby code, waits in
+ * tocsin (or another extension) or has exited -- as when a thread sends
+ * Process.kill(:USR1, Process.pid) and ends -- kept the trap until the wait
+ * ended. Hence:
+ *  - the unblock function is async-signal-safe (atomic stores and the
+ *    core's poke: an atomic flag and a write(2) to an eventfd or pipe), and
+ *    says so (RB_NOGVL_UBF_ASYNC_SAFE): alone, the main thread is unblocked
+ *    from the signal handler itself, without Ruby's helper thread per wait;
+ *  - with other threads, a wait of the main thread runs beside a helper that
+ *    sleeps in Ruby (Thread "tocsin-signals", as Ruby's own helper does, in
+ *    slices of 50 ms), so that a signal unblocks the wait at once -- within
+ *    a slice when another thread held the signal descriptor -- whatever the
+ *    other threads do; it is killed when the wait returns or raises.
+ * The trap runs, then the wait resumes: what Ruby's own sleep does. */
+
+/* The helper: started for a wait of the main thread when other threads live.
+ * It sleeps in slices: a Ruby sleep watches the signal descriptor only when
+ * it was free as the sleep began (another sleeping thread may hold it, and
+ * hands it over to no one when it wakes), so each slice takes it anew. */
+#define TC_SIGWATCH_SLICE_US 50000
+static VALUE sigwatch_sleep(void *unused) {
+    for (;;) {
+        struct timeval tv = {0, TC_SIGWATCH_SLICE_US};
+        rb_thread_wait_for(tv);
+    }
+    return Qnil;
+}
+static VALUE sigwatch_start(void) {
+    if (rb_thread_current() != rb_thread_main() || rb_thread_alone()) return Qnil;
+    VALUE th = rb_thread_create(sigwatch_sleep, NULL);
+    rb_funcall(th, rb_intern("name="), 1, rb_str_new_cstr("tocsin-signals"));
+    return th;
+}
+static void sigwatch_stop(VALUE th) {
+    if (NIL_P(th)) return;
+    rb_funcall(th, rb_intern("kill"), 0);
+    rb_funcall(th, rb_intern("join"), 0);
+}
 
 typedef int (*wait_fn)(void *ctx, int timeout_ms);
 typedef int (*poke_fn)(void *handle);
@@ -1141,28 +1187,56 @@ static int64_t mono_ms(void) {
  * slot: where the object keeps the waited-on handle (NULL once closed): an
  * interrupt's handler (a trap, another thread switched in meanwhile) may have
  * closed it -- and freed it -- before the wait resumes. */
-static int run_wait(wait_fn fn, void *ctx, int timeout_ms, poke_fn poke, void *handle, pokeflags *flags, rdb *h,
-                    void *const *slot) {
+struct run_wait_a {
+    wait_fn fn;
+    void *ctx;
+    int timeout_ms;
+    poke_fn poke;
+    void *handle;
+    pokeflags *flags;
+    rdb *h;
+    void *const *slot;
+    VALUE watcher;
+    int rc;
+};
+static VALUE run_wait_body(VALUE p) {
+    struct run_wait_a *r = (struct run_wait_a *)p;
+    int timeout_ms = r->timeout_ms;
     int64_t deadline = timeout_ms >= 0 ? mono_ms() + timeout_ms : -1;
-    struct ubf_arg u = {poke, handle, flags};
+    struct ubf_arg u = {r->poke, r->handle, r->flags};
     for (;;) {
-        struct wait_call w = {fn, ctx, timeout_ms, 0};
-        atomic_store(&flags->ubf_fired, 0);
-        if (h) call_on_db(h, wait_nogvl, &w, wait_ubf, &u); /* counted (see call_on_db) */
-        else rb_thread_call_without_gvl(wait_nogvl, &w, wait_ubf, &u);
-        if (w.rc != TOCSIN_INTERRUPTED) return w.rc;
+        struct wait_call w = {r->fn, r->ctx, timeout_ms, 0};
+        atomic_store(&r->flags->ubf_fired, 0);
+        if (r->h) call_on_db(r->h, wait_nogvl, &w, wait_ubf, &u); /* counted (see call_on_db) */
+        else rb_nogvl(wait_nogvl, &w, wait_ubf, &u, RB_NOGVL_UBF_ASYNC_SAFE);
+        if (w.rc != TOCSIN_INTERRUPTED) {
+            r->rc = w.rc;
+            return Qnil;
+        }
         /* Ruby's own interrupt first (it may run a trap that pokes, even inside
          * rb_thread_call_without_gvl), then a poke through #poke; a poke left
          * over from an earlier wait only resumes the wait. */
-        if (atomic_exchange(&flags->ubf_fired, 0)) rb_thread_check_ints();
-        if (atomic_exchange(&flags->user_poked, 0))
+        if (atomic_exchange(&r->flags->ubf_fired, 0)) rb_thread_check_ints();
+        if (atomic_exchange(&r->flags->user_poked, 0))
             rb_raise(eByCode[TOCSIN_INTERRUPTED], "the wait was interrupted (poke)");
-        if (*slot != handle) rb_raise(eByCode[TOCSIN_CLOSED], "closed while waiting");
+        if (*r->slot != r->handle) rb_raise(eByCode[TOCSIN_CLOSED], "closed while waiting");
         if (deadline >= 0) {
             int64_t left = deadline - mono_ms();
             timeout_ms = left > 0 ? (int)left : 0;
         }
     }
+}
+static VALUE run_wait_done(VALUE p) {
+    sigwatch_stop(((struct run_wait_a *)p)->watcher);
+    return Qnil;
+}
+static int run_wait(wait_fn fn, void *ctx, int timeout_ms, poke_fn poke, void *handle, pokeflags *flags, rdb *h,
+                    void *const *slot) {
+    struct run_wait_a r = {fn, ctx, timeout_ms, poke, handle, flags, h, slot, Qnil, 0};
+    r.watcher = sigwatch_start();
+    rb_ensure(run_wait_body, (VALUE)&r, run_wait_done, (VALUE)&r);
+    RB_GC_GUARD(r.watcher);
+    return r.rc;
 }
 static int clamp_timeout(VALUE t) {
     if (NIL_P(t)) return -1;
@@ -1687,6 +1761,35 @@ struct wnext_ctx { tocsin_worker *w; tocsin_task_run **runs; size_t n; };
 static VALUE runs_ary(VALUE self, tocsin_task_run **runs, size_t n);
 static int wnext_fn(void *p, int t) { struct wnext_ctx *c = p; return tocsin_worker_next(c->w, &c->runs, &c->n, t); }
 static int wk_poke_fn(void *h) { return tocsin_worker_poke(h); }
+/* the worker's wait: as run_wait's, a poke from #poke ending it with poked set */
+struct wk_wait_a { rwk *k; struct wnext_ctx *c; int t; VALUE watcher; int rc; int poked; };
+static VALUE wk_wait_body(VALUE p) {
+    struct wk_wait_a *a = (struct wk_wait_a *)p;
+    rwk *k = a->k;
+    int t = a->t;
+    int64_t deadline = t >= 0 ? mono_ms() + t : -1;
+    struct ubf_arg u = {wk_poke_fn, k->w, &k->flags};
+    for (;;) {
+        struct wait_call w = {wnext_fn, a->c, t, 0};
+        atomic_store(&k->flags.ubf_fired, 0);
+        rb_nogvl(wait_nogvl, &w, wait_ubf, &u, RB_NOGVL_UBF_ASYNC_SAFE);
+        a->rc = w.rc;
+        if (w.rc != TOCSIN_INTERRUPTED) return Qnil;
+        if (atomic_exchange(&k->flags.ubf_fired, 0)) rb_thread_check_ints();
+        if (atomic_exchange(&k->flags.user_poked, 0)) { /* as in run_wait */
+            a->poked = 1;
+            return Qnil;
+        }
+        if (deadline >= 0) {
+            int64_t left = deadline - mono_ms();
+            t = left > 0 ? (int)left : 0;
+        }
+    }
+}
+static VALUE run_wait_done_wk(VALUE p) {
+    sigwatch_stop(((struct wk_wait_a *)p)->watcher);
+    return Qnil;
+}
 /* next(timeout_ms) -> [[run, job_id, token, queue, task, args, kwargs, meta, attempt, max_attempts, timeout_ms]],
  * [] at the timeout, nil when poked (Native::Worker#poke) */
 static VALUE wk_next(VALUE self, VALUE timeout) {
@@ -1698,21 +1801,12 @@ static VALUE wk_next(VALUE self, VALUE timeout) {
         rc = wnext_fn(&c, 0);
     } else {
         /* a poke from #poke returns nil rather than raising */
-        int64_t deadline = t >= 0 ? mono_ms() + t : -1;
-        struct ubf_arg u = {wk_poke_fn, k->w, &k->flags};
-        for (;;) {
-            struct wait_call w = {wnext_fn, &c, t, 0};
-            atomic_store(&k->flags.ubf_fired, 0);
-            rb_thread_call_without_gvl(wait_nogvl, &w, wait_ubf, &u);
-            rc = w.rc;
-            if (rc != TOCSIN_INTERRUPTED) break;
-            if (atomic_exchange(&k->flags.ubf_fired, 0)) rb_thread_check_ints();
-            if (atomic_exchange(&k->flags.user_poked, 0)) return Qnil; /* as in run_wait */
-            if (deadline >= 0) {
-                int64_t left = deadline - mono_ms();
-                t = left > 0 ? (int)left : 0;
-            }
-        }
+        struct wk_wait_a a = {k, &c, t, Qnil, 0, 0};
+        a.watcher = sigwatch_start();
+        rb_ensure(wk_wait_body, (VALUE)&a, run_wait_done_wk, (VALUE)&a);
+        RB_GC_GUARD(a.watcher);
+        if (a.poked) return Qnil;
+        rc = a.rc;
     }
     if (rc == TOCSIN_INTERRUPTED) { atomic_store(&k->flags.user_poked, 0); return Qnil; }
     if (rc == TOCSIN_TIMEOUT) return rb_ary_new();
