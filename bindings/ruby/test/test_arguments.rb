@@ -259,4 +259,49 @@ class TestArguments < Minitest::Test
     w = Tocsin::Worker.new(db, queues: ["q"], tasks: {}, scheduler: false)
     refused(/trap_signals must be true or false, not String/) { w.run(trap_signals: "yes") }
   end
+
+  # Every public method of the objects the API hands out, each positional
+  # argument and each keyword in turn given a value of the wrong kind: the
+  # answer is a Tocsin::Error (an InvalidArgument, or the core's refusal of a
+  # well-typed value), never a TypeError or NoMethodError from deeper down.
+  def test_no_public_method_answers_a_bad_argument_with_a_ruby_type_error
+    q = db.queue("q")
+    s = db.stream("s")
+    objects = [db, q, s, db.lock("fuzz"), db.rate_limit("r", limit: 1, per: 1), db.queue("q").get(@job.id),
+               db.listen("fuzz"), s.subscribe(from_offset: 0, save_on_close: false), db.subscribe,
+               Tocsin::TaskHandle.new(db, @job.id)]
+    # (left out: blocks, what ends the object, what writes, and the waits whose
+    # deadline is on the handle's clock, which setup fixed: tested above)
+    skip = %i[close transaction inspect native handle track own_sub worker_started worker_stopped poke each jobs
+              each_job listen subscribe with_lock wait_result acquire cancel retry fail ack hand_back heartbeat
+              requeue execute enqueue enqueue_many claim claim_batch ack_batch publish publish_many notify save_result
+              save_error set_time save_offset schedule update_schedule unschedule pause resume pause_schedule
+              resume_schedule prune set_notify_autotrim call delete_result try reset renew release try_acquire
+              stopped_at save max_payload= trim purge value get wait]
+    required = { queue: "q", limit: 1, per: 1 }
+    bad = [nil, true, false, 1.5, Object.new, [], {}, "x", :sym]
+    wrong = []
+    objects.each do |o|
+      (o.class.public_instance_methods(false) - skip).each do |m|
+        params = o.method(m).parameters
+        req = params.count { |t, _| t == :req }
+        kws = params.select { |t, _| t == :key || t == :keyreq }.map(&:last)
+        must = params.select { |t, _| t == :keyreq }.to_h { |_, k| [k, required.fetch(k)] }
+        bad.each do |b|
+          calls = req.times.map { |i| [Array.new(req) { |j| j == i ? b : [@job.id, @job.token][j] || "n" }, must] }
+          kws.each { |kw| calls << [Array.new(req) { |j| [@job.id, @job.token][j] || "n" }, must.merge(kw => b)] }
+          calls.each do |args, kw|
+            next if b.nil? && kw.key?(:timeout) # (nil: no bound, valid)
+
+            o.public_send(m, *args, **kw)
+          rescue Tocsin::Error
+            nil
+          rescue StandardError, ScriptError => e
+            wrong << "#{o.class}##{m}(#{args.map(&:inspect).join(", ")} #{kw}): #{e.class}: #{e.message[0, 80]}"
+          end
+        end
+      end
+    end
+    assert_empty wrong.uniq
+  end
 end

@@ -100,6 +100,10 @@ class TestJSONValues < Minitest::Test
     refused(/\Aqueue must be a String or Symbol, not nil/) { Tocsin::SQL.enqueue(conn, nil, 1) }
     refused(/\Apayload\[0\] is an Object/) { Tocsin::SQL.notify(conn, "c", [Object.new]) }
     refused(/\Apayload is a Symbol/) { Tocsin::SQL.publish(conn, "s", :x) }
+    refused(/\Aconn must be a SQLite3::Database \(or an ActiveRecord connection\), not nil/) do
+      Tocsin::SQL.enqueue(nil, "q", 1)
+    end
+    refused(/\Aconn must be a SQLite3::Database/) { Tocsin::SQL.load("app.db") }
     conn.close
     assert_equal 0, db.queue("q").stats["pending"]
   end

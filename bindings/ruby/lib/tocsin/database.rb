@@ -329,13 +329,14 @@ module Tocsin
 
     # true when woken, false at the timeout (seconds; nil: none).
     def wait(timeout = nil)
+      ms = Util.ms(timeout, "timeout")
       if Util.fiber_scheduler?
         return true if drain
 
         Util.wait_fd(to_io, timeout)
         return drain
       end
-      @native.wait(Util.ms(timeout, "timeout"))
+      @native.wait(ms)
     end
 
     def closed? = @closed

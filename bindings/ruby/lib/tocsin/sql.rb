@@ -71,7 +71,12 @@ module Tocsin
     end
 
     def raw(conn)
-      conn.respond_to?(:raw_connection) ? conn.raw_connection : conn
+      raw = conn.respond_to?(:raw_connection) ? conn.raw_connection : conn
+      unless raw.respond_to?(:get_first_value)
+        raise InvalidArgument, "conn must be a SQLite3::Database (or an ActiveRecord connection), not #{Util.kind(conn)}"
+      end
+
+      raw
     end
 
     def value(conn, sql, *binds)

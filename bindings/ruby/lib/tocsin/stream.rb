@@ -166,8 +166,13 @@ module Tocsin
     def position = @native.position
     def save = @native.save
 
-    # the core's position goes back to the last event handed out: close saves that
-    def stopped_at(event) = @native.rewind(event.offset)
+    # @api private (#each): the core's position goes back to the last event
+    # handed out, which close saves
+    def stopped_at(event)
+      raise InvalidArgument, "stopped_at takes a Tocsin::Event, not #{Util.kind(event)}" unless event.is_a?(Event)
+
+      @native.rewind(event.offset)
+    end
 
     private
 
