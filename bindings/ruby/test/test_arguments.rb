@@ -272,7 +272,7 @@ class TestArguments < Minitest::Test
                Tocsin::TaskHandle.new(db, @job.id)]
     # (left out: blocks, what ends the object, what writes, and the waits whose
     # deadline is on the handle's clock, which setup fixed: tested above)
-    skip = %i[close transaction inspect native handle track own_sub worker_started worker_stopped poke each jobs
+    left_out = %i[close transaction inspect native handle track own_sub worker_started worker_stopped poke each jobs
               each_job listen subscribe with_lock wait_result acquire cancel retry fail ack hand_back heartbeat
               requeue execute enqueue enqueue_many claim claim_batch ack_batch publish publish_many notify save_result
               save_error set_time save_offset schedule update_schedule unschedule pause resume pause_schedule
@@ -282,7 +282,7 @@ class TestArguments < Minitest::Test
     bad = [nil, true, false, 1.5, Object.new, [], {}, "x", :sym]
     wrong = []
     objects.each do |o|
-      (o.class.public_instance_methods(false) - skip).each do |m|
+      (o.class.public_instance_methods(false) - left_out).each do |m|
         params = o.method(m).parameters
         req = params.count { |t, _| t == :req }
         kws = params.select { |t, _| t == :key || t == :keyreq }.map(&:last)
