@@ -65,7 +65,8 @@ module Tocsin
     # The next fire time (epoch ms) of a cron expression after +after+ (Time or ms;
     # default now), nil if none before year 10000.
     def cron_next(expr, after: nil, local_time: false)
-      Native.cron_next(expr.to_s, after ? Util.instant_ms(after) : Util.now_ms, local_time)
+      Native.cron_next(Util.str!(expr, "cron"), after.nil? ? Util.now_ms : Util.instant_ms(after, "after"),
+                       Util.bool!(local_time, "local_time"))
     end
 
     # The exponential backoff of the core (ms): min(cap, base * 2^(attempts-1)) jittered.

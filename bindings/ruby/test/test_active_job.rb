@@ -12,6 +12,11 @@ class TocsinTestJob < ActiveJob::Base
   end
 end
 
+class TocsinTypedArgsJob < ActiveJob::Base
+  RAN = ::Queue.new
+  def perform(at, sym, opts) = RAN << [at, sym, opts]
+end
+
 class TocsinFailingJob < ActiveJob::Base
   def perform = raise(ArgumentError, "no such user")
 end
@@ -64,5 +69,33 @@ class TestActiveJob < Minitest::Test
     assert_equal 0, q.get(plain.provider_job_id).priority
     order = 3.times.map { q.claim("w").tap(&:ack).id }
     assert_equal [plain.provider_job_id, high.provider_job_id, low.provider_job_id], order
+  end
+
+  # ActiveJob serialises its own arguments (a Time, a Symbol, a Symbol-keyed
+  # Hash become JSON values it reads back) before the adapter enqueues them:
+  # they pass tocsin's JSON-value check and arrive as they were given.
+  def test_activejob_serialised_arguments_pass_the_json_check
+    at = Time.utc(2030, 1, 2, 3, 4, 5)
+    job = TocsinTypedArgsJob.perform_later(at, :urgent, { retry: true, n: 2 })
+    stored = db.queue("default").get(job.provider_job_id)
+    assert_kind_of Hash, stored.payload["args"][0]
+    w = Tocsin::Worker.new(db, queues: %w[default], scheduler: false)
+    th = Thread.new { w.run }
+    got = TocsinTypedArgsJob::RAN.pop
+    w.stop
+    th.join(10)
+    assert_equal [at, :urgent, { retry: true, n: 2 }], got
+  end
+
+  # (ActiveJob's set(priority:) makes an Integer; a job class may still answer another)
+  def test_a_priority_that_is_no_integer_is_invalid_argument
+    job = TocsinTestJob.new("x")
+    job.define_singleton_method(:priority) { "high" }
+    adapter = ActiveJob::QueueAdapters::TocsinAdapter.new(db)
+    e = assert_raises(Tocsin::InvalidArgument) { adapter.enqueue(job) }
+    assert_match(/TocsinTestJob: priority must be an Integer, not String/, e.message)
+    e = assert_raises(Tocsin::InvalidArgument) { adapter.enqueue_at(TocsinTestJob.new("y"), Float::NAN) }
+    assert_match(/the scheduled time must be epoch seconds/, e.message)
+    assert_equal 0, db.queue("mailers").stats["pending"]
   end
 end

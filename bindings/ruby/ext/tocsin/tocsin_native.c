@@ -19,6 +19,7 @@
 #include <link.h>
 #include <dlfcn.h>
 #include <stdio.h>
+#include <math.h>
 #include <sqlite3.h>
 
 #include "tocsin.h"
@@ -126,7 +127,7 @@ static void arg_range_error(VALUE v, const char *what, int64_t lo, int64_t hi, i
 static int64_t arg_int(VALUE v, const char *what, int64_t lo, int64_t hi, int secs) {
     if (!RB_INTEGER_TYPE_P(v))
         rb_raise(eByCode[TOCSIN_INVALID], "%s must be an Integer, not %s", what,
-                 NIL_P(v) ? "nil" : rb_obj_classname(v));
+                 NIL_P(v) ? "nil" : v == Qtrue ? "true" : v == Qfalse ? "false" : rb_obj_classname(v));
     int64_t n = 0;
     /* n: the low 64 bits, two's complement. The sign says -2 / +2 only beyond
      * 64 bits of magnitude: 2**63..2**64-1 (and -2**64..-2**63-1) come back
@@ -217,7 +218,8 @@ static void *dbcall_f(void *p) {
 }
 static VALUE dbcall_body(VALUE p) {
     struct dbcall *c = (struct dbcall *)p;
-    rb_thread_call_without_gvl(dbcall_f, c, c->ubf, c->ubf_arg);
+    /* a wait's unblock function (wait_ubf) is async-signal-safe: see run_wait */
+    rb_nogvl(dbcall_f, c, c->ubf, c->ubf_arg, c->ubf ? RB_NOGVL_UBF_ASYNC_SAFE : 0);
     return Qnil;
 }
 static VALUE dbcall_ensure(VALUE p) {
@@ -1097,7 +1099,52 @@ static VALUE db_task_enqueue(int argc, VALUE *argv, VALUE self) {
  * returns TOCSIN_INTERRUPTED); the pending interrupt (Thread#raise, #kill,
  * Timeout, a signal's trap) then runs in rb_thread_check_ints(). When that
  * returns (a trap handler that did not raise), the wait resumes with the time
- * left. A poke through #poke from Ruby raises Tocsin::Interrupted. */
+ * left. A poke through #poke from Ruby raises Tocsin::Interrupted.
+ *
+ * Signals. Ruby runs trap handlers on the main thread. Its C signal handler
+ * only marks the main thread; the unblock function of a main thread that is
+ * in a blocking region is called by whichever thread notices the signal: a
+ * thread sleeping in Ruby (sleep, Queue#pop, IO waits: it watches the signal
+ * descriptor), or one waiting for the GVL. Ruby 3.1 starts a helper thread
+ * of its own for that only when the main thread is the only thread. So a
+ * main thread waiting here while every other thread runs Ruby code, waits in
+ * tocsin (or another extension) or has exited -- as when a thread sends
+ * Process.kill(:USR1, Process.pid) and ends -- kept the trap until the wait
+ * ended. Hence:
+ *  - the unblock function is async-signal-safe (atomic stores and the
+ *    core's poke: an atomic flag and a write(2) to an eventfd or pipe), and
+ *    says so (RB_NOGVL_UBF_ASYNC_SAFE): alone, the main thread is unblocked
+ *    from the signal handler itself, without Ruby's helper thread per wait;
+ *  - with other threads, a wait of the main thread runs beside a helper that
+ *    sleeps in Ruby (Thread "tocsin-signals", as Ruby's own helper does, in
+ *    slices of 50 ms), so that a signal unblocks the wait at once -- within
+ *    a slice when another thread held the signal descriptor -- whatever the
+ *    other threads do; it is killed when the wait returns or raises.
+ * The trap runs, then the wait resumes: what Ruby's own sleep does. */
+
+/* The helper: started for a wait of the main thread when other threads live.
+ * It sleeps in slices: a Ruby sleep watches the signal descriptor only when
+ * it was free as the sleep began (another sleeping thread may hold it, and
+ * hands it over to no one when it wakes), so each slice takes it anew. */
+#define TC_SIGWATCH_SLICE_US 50000
+static VALUE sigwatch_sleep(void *unused) {
+    for (;;) {
+        struct timeval tv = {0, TC_SIGWATCH_SLICE_US};
+        rb_thread_wait_for(tv);
+    }
+    return Qnil;
+}
+static VALUE sigwatch_start(void) {
+    if (rb_thread_current() != rb_thread_main() || rb_thread_alone()) return Qnil;
+    VALUE th = rb_thread_create(sigwatch_sleep, NULL);
+    rb_funcall(th, rb_intern("name="), 1, rb_str_new_cstr("tocsin-signals"));
+    return th;
+}
+static void sigwatch_stop(VALUE th) {
+    if (NIL_P(th)) return;
+    rb_funcall(th, rb_intern("kill"), 0);
+    rb_funcall(th, rb_intern("join"), 0);
+}
 
 typedef int (*wait_fn)(void *ctx, int timeout_ms);
 typedef int (*poke_fn)(void *handle);
@@ -1140,28 +1187,56 @@ static int64_t mono_ms(void) {
  * slot: where the object keeps the waited-on handle (NULL once closed): an
  * interrupt's handler (a trap, another thread switched in meanwhile) may have
  * closed it -- and freed it -- before the wait resumes. */
-static int run_wait(wait_fn fn, void *ctx, int timeout_ms, poke_fn poke, void *handle, pokeflags *flags, rdb *h,
-                    void *const *slot) {
+struct run_wait_a {
+    wait_fn fn;
+    void *ctx;
+    int timeout_ms;
+    poke_fn poke;
+    void *handle;
+    pokeflags *flags;
+    rdb *h;
+    void *const *slot;
+    VALUE watcher;
+    int rc;
+};
+static VALUE run_wait_body(VALUE p) {
+    struct run_wait_a *r = (struct run_wait_a *)p;
+    int timeout_ms = r->timeout_ms;
     int64_t deadline = timeout_ms >= 0 ? mono_ms() + timeout_ms : -1;
-    struct ubf_arg u = {poke, handle, flags};
+    struct ubf_arg u = {r->poke, r->handle, r->flags};
     for (;;) {
-        struct wait_call w = {fn, ctx, timeout_ms, 0};
-        atomic_store(&flags->ubf_fired, 0);
-        if (h) call_on_db(h, wait_nogvl, &w, wait_ubf, &u); /* counted (see call_on_db) */
-        else rb_thread_call_without_gvl(wait_nogvl, &w, wait_ubf, &u);
-        if (w.rc != TOCSIN_INTERRUPTED) return w.rc;
+        struct wait_call w = {r->fn, r->ctx, timeout_ms, 0};
+        atomic_store(&r->flags->ubf_fired, 0);
+        if (r->h) call_on_db(r->h, wait_nogvl, &w, wait_ubf, &u); /* counted (see call_on_db) */
+        else rb_nogvl(wait_nogvl, &w, wait_ubf, &u, RB_NOGVL_UBF_ASYNC_SAFE);
+        if (w.rc != TOCSIN_INTERRUPTED) {
+            r->rc = w.rc;
+            return Qnil;
+        }
         /* Ruby's own interrupt first (it may run a trap that pokes, even inside
          * rb_thread_call_without_gvl), then a poke through #poke; a poke left
          * over from an earlier wait only resumes the wait. */
-        if (atomic_exchange(&flags->ubf_fired, 0)) rb_thread_check_ints();
-        if (atomic_exchange(&flags->user_poked, 0))
+        if (atomic_exchange(&r->flags->ubf_fired, 0)) rb_thread_check_ints();
+        if (atomic_exchange(&r->flags->user_poked, 0))
             rb_raise(eByCode[TOCSIN_INTERRUPTED], "the wait was interrupted (poke)");
-        if (*slot != handle) rb_raise(eByCode[TOCSIN_CLOSED], "closed while waiting");
+        if (*r->slot != r->handle) rb_raise(eByCode[TOCSIN_CLOSED], "closed while waiting");
         if (deadline >= 0) {
             int64_t left = deadline - mono_ms();
             timeout_ms = left > 0 ? (int)left : 0;
         }
     }
+}
+static VALUE run_wait_done(VALUE p) {
+    sigwatch_stop(((struct run_wait_a *)p)->watcher);
+    return Qnil;
+}
+static int run_wait(wait_fn fn, void *ctx, int timeout_ms, poke_fn poke, void *handle, pokeflags *flags, rdb *h,
+                    void *const *slot) {
+    struct run_wait_a r = {fn, ctx, timeout_ms, poke, handle, flags, h, slot, Qnil, 0};
+    r.watcher = sigwatch_start();
+    rb_ensure(run_wait_body, (VALUE)&r, run_wait_done, (VALUE)&r);
+    RB_GC_GUARD(r.watcher);
+    return r.rc;
 }
 static int clamp_timeout(VALUE t) {
     if (NIL_P(t)) return -1;
@@ -1442,6 +1517,129 @@ static VALUE ss_close(VALUE self) {
     return Qnil;
 }
 
+/* ==== JSON values ==========================================================
+ * Native.json_check(value, what): raises Tocsin::InvalidArgument unless
+ * `value` is a JSON value, in one walk: a Hash whose keys are Strings or
+ * Symbols, an Array, a String, an Integer, a finite Float, true, false or nil
+ * (instances of subclasses of Hash, Array and String count: their type is the
+ * builtin one). Anything else -- a Time, a Symbol value, a Rational, an Object
+ * the json gem would store through its #to_s -- is refused with its class and
+ * where it is (payload["a"][2]); so is a non-finite Float and nesting deeper
+ * than JSON.generate's own limit (100; a container that holds itself ends
+ * there). Only the path to the offending value is formatted, on failure. */
+#define TC_JSON_MAX_DEPTH 100
+struct jframe { VALUE key; long index; int is_hash; };
+struct jcheck {
+    VALUE what;
+    int depth;
+    struct jframe stack[TC_JSON_MAX_DEPTH + 1];
+};
+static VALUE json_path(struct jcheck *c, int upto) {
+    VALUE s = rb_str_dup(c->what);
+    for (int i = 0; i < upto; i++) {
+        if (upto > 12 && i == 5) { /* deep: its first and last steps */
+            rb_str_cat_cstr(s, "...");
+            i = upto - 6;
+            continue;
+        }
+        if (c->stack[i].is_hash) {
+            VALUE k = rb_inspect(c->stack[i].key);
+            if (RSTRING_LEN(k) > TC_SHOWN_MAX) k = rb_str_cat_cstr(rb_str_substr(k, 0, TC_SHOWN_MAX), "...");
+            rb_str_catf(s, "[%"PRIsVALUE"]", k);
+        } else {
+            rb_str_catf(s, "[%ld]", c->stack[i].index);
+        }
+    }
+    return s;
+}
+/* "a Time", "an Object", "an anonymous Struct subclass" */
+static VALUE json_kind(VALUE v) {
+    VALUE k = rb_obj_class(v);
+    const char *pre = "";
+    while (rb_mod_name(k) == Qnil && RTEST(rb_class_superclass(k))) {
+        k = rb_class_superclass(k);
+        pre = "anonymous ";
+    }
+    VALUE name = rb_mod_name(k);
+    const char *n = NIL_P(name) ? "Object" : StringValueCStr(name);
+    int vowel = *pre || strchr("AEIOU", n[0]) != NULL; /* "an anonymous ...", "an Object" */
+    return rb_sprintf("%s %s%s%s", vowel ? "an" : "a", pre, n, *pre ? " subclass" : "");
+}
+static void NORETURN(json_refuse(struct jcheck *c, VALUE v));
+static void json_refuse(struct jcheck *c, VALUE v) {
+    VALUE where = json_path(c, c->depth);
+    if (RB_FLOAT_TYPE_P(v))
+        rb_enc_raise(rb_utf8_encoding(), eByCode[TOCSIN_INVALID], "%"PRIsVALUE" is %s, which JSON cannot hold (a JSON number is finite)",
+                 where, isnan(RFLOAT_VALUE(v)) ? "NaN" : RFLOAT_VALUE(v) > 0 ? "Infinity" : "-Infinity");
+    rb_enc_raise(rb_utf8_encoding(), eByCode[TOCSIN_INVALID],
+             "%"PRIsVALUE" is %"PRIsVALUE", not a JSON value (a Hash with String or Symbol keys, an Array, a String, "
+             "an Integer, a finite Float, true, false or nil)",
+             where, json_kind(v));
+}
+static void json_walk(struct jcheck *c, VALUE v);
+static int json_pair(VALUE k, VALUE v, VALUE p) {
+    struct jcheck *c = (struct jcheck *)p;
+    struct jframe *f = &c->stack[c->depth - 1];
+    if (!RB_TYPE_P(k, T_STRING) && !RB_TYPE_P(k, T_SYMBOL)) {
+        VALUE where = json_path(c, c->depth - 1);
+        VALUE shown = rb_inspect(k);
+        if (RSTRING_LEN(shown) > TC_SHOWN_MAX) shown = rb_str_cat_cstr(rb_str_substr(shown, 0, TC_SHOWN_MAX), "...");
+        rb_enc_raise(rb_utf8_encoding(), eByCode[TOCSIN_INVALID],
+                 "%"PRIsVALUE" has the key %"PRIsVALUE" (%"PRIsVALUE"): the keys of a JSON object are Strings or Symbols",
+                 where, shown, json_kind(k));
+    }
+    f->key = k;
+    json_walk(c, v);
+    return ST_CONTINUE;
+}
+static void json_enter(struct jcheck *c, VALUE v, int is_hash) {
+    if (c->depth >= TC_JSON_MAX_DEPTH)
+        rb_enc_raise(rb_utf8_encoding(), eByCode[TOCSIN_INVALID], "%"PRIsVALUE" is nested deeper than %d levels (or contains itself)",
+                 json_path(c, c->depth), TC_JSON_MAX_DEPTH);
+    struct jframe *f = &c->stack[c->depth++];
+    f->is_hash = is_hash;
+    f->key = Qnil;
+    f->index = 0;
+}
+static void json_walk(struct jcheck *c, VALUE v) {
+    switch (rb_type(v)) {
+    case T_NIL: case T_TRUE: case T_FALSE: case T_FIXNUM: case T_BIGNUM: case T_STRING:
+        return;
+    case T_FLOAT:
+        if (!isfinite(RFLOAT_VALUE(v))) json_refuse(c, v);
+        return;
+    case T_ARRAY: {
+        json_enter(c, v, 0);
+        struct jframe *f = &c->stack[c->depth - 1];
+        for (long i = 0; i < RARRAY_LEN(v); i++) {
+            f->index = i;
+            json_walk(c, RARRAY_AREF(v, i));
+        }
+        c->depth--;
+        return;
+    }
+    case T_HASH:
+        json_enter(c, v, 1);
+        rb_hash_foreach(v, json_pair, (VALUE)c);
+        c->depth--;
+        return;
+    default:
+        json_refuse(c, v);
+    }
+}
+static VALUE m_json_check(VALUE mod, VALUE v, VALUE what) {
+    switch (rb_type(v)) { /* the common scalars: no walk */
+    case T_NIL: case T_TRUE: case T_FALSE: case T_FIXNUM: case T_STRING: return Qnil;
+    default: break;
+    }
+    struct jcheck c;
+    c.what = rb_String(what);
+    c.depth = 0;
+    json_walk(&c, v);
+    RB_GC_GUARD(c.what);
+    return Qnil;
+}
+
 /* ==== one SQLite per process ==============================================
  * Every copy of SQLite carries the format of its corruption reports,
  * "%s at line %d of [%.10s]" (sqlite3ReportError; no client of SQLite has it).
@@ -1563,6 +1761,35 @@ struct wnext_ctx { tocsin_worker *w; tocsin_task_run **runs; size_t n; };
 static VALUE runs_ary(VALUE self, tocsin_task_run **runs, size_t n);
 static int wnext_fn(void *p, int t) { struct wnext_ctx *c = p; return tocsin_worker_next(c->w, &c->runs, &c->n, t); }
 static int wk_poke_fn(void *h) { return tocsin_worker_poke(h); }
+/* the worker's wait: as run_wait's, a poke from #poke ending it with poked set */
+struct wk_wait_a { rwk *k; struct wnext_ctx *c; int t; VALUE watcher; int rc; int poked; };
+static VALUE wk_wait_body(VALUE p) {
+    struct wk_wait_a *a = (struct wk_wait_a *)p;
+    rwk *k = a->k;
+    int t = a->t;
+    int64_t deadline = t >= 0 ? mono_ms() + t : -1;
+    struct ubf_arg u = {wk_poke_fn, k->w, &k->flags};
+    for (;;) {
+        struct wait_call w = {wnext_fn, a->c, t, 0};
+        atomic_store(&k->flags.ubf_fired, 0);
+        rb_nogvl(wait_nogvl, &w, wait_ubf, &u, RB_NOGVL_UBF_ASYNC_SAFE);
+        a->rc = w.rc;
+        if (w.rc != TOCSIN_INTERRUPTED) return Qnil;
+        if (atomic_exchange(&k->flags.ubf_fired, 0)) rb_thread_check_ints();
+        if (atomic_exchange(&k->flags.user_poked, 0)) { /* as in run_wait */
+            a->poked = 1;
+            return Qnil;
+        }
+        if (deadline >= 0) {
+            int64_t left = deadline - mono_ms();
+            t = left > 0 ? (int)left : 0;
+        }
+    }
+}
+static VALUE run_wait_done_wk(VALUE p) {
+    sigwatch_stop(((struct wk_wait_a *)p)->watcher);
+    return Qnil;
+}
 /* next(timeout_ms) -> [[run, job_id, token, queue, task, args, kwargs, meta, attempt, max_attempts, timeout_ms]],
  * [] at the timeout, nil when poked (Native::Worker#poke) */
 static VALUE wk_next(VALUE self, VALUE timeout) {
@@ -1574,21 +1801,12 @@ static VALUE wk_next(VALUE self, VALUE timeout) {
         rc = wnext_fn(&c, 0);
     } else {
         /* a poke from #poke returns nil rather than raising */
-        int64_t deadline = t >= 0 ? mono_ms() + t : -1;
-        struct ubf_arg u = {wk_poke_fn, k->w, &k->flags};
-        for (;;) {
-            struct wait_call w = {wnext_fn, &c, t, 0};
-            atomic_store(&k->flags.ubf_fired, 0);
-            rb_thread_call_without_gvl(wait_nogvl, &w, wait_ubf, &u);
-            rc = w.rc;
-            if (rc != TOCSIN_INTERRUPTED) break;
-            if (atomic_exchange(&k->flags.ubf_fired, 0)) rb_thread_check_ints();
-            if (atomic_exchange(&k->flags.user_poked, 0)) return Qnil; /* as in run_wait */
-            if (deadline >= 0) {
-                int64_t left = deadline - mono_ms();
-                t = left > 0 ? (int)left : 0;
-            }
-        }
+        struct wk_wait_a a = {k, &c, t, Qnil, 0, 0};
+        a.watcher = sigwatch_start();
+        rb_ensure(wk_wait_body, (VALUE)&a, run_wait_done_wk, (VALUE)&a);
+        RB_GC_GUARD(a.watcher);
+        if (a.poked) return Qnil;
+        rc = a.rc;
     }
     if (rc == TOCSIN_INTERRUPTED) { atomic_store(&k->flags.user_poked, 0); return Qnil; }
     if (rc == TOCSIN_TIMEOUT) return rb_ary_new();
@@ -1769,6 +1987,7 @@ RUBY_FUNC_EXPORTED void Init_tocsin_native(void) {
     rb_define_module_function(mNative, "loaded_objects", m_loaded_objects, 0);
     rb_define_module_function(mNative, "file_has_sqlite?", m_file_has_sqlite, 1);
     rb_define_module_function(mNative, "sqlite_object", m_sqlite_object, 0);
+    rb_define_module_function(mNative, "json_check", m_json_check, 2);
 
     cDB = rb_define_class_under(mNative, "DB", rb_cObject);
     rb_undef_alloc_func(cDB);

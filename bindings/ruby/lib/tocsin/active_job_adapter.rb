@@ -44,9 +44,20 @@ module ActiveJob
       # ActiveJob's priority runs lower numbers first (as Delayed Job, GoodJob and
       # Solid Queue do); tocsin claims higher ones first: the sign is flipped.
       def enqueue_at(job, timestamp)
+        prio = job.priority
+        unless prio.nil? || prio.is_a?(Integer)
+          raise Tocsin::InvalidArgument, "#{job.class}: priority must be an Integer, not #{Tocsin::Util.kind(prio)}"
+        end
+        unless timestamp.nil? || (timestamp.is_a?(Numeric) && timestamp.real? && timestamp.to_f.finite?)
+          raise Tocsin::InvalidArgument, "#{job.class}: the scheduled time must be epoch seconds, not #{Tocsin::Util.kind(timestamp)}"
+        end
+
+        # job.serialize: ActiveJob's own serialisation of the arguments (a Time,
+        # a Symbol, a GlobalID become JSON values); a value it cannot serialise
+        # raises ActiveJob::SerializationError, as in any adapter
         h = database.queue(job.queue_name || "default")
                     .call(Tocsin::ActiveJobSupport::TASK, job.serialize, max_attempts: 1,
-                          priority: job.priority && -job.priority,
+                          priority: prio && -prio,
                           run_at: timestamp && (timestamp * 1000).round)
         job.provider_job_id = h.job_id
         h

@@ -8,8 +8,8 @@ module Tocsin
     def initialize(db, name, ttl, owner)
       @db = db
       @name = name
-      @ttl_ms = Util.ms(ttl, "ttl")
-      @owner = owner || Util.default_owner
+      @ttl_ms = Util.ms(ttl, "ttl", nil_ok: false)
+      @owner = owner.nil? ? Util.default_owner : Util.name!(owner, "owner")
       @token = 0
     end
 
@@ -50,9 +50,10 @@ module Tocsin
 
     # Extends the lease (true), or false when it was taken over (fencing).
     def renew(ttl: nil)
+      ttl_ms = ttl.nil? ? @ttl_ms : Util.ms(ttl, "ttl")
       raise InvalidArgument, "the lock is not held" unless held?
 
-      @db.native.lock_renew(@name, @owner, @token, ttl ? Util.ms(ttl, "ttl") : @ttl_ms)
+      @db.native.lock_renew(@name, @owner, @token, ttl_ms)
     end
 
     def release
@@ -74,8 +75,8 @@ module Tocsin
     def initialize(db, name, limit, per)
       @db = db
       @name = name
-      @limit = limit
-      @per_ms = Util.ms(per, "per")
+      @limit = Util.int!(limit, "limit")
+      @per_ms = Util.ms(per, "per", nil_ok: false)
     end
 
     def try = Decision.new(*@db.native.ratelimit_try(@name, @limit, @per_ms))
@@ -110,14 +111,16 @@ module Tocsin
       raise InvalidArgument, "unknown schedule option(s): #{bad.join(", ")}" unless bad.empty?
 
       h = {}
-      h[:priority] = o[:priority] if o.key?(:priority)
-      h[:max_attempts] = o[:max_attempts] if o.key?(:max_attempts)
+      h[:priority] = Util.int!(o[:priority], "priority", nil_ok: true) if o.key?(:priority)
+      h[:max_attempts] = Util.int!(o[:max_attempts], "max_attempts", nil_ok: true) if o.key?(:max_attempts)
       h[:job_expires_ms] = Util.ms(o[:job_expires], "job_expires") if o.key?(:job_expires)
       if o.key?(:catch_up)
-        h[:catch_up] = CATCH_UP.fetch(o[:catch_up]) { raise InvalidArgument, "catch_up is :once or :all" }
+        h[:catch_up] = CATCH_UP.fetch(o[:catch_up]) do
+          raise InvalidArgument, "catch_up must be :once or :all, not #{Util.kind(o[:catch_up])}"
+        end
       end
-      h[:max_catch_up] = o[:max_catch_up] if o.key?(:max_catch_up)
-      h[:local_time] = o[:local_time] if o.key?(:local_time)
+      h[:max_catch_up] = Util.int!(o[:max_catch_up], "max_catch_up", nil_ok: true) if o.key?(:max_catch_up)
+      h[:local_time] = Util.bool!(o[:local_time], "local_time") if o.key?(:local_time)
       h[:meta] = Util.meta(o[:meta]) if o.key?(:meta)
       h
     end

@@ -22,7 +22,7 @@ module Tocsin
 
     # Runs SQL of the application's (no result rows) inside the transaction.
     def execute(sql)
-      native.exec(Util.text(sql.to_s, "sql"))
+      native.exec(Util.str!(sql, "sql"))
       nil
     end
 
@@ -55,9 +55,12 @@ module Tocsin
     attr_reader :path
 
     def initialize(path, busy_timeout: 5, max_payload: nil, read_only: false, check_sqlite: true)
-      OneSQLite.check! if check_sqlite
-      @path = path.to_s
-      @native = Native::DB.open(@path, Util.ms(busy_timeout, "busy_timeout"), max_payload, read_only)
+      @path = Util.text(Util.path!(path), "path")
+      busy_ms = Util.ms(busy_timeout, "busy_timeout", nil_ok: false)
+      Util.int!(max_payload, "max_payload", nil_ok: true)
+      Util.bool!(read_only, "read_only")
+      OneSQLite.check! if Util.bool!(check_sqlite, "check_sqlite")
+      @native = Native::DB.open(@path, busy_ms, max_payload, read_only)
       @workers = []
       @workers_lock = Mutex.new
       @subs = [] # the threads' own wake subscriptions (#own_sub)
@@ -73,7 +76,7 @@ module Tocsin
     # @api private: the native handle of +tx+ (checked to belong here) or ours.
     def handle(tx = nil)
       return native if tx.nil?
-      raise InvalidArgument, "tx: must be a Tocsin::Transaction" unless tx.is_a?(Transaction)
+      raise InvalidArgument, "tx: must be a Tocsin::Transaction, not #{Util.kind(tx)}" unless tx.is_a?(Transaction)
       raise InvalidArgument, "tx: belongs to another database" unless tx.database.equal?(self)
 
       tx.native
@@ -136,7 +139,7 @@ module Tocsin
     end
 
     # SQL of the application's (no result rows), on the database's connection.
-    def execute(sql) = native.exec(Util.text(sql.to_s, "sql"))
+    def execute(sql) = native.exec(Util.str!(sql, "sql"))
 
     # The handle's clock (epoch ms); set_time(Time/ms) fixes it (tests), nil restores it.
     def now = native.now
@@ -159,7 +162,7 @@ module Tocsin
     end
 
     def notifications(channel, after: 0, limit: 100)
-      native.notify_read(Util.text(channel, "channel"), after, limit).map { |r| Notification.new(*r) }
+      native.notify_read(Util.name!(channel, "channel"), after, limit).map { |r| Notification.new(*r) }
     end
 
     def notify_max_id = native.notify_max_id
@@ -168,6 +171,7 @@ module Tocsin
     # the block breaks (or +timeout+ seconds pass without one), closing the listener
     # afterwards; without, returns the Listener.
     def listen(channel, buffer_size: 1000, timeout: nil, &block)
+      Util.ms(timeout, "timeout")
       l = Listener.new(self, Util.name!(channel, "channel"), buffer_size)
       return l unless block
 
@@ -187,7 +191,8 @@ module Tocsin
     end
 
     def save_error(job_id, type, message = "", ttl: nil, tx: nil)
-      handle(tx).result_save_error(job_id, Util.text(type, "type"), Util.text(message, "message"), Util.ms(ttl, "ttl"))
+      handle(tx).result_save_error(job_id, Util.str!(type, "type"), Util.str!(message, "message", nil_ok: true),
+                                   Util.ms(ttl, "ttl"))
     end
 
     def result(job_id, tx: nil) = Result.from(handle(tx).result_get(job_id))
@@ -197,6 +202,7 @@ module Tocsin
     # of +job_id+: a Result (a job that died without one gives error_type "JobDead").
     # Raises Tocsin::Timeout after +timeout+ seconds.
     def wait_result(job_id, timeout: nil)
+      Util.int!(job_id, "job id")
       deadline = timeout.nil? ? nil : now + Util.ms(timeout, "timeout")
       sub = own_sub
       if Util.fiber_scheduler?
@@ -224,6 +230,8 @@ module Tocsin
     # Holds lock +name+ while the block runs (waiting for it up to +timeout+ seconds;
     # Tocsin::Timeout after), then releases it. Yields the Lock (its #token fences).
     def with_lock(name, ttl: 30, timeout: nil, owner: nil)
+      raise InvalidArgument, "with_lock takes a block" unless block_given?
+
       l = lock(name, ttl: ttl, owner: owner)
       raise Timeout, "lock #{name} not acquired within the timeout" unless l.acquire(timeout: timeout)
 
@@ -235,26 +243,28 @@ module Tocsin
     end
 
     # [owner or nil, token, until_ms]
-    def lock_holder(name) = native.lock_holder(name.to_s)
+    def lock_holder(name) = native.lock_holder(Util.name!(name, "lock name"))
     def rate_limit(name, limit:, per:) = RateLimit.new(self, Util.name!(name, "rate limit name"), limit, per)
 
     # ---- schedules ----
     # Registers schedule +name+: every boundary of +cron+ enqueues +payload+ on +queue+.
     # Returns the next fire time (epoch ms).
     def schedule(name, cron, queue:, payload: nil, **opts)
-      native.schedule_set(Util.text(name, "schedule name"), Util.text(cron, "cron"), Util.text(queue, "queue"), Util.dump(payload), Schedule.opts(opts))
+      native.schedule_set(Util.name!(name, "schedule name"), Util.str!(cron, "cron"), Util.name!(queue, "queue"),
+                          Util.dump(payload), Schedule.opts(opts))
     end
 
     def update_schedule(name, cron: nil, queue: nil, payload: Schedule::KEEP, **opts)
       p = payload.equal?(Schedule::KEEP) ? nil : Util.dump(payload)
-      native.schedule_update(Util.text(name, "schedule name"), Util.text(cron, "cron"), Util.text(queue, "queue"), p, opts.empty? ? nil : Schedule.opts(opts))
+      native.schedule_update(Util.name!(name, "schedule name"), Util.str!(cron, "cron", nil_ok: true),
+                             queue.nil? ? nil : Util.name!(queue, "queue"), p, opts.empty? ? nil : Schedule.opts(opts))
     end
 
     def schedules = native.schedule_list.map { |h| Schedule.from(h) }
-    def get_schedule(name) = Schedule.from(native.schedule_get(name.to_s))
-    def pause_schedule(name) = native.schedule_pause(name.to_s)
-    def resume_schedule(name) = native.schedule_resume(name.to_s)
-    def unschedule(name) = native.schedule_remove(name.to_s)
+    def get_schedule(name) = Schedule.from(native.schedule_get(Util.name!(name, "schedule name")))
+    def pause_schedule(name) = native.schedule_pause(Util.name!(name, "schedule name"))
+    def resume_schedule(name) = native.schedule_resume(Util.name!(name, "schedule name"))
+    def unschedule(name) = native.schedule_remove(Util.name!(name, "schedule name"))
     def scheduler_tick = native.scheduler_tick
     def scheduler_next_fire = native.scheduler_next_fire
 
@@ -265,12 +275,13 @@ module Tocsin
     # Returns the counts.
     def prune(notifications_max_age: nil, notifications_keep: nil, dead_before: nil)
       out = {}
-      if notifications_max_age || notifications_keep
-        out[:notifications] = native.notify_prune(Util.ms(notifications_max_age, "notifications_max_age"), notifications_keep)
-      end
+      age_ms = Util.ms(notifications_max_age, "notifications_max_age")
+      Util.int!(notifications_keep, "notifications_keep", nil_ok: true)
+      dead_ms = Util.instant_ms(dead_before, "dead_before")
+      out[:notifications] = native.notify_prune(age_ms, notifications_keep) if !age_ms.nil? || !notifications_keep.nil?
       out[:results] = native.result_sweep
       out[:rate_limits] = native.ratelimit_sweep
-      out[:dead] = native.dead_purge(nil, Util.instant_ms(dead_before, "dead_before")) if dead_before
+      out[:dead] = native.dead_purge(nil, dead_ms) unless dead_ms.nil?
       out
     end
 
@@ -281,6 +292,7 @@ module Tocsin
     # Calls task +task+ (registered by a worker of any runtime) on +queue+ with
     # positional +args+ and keyword +kwargs+; returns a TaskHandle (#value waits).
     def call(task, *args, queue: "default", kwargs: {}, **opts)
+      Util.name!(task, "task name")
       self.queue(queue).call(task, *args, kwargs: kwargs, **opts)
     end
 
@@ -317,13 +329,14 @@ module Tocsin
 
     # true when woken, false at the timeout (seconds; nil: none).
     def wait(timeout = nil)
+      ms = Util.ms(timeout, "timeout")
       if Util.fiber_scheduler?
         return true if drain
 
         Util.wait_fd(to_io, timeout)
         return drain
       end
-      @native.wait(Util.ms(timeout, "timeout"))
+      @native.wait(ms)
     end
 
     def closed? = @closed

@@ -60,24 +60,29 @@ module Tocsin
     # meta: Hash of headers, tx: a Transaction to join.
     def enqueue(payload = nil, tx: nil, priority: nil, delay: nil, run_at: nil, max_attempts: nil,
                 expires: nil, unique_key: nil, meta: nil)
-      opts = (priority || delay || run_at || max_attempts || expires || unique_key || meta) &&
-             enqueue_opts(priority, delay, run_at, max_attempts, expires, unique_key, meta)
+      # (nil checks: false is no option's "not given" -- enqueue_opts refuses it)
+      opts = unless priority.nil? && delay.nil? && run_at.nil? && max_attempts.nil? && expires.nil? &&
+                    unique_key.nil? && meta.nil?
+               enqueue_opts(priority, delay, run_at, max_attempts, expires, unique_key, meta)
+             end
       @db.handle(tx).enqueue(@name, Util.dump(payload), opts)
     end
 
     # Enqueues every job atomically: each entry a payload or a Hash
     # { payload:, priority:, delay:, ... }. Returns the ids.
     def enqueue_many(jobs, tx: nil)
-      specs = jobs.map do |j|
+      Util.array!(jobs, "jobs")
+      specs = jobs.each_with_index.map do |j, i|
         if j.is_a?(Hash) && j.key?(:payload)
-          o = j.transform_keys(&:to_sym)
+          o = j.transform_keys { |k| k.is_a?(String) ? k.to_sym : k }
           bad = o.keys - %i[payload priority delay run_at max_attempts expires unique_key meta]
-          raise InvalidArgument, "unknown job option(s): #{bad.join(", ")}" unless bad.empty?
+          raise InvalidArgument, "jobs[#{i}]: unknown job option(s): #{bad.map(&:inspect).join(", ")}" unless bad.empty?
 
-          [@name, Util.dump(o[:payload]), enqueue_opts(o[:priority], o[:delay], o[:run_at], o[:max_attempts],
-                                                       o[:expires], o[:unique_key], o[:meta])]
+          [@name, Util.dump(o[:payload], "jobs[#{i}][:payload]"),
+           enqueue_opts(o[:priority], o[:delay], o[:run_at], o[:max_attempts], o[:expires], o[:unique_key], o[:meta],
+                        "jobs[#{i}] ")]
         else
-          [@name, Util.dump(j), nil]
+          [@name, Util.dump(j, "jobs[#{i}]"), nil]
         end
       end
       @db.handle(tx).enqueue_many(specs)
@@ -85,13 +90,14 @@ module Tocsin
 
     # Claims one job for +worker_id+ (leased for +visibility+ seconds), or nil.
     def claim(worker_id, visibility: DEFAULT_VISIBILITY)
-      vis = visibility.equal?(DEFAULT_VISIBILITY) ? DEFAULT_VISIBILITY_MS : Util.ms(visibility, "visibility")
+      vis = visibility.equal?(DEFAULT_VISIBILITY) ? DEFAULT_VISIBILITY_MS : Util.ms(visibility, "visibility", nil_ok: false)
       row = @db.native.claim(@name, Util.name!(worker_id, "worker_id"), 1, vis)[0]
       row && Job.new(self, row)
     end
 
     def claim_batch(n, worker_id, visibility: DEFAULT_VISIBILITY)
-      @db.native.claim(@name, Util.name!(worker_id, "worker_id"), n, Util.ms(visibility, "visibility"))
+      Util.int!(n, "claim count")
+      @db.native.claim(@name, Util.name!(worker_id, "worker_id"), n, Util.ms(visibility, "visibility", nil_ok: false))
          .map { |r| Job.new(self, r) }
     end
 
@@ -102,11 +108,12 @@ module Tocsin
 
     # Acks [Job or [id, token]] in one transaction; returns how many held.
     def ack_batch(jobs, tx: nil)
+      Util.array!(jobs, "ack_batch's jobs")
       pairs = jobs.each_with_index.map do |j, i|
         next [j.id, j.token] if j.is_a?(Job)
         next j if j.is_a?(Array) && j.size == 2
 
-        raise InvalidArgument, "ack_batch entry #{i} must be a Job or an [id, token] pair, not #{j.class}"
+        raise InvalidArgument, "ack_batch entry #{i} must be a Job or an [id, token] pair, not #{Util.kind(j)}"
       end
       @db.handle(tx).ack_batch(pairs.map(&:first), pairs.map(&:last))
     end
@@ -115,24 +122,24 @@ module Tocsin
     # or dead when attempts are spent.
     def retry(job, token = nil, delay: nil, error: nil, tx: nil)
       id, tok = id_token(job, token)
-      @db.handle(tx).retry(id, tok, Util.ms(delay, "delay"), Util.text(error, "error"))
+      @db.handle(tx).retry(id, tok, Util.ms(delay, "delay"), Util.str!(error, "error", nil_ok: true))
     end
 
     def fail(job, token = nil, error: nil, tx: nil)
       id, tok = id_token(job, token)
-      @db.handle(tx).fail(id, tok, Util.text(error, "error"))
+      @db.handle(tx).fail(id, tok, Util.str!(error, "error", nil_ok: true))
     end
 
     # Hands a claimed job back unrun: pending again after +delay+ seconds, no
     # attempt consumed (for a worker that claimed more than it will run).
     def hand_back(job, token = nil, delay: 0, tx: nil)
       id, tok = id_token(job, token)
-      @db.handle(tx).hand_back(id, tok, Util.ms(delay, "delay"))
+      @db.handle(tx).hand_back(id, tok, Util.ms(delay, "delay", nil_ok: false))
     end
 
     def heartbeat(job, token = nil, extend: DEFAULT_VISIBILITY)
       id, tok = id_token(job, token)
-      @db.native.heartbeat(id, tok, Util.ms(extend, "extend"))
+      @db.native.heartbeat(id, tok, Util.ms(extend, "extend", nil_ok: false))
     end
 
     def cancel(job) = @db.native.cancel(job.is_a?(Job) ? job.id : job)
@@ -154,7 +161,7 @@ module Tocsin
 
     def dead_letters(after: 0, limit: 100) = @db.native.dead_list(@name, after, limit).map { |r| Job.new(self, r) }
     def requeue(job) = @db.native.dead_requeue(job.is_a?(Job) ? job.id : job)
-    def purge(before: nil) = @db.native.dead_purge(@name, Util.instant_ms(before))
+    def purge(before: nil) = @db.native.dead_purge(@name, Util.instant_ms(before, "before"))
 
     # Waits until something is claimable (true) or +timeout+ seconds pass (false).
     def wait(timeout: nil) = Queue.wait_claimable(@db, [@name], timeout)
@@ -168,6 +175,12 @@ module Tocsin
     # no attempt consumed). +timeout+: stop after this many idle seconds. Without
     # a block, returns an Enumerator.
     def each_job(worker_id, visibility: DEFAULT_VISIBILITY, batch: 1, timeout: nil)
+      # checked before the first claim (and by the Enumerator's creation): a bad
+      # timeout would otherwise surface only once the queue runs dry
+      Util.name!(worker_id, "worker_id")
+      Util.ms(visibility, "visibility", nil_ok: false)
+      Util.int!(batch, "batch (the claim count)")
+      Util.ms(timeout, "timeout")
       return enum_for(:each_job, worker_id, visibility: visibility, batch: batch, timeout: timeout) unless block_given?
 
       loop do
@@ -206,7 +219,7 @@ module Tocsin
              run_at: nil, max_attempts: nil, expires: nil, unique_key: nil, meta: nil)
       opts = enqueue_opts(priority, delay, run_at, max_attempts, expires, unique_key, meta)
       id = @db.handle(tx).task_enqueue(@name, Util.name!(task, "task name"), Util.dump(args, "args"),
-                                       Util.dump(kwargs, "kwargs"), Util.ms(result_ttl, "result_ttl"),
+                                       Util.dump(Util.hash!(kwargs, "kwargs"), "kwargs"), Util.ms(result_ttl, "result_ttl"),
                                        Util.ms(timeout, "timeout"), opts)
       TaskHandle.new(@db, id)
     end
@@ -235,22 +248,34 @@ module Tocsin
 
     private
 
-    def enqueue_opts(priority, delay, run_at, max_attempts, expires, unique_key, meta)
+    # (+at+: where the options come from, in messages: "jobs[2] ")
+    def enqueue_opts(priority, delay, run_at, max_attempts, expires, unique_key, meta, at = "")
       # nil is the core's default; an explicit 0 is not (the core reads 0 as "default")
-      if priority && !(priority.is_a?(Integer) && Util::INT64.cover?(priority))
-        raise InvalidArgument, "priority must be a 64-bit Integer, not #{priority.inspect}"
+      if !priority.nil? && !(priority.is_a?(Integer) && Util::INT64.cover?(priority))
+        raise InvalidArgument, "#{at}priority must be a 64-bit Integer, not #{priority.is_a?(Integer) ? priority : Util.kind(priority)}"
       end
-      if max_attempts && !(max_attempts.is_a?(Integer) && max_attempts >= 1)
-        raise InvalidArgument, "max_attempts must be between 1 and 1000000, not #{max_attempts.inspect}"
+      if !max_attempts.nil? && !(max_attempts.is_a?(Integer) && max_attempts.between?(1, Native::MAX_ATTEMPTS))
+        raise InvalidArgument, "#{at}max_attempts must be between 1 and #{Native::MAX_ATTEMPTS}, not #{max_attempts.is_a?(Integer) ? max_attempts : Util.kind(max_attempts)}"
       end
 
-      [priority, Util.ms(delay, "delay"), Util.instant_ms(run_at, "run_at"), max_attempts, Util.ms(expires, "expires"),
-       Util.text(unique_key, "unique_key"), Util.meta(meta)]
+      [priority, Util.ms(delay, "#{at}delay"), Util.instant_ms(run_at, "#{at}run_at"), max_attempts,
+       Util.ms(expires, "#{at}expires"), Util.str!(unique_key, "#{at}unique_key", nil_ok: true), meta_json(meta, at)]
+    end
+
+    def meta_json(meta, at)
+      return nil if meta.nil?
+      raise InvalidArgument, "#{at}meta must be a Hash, not #{Util.kind(meta)}" unless meta.is_a?(Hash)
+
+      Util.dump(meta, "#{at}meta")
     end
 
     def id_token(job, token)
-      return [job.id, job.token] if job.is_a?(Job)
-      raise InvalidArgument, "give a Job, or a job id and its token" if token.nil?
+      if job.is_a?(Job)
+        raise InvalidArgument, "give a Job, or a job id and its token, not a Job and a token" unless token.nil?
+
+        return [job.id, job.token]
+      end
+      raise InvalidArgument, "give a Job, or a job id and its token (the token is missing)" if token.nil?
 
       [job, token]
     end

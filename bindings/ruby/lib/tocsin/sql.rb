@@ -44,33 +44,39 @@ module Tocsin
     def enqueue(conn, queue, payload, priority: nil, delay: nil, run_at: nil, max_attempts: nil, expires: nil,
                 unique_key: nil, meta: nil)
       o = {}
-      o[:priority] = priority if priority
-      o[:delay_ms] = Util.ms(delay, "delay") if delay
-      o[:run_at_ms] = Util.instant_ms(run_at) if run_at
-      o[:max_attempts] = max_attempts if max_attempts
-      o[:expires_ms] = Util.ms(expires, "expires") if expires
-      o[:unique_key] = unique_key.to_s if unique_key
-      o[:meta] = meta if meta
-      value(conn, "SELECT tocsin_enqueue(?, ?, ?)", queue.to_s, Util.dump(payload), o.empty? ? nil : JSON.generate(o))
+      o[:priority] = Util.int!(priority, "priority") unless priority.nil?
+      o[:delay_ms] = Util.ms(delay, "delay") unless delay.nil?
+      o[:run_at_ms] = Util.instant_ms(run_at, "run_at") unless run_at.nil?
+      o[:max_attempts] = Util.int!(max_attempts, "max_attempts") unless max_attempts.nil?
+      o[:expires_ms] = Util.ms(expires, "expires") unless expires.nil?
+      o[:unique_key] = Util.str!(unique_key, "unique_key") unless unique_key.nil?
+      o[:meta] = Util.json!(Util.hash!(meta, "meta"), "meta") unless meta.nil?
+      value(conn, "SELECT tocsin_enqueue(?, ?, ?)", Util.name!(queue, "queue"), Util.dump(payload),
+            o.empty? ? nil : Util.dump(o, "options"))
     end
 
     # Enqueues a task call (+envelope+ from Database#task_envelope, or any
     # runtime's envelope JSON text) on +queue+.
     def enqueue_envelope(conn, queue, envelope)
-      value(conn, "SELECT tocsin_enqueue(?, ?)", queue.to_s, envelope.to_s)
+      value(conn, "SELECT tocsin_enqueue(?, ?)", Util.name!(queue, "queue"), Util.str!(envelope, "envelope"))
     end
 
     def notify(conn, channel, payload, meta: nil)
-      value(conn, "SELECT tocsin_notify(?, ?, ?)", channel.to_s, Util.dump(payload), Util.meta(meta))
+      value(conn, "SELECT tocsin_notify(?, ?, ?)", Util.name!(channel, "channel"), Util.dump(payload), Util.meta(meta))
     end
 
     def publish(conn, topic, payload, key: nil, meta: nil)
-      value(conn, "SELECT tocsin_stream_publish(?, ?, ?, ?)", topic.to_s, Util.dump(payload), key&.to_s,
-            Util.meta(meta))
+      value(conn, "SELECT tocsin_stream_publish(?, ?, ?, ?)", Util.name!(topic, "topic"), Util.dump(payload),
+            Util.str!(key, "key", nil_ok: true), Util.meta(meta))
     end
 
     def raw(conn)
-      conn.respond_to?(:raw_connection) ? conn.raw_connection : conn
+      raw = conn.respond_to?(:raw_connection) ? conn.raw_connection : conn
+      unless raw.respond_to?(:get_first_value)
+        raise InvalidArgument, "conn must be a SQLite3::Database (or an ActiveRecord connection), not #{Util.kind(conn)}"
+      end
+
+      raw
     end
 
     def value(conn, sql, *binds)
@@ -82,7 +88,8 @@ module Tocsin
     # The JSON envelope of a call of +task+ (the core's tocsin_task_envelope), for
     # enqueueing it through another driver (Tocsin::SQL.enqueue_envelope).
     def task_envelope(task, *args, kwargs: {}, result_ttl: nil, timeout: nil)
-      native.task_envelope(Util.name!(task, "task name"), Util.dump(args, "args"), Util.dump(kwargs, "kwargs"),
+      native.task_envelope(Util.name!(task, "task name"), Util.dump(args, "args"),
+                           Util.dump(Util.hash!(kwargs, "kwargs"), "kwargs"),
                            Util.ms(result_ttl, "result_ttl"), Util.ms(timeout, "timeout"))
     end
   end

@@ -26,21 +26,26 @@ module Tocsin
 
     # Appends an event; returns its offset.
     def publish(payload, key: nil, meta: nil, tx: nil)
-      @db.handle(tx).publish(@topic, Util.dump(payload), Util.text(key, "key"), Util.meta(meta))
+      @db.handle(tx).publish(@topic, Util.dump(payload), Util.str!(key, "key", nil_ok: true), Util.meta(meta))
     end
 
+    # Appends every payload atomically (+keys+: nil, or one key -- a String or nil -- per payload).
     def publish_many(payloads, keys: nil, tx: nil)
-      @db.handle(tx).publish_many(@topic, payloads.map { |p| Util.dump(p) }, keys&.map { |k| Util.text(k, "key") })
+      Util.array!(payloads, "payloads")
+      Util.array!(keys, "keys") unless keys.nil?
+      @db.handle(tx).publish_many(@topic, payloads.each_with_index.map { |p, i| Util.dump(p, "payloads[#{i}]") },
+                                  keys&.each_with_index&.map { |k, i| Util.str!(k, "keys[#{i}]", nil_ok: true) })
     end
 
     def read(after: 0, limit: 100) = @db.native.stream_read(@topic, after, limit).map { |r| Event.new(*r) }
-    def save_offset(consumer, offset) = @db.native.save_offset(consumer.to_s, @topic, offset)
-    def offset(consumer) = @db.native.stream_offset(consumer.to_s, @topic)
+    def save_offset(consumer, offset) = @db.native.save_offset(Util.name!(consumer, "consumer"), @topic, offset)
+    def offset(consumer) = @db.native.stream_offset(Util.name!(consumer, "consumer"), @topic)
 
     # Deletes events older than +max_age+ seconds, beyond the newest +max_count+,
     # and/or (+below_consumers+) those every consumer has passed. Returns the count.
     def trim(max_age: nil, max_count: nil, below_consumers: false)
-      @db.native.stream_trim(@topic, Util.ms(max_age, "max_age"), max_count, below_consumers)
+      @db.native.stream_trim(@topic, Util.ms(max_age, "max_age"), Util.int!(max_count, "max_count", nil_ok: true),
+                             Util.bool!(below_consumers, "below_consumers"))
     end
 
     # Replays from the consumer's saved offset (or +from_offset+), then goes live.
@@ -52,9 +57,9 @@ module Tocsin
     # 1 s). +save_on_close: false+ (without autosave) leaves the offset alone.
     def subscribe(consumer: nil, from_offset: nil, batch: 100, autosave_every: nil, autosave: nil,
                   timeout: nil, save_on_close: true, &block)
-      unless [true, false].include?(save_on_close)
-        raise InvalidArgument, "save_on_close must be true or false, got #{save_on_close.inspect}"
-      end
+      Util.bool!(save_on_close, "save_on_close")
+      consumer = Util.name!(consumer, "consumer") unless consumer.nil?
+      Util.ms(timeout, "timeout")
       if consumer && save_on_close && autosave_every.nil? && autosave.nil?
         autosave_every = 100
         autosave = 1
@@ -84,6 +89,7 @@ module Tocsin
 
     # The messages that arrived (at least one), or [] after +timeout+ seconds.
     def next_batch(timeout: nil)
+      ms = Util.ms(timeout, "timeout")
       if Util.fiber_scheduler?
         deadline = timeout && Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
         loop do
@@ -96,11 +102,12 @@ module Tocsin
           Util.wait_fd(to_io, left)
         end
       end
-      @native.next(Util.ms(timeout, "timeout")).map { |r| wrap(r) }
+      @native.next(ms).map { |r| wrap(r) }
     end
 
     # Yields every message; ends when +timeout+ idle seconds pass (nil: never).
     def each(timeout: nil)
+      Util.ms(timeout, "timeout")
       return enum_for(:each, timeout: timeout) unless block_given?
 
       loop do
@@ -159,8 +166,13 @@ module Tocsin
     def position = @native.position
     def save = @native.save
 
-    # the core's position goes back to the last event handed out: close saves that
-    def stopped_at(event) = @native.rewind(event.offset)
+    # @api private (#each): the core's position goes back to the last event
+    # handed out, which close saves
+    def stopped_at(event)
+      raise InvalidArgument, "stopped_at takes a Tocsin::Event, not #{Util.kind(event)}" unless event.is_a?(Event)
+
+      @native.rewind(event.offset)
+    end
 
     private
 

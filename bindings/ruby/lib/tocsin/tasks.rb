@@ -53,8 +53,10 @@ module Tocsin
 
     def initialize(name, callable, queue: "default", retries: 2, backoff: nil, timeout: nil, result_ttl: nil)
       @name = Util.name!(name, "task name")
+      raise InvalidArgument, "task #{@name}: give a block or a callable (an object with #call)" unless callable.respond_to?(:call)
+
       @callable = callable
-      @queue = queue.to_s
+      @queue = Util.name!(queue, "queue")
       unless retries.is_a?(Integer) && retries.between?(0, Native::MAX_ATTEMPTS - 1)
         raise InvalidArgument, "retries must be an Integer between 0 and #{Native::MAX_ATTEMPTS - 1}, not #{retries.inspect}"
       end
@@ -73,6 +75,8 @@ module Tocsin
 
     # Enqueues a call on the task's queue: a TaskHandle.
     def call_async(db, *args, kwargs: {}, **opts)
+      raise InvalidArgument, "db must be a Tocsin::Database, not #{Util.kind(db)}" unless db.is_a?(Database)
+
       db.queue(@queue).call(@name, *args, kwargs: kwargs, max_attempts: @retries + 1,
                             result_ttl: @result_ttl_ms && @result_ttl_ms / 1000.0, **opts)
     end
@@ -89,15 +93,20 @@ module Tocsin
     # exponential backoff), timeout: seconds, result_ttl: seconds.
     def task(name, callable = nil, **opts, &block)
       fn = callable || block
-      raise InvalidArgument, "give a block or a callable" unless fn.respond_to?(:call)
+      raise InvalidArgument, "give a block or a callable (an object with #call), not #{Util.kind(fn)}" unless fn.respond_to?(:call)
 
-      @tasks[name.to_s] = Task.new(name, fn, **opts)
+      t = Task.new(name, fn, **opts)
+      @tasks[t.name] = t
     end
 
     # Registers a periodic task: a schedule "periodic:<name>" written when a worker
     # with the scheduler starts, whose boundaries enqueue a call of the task.
+    # +args+ and +kwargs+ are checked now (JSON values), not when a worker starts.
     def every(cron, task_name, args: [], kwargs: {})
-      @periodic << { cron: cron.to_s, task: task_name.to_s, args: args, kwargs: kwargs }
+      entry = { cron: Util.str!(cron, "cron"), task: Util.name!(task_name, "task name"),
+                args: Util.json!(Util.array!(args, "args"), "args"),
+                kwargs: Util.json!(Util.hash!(kwargs, "kwargs"), "kwargs") }
+      @periodic << entry
     end
   end
 end

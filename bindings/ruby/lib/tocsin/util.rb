@@ -16,10 +16,14 @@ module Tocsin
 
     # seconds (Numeric) -> ms; nil stays nil. The core checks the ranges (a
     # value beyond 64 bits, NaN or an infinity cannot reach it: refused here).
-    def ms(seconds, what = "duration")
-      return nil if seconds.nil?
+    def ms(seconds, what = "duration", nil_ok: true)
+      if seconds.nil?
+        return nil if nil_ok
+
+        raise InvalidArgument, "#{what} must be a number of seconds, not nil"
+      end
       unless seconds.is_a?(Numeric) && seconds.real?
-        raise InvalidArgument, "#{what} must be a number of seconds, not #{seconds.class}"
+        raise InvalidArgument, "#{what} must be a number of seconds, not #{kind(seconds)}"
       end
       raise InvalidArgument, "#{what} must be a finite number of seconds, not #{seconds}" if seconds.to_f.nan? || seconds.to_f.infinite?
       # no duration is negative: the core reads some negative values as "none" or
@@ -38,7 +42,7 @@ module Tocsin
           when nil then return nil
           when Time then (t.to_r * 1000).round
           when Integer then t
-          else raise InvalidArgument, "#{what}: an instant is a Time or epoch milliseconds, not #{t.class}"
+          else raise InvalidArgument, "#{what} must be a Time or epoch milliseconds (Integer), not #{kind(t)}"
           end
       raise InvalidArgument, "#{what} is out of range: #{t.inspect}" unless INT64.cover?(v)
 
@@ -47,26 +51,89 @@ module Tocsin
 
     def now_ms = Process.clock_gettime(Process::CLOCK_REALTIME, :millisecond)
 
+    # The JSON text of +value+, a JSON value only (Native.json_check: a Hash with
+    # String or Symbol keys, an Array, a String, an Integer, a finite Float,
+    # true, false, nil): anything else is refused with its class and where it
+    # is (payload["a"][2]), never stored through its #to_s.
     def dump(value, what = "payload")
+      Native.json_check(value, what)
       JSON.generate(value)
-    rescue JSON::GeneratorError, JSON::NestingError, Encoding::UndefinedConversionError => e
-      # (NestingError: nested too deep, or circular)
+    rescue JSON::GeneratorError, JSON::NestingError, EncodingError => e
+      # (a String that is not valid in its encoding)
       raise InvalidArgument, "#{what} is not JSON-serialisable: #{e.message}"
+    end
+
+    # Checks that +value+ is a JSON value (as #dump), without serialising it.
+    def json!(value, what)
+      Native.json_check(value, what)
+      value
     end
 
     def meta(h)
       return nil if h.nil?
-      raise InvalidArgument, "meta must be a Hash" unless h.is_a?(Hash)
+      raise InvalidArgument, "meta must be a Hash, not #{kind(h)}" unless h.is_a?(Hash)
 
       dump(h, "meta")
     end
 
     def load(text) = text.nil? ? nil : JSON.parse(text)
 
+    # What a refused argument is, in messages: nil, true, false, else its class
+    # (as the native layer words it: "job id must be an Integer, not String").
+    def kind(v)
+      case v
+      when nil, true, false then v.inspect
+      else v.class.name || v.class.inspect
+      end
+    end
+
     def name!(v, what)
-      raise InvalidArgument, "#{what} must be a String or Symbol" unless v.is_a?(String) || v.is_a?(Symbol)
+      raise InvalidArgument, "#{what} must be a String or Symbol, not #{kind(v)}" unless v.is_a?(String) || v.is_a?(Symbol)
 
       text(v.to_s, what)
+    end
+
+    # A String (or Symbol) argument as UTF-8 text; nil when +v+ is nil and +nil_ok+.
+    def str!(v, what, nil_ok: false)
+      return nil if v.nil? && nil_ok
+      unless v.is_a?(String) || v.is_a?(Symbol)
+        raise InvalidArgument, "#{what} must be a String, not #{kind(v)}"
+      end
+
+      text(v.to_s, what)
+    end
+
+    def bool!(v, what)
+      raise InvalidArgument, "#{what} must be true or false, not #{kind(v)}" unless v == true || v == false
+
+      v
+    end
+
+    # An Integer (not a Float, never rounded; not true/false); nil when +nil_ok+.
+    def int!(v, what, nil_ok: false)
+      return v if v.is_a?(Integer) || (v.nil? && nil_ok)
+
+      raise InvalidArgument, "#{what} must be an Integer, not #{kind(v)}"
+    end
+
+    def array!(v, what)
+      raise InvalidArgument, "#{what} must be an Array, not #{kind(v)}" unless v.is_a?(Array)
+
+      v
+    end
+
+    def hash!(v, what)
+      raise InvalidArgument, "#{what} must be a Hash, not #{kind(v)}" unless v.is_a?(Hash)
+
+      v
+    end
+
+    # A database's file: a String or a Pathname (anything with #to_path).
+    def path!(v)
+      return v.to_path if v.respond_to?(:to_path)
+      return v if v.is_a?(String)
+
+      raise InvalidArgument, "path must be a String or Pathname, not #{kind(v)}"
     end
 
     # +s+ as UTF-8 text for the core (which stores UTF-8): a String in another

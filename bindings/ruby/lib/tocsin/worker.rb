@@ -48,7 +48,7 @@ module Tocsin
         value = yield tx
         # recorded by the worker's loop thread inside tx (tocsin_worker_finish with a
         # transaction handle); committed by this block's end
-        unless @worker.finish_in(self, @run, tx, JSON.generate(value))
+        unless @worker.finish_in(self, @run, tx, Util.dump(value, "result"))
           raise LeaseLost, "job #{@job_id}: the lease was lost (another worker has the job); " \
                            "the transaction is rolled back"
         end
@@ -81,19 +81,27 @@ module Tocsin
 
     def initialize(db, queues: nil, concurrency: 1, worker_id: nil, visibility: 30, scheduler: true,
                    scheduler_ttl: 10, shutdown_timeout: 30, tasks: Tocsin.tasks, periodic: Tocsin.periodic)
+      raise InvalidArgument, "db must be a Tocsin::Database, not #{Util.kind(db)}" unless db.is_a?(Database)
+      unless tasks.is_a?(Hash) && tasks.each_value.all?(Task)
+        raise InvalidArgument, "tasks must be a Hash of name => Tocsin::Task, not #{Util.kind(tasks)}"
+      end
+      raise InvalidArgument, "periodic must be an Array, not #{Util.kind(periodic)}" unless periodic.is_a?(Array)
+
       @db = db
       @tasks = tasks
       @periodic = periodic
-      @queues = (queues || tasks.values.map(&:queue).uniq).map(&:to_s)
+      queues = tasks.values.map(&:queue).uniq if queues.nil?
+      Util.array!(queues, "queues")
+      @queues = queues.each_with_index.map { |q, i| Util.name!(q, "queues[#{i}]") }
       raise InvalidArgument, "give at least one queue (or register tasks)" if @queues.empty?
       unless concurrency.is_a?(Integer) && concurrency.between?(1, Native::MAX_BATCH)
         raise InvalidArgument, "concurrency must be an Integer between 1 and #{Native::MAX_BATCH}, not #{concurrency.inspect}"
       end
 
       @concurrency = concurrency
-      @worker_id = worker_id || Util.default_owner
-      @visibility_ms = Util.ms(visibility, "visibility")
-      @scheduler = scheduler
+      @worker_id = worker_id.nil? ? Util.default_owner : Util.name!(worker_id, "worker_id")
+      @visibility_ms = Util.ms(visibility, "visibility", nil_ok: false)
+      @scheduler = Util.bool!(scheduler, "scheduler")
       @scheduler_ttl_ms = Util.ms(scheduler_ttl, "scheduler_ttl")
       shutdown_ms = Util.ms(shutdown_timeout, "shutdown_timeout")
       raise InvalidArgument, "shutdown_timeout must be a number of seconds, not nil" if shutdown_ms.nil?
@@ -116,6 +124,7 @@ module Tocsin
     # running handlers finish for shutdown_timeout seconds, then closes (the core
     # hands back whatever still runs: pending again, no attempt consumed).
     def run(trap_signals: false)
+      Util.bool!(trap_signals, "trap_signals")
       @loop_thread = Thread.current
       open_native # (a failed open leaves the process's signal handlers as they were)
       old = trap_signals ? install_traps : {}
@@ -313,7 +322,7 @@ module Tocsin
       return [Native::OUTCOME_OK, nil, nil, nil, nil] if ctx.finished # counted by finish_in
 
       begin
-        json = value.nil? ? "null" : JSON.generate(value)
+        json = value.nil? ? "null" : Util.dump(value, "result")
       rescue StandardError => e
         @lock.synchronize { @failed += 1 }
         return [Native::OUTCOME_FAIL, nil, "SerializationError", "the result is not JSON: #{e.message}", nil]
