@@ -1353,6 +1353,7 @@ int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only) {
     sqlite3 *conn = NULL;
     int rc;
     *out = NULL;
+    if (tc_inherited(db)) return TC_ERRCODE;
     if (!path || !*path)
         return tc_err(db, TOCSIN_INVALID, "the database is in memory or temporary: no other connection can open it");
     rc = sqlite3_open_v2(path, &conn,
@@ -5441,6 +5442,7 @@ static int wk_sub_open(tocsin_sub **out, tocsin_db *db) {
     *out = NULL;
     if (!db) return tc_err(NULL, TOCSIN_INVALID, "db must not be NULL");
     tc_clear(db);
+    if (tc_inherited(db)) return TC_ERRCODE;
     if (!(path = wk_path(db))) return TC_ERRCODE;
     if ((rc = wk_identify(db, path, &dev, &ino)) != TOCSIN_OK) return rc;
     if (!(s = sqlite3_malloc(sizeof *s))) return tc_err(db, TOCSIN_NOMEM, "wake engine: out of memory");

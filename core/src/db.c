@@ -644,6 +644,7 @@ int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only) {
     sqlite3 *conn = NULL;
     int rc;
     *out = NULL;
+    if (tc_inherited(db)) return TC_ERRCODE;
     if (!path || !*path)
         return tc_err(db, TOCSIN_INVALID, "the database is in memory or temporary: no other connection can open it");
     rc = sqlite3_open_v2(path, &conn,

@@ -649,6 +649,7 @@ static int wk_sub_open(tocsin_sub **out, tocsin_db *db) {
     *out = NULL;
     if (!db) return tc_err(NULL, TOCSIN_INVALID, "db must not be NULL");
     tc_clear(db);
+    if (tc_inherited(db)) return TC_ERRCODE;
     if (!(path = wk_path(db))) return TC_ERRCODE;
     if ((rc = wk_identify(db, path, &dev, &ino)) != TOCSIN_OK) return rc;
     if (!(s = sqlite3_malloc(sizeof *s))) return tc_err(db, TOCSIN_NOMEM, "wake engine: out of memory");

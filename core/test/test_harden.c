@@ -99,6 +99,12 @@ static void fork_with_live_subscriptions(void) {
                 if (tocsin_tx_begin(db, &tx) != TOCSIN_CLOSED || tx) _exit(13);
                 if (tocsin_begin(db) != TOCSIN_CLOSED) _exit(14);
                 if (tocsin_sqlite_enter(db) != TOCSIN_CLOSED) _exit(15);
+                {   /* nor is anything opened from it */
+                    tocsin_sub *ns = NULL;
+                    tocsin_listener *nl = NULL;
+                    if (tocsin_sub_open(&ns, db) != TOCSIN_CLOSED || ns) _exit(17);
+                    if (tocsin_listen_open(&nl, db, "c", 8) != TOCSIN_CLOSED || nl) _exit(18);
+                }
                 if (tocsin_close(db) != TOCSIN_OK) _exit(16);
             }
             /* inherited subscriptions report an error, never wait */
