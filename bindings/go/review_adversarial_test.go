@@ -330,3 +330,28 @@ func TestContextDeadlineBoundsLockWaits(t *testing.T) {
 		t.Fatalf("want only the last enqueue, got %d pending", st.Pending)
 	}
 }
+
+// A schedule that cannot fire (its cron edited around tocsin) stops neither the other
+// schedules nor the worker leading the scheduler: its jobs run, and Run ends only with ctx.
+func TestWorkerSurvivesADamagedSchedule(t *testing.T) {
+	db := openDB(t)
+	var ran atomic.Int32
+	tick := tocsin.Task(db, "tick", func(ctx context.Context, a int) (int, error) { ran.Add(1); return a, nil }, nil)
+	check(t, tick.Periodic("@every 100ms", 1, nil))
+	_, err := db.SetSchedule(bg, "broken", "* * * * *", "default", 1, nil)
+	check(t, err)
+	check(t, db.Exec(bg, "UPDATE _tocsin_schedules SET cron = 'bogus', next_fire = 0 WHERE name = 'broken'"))
+	stop := runWorker(t, db, tocsin.WorkerOptions{Scheduler: true})
+	h := must(tick.Call(bg, 7, nil))
+	var r int
+	within(t, 30*time.Second, "the job's result", func() { r = must(h.Get(bg)) })
+	if r != 7 {
+		t.Fatalf("want 7, got %d", r)
+	}
+	within(t, 30*time.Second, "the periodic task", func() {
+		for ran.Load() < 3 {
+			time.Sleep(20 * time.Millisecond)
+		}
+	})
+	check(t, stop()) // ended by its ctx, not by the schedule's error
+}

@@ -408,6 +408,9 @@ export declare class Worker extends EventEmitter {
   readonly inFlight: number;
   /** The id it registers under: options.workerId, or a fresh host:pid:random. */
   readonly workerId: string;
+  /** Runs until stop() or the signal. A step that fails (the lock held past the busy
+   * timeout, a schedule that cannot fire) emits 'warning' and is retried 100 ms later;
+   * only a closed database ends run() with its error ('error' hears it first). */
   run(options?: { signal?: AbortSignal; handleSignals?: boolean }): Promise<void>;
   stop(): Promise<void>;
 }

@@ -161,6 +161,7 @@ class Worker extends EventEmitter {
     }
     this._busy = true;
     if (this._poller) this._poller.stop();
+    let retry = false;
     try {
       do {
         this._again = false;
@@ -182,17 +183,29 @@ class Worker extends EventEmitter {
         if (runs) for (const r of runs) this._execute(r);
       } while (this._again && !this._stopping);
     } catch (e) {
-      if (!this._stopping) {
+      if (this._stopping) {
+        // (stopping anyway)
+      } else if (e.code === 'TOCSIN_CLOSED' || this.db._closing) {
         // run() rejects with it; 'error' listeners hear it first
         if (this.listenerCount('error') > 0) this.emit('error', e);
         this._failed = e;
         this.stop();
+      } else {
+        // a step that failed (the lock held past the busy timeout, a schedule that
+        // cannot fire): nothing is lost, a step 100 ms later retries; the worker goes on
+        this.emit('warning', e);
+        retry = true;
       }
     } finally {
       this._busy = false;
       if (!this._stopping) {
         if (this._poller) this._poller.start();
-        this._arm();
+        if (retry) {
+          if (this._timer) clearTimeout(this._timer);
+          this._timer = setTimeout(() => { this._timer = null; this._step(); }, 100);
+        } else {
+          this._arm();
+        }
       } else if (this._drained) {
         this._drained();
       }

@@ -248,3 +248,23 @@ test('db.exec() is a Promise whether or not the file is locked: an error rejects
     await db.close();
   }
 });
+
+test('a schedule that cannot fire stops neither the worker leading the scheduler nor its jobs', async () => {
+  const db = tocsin.open(tmpdb());
+  const q = db.queue('dmg');
+  const add = q.task('dmg-add', async (a, b) => a + b);
+  await db.schedule('broken', '* * * * *', 'dmg', 1);
+  await db.exec("UPDATE _tocsin_schedules SET cron = 'bogus', next_fire = 0 WHERE name = 'broken'");
+  const w = new tocsin.Worker(db, { queues: ['dmg'], scheduler: true });
+  const warnings = [];
+  w.on('warning', (e) => warnings.push(e));
+  const running = w.run();
+  const h = await add(2, 3);
+  assert.equal(await h.result({ timeout: 20000 }), 5);
+  const h2 = await add(4, 5);
+  assert.equal(await h2.result({ timeout: 20000 }), 9);
+  assert.ok(warnings.some((e) => /schedule broken/.test(e.message)), 'the schedule is named in a warning');
+  await w.stop();
+  await running; // resolves: not ended by the schedule's error
+  await db.close();
+});

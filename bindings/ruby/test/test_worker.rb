@@ -92,6 +92,24 @@ class TestWorker < Minitest::Test
     refute th.alive?
   end
 
+  # A schedule that cannot fire (its cron edited around tocsin) stops neither the
+  # worker leading the scheduler nor its jobs; the failure is reported, not raised.
+  def test_worker_survives_a_damaged_schedule
+    reg = { "echo" => Tocsin::Task.new("echo", ->(x) { x * 2 }, queue: "jobs") }
+    db.schedule("broken", "* * * * *", queue: "jobs", payload: 1)
+    db.execute("UPDATE _tocsin_schedules SET cron = 'bogus', next_fire = 0 WHERE name = 'broken'")
+    w = Tocsin::Worker.new(db, concurrency: 2, tasks: reg, scheduler: true)
+    err = nil
+    th = Thread.new do
+      _, err = capture_io { w.run }
+    end
+    handles = 3.times.map { |i| db.queue("jobs").call("echo", i) }
+    assert_equal [0, 2, 4], handles.map { |h| h.value(timeout: 10) }
+    w.stop
+    assert th.join(10), "the worker did not stop"
+    assert_match(/schedule broken/, err)
+  end
+
   def test_no_arguments_nil_results_and_results_of_every_json_kind
     reg = {}
     seen = ::Queue.new

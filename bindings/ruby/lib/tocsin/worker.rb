@@ -201,7 +201,17 @@ module Tocsin
         cancel_running
         # bounded, so that cancellations found by the core's upkeep reach the
         # running handlers within about half a second
-        runs = @native.next(CANCEL_CHECK_MS)
+        begin
+          runs = @native.next(CANCEL_CHECK_MS)
+        rescue Tocsin::Closed
+          raise
+        rescue Tocsin::Error => e
+          # a step that failed (the lock held past the busy timeout, a schedule
+          # that cannot fire): nothing is lost, the next step retries
+          warn "tocsin worker: upkeep failed (retrying): #{e.class}: #{e.message}"
+          sleep 0.1
+          next
+        end
         next if runs.nil? # poked: an outcome to report, or stop
 
         runs.each { |r| @work << r }
