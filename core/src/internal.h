@@ -389,11 +389,10 @@ int tc_read_messages(tocsin_db *db, tocsin_message **out, size_t *out_n, const c
                      const char *name, const char *sql, int64_t after, size_t limit);
 
 /* ---- coordination (result.c, lock.c, ratelimit.c, scheduler.c) ---- */
-#define TC_CHECK_DB(db)                       \
-    do {                                      \
-        if (!(db)) return TOCSIN_INVALID;     \
-        tc_clear(db);                         \
-        if (tc_inherited(db)) return TC_ERRCODE; \
+#define TC_CHECK_DB(db)                   \
+    do {                                  \
+        if (!(db)) return TOCSIN_INVALID; \
+        tc_clear(db);                     \
     } while (0)
 /* The lock the scheduler's leader lease uses (a reserved lock name). */
 #define TC_SCHEDULER_LOCK "tocsin.scheduler"
