@@ -7732,6 +7732,7 @@ char *tc_schedules_json(const tocsin_schedule *s, size_t n) {
 #define W_SWEEP_EVERY_MS 60000    /* the leader's housekeeping */
 #define W_SCHED_RETRY_MS 1000     /* a schedule that could not fire is tried again */
 #define W_SCHED_TELL_MS 60000     /* and its error told again */
+#define W_STEP_RETRY_MS 100       /* a step that failed is tried again this much later */
 #define W_CANCEL_CHECK_US 20000   /* running jobs and schedules are re-read at most this often */
 /* The reserve (docs/worker-protocol.md): a worker whose runs are short claims
  * ahead of its free slots, so that a slot never waits for a commit and each
@@ -7919,6 +7920,9 @@ struct tocsin_worker {
     int sched_err;
     int64_t sched_told;
     char sched_msg[512];
+    /* after a step that failed (handle's clock): no database work before it, so a
+     * caller that calls again at once does not spin on the failure */
+    int64_t retry_at;
     int64_t last_check_us; /* monotonic: the last check of running jobs */
     int recheck_due;       /* a step skipped that check (too soon): one is owed */
     char host[256];
@@ -8932,7 +8936,7 @@ static int next_step(void *p, int *done, int64_t *sleep_ms) {
     tocsin_worker *w = c->w;
     size_t free_slots, target, want, nclaimed = 0, i;
     int64_t now, wake, deadline = -1;
-    int rc, refill, news;
+    int rc, refill, news, backoff;
     /* Each wake-up is a fresh set of transactions: its lock waits get a whole busy
      * timeout (tocsin_worker_next may block for hours; the budget is per step). */
     tc_tls()->busy_until = 0;
@@ -8944,8 +8948,10 @@ static int next_step(void *p, int *done, int64_t *sleep_ms) {
         w_lock(w);
     }
     w->stepping = 1;
+    /* just after a step that failed, only the reserve serves (no database work) */
+    backoff = w->retry_at > tocsin_now(w->db);
     rc = take_incoming(w);
-    if (rc == TOCSIN_OK) rc = upkeep(w);
+    if (rc == TOCSIN_OK && !backoff) rc = upkeep(w);
     /* the reserve first: no transaction (the batched runs gave their slots back) */
     pthread_mutex_lock(&w->inmu);
     now = tocsin_now(w->db);
@@ -8957,7 +8963,7 @@ static int next_step(void *p, int *done, int64_t *sleep_ms) {
      * `concurrency` (so that each refill carries many claims and outcomes) */
     target = reserve_target(w);
     want = free_slots + (w->nreserve < target ? target - w->nreserve : 0);
-    refill = want > 0 && (free_slots > 0 || w->nreserve <= (size_t)w->concurrency);
+    refill = !backoff && want > 0 && (free_slots > 0 || w->nreserve <= (size_t)w->concurrency);
     /* a read-only look first, unless the last claim filled every slot (more is likely) */
     if (rc == TOCSIN_OK && refill && !w->hot)
         rc = tocsin_queue_next_deadline(w->db, &deadline, (const char *const *)w->queues, w->nq);
@@ -8991,7 +8997,7 @@ static int next_step(void *p, int *done, int64_t *sleep_ms) {
         pthread_mutex_unlock(&w->inmu);
         /* all claimed jobs were dealt with here (unknown, invalid): look again */
         if (rc == TOCSIN_OK && !c->ngot) deadline = now;
-    } else if (rc == TOCSIN_OK && w->ndone &&
+    } else if (rc == TOCSIN_OK && !backoff && w->ndone &&
                (!w->nreserve || tc_monotonic_us() - w->first_done_us >= W_FLUSH_US)) {
         /* no claim to ride with: commit the outcomes alone (with a reserve, they
          * wait for its refill a few ms at most) */
@@ -8999,6 +9005,14 @@ static int next_step(void *p, int *done, int64_t *sleep_ms) {
         w->hot = 0;
     }
     w->stepping = 0;
+    /* A step that failed (the write lock held past the busy timeout, a full disk):
+     * nothing is lost, and the next step waits W_STEP_RETRY_MS, so that a caller
+     * that logs the error and calls again does not spin. Not for the answers that
+     * are no failure: tocsin_worker_poll's BUSY, a transaction of our own that
+     * holds the lock (next_check), a closed handle. */
+    if (rc != TOCSIN_OK && rc != TOCSIN_CLOSED && !tc_tls()->yielded &&
+        !(rc == TOCSIN_BUSY && tc_tls()->nowait))
+        w->retry_at = tc_time_add(now, W_STEP_RETRY_MS);
     if (c->ngot) { /* runs to start: a failed write is retried by the next step */
         pthread_mutex_lock(&w->inmu); /* the caller reads tocsin_worker_cancelled after it */
         w->cancel_news = 0;
@@ -9010,6 +9024,7 @@ static int next_step(void *p, int *done, int64_t *sleep_ms) {
     }
     wake = next_upkeep(w, now);
     if (free_slots && deadline >= 0 && deadline > now && deadline < wake) wake = deadline;
+    if (w->retry_at > now && wake < w->retry_at) wake = w->retry_at;
     w->next_claim = free_slots && deadline >= 0 ? deadline : -1;
     if (rc == TOCSIN_OK && w->sched_err && (!w->sched_told || now - w->sched_told >= W_SCHED_TELL_MS)) {
         w->sched_told = now > 0 ? now : 1;
@@ -9030,7 +9045,9 @@ static int next_step(void *p, int *done, int64_t *sleep_ms) {
     *sleep_ms = wake <= now ? 0 : wake - now > TC_MAX_SLEEP_MS ? TC_MAX_SLEEP_MS : wake - now;
     if (c->end_us >= 0) {
         int64_t left = c->end_us - tc_monotonic_us();
-        if (left <= 0) return tc_err(w->db, TOCSIN_TIMEOUT, "nothing to run before the timeout");
+        if (left <= 0)
+            return tc_err(w->db, TOCSIN_TIMEOUT, "nothing to run before the timeout%s",
+                          w->retry_at > now ? " (the step that failed is tried again after a pause)" : "");
         if ((left + 999) / 1000 < *sleep_ms) *sleep_ms = (left + 999) / 1000;
     }
     return TOCSIN_OK;
@@ -9162,6 +9179,7 @@ int64_t tocsin_worker_wake_in(tocsin_worker *w) {
         if (now + (left_us + 999) / 1000 < t) t = now + (left_us + 999) / 1000;
     }
     if (w->next_claim >= 0 && w->next_claim < t) t = w->next_claim;
+    if (w->retry_at > now && t < w->retry_at) t = w->retry_at; /* after a step that failed */
     w_unlock(w);
     t -= now;
     return t < 0 ? 0 : t > TC_MAX_SLEEP_MS ? TC_MAX_SLEEP_MS : t;

@@ -199,7 +199,7 @@ func (wk *Worker) ID() string { return wk.id }
 // Run works until ctx ends, then shuts down gracefully: it stops claiming, lets running
 // handlers finish for ShutdownTimeout, then cancels the rest and hands their jobs back
 // (pending again, no attempt consumed). A step that fails (the lock held past the busy
-// timeout, a schedule that cannot fire) is logged and retried 100 ms later. It returns
+// timeout, a schedule that cannot fire) is logged and tried again 100 ms later. It returns
 // nil after a shutdown by ctx, or ErrClosed when the DB closed. A Worker runs once: a
 // second Run returns ErrInvalid (open another with NewWorker).
 func (wk *Worker) Run(ctx context.Context) error {
@@ -245,12 +245,9 @@ func (wk *Worker) Run(ctx context.Context) error {
 		}
 		if err != nil && !isCode(err, ErrInterrupted) && !isCode(err, ErrTimeout) {
 			// a step that failed (the lock held past the busy timeout, a schedule that
-			// cannot fire): nothing is lost, the next step retries; the worker goes on
+			// cannot fire): nothing is lost, and the core tries the step again after a
+			// pause (the next call waits it out); the worker goes on
 			wk.log.Warn("tocsin worker: upkeep failed; retrying", "error", err)
-			select {
-			case <-ctx.Done():
-			case <-time.After(100 * time.Millisecond):
-			}
 		}
 	}
 	wk.shutdown()

@@ -1187,7 +1187,13 @@ TOCSIN_API int tocsin_worker_register(tocsin_worker *w, const char *task, const 
  * worker's jobs: it is tried again every second, and a call that hands out no
  * run returns its error (TOCSIN_CORRUPT, TOCSIN_INVALID or TOCSIN_TOOBIG,
  * naming the schedule) when it first appears and then once a minute while it
- * lasts; the worker goes on, so log it and call again.
+ * lasts; the worker goes on, so log it and call again. Any other failed
+ * step (its error returned: the write lock held past the busy timeout, an
+ * I/O error; nothing is lost) is tried again 100 ms later on the handle's
+ * clock: until then the next call only hands out reserved runs, waits out the
+ * pause (or returns TOCSIN_TIMEOUT at its timeout; tocsin_worker_poll at
+ * once), and tocsin_worker_wake_in counts it in -- so a caller reports the
+ * error and calls again, without a pause of its own.
  */
 TOCSIN_API int tocsin_worker_next(tocsin_worker *w, tocsin_task_run ***out, size_t *out_n,
                                   int timeout_ms);

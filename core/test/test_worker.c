@@ -1097,10 +1097,72 @@ static void hand_written_envelopes(void) {
     tocsin_close(db);
 }
 
+/* A step that failed (here: another connection held the write lock past the
+ * busy timeout) is tried again W_STEP_RETRY_MS (100 ms, handle's clock) after
+ * it: a caller that reports the error and calls again at once does no
+ * database work meanwhile, wake_in says when, and nothing is lost. */
+static void failed_step_waits(void) {
+    t_clock clk = {1000000};
+    tocsin_open_opts oo = TOCSIN_OPEN_OPTS_INIT;
+    tocsin_db *db = NULL, *other = NULL;
+    tocsin_worker *w;
+    tocsin_task_run *r, **runs = NULL;
+    tocsin_outcome o = TOCSIN_OUTCOME_INIT;
+    size_t n = 0;
+    int rc = -1;
+    int64_t id;
+    oo.busy_timeout_ms = 1;
+    oo.clock = t_clock_fn;
+    oo.clock_ctx = &clk;
+    CHECK_OK(db, tocsin_open(&db, t_path("w_backoff"), &oo));
+    CHECK_OK(other, tocsin_open(&other, sqlite3_db_filename(tocsin_sqlite(db), "main"), NULL));
+    w = open_worker(db, "wb", 1);
+    if (!w) return;
+    id = call(db, "add", "[1]", 3);
+    CHECK_OK(other, tocsin_begin(other));
+    r = next_run(w, &rc);
+    CHECK(r == NULL);
+    CHECK_EQ_I(rc, TOCSIN_BUSY);
+    CHECK_OK(other, tocsin_rollback(other));
+    /* at once again: the lock is free, but the step waits out its pause */
+    r = next_run(w, &rc);
+    CHECK(r == NULL);
+    CHECK_EQ_I(rc, TOCSIN_TIMEOUT);
+    CHECK(strstr(tocsin_errmsg(db), "tried again") != NULL);
+    CHECK_EQ_I(tocsin_worker_poll(w, &runs, &n), TOCSIN_TIMEOUT);
+    CHECK_EQ_I(tocsin_worker_wake_in(w), 100);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE state = 'pending'"), 1);
+    clk.now += 99;
+    CHECK_EQ_I(tocsin_worker_wake_in(w), 1);
+    r = next_run(w, &rc);
+    CHECK(r == NULL);
+    CHECK_EQ_I(rc, TOCSIN_TIMEOUT);
+    clk.now += 1;
+    r = next_run(w, &rc);
+    CHECK(r != NULL && r->job_id == id);
+    if (r) {
+        o.value = "2";
+        CHECK_OK(db, tocsin_worker_finish(w, NULL, r, &o));
+    }
+    CHECK_OK(db, tocsin_worker_flush(w, NULL));
+    CHECK_EQ_I(t_count(db, "_tocsin_results WHERE status = 'ok'"), 1);
+    /* tocsin_worker_poll's BUSY is its answer, not a failure: no pause after it */
+    call(db, "add", "[2]", 3);
+    CHECK_OK(other, tocsin_begin(other));
+    CHECK_EQ_I(tocsin_worker_poll(w, &runs, &n), TOCSIN_BUSY);
+    CHECK_OK(other, tocsin_rollback(other));
+    r = next_run(w, &rc);
+    CHECK(r != NULL);
+    CHECK_OK(db, tocsin_worker_close(w));
+    tocsin_close(other);
+    tocsin_close(db);
+}
+
 void suite_worker(void) {
     reserve();
     own_transaction_no_deadlock();
     poll_never_blocks();
+    failed_step_waits();
     task_backoff();
     envelope();
     hand_written_envelopes();

@@ -161,7 +161,6 @@ class Worker extends EventEmitter {
     }
     this._busy = true;
     if (this._poller) this._poller.stop();
-    let retry = false;
     try {
       do {
         this._again = false;
@@ -192,20 +191,15 @@ class Worker extends EventEmitter {
         this.stop();
       } else {
         // a step that failed (the lock held past the busy timeout, a schedule that
-        // cannot fire): nothing is lost, a step 100 ms later retries; the worker goes on
+        // cannot fire): nothing is lost, and the core tries the step again after a
+        // pause, which wakeIn() counts in; the worker goes on
         this.emit('warning', e);
-        retry = true;
       }
     } finally {
       this._busy = false;
       if (!this._stopping) {
         if (this._poller) this._poller.start();
-        if (retry) {
-          if (this._timer) clearTimeout(this._timer);
-          this._timer = setTimeout(() => { this._timer = null; this._step(); }, 100);
-        } else {
-          this._arm();
-        }
+        this._arm();
       } else if (this._drained) {
         this._drained();
       }

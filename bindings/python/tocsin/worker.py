@@ -395,9 +395,9 @@ class Worker:
                 runs = w.next(0)
             except Closed:
                 raise
-            except Error as e:  # e.g. Busy past the busy timeout: the next upkeep retries
+            except Error as e:  # e.g. Busy past the busy timeout: the core tries again
+                # after a pause, which wake_in() counts in
                 _event(logging.WARNING, "worker.upkeep_failed", error="%s: %s" % (type(e).__name__, e))
-                time.sleep(0.1)
         if not claim:  # draining: what the upkeep claimed goes straight back
             for r in runs:
                 w.finish(r[0], HAND_BACK, None, None, "worker shutdown: not started", None, 0)

@@ -207,9 +207,9 @@ module Tocsin
           raise
         rescue Tocsin::Error => e
           # a step that failed (the lock held past the busy timeout, a schedule
-          # that cannot fire): nothing is lost, the next step retries
+          # that cannot fire): nothing is lost, and the core tries the step again
+          # after a pause (the next call waits it out)
           warn "tocsin worker: upkeep failed (retrying): #{e.class}: #{e.message}"
-          sleep 0.1
           next
         end
         next if runs.nil? # poked: an outcome to report, or stop
