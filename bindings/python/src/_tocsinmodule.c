@@ -1902,6 +1902,16 @@ static int sliced_wait(Handle *self, Sub *sub, int64_t deadline, slice_wait_fn f
                        int *poked) {
     int rc;
     *poked = 0;
+    if (sub) {
+        /* the Sub's lock for the whole wait: Sub.close() (db.close() in another
+         * thread) pokes, then frees the core's subscription only once it holds it */
+        lock_obj(sub->lock);
+        if (!sub->sub || __atomic_load_n(&sub->closing, __ATOMIC_ACQUIRE)) {
+            PyThread_release_lock(sub->lock);
+            *poked = 1;
+            return TOCSIN_OK;
+        }
+    }
     for (;;) {
         int64_t slice_end = deadline;
         int64_t now = tocsin_now(self->db);
@@ -1916,7 +1926,8 @@ static int sliced_wait(Handle *self, Sub *sub, int64_t deadline, slice_wait_fn f
         }
         if (rc == TOCSIN_TIMEOUT && slice_end != deadline) {
             if (PyErr_CheckSignals() < 0) break;
-            if (sub && __atomic_load_n(&sub->poked, __ATOMIC_ACQUIRE)) {
+            if (sub && (__atomic_load_n(&sub->poked, __ATOMIC_ACQUIRE) ||
+                        __atomic_load_n(&sub->closing, __ATOMIC_ACQUIRE))) {
                 *poked = 1;
                 rc = TOCSIN_OK;
                 break;
@@ -1925,7 +1936,10 @@ static int sliced_wait(Handle *self, Sub *sub, int64_t deadline, slice_wait_fn f
         }
         break;
     }
-    if (sub) __atomic_store_n(&sub->poked, 0, __ATOMIC_RELEASE);
+    if (sub) {
+        __atomic_store_n(&sub->poked, 0, __ATOMIC_RELEASE);
+        PyThread_release_lock(sub->lock);
+    }
     return rc;
 }
 

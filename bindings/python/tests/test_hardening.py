@@ -119,6 +119,55 @@ def test_close_ends_waits_of_other_threads(path, kind):
     assert out
 
 
+_CLOSE_RACE = r"""
+import random, sys, threading, time
+import tocsin
+
+path, rounds = sys.argv[1], int(sys.argv[2])
+setup = tocsin.open(path)
+setup.lock("held", ttl=600).acquire()  # held by another owner for every round
+jid = setup.queue("q").enqueue(1)
+kinds = {
+    "lock": lambda db: db.lock("held", ttl=30, owner="waiter").acquire(timeout=30),
+    "jobs": lambda db: next(iter(db.queue("empty").jobs("w")), None),
+    "wait_result": lambda db: db.wait_result(jid, timeout=30),
+    "listen": lambda db: next(iter(db.listen("c")), None),
+    "subscribe": lambda db: next(iter(db.stream("s").subscribe("c")), None),
+    "wake": lambda db: db.subscribe().wait(30),
+}
+rng = random.Random(7)
+for i in range(rounds):
+    # the lock wait (the one that crashed) for most rounds, then every kind in turn
+    kind = "lock" if i < rounds * 2 // 3 else list(kinds)[i % len(kinds)]
+    db = tocsin.open(path)
+    def run():
+        try:
+            kinds[kind](db)
+        except tocsin.Closed:
+            pass
+    th = threading.Thread(target=run)
+    th.start()
+    time.sleep(rng.random() * 0.012)  # before, as and after the wait blocks
+    db.close()
+    th.join(10)
+    if th.is_alive():
+        sys.exit("a %s wait outlived db.close()" % kind)
+print("ok", rounds)
+"""
+
+
+def test_closing_the_database_while_another_thread_waits_never_crashes(path):
+    # a wait used its subscription without the subscription's lock: db.close() in
+    # another thread freed it under the wait (a segfault, one run in a few)
+    import subprocess
+    import sys
+
+    r = subprocess.run([sys.executable, "-c", _CLOSE_RACE, path, "240"], capture_output=True,
+                       text=True, timeout=240)
+    assert r.returncode == 0, (r.returncode, r.stdout[-2000:], r.stderr[-2000:])
+    assert r.stdout.split() == ["ok", "240"]
+
+
 def test_close_ends_an_async_result_wait(path):
     db = tocsin.open(path)
     jid = db.queue("q").enqueue(1)

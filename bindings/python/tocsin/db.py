@@ -10,7 +10,7 @@ import weakref
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _tocsin
-from ._tocsin import InvalidArgument
+from ._tocsin import Closed, InvalidArgument
 from ._util import Duration, Instant, duration_ms, dumps, instant_ms, meta_json
 
 __all__ = ["Database", "Transaction", "open"]
@@ -182,6 +182,7 @@ class Database:
         # listeners, subscriptions, job iterators and waits made on this database:
         # close() ends them, so that no thread waits on forever on a closed database
         self._waits: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self._closing = False
         self.last_schedule_change: Optional[Dict[str, Any]] = None
 
     # ---- lifecycle ----
@@ -190,6 +191,7 @@ class Database:
         listeners, subscriptions and job iterators made from it (their iterations end;
         a wait for a result or a lock in another thread raises Closed). Transactions
         still open stay usable until they end. Idempotent."""
+        self._closing = True  # before the lists are taken: what enlists later ends itself
         for w in list(self._waits):
             try:
                 w.close()
@@ -201,8 +203,21 @@ class Database:
 
     def _track(self, waiter: Any) -> Any:
         """Registers something with close() that close() ends."""
-        self._waits.add(waiter)
-        return waiter
+        return self._enlist(self._waits, waiter)
+
+    def _enlist(self, group: Any, thing: Any) -> Any:
+        """Adds a wait or worker to what close() ends; once close() has begun (in
+        another thread, after this one opened it) it is closed here and Closed raised,
+        so that it does not wait on a database that is gone."""
+        group.add(thing)
+        if self._closing:
+            group.discard(thing)
+            try:
+                thing.close()
+            except Exception:
+                pass
+            raise Closed("the database is closed")
+        return thing
 
     @property
     def closed(self) -> bool:

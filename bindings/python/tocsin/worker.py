@@ -304,7 +304,7 @@ class Worker:
             hw.close()
             raise
         self._hw, self._w = hw, w
-        self.db._workers.add(self)
+        self.db._enlist(self.db._workers, self)
 
     async def run_async(self, *, install_signal_handlers: bool = False) -> None:
         if self._loop is not None:  # its state (events, outbox, handle) belongs to that run
