@@ -56,8 +56,9 @@ void message_json(sb *b, const tocsin_message *m);
 
 /* TOCSIN_BUSY_TIMEOUT in ms (0: unset, the default); -1 (message printed) when invalid. */
 int cli_busy_timeout(void);
-/* Appends to g_err what installs the schema, after a read-only open refused for its absence. */
-void cli_schema_hint(int rc, const char *path);
+/* Opens the database at path (write 0: a read-only handle; create 0: it must exist);
+ * a directory is refused by name. 0, or an exit code with the message in g_err. */
+int cli_open(tocsin_db **db, const char *path, int write, int create);
 
 /* tocsin ui (ui.c) */
 int cmd_ui(int argc, char **argv);

@@ -123,6 +123,32 @@ def missing_database_is_not_found():
 
 
 @test
+def a_directory_is_not_a_database():
+    d = os.path.join(OUT, "dir.db")
+    os.makedirs(d, exist_ok=True)
+    for args in (["init", d], ["stats", d], ["enqueue", d, "q", "{}"], ["ui", d]):
+        rc, _, err = run(*args)
+        usage_error(rc, err, "is a directory")
+    assert os.listdir(d) == []
+
+
+@test
+def output_that_cannot_be_written_is_an_error():
+    db = newdb("full")
+    with open("/dev/full", "w") as full:
+        for args in (["stats", db], ["jobs", db, "--json"], ["metrics", db], ["--help"]):
+            p = subprocess.run([TOCSIN, *args], stdout=full, stderr=subprocess.PIPE, text=True, timeout=20)
+            assert p.returncode == 1 and "cannot write the output" in p.stderr, (args, p.returncode, p.stderr)
+
+
+@test
+def init_follows_the_busy_timeout_setting():
+    rc, _, err = run("init", os.path.join(OUT, "busy.db"), env={"TOCSIN_BUSY_TIMEOUT": "soon"})
+    usage_error(rc, err, "TOCSIN_BUSY_TIMEOUT")
+    assert not os.path.exists(os.path.join(OUT, "busy.db"))
+
+
+@test
 def init_json():
     path = os.path.join(OUT, "init.db")
     rc, out, _ = run("init", path, "--json")
@@ -792,6 +818,16 @@ def ui_csrf_and_mutations():
         assert st == 200 and json.loads(body) == {"purged": 2} and count(db, "_tocsin_dead") == 0
         st, _, body = http(s.url + "api/pause?queue=bad%01name", "POST", {"X-Tocsin-CSRF": token})
         assert st == 400 and "queue" in json.loads(body)["error"]
+        # an argument that cannot mean what it says is refused, and nothing is changed:
+        # `purge?queue=` once purged every queue's dead jobs
+        make_dead(db, "keep", 2)
+        for bad, why in [("queue=", "'queue' is empty"), ("queue", "'queue' is empty"),
+                         ("queue=keep%00x", "NUL byte"), ("queue=gone&queue=keep", "more than once")]:
+            st, _, body = http(s.url + "api/purge?" + bad, "POST", {"X-Tocsin-CSRF": token})
+            assert st == 400 and why in json.loads(body)["error"], (bad, st, body)
+            st, _, body = http(s.url + "api/jobs?" + bad)
+            assert st == 400 and why in json.loads(body)["error"], (bad, st, body)
+        assert count(db, "_tocsin_dead") == 2
     finally:
         assert s.stop() == 0
 

@@ -242,18 +242,24 @@ int cli_busy_timeout(void) {
 }
 
 /* A read-only open of a file without (the current) tocsin schema: say what installs it. */
-void cli_schema_hint(int rc, const char *path) {
+static void schema_hint(int rc, const char *path) {
     if (rc == TOCSIN_READONLY && strstr(g_err, "tocsin schema") && strlen(g_err) + strlen(path) + 40 < sizeof g_err)
         snprintf(g_err + strlen(g_err), sizeof g_err - strlen(g_err), " (tocsin init %s does)", path);
 }
 
-/* Opens an existing database. write 0: a read-only handle (nothing can be written). */
-static int open_db(tocsin_db **db, const char *path, int write) {
+/* Opens a database: an existing one (create 0), write 0 for a read-only handle
+ * (nothing can be written). A directory is refused by name before SQLite sees it. */
+int cli_open(tocsin_db **db, const char *path, int write, int create) {
     struct stat st;
     *db = NULL;
     if (stat(path, &st) != 0) {
-        snprintf(g_err, sizeof g_err, "no such database: %s (tocsin init creates one)", path);
-        return EXIT_NOTFOUND;
+        if (!create) {
+            snprintf(g_err, sizeof g_err, "no such database: %s (tocsin init creates one)", path);
+            return EXIT_NOTFOUND;
+        }
+    } else if (S_ISDIR(st.st_mode)) {
+        snprintf(g_err, sizeof g_err, "%s is a directory, not a database file", path);
+        return EXIT_USAGE;
     }
     tocsin_open_opts o = TOCSIN_OPEN_OPTS_INIT;
     o.read_only = !write;
@@ -261,13 +267,14 @@ static int open_db(tocsin_db **db, const char *path, int write) {
     int rc = tocsin_open(db, path, &o);
     if (rc) {
         snprintf(g_err, sizeof g_err, "cannot open %s: %s", path, *db ? tocsin_errmsg(NULL) : tocsin_errstr(rc));
-        cli_schema_hint(rc, path);
+        schema_hint(rc, path);
         tocsin_close(*db);
         *db = NULL;
         return exit_code_of(rc);
     }
     return 0;
 }
+static int open_db(tocsin_db **db, const char *path, int write) { return cli_open(db, path, write, 0); }
 
 /* ---- tables ------------------------------------------------------------ */
 /* Column kinds of a table printed from a JSON array. */
@@ -426,12 +433,7 @@ static int cmd_init(int argc, char **argv) {
     if ((rc = parse_args(argc, argv, NULL, pos, 1, &npos))) return rc;
     NEED_POS(1, "DB");
     tocsin_db *db;
-    rc = tocsin_open(&db, pos[0], NULL);
-    if (rc) {
-        fprintf(stderr, "tocsin: cannot open %s: %s\n", pos[0], db ? tocsin_errmsg(NULL) : tocsin_errstr(rc));
-        tocsin_close(db);
-        return exit_code_of(rc);
-    }
+    if ((rc = cli_open(&db, pos[0], 1, 1))) return report(rc);
     if (g_json) {
         sb b = {0};
         sb_puts(&b, "{\"path\":");
@@ -1226,28 +1228,36 @@ static const command COMMANDS[] = {
     {"metrics", cmd_metrics, H_METRICS},  {"ui", cmd_ui, UI_HELP},
     {NULL, NULL, NULL}};
 
+/* A command's exit code, made 1 when what it printed could not be written (a full
+ * disk, a closed pipe): a script must not take a cut-off listing for the whole. */
+static int output_done(int rc) {
+    if (fflush(stdout) == 0 && !ferror(stdout)) return rc;
+    if (rc == EXIT_OK) fprintf(stderr, "tocsin: cannot write the output: %s\n", strerror(errno));
+    return rc == EXIT_OK ? EXIT_ERR : rc;
+}
+
 int main(int argc, char **argv) {
     if (argc == 3 && !strcmp(argv[1], "help")) { /* tocsin help CMD: that command's help */
         for (const command *c = COMMANDS; c->name; c++)
             if (!strcmp(c->name, argv[2])) {
                 fputs(c->help, stdout);
-                return EXIT_OK;
+                return output_done(EXIT_OK);
             }
         fprintf(stderr, "tocsin: help: unknown command '%s' (see tocsin --help)\n", argv[2]);
         return EXIT_USAGE;
     }
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         fputs(MAIN_HELP, argc < 2 ? stderr : stdout);
-        return argc < 2 ? EXIT_USAGE : EXIT_OK;
+        return output_done(argc < 2 ? EXIT_USAGE : EXIT_OK);
     }
     if (!strcmp(argv[1], "--version")) {
         printf("tocsin %s (SQLite %s)\n", tocsin_version(), tocsin_sqlite_version());
-        return 0;
+        return output_done(EXIT_OK);
     }
     for (const command *c = COMMANDS; c->name; c++) {
         if (strcmp(c->name, argv[1])) continue;
-        if (want_help(argc - 2, argv + 2, c->help)) return 0;
-        return c->fn(argc - 2, argv + 2);
+        if (want_help(argc - 2, argv + 2, c->help)) return output_done(EXIT_OK);
+        return output_done(c->fn(argc - 2, argv + 2));
     }
     fprintf(stderr, "tocsin: unknown command '%s' (see tocsin --help)\n", argv[1]);
     return EXIT_USAGE;

@@ -139,6 +139,31 @@ static unsigned status_of(int code) {
     }
 }
 
+/* Query arguments that cannot mean what they say are refused before anything runs:
+ * one given without a value (`purge?queue=` is not "every queue"), one with a NUL
+ * byte (%00 would cut the name short), one given twice. msg gets the reason. */
+struct arg_check { struct MHD_Connection *c; char msg[200]; };
+static enum MHD_Result check_one_arg(void *cls, enum MHD_ValueKind kind, const char *key, size_t key_size,
+                                     const char *value, size_t value_size) {
+    struct arg_check *a = cls;
+    (void)kind;
+    if (a->msg[0]) return MHD_NO;
+    if (strlen(key) != key_size) snprintf(a->msg, sizeof a->msg, "a query argument name has a NUL byte");
+    else if (!value || !value_size) snprintf(a->msg, sizeof a->msg, "query argument '%.60s' is empty", key);
+    else if (strlen(value) != value_size)
+        snprintf(a->msg, sizeof a->msg, "query argument '%.60s' has a NUL byte", key);
+    else if (MHD_lookup_connection_value(a->c, MHD_GET_ARGUMENT_KIND, key) != value)
+        snprintf(a->msg, sizeof a->msg, "query argument '%.60s' is given more than once", key);
+    return a->msg[0] ? MHD_NO : MHD_YES;
+}
+
+static int args_bad(struct MHD_Connection *c, char *msg, size_t cap) {
+    struct arg_check a = {c, ""};
+    MHD_get_connection_values_n(c, MHD_GET_ARGUMENT_KIND, check_one_arg, &a);
+    snprintf(msg, cap, "%s", a.msg);
+    return a.msg[0] != 0;
+}
+
 static const char *arg(struct MHD_Connection *c, const char *name) {
     const char *v = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, name);
     return v && *v ? v : NULL;
@@ -446,6 +471,8 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     if (!host_ok(c)) return send_error(c, MHD_HTTP_FORBIDDEN, "unexpected Host header");
     int from_query;
     if (!token_ok(c, &from_query)) return send_error(c, MHD_HTTP_UNAUTHORIZED, "missing or wrong access token");
+    char bad[200];
+    if (args_bad(c, bad, sizeof bad)) return send_error(c, MHD_HTTP_BAD_REQUEST, bad);
     int get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
     if (!strncmp(url, "/api/", 5) && strcmp(method, "POST") == 0) return mutate(c, url + 5);
     if (!get) return send_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed");
@@ -516,21 +543,10 @@ int cmd_ui(int argc, char **argv) {
         fprintf(stderr, "tocsin: --host %s is not loopback: give --token too\n", host);
         return EXIT_USAGE;
     }
-    struct stat st;
-    if (stat(path, &st) != 0) {
-        fprintf(stderr, "tocsin: no such database: %s (tocsin init creates one)\n", path);
-        return EXIT_NOTFOUND;
-    }
-    tocsin_open_opts o = TOCSIN_OPEN_OPTS_INIT;
-    o.read_only = g_read_only;
-    if ((o.busy_timeout_ms = cli_busy_timeout()) < 0) { fprintf(stderr, "tocsin: %s\n", g_err); return EXIT_USAGE; }
-    int rc = tocsin_open(&g_db, path, &o);
+    int rc = cli_open(&g_db, path, !g_read_only, 0);
     if (rc) {
-        snprintf(g_err, sizeof g_err, "%s", g_db ? tocsin_errmsg(NULL) : tocsin_errstr(rc));
-        cli_schema_hint(rc, path);
-        fprintf(stderr, "tocsin: cannot open %s: %s\n", path, g_err);
-        tocsin_close(g_db);
-        return exit_code_of(rc);
+        fprintf(stderr, "tocsin: %s\n", g_err);
+        return rc;
     }
     hex_random(g_csrf, 16);
     if (pipe(g_stop_pipe) != 0) { perror("tocsin: pipe"); return EXIT_ERR; }
