@@ -641,3 +641,58 @@ def test_a_task_returning_a_non_json_value_records_an_error(db):
 
     r = asyncio.run(main())
     assert r.is_error and "JSON" in (r.error_message or "") and "NaN" in r.error_message
+
+
+class _Index:
+    """An integer that is not an int (as numpy's integers are): it has __index__."""
+
+    def __init__(self, v):
+        self.v = v
+
+    def __index__(self):
+        return self.v
+
+
+def test_every_integer_argument_takes_an_index_object_and_refuses_floats(path):
+    n = _Index
+    db = tocsin.open(path, max_payload_bytes=n(100000))
+    try:
+        q = db.queue("q")
+        jid = q.enqueue({"a": 1}, priority=n(3), max_attempts=n(2), delay=n(0))
+        assert q.get(jid).priority == 3 and q.get(jid).max_attempts == 2
+        jobs = q.claim_batch(n(5), "w")
+        assert [j.id for j in jobs] == [jid]
+        assert q.ack_batch([(n(jid), n(jobs[0].token))]) == 1
+        q.enqueue(2)
+        it = q.jobs("w", batch=n(2))
+        assert next(iter(it)).payload == 2
+        it.close()
+        db.set_max_payload(n(50000))
+        db.set_time(n(1_700_000_000_000))
+        assert db.now() == 1_700_000_000_000
+        db.set_time(None)
+        assert db.prune_notifications(max_keep=n(10)) == 0
+        assert db.rate_limit("r", n(2), 60).limit == 2
+        db.schedule("s", "*/5 * * * *", "q", 1, priority=n(1), max_attempts=n(3), max_catch_up=n(2))
+        s = db.stream("t")
+        s.publish(1)
+        with s.subscribe("c", from_offset=n(0), batch=n(10), autosave_every=n(5)) as sub:
+            assert next(iter(sub)).payload == 1
+        assert s.trim(max_count=n(1)) == 0
+        with db.listen("c", buffer_size=n(5)):
+            pass
+
+        @q.task(retries=n(2))
+        def t():
+            pass
+
+        tocsin.Worker(db, ["q"], concurrency=n(2), scheduler=False).close()
+        for bad, call in [(1.0, lambda v: q.claim_batch(v, "w")), (True, lambda v: q.enqueue(1, priority=v)),
+                          (2.5, lambda v: db.listen("c", buffer_size=v)),
+                          (n(0), lambda v: q.claim_batch(v, "w")),
+                          (n(10 ** 7), lambda v: q.enqueue(1, max_attempts=v))]:
+            with pytest.raises(tocsin.InvalidArgument, match=r"must be an integer"):
+                call(bad)
+        assert q.stats()["pending"] == 0
+    finally:
+        db.close()

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import json as _json
+import operator as _operator
 from typing import Any, Optional, Union
 
 from ._tocsin import InvalidArgument
@@ -16,9 +17,31 @@ seconds since the Unix epoch (as time.time() returns)."""
 _MAX_MS = 2 ** 63 - 1  # the core's times and durations are int64 milliseconds
 
 
+def as_int(value: Any, what: str, lo: Optional[int] = None, hi: Optional[int] = None) -> int:
+    """An integer argument as an int: an int, an int subclass (IntEnum) or an object with
+    __index__ (numpy's integers); never a bool (True is not 1) nor a float (never
+    truncated). lo/hi bound it; the error names the argument and what it got."""
+    want = ("an integer" if lo is None and hi is None else
+            "an integer >= %d" % lo if hi is None else
+            "an integer <= %d" % hi if lo is None else "an integer from %d to %d" % (lo, hi))
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise InvalidArgument("%s must be %s, not %s" % (what, want, type(value).__name__))
+    v = _operator.index(value)
+    if (lo is not None and v < lo) or (hi is not None and v > hi):
+        raise InvalidArgument("%s must be %s, not %d" % (what, want, v))
+    return v
+
+
+def _is_number(value: Any) -> bool:
+    """A count of seconds: an int or float (numpy's numbers too: __index__ or a float
+    subclass), never a bool."""
+    return not isinstance(value, bool) and (isinstance(value, (int, float)) or
+                                            hasattr(type(value), "__index__"))
+
+
 def _seconds(value: Union[int, float], what: str) -> float:
     try:
-        return float(value)
+        return float(_operator.index(value)) if not isinstance(value, float) else float(value)
     except OverflowError:
         raise InvalidArgument("%s is out of range" % what) from None
 
@@ -60,7 +83,7 @@ def duration_ms(value: Optional[Duration], what: str, *, allow_zero: bool = True
         return 0
     if isinstance(value, _dt.timedelta):
         seconds = value.total_seconds()
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+    elif _is_number(value):
         seconds = _seconds(value, what)
     else:
         raise InvalidArgument("%s must be seconds (a number) or a timedelta, not %s"
@@ -83,7 +106,7 @@ def instant_ms(value: Optional[Instant], what: str) -> int:
         return 0
     if isinstance(value, _dt.datetime):
         seconds = value.timestamp()
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
+    elif _is_number(value):
         seconds = _seconds(value, what)
     else:
         raise InvalidArgument("%s must be a datetime or seconds since the epoch, not %s"

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Dict, NamedTuple, Optional, Tuple
 
 from . import _tocsin
 from ._tocsin import Closed, InvalidArgument, Timeout
-from ._util import Duration, Instant, duration_ms, instant_ms, loads
+from ._util import Duration, Instant, as_int, duration_ms, instant_ms, loads
 from .wake import MAX_WAIT_MS, Wake
 
 if TYPE_CHECKING:
@@ -221,8 +221,7 @@ class RateLimit:
     ``per`` (seconds or timedelta), sliding (no 2x burst at window edges)."""
 
     def __init__(self, db: "Database", name: str, limit: int, per: Duration) -> None:
-        if isinstance(limit, bool) or not isinstance(limit, int):
-            raise InvalidArgument("limit must be an integer")
+        limit = as_int(limit, "limit")
         db._h.check_name("rate limit name", name) if isinstance(name, str) else _not_str("rate limit name", name)
         self.db = db
         self.name = name
@@ -274,9 +273,9 @@ def schedule_opts(priority: int = 0, max_attempts: Optional[int] = None,
     from ._util import meta_json
     if catch_up not in _CATCH_UP:
         raise InvalidArgument('catch_up must be "once" or "all"')
-    for v, what in ((priority, "priority"), (max_attempts, "max_attempts"), (max_catch_up, "max_catch_up")):
-        if v is not None and (isinstance(v, bool) or not isinstance(v, int)):
-            raise InvalidArgument("%s must be an integer" % what)
+    priority, max_attempts, max_catch_up = (
+        None if v is None else as_int(v, what)
+        for v, what in ((priority, "priority"), (max_attempts, "max_attempts"), (max_catch_up, "max_catch_up")))
     if max_attempts is not None and max_attempts < 1:
         raise InvalidArgument("max_attempts must be >= 1")
     if max_catch_up is not None and max_catch_up < 1:

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _tocsin
 from ._tocsin import Closed, InvalidArgument
-from ._util import Duration, Instant, duration_ms, dumps, instant_ms, meta_json
+from ._util import Duration, Instant, as_int, duration_ms, dumps, instant_ms, meta_json
 
 __all__ = ["Database", "Transaction", "open"]
 
@@ -165,10 +165,8 @@ class Database:
         busy_ms = duration_ms(busy_timeout, "busy_timeout", allow_zero=False)
         if busy_ms > 2 ** 31 - 1:  # the core's busy timeout is an int of ms
             raise InvalidArgument("busy_timeout must be at most %d s" % ((2 ** 31 - 1) // 1000))
-        if max_payload_bytes is not None and (isinstance(max_payload_bytes, bool) or
-                                              not isinstance(max_payload_bytes, int) or
-                                              max_payload_bytes < 1):
-            raise InvalidArgument("max_payload_bytes must be an integer >= 1")
+        if max_payload_bytes is not None:
+            max_payload_bytes = as_int(max_payload_bytes, "max_payload_bytes", 1)
         # the core opens a WAL database in a directory it cannot write immutable
         # (read_only), and says when a read-write open needs a writable directory
         self._open_args = (self.path, busy_ms, max_payload_bytes or 0, bool(read_only))
@@ -295,13 +293,15 @@ class Database:
         the epoch; None restores the system clock."""
         if isinstance(when, _dt.datetime):
             when = instant_ms(when, "when")
-        elif when is not None and (isinstance(when, bool) or not isinstance(when, int)):
-            raise InvalidArgument("when must be a datetime, integer milliseconds or None")
+        elif when is not None:
+            if isinstance(when, bool) or not hasattr(type(when), "__index__"):
+                raise InvalidArgument("when must be a datetime, integer milliseconds or None, not %s"
+                                      % type(when).__name__)
+            when = as_int(when, "when")
         self._h.set_time(when)
 
     def set_max_payload(self, max_bytes: int) -> None:
-        if isinstance(max_bytes, bool) or not isinstance(max_bytes, int) or max_bytes < 1:
-            raise InvalidArgument("max_bytes must be an integer >= 1")
+        max_bytes = as_int(max_bytes, "max_bytes", 1)
         self._h.set_max_payload(max_bytes)
 
     # ---- queues and streams ----
@@ -535,9 +535,7 @@ def _ttl(ttl: Optional[Duration]) -> int:
 def _count(v: Optional[int], what: str) -> int:
     if v is None:
         return 0
-    if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise InvalidArgument("%s must be an integer >= 0" % what)
-    return v
+    return as_int(v, what, 0)
 
 
 def open(path: Union[str, "os.PathLike[str]"], **options: Any) -> Database:  # noqa: A001

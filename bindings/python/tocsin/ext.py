@@ -124,12 +124,10 @@ def _text(value: Any, what: str) -> str:
 
 def _options(priority: int, delay: Any, max_attempts: Any, unique_key: Any, meta: Any,
              result_ttl: Any = None, timeout: Any = None) -> Optional[str]:
-    from ._util import duration_ms, dumps, meta_json
-    if isinstance(priority, bool) or not isinstance(priority, int):
-        raise InvalidArgument("priority must be an integer")
-    if max_attempts is not None and (isinstance(max_attempts, bool) or not isinstance(max_attempts, int)
-                                     or not 1 <= max_attempts <= 1000000):
-        raise InvalidArgument("max_attempts must be an integer from 1 to 1000000")
+    from ._util import as_int, duration_ms, dumps, meta_json
+    priority = as_int(priority, "priority")
+    if max_attempts is not None:
+        max_attempts = as_int(max_attempts, "max_attempts", 1, 1000000)
     opts: Dict[str, Any] = {}
     if priority:
         opts["priority"] = priority

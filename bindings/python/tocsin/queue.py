@@ -5,7 +5,7 @@ import json
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from ._tocsin import Error, InvalidArgument
-from ._util import Duration, Instant, duration_ms, dumps, instant_ms, loads, meta_json
+from ._util import Duration, Instant, as_int, duration_ms, dumps, instant_ms, loads, meta_json
 
 if TYPE_CHECKING:
     from .db import Database, Transaction
@@ -148,16 +148,13 @@ class Queue:
     def _spec(self, payload: Any, priority: int, delay: Optional[Duration],
               run_at: Optional[Instant], max_attempts: Optional[int], expires: Optional[Duration],
               unique_key: Optional[str], meta: Optional[dict]) -> tuple:
-        if isinstance(priority, bool) or not isinstance(priority, int):
-            raise InvalidArgument("priority must be an integer")
+        priority = as_int(priority, "priority")
         if delay is not None and run_at is not None:
             raise InvalidArgument("give delay or run_at, not both")
         if max_attempts is None:
             maxa = 0
-        elif isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or not 1 <= max_attempts <= 1000000:
-            raise InvalidArgument("max_attempts must be an integer from 1 to 1000000")
         else:
-            maxa = max_attempts
+            maxa = as_int(max_attempts, "max_attempts", 1, 1000000)
         if unique_key is not None and not isinstance(unique_key, str):
             raise InvalidArgument("unique_key must be a str")
         return (self.name, dumps(payload), priority, duration_ms(delay, "delay"),
@@ -230,8 +227,7 @@ class Queue:
     def claim_batch(self, n: int, worker_id: str, *, visibility: Duration = _DEFAULT_VISIBILITY,
                     tx: Optional["Transaction"] = None) -> List[Job]:
         """Claims up to ``n`` jobs (priority DESC, run_at, id); ``tx`` as for claim()."""
-        if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-            raise InvalidArgument("n must be an integer >= 1")
+        n = as_int(n, "n", 1)
         rows = self.db._hx(tx).claim(self.name, worker_id, n, duration_ms(visibility, "visibility", allow_zero=False))
         return [Job(self, r) for r in rows]
 
@@ -258,9 +254,9 @@ class Queue:
                 ids.append(j.id)
                 tokens.append(j.token)
             elif (isinstance(j, (tuple, list)) and len(j) == 2 and
-                  all(isinstance(v, int) and not isinstance(v, bool) for v in j)):
-                ids.append(j[0])
-                tokens.append(j[1])
+                  all(hasattr(type(v), "__index__") and not isinstance(v, bool) for v in j)):
+                ids.append(as_int(j[0], "job id"))
+                tokens.append(as_int(j[1], "token"))
             else:
                 raise InvalidArgument("ack_batch: item %d must be a Job or an (id, token) pair of "
                                       "integers, not %r" % (n, j))
@@ -452,8 +448,7 @@ class JobIterator:
     def __init__(self, queue: "Queue", worker_id: str, visibility: Duration, batch: int,
                  queues: Sequence[str]) -> None:
         from ._tocsin import Handle, Sub
-        if isinstance(batch, bool) or not isinstance(batch, int) or batch < 1:
-            raise InvalidArgument("batch must be an integer >= 1")
+        batch = as_int(batch, "batch", 1)
         if not isinstance(worker_id, str):  # refused now, not at the first claim
             raise InvalidArgument("worker_id must be a str, not %s" % type(worker_id).__name__)
         self.queue = queue

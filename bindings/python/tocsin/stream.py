@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional
 
 from ._tocsin import InvalidArgument
-from ._util import Duration, duration_ms, dumps, loads, meta_json
+from ._util import Duration, as_int, duration_ms, dumps, loads, meta_json
 
 if TYPE_CHECKING:
     from .db import Database, Transaction
@@ -127,7 +127,7 @@ class Stream:
              below_consumers: bool = False) -> int:
         """Deletes events older than ``max_age``, beyond the newest ``max_count``, and/or
         (below_consumers=True) those every consumer has passed. Returns how many."""
-        if max_count is not None and (isinstance(max_count, bool) or not isinstance(max_count, int) or max_count < 1):
-            raise InvalidArgument("max_count must be an integer >= 1")
+        if max_count is not None:
+            max_count = as_int(max_count, "max_count", 1)
         return self.db._hx().trim(self.topic, duration_ms(max_age, "max_age"), max_count or 0,
                             bool(below_consumers))

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence
 
 from . import _tocsin
 from ._tocsin import Error, InvalidArgument
-from ._util import Duration, Instant, duration_ms, dumps, instant_ms, loads, meta_json
+from ._util import Duration, Instant, as_int, duration_ms, dumps, instant_ms, loads, meta_json
 from .db import Transaction
 
 if TYPE_CHECKING:
@@ -83,8 +83,7 @@ class Task:
     def __init__(self, queue: "Queue", fn: Callable[..., Any], name: str, retries: int,
                  backoff: Optional[Duration], timeout: Optional[Duration],
                  result_ttl: Optional[Duration], process: bool = False) -> None:
-        if isinstance(retries, bool) or not isinstance(retries, int) or not 0 <= retries < 1000000:
-            raise InvalidArgument("retries must be an integer >= 0")
+        retries = as_int(retries, "retries", 0, 999999)
         queue.db._h.check_name("task name", name)
         self.queue = queue
         self.fn = fn

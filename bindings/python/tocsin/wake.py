@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Deque, Iterator, List, Opt
 
 from . import _tocsin
 from ._tocsin import Closed, InvalidArgument, Timeout
-from ._util import Duration, duration_ms
+from ._util import Duration, as_int, duration_ms
 from .stream import Event, Notification
 
 if TYPE_CHECKING:
@@ -270,8 +270,7 @@ class Listener(_Waiting):
     _make = Notification
 
     def __init__(self, db: "Database", channel: str, buffer_size: int = 1000) -> None:
-        if isinstance(buffer_size, bool) or not isinstance(buffer_size, int) or not 1 <= buffer_size <= 10000:
-            raise InvalidArgument("buffer_size must be an integer from 1 to 10000")
+        buffer_size = as_int(buffer_size, "buffer_size", 1, 10000)
         super().__init__(_tocsin.Listener(db._h, channel, buffer_size))
         self.channel = channel
         db._track(self)
@@ -312,12 +311,11 @@ class Subscription(_Waiting):
     def __init__(self, db: "Database", topic: str, consumer: Optional[str], from_offset: Optional[int],
                  batch: int, autosave_every: Optional[int], autosave_interval: Optional[Duration],
                  save_on_close: bool = True) -> None:
-        if from_offset is not None and (isinstance(from_offset, bool) or not isinstance(from_offset, int) or from_offset < 0):
-            raise InvalidArgument("from_offset must be an integer >= 0 (None: the consumer's saved offset)")
-        if isinstance(batch, bool) or not isinstance(batch, int) or not 1 <= batch <= 10000:
-            raise InvalidArgument("batch must be an integer from 1 to 10000")
-        if autosave_every is not None and (isinstance(autosave_every, bool) or not isinstance(autosave_every, int) or autosave_every < 1):
-            raise InvalidArgument("autosave_every must be an integer >= 1")
+        if from_offset is not None:  # None: the consumer's saved offset
+            from_offset = as_int(from_offset, "from_offset", 0)
+        batch = as_int(batch, "batch", 1, 10000)
+        if autosave_every is not None:
+            autosave_every = as_int(autosave_every, "autosave_every", 1)
         every_ms = 0 if autosave_interval is None else duration_ms(autosave_interval, "autosave_interval", allow_zero=False)
         super().__init__(_tocsin.StreamSub(db._h, topic, consumer,
                                            -1 if from_offset is None else from_offset, batch,

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, Optional
 
 from . import _tocsin
 from ._tocsin import Closed, Error, InvalidArgument, LeaseLost
-from ._util import Duration, duration_ms, dumps
+from ._util import Duration, as_int, duration_ms, dumps
 from .coord import default_owner
 from .tasks import JobContext, Task, _current
 from .wake import readable
@@ -213,8 +213,7 @@ class Worker:
             if not isinstance(q, str):
                 raise InvalidArgument("queue names must be str, not %s" % type(q).__name__)
             db._h.check_name("queue name", q)
-        if isinstance(concurrency, bool) or not isinstance(concurrency, int) or not 1 <= concurrency <= 10000:
-            raise InvalidArgument("concurrency must be an integer from 1 to 10000")
+        concurrency = as_int(concurrency, "concurrency", 1, 10000)
         self.concurrency = concurrency
         # refused here, not when run() has written the schedules and opened a connection
         if worker_id is not None and not isinstance(worker_id, str):
