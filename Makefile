@@ -89,11 +89,14 @@ test-header: | $(BUILD)
 	c++ -std=c++11 -pedantic -Wall -Wextra -Werror -Icore/include -c $(BUILD)/hdr.cpp -o $(BUILD)/hdr_cpp.o
 
 # The README's C example must compile and run.
-test-readme: $(BUILD)/libtocsin.a
+test-readme: $(BUILD)/libtocsin.a $(BUILD)/tocsin.so
 	mkdir -p $(BUILD)/readme && rm -f $(BUILD)/readme/app.db*
 	awk '/^```c$$/{f=1;next}/^```$$/{f=0}f' README.md > $(BUILD)/readme/app.c
 	$(CC) $(WARN) -Icore/include $(BUILD)/readme/app.c $(BUILD)/libtocsin.a -o $(BUILD)/readme/app $(LIBS)
 	cd $(BUILD)/readme && ./app | grep -q 'sending {"to":"ann@example.com"}'
+	awk '/^```sql$$/{f=1;next}/^```$$/{f=0}f' README.md | sed 's|^\.load build/|.load $(BUILD)/|' > $(BUILD)/readme/app.sql
+	rm -f $(BUILD)/readme/sql.db* && sqlite3 -bail $(BUILD)/readme/sql.db < $(BUILD)/readme/app.sql > $(BUILD)/readme/sql.out
+	test "$$(sed -n 4p $(BUILD)/readme/sql.out)" = 1 && grep -q '"pending":0,"scheduled":0,"processing":0' $(BUILD)/readme/sql.out
 
 # What each shared object exports (tools/check-exports): libtocsin.so only the
 # TOCSIN_API functions, each extension only sqlite3_tocsin_init, the CPython
