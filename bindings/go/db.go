@@ -372,7 +372,12 @@ func fromMs(v int64) time.Time {
 // ---- waits ----
 
 // waiter connects a blocked wait to its context and to Close: fire pokes the wait
-// (tocsin_*_poke), never after the wait's owner called finish (the C object may be gone).
+// (tocsin_*_poke), never after the wait's owner called detach (the C object may be gone).
+//
+// The owner of the C object is the one goroutine that waits on it; it alone closes it,
+// in this order: detach (no poke reaches the object afterwards), close the object, then
+// leave (Close, waiting for the waiters to leave, goes on). Nothing else frees it: Close
+// and the context only poke, and only before detach.
 type waiter struct {
 	mu       sync.Mutex
 	done     bool
@@ -383,16 +388,31 @@ type waiter struct {
 	closedCh chan struct{} // closed when Close fires the waiter (a goroutine blocked elsewhere sees it)
 }
 
+// newWaiter registers a wait with Close and with ctx. A wait registered while Close runs
+// (after it took its list of waiters) is fired here: Close's flag is set before it takes
+// the list, and read after registering.
 func (db *DB) newWaiter(ctx context.Context, poke func()) *waiter {
-	w := &waiter{poke: poke, db: db, closedCh: make(chan struct{})}
+	w := db.waiterFor(poke)
+	db.watch(ctx, w)
+	return w
+}
+
+// waiterFor makes a waiter that is not registered yet (for an owner that needs the
+// waiter in hand before Close can fire it: the Worker).
+func (db *DB) waiterFor(poke func()) *waiter {
+	return &waiter{poke: poke, db: db, closedCh: make(chan struct{})}
+}
+
+// watch registers w (see newWaiter); stop is set first, so a goroutine that Close's
+// fire starts may detach w at once.
+func (db *DB) watch(ctx context.Context, w *waiter) {
+	w.stop = context.AfterFunc(ctx, func() { w.fire(false) })
 	db.wmu.Lock()
 	db.waits[w] = struct{}{}
 	db.wmu.Unlock()
 	if db.closed.Load() {
 		w.fire(true)
 	}
-	w.stop = context.AfterFunc(ctx, func() { w.fire(false) })
-	return w
 }
 
 func (w *waiter) fire(dbClosed bool) {
@@ -413,16 +433,29 @@ func (w *waiter) isDBClosed() bool {
 	return w.dbClosed
 }
 
-// finish detaches the waiter: no poke reaches the C object afterwards.
-func (w *waiter) finish() {
+// detach: no poke reaches the C object from now on (a poke in progress has returned);
+// the owner may close it.
+func (w *waiter) detach() {
 	w.stop()
 	w.mu.Lock()
 	w.done = true
 	w.mu.Unlock()
+}
+
+// leave unregisters the waiter: Close stops waiting for it. The owner has closed (or let
+// go of) its C object.
+func (w *waiter) leave() {
 	w.db.wmu.Lock()
 	delete(w.db.waits, w)
 	w.db.wcond.Broadcast()
 	w.db.wmu.Unlock()
+}
+
+// finish is detach and leave, for an owner that closes its C object later while still
+// holding the handle (blockingWait) or that registers a waiter per wait (Events).
+func (w *waiter) finish() {
+	w.detach()
+	w.leave()
 }
 
 // timeoutMs is the real-time bound of one wait from ctx's deadline (-1: none).

@@ -146,9 +146,12 @@ func (li *Listener) run(ctx context.Context, ch chan<- Message) {
 	defer close(ch) // after done: Err is set once C is closed
 	defer close(li.done)
 	defer func() {
-		li.w.finish()
+		// no poke reaches the listener once detached; Close returns after leave, when
+		// the listener is closed
+		li.w.detach()
 		li.dropped.Store(int64(C.tocsin_listen_dropped(li.l)))
 		C.tocsin_listen_close(li.l)
+		li.w.leave()
 	}()
 	for {
 		var msgs *C.tocsin_message
@@ -460,11 +463,14 @@ func (sub *Subscription) run(ctx context.Context, ch chan<- Message) {
 	defer close(ch)
 	defer close(sub.done)
 	defer func() {
-		sub.w.finish()
+		// detached, the subscription gets no poke; Close returns after leave, once the
+		// close (and the consumer's offset it saves) is done
+		sub.w.detach()
 		sub.position.Store(int64(C.tocsin_stream_sub_position(sub.s)))
 		if err := call("subscribe", func() C.int { return C.tocsin_stream_sub_close(sub.s) }); err != nil && sub.err == nil {
 			sub.err = err
 		}
+		sub.w.leave()
 	}()
 	for {
 		msgs, err := streamNext(ctx, sub.s, sub.w)

@@ -69,13 +69,18 @@ type Worker struct {
 	// worker is poked and shuts down, one that never ran is closed (its handle and
 	// registry row are not left behind).
 	wt    *waiter
-	state atomic.Int32 // workerNew, workerRunning (Run began), workerClosed (closed unrun)
+	state atomic.Int32  // workerNew, workerRunning (Run began), workerClosed (closed unrun)
+	unrun chan struct{} // closed once dbClosing closed a worker that never ran
 }
 
 // NewWorker opens a worker on db for the tasks declared with Task so far, on a handle of
 // its own to db's file, and writes the schedules of the periodic tasks. Run it once; a
 // worker that never runs is closed (and leaves the worker registry) when db closes.
+// ErrClosed when db is closed, or closes while the worker opens.
 func (db *DB) NewWorker(opts WorkerOptions) (*Worker, error) {
+	if db.closed.Load() {
+		return nil, newErr(ErrClosed, "worker_open", "the database is closed")
+	}
 	r := db.registry()
 	r.mu.Lock()
 	tasks := make(map[string]*taskEntry, len(r.tasks))
@@ -132,9 +137,6 @@ func (db *DB) NewWorker(opts WorkerOptions) (*Worker, error) {
 	if err := cs.check("worker_open"); err != nil {
 		return nil, err
 	}
-	if db.closed.Load() {
-		return nil, newErr(ErrClosed, "worker_open", "the database is closed")
-	}
 	own, err := Open(db.path, &db.opts)
 	if err != nil {
 		return nil, err
@@ -169,7 +171,16 @@ func (db *DB) NewWorker(opts WorkerOptions) (*Worker, error) {
 		wk.close()
 		return nil, err
 	}
-	wk.wt = db.newWaiter(context.Background(), wk.dbClosing)
+	// wt is in hand before Close can fire it (dbClosing's goroutine reads it)
+	wk.wt = db.waiterFor(wk.dbClosing)
+	wk.unrun = make(chan struct{})
+	db.watch(context.Background(), wk.wt)
+	if wk.wt.isDBClosed() {
+		// Close began while the worker opened (it is registered after Close took its
+		// list): dbClosing closes it; it is not handed out
+		<-wk.unrun
+		return nil, newErr(ErrClosed, "worker_open", "the database was closed")
+	}
 	return wk, nil
 }
 
@@ -187,6 +198,7 @@ func (wk *Worker) dbClosing() {
 		go func() {
 			wk.close()
 			wk.wt.finish()
+			close(wk.unrun)
 		}()
 		return
 	}
