@@ -63,7 +63,7 @@ func resultFrom(r *C.tocsin_result) *Result {
 
 // SaveResult stores v as job's result, kept ttl (0: forever).
 func (c *conn) SaveResult(ctx context.Context, jobID int64, v any, ttl time.Duration) error {
-	val, err := marshal(v)
+	val, err := marshal(v, "SaveResult value")
 	if err != nil {
 		return err
 	}
@@ -345,7 +345,7 @@ func (o *ScheduleOptions) fill(cs *cstrings, out *C.tocsin_schedule_opts) error 
 	if o.LocalTime {
 		out.local_time = 1
 	}
-	m, err := marshalOpt(o.Meta)
+	m, err := marshalOpt(o.Meta, "ScheduleOptions.Meta")
 	if err != nil {
 		return err
 	}
@@ -392,7 +392,7 @@ func schedulesFrom(s *C.tocsin_schedule, n C.size_t) []Schedule {
 // SetSchedule registers (inserts or replaces) schedule name: every boundary of cron
 // enqueues v on queue. It returns the next boundary.
 func (c *conn) SetSchedule(ctx context.Context, name, cron, queue string, v any, opts *ScheduleOptions) (time.Time, error) {
-	payload, err := marshal(v)
+	payload, err := marshal(v, "SetSchedule payload")
 	if err != nil {
 		return time.Time{}, err
 	}

@@ -11,6 +11,7 @@ import "C"
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 	"unsafe"
 )
@@ -70,7 +71,11 @@ func jobsFrom(jobs *C.tocsin_job, n C.size_t) []Job {
 
 // marshal gives the JSON text of v: a json.RawMessage is passed as is (the core
 // validates it), anything else goes through encoding/json.
-func marshal(v any) (string, error) {
+// marshal is v as JSON text (a json.RawMessage as is, nil as null). A value that
+// encoding/json refuses (a channel, a func, NaN, a cycle) is ErrInvalid naming what is
+// the part of the call (what: "Enqueue payload") and wrapping json's error; the caller
+// writes nothing.
+func marshal(v any, what string) (string, error) {
 	switch x := v.(type) {
 	case json.RawMessage:
 		if x == nil {
@@ -82,19 +87,25 @@ func marshal(v any) (string, error) {
 	}
 	b, err := json.Marshal(v)
 	if err != nil {
-		return "", newErr(ErrInvalid, "", "cannot encode as JSON: "+err.Error())
+		return "", encodeErr(what, err)
 	}
 	return string(b), nil
 }
 
-func marshalOpt(v any) (string, error) {
+// encodeErr is marshal's error: ErrInvalid for what, wrapping json's err.
+func encodeErr(what string, err error) error {
+	return &Error{Code: ErrInvalid, Op: what, Message: "cannot encode as JSON: " + err.Error(), cause: err}
+}
+
+// marshalOpt is marshal for an optional value: "" for nil.
+func marshalOpt(v any, what string) (string, error) {
 	if v == nil {
 		return "", nil
 	}
 	if r, ok := v.(json.RawMessage); ok && r == nil {
 		return "", nil
 	}
-	return marshal(v)
+	return marshal(v, what)
 }
 
 // Queue is a named queue on a DB or, from Tx.Queue, inside a transaction.
@@ -140,7 +151,7 @@ func (o *EnqueueOptions) fill(cs *cstrings, out *C.tocsin_enqueue_opts) error {
 	out.max_attempts = cint(o.MaxAttempts)
 	out.expires_ms = C.int64_t(ms(o.Expires))
 	out.unique_key = cs.opt(o.UniqueKey)
-	meta, err := marshalOpt(o.Meta)
+	meta, err := marshalOpt(o.Meta, "EnqueueOptions.Meta")
 	if err != nil {
 		return err
 	}
@@ -151,7 +162,7 @@ func (o *EnqueueOptions) fill(cs *cstrings, out *C.tocsin_enqueue_opts) error {
 // Enqueue adds a job whose payload is v as JSON (a json.RawMessage is taken as is) and
 // returns its id; with a UniqueKey that a live job holds, that job's id.
 func (q *Queue) Enqueue(ctx context.Context, v any, opts *EnqueueOptions) (int64, error) {
-	payload, err := marshal(v)
+	payload, err := marshal(v, "Enqueue payload")
 	if err != nil {
 		return 0, err
 	}
@@ -189,7 +200,7 @@ func (q *Queue) EnqueueMany(ctx context.Context, jobs []JobSpec) ([]int64, error
 	optsArr := (*[1 << 28]C.tocsin_enqueue_opts)(C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(C.tocsin_enqueue_opts{}))))[:n:n]
 	defer C.free(unsafe.Pointer(&optsArr[0]))
 	for i, j := range jobs {
-		payload, err := marshal(j.Payload)
+		payload, err := marshal(j.Payload, fmt.Sprintf("EnqueueMany payload of job %d", i))
 		if err != nil {
 			return nil, err
 		}
@@ -337,7 +348,7 @@ func (c *conn) Heartbeat(ctx context.Context, id, token int64, extend time.Durat
 
 // Complete saves value as the job's result (kept ttl; 0: forever) and acks it, atomically.
 func (c *conn) Complete(ctx context.Context, id, token int64, value any, ttl time.Duration) error {
-	v, err := marshal(value)
+	v, err := marshal(value, "Complete value")
 	if err != nil {
 		return err
 	}

@@ -142,7 +142,7 @@ func (o *EnqueueOptions) sqlOptionsWith(m map[string]any) (any, error) {
 		m["unique_key"] = o.UniqueKey
 	}
 	if o.Meta != nil {
-		meta, err := marshal(o.Meta)
+		meta, err := marshal(o.Meta, "EnqueueOptions.Meta")
 		if err != nil {
 			return nil, err
 		}
@@ -150,7 +150,7 @@ func (o *EnqueueOptions) sqlOptionsWith(m map[string]any) (any, error) {
 	}
 	b, err := json.Marshal(m)
 	if err != nil {
-		return nil, err
+		return nil, encodeErr("EnqueueOptions", err)
 	}
 	return string(b), nil
 }
@@ -158,7 +158,7 @@ func (o *EnqueueOptions) sqlOptionsWith(m map[string]any) (any, error) {
 // EnqueueTx enqueues a job inside the application's own database/sql transaction
 // (tocsin_enqueue): a rollback drops it with the business rows.
 func EnqueueTx(ctx context.Context, tx Querier, queue string, v any, opts *EnqueueOptions) (int64, error) {
-	payload, err := marshal(v)
+	payload, err := marshal(v, "EnqueueTx payload")
 	if err != nil {
 		return 0, err
 	}
@@ -171,7 +171,7 @@ func EnqueueTx(ctx context.Context, tx Querier, queue string, v any, opts *Enque
 
 // PublishTx appends a stream event inside the application's transaction.
 func PublishTx(ctx context.Context, tx Querier, topic string, v any, opts *PublishOptions) (int64, error) {
-	payload, err := marshal(v)
+	payload, err := marshal(v, "PublishTx payload")
 	if err != nil {
 		return 0, err
 	}
@@ -180,7 +180,7 @@ func PublishTx(ctx context.Context, tx Querier, topic string, v any, opts *Publi
 		if opts.Key != "" {
 			key = opts.Key
 		}
-		m, err := marshalOpt(opts.Meta)
+		m, err := marshalOpt(opts.Meta, "PublishOptions.Meta")
 		if err != nil {
 			return 0, err
 		}
@@ -193,11 +193,11 @@ func PublishTx(ctx context.Context, tx Querier, topic string, v any, opts *Publi
 
 // NotifyTx records a notification inside the application's transaction.
 func NotifyTx(ctx context.Context, tx Querier, channel string, v any, meta any) (int64, error) {
-	payload, err := marshal(v)
+	payload, err := marshal(v, "NotifyTx payload")
 	if err != nil {
 		return 0, err
 	}
-	m, err := marshalOpt(meta)
+	m, err := marshalOpt(meta, "NotifyTx meta")
 	if err != nil {
 		return 0, err
 	}
@@ -214,14 +214,14 @@ func NotifyTx(ctx context.Context, tx Querier, channel string, v any, meta any) 
 func CallTx(ctx context.Context, tx Querier, queue, task string, args []any, kwargs map[string]any, opts *CallOptions) (int64, error) {
 	var a, k any
 	if args != nil {
-		s, err := marshal(args)
+		s, err := marshal(args, "CallTx args")
 		if err != nil {
 			return 0, err
 		}
 		a = s
 	}
 	if kwargs != nil {
-		s, err := marshal(kwargs)
+		s, err := marshal(kwargs, "CallTx kwargs")
 		if err != nil {
 			return 0, err
 		}

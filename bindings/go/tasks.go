@@ -9,6 +9,7 @@ import "C"
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"sync"
 	"time"
 	"unsafe"
@@ -48,12 +49,12 @@ func (c *conn) Call(ctx context.Context, queue, task string, args []any, kwargs 
 	var a, k string
 	var err error
 	if args != nil {
-		if a, err = marshal(args); err != nil {
+		if a, err = marshal(args, "Call args"); err != nil {
 			return nil, err
 		}
 	}
 	if kwargs != nil {
-		if k, err = marshal(kwargs); err != nil {
+		if k, err = marshal(kwargs, "Call kwargs"); err != nil {
 			return nil, err
 		}
 	}
@@ -165,8 +166,12 @@ type TaskDef[Args, Res any] struct {
 }
 
 // Task declares task `name` on db with its handler fn. The name is the contract across
-// runtimes: any runtime may call it, and read its results.
+// runtimes: any runtime may call it, and read its results. A nil fn is a programming
+// error: Task panics (at the declaration, not at the first run).
 func Task[Args, Res any](db *DB, name string, fn func(ctx context.Context, args Args) (Res, error), opts *TaskOptions) *TaskDef[Args, Res] {
+	if fn == nil {
+		panic(nilHandler("Task", name))
+	}
 	return declare[Args, Res](db, name, false, func(ctx context.Context, _ *Tx, a Args) (Res, error) { return fn(ctx, a) }, opts)
 }
 
@@ -174,9 +179,17 @@ func Task[Args, Res any](db *DB, name string, fn func(ctx context.Context, args 
 // worker also records the run's outcome (tocsin_worker_finish with a transaction): the
 // handler's database effects, its result and its ack commit together, or -- when the
 // handler fails, or its lease was lost meanwhile (ErrLeaseLost) -- not at all.
-// Exactly-once effects for work whose effects live in the same database.
+// Exactly-once effects for work whose effects live in the same database. A nil fn
+// panics, as with Task.
 func TaskTx[Args, Res any](db *DB, name string, fn func(ctx context.Context, tx *Tx, args Args) (Res, error), opts *TaskOptions) *TaskDef[Args, Res] {
+	if fn == nil {
+		panic(nilHandler("TaskTx", name))
+	}
 	return declare[Args, Res](db, name, true, fn, opts)
+}
+
+func nilHandler(fn, name string) string {
+	return "tocsin: " + fn + "(" + strconv.Quote(name) + "): the handler is nil"
 }
 
 func declare[Args, Res any](db *DB, name string, inTx bool, fn func(ctx context.Context, tx *Tx, args Args) (Res, error), opts *TaskOptions) *TaskDef[Args, Res] {
@@ -227,10 +240,10 @@ func decodeArgs(args, kwargs json.RawMessage, out any) error {
 	return json.Unmarshal(args, out)
 }
 
-func encodeArgs(a any) (args, kwargs string, err error) {
+func encodeArgs(a any, what string) (args, kwargs string, err error) {
 	b, err := json.Marshal(a)
 	if err != nil {
-		return "", "", newErr(ErrInvalid, "task", "cannot encode arguments: "+err.Error())
+		return "", "", encodeErr(what, err)
 	}
 	if len(b) > 0 && b[0] == '{' {
 		return "", string(b), nil
@@ -253,7 +266,7 @@ func (t *TaskDef[Args, Res]) CallTx(ctx context.Context, tx *Tx, args Args, opts
 }
 
 func (t *TaskDef[Args, Res]) callOn(ctx context.Context, c *conn, args Args, opts *CallOptions) (*TypedHandle[Res], error) {
-	a, k, err := encodeArgs(args)
+	a, k, err := encodeArgs(args, "Call args of task "+t.entry.name)
 	if err != nil {
 		return nil, err
 	}
@@ -270,7 +283,7 @@ func (t *TaskDef[Args, Res]) Periodic(cron string, args Args, opts *ScheduleOpti
 	if _, _, err := CronNext(cron, time.Now(), opts != nil && opts.LocalTime); err != nil {
 		return err // refused now, not when a Worker starts
 	}
-	a, k, err := encodeArgs(args)
+	a, k, err := encodeArgs(args, "Periodic args of task "+t.entry.name)
 	if err != nil {
 		return err
 	}

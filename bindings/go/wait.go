@@ -11,6 +11,7 @@ import "C"
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"iter"
 	"sync/atomic"
 	"time"
@@ -239,7 +240,7 @@ type PublishOptions struct {
 
 // Publish appends an event and returns its offset.
 func (s *Stream) Publish(ctx context.Context, v any, opts *PublishOptions) (int64, error) {
-	payload, err := marshal(v)
+	payload, err := marshal(v, "Publish payload")
 	if err != nil {
 		return 0, err
 	}
@@ -248,7 +249,7 @@ func (s *Stream) Publish(ctx context.Context, v any, opts *PublishOptions) (int6
 	var key, meta *C.char
 	if opts != nil {
 		key = cs.opt(opts.Key)
-		m, err := marshalOpt(opts.Meta)
+		m, err := marshalOpt(opts.Meta, "PublishOptions.Meta")
 		if err != nil {
 			return 0, err
 		}
@@ -284,7 +285,7 @@ func (s *Stream) PublishMany(ctx context.Context, values []any, keys []string) (
 		kp = &ks[0]
 	}
 	for i, v := range values {
-		payload, err := marshal(v)
+		payload, err := marshal(v, fmt.Sprintf("PublishMany payload of event %d", i))
 		if err != nil {
 			return nil, err
 		}
@@ -611,11 +612,11 @@ func (s *Stream) Events(ctx context.Context, consumer string, opts *SubscribeOpt
 
 // Notify records a notification of channel (in the transaction, from a Tx) and returns its id.
 func (c *conn) Notify(ctx context.Context, channel string, v any, meta any) (int64, error) {
-	payload, err := marshal(v)
+	payload, err := marshal(v, "Notify payload")
 	if err != nil {
 		return 0, err
 	}
-	m, err := marshalOpt(meta)
+	m, err := marshalOpt(meta, "Notify meta")
 	if err != nil {
 		return 0, err
 	}
