@@ -16,7 +16,8 @@
         "TOCSIN_EXTENSION",
         "TOCSIN_NODE_WORKER",
         "NAPI_VERSION=8",
-        "NODE_ADDON_API_DISABLE_CPP_EXCEPTIONS"
+        "NODE_ADDON_API_DISABLE_CPP_EXCEPTIONS",
+        "NODE_API_SWALLOW_UNTHROWABLE_EXCEPTIONS"
       ],
       "cflags": [
         "-std=c11",

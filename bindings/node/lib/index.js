@@ -321,8 +321,13 @@ class Database {
     this._closing = true;
     const closed = errorOf('TOCSIN_CLOSED', 'the database was closed');
     for (const w of [...this._waits]) w.cancel(closed);
-    for (const c of [...this._closers]) {
-      try { await c._closeFromDb(); } catch (_) { /* closing anyway */ }
+    // _closing refuses new waits, listeners, subscriptions and workers from here on;
+    // the loop still takes whatever joined the set meanwhile, so nothing is left open
+    while (this._closers.size > 0) {
+      for (const c of [...this._closers]) {
+        this._closers.delete(c);
+        try { await c._closeFromDb(); } catch (_) { /* closing anyway */ }
+      }
     }
     // transactions still open are rolled back, as closing a connection does: none may
     // go on writing (and commit) after close(); their transaction() rejects with ClosedError
@@ -399,10 +404,10 @@ class Database {
   listen(channel, o) {
     o = opts(o, 'options', ['bufferSize', 'signal']);
     checkSignal(o.signal);
-    return new Listener(this, native.listenOpen(this._h, str(channel, 'channel'), o.bufferSize), o.signal);
+    return new Listener(this, native.listenOpen(this._handle(), str(channel, 'channel'), o.bufferSize), o.signal);
   }
   /** The raw wake: resolves after any commit to the file (any process). */
-  subscribe() { return new Wake(this, native.subOpen(this._h)); }
+  subscribe() { return new Wake(this, native.subOpen(this._handle())); }
 
   // ---- results ----
   async saveResult(jobId, value, o) {
@@ -427,8 +432,8 @@ class Database {
   async waitResult(jobId, o) {
     o = opts(o, 'options', ['timeout', 'signal']);
     const id = jobIdOf(jobId);
-    const sub = native.subOpen(this._h);
-    const h = this._h;
+    const h = this._handle();
+    const sub = native.subOpen(h);
     return waitFor({
       fd: sub.fd(), timeout: o.timeout, signal: o.signal, owner: this,
       attempt: () => {
@@ -666,8 +671,8 @@ class Queue {
 function waitClaimable(db, queues, timeout, signal) {
   checkSignal(signal);
   checkTimeout(timeout);
-  const sub = native.subOpen(db._h);
-  const h = db._h;
+  const h = db._handle();
+  const sub = native.subOpen(h);
   let nextAt = null;
   return waitFor({
     fd: sub.fd(), timeout, signal, owner: db,
@@ -735,7 +740,7 @@ class Stream {
     // a named consumer's offset is saved when the subscription closes (the end of a
     // for-await loop, close()), by the core, unless saveOnClose: false
     const saveOnClose = consumer !== null && o.saveOnClose !== false;
-    const w = native.streamSubOpen(this.db._h, this.topic, consumer,
+    const w = native.streamSubOpen(this.db._handle(), this.topic, consumer,
       o.fromOffset === undefined ? null : o.fromOffset, o.batch, o.autosaveEvery, ms(o.autosaveMs, 'autosaveMs'),
       saveOnClose);
     return new Subscription(this.db, w, o.signal, (r) => new Event(r));
@@ -905,7 +910,7 @@ class Lock {
   async acquire(o) {
     o = opts(o, 'options', ['timeout', 'signal']);
     const db = this.db;
-    const h = db._h;
+    const h = db._handle();
     const sub = native.subOpen(h);
     let until = 0;
     return waitFor({

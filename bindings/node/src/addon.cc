@@ -83,6 +83,18 @@ Napi::Value throw_closed(Napi::Env env, const char *what) {
   return throw_res(env, r);
 }
 
+// Whether JS can run in env. It cannot while the environment is torn down (a
+// worker_threads Worker terminated or exiting, the process's own environment at its
+// end): Node completes the pool calls still in flight then, and every N-API call that
+// would run JS fails; node-addon-api makes such a failure (settling a promise,
+// calling the error factory, a poll callback) a fatal error that aborts the whole
+// process. So a completion or a callback asks first and, when it cannot, only
+// releases what it holds. (A property read runs JS: it fails exactly then.)
+bool js_runs(napi_env env) {
+  napi_value g, v;
+  return napi_get_global(env, &g) == napi_ok && napi_get_named_property(env, g, "undefined", &v) == napi_ok;
+}
+
 bool ensure_api(Napi::Env env) {
   if (tocsin_node_api_ready()) return true;
   throw_res(env, Res{TOCSIN_ERROR, 0,
@@ -327,6 +339,24 @@ struct Clock {
 };
 int64_t fixed_clock(void *ctx) { return ((Clock *)ctx)->fixed.load(); }
 
+// A database's two core handles, closed when the last holder lets go: the
+// Handle (until close() or its finalizer), each pool call running on them and
+// each Worker opened on them (the core's worker borrows the handle: it must be
+// closed first). So no finalizer order (a worker_threads Worker's environment
+// finalizes every object at once, in no set order) and no call still running
+// can see a handle freed under it. The clock lives as long as anything that may
+// read it: the handles, the transactions and stream subscriptions made from
+// them (they copy its pointer).
+struct DbBox {
+  tocsin_db *main = nullptr;
+  tocsin_db *fast = nullptr;
+  std::shared_ptr<Clock> clock;
+  ~DbBox() {
+    if (fast) tocsin_close(fast);
+    if (main) tocsin_close(main);
+  }
+};
+
 class Handle : public Napi::ObjectWrap<Handle> {
  public:
   static Napi::FunctionReference &ctor(Napi::Env env) { return env_data(env).handle_ctor; }
@@ -334,8 +364,7 @@ class Handle : public Napi::ObjectWrap<Handle> {
   tocsin_db *fast = nullptr;  // database only: the 1 ms busy-timeout handle
   bool is_tx = false;
   int pending = 0;  // calls running on the pool
-  bool close_requested = false;
-  std::shared_ptr<Clock> clock;
+  std::shared_ptr<DbBox> box;    // database: owns main and fast; tx: its database's (kept open)
   Napi::ObjectReference parent;  // tx: keeps its database's wrapper alive
 
   static Napi::Function Init(Napi::Env env) {
@@ -350,11 +379,11 @@ class Handle : public Napi::ObjectWrap<Handle> {
     if (is_tx) {
       if (main) tocsin_tx_rollback(main);
       main = nullptr;
+      box.reset();
       return;
     }
-    if (fast) tocsin_close(fast);
-    if (main) tocsin_close(main);
     fast = main = nullptr;
+    box.reset();  // closes both unless a pool call or a worker still holds them
   }
 
   tocsin_db *first() { return is_tx ? main : fast; }
@@ -387,7 +416,7 @@ class OpWorker : public Napi::AsyncWorker {
  public:
   OpWorker(Napi::Env env, Handle *h, std::unique_ptr<Op> op)
       : Napi::AsyncWorker(env, "tocsin"), h_(h), op_(std::move(op)),
-        deferred_(Napi::Promise::Deferred::New(env)), db_(h->main) {
+        deferred_(Napi::Promise::Deferred::New(env)), box_(h->box), db_(h->main) {
     ref_ = Napi::Persistent(h->Value());
     h->pending++;
   }
@@ -397,6 +426,7 @@ class OpWorker : public Napi::AsyncWorker {
     Napi::Env env = Env();
     Napi::HandleScope scope(env);
     h_->pending--;
+    if (!js_runs(env)) return;  // the environment is torn down: nobody awaits the promise
     if (op_->r.rc != TOCSIN_OK) {
       deferred_.Reject(make_error(env, op_->r));
     } else {
@@ -411,6 +441,7 @@ class OpWorker : public Napi::AsyncWorker {
   }
   void OnError(const Napi::Error &e) override {
     h_->pending--;
+    if (!js_runs(Env())) return;
     deferred_.Reject(e.Value());
   }
 
@@ -418,6 +449,7 @@ class OpWorker : public Napi::AsyncWorker {
   Handle *h_;
   std::unique_ptr<Op> op_;
   Napi::Promise::Deferred deferred_;
+  std::shared_ptr<DbBox> box_;  // db_ stays open while this runs
   tocsin_db *db_;
   Napi::ObjectReference ref_;
 };
@@ -504,9 +536,10 @@ Napi::Value Open(const Napi::CallbackInfo &info) {
   }
   Napi::Object obj = Handle::ctor(env).New({});
   Handle *h = Handle::Unwrap(obj);
-  h->main = db;
-  h->fast = fast;
-  h->clock = std::make_shared<Clock>();
+  h->box = std::make_shared<DbBox>();
+  h->box->main = h->main = db;
+  h->box->fast = h->fast = fast;
+  h->box->clock = std::make_shared<Clock>();
   return obj;
 }
 
@@ -540,9 +573,10 @@ Napi::Value SetTime(const Napi::CallbackInfo &info) {
   int64_t t = a.i64(1, "time");
   if (!a.ok) return env.Undefined();
   if (t < 0 || t > TOCSIN_MAX_TIME_MS) return throw_invalid(env, "time must be between 0 and 253402300799999");
-  h->clock->fixed.store(t);
-  tocsin_set_clock(h->main, fixed_clock, h->clock.get());
-  tocsin_set_clock(h->fast, fixed_clock, h->clock.get());
+  Clock *c = h->box->clock.get();
+  c->fixed.store(t);
+  tocsin_set_clock(h->main, fixed_clock, c);
+  tocsin_set_clock(h->fast, fixed_clock, c);
   return env.Undefined();
 }
 
@@ -583,7 +617,8 @@ OP_END(op)
 struct TxBegin : Op {
   tocsin_db *tx = nullptr;
   Handle *parent;
-  explicit TxBegin(Handle *p) : parent(p) {}
+  std::shared_ptr<DbBox> box;
+  explicit TxBegin(Handle *p) : parent(p), box(p->box) {}
   ~TxBegin() override {
     if (tx) tocsin_tx_rollback(tx);
   }
@@ -593,6 +628,7 @@ struct TxBegin : Op {
     Handle *t = Handle::Unwrap(obj);
     t->is_tx = true;
     t->main = tx;
+    t->box = box;  // the transaction copied the database's clock
     t->parent = Napi::Persistent(parent->Value());
     tx = nullptr;
     return obj;
@@ -618,6 +654,7 @@ Napi::Value TxEnd(const Napi::CallbackInfo &info) {
   tocsin_db *tx = h->main;
   h->main = nullptr;
   h->parent.Reset();
+  std::shared_ptr<DbBox> keep = std::move(h->box);  // until the end below
   Res r;
   capture(r, commit ? tocsin_tx_commit(tx) : tocsin_tx_rollback(tx));
   if (r.rc) return throw_res(env, r);
@@ -1526,15 +1563,26 @@ Napi::Value CronNext(const Napi::CallbackInfo &info) {
 
 // ---- waits: subscriptions, listeners, stream subscriptions ----
 
+// A raw subscription, closed when the last holder lets go: its Waiter (until
+// close() or the finalizer) and each queue, result or lock wait step running
+// on the pool with it as the wait's `sub`. So closing the Waiter (or
+// collecting it) while such a step runs never frees the subscription under it.
+struct SubBox {
+  tocsin_sub *sub = nullptr;
+  ~SubBox() { tocsin_sub_close(sub); }
+};
+
 // A subscription (the raw wake), a listener or a stream subscription; the fd
 // is polled from JS through a Poller.
 class Waiter : public Napi::ObjectWrap<Waiter> {
  public:
   static Napi::FunctionReference &ctor(Napi::Env env) { return env_data(env).waiter_ctor; }
   enum Kind { SUB, LISTEN, STREAM } kind = SUB;
-  tocsin_sub *sub = nullptr;
+  tocsin_sub *sub = nullptr;  // subbox->sub while open
+  std::shared_ptr<SubBox> subbox;
   tocsin_listener *lis = nullptr;
   tocsin_stream_sub *ss = nullptr;
+  std::shared_ptr<Clock> clock;  // a stream subscription reads its database's clock
 
   static Napi::Function Init(Napi::Env env) {
     Napi::Function f = DefineClass(env, "Waiter",
@@ -1551,7 +1599,10 @@ class Waiter : public Napi::ObjectWrap<Waiter> {
   ~Waiter() override { close(); }
   int close() {
     int rc = TOCSIN_OK;
-    if (sub) tocsin_sub_close(sub);
+    // a step on the pool still holding the subscription ends first (it is poked; its
+    // wait is non-blocking anyway) and the subscription closes when it lets go
+    if (sub && subbox.use_count() > 1) tocsin_sub_poke(sub);
+    subbox.reset();
     if (lis) tocsin_listen_close(lis);
     if (ss) rc = tocsin_stream_sub_close(ss);
     sub = nullptr;
@@ -1635,7 +1686,8 @@ Napi::Value SubOpen(const Napi::CallbackInfo &info) {
   Napi::Object o = Waiter::ctor(env).New({});
   Waiter *w = Waiter::Unwrap(o);
   w->kind = Waiter::SUB;
-  w->sub = s;
+  w->subbox = std::make_shared<SubBox>();
+  w->subbox->sub = w->sub = s;
   return o;
 }
 
@@ -1679,14 +1731,15 @@ Napi::Value StreamSubOpen(const Napi::CallbackInfo &info) {
   o.batch = (size_t)batch;
   tocsin_stream_sub *s = nullptr;
   Res r;
-  // the subscription gets db's busy timeout (the main handle's): its saves
-  // run on the pool? No: saves are short; see docs (autosave happens inside next()).
+  // on the fast handle: its saves (autosave, inside next()) run on the main thread and
+  // never block it for long (a BusyError there is retried at the next call)
   capture(r, tocsin_stream_sub_open(&s, h->fast, t.c_str(), hc ? c.c_str() : nullptr, &o));
   if (r.rc) return throw_res(env, r);
   Napi::Object ob = Waiter::ctor(env).New({});
   Waiter *w = Waiter::Unwrap(ob);
   w->kind = Waiter::STREAM;
   w->ss = s;
+  w->clock = h->box->clock;
   return ob;
 }
 
@@ -1730,11 +1783,11 @@ OP_BEGIN(QueueWaitStep)
   auto qs = std::make_shared<std::vector<std::string>>(a.strs(1, "queues"));
   Waiter *w = a.ok ? get_sub(info, 2) : nullptr;
   if (!w) return env.Undefined();
-  tocsin_sub *sub = w->sub;
+  std::shared_ptr<SubBox> sb = w->subbox;  // open while the step runs
   auto op = mkstep([=](tocsin_db *db) {
                      std::vector<const char *> v;
                      for (auto &s : *qs) v.push_back(s.c_str());
-                     return tocsin_queue_wait(db, v.data(), v.size(), 0, sub);
+                     return tocsin_queue_wait(db, v.data(), v.size(), 0, sb->sub);
                    },
                    [](Napi::Env e) { return Napi::Boolean::New(e, true); });
 OP_END(op)
@@ -1743,11 +1796,11 @@ OP_BEGIN(ResultWaitStep)
   int64_t id = a.i64(1, "jobId");
   Waiter *w = a.ok ? get_sub(info, 2) : nullptr;
   if (!w) return env.Undefined();
-  tocsin_sub *sub = w->sub;
+  std::shared_ptr<SubBox> sb = w->subbox;
   auto b = std::make_shared<ResultBox>();
   auto op = mkstep([=](tocsin_db *db) {
                      b->reset();
-                     return tocsin_result_wait(db, &b->r, id, 0, sub);
+                     return tocsin_result_wait(db, &b->r, id, 0, sb->sub);
                    },
                    [b](Napi::Env e) { return js_result(e, b->r); });
 OP_END(op)
@@ -1757,10 +1810,10 @@ OP_BEGIN(LockWaitStep)
   int64_t ttl = a.i64(3, "ttl");
   Waiter *w = a.ok ? get_sub(info, 4) : nullptr;
   if (!w) return env.Undefined();
-  tocsin_sub *sub = w->sub;
+  std::shared_ptr<SubBox> sb = w->subbox;
   auto tok = std::make_shared<int64_t>(0), until = std::make_shared<int64_t>(0);
   auto op = mkstep([=](tocsin_db *db) {
-                     return tocsin_lock_wait(db, tok.get(), until.get(), n.c_str(), o.c_str(), ttl, 0, sub);
+                     return tocsin_lock_wait(db, tok.get(), until.get(), n.c_str(), o.c_str(), ttl, 0, sb->sub);
                    },
                    [=](Napi::Env e) {
                      Napi::Object r = Napi::Object::New(e);
@@ -1811,6 +1864,11 @@ class Poller : public Napi::ObjectWrap<Poller> {
     if (!p || !p->active_ || p->cb_.IsEmpty()) return;
     Napi::Env env = p->cb_.Env();
     Napi::HandleScope scope(env);
+    if (!js_runs(env)) {  // a descriptor readable while the environment is torn down
+      p->active_ = false;
+      uv_poll_stop(h);
+      return;
+    }
     p->cb_.MakeCallback(env.Global(), {}, *p->ctx_);
   }
   void close_handle() {
