@@ -53,12 +53,17 @@ export interface WaitOptions {
   signal?: AbortSignal;
 }
 
+/** queue.stats(); db.stats() gives one per queue with jobs (live or dead) or a pause setting. The core's keys (docs/sql.md), as every binding has them. */
 export interface QueueStats {
   queue: string;
+  /** due now */
   pending: number;
+  /** pending with a run time still ahead (delay, runAt, a retry's backoff) */
   scheduled: number;
+  /** claimed, under a lease */
   processing: number;
   dead: number;
+  /** now minus the earliest run time among the due pending jobs, 0 when none (never negative) */
   oldest_pending_age_ms: number;
   paused: boolean;
 }

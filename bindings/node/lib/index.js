@@ -8,6 +8,7 @@
 // attempts exceeds 2^53 once ids pass 2^33) and are accepted back as BigInt,
 // decimal string, or safe-integer Number.
 const { EventEmitter } = require('events');
+const util = require('util');
 const { native, addonPath, ensureLoaded, otherSqliteCopies } = require('./native');
 const errors = require('./errors');
 const { waitFor, checkSignal, checkTimeout, abortReason } = require('./wait');
@@ -132,10 +133,15 @@ function str(v, what) {
 function opts(o, what, keys) {
   if (o === undefined || o === null) return {};
   what = what || 'options';
-  if (typeof o !== 'object' || Array.isArray(o)) throw invalid(`${what} must be an object`);
+  const known = keys ? ` (known: ${keys.join(', ')})` : '';
+  if (typeof o !== 'object' || Array.isArray(o)) {
+    // q.enqueue(1, 5000) (a delay meant as { delay: 5000 }) says which call and what it takes
+    const got = Array.isArray(o) ? 'an array' : `${/^[aeiou]/.test(typeof o) ? 'an' : 'a'} ${typeof o}`;
+    throw invalid(`${what} must be an object, not ${got}${known}`);
+  }
   if (keys) {
     for (const k of Object.keys(o)) {
-      if (!keys.includes(k)) throw invalid(`unknown option "${k}"${what === 'options' ? '' : ` in ${what}`} (known: ${keys.join(', ')})`);
+      if (!keys.includes(k)) throw invalid(`unknown option "${k}" in ${what}${known}`);
     }
   }
   return o;
@@ -183,6 +189,28 @@ function anySignal(signals) {
 
 // ---- messages ----
 
+// util.inspect / console.log of a Job, Event or Notification: the decoded fields (its
+// getters), as `Job { id: 1, queue: 'emails', payload: { ... }, ... }`, not the
+// internal row, queue and database handle it is made of. The fields go into an
+// instance of a class of the same name so that inspect prints that name.
+const views = new Map();
+function viewClass(name) {
+  let C = views.get(name);
+  if (!C) { C = { [name]: class {} }[name]; views.set(name, C); }
+  return C;
+}
+function inspectFields(self, name, fields, depth, options, inspect) {
+  if (depth < 0) return options.stylize(`[${name}]`, 'special');
+  const o = new (viewClass(name))();
+  for (const k of fields) {
+    try { o[k] = self[k]; } catch (_) { o[k] = self._row && k === 'payload' ? self._row.payload : undefined; }
+  }
+  // `depth` is what is left at this object's level, where o stands in for it
+  return (inspect || util.inspect)(o, { ...options, depth });
+}
+const JOB_FIELDS = ['id', 'queue', 'state', 'payload', 'meta', 'priority', 'attempts', 'maxAttempts', 'token', 'runAt',
+  'createdAt', 'leaseUntil', 'expiresAt', 'uniqueKey', 'worker', 'lastError', 'reason', 'diedAt'];
+
 class Job {
   constructor(queue, row) {
     this._queue = queue;
@@ -222,6 +250,7 @@ class Job {
     const r = { ...this._row, payload: this.payload, meta: this.meta, token: String(this._row.token) };
     return r;
   }
+  [util.inspect.custom](depth, options, inspect) { return inspectFields(this, 'Job', JOB_FIELDS, depth, options, inspect); }
 }
 
 class Message {
@@ -234,15 +263,21 @@ class Message {
   get meta() { return fromJson(this._row.meta); }
   get createdAt() { return this._row.createdAt; }
   toJSON() { return { ...this._row, payload: this.payload, meta: this.meta }; }
+  [util.inspect.custom](depth, options, inspect) {
+    return inspectFields(this, this.constructor.name, this._fields, depth, options, inspect);
+  }
 }
+Message.prototype._fields = ['id', 'payload', 'meta', 'createdAt'];
 class Event extends Message {
   get offset() { return this._row.id; }
   get topic() { return this._row.name; }
   get key() { return this._row.key; }
 }
+Event.prototype._fields = ['offset', 'topic', 'key', 'payload', 'meta', 'createdAt'];
 class Notification extends Message {
   get channel() { return this._row.name; }
 }
+Notification.prototype._fields = ['id', 'channel', 'payload', 'meta', 'createdAt'];
 
 class Result {
   constructor(row) {
@@ -279,7 +314,7 @@ class Transaction {
 
 class Database {
   constructor(path, options) {
-    const o = opts(options, 'open options', ['busyTimeout', 'maxPayload', 'readOnly', 'allowOtherSqlite']);
+    const o = opts(options, 'tocsin.open() options', ['busyTimeout', 'maxPayload', 'readOnly', 'allowOtherSqlite']);
     ensureLoaded();
     if (!bool(o.allowOtherSqlite, 'allowOtherSqlite')) {
       const others = otherSqliteCopies();
@@ -370,7 +405,7 @@ class Database {
    * finds the file locked by another process finishes on the libuv pool; an error is
    * a rejection, never a synchronous throw that only happens when uncontended).
    */
-  async exec(sql, o) { return native.exec(this._handle(o), str(sql, 'sql')); }
+  async exec(sql, o) { return native.exec(this._handle(opts(o, 'db.exec() options', ['tx'])), str(sql, 'sql')); }
   now() { return native.now(this._h); }
   /** Fixes the clock at `when` (ms or Date); null restores the system clock (tests). */
   setTime(when) { native.setTime(this._h, when === null || when === undefined ? null : instant(when, 'time')); }
@@ -383,26 +418,26 @@ class Database {
 
   // ---- notify / listen ----
   async notify(channel, payload, o) {
-    o = opts(o, 'options', ['tx', 'meta']);
+    o = opts(o, 'db.notify() options', ['tx', 'meta']);
     return native.notify(this._handle(o), str(channel, 'channel'), toJson(payload, 'payload', true), metaJson(o.meta));
   }
   async notifications(channel, o) {
-    o = opts(o, 'options', ['afterId', 'limit']);
+    o = opts(o, 'db.notifications() options', ['afterId', 'limit']);
     const rows = await native.notifyRead(this._h, str(channel, 'channel'), o.afterId, o.limit);
     return rows.map((r) => new Notification(r));
   }
   async notifyMaxId() { return native.notifyMaxId(this._h); }
   async pruneNotifications(o) {
-    o = opts(o, 'options', ['maxAge', 'maxKeep']);
+    o = opts(o, 'db.pruneNotifications() options', ['maxAge', 'maxKeep']);
     return native.notifyPrune(this._h, ms(o.maxAge, 'maxAge') || 0, int(o.maxKeep, 'maxKeep') || 0);
   }
   async setNotifyAutotrim(o) {
-    o = opts(o, 'options', ['maxAge', 'maxKeep', 'oneIn']);
+    o = opts(o, 'db.setNotifyAutotrim() options', ['maxAge', 'maxKeep', 'oneIn']);
     return native.notifyAutotrim(this._h, ms(o.maxAge, 'maxAge') || 0, int(o.maxKeep, 'maxKeep') || 0, int(o.oneIn, 'oneIn') || 0);
   }
   /** Listens on `channel` from now on: an async iterator of Notifications and an EventEmitter ('notification'). */
   listen(channel, o) {
-    o = opts(o, 'options', ['bufferSize', 'signal']);
+    o = opts(o, 'db.listen() options', ['bufferSize', 'signal']);
     checkSignal(o.signal);
     return new Listener(this, native.listenOpen(this._handle(), str(channel, 'channel'), o.bufferSize), o.signal);
   }
@@ -411,11 +446,11 @@ class Database {
 
   // ---- results ----
   async saveResult(jobId, value, o) {
-    o = opts(o, 'options', ['tx', 'ttl']);
+    o = opts(o, 'db.saveResult() options', ['tx', 'ttl']);
     return native.resultSave(this._handle(o), jobIdOf(jobId), toJson(value, 'value'), ms(o.ttl, 'ttl'));
   }
   async saveError(jobId, type, message, o) {
-    o = opts(o, 'options', ['tx', 'ttl']);
+    o = opts(o, 'db.saveError() options', ['tx', 'ttl']);
     return native.resultSaveError(this._handle(o), jobIdOf(jobId), str(type, 'type'), message === undefined ? null : message, ms(o.ttl, 'ttl'));
   }
   /** The stored result of a job, or null. */
@@ -430,7 +465,7 @@ class Database {
   }
   /** Waits for a job's outcome (see checkResult): { timeout, signal }. */
   async waitResult(jobId, o) {
-    o = opts(o, 'options', ['timeout', 'signal']);
+    o = opts(o, 'db.waitResult() options', ['timeout', 'signal']);
     const id = jobIdOf(jobId);
     const h = this._handle();
     const sub = native.subOpen(h);
@@ -448,13 +483,13 @@ class Database {
   async deleteResult(jobId) { return native.resultDelete(this._h, jobIdOf(jobId)); }
 
   // ---- locks and rate limits ----
-  lock(name, o) { return new Lock(this, str(name, 'lock name'), opts(o, 'lock options', ['ttl', 'owner'])); }
+  lock(name, o) { return new Lock(this, str(name, 'lock name'), opts(o, 'db.lock() options', ['ttl', 'owner'])); }
   async lockHolder(name) { return native.lockHolder(this._h, str(name, 'lock name')); }
   /** Acquires `name` (waiting: { ttl, timeout, signal, owner }), runs fn(lock), releases. */
   async withLock(name, o, fn) {
     if (typeof o === 'function') { fn = o; o = {}; }
     if (typeof fn !== 'function') throw invalid('withLock(name, options, fn): fn must be a function');
-    o = opts(o, 'options', ['ttl', 'owner', 'timeout', 'signal']);
+    o = opts(o, 'db.withLock() options', ['ttl', 'owner', 'timeout', 'signal']);
     const lock = this.lock(name, { ttl: o.ttl, owner: o.owner });
     await lock.acquire({ timeout: o.timeout, signal: o.signal });
     try {
@@ -471,7 +506,7 @@ class Database {
       toJson(payload, 'payload', true), scheduleOpts(o));
   }
   async updateSchedule(name, changes) {
-    const c = opts(changes, 'changes');
+    const c = opts(changes, 'db.updateSchedule() changes', [...SCHEDULE_KEYS, 'cron', 'queue', 'payload']);
     return native.scheduleUpdate(this._h, str(name, 'schedule name'), c.cron === undefined ? null : c.cron,
       c.queue === undefined ? null : c.queue, 'payload' in c ? toJson(c.payload, 'payload') : null, scheduleOpts(c, true));
   }
@@ -488,7 +523,7 @@ class Database {
   // ---- housekeeping ----
   /** Deletes expired results and stale rate-limit state; prunes notifications when a criterion is given. */
   async prune(o) {
-    o = opts(o, 'options', ['notificationsMaxAge', 'notificationsMaxKeep']);
+    o = opts(o, 'db.prune() options', ['notificationsMaxAge', 'notificationsMaxKeep']);
     const out = { results: await native.resultSweep(this._h), rateLimits: await native.rateSweep(this._h), notifications: 0 };
     if (o.notificationsMaxAge !== undefined || o.notificationsMaxKeep !== undefined) {
       out.notifications = await this.pruneNotifications({ maxAge: o.notificationsMaxAge, maxKeep: o.notificationsMaxKeep });
@@ -503,7 +538,7 @@ class Database {
 
 const SCHEDULE_KEYS = ['priority', 'maxAttempts', 'jobExpires', 'maxCatchUp', 'catchUp', 'localTime', 'meta'];
 function scheduleOpts(o, update) {
-  o = opts(o, update ? 'schedule changes' : 'schedule options', update ? [...SCHEDULE_KEYS, 'cron', 'queue', 'payload'] : SCHEDULE_KEYS);
+  o = opts(o, update ? 'db.updateSchedule() changes' : 'db.schedule() options', update ? [...SCHEDULE_KEYS, 'cron', 'queue', 'payload'] : SCHEDULE_KEYS);
   const r = {};
   for (const k of ['priority', 'maxAttempts', 'jobExpires', 'maxCatchUp']) if (o[k] !== undefined) r[k] = o[k];
   if (o.catchUp !== undefined) r.catchUp = o.catchUp;
@@ -534,12 +569,12 @@ class Queue {
   /** Enqueues a job; resolves to its id. { priority, delay, runAt, maxAttempts, expires, uniqueKey, meta, tx } */
   async enqueue(payload, o) {
     if (o === undefined) return native.enqueue(this.db._handle(o), this.name, toJson(payload, 'payload'));
-    o = opts(o, 'options', ['tx', 'priority', 'delay', 'runAt', 'maxAttempts', 'expires', 'uniqueKey', 'meta']);
+    o = opts(o, 'queue.enqueue() options', ['tx', 'priority', 'delay', 'runAt', 'maxAttempts', 'expires', 'uniqueKey', 'meta']);
     return native.enqueue(this.db._handle(o), this.name, toJson(payload, 'payload'), ...enqueueArgs(o));
   }
   /** Enqueues jobs atomically (all or none): each a { payload, ...options } object. */
   async enqueueMany(jobs, o) {
-    o = opts(o, 'options', ['tx']);
+    o = opts(o, 'queue.enqueueMany() options', ['tx']);
     if (!Array.isArray(jobs)) throw invalid('jobs must be an array');
     const texts = [];
     for (let i = 0; i < jobs.length; i++) {
@@ -566,11 +601,12 @@ class Queue {
   }
   /** Claims one job for `workerId` (null when none is claimable). { visibility } */
   async claim(workerId, o) {
-    const jobs = await this.claimBatch(1, workerId, o);
+    const jobs = await this._claim(1, workerId, o, 'queue.claim()');
     return jobs.length ? jobs[0] : null;
   }
-  async claimBatch(n, workerId, o) {
-    o = opts(o, 'options', ['visibility']);
+  async claimBatch(n, workerId, o) { return this._claim(n, workerId, o, 'queue.claimBatch()'); }
+  async _claim(n, workerId, o, call) {
+    o = opts(o, `${call} options`, ['visibility']);
     const rows = await native.claim(this.db._h, this.name, str(workerId, 'workerId'), n,
       o.visibility === undefined ? DEFAULT_VISIBILITY : ms(o.visibility, 'visibility'));
     return rows.map((r) => new Job(this, r));
@@ -578,38 +614,40 @@ class Queue {
   /** true when the token still held the lease (the job is done). { tx } */
   async ack(job, token, o) {
     if (token && typeof token === 'object' && !(typeof token === 'bigint')) { o = token; token = undefined; }
+    o = opts(o, 'ack() options', ['tx']);
     const [id, tok] = idOf(job, token);
     return native.ack(this.db._handle(o), id, tok);
   }
   async ackBatch(jobs, o) {
+    o = opts(o, 'queue.ackBatch() options', ['tx']);
     if (!Array.isArray(jobs)) throw invalid('jobs must be an array');
     const pairs = jobs.map((j) => idOf(j));
     return native.ackBatch(this.db._handle(o), pairs.map((p) => p[0]), pairs.map((p) => p[1]));
   }
   /** { delay (ms; default: the core's exponential backoff), error, token } */
   async retry(job, o) {
-    o = opts(o, 'options', ['tx', 'token', 'delay', 'error']);
+    o = opts(o, 'retry() options', ['tx', 'token', 'delay', 'error']);
     const [id, tok] = idOf(job, o.token);
     return native.retry(this.db._handle(o), id, tok, ms(o.delay, 'delay'), o.error === undefined ? null : o.error);
   }
   async fail(job, o) {
-    o = opts(o, 'options', ['tx', 'token', 'error']);
+    o = opts(o, 'fail() options', ['tx', 'token', 'error']);
     const [id, tok] = idOf(job, o.token);
     return native.fail(this.db._handle(o), id, tok, o.error === undefined ? null : o.error);
   }
   async heartbeat(job, o) {
-    o = opts(o, 'options', ['tx', 'token', 'extend']);
+    o = opts(o, 'heartbeat() options', ['tx', 'token', 'extend']);
     const [id, tok] = idOf(job, o.token);
     return native.heartbeat(this.db._handle(o), id, tok, o.extend === undefined ? DEFAULT_VISIBILITY : ms(o.extend, 'extend'));
   }
   /** Saves `value` as the job's result and acks it, atomically. { ttl, tx, token } */
   async complete(job, value, o) {
-    o = opts(o, 'options', ['tx', 'token', 'ttl']);
+    o = opts(o, 'complete() options', ['tx', 'token', 'ttl']);
     const [id, tok] = idOf(job, o.token);
     return native.complete(this.db._handle(o), id, tok, toJson(value, 'value', true), ms(o.ttl, 'ttl')); // no value: null
   }
   async failTask(job, type, message, o) {
-    o = opts(o, 'options', ['tx', 'token', 'ttl']);
+    o = opts(o, 'failTask() options', ['tx', 'token', 'ttl']);
     const [id, tok] = idOf(job, o.token);
     return native.failTask(this.db._handle(o), id, tok, str(type, 'type'), message === undefined ? null : message, ms(o.ttl, 'ttl'));
   }
@@ -624,21 +662,21 @@ class Queue {
   async stats() { return JSON.parse(await native.stats(this.db._h, this.name)); }
   async nextDeadline() { const t = await native.nextDeadline(this.db._h, [this.name]); return t < 0 ? null : t; }
   async deadLetters(o) {
-    o = opts(o, 'options', ['afterId', 'limit']);
+    o = opts(o, 'queue.deadLetters() options', ['afterId', 'limit']);
     return (await native.deadList(this.db._h, this.name, o.afterId, o.limit)).map((r) => new Job(this, r));
   }
   async requeue(job) { return native.deadRequeue(this.db._h, jobIdOf(job)); }
-  async purge(o) { o = opts(o, 'options', ['before']); return native.deadPurge(this.db._h, this.name, instant(o.before, 'before') || 0); }
+  async purge(o) { o = opts(o, 'queue.purge() options', ['before']); return native.deadPurge(this.db._h, this.name, instant(o.before, 'before') || 0); }
 
   /** Resolves true once something is claimable. { timeout, signal } */
   async wait(o) {
-    o = opts(o, 'options', ['timeout', 'signal']);
+    o = opts(o, 'queue.wait() options', ['timeout', 'signal']);
     return waitClaimable(this.db, [this.name], o.timeout, o.signal);
   }
 
   /** for await (const job of queue.jobs(workerId, { signal, visibility, batch })) */
   jobs(workerId, o) {
-    o = opts(o, 'options', ['signal', 'visibility', 'batch']);
+    o = opts(o, 'queue.jobs() options', ['signal', 'visibility', 'batch']);
     str(workerId, 'workerId');
     checkSignal(o.signal);
     const self = this;
@@ -699,11 +737,11 @@ function waitClaimable(db, queues, timeout, signal) {
 class Stream {
   constructor(db, topic) { this.db = db; this.topic = topic; }
   async publish(payload, o) {
-    o = opts(o, 'options', ['tx', 'key', 'meta']);
+    o = opts(o, 'stream.publish() options', ['tx', 'key', 'meta']);
     return native.publish(this.db._handle(o), this.topic, toJson(payload, 'payload'), o.key === undefined ? null : o.key, metaJson(o.meta));
   }
   async publishMany(payloads, o) {
-    o = opts(o, 'options', ['tx', 'keys']);
+    o = opts(o, 'stream.publishMany() options', ['tx', 'keys']);
     if (!Array.isArray(payloads)) throw invalid('payloads must be an array');
     const h = this.db._handle(o);
     if (payloads.length === 0) {
@@ -716,13 +754,13 @@ class Stream {
     return native.publishMany(h, this.topic, payloads.map((p, i) => toJson(p, `payloads[${i}]`)), o.keys === undefined ? null : o.keys);
   }
   async read(o) {
-    o = opts(o, 'options', ['after', 'limit']);
+    o = opts(o, 'stream.read() options', ['after', 'limit']);
     return (await native.streamRead(this.db._h, this.topic, o.after, o.limit)).map((r) => new Event(r));
   }
   async saveOffset(consumer, offset) { return native.saveOffset(this.db._h, str(consumer, 'consumer'), this.topic, offset); }
   async offset(consumer) { return native.offset(this.db._h, str(consumer, 'consumer'), this.topic); }
   async trim(o) {
-    o = opts(o, 'options', ['maxAge', 'maxCount', 'belowConsumers']);
+    o = opts(o, 'stream.trim() options', ['maxAge', 'maxCount', 'belowConsumers']);
     return native.trim(this.db._h, this.topic, ms(o.maxAge, 'maxAge') || 0, int(o.maxCount, 'maxCount') || 0, bool(o.belowConsumers, 'belowConsumers'));
   }
   /**
@@ -731,7 +769,7 @@ class Stream {
    * autosaveEvery, autosaveMs, signal }
    */
   subscribe(o) {
-    o = opts(o, 'options', ['consumer', 'fromOffset', 'batch', 'autosaveEvery', 'autosaveMs', 'saveOnClose', 'signal']);
+    o = opts(o, 'stream.subscribe() options', ['consumer', 'fromOffset', 'batch', 'autosaveEvery', 'autosaveMs', 'saveOnClose', 'signal']);
     checkSignal(o.signal);
     if (o.saveOnClose !== undefined && typeof o.saveOnClose !== 'boolean') {
       throw new errors.InvalidArgumentError(`saveOnClose must be a boolean, got ${typeof o.saveOnClose}`);
@@ -767,7 +805,7 @@ class Waiting {
   get closed() { return this._closed; }
   /** The next batch (at least one), waiting: { timeout, signal }. */
   async get(o) {
-    o = opts(o, 'options', ['timeout', 'signal']);
+    o = opts(o, 'get() options', ['timeout', 'signal']);
     if (this._closed) {
       if (this._signal && this._signal.aborted) return Promise.reject(abortReason(this._signal));
       return Promise.reject(errorOf('TOCSIN_CLOSED', 'the subscription is closed'));
@@ -872,7 +910,7 @@ class Wake {
   constructor(db, w) { this._db = db; this._w = w; this._closed = false; this._waits = new Set(); db._closers.add(this); }
   /** Resolves true after a commit (any process); { timeout, signal }. */
   async wait(o) {
-    o = opts(o, 'options', ['timeout', 'signal']);
+    o = opts(o, 'wake.wait() options', ['timeout', 'signal']);
     if (this._closed) return Promise.reject(errorOf('TOCSIN_CLOSED', 'the subscription is closed'));
     return waitFor({
       fd: this._w.fd(), timeout: o.timeout, signal: o.signal, owner: this._db, holder: this,
@@ -908,7 +946,7 @@ class Lock {
   }
   /** Waits until held (resolves to the fencing token). { timeout, signal } */
   async acquire(o) {
-    o = opts(o, 'options', ['timeout', 'signal']);
+    o = opts(o, 'lock.acquire() options', ['timeout', 'signal']);
     const db = this.db;
     const h = db._handle();
     const sub = native.subOpen(h);
@@ -931,7 +969,7 @@ class Lock {
     });
   }
   async renew(o) {
-    o = opts(o, 'options', ['ttl']);
+    o = opts(o, 'lock.renew() options', ['ttl']);
     const ttl = o.ttl === undefined ? this.ttl : ms(o.ttl, 'ttl');
     const ok = await native.lockRenew(this.db._h, this.name, this.owner, this.token, ttl);
     if (ok) this.until = this.db.now() + ttl;
@@ -1024,18 +1062,18 @@ function sqlCall(betterDb, key, sql, args) {
 
 /** Enqueues through SQL on the app's better-sqlite3 connection (inside its transaction, if any); returns the id. */
 function enqueueSql(betterDb, queue, payload, o) {
-  o = opts(o, 'options', ['priority', 'delay', 'runAt', 'maxAttempts', 'expires', 'uniqueKey', 'meta']);
+  o = opts(o, 'tocsin.enqueueSql() options', ['priority', 'delay', 'runAt', 'maxAttempts', 'expires', 'uniqueKey', 'meta']);
   const optsJson = sqlOptions(o);
   if (optsJson === null) return sqlCall(betterDb, 'enq2', 'SELECT tocsin_enqueue(?, ?)', [str(queue, 'queue'), toJson(payload, 'payload')]);
   return sqlCall(betterDb, 'enq3', 'SELECT tocsin_enqueue(?, ?, ?)', [str(queue, 'queue'), toJson(payload, 'payload'), optsJson]);
 }
 function publishSql(betterDb, topic, payload, o) {
-  o = opts(o, 'options', ['key', 'meta']);
+  o = opts(o, 'tocsin.publishSql() options', ['key', 'meta']);
   const key = o.key === undefined || o.key === null ? null : str(o.key, 'key');
   return sqlCall(betterDb, 'pub', 'SELECT tocsin_stream_publish(?, ?, ?, ?)', [str(topic, 'topic'), toJson(payload, 'payload'), key, metaJson(o.meta)]);
 }
 function notifySql(betterDb, channel, payload, o) {
-  o = opts(o, 'options', ['meta']);
+  o = opts(o, 'tocsin.notifySql() options', ['meta']);
   return sqlCall(betterDb, 'ntf', 'SELECT tocsin_notify(?, ?, ?)', [str(channel, 'channel'), toJson(payload, 'payload'), metaJson(o.meta)]);
 }
 
@@ -1047,7 +1085,7 @@ function notifySql(betterDb, channel, payload, o) {
 function open(path, options) { return new Database(path, options); }
 
 function cronNext(expr, after, o) {
-  o = opts(o, 'options', ['localTime']);
+  o = opts(o, 'tocsin.cronNext() options', ['localTime']);
   const a = after === undefined || after === null ? Date.now() : instant(after, 'after');
   ensureLoaded();
   return native.cronNext(str(expr, 'cron'), a, bool(o.localTime, 'localTime'));

@@ -41,7 +41,7 @@ function callArgs(args, kwargs) {
 
 /** Enqueues a call of task `name` (any runtime's); options: kwargs, resultTtl, timeout, tx and the enqueue options. */
 async function enqueueCall(queue, name, args, o) {
-  o = opts(o, 'call options', CALL_KEYS);
+  o = opts(o, 'queue.call() options', CALL_KEYS);
   const [a, k] = callArgs(args, o.kwargs);
   const id = await native.taskEnqueue(queue.db._handle(o), queue.name, str(name, 'task name'), a, k,
     ms(o.resultTtl, 'resultTtl'), ms(o.timeout, 'timeout'), ...enqueueArgs(o));
@@ -70,7 +70,7 @@ function registry(db) {
 Queue.prototype.task = function task(name, fn, o) {
   native.checkName(this.db._h, 'task name', str(name, 'task name')); // the core's rule
   if (typeof fn !== 'function') throw invalid('task(name, fn): fn must be a function');
-  o = opts(o, 'task options', TASK_KEYS);
+  o = opts(o, 'queue.task() options', TASK_KEYS);
   // the worker's options of the task, refused here rather than at a worker's run()
   for (const k of ['backoffBase', 'backoffCap', 'timeout', 'resultTtl']) ms(o[k], k);
   index._internal.bool(o.transactional, 'transactional');
@@ -90,7 +90,7 @@ Queue.prototype.task = function task(name, fn, o) {
   call.queue = queue;
   /** enqueue({ args, kwargs, tx, delay, priority, meta, ... }) */
   call.enqueue = (e) => {
-    const { args, ...rest } = opts(e, 'enqueue options', ['args', ...CALL_KEYS]);
+    const { args, ...rest } = opts(e, 'task.enqueue() options', ['args', ...CALL_KEYS]);
     return enqueueCall(queue, name, args, { ...defaults, ...rest });
   };
   /** Runs the function here and now (tests). */
@@ -116,7 +116,7 @@ Queue.prototype.tasks = function tasks() {
  * next fire time.
  */
 Queue.prototype.periodic = async function periodic(cron, taskName, o) {
-  o = opts(o, 'periodic options', ['args', 'kwargs', 'name', 'resultTtl', 'timeout',
+  o = opts(o, 'queue.periodic() options', ['args', 'kwargs', 'name', 'resultTtl', 'timeout',
     'priority', 'maxAttempts', 'jobExpires', 'maxCatchUp', 'catchUp', 'localTime', 'meta']);
   const env = await envelope(this.db, taskName, o.args, o);
   const { args, kwargs, name, resultTtl, timeout, ...sched } = o;

@@ -46,7 +46,7 @@ class Worker extends EventEmitter {
    */
   constructor(db, o) {
     super();
-    o = opts(o, 'worker options', ['queues', 'queue', 'concurrency', 'visibility', 'scheduler', 'schedulerTtl',
+    o = opts(o, 'new Worker() options', ['queues', 'queue', 'concurrency', 'visibility', 'scheduler', 'schedulerTtl',
       'workerId', 'shutdownTimeout', 'unknownTaskDelay', 'unknownTaskHandbacks']);
     if (!(db instanceof index.Database)) throw invalid('new Worker(db, options): db must be a Database');
     let queues = o.queues === undefined ? o.queue : o.queues;
@@ -108,7 +108,7 @@ class Worker extends EventEmitter {
   run(o) {
     if (this._stopped) return this._stopped;
     try {
-      o = opts(o, 'run options', ['signal', 'handleSignals']);
+      o = opts(o, 'worker.run() options', ['signal', 'handleSignals']);
       checkSignal(o.signal);
       bool(o.handleSignals, 'handleSignals');
       if (this.db._closing) throw errorOf('TOCSIN_CLOSED', 'the database is closed');

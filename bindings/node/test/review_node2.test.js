@@ -131,18 +131,18 @@ test('a handler whose value cannot be serialised emits failed, not done', async 
 
 test('an unknown option key is refused before anything is written ({ dealy } does not enqueue a job to run now)', async () => {
   const file = tmpdb();
-  assert.throws(() => tocsin.open(file, { busyTimout: 10 }), invalid(/unknown option "busyTimout" in open options/));
+  assert.throws(() => tocsin.open(file, { busyTimout: 10 }), invalid(/unknown option "busyTimout" in tocsin\.open\(\) options/));
   const db = tocsin.open(file);
   try {
     const q = db.queue('keys');
-    await assert.rejects(q.enqueue(1, { dealy: 5000 }), invalid(/unknown option "dealy" \(known: .*delay/));
+    await assert.rejects(q.enqueue(1, { dealy: 5000 }), invalid(/unknown option "dealy" in queue\.enqueue\(\) options \(known: .*delay/));
     await assert.rejects(q.enqueue(1, [5000]), invalid(/options must be an object/));
     await assert.rejects(q.enqueueMany([{ payload: 1 }, { payload: 2, prio: 3 }]), invalid(/unknown option "prio" in jobs\[1\]/));
-    await assert.rejects(db.schedule('s', '* * * * *', 'keys', 1, { maxAttempt: 3 }), invalid(/unknown option "maxAttempt" in schedule options/));
+    await assert.rejects(db.schedule('s', '* * * * *', 'keys', 1, { maxAttempt: 3 }), invalid(/unknown option "maxAttempt" in db\.schedule\(\) options/));
     await assert.rejects(db.stream('keys').publish(1, { keys: 'a' }), invalid(/unknown option "keys"/));
-    assert.throws(() => q.task('t', () => 1, { retry: 3 }), invalid(/unknown option "retry" in task options/));
-    await assert.rejects(q.call('t', [], { kwarg: {} }), invalid(/unknown option "kwarg" in call options/));
-    assert.throws(() => new tocsin.Worker(db, { queues: ['keys'], concurency: 4 }), invalid(/unknown option "concurency" in worker options/));
+    assert.throws(() => q.task('t', () => 1, { retry: 3 }), invalid(/unknown option "retry" in queue\.task\(\) options/));
+    await assert.rejects(q.call('t', [], { kwarg: {} }), invalid(/unknown option "kwarg" in queue\.call\(\) options/));
+    assert.throws(() => new tocsin.Worker(db, { queues: ['keys'], concurency: 4 }), invalid(/unknown option "concurency" in new Worker\(\) options/));
     assert.throws(() => tocsin.enqueueSql({ loadExtension() {}, prepare() {} }, 'keys', 1, { tx: null }), invalid(/unknown option "tx"/));
     assert.equal((await q.stats()).pending, 0, 'nothing was enqueued');
     assert.equal((await db.stream('keys').read()).length, 0, 'nothing was published');
