@@ -20,6 +20,7 @@
 #include <dlfcn.h>
 #include <stdio.h>
 #include <math.h>
+#include <pthread.h>
 #include <sqlite3.h>
 
 #include "tocsin.h"
@@ -49,13 +50,56 @@ static void raise_rc(int rc) {
 }
 #define CHECK(rc) do { int rc_ = (rc); if (rc_ != TOCSIN_OK) raise_rc(rc_); } while (0)
 
-/* ---- running the core without the GVL ---------------------------------- */
+/* ---- running the core without the GVL ----------------------------------
+ * rb_thread_call_without_gvl handles a pending interrupt (Thread#raise,
+ * #kill, Timeout, a trap) before it calls the function -- which then does
+ * not run -- and again after the function returned. An exception raised
+ * there loses what the call made or did: a transaction begun, a listener
+ * opened (never closed: the write lock or the connection held until the
+ * process ends), a commit or close whose handle was already let go. So:
+ *  - nogvl_once runs the call once; a pending interrupt is handled before it
+ *    starts (it may raise then: nothing ran), never after it ran (it comes
+ *    at Ruby's next check, once the result is in Ruby's hands);
+ *  - nogvl_must runs a release (close, commit, rollback) that has to
+ *    happen: it never raises (with an interrupt pending, the call runs
+ *    holding the GVL; the interrupt comes next). */
+struct once_a { void *(*fn)(void *); void *arg; int done; };
+static void *once_f(void *p) {
+    struct once_a *o = p;
+    o->fn(o->arg);
+    o->done = 1;
+    return NULL;
+}
+static void nogvl_once(void *(*fn)(void *), void *arg) {
+    struct once_a o = {fn, arg, 0};
+    for (;;) {
+        rb_nogvl(once_f, &o, NULL, NULL, RB_NOGVL_INTR_FAIL);
+        if (o.done) return;
+        rb_thread_check_ints(); /* raises, or (a trap that returned) the call starts now */
+    }
+}
+static void nogvl_must(void *(*fn)(void *), void *arg) {
+    struct once_a o = {fn, arg, 0};
+    rb_nogvl(once_f, &o, NULL, NULL, RB_NOGVL_INTR_FAIL);
+    if (!o.done) fn(arg);
+}
 /* DEF_CALL(name, fields, call): a struct of arguments and a trampoline that
  * runs `call` (using a->...) without the GVL. */
 #define DEF_CALL(name, fields, ...)                                        \
     struct name##_a { int rc; fields };                                    \
     static void *name##_f(void *p) { struct name##_a *a = p; a->rc = __VA_ARGS__; return NULL; }
-#define NOGVL(name, a) rb_thread_call_without_gvl(name##_f, &(a), NULL, NULL)
+#define NOGVL(name, a) nogvl_once(name##_f, &(a))
+#define NOGVL_MUST(name, a) nogvl_must(name##_f, &(a))
+
+/* fork(): the child's copy of every handle and object is inherited (the core
+ * refuses to use it: TOCSIN_CLOSED). What the parent's other threads were
+ * doing with them at the fork -- calls in flight, waits -- stays recorded in
+ * the copy, and those threads do not exist in the child: nothing may wait
+ * for them to end there. fork_gen counts the forks this process came from;
+ * each object keeps the count it was made under. */
+static _Atomic unsigned fork_gen;
+static void on_fork_child(void) { atomic_fetch_add(&fork_gen, 1); }
+static unsigned cur_gen(void) { return atomic_load(&fork_gen); }
 
 /* ---- values ------------------------------------------------------------ */
 
@@ -157,9 +201,10 @@ typedef struct {
     int is_tx;
     _Atomic int64_t fixed_now; /* < 0: system clock */
     VALUE parent;              /* tx: the database it came from (kept alive) */
-    int workers;               /* open Native::Workers on it: it must outlive them */
+    _Atomic int workers;       /* open Native::Workers on it: it must outlive them */
     int closing;               /* close started: new calls raise Closed */
     _Atomic int inflight;      /* calls of other threads running in the core on it */
+    unsigned gen;              /* fork_gen when opened */
 } rdb;
 
 static void rdb_mark(void *p) { rdb *h = p; rb_gc_mark(h->parent); }
@@ -167,7 +212,7 @@ static void rdb_free(void *p) {
     rdb *h = p;
     /* Only at exit can a database be swept before a worker on it (a worker
      * marks its database): leave both to the process's end then. */
-    if (h->workers > 0) return;
+    if (atomic_load(&h->workers) > 0) return;
     if (h->db) {
         if (h->is_tx) tocsin_tx_rollback(h->db);
         else tocsin_close(h->db);
@@ -181,6 +226,7 @@ static VALUE rdb_alloc(VALUE klass) {
     rdb *h;
     VALUE obj = TypedData_Make_Struct(klass, rdb, &rdb_type, h);
     h->parent = Qnil;
+    h->gen = cur_gen();
     atomic_store(&h->fixed_now, -1);
     return obj;
 }
@@ -208,29 +254,45 @@ struct dbcall {
     void *ubf_arg;
     rdb *h;
     int done;
+    int counted; /* in h->inflight */
 };
 static void *dbcall_f(void *p) {
     struct dbcall *c = p;
     c->fn(c->arg);
     atomic_fetch_sub(&c->h->inflight, 1);
+    c->counted = 0;
     c->done = 1;
     return NULL;
 }
+static void NORETURN(raise_db_closed(rdb *h));
+static void raise_db_closed(rdb *h) {
+    rb_raise(eByCode[TOCSIN_CLOSED], h->is_tx ? "the transaction has ended" : "the database is closed");
+}
 static VALUE dbcall_body(VALUE p) {
     struct dbcall *c = (struct dbcall *)p;
-    /* a wait's unblock function (wait_ubf) is async-signal-safe: see run_wait */
-    rb_nogvl(dbcall_f, c, c->ubf, c->ubf_arg, c->ubf ? RB_NOGVL_UBF_ASYNC_SAFE : 0);
-    return Qnil;
+    /* a wait's unblock function (wait_ubf) is async-signal-safe: see run_wait.
+     * As nogvl_once: an interrupt pending before the call is handled (it may
+     * raise), never one after it ran. It is handled uncounted: a trap's
+     * close of the database must not wait for this very call. */
+    for (;;) {
+        rb_nogvl(dbcall_f, c, c->ubf, c->ubf_arg, RB_NOGVL_INTR_FAIL | (c->ubf ? RB_NOGVL_UBF_ASYNC_SAFE : 0));
+        if (c->done) return Qnil;
+        atomic_fetch_sub(&c->h->inflight, 1);
+        c->counted = 0;
+        rb_thread_check_ints();
+        if (!c->h->db || c->h->closing) raise_db_closed(c->h);
+        atomic_fetch_add(&c->h->inflight, 1);
+        c->counted = 1;
+    }
 }
 static VALUE dbcall_ensure(VALUE p) {
     struct dbcall *c = (struct dbcall *)p;
-    if (!c->done) atomic_fetch_sub(&c->h->inflight, 1);
+    if (c->counted) atomic_fetch_sub(&c->h->inflight, 1);
     return Qnil;
 }
 static void call_on_db(rdb *h, void *(*fn)(void *), void *arg, rb_unblock_function_t *ubf, void *ubf_arg) {
-    struct dbcall c = {fn, arg, ubf, ubf_arg, h, 0};
-    if (!h->db || h->closing)
-        rb_raise(eByCode[TOCSIN_CLOSED], h->is_tx ? "the transaction has ended" : "the database is closed");
+    struct dbcall c = {fn, arg, ubf, ubf_arg, h, 0, 1};
+    if (!h->db || h->closing) raise_db_closed(h);
     atomic_fetch_add(&h->inflight, 1);
     rb_ensure(dbcall_body, (VALUE)&c, dbcall_ensure, (VALUE)&c);
 }
@@ -279,9 +341,21 @@ DEF_CALL(close, tocsin_db *db;, tocsin_close(a->db))
 static VALUE db_close(VALUE self) {
     rdb *h = get_rdb(self);
     if (!h->db) return Qnil;
-    if (h->workers > 0)
+    if (h->gen != cur_gen()) {
+        /* inherited across fork(): the calls counted in flight and the workers
+         * are the parent's threads' (not here to end them); the core's close of
+         * an inherited handle releases nothing of the parent's (the handle is
+         * left allocated: what the parent's objects point to stays valid) */
+        tocsin_db *d = h->db;
+        h->closing = 1;
+        h->db = NULL;
+        if (h->is_tx) tocsin_tx_rollback(d);
+        else tocsin_close(d);
+        return Qnil;
+    }
+    if (atomic_load(&h->workers) > 0)
         rb_raise(eByCode[TOCSIN_BUSY], "%d worker(s) still run on this database: stop them before closing it",
-                 h->workers);
+                 atomic_load(&h->workers));
     if (h->is_tx) { tocsin_tx_rollback(h->db); h->db = NULL; return Qnil; }
     h->closing = 1;
     for (int i = 0; atomic_load(&h->inflight) > 0; i++) {
@@ -290,9 +364,16 @@ static VALUE db_close(VALUE self) {
         rb_thread_wait_for(tv);
     }
     if (!h->db) return Qnil; /* closed by another thread meanwhile */
+    if (atomic_load(&h->workers) > 0) {
+        /* a worker whose open was in flight as the close began: the database
+         * stays open for it (closing it freed the handle under the worker) */
+        h->closing = 0;
+        rb_raise(eByCode[TOCSIN_BUSY], "%d worker(s) opened on this database while it closed: stop them before closing it",
+                 atomic_load(&h->workers));
+    }
     struct close_a a = {0, h->db};
     h->db = NULL;
-    NOGVL(close, a);
+    NOGVL_MUST(close, a);
     return Qnil;
 }
 static VALUE db_closed_p(VALUE self) {
@@ -302,14 +383,16 @@ static VALUE db_closed_p(VALUE self) {
 
 DEF_CALL(txb, tocsin_db *db; tocsin_db *tx;, tocsin_tx_begin(a->db, &a->tx))
 static VALUE db_tx_begin(VALUE self) {
+    /* the object first: once begun, the transaction is in its hands at once
+     * (its GC rolls back), with nothing left to fail in between */
+    VALUE obj = rdb_alloc(cDB);
+    rdb *t = get_rdb(obj);
+    t->is_tx = 1;
+    t->parent = self;
     struct txb_a a = {0, DB(self), NULL};
     NOGVL_DB(txb, a, self);
     CHECK(a.rc);
-    VALUE obj = rdb_alloc(cDB);
-    rdb *t = get_rdb(obj);
     t->db = a.tx;
-    t->is_tx = 1;
-    t->parent = self;
     return obj;
 }
 DEF_CALL(txc, tocsin_db *tx;, tocsin_tx_commit(a->tx))
@@ -319,7 +402,7 @@ static VALUE db_tx_commit(VALUE self) {
     if (!h->is_tx) rb_raise(eByCode[TOCSIN_INVALID], "not a transaction");
     struct txc_a a = {0, DB(self)};
     h->db = NULL; /* always released by the core */
-    NOGVL(txc, a);
+    NOGVL_MUST(txc, a);
     CHECK(a.rc);
     return Qnil;
 }
@@ -329,7 +412,7 @@ static VALUE db_tx_rollback(VALUE self) {
     if (!h->db) return Qnil;
     struct txr_a a = {0, h->db};
     h->db = NULL;
-    NOGVL(txr, a);
+    NOGVL_MUST(txr, a);
     CHECK(a.rc);
     return Qnil;
 }
@@ -1154,6 +1237,142 @@ typedef struct {
     _Atomic int user_poked;
 } pokeflags;
 
+/* ---- one thread at a time on a waited-on object -------------------------
+ * A Sub, Listener, StreamSub or Worker wraps a core object that one thread
+ * at a time may use (the core's rule), and that is freed by its close --
+ * which may come from any thread (Database#close) or from a trap run inside
+ * the wait itself. A close that freed the object while another thread used
+ * it without the GVL (a wait about to start, or running: the core's own
+ * count of waiters is taken only once the wait has begun) was a
+ * use-after-free. So each object has a guard, kept under the GVL:
+ *  - a use (a wait, a save, a drain ...) takes it first: `owner` is the
+ *    thread; a second thread waits for the first to end (the object is one
+ *    thread's at a time; it raised nothing before, and raced in the core);
+ *  - close takes the handle from the object (new uses raise Closed), pokes
+ *    the use in progress (its wait returns TOCSIN_INTERRUPTED and finds the
+ *    object closed: Tocsin::Closed), waits until it has ended -- out of the
+ *    core, its unblock function unregistered -- and only then frees it.
+ *    From inside the use itself (a trap, an interrupt handler of the
+ *    waiting thread) it cannot wait: the use frees it as it ends;
+ *  - an object inherited across fork() and in use by one of the parent's
+ *    threads at the fork is left as it is (its core close would wait for
+ *    that thread, forever): a child never frees what the parent used. */
+typedef struct guard guard;
+struct guard {
+    VALUE owner;        /* the Thread using the object (Qfalse: none) */
+    void *pending;      /* closed during that use: freed once the use ended */
+    int closers;        /* threads in guard_close waiting for the use to end */
+    unsigned gen;       /* fork_gen when opened */
+    const char *what;   /* "listener", ...: in messages */
+    poke_fn poke;
+    int (*close)(guard *g, void *handle); /* the core's close (without the GVL) */
+};
+
+static void guard_init(guard *g, const char *what, poke_fn poke, int (*close)(guard *, void *)) {
+    g->owner = Qfalse;
+    g->pending = NULL;
+    g->closers = 0;
+    g->gen = cur_gen();
+    g->what = what;
+    g->poke = poke;
+    g->close = close;
+}
+/* in use by a thread that is not in this process (the parent's, before fork()) */
+static int guard_orphaned(const guard *g) {
+    return g->owner != Qfalse && g->gen != cur_gen() && g->owner != rb_thread_current();
+}
+struct gclose_call { guard *g; void *handle; int rc; };
+static void *gclose_f(void *p) {
+    struct gclose_call *c = p;
+    c->rc = c->g->close(c->g, c->handle);
+    return NULL;
+}
+/* the core close, without the GVL when it can (it never raises) */
+static int guard_free_now(guard *g, void *handle) {
+    struct gclose_call c = {g, handle, TOCSIN_OK};
+    nogvl_must(gclose_f, &c);
+    return c.rc;
+}
+/* Takes the object for a use by this thread; `slot`: where the object keeps
+ * its core handle (NULL once closed). */
+static void guard_enter(guard *g, void *const *slot) {
+    VALUE me = rb_thread_current();
+    long us = 1000;
+    for (;;) {
+        if (!*slot) rb_raise(eByCode[TOCSIN_CLOSED], "the %s is closed", g->what);
+        if (g->owner == Qfalse) break;
+        if (guard_orphaned(g))
+            rb_raise(eByCode[TOCSIN_CLOSED], "the %s was opened before fork(): open one in this process", g->what);
+        if (g->owner == me)
+            rb_raise(eByCode[TOCSIN_BUSY], "the %s is in use by this thread already (called from inside its own wait)",
+                     g->what);
+        /* another thread's use: after it (an unusual program: it waits its turn) */
+        struct timeval tv = {0, us};
+        rb_thread_wait_for(tv);
+        if (us < 50000) us *= 2;
+    }
+    g->owner = me;
+}
+/* Ends the use (an ensure: never raises); frees the object when a close
+ * came during it and no closer waits to do so itself. */
+static void guard_leave(guard *g) {
+    g->owner = Qfalse;
+    if (g->pending && g->closers == 0) {
+        void *h = g->pending;
+        g->pending = NULL;
+        guard_free_now(g, h);
+    }
+}
+struct gclose_wait { guard *g; int rc; };
+static VALUE gclose_wait_body(VALUE p) {
+    struct gclose_wait *c = (struct gclose_wait *)p;
+    while (c->g->owner != Qfalse) { /* the poked use ends within a few ms */
+        struct timeval tv = {0, 1000};
+        rb_thread_wait_for(tv);
+    }
+    return Qnil;
+}
+static VALUE gclose_wait_done(VALUE p) {
+    struct gclose_wait *c = (struct gclose_wait *)p;
+    guard *g = c->g;
+    g->closers--;
+    /* the use has ended (or this closer was interrupted while it had not:
+     * then the use frees it as it ends) */
+    if (g->owner == Qfalse && g->pending) {
+        void *h = g->pending;
+        g->pending = NULL;
+        c->rc = guard_free_now(g, h);
+    }
+    return Qnil;
+}
+/* Closes the object: returns the core close's code (TOCSIN_OK when another
+ * thread or the use in progress closes it). Returns once it is closed,
+ * unless called from inside the use itself. */
+static int guard_close(guard *g, void **slot) {
+    void *h = *slot;
+    VALUE me = rb_thread_current();
+    if (h) {
+        *slot = NULL;
+        if (g->owner == Qfalse) return guard_free_now(g, h);
+        if (guard_orphaned(g)) return TOCSIN_OK; /* the parent's: left as it is */
+        g->poke(h);
+        g->pending = h;
+    }
+    /* closed already: a close of another thread waiting for a use may still
+     * run; this one returns once the object is closed too */
+    if (!g->pending || g->owner == Qfalse || g->owner == me || guard_orphaned(g)) return TOCSIN_OK;
+    struct gclose_wait c = {g, TOCSIN_OK};
+    g->closers++;
+    rb_ensure(gclose_wait_body, (VALUE)&c, gclose_wait_done, (VALUE)&c);
+    return c.rc;
+}
+/* what a GC'd object still holds: nobody can use it any more -- unless one
+ * of the parent's threads did at fork() (left as it is) */
+static void guard_dfree(guard *g, void *h) {
+    if (!h) h = g->pending;
+    if (h && g->owner == Qfalse) g->close(g, h);
+}
+
 struct wait_call {
     wait_fn fn;
     void *ctx;
@@ -1184,31 +1403,47 @@ static int64_t mono_ms(void) {
  * interrupts are handled here. */
 /* h: the database handle the wait runs on (NULL: none); its close ends the
  * wait with Tocsin::Closed (Database#close pokes the wait's subscription).
- * slot: where the object keeps the waited-on handle (NULL once closed): an
- * interrupt's handler (a trap, another thread switched in meanwhile) may have
- * closed it -- and freed it -- before the wait resumes. */
+ * g, slot: the waited-on object's guard and where it keeps its core handle
+ * (NULL once closed): the wait is the object's use (guard_enter), and
+ * *handle_out (in ctx) gets the handle once the use began. An interrupt's
+ * handler (a trap, another thread switched in meanwhile) may close the
+ * object while the wait is between two calls of the core: the wait then
+ * raises Closed (the handle stays valid until the use ended). */
 struct run_wait_a {
     wait_fn fn;
     void *ctx;
     int timeout_ms;
-    poke_fn poke;
-    void *handle;
     pokeflags *flags;
     rdb *h;
+    guard *g;
     void *const *slot;
+    void *handle;
     VALUE watcher;
     int rc;
 };
+/* a wait without a database handle: as call_on_db, an interrupt pending before
+ * the call is handled (it may raise), never one after it ran -- a batch the
+ * core handed out is returned */
+static void wait_call_nogvl(struct wait_call *w, struct ubf_arg *u) {
+    w->rc = -1;
+    for (;;) {
+        rb_nogvl(wait_nogvl, w, wait_ubf, u, RB_NOGVL_INTR_FAIL | RB_NOGVL_UBF_ASYNC_SAFE);
+        if (w->rc != -1) return;
+        rb_thread_check_ints();
+    }
+}
 static VALUE run_wait_body(VALUE p) {
     struct run_wait_a *r = (struct run_wait_a *)p;
     int timeout_ms = r->timeout_ms;
     int64_t deadline = timeout_ms >= 0 ? mono_ms() + timeout_ms : -1;
-    struct ubf_arg u = {r->poke, r->handle, r->flags};
+    struct ubf_arg u = {r->g->poke, r->handle, r->flags};
+    r->watcher = sigwatch_start();
     for (;;) {
         struct wait_call w = {r->fn, r->ctx, timeout_ms, 0};
+        if (*r->slot != r->handle) rb_raise(eByCode[TOCSIN_CLOSED], "the %s was closed while waiting", r->g->what);
         atomic_store(&r->flags->ubf_fired, 0);
         if (r->h) call_on_db(r->h, wait_nogvl, &w, wait_ubf, &u); /* counted (see call_on_db) */
-        else rb_nogvl(wait_nogvl, &w, wait_ubf, &u, RB_NOGVL_UBF_ASYNC_SAFE);
+        else wait_call_nogvl(&w, &u);
         if (w.rc != TOCSIN_INTERRUPTED) {
             r->rc = w.rc;
             return Qnil;
@@ -1219,7 +1454,7 @@ static VALUE run_wait_body(VALUE p) {
         if (atomic_exchange(&r->flags->ubf_fired, 0)) rb_thread_check_ints();
         if (atomic_exchange(&r->flags->user_poked, 0))
             rb_raise(eByCode[TOCSIN_INTERRUPTED], "the wait was interrupted (poke)");
-        if (*r->slot != r->handle) rb_raise(eByCode[TOCSIN_CLOSED], "closed while waiting");
+        if (*r->slot != r->handle) rb_raise(eByCode[TOCSIN_CLOSED], "the %s was closed while waiting", r->g->what);
         if (deadline >= 0) {
             int64_t left = deadline - mono_ms();
             timeout_ms = left > 0 ? (int)left : 0;
@@ -1227,13 +1462,17 @@ static VALUE run_wait_body(VALUE p) {
     }
 }
 static VALUE run_wait_done(VALUE p) {
-    sigwatch_stop(((struct run_wait_a *)p)->watcher);
+    struct run_wait_a *r = (struct run_wait_a *)p;
+    guard_leave(r->g);
+    sigwatch_stop(r->watcher);
     return Qnil;
 }
-static int run_wait(wait_fn fn, void *ctx, int timeout_ms, poke_fn poke, void *handle, pokeflags *flags, rdb *h,
+static int run_wait(wait_fn fn, void *ctx, void **handle_out, int timeout_ms, pokeflags *flags, rdb *h, guard *g,
                     void *const *slot) {
-    struct run_wait_a r = {fn, ctx, timeout_ms, poke, handle, flags, h, slot, Qnil, 0};
-    r.watcher = sigwatch_start();
+    struct run_wait_a r = {fn, ctx, timeout_ms, flags, h, g, slot, NULL, Qnil, 0};
+    guard_enter(g, slot);
+    r.handle = *handle_out = *slot;
+    /* from here on the use is released by the ensure (the helper's start runs Ruby code) */
     rb_ensure(run_wait_body, (VALUE)&r, run_wait_done, (VALUE)&r);
     RB_GC_GUARD(r.watcher);
     return r.rc;
@@ -1244,43 +1483,70 @@ static int clamp_timeout(VALUE t) {
     if (v < 0) return -1;
     return v > INT32_MAX ? INT32_MAX : (int)v;
 }
+/* a use of a guarded object around a call without the GVL (save, flush):
+ * released whatever the call raises */
+struct guarded_a { guard *g; void *(*fn)(void *); void *arg; };
+static VALUE guarded_body(VALUE p) {
+    struct guarded_a *a = (struct guarded_a *)p;
+    nogvl_once(a->fn, a->arg);
+    return Qnil;
+}
+static VALUE guarded_done(VALUE p) {
+    guard_leave(((struct guarded_a *)p)->g);
+    return Qnil;
+}
+static void guarded_nogvl(guard *g, void *(*fn)(void *), void *arg) {
+    struct guarded_a a = {g, fn, arg};
+    rb_ensure(guarded_body, (VALUE)&a, guarded_done, (VALUE)&a);
+}
 
 /* ---- Native::Sub ------------------------------------------------------- */
 typedef struct {
     tocsin_sub *sub;
     pokeflags flags;
+    guard g;
 } rsub;
-static void rsub_free(void *p) { rsub *s = p; tocsin_sub_close(s->sub); xfree(s); }
+static int sub_poke_fn(void *h) { return tocsin_sub_poke(h); }
+static int sub_close_fn(guard *g, void *h) { return tocsin_sub_close(h); }
+static void rsub_free(void *p) { rsub *s = p; guard_dfree(&s->g, s->sub); xfree(s); }
 static const rb_data_type_t rsub_type = {"tocsin_sub", {NULL, rsub_free, NULL}, NULL, NULL, RUBY_TYPED_FREE_IMMEDIATELY};
-static rsub *get_rsub(VALUE self) {
+static rsub *rsub_of(VALUE self) {
     rsub *s;
     TypedData_Get_Struct(self, rsub, &rsub_type, s);
+    return s;
+}
+static rsub *get_rsub(VALUE self) {
+    rsub *s = rsub_of(self);
     if (!s->sub) rb_raise(eByCode[TOCSIN_CLOSED], "the subscription is closed");
     return s;
 }
 static VALUE sub_s_open(VALUE klass, VALUE db) {
     rsub *s;
     VALUE obj = TypedData_Make_Struct(klass, rsub, &rsub_type, s);
+    guard_init(&s->g, "subscription", sub_poke_fn, sub_close_fn);
     CHECK(tocsin_sub_open(&s->sub, DB(db)));
     return obj;
 }
 static VALUE sub_fd(VALUE self) { return INT2NUM(tocsin_sub_fd(get_rsub(self)->sub)); }
 static VALUE sub_drain(VALUE self) {
-    rsub *s = get_rsub(self);
+    rsub *s = rsub_of(self);
     int woken = 0;
+    guard_enter(&s->g, (void *const *)&s->sub); /* (with the GVL throughout: nothing raises before the leave) */
     int rc = tocsin_sub_drain(s->sub, &woken);
+    guard_leave(&s->g);
     if (rc == TOCSIN_INTERRUPTED && atomic_exchange(&s->flags.user_poked, 0))
         rb_raise(eByCode[TOCSIN_INTERRUPTED], "the wait was interrupted (poke)");
     if (rc == TOCSIN_INTERRUPTED) return Qfalse;
     CHECK(rc);
     return woken ? Qtrue : Qfalse;
 }
-static int sub_wait_fn(void *ctx, int t) { return tocsin_sub_wait(ctx, t); }
-static int sub_poke_fn(void *h) { return tocsin_sub_poke(h); }
+struct swait_ctx { tocsin_sub *sub; };
+static int sub_wait_fn(void *p, int t) { return tocsin_sub_wait(((struct swait_ctx *)p)->sub, t); }
 static VALUE sub_wait(VALUE self, VALUE timeout) {
-    rsub *s = get_rsub(self);
-    int rc = run_wait(sub_wait_fn, s->sub, clamp_timeout(timeout), sub_poke_fn, s->sub, &s->flags, NULL,
-                      (void *const *)&s->sub);
+    rsub *s = rsub_of(self);
+    int t = clamp_timeout(timeout);
+    struct swait_ctx c = {NULL};
+    int rc = run_wait(sub_wait_fn, &c, (void **)&c.sub, t, &s->flags, NULL, &s->g, (void *const *)&s->sub);
     if (rc == TOCSIN_TIMEOUT) return Qfalse;
     CHECK(rc);
     return Qtrue;
@@ -1297,18 +1563,14 @@ static VALUE sub_wake(VALUE self) {
     tocsin_sub_poke(get_rsub(self)->sub);
     return Qnil;
 }
-DEF_CALL(subclose, tocsin_sub *s;, tocsin_sub_close(a->s))
 static VALUE sub_close(VALUE self) {
-    rsub *s;
-    TypedData_Get_Struct(self, rsub, &rsub_type, s);
-    if (!s->sub) return Qnil;
-    struct subclose_a a = {0, s->sub};
-    s->sub = NULL;
-    NOGVL(subclose, a);
+    rsub *s = rsub_of(self);
+    guard_close(&s->g, (void **)&s->sub);
     return Qnil;
 }
 
-/* db waits on a sub: queue_wait, result_wait, lock_wait (deadline on the handle's clock) */
+/* db waits on a sub: queue_wait, result_wait, lock_wait (deadline on the handle's clock);
+ * the wait is the sub's use (see guard) */
 struct qwait_ctx { tocsin_db *db; const char **qs; size_t n; int64_t deadline; tocsin_sub *sub; };
 static int qwait_fn(void *p, int t) {
     struct qwait_ctx *c = p;
@@ -1316,12 +1578,12 @@ static int qwait_fn(void *p, int t) {
 }
 static VALUE db_queue_wait(VALUE self, VALUE queues, VALUE deadline, VALUE subv) {
     VALUE keep;
-    rsub *s = get_rsub(subv);
-    struct qwait_ctx c = {DB(self), NULL, 0, opt_i64(deadline, "deadline", -1), s->sub};
+    rsub *s = rsub_of(subv);
+    struct qwait_ctx c = {NULL, NULL, 0, opt_i64(deadline, "deadline", -1), NULL};
     c.qs = names_of(queues, &keep, &c.n);
-    int rc = run_wait(qwait_fn, &c, -1, sub_poke_fn, s->sub, &s->flags, get_rdb(self),
-                      (void *const *)&s->sub);
-    RB_GC_GUARD(keep); RB_GC_GUARD(queues);
+    c.db = DB(self);
+    int rc = run_wait(qwait_fn, &c, (void **)&c.sub, -1, &s->flags, get_rdb(self), &s->g, (void *const *)&s->sub);
+    RB_GC_GUARD(keep); RB_GC_GUARD(queues); RB_GC_GUARD(subv);
     if (rc == TOCSIN_TIMEOUT) return Qfalse;
     CHECK(rc);
     return Qtrue;
@@ -1333,10 +1595,11 @@ static int rwait_fn(void *p, int t) {
 }
 /* result_wait(job_id, deadline_ms|nil, sub) -> result array, or nil at the deadline */
 static VALUE db_result_wait(VALUE self, VALUE id, VALUE deadline, VALUE subv) {
-    rsub *s = get_rsub(subv);
-    struct rwait_ctx c = {DB(self), NULL, arg_i64(id, "job id"), opt_i64(deadline, "deadline", -1), s->sub};
-    int rc = run_wait(rwait_fn, &c, -1, sub_poke_fn, s->sub, &s->flags, get_rdb(self),
-                      (void *const *)&s->sub);
+    rsub *s = rsub_of(subv);
+    struct rwait_ctx c = {NULL, NULL, arg_i64(id, "job id"), opt_i64(deadline, "deadline", -1), NULL};
+    c.db = DB(self);
+    int rc = run_wait(rwait_fn, &c, (void **)&c.sub, -1, &s->flags, get_rdb(self), &s->g, (void *const *)&s->sub);
+    RB_GC_GUARD(subv);
     if (rc == TOCSIN_TIMEOUT) return Qnil;
     CHECK(rc);
     return result_to_ary(c.r);
@@ -1348,12 +1611,12 @@ static int lwait_fn(void *p, int t) {
 }
 /* lock_wait(name, owner, ttl_ms, deadline_ms|nil, sub) -> [token, until] or nil at the deadline */
 static VALUE db_lock_wait(VALUE self, VALUE name, VALUE owner, VALUE ttl, VALUE deadline, VALUE subv) {
-    rsub *s = get_rsub(subv);
-    struct lwait_ctx c = {DB(self), 0, 0, cstr(name), cstr(owner), arg_i64(ttl, "ttl"),
-                          opt_i64(deadline, "deadline", -1), s->sub};
-    int rc = run_wait(lwait_fn, &c, -1, sub_poke_fn, s->sub, &s->flags, get_rdb(self),
-                      (void *const *)&s->sub);
-    RB_GC_GUARD(name); RB_GC_GUARD(owner);
+    rsub *s = rsub_of(subv);
+    struct lwait_ctx c = {NULL, 0, 0, cstr(name), cstr(owner), arg_i64(ttl, "ttl"),
+                          opt_i64(deadline, "deadline", -1), NULL};
+    c.db = DB(self);
+    int rc = run_wait(lwait_fn, &c, (void **)&c.sub, -1, &s->flags, get_rdb(self), &s->g, (void *const *)&s->sub);
+    RB_GC_GUARD(name); RB_GC_GUARD(owner); RB_GC_GUARD(subv);
     if (rc == TOCSIN_TIMEOUT) return Qnil;
     CHECK(rc);
     return rb_ary_new_from_args(2, LL2NUM(c.tok), LL2NUM(c.until));
@@ -1363,12 +1626,19 @@ static VALUE db_lock_wait(VALUE self, VALUE name, VALUE owner, VALUE ttl, VALUE 
 typedef struct {
     tocsin_listener *l;
     pokeflags flags;
+    guard g;
 } rlis;
-static void rlis_free(void *p) { rlis *l = p; tocsin_listen_close(l->l); xfree(l); }
+static int lis_poke_fn(void *h) { return tocsin_listen_poke(h); }
+static int lis_close_fn(guard *g, void *h) { return tocsin_listen_close(h); }
+static void rlis_free(void *p) { rlis *l = p; guard_dfree(&l->g, l->l); xfree(l); }
 static const rb_data_type_t rlis_type = {"tocsin_listener", {NULL, rlis_free, NULL}, NULL, NULL, RUBY_TYPED_FREE_IMMEDIATELY};
-static rlis *get_rlis(VALUE self) {
+static rlis *rlis_of(VALUE self) {
     rlis *l;
     TypedData_Get_Struct(self, rlis, &rlis_type, l);
+    return l;
+}
+static rlis *get_rlis(VALUE self) {
+    rlis *l = rlis_of(self);
     if (!l->l) rb_raise(eByCode[TOCSIN_CLOSED], "the listener is closed");
     return l;
 }
@@ -1376,7 +1646,9 @@ DEF_CALL(lopen, tocsin_listener *l; tocsin_db *db; const char *c; size_t buf;, t
 static VALUE lis_s_open(VALUE klass, VALUE db, VALUE ch, VALUE buf) {
     rlis *l;
     VALUE obj = TypedData_Make_Struct(klass, rlis, &rlis_type, l);
-    struct lopen_a a = {0, NULL, DB(db), cstr(ch), arg_count(buf, "buffer_size")};
+    guard_init(&l->g, "listener", lis_poke_fn, lis_close_fn);
+    struct lopen_a a = {0, NULL, NULL, cstr(ch), arg_count(buf, "buffer_size")};
+    a.db = DB(db);
     NOGVL_DB(lopen, a, db);
     RB_GC_GUARD(ch);
     CHECK(a.rc);
@@ -1386,17 +1658,22 @@ static VALUE lis_s_open(VALUE klass, VALUE db, VALUE ch, VALUE buf) {
 static VALUE lis_fd(VALUE self) { return INT2NUM(tocsin_listen_fd(get_rlis(self)->l)); }
 struct lnext_ctx { tocsin_listener *l; tocsin_message *m; size_t n; };
 static int lnext_fn(void *p, int t) { struct lnext_ctx *c = p; return tocsin_listen_next(c->l, &c->m, &c->n, t); }
-static int lis_poke_fn(void *h) { return tocsin_listen_poke(h); }
 /* next(timeout_ms|nil) -> array of messages ([] at the timeout) */
 static VALUE lis_next(VALUE self, VALUE timeout) {
-    rlis *l = get_rlis(self);
-    struct lnext_ctx c = {l->l, NULL, 0};
+    rlis *l = rlis_of(self);
+    struct lnext_ctx c = {NULL, NULL, 0};
     int t = clamp_timeout(timeout);
-    int rc = t == 0 ? tocsin_listen_next(l->l, &c.m, &c.n, 0)
-                    : run_wait(lnext_fn, &c, t, lis_poke_fn, l->l, &l->flags, NULL, (void *const *)&l->l);
-    if (rc == TOCSIN_INTERRUPTED && t == 0) {
-        if (atomic_exchange(&l->flags.user_poked, 0)) raise_rc(rc);
-        return rb_ary_new();
+    int rc;
+    if (t == 0) { /* the event loops' read: with the GVL throughout */
+        guard_enter(&l->g, (void *const *)&l->l);
+        rc = tocsin_listen_next(l->l, &c.m, &c.n, 0);
+        guard_leave(&l->g);
+        if (rc == TOCSIN_INTERRUPTED) {
+            if (atomic_exchange(&l->flags.user_poked, 0)) raise_rc(rc);
+            return rb_ary_new();
+        }
+    } else {
+        rc = run_wait(lnext_fn, &c, (void **)&c.l, t, &l->flags, NULL, &l->g, (void *const *)&l->l);
     }
     if (rc == TOCSIN_TIMEOUT) return rb_ary_new();
     CHECK(rc);
@@ -1409,14 +1686,9 @@ static VALUE lis_poke(VALUE self) {
     tocsin_listen_poke(l->l);
     return Qnil;
 }
-DEF_CALL(lclose, tocsin_listener *l;, tocsin_listen_close(a->l))
 static VALUE lis_close(VALUE self) {
-    rlis *l;
-    TypedData_Get_Struct(self, rlis, &rlis_type, l);
-    if (!l->l) return Qnil;
-    struct lclose_a a = {0, l->l};
-    l->l = NULL;
-    NOGVL(lclose, a);
+    rlis *l = rlis_of(self);
+    guard_close(&l->g, (void **)&l->l);
     return Qnil;
 }
 
@@ -1424,14 +1696,21 @@ static VALUE lis_close(VALUE self) {
 typedef struct {
     tocsin_stream_sub *s;
     pokeflags flags;
+    guard g;
     VALUE db; /* kept alive: the subscription reads its clock (set_time's ctx is the rdb) */
 } rss;
+static int ss_poke_fn(void *h) { return tocsin_stream_sub_poke(h); }
+static int ss_close_fn(guard *g, void *h) { return tocsin_stream_sub_close(h); }
 static void rss_mark(void *p) { rb_gc_mark(((rss *)p)->db); }
-static void rss_free(void *p) { rss *s = p; tocsin_stream_sub_close(s->s); xfree(s); }
+static void rss_free(void *p) { rss *s = p; guard_dfree(&s->g, s->s); xfree(s); }
 static const rb_data_type_t rss_type = {"tocsin_stream_sub", {rss_mark, rss_free, NULL}, NULL, NULL, RUBY_TYPED_FREE_IMMEDIATELY};
-static rss *get_rss(VALUE self) {
+static rss *rss_of(VALUE self) {
     rss *s;
     TypedData_Get_Struct(self, rss, &rss_type, s);
+    return s;
+}
+static rss *get_rss(VALUE self) {
+    rss *s = rss_of(self);
     if (!s->s) rb_raise(eByCode[TOCSIN_CLOSED], "the stream subscription is closed");
     return s;
 }
@@ -1443,6 +1722,7 @@ static VALUE ss_s_open(VALUE klass, VALUE db, VALUE topic, VALUE consumer, VALUE
                        VALUE every, VALUE ms, VALUE save_on_close) {
     rss *s;
     VALUE obj = TypedData_Make_Struct(klass, rss, &rss_type, s);
+    guard_init(&s->g, "stream subscription", ss_poke_fn, ss_close_fn);
     s->db = db;
     struct ssopen_a a = {0};
     tocsin_stream_sub_opts o = TOCSIN_STREAM_SUB_OPTS_INIT;
@@ -1451,9 +1731,9 @@ static VALUE ss_s_open(VALUE klass, VALUE db, VALUE topic, VALUE consumer, VALUE
     o.autosave_every = opt_range(every, "autosave_every", 0, INT64_MAX, 0);
     o.autosave_ms = opt_i64(ms, "autosave", 0);
     o.save_on_close = RTEST(save_on_close); /* the core saves at tocsin_stream_sub_close */
-    a.db = DB(db);
     a.t = cstr(topic);
     a.c = cstr_or_null(consumer);
+    a.db = DB(db);
     a.o = o;
     NOGVL_DB(ssopen, a, db);
     RB_GC_GUARD(topic); RB_GC_GUARD(consumer);
@@ -1464,21 +1744,22 @@ static VALUE ss_s_open(VALUE klass, VALUE db, VALUE topic, VALUE consumer, VALUE
 static VALUE ss_fd(VALUE self) { return INT2NUM(tocsin_stream_sub_fd(get_rss(self)->s)); }
 struct ssnext_ctx { tocsin_stream_sub *s; tocsin_message *m; size_t n; };
 static int ssnext_fn(void *p, int t) { struct ssnext_ctx *c = p; return tocsin_stream_sub_next(c->s, &c->m, &c->n, t); }
-static int ss_poke_fn(void *h) { return tocsin_stream_sub_poke(h); }
 static VALUE ss_next(VALUE self, VALUE timeout) {
-    rss *s = get_rss(self);
-    struct ssnext_ctx c = {s->s, NULL, 0};
+    rss *s = rss_of(self);
+    struct ssnext_ctx c = {NULL, NULL, 0};
     int t = clamp_timeout(timeout);
     int rc;
-    if (t == 0) {
-        struct ssnext_ctx *cp = &c;
-        rc = ssnext_fn(cp, 0);
+    if (t == 0) { /* with the GVL throughout (an autosave it makes is a short write) */
+        guard_enter(&s->g, (void *const *)&s->s);
+        c.s = s->s;
+        rc = ssnext_fn(&c, 0);
+        guard_leave(&s->g);
         if (rc == TOCSIN_INTERRUPTED) {
             if (atomic_exchange(&s->flags.user_poked, 0)) raise_rc(rc);
             return rb_ary_new();
         }
     } else {
-        rc = run_wait(ssnext_fn, &c, t, ss_poke_fn, s->s, &s->flags, NULL, (void *const *)&s->s);
+        rc = run_wait(ssnext_fn, &c, (void **)&c.s, t, &s->flags, NULL, &s->g, (void *const *)&s->s);
     }
     if (rc == TOCSIN_TIMEOUT) return rb_ary_new();
     CHECK(rc);
@@ -1487,15 +1768,20 @@ static VALUE ss_next(VALUE self, VALUE timeout) {
 static VALUE ss_position(VALUE self) { return LL2NUM(tocsin_stream_sub_position(get_rss(self)->s)); }
 DEF_CALL(sssave, tocsin_stream_sub *s;, tocsin_stream_sub_save(a->s))
 static VALUE ss_save(VALUE self) {
-    struct sssave_a a = {0, get_rss(self)->s};
-    NOGVL(sssave, a);
+    rss *s = rss_of(self);
+    guard_enter(&s->g, (void *const *)&s->s);
+    struct sssave_a a = {0, s->s};
+    guarded_nogvl(&s->g, sssave_f, &a); /* a close meanwhile waits for the save */
     CHECK(a.rc);
     return Qnil;
 }
 /* an iteration stopped mid-batch: the position goes back to the last event handed on */
 static VALUE ss_rewind(VALUE self, VALUE offset) {
-    rss *s = get_rss(self);
-    int rc = tocsin_stream_sub_rewind(s->s, arg_i64(offset, "offset"));
+    rss *s = rss_of(self);
+    int64_t off = arg_i64(offset, "offset");
+    guard_enter(&s->g, (void *const *)&s->s);
+    int rc = tocsin_stream_sub_rewind(s->s, off);
+    guard_leave(&s->g);
     CHECK(rc);
     return Qnil;
 }
@@ -1505,15 +1791,9 @@ static VALUE ss_poke(VALUE self) {
     tocsin_stream_sub_poke(s->s);
     return Qnil;
 }
-DEF_CALL(ssclose, tocsin_stream_sub *s;, tocsin_stream_sub_close(a->s))
 static VALUE ss_close(VALUE self) {
-    rss *s;
-    TypedData_Get_Struct(self, rss, &rss_type, s);
-    if (!s->s) return Qnil;
-    struct ssclose_a a = {0, s->s};
-    s->s = NULL;
-    NOGVL(ssclose, a);
-    CHECK(a.rc);
+    rss *s = rss_of(self);
+    CHECK(guard_close(&s->g, (void **)&s->s));
     return Qnil;
 }
 
@@ -1700,20 +1980,30 @@ typedef struct {
     VALUE db; /* kept alive: the worker uses it for every step */
     rdb *dbh;
     pokeflags flags;
+    guard g; /* the loop's next and flush are its uses; close waits for them */
 } rwk;
+static int wk_poke_fn(void *h) { return tocsin_worker_poke(h); }
+/* the core's close; the database may close once it returned */
+static int wk_close_fn(guard *g, void *h) {
+    rwk *k = (rwk *)(void *)((char *)g - offsetof(rwk, g));
+    int rc = tocsin_worker_close(h);
+    atomic_fetch_sub(&k->dbh->workers, 1);
+    return rc;
+}
 static void rwk_mark(void *p) { rb_gc_mark(((rwk *)p)->db); }
 static void rwk_free(void *p) {
     rwk *k = p;
-    if (k->w) {
-        tocsin_worker_close(k->w);
-        k->dbh->workers--;
-    }
+    guard_dfree(&k->g, k->w);
     xfree(k);
 }
 static const rb_data_type_t rwk_type = {"tocsin_worker", {rwk_mark, rwk_free, NULL}, NULL, NULL, RUBY_TYPED_FREE_IMMEDIATELY};
-static rwk *get_rwk(VALUE self) {
+static rwk *rwk_of(VALUE self) {
     rwk *k;
     TypedData_Get_Struct(self, rwk, &rwk_type, k);
+    return k;
+}
+static rwk *get_rwk(VALUE self) {
+    rwk *k = rwk_of(self);
     if (!k->w) rb_raise(eByCode[TOCSIN_CLOSED], "the worker is closed");
     return k;
 }
@@ -1727,6 +2017,7 @@ DEF_CALL(wopen, tocsin_worker *w; tocsin_db *db; tocsin_worker_opts o;, tocsin_w
 static VALUE wk_s_open(VALUE klass, VALUE db, VALUE id, VALUE queues, VALUE conc, VALUE vis, VALUE sched, VALUE sttl) {
     rwk *k;
     VALUE obj = TypedData_Make_Struct(klass, rwk, &rwk_type, k);
+    guard_init(&k->g, "worker", wk_poke_fn, wk_close_fn);
     k->db = db;
     VALUE keep;
     struct wopen_a a = {0};
@@ -1742,9 +2033,9 @@ static VALUE wk_s_open(VALUE klass, VALUE db, VALUE id, VALUE queues, VALUE conc
     NOGVL_DB(wopen, a, db);
     RB_GC_GUARD(keep); RB_GC_GUARD(queues); RB_GC_GUARD(id);
     CHECK(a.rc);
-    k->w = a.w;
     k->dbh = get_rdb(db);
-    k->dbh->workers++;
+    atomic_fetch_add(&k->dbh->workers, 1);
+    k->w = a.w;
     return obj;
 }
 /* register(task, backoff_base_ms, backoff_cap_ms, timeout_ms, result_ttl_ms) */
@@ -1760,7 +2051,6 @@ static VALUE wk_register(VALUE self, VALUE task, VALUE base, VALUE cap, VALUE ti
 struct wnext_ctx { tocsin_worker *w; tocsin_task_run **runs; size_t n; };
 static VALUE runs_ary(VALUE self, tocsin_task_run **runs, size_t n);
 static int wnext_fn(void *p, int t) { struct wnext_ctx *c = p; return tocsin_worker_next(c->w, &c->runs, &c->n, t); }
-static int wk_poke_fn(void *h) { return tocsin_worker_poke(h); }
 /* the worker's wait: as run_wait's, a poke from #poke ending it with poked set */
 struct wk_wait_a { rwk *k; struct wnext_ctx *c; int t; VALUE watcher; int rc; int poked; };
 static VALUE wk_wait_body(VALUE p) {
@@ -1768,11 +2058,13 @@ static VALUE wk_wait_body(VALUE p) {
     rwk *k = a->k;
     int t = a->t;
     int64_t deadline = t >= 0 ? mono_ms() + t : -1;
-    struct ubf_arg u = {wk_poke_fn, k->w, &k->flags};
+    struct ubf_arg u = {wk_poke_fn, a->c->w, &k->flags};
+    a->watcher = sigwatch_start();
     for (;;) {
         struct wait_call w = {wnext_fn, a->c, t, 0};
+        if (k->w != a->c->w) rb_raise(eByCode[TOCSIN_CLOSED], "the worker was closed while waiting");
         atomic_store(&k->flags.ubf_fired, 0);
-        rb_nogvl(wait_nogvl, &w, wait_ubf, &u, RB_NOGVL_UBF_ASYNC_SAFE);
+        wait_call_nogvl(&w, &u);
         a->rc = w.rc;
         if (w.rc != TOCSIN_INTERRUPTED) return Qnil;
         if (atomic_exchange(&k->flags.ubf_fired, 0)) rb_thread_check_ints();
@@ -1780,6 +2072,7 @@ static VALUE wk_wait_body(VALUE p) {
             a->poked = 1;
             return Qnil;
         }
+        if (k->w != a->c->w) rb_raise(eByCode[TOCSIN_CLOSED], "the worker was closed while waiting");
         if (deadline >= 0) {
             int64_t left = deadline - mono_ms();
             t = left > 0 ? (int)left : 0;
@@ -1787,22 +2080,25 @@ static VALUE wk_wait_body(VALUE p) {
     }
 }
 static VALUE run_wait_done_wk(VALUE p) {
-    sigwatch_stop(((struct wk_wait_a *)p)->watcher);
+    struct wk_wait_a *a = (struct wk_wait_a *)p;
+    guard_leave(&a->k->g);
+    sigwatch_stop(a->watcher);
     return Qnil;
 }
 /* next(timeout_ms) -> [[run, job_id, token, queue, task, args, kwargs, meta, attempt, max_attempts, timeout_ms]],
  * [] at the timeout, nil when poked (Native::Worker#poke) */
 static VALUE wk_next(VALUE self, VALUE timeout) {
-    rwk *k = get_rwk(self);
-    struct wnext_ctx c = {k->w, NULL, 0};
+    rwk *k = rwk_of(self);
     int t = clamp_timeout(timeout);
+    guard_enter(&k->g, (void *const *)&k->w);
+    struct wnext_ctx c = {k->w, NULL, 0};
     int rc;
-    if (t == 0) {
+    if (t == 0) { /* with the GVL throughout */
         rc = wnext_fn(&c, 0);
+        guard_leave(&k->g);
     } else {
         /* a poke from #poke returns nil rather than raising */
         struct wk_wait_a a = {k, &c, t, Qnil, 0, 0};
-        a.watcher = sigwatch_start();
         rb_ensure(wk_wait_body, (VALUE)&a, run_wait_done_wk, (VALUE)&a);
         RB_GC_GUARD(a.watcher);
         if (a.poked) return Qnil;
@@ -1895,8 +2191,10 @@ static VALUE wk_finish(int argc, VALUE *argv, VALUE self) {
 }
 DEF_CALL(wflush, tocsin_worker *w; size_t lost;, tocsin_worker_flush(a->w, &a->lost))
 static VALUE wk_flush(VALUE self) {
-    struct wflush_a a = {0, get_rwk(self)->w, 0};
-    NOGVL(wflush, a);
+    rwk *k = rwk_of(self);
+    guard_enter(&k->g, (void *const *)&k->w);
+    struct wflush_a a = {0, k->w, 0};
+    guarded_nogvl(&k->g, wflush_f, &a);
     CHECK(a.rc);
     return SIZET2NUM(a.lost);
 }
@@ -1920,16 +2218,11 @@ static VALUE wk_poke(VALUE self) {
     tocsin_worker_poke(k->w);
     return Qnil;
 }
-DEF_CALL(wclose, tocsin_worker *w;, tocsin_worker_close(a->w))
+/* close: the loop's own call, after its last next (Worker#run); from another
+ * thread it ends the loop's wait first (Tocsin::Closed there) */
 static VALUE wk_close(VALUE self) {
-    rwk *k;
-    TypedData_Get_Struct(self, rwk, &rwk_type, k);
-    if (!k->w) return Qnil;
-    struct wclose_a a = {0, k->w};
-    k->w = NULL;
-    NOGVL(wclose, a);
-    k->dbh->workers--;
-    CHECK(a.rc);
+    rwk *k = rwk_of(self);
+    CHECK(guard_close(&k->g, (void **)&k->w));
     return Qnil;
 }
 static VALUE wk_closed_p(VALUE self) {
@@ -1952,6 +2245,7 @@ static VALUE m_owner_id(VALUE mod) {
 }
 
 RUBY_FUNC_EXPORTED void Init_tocsin_native(void) {
+    pthread_atfork(NULL, NULL, on_fork_child);
     mTocsin = rb_define_module("Tocsin");
     mNative = rb_define_module_under(mTocsin, "Native");
     eError = rb_define_class_under(mTocsin, "Error", rb_eStandardError);

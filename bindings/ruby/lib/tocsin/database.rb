@@ -64,13 +64,26 @@ module Tocsin
       @workers = []
       @workers_lock = Mutex.new
       @subs = [] # the threads' own wake subscriptions (#own_sub)
-      @sources = ObjectSpace::WeakMap.new # listeners and stream subscriptions: #close ends them
+      # listeners, stream subscriptions and subscriptions: #close ends them
+      @sources = ObjectSpace::WeakMap.new
+      @closing = false # #close has begun: what registers from then on closes itself
+      @pid = Process.pid # (a child of fork() inherits the parent's workers: not its to stop)
     end
 
-    # @api private: a Listener / StreamSubscription made on this database (#close closes it)
+    # @api private: a Listener / StreamSubscription / Subscription made on this
+    # database (#close closes it). One opened while #close runs in another thread
+    # -- after #close took its list -- is closed here (Tocsin::Closed): else it
+    # would outlive the database, and a wait on it would never end.
     def track(source)
-      @workers_lock.synchronize { @sources[source] = true }
-      source
+      registered = @workers_lock.synchronize { @sources[source] = true unless @closing }
+      return source if registered
+
+      begin
+        source.close
+      rescue Error
+        nil
+      end
+      raise Closed, "the database is closed"
     end
 
     # @api private: the native handle of +tx+ (checked to belong here) or ours.
@@ -92,17 +105,24 @@ module Tocsin
     # Closes the database; workers running on it are stopped first (each closes,
     # handing back what it still runs) -- a worker needs its database to the end.
     # Calls other threads are running finish first; their waits (queue, result,
-    # lock) end with Tocsin::Closed. Listeners and stream subscriptions made from
-    # it are closed too (a stream subscription saves its offset as its own #close
-    # does); a thread waiting on one gets Tocsin::Closed.
+    # lock) end with Tocsin::Closed. Listeners, stream subscriptions and
+    # subscriptions (#subscribe) made from it are closed too (a stream
+    # subscription saves its offset as its own #close does); a thread waiting on
+    # one gets Tocsin::Closed. What another thread opens on it (a listener, a
+    # worker's run ...) while this runs raises Tocsin::Closed.
     def close
-      sources = @workers_lock.synchronize { @sources.keys }
+      sources = @workers_lock.synchronize do
+        @closing = true # before the lists are taken: what registers later ends itself
+        @sources.keys
+      end
       sources.each do |s|
         s.close
       rescue Error
         nil # (a subscription's final offset save): the close goes on
       end
       workers = @workers_lock.synchronize { @workers.dup }
+      # in a child of fork() they are the parent's, run by threads that are not here
+      workers = [] unless Process.pid == @pid
       workers.each(&:stop)
       workers.each { |w| w.wait_stopped unless w.loop_thread == Thread.current }
       @native.close { @workers_lock.synchronize { @subs.dup }.each { |s| s.native.wake unless s.closed? } }
@@ -110,8 +130,15 @@ module Tocsin
       nil
     end
 
-    # @api private: Worker#run registers itself while it runs.
-    def worker_started(w) = @workers_lock.synchronize { @workers << w }
+    # @api private: Worker#run registers itself while it runs (before it opens its
+    # native worker: #close stops it, or -- begun already -- refuses it).
+    def worker_started(w)
+      @workers_lock.synchronize do
+        raise Closed, "the database is closed" if @closing
+
+        @workers << w
+      end
+    end
     def worker_stopped(w) = @workers_lock.synchronize { @workers.delete(w) }
     def closed? = @native.closed?
     def inspect = "#<Tocsin::Database #{@path}#{closed? ? " (closed)" : ""}>"
@@ -122,18 +149,23 @@ module Tocsin
     # propagates. Returns the block's value. Without a block, returns the
     # Transaction (commit or rollback it yourself).
     def transaction
-      tx = Transaction.new(self, native.tx_begin)
-      return tx unless block_given?
+      return Transaction.new(self, native.tx_begin) unless block_given?
 
-      done = false
-      begin
-        result = yield tx
-        done = true
-        result
-      ensure
-        # an exception, break, throw or return out of the block rolls back
-        if tx.active?
-          done ? tx.commit : tx.rollback
+      # An interrupt (Thread#raise, Thread#kill, Timeout) waits until the ensure
+      # holds the transaction, and during its commit or rollback: one that came
+      # in between left it open -- the write lock held until GC.
+      Thread.handle_interrupt(Object => :never) do
+        tx = Transaction.new(self, native.tx_begin)
+        done = false
+        begin
+          result = Thread.handle_interrupt(Object => :immediate) { yield tx }
+          done = true
+          result
+        ensure
+          # an exception, break, throw or return out of the block rolls back
+          if tx.active?
+            done ? tx.commit : tx.rollback
+          end
         end
       end
     end
@@ -182,7 +214,7 @@ module Tocsin
       end
     end
 
-    # A raw wake subscription (commits of any process on this file).
+    # A raw wake subscription (commits of any process on this file); #close closes it.
     def subscribe = Subscription.new(self)
 
     # ---- results ----
@@ -302,10 +334,14 @@ module Tocsin
       key = :"tocsin_sub_#{object_id}"
       s = Thread.current.thread_variable_get(key)
       if s.nil? || s.closed?
-        s = Subscription.new(self)
-        @workers_lock.synchronize do
+        s = Subscription.new(self, track: false)
+        registered = @workers_lock.synchronize do
           @subs.reject!(&:closed?)
-          @subs << s
+          @subs << s unless @closing
+        end
+        unless registered # #close began in another thread after the open: it would not close this one
+          s.close
+          raise Closed, "the database is closed"
         end
         Thread.current.thread_variable_set(key, s)
       end
@@ -317,9 +353,12 @@ module Tocsin
   class Subscription
     attr_reader :native
 
-    def initialize(db)
+    # (+track+: Database#close closes it; the database's own per-thread
+    # subscriptions are closed apart, once its calls have ended)
+    def initialize(db, track: true)
       @native = Native::Sub.open(db.native)
       @closed = false
+      db.track(self) if track
     end
 
     def fd = @native.fd

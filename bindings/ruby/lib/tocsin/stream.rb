@@ -111,15 +111,20 @@ module Tocsin
       return enum_for(:each, timeout: timeout) unless block_given?
 
       loop do
-        batch = next_batch(timeout: timeout)
-        break if batch.empty?
-
+        mark = resume_mark
+        batch = []
         handed = 0
         begin
+          batch = next_batch(timeout: timeout)
+          break if batch.empty?
+
           batch.each { |m| handed += 1; yield m }
         ensure
-          # left mid-batch (break, raise): the rest of the batch was not handed out
-          stopped_at(batch[handed - 1]) if handed.positive? && handed < batch.size && !@closed
+          # left mid-batch (break, raise; an interrupt as the batch came back, before
+          # any of it was handed out): the rest of the batch was not handed out
+          if handed < batch.size && !@closed
+            handed.positive? ? stopped_at(batch[handed - 1]) : resume_from(mark)
+          end
         end
       end
       self
@@ -128,6 +133,11 @@ module Tocsin
     def closed? = @closed
 
     def stopped_at(_message) = nil
+
+    # @api private: where to go back to when a batch came back but none of it was
+    # handed out (StreamSubscription: the position before it)
+    def resume_mark = nil
+    def resume_from(_mark) = nil
 
     def close
       @closed = true
@@ -166,12 +176,40 @@ module Tocsin
     def position = @native.position
     def save = @native.save
 
+    # As MessageSource#next_batch. An exception on the way out -- an interrupt
+    # (Thread#raise, Timeout) landing as the batch came back from the core --
+    # must not lose the batch: the position goes back to where it stood, so the
+    # batch comes again and no save stores more than was handed out.
+    def next_batch(timeout: nil)
+      mark = resume_mark
+      super
+    rescue Exception # rubocop:disable Lint/RescueException -- re-raised
+      resume_from(mark)
+      raise
+    end
+
     # @api private (#each): the core's position goes back to the last event
     # handed out, which close saves
     def stopped_at(event)
       raise InvalidArgument, "stopped_at takes a Tocsin::Event, not #{Util.kind(event)}" unless event.is_a?(Event)
 
       @native.rewind(event.offset)
+    end
+
+    # @api private
+    def resume_mark
+      @native.position
+    rescue Closed
+      nil
+    end
+
+    # @api private (the position is then back where it stood before the batch)
+    def resume_from(mark)
+      return if mark.nil? || @closed
+
+      @native.rewind(mark)
+    rescue Error
+      nil
     end
 
     private

@@ -126,9 +126,18 @@ module Tocsin
     def run(trap_signals: false)
       Util.bool!(trap_signals, "trap_signals")
       @loop_thread = Thread.current
-      open_native # (a failed open leaves the process's signal handlers as they were)
-      old = trap_signals ? install_traps : {}
+      # registered before the native worker opens: a Database#close from now on
+      # stops this run (or, begun already, refuses it with Tocsin::Closed) rather
+      # than find the database still in use by a worker it did not know of
       @db.worker_started(self)
+      begin
+        open_native # (a failed open leaves the process's signal handlers as they were)
+      rescue Exception # rubocop:disable Lint/RescueException -- unregistered, re-raised
+        @db.worker_stopped(self)
+        @stopped.close
+        raise
+      end
+      old = trap_signals ? install_traps : {}
       threads = Array.new(@concurrency) { |i| Thread.new { pool_loop(i) } }
       begin
         loop_until_stopped
