@@ -260,6 +260,52 @@ class TestArguments < Minitest::Test
     refused(/trap_signals must be true or false, not String/) { w.run(trap_signals: "yes") }
   end
 
+  # What the sweep above did not try: NUL bytes (refused by the C layer, whose
+  # message named no argument), a #to_path that is no String (an Integer from it
+  # opened a file named after its digits), a Numeric of the application's (a
+  # NoMethodError), Strings that are not UTF-8 in a payload (the json gem's
+  # "partial character in source, but hit end", with no place), and a handle
+  # made by hand.
+  def test_nul_bytes_paths_numerics_and_text_that_is_not_utf8
+    q = db.queue("q")
+    refused(/queue name contains a NUL byte: "a\\x00b"/) { db.queue("a\0b") }
+    refused(/queue name contains a NUL byte/) { db.queue(:"a\0b") }
+    refused(/channel contains a NUL byte/) { db.notify("c\0", 1) }
+    refused(/path contains a NUL byte/) { Tocsin.open("#{@path}\0x") }
+    refused(/sql contains a NUL byte/) { db.execute("SELECT 1;\0 DROP TABLE x") }
+    refused(/unique_key contains a NUL byte/) { q.enqueue(1, unique_key: "k\0") }
+    refused(/error contains a NUL byte/) { q.retry(@job, error: "e\0") }
+    refused(/owner contains a NUL byte/) { db.lock("l", owner: "o\0") }
+    refused(/key contains a NUL byte/) { db.stream("s").publish(1, key: "k\0") }
+    refused(/cron contains a NUL byte/) { Tocsin.cron_next("* * * * *\0") }
+    refused(/queue name contains a NUL byte/) { db.queue("q\0".encode("UTF-16LE")) } # (found once transcoded)
+
+    odd_path = Object.new
+    def odd_path.to_path = 5
+    refused(/path: Object#to_path must return a String, not Integer/) { Tocsin.open(odd_path) }
+    refute File.exist?("5"), "no file was made"
+
+    bare = Class.new(Numeric).new
+    refused(/timeout must be a number of seconds: .* cannot be used as one/) { q.wait(timeout: bare) }
+    refused(/delay must be a number of seconds: .* cannot be used as one/) { q.enqueue(1, delay: bare) }
+    refused(/ttl must be a number of seconds/) { db.lock("l", ttl: Complex(1, 1)) }
+    refused(/delay must be a finite number of seconds, not NaN/) { q.enqueue(1, delay: 0.0 / 0) }
+    refused(/priority must be a 64-bit Integer, not Object/) do
+      q.enqueue(1, priority: Object.new.tap { |o| def o.to_int = 3 })
+    end
+
+    refused(/payload\[0\] is the String "a\\xFFb", which is not valid UTF-8/) { q.enqueue(["a\xffb".dup.force_encoding("UTF-8")]) }
+    refused(/payload\["k"\]\[1\] is the binary String "\\xFF", which is not valid UTF-8/) { q.enqueue({ "k" => [1, "\xff".b] }) }
+    refused(/payload has the String key "\\xFF", which is not valid UTF-8/) { q.enqueue({ "\xff".b.force_encoding("UTF-8") => 1 }) }
+    refused(/meta has the binary String key/) { db.stream("s").publish(1, meta: { "\xff".b.to_sym => 1 }) }
+    refused(/payload is the String "\\x00\\xD8", which is not valid UTF-16LE/) { db.notify("c", "\x00\xd8".dup.force_encoding("UTF-16LE")) }
+    refused(/result is the String/) { db.save_result(@job.id, "\xff".dup.force_encoding("UTF-8")) }
+    refused(/args\[0\] is the String/) { q.call("t", "\xff".dup.force_encoding("UTF-8")) }
+
+    refused(/db must be a Tocsin::Database, not nil/) { Tocsin::TaskHandle.new(nil, 1) }
+    refused(/job id must be an Integer, not String/) { Tocsin::TaskHandle.new(db, "1") }
+  end
+
   # Every public method of the objects the API hands out, each positional
   # argument and each keyword in turn given a value of the wrong kind: the
   # answer is a Tocsin::Error (an InvalidArgument, or the core's refusal of a

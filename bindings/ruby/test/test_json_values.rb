@@ -54,7 +54,7 @@ class TestJSONValues < Minitest::Test
     q.enqueue(ok)
     refused(/nested deeper/) { q.enqueue([ok]) }
     bad = "\xFF".dup.force_encoding("UTF-8")
-    refused(/payload is not JSON-serialisable/) { q.enqueue(bad) }
+    refused(/\Apayload is the String "\\xFF", which is not valid UTF-8 \(JSON text is UTF-8\)\z/) { q.enqueue(bad) }
     assert_equal 1, q.stats["pending"]
   end
 

@@ -1856,10 +1856,40 @@ static void json_refuse(struct jcheck *c, VALUE v) {
              "an Integer, a finite Float, true, false or nil)",
              where, json_kind(v));
 }
+/* JSON text is UTF-8: a String whose bytes are broken in its own encoding,
+ * or a binary one whose bytes are not UTF-8, has no JSON form (the json gem
+ * said only "partial character in source, but hit end") */
+static int json_text_ok(VALUE str) {
+    int cr = rb_enc_str_coderange(str);
+    if (cr == ENC_CODERANGE_7BIT) return 1;
+    if (cr == ENC_CODERANGE_BROKEN) return 0;
+    if (ENCODING_GET(str) != rb_ascii8bit_encindex()) return 1;
+    VALUE u = rb_str_dup(str); /* (shares the bytes) */
+    rb_enc_associate_index(u, rb_utf8_encindex());
+    return rb_enc_str_coderange(u) != ENC_CODERANGE_BROKEN;
+}
+static VALUE json_text_shown(VALUE str) {
+    VALUE shown = rb_str_inspect(rb_str_substr(rb_str_dup(str), 0, TC_SHOWN_MAX));
+    return RSTRING_LEN(str) > TC_SHOWN_MAX ? rb_str_cat_cstr(shown, "...") : shown;
+}
+static void NORETURN(json_refuse_text(struct jcheck *c, VALUE str, int depth, int is_key));
+static VALUE json_path(struct jcheck *c, int upto);
+static void json_refuse_text(struct jcheck *c, VALUE str, int depth, int is_key) {
+    VALUE where = json_path(c, depth);
+    int bin = ENCODING_GET(str) == rb_ascii8bit_encindex();
+    rb_enc_raise(rb_utf8_encoding(), eByCode[TOCSIN_INVALID],
+                 "%"PRIsVALUE" %s the %sString %s%"PRIsVALUE", which is not valid %s (JSON text is UTF-8)", where,
+                 is_key ? "has" : "is", bin ? "binary " : "", is_key ? "key " : "", json_text_shown(str),
+                 bin ? "UTF-8" : rb_enc_name(rb_enc_get(str)));
+}
 static void json_walk(struct jcheck *c, VALUE v);
 static int json_pair(VALUE k, VALUE v, VALUE p) {
     struct jcheck *c = (struct jcheck *)p;
     struct jframe *f = &c->stack[c->depth - 1];
+    if (RB_TYPE_P(k, T_STRING) || RB_TYPE_P(k, T_SYMBOL)) {
+        VALUE ks = RB_TYPE_P(k, T_SYMBOL) ? rb_sym2str(k) : k;
+        if (!json_text_ok(ks)) json_refuse_text(c, ks, c->depth - 1, 1);
+    }
     if (!RB_TYPE_P(k, T_STRING) && !RB_TYPE_P(k, T_SYMBOL)) {
         VALUE where = json_path(c, c->depth - 1);
         VALUE shown = rb_inspect(k);
@@ -1883,7 +1913,10 @@ static void json_enter(struct jcheck *c, VALUE v, int is_hash) {
 }
 static void json_walk(struct jcheck *c, VALUE v) {
     switch (rb_type(v)) {
-    case T_NIL: case T_TRUE: case T_FALSE: case T_FIXNUM: case T_BIGNUM: case T_STRING:
+    case T_NIL: case T_TRUE: case T_FALSE: case T_FIXNUM: case T_BIGNUM:
+        return;
+    case T_STRING:
+        if (!json_text_ok(v)) json_refuse_text(c, v, c->depth, 0);
         return;
     case T_FLOAT:
         if (!isfinite(RFLOAT_VALUE(v))) json_refuse(c, v);
@@ -1909,7 +1942,8 @@ static void json_walk(struct jcheck *c, VALUE v) {
 }
 static VALUE m_json_check(VALUE mod, VALUE v, VALUE what) {
     switch (rb_type(v)) { /* the common scalars: no walk */
-    case T_NIL: case T_TRUE: case T_FALSE: case T_FIXNUM: case T_STRING: return Qnil;
+    case T_NIL: case T_TRUE: case T_FALSE: case T_FIXNUM: return Qnil;
+    case T_STRING: if (json_text_ok(v)) return Qnil; break;
     default: break;
     }
     struct jcheck c;

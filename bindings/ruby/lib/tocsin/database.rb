@@ -68,6 +68,7 @@ module Tocsin
       @sources = ObjectSpace::WeakMap.new
       @closing = false # #close has begun: what registers from then on closes itself
       @pid = Process.pid # (a child of fork() inherits the parent's workers: not its to stop)
+      @tx_key = :"tocsin_tx_#{object_id}" # (fiber-local) a #transaction block of this database runs
     end
 
     # @api private: a Listener / StreamSubscription / Subscription made on this
@@ -151,17 +152,30 @@ module Tocsin
     def transaction
       return Transaction.new(self, native.tx_begin) unless block_given?
 
+      # (the inner one waited busy_timeout for the write lock the outer one holds, then raised Busy)
+      if Thread.current[@tx_key]
+        raise InvalidArgument, "db.transaction inside a db.transaction block of the same database: the inner one " \
+                               "would wait for the write lock the outer one holds; pass the outer tx (tx:) instead"
+      end
+
       # An interrupt (Thread#raise, Thread#kill, Timeout) waits until the ensure
       # holds the transaction, and during its commit or rollback: one that came
       # in between left it open -- the write lock held until GC.
       Thread.handle_interrupt(Object => :never) do
         tx = Transaction.new(self, native.tx_begin)
         done = false
+        Thread.current[@tx_key] = true
         begin
           result = Thread.handle_interrupt(Object => :immediate) { yield tx }
           done = true
           result
+        rescue Busy => e
+          # the likeliest cause: a call on this database without tx:, which waited for
+          # the write lock this very transaction holds
+          raise e.exception("#{e.message} -- inside db.transaction, whose transaction holds the write lock: " \
+                            "a call on this database without tx: waits for it (pass tx: tx)")
         ensure
+          Thread.current[@tx_key] = nil
           # an exception, break, throw or return out of the block rolls back
           if tx.active?
             done ? tx.commit : tx.rollback

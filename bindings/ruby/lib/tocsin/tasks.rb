@@ -20,8 +20,10 @@ module Tocsin
     attr_reader :db, :job_id
 
     def initialize(db, job_id)
+      raise InvalidArgument, "db must be a Tocsin::Database, not #{Util.kind(db)}" unless db.is_a?(Database)
+
       @db = db
-      @job_id = job_id
+      @job_id = Util.int!(job_id, "job id")
     end
 
     def inspect = "#<Tocsin::TaskHandle job #{@job_id}>"

@@ -25,15 +25,23 @@ module Tocsin
       unless seconds.is_a?(Numeric) && seconds.real?
         raise InvalidArgument, "#{what} must be a number of seconds, not #{kind(seconds)}"
       end
-      raise InvalidArgument, "#{what} must be a finite number of seconds, not #{seconds}" if seconds.to_f.nan? || seconds.to_f.infinite?
+      # (a Numeric of the application's may lack what a number of seconds needs)
+      f = number_op(seconds, what) { Float(seconds) }
+      raise InvalidArgument, "#{what} must be a finite number of seconds, not #{seconds}" if f.nan? || f.infinite?
       # no duration is negative: the core reads some negative values as "none" or
       # "the backoff", which a caller spells by leaving the option out
-      raise InvalidArgument, "#{what} must be >= 0 seconds, not #{seconds}" if seconds.negative?
+      raise InvalidArgument, "#{what} must be >= 0 seconds, not #{seconds}" if f.negative?
 
-      v = (seconds * 1000).round
-      raise InvalidArgument, "#{what} is out of range: #{seconds} seconds" unless INT64.cover?(v)
+      v = number_op(seconds, what) { (seconds * 1000).round }
+      raise InvalidArgument, "#{what} is out of range: #{seconds} seconds" unless v.is_a?(Integer) && INT64.cover?(v)
 
       v
+    end
+
+    def number_op(seconds, what)
+      yield
+    rescue StandardError => e
+      raise InvalidArgument, "#{what} must be a number of seconds: #{kind(seconds)} cannot be used as one (#{e.class})"
     end
 
     # Time / epoch ms (Integer) -> ms
@@ -130,7 +138,13 @@ module Tocsin
 
     # A database's file: a String or a Pathname (anything with #to_path).
     def path!(v)
-      return v.to_path if v.respond_to?(:to_path)
+      if v.respond_to?(:to_path)
+        p = v.to_path
+        # (an Integer from it opened a file named after its digits)
+        raise InvalidArgument, "path: #{kind(v)}#to_path must return a String, not #{kind(p)}" unless p.is_a?(String)
+
+        return p
+      end
       return v if v.is_a?(String)
 
       raise InvalidArgument, "path must be a String or Pathname, not #{kind(v)}"
@@ -139,14 +153,21 @@ module Tocsin
     # +s+ as UTF-8 text for the core (which stores UTF-8): a String in another
     # encoding (ISO-8859-1, UTF-16, ...) is transcoded; binary Strings go as
     # they are (the core checks they are UTF-8). nil stays nil.
+    # A NUL byte is refused here, where the argument's name is known (C strings end there).
     def text(s, what)
       return nil if s.nil?
 
       s = s.to_s
       enc = s.encoding
-      return s if enc == Encoding::UTF_8 || enc == Encoding::BINARY || (enc.ascii_compatible? && s.ascii_only?)
+      unless enc == Encoding::UTF_8 || enc == Encoding::BINARY || (enc.ascii_compatible? && s.ascii_only?)
+        s = s.encode(Encoding::UTF_8)
+      end
+      if s.include?("\0")
+        shown = s.b[0, 40].inspect
+        raise InvalidArgument, "#{what} contains a NUL byte: #{shown}#{s.bytesize > 40 ? "..." : ""}"
+      end
 
-      s.encode(Encoding::UTF_8)
+      s
     rescue EncodingError => e
       raise InvalidArgument, "#{what} cannot be converted to UTF-8: #{e.message}"
     end
