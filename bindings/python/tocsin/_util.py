@@ -17,6 +17,11 @@ seconds since the Unix epoch (as time.time() returns)."""
 _MAX_MS = 2 ** 63 - 1  # the core's times and durations are int64 milliseconds
 
 
+def is_int_like(value: Any) -> bool:
+    """An int, an int subclass or an object with __index__ (numpy's integers); not a bool."""
+    return not isinstance(value, bool) and hasattr(type(value), "__index__")
+
+
 def as_int(value: Any, what: str, lo: Optional[int] = None, hi: Optional[int] = None) -> int:
     """An integer argument as an int: an int, an int subclass (IntEnum) or an object with
     __index__ (numpy's integers); never a bool (True is not 1) nor a float (never
@@ -24,7 +29,7 @@ def as_int(value: Any, what: str, lo: Optional[int] = None, hi: Optional[int] = 
     want = ("an integer" if lo is None and hi is None else
             "an integer >= %d" % lo if hi is None else
             "an integer <= %d" % hi if lo is None else "an integer from %d to %d" % (lo, hi))
-    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+    if not is_int_like(value):
         raise InvalidArgument("%s must be %s, not %s" % (what, want, type(value).__name__))
     v = _operator.index(value)
     if (lo is not None and v < lo) or (hi is not None and v > hi):
@@ -35,13 +40,12 @@ def as_int(value: Any, what: str, lo: Optional[int] = None, hi: Optional[int] = 
 def _is_number(value: Any) -> bool:
     """A count of seconds: an int or float (numpy's numbers too: __index__ or a float
     subclass), never a bool."""
-    return not isinstance(value, bool) and (isinstance(value, (int, float)) or
-                                            hasattr(type(value), "__index__"))
+    return isinstance(value, float) or is_int_like(value)
 
 
 def _seconds(value: Union[int, float], what: str) -> float:
     try:
-        return float(_operator.index(value)) if not isinstance(value, float) else float(value)
+        return float(value if isinstance(value, float) else _operator.index(value))
     except OverflowError:
         raise InvalidArgument("%s is out of range" % what) from None
 

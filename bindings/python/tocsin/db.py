@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _tocsin
 from ._tocsin import Closed, InvalidArgument
-from ._util import Duration, Instant, as_int, duration_ms, dumps, instant_ms, meta_json
+from ._util import Duration, Instant, as_int, duration_ms, is_int_like, dumps, instant_ms, meta_json
 
 __all__ = ["Database", "Transaction", "open"]
 
@@ -294,7 +294,7 @@ class Database:
         if isinstance(when, _dt.datetime):
             when = instant_ms(when, "when")
         elif when is not None:
-            if isinstance(when, bool) or not hasattr(type(when), "__index__"):
+            if not is_int_like(when):
                 raise InvalidArgument("when must be a datetime, integer milliseconds or None, not %s"
                                       % type(when).__name__)
             when = as_int(when, "when")

@@ -5,7 +5,7 @@ import json
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from ._tocsin import Error, InvalidArgument
-from ._util import Duration, Instant, as_int, duration_ms, dumps, instant_ms, loads, meta_json
+from ._util import Duration, Instant, as_int, duration_ms, is_int_like, dumps, instant_ms, loads, meta_json
 
 if TYPE_CHECKING:
     from .db import Database, Transaction
@@ -254,7 +254,7 @@ class Queue:
                 ids.append(j.id)
                 tokens.append(j.token)
             elif (isinstance(j, (tuple, list)) and len(j) == 2 and
-                  all(hasattr(type(v), "__index__") and not isinstance(v, bool) for v in j)):
+                  all(is_int_like(v) for v in j)):
                 ids.append(as_int(j[0], "job id"))
                 tokens.append(as_int(j[1], "token"))
             else:
