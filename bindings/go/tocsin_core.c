@@ -59,6 +59,7 @@ struct tocsin_db {
     tocsin_db *idle;     /* database: transaction handles to reuse; tx: next in that list */
     int refs;            /* database: 1 for the user + 1 per live transaction handle */
     int closed;          /* database: tocsin_close() was called (refs > 0 keeps it) */
+    _Atomic int closing; /* set by tocsin_close before it takes the mutex: lock waits end */
     tc_waitrec *waits;   /* database: the waits of other threads now sleeping on it (each holds a ref) */
     sqlite3 *conn;
     int owns_conn;
@@ -142,11 +143,11 @@ int tc_fork_generation(void);
  * Checked before the handle's mutex, which a parent's thread may have held. */
 int tc_inherited(tocsin_db *db);
 /* The handle's mutex, for the few calls that use the connection outside an op. */
-/* Sets up a connection tocsin opened: its busy handler (waits up to ms for
- * locks, SQLite's own schedule of pauses, never while the thread's nowait is
- * set) and its authorizer (the application's SQL on it may not begin or end a
+/* Sets up db->conn, a connection tocsin opened: its busy handler (waits up to
+ * db's busy timeout for locks, short pauses first, never while the thread's
+ * nowait is set, nor once db's close began) and its authorizer (the application's SQL on it may not begin or end a
  * transaction). */
-void tc_own_conn_setup(sqlite3 *conn, int ms);
+void tc_own_conn_setup(tocsin_db *db);
 void tc_lock(tocsin_db *db);
 void tc_unlock(tocsin_db *db);
 /* Records the identity of the handle's database file (db.c). */
@@ -327,9 +328,12 @@ int tc_db_wait(tocsin_db *db, tocsin_sub *sub, tc_check_fn check, void *ctx);
 void tc_db_drop(tocsin_db *db);
 /* Marks sub closed and returns once no thread waits on it any more. */
 void tc_sub_shut(tocsin_sub *sub);
-/* Counts the calling thread as waiting on sub (delta +1 / -1) around a whole
- * call of a waiter, so that a racing close frees nothing the call still uses. */
-void tc_sub_hold(tocsin_sub *sub, int delta);
+/* Counts the calling thread in as using sub around a whole call of a waiter
+ * (listen_next, stream_sub_next, stream_sub_save), so that a racing close frees
+ * nothing the call still uses: 1, and tc_sub_leave() after; 0 when the close
+ * began first (TOCSIN_CLOSED set), and nothing of sub may be touched. */
+int tc_sub_enter(tocsin_sub *sub);
+void tc_sub_leave(tocsin_sub *sub);
 /* Wakes a wait on sub as a commit would (something to re-check; not a poke). */
 void tc_sub_nudge(tocsin_sub *sub);
 /* A monotonic deadline (us) from a timeout in ms (< 0: none). */
@@ -849,6 +853,9 @@ int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what) {
                "transaction holds a read lock, so it cannot wait for the write lock without "
                "risking a deadlock; start write transactions with BEGIN IMMEDIATE",
                what);
+    else if (prim == SQLITE_BUSY && atomic_load(&db->closing))
+        rc = tc_err(db, TOCSIN_CLOSED,
+                    "%s: the database handle was closed while this call waited for a lock", what);
     else if (prim == SQLITE_BUSY && tc_thread.nowait)
         tc_err(db, rc, "%s: database is locked by another connection (this call does not wait)", what);
     else if (prim == SQLITE_BUSY)
@@ -887,7 +894,7 @@ static int no_wait(void) {
  */
 static int busy_wait(tocsin_db *db) {
     int64_t now = tc_monotonic_ms(), pause;
-    if (no_wait()) return 0;
+    if (no_wait() || atomic_load(&db->closing)) return 0;
     if (!tc_thread.busy_until) {
         tc_thread.busy_until = (!db->owns_conn && tc_thread.call_start ? tc_thread.call_start : now) +
                                db->busy_timeout_ms;
@@ -904,7 +911,8 @@ static int busy_wait(tocsin_db *db) {
 }
 
 /*
- * Pauses (us) up to the handle's timeout. A tocsin write transaction holds the
+ * Pauses (us) up to the handle's timeout (ctx: the tocsin_db that owns the
+ * connection; its close ends the wait, and the call fails with TOCSIN_CLOSED). A tocsin write transaction holds the
  * lock for a fraction of a millisecond, so the first pauses are that short
  * (SQLite's own schedule starts at 1 ms and doubles: a worker that just missed
  * another process's commit slept several of them); past 1 ms they follow
@@ -914,9 +922,10 @@ static int busy_cb(void *ctx, int count) {
     static const int pauses[] = {50, 100, 200, 400, 800, 1000, 2000, 5000, 10000, 15000,
                                  20000, 25000, 25000, 25000, 50000, 50000, 100000};
     enum { N_PAUSES = (int)(sizeof pauses / sizeof pauses[0]) };
-    int64_t timeout = (int64_t)(intptr_t)ctx * 1000, pause, prior = 0;
+    tocsin_db *db = ctx;
+    int64_t timeout = (int64_t)db->busy_timeout_ms * 1000, pause, prior = 0;
     int i;
-    if (no_wait()) return 0;
+    if (no_wait() || atomic_load(&db->closing)) return 0;
     for (i = 0; i < count && i < N_PAUSES; i++) prior += pauses[i];
     if (count >= N_PAUSES) prior += (int64_t)pauses[N_PAUSES - 1] * (count - N_PAUSES);
     pause = pauses[count < N_PAUSES ? count : N_PAUSES - 1];
@@ -929,9 +938,14 @@ static int busy_cb(void *ctx, int count) {
         if (left <= 0) return 0;
         if (pause > left) pause = left;
     }
-    tc_sleep_us(pause);
-    tc_thread.busy_waited += pause; /* the "waited N ms" of a BUSY error counts these too */
-    return 1;
+    /* in slices, so that a close of the handle cuts a long pause short */
+    while (pause > 0 && !atomic_load(&db->closing)) {
+        int64_t step = pause < 5000 ? pause : 5000;
+        tc_sleep_us(step);
+        tc_thread.busy_waited += step; /* the "waited N ms" of a BUSY error counts these too */
+        pause -= step;
+    }
+    return !atomic_load(&db->closing);
 }
 
 /*
@@ -960,9 +974,9 @@ static int own_auth(void *ctx, int action, const char *a, const char *b, const c
     return SQLITE_OK;
 }
 
-void tc_own_conn_setup(sqlite3 *conn, int ms) {
-    sqlite3_busy_handler(conn, busy_cb, (void *)(intptr_t)ms);
-    sqlite3_set_authorizer(conn, own_auth, conn);
+void tc_own_conn_setup(tocsin_db *db) {
+    sqlite3_busy_handler(db->conn, busy_cb, db);
+    sqlite3_set_authorizer(db->conn, own_auth, db->conn);
 }
 
 /* Could waiting for this BUSY ever succeed without risking a deadlock? */
@@ -1216,7 +1230,7 @@ int tocsin_open(tocsin_db **out, const char *path, const tocsin_open_opts *opts)
         return explain_open(db, path, tc_sqlerr(db, rc, path));
     }
     sqlite3_extended_result_codes(db->conn, 1);
-    tc_own_conn_setup(db->conn, db->busy_timeout_ms);
+    tc_own_conn_setup(db);
     tc_identify(db);
     if (!db->read_only && (rc = set_wal(db)) != TOCSIN_OK) return explain_open(db, path, rc);
     if ((rc = tc_exec(db, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON", "set pragmas")) != TOCSIN_OK)
@@ -1301,6 +1315,9 @@ int tocsin_close(tocsin_db *db) {
     /* inherited across fork(): its connection, locks and mutex are the parent's,
      * and closing them here would act on the parent's file state */
     if (db->owns_conn && db->generation != tc_fork_generation()) return TOCSIN_OK;
+    /* A call of another thread waiting for a lock holds the mutex: this ends
+     * its wait (busy_cb, busy_wait), and it fails with TOCSIN_CLOSED. */
+    atomic_store(&db->closing, 1);
     /* Every queue, result or lock wait of another thread is poked and ends
      * with TOCSIN_CLOSED; each holds a reference, so the handle is freed by
      * whoever lets go of it last. */
@@ -1365,7 +1382,6 @@ int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only) {
         return TC_ERRCODE;
     }
     sqlite3_extended_result_codes(conn, 1);
-    tc_own_conn_setup(conn, db->busy_timeout_ms);
     o.busy_timeout_ms = db->busy_timeout_ms;
     o.max_payload_bytes = db->max_payload;
     o.read_only = read_only;
@@ -1378,6 +1394,7 @@ int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only) {
         return rc;
     }
     (*out)->owns_conn = 1;
+    tc_own_conn_setup(*out);
     if (!read_only && (rc = tc_exec(*out, "PRAGMA foreign_keys=ON", "set pragmas")) != TOCSIN_OK) {
         tocsin_close(*out);
         *out = NULL;
@@ -1759,7 +1776,8 @@ static int tx_new(tocsin_db *db, tocsin_db **out) {
         return rc;
     }
     sqlite3_extended_result_codes(tx->conn, 1);
-    tc_own_conn_setup(tx->conn, db->busy_timeout_ms);
+    tx->busy_timeout_ms = db->busy_timeout_ms; /* tocsin_tx_begin sets it again at each reuse */
+    tc_own_conn_setup(tx);
     if ((rc = tc_exec(tx, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON", "set pragmas")) != TOCSIN_OK) {
         free_db(tx);
         return rc;
@@ -4414,7 +4432,7 @@ int tocsin_stream_sub_next(tocsin_stream_sub *s, tocsin_message **out, size_t *o
     tc_clear(NULL);
     if (!s || !out || !out_n)
         return tc_err(NULL, TOCSIN_INVALID, "subscription, out and out_n must not be NULL");
-    tc_sub_hold(s->sub, 1); /* a racing close waits until this call returns */
+    if (!tc_sub_enter(s->sub)) return TC_ERRCODE; /* a racing close waits until this call returns */
     /* What the previous call handed out is processed now. */
     s->unsaved += s->last_n;
     s->last_n = 0;
@@ -4432,7 +4450,7 @@ int tocsin_stream_sub_next(tocsin_stream_sub *s, tocsin_message **out, size_t *o
         s->got = NULL;
         s->got_n = 0;
     }
-    tc_sub_hold(s->sub, -1);
+    tc_sub_leave(s->sub);
     return rc;
 }
 
@@ -4457,13 +4475,17 @@ int tocsin_stream_sub_rewind(tocsin_stream_sub *s, int64_t offset) {
 }
 
 int tocsin_stream_sub_save(tocsin_stream_sub *s) {
+    int rc;
     tc_clear(NULL);
     if (!s) return tc_err(NULL, TOCSIN_INVALID, "subscription must not be NULL");
     if (!s->consumer)
         return tc_err(s->db, TOCSIN_INVALID, "this subscription has no consumer to save for");
+    if (!tc_sub_enter(s->sub)) return TC_ERRCODE; /* a racing close waits until the save ends */
     s->unsaved += s->last_n;
     s->last_n = 0;
-    return sub_save(s, s->position);
+    rc = sub_save(s, s->position);
+    tc_sub_leave(s->sub);
+    return rc;
 }
 
 int tocsin_stream_sub_close(tocsin_stream_sub *s) {
@@ -4759,7 +4781,7 @@ int tocsin_listen_next(tocsin_listener *l, tocsin_message **out, size_t *out_n, 
     tc_clear(NULL);
     if (!l || !out || !out_n)
         return tc_err(NULL, TOCSIN_INVALID, "listener, out and out_n must not be NULL");
-    tc_sub_hold(l->sub, 1); /* a racing close waits until this call returns */
+    if (!tc_sub_enter(l->sub)) return TC_ERRCODE; /* a racing close waits until this call returns */
     l->end_us = tc_deadline_us(timeout_ms);
     if ((rc = tc_wait_loop(l->sub, listen_check, l)) == TOCSIN_OK) {
         if (!(*out = sqlite3_malloc64(l->count * sizeof **out))) {
@@ -4773,7 +4795,7 @@ int tocsin_listen_next(tocsin_listener *l, tocsin_message **out, size_t *out_n, 
             l->head = l->count = 0;
         }
     }
-    tc_sub_hold(l->sub, -1);
+    tc_sub_leave(l->sub);
     return rc;
 }
 
@@ -4838,7 +4860,9 @@ struct tocsin_sub {
     atomic_int poked;
     atomic_int err;     /* sticky error code; errmsg is written before it */
     atomic_int closed;  /* tocsin_sub_close began: every wait ends with TOCSIN_CLOSED */
-    atomic_int waiters; /* threads inside a wait on it (close lets them leave first) */
+    atomic_int waiters; /* threads inside a wait or call on it (close lets them leave first) */
+    int ghosts;         /* of those, the ones a fork() left behind: the parent's threads, which
+                         * do not exist in this child and never leave (set in wk_fork_child) */
     int generation;     /* wk_generation at open: a different value means fork() since */
     char errmsg[300];
 };
@@ -4919,6 +4943,12 @@ static void wk_fork_release(void) {
 }
 
 static void wk_fork_child(void) {
+    tc_watcher *w;
+    tocsin_sub *s;
+    /* Every thread counted in a subscription's waiters was the parent's: the
+     * child's close of it must not wait for them (it would wait forever). */
+    for (w = wk_watchers; w; w = w->next)
+        for (s = w->subs; s; s = s->next) s->ghosts = atomic_load(&s->waiters);
     wk_watchers = NULL; /* the parent's: never touched here again */
     atomic_store(&wk_nsubs, 0);
     atomic_fetch_add(&wk_generation, 1);
@@ -5483,11 +5513,26 @@ void tc_sub_shut(tocsin_sub *s) {
     if (!s) return;
     atomic_store(&s->closed, 1);
     tc_signal_raise(&s->sig);
-    /* every wait on s ends at once with TOCSIN_CLOSED; let them leave */
-    while (atomic_load(&s->waiters) > 0) tc_sleep_ms(1);
+    /* every wait on s ends at once with TOCSIN_CLOSED; let them leave (not the
+     * parent's threads of a subscription inherited across fork: never here) */
+    while (atomic_load(&s->waiters) > s->ghosts) tc_sleep_ms(1);
 }
 
-void tc_sub_hold(tocsin_sub *s, int delta) { atomic_fetch_add(&s->waiters, delta); }
+/*
+ * Counts the calling thread in while it uses s. Dekker's pattern with
+ * tc_sub_shut (both sides sequentially consistent): either the close sees this
+ * thread counted and waits for it, or this sees the close and declines (0,
+ * the thread's error set to TOCSIN_CLOSED), never touching s again.
+ */
+int tc_sub_enter(tocsin_sub *s) {
+    atomic_fetch_add(&s->waiters, 1);
+    if (!atomic_load(&s->closed)) return 1;
+    atomic_fetch_sub(&s->waiters, 1);
+    tc_err(NULL, TOCSIN_CLOSED, "the subscription was closed");
+    return 0;
+}
+
+void tc_sub_leave(tocsin_sub *s) { atomic_fetch_sub(&s->waiters, 1); }
 
 void tc_sub_nudge(tocsin_sub *s) {
     if (s) wk_signal(s);

@@ -190,7 +190,9 @@ TOCSIN_API int tocsin_wrap(tocsin_db **out, struct sqlite3 *conn, const tocsin_o
 
 /* Closes the handle (and its connection unless wrapped). Accepts NULL. Every
  * queue, result or lock wait of another thread on the handle -- on its own
- * subscription or on one of the caller's -- ends with TOCSIN_CLOSED; later
+ * subscription or on one of the caller's -- ends with TOCSIN_CLOSED, and so
+ * does a call of another thread waiting for a database lock (within a few
+ * milliseconds, not at the end of its busy timeout); later
  * calls on the handle return TOCSIN_CLOSED while transaction handles or such
  * waits still keep it alive, and whichever lets go of it last frees it. A
  * transaction handle is ended with tocsin_tx_*, not this. */
@@ -563,8 +565,11 @@ TOCSIN_API int tocsin_notify_set_autotrim(tocsin_db *db, int64_t max_age_ms, int
  *   anything else       a failure reading the database (TOCSIN_BUSY, ...).
  * Outputs are empty unless TOCSIN_OK; the message is tocsin_errmsg() of the
  * waiting thread. Closing a subscription, listener or stream subscription
- * while another thread waits on it is safe: the close returns once that wait
- * has ended (with TOCSIN_CLOSED).
+ * while another thread is inside a call on it (a wait, a save) is safe: the
+ * call ends (a wait with TOCSIN_CLOSED) and the close returns after it. As for
+ * any object that is freed, the caller must make sure no call on it begins
+ * once the close may have returned: a binding that lets one thread close
+ * what another uses orders the two itself (its own lock or reference count).
  */
 
 /* Process-wide watcher settings; they apply to watchers started afterwards. */

@@ -141,6 +141,9 @@ int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what) {
                "transaction holds a read lock, so it cannot wait for the write lock without "
                "risking a deadlock; start write transactions with BEGIN IMMEDIATE",
                what);
+    else if (prim == SQLITE_BUSY && atomic_load(&db->closing))
+        rc = tc_err(db, TOCSIN_CLOSED,
+                    "%s: the database handle was closed while this call waited for a lock", what);
     else if (prim == SQLITE_BUSY && tc_thread.nowait)
         tc_err(db, rc, "%s: database is locked by another connection (this call does not wait)", what);
     else if (prim == SQLITE_BUSY)
@@ -179,7 +182,7 @@ static int no_wait(void) {
  */
 static int busy_wait(tocsin_db *db) {
     int64_t now = tc_monotonic_ms(), pause;
-    if (no_wait()) return 0;
+    if (no_wait() || atomic_load(&db->closing)) return 0;
     if (!tc_thread.busy_until) {
         tc_thread.busy_until = (!db->owns_conn && tc_thread.call_start ? tc_thread.call_start : now) +
                                db->busy_timeout_ms;
@@ -196,7 +199,8 @@ static int busy_wait(tocsin_db *db) {
 }
 
 /*
- * Pauses (us) up to the handle's timeout. A tocsin write transaction holds the
+ * Pauses (us) up to the handle's timeout (ctx: the tocsin_db that owns the
+ * connection; its close ends the wait, and the call fails with TOCSIN_CLOSED). A tocsin write transaction holds the
  * lock for a fraction of a millisecond, so the first pauses are that short
  * (SQLite's own schedule starts at 1 ms and doubles: a worker that just missed
  * another process's commit slept several of them); past 1 ms they follow
@@ -206,9 +210,10 @@ static int busy_cb(void *ctx, int count) {
     static const int pauses[] = {50, 100, 200, 400, 800, 1000, 2000, 5000, 10000, 15000,
                                  20000, 25000, 25000, 25000, 50000, 50000, 100000};
     enum { N_PAUSES = (int)(sizeof pauses / sizeof pauses[0]) };
-    int64_t timeout = (int64_t)(intptr_t)ctx * 1000, pause, prior = 0;
+    tocsin_db *db = ctx;
+    int64_t timeout = (int64_t)db->busy_timeout_ms * 1000, pause, prior = 0;
     int i;
-    if (no_wait()) return 0;
+    if (no_wait() || atomic_load(&db->closing)) return 0;
     for (i = 0; i < count && i < N_PAUSES; i++) prior += pauses[i];
     if (count >= N_PAUSES) prior += (int64_t)pauses[N_PAUSES - 1] * (count - N_PAUSES);
     pause = pauses[count < N_PAUSES ? count : N_PAUSES - 1];
@@ -221,9 +226,14 @@ static int busy_cb(void *ctx, int count) {
         if (left <= 0) return 0;
         if (pause > left) pause = left;
     }
-    tc_sleep_us(pause);
-    tc_thread.busy_waited += pause; /* the "waited N ms" of a BUSY error counts these too */
-    return 1;
+    /* in slices, so that a close of the handle cuts a long pause short */
+    while (pause > 0 && !atomic_load(&db->closing)) {
+        int64_t step = pause < 5000 ? pause : 5000;
+        tc_sleep_us(step);
+        tc_thread.busy_waited += step; /* the "waited N ms" of a BUSY error counts these too */
+        pause -= step;
+    }
+    return !atomic_load(&db->closing);
 }
 
 /*
@@ -252,9 +262,9 @@ static int own_auth(void *ctx, int action, const char *a, const char *b, const c
     return SQLITE_OK;
 }
 
-void tc_own_conn_setup(sqlite3 *conn, int ms) {
-    sqlite3_busy_handler(conn, busy_cb, (void *)(intptr_t)ms);
-    sqlite3_set_authorizer(conn, own_auth, conn);
+void tc_own_conn_setup(tocsin_db *db) {
+    sqlite3_busy_handler(db->conn, busy_cb, db);
+    sqlite3_set_authorizer(db->conn, own_auth, db->conn);
 }
 
 /* Could waiting for this BUSY ever succeed without risking a deadlock? */
@@ -508,7 +518,7 @@ int tocsin_open(tocsin_db **out, const char *path, const tocsin_open_opts *opts)
         return explain_open(db, path, tc_sqlerr(db, rc, path));
     }
     sqlite3_extended_result_codes(db->conn, 1);
-    tc_own_conn_setup(db->conn, db->busy_timeout_ms);
+    tc_own_conn_setup(db);
     tc_identify(db);
     if (!db->read_only && (rc = set_wal(db)) != TOCSIN_OK) return explain_open(db, path, rc);
     if ((rc = tc_exec(db, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON", "set pragmas")) != TOCSIN_OK)
@@ -593,6 +603,9 @@ int tocsin_close(tocsin_db *db) {
     /* inherited across fork(): its connection, locks and mutex are the parent's,
      * and closing them here would act on the parent's file state */
     if (db->owns_conn && db->generation != tc_fork_generation()) return TOCSIN_OK;
+    /* A call of another thread waiting for a lock holds the mutex: this ends
+     * its wait (busy_cb, busy_wait), and it fails with TOCSIN_CLOSED. */
+    atomic_store(&db->closing, 1);
     /* Every queue, result or lock wait of another thread is poked and ends
      * with TOCSIN_CLOSED; each holds a reference, so the handle is freed by
      * whoever lets go of it last. */
@@ -657,7 +670,6 @@ int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only) {
         return TC_ERRCODE;
     }
     sqlite3_extended_result_codes(conn, 1);
-    tc_own_conn_setup(conn, db->busy_timeout_ms);
     o.busy_timeout_ms = db->busy_timeout_ms;
     o.max_payload_bytes = db->max_payload;
     o.read_only = read_only;
@@ -670,6 +682,7 @@ int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only) {
         return rc;
     }
     (*out)->owns_conn = 1;
+    tc_own_conn_setup(*out);
     if (!read_only && (rc = tc_exec(*out, "PRAGMA foreign_keys=ON", "set pragmas")) != TOCSIN_OK) {
         tocsin_close(*out);
         *out = NULL;
@@ -1051,7 +1064,8 @@ static int tx_new(tocsin_db *db, tocsin_db **out) {
         return rc;
     }
     sqlite3_extended_result_codes(tx->conn, 1);
-    tc_own_conn_setup(tx->conn, db->busy_timeout_ms);
+    tx->busy_timeout_ms = db->busy_timeout_ms; /* tocsin_tx_begin sets it again at each reuse */
+    tc_own_conn_setup(tx);
     if ((rc = tc_exec(tx, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON", "set pragmas")) != TOCSIN_OK) {
         free_db(tx);
         return rc;

@@ -54,6 +54,7 @@ struct tocsin_db {
     tocsin_db *idle;     /* database: transaction handles to reuse; tx: next in that list */
     int refs;            /* database: 1 for the user + 1 per live transaction handle */
     int closed;          /* database: tocsin_close() was called (refs > 0 keeps it) */
+    _Atomic int closing; /* set by tocsin_close before it takes the mutex: lock waits end */
     tc_waitrec *waits;   /* database: the waits of other threads now sleeping on it (each holds a ref) */
     sqlite3 *conn;
     int owns_conn;
@@ -137,11 +138,11 @@ int tc_fork_generation(void);
  * Checked before the handle's mutex, which a parent's thread may have held. */
 int tc_inherited(tocsin_db *db);
 /* The handle's mutex, for the few calls that use the connection outside an op. */
-/* Sets up a connection tocsin opened: its busy handler (waits up to ms for
- * locks, SQLite's own schedule of pauses, never while the thread's nowait is
- * set) and its authorizer (the application's SQL on it may not begin or end a
+/* Sets up db->conn, a connection tocsin opened: its busy handler (waits up to
+ * db's busy timeout for locks, short pauses first, never while the thread's
+ * nowait is set, nor once db's close began) and its authorizer (the application's SQL on it may not begin or end a
  * transaction). */
-void tc_own_conn_setup(sqlite3 *conn, int ms);
+void tc_own_conn_setup(tocsin_db *db);
 void tc_lock(tocsin_db *db);
 void tc_unlock(tocsin_db *db);
 /* Records the identity of the handle's database file (db.c). */
@@ -322,9 +323,12 @@ int tc_db_wait(tocsin_db *db, tocsin_sub *sub, tc_check_fn check, void *ctx);
 void tc_db_drop(tocsin_db *db);
 /* Marks sub closed and returns once no thread waits on it any more. */
 void tc_sub_shut(tocsin_sub *sub);
-/* Counts the calling thread as waiting on sub (delta +1 / -1) around a whole
- * call of a waiter, so that a racing close frees nothing the call still uses. */
-void tc_sub_hold(tocsin_sub *sub, int delta);
+/* Counts the calling thread in as using sub around a whole call of a waiter
+ * (listen_next, stream_sub_next, stream_sub_save), so that a racing close frees
+ * nothing the call still uses: 1, and tc_sub_leave() after; 0 when the close
+ * began first (TOCSIN_CLOSED set), and nothing of sub may be touched. */
+int tc_sub_enter(tocsin_sub *sub);
+void tc_sub_leave(tocsin_sub *sub);
 /* Wakes a wait on sub as a commit would (something to re-check; not a poke). */
 void tc_sub_nudge(tocsin_sub *sub);
 /* A monotonic deadline (us) from a timeout in ms (< 0: none). */

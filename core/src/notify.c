@@ -273,7 +273,7 @@ int tocsin_listen_next(tocsin_listener *l, tocsin_message **out, size_t *out_n, 
     tc_clear(NULL);
     if (!l || !out || !out_n)
         return tc_err(NULL, TOCSIN_INVALID, "listener, out and out_n must not be NULL");
-    tc_sub_hold(l->sub, 1); /* a racing close waits until this call returns */
+    if (!tc_sub_enter(l->sub)) return TC_ERRCODE; /* a racing close waits until this call returns */
     l->end_us = tc_deadline_us(timeout_ms);
     if ((rc = tc_wait_loop(l->sub, listen_check, l)) == TOCSIN_OK) {
         if (!(*out = sqlite3_malloc64(l->count * sizeof **out))) {
@@ -287,7 +287,7 @@ int tocsin_listen_next(tocsin_listener *l, tocsin_message **out, size_t *out_n, 
             l->head = l->count = 0;
         }
     }
-    tc_sub_hold(l->sub, -1);
+    tc_sub_leave(l->sub);
     return rc;
 }
 

@@ -419,7 +419,7 @@ int tocsin_stream_sub_next(tocsin_stream_sub *s, tocsin_message **out, size_t *o
     tc_clear(NULL);
     if (!s || !out || !out_n)
         return tc_err(NULL, TOCSIN_INVALID, "subscription, out and out_n must not be NULL");
-    tc_sub_hold(s->sub, 1); /* a racing close waits until this call returns */
+    if (!tc_sub_enter(s->sub)) return TC_ERRCODE; /* a racing close waits until this call returns */
     /* What the previous call handed out is processed now. */
     s->unsaved += s->last_n;
     s->last_n = 0;
@@ -437,7 +437,7 @@ int tocsin_stream_sub_next(tocsin_stream_sub *s, tocsin_message **out, size_t *o
         s->got = NULL;
         s->got_n = 0;
     }
-    tc_sub_hold(s->sub, -1);
+    tc_sub_leave(s->sub);
     return rc;
 }
 
@@ -462,13 +462,17 @@ int tocsin_stream_sub_rewind(tocsin_stream_sub *s, int64_t offset) {
 }
 
 int tocsin_stream_sub_save(tocsin_stream_sub *s) {
+    int rc;
     tc_clear(NULL);
     if (!s) return tc_err(NULL, TOCSIN_INVALID, "subscription must not be NULL");
     if (!s->consumer)
         return tc_err(s->db, TOCSIN_INVALID, "this subscription has no consumer to save for");
+    if (!tc_sub_enter(s->sub)) return TC_ERRCODE; /* a racing close waits until the save ends */
     s->unsaved += s->last_n;
     s->last_n = 0;
-    return sub_save(s, s->position);
+    rc = sub_save(s, s->position);
+    tc_sub_leave(s->sub);
+    return rc;
 }
 
 int tocsin_stream_sub_close(tocsin_stream_sub *s) {

@@ -46,7 +46,9 @@ struct tocsin_sub {
     atomic_int poked;
     atomic_int err;     /* sticky error code; errmsg is written before it */
     atomic_int closed;  /* tocsin_sub_close began: every wait ends with TOCSIN_CLOSED */
-    atomic_int waiters; /* threads inside a wait on it (close lets them leave first) */
+    atomic_int waiters; /* threads inside a wait or call on it (close lets them leave first) */
+    int ghosts;         /* of those, the ones a fork() left behind: the parent's threads, which
+                         * do not exist in this child and never leave (set in wk_fork_child) */
     int generation;     /* wk_generation at open: a different value means fork() since */
     char errmsg[300];
 };
@@ -127,6 +129,12 @@ static void wk_fork_release(void) {
 }
 
 static void wk_fork_child(void) {
+    tc_watcher *w;
+    tocsin_sub *s;
+    /* Every thread counted in a subscription's waiters was the parent's: the
+     * child's close of it must not wait for them (it would wait forever). */
+    for (w = wk_watchers; w; w = w->next)
+        for (s = w->subs; s; s = s->next) s->ghosts = atomic_load(&s->waiters);
     wk_watchers = NULL; /* the parent's: never touched here again */
     atomic_store(&wk_nsubs, 0);
     atomic_fetch_add(&wk_generation, 1);
@@ -691,11 +699,26 @@ void tc_sub_shut(tocsin_sub *s) {
     if (!s) return;
     atomic_store(&s->closed, 1);
     tc_signal_raise(&s->sig);
-    /* every wait on s ends at once with TOCSIN_CLOSED; let them leave */
-    while (atomic_load(&s->waiters) > 0) tc_sleep_ms(1);
+    /* every wait on s ends at once with TOCSIN_CLOSED; let them leave (not the
+     * parent's threads of a subscription inherited across fork: never here) */
+    while (atomic_load(&s->waiters) > s->ghosts) tc_sleep_ms(1);
 }
 
-void tc_sub_hold(tocsin_sub *s, int delta) { atomic_fetch_add(&s->waiters, delta); }
+/*
+ * Counts the calling thread in while it uses s. Dekker's pattern with
+ * tc_sub_shut (both sides sequentially consistent): either the close sees this
+ * thread counted and waits for it, or this sees the close and declines (0,
+ * the thread's error set to TOCSIN_CLOSED), never touching s again.
+ */
+int tc_sub_enter(tocsin_sub *s) {
+    atomic_fetch_add(&s->waiters, 1);
+    if (!atomic_load(&s->closed)) return 1;
+    atomic_fetch_sub(&s->waiters, 1);
+    tc_err(NULL, TOCSIN_CLOSED, "the subscription was closed");
+    return 0;
+}
+
+void tc_sub_leave(tocsin_sub *s) { atomic_fetch_sub(&s->waiters, 1); }
 
 void tc_sub_nudge(tocsin_sub *s) {
     if (s) wk_signal(s);

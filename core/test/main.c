@@ -1,7 +1,9 @@
 /* Runs every C suite; prints "N passed, N failed" last. */
+#define _POSIX_C_SOURCE 200809L
 #include <stdlib.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -12,6 +14,11 @@ const char *t_suite = "";
 static char t_dir[256];
 
 int64_t t_clock_fn(void *ctx) { return ((t_clock *)ctx)->now; }
+
+void t_nap(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
 
 const char *t_path(const char *name) {
     static char path[512];

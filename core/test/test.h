@@ -68,6 +68,8 @@ int64_t t_clock_fn(void *ctx);
 tocsin_db *t_open(const char *name, t_clock *clk);
 /* The path of a fresh test database file (removes leftovers). */
 const char *t_path(const char *name);
+/* Sleeps ms milliseconds (to let another thread get into a call, never to time one). */
+void t_nap(int ms);
 /* Counts rows: SELECT count(*) FROM <sql tail>. */
 long long t_count(tocsin_db *db, const char *from_where);
 

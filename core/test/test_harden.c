@@ -707,6 +707,163 @@ static void sql_transaction_control_refused(void) {
     tocsin_close(db);
 }
 
+/* ---- a close during another thread's call ------------------------------------- */
+
+typedef struct closing_call {
+    tocsin_db *db;
+    tocsin_stream_sub *sub;
+    atomic_int started;
+    int rc;
+    char msg[300];
+} closing_call;
+
+static void *enqueue_main(void *p) {
+    closing_call *c = p;
+    int64_t id = 0;
+    atomic_store(&c->started, 1);
+    c->rc = tocsin_queue_enqueue(c->db, &id, "q", "{}", NULL);
+    snprintf(c->msg, sizeof c->msg, "%s", tocsin_errmsg(NULL));
+    return NULL;
+}
+
+static void wait_started(closing_call *c) {
+    while (!atomic_load(&c->started)) t_nap(1);
+    t_nap(100); /* into its lock wait (if not, it meets the closed handle: same result) */
+}
+
+/* A call of another thread waiting for a database lock held the handle's
+ * mutex until its busy timeout ran out, and tocsin_close waited for it (a 6 s
+ * exit with a 2 s timeout). Now the close ends that wait: the call fails with
+ * TOCSIN_CLOSED, not TOCSIN_BUSY after 20 s. A transaction handle of the
+ * same database holds the lock and keeps the closed handle alive meanwhile. */
+static void close_ends_lock_waits(void) {
+    tocsin_open_opts o = TOCSIN_OPEN_OPTS_INIT;
+    tocsin_db *db = NULL, *tx = NULL;
+    closing_call c;
+    pthread_t th;
+    int64_t id = 0;
+    char path[512];
+    snprintf(path, sizeof path, "%s", t_path("close_busy"));
+    o.busy_timeout_ms = 20000;
+    CHECK_OK(db, tocsin_open(&db, path, &o));
+    CHECK_OK(db, tocsin_tx_begin(db, &tx));
+    CHECK_OK(tx, tocsin_queue_enqueue(tx, &id, "q", "{\"held\":1}", NULL));
+    memset(&c, 0, sizeof c);
+    c.db = db;
+    CHECK(pthread_create(&th, NULL, enqueue_main, &c) == 0);
+    wait_started(&c);
+    CHECK_OK(db, tocsin_close(db));
+    pthread_join(th, NULL);
+    CHECK_EQ_I(c.rc, TOCSIN_CLOSED);
+    CHECK(strstr(c.msg, "closed") != NULL);
+    /* the transaction handle still ends as asked */
+    CHECK_OK(tx, tocsin_tx_commit(tx));
+    {
+        tocsin_db *again = NULL;
+        CHECK_OK(again, tocsin_open(&again, path, NULL));
+        CHECK_EQ_I(t_count(again, "_tocsin_jobs"), 1);
+        tocsin_close(again);
+    }
+}
+
+static void *save_main(void *p) {
+    closing_call *c = p;
+    atomic_store(&c->started, 1);
+    c->rc = tocsin_stream_sub_save(c->sub);
+    return NULL;
+}
+
+static void *close_sub_main(void *p) {
+    closing_call *c = p;
+    wait_started(c);
+    tocsin_stream_sub_close(c->sub);
+    return NULL;
+}
+
+/* tocsin_stream_sub_save was not counted as a use of its subscription: a
+ * close of another thread freed its connection under it. Now the close waits
+ * for the save (here blocked on the write lock) to end. */
+static void stream_close_waits_for_save(void) {
+    tocsin_open_opts o = TOCSIN_OPEN_OPTS_INIT;
+    tocsin_stream_sub_opts so = TOCSIN_STREAM_SUB_OPTS_INIT;
+    tocsin_db *db = NULL, *tx = NULL;
+    tocsin_message *m = NULL;
+    size_t n = 0;
+    closing_call c;
+    pthread_t saver, closer;
+    int64_t off = 0, saved = -1;
+    o.busy_timeout_ms = 20000;
+    CHECK_OK(db, tocsin_open(&db, t_path("save_close"), &o));
+    CHECK_OK(db, tocsin_stream_publish(db, &off, "t", "{}", NULL, NULL));
+    memset(&c, 0, sizeof c);
+    CHECK_OK(db, tocsin_stream_sub_open(&c.sub, db, "t", "c", &so));
+    CHECK_OK(db, tocsin_stream_sub_next(c.sub, &m, &n, 0));
+    CHECK_EQ_I(n, 1);
+    tocsin_messages_free(m, n);
+    CHECK_OK(db, tocsin_tx_begin(db, &tx)); /* the save waits for this lock */
+    CHECK(pthread_create(&saver, NULL, save_main, &c) == 0);
+    CHECK(pthread_create(&closer, NULL, close_sub_main, &c) == 0);
+    t_nap(300);
+    CHECK_OK(tx, tocsin_tx_rollback(tx));
+    pthread_join(saver, NULL);
+    pthread_join(closer, NULL);
+    /* the save either ran (it began first) or met the close: never freed under it */
+    CHECK(c.rc == TOCSIN_OK || c.rc == TOCSIN_CLOSED);
+    CHECK_OK(db, tocsin_stream_offset(db, &saved, "c", "t"));
+    CHECK_EQ_I(saved, off); /* by the save or by the close's save_on_close */
+    tocsin_close(db);
+}
+
+/* A subscription and a listener inherited across fork() while a thread of the
+ * parent waited on them: the child's close waited for that thread, which
+ * does not exist in the child, and hung. */
+static void *sub_wait_main(void *p) {
+    closing_call *c = p;
+    atomic_store(&c->started, 1);
+    while ((c->rc = tocsin_sub_wait((tocsin_sub *)(void *)c->sub, -1)) == TOCSIN_OK) continue;
+    return NULL;
+}
+
+static void *listen_wait_main(void *p) {
+    tocsin_listener *l = p;
+    tocsin_message *m = NULL;
+    size_t n = 0;
+    while (tocsin_listen_next(l, &m, &n, -1) == TOCSIN_OK) tocsin_messages_free(m, n);
+    return NULL;
+}
+
+static void fork_closes_waited_on_subscriptions(void) {
+    tocsin_db *db = t_open("fork_waited", NULL);
+    tocsin_sub *s = NULL;
+    tocsin_listener *l = NULL;
+    closing_call c;
+    pthread_t tw, tl;
+    pid_t pid;
+    CHECK_OK(db, tocsin_sub_open(&s, db));
+    CHECK_OK(db, tocsin_listen_open(&l, db, "ch", 8));
+    memset(&c, 0, sizeof c);
+    c.sub = (tocsin_stream_sub *)(void *)s;
+    CHECK(pthread_create(&tw, NULL, sub_wait_main, &c) == 0);
+    CHECK(pthread_create(&tl, NULL, listen_wait_main, l) == 0);
+    wait_started(&c);
+    pid = fork();
+    if (pid == 0) {
+        alarm(30); /* a hang is the defect */
+        if (tocsin_sub_close(s) != TOCSIN_OK) _exit(3);
+        if (tocsin_listen_close(l) != TOCSIN_OK) _exit(4);
+        if (tocsin_close(db) != TOCSIN_OK) _exit(5);
+        _exit(0);
+    }
+    CHECK(pid > 0 && child_ok(pid));
+    /* the parent's waits are untouched, and end with their closes */
+    CHECK_OK(db, tocsin_sub_close(s));
+    CHECK_OK(db, tocsin_listen_close(l));
+    pthread_join(tw, NULL);
+    pthread_join(tl, NULL);
+    CHECK_EQ_I(c.rc, TOCSIN_CLOSED);
+    tocsin_close(db);
+}
+
 void suite_harden(void) {
     sql_transaction_control_refused();
     plain_hand_back();
@@ -721,4 +878,7 @@ void suite_harden(void) {
     durations_never_wrap();
     stored_texts_are_utf8();
     subscribe_to_replaced_file();
+    close_ends_lock_waits();
+    stream_close_waits_for_save();
+    fork_closes_waited_on_subscriptions();
 }
