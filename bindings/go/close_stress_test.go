@@ -199,3 +199,55 @@ func TestCloseReturnsAfterSubscriptionSaved(t *testing.T) {
 		}
 	}
 }
+
+// A call of another goroutine waiting for the write lock (here held by a transaction,
+// with a 60 s busy timeout) made Close wait for that timeout; now the call ends with
+// ErrClosed and Close returns. A second Close returns once the first has finished.
+func TestCloseEndsAWaitForTheWriteLock(t *testing.T) {
+	db, err := tocsin.Open(filepath.Join(t.TempDir(), "busy.db"), &tocsin.Options{BusyTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bg := context.Background()
+	held, release := make(chan struct{}), make(chan struct{})
+	txDone := make(chan error, 1)
+	go func() {
+		txDone <- db.Tx(bg, func(tx *tocsin.Tx) error {
+			if _, err := tx.Queue("q").Enqueue(bg, 1, nil); err != nil {
+				return err
+			}
+			close(held)
+			<-release
+			return nil
+		})
+	}()
+	<-held
+	started, got := make(chan struct{}), make(chan error, 1)
+	go func() {
+		close(started)
+		_, err := db.Queue("q").Enqueue(bg, 2, nil)
+		got <- err
+	}()
+	<-started
+	time.Sleep(100 * time.Millisecond) // into its lock wait (if not, it meets the closed DB: the same)
+	closed := make(chan error, 2)
+	go func() { closed <- db.Close() }()
+	go func() { closed <- db.Close() }()
+	select {
+	case err := <-got:
+		if !errors.Is(err, tocsin.ErrClosed) {
+			t.Fatalf("the waiting enqueue: %v, want ErrClosed", err)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the enqueue waiting for the lock did not end with Close")
+	}
+	for i := 0; i < 2; i++ {
+		if err := <-closed; err != nil {
+			t.Fatalf("Close: %v", err)
+		}
+	}
+	close(release)
+	if err := <-txDone; err != nil {
+		t.Fatalf("the transaction begun before Close: %v", err)
+	}
+}

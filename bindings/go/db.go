@@ -45,6 +45,7 @@ type DB struct {
 	opts   Options
 	mu     sync.RWMutex // held shared by every call on the handle, exclusively by Close
 	closed atomic.Bool
+	done   chan struct{} // closed when Close has finished (a concurrent Close waits for it)
 	wmu    sync.Mutex
 	wcond  *sync.Cond // signalled when a waiter leaves waits
 	waits  map[*waiter]struct{}
@@ -103,7 +104,7 @@ func Open(path string, opts *Options) (*DB, error) {
 	if err != nil {
 		return nil, err
 	}
-	db := &DB{path: path, opts: *opts, waits: map[*waiter]struct{}{}}
+	db := &DB{path: path, opts: *opts, waits: map[*waiter]struct{}{}, done: make(chan struct{})}
 	db.wcond = sync.NewCond(&db.wmu)
 	db.conn = conn{p: p, db: db}
 	runtime.SetFinalizer(db, func(db *DB) { _ = db.Close() })
@@ -160,11 +161,16 @@ func (db *DB) Path() string { return db.path }
 // Close closes the database: waits of other goroutines on it (results, locks, queue
 // waits, listeners, subscriptions, workers) end with ErrClosed first, and Close returns
 // once they have let go (a Worker shuts down gracefully first). Transactions in
-// progress keep the core's handle alive until they end. Calling Close again is a no-op.
+// progress keep the core's handle alive until they end. A call of another goroutine
+// waiting for the database's write lock ends with ErrClosed at once, not at the end of
+// its busy timeout. Calling Close again is a no-op that returns once the first Close
+// has finished.
 func (db *DB) Close() error {
 	if db.closed.Swap(true) {
+		<-db.done
 		return nil
 	}
+	defer close(db.done)
 	runtime.SetFinalizer(db, nil)
 	db.wmu.Lock()
 	ws := make([]*waiter, 0, len(db.waits))
@@ -181,6 +187,8 @@ func (db *DB) Close() error {
 		db.wcond.Wait()
 	}
 	db.wmu.Unlock()
+	// calls still running hold mu shared: one waiting for a lock ends now
+	C.tocsin_close_begin(db.p)
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	p := db.p

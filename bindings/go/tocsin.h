@@ -198,6 +198,15 @@ TOCSIN_API int tocsin_wrap(tocsin_db **out, struct sqlite3 *conn, const tocsin_o
  * transaction handle is ended with tocsin_tx_*, not this. */
 TOCSIN_API int tocsin_close(tocsin_db *db);
 
+/* The first step of a close for a caller that must let other threads' calls
+ * on db leave before tocsin_close frees what they use (a binding's count of
+ * calls in flight): a call of another thread waiting for a database lock on
+ * db ends within a few milliseconds with TOCSIN_CLOSED, and so does any later
+ * call that meets a lock; calls that need no wait still run. Thread-safe and
+ * idempotent; no way back: tocsin_close(db) follows. Accepts NULL; does
+ * nothing on a transaction handle (its transaction ends with tocsin_tx_*). */
+TOCSIN_API void tocsin_close_begin(tocsin_db *db);
+
 /* The underlying connection, borrowed until tocsin_close(): use it for the
  * application's own statements inside a tocsin transaction (on a connection
  * tocsin opened they may not begin or end one: see tocsin_exec). */

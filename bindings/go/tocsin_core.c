@@ -832,6 +832,13 @@ int tc_xcode(tocsin_db *db, int rc) {
     return rc;
 }
 
+/* Whether db's close began (tocsin_close_begin): its lock waits end. A
+ * transaction handle's are its database's (a tocsin_tx_begin waiting for the
+ * write lock ends too; a transaction that holds it never waits). */
+static int closing(tocsin_db *db) {
+    return atomic_load(&db->closing) || (db->is_tx && db->parent && atomic_load(&db->parent->closing));
+}
+
 int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what) {
     int prim, rc;
     const char *msg = sqlite3_errmsg(db->conn);
@@ -853,7 +860,7 @@ int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what) {
                "transaction holds a read lock, so it cannot wait for the write lock without "
                "risking a deadlock; start write transactions with BEGIN IMMEDIATE",
                what);
-    else if (prim == SQLITE_BUSY && atomic_load(&db->closing))
+    else if (prim == SQLITE_BUSY && closing(db))
         rc = tc_err(db, TOCSIN_CLOSED,
                     "%s: the database handle was closed while this call waited for a lock", what);
     else if (prim == SQLITE_BUSY && tc_thread.nowait)
@@ -894,7 +901,7 @@ static int no_wait(void) {
  */
 static int busy_wait(tocsin_db *db) {
     int64_t now = tc_monotonic_ms(), pause;
-    if (no_wait() || atomic_load(&db->closing)) return 0;
+    if (no_wait() || closing(db)) return 0;
     if (!tc_thread.busy_until) {
         tc_thread.busy_until = (!db->owns_conn && tc_thread.call_start ? tc_thread.call_start : now) +
                                db->busy_timeout_ms;
@@ -925,7 +932,7 @@ static int busy_cb(void *ctx, int count) {
     tocsin_db *db = ctx;
     int64_t timeout = (int64_t)db->busy_timeout_ms * 1000, pause, prior = 0;
     int i;
-    if (no_wait() || atomic_load(&db->closing)) return 0;
+    if (no_wait() || closing(db)) return 0;
     for (i = 0; i < count && i < N_PAUSES; i++) prior += pauses[i];
     if (count >= N_PAUSES) prior += (int64_t)pauses[N_PAUSES - 1] * (count - N_PAUSES);
     pause = pauses[count < N_PAUSES ? count : N_PAUSES - 1];
@@ -939,13 +946,13 @@ static int busy_cb(void *ctx, int count) {
         if (pause > left) pause = left;
     }
     /* in slices, so that a close of the handle cuts a long pause short */
-    while (pause > 0 && !atomic_load(&db->closing)) {
+    while (pause > 0 && !closing(db)) {
         int64_t step = pause < 5000 ? pause : 5000;
         tc_sleep_us(step);
         tc_thread.busy_waited += step; /* the "waited N ms" of a BUSY error counts these too */
         pause -= step;
     }
-    return !atomic_load(&db->closing);
+    return !closing(db);
 }
 
 /*
@@ -1303,6 +1310,10 @@ void tc_db_drop(tocsin_db *db) {
     if (last) free_db(db);
 }
 
+void tocsin_close_begin(tocsin_db *db) {
+    if (db && !db->is_tx) atomic_store(&db->closing, 1);
+}
+
 int tocsin_close(tocsin_db *db) {
     tocsin_db *tx;
     tc_waitrec *rec;
@@ -1317,7 +1328,7 @@ int tocsin_close(tocsin_db *db) {
     if (db->owns_conn && db->generation != tc_fork_generation()) return TOCSIN_OK;
     /* A call of another thread waiting for a lock holds the mutex: this ends
      * its wait (busy_cb, busy_wait), and it fails with TOCSIN_CLOSED. */
-    atomic_store(&db->closing, 1);
+    tocsin_close_begin(db);
     /* Every queue, result or lock wait of another thread is poked and ends
      * with TOCSIN_CLOSED; each holds a reference, so the handle is freed by
      * whoever lets go of it last. */

@@ -713,6 +713,7 @@ typedef struct closing_call {
     tocsin_db *db;
     tocsin_stream_sub *sub;
     atomic_int started;
+    int begin; /* enqueue_main: tocsin_tx_begin instead of an enqueue */
     int rc;
     char msg[300];
 } closing_call;
@@ -720,9 +721,11 @@ typedef struct closing_call {
 static void *enqueue_main(void *p) {
     closing_call *c = p;
     int64_t id = 0;
+    tocsin_db *tx = NULL;
     atomic_store(&c->started, 1);
-    c->rc = tocsin_queue_enqueue(c->db, &id, "q", "{}", NULL);
+    c->rc = c->begin ? tocsin_tx_begin(c->db, &tx) : tocsin_queue_enqueue(c->db, &id, "q", "{}", NULL);
     snprintf(c->msg, sizeof c->msg, "%s", tocsin_errmsg(NULL));
+    if (tx) tocsin_tx_rollback(tx);
     return NULL;
 }
 
@@ -764,6 +767,34 @@ static void close_ends_lock_waits(void) {
         CHECK_EQ_I(t_count(again, "_tocsin_jobs"), 1);
         tocsin_close(again);
     }
+    /* tocsin_close_begin alone: the lock wait ends, the handle stays usable for
+     * what needs no lock wait, until its close */
+    CHECK_OK(db, tocsin_open(&db, path, &o));
+    CHECK_OK(db, tocsin_tx_begin(db, &tx));
+    memset(&c, 0, sizeof c);
+    c.db = db;
+    CHECK(pthread_create(&th, NULL, enqueue_main, &c) == 0);
+    wait_started(&c);
+    tocsin_close_begin(db);
+    tocsin_close_begin(db); /* idempotent */
+    pthread_join(th, NULL);
+    CHECK_EQ_I(c.rc, TOCSIN_CLOSED);
+    CHECK(strstr(c.msg, "closed while this call waited for a lock") != NULL);
+    CHECK_EQ_I(tocsin_queue_enqueue(db, &id, "q", "{}", NULL), TOCSIN_CLOSED);
+    /* a transaction's begin waiting for the write lock ends the same way */
+    memset(&c, 0, sizeof c);
+    c.db = db;
+    c.begin = 1;
+    CHECK(pthread_create(&th, NULL, enqueue_main, &c) == 0);
+    pthread_join(th, NULL);
+    CHECK_EQ_I(c.rc, TOCSIN_CLOSED);
+    CHECK(strstr(c.msg, "closed while this call waited for a lock") != NULL);
+    tocsin_close_begin(tx); /* not for a transaction handle: nothing happens */
+    CHECK_OK(tx, tocsin_queue_enqueue(tx, &id, "q", "{}", NULL));
+    CHECK_OK(tx, tocsin_tx_commit(tx));
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 2); /* a read: no lock to wait for */
+    tocsin_close_begin(NULL);
+    CHECK_OK(db, tocsin_close(db));
 }
 
 static void *save_main(void *p) {

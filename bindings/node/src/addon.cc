@@ -550,7 +550,15 @@ Napi::Value Close(const Napi::CallbackInfo &info) {
   if (!v.IsObject() || !v.As<Napi::Object>().InstanceOf(Handle::ctor(env).Value()))
     return throw_invalid(env, "expected a tocsin database handle");
   Handle *h = Handle::Unwrap(v.As<Napi::Object>());
-  if (h->pending > 0) return Napi::Number::New(env, h->pending);
+  if (h->pending > 0) {
+    // a pool call waiting for the write lock ends now (ClosedError), not at the end
+    // of the busy timeout; close() polls until every pool call has returned
+    if (!h->is_tx && h->main) {
+      tocsin_close_begin(h->main);
+      tocsin_close_begin(h->fast);
+    }
+    return Napi::Number::New(env, h->pending);
+  }
   h->release();
   return Napi::Number::New(env, 0);
 }

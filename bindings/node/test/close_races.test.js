@@ -180,3 +180,34 @@ test('what is opened while close() runs is refused with ClosedError, not left op
   assert.equal(first.closed, true);
   assert.equal(db.closed, true);
 });
+
+// A call on the pool waiting for the write lock (another connection's transaction
+// holds it; busyTimeout 60 s) kept close() waiting until that timeout ran out: now the
+// call rejects with ClosedError and close() resolves.
+test('close() ends a pool call waiting for the write lock with ClosedError, not at its busy timeout', async () => {
+  const file = tmpdb('busy_close.db');
+  const db = tocsin.open(file, { busyTimeout: 60000 });
+  await db.queue('q').enqueue(1);
+  const other = tocsin.open(file);
+  let release;
+  const held = new Promise((r) => { release = r; });
+  let entered;
+  const inTx = new Promise((r) => { entered = r; });
+  const txDone = other.transaction(async (tx) => {
+    await other.queue('q').enqueue(0, { tx });
+    entered();
+    await held;
+  });
+  await inTx;
+  const waiting = db.queue('q').enqueue(2).then(() => 'enqueued', (e) => e);
+  await new Promise((r) => setTimeout(r, 100)); // on the pool, in its lock wait
+  const closed = db.close();
+  const outcome = await Promise.race([waiting,
+    new Promise((r) => setTimeout(() => r('still waiting after 30 s'), 30000).unref())]);
+  assert.ok(outcome instanceof tocsin.ClosedError, String(outcome));
+  await closed;
+  release();
+  await txDone;
+  assert.equal((await other.queue('q').stats()).pending, 2);
+  await other.close();
+});

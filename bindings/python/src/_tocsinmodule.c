@@ -318,9 +318,12 @@ static void leave(Handle *h, int how) {
     __atomic_sub_fetch(&h->busy, 1, __ATOMIC_ACQ_REL);
 }
 
-/* Marks the handle closing and waits (GIL released) until no call is in progress. */
+/* Marks the handle closing and waits (GIL released) until no call is in
+ * progress; a call of another thread waiting for a database lock ends at once
+ * (Closed) rather than at the end of the busy timeout. */
 static int quiesce(Handle *h) {
     if (__atomic_exchange_n(&h->closing, 1, __ATOMIC_ACQ_REL)) return 0; /* another close */
+    if (!h->is_tx) tocsin_close_begin(h->db);
     if (__atomic_load_n(&h->busy, __ATOMIC_ACQUIRE)) {
         Py_BEGIN_ALLOW_THREADS
         while (__atomic_load_n(&h->busy, __ATOMIC_ACQUIRE)) sleep_ms(1);

@@ -168,6 +168,40 @@ def test_closing_the_database_while_another_thread_waits_never_crashes(path):
     assert r.stdout.split() == ["ok", "240"]
 
 
+def test_close_ends_another_threads_wait_for_the_write_lock(path):
+    # the close waited for that call's busy timeout (here 60 s): now the call
+    # raises Closed and the close returns
+    import sqlite3
+    import threading
+
+    db = tocsin.open(path, busy_timeout=60)
+    db.queue("q").enqueue(1)
+    holder = sqlite3.connect(path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    started, got = threading.Event(), []
+
+    def enqueue():
+        started.set()
+        try:
+            db.queue("q").enqueue(2)
+            got.append("enqueued")
+        except Exception as e:  # noqa: BLE001 - the exception is what is checked
+            got.append(e)
+
+    t = threading.Thread(target=enqueue)
+    t.start()
+    started.wait()
+    time.sleep(0.1)  # into its lock wait (if not, it meets the closed handle: the same)
+    db.close()
+    t.join(30)
+    assert not t.is_alive()
+    holder.rollback()
+    holder.close()
+    assert len(got) == 1 and isinstance(got[0], tocsin.Closed), got
+    with tocsin.open(path) as again:
+        assert again.queue("q").stats()["pending"] == 1
+
+
 def test_close_ends_an_async_result_wait(path):
     db = tocsin.open(path)
     jid = db.queue("q").enqueue(1)

@@ -131,6 +131,32 @@ class TestCloseRace < Minitest::Test
     assert_includes values, :closed
   end
 
+  # A call of another thread waiting for the write lock (held here by another
+  # connection's transaction; busy_timeout 60 s) made close wait for that
+  # timeout. Now the call raises Closed and close returns.
+  def test_close_ends_another_threads_wait_for_the_write_lock
+    mine = Tocsin.open(@path, busy_timeout: 60)
+    mine.queue("q").enqueue(1)
+    Tocsin.open(@path) do |other|
+      tx = other.transaction
+      ready = ::Queue.new
+      t = Thread.new do
+        ready << true
+        mine.queue("q").enqueue(2)
+        :enqueued
+      rescue Tocsin::Error => e
+        e
+      end
+      ready.pop
+      sleep 0.1 # into its lock wait (if not, it meets the closed database: the same)
+      mine.close
+      assert t.join(30), "the waiting enqueue did not end with close"
+      assert_kind_of Tocsin::Closed, t.value
+      tx.rollback
+      assert_equal 1, other.queue("q").stats["pending"]
+    end
+  end
+
   # Thread#raise arriving as the transaction began (or as it committed) lost
   # the handle: its write lock stayed taken until GC, every other writer got Busy.
   def test_thread_raise_never_leaves_a_transaction_open

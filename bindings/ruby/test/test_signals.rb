@@ -114,4 +114,35 @@ class TestSignals < Minitest::Test
     assert st.success?, err
     assert_equal %(["from the trap", true, 0]\n), out
   end
+
+  # Database#close in a trap raised ThreadError ("can't be called from trap
+  # context": its Mutex). It closes now, ending a listener's wait in another thread.
+  def test_close_from_a_trap
+    script = <<~'RUBY'
+      require "tocsin"
+      db = Tocsin.open(ARGV[0])
+      l = db.listen("c")
+      waiter = Thread.new do
+        l.next_batch(timeout: 20)
+        :woken
+      rescue Tocsin::Closed
+        :closed
+      end
+      sleep 0.1
+      said = nil
+      trap("USR1") do
+        db.close
+        said = db.closed? ? "closed" : "open"
+      rescue Exception => e # rubocop:disable Lint/RescueException
+        said = "#{e.class}: #{e.message}"
+      end
+      Process.kill(:USR1, Process.pid)
+      sleep 0.05 until said
+      puts said, waiter.value
+    RUBY
+    out, err, st = Open3.capture3("timeout", "-s", "KILL", "30", *ruby_cmd("-e", script, @path))
+    assert st.success?, "#{st.inspect}\n#{out}\n#{err}"
+    assert_equal %w[closed closed], out.split, err
+  end
+
 end

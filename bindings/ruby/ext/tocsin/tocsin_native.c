@@ -358,19 +358,17 @@ static VALUE db_close(VALUE self) {
                  atomic_load(&h->workers));
     if (h->is_tx) { tocsin_tx_rollback(h->db); h->db = NULL; return Qnil; }
     h->closing = 1;
+    /* a call in flight that waits for the write lock ends now (Closed), not at
+     * the end of the busy timeout */
+    tocsin_close_begin(h->db);
     for (int i = 0; atomic_load(&h->inflight) > 0; i++) {
         if (i % 10 == 0 && rb_block_given_p()) rb_yield(Qnil);
         struct timeval tv = {0, 1000};
         rb_thread_wait_for(tv);
     }
     if (!h->db) return Qnil; /* closed by another thread meanwhile */
-    if (atomic_load(&h->workers) > 0) {
-        /* a worker whose open was in flight as the close began: the database
-         * stays open for it (closing it freed the handle under the worker) */
-        h->closing = 0;
-        rb_raise(eByCode[TOCSIN_BUSY], "%d worker(s) opened on this database while it closed: stop them before closing it",
-                 atomic_load(&h->workers));
-    }
+    /* (a worker whose open was in flight as the close began has closed itself:
+     * wk_s_open sees `closing` in the same hold of the GVL as its call ended) */
     struct close_a a = {0, h->db};
     h->db = NULL;
     NOGVL_MUST(close, a);
@@ -2067,6 +2065,14 @@ static VALUE wk_s_open(VALUE klass, VALUE db, VALUE id, VALUE queues, VALUE conc
     NOGVL_DB(wopen, a, db);
     RB_GC_GUARD(keep); RB_GC_GUARD(queues); RB_GC_GUARD(id);
     CHECK(a.rc);
+    if (get_rdb(db)->closing) {
+        /* Database#close began while this opened: the worker ends itself, the
+         * close goes on. With the GVL held, so that the close (which waits for
+         * the GVL) cannot free the database under it; it is quick: nothing is
+         * claimed yet, and the database's lock waits end at once now. */
+        tocsin_worker_close(a.w);
+        rb_raise(eByCode[TOCSIN_CLOSED], "the database was closed while the worker opened");
+    }
     k->dbh = get_rdb(db);
     atomic_fetch_add(&k->dbh->workers, 1);
     k->w = a.w;

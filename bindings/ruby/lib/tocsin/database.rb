@@ -110,8 +110,13 @@ module Tocsin
     # subscriptions (#subscribe) made from it are closed too (a stream
     # subscription saves its offset as its own #close does); a thread waiting on
     # one gets Tocsin::Closed. What another thread opens on it (a listener, a
-    # worker's run ...) while this runs raises Tocsin::Closed.
+    # worker's run ...) while this runs raises Tocsin::Closed. From a signal trap
+    # (where Ruby allows no Mutex) the close runs in a thread of its own and
+    # returns when it has finished -- or at once when the trap interrupted this
+    # database's own bookkeeping, which the close then waits for.
     def close
+      return close_from_trap if in_trap?
+
       sources = @workers_lock.synchronize do
         @closing = true # before the lists are taken: what registers later ends itself
         @sources.keys
@@ -128,6 +133,21 @@ module Tocsin
       workers.each { |w| w.wait_stopped unless w.loop_thread == Thread.current }
       @native.close { @workers_lock.synchronize { @subs.dup }.each { |s| s.native.wake unless s.closed? } }
       @workers_lock.synchronize { @subs.slice!(0..) }.each(&:close)
+      nil
+    end
+
+    # Whether this runs in a signal trap: Mutex#synchronize raises ThreadError there.
+    private def in_trap?
+      Mutex.new.synchronize { false }
+    rescue ThreadError
+      true
+    end
+
+    private def close_from_trap
+      t = Thread.new { close }
+      t.report_on_exception = false
+      # the trapped thread holding the database's lock would wait for the trap to end
+      t.join unless @workers_lock.owned?
       nil
     end
 
