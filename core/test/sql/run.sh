@@ -381,6 +381,23 @@ SELECT group_concat(name || '=' || next_fire) FROM _tocsin_schedules;" "60000
 1
 a=120000,b=180000"
 
+# a TEMP table or view named like a tocsin table would take tocsin's reads and writes
+# (and lose them with the connection): every call that touches the database refuses it
+qfresh temp_shadow "SELECT tocsin_enqueue('q', '1');
+CREATE TEMP TABLE _tocsin_jobs AS SELECT * FROM main._tocsin_jobs;
+SELECT tocsin_enqueue('q', '2');
+SELECT tocsin_claim('q', 'w', 1, 1000);
+DROP TABLE temp._tocsin_jobs; CREATE TEMP VIEW _TOCSIN_DEAD AS SELECT 1;
+SELECT tocsin_dead_list();
+SELECT tocsin_version(), tocsin_cron_next('@hourly', 0);
+DROP VIEW temp._TOCSIN_DEAD;
+SELECT json_extract(tocsin_claim('q', 'w', 5, 1000), '\$[#-1].id'), (SELECT count(*) FROM _tocsin_jobs);" "1
+*tocsin_enqueue: the connection has a TEMP table named _tocsin_jobs*drop it*
+*tocsin_claim: the connection has a TEMP table named _tocsin_jobs*
+*tocsin_dead_list: the connection has a TEMP view named _TOCSIN_DEAD*
+0.1.0|3600000
+1|1"
+
 # the stdlib sqlite3 module of Debian's python3 loads the extension too
 if [ -x /usr/bin/python3 ]; then
     out=$(/usr/bin/python3 - "$EXT" "$DB" <<'PY'
