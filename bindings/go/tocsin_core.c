@@ -10828,6 +10828,8 @@ typedef struct ext_fn {
     const fn_def *def;
 } ext_fn;
 
+static int no_temp_shadow(fn_ctx *f);
+
 /*
  * Every SQL function enters here. A function that touches the database, or
  * changes the handle's state, runs only from the application's own statement:
@@ -10839,7 +10841,8 @@ typedef struct ext_fn {
  *    BEGIN/COMMIT a call needs ("SQL statements in progress") -- INSERT INTO t
  *    VALUES (tocsin_enqueue(...)), UPDATE t SET x = tocsin_...(), CREATE TABLE
  *    ... AS SELECT tocsin_...();
- *  - not from a CHECK constraint that a PRAGMA evaluates (tc_running).
+ *  - not from a CHECK constraint that a PRAGMA evaluates (tc_running);
+ *  - not while a TEMP table or view stands in for a tocsin table (no_temp_shadow).
  * On a host's connection the statement cache is emptied after every outermost
  * call: a host that closes with sqlite3_close() (not _v2) fails while any
  * statement of ours is still prepared.
@@ -10869,12 +10872,51 @@ static void dispatch(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
         fail_msg(&f, SQLITE_ERROR,
                  "cannot run inside a PRAGMA (a CHECK constraint that PRAGMA integrity_check or "
                  "quick_check evaluates calls it): a schema must not call tocsin functions");
-    else {
+    else if (!(flags & FN_DB) || no_temp_shadow(&f)) {
         db->ext_depth++;
         e->def->fn(&f, argc, argv);
         db->ext_depth--;
     }
     if (outermost && !db->owns_conn) tc_stmt_flush(db);
+}
+
+/*
+ * tocsin's statements name their tables without a schema, and SQLite looks a
+ * name up in `temp` before `main`: a TEMP table or view of the connection
+ * named like one of tocsin's (CREATE TEMP TABLE _tocsin_jobs AS SELECT * FROM
+ * _tocsin_jobs, to look at a copy) would take every read and write meant for
+ * it -- claims, acks and enqueues made there vanish with the connection. A
+ * call refuses to run while one exists (any case: SQLite's names are
+ * case-insensitive). The names are compared here, in C, so that a function
+ * of the application named like or glob cannot hide one. 0 (reported): one
+ * exists, or the check failed.
+ */
+static int no_temp_shadow(fn_ctx *f) {
+    static const char prefix[] = "_tocsin_";
+    tocsin_db *db = f->db;
+    sqlite3_stmt *st = NULL;
+    int rc;
+    /* preparing reads the schema, main's too (a lock another process may hold
+     * for a moment): tc_prepare and tc_step wait as every call of ours does */
+    tc_clear(db);
+    rc = tc_prepare(db, "SELECT type, name FROM temp.sqlite_master WHERE type IN ('table', 'view')",
+                    0, &st);
+    while (rc == SQLITE_OK && (rc = tc_step(db, st)) == SQLITE_ROW) {
+        const char *type = (const char *)sqlite3_column_text(st, 0);
+        const char *name = (const char *)sqlite3_column_text(st, 1);
+        if (!type || !name || sqlite3_strnicmp(name, prefix, (int)sizeof prefix - 1) != 0) continue;
+        fail_msg(f, SQLITE_ERROR,
+                 "the connection has a TEMP %s named %.*s, which hides tocsin's own tables "
+                 "(SQLite looks a name up in temp before main: what tocsin wrote would go to it "
+                 "and vanish with the connection); drop it (DROP %s temp.\"%.*s\") or rename it",
+                 type, quote_len(name, 200), name, strcmp(type, "view") == 0 ? "VIEW" : "TABLE",
+                 quote_len(name, 200), name);
+        sqlite3_finalize(st);
+        return 0;
+    }
+    sqlite3_finalize(st);
+    if (rc != SQLITE_DONE) return fail(f, tc_sqlerr(db, rc, "read the connection's TEMP schema"));
+    return 1;
 }
 
 /* The extension's wrapper lives as long as any of its functions: each
