@@ -27,6 +27,7 @@ typedef struct fn_ctx {
     tocsin_db *db;
     const char *name;  /* the SQL function's name: every message starts with it */
     const char *where; /* NULL, or what is being read ("job 3"), after the name */
+    int undo;          /* inside unit_begin: a failure rolls the call back */
 } fn_ctx;
 
 /* How many bytes of s to quote in a message: at most max, never splitting a
@@ -189,11 +190,52 @@ static int arg_count(fn_ctx *f, sqlite3_value **argv, int i, const char *what, s
     return 1;
 }
 
+/*
+ * Sets a JSON result (owned: freed here). A text longer than the connection's
+ * SQLITE_LIMIT_LENGTH is an error naming the function and the limit (SQLite's
+ * own would be a bare "string or blob too big"); 0 (reported) then.
+ */
 static int result_json(fn_ctx *f, char *json) {
+    size_t n;
+    int limit;
     if (!json) return fail_nomem(f);
-    sqlite3_result_text(f->ctx, json, -1, sqlite3_free);
+    n = strlen(json);
+    limit = sqlite3_limit(f->db->conn, SQLITE_LIMIT_LENGTH, -1);
+    if (limit >= 0 && n > (size_t)limit) {
+        sqlite3_free(json);
+        return fail_msg(f, SQLITE_TOOBIG,
+                        "the result is %zu bytes, over this connection's length limit "
+                        "(SQLITE_LIMIT_LENGTH, %d bytes)%s",
+                        n, limit, f->undo ? ": nothing was written (ask for fewer at a time)" : "");
+    }
+    sqlite3_result_text(f->ctx, json, (int)n, sqlite3_free);
     sqlite3_result_subtype(f->ctx, 'J'); /* JSON subtype, as json() gives */
     return 1;
+}
+
+/*
+ * A unit of work whose result is built after the C call that writes it
+ * (tocsin_claim's jobs, tocsin_enqueue_many's ids): the call runs inside it
+ * (a transaction of its own in autocommit, else a savepoint of the caller's),
+ * and it commits only once the result is set. A result that cannot be
+ * returned (over the length limit, out of memory) rolls the call back, so no
+ * job is leased -- an attempt spent -- or enqueued that the caller never saw.
+ */
+static int unit_begin(fn_ctx *f, tc_op *op) {
+    int rc;
+    tc_clear(f->db);
+    if ((rc = tc_op_begin(f->db, op, 1)) != TOCSIN_OK) return fail(f, rc);
+    f->undo = 1;
+    return 1;
+}
+
+/* ok: the result is set (commit; a failed commit replaces it with its
+ * error), else an error was reported (roll back). Returns ok's outcome. */
+static int unit_end(fn_ctx *f, tc_op *op, int ok) {
+    int rc = tc_op_end(f->db, op, ok ? TOCSIN_OK : TOCSIN_ERROR);
+    f->undo = 0;
+    if (ok && rc != TOCSIN_OK) return fail(f, rc);
+    return ok;
 }
 
 /* ---- JSON scanning --------------------------------------------------------------
@@ -669,6 +711,7 @@ static int fn_enqueue_many(fn_ctx *f, int argc, sqlite3_value **argv) {
     int64_t *ids = NULL;
     jobs_walk w = {0};
     tc_buf b = {0};
+    tc_op op;
     int rc, ok = 0, valid;
     UNUSED_ARGS;
     if (!arg_text(f, argv, 0, "jobs", &jobs)) return 0;
@@ -691,10 +734,11 @@ static int fn_enqueue_many(fn_ctx *f, int argc, sqlite3_value **argv) {
     }
     memset(o, 0, n * sizeof *o);
     if (tc_json_elements(jobs, len, jobs_element, &w) != 1) goto done;
+    if (!unit_begin(f, &op)) goto done;
     if ((rc = tocsin_queue_enqueue_many(f->db, ids, w.specs, n)) != TOCSIN_OK) {
         /* the core names the job ("job 3: ...") when there are several */
         if (n == 1 && (rc == TOCSIN_INVALID || rc == TOCSIN_TOOBIG)) f->where = "job 0";
-        fail(f, rc);
+        unit_end(f, &op, fail(f, rc));
         goto done;
     }
     tc_buf_puts(&b, "[");
@@ -703,7 +747,7 @@ static int fn_enqueue_many(fn_ctx *f, int argc, sqlite3_value **argv) {
         tc_buf_i64(&b, ids[i]);
     }
     tc_buf_puts(&b, "]");
-    ok = result_json(f, tc_buf_take(&b));
+    ok = unit_end(f, &op, result_json(f, tc_buf_take(&b)));
 done:
     f->where = NULL;
     if (o)
@@ -720,16 +764,18 @@ static int fn_claim(fn_ctx *f, int argc, sqlite3_value **argv) {
     size_t n, got;
     int64_t vis;
     tocsin_job *jobs;
+    tc_op op;
     int rc;
     UNUSED_ARGS;
     if (!arg_text(f, argv, 0, "queue", &queue) || !arg_text(f, argv, 1, "worker_id", &worker) ||
         !arg_count(f, argv, 2, "n", &n) || !arg_i64(f, argv, 3, "visibility_ms", 1, MS_MAX, &vis))
         return 0;
+    if (!unit_begin(f, &op)) return 0;
     rc = tocsin_queue_claim(f->db, &jobs, &got, queue, worker, n, vis);
-    if (rc != TOCSIN_OK) return fail(f, rc);
+    if (rc != TOCSIN_OK) return unit_end(f, &op, fail(f, rc));
     rc = result_json(f, tc_jobs_json(jobs, got));
     tocsin_jobs_free(jobs, got);
-    return rc;
+    return unit_end(f, &op, rc);
 }
 
 /* (job_id, token): any integers (no job has an id or token out of range: 0). */
@@ -1536,6 +1582,7 @@ static void dispatch(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     f.db = db;
     f.name = e->def->name;
     f.where = NULL;
+    f.undo = 0;
     if (guarded && !outermost)
         fail_msg(&f, SQLITE_ERROR,
                  "cannot run inside another tocsin call (a trigger on a tocsin table, or a "

@@ -398,6 +398,31 @@ SELECT json_extract(tocsin_claim('q', 'w', 5, 1000), '\$[#-1].id'), (SELECT coun
 0.1.0|3600000
 1|1"
 
+# a result over the connection's SQLITE_LIMIT_LENGTH: an error naming the function,
+# and a claim whose jobs cannot be returned leases none of them (no attempt spent),
+# in autocommit and inside the caller's transaction
+qfresh result_limit "SELECT tocsin_clock(1000000); CREATE TABLE app(x);
+SELECT tocsin_enqueue('q', printf('\"%.500c\"', 'x'), '{\"max_attempts\":1}') FROM (SELECT 1 UNION ALL SELECT 2 UNION ALL SELECT 3);
+.limit length 1500
+SELECT tocsin_claim('q', 'w', 10, 1000);
+BEGIN; INSERT INTO app VALUES (1); SELECT tocsin_claim('q', 'w', 10, 1000);
+SELECT json_array_length(tocsin_claim('q', 'w', 1, 1000)); COMMIT;
+SELECT tocsin_dead_list('q') IS NULL;
+.limit length 1000000000
+SELECT state, attempts, count(*) FROM _tocsin_jobs GROUP BY 1, 2; SELECT count(*) FROM app, _tocsin_dead;" "1000000
+1
+2
+3
+*length 1500
+*tocsin_claim: the result is * bytes, over this connection's length limit (SQLITE_LIMIT_LENGTH, 1500 bytes): nothing was written*(18)
+*tocsin_claim: the result is * bytes, over this connection's length limit*(18)
+1
+0
+*length 1000000000
+pending|0|2
+processing|1|1
+0"
+
 # the stdlib sqlite3 module of Debian's python3 loads the extension too
 if [ -x /usr/bin/python3 ]; then
     out=$(/usr/bin/python3 - "$EXT" "$DB" <<'PY'
