@@ -423,6 +423,15 @@ pending|0|2
 processing|1|1
 0"
 
+# PRAGMA query_only: a write is refused saying why, nothing written; reads work
+qfresh query_only "SELECT tocsin_bootstrap(); PRAGMA query_only = 1;
+SELECT tocsin_enqueue('q', '1');
+SELECT tocsin_stats('q') IS NOT NULL;
+PRAGMA query_only = 0; SELECT count(*) FROM _tocsin_jobs;" "2
+*tocsin_enqueue: *PRAGMA query_only is on for this connection*(8)
+1
+0"
+
 # the stdlib sqlite3 module of Debian's python3 loads the extension too
 if [ -x /usr/bin/python3 ]; then
     out=$(/usr/bin/python3 - "$EXT" "$DB" <<'PY'
