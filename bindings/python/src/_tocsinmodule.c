@@ -2956,6 +2956,13 @@ PyMODINIT_FUNC PyInit__tocsin(void) {
     if (PyModule_AddIntConstant(m, "OUTCOME_FAIL", TOCSIN_OUTCOME_FAIL) < 0) goto fail;
     if (PyModule_AddIntConstant(m, "OUTCOME_HAND_BACK", TOCSIN_OUTCOME_HAND_BACK) < 0) goto fail;
     if (PyModule_AddIntConstant(m, "MAX_TRACE_BYTES", TOCSIN_MAX_TRACE_BYTES) < 0) goto fail;
+    {   /* the bound of every time and duration (9999-12-31T23:59:59.999Z): _util checks it */
+        PyObject *max_time = PyLong_FromLongLong(TOCSIN_MAX_TIME_MS);
+        if (!max_time || PyModule_AddObject(m, "MAX_TIME_MS", max_time) < 0) {
+            Py_XDECREF(max_time);
+            goto fail;
+        }
+    }
     if (PyModule_AddIntConstant(m, "DEFAULT_RESULT_TTL_MS", (long)TOCSIN_DEFAULT_RESULT_TTL_MS) < 0) goto fail;
     if (PyModule_AddIntConstant(m, "CATCHUP_ONCE", TOCSIN_CATCHUP_ONCE) < 0) goto fail;
     if (PyModule_AddIntConstant(m, "CATCHUP_ALL", TOCSIN_CATCHUP_ALL) < 0) goto fail;

@@ -6,7 +6,7 @@ import json as _json
 import operator as _operator
 from typing import Any, Optional, Union
 
-from ._tocsin import InvalidArgument
+from ._tocsin import MAX_TIME_MS, InvalidArgument
 
 Duration = Union[float, int, _dt.timedelta]
 """A duration: seconds (int or float) or a datetime.timedelta."""
@@ -14,7 +14,9 @@ Instant = Union[float, int, _dt.datetime]
 """An instant: a datetime (naive means local time, as datetime.timestamp() reads it) or
 seconds since the Unix epoch (as time.time() returns)."""
 
-_MAX_MS = 2 ** 63 - 1  # the core's times and durations are int64 milliseconds
+MAX_LEASE_MS = 366 * 86400 * 1000
+"""The core's bound of a lock's ttl and a rate limit's window (366 days; core/src/lock.c
+and ratelimit.c, not in tocsin.h): checked here so the message is in seconds."""
 
 
 def is_int_like(value: Any) -> bool:
@@ -41,13 +43,6 @@ def _is_number(value: Any) -> bool:
     """A count of seconds: an int or float (numpy's numbers too: __index__ or a float
     subclass), never a bool."""
     return isinstance(value, float) or is_int_like(value)
-
-
-def _seconds(value: Union[int, float], what: str) -> float:
-    try:
-        return float(value if isinstance(value, float) else _operator.index(value))
-    except OverflowError:
-        raise InvalidArgument("%s is out of range" % what) from None
 
 
 _encode = _json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
@@ -81,45 +76,99 @@ def meta_json(meta: Optional[dict]) -> Optional[str]:
     return dumps(meta, "meta")
 
 
-def duration_ms(value: Optional[Duration], what: str, *, allow_zero: bool = True) -> int:
-    """Milliseconds of a duration given in seconds or as a timedelta (None: 0)."""
+def _seconds_text(ms: int) -> str:
+    """Milliseconds as seconds for a message: 253402300799.999, 31622400, 0.003."""
+    s, frac = divmod(ms, 1000)
+    return "%d" % s if not frac else ("%d.%03d" % (s, frac)).rstrip("0")
+
+
+def _shown(value: Any) -> str:
+    """A number as the caller wrote it, for a message (not 400 digits of it)."""
+    if isinstance(value, float):
+        return repr(float(value))
+    text = str(_operator.index(value))
+    return text if len(text) <= 24 else "%s.%se+%d" % (text[0], text[1:4], len(text) - 1)
+
+
+def _ms(value: Any) -> Union[int, float]:
+    """Milliseconds of a count of seconds: exact for integers (any size), a float for floats."""
+    return float(value) * 1000.0 if isinstance(value, float) else _operator.index(value) * 1000
+
+
+def _too_big(what: str, value: str, max_ms: int, note: str) -> InvalidArgument:
+    return InvalidArgument("%s must be at most %s s %s, not %s"
+                           % (what, _seconds_text(max_ms), note, value))
+
+
+def _finite(value: Any) -> bool:
+    return not isinstance(value, float) or value - value == 0.0  # not NaN nor an infinity
+
+
+def duration_ms(value: Optional[Duration], what: str, *, allow_zero: bool = True,
+                min_ms: int = 0, max_ms: int = MAX_TIME_MS, max_note: str = "about 8030 years") -> int:
+    """Milliseconds of a duration given in seconds or as a timedelta (None: 0). The
+    bounds are checked here, in seconds and naming ``what``: the core's messages name
+    its C argument (delay_ms) in milliseconds. max_ms is the core's bound
+    (TOCSIN_MAX_TIME_MS unless the call has a tighter one), min_ms a core minimum
+    above 1 ms."""
     if value is None:
         return 0
+    ms: Union[int, float]
     if isinstance(value, _dt.timedelta):
-        seconds = value.total_seconds()
+        ms, shown = value.total_seconds() * 1000.0, str(value)
     elif _is_number(value):
-        seconds = _seconds(value, what)
+        if not _finite(value):
+            raise InvalidArgument("%s must be finite" % what)
+        ms, shown = _ms(value), _shown(value) + " s"
     else:
         raise InvalidArgument("%s must be seconds (a number) or a timedelta, not %s"
                               % (what, type(value).__name__))
-    if seconds != seconds or seconds in (float("inf"), float("-inf")):
-        raise InvalidArgument("%s must be finite" % what)
-    if seconds < 0 or (not allow_zero and seconds <= 0):
+    if ms < 0 or (not allow_zero and ms <= 0):
         raise InvalidArgument("%s must be %s" % (what, ">= 0" if allow_zero else "> 0"))
-    if seconds * 1000 >= _MAX_MS:
-        raise InvalidArgument("%s is out of range" % what)
-    ms = int(round(seconds * 1000))
+    if ms > max_ms or round(ms) > max_ms:
+        raise _too_big(what, shown, max_ms, "(%s)" % max_note)
+    ms = int(round(ms))
     if not allow_zero and ms < 1:
         ms = 1
+    if ms < min_ms:
+        raise InvalidArgument("%s must be at least %s s, not %s" % (what, _seconds_text(min_ms), shown))
     return ms
 
 
+def lease_ms(value: Optional[Duration], what: str, *, min_ms: int = 0) -> int:
+    """Milliseconds of a lock's ttl or a rate limit's window: > 0, at most 366 days."""
+    return duration_ms(value, what, allow_zero=False, min_ms=min_ms, max_ms=MAX_LEASE_MS,
+                       max_note="366 days")
+
+
+_MAX_TIME_TEXT = (_dt.datetime(1970, 1, 1) + _dt.timedelta(milliseconds=MAX_TIME_MS)).isoformat(
+    sep=" ", timespec="milliseconds") + " UTC"
+
+
 def instant_ms(value: Optional[Instant], what: str) -> int:
-    """Milliseconds since the Unix epoch of a datetime or of seconds since the epoch."""
+    """Milliseconds since the Unix epoch of a datetime or of seconds since the epoch,
+    at most the core's TOCSIN_MAX_TIME_MS (checked here: the core's message names its
+    C argument in milliseconds)."""
     if value is None:
         return 0
+    ms: Union[int, float]
     if isinstance(value, _dt.datetime):
-        seconds = value.timestamp()
+        try:
+            ms = value.timestamp() * 1000.0
+        except (OverflowError, ValueError, OSError):
+            raise InvalidArgument("%s must be at most %s, not %s" % (what, _MAX_TIME_TEXT, value)) from None
     elif _is_number(value):
-        seconds = _seconds(value, what)
+        ms = _ms(value)
     else:
         raise InvalidArgument("%s must be a datetime or seconds since the epoch, not %s"
                               % (what, type(value).__name__))
-    if seconds != seconds or seconds <= 0 or seconds == float("inf"):
+    if not _finite(value) or ms != ms or ms <= 0:
         raise InvalidArgument("%s must be a positive instant" % what)
-    if seconds * 1000 >= _MAX_MS:
-        raise InvalidArgument("%s is out of range" % what)
-    return int(round(seconds * 1000))
+    if ms > MAX_TIME_MS or round(ms) > MAX_TIME_MS:
+        if isinstance(value, _dt.datetime):
+            raise InvalidArgument("%s must be at most %s, not %s" % (what, _MAX_TIME_TEXT, value))
+        raise _too_big(what, _shown(value), MAX_TIME_MS, "since the epoch (%s)" % _MAX_TIME_TEXT)
+    return int(round(ms))
 
 
 def ms_datetime(ms: int) -> Optional[_dt.datetime]:

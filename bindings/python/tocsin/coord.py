@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Dict, NamedTuple, Optional, Tuple
 
 from . import _tocsin
 from ._tocsin import Closed, InvalidArgument, Timeout
-from ._util import Duration, Instant, as_int, duration_ms, instant_ms, loads
+from ._util import Duration, Instant, as_int, duration_ms, instant_ms, lease_ms, loads
 from .wake import MAX_WAIT_MS, Wake
 
 if TYPE_CHECKING:
@@ -113,7 +113,7 @@ class Lock:
             raise InvalidArgument("owner must be a str, not %s" % type(owner).__name__)
         db._h.check_name("lock name", name) if isinstance(name, str) else _not_str("lock name", name)
         self.name = name
-        self.ttl_ms = duration_ms(ttl, "ttl", allow_zero=False)
+        self.ttl_ms = lease_ms(ttl, "ttl")
         self.owner = default_owner() if owner is None else owner
         db._h.check_name("lock owner", self.owner)
         self.token = 0
@@ -188,7 +188,7 @@ class Lock:
         self.release()
 
     def renew(self, ttl: Optional[Duration] = None) -> bool:
-        ms = self.ttl_ms if ttl is None else duration_ms(ttl, "ttl", allow_zero=False)
+        ms = self.ttl_ms if ttl is None else lease_ms(ttl, "ttl")
         ok = self.db._h.lock_renew(self.name, self.owner, self.token, ms)
         return ok
 
@@ -226,7 +226,7 @@ class RateLimit:
         self.db = db
         self.name = name
         self.limit = limit
-        self.per_ms = duration_ms(per, "per", allow_zero=False)
+        self.per_ms = lease_ms(per, "per")
 
     def try_acquire(self) -> RateDecision:
         allowed, after, remaining = self.db._h.ratelimit_try(self.name, self.limit, self.per_ms)

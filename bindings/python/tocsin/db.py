@@ -162,9 +162,9 @@ class Database:
     def __init__(self, path: Union[str, "os.PathLike[str]"], *, busy_timeout: Duration = 5.0,
                  max_payload_bytes: Optional[int] = None, read_only: bool = False) -> None:
         self.path = os.fspath(path)
-        busy_ms = duration_ms(busy_timeout, "busy_timeout", allow_zero=False)
-        if busy_ms > 2 ** 31 - 1:  # the core's busy timeout is an int of ms
-            raise InvalidArgument("busy_timeout must be at most %d s" % ((2 ** 31 - 1) // 1000))
+        # the core's busy timeout is an int of ms
+        busy_ms = duration_ms(busy_timeout, "busy_timeout", allow_zero=False, max_ms=2 ** 31 - 1,
+                              max_note="about 24 days")
         if max_payload_bytes is not None:
             max_payload_bytes = as_int(max_payload_bytes, "max_payload_bytes", 1)
         # the core opens a WAL database in a directory it cannot write immutable
@@ -357,8 +357,11 @@ class Database:
                             max_keep: Optional[int] = None, one_in: int = 100) -> None:
         """Opt-in automatic trim stored in the database: about one notify in ``one_in``
         prunes (max_age, max_keep). one_in=0 turns it off."""
-        self._h.notify_set_autotrim(duration_ms(max_age, "max_age"), _count(max_keep, "max_keep"),
-                                    one_in)
+        age, keep = duration_ms(max_age, "max_age"), _count(max_keep, "max_keep")
+        one_in = as_int(one_in, "one_in")
+        if one_in and not age and not keep:  # the core's message names max_age_ms
+            raise InvalidArgument("set_notify_autotrim needs max_age or max_keep (one_in=0 turns it off)")
+        self._h.notify_set_autotrim(age, keep, one_in)
 
 
     # ---- waiting: the wake engine ----

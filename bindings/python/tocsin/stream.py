@@ -129,5 +129,7 @@ class Stream:
         (below_consumers=True) those every consumer has passed. Returns how many."""
         if max_count is not None:
             max_count = as_int(max_count, "max_count", 1)
-        return self.db._hx().trim(self.topic, duration_ms(max_age, "max_age"), max_count or 0,
-                            bool(below_consumers))
+        age = duration_ms(max_age, "max_age")
+        if not age and not max_count and not below_consumers:  # the core's names max_age_ms
+            raise InvalidArgument("trim needs max_age, max_count or below_consumers")
+        return self.db._hx().trim(self.topic, age, max_count or 0, bool(below_consumers))

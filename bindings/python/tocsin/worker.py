@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, Optional
 
 from . import _tocsin
 from ._tocsin import Closed, Error, InvalidArgument, LeaseLost
-from ._util import Duration, as_int, duration_ms, dumps
+from ._util import Duration, as_int, duration_ms, dumps, lease_ms
 from .coord import default_owner
 from .tasks import JobContext, Task, _current
 from .wake import readable
@@ -220,10 +220,10 @@ class Worker:
             raise InvalidArgument("worker_id must be a str, not %s" % type(worker_id).__name__)
         self.worker_id = default_owner() if worker_id is None else worker_id
         db._h.check_name("worker id", self.worker_id)
-        self.visibility_ms = duration_ms(visibility, "visibility", allow_zero=False)
+        self.visibility_ms = duration_ms(visibility, "visibility", allow_zero=False, min_ms=3)
         self.shutdown_timeout = duration_ms(shutdown_timeout, "shutdown_timeout") / 1000.0
         self.scheduler = bool(scheduler)
-        self.scheduler_ttl_ms = duration_ms(scheduler_ttl, "scheduler_ttl", allow_zero=False)
+        self.scheduler_ttl_ms = lease_ms(scheduler_ttl, "scheduler_ttl", min_ms=3)
         self.processed = self.failed = self.retried = self.handed_back = 0
         self._w: Any = None
         self._tasks: Dict[str, Task] = {}

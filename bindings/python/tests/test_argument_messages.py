@@ -1,0 +1,116 @@
+"""A bad duration or instant is refused naming the Python argument, in seconds (the
+core's messages name its C argument, delay_ms, in milliseconds), and nothing is written."""
+import datetime as dt
+import re
+
+import pytest
+
+import tocsin
+from tocsin import _tocsin
+
+from conftest import count
+
+BIG = 10 ** 12  # seconds: 1000 times the core's bound
+MAX_S = "%d.%03d" % divmod(_tocsin.MAX_TIME_MS, 1000)
+
+
+def refused(match, fn, *args, **kwargs):
+    with pytest.raises(tocsin.InvalidArgument, match=match) as e:
+        fn(*args, **kwargs)
+    assert isinstance(e.value, ValueError)
+    assert "_ms" not in str(e.value) and " ms" not in str(e.value), str(e.value)
+    return str(e.value)
+
+
+def test_the_bound_is_the_cores():
+    assert _tocsin.MAX_TIME_MS == 253402300799999
+    assert MAX_S == "253402300799.999"
+
+
+def test_enqueue_durations_and_instants_name_the_argument_in_seconds(db):
+    q = db.queue("q")
+    msg = refused("^delay must be at most %s s \\(about 8030 years\\), not %d s$" % (MAX_S, BIG),
+                  q.enqueue, {}, delay=BIG)
+    assert msg.endswith("not 1000000000000 s")
+    refused("^delay must be at most .* not 1e\\+300 s$", q.enqueue, {}, delay=1e300)
+    refused("^delay must be at most .* not 1e\\+308 s$", q.enqueue, {}, delay=1e308)
+    refused("^delay must be at most .* not 1.000e\\+400 s$", q.enqueue, {}, delay=10 ** 400)
+    refused("^delay must be at most .* not 999999999 days, 23:59:59.999999$",
+            q.enqueue, {}, delay=dt.timedelta.max)
+    refused("^delay must be finite$", q.enqueue, {}, delay=float("inf"))
+    refused("^delay must be finite$", q.enqueue, {}, delay=float("nan"))
+    refused("^delay must be >= 0$", q.enqueue, {}, delay=-1)
+    refused("^expires must be at most %s s .* not %d s$" % (MAX_S, BIG), q.enqueue, {}, expires=BIG)
+    refused("^run_at must be at most %s s since the epoch \\(9999-12-31 23:59:59.999 UTC\\), not %d$"
+            % (MAX_S, BIG), q.enqueue, {}, run_at=BIG)
+    refused("^run_at must be at most 9999-12-31 23:59:59.999 UTC, not 9999-12-31 23:59:59.999999$",
+            q.enqueue, {}, run_at=dt.datetime.max)
+    refused("^run_at must be a positive instant$", q.enqueue, {}, run_at=float("nan"))
+    refused("^give delay or run_at, not both$", q.enqueue, {}, delay=1, run_at=2e9)
+    task = q.task()(lambda: 1)
+    refused("^delay must be at most", task.enqueue, (), delay=BIG)
+    assert q.stats()["pending"] + q.stats()["scheduled"] == 0
+    # the bound itself is accepted
+    q.enqueue({}, delay=_tocsin.MAX_TIME_MS / 1000)
+    q.enqueue({}, run_at=dt.datetime(9999, 12, 31, 23, 59, 59, 999000, tzinfo=dt.timezone.utc))
+    assert q.stats()["scheduled"] == 2
+
+
+def test_job_calls_name_the_argument_in_seconds(db):
+    q = db.queue("q")
+    q.enqueue({})
+    refused("^visibility must be at most %s s" % MAX_S, q.claim, "w", visibility=BIG)
+    refused("^visibility must be at most", q.claim_batch, 2, "w", visibility=BIG)
+    assert q.stats()["processing"] == 0
+    job = q.claim("w")
+    refused("^delay must be at most", q.retry, job, BIG)
+    refused("^delay must be at most", job.retry, BIG)
+    refused("^extend must be at most", q.heartbeat, job, BIG)
+    refused("^timeout must be at most", q.wait, BIG)
+    refused("^before must be at most %s s since the epoch" % MAX_S, q.purge, before=BIG)
+    assert q.stats()["processing"] == 1 and q.stats()["pending"] == 0
+    refused("^ttl must be at most %s s" % MAX_S, db.save_result, job.id, 1, ttl=BIG)
+    assert count(db, "_tocsin_results") == 0
+
+
+def test_trim_and_prune_name_their_keywords(db):
+    t = db.stream("t")
+    t.publish(1)
+    refused("^trim needs max_age, max_count or below_consumers$", t.trim)
+    refused("^max_age must be at most %s s" % MAX_S, t.trim, max_age=BIG)
+    db.notify("c", "x")
+    refused("^max_age must be at most", db.prune_notifications, max_age=BIG)
+    refused("^max_age must be at most", db.prune, notifications_max_age=BIG)
+    refused("^set_notify_autotrim needs max_age or max_keep", db.set_notify_autotrim)
+    refused("^max_age must be at most", db.set_notify_autotrim, max_age=BIG)
+    refused("^max_keep and one_in must be >= 0$", db.set_notify_autotrim, max_keep=1, one_in=-1)
+    db.set_notify_autotrim(one_in=0)  # off needs neither
+    assert len(t.read()) == 1 and count(db, "_tocsin_notifications") == 1
+
+
+def test_leases_and_windows_are_bounded_to_366_days_in_seconds(db):
+    days400 = 400 * 86400
+    refused("^ttl must be at most 31622400 s \\(366 days\\), not %d s$" % days400,
+            db.lock, "l", ttl=days400)
+    refused("^ttl must be at most 31622400 s", db.lock("l", ttl=1).renew, days400)
+    refused("^per must be at most 31622400 s \\(366 days\\), not 400 days, 0:00:00$",
+            db.rate_limit, "r", 1, dt.timedelta(days=400))
+    assert db.lock_holder("l")[0] is None
+    refused("^scheduler_ttl must be at most 31622400 s", tocsin.Worker, db, ["q"], scheduler_ttl=days400)
+    refused("^visibility must be at least 0.003 s, not 0.002 s$", tocsin.Worker, db, ["q"],
+            visibility=0.002)
+    refused("^visibility must be at most", tocsin.Worker, db, ["q"], visibility=BIG)
+
+
+def test_other_durations_and_instants_name_the_argument(db, path):
+    q = db.queue("q")
+    refused("^backoff must be at most", lambda: q.task(backoff=BIG)(lambda: 1))
+    refused("^timeout must be at most", lambda: q.task(timeout=BIG)(lambda: 1))
+    refused("^result_ttl must be at most", lambda: q.task(result_ttl=BIG)(lambda: 1))
+    refused("^job_expires must be at most", db.schedule, "s", "* * * * *", "q", job_expires=BIG)
+    assert count(db, "_tocsin_schedules") == 0
+    refused("^after must be at most %s s since the epoch" % MAX_S, tocsin.cron_next, "* * * * *", BIG)
+    refused("^busy_timeout must be at most 2147483.647 s \\(about 24 days\\)", tocsin.open, path,
+            busy_timeout=10 ** 7)
+    refused("^timeout must be at most", db.wait_result, 1, BIG)
+    assert re.search("at most", refused("timeout", db.subscribe().wait, BIG))
