@@ -8,7 +8,7 @@ module Tocsin
     def initialize(db, name, ttl, owner)
       @db = db
       @name = name
-      @ttl_ms = Util.ms(ttl, "ttl", nil_ok: false)
+      @ttl_ms = Util.lease_ms(ttl, "ttl")
       @owner = owner.nil? ? Util.default_owner : Util.name!(owner, "owner")
       @token = 0
     end
@@ -50,7 +50,7 @@ module Tocsin
 
     # Extends the lease (true), or false when it was taken over (fencing).
     def renew(ttl: nil)
-      ttl_ms = ttl.nil? ? @ttl_ms : Util.ms(ttl, "ttl")
+      ttl_ms = ttl.nil? ? @ttl_ms : Util.lease_ms(ttl, "ttl")
       raise InvalidArgument, "the lock is not held" unless held?
 
       @db.native.lock_renew(@name, @owner, @token, ttl_ms)
@@ -76,7 +76,7 @@ module Tocsin
       @db = db
       @name = name
       @limit = Util.int!(limit, "limit")
-      @per_ms = Util.ms(per, "per", nil_ok: false)
+      @per_ms = Util.lease_ms(per, "per")
     end
 
     def try = Decision.new(*@db.native.ratelimit_try(@name, @limit, @per_ms))

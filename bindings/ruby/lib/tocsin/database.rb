@@ -56,7 +56,7 @@ module Tocsin
 
     def initialize(path, busy_timeout: 5, max_payload: nil, read_only: false, check_sqlite: true)
       @path = Util.text(Util.path!(path), "path")
-      busy_ms = Util.ms(busy_timeout, "busy_timeout", nil_ok: false)
+      busy_ms = Util.ms(busy_timeout, "busy_timeout", nil_ok: false, max_ms: 2**31 - 1) # a C int of ms
       Util.int!(max_payload, "max_payload", nil_ok: true)
       Util.bool!(read_only, "read_only")
       OneSQLite.check! if Util.bool!(check_sqlite, "check_sqlite")
@@ -352,7 +352,13 @@ module Tocsin
     end
 
     def set_notify_autotrim(max_age: nil, max_keep: nil, one_in: 100)
-      native.notify_autotrim(Util.ms(max_age, "max_age"), max_keep, one_in)
+      age = Util.ms(max_age, "max_age")
+      # (the core's message names max_age_ms)
+      if one_in.is_a?(Integer) && one_in.positive? && (age.nil? || age.zero?) && (max_keep.nil? || max_keep == 0)
+        raise InvalidArgument, "set_notify_autotrim needs max_age: or max_keep: (one_in: 0 turns it off)"
+      end
+
+      native.notify_autotrim(age, max_keep, one_in)
     end
 
     # Calls task +task+ (registered by a worker of any runtime) on +queue+ with

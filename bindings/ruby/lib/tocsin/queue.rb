@@ -90,14 +90,14 @@ module Tocsin
 
     # Claims one job for +worker_id+ (leased for +visibility+ seconds), or nil.
     def claim(worker_id, visibility: DEFAULT_VISIBILITY)
-      vis = visibility.equal?(DEFAULT_VISIBILITY) ? DEFAULT_VISIBILITY_MS : Util.ms(visibility, "visibility", nil_ok: false)
+      vis = visibility.equal?(DEFAULT_VISIBILITY) ? DEFAULT_VISIBILITY_MS : Util.ms(visibility, "visibility", nil_ok: false, min_ms: 1)
       row = @db.native.claim(@name, Util.name!(worker_id, "worker_id"), 1, vis)[0]
       row && Job.new(self, row)
     end
 
     def claim_batch(n, worker_id, visibility: DEFAULT_VISIBILITY)
       Util.int!(n, "claim count")
-      @db.native.claim(@name, Util.name!(worker_id, "worker_id"), n, Util.ms(visibility, "visibility", nil_ok: false))
+      @db.native.claim(@name, Util.name!(worker_id, "worker_id"), n, Util.ms(visibility, "visibility", nil_ok: false, min_ms: 1))
          .map { |r| Job.new(self, r) }
     end
 
@@ -139,7 +139,7 @@ module Tocsin
 
     def heartbeat(job, token = nil, extend: DEFAULT_VISIBILITY)
       id, tok = id_token(job, token)
-      @db.native.heartbeat(id, tok, Util.ms(extend, "extend", nil_ok: false))
+      @db.native.heartbeat(id, tok, Util.ms(extend, "extend", nil_ok: false, min_ms: 1))
     end
 
     def cancel(job) = @db.native.cancel(job.is_a?(Job) ? job.id : job)
@@ -178,7 +178,7 @@ module Tocsin
       # checked before the first claim (and by the Enumerator's creation): a bad
       # timeout would otherwise surface only once the queue runs dry
       Util.name!(worker_id, "worker_id")
-      Util.ms(visibility, "visibility", nil_ok: false)
+      Util.ms(visibility, "visibility", nil_ok: false, min_ms: 1)
       Util.int!(batch, "batch (the claim count)")
       Util.ms(timeout, "timeout")
       return enum_for(:each_job, worker_id, visibility: visibility, batch: batch, timeout: timeout) unless block_given?
@@ -257,6 +257,9 @@ module Tocsin
       if !max_attempts.nil? && !(max_attempts.is_a?(Integer) && max_attempts.between?(1, Native::MAX_ATTEMPTS))
         raise InvalidArgument, "#{at}max_attempts must be between 1 and #{Native::MAX_ATTEMPTS}, not #{max_attempts.is_a?(Integer) ? max_attempts : Util.kind(max_attempts)}"
       end
+
+      # (the core's message names delay_ms and run_at_ms)
+      raise InvalidArgument, "#{at.empty? ? "" : "#{at.strip}: "}give delay or run_at, not both" unless delay.nil? || run_at.nil?
 
       [priority, Util.ms(delay, "#{at}delay"), Util.instant_ms(run_at, "#{at}run_at"), max_attempts,
        Util.ms(expires, "#{at}expires"), Util.str!(unique_key, "#{at}unique_key", nil_ok: true), meta_json(meta, at)]

@@ -45,6 +45,8 @@ module Tocsin
                 unique_key: nil, meta: nil)
       o = {}
       o[:priority] = Util.int!(priority, "priority") unless priority.nil?
+      raise InvalidArgument, "give delay or run_at, not both" unless delay.nil? || run_at.nil?
+
       o[:delay_ms] = Util.ms(delay, "delay") unless delay.nil?
       o[:run_at_ms] = Util.instant_ms(run_at, "run_at") unless run_at.nil?
       o[:max_attempts] = Util.int!(max_attempts, "max_attempts") unless max_attempts.nil?

@@ -44,8 +44,14 @@ module Tocsin
     # Deletes events older than +max_age+ seconds, beyond the newest +max_count+,
     # and/or (+below_consumers+) those every consumer has passed. Returns the count.
     def trim(max_age: nil, max_count: nil, below_consumers: false)
-      @db.native.stream_trim(@topic, Util.ms(max_age, "max_age"), Util.int!(max_count, "max_count", nil_ok: true),
-                             Util.bool!(below_consumers, "below_consumers"))
+      age = Util.ms(max_age, "max_age")
+      Util.int!(max_count, "max_count", nil_ok: true)
+      # (the core's message names max_age_ms)
+      if (age.nil? || age.zero?) && (max_count.nil? || max_count.zero?) && !Util.bool!(below_consumers, "below_consumers")
+        raise InvalidArgument, "trim needs max_age:, max_count: or below_consumers: true"
+      end
+
+      @db.native.stream_trim(@topic, age, max_count, below_consumers)
     end
 
     # Replays from the consumer's saved offset (or +from_offset+), then goes live.

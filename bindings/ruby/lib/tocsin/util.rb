@@ -14,9 +14,19 @@ module Tocsin
 
     INT64 = (-2**63..2**63 - 1).freeze
 
-    # seconds (Numeric) -> ms; nil stays nil. The core checks the ranges (a
-    # value beyond 64 bits, NaN or an infinity cannot reach it: refused here).
-    def ms(seconds, what = "duration", nil_ok: true)
+    # The core's bound of every time and duration (TOCSIN_MAX_TIME_MS, 9999-12-31T23:59:59.999Z).
+    MAX_MS = Native::MAX_TIME_MS
+    # The core's bound of a lock's ttl and a rate limit's window (366 days; core/src/lock.c
+    # and ratelimit.c, not in tocsin.h).
+    LEASE_MAX_MS = 366 * 86_400 * 1000
+    MAX_TIME_TEXT = Time.at(Rational(MAX_MS, 1000)).utc.strftime("%Y-%m-%d %H:%M:%S.%L UTC").freeze
+
+    # seconds (Numeric) -> ms; nil stays nil. The ranges are checked here, in seconds
+    # and naming +what+ (the core's messages name its C argument, delay_ms, in ms):
+    # +min_ms+/+max_ms+ are the core's bounds for the argument (+note+ says what
+    # max_ms is, if not the core's bound of all). A value beyond them, NaN or an
+    # infinity never reaches the core.
+    def ms(seconds, what = "duration", nil_ok: true, min_ms: 0, max_ms: MAX_MS, note: nil)
       if seconds.nil?
         return nil if nil_ok
 
@@ -25,17 +35,44 @@ module Tocsin
       unless seconds.is_a?(Numeric) && seconds.real?
         raise InvalidArgument, "#{what} must be a number of seconds, not #{kind(seconds)}"
       end
-      # (a Numeric of the application's may lack what a number of seconds needs)
-      f = number_op(seconds, what) { Float(seconds) }
-      raise InvalidArgument, "#{what} must be a finite number of seconds, not #{seconds}" if f.nan? || f.infinite?
+      # (a Numeric of the application's may lack what a number of seconds needs;
+      # an Integer is exact at any size)
+      f = seconds.is_a?(Integer) ? seconds : number_op(seconds, what) { Float(seconds) }
+      raise InvalidArgument, "#{what} must be a finite number of seconds, not #{seconds}" if f.is_a?(Float) && (f.nan? || f.infinite?)
       # no duration is negative: the core reads some negative values as "none" or
       # "the backoff", which a caller spells by leaving the option out
-      raise InvalidArgument, "#{what} must be >= 0 seconds, not #{seconds}" if f.negative?
+      raise InvalidArgument, "#{what} must be >= 0 seconds, not #{shown(seconds)}" if f.negative?
 
+      # (the words of the native layer's own range checks, busy_timeout's)
+      out = lambda do
+        raise InvalidArgument, "#{what} must be between #{seconds_text(min_ms)} and #{seconds_text(max_ms)} seconds" \
+                               "#{note && " (#{note})"}, not #{shown(seconds)} seconds"
+      end
+      out.call if f * 1000 > max_ms
       v = number_op(seconds, what) { (seconds * 1000).round }
-      raise InvalidArgument, "#{what} is out of range: #{seconds} seconds" unless v.is_a?(Integer) && INT64.cover?(v)
+      out.call unless v.is_a?(Integer) && v.between?(min_ms, max_ms)
 
       v
+    end
+
+    # A lock's ttl or a rate limit's window: seconds -> ms, 1 ms to 366 days.
+    def lease_ms(seconds, what, nil_ok: false, min_ms: 1)
+      ms(seconds, what, nil_ok: nil_ok, min_ms: min_ms, max_ms: LEASE_MAX_MS, note: "366 days")
+    end
+
+    # 253402300799.999, 31622400, 0.003: ms as seconds, for messages
+    def seconds_text(ms)
+      s, frac = ms.divmod(1000)
+      frac.zero? ? s.to_s : format("%d.%03d", s, frac).sub(/0+\z/, "")
+    end
+
+    # A number as the caller wrote it, for messages (not 400 digits of it).
+    def shown(v)
+      t = v.to_s
+      return t unless v.is_a?(Integer) && t.length > 24
+
+      d = t.delete_prefix("-")
+      "#{v.negative? ? "-" : ""}#{d[0]}.#{d[1, 3]}e+#{d.length - 1}"
     end
 
     def number_op(seconds, what)
@@ -44,17 +81,25 @@ module Tocsin
       raise InvalidArgument, "#{what} must be a number of seconds: #{kind(seconds)} cannot be used as one (#{e.class})"
     end
 
-    # Time / epoch ms (Integer) -> ms
+    # Time / epoch ms (Integer) -> ms, from 0 (the epoch) to the core's bound (checked
+    # here: the core's message names its C argument).
     def instant_ms(t, what = "instant")
-      v = case t
-          when nil then return nil
-          when Time then (t.to_r * 1000).round
-          when Integer then t
-          else raise InvalidArgument, "#{what} must be a Time or epoch milliseconds (Integer), not #{kind(t)}"
-          end
-      raise InvalidArgument, "#{what} is out of range: #{t.inspect}" unless INT64.cover?(v)
+      case t
+      when nil then nil
+      when Time
+        v = (t.to_r * 1000).round
+        raise InvalidArgument, "#{what} must not be before 1970-01-01 00:00:00 UTC, not #{t}" if v.negative?
+        raise InvalidArgument, "#{what} must be at most #{MAX_TIME_TEXT}, not #{t}" if v > MAX_MS
 
-      v
+        v
+      when Integer
+        if t.negative? || t > MAX_MS
+          raise InvalidArgument, "#{what} must be epoch milliseconds from 0 to #{MAX_MS} (#{MAX_TIME_TEXT}), not #{shown(t)}"
+        end
+
+        t
+      else raise InvalidArgument, "#{what} must be a Time or epoch milliseconds (Integer), not #{kind(t)}"
+      end
     end
 
     def now_ms = Process.clock_gettime(Process::CLOCK_REALTIME, :millisecond)

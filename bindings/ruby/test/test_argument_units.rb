@@ -1,0 +1,128 @@
+# frozen_string_literal: true
+
+require_relative "test_helper"
+require "tocsin/sql"
+
+# A duration or instant out of the core's range is refused naming the Ruby
+# keyword, in the caller's unit (seconds; epoch milliseconds for an Integer
+# instant) -- never the core's message, which names its C argument (delay_ms)
+# in ms -- and nothing is written. So are the "needs one of" / "not both" cases.
+class TestArgumentUnits < Minitest::Test
+  include TocsinTest
+
+  BIG = 10**12 # seconds: 1000 times the core's bound
+  MAX_S = "253402300799.999"
+
+  def refused(what, &call)
+    e = assert_raises(Tocsin::InvalidArgument, "#{what.inspect} at #{call.source_location.inspect}", &call)
+    assert_match what, e.message, "at #{call.source_location.inspect}"
+    refute_match(/_ms\b/, e.message)
+    e
+  end
+
+  def snapshot
+    [db.stats, db.stream("s").read(limit: 1000).size, db.notifications("c").size, db.schedules.size,
+     db.result(@job.id), db.lock_holder("l")]
+  end
+
+  def setup
+    super
+    db.set_time(1_700_000_000_000)
+    q = db.queue("q")
+    q.enqueue("a")
+    @job = q.claim("w")
+    db.stream("s").publish(1)
+    db.notify("c", "x")
+    @before = snapshot
+  end
+
+  def teardown
+    assert_equal @before, snapshot, "a refused call wrote something" if @before && !@db&.closed?
+    super
+  end
+
+  def test_the_bound_is_the_cores
+    assert_equal 253_402_300_799_999, Tocsin::Util::MAX_MS
+    assert_equal MAX_S, Tocsin::Util.seconds_text(Tocsin::Native::MAX_TIME_MS)
+  end
+
+  def test_enqueue_names_the_keyword_in_seconds
+    q = db.queue("q")
+    e = refused(/\Adelay must be between 0 and #{MAX_S} seconds, not 1000000000000 seconds\z/) { q.enqueue(1, delay: BIG) }
+    assert_equal Tocsin::InvalidArgument::CODE, e.code
+    refused(/\Adelay must be between 0 and #{MAX_S} seconds, not 1.0e\+300 seconds\z/) { q.enqueue(1, delay: 1e300) }
+    refused(/\Adelay must be between 0 and #{MAX_S} seconds, not 1.000e\+400 seconds\z/) { q.enqueue(1, delay: 10**400) }
+    refused(/\Adelay must be a finite number of seconds, not Infinity\z/) { q.enqueue(1, delay: Float::INFINITY) }
+    refused(/\Adelay must be >= 0 seconds, not -1\z/) { q.enqueue(1, delay: -1) }
+    refused(/\Aexpires must be between 0 and #{MAX_S} seconds/) { q.enqueue(1, expires: BIG) }
+    refused(/\Arun_at must be epoch milliseconds from 0 to 253402300799999 \(9999-12-31 23:59:59.999 UTC\), not -1\z/) do
+      q.enqueue(1, run_at: -1)
+    end
+    refused(/\Arun_at must be epoch milliseconds from 0 to 253402300799999/) { q.enqueue(1, run_at: 10**15) }
+    refused(/\Arun_at must be at most 9999-12-31 23:59:59.999 UTC, not /) { q.enqueue(1, run_at: Time.at(BIG)) }
+    refused(/\Arun_at must not be before 1970-01-01/) { q.enqueue(1, run_at: Time.at(-1)) }
+    refused(/\Agive delay or run_at, not both\z/) { q.enqueue(1, delay: 1, run_at: Time.now) }
+    refused(/\Ajobs\[1\]: give delay or run_at, not both\z/) do
+      q.enqueue_many([2, { payload: 3, delay: 1, run_at: Time.now }])
+    end
+    refused(/\Ajobs\[0\] delay must be between 0 and/) { q.enqueue_many([{ payload: 3, delay: BIG }]) }
+    refused(/\Adelay must be between 0 and/) { q.call("t", delay: BIG) }
+    refused(/\Aresult_ttl must be between 0 and/) { q.call("t", result_ttl: BIG) }
+    refused(/\Agive delay or run_at, not both\z/) { Tocsin::SQL.enqueue(nil, "q", 1, delay: 1, run_at: 5) }
+    # the bounds themselves are accepted
+    q.enqueue(1, delay: Rational(Tocsin::Util::MAX_MS, 1000))
+    q.enqueue(1, run_at: Tocsin::Util::MAX_MS)
+    assert_equal 2, db.stats.find { |s| s["queue"] == "q" }["scheduled"]
+    @before = snapshot
+  end
+
+  def test_job_calls_name_the_keyword_in_seconds
+    q = db.queue("q")
+    refused(/\Avisibility must be between 0.001 and #{MAX_S} seconds, not 0 seconds\z/) { q.claim("w", visibility: 0) }
+    refused(/\Avisibility must be between 0.001 and/) { q.claim_batch(2, "w", visibility: BIG) }
+    refused(/\Adelay must be between 0 and/) { q.retry(@job, delay: BIG) }
+    refused(/\Adelay must be between 0 and/) { q.hand_back(@job, delay: BIG) }
+    refused(/\Aextend must be between 0.001 and/) { q.heartbeat(@job, extend: 0) }
+    refused(/\Atimeout must be between 0 and/) { q.wait(timeout: BIG) }
+    refused(/\Abefore must be epoch milliseconds from 0 to/) { q.purge(before: 10**15) }
+    refused(/\Attl must be between 0 and/) { db.save_result(@job.id, 1, ttl: BIG) }
+    refused(/\Atimeout must be between 0 and/) { db.listen("c", timeout: BIG) }
+  end
+
+  def test_trim_and_autotrim_name_their_keywords
+    refused(/\Atrim needs max_age:, max_count: or below_consumers: true\z/) { db.stream("s").trim }
+    refused(/\Atrim needs/) { db.stream("s").trim(max_age: 0, max_count: 0) }
+    refused(/\Amax_age must be between 0 and/) { db.stream("s").trim(max_age: BIG) }
+    refused(/\Aset_notify_autotrim needs max_age: or max_keep: \(one_in: 0 turns it off\)\z/) { db.set_notify_autotrim }
+    refused(/\Amax_age must be between 0 and/) { db.set_notify_autotrim(max_age: BIG) }
+    refused(/\Anotifications_max_age must be between 0 and/) { db.prune(notifications_max_age: BIG) }
+    refused(/\Adead_before must be epoch milliseconds/) { db.prune(dead_before: -5) }
+    db.set_notify_autotrim(one_in: 0) # off needs neither
+  end
+
+  def test_leases_and_windows_are_bounded_in_seconds
+    refused(/\Attl must be between 0.001 and 31622400 seconds \(366 days\), not 34560000 seconds\z/) do
+      db.lock("l", ttl: 400 * 86_400)
+    end
+    refused(/\Attl must be between 0.001 and 31622400/) { db.lock("l", ttl: 0) }
+    refused(/\Attl must be between 0.001 and 31622400/) { db.lock("l2", ttl: 1).renew(ttl: BIG) }
+    refused(/\Aper must be between 0.001 and 31622400 seconds/) { db.rate_limit("r", limit: 1, per: 400 * 86_400) }
+    refused(/\Ascheduler_ttl must be between 0.003 and 31622400/) { Tocsin::Worker.new(db, queues: ["q"], scheduler_ttl: BIG) }
+    refused(/\Avisibility must be between 0.003 and #{MAX_S} seconds, not 0.002 seconds\z/) do
+      Tocsin::Worker.new(db, queues: ["q"], visibility: 0.002)
+    end
+    refused(/\Ashutdown_timeout must be between 0 and/) { Tocsin::Worker.new(db, queues: ["q"], shutdown_timeout: BIG) }
+  end
+
+  def test_other_durations_and_instants
+    refused(/\Abackoff must be between 0 and/) { Tocsin.task("t1", -> {}, backoff: BIG) }
+    refused(/\Atimeout must be between 0 and/) { Tocsin.task("t2", -> {}, timeout: BIG) }
+    refused(/\Ajob_expires must be between 0 and/) { db.schedule("s", "* * * * *", queue: "q", job_expires: BIG) }
+    # (the core's cron_next left no message: this raised an earlier call's)
+    refused(/\Aafter must be epoch milliseconds from 0 to/) { Tocsin.cron_next("* * * * *", after: 10**15) }
+    refused(/\Abusy_timeout must be between 0 and 2147483.647 seconds, not 1000000000000 seconds\z/) do
+      Tocsin.open(File.join(@dir, "other.db"), busy_timeout: BIG)
+    end
+    refute File.exist?(File.join(@dir, "other.db"))
+  end
+end
