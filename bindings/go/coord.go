@@ -63,6 +63,9 @@ func resultFrom(r *C.tocsin_result) *Result {
 
 // SaveResult stores v as job's result, kept ttl (0: forever).
 func (c *conn) SaveResult(ctx context.Context, jobID int64, v any, ttl time.Duration) error {
+	if err := nonNeg("result_save", "ttl", ttl); err != nil {
+		return err
+	}
 	val, err := marshal(v, "SaveResult value")
 	if err != nil {
 		return err
@@ -77,6 +80,9 @@ func (c *conn) SaveResult(ctx context.Context, jobID int64, v any, ttl time.Dura
 
 // SaveError records a task error as job's result.
 func (c *conn) SaveError(ctx context.Context, jobID int64, errType, message string, ttl time.Duration) error {
+	if err := nonNeg("result_save_error", "ttl", ttl); err != nil {
+		return err
+	}
 	var cs cstrings
 	defer cs.free()
 	ct, cm := cs.str(errType), cs.str(message)
@@ -150,6 +156,9 @@ func (l *Lock) Until() time.Time { return l.until }
 // TryAcquire takes the lock if it is free (or ours: then extended); false when another
 // owner holds it.
 func (l *Lock) TryAcquire(ctx context.Context) (bool, error) {
+	if err := lease("lock_acquire", "Lock.TTL", l.TTL); err != nil {
+		return false, err
+	}
 	var cs cstrings
 	defer cs.free()
 	cn, co := cs.str(l.Name), cs.str(l.Owner)
@@ -169,6 +178,9 @@ func (l *Lock) TryAcquire(ctx context.Context) (bool, error) {
 // Acquire waits until the lock is ours (tocsin_lock_wait: reads only while another
 // holds it), or ctx ends, or the DB closes.
 func (l *Lock) Acquire(ctx context.Context) error {
+	if err := lease("lock_wait", "Lock.TTL", l.TTL); err != nil {
+		return err
+	}
 	var cs cstrings
 	defer cs.free()
 	cn, co := cs.str(l.Name), cs.str(l.Owner)
@@ -190,6 +202,9 @@ func (l *Lock) Acquire(ctx context.Context) error {
 func (l *Lock) Renew(ctx context.Context) error {
 	if l.token == 0 {
 		return newErr(ErrLeaseLost, "lock_renew", "the lock is not held by this Lock")
+	}
+	if err := lease("lock_renew", "Lock.TTL", l.TTL); err != nil {
+		return err
 	}
 	var cs cstrings
 	defer cs.free()
@@ -261,6 +276,9 @@ type RateDecision struct {
 
 // Try asks for one admission.
 func (r *RateLimit) Try(ctx context.Context) (RateDecision, error) {
+	if err := lease("ratelimit_try", "RateLimit.Per", r.Per); err != nil {
+		return RateDecision{}, err
+	}
 	var cs cstrings
 	defer cs.free()
 	cn := cs.str(r.Name)
@@ -334,6 +352,9 @@ func (o *ScheduleOptions) fill(cs *cstrings, out *C.tocsin_schedule_opts) error 
 	out.version = C.TOCSIN_SCHEDULE_OPTS_VERSION
 	if o == nil {
 		return nil
+	}
+	if err := nonNeg("schedule_set", "ScheduleOptions.JobExpires", o.JobExpires); err != nil {
+		return err
 	}
 	out.priority = C.int64_t(o.Priority)
 	out.max_attempts = cint(o.MaxAttempts)
@@ -481,9 +502,6 @@ func (c *conn) SchedulerNextFire(ctx context.Context) (time.Time, bool, error) {
 	}
 	return fromMs(int64(v)), true, nil
 }
-
-// maxTimeMs is the core's last instant (9999-12-31T23:59:59.999Z).
-const maxTimeMs = 253402300799999
 
 // CronNext is the first fire time of expr strictly after `after` (ok false: none before
 // year 10000). ErrInvalid names the bad field.

@@ -363,6 +363,53 @@ func cint(v int) C.int {
 	return C.int(v)
 }
 
+// The core's bounds, checked here so that an error names the Go option or argument
+// (EnqueueOptions.RunAt, Lock.TTL) in Go's units: the core's messages name its C
+// argument (run_at_ms, ttl_ms) in milliseconds. A time.Duration (at most ~292 years)
+// never exceeds maxTimeMs; instants and the 366-day leases can.
+const (
+	maxTimeMs  = C.TOCSIN_MAX_TIME_MS   // 9999-12-31T23:59:59.999Z
+	maxLeaseMs = 366 * 24 * 3600 * 1000 // a lock's TTL, a rate limit's Per (core/src/lock.c, ratelimit.c)
+	maxLease   = time.Duration(maxLeaseMs) * time.Millisecond
+)
+
+// nonNeg refuses a negative duration, naming it.
+func nonNeg(op, what string, d time.Duration) error {
+	if d < 0 {
+		return newErr(ErrInvalid, op, what+" must be >= 0, not "+d.String())
+	}
+	return nil
+}
+
+// durIn refuses a duration outside [lo, hi], naming it; note says what hi is.
+func durIn(op, what string, d, lo, hi time.Duration, note string) error {
+	if d < lo || d > hi {
+		return newErr(ErrInvalid, op, fmt.Sprintf("%s must be between %v and %v%s, not %v", what, lo, hi, note, d))
+	}
+	return nil
+}
+
+// lease checks a lock's TTL or a rate limit's Per: over 0, at most 366 days.
+func lease(op, what string, d time.Duration) error {
+	if d <= 0 || d > maxLease {
+		return newErr(ErrInvalid, op, what+" must be > 0 and at most "+maxLease.String()+" (366 days), not "+d.String())
+	}
+	return nil
+}
+
+// instant refuses a time the core cannot store (before the Unix epoch, after the year
+// 9999), naming it; the zero Time is "none".
+func instant(op, what string, t time.Time) error {
+	if t.IsZero() {
+		return nil
+	}
+	if m := t.UnixMilli(); m <= 0 || m > maxTimeMs {
+		return newErr(ErrInvalid, op, what+" must be after the Unix epoch and at most 9999-12-31T23:59:59.999Z, not "+
+			t.String())
+	}
+	return nil
+}
+
 func toMs(t time.Time) int64 {
 	if t.IsZero() {
 		return 0

@@ -131,23 +131,37 @@ type EnqueueOptions struct {
 	Meta        any           // a JSON object of headers (map, struct or json.RawMessage)
 }
 
+// check refuses what the core would, naming the option (its messages name delay_ms...).
+func (o *EnqueueOptions) check() error {
+	if err := nonNeg("enqueue", "EnqueueOptions.Delay", o.Delay); err != nil {
+		return err
+	}
+	if err := nonNeg("enqueue", "EnqueueOptions.Expires", o.Expires); err != nil {
+		return err
+	}
+	if err := instant("enqueue", "EnqueueOptions.RunAt", o.RunAt); err != nil {
+		return err
+	}
+	if o.Delay != 0 && !o.RunAt.IsZero() {
+		return newErr(ErrInvalid, "enqueue", "give EnqueueOptions.Delay or RunAt, not both")
+	}
+	if o.MaxAttempts < 0 {
+		return newErr(ErrInvalid, "enqueue", "EnqueueOptions.MaxAttempts must be >= 1")
+	}
+	return nil
+}
+
 func (o *EnqueueOptions) fill(cs *cstrings, out *C.tocsin_enqueue_opts) error {
 	out.version = C.TOCSIN_ENQUEUE_OPTS_VERSION
 	if o == nil {
 		return nil
 	}
-	if o.Delay < 0 || o.Expires < 0 {
-		return newErr(ErrInvalid, "enqueue", "Delay and Expires must be >= 0")
+	if err := o.check(); err != nil {
+		return err
 	}
 	out.priority = C.int64_t(o.Priority)
 	out.delay_ms = C.int64_t(ms(o.Delay))
 	out.run_at_ms = C.int64_t(toMs(o.RunAt))
-	if !o.RunAt.IsZero() && o.RunAt.UnixMilli() <= 0 {
-		return newErr(ErrInvalid, "enqueue", "RunAt must be after the Unix epoch")
-	}
-	if o.MaxAttempts < 0 {
-		return newErr(ErrInvalid, "enqueue", "MaxAttempts must be >= 1")
-	}
 	out.max_attempts = cint(o.MaxAttempts)
 	out.expires_ms = C.int64_t(ms(o.Expires))
 	out.unique_key = cs.opt(o.UniqueKey)
@@ -240,6 +254,9 @@ func (q *Queue) Claim(ctx context.Context, worker string, max int, visibility ti
 	}
 	if visibility == 0 {
 		visibility = DefaultVisibility
+	}
+	if err := nonNeg("claim", "visibility", visibility); err != nil {
+		return nil, err
 	}
 	var cs cstrings
 	defer cs.free()
@@ -337,6 +354,9 @@ func (c *conn) Fail(ctx context.Context, id, token int64, errText string) error 
 
 // Heartbeat extends a lease to now + extend.
 func (c *conn) Heartbeat(ctx context.Context, id, token int64, extend time.Duration) error {
+	if extend <= 0 {
+		return newErr(ErrInvalid, "heartbeat", "extend must be > 0, not "+extend.String())
+	}
 	var ok C.int
 	if err := c.do(ctx, "heartbeat", func(p *C.tocsin_db) C.int {
 		return C.tocsin_job_heartbeat(p, &ok, C.int64_t(id), C.int64_t(token), C.int64_t(ms(extend)))
@@ -348,6 +368,9 @@ func (c *conn) Heartbeat(ctx context.Context, id, token int64, extend time.Durat
 
 // Complete saves value as the job's result (kept ttl; 0: forever) and acks it, atomically.
 func (c *conn) Complete(ctx context.Context, id, token int64, value any, ttl time.Duration) error {
+	if err := nonNeg("complete", "ttl", ttl); err != nil {
+		return err
+	}
 	v, err := marshal(value, "Complete value")
 	if err != nil {
 		return err
@@ -366,6 +389,9 @@ func (c *conn) Complete(ctx context.Context, id, token int64, value any, ttl tim
 
 // FailTask records a task error (type, message) as the job's result and fails the job.
 func (c *conn) FailTask(ctx context.Context, id, token int64, errType, message string, ttl time.Duration) error {
+	if err := nonNeg("fail_task", "ttl", ttl); err != nil {
+		return err
+	}
 	var cs cstrings
 	defer cs.free()
 	ct, cm := cs.str(errType), cs.str(message)
@@ -567,6 +593,9 @@ func (q *Queue) Requeue(ctx context.Context, id int64) error { return q.c.Requeu
 
 // Purge deletes the queue's dead jobs that died before `before` (zero: all of them).
 func (q *Queue) Purge(ctx context.Context, before time.Time) (int64, error) {
+	if err := instant("dead_purge", "before", before); err != nil {
+		return 0, err
+	}
 	var cs cstrings
 	defer cs.free()
 	cq := cs.str(q.name)

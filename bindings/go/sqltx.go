@@ -118,6 +118,9 @@ func (o *EnqueueOptions) sqlOptionsWith(m map[string]any) (any, error) {
 	if o == nil {
 		o = &EnqueueOptions{}
 	}
+	if err := o.check(); err != nil {
+		return nil, err
+	}
 	if o.Priority != 0 {
 		m["priority"] = o.Priority
 	}

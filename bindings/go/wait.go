@@ -363,6 +363,16 @@ type TrimOptions struct {
 
 // Trim deletes events and counts them.
 func (s *Stream) Trim(ctx context.Context, opts TrimOptions) (int64, error) {
+	// (the core's messages name max_age_ms and max_count)
+	if err := nonNeg("stream_trim", "TrimOptions.MaxAge", opts.MaxAge); err != nil {
+		return 0, err
+	}
+	if opts.MaxCount < 0 {
+		return 0, newErr(ErrInvalid, "stream_trim", fmt.Sprintf("TrimOptions.MaxCount must be >= 0, not %d", opts.MaxCount))
+	}
+	if opts.MaxAge == 0 && opts.MaxCount == 0 && !opts.BelowConsumers {
+		return 0, newErr(ErrInvalid, "stream_trim", "trim needs TrimOptions.MaxAge, MaxCount or BelowConsumers")
+	}
 	var cs cstrings
 	defer cs.free()
 	ct := cs.str(s.topic)
@@ -659,6 +669,12 @@ func (c *conn) NotifyMaxID(ctx context.Context) (int64, error) {
 // PruneNotifications deletes notifications older than maxAge and, per channel, all but
 // the newest maxKeep (0 disables a criterion).
 func (c *conn) PruneNotifications(ctx context.Context, maxAge time.Duration, maxKeep int64) (int64, error) {
+	if err := nonNeg("notify_prune", "maxAge", maxAge); err != nil {
+		return 0, err
+	}
+	if maxKeep < 0 {
+		return 0, newErr(ErrInvalid, "notify_prune", fmt.Sprintf("maxKeep must be >= 0, not %d", maxKeep))
+	}
 	var n C.int64_t
 	err := c.do(ctx, "notify_prune", func(p *C.tocsin_db) C.int {
 		return C.tocsin_notify_prune(p, &n, C.int64_t(ms(maxAge)), C.int64_t(maxKeep))
@@ -668,6 +684,16 @@ func (c *conn) PruneNotifications(ctx context.Context, maxAge time.Duration, max
 
 // SetNotifyAutotrim stores the automatic trim policy (oneIn 0: off).
 func (c *conn) SetNotifyAutotrim(ctx context.Context, maxAge time.Duration, maxKeep, oneIn int64) error {
+	// (the core's messages name max_age_ms, max_keep and one_in)
+	if err := nonNeg("notify_autotrim", "maxAge", maxAge); err != nil {
+		return err
+	}
+	if maxKeep < 0 || oneIn < 0 {
+		return newErr(ErrInvalid, "notify_autotrim", fmt.Sprintf("maxKeep and oneIn must be >= 0, not %d and %d", maxKeep, oneIn))
+	}
+	if oneIn > 0 && maxAge == 0 && maxKeep == 0 {
+		return newErr(ErrInvalid, "notify_autotrim", "auto-trim needs maxAge or maxKeep (oneIn 0 turns it off)")
+	}
 	return c.do(ctx, "notify_autotrim", func(p *C.tocsin_db) C.int {
 		return C.tocsin_notify_set_autotrim(p, C.int64_t(ms(maxAge)), C.int64_t(maxKeep), C.int64_t(oneIn))
 	})

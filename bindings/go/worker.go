@@ -104,6 +104,27 @@ func (db *DB) NewWorker(opts WorkerOptions) (*Worker, error) {
 		opts.UnknownTaskDelay < 0 || opts.UnknownTaskHandbacks < 0 {
 		return nil, newErr(ErrInvalid, "worker_open", "durations and counts of WorkerOptions must be >= 0")
 	}
+	// the core's bounds, named as WorkerOptions fields (its messages name visibility_ms...)
+	if opts.Visibility != 0 && opts.Visibility < 3*time.Millisecond {
+		return nil, newErr(ErrInvalid, "worker_open", "WorkerOptions.Visibility must be 0 (30s) or at least 3ms, not "+
+			opts.Visibility.String())
+	}
+	if opts.SchedulerTTL != 0 {
+		if err := durIn("worker_open", "WorkerOptions.SchedulerTTL", opts.SchedulerTTL, 3*time.Millisecond, maxLease,
+			" (366 days)"); err != nil {
+			return nil, err
+		}
+	}
+	for name, t := range tasks {
+		for _, f := range []struct {
+			what string
+			d    time.Duration
+		}{{"BackoffBase", t.opts.BackoffBase}, {"BackoffCap", t.opts.BackoffCap}, {"Timeout", t.opts.Timeout}} {
+			if err := nonNeg("worker_register", fmt.Sprintf("TaskOptions.%s of task %q", f.what, name), f.d); err != nil {
+				return nil, err
+			}
+		}
+	}
 	if opts.Concurrency == 0 {
 		opts.Concurrency = 1
 	}
