@@ -368,9 +368,11 @@ func cint(v int) C.int {
 // argument (run_at_ms, ttl_ms) in milliseconds. A time.Duration (at most ~292 years)
 // never exceeds maxTimeMs; instants and the 366-day leases can.
 const (
-	maxTimeMs  = C.TOCSIN_MAX_TIME_MS   // 9999-12-31T23:59:59.999Z
-	maxLeaseMs = 366 * 24 * 3600 * 1000 // a lock's TTL, a rate limit's Per (core/src/lock.c, ratelimit.c)
+	maxTimeMs  = C.TOCSIN_MAX_TIME_MS  // 9999-12-31T23:59:59.999Z
+	maxLeaseMs = C.TOCSIN_MAX_LEASE_MS // a lock's TTL, a rate limit's Per, the scheduler's lease (366 days)
 	maxLease   = time.Duration(maxLeaseMs) * time.Millisecond
+	// a worker's Visibility and SchedulerTTL: 0 (their defaults) or at least this
+	minWorkerLease = time.Duration(C.TOCSIN_MIN_WORKER_LEASE_MS) * time.Millisecond
 )
 
 // nonNeg refuses a negative duration, naming it.

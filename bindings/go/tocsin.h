@@ -126,6 +126,12 @@ TOCSIN_API int tocsin_code_of_sqlite(int sqlite_rc);
  * within 0..TOCSIN_MAX_TIME_MS (9999-12-31T23:59:59.999Z); sums of the two
  * saturate there (a lease or delay that long never ends). */
 #define TOCSIN_MAX_TIME_MS 253402300799999LL
+/* A lock's ttl and a rate limit's window are 1..this (366 days), as is the
+ * scheduler's leader lease. */
+#define TOCSIN_MAX_LEASE_MS (366LL * 86400 * 1000)
+/* A worker's visibility (its runs' lease) and scheduler ttl are 0 (their
+ * defaults) or at least this: the worker renews each at a third of it. */
+#define TOCSIN_MIN_WORKER_LEASE_MS 3
 
 /* Library versions. Borrowed static strings. */
 TOCSIN_API const char *tocsin_version(void);

@@ -6172,7 +6172,7 @@ static const char SQL_LOCK_RELEASE[] =
     "UPDATE _tocsin_locks SET owner = NULL, expires_at = NULL, updated_at = ?4"
     " WHERE name = ?1 AND owner = ?2 AND token = ?3";
 
-#define LOCK_MAX_TTL_MS (366LL * 86400 * 1000)
+#define LOCK_MAX_TTL_MS TOCSIN_MAX_LEASE_MS
 
 /* Lock names beginning with "tocsin." are tocsin's own leases (the scheduler's
  * leader lease, TC_SCHEDULER_LOCK): only the core takes, renews or releases
@@ -6444,7 +6444,7 @@ static const char SQL_RATE_SWEEP[] = "DELETE FROM _tocsin_rate_hits WHERE expire
 static const char SQL_RATE_RESET[] = "DELETE FROM _tocsin_rate_hits WHERE name = ?1";
 
 #define RATE_MAX_LIMIT 1000000
-#define RATE_MAX_PER_MS (366LL * 86400 * 1000)
+#define RATE_MAX_PER_MS TOCSIN_MAX_LEASE_MS
 
 /* Steps a statement returning one integer. */
 static int rate_int(tocsin_db *db, sqlite3_stmt *st, int64_t *out, int *found, const char *what) {
@@ -8119,10 +8119,14 @@ static int worker_check_opts(tocsin_db *db, const tocsin_worker_opts *o) {
         if ((rc = tc_check_name(db, "queue name", o->queues[i])) != TOCSIN_OK) return rc;
     if (o->concurrency < 0 || o->concurrency > TOCSIN_MAX_BATCH)
         return tc_err(db, TOCSIN_INVALID, "concurrency must be between 1 and %d", TOCSIN_MAX_BATCH);
-    if (o->visibility_ms && (rc = tc_check_ms(db, "visibility_ms", o->visibility_ms, 3)) != TOCSIN_OK)
+    if (o->visibility_ms && (rc = tc_check_ms(db, "visibility_ms", o->visibility_ms, TOCSIN_MIN_WORKER_LEASE_MS)) != TOCSIN_OK)
         return rc;
-    if (o->scheduler_ttl_ms && (rc = tc_check_ms(db, "scheduler_ttl_ms", o->scheduler_ttl_ms, 3)) != TOCSIN_OK)
-        return rc;
+    if (o->scheduler_ttl_ms &&
+        (o->scheduler_ttl_ms < TOCSIN_MIN_WORKER_LEASE_MS || o->scheduler_ttl_ms > TOCSIN_MAX_LEASE_MS))
+        /* the leader lease is a lock: a longer ttl made every later lead fail */
+        return tc_err(db, TOCSIN_INVALID, "scheduler_ttl_ms must be between %d and %lld (366 days), not %lld",
+                      TOCSIN_MIN_WORKER_LEASE_MS, (long long)TOCSIN_MAX_LEASE_MS,
+                      (long long)o->scheduler_ttl_ms);
     if ((rc = tc_check_ms(db, "unknown_task_delay_ms", o->unknown_task_delay_ms, 0)) != TOCSIN_OK)
         return rc;
     if (o->unknown_task_handbacks < 0 || o->unknown_task_handbacks > TOCSIN_MAX_ATTEMPTS)

@@ -105,12 +105,12 @@ func (db *DB) NewWorker(opts WorkerOptions) (*Worker, error) {
 		return nil, newErr(ErrInvalid, "worker_open", "durations and counts of WorkerOptions must be >= 0")
 	}
 	// the core's bounds, named as WorkerOptions fields (its messages name visibility_ms...)
-	if opts.Visibility != 0 && opts.Visibility < 3*time.Millisecond {
-		return nil, newErr(ErrInvalid, "worker_open", "WorkerOptions.Visibility must be 0 (30s) or at least 3ms, not "+
-			opts.Visibility.String())
+	if opts.Visibility != 0 && opts.Visibility < minWorkerLease {
+		return nil, newErr(ErrInvalid, "worker_open", "WorkerOptions.Visibility must be 0 (30s) or at least "+
+			minWorkerLease.String()+", not "+opts.Visibility.String())
 	}
 	if opts.SchedulerTTL != 0 {
-		if err := durIn("worker_open", "WorkerOptions.SchedulerTTL", opts.SchedulerTTL, 3*time.Millisecond, maxLease,
+		if err := durIn("worker_open", "WorkerOptions.SchedulerTTL", opts.SchedulerTTL, minWorkerLease, maxLease,
 			" (366 days)"); err != nil {
 			return nil, err
 		}

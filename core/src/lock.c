@@ -21,7 +21,7 @@ static const char SQL_LOCK_RELEASE[] =
     "UPDATE _tocsin_locks SET owner = NULL, expires_at = NULL, updated_at = ?4"
     " WHERE name = ?1 AND owner = ?2 AND token = ?3";
 
-#define LOCK_MAX_TTL_MS (366LL * 86400 * 1000)
+#define LOCK_MAX_TTL_MS TOCSIN_MAX_LEASE_MS
 
 /* Lock names beginning with "tocsin." are tocsin's own leases (the scheduler's
  * leader lease, TC_SCHEDULER_LOCK): only the core takes, renews or releases

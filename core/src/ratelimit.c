@@ -21,7 +21,7 @@ static const char SQL_RATE_SWEEP[] = "DELETE FROM _tocsin_rate_hits WHERE expire
 static const char SQL_RATE_RESET[] = "DELETE FROM _tocsin_rate_hits WHERE name = ?1";
 
 #define RATE_MAX_LIMIT 1000000
-#define RATE_MAX_PER_MS (366LL * 86400 * 1000)
+#define RATE_MAX_PER_MS TOCSIN_MAX_LEASE_MS
 
 /* Steps a statement returning one integer. */
 static int rate_int(tocsin_db *db, sqlite3_stmt *st, int64_t *out, int *found, const char *what) {

@@ -131,7 +131,20 @@ static void bad_worker_options(void) {
     CHECK_EQ_I(tocsin_worker_open(&w, db, &o), TOCSIN_INVALID);
     CHECK(w == NULL);
     CHECK_EQ_I(t_count(db, "_tocsin_workers"), 0);
+    o.visibility_ms = TOCSIN_MIN_WORKER_LEASE_MS - 1;
+    CHECK_EQ_I(tocsin_worker_open(&w, db, &o), TOCSIN_INVALID);
     o.visibility_ms = 0;
+    /* the scheduler's leader lease is a lock: over 366 days, every lead failed later */
+    o.scheduler_ttl_ms = TOCSIN_MAX_LEASE_MS + 1;
+    CHECK_EQ_I(tocsin_worker_open(&w, db, &o), TOCSIN_INVALID);
+    CHECK(strstr(tocsin_errmsg(NULL), "scheduler_ttl_ms") != NULL);
+    o.scheduler_ttl_ms = TOCSIN_MIN_WORKER_LEASE_MS - 1;
+    CHECK_EQ_I(tocsin_worker_open(&w, db, &o), TOCSIN_INVALID);
+    CHECK(w == NULL);
+    o.scheduler_ttl_ms = TOCSIN_MAX_LEASE_MS;
+    CHECK_OK(db, tocsin_worker_open(&w, db, &o));
+    CHECK_OK(db, tocsin_worker_close(w));
+    o.scheduler_ttl_ms = 0;
     CHECK_OK(db, tocsin_worker_open(&w, db, &o));
     CHECK_EQ_I(t_count(db, "_tocsin_workers"), 1);
     CHECK_EQ_I(tocsin_worker_register(w, "bad\nname", NULL), TOCSIN_INVALID);

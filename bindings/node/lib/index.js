@@ -89,20 +89,26 @@ function metaJson(meta) {
   return toJson(meta, 'meta');
 }
 
-function ms(v, what) {
+// Durations and instants are the core's milliseconds; their bounds are checked here
+// so that a message names the option as JS spells it (delay, not the core's delay_ms).
+function ms(v, what, min = 0, max = native.MAX_TIME_MS, note = 'the year 9999') {
   if (v === undefined || v === null) return undefined;
   if (typeof v !== 'number' || !Number.isInteger(v)) throw invalid(`${what} must be an integer number of milliseconds`);
   // no duration is negative (the core reads some negative values as "none" or "the
   // backoff": those are spelled by leaving the option out)
   if (v < 0) throw invalid(`${what} must be >= 0 ms, not ${v}`);
+  if (v < min || v > max) throw invalid(`${what} must be between ${min} and ${max} ms (${note}), not ${v}`);
   return v;
 }
+
+/** A lock's ttl, a rate limit's window: 1 ms to 366 days. */
+function lease(v, what) { return ms(v, what, 1, native.MAX_LEASE_MS, '366 days'); }
 
 function instant(v, what) {
   if (v instanceof Date) {
     const t = v.getTime();
     if (Number.isNaN(t)) throw invalid(`${what} is an invalid Date`);
-    return t;
+    return ms(t, what);
   }
   return ms(v, what);
 }
@@ -433,7 +439,9 @@ class Database {
   }
   async setNotifyAutotrim(o) {
     o = opts(o, 'db.setNotifyAutotrim() options', ['maxAge', 'maxKeep', 'oneIn']);
-    return native.notifyAutotrim(this._h, ms(o.maxAge, 'maxAge') || 0, int(o.maxKeep, 'maxKeep') || 0, int(o.oneIn, 'oneIn') || 0);
+    const age = ms(o.maxAge, 'maxAge') || 0, keep = int(o.maxKeep, 'maxKeep') || 0, oneIn = int(o.oneIn, 'oneIn') || 0;
+    if (oneIn > 0 && !age && !keep) throw invalid('setNotifyAutotrim() needs maxAge or maxKeep (oneIn 0 turns it off)');
+    return native.notifyAutotrim(this._h, age, keep, oneIn);
   }
   /** Listens on `channel` from now on: an async iterator of Notifications and an EventEmitter ('notification'). */
   listen(channel, o) {
@@ -551,6 +559,9 @@ function scheduleOf(s) { return { ...s, payload: fromJson(s.payload), meta: from
 // ---- queues ----
 
 function enqueueArgs(o) {
+  if (o.delay !== undefined && o.delay !== null && o.runAt !== undefined && o.runAt !== null) {
+    throw invalid('give delay or runAt, not both');
+  }
   return [o.priority === undefined ? null : o.priority, ms(o.delay, 'delay'), instant(o.runAt, 'runAt'),
     o.maxAttempts === undefined ? null : o.maxAttempts, ms(o.expires, 'expires'),
     o.uniqueKey === undefined ? null : o.uniqueKey, metaJson(o.meta)];
@@ -608,7 +619,7 @@ class Queue {
   async _claim(n, workerId, o, call) {
     o = opts(o, `${call} options`, ['visibility']);
     const rows = await native.claim(this.db._h, this.name, str(workerId, 'workerId'), n,
-      o.visibility === undefined ? DEFAULT_VISIBILITY : ms(o.visibility, 'visibility'));
+      o.visibility === undefined ? DEFAULT_VISIBILITY : ms(o.visibility, 'visibility', 1));
     return rows.map((r) => new Job(this, r));
   }
   /** true when the token still held the lease (the job is done). { tx } */
@@ -638,7 +649,7 @@ class Queue {
   async heartbeat(job, o) {
     o = opts(o, 'heartbeat() options', ['tx', 'token', 'extend']);
     const [id, tok] = idOf(job, o.token);
-    return native.heartbeat(this.db._handle(o), id, tok, o.extend === undefined ? DEFAULT_VISIBILITY : ms(o.extend, 'extend'));
+    return native.heartbeat(this.db._handle(o), id, tok, o.extend === undefined ? DEFAULT_VISIBILITY : ms(o.extend, 'extend', 1));
   }
   /** Saves `value` as the job's result and acks it, atomically. { ttl, tx, token } */
   async complete(job, value, o) {
@@ -761,7 +772,10 @@ class Stream {
   async offset(consumer) { return native.offset(this.db._h, str(consumer, 'consumer'), this.topic); }
   async trim(o) {
     o = opts(o, 'stream.trim() options', ['maxAge', 'maxCount', 'belowConsumers']);
-    return native.trim(this.db._h, this.topic, ms(o.maxAge, 'maxAge') || 0, int(o.maxCount, 'maxCount') || 0, bool(o.belowConsumers, 'belowConsumers'));
+    const age = ms(o.maxAge, 'maxAge') || 0, count = int(o.maxCount, 'maxCount') || 0;
+    const below = bool(o.belowConsumers, 'belowConsumers');
+    if (!age && !count && !below) throw invalid('stream.trim() needs maxAge, maxCount or belowConsumers');
+    return native.trim(this.db._h, this.topic, age, count, below);
   }
   /**
    * Replays from the consumer's saved offset (or fromOffset), then follows
@@ -933,7 +947,7 @@ class Lock {
   constructor(db, name, o) {
     this.db = db;
     this.name = name;
-    this.ttl = o.ttl === undefined ? 30000 : ms(o.ttl, 'ttl');
+    this.ttl = o.ttl === undefined ? 30000 : lease(o.ttl, 'ttl');
     this.owner = o.owner === undefined ? defaultOwner() : str(o.owner, 'owner');
     this.token = 0;
     this.until = 0;
@@ -970,7 +984,7 @@ class Lock {
   }
   async renew(o) {
     o = opts(o, 'lock.renew() options', ['ttl']);
-    const ttl = o.ttl === undefined ? this.ttl : ms(o.ttl, 'ttl');
+    const ttl = o.ttl === undefined ? this.ttl : lease(o.ttl, 'ttl');
     const ok = await native.lockRenew(this.db._h, this.name, this.owner, this.token, ttl);
     if (ok) this.until = this.db.now() + ttl;
     return ok;
@@ -985,7 +999,7 @@ class Lock {
 
 class RateLimit {
   constructor(db, name, limit, per) {
-    this.db = db; this.name = name; this.limit = limit; this.per = ms(per, 'per');
+    this.db = db; this.name = name; this.limit = limit; this.per = lease(per, 'per');
   }
   /** { allowed, retryAfter (ms), remaining } */
   async tryAcquire() { return native.rateTry(this.db._h, this.name, this.limit, this.per); }
@@ -1098,7 +1112,7 @@ module.exports = {
   Result, Lock, RateLimit, loadablePath, load, enqueueSql, publishSql, notifySql, cronNext, versions,
   ...errors,
   // for lib/tasks.js and lib/worker.js
-  _internal: { ENQUEUE_KEYS, bool, native, toJson, fromJson, metaJson, ms, int, instant, str, opts, invalid, enqueueArgs, defaultOwner, waitFor, Result },
+  _internal: { ENQUEUE_KEYS, bool, native, toJson, fromJson, metaJson, ms, lease, int, instant, str, opts, invalid, enqueueArgs, defaultOwner, waitFor, Result },
 };
 delete module.exports.makeError;
 delete module.exports.errorOf;

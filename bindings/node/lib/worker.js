@@ -14,6 +14,15 @@ const { checkSignal } = require('./wait');
 // What a handler threw, as the strings the core records: any value may be thrown
 // (null, a Symbol, an object without a prototype, an Error whose message getter
 // throws), and none of them may keep the run from being reported.
+/** A worker's lease (visibility, schedulerTtl): 0 or absent for the default, else at least 3 ms. */
+function workerLease(v, what, max, note) {
+  const d = ms(v, what, 0, max, note);
+  if (d && d < native.MIN_WORKER_LEASE_MS) {
+    throw invalid(`${what} must be 0 (the default) or between ${native.MIN_WORKER_LEASE_MS} and ${max} ms (${note}), not ${d}`);
+  }
+  return d;
+}
+
 function text(f, dflt) {
   try {
     const v = f();
@@ -82,7 +91,8 @@ class Worker extends EventEmitter {
   _open() {
     const o = this._o;
     this._w = native.workerOpen(this.db._h, this.queues, this._id,
-      this.concurrency, ms(o.visibility, 'visibility'), bool(o.scheduler, 'scheduler'), ms(o.schedulerTtl, 'schedulerTtl'),
+      this.concurrency, workerLease(o.visibility, 'visibility', native.MAX_TIME_MS, 'the year 9999'),
+      bool(o.scheduler, 'scheduler'), workerLease(o.schedulerTtl, 'schedulerTtl', native.MAX_LEASE_MS, '366 days'),
       ms(o.unknownTaskDelay, 'unknownTaskDelay'), o.unknownTaskHandbacks);
     this._tasks = new Map();
     const reg = tasks.registry(this.db);

@@ -1977,6 +1977,10 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("Waiter", Waiter::Init(env));
   exports.Set("Poller", Poller::Init(env));
   InitWorker(env, exports);
+  // the core's bounds, checked in lib/ so that a message names the JS option
+  exports.Set("MAX_TIME_MS", Napi::Number::New(env, (double)TOCSIN_MAX_TIME_MS));
+  exports.Set("MAX_LEASE_MS", Napi::Number::New(env, (double)TOCSIN_MAX_LEASE_MS));
+  exports.Set("MIN_WORKER_LEASE_MS", Napi::Number::New(env, TOCSIN_MIN_WORKER_LEASE_MS));
 #define F(name, fn) exports.Set(name, Napi::Function::New(env, fn, name))
   F("setErrorFactory", SetErrorFactory);
   F("versions", Versions);

@@ -20,7 +20,26 @@ describe('bad inputs', () => {
     await assert.rejects(db.stream('s-abort').trim({ maxCount: 1.5 }), invalid(/maxCount must be an integer/));
     assert.throws(() => tocsin.open(tmpdb(), { maxPayload: NaN }), invalid(/maxPayload must be an integer/));
     const w = new tocsin.Worker(db, { queues: ['q-abort'], visibility: 1e20 });
-    await assert.rejects(w.run(), invalid(/visibility must be an integer/));
+    await assert.rejects(w.run(), invalid(/visibility must be between 0 and 253402300799999 ms/));
+  });
+
+  test("out-of-range durations and instants name the JS option, not the core's *_ms argument", async () => {
+    const q = db.queue('q-units');
+    const noCoreName = (e) => e instanceof tocsin.InvalidArgumentError && !/_ms\b/.test(e.message);
+    await assert.rejects(q.enqueue(1, { delay: 1e15 }), invalid(/^delay must be between 0 and 253402300799999 ms \(the year 9999\), not 1000000000000000$/));
+    await assert.rejects(q.enqueue(1, { runAt: new Date(8.64e15) }), invalid(/^runAt must be between 0 and 253402300799999 ms/));
+    await assert.rejects(q.enqueue(1, { delay: 5, runAt: Date.now() }), invalid(/^give delay or runAt, not both$/));
+    await assert.rejects(q.enqueueMany([{ payload: 1, delay: 5, runAt: 1 }]), noCoreName);
+    await assert.rejects(q.claim('w', { visibility: 0 }), invalid(/^visibility must be between 1 and/));
+    await assert.rejects(db.stream('s-units').trim({}), invalid(/^stream\.trim\(\) needs maxAge, maxCount or belowConsumers$/));
+    await assert.rejects(db.setNotifyAutotrim({ oneIn: 5 }), invalid(/needs maxAge or maxKeep/));
+    assert.throws(() => db.lock('l-units', { ttl: 400 * 86400000 }), invalid(/^ttl must be between 1 and 31622400000 ms \(366 days\), not 34560000000$/));
+    assert.throws(() => db.rateLimit('r-units', 5, 0), invalid(/^per must be between 1 and 31622400000 ms \(366 days\), not 0$/));
+    const w = new tocsin.Worker(db, { queues: ['q-units'], visibility: 2 });
+    await assert.rejects(w.run(), invalid(/^visibility must be 0 \(the default\) or between 3 and/));
+    const w2 = new tocsin.Worker(db, { queues: ['q-units'], schedulerTtl: 400 * 86400000 });
+    await assert.rejects(w2.run(), invalid(/^schedulerTtl must be between 0 and 31622400000 ms \(366 days\)/));
+    assert.equal((await q.stats()).pending, 0); // nothing was written
   });
 
   test('strings with a NUL or a lone surrogate are refused, not cut short or replaced', async () => {

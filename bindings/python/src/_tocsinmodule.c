@@ -2956,11 +2956,18 @@ PyMODINIT_FUNC PyInit__tocsin(void) {
     if (PyModule_AddIntConstant(m, "OUTCOME_FAIL", TOCSIN_OUTCOME_FAIL) < 0) goto fail;
     if (PyModule_AddIntConstant(m, "OUTCOME_HAND_BACK", TOCSIN_OUTCOME_HAND_BACK) < 0) goto fail;
     if (PyModule_AddIntConstant(m, "MAX_TRACE_BYTES", TOCSIN_MAX_TRACE_BYTES) < 0) goto fail;
-    {   /* the bound of every time and duration (9999-12-31T23:59:59.999Z): _util checks it */
-        PyObject *max_time = PyLong_FromLongLong(TOCSIN_MAX_TIME_MS);
-        if (!max_time || PyModule_AddObject(m, "MAX_TIME_MS", max_time) < 0) {
-            Py_XDECREF(max_time);
-            goto fail;
+    {   /* the core's bounds of times, durations and leases: _util checks them */
+        static const struct { const char *name; long long v; } bounds[] = {
+            {"MAX_TIME_MS", TOCSIN_MAX_TIME_MS},
+            {"MAX_LEASE_MS", TOCSIN_MAX_LEASE_MS},
+            {"MIN_WORKER_LEASE_MS", TOCSIN_MIN_WORKER_LEASE_MS}};
+        size_t i;
+        for (i = 0; i < sizeof bounds / sizeof bounds[0]; i++) {
+            PyObject *v = PyLong_FromLongLong(bounds[i].v);
+            if (!v || PyModule_AddObject(m, bounds[i].name, v) < 0) {
+                Py_XDECREF(v);
+                goto fail;
+            }
         }
     }
     if (PyModule_AddIntConstant(m, "DEFAULT_RESULT_TTL_MS", (long)TOCSIN_DEFAULT_RESULT_TTL_MS) < 0) goto fail;

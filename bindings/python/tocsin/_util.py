@@ -6,7 +6,7 @@ import json as _json
 import operator as _operator
 from typing import Any, Optional, Union
 
-from ._tocsin import MAX_TIME_MS, InvalidArgument
+from ._tocsin import MAX_LEASE_MS, MAX_TIME_MS, InvalidArgument
 
 Duration = Union[float, int, _dt.timedelta]
 """A duration: seconds (int or float) or a datetime.timedelta."""
@@ -14,9 +14,8 @@ Instant = Union[float, int, _dt.datetime]
 """An instant: a datetime (naive means local time, as datetime.timestamp() reads it) or
 seconds since the Unix epoch (as time.time() returns)."""
 
-MAX_LEASE_MS = 366 * 86400 * 1000
-"""The core's bound of a lock's ttl and a rate limit's window (366 days; core/src/lock.c
-and ratelimit.c, not in tocsin.h): checked here so the message is in seconds."""
+# MAX_LEASE_MS: the core's bound of a lock's ttl and a rate limit's window (366 days),
+# checked here (lease_ms) so that the message is in seconds.
 
 
 def is_int_like(value: Any) -> bool:

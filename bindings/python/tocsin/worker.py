@@ -220,10 +220,11 @@ class Worker:
             raise InvalidArgument("worker_id must be a str, not %s" % type(worker_id).__name__)
         self.worker_id = default_owner() if worker_id is None else worker_id
         db._h.check_name("worker id", self.worker_id)
-        self.visibility_ms = duration_ms(visibility, "visibility", allow_zero=False, min_ms=3)
+        self.visibility_ms = duration_ms(visibility, "visibility", allow_zero=False,
+                                         min_ms=_tocsin.MIN_WORKER_LEASE_MS)
         self.shutdown_timeout = duration_ms(shutdown_timeout, "shutdown_timeout") / 1000.0
         self.scheduler = bool(scheduler)
-        self.scheduler_ttl_ms = lease_ms(scheduler_ttl, "scheduler_ttl", min_ms=3)
+        self.scheduler_ttl_ms = lease_ms(scheduler_ttl, "scheduler_ttl", min_ms=_tocsin.MIN_WORKER_LEASE_MS)
         self.processed = self.failed = self.retried = self.handed_back = 0
         self._w: Any = None
         self._tasks: Dict[str, Task] = {}

@@ -2306,6 +2306,8 @@ RUBY_FUNC_EXPORTED void Init_tocsin_native(void) {
         rb_define_const(eByCode[names[i].rc], "CODE", INT2NUM(names[i].rc));
     }
     rb_define_const(mNative, "MAX_TIME_MS", LL2NUM(TOCSIN_MAX_TIME_MS));
+    rb_define_const(mNative, "MAX_LEASE_MS", LL2NUM(TOCSIN_MAX_LEASE_MS));
+    rb_define_const(mNative, "MIN_WORKER_LEASE_MS", INT2NUM(TOCSIN_MIN_WORKER_LEASE_MS));
     rb_define_const(mNative, "MAX_ATTEMPTS", INT2NUM(TOCSIN_MAX_ATTEMPTS));
     rb_define_const(mNative, "MAX_BATCH", INT2NUM(TOCSIN_MAX_BATCH));
     rb_define_const(mNative, "BACKOFF_BASE_MS", LL2NUM(TOCSIN_BACKOFF_BASE_MS));

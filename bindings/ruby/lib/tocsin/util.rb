@@ -16,9 +16,8 @@ module Tocsin
 
     # The core's bound of every time and duration (TOCSIN_MAX_TIME_MS, 9999-12-31T23:59:59.999Z).
     MAX_MS = Native::MAX_TIME_MS
-    # The core's bound of a lock's ttl and a rate limit's window (366 days; core/src/lock.c
-    # and ratelimit.c, not in tocsin.h).
-    LEASE_MAX_MS = 366 * 86_400 * 1000
+    # The core's bound of a lock's ttl and a rate limit's window (TOCSIN_MAX_LEASE_MS, 366 days).
+    LEASE_MAX_MS = Native::MAX_LEASE_MS
     MAX_TIME_TEXT = Time.at(Rational(MAX_MS, 1000)).utc.strftime("%Y-%m-%d %H:%M:%S.%L UTC").freeze
 
     # seconds (Numeric) -> ms; nil stays nil. The ranges are checked here, in seconds

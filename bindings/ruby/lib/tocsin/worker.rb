@@ -100,9 +100,10 @@ module Tocsin
 
       @concurrency = concurrency
       @worker_id = worker_id.nil? ? Util.default_owner : Util.name!(worker_id, "worker_id")
-      @visibility_ms = Util.ms(visibility, "visibility", nil_ok: false, min_ms: 3)
+      @visibility_ms = Util.ms(visibility, "visibility", nil_ok: false, min_ms: Native::MIN_WORKER_LEASE_MS)
       @scheduler = Util.bool!(scheduler, "scheduler")
-      @scheduler_ttl_ms = Util.lease_ms(scheduler_ttl, "scheduler_ttl", nil_ok: true, min_ms: 3)
+      @scheduler_ttl_ms = Util.lease_ms(scheduler_ttl, "scheduler_ttl", nil_ok: true,
+                                        min_ms: Native::MIN_WORKER_LEASE_MS)
       shutdown_ms = Util.ms(shutdown_timeout, "shutdown_timeout")
       raise InvalidArgument, "shutdown_timeout must be a number of seconds, not nil" if shutdown_ms.nil?
 
