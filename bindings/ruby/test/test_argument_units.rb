@@ -8,7 +8,7 @@ require "tocsin/sql"
 # instant) -- never the core's message, which names its C argument (delay_ms)
 # in ms -- and nothing is written. So are the "needs one of" / "not both" cases.
 class TestArgumentUnits < Minitest::Test
-  include TocsinTest
+  include RefusalFixture
 
   BIG = 10**12 # seconds: 1000 times the core's bound
   MAX_S = "253402300799.999"
@@ -20,25 +20,9 @@ class TestArgumentUnits < Minitest::Test
     e
   end
 
-  def snapshot
-    [db.stats, db.stream("s").read(limit: 1000).size, db.notifications("c").size, db.schedules.size,
-     db.result(@job.id), db.lock_holder("l")]
-  end
-
-  def setup
-    super
-    db.set_time(1_700_000_000_000)
-    q = db.queue("q")
-    q.enqueue("a")
-    @job = q.claim("w")
+  def fixture
     db.stream("s").publish(1)
     db.notify("c", "x")
-    @before = snapshot
-  end
-
-  def teardown
-    assert_equal @before, snapshot, "a refused call wrote something" if @before && !@db&.closed?
-    super
   end
 
   def test_the_bound_is_the_cores

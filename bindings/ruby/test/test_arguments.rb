@@ -10,7 +10,7 @@ require "tocsin/sql"
 # the argument -- never Ruby's TypeError or NoMethodError from deeper down --
 # raised before anything is written.
 class TestArguments < Minitest::Test
-  include TocsinTest
+  include RefusalFixture
 
   def refused(what, &call)
     e = assert_raises(Tocsin::InvalidArgument, "#{what.inspect} at #{call.source_location.inspect}", &call)
@@ -19,26 +19,7 @@ class TestArguments < Minitest::Test
     e
   end
 
-  # What the calls below could have written.
-  def snapshot
-    [db.stats, db.stream("s").read(limit: 1000).size, db.notifications("c").size, db.schedules.size,
-     db.result(@job.id), db.stream("s").offset("c"), db.lock_holder("l"), db.queue("q").dead_letters.size]
-  end
-
-  def setup
-    super
-    db.set_time(1_700_000_000_000) # stats' ages stay put
-    q = db.queue("q")
-    q.enqueue("a")
-    @job = q.claim("w")
-    q.enqueue("b")
-    @before = snapshot
-  end
-
-  def teardown
-    assert_equal @before, snapshot, "a refused call wrote something" if @before && !@db&.closed?
-    super
-  end
+  def fixture = db.queue("q").enqueue("b")
 
   def test_database_and_open
     refused(/path must be a String or Pathname, not nil/) { Tocsin.open(nil) }

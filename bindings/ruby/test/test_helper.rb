@@ -40,3 +40,32 @@ module TocsinTest
     py
   end
 end
+
+# The fixture of the argument tests: a database with a claimed job, a pending one,
+# an event and a notification; after each test, whatever a refused call could have
+# written must be as the setup left it. A class adds what it needs in #fixture.
+module RefusalFixture
+  include TocsinTest
+
+  def snapshot
+    [db.stats, db.stream("s").read(limit: 1000).size, db.notifications("c").size, db.schedules.size,
+     db.result(@job.id), db.stream("s").offset("c"), db.lock_holder("l"), db.queue("q").dead_letters.size]
+  end
+
+  def fixture; end
+
+  def setup
+    super
+    db.set_time(1_700_000_000_000) # stats' ages stay put
+    q = db.queue("q")
+    q.enqueue("a")
+    @job = q.claim("w")
+    fixture
+    @before = snapshot
+  end
+
+  def teardown
+    assert_equal @before, snapshot, "a refused call wrote something" if @before && !@db&.closed?
+    super
+  end
+end
