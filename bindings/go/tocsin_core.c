@@ -142,12 +142,12 @@ int tc_fork_generation(void);
  * not one is touched); else 0 (a host's connection is the host's to use).
  * Checked before the handle's mutex, which a parent's thread may have held. */
 int tc_inherited(tocsin_db *db);
-/* The handle's mutex, for the few calls that use the connection outside an op. */
 /* Sets up db->conn, a connection tocsin opened: its busy handler (waits up to
  * db's busy timeout for locks, short pauses first, never while the thread's
- * nowait is set, nor once db's close began) and its authorizer (the application's SQL on it may not begin or end a
- * transaction). */
+ * nowait is set, nor once db's close began) and its authorizer (the
+ * application's SQL on it may not begin or end a transaction). */
 void tc_own_conn_setup(tocsin_db *db);
+/* The handle's mutex, for the few calls that use the connection outside an op. */
 void tc_lock(tocsin_db *db);
 void tc_unlock(tocsin_db *db);
 /* Records the identity of the handle's database file (db.c). */
@@ -6172,8 +6172,6 @@ static const char SQL_LOCK_RELEASE[] =
     "UPDATE _tocsin_locks SET owner = NULL, expires_at = NULL, updated_at = ?4"
     " WHERE name = ?1 AND owner = ?2 AND token = ?3";
 
-#define LOCK_MAX_TTL_MS TOCSIN_MAX_LEASE_MS
-
 /* Lock names beginning with "tocsin." are tocsin's own leases (the scheduler's
  * leader lease, TC_SCHEDULER_LOCK): only the core takes, renews or releases
  * them; anyone may read their holder. */
@@ -6190,9 +6188,9 @@ static int lock_check(tocsin_db *db, const char *name, const char *owner, int64_
                       "tocsin_scheduler_lead)",
                       name);
     if ((rc = tc_check_name(db, "owner", owner)) != TOCSIN_OK) return rc;
-    if (check_ttl && (ttl_ms < 1 || ttl_ms > LOCK_MAX_TTL_MS))
+    if (check_ttl && (ttl_ms < 1 || ttl_ms > TOCSIN_MAX_LEASE_MS))
         return tc_err(db, TOCSIN_INVALID, "ttl_ms must be between 1 and %lld (366 days)",
-                      (long long)LOCK_MAX_TTL_MS);
+                      (long long)TOCSIN_MAX_LEASE_MS);
     return TOCSIN_OK;
 }
 
@@ -6444,7 +6442,6 @@ static const char SQL_RATE_SWEEP[] = "DELETE FROM _tocsin_rate_hits WHERE expire
 static const char SQL_RATE_RESET[] = "DELETE FROM _tocsin_rate_hits WHERE name = ?1";
 
 #define RATE_MAX_LIMIT 1000000
-#define RATE_MAX_PER_MS TOCSIN_MAX_LEASE_MS
 
 /* Steps a statement returning one integer. */
 static int rate_int(tocsin_db *db, sqlite3_stmt *st, int64_t *out, int *found, const char *what) {
@@ -6470,9 +6467,9 @@ int tocsin_ratelimit_try(tocsin_db *db, int *out_allowed, int64_t *out_retry_aft
     if ((rc = tc_check_name(db, "rate limit name", name)) != TOCSIN_OK) return rc;
     if (limit < 1 || limit > RATE_MAX_LIMIT)
         return tc_err(db, TOCSIN_INVALID, "limit must be between 1 and %d", RATE_MAX_LIMIT);
-    if (per_ms < 1 || per_ms > RATE_MAX_PER_MS)
+    if (per_ms < 1 || per_ms > TOCSIN_MAX_LEASE_MS)
         return tc_err(db, TOCSIN_INVALID, "per_ms must be between 1 and %lld (366 days)",
-                      (long long)RATE_MAX_PER_MS);
+                      (long long)TOCSIN_MAX_LEASE_MS);
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
     now = tocsin_now(db);
     if (!(st = tc_stmt(db, SQL_RATE_EXPIRE))) return tc_op_end(db, &op, TC_ERRCODE);
@@ -8119,7 +8116,8 @@ static int worker_check_opts(tocsin_db *db, const tocsin_worker_opts *o) {
         if ((rc = tc_check_name(db, "queue name", o->queues[i])) != TOCSIN_OK) return rc;
     if (o->concurrency < 0 || o->concurrency > TOCSIN_MAX_BATCH)
         return tc_err(db, TOCSIN_INVALID, "concurrency must be between 1 and %d", TOCSIN_MAX_BATCH);
-    if (o->visibility_ms && (rc = tc_check_ms(db, "visibility_ms", o->visibility_ms, TOCSIN_MIN_WORKER_LEASE_MS)) != TOCSIN_OK)
+    if (o->visibility_ms &&
+        (rc = tc_check_ms(db, "visibility_ms", o->visibility_ms, TOCSIN_MIN_WORKER_LEASE_MS)) != TOCSIN_OK)
         return rc;
     if (o->scheduler_ttl_ms &&
         (o->scheduler_ttl_ms < TOCSIN_MIN_WORKER_LEASE_MS || o->scheduler_ttl_ms > TOCSIN_MAX_LEASE_MS))

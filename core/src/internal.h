@@ -137,12 +137,12 @@ int tc_fork_generation(void);
  * not one is touched); else 0 (a host's connection is the host's to use).
  * Checked before the handle's mutex, which a parent's thread may have held. */
 int tc_inherited(tocsin_db *db);
-/* The handle's mutex, for the few calls that use the connection outside an op. */
 /* Sets up db->conn, a connection tocsin opened: its busy handler (waits up to
  * db's busy timeout for locks, short pauses first, never while the thread's
- * nowait is set, nor once db's close began) and its authorizer (the application's SQL on it may not begin or end a
- * transaction). */
+ * nowait is set, nor once db's close began) and its authorizer (the
+ * application's SQL on it may not begin or end a transaction). */
 void tc_own_conn_setup(tocsin_db *db);
+/* The handle's mutex, for the few calls that use the connection outside an op. */
 void tc_lock(tocsin_db *db);
 void tc_unlock(tocsin_db *db);
 /* Records the identity of the handle's database file (db.c). */

@@ -21,8 +21,6 @@ static const char SQL_LOCK_RELEASE[] =
     "UPDATE _tocsin_locks SET owner = NULL, expires_at = NULL, updated_at = ?4"
     " WHERE name = ?1 AND owner = ?2 AND token = ?3";
 
-#define LOCK_MAX_TTL_MS TOCSIN_MAX_LEASE_MS
-
 /* Lock names beginning with "tocsin." are tocsin's own leases (the scheduler's
  * leader lease, TC_SCHEDULER_LOCK): only the core takes, renews or releases
  * them; anyone may read their holder. */
@@ -39,9 +37,9 @@ static int lock_check(tocsin_db *db, const char *name, const char *owner, int64_
                       "tocsin_scheduler_lead)",
                       name);
     if ((rc = tc_check_name(db, "owner", owner)) != TOCSIN_OK) return rc;
-    if (check_ttl && (ttl_ms < 1 || ttl_ms > LOCK_MAX_TTL_MS))
+    if (check_ttl && (ttl_ms < 1 || ttl_ms > TOCSIN_MAX_LEASE_MS))
         return tc_err(db, TOCSIN_INVALID, "ttl_ms must be between 1 and %lld (366 days)",
-                      (long long)LOCK_MAX_TTL_MS);
+                      (long long)TOCSIN_MAX_LEASE_MS);
     return TOCSIN_OK;
 }
 

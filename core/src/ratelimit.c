@@ -21,7 +21,6 @@ static const char SQL_RATE_SWEEP[] = "DELETE FROM _tocsin_rate_hits WHERE expire
 static const char SQL_RATE_RESET[] = "DELETE FROM _tocsin_rate_hits WHERE name = ?1";
 
 #define RATE_MAX_LIMIT 1000000
-#define RATE_MAX_PER_MS TOCSIN_MAX_LEASE_MS
 
 /* Steps a statement returning one integer. */
 static int rate_int(tocsin_db *db, sqlite3_stmt *st, int64_t *out, int *found, const char *what) {
@@ -47,9 +46,9 @@ int tocsin_ratelimit_try(tocsin_db *db, int *out_allowed, int64_t *out_retry_aft
     if ((rc = tc_check_name(db, "rate limit name", name)) != TOCSIN_OK) return rc;
     if (limit < 1 || limit > RATE_MAX_LIMIT)
         return tc_err(db, TOCSIN_INVALID, "limit must be between 1 and %d", RATE_MAX_LIMIT);
-    if (per_ms < 1 || per_ms > RATE_MAX_PER_MS)
+    if (per_ms < 1 || per_ms > TOCSIN_MAX_LEASE_MS)
         return tc_err(db, TOCSIN_INVALID, "per_ms must be between 1 and %lld (366 days)",
-                      (long long)RATE_MAX_PER_MS);
+                      (long long)TOCSIN_MAX_LEASE_MS);
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
     now = tocsin_now(db);
     if (!(st = tc_stmt(db, SQL_RATE_EXPIRE))) return tc_op_end(db, &op, TC_ERRCODE);

@@ -355,7 +355,8 @@ static int worker_check_opts(tocsin_db *db, const tocsin_worker_opts *o) {
         if ((rc = tc_check_name(db, "queue name", o->queues[i])) != TOCSIN_OK) return rc;
     if (o->concurrency < 0 || o->concurrency > TOCSIN_MAX_BATCH)
         return tc_err(db, TOCSIN_INVALID, "concurrency must be between 1 and %d", TOCSIN_MAX_BATCH);
-    if (o->visibility_ms && (rc = tc_check_ms(db, "visibility_ms", o->visibility_ms, TOCSIN_MIN_WORKER_LEASE_MS)) != TOCSIN_OK)
+    if (o->visibility_ms &&
+        (rc = tc_check_ms(db, "visibility_ms", o->visibility_ms, TOCSIN_MIN_WORKER_LEASE_MS)) != TOCSIN_OK)
         return rc;
     if (o->scheduler_ttl_ms &&
         (o->scheduler_ttl_ms < TOCSIN_MIN_WORKER_LEASE_MS || o->scheduler_ttl_ms > TOCSIN_MAX_LEASE_MS))
