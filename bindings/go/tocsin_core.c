@@ -978,6 +978,19 @@ static int own_auth(void *ctx, int action, const char *a, const char *b, const c
         tc_thread.denied = 1;
         return SQLITE_DENY;
     }
+    /* tocsin's statements name their tables without a schema and SQLite looks
+     * in temp before main: a TEMP table or view named like one of tocsin's
+     * would take the claims and enqueues meant for it (lost with the
+     * connection). The SQL functions check a host's connection at each call. */
+    if ((action == SQLITE_CREATE_TEMP_TABLE || action == SQLITE_CREATE_TEMP_VIEW) && a &&
+        sqlite3_strnicmp(a, "_tocsin_", 8) == 0) {
+        tc_err(NULL, TOCSIN_INVALID,
+               "the SQL's TEMP %s %s is refused: it would hide tocsin's own table of that name "
+               "(SQLite looks a name up in temp before main)",
+               action == SQLITE_CREATE_TEMP_VIEW ? "view" : "table", a);
+        tc_thread.denied = 1;
+        return SQLITE_DENY;
+    }
     return SQLITE_OK;
 }
 

@@ -698,6 +698,12 @@ static void sql_transaction_control_refused(void) {
     sqlite3_finalize(st);
     tocsin_sqlite_leave(db);
     CHECK_EQ_I(t_count(db, "side"), 3);
+    /* nor may it hide a tocsin table behind a TEMP one (the claims went to the copy) */
+    CHECK_EQ_I(tocsin_exec(db, "CREATE TEMP TABLE _tocsin_jobs AS SELECT * FROM main._tocsin_jobs"),
+               TOCSIN_INVALID);
+    CHECK(strstr(tocsin_errmsg(db), "TEMP table _tocsin_jobs is refused") != NULL);
+    CHECK_EQ_I(tocsin_exec(db, "CREATE TEMP VIEW _TOCSIN_locks AS SELECT 1"), TOCSIN_INVALID);
+    CHECK_OK(db, tocsin_exec(db, "CREATE TEMP TABLE scratch(x)"));
     /* the core's own transactions still run */
     CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "{}", NULL));
     CHECK_OK(db, tocsin_begin(db));
