@@ -560,6 +560,69 @@ static void tokens_name_one_job(void) {
     tocsin_close(db);
 }
 
+/* Batches past one statement's chunk (claims and acks of more than 100 jobs
+ * go out in statements of 100): every job is leased exactly once, in claim
+ * order, the structs show the stored rows, and an ack batch counts each live
+ * lease once, whatever else it carries (duplicates, stale, foreign or junk
+ * tokens), spread over the chunks. */
+static void batches_span_chunks(void) {
+    t_clock clk = {1000};
+    tocsin_db *db = t_open("c_chunks", &clk);
+    int64_t ids[600], toks[600], bids[700], btoks[700], id;
+    tocsin_job *jobs = NULL, *one = NULL;
+    size_t i, n = 0, m = 0, acked = 0;
+    for (i = 0; i < 250; i++) enq_at(db, "q", (int64_t)(i % 3), 0, 0);
+    for (i = 0; i < 101; i++) enq_at(db, "r", 0, 0, 0);
+    CHECK_OK(db, tocsin_queue_claim(db, &jobs, &n, "q", "w7", 250, 5000));
+    CHECK_EQ_I(n, 250);
+    for (i = 0; i < n; i++) {
+        ids[i] = jobs[i].id;
+        toks[i] = jobs[i].token;
+        CHECK(strcmp(jobs[i].state, "processing") == 0 && strcmp(jobs[i].worker, "w7") == 0);
+        CHECK_EQ_I(jobs[i].attempts, 1);
+        CHECK_EQ_I(jobs[i].lease_until, 6000);
+        CHECK_EQ_I(jobs[i].token, jobs[i].id * TOKEN_SHIFT + 1);
+        /* claim order: priority 2 first, then 1, then 0, each by id */
+        if (i) CHECK(jobs[i - 1].priority > jobs[i].priority ||
+                     (jobs[i - 1].priority == jobs[i].priority && jobs[i - 1].id < jobs[i].id));
+    }
+    CHECK_OK(db, tocsin_job_get(db, &one, jobs[137].id));
+    CHECK(one && strcmp(one->state, "processing") == 0 && one->attempts == 1 && one->lease_until == 6000);
+    tocsin_jobs_free(one, 1);
+    tocsin_jobs_free(jobs, n);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE queue = 'q' AND state = 'processing' AND attempts = 1"
+                           " AND worker = 'w7' AND lease_until = 6000"), 250);
+    CHECK_EQ_I(claim_ids(db, "r", 101, ids + 250, toks + 250), 101); /* a chunk of 100, one of 1 */
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE queue = 'r' AND state = 'processing'"), 101);
+    /* the ack batch: every lease of q once, then again, with junk between */
+    for (i = 0; i < 250; i++) {
+        bids[m] = ids[i];
+        btoks[m++] = toks[i];
+        if (i % 10 == 0) { bids[m] = ids[i]; btoks[m++] = toks[i]; }           /* duplicate */
+        if (i % 25 == 0) { bids[m] = ids[i]; btoks[m++] = toks[i] + 1; }       /* stale attempt */
+        if (i % 40 == 0) { bids[m] = ids[i]; btoks[m++] = toks[(i + 1) % 250]; } /* another job's */
+        if (i % 50 == 0) { bids[m] = ids[i]; btoks[m++] = i % 100 ? 0 : -1; }  /* junk */
+    }
+    CHECK(m < 700);
+    CHECK_OK(db, tocsin_job_ack_batch(db, &acked, bids, btoks, m));
+    CHECK_EQ_I(acked, 250);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE queue = 'q'"), 0);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE queue = 'r' AND state = 'processing'"), 101);
+    CHECK_OK(db, tocsin_job_ack_batch(db, &acked, bids, btoks, m)); /* all gone now */
+    CHECK_EQ_I(acked, 0);
+    /* a batch of nothing but junk writes nothing and acks nothing */
+    for (i = 0; i < 150; i++) { bids[i] = ids[250 + (i % 101)]; btoks[i] = 0; }
+    CHECK_OK(db, tocsin_job_ack_batch(db, &acked, bids, btoks, 150));
+    CHECK_EQ_I(acked, 0);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE queue = 'r'"), 101);
+    CHECK_OK(db, tocsin_job_ack_batch(db, &acked, ids + 250, toks + 250, 101));
+    CHECK_EQ_I(acked, 101);
+    /* the highest id was acked in a batch: it is still never handed out again */
+    id = enq_at(db, "q", 0, 0, 0);
+    CHECK(id > ids[250 + 100]);
+    tocsin_close(db);
+}
+
 /* schema_version must be exactly a decimal integer: anything else is corrupt. */
 static void schema_version_exact(void) {
     static const char *const bad[] = {"'1.9'", "'1abc'", "' 1'", "'01'", "''", "1.0", "'1 '",
@@ -602,5 +665,6 @@ void suite_claim(void) {
     texts_are_validated();
     max_attempts_limit();
     tokens_name_one_job();
+    batches_span_chunks();
     schema_version_exact();
 }
