@@ -1654,28 +1654,34 @@ static VALUE lis_s_open(VALUE klass, VALUE db, VALUE ch, VALUE buf) {
     return obj;
 }
 static VALUE lis_fd(VALUE self) { return INT2NUM(tocsin_listen_fd(get_rlis(self)->l)); }
-struct lnext_ctx { tocsin_listener *l; tocsin_message *m; size_t n; };
-static int lnext_fn(void *p, int t) { struct lnext_ctx *c = p; return tocsin_listen_next(c->l, &c->m, &c->n, t); }
-/* next(timeout_ms|nil) -> array of messages ([] at the timeout) */
-static VALUE lis_next(VALUE self, VALUE timeout) {
-    rlis *l = rlis_of(self);
-    struct lnext_ctx c = {NULL, NULL, 0};
+/* A listener's or stream subscription's next(timeout_ms|nil) -> array of messages ([] at
+ * the timeout). Timeout 0 is the event loops' read: with the GVL throughout (a stream
+ * subscription's autosave is a short write); a longer one waits without it. */
+struct mnext_ctx { void *h; tocsin_message *m; size_t n; };
+static VALUE msgs_next(wait_fn fn, VALUE timeout, pokeflags *flags, guard *g, void *const *slot) {
+    struct mnext_ctx c = {NULL, NULL, 0};
     int t = clamp_timeout(timeout);
     int rc;
-    if (t == 0) { /* the event loops' read: with the GVL throughout */
-        guard_enter(&l->g, (void *const *)&l->l);
-        rc = tocsin_listen_next(l->l, &c.m, &c.n, 0);
-        guard_leave(&l->g);
+    if (t == 0) {
+        guard_enter(g, slot);
+        c.h = *slot;
+        rc = fn(&c, 0);
+        guard_leave(g);
         if (rc == TOCSIN_INTERRUPTED) {
-            if (atomic_exchange(&l->flags.user_poked, 0)) raise_rc(rc);
+            if (atomic_exchange(&flags->user_poked, 0)) raise_rc(rc);
             return rb_ary_new();
         }
     } else {
-        rc = run_wait(lnext_fn, &c, (void **)&c.l, t, &l->flags, NULL, &l->g, (void *const *)&l->l);
+        rc = run_wait(fn, &c, &c.h, t, flags, NULL, g, slot);
     }
     if (rc == TOCSIN_TIMEOUT) return rb_ary_new();
     CHECK(rc);
     return msgs_to_ary(c.m, c.n);
+}
+static int lnext_fn(void *p, int t) { struct mnext_ctx *c = p; return tocsin_listen_next(c->h, &c->m, &c->n, t); }
+static VALUE lis_next(VALUE self, VALUE timeout) {
+    rlis *l = rlis_of(self);
+    return msgs_next(lnext_fn, timeout, &l->flags, &l->g, (void *const *)&l->l);
 }
 static VALUE lis_dropped(VALUE self) { return LL2NUM(tocsin_listen_dropped(get_rlis(self)->l)); }
 static VALUE lis_poke(VALUE self) {
@@ -1740,28 +1746,10 @@ static VALUE ss_s_open(VALUE klass, VALUE db, VALUE topic, VALUE consumer, VALUE
     return obj;
 }
 static VALUE ss_fd(VALUE self) { return INT2NUM(tocsin_stream_sub_fd(get_rss(self)->s)); }
-struct ssnext_ctx { tocsin_stream_sub *s; tocsin_message *m; size_t n; };
-static int ssnext_fn(void *p, int t) { struct ssnext_ctx *c = p; return tocsin_stream_sub_next(c->s, &c->m, &c->n, t); }
+static int ssnext_fn(void *p, int t) { struct mnext_ctx *c = p; return tocsin_stream_sub_next(c->h, &c->m, &c->n, t); }
 static VALUE ss_next(VALUE self, VALUE timeout) {
     rss *s = rss_of(self);
-    struct ssnext_ctx c = {NULL, NULL, 0};
-    int t = clamp_timeout(timeout);
-    int rc;
-    if (t == 0) { /* with the GVL throughout (an autosave it makes is a short write) */
-        guard_enter(&s->g, (void *const *)&s->s);
-        c.s = s->s;
-        rc = ssnext_fn(&c, 0);
-        guard_leave(&s->g);
-        if (rc == TOCSIN_INTERRUPTED) {
-            if (atomic_exchange(&s->flags.user_poked, 0)) raise_rc(rc);
-            return rb_ary_new();
-        }
-    } else {
-        rc = run_wait(ssnext_fn, &c, (void **)&c.s, t, &s->flags, NULL, &s->g, (void *const *)&s->s);
-    }
-    if (rc == TOCSIN_TIMEOUT) return rb_ary_new();
-    CHECK(rc);
-    return msgs_to_ary(c.m, c.n);
+    return msgs_next(ssnext_fn, timeout, &s->flags, &s->g, (void *const *)&s->s);
 }
 static VALUE ss_position(VALUE self) { return LL2NUM(tocsin_stream_sub_position(get_rss(self)->s)); }
 DEF_CALL(sssave, tocsin_stream_sub *s;, tocsin_stream_sub_save(a->s))
