@@ -2806,6 +2806,18 @@ static const char SQL_INSERT_AT[] = INSERT_JOB("?11");
 /* An enqueue that met a live job's unique key still uses up the id it would
  * have taken, as AUTOINCREMENT did in schema v1: the ids a sequence of calls
  * gets do not depend on the format. */
+/* Batch statements take up to BATCH_CHUNK jobs each (an enqueue, a claim's
+ * lease, an ack): one statement's own cost (bind, step, halt, reset: ~7k
+ * instructions) was a fifth of a job's cost in batches of 100. */
+#define BATCH_CHUNK 100
+/* Payload-only jobs of one queue, BATCH_CHUNK at a time: ?5 is a JSON array of
+ * their payloads as JSON strings (their exact texts), ?1 the first one's id. */
+static const char SQL_INSERT_MANY[] =
+    "INSERT INTO _tocsin_jobs(id, queue, state, payload, meta, priority, max_attempts, run_at,"
+    " created_at, expires_at, unique_key)"
+    " SELECT ?1 + key, ?2, 'pending', value, NULL, 0, ?3, ?4, ?4, NULL, NULL FROM json_each(?5)";
+static const char SQL_NEXT_ID[] = "SELECT " TC_NEXT_ID("_tocsin_jobs");
+#define BATCH_TEXT_MAX 65536 /* bytes of payloads per batch statement (a host's length limit) */
 static const char SQL_SKIP_ID[] =
     "UPDATE sqlite_sequence SET seq = " TC_NEXT_ID("_tocsin_jobs") " WHERE name = '_tocsin_jobs'";
 static const char SQL_FIND_UNIQUE[] =
@@ -2877,10 +2889,7 @@ static const char SQL_CLAIM_SELECT_BURST[] =
 static const char SQL_CLAIM_LEASE[] =
     "UPDATE _tocsin_jobs SET state = 'processing', attempts = attempts + 1, worker = ?2,"
     " lease_until = ?3 WHERE id = ?1";
-/* The batch forms: one statement per BATCH_CHUNK jobs, their ids (tokens for
- * an ack) in a JSON array. A statement's own cost (bind, step, halt, reset:
- * ~7k instructions) was a fifth of each job's claim in a claim of 100. */
-#define BATCH_CHUNK 100
+/* The batch forms (BATCH_CHUNK): their ids (tokens for an ack) in a JSON array. */
 static const char SQL_CLAIM_LEASE_MANY[] =
     "UPDATE _tocsin_jobs SET state = 'processing', attempts = attempts + 1, worker = ?2,"
     " lease_until = ?3 WHERE id IN (SELECT value FROM json_each(?1))";
@@ -3192,6 +3201,64 @@ static int insert_dropped(tocsin_db *db) {
                   "carry triggers that change their rows");
 }
 
+/* An INSERT's CHECK on the id failed: the table's ids are spent. */
+static int ids_spent(tocsin_db *db, int rc) {
+    if (rc != SQLITE_CONSTRAINT_CHECK || !strstr(sqlite3_errmsg(db->conn), "id BETWEEN")) return 0;
+    tc_err(db, TOCSIN_FULL,
+           "enqueue: no job id is left: ids end at 8796093022207 (2^43 - 1), the bound "
+           "that keeps every fencing token (id * 2^20 + attempts) within 63 bits");
+    return 1;
+}
+
+static int plain_spec(const tocsin_job_spec *s) {
+    const tocsin_enqueue_opts *o = s->opts;
+    return !o || (!o->priority && !o->delay_ms && !o->run_at_ms && !o->max_attempts &&
+                  !o->expires_ms && !o->unique_key && !o->meta);
+}
+
+/* How many of the n specs from s on can go in one SQL_INSERT_MANY (0 or 1:
+ * insert the first alone); their payloads in *list. */
+static size_t plain_run(const tocsin_job_spec *s, size_t n, tc_buf *list) {
+    size_t k;
+    for (k = 0; k < n && k < BATCH_CHUNK && plain_spec(&s[k]) && strcmp(s[k].queue, s[0].queue) == 0 &&
+                list->len < BATCH_TEXT_MAX;
+         k++) {
+        tc_buf_puts(list, k ? "," : "[");
+        tc_buf_jstr(list, s[k].payload);
+    }
+    tc_buf_puts(list, "]");
+    return k;
+}
+
+/* k payload-only jobs of one queue in one statement; *next as for insert_job. */
+static int insert_plain(tocsin_db *db, int64_t *out_ids, const tocsin_job_spec *s, size_t k,
+                        const tc_buf *list, int64_t now, int64_t *next) {
+    sqlite3_stmt *st;
+    size_t i;
+    int rc;
+    if (!*next) { /* the first id: as the one-job INSERT reads it */
+        if (!(st = tc_stmt(db, SQL_NEXT_ID))) return TC_ERRCODE;
+        rc = tc_step(db, st);
+        if (rc == SQLITE_ROW) *next = sqlite3_column_int64(st, 0);
+        sqlite3_reset(st);
+        if (rc != SQLITE_ROW) return tc_sqlerr(db, rc, "enqueue");
+    }
+    if (!(st = tc_stmt(db, SQL_INSERT_MANY))) return TC_ERRCODE;
+    sqlite3_bind_int64(st, 1, *next);
+    sqlite3_bind_text(st, 2, s[0].queue, -1, SQLITE_STATIC);
+    sqlite3_bind_int(st, 3, TOCSIN_DEFAULT_MAX_ATTEMPTS);
+    sqlite3_bind_int64(st, 4, now);
+    sqlite3_bind_text(st, 5, list->p, (int)list->len, SQLITE_STATIC);
+    rc = tc_step(db, st);
+    sqlite3_reset(st);
+    if (ids_spent(db, rc)) return TOCSIN_FULL;
+    if (rc != SQLITE_DONE) return tc_sqlerr(db, rc, "enqueue");
+    if ((size_t)sqlite3_changes(db->conn) != k) return insert_dropped(db);
+    for (i = 0; i < k; i++) out_ids[i] = *next + (int64_t)i;
+    *next += (int64_t)k;
+    return TOCSIN_OK;
+}
+
 /* *next: the id the job takes, 0 if unknown (then read by the INSERT); set to
  * the id after it, or 0 when it met a unique key. */
 static int insert_job(tocsin_db *db, int64_t *out_id, const tocsin_job_spec *s, int64_t now,
@@ -3216,13 +3283,8 @@ static int insert_job(tocsin_db *db, int64_t *out_id, const tocsin_job_spec *s, 
     /* No RETURNING: it buffers its row in an ephemeral table. Without one,
      * the row count and last rowid of this statement say the same. */
     rc = tc_step(db, st);
-    if (rc == SQLITE_CONSTRAINT_CHECK && strstr(sqlite3_errmsg(db->conn), "id BETWEEN")) {
-        sqlite3_reset(st);
-        return tc_err(db, TOCSIN_FULL,
-                      "enqueue: no job id is left: ids end at 8796093022207 (2^43 - 1), the bound "
-                      "that keeps every fencing token (id * 2^20 + attempts) within 63 bits");
-    }
     sqlite3_reset(st);
+    if (ids_spent(db, rc)) return TOCSIN_FULL;
     if (rc != SQLITE_DONE) return tc_sqlerr(db, rc, "enqueue");
     if (sqlite3_changes(db->conn) == 1) {
         *out_id = sqlite3_last_insert_rowid(db->conn);
@@ -3272,7 +3334,20 @@ int tocsin_queue_enqueue_many(tocsin_db *db, int64_t *out_ids, const tocsin_job_
         TOCSIN_OK)
         return rc;
     now = queue_now(db);
-    for (i = 0; i < n && rc == TOCSIN_OK; i++) rc = insert_job(db, &out_ids[i], &specs[i], now, &next);
+    for (i = 0; i < n && rc == TOCSIN_OK;) {
+        tc_buf list = {0};
+        size_t k = n - i > 1 ? plain_run(&specs[i], n - i, &list) : 0;
+        if (list.oom) {
+            rc = tc_err(db, TOCSIN_NOMEM, "enqueue: out of memory");
+        } else if (k > 1) {
+            rc = insert_plain(db, &out_ids[i], &specs[i], k, &list, now, &next);
+            i += k;
+        } else {
+            rc = insert_job(db, &out_ids[i], &specs[i], now, &next);
+            i++;
+        }
+        sqlite3_free(list.p);
+    }
     return tc_op_end(db, &op, rc);
 }
 

@@ -623,6 +623,88 @@ static void batches_span_chunks(void) {
     tocsin_close(db);
 }
 
+/* enqueue_many writes runs of payload-only jobs of one queue 100 to a
+ * statement: each payload is stored as its exact text, ids are consecutive
+* and never reused, jobs with options or of another queue go alone in
+ * between, a run ends after 64 KB of payloads, a trigger that drops rows is an error, and a batch that
+ * runs out of ids writes nothing. */
+static void enqueue_batches_exact(void) {
+    t_clock clk = {1000};
+    tocsin_db *db = t_open("c_enq_batch", &clk);
+    static const char *const texts[] = {"{\"to\": \"ada@example.org\", \"n\": 1}", "\"quoted \\\" \\\\ \\u00e9\"",
+                                        "[1, 2.50, -0, 1e3]", " {\n\t\"a\" : \"caf\xc3\xa9 \xe2\x82\xac\"\r\n} ", "null",
+                                        "\"\x7f\"", "true"};
+    tocsin_job_spec specs[330];
+    tocsin_enqueue_opts pri = TOCSIN_ENQUEUE_OPTS_INIT, uniq = TOCSIN_ENQUEUE_OPTS_INIT,
+                        plain = TOCSIN_ENQUEUE_OPTS_INIT;
+    int64_t ids[330], first;
+    char *big = malloc(70000), sql[200];
+    size_t i, n = 0;
+    tocsin_job *job = NULL;
+    CHECK(big != NULL);
+    memset(big, 'x', 69998);
+    big[0] = '"';
+    big[69998] = '"';
+    big[69999] = 0;
+    pri.priority = 5;
+    uniq.unique_key = "only-once";
+    for (i = 0; i < 330; i++) {
+        specs[i].queue = i >= 200 && i < 210 ? "other" : "q";
+        specs[i].payload = i == 150 ? big : texts[i % 7];
+        specs[i].opts = i == 120 ? &pri : (i == 121 || i == 122) ? &uniq : i % 2 ? &plain : NULL;
+    }
+    first = enq_at(db, "q", 0, 0, 0); /* the sequence so far */
+    CHECK_OK(db, tocsin_queue_enqueue_many(db, ids, specs, 330));
+    for (i = 0; i < 330; i++) {
+        int64_t want = first + 1 + (int64_t)i; /* a unique key met still uses up its id */
+        if (i == 122) want = ids[121]; /* the unique key met: the live job's id */
+        if (ids[i] != want) {
+            CHECK_EQ_I(ids[i], want);
+            break;
+        }
+    }
+    n = (size_t)t_count(db, "_tocsin_jobs");
+    CHECK_EQ_I(n, 331 - 1);
+    for (i = 0; i < 330; i += 7) {
+        if (i == 122) continue;
+        CHECK_OK(db, tocsin_job_get(db, &job, ids[i]));
+        CHECK(job && strcmp(job->payload, specs[i].payload) == 0 && strcmp(job->queue, specs[i].queue) == 0);
+        CHECK(job && strcmp(job->state, "pending") == 0 && job->max_attempts == 3 && job->run_at == 1000 &&
+              job->created_at == 1000 && job->priority == (i == 120 ? 5 : 0) && job->attempts == 0);
+        tocsin_jobs_free(job, 1);
+        job = NULL;
+    }
+    for (i = 0; i < 7; i++) {
+        CHECK_OK(db, tocsin_job_get(db, &job, ids[i + 14]));
+        CHECK(job && strcmp(job->payload, texts[i]) == 0);
+        tocsin_jobs_free(job, 1);
+        job = NULL;
+    }
+    CHECK_OK(db, tocsin_job_get(db, &job, ids[150]));
+    CHECK(job && strlen(job->payload) == 69999);
+    tocsin_jobs_free(job, 1);
+    /* a trigger that drops rows: the batch fails whole, the sequence does not move */
+    CHECK_OK(db, tocsin_exec(db, "CREATE TRIGGER drop_some BEFORE INSERT ON _tocsin_jobs"
+                                 " WHEN new.id % 50 = 7 BEGIN SELECT RAISE(IGNORE); END"));
+    CHECK_EQ_I(tocsin_queue_enqueue_many(db, ids, specs, 100), TOCSIN_CORRUPT);
+    CHECK(strstr(tocsin_errmsg(db), "wrote no row") != NULL);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), (int64_t)n);
+    CHECK_OK(db, tocsin_exec(db, "DROP TRIGGER drop_some"));
+    /* ids end at 2^43 - 1: a batch that would pass it writes nothing */
+    snprintf(sql, sizeof sql, "UPDATE sqlite_sequence SET seq = %lld WHERE name = '_tocsin_jobs'",
+             8796093022207LL - 50);
+    CHECK_OK(db, tocsin_exec(db, "INSERT INTO sqlite_sequence(name, seq) SELECT '_tocsin_jobs', 0"
+                                 " WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = '_tocsin_jobs')"));
+    CHECK_OK(db, tocsin_exec(db, sql));
+    CHECK_EQ_I(tocsin_queue_enqueue_many(db, ids, specs, 100), TOCSIN_FULL);
+    CHECK(strstr(tocsin_errmsg(db), "no job id is left") != NULL);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), (int64_t)n);
+    CHECK_OK(db, tocsin_queue_enqueue_many(db, ids, specs, 50));
+    CHECK_EQ_I(ids[49], 8796093022207LL);
+    free(big);
+    tocsin_close(db);
+}
+
 /* schema_version must be exactly a decimal integer: anything else is corrupt. */
 static void schema_version_exact(void) {
     static const char *const bad[] = {"'1.9'", "'1abc'", "' 1'", "'01'", "''", "1.0", "'1 '",
@@ -666,5 +748,6 @@ void suite_claim(void) {
     max_attempts_limit();
     tokens_name_one_job();
     batches_span_chunks();
+    enqueue_batches_exact();
     schema_version_exact();
 }
