@@ -138,16 +138,16 @@ function str(v, what) {
  */
 function opts(o, what, keys) {
   if (o === undefined || o === null) return {};
-  what = what || 'options';
-  const known = keys ? ` (known: ${keys.join(', ')})` : '';
+  // the messages are built only when one is thrown (this runs for every job of a batch)
+  const known = () => (keys ? ` (known: ${keys.join(', ')})` : '');
   if (typeof o !== 'object' || Array.isArray(o)) {
     // q.enqueue(1, 5000) (a delay meant as { delay: 5000 }) says which call and what it takes
     const got = Array.isArray(o) ? 'an array' : `${/^[aeiou]/.test(typeof o) ? 'an' : 'a'} ${typeof o}`;
-    throw invalid(`${what} must be an object, not ${got}${known}`);
+    throw invalid(`${what || 'options'} must be an object, not ${got}${known()}`);
   }
   if (keys) {
     for (const k of Object.keys(o)) {
-      if (!keys.includes(k)) throw invalid(`unknown option "${k}" in ${what}${known}`);
+      if (!keys.includes(k)) throw invalid(`unknown option "${k}" in ${what || 'options'}${known()}`);
     }
   }
   return o;
@@ -591,8 +591,11 @@ class Queue {
     for (let i = 0; i < jobs.length; i++) {
       const j = jobs[i];
       if (!j || typeof j !== 'object' || !('payload' in j)) throw invalid(`jobs[${i}] must be an object with a payload`);
-      opts(j, `jobs[${i}]`, JOB_SPEC_KEYS);
-      if (!plainJob(j)) break;
+      const keys = Object.keys(j);
+      if (keys.length !== 1 || keys[0] !== 'payload') { // { payload } alone needs no other check
+        opts(j, `jobs[${i}]`, JOB_SPEC_KEYS);
+        if (!plainJob(j)) break;
+      }
       texts.push(toJson(j.payload, `jobs[${i}].payload`));
     }
     // a payload and nothing else (the common batch): the payload texts alone
