@@ -50,9 +50,6 @@
  * write takes the lock); the write lock held, the next ones follow it. */
 static const char SQL_INSERT[] = INSERT_JOB(TC_NEXT_ID("_tocsin_jobs"));
 static const char SQL_INSERT_AT[] = INSERT_JOB("?11");
-/* An enqueue that met a live job's unique key still uses up the id it would
- * have taken, as AUTOINCREMENT did in schema v1: the ids a sequence of calls
- * gets do not depend on the format. */
 /* Batch statements take up to BATCH_CHUNK jobs each (an enqueue, a claim's
  * lease, an ack): one statement's own cost (bind, step, halt, reset: ~7k
  * instructions) was a fifth of a job's cost in batches of 100. */
@@ -65,6 +62,9 @@ static const char SQL_INSERT_MANY[] =
     " SELECT ?1 + key, ?2, 'pending', value, NULL, 0, ?3, ?4, ?4, NULL, NULL FROM json_each(?5)";
 static const char SQL_NEXT_ID[] = "SELECT " TC_NEXT_ID("_tocsin_jobs");
 #define BATCH_TEXT_MAX 65536 /* bytes of payloads per batch statement (a host's length limit) */
+/* An enqueue that met a live job's unique key still uses up the id it would
+ * have taken, as AUTOINCREMENT did in schema v1: the ids a sequence of calls
+ * gets do not depend on the format. */
 static const char SQL_SKIP_ID[] =
     "UPDATE sqlite_sequence SET seq = " TC_NEXT_ID("_tocsin_jobs") " WHERE name = '_tocsin_jobs'";
 static const char SQL_FIND_UNIQUE[] =
@@ -448,6 +448,9 @@ static int insert_dropped(tocsin_db *db) {
                   "carry triggers that change their rows");
 }
 
+/* Element k of a batch statement's JSON array (the caller closes it with "]"). */
+static void list_sep(tc_buf *b, size_t k) { tc_buf_puts(b, k ? "," : "["); }
+
 /* An INSERT's CHECK on the id failed: the table's ids are spent. */
 static int ids_spent(tocsin_db *db, int rc) {
     if (rc != SQLITE_CONSTRAINT_CHECK || !strstr(sqlite3_errmsg(db->conn), "id BETWEEN")) return 0;
@@ -470,7 +473,7 @@ static size_t plain_run(const tocsin_job_spec *s, size_t n, tc_buf *list) {
     for (k = 0; k < n && k < BATCH_CHUNK && plain_spec(&s[k]) && strcmp(s[k].queue, s[0].queue) == 0 &&
                 list->len < BATCH_TEXT_MAX;
          k++) {
-        tc_buf_puts(list, k ? "," : "[");
+        list_sep(list, k);
         tc_buf_jstr(list, s[k].payload);
     }
     tc_buf_puts(list, "]");
@@ -622,16 +625,18 @@ static int lease_jobs(tocsin_db *db, tocsin_job *jobs, size_t n, const char *wor
     for (i = 0; i < n; i += k) {
         sqlite3_stmt *st;
         tc_buf ids = {0};
+        size_t m;
         k = n - i < BATCH_CHUNK ? n - i : BATCH_CHUNK;
-        if (k > 1) {
-            size_t m;
-            tc_buf_puts(&ids, "[");
+        if (k > 1) { /* one job (the hot path) binds its id: no list */
             for (m = 0; m < k; m++) {
-                if (m) tc_buf_puts(&ids, ",");
+                list_sep(&ids, m);
                 tc_buf_i64(&ids, jobs[i + m].id);
             }
             tc_buf_puts(&ids, "]");
-            if (ids.oom) return tc_err(db, TOCSIN_NOMEM, "claim: out of memory");
+            if (ids.oom) {
+                sqlite3_free(ids.p);
+                return tc_err(db, TOCSIN_NOMEM, "claim: out of memory");
+            }
         }
         if (!(st = tc_stmt(db, k > 1 ? SQL_CLAIM_LEASE_MANY : SQL_CLAIM_LEASE))) {
             sqlite3_free(ids.p);
@@ -813,10 +818,9 @@ int tocsin_job_ack_batch(tocsin_db *db, size_t *out_acked, const int64_t *ids,
         /* a token not issued for its id matches no lease: it is left out */
         tc_buf list = {0};
         size_t k = 0;
-        tc_buf_puts(&list, "[");
         for (; i < n && k < BATCH_CHUNK; i++) {
             if (!token_attempt(ids[i], tokens[i])) continue;
-            if (k++) tc_buf_puts(&list, ",");
+            list_sep(&list, k++);
             tc_buf_i64(&list, tokens[i]);
         }
         tc_buf_puts(&list, "]");
