@@ -178,6 +178,13 @@ int tc_step_done(tocsin_db *db, sqlite3_stmt *st, const char *what);
 /* rc of an INSERT that takes TC_NEXT_ID, or TOCSIN_FULL naming `what` when that
  * id went past INT64_MAX (the table's ids are spent). */
 int tc_no_id_left(tocsin_db *db, int rc, const char *what);
+/* A statement on tocsin's `table` changed fewer rows than it matched (or than
+ * tocsin's own reads found): a trigger dropped them (TEMP triggers may sit on
+ * tocsin's tables). TOCSIN_CORRUPT naming both; the caller's op rolls back, so
+ * nothing is half-written. tc_one_row: rc, or that error when rc is TOCSIN_OK
+ * and the last statement did not change exactly one row. */
+int tc_trigger_dropped(tocsin_db *db, const char *what, const char *table);
+int tc_one_row(tocsin_db *db, int rc, const char *what, const char *table);
 /* Cuts s in place to at most n bytes, on a UTF-8 character boundary. */
 void tc_cut_utf8(char *s, size_t n);
 /* Runs literal SQL (no binds, no rows). */
@@ -1479,6 +1486,19 @@ int tc_no_id_left(tocsin_db *db, int rc, const char *what) {
      * refuses it as a datatype mismatch */
     if (rc != TOCSIN_INVALID || (tc_thread.sqlite_rc & 0xff) != SQLITE_MISMATCH) return rc;
     return tc_err(db, TOCSIN_FULL, "%s: no id is left: ids end at 9223372036854775807", what);
+}
+
+int tc_trigger_dropped(tocsin_db *db, const char *what, const char *table) {
+    return tc_err(db, TOCSIN_CORRUPT,
+                  "%s: a statement on %s changed fewer rows than it matched: a trigger on it "
+                  "(RAISE(IGNORE)) dropped them; tocsin tables must not carry triggers that "
+                  "change their rows",
+                  what, table);
+}
+
+int tc_one_row(tocsin_db *db, int rc, const char *what, const char *table) {
+    if (rc == TOCSIN_OK && sqlite3_changes(db->conn) != 1) return tc_trigger_dropped(db, what, table);
+    return rc;
 }
 
 int tc_exec(tocsin_db *db, const char *sql, const char *what) {
@@ -2991,7 +3011,7 @@ static const char SQL_REQUEUE[] =
     " SELECT id, queue, 'pending', payload, meta, priority, attempts,"
     " min(1000000, attempts + max_attempts), ?2, created_at, NULL, unique_key"
     " FROM _tocsin_dead WHERE id = ?1 AND attempts < 1000000";
-static const char SQL_DEAD_EXISTS[] = "SELECT 1 FROM _tocsin_dead WHERE id = ?1";
+static const char SQL_DEAD_ATTEMPTS[] = "SELECT attempts FROM _tocsin_dead WHERE id = ?1";
 static const char SQL_DEAD_DELETE_ONE[] = "DELETE FROM _tocsin_dead WHERE id = ?1";
 /* One statement per shape, so each is a plain index range (no OR for the planner). */
 static const char SQL_PURGE_Q[] = "DELETE FROM _tocsin_dead WHERE queue = ?1";
@@ -3135,19 +3155,66 @@ static int run_qnow(tocsin_db *db, const char *sql, const char *queue, int64_t n
     return tc_step_done(db, st, what);
 }
 
-/* Moves live job `id` to the dead table. */
-static int to_dead(tocsin_db *db, int64_t id, const char *reason, const char *error, int64_t now) {
-    sqlite3_stmt *st = tc_stmt(db, SQL_ONE_DEAD);
-    int rc;
+/* Runs the two halves of a move (an INSERT ... SELECT, then the DELETE of the
+ * rows it copied), which must change as many rows each; *out_n (if given):
+ * how many moved. */
+static int move_rows(tocsin_db *db, sqlite3_stmt *copy, sqlite3_stmt *del, const char *what,
+                     const char *to, const char *from, int64_t *out_n) {
+    int copied, rc = tc_step_done(db, copy, what);
+    if (rc != TOCSIN_OK) {
+        sqlite3_reset(del);
+        return rc;
+    }
+    copied = sqlite3_changes(db->conn);
+    if ((rc = tc_step_done(db, del, what)) != TOCSIN_OK) return rc;
+    if (sqlite3_changes(db->conn) != copied)
+        return tc_trigger_dropped(db, what, sqlite3_changes(db->conn) < copied ? from : to);
+    if (out_n) *out_n = copied;
+    return TOCSIN_OK;
+}
+
+/* Moves live job `id` to the dead table; *out_n: 1 if it did, 0 if no live job
+ * has that id. */
+static int to_dead(tocsin_db *db, int64_t id, const char *reason, const char *error, int64_t now,
+                   int64_t *out_n) {
+    sqlite3_stmt *st = tc_stmt(db, SQL_ONE_DEAD), *del;
     if (!st) return TC_ERRCODE;
+    if (!(del = tc_stmt(db, SQL_DELETE_ONE))) {
+        sqlite3_reset(st);
+        return TC_ERRCODE;
+    }
     sqlite3_bind_int64(st, 1, id);
     bind_text_or_null(st, 2, error);
     sqlite3_bind_text(st, 3, reason, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 4, now);
-    if ((rc = tc_step_done(db, st, "move job to dead letters")) != TOCSIN_OK) return rc;
-    if (!(st = tc_stmt(db, SQL_DELETE_ONE))) return TC_ERRCODE;
-    sqlite3_bind_int64(st, 1, id);
-    return tc_step_done(db, st, "move job to dead letters");
+    sqlite3_bind_int64(del, 1, id);
+    return move_rows(db, st, del, "move job to dead letters", "_tocsin_dead", "_tocsin_jobs", out_n);
+}
+
+/* to_dead for a job whose lease was just checked (holder): it must move. */
+static int held_to_dead(tocsin_db *db, int64_t id, const char *reason, const char *error,
+                        int64_t now) {
+    int64_t n = 0;
+    int rc = to_dead(db, id, reason, error, now, &n);
+    return rc == TOCSIN_OK && n != 1 ? tc_trigger_dropped(db, "move job to dead letters", "_tocsin_dead")
+                                     : rc;
+}
+
+/* Runs a statement bound to (queue, now), expecting no rows, and the DELETE
+ * that follows it the same way: a move of every row the first one copies. */
+static int move_qnow(tocsin_db *db, const char *copy_sql, const char *del_sql, const char *queue,
+                     int64_t now, const char *what) {
+    sqlite3_stmt *copy = tc_stmt(db, copy_sql), *del;
+    if (!copy) return TC_ERRCODE;
+    if (!(del = tc_stmt(db, del_sql))) {
+        sqlite3_reset(copy);
+        return TC_ERRCODE;
+    }
+    sqlite3_bind_text(copy, 1, queue, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(copy, 2, now);
+    sqlite3_bind_text(del, 1, queue, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(del, 2, now);
+    return move_rows(db, copy, del, what, "_tocsin_dead", "_tocsin_jobs", NULL);
 }
 
 #define CHECK_DB(db)                           \
@@ -3448,15 +3515,13 @@ static int claim_prepare(tocsin_db *db, const char *queue, int64_t now, size_t m
     sqlite3_reset(st);
     rc = TOCSIN_OK;
     if (lapsed) {
-        rc = run_qnow(db, SQL_LAPSED_DEAD, queue, now, "reclaim lapsed leases");
-        if (rc == TOCSIN_OK) rc = run_qnow(db, SQL_LAPSED_DELETE, queue, now, "reclaim lapsed leases");
+        rc = move_qnow(db, SQL_LAPSED_DEAD, SQL_LAPSED_DELETE, queue, now, "reclaim lapsed leases");
         if (rc == TOCSIN_OK) rc = run_qnow(db, SQL_LAPSED_REQUEUE, queue, now, "reclaim lapsed leases");
     }
     /* A lapsed lease reclaimed just now is pending again: past its expiry it
      * dies too, which the check (run while it was leased) could not see. */
     if ((expired || lapsed) && rc == TOCSIN_OK) {
-        rc = run_qnow(db, SQL_EXPIRED_DEAD, queue, now, "expire jobs");
-        if (rc == TOCSIN_OK) rc = run_qnow(db, SQL_EXPIRED_DELETE, queue, now, "expire jobs");
+        rc = move_qnow(db, SQL_EXPIRED_DEAD, SQL_EXPIRED_DELETE, queue, now, "expire jobs");
     }
     if (due && !*paused && rc == TOCSIN_OK) {
         int64_t bound = TC_PROMOTE_MAX > max ? TC_PROMOTE_MAX : (int64_t)max;
@@ -3622,7 +3687,7 @@ int tocsin_job_retry(tocsin_db *db, int *out_ok, int64_t id, int64_t token, int6
     rc = holder(db, &held, id, token, &attempts, &max);
     if (rc == TOCSIN_OK && held) {
         if (attempts >= max) {
-            rc = to_dead(db, id, "max_attempts", error, now);
+            rc = held_to_dead(db, id, "max_attempts", error, now);
         } else if (!(st = tc_stmt(db, SQL_RETRY))) {
             rc = TC_ERRCODE;
         } else {
@@ -3634,7 +3699,7 @@ int tocsin_job_retry(tocsin_db *db, int *out_ok, int64_t id, int64_t token, int6
             sqlite3_bind_int64(st, 2, run_at);
             bind_text_or_null(st, 3, error);
             sqlite3_bind_text(st, 4, run_at > now ? "scheduled" : "pending", -1, SQLITE_STATIC);
-            rc = tc_step_done(db, st, "retry");
+            rc = tc_one_row(db, tc_step_done(db, st, "retry"), "retry", "_tocsin_jobs");
         }
     }
     rc = tc_op_end(db, &op, rc);
@@ -3651,7 +3716,7 @@ int tocsin_job_fail(tocsin_db *db, int *out_ok, int64_t id, int64_t token, const
     if ((rc = check_error_text(db, error)) != TOCSIN_OK) return rc;
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
     rc = holder(db, &held, id, token, &attempts, &max);
-    if (rc == TOCSIN_OK && held) rc = to_dead(db, id, "failed", error, queue_now(db));
+    if (rc == TOCSIN_OK && held) rc = held_to_dead(db, id, "failed", error, queue_now(db));
     rc = tc_op_end(db, &op, rc);
     if (rc == TOCSIN_OK) *out_ok = held;
     return rc;
@@ -3688,8 +3753,11 @@ int tocsin_job_cancel(tocsin_db *db, int *out_ok, int64_t id) {
     if (!out_ok) return tc_err(db, TOCSIN_INVALID, "out_ok must not be NULL");
     *out_ok = 0;
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
-    rc = to_dead(db, id, "cancelled", NULL, queue_now(db));
-    if (rc == TOCSIN_OK) *out_ok = sqlite3_changes(db->conn) == 1;
+    {
+        int64_t n = 0;
+        rc = to_dead(db, id, "cancelled", NULL, queue_now(db), &n);
+        if (rc == TOCSIN_OK) *out_ok = n == 1;
+    }
     rc = tc_op_end(db, &op, rc);
     if (rc != TOCSIN_OK) *out_ok = 0;
     return rc;
@@ -3945,13 +4013,15 @@ int tocsin_dead_requeue(tocsin_db *db, int *out_ok, int64_t id) {
     }
     if (rc == TOCSIN_OK && !*out_ok) {
         /* not requeued: no such dead job, or one with every claim spent */
-        if (!(st = tc_stmt(db, SQL_DEAD_EXISTS))) {
+        if (!(st = tc_stmt(db, SQL_DEAD_ATTEMPTS))) {
             rc = TC_ERRCODE;
         } else {
             sqlite3_bind_int64(st, 1, id);
             rc = tc_step(db, st);
-            sqlite3_reset(st);
-            if (rc == SQLITE_ROW)
+            if (rc == SQLITE_ROW && sqlite3_column_int64(st, 0) < TOCSIN_MAX_ATTEMPTS) {
+                sqlite3_reset(st);
+                rc = tc_trigger_dropped(db, "requeue", "_tocsin_jobs");
+            } else if (sqlite3_reset(st), rc == SQLITE_ROW)
                 rc = tc_err(db, TOCSIN_FULL,
                             "requeue job %lld: it spent all %d claims its fencing tokens allow;"
                             " enqueue its payload as a new job",
@@ -3965,7 +4035,7 @@ int tocsin_dead_requeue(tocsin_db *db, int *out_ok, int64_t id) {
             rc = TC_ERRCODE;
         } else {
             sqlite3_bind_int64(st, 1, id);
-            rc = tc_step_done(db, st, "requeue");
+            rc = tc_one_row(db, tc_step_done(db, st, "requeue"), "requeue", "_tocsin_dead");
         }
     }
     rc = tc_op_end(db, &op, rc);
@@ -4126,8 +4196,9 @@ int tc_job_hand_back(tocsin_db *db, int *held, int64_t *out_handbacks, int64_t i
          * max_attempts limit, so the job dies as a retry there would */
         int attempts = 0, max = 0;
         if ((rc = holder(db, held, id, token, &attempts, &max)) != TOCSIN_OK || !*held) return rc;
+        if (max < TOCSIN_MAX_ATTEMPTS || attempts < max) return tc_trigger_dropped(db, "hand back", "_tocsin_jobs");
         if (out_handbacks) *out_handbacks = 0;
-        return to_dead(db, id, "max_attempts", why ? why : "handed back after its last attempt", now);
+        return held_to_dead(db, id, "max_attempts", why ? why : "handed back after its last attempt", now);
     }
 }
 
@@ -4329,7 +4400,8 @@ static int publish(tocsin_db *db, int64_t *out_offsets, const char *topic,
         sqlite3_bind_int64(st, 5, now);
         /* No RETURNING (it buffers its row in an ephemeral table): the
          * statement's last rowid is the offset. */
-        rc = tc_no_id_left(db, tc_step_done(db, st, "publish"), "publish");
+        rc = tc_one_row(db, tc_no_id_left(db, tc_step_done(db, st, "publish"), "publish"), "publish",
+                        "_tocsin_events");
         if (rc == TOCSIN_OK) out_offsets[i] = sqlite3_last_insert_rowid(db->conn);
     }
     return tc_op_end(db, &op, rc);
@@ -4737,7 +4809,8 @@ static int autotrim(tocsin_db *db) {
         sqlite3_reset(st);
         return tc_err(db, TOCSIN_CORRUPT,
                       "notify auto-trim: the stored policy (_tocsin_meta key 'notify_autotrim') is "
-                      "not a JSON object: set it again with tocsin_notify_set_autotrim");
+                      "not a JSON object: set it again (tocsin_notify_autotrim() in SQL, "
+                      "tocsin_notify_set_autotrim in C)");
     }
     one_in = sqlite3_column_int64(st, 1);
     age = sqlite3_column_int64(st, 2);
@@ -4767,7 +4840,8 @@ int tocsin_notify(tocsin_db *db, int64_t *out_id, const char *channel, const cha
         if (meta) sqlite3_bind_text(st, 3, meta, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 4, tocsin_now(db));
         /* no RETURNING: see publish (stream.c) */
-        rc = tc_no_id_left(db, tc_step_done(db, st, "notify"), "notify");
+        rc = tc_one_row(db, tc_no_id_left(db, tc_step_done(db, st, "notify"), "notify"), "notify",
+                        "_tocsin_notifications");
         if (rc == TOCSIN_OK) *out_id = sqlite3_last_insert_rowid(db->conn);
     }
     if (rc == TOCSIN_OK) rc = autotrim(db);
@@ -5993,7 +6067,7 @@ int tocsin_result_save(tocsin_db *db, int64_t job_id, const char *value_json, in
     sqlite3_bind_text(st, 2, value_json, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 3, now);
     result_bind_expiry(st, 4, now, ttl_ms);
-    rc = tc_step_done(db, st, "save result");
+    rc = tc_one_row(db, tc_step_done(db, st, "save result"), "save result", "_tocsin_results");
     return tc_op_end(db, &op, rc);
 }
 
@@ -6023,7 +6097,8 @@ int tc_result_save_error(tocsin_db *db, int64_t job_id, const char *type, const 
     sqlite3_bind_int64(st, 4, now);
     result_bind_expiry(st, 5, now, ttl_ms);
     if (trace) sqlite3_bind_text(st, 6, trace, -1, SQLITE_STATIC);
-    rc = tc_step_done(db, st, "save error result");
+    rc = tc_one_row(db, tc_step_done(db, st, "save error result"), "save error result",
+                    "_tocsin_results");
     return tc_op_end(db, &op, rc);
 }
 
@@ -11121,13 +11196,17 @@ static int no_temp_shadow(fn_ctx *f) {
     while (rc == SQLITE_OK && (rc = tc_step(db, st)) == SQLITE_ROW) {
         const char *type = (const char *)sqlite3_column_text(st, 0);
         const char *name = (const char *)sqlite3_column_text(st, 1);
+        char *ident;
+        rc = SQLITE_OK; /* another row: unrelated TEMP tables and views are fine */
         if (!type || !name || sqlite3_strnicmp(name, prefix, (int)sizeof prefix - 1) != 0) continue;
+        ident = sqlite3_mprintf("%w", name); /* quotes doubled: the hint runs as written */
         fail_msg(f, SQLITE_ERROR,
                  "the connection has a TEMP %s named %.*s, which hides tocsin's own tables "
                  "(SQLite looks a name up in temp before main: what tocsin wrote would go to it "
                  "and vanish with the connection); drop it (DROP %s temp.\"%.*s\") or rename it",
                  type, quote_len(name, 200), name, strcmp(type, "view") == 0 ? "VIEW" : "TABLE",
-                 quote_len(name, 200), name);
+                 quote_len(ident ? ident : name, 200), ident ? ident : name);
+        sqlite3_free(ident);
         sqlite3_finalize(st);
         return 0;
     }

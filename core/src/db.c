@@ -769,6 +769,19 @@ int tc_no_id_left(tocsin_db *db, int rc, const char *what) {
     return tc_err(db, TOCSIN_FULL, "%s: no id is left: ids end at 9223372036854775807", what);
 }
 
+int tc_trigger_dropped(tocsin_db *db, const char *what, const char *table) {
+    return tc_err(db, TOCSIN_CORRUPT,
+                  "%s: a statement on %s changed fewer rows than it matched: a trigger on it "
+                  "(RAISE(IGNORE)) dropped them; tocsin tables must not carry triggers that "
+                  "change their rows",
+                  what, table);
+}
+
+int tc_one_row(tocsin_db *db, int rc, const char *what, const char *table) {
+    if (rc == TOCSIN_OK && sqlite3_changes(db->conn) != 1) return tc_trigger_dropped(db, what, table);
+    return rc;
+}
+
 int tc_exec(tocsin_db *db, const char *sql, const char *what) {
     char *msg = NULL;
     int rc = sqlite3_exec(db->conn, sql, NULL, NULL, &msg);

@@ -1647,13 +1647,17 @@ static int no_temp_shadow(fn_ctx *f) {
     while (rc == SQLITE_OK && (rc = tc_step(db, st)) == SQLITE_ROW) {
         const char *type = (const char *)sqlite3_column_text(st, 0);
         const char *name = (const char *)sqlite3_column_text(st, 1);
+        char *ident;
+        rc = SQLITE_OK; /* another row: unrelated TEMP tables and views are fine */
         if (!type || !name || sqlite3_strnicmp(name, prefix, (int)sizeof prefix - 1) != 0) continue;
+        ident = sqlite3_mprintf("%w", name); /* quotes doubled: the hint runs as written */
         fail_msg(f, SQLITE_ERROR,
                  "the connection has a TEMP %s named %.*s, which hides tocsin's own tables "
                  "(SQLite looks a name up in temp before main: what tocsin wrote would go to it "
                  "and vanish with the connection); drop it (DROP %s temp.\"%.*s\") or rename it",
                  type, quote_len(name, 200), name, strcmp(type, "view") == 0 ? "VIEW" : "TABLE",
-                 quote_len(name, 200), name);
+                 quote_len(ident ? ident : name, 200), ident ? ident : name);
+        sqlite3_free(ident);
         sqlite3_finalize(st);
         return 0;
     }

@@ -173,6 +173,13 @@ int tc_step_done(tocsin_db *db, sqlite3_stmt *st, const char *what);
 /* rc of an INSERT that takes TC_NEXT_ID, or TOCSIN_FULL naming `what` when that
  * id went past INT64_MAX (the table's ids are spent). */
 int tc_no_id_left(tocsin_db *db, int rc, const char *what);
+/* A statement on tocsin's `table` changed fewer rows than it matched (or than
+ * tocsin's own reads found): a trigger dropped them (TEMP triggers may sit on
+ * tocsin's tables). TOCSIN_CORRUPT naming both; the caller's op rolls back, so
+ * nothing is half-written. tc_one_row: rc, or that error when rc is TOCSIN_OK
+ * and the last statement did not change exactly one row. */
+int tc_trigger_dropped(tocsin_db *db, const char *what, const char *table);
+int tc_one_row(tocsin_db *db, int rc, const char *what, const char *table);
 /* Cuts s in place to at most n bytes, on a UTF-8 character boundary. */
 void tc_cut_utf8(char *s, size_t n);
 /* Runs literal SQL (no binds, no rows). */

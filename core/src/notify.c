@@ -68,7 +68,8 @@ static int autotrim(tocsin_db *db) {
         sqlite3_reset(st);
         return tc_err(db, TOCSIN_CORRUPT,
                       "notify auto-trim: the stored policy (_tocsin_meta key 'notify_autotrim') is "
-                      "not a JSON object: set it again with tocsin_notify_set_autotrim");
+                      "not a JSON object: set it again (tocsin_notify_autotrim() in SQL, "
+                      "tocsin_notify_set_autotrim in C)");
     }
     one_in = sqlite3_column_int64(st, 1);
     age = sqlite3_column_int64(st, 2);
@@ -98,7 +99,8 @@ int tocsin_notify(tocsin_db *db, int64_t *out_id, const char *channel, const cha
         if (meta) sqlite3_bind_text(st, 3, meta, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 4, tocsin_now(db));
         /* no RETURNING: see publish (stream.c) */
-        rc = tc_no_id_left(db, tc_step_done(db, st, "notify"), "notify");
+        rc = tc_one_row(db, tc_no_id_left(db, tc_step_done(db, st, "notify"), "notify"), "notify",
+                        "_tocsin_notifications");
         if (rc == TOCSIN_OK) *out_id = sqlite3_last_insert_rowid(db->conn);
     }
     if (rc == TOCSIN_OK) rc = autotrim(db);

@@ -53,7 +53,7 @@ int tocsin_result_save(tocsin_db *db, int64_t job_id, const char *value_json, in
     sqlite3_bind_text(st, 2, value_json, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 3, now);
     result_bind_expiry(st, 4, now, ttl_ms);
-    rc = tc_step_done(db, st, "save result");
+    rc = tc_one_row(db, tc_step_done(db, st, "save result"), "save result", "_tocsin_results");
     return tc_op_end(db, &op, rc);
 }
 
@@ -83,7 +83,8 @@ int tc_result_save_error(tocsin_db *db, int64_t job_id, const char *type, const 
     sqlite3_bind_int64(st, 4, now);
     result_bind_expiry(st, 5, now, ttl_ms);
     if (trace) sqlite3_bind_text(st, 6, trace, -1, SQLITE_STATIC);
-    rc = tc_step_done(db, st, "save error result");
+    rc = tc_one_row(db, tc_step_done(db, st, "save error result"), "save error result",
+                    "_tocsin_results");
     return tc_op_end(db, &op, rc);
 }
 

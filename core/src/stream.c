@@ -155,7 +155,8 @@ static int publish(tocsin_db *db, int64_t *out_offsets, const char *topic,
         sqlite3_bind_int64(st, 5, now);
         /* No RETURNING (it buffers its row in an ephemeral table): the
          * statement's last rowid is the offset. */
-        rc = tc_no_id_left(db, tc_step_done(db, st, "publish"), "publish");
+        rc = tc_one_row(db, tc_no_id_left(db, tc_step_done(db, st, "publish"), "publish"), "publish",
+                        "_tocsin_events");
         if (rc == TOCSIN_OK) out_offsets[i] = sqlite3_last_insert_rowid(db->conn);
     }
     return tc_op_end(db, &op, rc);

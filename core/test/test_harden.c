@@ -901,6 +901,131 @@ static void fork_closes_waited_on_subscriptions(void) {
     tocsin_close(db);
 }
 
+/* ---- triggers that drop tocsin's writes ------------------------------------------ */
+
+/* A TEMP trigger may sit on a tocsin table (SQLite allows it, docs/sql.md). One
+ * that drops rows (RAISE(IGNORE)) must never leave a job half-moved -- live
+ * and dead at once, or in neither table -- nor an operation reporting a write
+ * it did not make: each such call fails (TOCSIN_CORRUPT, naming the table) and
+ * writes nothing. */
+static int t_trigger(tocsin_db *db, const char *when_on) {
+    char sql[200];
+    snprintf(sql, sizeof sql, "CREATE TEMP TRIGGER drop_it %s BEGIN SELECT RAISE(IGNORE); END", when_on);
+    return sqlite3_exec(tocsin_sqlite(db), sql, NULL, NULL, NULL);
+}
+static void t_untrigger(tocsin_db *db) {
+    CHECK_EQ_I(sqlite3_exec(tocsin_sqlite(db), "DROP TRIGGER temp.drop_it", NULL, NULL, NULL), SQLITE_OK);
+}
+static int64_t t_claim_one(tocsin_db *db, int64_t vis) {
+    tocsin_job *jobs = NULL;
+    size_t n = 0;
+    int64_t token = 0;
+    CHECK_OK(db, tocsin_queue_claim(db, &jobs, &n, "q", "w", 1, vis));
+    CHECK_EQ_I(n, 1);
+    if (n) token = jobs[0].token;
+    tocsin_jobs_free(jobs, n);
+    return token;
+}
+#define CHECK_DROPPED(db, expr, table)                                              \
+    do {                                                                            \
+        CHECK_EQ_I((expr), TOCSIN_CORRUPT);                                         \
+        CHECK(strstr(tocsin_errmsg(db), "a trigger on it (RAISE(IGNORE)) dropped") && \
+              strstr(tocsin_errmsg(db), table));                                    \
+    } while (0)
+
+static void dropping_triggers(void) {
+    t_clock clk = {1000};
+    tocsin_db *db = t_open("dropping_triggers", &clk);
+    tocsin_enqueue_opts eo = TOCSIN_ENQUEUE_OPTS_INIT;
+    tocsin_job *jobs = NULL;
+    size_t n = 0;
+    int64_t a = 0, b = 0, c = 0, tok, id = 0;
+    int ok = -1;
+    CHECK_OK(db, tocsin_queue_enqueue(db, &a, "q", "1", NULL));
+    CHECK_OK(db, tocsin_queue_enqueue(db, &b, "q", "2", NULL));
+    tok = t_claim_one(db, 60000); /* a, leased */
+
+    /* deletes from the jobs dropped: fail and cancel would copy without moving */
+    CHECK_EQ_I(t_trigger(db, "BEFORE DELETE ON _tocsin_jobs"), SQLITE_OK);
+    CHECK_DROPPED(db, tocsin_job_fail(db, &ok, a, tok, "x"), "_tocsin_jobs");
+    CHECK_EQ_I(ok, 0);
+    CHECK_DROPPED(db, tocsin_job_cancel(db, &ok, b), "_tocsin_jobs");
+    CHECK_EQ_I(ok, 0);
+    CHECK_EQ_I(t_count(db, "_tocsin_dead"), 0);
+    t_untrigger(db);
+
+    /* inserts into the dead letters dropped: a move would delete the job */
+    CHECK_EQ_I(t_trigger(db, "BEFORE INSERT ON _tocsin_dead"), SQLITE_OK);
+    CHECK_DROPPED(db, tocsin_job_fail(db, &ok, a, tok, "x"), "_tocsin_dead");
+    CHECK_DROPPED(db, tocsin_job_cancel(db, &ok, b), "_tocsin_dead");
+    CHECK_EQ_I(ok, 0);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 2);
+    /* the claim's own moves: an expired job, a lapsed last lease */
+    eo.expires_ms = 10;
+    CHECK_OK(db, tocsin_queue_enqueue(db, &c, "q", "3", &eo));
+    clk.now = 2000;
+    CHECK_DROPPED(db, tocsin_queue_claim(db, &jobs, &n, "q", "w", 1, 1000), "_tocsin_dead");
+    CHECK_EQ_I(n, 0);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 3);
+    t_untrigger(db);
+    CHECK_OK(db, tocsin_job_cancel(db, &ok, c));
+    CHECK_EQ_I(ok, 1);
+    CHECK_EQ_I(t_count(db, "_tocsin_dead"), 1);
+
+    /* updates of the jobs dropped: a retry or hand-back that changed nothing */
+    CHECK_EQ_I(t_trigger(db, "BEFORE UPDATE ON _tocsin_jobs"), SQLITE_OK);
+    CHECK_DROPPED(db, tocsin_job_retry(db, &ok, a, tok, 0, "again"), "_tocsin_jobs");
+    CHECK_EQ_I(ok, 0);
+    CHECK_DROPPED(db, tocsin_job_hand_back(db, &ok, a, tok, 0), "_tocsin_jobs");
+    CHECK_EQ_I(ok, 0);
+    CHECK_EQ_I(t_count(db, "_tocsin_dead"), 1);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE state = 'processing'"), 1);
+    t_untrigger(db);
+
+    /* a requeue whose INSERT or DELETE is dropped: the job stays in one table */
+    CHECK_EQ_I(t_trigger(db, "BEFORE INSERT ON _tocsin_jobs"), SQLITE_OK);
+    CHECK_DROPPED(db, tocsin_dead_requeue(db, &ok, c), "_tocsin_jobs");
+    CHECK_EQ_I(ok, 0);
+    t_untrigger(db);
+    CHECK_EQ_I(t_trigger(db, "BEFORE DELETE ON _tocsin_dead"), SQLITE_OK);
+    CHECK_DROPPED(db, tocsin_dead_requeue(db, &ok, c), "_tocsin_dead");
+    CHECK_EQ_I(ok, 0);
+    t_untrigger(db);
+    CHECK_EQ_I(t_count(db, "_tocsin_dead"), 1);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 2);
+    CHECK_OK(db, tocsin_dead_requeue(db, &ok, c));
+    CHECK_EQ_I(ok, 1);
+
+    /* the lapsed last lease of a job, its move dropped at the next claim */
+    CHECK_OK(db, tocsin_job_ack(db, &ok, a, tok));
+    CHECK_OK(db, tocsin_job_cancel(db, &ok, b));
+    CHECK_OK(db, tocsin_job_cancel(db, &ok, c));
+    eo = (tocsin_enqueue_opts)TOCSIN_ENQUEUE_OPTS_INIT;
+    eo.max_attempts = 1;
+    CHECK_OK(db, tocsin_queue_enqueue(db, &a, "q", "4", &eo));
+    tok = t_claim_one(db, 100);
+    clk.now = 5000;
+    CHECK_EQ_I(t_trigger(db, "BEFORE INSERT ON _tocsin_dead"), SQLITE_OK);
+    CHECK_DROPPED(db, tocsin_queue_claim(db, &jobs, &n, "q", "w", 1, 1000), "_tocsin_dead");
+    t_untrigger(db);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE state = 'processing'"), 1);
+
+    /* a notification, an event, a result: no id or write reported that is not there */
+    CHECK_EQ_I(t_trigger(db, "BEFORE INSERT ON _tocsin_notifications"), SQLITE_OK);
+    CHECK_DROPPED(db, tocsin_notify(db, &id, "c", "1", NULL), "_tocsin_notifications");
+    t_untrigger(db);
+    CHECK_EQ_I(t_trigger(db, "BEFORE INSERT ON _tocsin_events"), SQLITE_OK);
+    CHECK_DROPPED(db, tocsin_stream_publish(db, &id, "t", "1", NULL, NULL), "_tocsin_events");
+    t_untrigger(db);
+    CHECK_EQ_I(t_trigger(db, "BEFORE INSERT ON _tocsin_results"), SQLITE_OK);
+    CHECK_DROPPED(db, tocsin_result_save(db, a, "1", 0), "_tocsin_results");
+    t_untrigger(db);
+    CHECK_EQ_I(t_count(db, "_tocsin_notifications"), 0);
+    CHECK_EQ_I(t_count(db, "_tocsin_events"), 0);
+    CHECK_EQ_I(t_count(db, "_tocsin_results"), 0);
+    tocsin_close(db);
+}
+
 void suite_harden(void) {
     sql_transaction_control_refused();
     plain_hand_back();
@@ -918,4 +1043,5 @@ void suite_harden(void) {
     close_ends_lock_waits();
     stream_close_waits_for_save();
     fork_closes_waited_on_subscriptions();
+    dropping_triggers();
 }

@@ -381,6 +381,21 @@ SELECT group_concat(name || '=' || next_fire) FROM _tocsin_schedules;" "60000
 1
 a=120000,b=180000"
 
+# TEMP tables and views of other names are the application's business: every call
+# works beside them (an unrelated one listed before a shadowing one included), and a
+# TEMP view may call tocsin's functions; the hint to drop a shadow runs as written
+qfresh temp_unrelated "CREATE TEMP TABLE aaa(x); CREATE TEMP VIEW st AS SELECT tocsin_stats('q') AS s;
+SELECT tocsin_enqueue('q', '1');
+SELECT json_extract(s, '\$.pending') FROM st;
+SELECT json_extract(tocsin_claim('q', 'w', 1, 1000), '\$[0].id');
+CREATE TEMP TABLE \"_tocsin_a\"\"b\"(x);
+SELECT tocsin_enqueue('q', '2');
+DROP TABLE temp.\"_tocsin_a\"\"b\";
+SELECT tocsin_enqueue('q', '3');" "1
+1
+1
+*TEMP table named _tocsin_a\"b,*(DROP TABLE temp.\"_tocsin_a\"\"b\")*
+2"
 # a TEMP table or view named like a tocsin table would take tocsin's reads and writes
 # (and lose them with the connection): every call that touches the database refuses it
 qfresh temp_shadow "SELECT tocsin_enqueue('q', '1');
