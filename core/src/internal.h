@@ -237,9 +237,12 @@ int tc_check_text(tocsin_db *db, const char *what, const char *text, size_t max_
 int tc_check_version(tocsin_db *db, const char *what, int version, int current, const char *init);
 #define TC_CHECK_VERSION(db, what, version, NAME) \
     tc_check_version(db, what, version, NAME##_VERSION, #NAME "_INIT")
-/* Strict RFC 8259 (json.c); *top gets the first character of the value. */
+/* Strict RFC 8259 (json.c); *top gets the first character of the value. It
+ * also refuses nesting past 1000 levels and numbers beyond a double's range
+ * (1e999: infinity to most readers, an error to Go's): tc_json_why says
+ * which, as the tail of an error message ("" for the syntax itself). */
 int tc_json_valid(const char *text, size_t n, char *top);
-int tc_json_too_deep(const char *text, size_t n);
+const char *tc_json_why(const char *text, size_t n);
 int tc_json_wrapper_valid(const char *text, size_t n, char *top, int levels);
 /* Walk the members of a JSON object / the elements of a JSON array, strictly:
  * fn gets each key as written (a string literal, quotes included) or index,

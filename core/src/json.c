@@ -5,12 +5,16 @@
  */
 #include "internal.h"
 
+#include <math.h>
+#include <stdio.h>
+
 #define TC_JSON_MAX_DEPTH 1000
 
 typedef struct jp {
     const unsigned char *p, *end;
     int depth, max_depth;
     int too_deep; /* refused for nesting past max_depth */
+    int huge;     /* refused for a number beyond a double's range */
 } jp;
 
 /* A wrapper (an options object, the jobs array and its job objects) sits
@@ -24,6 +28,7 @@ static void jp_init(jp *j, const char *text, size_t n) {
     j->depth = 0;
     j->max_depth = TC_JSON_MAX_DEPTH;
     j->too_deep = 0;
+    j->huge = 0;
 }
 
 static void jp_ws(jp *j) {
@@ -43,21 +48,58 @@ static int jp_digits(jp *j) {
     return j->p > s;
 }
 
+/* Whether the number with significant digits sig[0..n) (no leading zero, n >
+ * 0) and decimal exponent e of its first digit (value sig[0].sig[1..] * 10^e)
+ * is beyond the largest double: JSON readers turn it into infinity (Python,
+ * Node, Ruby) or refuse it (Go), so it cannot travel between runtimes. Only
+ * e == 308 needs strtod, given digits and an exponent alone (no decimal
+ * point: the host's locale cannot change how it reads). */
+static int jp_huge(const unsigned char *sig, size_t n, long e) {
+    char buf[64];
+    size_t k = 0, i;
+    if (e != 308) return e > 308;
+    for (i = 0; i < n && k < 40; i++)
+        if (sig[i] != '.') buf[k++] = (char)sig[i];
+    snprintf(buf + k, sizeof buf - k, "e%ld", 308L - (long)(k - 1));
+    return isinf(strtod(buf, NULL));
+}
+
 static int jp_number(jp *j) {
+    const unsigned char *sig = NULL, *mend; /* the first non-zero digit; the mantissa's end */
+    long e = 0, x = 0;
+    int xneg = 0;
     if (j->p < j->end && *j->p == '-') j->p++;
     if (j->p < j->end && *j->p == '0') {
         j->p++;
-    } else if (!jp_digits(j)) {
-        return 0;
+    } else {
+        const unsigned char *ip = j->p;
+        if (!jp_digits(j)) return 0;
+        sig = ip;
+        e = (long)(j->p - ip) - 1;
     }
     if (j->p < j->end && *j->p == '.') {
-        j->p++;
+        const unsigned char *f = ++j->p;
         if (!jp_digits(j)) return 0;
+        if (!sig) { /* 0.000ddd: the first non-zero digit of the fraction */
+            const unsigned char *z = f;
+            while (z < j->p && *z == '0') z++;
+            if (z < j->p) {
+                sig = z;
+                e = -(long)(z - f) - 1;
+            }
+        }
     }
+    mend = j->p;
     if (j->p < j->end && (*j->p == 'e' || *j->p == 'E')) {
         j->p++;
-        if (j->p < j->end && (*j->p == '+' || *j->p == '-')) j->p++;
-        if (!jp_digits(j)) return 0;
+        if (j->p < j->end && (*j->p == '+' || *j->p == '-')) xneg = *j->p++ == '-';
+        if (j->p >= j->end || *j->p < '0' || *j->p > '9') return 0;
+        for (; j->p < j->end && *j->p >= '0' && *j->p <= '9'; j->p++)
+            if (x < 100000000L) x = x * 10 + (*j->p - '0');
+    }
+    if (sig && jp_huge(sig, (size_t)(mend - sig), e + (xneg ? -x : x))) {
+        j->huge = 1;
+        return 0;
     }
     return 1;
 }
@@ -170,11 +212,16 @@ int tc_json_valid(const char *text, size_t n, char *top) {
     return jp_valid(&j, text, n, top);
 }
 
-/* Whether tc_json_valid refuses text[0..n) for its nesting (an error path:
- * it validates again to say why). */
-int tc_json_too_deep(const char *text, size_t n) {
+/* Why tc_json_valid refuses text[0..n), as the tail of an error message (an
+ * error path: it validates again to say why); "" for its syntax itself. */
+const char *tc_json_why(const char *text, size_t n) {
     jp j;
-    return !jp_valid(&j, text, n, NULL) && j.too_deep;
+    if (jp_valid(&j, text, n, NULL)) return "";
+    if (j.too_deep) return " (it nests arrays and objects more than 1000 deep, tocsin's limit)";
+    if (j.huge)
+        return " (it holds a number beyond the range of a double, such as 1e999, which JSON "
+               "readers turn into infinity or refuse)";
+    return "";
 }
 
 /* tc_json_valid for a wrapper whose values sit `levels` containers deep

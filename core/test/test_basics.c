@@ -358,5 +358,21 @@ void suite_json(void) {
     memset(deep + 1001, ']', 1001);
     deep[2002] = 0;
     CHECK_EQ_I(tocsin_notify(db, &id, "c", deep, NULL), TOCSIN_INVALID);
+    {
+        /* numbers a double holds pass, whatever their spelling; those beyond its
+         * range (infinity to Python, Node and Ruby, an error to Go) are refused,
+         * saying so */
+        static const char *fine[] = {"1e308", "-1.7976931348623157e308", "17976931348623157e292",
+                                      "0.00000017976931348623157e315", "1e-999", "0e99999999999",
+                                      "0.000e400", "-0.0e309", "123456789012345678901234567890",
+                                      "[2.5e-308, 4.9e-324, 1e-400]"};
+        static const char *huge[] = {"1e309", "-1e999", "1.7976931348623159e308", "10e308",
+                                     "0.1e310", "{\"a\":[1,2e400]}", "1e99999999999999999999"};
+        for (i = 0; i < sizeof fine / sizeof fine[0]; i++) CHECK_OK(db, tocsin_notify(db, &id, "c", fine[i], NULL));
+        for (i = 0; i < sizeof huge / sizeof huge[0]; i++) {
+            CHECK_EQ_I(tocsin_notify(db, &id, "c", huge[i], NULL), TOCSIN_INVALID);
+            CHECK(strstr(tocsin_errmsg(db), "beyond the range of a double") != NULL);
+        }
+    }
     tocsin_close(db);
 }
