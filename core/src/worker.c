@@ -693,6 +693,7 @@ int tocsin_worker_finish(tocsin_worker *w, tocsin_db *tx, tocsin_task_run *run,
     tocsin_outcome c;
     int rc;
     tocsin_outcome refused = TOCSIN_OUTCOME_INIT;
+    tocsin_outcome late = TOCSIN_OUTCOME_INIT;
     char why[sizeof tc_tls()->msg + 40];
     if (!w || !run) return tc_err(NULL, TOCSIN_INVALID, "worker and run must not be NULL");
     tc_clear(w->db);
@@ -714,6 +715,21 @@ int tocsin_worker_finish(tocsin_worker *w, tocsin_db *tx, tocsin_task_run *run,
         refused.error_message = why;
         o = &refused;
         tc_clear(w->db);
+    }
+    if (o->kind == TOCSIN_OUTCOME_OK && r->pub.timeout_ms > 0 &&
+        tocsin_now(w->db) - r->pub.started_at > r->pub.timeout_ms) {
+        /* It returned after its timeout (CPU-bound work the runtime could not
+         * interrupt, a handler that swallowed the cancellation): the attempt
+         * fails as a timeout does, whatever it returned, the same in every
+         * runtime. In a transaction: refused, so that the binding rolls the
+         * task's writes back and finishes again without it. */
+        snprintf(why, sizeof why, "the run exceeded its timeout of %lld ms (it returned after %lld ms)",
+                 (long long)r->pub.timeout_ms, (long long)(tocsin_now(w->db) - r->pub.started_at));
+        if (tx) return tc_err(w->db, TOCSIN_INVALID, "%s: its result is refused", why);
+        late.kind = TOCSIN_OUTCOME_ERROR;
+        late.error_type = "Timeout";
+        late.error_message = why;
+        o = &late;
     }
     if (tx) {
         tc_op op;

@@ -500,6 +500,50 @@ static void finish_in_transaction(void) {
     tocsin_close(db);
 }
 
+/* A run that returns after its timeout (CPU-bound work its runtime could not
+ * interrupt, a handler that swallowed the cancellation) fails the attempt as
+ * a Timeout, whatever it returned; in a transaction its result is refused. */
+static void late_results_time_out(void) {
+    t_clock clk = {1000000};
+    tocsin_db *db = t_open("w_late", &clk), *tx = NULL;
+    tocsin_worker *w = open_worker(db, "w1", 1);
+    tocsin_task_opts to = TOCSIN_TASK_OPTS_INIT;
+    tocsin_outcome o = TOCSIN_OUTCOME_INIT;
+    tocsin_task_run *r;
+    tocsin_job *job = NULL;
+    int64_t id;
+    to.timeout_ms = 500;
+    CHECK_OK(db, tocsin_worker_register(w, "slow", &to));
+    id = call(db, "slow", "[1]", 3);
+    r = next_run(w, NULL);
+    CHECK(r && r->job_id == id && r->timeout_ms == 500);
+    if (!r) return;
+    clk.now += 500; /* at the timeout: still in time */
+    o.value = "1";
+    CHECK_OK(db, tocsin_worker_finish(w, NULL, r, &o));
+    CHECK_OK(db, tocsin_worker_flush(w, NULL));
+    CHECK_EQ_I(t_count(db, "_tocsin_results WHERE status = 'ok'"), 1);
+    id = call(db, "slow", "[2]", 3);
+    r = next_run(w, NULL);
+    CHECK(r && r->job_id == id);
+    if (!r) return;
+    clk.now += 501;
+    CHECK_OK(db, tocsin_tx_begin(db, &tx));
+    CHECK_EQ_I(tocsin_worker_finish(w, tx, r, &o), TOCSIN_INVALID);
+    CHECK(strstr(tocsin_errmsg(NULL), "exceeded its timeout of 500 ms (it returned after 501 ms)") != NULL);
+    CHECK_OK(tx, tocsin_tx_rollback(tx));
+    CHECK_OK(db, tocsin_worker_finish(w, NULL, r, &o));
+    CHECK_OK(db, tocsin_worker_flush(w, NULL));
+    CHECK_OK(db, tocsin_job_get(db, &job, id));
+    CHECK(job && strcmp(job->state, "dead") != 0 && job->attempts == 1);
+    CHECK(job && job->last_error &&
+          strcmp(job->last_error, "Timeout: the run exceeded its timeout of 500 ms (it returned after 501 ms)") == 0);
+    tocsin_jobs_free(job, 1);
+    CHECK_EQ_I(t_count(db, "_tocsin_results WHERE status = 'ok'"), 1);
+    tocsin_worker_close(w);
+    tocsin_close(db);
+}
+
 /* A task this worker lacks: handed back with growing delays, no attempt
  * consumed, dead (UnknownTask) after the bound. */
 static void unknown_tasks(void) {
@@ -1185,6 +1229,7 @@ void suite_worker(void) {
     outcomes();
     refused_outcomes();
     finish_in_transaction();
+    late_results_time_out();
     unknown_tasks();
     dead_worker_recovery();
     cancellation();
