@@ -395,6 +395,9 @@ int tc_job_hand_back(tocsin_db *db, int *held, int64_t *out_handbacks, int64_t i
 int tc_jobs_release_worker(tocsin_db *db, const char *queue, const char *worker, int64_t *out_n);
 /* How often a live job was handed back so far (0 if no such live job). */
 int tc_job_handbacks(tocsin_db *db, int64_t id, int64_t *out_n);
+/* tocsin_job_fail with the dead letter's reason ("failed", "max_attempts"). */
+int tc_job_to_dead(tocsin_db *db, int *out_ok, int64_t id, int64_t token, const char *error,
+                   const char *reason);
 /* Is (id, token) the job's current lease? */
 int tc_job_held(tocsin_db *db, int *held, int64_t id, int64_t token);
 
@@ -3754,7 +3757,8 @@ int tocsin_job_retry(tocsin_db *db, int *out_ok, int64_t id, int64_t token, int6
     return rc;
 }
 
-int tocsin_job_fail(tocsin_db *db, int *out_ok, int64_t id, int64_t token, const char *error) {
+int tc_job_to_dead(tocsin_db *db, int *out_ok, int64_t id, int64_t token, const char *error,
+                   const char *reason) {
     tc_op op;
     int rc, held = 0, attempts = 0, max = 0;
     CHECK_DB(db);
@@ -3763,10 +3767,14 @@ int tocsin_job_fail(tocsin_db *db, int *out_ok, int64_t id, int64_t token, const
     if ((rc = check_error_text(db, error)) != TOCSIN_OK) return rc;
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
     rc = holder(db, &held, id, token, &attempts, &max);
-    if (rc == TOCSIN_OK && held) rc = held_to_dead(db, id, "failed", error, queue_now(db));
+    if (rc == TOCSIN_OK && held) rc = held_to_dead(db, id, reason, error, queue_now(db));
     rc = tc_op_end(db, &op, rc);
     if (rc == TOCSIN_OK) *out_ok = held;
     return rc;
+}
+
+int tocsin_job_fail(tocsin_db *db, int *out_ok, int64_t id, int64_t token, const char *error) {
+    return tc_job_to_dead(db, out_ok, id, token, error, "failed");
 }
 
 int tocsin_job_heartbeat(tocsin_db *db, int *out_ok, int64_t id, int64_t token,
@@ -8042,6 +8050,8 @@ char *tc_schedules_json(const tocsin_schedule *s, size_t n) {
  * here (it is the worker's table); the queue's in queue.c.
  */
 
+#include <stddef.h>
+
 #include <stdatomic.h>
 
 #include <pthread.h>
@@ -8549,8 +8559,16 @@ int tocsin_worker_register(tocsin_worker *w, const char *task, const tocsin_task
     if (opts) {
         if ((rc = TC_CHECK_VERSION(w->db, "task options", opts->version, TOCSIN_TASK_OPTS)) != TOCSIN_OK)
             return rc;
-        o = *opts;
+        if (opts->version == 1) /* a caller built before max_attempts: its struct ends before it */
+            memcpy(&o, opts, offsetof(tocsin_task_opts, max_attempts));
+        else
+            o = *opts;
+        o.version = TOCSIN_TASK_OPTS_VERSION;
     }
+    if (o.max_attempts < 0 || o.max_attempts > TOCSIN_MAX_ATTEMPTS)
+        return tc_err(w->db, TOCSIN_INVALID,
+                      "max_attempts must be between 1 and %d (0: the job's own), not %d",
+                      TOCSIN_MAX_ATTEMPTS, o.max_attempts);
     if ((rc = tc_check_ms(w->db, "backoff_base_ms", o.backoff_base_ms, 0)) != TOCSIN_OK ||
         (rc = tc_check_ms(w->db, "backoff_cap_ms", o.backoff_cap_ms, 0)) != TOCSIN_OK ||
         (rc = tc_check_ms(w->db, "timeout_ms", o.timeout_ms, 0)) != TOCSIN_OK)
@@ -8609,11 +8627,20 @@ static int record_error(tocsin_db *db, int *ok, const wrun *r, const tocsin_outc
     const char *type = o->error_type ? o->error_type : "Error";
     const char *msg = o->error_message ? o->error_message : "";
     char *text = *msg ? sqlite3_mprintf("%s: %s", type, msg) : sqlite3_mprintf("%s", type);
-    int rc, dies = final || r->pub.attempt >= r->pub.max_attempts;
+    int rc, dies = final || r->pub.attempt >= r->pub.max_attempts, spent = 0;
     if (!text) return tc_err(db, TOCSIN_NOMEM, "worker: out of memory");
     tc_cut_utf8(text, (size_t)db->max_payload); /* last_error: "type: message", bounded */
-    if (final)
-        rc = tocsin_job_fail(db, ok, r->pub.job_id, r->pub.token, text);
+    if (!dies && r->topts.max_attempts > 0) {
+        /* the task's own bound: its runs are the claims less the hand-backs */
+        int64_t handbacks = 0;
+        if ((rc = tc_job_handbacks(db, r->pub.job_id, &handbacks)) != TOCSIN_OK) {
+            sqlite3_free(text);
+            return rc;
+        }
+        dies = spent = r->pub.attempt - handbacks >= r->topts.max_attempts;
+    }
+    if (final || spent)
+        rc = tc_job_to_dead(db, ok, r->pub.job_id, r->pub.token, text, final ? "failed" : "max_attempts");
     else
         rc = tocsin_job_retry(db, ok, r->pub.job_id, r->pub.token,
                               o->delay_ms >= 0 ? o->delay_ms : run_backoff(r), text);

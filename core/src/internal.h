@@ -390,6 +390,9 @@ int tc_job_hand_back(tocsin_db *db, int *held, int64_t *out_handbacks, int64_t i
 int tc_jobs_release_worker(tocsin_db *db, const char *queue, const char *worker, int64_t *out_n);
 /* How often a live job was handed back so far (0 if no such live job). */
 int tc_job_handbacks(tocsin_db *db, int64_t id, int64_t *out_n);
+/* tocsin_job_fail with the dead letter's reason ("failed", "max_attempts"). */
+int tc_job_to_dead(tocsin_db *db, int *out_ok, int64_t id, int64_t token, const char *error,
+                   const char *reason);
 /* Is (id, token) the job's current lease? */
 int tc_job_held(tocsin_db *db, int *held, int64_t id, int64_t token);
 

@@ -934,7 +934,8 @@ int tocsin_job_retry(tocsin_db *db, int *out_ok, int64_t id, int64_t token, int6
     return rc;
 }
 
-int tocsin_job_fail(tocsin_db *db, int *out_ok, int64_t id, int64_t token, const char *error) {
+int tc_job_to_dead(tocsin_db *db, int *out_ok, int64_t id, int64_t token, const char *error,
+                   const char *reason) {
     tc_op op;
     int rc, held = 0, attempts = 0, max = 0;
     CHECK_DB(db);
@@ -943,10 +944,14 @@ int tocsin_job_fail(tocsin_db *db, int *out_ok, int64_t id, int64_t token, const
     if ((rc = check_error_text(db, error)) != TOCSIN_OK) return rc;
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
     rc = holder(db, &held, id, token, &attempts, &max);
-    if (rc == TOCSIN_OK && held) rc = held_to_dead(db, id, "failed", error, queue_now(db));
+    if (rc == TOCSIN_OK && held) rc = held_to_dead(db, id, reason, error, queue_now(db));
     rc = tc_op_end(db, &op, rc);
     if (rc == TOCSIN_OK) *out_ok = held;
     return rc;
+}
+
+int tocsin_job_fail(tocsin_db *db, int *out_ok, int64_t id, int64_t token, const char *error) {
+    return tc_job_to_dead(db, out_ok, id, token, error, "failed");
 }
 
 int tocsin_job_heartbeat(tocsin_db *db, int *out_ok, int64_t id, int64_t token,

@@ -9,6 +9,8 @@
  */
 #include "internal.h"
 
+#include <stddef.h>
+
 #include <stdatomic.h>
 
 #include <pthread.h>
@@ -516,8 +518,16 @@ int tocsin_worker_register(tocsin_worker *w, const char *task, const tocsin_task
     if (opts) {
         if ((rc = TC_CHECK_VERSION(w->db, "task options", opts->version, TOCSIN_TASK_OPTS)) != TOCSIN_OK)
             return rc;
-        o = *opts;
+        if (opts->version == 1) /* a caller built before max_attempts: its struct ends before it */
+            memcpy(&o, opts, offsetof(tocsin_task_opts, max_attempts));
+        else
+            o = *opts;
+        o.version = TOCSIN_TASK_OPTS_VERSION;
     }
+    if (o.max_attempts < 0 || o.max_attempts > TOCSIN_MAX_ATTEMPTS)
+        return tc_err(w->db, TOCSIN_INVALID,
+                      "max_attempts must be between 1 and %d (0: the job's own), not %d",
+                      TOCSIN_MAX_ATTEMPTS, o.max_attempts);
     if ((rc = tc_check_ms(w->db, "backoff_base_ms", o.backoff_base_ms, 0)) != TOCSIN_OK ||
         (rc = tc_check_ms(w->db, "backoff_cap_ms", o.backoff_cap_ms, 0)) != TOCSIN_OK ||
         (rc = tc_check_ms(w->db, "timeout_ms", o.timeout_ms, 0)) != TOCSIN_OK)
@@ -576,11 +586,20 @@ static int record_error(tocsin_db *db, int *ok, const wrun *r, const tocsin_outc
     const char *type = o->error_type ? o->error_type : "Error";
     const char *msg = o->error_message ? o->error_message : "";
     char *text = *msg ? sqlite3_mprintf("%s: %s", type, msg) : sqlite3_mprintf("%s", type);
-    int rc, dies = final || r->pub.attempt >= r->pub.max_attempts;
+    int rc, dies = final || r->pub.attempt >= r->pub.max_attempts, spent = 0;
     if (!text) return tc_err(db, TOCSIN_NOMEM, "worker: out of memory");
     tc_cut_utf8(text, (size_t)db->max_payload); /* last_error: "type: message", bounded */
-    if (final)
-        rc = tocsin_job_fail(db, ok, r->pub.job_id, r->pub.token, text);
+    if (!dies && r->topts.max_attempts > 0) {
+        /* the task's own bound: its runs are the claims less the hand-backs */
+        int64_t handbacks = 0;
+        if ((rc = tc_job_handbacks(db, r->pub.job_id, &handbacks)) != TOCSIN_OK) {
+            sqlite3_free(text);
+            return rc;
+        }
+        dies = spent = r->pub.attempt - handbacks >= r->topts.max_attempts;
+    }
+    if (final || spent)
+        rc = tc_job_to_dead(db, ok, r->pub.job_id, r->pub.token, text, final ? "failed" : "max_attempts");
     else
         rc = tocsin_job_retry(db, ok, r->pub.job_id, r->pub.token,
                               o->delay_ms >= 0 ? o->delay_ms : run_backoff(r), text);

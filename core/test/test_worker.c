@@ -544,6 +544,69 @@ static void late_results_time_out(void) {
     tocsin_close(db);
 }
 
+/* A task's own bound on its runs (its retries + 1) holds whatever the call
+ * allowed -- a call by name from another runtime knows nothing of it -- and
+ * hand-backs do not count against it. Options of version 1 still register. */
+static void task_attempts_bound(void) {
+    t_clock clk = {1000000};
+    tocsin_db *db = t_open("w_task_attempts", &clk);
+    tocsin_worker *w = open_worker(db, "w1", 1);
+    tocsin_task_opts to = TOCSIN_TASK_OPTS_INIT;
+    tocsin_outcome err = TOCSIN_OUTCOME_INIT, hb = TOCSIN_OUTCOME_INIT;
+    tocsin_task_run *r;
+    tocsin_job *job = NULL;
+    int64_t id;
+    int k;
+    struct { int version; int64_t a, b, c, d; } v1 = {1, 0, 0, 0, 0};
+    CHECK_OK(db, tocsin_worker_register(w, "old", (const tocsin_task_opts *)(const void *)&v1));
+    to.max_attempts = -1;
+    CHECK_EQ_I(tocsin_worker_register(w, "once", &to), TOCSIN_INVALID);
+    CHECK(strstr(tocsin_errmsg(NULL), "max_attempts must be between 1 and 1000000") != NULL);
+    to.max_attempts = 1;
+    CHECK_OK(db, tocsin_worker_register(w, "once", &to));
+    to.max_attempts = 2;
+    CHECK_OK(db, tocsin_worker_register(w, "twice", &to));
+    err.kind = TOCSIN_OUTCOME_ERROR;
+    err.error_type = "Boom";
+    err.delay_ms = 0;
+    hb.kind = TOCSIN_OUTCOME_HAND_BACK;
+    /* retries 0, called with 5 attempts: one run, then dead (max_attempts) */
+    id = call(db, "once", "[]", 5);
+    r = next_run(w, NULL);
+    CHECK(r && r->job_id == id);
+    if (!r) return;
+    CHECK_OK(db, tocsin_worker_finish(w, NULL, r, &err));
+    CHECK_OK(db, tocsin_worker_flush(w, NULL));
+    CHECK_OK(db, tocsin_job_get(db, &job, id));
+    CHECK(job && strcmp(job->state, "dead") == 0 && job->reason && strcmp(job->reason, "max_attempts") == 0 &&
+          job->attempts == 1);
+    tocsin_jobs_free(job, 1);
+    CHECK_EQ_I(t_count(db, "_tocsin_results WHERE status = 'error'"), 1);
+    /* retries 1: error, hand-back, error -> two runs, then dead */
+    id = call(db, "twice", "[]", 5);
+    for (k = 0; k < 3; k++) {
+        r = next_run(w, NULL);
+        CHECK(r && r->job_id == id && r->attempt == k + 1);
+        if (!r) return;
+        CHECK_OK(db, tocsin_worker_finish(w, NULL, r, k == 1 ? &hb : &err));
+        CHECK_OK(db, tocsin_worker_flush(w, NULL));
+        CHECK_OK(db, tocsin_job_get(db, &job, id));
+        CHECK_STR(job ? job->state : NULL, k < 2 ? "pending" : "dead");
+        tocsin_jobs_free(job, 1);
+        job = NULL;
+    }
+    /* the call's own bound still counts when it is the lower one */
+    id = call(db, "twice", "[]", 1);
+    r = next_run(w, NULL);
+    CHECK(r && r->job_id == id);
+    if (!r) return;
+    CHECK_OK(db, tocsin_worker_finish(w, NULL, r, &err));
+    CHECK_OK(db, tocsin_worker_flush(w, NULL));
+    CHECK_EQ_I(t_count(db, "_tocsin_dead WHERE reason = 'max_attempts'"), 3);
+    tocsin_worker_close(w);
+    tocsin_close(db);
+}
+
 /* A task this worker lacks: handed back with growing delays, no attempt
  * consumed, dead (UnknownTask) after the bound. */
 static void unknown_tasks(void) {
@@ -1230,6 +1293,7 @@ void suite_worker(void) {
     refused_outcomes();
     finish_in_transaction();
     late_results_time_out();
+    task_attempts_bound();
     unknown_tasks();
     dead_worker_recovery();
     cancellation();
