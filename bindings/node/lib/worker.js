@@ -352,7 +352,17 @@ class Worker extends EventEmitter {
     if (this._failed) throw this._failed;
   }
 
-  async _closeFromDb() { await this.stop(); }
+  // db.close() while run() runs: the worker stops (runs in flight get shutdownTimeout,
+  // then are handed back) and run() rejects with ClosedError, 'error' hearing it first,
+  // as when a step finds the database closed; a stop() already under way still resolves
+  async _closeFromDb() {
+    if (!this._stopping && !this._failed) {
+      const e = errorOf('TOCSIN_CLOSED', 'the database was closed while the worker ran');
+      if (this.listenerCount('error') > 0) this.emit('error', e);
+      this._failed = e;
+    }
+    await this.stop();
+  }
 }
 
 module.exports = { Worker };
