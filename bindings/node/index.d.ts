@@ -332,6 +332,10 @@ export declare class Database {
   readonly path: string;
   readonly closed: boolean;
   close(): Promise<void>;
+  /** Runs fn(tx) in a write transaction: committed when fn resolves, rolled back when it
+   * throws. Inside fn (its awaits, the timers and promises it starts) a write on this
+   * database without { tx }, and a nested transaction(), reject at once with
+   * InvalidArgumentError (they would wait for fn's own write lock); reads work. */
   transaction<T>(fn: (tx: Transaction) => T | Promise<T>): Promise<T>;
   /** SQL of the application's (no result rows); rejects with the error. SQL that
    * begins or ends a transaction (BEGIN, COMMIT, ROLLBACK, END, a SAVEPOINT outside

@@ -7,6 +7,7 @@
 // notification ids are Numbers; fencing tokens are BigInts (id * 2^20 +
 // attempts exceeds 2^53 once ids pass 2^33) and are accepted back as BigInt,
 // decimal string, or safe-integer Number.
+const { AsyncLocalStorage } = require('async_hooks');
 const { EventEmitter } = require('events');
 const util = require('util');
 const { native, addonPath, ensureLoaded, otherSqliteCopies } = require('./native');
@@ -15,6 +16,14 @@ const { waitFor, checkSignal, checkTimeout, abortReason } = require('./wait');
 
 const { errorOf } = errors;
 const DEFAULT_VISIBILITY = 30000;
+
+// The transactions whose callback the running code is part of (an array, outermost
+// first; the async context follows the callback across its awaits, timers and the
+// promises it starts). Such code must not wait for the write lock on the database's
+// own connection: its transaction holds that lock and commits only when the callback
+// returns, so the wait could only end at the busy timeout. Code elsewhere on the event
+// loop is not in that context: it waits for the commit, as any other writer does.
+const txContext = new AsyncLocalStorage();
 
 // ---- argument translation ----
 
@@ -341,16 +350,45 @@ class Database {
     this._closed = false;
   }
   get closed() { return this._closed; }
-  _handle(o) {
+  /** The open transaction of this database whose callback the running code is part of, or null. */
+  _contextTx() {
+    if (this._txs.size === 0) return null;
+    const stack = txContext.getStore();
+    if (stack) for (const t of stack) if (t._db === this && t.active) return t;
+    return null;
+  }
+  /**
+   * The handle a call runs on: o.tx's, else the database's. `what` names a call that
+   * writes: made without o.tx inside a transaction callback of this database, it is
+   * refused at once (it would wait for the lock that transaction holds).
+   */
+  _handle(o, what) {
     const tx = o && o.tx;
     if (tx === undefined || tx === null) {
       if (this._closing) throw errorOf('TOCSIN_CLOSED', 'the database is closed');
+      if (what !== undefined && this._txs.size > 0 && this._contextTx()) {
+        throw invalid(`${what} was called without { tx } inside the callback of db.transaction() on this database: ` +
+          'it would write on the database\'s own connection and wait for the write lock that transaction holds ' +
+          'until the busy timeout; pass { tx } to write in the transaction, or call it after the transaction ends');
+      }
       return this._h;
     }
     if (!(tx instanceof Transaction)) throw invalid('tx must be a Transaction (from db.transaction)');
     if (tx._db !== this) throw invalid('tx belongs to another database');
     if (!tx.active) throw errorOf('TOCSIN_CLOSED', 'the transaction has ended');
     return tx._h;
+  }
+  /**
+   * The database's handle for `what`, a call that writes and takes no { tx }: refused
+   * at once inside a transaction callback of this database (see _handle).
+   */
+  _writeHandle(what) {
+    if (this._txs.size > 0 && this._contextTx()) {
+      throw invalid(`${what} cannot run inside the callback of db.transaction() on this database: it writes ` +
+        'outside the transaction (it takes no { tx }) and would wait for the write lock that transaction holds ' +
+        'until the busy timeout; call it before or after the transaction');
+    }
+    return this._h;
   }
 
   /**
@@ -380,6 +418,11 @@ class Database {
   /** Runs fn(tx) in a write transaction: committed when fn resolves, rolled back when it throws. */
   async transaction(fn, _onMain) {
     if (typeof fn !== 'function') throw invalid('transaction(fn): fn must be a function');
+    if (this._contextTx()) {
+      // its own write lock would keep the new one waiting until the busy timeout
+      throw invalid('transactions do not nest: db.transaction() was called inside the callback of a transaction of ' +
+        'this database, which holds the write lock the new one would wait for; write in the open one (pass its { tx })');
+    }
     const th = await native.txBegin(this._handle(), !!_onMain);
     const tx = new Transaction(this, th);
     if (this._closing) {
@@ -389,7 +432,8 @@ class Database {
     }
     let result;
     try {
-      result = await fn(tx);
+      const outer = txContext.getStore();
+      result = await txContext.run(outer ? [...outer, tx] : [tx], fn, tx);
     } catch (e) {
       const byClose = tx._closedByDb;
       tx._end(false);
@@ -411,7 +455,7 @@ class Database {
    * finds the file locked by another process finishes on the libuv pool; an error is
    * a rejection, never a synchronous throw that only happens when uncontended).
    */
-  async exec(sql, o) { return native.exec(this._handle(opts(o, 'db.exec() options', ['tx'])), str(sql, 'sql')); }
+  async exec(sql, o) { return native.exec(this._handle(opts(o, 'db.exec() options', ['tx']), 'db.exec()'), str(sql, 'sql')); }
   now() { return native.now(this._h); }
   /** Fixes the clock at `when` (ms or Date); null restores the system clock (tests). */
   setTime(when) { native.setTime(this._h, when === null || when === undefined ? null : instant(when, 'time')); }
@@ -425,7 +469,7 @@ class Database {
   // ---- notify / listen ----
   async notify(channel, payload, o) {
     o = opts(o, 'db.notify() options', ['tx', 'meta']);
-    return native.notify(this._handle(o), str(channel, 'channel'), toJson(payload, 'payload', true), metaJson(o.meta));
+    return native.notify(this._handle(o, 'db.notify()'), str(channel, 'channel'), toJson(payload, 'payload', true), metaJson(o.meta));
   }
   async notifications(channel, o) {
     o = opts(o, 'db.notifications() options', ['afterId', 'limit']);
@@ -435,13 +479,13 @@ class Database {
   async notifyMaxId() { return native.notifyMaxId(this._h); }
   async pruneNotifications(o) {
     o = opts(o, 'db.pruneNotifications() options', ['maxAge', 'maxKeep']);
-    return native.notifyPrune(this._h, ms(o.maxAge, 'maxAge') || 0, int(o.maxKeep, 'maxKeep') || 0);
+    return native.notifyPrune(this._writeHandle('db.pruneNotifications()'), ms(o.maxAge, 'maxAge') || 0, int(o.maxKeep, 'maxKeep') || 0);
   }
   async setNotifyAutotrim(o) {
     o = opts(o, 'db.setNotifyAutotrim() options', ['maxAge', 'maxKeep', 'oneIn']);
     const age = ms(o.maxAge, 'maxAge') || 0, keep = int(o.maxKeep, 'maxKeep') || 0, oneIn = int(o.oneIn, 'oneIn') || 0;
     if (oneIn > 0 && !age && !keep) throw invalid('setNotifyAutotrim() needs maxAge or maxKeep (oneIn 0 turns it off)');
-    return native.notifyAutotrim(this._h, age, keep, oneIn);
+    return native.notifyAutotrim(this._writeHandle('db.setNotifyAutotrim()'), age, keep, oneIn);
   }
   /** Listens on `channel` from now on: an async iterator of Notifications and an EventEmitter ('notification'). */
   listen(channel, o) {
@@ -455,11 +499,11 @@ class Database {
   // ---- results ----
   async saveResult(jobId, value, o) {
     o = opts(o, 'db.saveResult() options', ['tx', 'ttl']);
-    return native.resultSave(this._handle(o), jobIdOf(jobId), toJson(value, 'value'), ms(o.ttl, 'ttl'));
+    return native.resultSave(this._handle(o, 'db.saveResult()'), jobIdOf(jobId), toJson(value, 'value'), ms(o.ttl, 'ttl'));
   }
   async saveError(jobId, type, message, o) {
     o = opts(o, 'db.saveError() options', ['tx', 'ttl']);
-    return native.resultSaveError(this._handle(o), jobIdOf(jobId), str(type, 'type'), message === undefined ? null : message, ms(o.ttl, 'ttl'));
+    return native.resultSaveError(this._handle(o, 'db.saveError()'), jobIdOf(jobId), str(type, 'type'), message === undefined ? null : message, ms(o.ttl, 'ttl'));
   }
   /** The stored result of a job, or null. */
   async result(jobId) {
@@ -488,7 +532,7 @@ class Database {
       cleanup: () => sub.close(),
     });
   }
-  async deleteResult(jobId) { return native.resultDelete(this._h, jobIdOf(jobId)); }
+  async deleteResult(jobId) { return native.resultDelete(this._writeHandle('db.deleteResult()'), jobIdOf(jobId)); }
 
   // ---- locks and rate limits ----
   lock(name, o) { return new Lock(this, str(name, 'lock name'), opts(o, 'db.lock() options', ['ttl', 'owner'])); }
@@ -498,6 +542,7 @@ class Database {
     if (typeof o === 'function') { fn = o; o = {}; }
     if (typeof fn !== 'function') throw invalid('withLock(name, options, fn): fn must be a function');
     o = opts(o, 'db.withLock() options', ['ttl', 'owner', 'timeout', 'signal']);
+    this._writeHandle('db.withLock()');
     const lock = this.lock(name, { ttl: o.ttl, owner: o.owner });
     await lock.acquire({ timeout: o.timeout, signal: o.signal });
     try {
@@ -510,29 +555,30 @@ class Database {
 
   // ---- schedules ----
   async schedule(name, cron, queue, payload, o) {
-    return native.scheduleSet(this._h, str(name, 'schedule name'), str(cron, 'cron'), str(queue, 'queue'),
+    return native.scheduleSet(this._writeHandle('db.schedule()'), str(name, 'schedule name'), str(cron, 'cron'), str(queue, 'queue'),
       toJson(payload, 'payload', true), scheduleOpts(o));
   }
   async updateSchedule(name, changes) {
     const c = opts(changes, 'db.updateSchedule() changes', [...SCHEDULE_KEYS, 'cron', 'queue', 'payload']);
-    return native.scheduleUpdate(this._h, str(name, 'schedule name'), c.cron === undefined ? null : c.cron,
+    return native.scheduleUpdate(this._writeHandle('db.updateSchedule()'), str(name, 'schedule name'), c.cron === undefined ? null : c.cron,
       c.queue === undefined ? null : c.queue, 'payload' in c ? toJson(c.payload, 'payload') : null, scheduleOpts(c, true));
   }
   async schedules() { return (await native.scheduleList(this._h)).map(scheduleOf); }
   async getSchedule(name) { const s = await native.scheduleGet(this._h, str(name, 'schedule name')); return s ? scheduleOf(s) : null; }
-  async pauseSchedule(name) { return native.schedulePause(this._h, str(name, 'schedule name'), false); }
-  async resumeSchedule(name) { return native.schedulePause(this._h, str(name, 'schedule name'), true); }
-  async unschedule(name) { return native.scheduleRemove(this._h, str(name, 'schedule name')); }
-  async schedulerTick() { return native.schedulerTick(this._h); }
+  async pauseSchedule(name) { return native.schedulePause(this._writeHandle('db.pauseSchedule()'), str(name, 'schedule name'), false); }
+  async resumeSchedule(name) { return native.schedulePause(this._writeHandle('db.resumeSchedule()'), str(name, 'schedule name'), true); }
+  async unschedule(name) { return native.scheduleRemove(this._writeHandle('db.unschedule()'), str(name, 'schedule name')); }
+  async schedulerTick() { return native.schedulerTick(this._writeHandle('db.schedulerTick()')); }
   async schedulerNextFire() { const t = await native.schedulerNextFire(this._h); return t < 0 ? null : t; }
-  async schedulerLead(owner, ttl) { return native.schedulerLead(this._h, str(owner, 'owner'), ttl); }
-  async schedulerResign(owner) { return native.schedulerResign(this._h, str(owner, 'owner')); }
+  async schedulerLead(owner, ttl) { return native.schedulerLead(this._writeHandle('db.schedulerLead()'), str(owner, 'owner'), ttl); }
+  async schedulerResign(owner) { return native.schedulerResign(this._writeHandle('db.schedulerResign()'), str(owner, 'owner')); }
 
   // ---- housekeeping ----
   /** Deletes expired results and stale rate-limit state; prunes notifications when a criterion is given. */
   async prune(o) {
     o = opts(o, 'db.prune() options', ['notificationsMaxAge', 'notificationsMaxKeep']);
-    const out = { results: await native.resultSweep(this._h), rateLimits: await native.rateSweep(this._h), notifications: 0 };
+    const h = this._writeHandle('db.prune()');
+    const out = { results: await native.resultSweep(h), rateLimits: await native.rateSweep(h), notifications: 0 };
     if (o.notificationsMaxAge !== undefined || o.notificationsMaxKeep !== undefined) {
       out.notifications = await this.pruneNotifications({ maxAge: o.notificationsMaxAge, maxKeep: o.notificationsMaxKeep });
     }
@@ -579,9 +625,9 @@ class Queue {
 
   /** Enqueues a job; resolves to its id. { priority, delay, runAt, maxAttempts, expires, uniqueKey, meta, tx } */
   async enqueue(payload, o) {
-    if (o === undefined) return native.enqueue(this.db._handle(o), this.name, toJson(payload, 'payload'));
+    if (o === undefined) return native.enqueue(this.db._handle(o, 'queue.enqueue()'), this.name, toJson(payload, 'payload'));
     o = opts(o, 'queue.enqueue() options', ['tx', 'priority', 'delay', 'runAt', 'maxAttempts', 'expires', 'uniqueKey', 'meta']);
-    return native.enqueue(this.db._handle(o), this.name, toJson(payload, 'payload'), ...enqueueArgs(o));
+    return native.enqueue(this.db._handle(o, 'queue.enqueue()'), this.name, toJson(payload, 'payload'), ...enqueueArgs(o));
   }
   /** Enqueues jobs atomically (all or none): each a { payload, ...options } object. */
   async enqueueMany(jobs, o) {
@@ -599,7 +645,7 @@ class Queue {
       texts.push(toJson(j.payload, `jobs[${i}].payload`));
     }
     // a payload and nothing else (the common batch): the payload texts alone
-    if (texts.length === jobs.length) return native.enqueueMany(this.db._handle(o), this.name, texts);
+    if (texts.length === jobs.length) return native.enqueueMany(this.db._handle(o, 'queue.enqueueMany()'), this.name, texts);
     const specs = jobs.map((j, i) => {
       if (!j || typeof j !== 'object' || !('payload' in j)) throw invalid(`jobs[${i}] must be an object with a payload`);
       opts(j, `jobs[${i}]`, JOB_SPEC_KEYS);
@@ -611,7 +657,7 @@ class Queue {
       }
       return [j.queue === undefined ? this.name : j.queue, toJson(j.payload, `jobs[${i}].payload`), ...args];
     });
-    return native.enqueueMany(this.db._handle(o), specs);
+    return native.enqueueMany(this.db._handle(o, 'queue.enqueueMany()'), specs);
   }
   /** Claims one job for `workerId` (null when none is claimable). { visibility } */
   async claim(workerId, o) {
@@ -621,7 +667,7 @@ class Queue {
   async claimBatch(n, workerId, o) { return this._claim(n, workerId, o, 'queue.claimBatch()'); }
   async _claim(n, workerId, o, call) {
     o = opts(o, `${call} options`, ['visibility']);
-    const rows = await native.claim(this.db._h, this.name, str(workerId, 'workerId'), n,
+    const rows = await native.claim(this.db._writeHandle(call), this.name, str(workerId, 'workerId'), n,
       o.visibility === undefined ? DEFAULT_VISIBILITY : ms(o.visibility, 'visibility', 1));
     return rows.map((r) => new Job(this, r));
   }
@@ -630,48 +676,48 @@ class Queue {
     if (token && typeof token === 'object' && !(typeof token === 'bigint')) { o = token; token = undefined; }
     o = opts(o, 'ack() options', ['tx']);
     const [id, tok] = idOf(job, token);
-    return native.ack(this.db._handle(o), id, tok);
+    return native.ack(this.db._handle(o, 'ack()'), id, tok);
   }
   async ackBatch(jobs, o) {
     o = opts(o, 'queue.ackBatch() options', ['tx']);
     if (!Array.isArray(jobs)) throw invalid('jobs must be an array');
     const pairs = jobs.map((j) => idOf(j));
-    return native.ackBatch(this.db._handle(o), pairs.map((p) => p[0]), pairs.map((p) => p[1]));
+    return native.ackBatch(this.db._handle(o, 'queue.ackBatch()'), pairs.map((p) => p[0]), pairs.map((p) => p[1]));
   }
   /** { delay (ms; default: the core's exponential backoff), error, token } */
   async retry(job, o) {
     o = opts(o, 'retry() options', ['tx', 'token', 'delay', 'error']);
     const [id, tok] = idOf(job, o.token);
-    return native.retry(this.db._handle(o), id, tok, ms(o.delay, 'delay'), o.error === undefined ? null : o.error);
+    return native.retry(this.db._handle(o, 'retry()'), id, tok, ms(o.delay, 'delay'), o.error === undefined ? null : o.error);
   }
   async fail(job, o) {
     o = opts(o, 'fail() options', ['tx', 'token', 'error']);
     const [id, tok] = idOf(job, o.token);
-    return native.fail(this.db._handle(o), id, tok, o.error === undefined ? null : o.error);
+    return native.fail(this.db._handle(o, 'fail()'), id, tok, o.error === undefined ? null : o.error);
   }
   async heartbeat(job, o) {
     o = opts(o, 'heartbeat() options', ['tx', 'token', 'extend']);
     const [id, tok] = idOf(job, o.token);
-    return native.heartbeat(this.db._handle(o), id, tok, o.extend === undefined ? DEFAULT_VISIBILITY : ms(o.extend, 'extend', 1));
+    return native.heartbeat(this.db._handle(o, 'heartbeat()'), id, tok, o.extend === undefined ? DEFAULT_VISIBILITY : ms(o.extend, 'extend', 1));
   }
   /** Saves `value` as the job's result and acks it, atomically. { ttl, tx, token } */
   async complete(job, value, o) {
     o = opts(o, 'complete() options', ['tx', 'token', 'ttl']);
     const [id, tok] = idOf(job, o.token);
-    return native.complete(this.db._handle(o), id, tok, toJson(value, 'value', true), ms(o.ttl, 'ttl')); // no value: null
+    return native.complete(this.db._handle(o, 'complete()'), id, tok, toJson(value, 'value', true), ms(o.ttl, 'ttl')); // no value: null
   }
   async failTask(job, type, message, o) {
     o = opts(o, 'failTask() options', ['tx', 'token', 'ttl']);
     const [id, tok] = idOf(job, o.token);
-    return native.failTask(this.db._handle(o), id, tok, str(type, 'type'), message === undefined ? null : message, ms(o.ttl, 'ttl'));
+    return native.failTask(this.db._handle(o, 'failTask()'), id, tok, str(type, 'type'), message === undefined ? null : message, ms(o.ttl, 'ttl'));
   }
-  async cancel(job) { return native.cancel(this.db._h, jobIdOf(job)); }
+  async cancel(job) { return native.cancel(this.db._writeHandle('cancel()'), jobIdOf(job)); }
   async get(id) {
     const r = await native.get(this.db._h, jobIdOf(id));
     return r ? new Job(this, r) : null;
   }
-  async pause() { return native.pause(this.db._h, this.name, false); }
-  async resume() { return native.pause(this.db._h, this.name, true); }
+  async pause() { return native.pause(this.db._writeHandle('queue.pause()'), this.name, false); }
+  async resume() { return native.pause(this.db._writeHandle('queue.resume()'), this.name, true); }
   async isPaused() { return native.isPaused(this.db._h, this.name); }
   async stats() { return JSON.parse(await native.stats(this.db._h, this.name)); }
   async nextDeadline() { const t = await native.nextDeadline(this.db._h, [this.name]); return t < 0 ? null : t; }
@@ -679,8 +725,8 @@ class Queue {
     o = opts(o, 'queue.deadLetters() options', ['afterId', 'limit']);
     return (await native.deadList(this.db._h, this.name, o.afterId, o.limit)).map((r) => new Job(this, r));
   }
-  async requeue(job) { return native.deadRequeue(this.db._h, jobIdOf(job)); }
-  async purge(o) { o = opts(o, 'queue.purge() options', ['before']); return native.deadPurge(this.db._h, this.name, instant(o.before, 'before') || 0); }
+  async requeue(job) { return native.deadRequeue(this.db._writeHandle('queue.requeue()'), jobIdOf(job)); }
+  async purge(o) { o = opts(o, 'queue.purge() options', ['before']); return native.deadPurge(this.db._writeHandle('queue.purge()'), this.name, instant(o.before, 'before') || 0); }
 
   /** Resolves true once something is claimable. { timeout, signal } */
   async wait(o) {
@@ -752,12 +798,12 @@ class Stream {
   constructor(db, topic) { this.db = db; this.topic = topic; }
   async publish(payload, o) {
     o = opts(o, 'stream.publish() options', ['tx', 'key', 'meta']);
-    return native.publish(this.db._handle(o), this.topic, toJson(payload, 'payload'), o.key === undefined ? null : o.key, metaJson(o.meta));
+    return native.publish(this.db._handle(o, 'stream.publish()'), this.topic, toJson(payload, 'payload'), o.key === undefined ? null : o.key, metaJson(o.meta));
   }
   async publishMany(payloads, o) {
     o = opts(o, 'stream.publishMany() options', ['tx', 'keys']);
     if (!Array.isArray(payloads)) throw invalid('payloads must be an array');
-    const h = this.db._handle(o);
+    const h = this.db._handle(o, 'stream.publishMany()');
     if (payloads.length === 0) {
       // nothing to publish (as enqueueMany([]) enqueues nothing)
       if (o.keys !== undefined && o.keys !== null && (!Array.isArray(o.keys) || o.keys.length !== 0)) {
@@ -771,14 +817,14 @@ class Stream {
     o = opts(o, 'stream.read() options', ['after', 'limit']);
     return (await native.streamRead(this.db._h, this.topic, o.after, o.limit)).map((r) => new Event(r));
   }
-  async saveOffset(consumer, offset) { return native.saveOffset(this.db._h, str(consumer, 'consumer'), this.topic, offset); }
+  async saveOffset(consumer, offset) { return native.saveOffset(this.db._writeHandle('stream.saveOffset()'), str(consumer, 'consumer'), this.topic, offset); }
   async offset(consumer) { return native.offset(this.db._h, str(consumer, 'consumer'), this.topic); }
   async trim(o) {
     o = opts(o, 'stream.trim() options', ['maxAge', 'maxCount', 'belowConsumers']);
     const age = ms(o.maxAge, 'maxAge') || 0, count = int(o.maxCount, 'maxCount') || 0;
     const below = bool(o.belowConsumers, 'belowConsumers');
     if (!age && !count && !below) throw invalid('stream.trim() needs maxAge, maxCount or belowConsumers');
-    return native.trim(this.db._h, this.topic, age, count, below);
+    return native.trim(this.db._writeHandle('stream.trim()'), this.topic, age, count, below);
   }
   /**
    * Replays from the consumer's saved offset (or fromOffset), then follows
@@ -957,7 +1003,7 @@ class Lock {
   }
   get held() { return this.token > 0 && this.until > this.db.now(); }
   async tryAcquire() {
-    const r = await native.lockAcquire(this.db._h, this.name, this.owner, this.ttl);
+    const r = await native.lockAcquire(this.db._writeHandle('lock.tryAcquire()'), this.name, this.owner, this.ttl);
     if (r.token > 0) { this.token = r.token; this.until = r.until; return true; }
     return false;
   }
@@ -965,6 +1011,7 @@ class Lock {
   async acquire(o) {
     o = opts(o, 'lock.acquire() options', ['timeout', 'signal']);
     const db = this.db;
+    db._writeHandle('lock.acquire()');
     const h = db._handle();
     const sub = native.subOpen(h);
     let until = 0;
@@ -988,13 +1035,13 @@ class Lock {
   async renew(o) {
     o = opts(o, 'lock.renew() options', ['ttl']);
     const ttl = o.ttl === undefined ? this.ttl : lease(o.ttl, 'ttl');
-    const ok = await native.lockRenew(this.db._h, this.name, this.owner, this.token, ttl);
+    const ok = await native.lockRenew(this.db._writeHandle('lock.renew()'), this.name, this.owner, this.token, ttl);
     if (ok) this.until = this.db.now() + ttl;
     return ok;
   }
   async release() {
     if (!this.token) return false;
-    const ok = await native.lockRelease(this.db._h, this.name, this.owner, this.token);
+    const ok = await native.lockRelease(this.db._writeHandle('lock.release()'), this.name, this.owner, this.token);
     this.until = 0; // the token stays: a fencing check against it still says 'stale'
     return ok;
   }
@@ -1005,8 +1052,8 @@ class RateLimit {
     this.db = db; this.name = name; this.limit = limit; this.per = lease(per, 'per');
   }
   /** { allowed, retryAfter (ms), remaining } */
-  async tryAcquire() { return native.rateTry(this.db._h, this.name, this.limit, this.per); }
-  async reset() { return native.rateReset(this.db._h, this.name); }
+  async tryAcquire() { return native.rateTry(this.db._writeHandle('rateLimit.tryAcquire()'), this.name, this.limit, this.per); }
+  async reset() { return native.rateReset(this.db._writeHandle('rateLimit.reset()'), this.name); }
 }
 
 // ---- the extension in the app's own better-sqlite3 connections ----

@@ -43,7 +43,7 @@ function callArgs(args, kwargs) {
 async function enqueueCall(queue, name, args, o) {
   o = opts(o, 'queue.call() options', CALL_KEYS);
   const [a, k] = callArgs(args, o.kwargs);
-  const id = await native.taskEnqueue(queue.db._handle(o), queue.name, str(name, 'task name'), a, k,
+  const id = await native.taskEnqueue(queue.db._handle(o, 'queue.call()'), queue.name, str(name, 'task name'), a, k,
     ms(o.resultTtl, 'resultTtl'), ms(o.timeout, 'timeout'), ...enqueueArgs(o));
   return new TaskHandle(queue, id);
 }
