@@ -1,6 +1,8 @@
 // Type declarations of the tocsin Node.js binding (lib/index.js, lib/tasks.js, lib/worker.js).
 // Durations and instants are integer milliseconds (instants since the Unix epoch; a Date is
-// accepted where an instant is). Fencing tokens are bigint.
+// accepted where an instant is). Fencing tokens are bigint. Any integer argument (a
+// duration, an instant, a count, a priority, a job id) may also be given as a bigint
+// within its range (Int); results are numbers.
 
 /// <reference types="node" />
 import { EventEmitter } from 'events';
@@ -17,13 +19,15 @@ export type Json = null | boolean | number | string | Json[] | { [key: string]: 
 export type JsonValue = unknown;
 export type Meta = { [key: string]: Json };
 export type Token = bigint | string;
-export type Instant = number | Date;
+/** An integer argument: a number, or a bigint within the argument's range. */
+export type Int = number | bigint;
+export type Instant = Int | Date;
 
 export interface OpenOptions {
   /** How long a writer waits for the lock (ms); default 5000. */
-  busyTimeout?: number;
+  busyTimeout?: Int;
   /** Payload size limit in bytes; default 1 MiB. */
-  maxPayload?: number;
+  maxPayload?: Int;
   readOnly?: boolean;
   /** open even though another copy of SQLite is loaded in the process (it must never open this file) */
   allowOtherSqlite?: boolean;
@@ -32,11 +36,11 @@ export interface OpenOptions {
 export interface TxOption { tx?: Transaction }
 
 export interface EnqueueOptions extends TxOption {
-  priority?: number;
-  delay?: number;
+  priority?: Int;
+  delay?: Int;
   runAt?: Instant;
-  maxAttempts?: number;
-  expires?: number;
+  maxAttempts?: Int;
+  expires?: Int;
   uniqueKey?: string;
   meta?: Meta;
 }
@@ -49,7 +53,7 @@ export interface JobSpec extends Omit<EnqueueOptions, 'tx'> {
 
 export interface WaitOptions {
   /** ms; rejects with TimeoutError after it */
-  timeout?: number;
+  timeout?: Int;
   signal?: AbortSignal;
 }
 

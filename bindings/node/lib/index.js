@@ -98,10 +98,22 @@ function metaJson(meta) {
   return toJson(meta, 'meta');
 }
 
+// An integer may be given as a BigInt wherever one is accepted (a duration, an instant,
+// a count, a priority, a job id): the Number of the same value when it is a safe integer,
+// else the BigInt itself, which the addon reads exactly as a 64-bit integer (a priority
+// may be any) or refuses with its range.
+const MAX_SAFE_BIG = BigInt(Number.MAX_SAFE_INTEGER);
+function fromBig(v) { return typeof v === 'bigint' && v >= -MAX_SAFE_BIG && v <= MAX_SAFE_BIG ? Number(v) : v; }
+
 // Durations and instants are the core's milliseconds; their bounds are checked here
 // so that a message names the option as JS spells it (delay, not the core's delay_ms).
 function ms(v, what, min = 0, max = native.MAX_TIME_MS, note = 'the year 9999') {
   if (v === undefined || v === null) return undefined;
+  if (typeof v === 'bigint') {
+    if (v < 0n) throw invalid(`${what} must be >= 0 ms, not ${v}n`);
+    if (v < BigInt(min) || v > BigInt(max)) throw invalid(`${what} must be between ${min} and ${max} ms (${note}), not ${v}n`);
+    return Number(v);
+  }
   if (typeof v !== 'number' || !Number.isInteger(v)) throw invalid(`${what} must be an integer number of milliseconds`);
   // no duration is negative (the core reads some negative values as "none" or "the
   // backoff": those are spelled by leaving the option out)
@@ -125,6 +137,7 @@ function instant(v, what) {
 /** An optional integer count (undefined when not given); NaN, 1.5, '5' are refused, not read as 0. */
 function int(v, what) {
   if (v === undefined || v === null) return undefined;
+  if (typeof v === 'bigint') return fromBig(v);
   if (typeof v !== 'number' || !Number.isInteger(v)) throw invalid(`${what} must be an integer`);
   return v;
 }
@@ -177,17 +190,19 @@ function tokenOf(t) {
 
 function idOf(job, token) {
   if (job instanceof Job) return [job.id, token === undefined ? job.token : tokenOf(token)];
-  if (typeof job === 'number') {
+  job = fromBig(job);
+  if (typeof job === 'number' || typeof job === 'bigint') {
     if (token === undefined) throw invalid('a job id needs its token');
     return [job, tokenOf(token)];
   }
-  if (job && typeof job === 'object' && 'id' in job && 'token' in job) return [job.id, tokenOf(job.token)];
+  if (job && typeof job === 'object' && 'id' in job && 'token' in job) return [fromBig(job.id), tokenOf(job.token)];
   throw invalid('expected a Job or a job id and token');
 }
 
 function jobIdOf(job) {
   if (job instanceof Job) return job.id;
-  if (typeof job === 'number' && Number.isInteger(job)) return job;
+  job = fromBig(job);
+  if (typeof job === 'bigint' || (typeof job === 'number' && Number.isInteger(job))) return job;
   throw invalid('expected a Job or a job id');
 }
 
@@ -594,7 +609,7 @@ const SCHEDULE_KEYS = ['priority', 'maxAttempts', 'jobExpires', 'maxCatchUp', 'c
 function scheduleOpts(o, update) {
   o = opts(o, update ? 'db.updateSchedule() changes' : 'db.schedule() options', update ? [...SCHEDULE_KEYS, 'cron', 'queue', 'payload'] : SCHEDULE_KEYS);
   const r = {};
-  for (const k of ['priority', 'maxAttempts', 'jobExpires', 'maxCatchUp']) if (o[k] !== undefined) r[k] = o[k];
+  for (const k of ['priority', 'maxAttempts', 'jobExpires', 'maxCatchUp']) if (o[k] !== undefined) r[k] = fromBig(o[k]);
   if (o.catchUp !== undefined) r.catchUp = o.catchUp;
   if (o.localTime !== undefined) r.localTime = bool(o.localTime, 'localTime');
   if ('meta' in o && (o.meta !== undefined || update)) r.meta = metaJson(o.meta);
@@ -608,8 +623,8 @@ function enqueueArgs(o) {
   if (o.delay !== undefined && o.delay !== null && o.runAt !== undefined && o.runAt !== null) {
     throw invalid('give delay or runAt, not both');
   }
-  return [o.priority === undefined ? null : o.priority, ms(o.delay, 'delay'), instant(o.runAt, 'runAt'),
-    o.maxAttempts === undefined ? null : o.maxAttempts, ms(o.expires, 'expires'),
+  return [o.priority === undefined ? null : fromBig(o.priority), ms(o.delay, 'delay'), instant(o.runAt, 'runAt'),
+    o.maxAttempts === undefined ? null : fromBig(o.maxAttempts), ms(o.expires, 'expires'),
     o.uniqueKey === undefined ? null : o.uniqueKey, metaJson(o.meta)];
 }
 
@@ -1081,14 +1096,21 @@ function load(betterDb) {
 
 function sqlOptions(o) {
   const r = {};
-  if (o.priority !== undefined) r.priority = o.priority;
+  const exact = []; // [key, BigInt]: beyond the safe integers, written as their exact digits
+  const integer = (key, v) => {
+    v = fromBig(v);
+    if (typeof v === 'bigint') exact.push([key, v]); else r[key] = v;
+  };
+  if (o.priority !== undefined) integer('priority', o.priority);
   if (o.delay !== undefined) r.delay_ms = ms(o.delay, 'delay');
   if (o.runAt !== undefined) r.run_at_ms = instant(o.runAt, 'runAt');
-  if (o.maxAttempts !== undefined) r.max_attempts = o.maxAttempts;
+  if (o.maxAttempts !== undefined) integer('max_attempts', o.maxAttempts);
   if (o.expires !== undefined) r.expires_ms = ms(o.expires, 'expires');
   if (o.uniqueKey !== undefined) r.unique_key = o.uniqueKey;
   if (o.meta !== undefined && o.meta !== null) r.meta = JSON.parse(metaJson(o.meta));
-  return Object.keys(r).length ? JSON.stringify(r) : null;
+  if (!exact.length) return Object.keys(r).length ? JSON.stringify(r) : null;
+  const text = JSON.stringify(r);
+  return `${text.slice(0, -1)}${text === '{}' ? '' : ','}${exact.map(([k, v]) => `"${k}":${v}`).join(',')}}`;
 }
 
 const stmtCache = new WeakMap();
@@ -1162,7 +1184,7 @@ module.exports = {
   Result, Lock, RateLimit, loadablePath, load, enqueueSql, publishSql, notifySql, cronNext, versions,
   ...errors,
   // for lib/tasks.js and lib/worker.js
-  _internal: { ENQUEUE_KEYS, bool, native, toJson, fromJson, metaJson, ms, lease, int, instant, str, opts, invalid, enqueueArgs, defaultOwner, waitFor, Result },
+  _internal: { ENQUEUE_KEYS, bool, fromBig, native, toJson, fromJson, metaJson, ms, lease, int, instant, str, opts, invalid, enqueueArgs, defaultOwner, waitFor, Result },
 };
 delete module.exports.makeError;
 delete module.exports.errorOf;

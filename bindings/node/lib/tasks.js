@@ -7,7 +7,7 @@ const { AsyncLocalStorage } = require('async_hooks');
 const index = require('./index');
 
 const { Queue, Database, Result } = index;
-const { native, toJson, opts, str, invalid, enqueueArgs, ms, ENQUEUE_KEYS } = index._internal;
+const { native, toJson, opts, str, invalid, enqueueArgs, ms, fromBig, ENQUEUE_KEYS } = index._internal;
 
 const CALL_KEYS = ['tx', 'kwargs', 'resultTtl', 'timeout', ...ENQUEUE_KEYS];
 const TASK_KEYS = ['retries', 'timeout', 'resultTtl', 'backoffBase', 'backoffCap', 'priority', 'delay', 'expires', 'meta', 'transactional'];
@@ -77,8 +77,9 @@ Queue.prototype.task = function task(name, fn, o) {
   const queue = this;
   const defaults = {};
   if (o.retries !== undefined) {
-    if (!Number.isInteger(o.retries) || o.retries < 0) throw invalid('retries must be an integer >= 0');
-    defaults.maxAttempts = o.retries + 1;
+    const retries = fromBig(o.retries);
+    if (!Number.isInteger(retries) || retries < 0) throw invalid('retries must be an integer >= 0');
+    defaults.maxAttempts = retries + 1;
   }
   for (const k of ['priority', 'delay', 'expires', 'meta', 'timeout', 'resultTtl']) if (o[k] !== undefined) defaults[k] = o[k];
   const def = { name, fn, queue: this.name, options: o };

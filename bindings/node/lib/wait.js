@@ -23,6 +23,7 @@ function checkSignal(signal) {
 
 function checkTimeout(timeout) {
   if (timeout === undefined || timeout === null) return;
+  if (typeof timeout === 'bigint' && timeout >= 0n) return; // an integer may be a BigInt
   if (typeof timeout !== 'number' || !Number.isFinite(timeout) || timeout < 0) {
     throw errorOf('TOCSIN_INVALID', 'timeout must be a number of milliseconds >= 0');
   }
@@ -46,6 +47,7 @@ const MAX_TIMER = 2147483647;
 function waitFor({ fd, drain, attempt, recheck, timeout, signal, owner, holder, cleanup }) {
   checkSignal(signal);
   checkTimeout(timeout);
+  if (typeof timeout === 'bigint') timeout = Number(timeout);
   return new Promise((resolve, reject) => {
     let done = false;
     let running = false;

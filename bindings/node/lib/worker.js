@@ -7,7 +7,7 @@ const { EventEmitter } = require('events');
 const index = require('./index');
 const tasks = require('./tasks');
 
-const { native, opts, invalid, toJson, ms, bool, defaultOwner } = index._internal;
+const { native, opts, invalid, toJson, ms, bool, defaultOwner, fromBig } = index._internal;
 const { errorOf } = require('./errors');
 const { checkSignal } = require('./wait');
 
@@ -65,10 +65,11 @@ class Worker extends EventEmitter {
     this.db = db;
     this.queues = queues;
     if (!queues.every((q) => typeof q === 'string')) throw invalid('queues must be an array of strings');
-    if (o.concurrency !== undefined && (!Number.isInteger(o.concurrency) || o.concurrency < 1 || o.concurrency > 10000)) {
+    const concurrency = fromBig(o.concurrency);
+    if (concurrency !== undefined && (!Number.isInteger(concurrency) || concurrency < 1 || concurrency > 10000)) {
       throw invalid('concurrency must be an integer between 1 and 10000');
     }
-    this.concurrency = o.concurrency === undefined ? 1 : o.concurrency;
+    this.concurrency = concurrency === undefined ? 1 : concurrency;
     this.shutdownTimeout = o.shutdownTimeout === undefined ? 30000 : ms(o.shutdownTimeout, 'shutdownTimeout');
     this._o = o;
     this._w = null;

@@ -107,6 +107,21 @@ bool ensure_api(Napi::Env env) {
 
 bool is_nullish(const Napi::Value &v) { return v.IsUndefined() || v.IsNull(); }
 
+// An integer argument: a Number that is an exact integer in the int64 range, or a
+// BigInt that fits in 64 bits (read exactly). false for anything else.
+bool int64_of(const Napi::Value &v, int64_t &out) {
+  if (v.IsBigInt()) {
+    bool lossless = false;
+    out = v.As<Napi::BigInt>().Int64Value(&lossless);
+    return lossless;
+  }
+  if (!v.IsNumber()) return false;
+  double d = v.As<Napi::Number>().DoubleValue();
+  if (d != d || d < -9223372036854775808.0 || d >= 9223372036854775808.0 || (double)(int64_t)d != d) return false;
+  out = (int64_t)d;
+  return true;
+}
+
 // A JS string as the C string the core reads. Refused (false, `why` set) when
 // C cannot carry it as given: a NUL would end it early ('a\0b' would become
 // 'a'), a lone surrogate has no UTF-8 form (V8 would put U+FFFD in its place,
@@ -793,13 +808,7 @@ Napi::Value EnqueueMany(const Napi::CallbackInfo &info) {
     auto num = [&](uint32_t k, const char *what, int64_t &out) -> bool {
       Napi::Value x = s.Get(k);
       if (is_nullish(x)) return true;
-      if (x.IsNumber()) {
-        double d = x.As<Napi::Number>().DoubleValue();
-        if (d == d && d > -9.2e18 && d < 9.2e18 && (double)(int64_t)d == d) {
-          out = (int64_t)d;
-          return true;
-        }
-      }
+      if (int64_of(x, out)) return true;
       throw_invalid(env, "jobs[" + std::to_string(i) + "]: " + what + " must be an integer");
       return false;
     };
@@ -879,10 +888,9 @@ OP_BEGIN(AckBatch)
     if (tv.IsBigInt()) t = tv.As<Napi::BigInt>().Int64Value(&lossless);
     else return throw_invalid(env, at + ".token must be a bigint");
     if (!lossless) return throw_invalid(env, at + ".token must be a 64-bit signed integer");
-    double d = iv.IsNumber() ? iv.As<Napi::Number>().DoubleValue() : 0.5;
-    if (d != d || d < -9.2e18 || d > 9.2e18 || (double)(int64_t)d != d)
-      return throw_invalid(env, at + ".id must be an integer");
-    ids->push_back((int64_t)d);
+    int64_t id = 0;
+    if (!int64_of(iv, id)) return throw_invalid(env, at + ".id must be an integer");
+    ids->push_back(id);
     toks->push_back(t);
   }
   auto n = std::make_shared<size_t>(0);
@@ -1329,16 +1337,10 @@ struct SchedOpts {
       if (!ob.Has(k)) return true;
       Napi::Value x = ob.Get(k);
       if (x.IsUndefined()) return true;
-      if (!x.IsNumber()) {
+      if (!int64_of(x, out)) {
         throw_invalid(env, std::string(k) + " must be an integer");
         return false;
       }
-      double d = x.As<Napi::Number>().DoubleValue();
-      if (d != d || d < -9.2e18 || d > 9.2e18 || (double)(int64_t)d != d) {
-        throw_invalid(env, std::string(k) + " must be an integer");
-        return false;
-      }
-      out = (int64_t)d;
       if (update) o.fields |= flag;
       return true;
     };

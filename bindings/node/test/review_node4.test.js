@@ -1,8 +1,9 @@
 'use strict';
 // Regression tests of a fourth review: run() of a worker whose database is closed under
-// it, calls that would wait for their own transaction's write lock.
+// it, calls that would wait for their own transaction's write lock, BigInt integers.
 const { test } = require('node:test');
 const assert = require('node:assert/strict');
+const Better = require('better-sqlite3');
 const tocsin = require('..');
 const { tmpdb } = require('./helpers');
 
@@ -127,6 +128,75 @@ test('code elsewhere on the event loop still waits for an open transaction and t
     assert.equal(typeof await notified, 'number');
     assert.deepEqual((await q.claimBatch(10, 'w')).map((j) => j.payload), ['in tx', 'outside']);
   } finally {
+    await db.close();
+  }
+});
+
+test('a BigInt is accepted wherever an integer is (durations, instants, counts, priorities, ids) and refused out of range', async () => {
+  const file = tmpdb();
+  const db = tocsin.open(file, { busyTimeout: 5000n, maxPayload: 1000000n });
+  const app = new Better(file);
+  app.defaultSafeIntegers(true);
+  try {
+    const q = db.queue('big');
+    const now = db.now();
+    const row = (id) => app.prepare('SELECT priority, max_attempts, run_at, expires_at FROM _tocsin_jobs WHERE id = ?').get(id);
+    const a = await q.enqueue(1, { priority: 5n, delay: 60000n, maxAttempts: 7n, expires: 3600000n });
+    assert.equal(row(a).priority, 5n);
+    assert.equal(row(a).max_attempts, 7n);
+    assert.ok(row(a).run_at >= BigInt(now) + 60000n);
+    const b = await q.enqueue(2, { runAt: BigInt(now) + 1000n });
+    assert.equal(row(b).run_at, BigInt(now) + 1000n);
+    // beyond 2^53 a priority is read exactly (int64), as a Number option cannot say it
+    const [c] = await q.enqueueMany([{ payload: 3, priority: 2n ** 60n + 1n, delay: 10n, maxAttempts: 2n }]);
+    assert.equal(row(c).priority, 2n ** 60n + 1n);
+    const d = tocsin.enqueueSql(app, 'big', 4, { priority: -(2n ** 60n) - 1n, delay: 10n, maxAttempts: 3n, meta: { k: 'v' } });
+    assert.equal(row(d).priority, -(2n ** 60n) - 1n);
+    assert.equal(row(d).max_attempts, 3n);
+    await db.schedule('s', '* * * * *', 'big', null, { priority: 9n, maxAttempts: 2n, jobExpires: 1000n, maxCatchUp: 3n });
+    assert.equal((await db.getSchedule('s')).priority, 9);
+    await db.updateSchedule('s', { priority: 10n });
+    assert.equal((await db.getSchedule('s')).priority, 10);
+
+    // a claim, its lease and the job's id and the waits' timeouts
+    const e = await q.enqueue(5, { priority: 100n });
+    const [job] = await q.claimBatch(1n, 'w', { visibility: 30000n });
+    assert.equal(job.id, e);
+    assert.equal(await job.heartbeat({ extend: 30000n }), true);
+    assert.equal((await q.get(BigInt(e))).state, 'processing');
+    assert.equal(await q.complete(BigInt(e), 'v', { token: job.token, ttl: 60000n }), true);
+    assert.equal((await db.result(BigInt(e))).value, 'v');
+    await assert.rejects(db.listen('c').get({ timeout: 1n }), tocsin.TimeoutError);
+    assert.deepEqual(await db.notifications('c', { afterId: 0n, limit: 10n }), []);
+    assert.equal(typeof await db.pruneNotifications({ maxAge: 1000n, maxKeep: 10n }), 'number');
+    await db.stream('s').publish(1);
+    assert.equal((await db.stream('s').read({ after: 0n, limit: 10n })).length, 1);
+    await db.stream('s').trim({ maxAge: 3600000n, maxCount: 10n });
+    const lock = db.lock('l', { ttl: 1000n });
+    assert.equal(await lock.tryAcquire(), true);
+    assert.equal(await lock.renew({ ttl: 2000n }), true);
+    assert.equal((await db.rateLimit('r', 2, 1000n).tryAcquire()).allowed, true);
+    assert.equal(typeof tocsin.cronNext('* * * * *', BigInt(now)), 'number');
+    const t = q.task('t', () => 1, { retries: 2n, timeout: 1000n, resultTtl: 1000n, backoffBase: 10n, delay: 0n });
+    assert.ok(await t());
+    const w = new tocsin.Worker(db, { queues: ['big'], concurrency: 2n, visibility: 30000n, shutdownTimeout: 1000n });
+    assert.equal(w.concurrency, 2);
+
+    // out of range: refused as a Number of that value is, nothing written
+    const before = (await q.stats()).pending + (await q.stats()).scheduled;
+    await assert.rejects(q.enqueue(1, { delay: -1n }), invalid(/^delay must be >= 0 ms, not -1n$/));
+    await assert.rejects(q.enqueue(1, { delay: 2n ** 70n }), invalid(/^delay must be between 0 and 253402300799999 ms \(the year 9999\), not 1180591620717411303424n$/));
+    await assert.rejects(q.enqueue(1, { runAt: 2n ** 60n }), invalid(/^runAt must be between 0 and 253402300799999 ms/));
+    await assert.rejects(q.enqueue(1, { priority: 2n ** 64n }), invalid(/^priority must be a 64-bit signed integer$/));
+    await assert.rejects(q.enqueue(1, { maxAttempts: 0n }), invalid(/^maxAttempts must be between 1 and 1000000$/));
+    await assert.rejects(q.enqueueMany([{ payload: 1, priority: 2n ** 64n }]), invalid(/^jobs\[0\]: priority must be an integer$/));
+    assert.throws(() => tocsin.enqueueSql(app, 'big', 1, { priority: 2n ** 64n }), invalid(/priority/));
+    await assert.rejects(q.wait({ timeout: -1n }), invalid(/^timeout must be a number of milliseconds >= 0$/));
+    assert.throws(() => new tocsin.Worker(db, { queues: ['big'], concurrency: 0n }), invalid(/^concurrency must be an integer between 1 and 10000$/));
+    assert.throws(() => tocsin.open(file, { busyTimeout: -5n }), invalid(/^busyTimeout must be >= 0 ms, not -5n$/));
+    assert.equal((await q.stats()).pending + (await q.stats()).scheduled, before);
+  } finally {
+    app.close();
     await db.close();
   }
 });
