@@ -112,7 +112,8 @@ export interface ClaimOptions { visibility?: number }
 export interface JobsOptions extends ClaimOptions { signal?: AbortSignal; batch?: number }
 
 export interface TaskOptions extends Omit<EnqueueOptions, 'tx' | 'maxAttempts' | 'uniqueKey' | 'runAt'> {
-  /** attempts after the first */
+  /** attempts after the first; a worker of this process runs a job of the task at most
+   * retries + 1 times, also when it was called by name (queue.call, another runtime) */
   retries?: number;
   /** a run longer than this (ms) fails the attempt with error type Timeout */
   timeout?: number;

@@ -78,7 +78,9 @@ Queue.prototype.task = function task(name, fn, o) {
   const defaults = {};
   if (o.retries !== undefined) {
     const retries = fromBig(o.retries);
-    if (!Number.isInteger(retries) || retries < 0) throw invalid('retries must be an integer >= 0');
+    if (!Number.isInteger(retries) || retries < 0 || retries >= native.MAX_ATTEMPTS) {
+      throw invalid(`retries must be an integer between 0 and ${native.MAX_ATTEMPTS - 1}, not ${String(o.retries)}`);
+    }
     defaults.maxAttempts = retries + 1;
   }
   for (const k of ['priority', 'delay', 'expires', 'meta', 'timeout', 'resultTtl']) if (o[k] !== undefined) defaults[k] = o[k];

@@ -104,8 +104,10 @@ class Worker extends EventEmitter {
       for (const [name, def] of m) {
         if (this._tasks.has(name)) continue;
         const t = def.options;
+        // retries bound the runs of the task's jobs here, whatever a call by name allowed
         this._w.register(name, ms(t.backoffBase, 'backoffBase'), ms(t.backoffCap, 'backoffCap'),
-          ms(t.timeout, 'timeout'), ms(t.resultTtl, 'resultTtl'));
+          ms(t.timeout, 'timeout'), ms(t.resultTtl, 'resultTtl'),
+          t.retries === undefined ? 0 : Number(t.retries) + 1);
         this._tasks.set(name, def);
       }
     }

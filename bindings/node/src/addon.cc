@@ -1983,6 +1983,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   exports.Set("MAX_TIME_MS", Napi::Number::New(env, (double)TOCSIN_MAX_TIME_MS));
   exports.Set("MAX_LEASE_MS", Napi::Number::New(env, (double)TOCSIN_MAX_LEASE_MS));
   exports.Set("MIN_WORKER_LEASE_MS", Napi::Number::New(env, TOCSIN_MIN_WORKER_LEASE_MS));
+  exports.Set("MAX_ATTEMPTS", Napi::Number::New(env, TOCSIN_MAX_ATTEMPTS));
 #define F(name, fn) exports.Set(name, Napi::Function::New(env, fn, name))
   F("setErrorFactory", SetErrorFactory);
   F("versions", Versions);

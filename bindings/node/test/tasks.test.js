@@ -26,6 +26,9 @@ describe('tasks in one process', () => {
     calls.bad = q.task('bad', async () => { throw new RangeError('out of range'); }, { retries: 0 });
     calls.slow = q.task('slow', (ms) => new Promise((r) => setTimeout(r, ms)), { timeout: 50, retries: 0 });
     calls.cyclic = q.task('cyclic', async () => { const o = {}; o.o = o; return o; });
+    // CPU-bound past its timeout: no timer can interrupt it, it returns late
+    calls.cpu = q.task('cpu', (ms) => { const end = Date.now() + ms; while (Date.now() < end); return 'late'; },
+      { timeout: 50, retries: 0 });
     calls.meta = q.task('meta', async () => tocsin.currentJob().meta);
     await db.exec('CREATE TABLE effects(job INTEGER PRIMARY KEY)');
     calls.tx = q.task('tx', async (n) => {
@@ -58,6 +61,16 @@ describe('tasks in one process', () => {
     });
     const t = await calls.slow(2000);
     await assert.rejects(t.result({ timeout: 10000 }), (e) => e.type === 'Timeout');
+    const late = await calls.cpu(150);
+    await assert.rejects(late.result({ timeout: 10000 }), (e) => e.type === 'Timeout' && /exceeded its timeout of 50 ms/.test(e.taskMessage));
+    // a call by name knows nothing of the task's retries: its worker still keeps them
+    const byName = await q.call('bad', [], { maxAttempts: 5 });
+    await assert.rejects(byName.result({ timeout: 10000 }), (e) => e.type === 'RangeError');
+    const dead = await byName.job();
+    assert.equal(dead.state, 'dead');
+    assert.equal(dead.attempts, 1);
+    assert.equal(dead.reason, 'max_attempts');
+    assert.throws(() => q.task('x', () => 1, { retries: 1000000 }), /retries must be an integer between 0 and 999999/);
     const c = await calls.cyclic();
     await assert.rejects(c.result({ timeout: 10000 }), (e) => e.type === 'SerializationError');
   });
@@ -85,7 +98,7 @@ describe('tasks in one process', () => {
     await assert.rejects(h2.result({ signal: ac.signal }), { name: 'AbortError' });
     await assert.rejects(nobody.call('', []), tocsin.InvalidArgumentError);
     await assert.rejects(nobody.call('x', 'not an array'), tocsin.InvalidArgumentError);
-    assert.deepEqual(q.tasks().sort(), ['add', 'bad', 'cyclic', 'flaky', 'meta', 'slow', 'tx']);
+    assert.deepEqual(q.tasks().sort(), ['add', 'bad', 'cpu', 'cyclic', 'flaky', 'meta', 'slow', 'tx']);
   });
 
   test('worker concurrency: up to N handlers run at once, never more', async () => {
