@@ -159,7 +159,9 @@ func (db *DB) registry() *registry {
 // a JSON object, else as the one positional argument. The handler decodes Args from
 // kwargs when they are not empty, else from the only positional argument, else from the
 // array of positional arguments -- so a Python call send_email(to=..., subject=...)
-// fills a struct and send_email("x") a string.
+// fills a struct and send_email("x") a string. A call with no arguments at all decodes
+// Args from the empty kwargs {} when Args takes an object (a struct, a map, any), else
+// from the empty array [] (a slice or array Args: an empty one).
 type TaskDef[Args, Res any] struct {
 	db    *DB
 	entry *taskEntry
@@ -233,7 +235,13 @@ func decodeArgs(args, kwargs json.RawMessage, out any) error {
 	}
 	switch len(list) {
 	case 0:
-		return json.Unmarshal([]byte("{}"), out)
+		// no arguments at all (args [] and kwargs {}, as a no-argument call of any
+		// runtime sends): the empty kwargs for an Args that takes an object (a struct,
+		// a map, any), else the empty array of positional arguments (a slice, an array)
+		if err := json.Unmarshal([]byte("{}"), out); err == nil {
+			return nil
+		}
+		return json.Unmarshal([]byte("[]"), out)
 	case 1:
 		return json.Unmarshal(list[0], out)
 	}
