@@ -201,14 +201,22 @@ type JobSpec struct {
 	Options *EnqueueOptions
 }
 
-// EnqueueMany adds the jobs atomically (all or none) and returns their ids in order.
+// EnqueueMany adds the jobs atomically (all or none) and returns their ids in order
+// (no jobs: an empty slice, nothing written).
 func (q *Queue) EnqueueMany(ctx context.Context, jobs []JobSpec) ([]int64, error) {
-	if len(jobs) == 0 {
-		return nil, newErr(ErrInvalid, "enqueue_many", "no jobs")
+	n := len(jobs)
+	if n == 0 {
+		// the core's answer to an empty batch (no arrays to pass: NULL, n 0)
+		err := q.c.do(ctx, "enqueue_many", func(p *C.tocsin_db) C.int {
+			return C.tocsin_queue_enqueue_many(p, nil, nil, 0)
+		})
+		if err != nil {
+			return nil, err
+		}
+		return []int64{}, nil
 	}
 	var cs cstrings
 	defer cs.free()
-	n := len(jobs)
 	specs := (*[1 << 28]C.tocsin_job_spec)(C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(C.tocsin_job_spec{}))))[:n:n]
 	defer C.free(unsafe.Pointer(&specs[0]))
 	optsArr := (*[1 << 28]C.tocsin_enqueue_opts)(C.calloc(C.size_t(n), C.size_t(unsafe.Sizeof(C.tocsin_enqueue_opts{}))))[:n:n]

@@ -4,11 +4,46 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
 	tocsin "github.com/tocsin-db/tocsin/bindings/go"
 )
+
+// An empty batch is an empty result, as in the core and the other bindings (it was
+// ErrInvalid "no jobs" / "no events"); the topic is still checked.
+func TestEmptyBatches(t *testing.T) {
+	db := openDB(t)
+	for _, jobs := range [][]tocsin.JobSpec{nil, {}} {
+		ids, err := db.Queue("q").EnqueueMany(bg, jobs)
+		if err != nil || ids == nil || len(ids) != 0 {
+			t.Errorf("EnqueueMany(%#v) = %#v, %v; want an empty slice", jobs, ids, err)
+		}
+	}
+	for _, vals := range [][]any{nil, {}} {
+		offs, err := db.Stream("s").PublishMany(bg, vals, nil)
+		if err != nil || offs == nil || len(offs) != 0 {
+			t.Errorf("PublishMany(%#v) = %#v, %v; want an empty slice", vals, offs, err)
+		}
+	}
+	err := db.Tx(bg, func(tx *tocsin.Tx) error {
+		if ids, err := tx.Queue("q").EnqueueMany(bg, nil); err != nil || len(ids) != 0 {
+			return fmt.Errorf("in a Tx: %v, %v", ids, err)
+		}
+		_, err := tx.Stream("s").PublishMany(bg, []any{}, []string{})
+		return err
+	})
+	check(t, err)
+	_, err = db.Stream("").PublishMany(bg, nil, nil)
+	wantCode(t, err, tocsin.ErrInvalid)
+	if st := must(db.Stats(bg)); len(st) != 0 {
+		t.Fatalf("an empty batch wrote: %+v", st)
+	}
+	if ev := must(db.Stream("s").Read(bg, 0, 10)); len(ev) != 0 {
+		t.Fatalf("an empty batch published: %+v", ev)
+	}
+}
 
 // A task whose Args is a slice, called with no arguments (args [], kwargs {}: what a
 // no-argument call of any runtime sends), gets an empty slice: it failed with

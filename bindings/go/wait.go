@@ -264,16 +264,26 @@ func (s *Stream) Publish(ctx context.Context, v any, opts *PublishOptions) (int6
 }
 
 // PublishMany appends events atomically; keys is nil or one key ("" for none) per event.
+// No events: an empty slice, nothing written (the topic is still checked).
 func (s *Stream) PublishMany(ctx context.Context, values []any, keys []string) ([]int64, error) {
 	n := len(values)
-	if n == 0 {
-		return nil, newErr(ErrInvalid, "publish_many", "no events")
-	}
 	if keys != nil && len(keys) != n {
 		return nil, newErr(ErrInvalid, "publish_many", "keys must be nil or one per event")
 	}
 	var cs cstrings
 	defer cs.free()
+	if n == 0 {
+		// the core's answer to an empty batch: it checks the topic, writes nothing
+		ct := cs.str(s.topic)
+		var off C.int64_t
+		err := s.c.doCS(ctx, &cs, "publish_many", func(p *C.tocsin_db) C.int {
+			return C.tocsin_stream_publish_many(p, &off, ct, nil, nil, 0)
+		})
+		if err != nil {
+			return nil, err
+		}
+		return []int64{}, nil
+	}
 	ptrSize := C.size_t(unsafe.Sizeof((*C.char)(nil)))
 	pays := (*[1 << 28]*C.char)(C.calloc(C.size_t(n), ptrSize))[:n:n]
 	defer C.free(unsafe.Pointer(&pays[0]))
