@@ -220,6 +220,9 @@ func (c *conn) acquire(op string) (*C.tocsin_db, func(), error) {
 
 // do runs f on the handle with the thread's error read in the same locked thread.
 func (c *conn) do(ctx context.Context, op string, f func(p *C.tocsin_db) C.int) error {
+	if err := nilCtx(op, ctx); err != nil {
+		return err
+	}
 	if err := ctx.Err(); err != nil {
 		return ctxErr(ctx, op)
 	}
@@ -292,6 +295,9 @@ type Tx struct {
 // with the application's own writes (tx.Exec). As with database/sql's BeginTx, a ctx
 // that ended before the commit rolls it back: Tx returns the context's error.
 func (db *DB) Tx(ctx context.Context, fn func(tx *Tx) error) (err error) {
+	if fn == nil {
+		return newErr(ErrInvalid, "tx begin", "fn must not be nil")
+	}
 	tx, err := db.begin(ctx)
 	if err != nil {
 		return err

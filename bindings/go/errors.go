@@ -86,6 +86,15 @@ func (e *Error) Unwrap() error { return e.cause }
 
 func newErr(code Code, op, msg string) error { return &Error{Code: code, Op: op, Message: msg} }
 
+// nilCtx refuses a nil context (ErrInvalid), as the calls that take one would
+// otherwise panic on it.
+func nilCtx(op string, ctx context.Context) error {
+	if ctx == nil {
+		return newErr(ErrInvalid, op, "ctx must not be nil (use context.Background())")
+	}
+	return nil
+}
+
 // ctxErr is the error of a wait its context ended: both tocsin.ErrInterrupted (or
 // ErrTimeout for a deadline) and the context's own error match it.
 func ctxErr(ctx context.Context, op string) error {

@@ -438,15 +438,38 @@ func (c *conn) Job(ctx context.Context, id int64) (*Job, error) {
 	return &out, nil
 }
 
-// Ack, Retry, Fail, Heartbeat, Complete and FailTask of a claimed job, on its queue's handle.
-func (q *Queue) Ack(ctx context.Context, j *Job) error { return q.c.Ack(ctx, j.ID, j.Token) }
+// nilJob refuses a nil *Job (ErrInvalid naming the argument), before anything runs.
+func nilJob(op string, j *Job) error {
+	if j == nil {
+		return newErr(ErrInvalid, op, "job must not be nil (pass the *Job that Claim or ClaimOne returned)")
+	}
+	return nil
+}
+
+// Ack, Retry, Fail and Heartbeat of a claimed job, on its queue's handle (a nil job is
+// ErrInvalid).
+func (q *Queue) Ack(ctx context.Context, j *Job) error {
+	if err := nilJob("ack", j); err != nil {
+		return err
+	}
+	return q.c.Ack(ctx, j.ID, j.Token)
+}
 func (q *Queue) Retry(ctx context.Context, j *Job, delay time.Duration, errText string) error {
+	if err := nilJob("retry", j); err != nil {
+		return err
+	}
 	return q.c.Retry(ctx, j.ID, j.Token, delay, errText)
 }
 func (q *Queue) Fail(ctx context.Context, j *Job, errText string) error {
+	if err := nilJob("fail", j); err != nil {
+		return err
+	}
 	return q.c.Fail(ctx, j.ID, j.Token, errText)
 }
 func (q *Queue) Heartbeat(ctx context.Context, j *Job, extend time.Duration) error {
+	if err := nilJob("heartbeat", j); err != nil {
+		return err
+	}
 	return q.c.Heartbeat(ctx, j.ID, j.Token, extend)
 }
 

@@ -5,11 +5,91 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	tocsin "github.com/tocsin-db/tocsin/bindings/go"
 )
+
+// noPanic runs f, turning a panic into a test error (a nil argument must be an error,
+// not a crash).
+func noPanic(t *testing.T, label string, f func() error) error {
+	t.Helper()
+	var err error
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Errorf("%s panicked: %v", label, r)
+				err = nil
+			}
+		}()
+		err = f()
+	}()
+	return err
+}
+
+func wantInvalidNaming(t *testing.T, label string, err error, words ...string) {
+	t.Helper()
+	if !errors.Is(err, tocsin.ErrInvalid) {
+		t.Errorf("%s: want ErrInvalid, got %v", label, err)
+		return
+	}
+	for _, w := range words {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("%s: the error does not name %q: %v", label, w, err)
+		}
+	}
+}
+
+// A nil *Job, *Tx, fn or ctx is ErrInvalid naming it (it panicked with a nil-pointer
+// dereference); nothing is written.
+func TestNilArgumentsAreInvalid(t *testing.T) {
+	db := openDB(t)
+	q := db.Queue("q")
+	send := tocsin.Task(db, "send", func(ctx context.Context, a int) (int, error) { return a, nil }, nil)
+	var nilCtx context.Context
+	for _, c := range []struct {
+		label string
+		f     func() error
+		words []string
+	}{
+		{"Ack(nil)", func() error { return q.Ack(bg, nil) }, []string{"job"}},
+		{"Retry(nil)", func() error { return q.Retry(bg, nil, 0, "x") }, []string{"job"}},
+		{"Fail(nil)", func() error { return q.Fail(bg, nil, "x") }, []string{"job"}},
+		{"Heartbeat(nil)", func() error { return q.Heartbeat(bg, nil, time.Second) }, []string{"job"}},
+		{"Tx.Queue.Ack(nil)", func() error {
+			return db.Tx(bg, func(tx *tocsin.Tx) error { return tx.Queue("q").Ack(bg, nil) })
+		}, []string{"job"}},
+		{"TaskDef.CallTx(nil tx)", func() error { _, err := send.CallTx(bg, nil, 1, nil); return err }, []string{"tx"}},
+		{"db.Tx(nil fn)", func() error { return db.Tx(bg, nil) }, []string{"fn"}},
+		{"Enqueue(nil ctx)", func() error { _, err := q.Enqueue(nilCtx, 1, nil); return err }, []string{"ctx"}},
+		{"WaitResult(nil ctx)", func() error { _, err := db.WaitResult(nilCtx, 1); return err }, []string{"ctx"}},
+		{"Queue.Wait(nil ctx)", func() error { return q.Wait(nilCtx) }, []string{"ctx"}},
+		{"Listen(nil ctx)", func() error { _, err := db.Listen(nilCtx, "c", nil); return err }, []string{"ctx"}},
+		{"Lock.Acquire(nil ctx)", func() error { return db.Lock("l", "o", time.Second).Acquire(nilCtx) }, []string{"ctx"}},
+		{"db.Tx(nil ctx)", func() error { return db.Tx(nilCtx, func(*tocsin.Tx) error { return nil }) }, []string{"ctx"}},
+	} {
+		wantInvalidNaming(t, c.label, noPanic(t, c.label, c.f), c.words...)
+	}
+	w := must(db.NewWorker(tocsin.WorkerOptions{Logger: quiet}))
+	wantInvalidNaming(t, "Worker.Run(nil ctx)", noPanic(t, "Worker.Run", func() error { return w.Run(nilCtx) }), "ctx")
+	if _, ok := tocsin.Run(nilCtx); ok {
+		t.Error("Run(nil) reports a run")
+	}
+	// Task has no error to return: a nil db panics at the declaration, naming it
+	func() {
+		defer func() {
+			if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "db is nil") {
+				t.Errorf("Task(nil db): want a panic naming db, got %v", r)
+			}
+		}()
+		tocsin.Task(nil, "t", func(ctx context.Context, a int) (int, error) { return a, nil }, nil)
+	}()
+	if st := must(db.Stats(bg)); len(st) != 0 {
+		t.Fatalf("a refused call wrote: %+v", st)
+	}
+}
 
 // An empty batch is an empty result, as in the core and the other bindings (it was
 // ErrInvalid "no jobs" / "no events"); the topic is still checked.

@@ -35,6 +35,12 @@ type Querier interface {
 // the driver's error carries none); the driver's error stays reachable with errors.As,
 // and the context's error and sql.ErrTxDone match errors.Is.
 func queryTocsin(ctx context.Context, q Querier, op, expr string, args ...any) (int64, error) {
+	if err := nilCtx(op, ctx); err != nil {
+		return 0, err
+	}
+	if nilQuerier(q) {
+		return 0, newErr(ErrInvalid, op, "tx must not be nil (a *sql.Tx, *sql.Conn or *sql.DB)")
+	}
 	var probe, v int64
 	err := q.QueryRowContext(ctx, "SELECT tocsin_go_probe(), "+expr, args...).Scan(&probe, &v)
 	if err != nil {
@@ -59,6 +65,15 @@ func queryTocsin(ctx context.Context, q Querier, op, expr string, args ...any) (
 		return 0, fmt.Errorf("%w: the database/sql connection runs on another copy of SQLite", ErrSQLiteCopy)
 	}
 	return v, nil
+}
+
+// nilQuerier: q is nil, or a nil pointer (a nil *sql.Tx) in the interface.
+func nilQuerier(q Querier) bool {
+	if q == nil {
+		return true
+	}
+	v := reflect.ValueOf(q)
+	return v.Kind() == reflect.Pointer && v.IsNil()
 }
 
 // sqlCodes maps the primary SQLite result codes the SQL functions fail with to tocsin

@@ -168,11 +168,14 @@ type TaskDef[Args, Res any] struct {
 }
 
 // Task declares task `name` on db with its handler fn. The name is the contract across
-// runtimes: any runtime may call it, and read its results. A nil fn is a programming
-// error: Task panics (at the declaration, not at the first run).
+// runtimes: any runtime may call it, and read its results. A nil fn or a nil db is a
+// programming error: Task panics (at the declaration, not at the first run).
 func Task[Args, Res any](db *DB, name string, fn func(ctx context.Context, args Args) (Res, error), opts *TaskOptions) *TaskDef[Args, Res] {
 	if fn == nil {
 		panic(nilHandler("Task", name))
+	}
+	if db == nil {
+		panic(nilDB("Task", name))
 	}
 	return declare[Args, Res](db, name, false, func(ctx context.Context, _ *Tx, a Args) (Res, error) { return fn(ctx, a) }, opts)
 }
@@ -181,17 +184,24 @@ func Task[Args, Res any](db *DB, name string, fn func(ctx context.Context, args 
 // worker also records the run's outcome (tocsin_worker_finish with a transaction): the
 // handler's database effects, its result and its ack commit together, or -- when the
 // handler fails, or its lease was lost meanwhile (ErrLeaseLost) -- not at all.
-// Exactly-once effects for work whose effects live in the same database. A nil fn
-// panics, as with Task.
+// Exactly-once effects for work whose effects live in the same database. A nil fn or
+// db panics, as with Task.
 func TaskTx[Args, Res any](db *DB, name string, fn func(ctx context.Context, tx *Tx, args Args) (Res, error), opts *TaskOptions) *TaskDef[Args, Res] {
 	if fn == nil {
 		panic(nilHandler("TaskTx", name))
+	}
+	if db == nil {
+		panic(nilDB("TaskTx", name))
 	}
 	return declare[Args, Res](db, name, true, fn, opts)
 }
 
 func nilHandler(fn, name string) string {
 	return "tocsin: " + fn + "(" + strconv.Quote(name) + "): the handler is nil"
+}
+
+func nilDB(fn, name string) string {
+	return "tocsin: " + fn + "(" + strconv.Quote(name) + "): db is nil"
 }
 
 func declare[Args, Res any](db *DB, name string, inTx bool, fn func(ctx context.Context, tx *Tx, args Args) (Res, error), opts *TaskOptions) *TaskDef[Args, Res] {
@@ -270,6 +280,9 @@ func (t *TaskDef[Args, Res]) Call(ctx context.Context, args Args, opts *CallOpti
 
 // CallTx enqueues a call inside tx (committed or rolled back with it).
 func (t *TaskDef[Args, Res]) CallTx(ctx context.Context, tx *Tx, args Args, opts *CallOptions) (*TypedHandle[Res], error) {
+	if tx == nil {
+		return nil, newErr(ErrInvalid, "task_enqueue", "tx must not be nil (CallTx enqueues inside a transaction: use Call without one)")
+	}
 	return t.callOn(ctx, &tx.conn, args, opts)
 }
 

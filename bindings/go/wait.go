@@ -22,6 +22,9 @@ import (
 // lock waits) on the DB: a subscription of its own is opened for the call so that the
 // context (or Close) can poke it, and deadline is the context's on the handle's clock.
 func (db *DB) blockingWait(ctx context.Context, op string, f func(p *C.tocsin_db, deadline C.int64_t, sub *C.tocsin_sub) C.int) error {
+	if err := nilCtx(op, ctx); err != nil {
+		return err
+	}
 	if err := ctx.Err(); err != nil {
 		return ctxErr(ctx, op)
 	}

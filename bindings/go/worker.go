@@ -236,6 +236,9 @@ func (wk *Worker) ID() string { return wk.id }
 // nil after a shutdown by ctx, or ErrClosed when the DB closed. A Worker runs once: a
 // second Run returns ErrInvalid (open another with NewWorker).
 func (wk *Worker) Run(ctx context.Context) error {
+	if err := nilCtx("worker", ctx); err != nil {
+		return err
+	}
 	if !wk.state.CompareAndSwap(workerNew, workerRunning) {
 		if wk.state.Load() == workerClosed {
 			return newErr(ErrClosed, "worker", "the database was closed before the worker ran")
@@ -639,6 +642,9 @@ type RunInfo struct {
 
 // Run is the RunInfo of the handler's context (ok false outside a handler).
 func Run(ctx context.Context) (RunInfo, bool) {
+	if ctx == nil {
+		return RunInfo{}, false
+	}
 	ri, ok := ctx.Value(runKey{}).(RunInfo)
 	return ri, ok
 }
