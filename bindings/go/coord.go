@@ -356,13 +356,21 @@ func (o *ScheduleOptions) fill(cs *cstrings, out *C.tocsin_schedule_opts) error 
 	if err := nonNeg("schedule_set", "ScheduleOptions.JobExpires", o.JobExpires); err != nil {
 		return err
 	}
+	ma, err := count("schedule_set", "ScheduleOptions.MaxAttempts", o.MaxAttempts, C.TOCSIN_MAX_ATTEMPTS, "the default")
+	if err != nil {
+		return err
+	}
+	mc, err := count("schedule_set", "ScheduleOptions.MaxCatchUp", o.MaxCatchUp, C.TOCSIN_MAX_CATCH_UP, "the default")
+	if err != nil {
+		return err
+	}
 	out.priority = C.int64_t(o.Priority)
-	out.max_attempts = cint(o.MaxAttempts)
+	out.max_attempts = ma
 	out.job_expires_ms = C.int64_t(ms(o.JobExpires))
 	if o.CatchUpAll {
 		out.catch_up = C.TOCSIN_CATCHUP_ALL
 	}
-	out.max_catch_up = cint(o.MaxCatchUp)
+	out.max_catch_up = mc
 	if o.LocalTime {
 		out.local_time = 1
 	}

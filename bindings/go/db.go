@@ -83,7 +83,9 @@ func Open(path string, opts *Options) (*DB, error) {
 	}
 	bt := ms(opts.BusyTimeout) // a positive timeout under 1ms stays positive (0 is the 5s default)
 	if bt > math.MaxInt32 {
-		bt = math.MaxInt32
+		// the core's busy_timeout_ms is a C int: refused, not cut to another timeout
+		return nil, newErr(ErrInvalid, "open", fmt.Sprintf("Options.BusyTimeout must be at most %v (2^31-1 ms), not %v",
+			time.Duration(math.MaxInt32)*time.Millisecond, opts.BusyTimeout))
 	}
 	o.busy_timeout_ms = C.int(bt)
 	o.max_payload_bytes = C.int64_t(opts.MaxPayloadBytes)
@@ -357,16 +359,15 @@ func ms(d time.Duration) int64 {
 	return m
 }
 
-// cint passes a count to C without wrapping: beyond the range of a C int it saturates,
-// so the core's range check names the value as too large (1<<32 must not become 0).
-func cint(v int) C.int {
-	if v > math.MaxInt32 {
-		return math.MaxInt32
+// count passes a count option to C (a C int) once it is within the core's bounds,
+// 0 (the default, named by dflt) or 1..hi: refused otherwise with an error that names
+// the Go option and the value as given (a value beyond a C int is never cut to one
+// first, so the message cannot name another number). hi is the core's constant.
+func count(op, what string, v, hi int, dflt string) (C.int, error) {
+	if v < 0 || v > hi {
+		return 0, newErr(ErrInvalid, op, fmt.Sprintf("%s must be between 1 and %d (0: %s), not %d", what, hi, dflt, v))
 	}
-	if v < math.MinInt32 {
-		return math.MinInt32
-	}
-	return C.int(v)
+	return C.int(v), nil
 }
 
 // The core's bounds, checked here so that an error names the Go option or argument

@@ -146,7 +146,7 @@ func (o *EnqueueOptions) check() error {
 		return newErr(ErrInvalid, "enqueue", "give EnqueueOptions.Delay or RunAt, not both")
 	}
 	if o.MaxAttempts < 0 {
-		return newErr(ErrInvalid, "enqueue", "EnqueueOptions.MaxAttempts must be >= 1")
+		return newErr(ErrInvalid, "enqueue", fmt.Sprintf("EnqueueOptions.MaxAttempts must be >= 1 (0: the default), not %d", o.MaxAttempts))
 	}
 	return nil
 }
@@ -159,10 +159,14 @@ func (o *EnqueueOptions) fill(cs *cstrings, out *C.tocsin_enqueue_opts) error {
 	if err := o.check(); err != nil {
 		return err
 	}
+	ma, err := count("enqueue", "EnqueueOptions.MaxAttempts", o.MaxAttempts, C.TOCSIN_MAX_ATTEMPTS, "the default")
+	if err != nil {
+		return err
+	}
 	out.priority = C.int64_t(o.Priority)
 	out.delay_ms = C.int64_t(ms(o.Delay))
 	out.run_at_ms = C.int64_t(toMs(o.RunAt))
-	out.max_attempts = cint(o.MaxAttempts)
+	out.max_attempts = ma
 	out.expires_ms = C.int64_t(ms(o.Expires))
 	out.unique_key = cs.opt(o.UniqueKey)
 	meta, err := marshalOpt(o.Meta, "EnqueueOptions.Meta")

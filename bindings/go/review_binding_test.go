@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -122,6 +123,36 @@ func TestEmptyBatches(t *testing.T) {
 	}
 	if ev := must(db.Stream("s").Read(bg, 0, 10)); len(ev) != 0 {
 		t.Fatalf("an empty batch published: %+v", ev)
+	}
+}
+
+// A count option beyond the core's bounds is refused naming the Go option and the value
+// as given, not one cut to a C int first (MaxAttempts 1<<40 was reported as 2147483647).
+func TestCountOptionsNameTheValueGiven(t *testing.T) {
+	db := openDB(t)
+	const huge = 1 << 40
+	_, err := db.Queue("q").Enqueue(bg, 1, &tocsin.EnqueueOptions{MaxAttempts: huge})
+	wantInvalidNaming(t, "EnqueueOptions.MaxAttempts", err, "EnqueueOptions.MaxAttempts", "1099511627776")
+	_, err = db.Queue("q").EnqueueMany(bg, []tocsin.JobSpec{{Payload: 1, Options: &tocsin.EnqueueOptions{MaxAttempts: huge}}})
+	wantInvalidNaming(t, "EnqueueMany MaxAttempts", err, "1099511627776")
+	_, err = db.Queue("q").Enqueue(bg, 1, &tocsin.EnqueueOptions{MaxAttempts: -huge})
+	wantInvalidNaming(t, "negative MaxAttempts", err, "-1099511627776")
+	_, err = db.SetSchedule(bg, "s", "* * * * *", "q", 1, &tocsin.ScheduleOptions{MaxAttempts: huge})
+	wantInvalidNaming(t, "ScheduleOptions.MaxAttempts", err, "ScheduleOptions.MaxAttempts", "1099511627776")
+	_, err = db.SetSchedule(bg, "s", "* * * * *", "q", 1, &tocsin.ScheduleOptions{MaxCatchUp: huge})
+	wantInvalidNaming(t, "ScheduleOptions.MaxCatchUp", err, "ScheduleOptions.MaxCatchUp", "1099511627776")
+	_, err = db.NewWorker(tocsin.WorkerOptions{Queues: []string{"q"}, Concurrency: huge, Logger: quiet})
+	wantInvalidNaming(t, "WorkerOptions.Concurrency", err, "WorkerOptions.Concurrency", "1099511627776")
+	_, err = db.NewWorker(tocsin.WorkerOptions{Queues: []string{"q"}, UnknownTaskHandbacks: huge, Logger: quiet})
+	wantInvalidNaming(t, "WorkerOptions.UnknownTaskHandbacks", err, "WorkerOptions.UnknownTaskHandbacks", "1099511627776")
+	// a busy timeout the core's C int cannot hold is refused, not cut to ~24.8 days
+	_, err = tocsin.Open(filepath.Join(t.TempDir(), "b.db"), &tocsin.Options{BusyTimeout: 1000 * time.Hour})
+	wantInvalidNaming(t, "Options.BusyTimeout", err, "Options.BusyTimeout", "1000h0m0s")
+	// the bounds themselves still pass
+	_, err = db.Queue("q").Enqueue(bg, 1, &tocsin.EnqueueOptions{MaxAttempts: 1000000})
+	check(t, err)
+	if st := must(db.Queue("q").Stats(bg)); st.Pending != 1 {
+		t.Fatalf("want only the valid job: %+v", st)
 	}
 }
 

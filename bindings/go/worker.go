@@ -125,8 +125,17 @@ func (db *DB) NewWorker(opts WorkerOptions) (*Worker, error) {
 			}
 		}
 	}
+	conc, err := count("worker_open", "WorkerOptions.Concurrency", opts.Concurrency, C.TOCSIN_MAX_BATCH, "1")
+	if err != nil {
+		return nil, err
+	}
+	handbacks, err := count("worker_open", "WorkerOptions.UnknownTaskHandbacks", opts.UnknownTaskHandbacks,
+		C.TOCSIN_MAX_ATTEMPTS, "20")
+	if err != nil {
+		return nil, err
+	}
 	if opts.Concurrency == 0 {
-		opts.Concurrency = 1
+		opts.Concurrency, conc = 1, 1
 	}
 	if opts.ShutdownTimeout == 0 {
 		opts.ShutdownTimeout = 10 * time.Second
@@ -144,14 +153,14 @@ func (db *DB) NewWorker(opts WorkerOptions) (*Worker, error) {
 	o.worker_id = cs.opt(opts.ID)
 	o.queues = &qs[0]
 	o.n_queues = C.size_t(n)
-	o.concurrency = cint(opts.Concurrency)
+	o.concurrency = conc
 	o.visibility_ms = C.int64_t(ms(opts.Visibility))
 	if opts.Scheduler {
 		o.scheduler = 1
 	}
 	o.scheduler_ttl_ms = C.int64_t(ms(opts.SchedulerTTL))
 	o.unknown_task_delay_ms = C.int64_t(ms(opts.UnknownTaskDelay))
-	o.unknown_task_handbacks = cint(opts.UnknownTaskHandbacks)
+	o.unknown_task_handbacks = handbacks
 	for name := range tasks {
 		cs.str(name)
 	}
