@@ -73,8 +73,9 @@ func jobsFrom(jobs *C.tocsin_job, n C.size_t) []Job {
 // validates it), anything else goes through encoding/json.
 // marshal is v as JSON text (a json.RawMessage as is, nil as null). A value that
 // encoding/json refuses (a channel, a func, NaN, a cycle) is ErrInvalid naming what is
-// the part of the call (what: "Enqueue payload") and wrapping json's error; the caller
-// writes nothing.
+// the part of the call (what: "Enqueue payload") and wrapping json's error, and so is a
+// string that is not valid UTF-8 (encoding/json would replace its bytes with U+FFFD);
+// the caller writes nothing.
 func marshal(v any, what string) (string, error) {
 	switch x := v.(type) {
 	case json.RawMessage:
@@ -88,6 +89,9 @@ func marshal(v any, what string) (string, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return "", encodeErr(what, err)
+	}
+	if err := checkUTF8(b, v, what); err != nil {
+		return "", err
 	}
 	return string(b), nil
 }

@@ -156,6 +156,118 @@ func TestCountOptionsNameTheValueGiven(t *testing.T) {
 	}
 }
 
+type badText struct{}
+
+func (badText) MarshalText() ([]byte, error) { return []byte("t\xfe"), nil }
+
+type Named struct {
+	Name  string            `json:"name"`
+	Tags  []string          `json:"tags"`
+	Extra map[string]string `json:"extra"`
+	Skip  string            `json:"-"`
+}
+
+// A string that is not valid UTF-8 anywhere in a value encoded with encoding/json
+// (payloads, meta, args, kwargs, results, events) is ErrInvalid naming where; it was
+// stored altered ("caf\xe9" as "caf\ufffd"). Nothing is written. A valid U+FFFD, and
+// JSON a json.RawMessage holds, pass unchanged.
+func TestInvalidUTF8IsRefused(t *testing.T) {
+	db := openDB(t)
+	q := db.Queue("q")
+	s := db.Stream("s")
+	bad := "caf\xe9"
+	values := map[string]any{
+		"string":        bad,
+		"map value":     map[string]string{"name": bad},
+		"map key":       map[string]int{bad: 1},
+		"struct field":  Named{Name: bad},
+		"slice element": Named{Tags: []string{"ok", bad}},
+		"nested map":    &Named{Extra: map[string]string{"k": bad}},
+		"any":           []any{map[string]any{"x": []any{bad}}},
+		"TextMarshaler": map[string]any{"t": badText{}},
+	}
+	for label, v := range values {
+		for _, c := range []struct {
+			what string
+			f    func() error
+		}{
+			{"Enqueue", func() error { _, err := q.Enqueue(bg, v, nil); return err }},
+			{"EnqueueOptions.Meta", func() error {
+				_, err := q.Enqueue(bg, 1, &tocsin.EnqueueOptions{Meta: map[string]any{"m": v}})
+				return err
+			}},
+			{"EnqueueMany", func() error { _, err := q.EnqueueMany(bg, []tocsin.JobSpec{{Payload: 1}, {Payload: v}}); return err }},
+			{"Publish", func() error { _, err := s.Publish(bg, v, nil); return err }},
+			{"PublishOptions.Meta", func() error {
+				_, err := s.Publish(bg, 1, &tocsin.PublishOptions{Meta: map[string]any{"m": v}})
+				return err
+			}},
+			{"PublishMany", func() error { _, err := s.PublishMany(bg, []any{1, v}, nil); return err }},
+			{"Notify", func() error { _, err := db.Notify(bg, "c", v, nil); return err }},
+			{"Notify meta", func() error { _, err := db.Notify(bg, "c", 1, map[string]any{"m": v}); return err }},
+			{"SaveResult", func() error { return db.SaveResult(bg, 1, v, 0) }},
+			{"Call args", func() error { _, err := db.Call(bg, "q", "t", []any{v}, nil, nil); return err }},
+			{"Call kwargs", func() error { _, err := db.Call(bg, "q", "t", nil, map[string]any{"k": v}, nil); return err }},
+			{"SetSchedule", func() error { _, err := db.SetSchedule(bg, "s", "* * * * *", "q", v, nil); return err }},
+			{"Tx Enqueue", func() error {
+				return db.Tx(bg, func(tx *tocsin.Tx) error { _, err := tx.Queue("q").Enqueue(bg, v, nil); return err })
+			}},
+		} {
+			err := c.f()
+			if !errors.Is(err, tocsin.ErrInvalid) || !strings.Contains(err.Error(), "UTF-8") {
+				t.Errorf("%s of %s: want ErrInvalid naming UTF-8, got %v", c.what, label, err)
+			}
+		}
+	}
+	typed := tocsin.Task(db, "typed", func(ctx context.Context, a Named) (int, error) { return 0, nil }, &tocsin.TaskOptions{Queue: "q"})
+	_, err := typed.Call(bg, Named{Name: bad}, nil)
+	wantInvalidNaming(t, "TaskDef.Call", err, "UTF-8")
+	wantInvalidNaming(t, "TaskDef.Periodic", typed.Periodic("* * * * *", Named{Tags: []string{bad}}, nil), "UTF-8")
+	if st := must(db.Stats(bg)); len(st) != 0 {
+		t.Fatalf("a refused call wrote: %+v", st)
+	}
+	if ev := must(s.Read(bg, 0, 10)); len(ev) != 0 {
+		t.Fatalf("a refused call published: %+v", ev)
+	}
+	if _, err := db.Result(bg, 1); !errors.Is(err, tocsin.ErrNotFound) {
+		t.Fatalf("a refused result was saved: %v", err)
+	}
+	if _, err := db.GetSchedule(bg, "s"); !errors.Is(err, tocsin.ErrNotFound) {
+		t.Fatalf("a refused schedule was saved: %v", err)
+	}
+	// valid texts are kept as they are: a real U+FFFD, the escape a RawMessage holds,
+	// a "\\ufffd" that is only text, bytes (base64)
+	for _, v := range []any{"caf\ufffd", json.RawMessage(`{"a":"\ufffd"}`), `back\ufffd`, []byte{0xe9}, Named{Skip: bad, Name: "ok"}} {
+		id := must(q.Enqueue(bg, v, nil))
+		want, _ := json.Marshal(v)
+		if r, ok := v.(json.RawMessage); ok {
+			want = r
+		}
+		if j := must(q.Get(bg, id)); string(j.Payload) != string(want) {
+			t.Errorf("%#v stored as %s, want %s", v, j.Payload, want)
+		}
+	}
+}
+
+// A handler result that is not valid UTF-8 is a SerializationError, not a result stored
+// altered.
+func TestTaskResultInvalidUTF8(t *testing.T) {
+	db := openDB(t)
+	task := tocsin.Task(db, "bad_result", func(ctx context.Context, a int) (map[string]string, error) {
+		return map[string]string{"r": "caf\xe9"}, nil
+	}, &tocsin.TaskOptions{Queue: "q"})
+	stop := runWorker(t, db, tocsin.WorkerOptions{})
+	defer stop()
+	h := must(task.Call(bg, 1, nil))
+	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
+	defer cancel()
+	_, err := h.Get(ctx)
+	var te *tocsin.TaskError
+	if !errors.As(err, &te) || te.Type != "SerializationError" || !strings.Contains(te.Message, "UTF-8") {
+		t.Fatalf("want a SerializationError naming UTF-8, got %v", err)
+	}
+}
+
 // A task whose Args is a slice, called with no arguments (args [], kwargs {}: what a
 // no-argument call of any runtime sends), gets an empty slice: it failed with
 // InvalidArguments (decoding {} into []int). Struct and map Args still get {}.

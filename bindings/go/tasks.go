@@ -223,6 +223,9 @@ func declare[Args, Res any](db *DB, name string, inTx bool, fn func(ctx context.
 			return nil, err
 		}
 		b, err := json.Marshal(res)
+		if err == nil {
+			err = checkUTF8(b, res, "result")
+		}
 		if err != nil {
 			return nil, &permanent{&TaskError{Type: "SerializationError", Message: err.Error()}}
 		}
@@ -262,6 +265,9 @@ func encodeArgs(a any, what string) (args, kwargs string, err error) {
 	b, err := json.Marshal(a)
 	if err != nil {
 		return "", "", encodeErr(what, err)
+	}
+	if err := checkUTF8(b, a, what); err != nil {
+		return "", "", err
 	}
 	if len(b) > 0 && b[0] == '{' {
 		return "", string(b), nil
