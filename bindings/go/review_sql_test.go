@@ -91,12 +91,15 @@ func TestSQLHelperErrorCodes(t *testing.T) {
 		{"oversize payload", func() (int64, error) {
 			return tocsin.NotifyTx(bg, sdb, "c", strings.Repeat("x", 1<<20), nil)
 		}, tocsin.ErrTooBig, 18, "the limit is 1048576 bytes"},
+		// (raw options the typed API never sends, swapped in by the Querier: the helper
+		// judges the arguments it passed, which are valid, so this SQLITE_ERROR stays
+		// ErrFailed)
 		{"unknown option", func() (int64, error) {
 			return tocsin.EnqueueTx(bg, opts(`{"priorty":1}`), "q", 1, nil)
 		}, tocsin.ErrFailed, 1, `unknown option "priorty"`},
 		{"empty queue name", func() (int64, error) {
 			return tocsin.CallTx(bg, sdb, "", "send", nil, nil, nil)
-		}, tocsin.ErrFailed, 1, "tocsin_task_enqueue: "},
+		}, tocsin.ErrInvalid, 1, "tocsin_task_enqueue: "},
 	} {
 		_, err := c.call()
 		var e *tocsin.Error

@@ -59,9 +59,9 @@ func TestDatabaseSQLOneProcess(t *testing.T) {
 		t.Fatal(err)
 	}
 	tx.Rollback()
-	// bad input: the SQL function's error, nothing written
+	// bad input: the SQL function's error (ErrInvalid, as through Enqueue), nothing written
 	_, err = tocsin.EnqueueTx(bg, sdb, "", 1, nil)
-	if !errors.Is(err, tocsin.ErrFailed) {
+	if !errors.Is(err, tocsin.ErrInvalid) {
 		t.Fatal(err)
 	}
 

@@ -29,9 +29,11 @@ type Querier interface {
 // SQLITE_TOOBIG ErrTooBig, SQLITE_BUSY ErrBusy, SQLITE_READONLY ErrReadOnly,
 // SQLITE_CORRUPT ErrCorrupt, SQLITE_NOMEM ErrNoMem, SQLITE_FULL ErrFull, SQLITE_IOERR
 // ErrIO, SQLITE_PERM ErrPerm, SQLITE_CANTOPEN ErrCantOpen, SQLITE_INTERRUPT
-// ErrInterrupted, and any other
-// code (SQLITE_ERROR: the other invalid arguments, or an SQLite failure) ErrFailed; a
-// context that ended gives ErrInterrupted or ErrTimeout. SQLiteCode holds the code (0 if
+// ErrInterrupted. SQLITE_ERROR is both the other invalid arguments (a bad name, invalid
+// JSON, an unknown option, text with a NUL or not UTF-8) and SQLite's failures: an
+// invalid argument gives ErrInvalid, as through the native calls (see sqlArgumentError),
+// anything else ErrFailed, as does any other code; a context that ended gives
+// ErrInterrupted or ErrTimeout. SQLiteCode holds the code (0 if
 // the driver's error carries none); the driver's error stays reachable with errors.As,
 // and the context's error and sql.ErrTxDone match errors.Is.
 func queryTocsin(ctx context.Context, q Querier, op, expr string, args ...any) (int64, error) {
@@ -58,6 +60,9 @@ func queryTocsin(ctx context.Context, q Querier, op, expr string, args ...any) (
 			code = ErrTimeout
 		} else if code == 0 {
 			code = ErrFailed
+			if sc&0xff == 1 && sqlArgumentError(expr, args) {
+				code = ErrInvalid // SQLITE_ERROR for a bad argument (sqlArgumentError)
+			}
 		}
 		return 0, &Error{Code: code, SQLiteCode: sc, Op: op, Message: msg, cause: err}
 	}
