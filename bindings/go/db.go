@@ -13,6 +13,7 @@ static void go_use_fixed_clock(tocsin_db *db, int64_t *at) { tocsin_set_clock(db
 import "C"
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -233,19 +234,29 @@ func (c *conn) do(ctx context.Context, op string, f func(p *C.tocsin_db) C.int) 
 		return err
 	}
 	dl, bounded := ctx.Deadline()
+	// a call on the DB from inside the caller's own transaction on its file (db.Tx, a
+	// TaskTx run): a write would wait for the lock that transaction holds, the busy
+	// timeout long, and fail; it fails at once instead (reads go on)
+	own := c.tx == nil && c.db.heldByCaller()
 	err = call(op, func() C.int {
-		if !bounded {
+		if !bounded && !own {
 			return f(p)
 		}
 		// the ctx's deadline bounds the call's waits for another connection's lock
 		// (the thread is locked for the call: tocsin_thread_timeout is per thread)
-		ms := (time.Until(dl) + time.Millisecond - 1) / time.Millisecond // not before the deadline
-		C.tocsin_thread_timeout(C.int(min(max(int64(ms), 0), math.MaxInt32)))
+		ms := int64(0)
+		if !own {
+			ms = int64((time.Until(dl) + time.Millisecond - 1) / time.Millisecond) // not before the deadline
+		}
+		C.tocsin_thread_timeout(C.int(min(max(ms, 0), math.MaxInt32)))
 		rc := f(p)
 		C.tocsin_thread_timeout(-1)
 		return rc
 	})
 	release()
+	if own && isCode(err, ErrBusy) {
+		return ownTxErr(op)
+	}
 	if bounded && isCode(err, ErrBusy) && !time.Now().Before(dl) {
 		// (ctx.Err() may lag: its timer fires on its own)
 		return errors.Join(&Error{Code: ErrTimeout, Op: op, Message: context.DeadlineExceeded.Error(),
@@ -287,8 +298,81 @@ func (c *conn) Exec(ctx context.Context, sql string) error {
 // at a time; waits are not available inside a transaction.
 type Tx struct {
 	conn
-	mu   sync.RWMutex // held shared by every call on the transaction, exclusively by its end
-	done atomic.Bool
+	mu     sync.RWMutex // held shared by every call on the transaction, exclusively by its end
+	done   atomic.Bool
+	holder holderKey // the goroutine that began it, and the file
+}
+
+// ---- the transactions each goroutine holds ----
+
+// A goroutine inside its own transaction (db.Tx's fn, a TaskTx handler) that calls the
+// DB -- or any handle on the same file -- instead of the transaction would wait for the
+// write lock the transaction holds, the whole busy timeout, and then fail with a
+// misleading "database is locked": the holder is the caller itself. The open
+// transactions are kept here by goroutine and file, so such a call is refused at once
+// (ErrInvalid). Go has no goroutine-local storage: the goroutine's id is read from its
+// stack header, only while some transaction of the process is open.
+type holderKey struct {
+	g    int64
+	path string
+}
+
+var (
+	holdersN  atomic.Int64 // open transactions (goid is read only when > 0)
+	holdersMu sync.Mutex
+	holders   = map[holderKey]int{}
+)
+
+func holdTx(k holderKey) {
+	holdersMu.Lock()
+	holders[k]++
+	holdersMu.Unlock()
+	holdersN.Add(1)
+}
+
+func releaseTx(k holderKey) {
+	holdersMu.Lock()
+	if holders[k]--; holders[k] <= 0 {
+		delete(holders, k)
+	}
+	holdersMu.Unlock()
+	holdersN.Add(-1)
+}
+
+// heldByCaller: the calling goroutine holds a transaction on db's file.
+func (db *DB) heldByCaller() bool {
+	if holdersN.Load() == 0 {
+		return false
+	}
+	k := holderKey{goid(), db.path}
+	holdersMu.Lock()
+	n := holders[k]
+	holdersMu.Unlock()
+	return n > 0
+}
+
+// goid is the calling goroutine's id, from the header of its stack trace
+// ("goroutine 18 [running]:").
+func goid() int64 {
+	var buf [64]byte
+	b := buf[:runtime.Stack(buf[:], false)]
+	b = bytes.TrimPrefix(b, []byte("goroutine "))
+	var id int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			break
+		}
+		id = id*10 + int64(c-'0')
+	}
+	return id
+}
+
+// ownTxErr is the error of a call that needed the write lock the caller's own
+// transaction holds.
+func ownTxErr(op string) error {
+	return &Error{Code: ErrInvalid, Op: op, Message: "called on the database inside this goroutine's own " +
+		"transaction on the same file (db.Tx's fn, or a TaskTx handler), whose write lock it would wait for " +
+		"until the busy timeout: make the call on the transaction (tx.Queue(...), tx.Notify(...), ...)"}
 }
 
 // Tx runs fn in a write transaction (BEGIN IMMEDIATE, waiting up to the busy timeout):
@@ -322,13 +406,21 @@ func (db *DB) Tx(ctx context.Context, fn func(tx *Tx) error) (err error) {
 	return tx.end(true)
 }
 
+// begin starts a transaction held by the calling goroutine (the one that runs fn, or
+// the TaskTx handler) until end.
 func (db *DB) begin(ctx context.Context) (*Tx, error) {
+	if db.heldByCaller() {
+		return nil, newErr(ErrInvalid, "tx begin", "db.Tx inside a transaction of this goroutine on the same "+
+			"database file (db.Tx's fn, or a TaskTx handler): the inner one would wait for the write lock the "+
+			"outer one holds; make the calls on the outer tx instead")
+	}
 	var tp *C.tocsin_db
 	if err := db.do(ctx, "tx begin", func(p *C.tocsin_db) C.int { return C.tocsin_tx_begin(p, &tp) }); err != nil {
 		return nil, err
 	}
-	tx := &Tx{}
+	tx := &Tx{holder: holderKey{goid(), db.path}}
 	tx.conn = conn{p: tp, db: db, tx: tx}
+	holdTx(tx.holder)
 	return tx, nil
 }
 
@@ -338,6 +430,7 @@ func (tx *Tx) end(commit bool) error {
 	if tx.done.Swap(true) {
 		return nil
 	}
+	releaseTx(tx.holder)
 	p := tx.p
 	if commit {
 		return call("commit", func() C.int { return C.tocsin_tx_commit(p) })

@@ -309,3 +309,75 @@ func TestTaskNoArgumentsSliceArgs(t *testing.T) {
 		t.Errorf("string(): want InvalidArguments, got %v", err)
 	}
 }
+
+// A call on the DB from inside the goroutine's own transaction on the same file (a
+// nested db.Tx, a write that is not on tx, a TaskTx handler writing through the DB)
+// would wait for the lock that transaction holds and fail as "database is locked" after
+// the busy timeout: it is ErrInvalid saying why, at once. Reads on the DB still work;
+// another goroutine's write waits for the commit as before.
+func TestCallsInsideOwnTransaction(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "t.db")
+	db := openDB2(t, path)
+	other := openDB2(t, path) // a second handle on the same file
+	q := db.Queue("q")
+	check(t, db.Exec(bg, "CREATE TABLE app(x)"))
+	otherDone := make(chan error, 1)
+	err := db.Tx(bg, func(tx *tocsin.Tx) error {
+		_, err := tx.Queue("q").Enqueue(bg, "in tx", nil)
+		check(t, err)
+		wantInvalidNaming(t, "nested db.Tx", db.Tx(bg, func(*tocsin.Tx) error { return nil }), "db.Tx")
+		_, err = q.Enqueue(bg, "outside tx", nil)
+		wantInvalidNaming(t, "db.Queue.Enqueue in fn", err, "transaction")
+		_, err = db.Notify(bg, "c", 1, nil)
+		wantInvalidNaming(t, "db.Notify in fn", err, "transaction")
+		wantInvalidNaming(t, "db.Exec in fn", db.Exec(bg, "INSERT INTO app VALUES (1)"), "transaction")
+		_, err = other.Queue("q").Enqueue(bg, "other handle", nil)
+		wantInvalidNaming(t, "another handle on the file in fn", err, "transaction")
+		wantInvalidNaming(t, "a nested Tx on another handle", other.Tx(bg, func(*tocsin.Tx) error { return nil }), "db.Tx")
+		ok, err := db.Lock("l", "o", time.Minute).TryAcquire(bg)
+		if ok || !errors.Is(err, tocsin.ErrInvalid) {
+			t.Errorf("Lock.TryAcquire in fn: want ErrInvalid, got %v %v", ok, err)
+		}
+		// reads go on
+		if st, err := q.Stats(bg); err != nil || st.Pending != 0 {
+			t.Errorf("a read in fn: %+v %v", st, err)
+		}
+		// another goroutine is not refused: its write waits for the commit
+		go func() { _, err := db.Queue("q").Enqueue(bg, "other goroutine", nil); otherDone <- err }()
+		return nil
+	})
+	check(t, err)
+	check(t, <-otherDone)
+	if st := must(q.Stats(bg)); st.Pending != 2 {
+		t.Fatalf("want the tx's job and the other goroutine's, got %+v", st)
+	}
+	// after the transaction, the goroutine's calls on the DB work again
+	_, err = q.Enqueue(bg, "after", nil)
+	check(t, err)
+	check(t, db.Tx(bg, func(*tocsin.Tx) error { return nil }))
+
+	// a TaskTx handler that writes through the DB instead of its tx
+	tocsin.TaskTx(db, "in_tx", func(ctx context.Context, tx *tocsin.Tx, a int) (string, error) {
+		_, err := db.Queue("side").Enqueue(ctx, a, nil)
+		if err == nil {
+			return "written", nil
+		}
+		if !errors.Is(err, tocsin.ErrInvalid) {
+			return "", tocsin.Permanent(err)
+		}
+		_, err = tx.Queue("side").Enqueue(ctx, a, nil)
+		return "refused", err
+	}, &tocsin.TaskOptions{Queue: "tasks"})
+	stop := runWorker(t, db, tocsin.WorkerOptions{})
+	defer stop()
+	ctx, cancel := context.WithTimeout(bg, 30*time.Second)
+	defer cancel()
+	h := must(db.Call(ctx, "tasks", "in_tx", []any{7}, nil, nil))
+	var got string
+	if err := h.Get(ctx, &got); err != nil || got != "refused" {
+		t.Fatalf("TaskTx handler: got %q, %v; want refused", got, err)
+	}
+	if st := must(db.Queue("side").Stats(bg)); st.Pending != 1 {
+		t.Fatalf("want the job written through tx only: %+v", st)
+	}
+}

@@ -47,8 +47,20 @@ func (db *DB) blockingWait(ctx context.Context, op string, f func(p *C.tocsin_db
 		}
 		deadline = C.tocsin_now(p) + C.int64_t(ms(rem+time.Millisecond-1))
 	}
-	err = call(op, func() C.int { return f(p, deadline, sub) })
+	own := db.heldByCaller() // see conn.do: its writes would wait for the caller's own lock
+	err = call(op, func() C.int {
+		if !own {
+			return f(p, deadline, sub)
+		}
+		C.tocsin_thread_timeout(0)
+		rc := f(p, deadline, sub)
+		C.tocsin_thread_timeout(-1)
+		return rc
+	})
 	w.finish()
+	if own && isCode(err, ErrBusy) {
+		return ownTxErr(op)
+	}
 	return waitErr(ctx, w, err, op)
 }
 
