@@ -52,7 +52,7 @@ func main() {
 EOM
 upstream=$(go env GOPROXY)
 cd "$work/app"
-GOMODCACHE="$work/modcache" GOPROXY="file://$work/proxy,$upstream" GONOSUMDB="$mod" GONOSUMCHECK=1 \
+GODEBUG=goindex=0 GOMODCACHE="$work/modcache" GOPROXY="file://$work/proxy,$upstream" GONOSUMDB="$mod" GONOSUMCHECK=1 \
     GOFLAGS=-mod=mod GOSUMDB=off go build -o "$work/app/app" .
 "$work/app/app" "$work" | grep 'claimed {"to":"ann@example.com"}'
 chmod -R u+w "$work/modcache"
