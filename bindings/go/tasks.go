@@ -122,6 +122,10 @@ type TaskOptions struct {
 	BackoffCap  time.Duration // 0: 1h
 	Timeout     time.Duration // default run timeout; 0: none
 	ResultTTL   time.Duration // default result lifetime: > 0 this long, 0 one day, < 0 forever
+	// MaxAttempts bounds the runs of each job of the task on this process's workers
+	// (its retries + 1), whatever the call's own MaxAttempts allowed: a call by name
+	// from another runtime knows nothing of it. Hand-backs do not count; 0: the job's own.
+	MaxAttempts int
 }
 
 // handler runs one call: args/kwargs JSON in, result JSON out; tx is the run's

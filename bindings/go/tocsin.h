@@ -1131,9 +1131,14 @@ typedef struct tocsin_task_opts {
     int64_t timeout_ms;      /* a run's default timeout when the call has none; 0: none */
     int64_t result_ttl_ms;   /* when the call says 0: > 0 this long, 0 the core's default
                                 (TOCSIN_DEFAULT_RESULT_TTL_MS), < 0 forever */
+    /* (version 2) runs of one job of this task at most (its retries + 1), whatever
+       the call's max_attempts allowed (the lower bound wins; hand-backs do not
+       count): a task called by name from any runtime keeps the retries its
+       worker declared. 0: the job's own max_attempts. */
+    int max_attempts;
 } tocsin_task_opts;
-#define TOCSIN_TASK_OPTS_VERSION 1
-#define TOCSIN_TASK_OPTS_INIT {TOCSIN_TASK_OPTS_VERSION, 0, 0, 0, 0}
+#define TOCSIN_TASK_OPTS_VERSION 2
+#define TOCSIN_TASK_OPTS_INIT {TOCSIN_TASK_OPTS_VERSION, 0, 0, 0, 0, 0}
 
 /* One run of a task handed to the binding. Strings are owned by the run and
  * live until tocsin_worker_finish (or tocsin_worker_close) releases it. */

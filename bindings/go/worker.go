@@ -116,6 +116,11 @@ func (db *DB) NewWorker(opts WorkerOptions) (*Worker, error) {
 		}
 	}
 	for name, t := range tasks {
+		if t.opts.MaxAttempts < 0 || t.opts.MaxAttempts > C.TOCSIN_MAX_ATTEMPTS {
+			return nil, newErr(ErrInvalid, "worker_register", fmt.Sprintf(
+				"TaskOptions.MaxAttempts of task %q must be between 1 and %d (0: the job's own), not %d",
+				name, C.TOCSIN_MAX_ATTEMPTS, t.opts.MaxAttempts))
+		}
 		for _, f := range []struct {
 			what string
 			d    time.Duration
@@ -191,6 +196,7 @@ func (db *DB) NewWorker(opts WorkerOptions) (*Worker, error) {
 		to.backoff_cap_ms = C.int64_t(ms(t.opts.BackoffCap))
 		to.timeout_ms = C.int64_t(ms(t.opts.Timeout))
 		to.result_ttl_ms = C.int64_t(ms(t.opts.ResultTTL))
+		to.max_attempts = C.int(t.opts.MaxAttempts)
 		cn := cs.str(name)
 		if err := call("worker_register", func() C.int { return C.tocsin_worker_register(w, cn, &to) }); err != nil {
 			wk.close()

@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -104,6 +105,37 @@ func TestTaskErrorsRetriesPermanent(t *testing.T) {
 	hp := must(boom.Call(bg, 1, &tocsin.CallOptions{Job: &tocsin.EnqueueOptions{MaxAttempts: 1}}))
 	_, err = hp.Get(ctx)
 	if !errors.As(err, &te) || te.Type != "panic" || te.Trace == "" {
+		t.Fatal(err)
+	}
+}
+
+func TestTaskMaxAttemptsBoundsCallsByName(t *testing.T) {
+	db := openDB(t)
+	var calls atomic.Int32
+	tocsin.Task(db, "once", func(ctx context.Context, n int) (int, error) {
+		calls.Add(1)
+		return 0, errors.New("fails")
+	}, &tocsin.TaskOptions{Queue: "bounded", MaxAttempts: 1})
+	stop := runWorker(t, db, tocsin.WorkerOptions{})
+	defer stop()
+	ctx, cancel := context.WithTimeout(bg, 20*time.Second)
+	defer cancel()
+	// by name, as another runtime would call it, allowing 5 runs: the task's bound wins
+	h := must(db.Call(bg, "bounded", "once", []any{1}, nil, &tocsin.CallOptions{Job: &tocsin.EnqueueOptions{MaxAttempts: 5}}))
+	var v int
+	var te *tocsin.TaskError
+	if err := h.Get(ctx, &v); !errors.As(err, &te) {
+		t.Fatal(err)
+	}
+	j := must(db.Job(bg, h.JobID))
+	if j.Attempts != 1 || j.State != "dead" || j.Reason != "max_attempts" || calls.Load() != 1 {
+		t.Fatalf("task bound not kept: %+v (%d runs)", j, calls.Load())
+	}
+	db2 := openDB(t)
+	tocsin.Task(db2, "over", func(ctx context.Context, n int) (int, error) { return n, nil },
+		&tocsin.TaskOptions{MaxAttempts: 1000001})
+	if _, err := db2.NewWorker(tocsin.WorkerOptions{Logger: quiet}); !errors.Is(err, tocsin.ErrInvalid) ||
+		!strings.Contains(err.Error(), "TaskOptions.MaxAttempts of task \"over\" must be between 1 and 1000000") {
 		t.Fatal(err)
 	}
 }
