@@ -444,3 +444,100 @@ def test_second_signal_stops_at_once(app, db):
     assert p.wait(30) == 0
     assert time.monotonic() - t0 < 20
     assert db.queue("q").get(h.job_id).state == "pending"
+
+
+def _in_thread(fn):
+    """fn() in a thread of its own: (its return value, the exception it raised)."""
+    out = {}
+
+    def body():
+        try:
+            out["value"] = fn()
+        except BaseException as e:  # noqa: B902 -- reported to the test
+            out["error"] = e
+
+    t = threading.Thread(target=body)
+    t.start()
+    t.join(60)
+    assert not t.is_alive()
+    return out.get("value"), out.get("error")
+
+
+def _left_behind(db):
+    """What a finished run must not leave: the worker's registry row, its threads (an
+    idle sync thread ends once told to)."""
+    for t in threading.enumerate():
+        if t.name.startswith("tocsin-sync"):
+            t.join(30)
+    return (count(db, "_tocsin_workers"),
+            sorted(t.name for t in threading.enumerate() if t.name.startswith("tocsin-sync")))
+
+
+def test_run_in_another_thread_runs_without_signal_handlers(db):
+    """run() outside the main thread (where Python cannot handle signals) runs the
+    worker without signal handlers; stop() ends it and it leaves nothing behind."""
+    q = db.queue("q")
+
+    @q.task(name="ok")
+    def ok(x):
+        return x + 1
+
+    h = ok(1)
+    w = tocsin.Worker(db, ["q"], scheduler=False, worker_id="w-thread")
+    t = threading.Thread(target=w.run)
+    t.start()
+    try:
+        assert h.get(timeout=30) == 2
+    finally:
+        w.stop()
+        t.join(30)
+    assert not t.is_alive() and w.processed == 1
+    assert _left_behind(db) == (0, [])
+
+
+def test_signal_handlers_off_the_main_thread_are_refused_before_anything_starts(db):
+    q = db.queue("q")
+
+    @q.task(name="ok")
+    def ok():
+        return 1
+
+    h = ok()
+    w = tocsin.Worker(db, ["q"], scheduler=False, worker_id="w-thread")
+    _, err = _in_thread(lambda: w.run(install_signal_handlers=True))
+    assert isinstance(err, tocsin.InvalidArgument) and "main thread" in str(err)
+    assert _left_behind(db) == (0, []) and q.get(h.job_id).state == "pending"
+    # the same Worker (and its id) runs afterwards
+    w.stop()  # before the run: the run ends once started
+    _, err = _in_thread(lambda: w.run(install_signal_handlers=False))
+    assert err is None and _left_behind(db) == (0, [])
+
+
+def test_a_failure_while_starting_leaves_nothing_behind(db, monkeypatch):
+    """A run that fails after the core worker was made (here: installing the signal
+    handlers) closes it: no registry row, no threads, and the Worker runs again."""
+    q = db.queue("q")
+
+    @q.task(name="ok")
+    def ok():
+        return 1
+
+    h = ok()
+
+    def refuse(self, *a, **k):
+        raise RuntimeError("no signals here")
+
+    monkeypatch.setattr(asyncio.unix_events._UnixSelectorEventLoop, "add_signal_handler", refuse)
+    w = tocsin.Worker(db, ["q"], scheduler=False, worker_id="w-start")
+    with pytest.raises(RuntimeError, match="no signals here"):
+        w.run(install_signal_handlers=True)
+    assert _left_behind(db) == (0, []) and q.get(h.job_id).state == "pending"
+    monkeypatch.undo()
+    t = threading.Thread(target=w.run)
+    t.start()
+    try:
+        assert h.get(timeout=30) == 1
+    finally:
+        w.stop()
+        t.join(30)
+    assert _left_behind(db) == (0, [])

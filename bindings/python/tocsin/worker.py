@@ -235,8 +235,15 @@ class Worker:
         self._early_stop: Optional[bool] = None  # stop() while not running: ends the next run
 
     # ---- lifecycle ----
-    def run(self, *, install_signal_handlers: bool = True) -> None:
-        """Runs until SIGINT/SIGTERM or stop() (blocking)."""
+    def run(self, *, install_signal_handlers: Optional[bool] = None) -> None:
+        """Runs until stop() or, with signal handlers, SIGINT/SIGTERM (blocking).
+
+        install_signal_handlers: None (the default) installs them when run() is called
+        in the main thread (only there can Python handle signals) and not in any other
+        thread; True insists (InvalidArgument off the main thread, before anything
+        starts); False never installs them."""
+        if install_signal_handlers is None:
+            install_signal_handlers = threading.current_thread() is threading.main_thread()
         asyncio.run(self.run_async(install_signal_handlers=install_signal_handlers))
 
     def stop(self, *, now: bool = False) -> None:
@@ -307,6 +314,12 @@ class Worker:
         self.db._enlist(self.db._workers, self)
 
     async def run_async(self, *, install_signal_handlers: bool = False) -> None:
+        """Runs until stop() or, with install_signal_handlers=True (main thread only),
+        SIGINT/SIGTERM."""
+        if install_signal_handlers and threading.current_thread() is not threading.main_thread():
+            raise InvalidArgument("install_signal_handlers=True works only in the main thread "
+                                  "(Python handles signals there); in another thread run the "
+                                  "worker with install_signal_handlers=False and call stop()")
         if self._loop is not None:  # its state (events, outbox, handle) belongs to that run
             raise InvalidArgument("this Worker is already running; make another Worker (with "
                                   "its own worker_id) to run more")
@@ -317,34 +330,38 @@ class Worker:
             self._loop = None
             raise
         w = self._w
-        self._threads = concurrent.futures.ThreadPoolExecutor(
-            max_workers=self.concurrency + 4, thread_name_prefix="tocsin-task")
-        # sync tasks without a timeout run on `concurrency` threads of their own: each
-        # reports its run's outcome to the core and takes the next runs itself (from
-        # the core's reserve, or claiming), so the loop is not on their path at all
-        self._todo: Any = _queue.SimpleQueue()
-        self._stopping = False
-        self._count_lock = threading.Lock()
-        self._sync_threads = [threading.Thread(target=self._sync_main, daemon=True,
-                                               name="tocsin-sync-%d" % i)
-                              for i in range(self.concurrency)]
-        for th in self._sync_threads:
-            th.start()
-        # next() runs off the loop: its group commit may wait for the write lock that an
-        # async task's own transaction holds, and that task must be able to finish
-        self._io = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tocsin-worker")
-        if install_signal_handlers:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, self._on_signal, sig)
-        _event(logging.INFO, "worker.start", worker=self.worker_id, queues=self.queues,
-               concurrency=self.concurrency, tasks=sorted(self._tasks))
-        if self._early_stop is not None:  # stop() came before the run
-            self._request_stop(self._early_stop)
-            self._early_stop = None
+        self._threads = self._io = None
+        self._sync_threads = []
+        handlers: list = []
         try:
+            self._threads = concurrent.futures.ThreadPoolExecutor(
+                max_workers=self.concurrency + 4, thread_name_prefix="tocsin-task")
+            # sync tasks without a timeout run on `concurrency` threads of their own: each
+            # reports its run's outcome to the core and takes the next runs itself (from
+            # the core's reserve, or claiming), so the loop is not on their path at all
+            self._todo: Any = _queue.SimpleQueue()
+            self._stopping = False
+            self._count_lock = threading.Lock()
+            # next() runs off the loop: its group commit may wait for the write lock that an
+            # async task's own transaction holds, and that task must be able to finish
+            self._io = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tocsin-worker")
+            if install_signal_handlers:
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.add_signal_handler(sig, self._on_signal, sig)
+                    handlers.append(sig)
+            for i in range(self.concurrency):
+                th = threading.Thread(target=self._sync_main, daemon=True, name="tocsin-sync-%d" % i)
+                th.start()
+                self._sync_threads.append(th)
+            _event(logging.INFO, "worker.start", worker=self.worker_id, queues=self.queues,
+                   concurrency=self.concurrency, tasks=sorted(self._tasks))
+            if self._early_stop is not None:  # stop() came before the run
+                self._request_stop(self._early_stop)
+                self._early_stop = None
             await self._loop_runs(w, loop)
             await self._drain(w, loop)
         finally:
+            # also after a failure while starting: nothing of the run is left behind
             for e in list(self._running.values()):
                 self._cancel(e, "shutdown")
             for args in self._outbox:
@@ -358,11 +375,12 @@ class Worker:
             self._hw.close()
             self.db._workers.discard(self)
             self._loop = None  # a later stop() is for the next run
-            self._threads.shutdown(wait=False)
-            self._io.shutdown(wait=False)
-            if install_signal_handlers:
-                for sig in (signal.SIGINT, signal.SIGTERM):
-                    loop.remove_signal_handler(sig)
+            if self._threads is not None:
+                self._threads.shutdown(wait=False)
+            if self._io is not None:
+                self._io.shutdown(wait=False)
+            for sig in handlers:
+                loop.remove_signal_handler(sig)
             _event(logging.INFO, "worker.stop", worker=self.worker_id, processed=self.processed,
                    retried=self.retried, failed=self.failed, handed_back=self.handed_back)
 
