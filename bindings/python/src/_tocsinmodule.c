@@ -1813,8 +1813,11 @@ static PyObject *Sub_wait(Sub *self, PyObject *args) {
         Py_BEGIN_ALLOW_THREADS
         rc = tocsin_sub_wait(self->sub, t);
         Py_END_ALLOW_THREADS
-        /* poked or closed by another thread: the wait is over, as a wake */
-        if (rc == TOCSIN_INTERRUPTED || rc == TOCSIN_CLOSED) rc = TOCSIN_OK;
+        /* poked or closed by another thread: the wait is over, as a wake (a Closed
+         * nobody asked for -- a subscription inherited across fork() -- is raised) */
+        if (rc == TOCSIN_INTERRUPTED ||
+            (rc == TOCSIN_CLOSED && __atomic_load_n(&self->closing, __ATOMIC_ACQUIRE)))
+            rc = TOCSIN_OK;
         if (rc != TOCSIN_TIMEOUT) break;
         if (timeout_ms == 0) break;
         if (__atomic_load_n(&self->poked, __ATOMIC_ACQUIRE) ||
@@ -1922,7 +1925,12 @@ static int sliced_wait(Handle *self, Sub *sub, int64_t deadline, slice_wait_fn f
         Py_BEGIN_ALLOW_THREADS
         rc = fn(ctx, self->db, slice_end, sub ? sub->sub : NULL);
         Py_END_ALLOW_THREADS
-        if (rc == TOCSIN_INTERRUPTED || rc == TOCSIN_CLOSED) { /* poked or closed */
+        /* poked, or closed by close() of the Sub or of the handle (db.close() in another
+         * thread); a Closed of the core's own (a handle or subscription inherited across
+         * fork()) is the wait's failure */
+        if (rc == TOCSIN_INTERRUPTED ||
+            (rc == TOCSIN_CLOSED && (__atomic_load_n(&self->closing, __ATOMIC_ACQUIRE) ||
+                                     (sub && __atomic_load_n(&sub->closing, __ATOMIC_ACQUIRE))))) {
             *poked = 1;
             rc = TOCSIN_OK;
             break;
@@ -2168,7 +2176,10 @@ static PyObject *Waiter_next(Waiter *self, PyObject *args) {
         rc = self->is_stream ? tocsin_stream_sub_next(self->p, &m, &n, t)
                              : tocsin_listen_next(self->p, &m, &n, t);
         Py_END_ALLOW_THREADS
-        if (rc == TOCSIN_INTERRUPTED || rc == TOCSIN_CLOSED) { /* poked: an empty batch */
+        /* poked, or closed by close() in another thread: an empty batch (a Closed
+         * nobody asked for -- inherited across fork() -- is raised) */
+        if (rc == TOCSIN_INTERRUPTED ||
+            (rc == TOCSIN_CLOSED && __atomic_load_n(&self->closing, __ATOMIC_ACQUIRE))) {
             rc = TOCSIN_TIMEOUT;
             break;
         }

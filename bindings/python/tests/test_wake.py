@@ -292,3 +292,64 @@ def test_close_ends_an_async_wait_from_the_loop_and_from_another_thread(db):
             assert await asyncio.wait_for(task, 5) == []
 
     asyncio.run(main())
+
+
+def test_waits_inherited_across_fork_raise_closed_in_the_child(db, path):
+    """A listener, stream subscription or raw subscription opened before fork() is the
+    parent's: in the child every wait on it raises Closed ("opened before fork()"),
+    as the calls on the parent's handle do, instead of returning nothing (or blocking
+    for ever in a for loop)."""
+    import json
+    import os
+    import signal
+
+    listener = db.listen("c")
+    sub = db.stream("s").subscribe(consumer="k")
+    wake = db.subscribe()
+    q = db.queue("q")
+    waits = [
+        ("listener.get", lambda: listener.get(5)),
+        ("listener.get(0)", lambda: listener.get(0)),
+        ("for in listener", lambda: next(iter(listener))),
+        ("listener.get_async", lambda: asyncio.run(listener.get_async(5))),
+        ("async for in listener", lambda: asyncio.run(listener.__anext__())),
+        ("subscription.get", lambda: sub.get(5)),
+        ("for in subscription", lambda: next(iter(sub))),
+        ("subscription.get_async", lambda: asyncio.run(sub.get_async(5))),
+        ("wake.wait", lambda: wake.wait(5)),
+        ("wake.wait_async", lambda: asyncio.run(wake.wait_async(5))),
+        ("queue.wait", lambda: q.wait(5)),
+    ]
+    rd, wr = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: each wait's outcome, as JSON, through the pipe
+        try:
+            signal.alarm(60)  # a wait that blocks for ever must not hang the suite
+            out = []
+            for label, wait in waits:
+                try:
+                    out.append([label, "returned %r" % (wait(),)])
+                except BaseException as e:  # noqa: B902 -- reported to the parent
+                    out.append([label, "%s: %s" % (type(e).__name__, e)])
+            os.write(wr, json.dumps(out).encode())
+        finally:
+            os._exit(0)
+    os.close(wr)
+    db.notify("c", "hello")  # something to deliver, were the child's waits live
+    db.stream("s").publish("event")
+    chunks = []
+    while True:
+        chunk = os.read(rd, 65536)
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(rd)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status), "the child was killed (a wait blocked)"
+    got = dict(json.loads(b"".join(chunks).decode() or "[]"))
+    assert sorted(got) == sorted(label for label, _ in waits)
+    for label, outcome in got.items():
+        assert outcome.startswith("Closed: ") and "before fork()" in outcome, (label, outcome)
+    # the parent's objects are untouched
+    assert [n.payload for n in listener.get(10)] == ["hello"]
+    assert [e.payload for e in sub.get(10)] == ["event"]
