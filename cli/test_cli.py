@@ -630,6 +630,27 @@ def follow_ends_when_the_reader_goes():
 
 
 @test
+def a_closed_output_ends_tail_with_exit_0():
+    # `tocsin tail DB T | head -1` exited 1 ("cannot write the output: Bad file
+    # descriptor"): the write that met the closed pipe ended the command quietly, and
+    # then the final flush at exit saw stdout's error flag. The reader here is gone
+    # before the first line, so the very first write fails.
+    db = newdb("pipegone")
+    publish(db, "t", 50)
+    for args in (["tail", db, "t"], ["tail", db, "t", "--no-follow"],
+                 ["tail", db, "t", "--consumer", "c"], ["tail", db, "t", "--consumer", "c", "--no-follow"]):
+        rd, wr = os.pipe()
+        os.close(rd)
+        try:
+            p = subprocess.run([TOCSIN, *args], stdout=wr, stderr=subprocess.PIPE, text=True, timeout=20)
+        finally:
+            os.close(wr)
+        assert p.returncode == 0 and p.stderr == "", (args, p.returncode, p.stderr)
+    # the consumer printed nothing: nothing saved past it
+    assert sql(db, "SELECT tocsin_stream_offset('c', 't')")[0][0] == 0
+
+
+@test
 def init_json_escapes_the_path():
     path = os.path.join(OUT, 'we"ird\\name.db')
     rc, out, _ = run("init", path, "--json")

@@ -964,9 +964,16 @@ static int print_message(const tocsin_message *m, const char *kind) {
     return r;
 }
 
+/* Set once a write met a closed pipe: the command ended quietly on it, and the final
+ * flush (output_done) must not take stdout's error flag for a failure. */
+static int g_output_gone;
+
 /* After stdout failed: a closed pipe ends the command quietly (exit 0), any other error is one. */
 static int output_failed(void) {
-    if (errno == EPIPE) return 0;
+    if (errno == EPIPE) {
+        g_output_gone = 1;
+        return 0;
+    }
     snprintf(g_err, sizeof g_err, "cannot write the output: %s", strerror(errno));
     return EXIT_ERR;
 }
@@ -1231,6 +1238,7 @@ static const command COMMANDS[] = {
 /* A command's exit code, made 1 when what it printed could not be written (a full
  * disk, a closed pipe): a script must not take a cut-off listing for the whole. */
 static int output_done(int rc) {
+    if (g_output_gone) return rc; /* listen/tail: the reader went away (| head), exit as they said */
     if (fflush(stdout) == 0 && !ferror(stdout)) return rc;
     if (rc == EXIT_OK) fprintf(stderr, "tocsin: cannot write the output: %s\n", strerror(errno));
     return rc == EXIT_OK ? EXIT_ERR : rc;
