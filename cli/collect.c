@@ -136,6 +136,12 @@ int sql_text(tocsin_db *db, char **out, const char *sql, const char *fmt, ...) {
 static void kv_int(sb *b, const char *k, int64_t v, int comma) {
     sb_printf(b, "%s\"%s\":%lld", comma ? "," : "", k, (long long)v);
 }
+/* An instant or id the C API gives as `none` (0 or -1) when there is none: null in
+ * JSON, as the SQL documents have it (docs/sql.md). */
+static void kv_opt(sb *b, const char *k, int64_t v, int64_t none) {
+    if (v == none) sb_printf(b, ",\"%s\":null", k);
+    else kv_int(b, k, v, 1);
+}
 static void kv_str(sb *b, const char *k, const char *v) {
     sb_printf(b, ",\"%s\":", k);
     sb_json_str(b, v);
@@ -157,13 +163,13 @@ void job_json(sb *b, const tocsin_job *j) {
     kv_int(b, "max_attempts", j->max_attempts, 1);
     kv_int(b, "run_at", j->run_at, 1);
     kv_int(b, "created_at", j->created_at, 1);
-    kv_int(b, "lease_until", j->lease_until, 1);
-    kv_int(b, "expires_at", j->expires_at, 1);
+    kv_opt(b, "lease_until", j->lease_until, 0);
+    kv_opt(b, "expires_at", j->expires_at, 0);
     kv_str(b, "unique_key", j->unique_key);
     kv_str(b, "worker", j->worker);
     kv_str(b, "last_error", j->last_error);
     kv_str(b, "reason", j->reason);
-    kv_int(b, "died_at", j->died_at, 1);
+    kv_opt(b, "died_at", j->died_at, 0);
     sb_puts(b, "}");
 }
 
@@ -298,9 +304,9 @@ int collect_schedules(tocsin_db *db, sb *out) {
         kv_json(out, "meta", s[i].meta);
         kv_int(out, "paused", s[i].paused, 1);
         kv_int(out, "local_time", s[i].local_time, 1);
-        kv_int(out, "next_fire", s[i].next_fire, 1);
-        kv_int(out, "last_fire", s[i].last_fire, 1);
-        kv_int(out, "last_job_id", s[i].last_job_id, 1);
+        kv_opt(out, "next_fire", s[i].next_fire, -1);
+        kv_opt(out, "last_fire", s[i].last_fire, 0);
+        kv_opt(out, "last_job_id", s[i].last_job_id, 0);
         kv_int(out, "fired_count", s[i].fired_count, 1);
         kv_int(out, "skipped_count", s[i].skipped_count, 1);
         sb_puts(out, "}");

@@ -152,7 +152,7 @@
       tr.appendChild(el('td', s.name + (s.paused ? ' (paused)' : '')));
       tr.appendChild(el('td').appendChild(el('code', s.cron)).parentNode);
       tr.appendChild(el('td', s.queue));
-      const when = s.next_fire >= 0 ? new Date(s.next_fire).toISOString().replace('.000', '') +
+      const when = s.next_fire != null ? new Date(s.next_fire).toISOString().replace('.000', '') +
         ' (in ' + age(Math.max(0, s.next_fire - snap.now)) + ')' : 'never';
       tr.appendChild(el('td', when));
       tr.appendChild(num(s.fired_count));

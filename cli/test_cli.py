@@ -515,6 +515,33 @@ def schedules_list():
 
 
 @test
+def json_has_null_where_there_is_none():
+    # `job --json` (and `dead list --json`, the dashboard's dead letters) printed
+    # lease_until, expires_at and died_at as 0 when there were none, and `schedules
+    # --json` last_fire and last_job_id as 0 before the first fire; `jobs --json` and
+    # the SQL documents (docs/sql.md) have null there
+    db = newdb("nulls")
+    live = js("enqueue", db, "q", '{"a":1}')["id"]
+    dead = make_dead(db, "d", 1)[0]
+    nullable = ("lease_until", "expires_at", "died_at", "reason")
+    listing = {j["id"]: j for j in js("jobs", db)}
+    for jid in (live, dead):
+        one = js("job", db, jid)
+        doc = json.loads(sql(db, "SELECT tocsin_job(?)", jid)[0][0])
+        for k in nullable:
+            assert one[k] == listing[jid][k] == doc.get(k), (jid, k, one[k], listing[jid][k], doc.get(k))
+    assert js("job", db, live)["lease_until"] is None and js("job", db, live)["died_at"] is None
+    assert js("job", db, dead)["lease_until"] is None and js("job", db, dead)["died_at"] > 0
+    assert [j["lease_until"] for j in js("dead", "list", db)] == [None]
+    sql(db, "SELECT tocsin_schedule_set('nightly', '0 3 * * *', 'reports', '{}')")
+    cli = js("schedules", db)[0]
+    doc = json.loads(sql(db, "SELECT tocsin_schedule_list()")[0][0])[0]
+    for k in ("next_fire", "last_fire", "last_job_id"):
+        assert cli[k] == doc[k], (k, cli[k], doc[k])
+    assert cli["last_fire"] is None and cli["last_job_id"] is None and cli["next_fire"] > 0
+
+
+@test
 def prune_housekeeping():
     db = newdb("prune")
     for i in range(5):
