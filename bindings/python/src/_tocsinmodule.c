@@ -16,6 +16,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <pythread.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <string.h>
 #include <time.h>
@@ -189,33 +190,122 @@ static const struct {
     {"cron_next", "expr after local_time"},
 };
 
-/* Raises InvalidArgument: argument `pos` (0-based) of the format `fmt` must be `want`. */
-static int refuse_arg(const char *fmt, Py_ssize_t pos, const char *want, PyObject *v) {
+/* The public name of argument `pos` (0-based) of the format `fmt` (ARG_NAMES), in
+ * `name`; check_name's `name` is called what its first argument says ("queue name"). */
+static void arg_name(const char *fmt, Py_ssize_t pos, PyObject *args, char *name, size_t size) {
     const char *fn = strchr(fmt, ':'), *names = NULL, *p;
-    char name[48];
     size_t i, len = 0;
-    PyObject *text;
+    Py_ssize_t want = pos;
     if (fn) {
         fn++;
+        if (!strcmp(fn, "check_name") && pos == 1 && args && PyTuple_Check(args) &&
+            PyTuple_GET_SIZE(args) > 0 && PyUnicode_Check(PyTuple_GET_ITEM(args, 0))) {
+            const char *what = PyUnicode_AsUTF8(PyTuple_GET_ITEM(args, 0));
+            if (what) {
+                PyOS_snprintf(name, size, "%s", what);
+                return;
+            }
+            PyErr_Clear();
+        }
         for (i = 0; i < sizeof ARG_NAMES / sizeof ARG_NAMES[0]; i++)
             if (!strcmp(ARG_NAMES[i].fn, fn)) {
                 names = ARG_NAMES[i].names;
                 break;
             }
     }
-    for (p = names; p && *p && pos > 0; p++)
-        if (*p == ' ') pos--;
-    if (p && *p && !pos) {
-        while (p[len] && p[len] != ' ' && len < sizeof name - 1) len++;
+    for (p = names; p && *p && want > 0; p++)
+        if (*p == ' ') want--;
+    if (p && *p && !want) {
+        while (p[len] && p[len] != ' ' && len < size - 1) len++;
         memcpy(name, p, len);
         name[len] = 0;
     } else {
-        PyOS_snprintf(name, sizeof name, "argument %d", (int)pos + 1);
+        PyOS_snprintf(name, size, "argument %d", (int)pos + 1);
     }
+}
+
+/* Raises InvalidArgument: argument `pos` (0-based) of the format `fmt` must be `want`. */
+static int refuse_arg(const char *fmt, Py_ssize_t pos, const char *want, PyObject *v) {
+    char name[64];
+    PyObject *text;
+    arg_name(fmt, pos, NULL, name, sizeof name);
     text = PyUnicode_FromFormat("%s must be %s, not %.100s", name, want, Py_TYPE(v)->tp_name);
     if (text) {
         raise_code(TOCSIN_INVALID, PyUnicode_AsUTF8(text), 0);
         Py_DECREF(text);
+    }
+    return 0;
+}
+
+/* An integer as a message shows it: its digits, or 1.000e+30 past 24 of them (not
+ * 400 digits of it), as the Python layer's messages do. */
+static PyObject *shown_int(PyObject *ix) {
+    PyObject *digits = PyObject_Str(ix), *out;
+    Py_ssize_t n;
+    const char *d;
+    int neg;
+    if (!digits) return NULL;
+    n = PyUnicode_GET_LENGTH(digits);
+    if (n <= 24 || !(d = PyUnicode_AsUTF8(digits))) return digits;
+    neg = d[0] == '-';
+    out = PyUnicode_FromFormat("%s%c.%.3se+%zd", neg ? "-" : "", d[neg], d + neg + 1, n - neg - 1);
+    Py_DECREF(digits);
+    return out;
+}
+
+/* Raises InvalidArgument when the integer `v` is outside lo..hi (the C type it goes
+ * to): "<name> must be at most <hi>, not <v>". 1 when raised, 0 when it fits, -1 on
+ * another failure (raised). */
+static int refuse_range(const char *name, PyObject *v, long long lo, long long hi) {
+    int overflow = 0, rc = 0;
+    long long x;
+    PyObject *ix = PyNumber_Index(v), *shown;
+    if (!ix) return -1;
+    x = PyLong_AsLongLongAndOverflow(ix, &overflow);
+    if (x == -1 && PyErr_Occurred()) {
+        Py_DECREF(ix);
+        return -1;
+    }
+    if (overflow || x < lo || x > hi) {
+        int above = overflow > 0 || (!overflow && x > hi);
+        if ((shown = shown_int(ix))) {
+            PyObject *text = PyUnicode_FromFormat("%s must be at %s %lld, not %U", name,
+                                                  above ? "most" : "least", above ? hi : lo, shown);
+            if (text) {
+                raise_code(TOCSIN_INVALID, PyUnicode_AsUTF8(text), 0);
+                Py_DECREF(text);
+            }
+            Py_DECREF(shown);
+        }
+        rc = PyErr_Occurred() ? 1 : -1;
+    }
+    Py_DECREF(ix);
+    return rc;
+}
+
+/* Raises InvalidArgument when the str `v` cannot go to C as UTF-8 text: a lone
+ * surrogate, or (unless allow_nul: text given with its length) a NUL character (the
+ * C string would end there). 1 when raised. */
+static int refuse_text(const char *name, PyObject *v, int allow_nul) {
+    Py_ssize_t len, i, n = PyUnicode_GET_LENGTH(v);
+    const char *u = PyUnicode_AsUTF8AndSize(v, &len);
+    if (u && (allow_nul || strlen(u) == (size_t)len)) return 0;
+    PyErr_Clear();
+    for (i = 0; i < n; i++) {
+        Py_UCS4 c = PyUnicode_READ_CHAR(v, i);
+        if (c == 0 && !allow_nul) {
+            char msg[160];
+            PyOS_snprintf(msg, sizeof msg, "%s must not contain a NUL character (at index %zd)", name, i);
+            raise_code(TOCSIN_INVALID, msg, 0);
+            return 1;
+        }
+        if (c >= 0xd800 && c <= 0xdfff) {
+            char msg[160];
+            PyOS_snprintf(msg, sizeof msg, "%s is not valid UTF-8 text: it holds a lone surrogate (U+%04X)",
+                          name, (unsigned)c);
+            raise_code(TOCSIN_INVALID, msg, 0);
+            return 1;
+        }
     }
     return 0;
 }
@@ -263,8 +353,59 @@ static int check_arg_types(PyObject *args, const char *fmt) {
     return 1;
 }
 
-/* PyArg_ParseTuple after check_arg_types, with as_invalid's translation of
- * unconvertible values. */
+/* After PyArg_ParseTuple refused a value of the right type (an integer out of the
+ * range of its C type, a str with a lone surrogate or a NUL): InvalidArgument
+ * naming the argument. Only on that error path; else as_invalid's translation. */
+static void name_bad_value(PyObject *args, const char *fmt) {
+    PyObject *type, *value, *tb;
+    Py_ssize_t n, i = 0;
+    const char *f;
+    int found = 0;
+    if (!PyErr_Occurred() || PyErr_ExceptionMatches(Error) || !PyTuple_Check(args) ||
+        !(PyErr_ExceptionMatches(PyExc_ValueError) || PyErr_ExceptionMatches(PyExc_OverflowError))) {
+        as_invalid(fmt);
+        return;
+    }
+    PyErr_Fetch(&type, &value, &tb);
+    n = PyTuple_GET_SIZE(args);
+    for (f = fmt; !found && *f && *f != ':' && *f != ';' && i < n; f++) {
+        PyObject *v;
+        char name[64];
+        long long lo = 0, hi = 0;
+        if (*f == '|' || *f == '$') continue;
+        v = PyTuple_GET_ITEM(args, i);
+        switch (*f) {
+        case 'L': lo = LLONG_MIN; hi = LLONG_MAX; break;
+        case 'i': lo = INT_MIN; hi = INT_MAX; break;
+        case 'l': lo = LONG_MIN; hi = LONG_MAX; break;
+        case 'n': lo = PY_SSIZE_T_MIN; hi = PY_SSIZE_T_MAX; break;
+        case 'I': lo = 0; hi = UINT_MAX; break;
+        case 'O': if (f[1] == '!' || f[1] == '&') f++; break;
+        default: break;
+        }
+        if (hi && is_int_arg(v)) {
+            arg_name(fmt, i, args, name, sizeof name);
+            found = refuse_range(name, v, lo, hi);
+        } else if ((*f == 's' || *f == 'z') && PyUnicode_Check(v)) {
+            arg_name(fmt, i, args, name, sizeof name);
+            found = refuse_text(name, v, 0);
+        }
+        if (found < 0) PyErr_Clear(); /* not this one after all */
+        found = found > 0;
+        i++;
+    }
+    if (found) {
+        Py_XDECREF(type);
+        Py_XDECREF(value);
+        Py_XDECREF(tb);
+        return;
+    }
+    PyErr_Restore(type, value, tb);
+    as_invalid(fmt);
+}
+
+/* PyArg_ParseTuple after check_arg_types; a value it cannot convert is refused
+ * naming the argument (name_bad_value). */
 static int parse_args(PyObject *args, const char *fmt, ...) {
     va_list va;
     int ok;
@@ -272,7 +413,7 @@ static int parse_args(PyObject *args, const char *fmt, ...) {
     va_start(va, fmt);
     ok = PyArg_VaParse(args, fmt, va);
     va_end(va);
-    if (!ok) as_invalid(fmt);
+    if (!ok) name_bad_value(args, fmt);
     return ok;
 }
 
@@ -361,7 +502,7 @@ static int Handle_init(Handle *self, PyObject *args, PyObject *kw) {
     tocsin_db *db = NULL;
     if (!check_arg_types(args, "s|iLp:Handle") ||
         !PyArg_ParseTupleAndKeywords(args, kw, "s|iLp:Handle", kwlist, &path, &busy, &maxp, &ro)) {
-        as_invalid(":Handle");
+        name_bad_value(args, "s|iLp:Handle");
         return -1;
     }
     if (self->db || self->is_tx) {
@@ -473,14 +614,34 @@ static int bind_value(sqlite3_stmt *st, int i, PyObject *v) {
     if (v == Py_None) return sqlite3_bind_null(st, i);
     if (PyBool_Check(v) || PyLong_Check(v)) {
         long long x = PyLong_AsLongLong(v);
-        if (x == -1 && PyErr_Occurred()) return -1;
+        if (x == -1 && PyErr_Occurred()) {
+            char name[32];
+            PyErr_Clear();
+            PyOS_snprintf(name, sizeof name, "parameter %d", i);
+            if (refuse_range(name, v, LLONG_MIN, LLONG_MAX) <= 0 && !PyErr_Occurred())
+                PyErr_SetString(PyExc_OverflowError, "int too big to convert");
+            return -1;
+        }
         return sqlite3_bind_int64(st, i, x);
     }
     if (PyFloat_Check(v)) return sqlite3_bind_double(st, i, PyFloat_AsDouble(v));
     if (PyUnicode_Check(v)) {
         Py_ssize_t n;
         const char *s = PyUnicode_AsUTF8AndSize(v, &n);
-        if (!s) return -1;
+        if (!s) {
+            char name[32];
+            PyObject *et, *ev, *etb;
+            PyErr_Fetch(&et, &ev, &etb);
+            PyOS_snprintf(name, sizeof name, "parameter %d", i);
+            if (refuse_text(name, v, 1) > 0) {
+                Py_XDECREF(et);
+                Py_XDECREF(ev);
+                Py_XDECREF(etb);
+            } else {
+                PyErr_Restore(et, ev, etb);
+            }
+            return -1;
+        }
         return sqlite3_bind_text64(st, i, s, (sqlite3_uint64)n, SQLITE_TRANSIENT, SQLITE_UTF8);
     }
     if (PyBytes_Check(v))
@@ -680,7 +841,8 @@ static PyObject *Handle_set_time(Handle *self, PyObject *arg) {
         if (!is_int_arg(arg)) return refuse_arg(":set_time", 0, "an integer or None", arg), NULL;
         ms = PyLong_AsLongLong(arg);
         if (ms == -1 && PyErr_Occurred()) {
-            as_invalid(":set_time");
+            PyErr_Clear();
+            if (refuse_range("time", arg, LLONG_MIN, LLONG_MAX) <= 0) as_invalid(":set_time");
             return NULL;
         }
         if (ms < 0) return raise_code(TOCSIN_INVALID, "time must be >= 0 ms", 0);
@@ -871,7 +1033,19 @@ static int64_t *int_array(PyObject *seq, Py_ssize_t *n, const char *what) {
         }
         a[i] = PyLong_AsLongLong(v);
         if (a[i] == -1 && PyErr_Occurred()) {
-            as_invalid(":ack_batch");
+            char name[64];
+            PyObject *et, *ev, *etb;
+            PyErr_Fetch(&et, &ev, &etb);
+            PyOS_snprintf(name, sizeof name, "%s[%zd]", what, i);
+            if (refuse_range(name, v, LLONG_MIN, LLONG_MAX) > 0) {
+                Py_XDECREF(et);
+                Py_XDECREF(ev);
+                Py_XDECREF(etb);
+            } else {
+                PyErr_Clear();
+                PyErr_Restore(et, ev, etb);
+                as_invalid(":ack_batch");
+            }
             PyMem_Free(a);
             Py_DECREF(f);
             return NULL;

@@ -114,3 +114,76 @@ def test_other_durations_and_instants_name_the_argument(db, path):
             busy_timeout=10 ** 7)
     refused("^timeout must be at most", db.wait_result, 1, BIG)
     assert re.search("at most", refused("timeout", db.subscribe().wait, BIG))
+
+
+def test_values_the_c_layer_cannot_take_are_refused_naming_the_argument(db, path):
+    """An integer beyond its C type, a str with a lone surrogate or a NUL character
+    (values of the right type that PyArg cannot convert) raised messages naming a C
+    function ("enqueue(): int too big to convert", "check_name(): embedded null
+    character", "'utf-8' codec can't encode..."): InvalidArgument naming the
+    argument now, and nothing is written."""
+    q, s = db.queue("q"), db.stream("s")
+    big = 10 ** 30
+    most = "must be at most 9223372036854775807, not 1.000e\\+30$"
+
+    def bad(match, fn, *args, **kwargs):
+        with pytest.raises(tocsin.InvalidArgument, match=match) as e:
+            fn(*args, **kwargs)
+        assert "()" not in str(e.value) and "convert" not in str(e.value), str(e.value)
+
+    bad("^priority " + most, q.enqueue, 1, priority=big)
+    bad("^priority " + most, q.enqueue_many, [{"payload": 1, "priority": big}], options=True)
+    bad("^job_id " + most, q.ack, big, 1)
+    bad("^job_id " + most, q.get, big)
+    bad("^the job id of jobs\\[0\\] must be an integer from -9223372036854775808 to "
+        "9223372036854775807, not 1000000000000000000000000000000$", q.ack_batch, [(big, 1)])
+    bad("^ids\\[0\\] " + most, db._h.ack_batch, [big], [1])  # the extension's own names
+    bad("^n " + most, q.claim_batch, big, "w")
+    bad("^limit " + most, q.dead_letters, limit=big)
+    bad("^after " + most, s.read, big)
+    bad("^limit " + most, db.rate_limit("r", big, 1).try_acquire)
+    bad("^max_payload_bytes " + most, tocsin.open, path, max_payload_bytes=big)
+    bad("^time " + most, db.set_time, big)
+    bad("^parameter 1 " + most, db.execute, "SELECT ?", [big])
+    bad("^priority must be at least -9223372036854775808, not -1.000e\\+30$", q.enqueue, 1, priority=-big)
+    surrogate = "is not valid UTF-8 text: it holds a lone surrogate \\(U\\+D800\\)$"
+    bad("^payload " + surrogate, q.enqueue, "\ud800")
+    bad("^payload " + surrogate, s.publish, {"k": "\ud800"})
+    bad("^payload " + surrogate, db.notify, "c", "\ud800")
+    bad("^queue name " + surrogate, db.queue, "\ud800")
+    bad("^error " + surrogate, q.retry, 1, token=1, error="\ud800")
+    bad("^parameter 1 " + surrogate, db.execute, "SELECT ?", ["\ud800"])
+    nul = "must not contain a NUL character \\(at index 1\\)$"
+    bad("^queue name " + nul, db.queue, "a\x00b")
+    bad("^channel " + nul, db.notify, "c\x00", 1)
+    bad("^key " + nul, s.publish, 1, key="k\x00")
+    bad("^lock name " + nul, db.lock, "l\x00")
+    bad("^worker id " + nul, tocsin.Worker, db, ["q"], worker_id="w\x00")
+    assert db.execute("SELECT ?", ["a\x00b"]) == [("a\x00b",)]  # SQL text takes a NUL
+    assert count(db, "_tocsin_jobs") + count(db, "_tocsin_events") + count(db, "_tocsin_notifications") == 0
+
+
+def test_a_list_argument_that_is_no_list_is_refused_naming_it(db):
+    """None or an int where a list goes raised a bare TypeError ("'NoneType' object is
+    not iterable")."""
+    q, s = db.queue("q"), db.stream("s")
+    for value, shown in ((None, "NoneType"), (5, "int")):
+        for match, fn, args, kwargs in [
+                ("^jobs must be a list of payloads", q.enqueue_many, (value,), {}),
+                ("^jobs must be a list of Jobs or \\(id, token\\) pairs", q.ack_batch, (value,), {}),
+                ("^payloads must be a list of JSON values", s.publish_many, (value,), {}),
+                ("^keys must be a list of str or None", s.publish_many, ([1],), {"keys": value}),
+                ("^queues must be a list of queue names", tocsin.Worker, (db, value), {}),
+                ("^also must be a list of queue names", q.jobs, ("w",), {"also": value}),
+                ("^args must be a list or tuple", db.schedule, ("x", "@hourly"),
+                 {"task": "t", "queue": "q", "args": value}),
+                ("^args must be a list or tuple", q.periodic, ("@hourly",), {"args": value})]:
+            if value is None and kwargs.get("keys", 0) is None:
+                continue  # keys=None: no keys
+            with pytest.raises(tocsin.InvalidArgument, match=match + ".*, not %s$" % shown):
+                fn(*args, **kwargs)
+    with pytest.raises(tocsin.InvalidArgument, match="^path must be a str or an os.PathLike, not NoneType$"):
+        tocsin.open(None)
+    # any iterable is still a list
+    assert len(q.enqueue_many(iter([1, 2]))) == 2 and len(s.publish_many(x for x in "ab")) == 2
+    assert count(db, "_tocsin_jobs") == 2 and count(db, "_tocsin_schedules") == 0

@@ -29,8 +29,8 @@ def test_unconvertible_values_raise_invalid_argument_and_write_nothing(db):
         with pytest.raises(tocsin.InvalidArgument):
             call()
     assert q.stats()["pending"] == 0
-    with pytest.raises(tocsin.InvalidArgument, match="enqueue"):
-        q.enqueue(1, unique_key="a\x00b")
+    with pytest.raises(tocsin.InvalidArgument, match="^unique_key must not contain a NUL character"):
+        q.enqueue(1, unique_key="a\x00b")  # named (it said "enqueue(): embedded null character")
     with pytest.raises(tocsin.InvalidArgument, match="queue name must be a str"):
         db.queue(["x"])
 

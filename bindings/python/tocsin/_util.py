@@ -4,7 +4,7 @@ from __future__ import annotations
 import datetime as _dt
 import json as _json
 import operator as _operator
-from typing import Any, Optional, Union
+from typing import Any, Iterator, Optional, Union
 
 from ._tocsin import MAX_LEASE_MS, MAX_TIME_MS, InvalidArgument
 
@@ -36,6 +36,20 @@ def as_int(value: Any, what: str, lo: Optional[int] = None, hi: Optional[int] = 
     if (lo is not None and v < lo) or (hi is not None and v > hi):
         raise InvalidArgument("%s must be %s, not %d" % (what, want, v))
     return v
+
+
+def items(value: Any, what: str, kind: str) -> Iterator[Any]:
+    """An iterator over a list argument (``what``, a list of ``kind``). A str, bytes or
+    dict (not its characters, nor its keys) and a value that is no collection at all
+    (None, 5) are refused naming the argument."""
+    if isinstance(value, (str, bytes, bytearray, dict)):
+        raise InvalidArgument("%s must be a list of %s, not a %s (write [%r])"
+                              % (what, kind, type(value).__name__, value))
+    try:
+        return iter(value)
+    except TypeError:
+        raise InvalidArgument("%s must be a list of %s, not %s"
+                              % (what, kind, type(value).__name__)) from None
 
 
 def _is_number(value: Any) -> bool:

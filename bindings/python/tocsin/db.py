@@ -161,7 +161,11 @@ class Database:
 
     def __init__(self, path: Union[str, "os.PathLike[str]"], *, busy_timeout: Duration = 5.0,
                  max_payload_bytes: Optional[int] = None, read_only: bool = False) -> None:
-        self.path = os.fspath(path)
+        try:
+            self.path = os.fspath(path)
+        except TypeError:
+            raise InvalidArgument("path must be a str or an os.PathLike, not %s"
+                                  % type(path).__name__) from None
         # the core's busy timeout is an int of ms
         busy_ms = duration_ms(busy_timeout, "busy_timeout", allow_zero=False, max_ms=2 ** 31 - 1,
                               max_note="about 24 days")
@@ -435,6 +439,9 @@ class Database:
         so that racing definitions do not win silently. Returns the next fire time (ms)."""
         from .coord import schedule_opts
         from .tasks import Task
+        if not isinstance(args, (list, tuple)):  # not a str's characters
+            raise InvalidArgument("args must be a list or tuple of the task's positional arguments, "
+                                  "not %s" % type(args).__name__)
         if task is not None:
             if payload is not None:
                 raise InvalidArgument("give payload or task=, not both")

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional,
 
 from ._tocsin import Error, InvalidArgument
 from ._util import Duration, Instant, as_int, duration_ms, is_int_like, dumps, instant_ms, loads, meta_json
+from ._util import items as _items
 
 if TYPE_CHECKING:
     from .db import Database, Transaction
@@ -195,7 +196,7 @@ class Queue:
                                   % (type(jobs).__name__, jobs))
         h = self.db._hx(tx)
         specs = []
-        for i, item in enumerate(jobs):
+        for i, item in enumerate(_items(jobs, "jobs", "payloads (or of option dicts with options=True)")):
             if options:
                 if not isinstance(item, dict) or "payload" not in item:
                     raise InvalidArgument('job %d: with options=True each item is a dict with a "payload"' % i)
@@ -249,14 +250,14 @@ class Queue:
         if isinstance(jobs, (str, bytes, bytearray, dict)):
             raise InvalidArgument("ack_batch takes a list of Jobs or (id, token) pairs, not a %s"
                                   % type(jobs).__name__)
-        for n, j in enumerate(jobs):
+        for n, j in enumerate(_items(jobs, "jobs", "Jobs or (id, token) pairs")):
             if isinstance(j, Job):
                 ids.append(j.id)
                 tokens.append(j.token)
             elif (isinstance(j, (tuple, list)) and len(j) == 2 and
                   all(is_int_like(v) for v in j)):
-                ids.append(as_int(j[0], "job id"))
-                tokens.append(as_int(j[1], "token"))
+                ids.append(as_int(j[0], "the job id of jobs[%d]" % n, -2 ** 63, 2 ** 63 - 1))
+                tokens.append(as_int(j[1], "the token of jobs[%d]" % n, -2 ** 63, 2 ** 63 - 1))
             else:
                 raise InvalidArgument("ack_batch: item %d must be a Job or an (id, token) pair of "
                                       "integers, not %r" % (n, j))
@@ -318,7 +319,8 @@ class Queue:
         if isinstance(also, (str, bytes)):  # not its characters
             raise InvalidArgument("also must be a list of queue names, not a %s (write [%r])"
                                   % (type(also).__name__, also))
-        return JobIterator(self, worker_id, visibility, batch, (self.name,) + tuple(also))
+        return JobIterator(self, worker_id, visibility, batch,
+                           (self.name,) + tuple(_items(also, "also", "queue names")))
 
     def wait(self, timeout: Optional[Duration] = None) -> bool:
         """Blocks (GIL released, on the wake engine) until a job of this queue is
@@ -361,6 +363,9 @@ class Queue:
         from .coord import cron_next
         from .tasks import Task
         cron_next(cron)  # a bad expression fails at import, naming the field
+        if not isinstance(args, (list, tuple)):  # not a str's characters
+            raise InvalidArgument("args must be a list or tuple of the task's positional arguments, "
+                                  "not %s" % type(args).__name__)
         if catch_up not in ("once", "all"):  # at import too, not when a worker starts
             raise InvalidArgument('catch_up must be "once" or "all", not %r' % (catch_up,))
 

@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional
 
 from ._tocsin import InvalidArgument
 from ._util import Duration, as_int, duration_ms, dumps, loads, meta_json
+from ._util import items as _items
 
 if TYPE_CHECKING:
     from .db import Database, Transaction
@@ -92,8 +93,9 @@ class Stream:
             raise InvalidArgument("publish_many takes a list of payloads, not a %s (write [%r])"
                                   % (type(payloads).__name__, payloads))
         h = self.db._hx(tx)
-        texts = [dumps(p) for p in payloads]
-        return h.publish_many(self.topic, texts, None if keys is None else list(keys))
+        texts = [dumps(p) for p in _items(payloads, "payloads", "JSON values")]
+        return h.publish_many(self.topic, texts,
+                              None if keys is None else list(_items(keys, "keys", "str or None, one per payload")))
 
     def read(self, after: int = 0, limit: int = 100) -> List[Event]:
         """Events with offset > ``after``, oldest first, at most ``limit``."""

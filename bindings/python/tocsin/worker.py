@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, Optional
 from . import _tocsin
 from ._tocsin import Closed, Error, InvalidArgument, LeaseLost
 from ._util import Duration, as_int, duration_ms, dumps, lease_ms
+from ._util import items as _items
 from .coord import default_owner
 from .tasks import JobContext, Task, _current
 from .wake import readable
@@ -206,7 +207,7 @@ class Worker:
         if isinstance(queues, (str, bytes)):  # not its characters
             raise InvalidArgument("queues must be a list of queue names, not a %s (write [%r])"
                                   % (type(queues).__name__, queues))
-        self.queues = list(queues)
+        self.queues = list(_items(queues, "queues", "queue names"))
         if not self.queues:
             raise InvalidArgument("give at least one queue")
         for q in self.queues:
