@@ -2675,13 +2675,15 @@ out:
     return rc;
 }
 
-/* register(task, backoff_base_ms, backoff_cap_ms, timeout_ms, result_ttl_ms) */
+/* register(task, backoff_base_ms, backoff_cap_ms, timeout_ms, result_ttl_ms, max_attempts) */
 static PyObject *Worker_register(Worker *self, PyObject *args) {
     const char *task;
     long long base = 0, cap = 0, timeout = 0, ttl = 0;
+    int max_attempts = 0;
     tocsin_task_opts o = TOCSIN_TASK_OPTS_INIT;
     int rc;
-    if (!parse_args(args, "s|LLLL:register", &task, &base, &cap, &timeout, &ttl)) return NULL;
+    if (!parse_args(args, "s|LLLLi:register", &task, &base, &cap, &timeout, &ttl, &max_attempts)) return NULL;
+    o.max_attempts = max_attempts;
     o.backoff_base_ms = base;
     o.backoff_cap_ms = cap;
     o.timeout_ms = timeout;

@@ -212,6 +212,46 @@ def test_async_timeout_cancels_and_never_fails_a_job_that_did_not_run(db):
     assert err.type == "Timeout" and ok == "ok" and ran == ["cancelled", "quick"]
 
 
+def test_a_call_by_name_keeps_the_tasks_retries(db):
+    """A caller in another runtime knows nothing of the task's retries: its worker keeps them."""
+    q = db.queue("q")
+    runs = []
+
+    @q.task(name="once", retries=0)
+    def once():
+        runs.append(1)
+        raise ValueError("no")
+
+    h = q.call("once", max_attempts=5)
+
+    async def body(w):
+        with pytest.raises(tocsin.TaskError):
+            await h.result(timeout=30)
+
+    run_worker(db, ["q"], body)
+    job = q.get(h.job_id)
+    assert (job.state, job.attempts, job.reason, len(runs)) == ("dead", 1, "max_attempts", 1)
+
+
+def test_a_sync_task_that_returns_past_its_timeout_fails_with_timeout(db):
+    q = db.queue("q")
+
+    @q.task(name="late", timeout=0.05, retries=0)
+    def late():
+        time.sleep(0.2)  # a thread cannot be stopped: it returns, too late
+        return "late"
+
+    h = late()
+
+    async def body(w):
+        with pytest.raises(tocsin.TaskError) as ei:
+            await h.result(timeout=30)
+        return ei.value
+
+    _, err = run_worker(db, ["q"], body)
+    assert err.type == "Timeout"
+
+
 def test_sync_timeout_counts_from_the_start_of_the_run(db):
     """With concurrency 1 the task queued behind a slow one is never recorded as a
     Timeout without running (the trial's bug)."""

@@ -143,7 +143,8 @@ class Task:
                 max_attempts: Optional[int] = None, expires: Optional[Duration] = None,
                 unique_key: Optional[str] = None, meta: Optional[dict] = None) -> TaskHandle:
         """Enqueues a call with job options (``tx=`` joins a transaction): ``priority``,
-        ``delay`` or ``run_at``, ``max_attempts`` (default: the task's retries + 1),
+        ``delay`` or ``run_at``, ``max_attempts`` (default: the task's retries + 1; a
+        worker runs a job of the task at most retries + 1 times whatever it says),
         ``expires`` (dead if not claimed within it), ``unique_key``, ``meta``."""
         if isinstance(args, (str, bytes)) or not isinstance(args, (list, tuple)):
             raise InvalidArgument("args must be a list or tuple of positional arguments")

@@ -305,7 +305,9 @@ class Worker:
             w = _tocsin.Worker(hw, self.queues, self.concurrency, self.worker_id,
                                self.visibility_ms, self.scheduler, self.scheduler_ttl_ms)
             for name, t in self._tasks.items():
-                w.register(name, t.backoff_ms, 0, t.timeout_ms, -1 if t.keep_forever else t.result_ttl_ms)
+                # retries bound the runs of the task's jobs here, whatever a call by name allowed
+                w.register(name, t.backoff_ms, 0, t.timeout_ms, -1 if t.keep_forever else t.result_ttl_ms,
+                           t.retries + 1)
         except BaseException:  # (e.g. this worker id is live elsewhere): no connection left open
             if w is not None:
                 w.close()
