@@ -99,7 +99,7 @@ module Tocsin
       s
     end
 
-    def payload_value = JSON.parse(@payload)
+    def payload_value = Util.parse(@payload)
     def paused? = @paused
     def to_h = FIELDS.to_h { |f| [f, public_send(f)] }
 

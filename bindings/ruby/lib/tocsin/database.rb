@@ -45,7 +45,7 @@ module Tocsin
       return nil if row.nil?
 
       r = new(*row)
-      r.value = JSON.parse(r.value) unless r.error
+      r.value = Util.parse(r.value) unless r.error
       r
     end
   end
@@ -219,7 +219,7 @@ module Tocsin
 
     # Statistics of every queue: an Array of Hashes (see Queue#stats).
     def stats
-      JSON.parse(native.stats(nil))["queues"]
+      Util.parse(native.stats(nil))["queues"]
     end
 
     # ---- notify / listen ----

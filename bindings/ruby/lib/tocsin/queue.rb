@@ -16,8 +16,8 @@ module Tocsin
       @finished = false
     end
 
-    def payload = (@payload ||= [JSON.parse(@payload_json)]).first
-    def meta = @meta_json && JSON.parse(@meta_json)
+    def payload = (@payload ||= [Util.parse(@payload_json)]).first
+    def meta = Util.load(@meta_json)
     def queue = @queue
     def finished? = @finished
 
@@ -154,7 +154,7 @@ module Tocsin
     def paused? = @db.native.paused?(@name)
 
     # {"queue","pending","scheduled","processing","dead","oldest_pending_age_ms","paused"}
-    def stats = JSON.parse(@db.native.stats(@name))
+    def stats = Util.parse(@db.native.stats(@name))
 
     # Epoch ms when something here next needs a worker, nil when nothing is pending.
     def next_deadline = @db.native.next_deadline([@name])

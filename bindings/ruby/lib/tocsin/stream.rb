@@ -3,14 +3,14 @@
 module Tocsin
   # A stream event (offset, topic, key, payload, meta, created_at).
   Event = Struct.new(:offset, :topic, :key, :payload_json, :meta_json, :created_at) do
-    def payload = JSON.parse(payload_json)
-    def meta = meta_json && JSON.parse(meta_json)
+    def payload = Util.parse(payload_json)
+    def meta = Util.load(meta_json)
   end
 
   # A notification (id, channel, payload, meta, created_at).
   Notification = Struct.new(:id, :channel, :key, :payload_json, :meta_json, :created_at) do
-    def payload = JSON.parse(payload_json)
-    def meta = meta_json && JSON.parse(meta_json)
+    def payload = Util.parse(payload_json)
+    def meta = Util.load(meta_json)
   end
 
   # A durable stream (Database#stream).

@@ -128,7 +128,12 @@ module Tocsin
       dump(h, "meta")
     end
 
-    def load(text) = text.nil? ? nil : JSON.parse(text)
+    # JSON text the core handed out -> a Ruby value. The core stores values nested
+    # up to 1000 deep (written by any runtime); JSON.parse's default max_nesting
+    # (100) refused those with a JSON::NestingError: the core's bound applies.
+    def parse(text) = JSON.parse(text, max_nesting: false)
+
+    def load(text) = text.nil? ? nil : parse(text)
 
     # What a refused argument is, in messages: nil, true, false, else its class
     # (as the native layer words it: "job id must be an Integer, not String").

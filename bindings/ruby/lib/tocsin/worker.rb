@@ -299,7 +299,7 @@ module Tocsin
       Thread.current.report_on_exception = false
       while (item = @work.pop)
         run, job_id, _token, queue, task, args, kwargs, meta, attempt, max, timeout_ms = item
-        ctx = JobContext.new(self, run, job_id, attempt, max, queue, task, meta && JSON.parse(meta))
+        ctx = JobContext.new(self, run, job_id, attempt, max, queue, task, Util.load(meta))
         @lock.synchronize { @running[job_id] = Thread.current }
         Thread.current[:tocsin_job] = ctx
         outcome = begin
@@ -332,8 +332,8 @@ module Tocsin
     # -> [kind, value_json, error_type, error_message, trace]
     def execute(ctx, task_name, args_json, kwargs_json, timeout_ms)
       task = @tasks.fetch(task_name)
-      args = args_json == "[]" ? [] : JSON.parse(args_json)
-      kwargs = kwargs_json == "{}" ? {} : JSON.parse(kwargs_json)
+      args = args_json == "[]" ? [] : Util.parse(args_json)
+      kwargs = kwargs_json == "{}" ? {} : Util.parse(kwargs_json)
       value = if timeout_ms.positive?
                 ::Timeout.timeout(timeout_ms / 1000.0, TaskTimeout) { task.run(args, kwargs) }
               else
