@@ -59,3 +59,82 @@ class TestDeepValues < Minitest::Test
     runner&.join
   end
 end
+
+# A task that ends other than by a StandardError -- exit (SystemExit), Interrupt,
+# NoMemoryError, its thread killed (Thread.exit) -- is a failed run like any
+# other: before, the run's thread died with no outcome recorded (the job leased
+# and renewed forever, its slot lost: with concurrency 1 nothing ran again), a
+# SystemExit went on to the main thread, and Database#close could wait forever.
+class TestTaskEndings < Minitest::Test
+  include TocsinTest
+
+  CHILD = <<~'RUBY'
+    require "tocsin"
+    Thread.report_on_exception = false
+    Thread.new { sleep 60; warn "ran past 60 s"; exit! 5 }
+    kinds = { "exit" => -> { exit 3 }, "interrupt" => -> { raise Interrupt }, "nomem" => -> { raise NoMemoryError, "no room" },
+              "thread_exit" => -> { Thread.exit }, "ok" => -> { "ok" } }
+    tasks = kinds.to_h { |n, f| [n, Tocsin::Task.new(n, f, queue: "w", retries: 0)] }
+    db = Tocsin.open(ARGV[0])
+    w = Tocsin::Worker.new(db, tasks: tasks, concurrency: 1, scheduler: false)
+    runner = Thread.new do
+      w.run
+    rescue Tocsin::Closed
+      nil
+    end
+    ids = []
+    out = %w[exit ok interrupt ok nomem ok thread_exit ok].map do |n|
+      h = tasks[n].call_async(db)
+      ids << h.job_id
+      begin
+        h.value(timeout: 20)
+      rescue Tocsin::TaskError => e
+        "#{e.type}: #{e.task_message}"
+      end
+    end
+    puts out.inspect
+    puts ids.map { |id| db.queue("w").get(id)&.state }.uniq.inspect
+    puts [w.in_flight, w.failed].inspect
+    db.close # stops the worker
+    puts runner.join(10) ? "ended" : "hung"
+  RUBY
+
+  def test_exit_interrupt_nomemory_and_a_killed_thread_fail_the_run_and_the_worker_goes_on
+    out, err, st = Open3.capture3(*ruby_cmd("-e", CHILD, @path))
+    assert st.success?, "#{st.inspect}\n#{out}\n#{err}"
+    lines = out.lines.map(&:chomp)
+    assert_equal ["SystemExit: exit", "ok", "Interrupt: Interrupt", "ok", "NoMemoryError: no room", "ok",
+                  "Killed: the task's thread was killed before the run ended (Thread#kill, Thread.exit)", "ok"].inspect,
+                 lines[0], err
+    assert_equal ["dead", nil].inspect, lines[1], "the failed jobs are dead (retries: 0), the others done"
+    assert_equal [0, 4].inspect, lines[2]
+    assert_equal "ended", lines[3]
+  end
+
+  # The worker's own kill at shutdown (a task that outlives shutdown_timeout,
+  # even ignoring its JobCancelled) hands the job back: no attempt consumed, no
+  # "Killed" failure.
+  def test_a_task_killed_at_shutdown_is_handed_back
+    started = ::Queue.new
+    stubborn = lambda do
+      started << true
+      loop do
+        sleep 10
+      rescue Tocsin::JobCancelled
+        nil
+      end
+    end
+    tasks = { "stubborn" => Tocsin::Task.new("stubborn", stubborn, queue: "w", retries: 0) }
+    w = Tocsin::Worker.new(db, tasks: tasks, scheduler: false, shutdown_timeout: 0)
+    runner = Thread.new { w.run }
+    h = tasks["stubborn"].call_async(db)
+    started.pop
+    w.stop
+    runner.join
+    job = db.queue("w").get(h.job_id)
+    assert_equal "pending", job.state
+    assert_equal [1, 2], [job.attempts, job.max_attempts], "a hand-back: the claim is not an attempt spent"
+    refute_match(/Killed/, job.last_error.to_s)
+    assert_equal 0, w.failed
+  end
+end

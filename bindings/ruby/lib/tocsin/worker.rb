@@ -111,6 +111,8 @@ module Tocsin
       @done = ::Queue.new
       @work = ::Queue.new
       @running = {} # job_id => Thread
+      @threads = [] # the pool (a thread that dies is replaced, under @lock)
+      @pool_closing = false # run is ending: no thread is replaced any more
       @lock = Mutex.new
       @nlock = Mutex.new # the run threads' native calls vs close
       @closed = false
@@ -139,14 +141,15 @@ module Tocsin
         raise
       end
       old = trap_signals ? install_traps : {}
-      threads = Array.new(@concurrency) { |i| Thread.new { pool_loop(i) } }
+      @lock.synchronize { @concurrency.times { @threads << Thread.new { pool_loop } } }
       begin
         loop_until_stopped
         drain_running
       ensure
-        @concurrency.times { @work << nil }
-        threads.each { |t| t.join(0.5) || t.kill }
+        # every step below runs whatever the one before did: a close skipped left
+        # Database#close waiting for this worker forever
         begin
+          stop_pool
           finish_done
         ensure
           @nlock.synchronize do
@@ -295,29 +298,81 @@ module Tocsin
       end
     end
 
-    def pool_loop(_i)
+    # The pool's threads: each runs one run at a time until the nil that ends it.
+    # A thread that dies some other way (a task's Thread.exit or Thread#kill) is
+    # replaced, so the worker never runs with fewer slots than it claims for.
+    def pool_loop
       Thread.current.report_on_exception = false
+      ended = false
       while (item = @work.pop)
-        run, job_id, _token, queue, task, args, kwargs, meta, attempt, max, timeout_ms = item
-        ctx = JobContext.new(self, run, job_id, attempt, max, queue, task, Util.load(meta))
-        @lock.synchronize { @running[job_id] = Thread.current }
-        Thread.current[:tocsin_job] = ctx
-        outcome = begin
-          execute(ctx, task, args, kwargs, timeout_ms)
+        begin
+          run_one(item)
+        rescue JobCancelled, TaskTimeout
+          nil # came as its run ended (the outcome is recorded): nothing left to stop
+        end
+      end
+      ended = true
+    ensure
+      @lock.synchronize do
+        @threads.delete(Thread.current)
+        @threads << Thread.new { pool_loop } unless ended || @pool_closing
+      end
+    end
+
+    # Ends the pool (run's end): the threads still running after drain_running
+    # are given half a second, then killed (their runs are handed back).
+    def stop_pool
+      @lock.synchronize { @pool_closing = true }
+      @lock.synchronize { @threads.size }.times { @work << nil }
+      @lock.synchronize { @threads.dup }.each do |t|
+        t.join(0.5) || t.kill
+      rescue Exception => e # rubocop:disable Lint/RescueException -- a pool thread's own death: the close goes on
+        warn "tocsin worker: a pool thread died: #{e.class}: #{e.message}"
+      end
+    end
+
+    # One run, whose outcome is always reported -- whatever the task raised, also
+    # when its thread is killed -- so its job never stays leased to a slot that is
+    # gone. Interrupts (Thread#raise, #kill, a cancellation) reach the task only;
+    # the bookkeeping around it runs whole.
+    def run_one(item)
+      run, job_id, _token, queue, task, args, kwargs, meta, attempt, max, timeout_ms = item
+      ctx = nil
+      outcome = nil
+      Thread.handle_interrupt(Object => :never) do
+        begin
+          Thread.handle_interrupt(Object => :immediate) do
+            ctx = JobContext.new(self, run, job_id, attempt, max, queue, task, Util.load(meta))
+            @lock.synchronize { @running[job_id] = Thread.current }
+            Thread.current[:tocsin_job] = ctx
+            outcome = execute(ctx, task, args, kwargs, timeout_ms)
+          end
         rescue JobCancelled => e
-          [Native::OUTCOME_HAND_BACK, nil, "Cancelled", e.message, nil]
+          outcome ||= [Native::OUTCOME_HAND_BACK, nil, "Cancelled", e.message, nil]
         ensure
           Thread.current[:tocsin_job] = nil
           @lock.synchronize { @running.delete(job_id) }
+          outcome ||= unfinished_outcome
+          report(run, job_id, outcome) unless ctx&.finished # else recorded inside the task's transaction
         end
-        report(run, ctx, outcome) unless ctx.finished # else recorded inside the task's transaction
+      end
+    end
+
+    # The outcome of a run that never returned: its thread was killed -- by the
+    # worker's shutdown (handed back) or by the task itself (failed: retried).
+    def unfinished_outcome
+      if @pool_closing
+        [Native::OUTCOME_HAND_BACK, nil, "Cancelled", "worker shutting down", nil]
+      else
+        @lock.synchronize { @failed += 1 }
+        [Native::OUTCOME_ERROR, nil, "Killed", "the task's thread was killed before the run ended (Thread#kill, Thread.exit)", nil]
       end
     end
 
     # From the run's thread: the outcome goes into the core's batch (its next group
     # commit), then the runs the core reserved for the free slots, so that a slot does
     # not wait for the loop thread. @nlock keeps these calls apart from close.
-    def report(run, ctx, outcome)
+    def report(run, job_id, outcome)
       runs = @nlock.synchronize do
         next [] if @closed
 
@@ -326,7 +381,7 @@ module Tocsin
       end
       runs.each { |r| @work << r }
     rescue Tocsin::Error => e
-      warn "tocsin worker: recording job #{ctx.job_id} failed: #{e.message}"
+      warn "tocsin worker: recording job #{job_id} failed: #{e.message}"
     end
 
     # -> [kind, value_json, error_type, error_message, trace]
@@ -355,8 +410,10 @@ module Tocsin
     rescue JobCancelled
       raise
     rescue Exception => e # rubocop:disable Lint/RescueException -- a task's failure is data
-      raise if e.is_a?(SystemExit) || e.is_a?(NoMemoryError)
-
+      # any class: also exit (SystemExit), Interrupt, NoMemoryError -- a failed run,
+      # retried as any other (as in Sidekiq); re-raised, it ended the thread with
+      # no outcome recorded (the job leased forever, the slot lost) and a
+      # SystemExit went on to the main thread
       @lock.synchronize { @failed += 1 } unless ctx.finished
       [Native::OUTCOME_ERROR, nil, e.class.name || "Error", e.message, (e.backtrace || []).join("\n")]
     end
