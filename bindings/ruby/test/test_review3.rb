@@ -138,3 +138,33 @@ class TestTaskEndings < Minitest::Test
     assert_equal 0, w.failed
   end
 end
+
+# Database#close under a running worker stops it gracefully, and its #run then
+# raises Tocsin::Closed (Go's Run returns ErrClosed; it returned normally, as
+# after #stop); a worker stopped first still returns.
+class TestWorkerOnClose < Minitest::Test
+  include TocsinTest
+
+  def start_worker
+    tasks = { "t" => Tocsin::Task.new("t", -> { 1 }, queue: "q") }
+    w = Tocsin::Worker.new(db, tasks: tasks, scheduler: false)
+    runner = Thread.new { w.run }
+    assert_equal 1, tasks["t"].call_async(db).value(timeout: 30), "the worker runs"
+    [w, runner]
+  end
+
+  def test_run_raises_closed_when_the_database_is_closed_under_it
+    w, runner = start_worker
+    db.close
+    e = assert_raises(Tocsin::Closed) { runner.value }
+    assert_match(/the database was closed while the worker ran/, e.message)
+    assert_equal 0, w.in_flight
+  end
+
+  def test_run_returns_when_stopped_before_the_close
+    w, runner = start_worker
+    w.stop
+    assert_same w, runner.value
+    db.close
+  end
+end

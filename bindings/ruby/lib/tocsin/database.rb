@@ -104,7 +104,8 @@ module Tocsin
     end
 
     # Closes the database; workers running on it are stopped first (each closes,
-    # handing back what it still runs) -- a worker needs its database to the end.
+    # handing back what it still runs, and its #run raises Tocsin::Closed) -- a
+    # worker needs its database to the end.
     # Calls other threads are running finish first; their waits (queue, result,
     # lock) end with Tocsin::Closed. Listeners, stream subscriptions and
     # subscriptions (#subscribe) made from it are closed too (a stream
@@ -129,7 +130,7 @@ module Tocsin
       workers = @workers_lock.synchronize { @workers.dup }
       # in a child of fork() they are the parent's, run by threads that are not here
       workers = [] unless Process.pid == @pid
-      workers.each(&:stop)
+      workers.each(&:stop_for_close) # (their #run raises Tocsin::Closed)
       workers.each { |w| w.wait_stopped unless w.loop_thread == Thread.current }
       @native.close { @workers_lock.synchronize { @subs.dup }.each { |s| s.native.wake unless s.closed? } }
       @workers_lock.synchronize { @subs.slice!(0..) }.each(&:close)

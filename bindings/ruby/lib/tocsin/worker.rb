@@ -117,6 +117,7 @@ module Tocsin
       @nlock = Mutex.new # the run threads' native calls vs close
       @closed = false
       @stop = false
+      @closed_under = false # Database#close stopped the run (it raises Tocsin::Closed)
       @processed = 0
       @failed = 0
       @native = nil
@@ -125,7 +126,9 @@ module Tocsin
 
     # Runs until #stop (or INT/TERM when +trap_signals+): stops claiming, lets the
     # running handlers finish for shutdown_timeout seconds, then closes (the core
-    # hands back whatever still runs: pending again, no attempt consumed).
+    # hands back whatever still runs: pending again, no attempt consumed). A
+    # Database#close stops it the same way, and run then raises Tocsin::Closed
+    # (as Go's Run returns ErrClosed): the worker ended because its database did.
     def run(trap_signals: false)
       Util.bool!(trap_signals, "trap_signals")
       @loop_thread = Thread.current
@@ -161,6 +164,8 @@ module Tocsin
           old.each { |sig, h| Signal.trap(sig, h) }
         end
       end
+      raise Closed, "the database was closed while the worker ran" if @closed_under
+
       self
     end
 
@@ -177,6 +182,13 @@ module Tocsin
     def stop
       @stop = true
       @native&.poke
+    end
+
+    # @api private (Database#close): stops the run, which then raises
+    # Tocsin::Closed -- unless it was asked to stop before.
+    def stop_for_close
+      @closed_under = true unless @stop
+      stop
     end
 
     def stopping? = @stop
