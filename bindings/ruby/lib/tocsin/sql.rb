@@ -18,8 +18,22 @@ module Tocsin
   #
   # The extension runs on the SQLite of the connection that loads it. Loading
   # refuses when a second copy of SQLite is in the process (Tocsin::OneSQLite).
+  #
+  # Errors are Tocsin::Error subclasses, as through Tocsin.open: a refusal of the
+  # SQL functions (an empty queue name, a payload over the limit) is the class of
+  # the same refusal there (InvalidArgument, TooBig, ReadOnly, Busy, ...), a
+  # closed connection Tocsin::Closed; the driver's exception is the #cause and
+  # its code the #sqlite_code.
   module SQL
     module_function
+
+    # SQLite's primary result codes -> the error classes of the same failures
+    # through the native calls (anything else: InvalidArgument, the SQL
+    # functions' refusal of an argument -- SQLITE_ERROR, SQLITE_RANGE).
+    SQLITE_ERRORS = {
+      3 => PermissionDenied, 5 => Busy, 6 => Busy, 7 => NoMemory, 8 => ReadOnly, 9 => Interrupted,
+      10 => IOError, 11 => Corrupt, 13 => Full, 14 => CantOpen, 18 => TooBig, 26 => Corrupt
+    }.freeze
 
     # Loads the tocsin extension into +conn+ (a SQLite3::Database, or an
     # ActiveRecord connection: its raw_connection is used).
@@ -30,11 +44,13 @@ module Tocsin
         raise Error, "this sqlite3 gem cannot load SQLite extensions (no enable_load_extension)"
       end
 
-      raw.enable_load_extension(true)
-      begin
-        raw.load_extension(Tocsin.loadable_path)
-      ensure
-        raw.enable_load_extension(false)
+      driver(raw, Error, "cannot load the tocsin extension into the connection: ") do
+        raw.enable_load_extension(true)
+        begin
+          raw.load_extension(Tocsin.loadable_path)
+        ensure
+          raw.enable_load_extension(false)
+        end
       end
       conn
     end
@@ -82,7 +98,34 @@ module Tocsin
     end
 
     def value(conn, sql, *binds)
-      raw(conn).get_first_value(sql, binds)
+      raw = raw(conn)
+      driver(raw, InvalidArgument) { raw.get_first_value(sql, binds) }
+    end
+
+    # Runs the block on the driver's connection +raw+; its exceptions become the
+    # Tocsin::Error of the same failure (+default+ for a code of no other class).
+    def driver(raw, default, prefix = "")
+      closed!(raw)
+      yield
+    rescue Error
+      raise
+    rescue StandardError => e
+      # (the sqlite3 gem: "ArgumentError: prepare called on a closed database")
+      closed!(raw, e)
+      raise unless defined?(::SQLite3::Exception) && e.is_a?(::SQLite3::Exception)
+
+      code = e.respond_to?(:code) ? e.code.to_i : 0
+      msg = "#{prefix}#{e.message}"
+      msg += " (load the tocsin functions into this connection first: Tocsin::SQL.load(conn))" if msg.include?("no such function: tocsin_")
+      err = SQLITE_ERRORS.fetch(code & 0xff, default).new(msg)
+      err.instance_variable_set(:@sqlite_code, code)
+      raise err # (e is its #cause)
+    end
+
+    def closed!(raw, cause = nil)
+      return unless raw.respond_to?(:closed?) && raw.closed?
+
+      raise Closed, "the connection is closed (#{Util.kind(raw)}#{cause && ": #{cause.message}"})"
     end
   end
 
