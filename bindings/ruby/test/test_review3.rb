@@ -227,3 +227,31 @@ class TestSQLHelperErrors < Minitest::Test
     end
   end
 end
+
+# enqueue_many: a Hash with a payload key is a job spec whether the key is the
+# Symbol or the String (a "payload" String key was stored as the payload itself,
+# its options with it, while :payload was read as a spec).
+class TestEnqueueManySpecs < Minitest::Test
+  include TocsinTest
+
+  def test_payload_as_a_symbol_or_a_string_key_is_a_job_spec
+    q = db.queue("q")
+    ids = q.enqueue_many([{ payload: 1, priority: 5 }, { "payload" => 2, "priority" => 7 },
+                          { "payload" => 3, priority: 9 }, { "to" => "ann" },
+                          { payload: { "payload" => "own key" } }])
+    jobs = ids.map { |id| q.get(id) }
+    assert_equal [1, 2, 3, { "to" => "ann" }, { "payload" => "own key" }], jobs.map(&:payload)
+    assert_equal [5, 7, 9, 0, 0], jobs.map(&:priority)
+  end
+
+  def test_an_option_given_as_both_a_symbol_and_a_string_is_refused
+    q = db.queue("q")
+    e = assert_raises(Tocsin::InvalidArgument) { q.enqueue_many([1, { payload: 1, "payload" => 2 }]) }
+    assert_equal "jobs[1] gives :payload twice (as a Symbol and a String key)", e.message
+    e = assert_raises(Tocsin::InvalidArgument) { q.enqueue_many([{ "payload" => 1, priority: 1, "priority" => 2 }]) }
+    assert_match(/jobs\[0\] gives :priority twice/, e.message)
+    e = assert_raises(Tocsin::InvalidArgument) { q.enqueue_many([{ "payload" => 1, "bogus" => 2 }]) }
+    assert_match(/jobs\[0\]: unknown job option\(s\): :bogus/, e.message)
+    assert_equal [], db.stats, "nothing was written"
+  end
+end

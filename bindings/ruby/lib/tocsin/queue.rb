@@ -68,13 +68,19 @@ module Tocsin
       @db.handle(tx).enqueue(@name, Util.dump(payload), opts)
     end
 
-    # Enqueues every job atomically: each entry a payload or a Hash
-    # { payload:, priority:, delay:, ... }. Returns the ids.
+    # Enqueues every job atomically: each entry a payload or a job spec, a Hash
+    # with a payload key { payload:, priority:, delay:, ... } -- its keys Symbols or
+    # Strings ("payload" is a spec too). A Hash with a payload key of its own
+    # goes as { payload: that_hash }. Returns the ids.
     def enqueue_many(jobs, tx: nil)
       Util.array!(jobs, "jobs")
       specs = jobs.each_with_index.map do |j, i|
-        if j.is_a?(Hash) && j.key?(:payload)
+        if j.is_a?(Hash) && (j.key?(:payload) || j.key?("payload"))
           o = j.transform_keys { |k| k.is_a?(String) ? k.to_sym : k }
+          if o.size < j.size
+            twice = j.keys.group_by { |k| k.is_a?(String) ? k.to_sym : k }.select { |_, ks| ks.size > 1 }.keys
+            raise InvalidArgument, "jobs[#{i}] gives #{twice.map(&:inspect).join(", ")} twice (as a Symbol and a String key)"
+          end
           bad = o.keys - %i[payload priority delay run_at max_attempts expires unique_key meta]
           raise InvalidArgument, "jobs[#{i}]: unknown job option(s): #{bad.map(&:inspect).join(", ")}" unless bad.empty?
 
