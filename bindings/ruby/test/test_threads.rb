@@ -77,7 +77,9 @@ class TestCloseWithWorkers < Minitest::Test
     th = Thread.new { w.run }
     assert_equal 1, d.queue("n").call("noop").value(timeout: 10)
     d.close
-    assert th.join(10), "the worker stopped"
+    # the worker stopped first; its run then raised Tocsin::Closed
+    assert_raises(Tocsin::Closed) { th.join(10) }
+    refute th.alive?
     assert d.closed?
   end
 end
