@@ -1,8 +1,6 @@
 # frozen_string_literal: true
 
 require_relative "test_helper"
-require "sqlite3"
-require "tocsin/sql"
 
 # Regressions of a third review: values nested deeper than JSON.parse's default
 # bound, a task that exits, the sqlite3-gem helpers' errors, a worker whose
@@ -174,57 +172,64 @@ end
 # Tocsin::SQL (tocsin inside the sqlite3 gem's own transaction) raises the
 # Tocsin::Error of each failure, as Tocsin.open's calls do: it let the driver's
 # SQLite3::SQLException (an empty queue name) or ArgumentError ("prepare
-# called on a closed database") through.
+# called on a closed database") through. (In a child process: with the
+# loadable extension and tocsin_native both in a process, a later fork() of it
+# hangs in the core's fork handlers -- a defect of the core, not checked here.)
 class TestSQLHelperErrors < Minitest::Test
   include TocsinTest
 
-  def conn
-    @conn ||= ::SQLite3::Database.new(@path).tap do |c|
-      c.busy_timeout = 5000
-      Tocsin::SQL.load(c)
+  CHILD = <<~'RUBY'
+    require "sqlite3"
+    require "tocsin"
+    require "tocsin/sql"
+    path = ARGV[0]
+    db = Tocsin.open(path)
+    bad = []
+    refused = lambda do |cls, pattern, &call|
+      call.call
+      bad << "#{pattern.inspect}: nothing raised"
+    rescue Exception => e # rubocop:disable Lint/RescueException
+      ok = e.instance_of?(cls) && e.message.match?(pattern) &&
+           (cls == Tocsin::Closed || e.cause.is_a?(SQLite3::Exception))
+      bad << "#{pattern.inspect}: #{e.class}: #{e.message} (cause #{e.cause.class})" unless ok
+      e
     end
-  end
-
-  def refused(cls, pattern)
-    e = assert_raises(cls) { yield }
-    assert_match pattern, e.message
-    assert_kind_of ::SQLite3::Exception, e.cause, "the driver's exception is the cause" unless cls == Tocsin::Closed
-    e
-  end
-
-  def test_refusals_of_the_sql_functions_are_tocsin_errors_and_write_nothing
+    conn = SQLite3::Database.new(path)
+    conn.busy_timeout = 5000
+    Tocsin::SQL.load(conn)
     env = db.task_envelope("t")
+    # refusals of the SQL functions, inside the application's transaction: nothing is written
     conn.transaction do
-      refused(Tocsin::InvalidArgument, /queue name must not be empty/) { Tocsin::SQL.enqueue(conn, "", 1) }
-      refused(Tocsin::InvalidArgument, /max_attempts/) { Tocsin::SQL.enqueue(conn, "q", 1, max_attempts: 0) }
-      refused(Tocsin::InvalidArgument, /queue name must not be empty/) { Tocsin::SQL.enqueue_envelope(conn, "", env) }
-      refused(Tocsin::InvalidArgument, /not valid JSON/) { Tocsin::SQL.enqueue_envelope(conn, "q", "nope") }
-      refused(Tocsin::InvalidArgument, /channel must not be empty/) { Tocsin::SQL.notify(conn, "", 1) }
-      refused(Tocsin::InvalidArgument, /topic must not be empty/) { Tocsin::SQL.publish(conn, "", 1) }
-      e = refused(Tocsin::TooBig, /the limit is/) { Tocsin::SQL.enqueue(conn, "q", "x" * (2 << 20)) }
-      assert_equal 18, e.sqlite_code # SQLITE_TOOBIG
+      refused.(Tocsin::InvalidArgument, /queue name must not be empty/) { Tocsin::SQL.enqueue(conn, "", 1) }
+      refused.(Tocsin::InvalidArgument, /max_attempts/) { Tocsin::SQL.enqueue(conn, "q", 1, max_attempts: 0) }
+      refused.(Tocsin::InvalidArgument, /queue name must not be empty/) { Tocsin::SQL.enqueue_envelope(conn, "", env) }
+      refused.(Tocsin::InvalidArgument, /not valid JSON/) { Tocsin::SQL.enqueue_envelope(conn, "q", "nope") }
+      refused.(Tocsin::InvalidArgument, /channel must not be empty/) { Tocsin::SQL.notify(conn, "", 1) }
+      refused.(Tocsin::InvalidArgument, /topic must not be empty/) { Tocsin::SQL.publish(conn, "", 1) }
+      e = refused.(Tocsin::TooBig, /the limit is/) { Tocsin::SQL.enqueue(conn, "q", "x" * (2 << 20)) }
+      bad << "the sqlite_code of a #{e.class}" unless e.is_a?(Tocsin::Error) && e.sqlite_code == 18 # SQLITE_TOOBIG
     end
-    assert_equal [], db.stats.map { |s| s["queue"] }, "no job was written"
-    assert_equal 0, db.notify_max_id, "no notification was written"
-  end
-
-  def test_a_connection_without_the_functions_says_to_load_them
-    bare = ::SQLite3::Database.new(":memory:")
-    refused(Tocsin::InvalidArgument, /no such function: tocsin_enqueue .*Tocsin::SQL.load/) { Tocsin::SQL.enqueue(bare, "q", 1) }
-  ensure
-    bare&.close
-  end
-
-  def test_every_helper_on_a_closed_connection_raises_closed
-    c = ::SQLite3::Database.new(@path)
+    bad << "a job was written" unless db.stats.empty?
+    bad << "a notification was written" unless db.notify_max_id.zero?
+    # a connection without the functions: says to load them
+    bare = SQLite3::Database.new(":memory:")
+    refused.(Tocsin::InvalidArgument, /no such function: tocsin_enqueue .*Tocsin::SQL.load/) { Tocsin::SQL.enqueue(bare, "q", 1) }
+    # every helper on a closed connection
+    c = SQLite3::Database.new(path)
     Tocsin::SQL.load(c)
     c.close
-    env = db.task_envelope("t")
     [-> { Tocsin::SQL.enqueue(c, "q", 1) }, -> { Tocsin::SQL.enqueue(c, "q", 1, priority: 2) },
      -> { Tocsin::SQL.enqueue_envelope(c, "q", env) }, -> { Tocsin::SQL.notify(c, "c", 1) },
      -> { Tocsin::SQL.publish(c, "s", 1) }, -> { Tocsin::SQL.load(c) }].each do |call|
-      refused(Tocsin::Closed, /the connection is closed/) { call.call }
+      refused.(Tocsin::Closed, /the connection is closed/) { call.call }
     end
+    puts bad.empty? ? "ok" : bad
+  RUBY
+
+  def test_every_helper_raises_the_tocsin_error_of_its_failure
+    out, err, st = Open3.capture3("timeout", "-s", "KILL", "60", *ruby_cmd("-e", CHILD, @path))
+    assert st.success?, "#{st.inspect}\n#{out}\n#{err}"
+    assert_equal "ok", out.strip, err
   end
 end
 
