@@ -55,11 +55,12 @@ $(BUILD)/test_core_san: $(TEST_SRC) $(TEST_HDR) $(CORE_SRC) $(CORE_HDR) | $(BUIL
 test: deps all check-version test-header test-pedantic test-exports test-c test-san test-tsan test-sql test-sql-property test-golden \
       test-readme test-ctest test-consumer test-python
 
-test-c: $(BUILD)/test_core
-	$(BUILD)/test_core
+# TOCSIN_TEST_EXT: the loadable extension, a second copy of the core in the suite's process
+test-c: $(BUILD)/test_core $(BUILD)/tocsin.so
+	TOCSIN_TEST_EXT=$(BUILD)/tocsin.so $(BUILD)/test_core
 
-test-san: $(BUILD)/test_core_san
-	ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/test_core_san
+test-san: $(BUILD)/test_core_san $(BUILD)/tocsin.so
+	TOCSIN_TEST_EXT=$(BUILD)/tocsin.so ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/test_core_san
 
 # The thread model under ThreadSanitizer: one handle from 8 threads, transaction handles.
 $(BUILD)/test_core_tsan: $(TEST_SRC) $(TEST_HDR) $(CORE_SRC) $(CORE_HDR) | $(BUILD)

@@ -114,16 +114,52 @@ static const int wk_sqlite_mutexes[] = {SQLITE_MUTEX_STATIC_PRNG, SQLITE_MUTEX_S
                                         SQLITE_MUTEX_STATIC_PMEM, SQLITE_MUTEX_STATIC_MEM};
 #define WK_N_SQLITE_MUTEXES ((int)(sizeof wk_sqlite_mutexes / sizeof wk_sqlite_mutexes[0]))
 
+/*
+ * Several copies of the core may share a process and its one SQLite: a
+ * binding's native module and the loadable extension the application loads
+ * into its own connection (Tocsin::SQL in Ruby, the stdlib sqlite3 module in
+ * Python). Each copy has fork handlers, but SQLite's static mutexes are not
+ * recursive: a second copy taking them in its prepare handler would wait on
+ * the same thread for the first copy's hold, and fork() would never return.
+ * So one copy only takes them. SQLite's VFS registry is what every copy
+ * sees: the first copy registers a marker VFS (an alias of the default one,
+ * so that naming it opens files as usual, allocated from SQLite's heap so that
+ * it outlives a copy that is unloaded) and owns SQLite's mutexes at fork; the
+ * others find the marker and take only their own lock.
+ */
+#define WK_FORK_MARKER "tocsin-fork-handlers-v1"
+static int wk_fork_owner; /* this copy takes SQLite's mutexes at fork */
+
+static void wk_fork_claim(void) {
+    sqlite3_mutex *m;
+    sqlite3_vfs *d, *v;
+    if (sqlite3_initialize() != SQLITE_OK) return;
+    /* APP3 orders the copies' claims (sqlite3_vfs_register takes MAIN itself) */
+    m = sqlite3_mutex_alloc(SQLITE_MUTEX_STATIC_APP3);
+    sqlite3_mutex_enter(m);
+    if (!sqlite3_vfs_find(WK_FORK_MARKER) && (d = sqlite3_vfs_find(NULL)) != NULL) {
+        wk_fork_owner = 1; /* also when the marker cannot be registered (out of memory) */
+        if ((v = sqlite3_malloc((int)(sizeof *v + sizeof WK_FORK_MARKER))) != NULL) {
+            *v = *d;
+            memcpy(v + 1, WK_FORK_MARKER, sizeof WK_FORK_MARKER);
+            v->zName = (const char *)(v + 1);
+            v->pNext = NULL;
+            if (sqlite3_vfs_register(v, 0) != SQLITE_OK) sqlite3_free(v);
+        }
+    }
+    sqlite3_mutex_leave(m);
+}
+
 static void wk_fork_prepare(void) {
     int i;
     pthread_mutex_lock(&wk_lock);
-    for (i = 0; i < WK_N_SQLITE_MUTEXES; i++)
+    for (i = 0; wk_fork_owner && i < WK_N_SQLITE_MUTEXES; i++)
         sqlite3_mutex_enter(sqlite3_mutex_alloc(wk_sqlite_mutexes[i]));
 }
 
 static void wk_fork_release(void) {
     int i;
-    for (i = WK_N_SQLITE_MUTEXES - 1; i >= 0; i--)
+    for (i = WK_N_SQLITE_MUTEXES - 1; wk_fork_owner && i >= 0; i--)
         sqlite3_mutex_leave(sqlite3_mutex_alloc(wk_sqlite_mutexes[i]));
     pthread_mutex_unlock(&wk_lock);
 }
@@ -143,6 +179,7 @@ static void wk_fork_child(void) {
 
 static pthread_once_t wk_fork_once = PTHREAD_ONCE_INIT;
 static void wk_fork_register(void) {
+    wk_fork_claim();
     pthread_atfork(wk_fork_prepare, wk_fork_release, wk_fork_child);
 }
 

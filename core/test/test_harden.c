@@ -1026,6 +1026,49 @@ static void dropping_triggers(void) {
     tocsin_close(db);
 }
 
+/* ---- two copies of the core in one process ------------------------------------ */
+
+/* A binding's native module and the loadable extension an application loads
+ * into its own connection are two copies of the core sharing one SQLite. Each
+ * has fork handlers; SQLite's static mutexes are not recursive, so if both
+ * took them the second would wait for the first on the same thread and
+ * fork() would never return. One copy takes them; fork works, in a child
+ * both copies work. */
+static void two_cores_fork(void) {
+    const char *ext = getenv("TOCSIN_TEST_EXT");
+    sqlite3 *c = NULL;
+    char *err = NULL;
+    pid_t pid;
+    tocsin_db *db = t_open("two_cores", NULL);
+    int64_t id = 0;
+    CHECK(ext != NULL); /* make test-c and ctest set it */
+    if (!ext || !db) return;
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "1", NULL)); /* this copy's handlers are in place */
+    CHECK_EQ_I(sqlite3_open(":memory:", &c), SQLITE_OK);
+    sqlite3_enable_load_extension(c, 1);
+    if (sqlite3_load_extension(c, ext, NULL, &err) != SQLITE_OK) {
+        fprintf(stderr, "FAIL load %s: %s\n", ext, err ? err : "");
+        t_failed++;
+    } else {
+        t_passed++;
+        /* the extension's copy opens its wrapper and subscribes: its handlers too */
+        CHECK_EQ_I(sqlite3_exec(c, "SELECT tocsin_enqueue('q', '2')", NULL, NULL, NULL), SQLITE_OK);
+    }
+    sqlite3_free(err);
+    pid = fork();
+    if (pid == 0) {
+        tocsin_db *mine = NULL;
+        int ok = tocsin_open(&mine, sqlite3_db_filename(tocsin_sqlite(db), "main"), NULL) == TOCSIN_OK &&
+                 tocsin_queue_enqueue(mine, &id, "q", "3", NULL) == TOCSIN_OK &&
+                 sqlite3_exec(c, "SELECT tocsin_enqueue('q', '4')", NULL, NULL, NULL) == SQLITE_OK;
+        _exit(ok ? 0 : 1);
+    }
+    CHECK(pid > 0 && child_ok(pid));
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 2);
+    sqlite3_close(c);
+    tocsin_close(db);
+}
+
 void suite_harden(void) {
     sql_transaction_control_refused();
     plain_hand_back();
@@ -1044,4 +1087,5 @@ void suite_harden(void) {
     stream_close_waits_for_save();
     fork_closes_waited_on_subscriptions();
     dropping_triggers();
+    two_cores_fork();
 }
