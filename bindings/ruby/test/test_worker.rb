@@ -92,6 +92,35 @@ class TestWorker < Minitest::Test
     refute th.alive?
   end
 
+  # A call by name (another runtime's, or q.call here) knows nothing of the task's
+  # retries: its worker keeps them, whatever max_attempts the call gave. A task that
+  # returns past its timeout (it swallowed the cancellation) fails with Timeout.
+  def test_a_call_by_name_keeps_the_tasks_retries_and_late_returns_time_out
+    reg = {}
+    runs = ::Queue.new
+    reg["once"] = Tocsin::Task.new("once", -> { runs << 1; raise ArgumentError, "no" }, queue: "bounded", retries: 0)
+    reg["late"] = Tocsin::Task.new("late", lambda {
+      begin
+        sleep 0.3
+      rescue Exception # rubocop:disable Lint/RescueException -- swallows the timeout on purpose
+        sleep 0.2 # and goes on working past it
+      end
+      "late"
+    }, queue: "bounded", retries: 0, timeout: 0.05)
+    w = Tocsin::Worker.new(db, tasks: reg, scheduler: false)
+    th = Thread.new { w.run }
+    h = db.queue("bounded").call("once", max_attempts: 5)
+    err = assert_raises(Tocsin::TaskError) { h.value(timeout: 10) }
+    assert_equal "ArgumentError", err.type
+    job = db.queue("bounded").get(h.job_id)
+    assert_equal ["dead", 1, "max_attempts", 1], [job.state, job.attempts, job.reason, runs.size]
+    late = db.queue("bounded").call("late")
+    err = assert_raises(Tocsin::TaskError) { late.value(timeout: 10) }
+    assert_equal "Timeout", err.type
+    w.stop
+    th.join(10)
+  end
+
   # A schedule that cannot fire (its cron edited around tocsin) stops neither the
   # worker leading the scheduler nor its jobs; the failure is reported, not raised.
   def test_worker_survives_a_damaged_schedule

@@ -2066,9 +2066,11 @@ static VALUE wk_s_open(VALUE klass, VALUE db, VALUE id, VALUE queues, VALUE conc
     k->w = a.w;
     return obj;
 }
-/* register(task, backoff_base_ms, backoff_cap_ms, timeout_ms, result_ttl_ms) */
-static VALUE wk_register(VALUE self, VALUE task, VALUE base, VALUE cap, VALUE timeout, VALUE ttl) {
+/* register(task, backoff_base_ms, backoff_cap_ms, timeout_ms, result_ttl_ms, max_attempts) */
+static VALUE wk_register(VALUE self, VALUE task, VALUE base, VALUE cap, VALUE timeout, VALUE ttl,
+                         VALUE max_attempts) {
     tocsin_task_opts o = TOCSIN_TASK_OPTS_INIT;
+    o.max_attempts = (int)opt_i64(max_attempts, "retries + 1", 0);
     o.backoff_base_ms = opt_i64(base, "backoff", 0);
     o.backoff_cap_ms = opt_i64(cap, "backoff_cap", 0);
     o.timeout_ms = opt_i64(timeout, "timeout", 0);
@@ -2387,7 +2389,7 @@ RUBY_FUNC_EXPORTED void Init_tocsin_native(void) {
     cWorker = rb_define_class_under(mNative, "Worker", rb_cObject);
     rb_undef_alloc_func(cWorker);
     rb_define_singleton_method(cWorker, "open", wk_s_open, 7);
-    rb_define_method(cWorker, "register", wk_register, 5);
+    rb_define_method(cWorker, "register", wk_register, 6);
     rb_define_method(cWorker, "next", wk_next, 1);
     rb_define_method(cWorker, "take", wk_take, 0);
     rb_define_method(cWorker, "finish", wk_finish, -1);

@@ -204,7 +204,8 @@ module Tocsin
       @native = Native::Worker.open(@db.native, @worker_id, @queues, @concurrency, @visibility_ms, @scheduler,
                                     @scheduler_ttl_ms)
       @tasks.each_value do |t|
-        @native.register(t.name, t.backoff_ms, nil, t.timeout_ms, t.result_ttl_ms)
+        # retries bound the runs of the task's jobs here, whatever a call by name allowed
+        @native.register(t.name, t.backoff_ms, nil, t.timeout_ms, t.result_ttl_ms, t.retries + 1)
       end
       register_periodic if @scheduler
     end
