@@ -133,7 +133,9 @@ static int wk_fork_owner; /* this copy takes SQLite's mutexes at fork */
 static void wk_fork_claim(void) {
     sqlite3_mutex *m;
     sqlite3_vfs *d, *v;
+#ifndef TOCSIN_EXTENSION /* a host loading the extension has initialized SQLite */
     if (sqlite3_initialize() != SQLITE_OK) return;
+#endif
     /* APP3 orders the copies' claims (sqlite3_vfs_register takes MAIN itself) */
     m = sqlite3_mutex_alloc(SQLITE_MUTEX_STATIC_APP3);
     sqlite3_mutex_enter(m);
