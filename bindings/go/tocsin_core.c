@@ -245,9 +245,12 @@ int tc_check_version(tocsin_db *db, const char *what, int version, int current, 
 /* Strict RFC 8259 (json.c); *top gets the first character of the value. It
  * also refuses nesting past 1000 levels and numbers beyond a double's range
  * (1e999: infinity to most readers, an error to Go's): tc_json_why says
- * which, as the tail of an error message ("" for the syntax itself). */
+ * which (and for a number, the key that holds it), as the tail of an error
+ * message written to buf ("" for the syntax itself); TC_JSON_WHY_CAP bytes
+ * hold any. */
+#define TC_JSON_WHY_CAP 256
 int tc_json_valid(const char *text, size_t n, char *top);
-const char *tc_json_why(const char *text, size_t n);
+const char *tc_json_why(const char *text, size_t n, char *buf, size_t cap);
 int tc_json_wrapper_valid(const char *text, size_t n, char *top, int levels);
 /* Walk the members of a JSON object / the elements of a JSON array, strictly:
  * fn gets each key as written (a string literal, quotes included) or index,
@@ -2016,8 +2019,11 @@ static int check_json(tocsin_db *db, const char *what, const char *json, int kin
     if ((int64_t)n > db->max_payload)
         return tc_err(db, TOCSIN_TOOBIG, "%s is %zu bytes; the limit is %lld bytes", what, n,
                       (long long)db->max_payload);
-    if (!tc_json_valid(json, n, &top) || !utf8_ok((const unsigned char *)json))
-        return tc_err(db, TOCSIN_INVALID, "%s is not valid JSON%s", what, tc_json_why(json, n));
+    if (!tc_json_valid(json, n, &top) || !utf8_ok((const unsigned char *)json)) {
+        char why[TC_JSON_WHY_CAP];
+        return tc_err(db, TOCSIN_INVALID, "%s is not valid JSON%s", what,
+                      tc_json_why(json, n, why, sizeof why));
+    }
     if (kind == 1 && top != '{') return tc_err(db, TOCSIN_INVALID, "%s must be a JSON object", what);
     return TOCSIN_OK;
 }
@@ -2140,6 +2146,8 @@ typedef struct jp {
     int depth, max_depth;
     int too_deep; /* refused for nesting past max_depth */
     int huge;     /* refused for a number beyond a double's range */
+    const unsigned char *key, *hkey; /* the member being read; the one holding the huge number */
+    size_t keylen, hkeylen;
 } jp;
 
 /* A wrapper (an options object, the jobs array and its job objects) sits
@@ -2154,6 +2162,8 @@ static void jp_init(jp *j, const char *text, size_t n) {
     j->max_depth = TC_JSON_MAX_DEPTH;
     j->too_deep = 0;
     j->huge = 0;
+    j->key = j->hkey = NULL;
+    j->keylen = j->hkeylen = 0;
 }
 
 static void jp_ws(jp *j) {
@@ -2224,6 +2234,8 @@ static int jp_number(jp *j) {
     }
     if (sig && jp_huge(sig, (size_t)(mend - sig), e + (xneg ? -x : x))) {
         j->huge = 1;
+        j->hkey = j->key;
+        j->hkeylen = j->keylen;
         return 0;
     }
     return 1;
@@ -2269,7 +2281,8 @@ static size_t span_of(const unsigned char *start, const unsigned char *end) {
  * handed to mfn / efn when given. 1 valid, 0 not, -1 stopped by fn. */
 static int jp_container(jp *j, int keyed, tc_json_member_fn mfn, tc_json_element_fn efn, void *ctx) {
     unsigned char close = keyed ? '}' : ']';
-    size_t i;
+    const unsigned char *outer = j->key; /* the member this container is the value of */
+    size_t outerlen = j->keylen, i;
     if (++j->depth > j->max_depth) {
         j->too_deep = 1;
         return 0;
@@ -2286,6 +2299,8 @@ static int jp_container(jp *j, int keyed, tc_json_member_fn mfn, tc_json_element
         if (keyed) {
             if (j->p >= j->end || *j->p != '"' || !jp_string(j)) return 0;
             ke = j->p;
+            j->key = k;
+            j->keylen = (size_t)(ke - k);
             jp_ws(j);
             if (j->p >= j->end || *j->p != ':') return 0;
             j->p++;
@@ -2304,6 +2319,8 @@ static int jp_container(jp *j, int keyed, tc_json_member_fn mfn, tc_json_element
         if (*j->p != close) return 0;
         j->p++;
         j->depth--;
+        j->key = outer;
+        j->keylen = outerlen;
         return 1;
     }
 }
@@ -2337,16 +2354,24 @@ int tc_json_valid(const char *text, size_t n, char *top) {
     return jp_valid(&j, text, n, top);
 }
 
-/* Why tc_json_valid refuses text[0..n), as the tail of an error message (an
- * error path: it validates again to say why); "" for its syntax itself. */
-const char *tc_json_why(const char *text, size_t n) {
+/* Why tc_json_valid refuses text[0..n), as the tail of an error message
+ * written to buf (an error path: it validates again to say why); "" for its
+ * syntax itself. A huge number inside an object is named by its member's key
+ * (the innermost one), so that a refused option says which. */
+const char *tc_json_why(const char *text, size_t n, char *buf, size_t cap) {
+    static const char range[] = "a number beyond the range of a double (as 1e999 is: JSON readers "
+                                "turn it into infinity or refuse it)";
     jp j;
-    if (jp_valid(&j, text, n, NULL)) return "";
-    if (j.too_deep) return " (it nests arrays and objects more than 1000 deep, tocsin's limit)";
-    if (j.huge)
-        return " (it holds a number beyond the range of a double, such as 1e999, which JSON "
-               "readers turn into infinity or refuse)";
-    return "";
+    buf[0] = 0;
+    if (jp_valid(&j, text, n, NULL)) return buf;
+    if (j.too_deep)
+        snprintf(buf, cap, " (it nests arrays and objects more than 1000 deep, tocsin's limit)");
+    else if (j.huge && j.hkey)
+        snprintf(buf, cap, " (the value of %.*s%s holds %s)", (int)(j.hkeylen > 80 ? 76 : j.hkeylen),
+                 (const char *)j.hkey, j.hkeylen > 80 ? "...\"" : "", range);
+    else if (j.huge)
+        snprintf(buf, cap, " (it holds %s)", range);
+    return buf;
 }
 
 /* tc_json_valid for a wrapper whose values sit `levels` containers deep
@@ -10125,9 +10150,11 @@ static int parse_opts(fn_ctx *f, const char *what, const char *json, size_t n,
     int valid;
     if (!json) return 1;
     if ((valid = tc_json_wrapper_valid(json, n, &top, 1)) < 0) return fail_too_deep(f, what);
-    if (!valid)
+    if (!valid) {
+        char why[TC_JSON_WHY_CAP];
         return fail_msg(f, SQLITE_MISMATCH, "%s must be a JSON object (not valid JSON%s)", what,
-                        tc_json_why(json, n));
+                        tc_json_why(json, n, why, sizeof why));
+    }
     if (top != '{') return fail_msg(f, SQLITE_MISMATCH, "%s must be a JSON object", what);
     w.f = f;
     w.what = what;
@@ -10415,9 +10442,11 @@ static int fn_enqueue_many(fn_ctx *f, int argc, sqlite3_value **argv) {
     if (!arg_text(f, argv, 0, "jobs", &jobs)) return 0;
     len = strlen(jobs);
     if ((valid = tc_json_wrapper_valid(jobs, len, &top, 2)) < 0) return fail_too_deep(f, "jobs");
-    if (!valid)
+    if (!valid) {
+        char why[TC_JSON_WHY_CAP];
         return fail_msg(f, SQLITE_MISMATCH, "jobs must be a JSON array of job objects (not valid JSON%s)",
-                        tc_json_why(jobs, len));
+                        tc_json_why(jobs, len, why, sizeof why));
+    }
     if (top != '[')
         return fail_msg(f, SQLITE_MISMATCH, "jobs must be a JSON array of job objects");
     w.f = f;

@@ -1291,8 +1291,11 @@ static int check_json(tocsin_db *db, const char *what, const char *json, int kin
     if ((int64_t)n > db->max_payload)
         return tc_err(db, TOCSIN_TOOBIG, "%s is %zu bytes; the limit is %lld bytes", what, n,
                       (long long)db->max_payload);
-    if (!tc_json_valid(json, n, &top) || !utf8_ok((const unsigned char *)json))
-        return tc_err(db, TOCSIN_INVALID, "%s is not valid JSON%s", what, tc_json_why(json, n));
+    if (!tc_json_valid(json, n, &top) || !utf8_ok((const unsigned char *)json)) {
+        char why[TC_JSON_WHY_CAP];
+        return tc_err(db, TOCSIN_INVALID, "%s is not valid JSON%s", what,
+                      tc_json_why(json, n, why, sizeof why));
+    }
     if (kind == 1 && top != '{') return tc_err(db, TOCSIN_INVALID, "%s must be a JSON object", what);
     return TOCSIN_OK;
 }

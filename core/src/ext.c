@@ -447,9 +447,11 @@ static int parse_opts(fn_ctx *f, const char *what, const char *json, size_t n,
     int valid;
     if (!json) return 1;
     if ((valid = tc_json_wrapper_valid(json, n, &top, 1)) < 0) return fail_too_deep(f, what);
-    if (!valid)
+    if (!valid) {
+        char why[TC_JSON_WHY_CAP];
         return fail_msg(f, SQLITE_MISMATCH, "%s must be a JSON object (not valid JSON%s)", what,
-                        tc_json_why(json, n));
+                        tc_json_why(json, n, why, sizeof why));
+    }
     if (top != '{') return fail_msg(f, SQLITE_MISMATCH, "%s must be a JSON object", what);
     w.f = f;
     w.what = what;
@@ -737,9 +739,11 @@ static int fn_enqueue_many(fn_ctx *f, int argc, sqlite3_value **argv) {
     if (!arg_text(f, argv, 0, "jobs", &jobs)) return 0;
     len = strlen(jobs);
     if ((valid = tc_json_wrapper_valid(jobs, len, &top, 2)) < 0) return fail_too_deep(f, "jobs");
-    if (!valid)
+    if (!valid) {
+        char why[TC_JSON_WHY_CAP];
         return fail_msg(f, SQLITE_MISMATCH, "jobs must be a JSON array of job objects (not valid JSON%s)",
-                        tc_json_why(jobs, len));
+                        tc_json_why(jobs, len, why, sizeof why));
+    }
     if (top != '[')
         return fail_msg(f, SQLITE_MISMATCH, "jobs must be a JSON array of job objects");
     w.f = f;

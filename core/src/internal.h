@@ -240,9 +240,12 @@ int tc_check_version(tocsin_db *db, const char *what, int version, int current, 
 /* Strict RFC 8259 (json.c); *top gets the first character of the value. It
  * also refuses nesting past 1000 levels and numbers beyond a double's range
  * (1e999: infinity to most readers, an error to Go's): tc_json_why says
- * which, as the tail of an error message ("" for the syntax itself). */
+ * which (and for a number, the key that holds it), as the tail of an error
+ * message written to buf ("" for the syntax itself); TC_JSON_WHY_CAP bytes
+ * hold any. */
+#define TC_JSON_WHY_CAP 256
 int tc_json_valid(const char *text, size_t n, char *top);
-const char *tc_json_why(const char *text, size_t n);
+const char *tc_json_why(const char *text, size_t n, char *buf, size_t cap);
 int tc_json_wrapper_valid(const char *text, size_t n, char *top, int levels);
 /* Walk the members of a JSON object / the elements of a JSON array, strictly:
  * fn gets each key as written (a string literal, quotes included) or index,

@@ -15,6 +15,8 @@ typedef struct jp {
     int depth, max_depth;
     int too_deep; /* refused for nesting past max_depth */
     int huge;     /* refused for a number beyond a double's range */
+    const unsigned char *key, *hkey; /* the member being read; the one holding the huge number */
+    size_t keylen, hkeylen;
 } jp;
 
 /* A wrapper (an options object, the jobs array and its job objects) sits
@@ -29,6 +31,8 @@ static void jp_init(jp *j, const char *text, size_t n) {
     j->max_depth = TC_JSON_MAX_DEPTH;
     j->too_deep = 0;
     j->huge = 0;
+    j->key = j->hkey = NULL;
+    j->keylen = j->hkeylen = 0;
 }
 
 static void jp_ws(jp *j) {
@@ -99,6 +103,8 @@ static int jp_number(jp *j) {
     }
     if (sig && jp_huge(sig, (size_t)(mend - sig), e + (xneg ? -x : x))) {
         j->huge = 1;
+        j->hkey = j->key;
+        j->hkeylen = j->keylen;
         return 0;
     }
     return 1;
@@ -144,7 +150,8 @@ static size_t span_of(const unsigned char *start, const unsigned char *end) {
  * handed to mfn / efn when given. 1 valid, 0 not, -1 stopped by fn. */
 static int jp_container(jp *j, int keyed, tc_json_member_fn mfn, tc_json_element_fn efn, void *ctx) {
     unsigned char close = keyed ? '}' : ']';
-    size_t i;
+    const unsigned char *outer = j->key; /* the member this container is the value of */
+    size_t outerlen = j->keylen, i;
     if (++j->depth > j->max_depth) {
         j->too_deep = 1;
         return 0;
@@ -161,6 +168,8 @@ static int jp_container(jp *j, int keyed, tc_json_member_fn mfn, tc_json_element
         if (keyed) {
             if (j->p >= j->end || *j->p != '"' || !jp_string(j)) return 0;
             ke = j->p;
+            j->key = k;
+            j->keylen = (size_t)(ke - k);
             jp_ws(j);
             if (j->p >= j->end || *j->p != ':') return 0;
             j->p++;
@@ -179,6 +188,8 @@ static int jp_container(jp *j, int keyed, tc_json_member_fn mfn, tc_json_element
         if (*j->p != close) return 0;
         j->p++;
         j->depth--;
+        j->key = outer;
+        j->keylen = outerlen;
         return 1;
     }
 }
@@ -212,16 +223,24 @@ int tc_json_valid(const char *text, size_t n, char *top) {
     return jp_valid(&j, text, n, top);
 }
 
-/* Why tc_json_valid refuses text[0..n), as the tail of an error message (an
- * error path: it validates again to say why); "" for its syntax itself. */
-const char *tc_json_why(const char *text, size_t n) {
+/* Why tc_json_valid refuses text[0..n), as the tail of an error message
+ * written to buf (an error path: it validates again to say why); "" for its
+ * syntax itself. A huge number inside an object is named by its member's key
+ * (the innermost one), so that a refused option says which. */
+const char *tc_json_why(const char *text, size_t n, char *buf, size_t cap) {
+    static const char range[] = "a number beyond the range of a double (as 1e999 is: JSON readers "
+                                "turn it into infinity or refuse it)";
     jp j;
-    if (jp_valid(&j, text, n, NULL)) return "";
-    if (j.too_deep) return " (it nests arrays and objects more than 1000 deep, tocsin's limit)";
-    if (j.huge)
-        return " (it holds a number beyond the range of a double, such as 1e999, which JSON "
-               "readers turn into infinity or refuse)";
-    return "";
+    buf[0] = 0;
+    if (jp_valid(&j, text, n, NULL)) return buf;
+    if (j.too_deep)
+        snprintf(buf, cap, " (it nests arrays and objects more than 1000 deep, tocsin's limit)");
+    else if (j.huge && j.hkey)
+        snprintf(buf, cap, " (the value of %.*s%s holds %s)", (int)(j.hkeylen > 80 ? 76 : j.hkeylen),
+                 (const char *)j.hkey, j.hkeylen > 80 ? "...\"" : "", range);
+    else if (j.huge)
+        snprintf(buf, cap, " (it holds %s)", range);
+    return buf;
 }
 
 /* tc_json_valid for a wrapper whose values sit `levels` containers deep

@@ -373,6 +373,21 @@ void suite_json(void) {
             CHECK_EQ_I(tocsin_notify(db, &id, "c", huge[i], NULL), TOCSIN_INVALID);
             CHECK(strstr(tocsin_errmsg(db), "beyond the range of a double") != NULL);
         }
+        /* the message names the innermost member holding the number, and none
+         * when it sits outside every object */
+        {
+            static const char *where[][2] = {
+                {"{\"a\":[1,2e400]}", "the value of \"a\" holds a number"},
+                {"{\"x\":{\"y\":1},\"z\":-1e999}", "the value of \"z\" holds"},
+                {"{\"x\":{\"y\":{\"w\":1e999}}}", "the value of \"w\" holds"},
+                {"{\"x\":{\"y\":[]},\"z\":[{}, 1e999]}", "the value of \"z\" holds"},
+                {"[{\"b\":1},1e999]", "(it holds a number"},
+                {"1e999", "(it holds a number"}};
+            for (i = 0; i < sizeof where / sizeof where[0]; i++) {
+                CHECK_EQ_I(tocsin_notify(db, &id, "c", where[i][0], NULL), TOCSIN_INVALID);
+                CHECK(strstr(tocsin_errmsg(db), where[i][1]) != NULL);
+            }
+        }
     }
     tocsin_close(db);
 }
