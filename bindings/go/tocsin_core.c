@@ -387,6 +387,13 @@ int tc_schema_install(tocsin_db *db, int *out_version);
 char *tc_jobs_json(const tocsin_job *jobs, size_t n); /* owned; NULL on oom */
 char *tc_job_json(const tocsin_job *job);
 char *tc_messages_json(const tocsin_message *m, size_t n, int stream);
+/* Checks every job spec as tocsin_queue_enqueue_many does before it writes
+ * ("job 3: ..." when n > 1); the SQL layer checks them before its own unit
+ * begins, so that a refused batch writes nothing (not even the schema). */
+int tc_check_specs(tocsin_db *db, const tocsin_job_spec *specs, size_t n);
+/* Checks tocsin_queue_claim's arguments before anything is written. */
+int tc_check_claim(tocsin_db *db, const char *queue, const char *worker, size_t max,
+                   int64_t visibility_ms);
 
 /* ---- queue steps of the worker protocol (queue.c), inside a caller's op ---- */
 /* Hands a held job back (pending again after delay_ms, no attempt consumed;
@@ -3454,14 +3461,9 @@ static int insert_job(tocsin_db *db, int64_t *out_id, const tocsin_job_spec *s, 
     return TOCSIN_OK;
 }
 
-int tocsin_queue_enqueue_many(tocsin_db *db, int64_t *out_ids, const tocsin_job_spec *specs,
-                              size_t n) {
-    tc_op op;
+int tc_check_specs(tocsin_db *db, const tocsin_job_spec *specs, size_t n) {
     size_t i;
-    int64_t now, next = 0;
-    int rc = TOCSIN_OK;
-    CHECK_DB(db);
-    if (n && (!out_ids || !specs)) return tc_err(db, TOCSIN_INVALID, "out_ids and specs must not be NULL");
+    int rc;
     for (i = 0; i < n; i++) {
         if ((rc = check_spec(db, &specs[i])) != TOCSIN_OK) {
             if (n > 1) {
@@ -3472,6 +3474,18 @@ int tocsin_queue_enqueue_many(tocsin_db *db, int64_t *out_ids, const tocsin_job_
             return rc;
         }
     }
+    return TOCSIN_OK;
+}
+
+int tocsin_queue_enqueue_many(tocsin_db *db, int64_t *out_ids, const tocsin_job_spec *specs,
+                              size_t n) {
+    tc_op op;
+    size_t i;
+    int64_t now, next = 0;
+    int rc = TOCSIN_OK;
+    CHECK_DB(db);
+    if (n && (!out_ids || !specs)) return tc_err(db, TOCSIN_INVALID, "out_ids and specs must not be NULL");
+    if ((rc = tc_check_specs(db, specs, n)) != TOCSIN_OK) return rc;
     if (n == 0) return TOCSIN_OK;
     /* one job without a unique key is one INSERT (with a key, a second
      * statement may look up the job holding it: a transaction then) */
@@ -3610,6 +3624,16 @@ static int claim_prepare(tocsin_db *db, const char *queue, int64_t now, size_t m
     return rc;
 }
 
+int tc_check_claim(tocsin_db *db, const char *queue, const char *worker, size_t max,
+                   int64_t visibility_ms) {
+    int rc;
+    if ((rc = tc_check_name(db, "queue name", queue)) != TOCSIN_OK) return rc;
+    if ((rc = tc_check_name(db, "worker id", worker)) != TOCSIN_OK) return rc;
+    if (max < 1 || max > TC_MAX_CLAIM)
+        return tc_err(db, TOCSIN_INVALID, "claim count must be between 1 and %d", TC_MAX_CLAIM);
+    return tc_check_ms(db, "visibility_ms", visibility_ms, 1);
+}
+
 int tocsin_queue_claim(tocsin_db *db, tocsin_job **out_jobs, size_t *out_n, const char *queue,
                        const char *worker, size_t max, int64_t visibility_ms) {
     tc_op op;
@@ -3620,11 +3644,7 @@ int tocsin_queue_claim(tocsin_db *db, tocsin_job **out_jobs, size_t *out_n, cons
     if (!out_jobs || !out_n) return tc_err(db, TOCSIN_INVALID, "out_jobs and out_n must not be NULL");
     *out_jobs = NULL;
     *out_n = 0;
-    if ((rc = tc_check_name(db, "queue name", queue)) != TOCSIN_OK) return rc;
-    if ((rc = tc_check_name(db, "worker id", worker)) != TOCSIN_OK) return rc;
-    if (max < 1 || max > TC_MAX_CLAIM)
-        return tc_err(db, TOCSIN_INVALID, "claim count must be between 1 and %d", TC_MAX_CLAIM);
-    if ((rc = tc_check_ms(db, "visibility_ms", visibility_ms, 1)) != TOCSIN_OK) return rc;
+    if ((rc = tc_check_claim(db, queue, worker, max, visibility_ms)) != TOCSIN_OK) return rc;
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
     now = queue_now(db);
     rc = claim_prepare(db, queue, now, max, &paused, &burst);
@@ -10462,6 +10482,14 @@ static int fn_enqueue_many(fn_ctx *f, int argc, sqlite3_value **argv) {
     }
     memset(o, 0, n * sizeof *o);
     if (tc_json_elements(jobs, len, jobs_element, &w) != 1) goto done;
+    /* the core's checks of every job first: a refused batch must write
+     * nothing, not even the schema the unit below would install */
+    tc_clear(f->db);
+    if ((rc = tc_check_specs(f->db, w.specs, n)) != TOCSIN_OK) {
+        if (n == 1) f->where = "job 0";
+        fail(f, rc);
+        goto done;
+    }
     if (!unit_begin(f, &op)) goto done;
     if ((rc = tocsin_queue_enqueue_many(f->db, ids, w.specs, n)) != TOCSIN_OK) {
         /* the core names the job ("job 3: ...") when there are several */
@@ -10498,6 +10526,10 @@ static int fn_claim(fn_ctx *f, int argc, sqlite3_value **argv) {
     if (!arg_text(f, argv, 0, "queue", &queue) || !arg_text(f, argv, 1, "worker_id", &worker) ||
         !arg_count(f, argv, 2, "n", &n) || !arg_i64(f, argv, 3, "visibility_ms", 1, MS_MAX, &vis))
         return 0;
+    /* the core's checks first: a refused claim writes nothing, not even the
+     * schema the unit below would install */
+    tc_clear(f->db);
+    if ((rc = tc_check_claim(f->db, queue, worker, n, vis)) != TOCSIN_OK) return fail(f, rc);
     if (!unit_begin(f, &op)) return 0;
     rc = tocsin_queue_claim(f->db, &jobs, &got, queue, worker, n, vis);
     if (rc != TOCSIN_OK) return unit_end(f, &op, fail(f, rc));

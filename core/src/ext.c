@@ -759,6 +759,14 @@ static int fn_enqueue_many(fn_ctx *f, int argc, sqlite3_value **argv) {
     }
     memset(o, 0, n * sizeof *o);
     if (tc_json_elements(jobs, len, jobs_element, &w) != 1) goto done;
+    /* the core's checks of every job first: a refused batch must write
+     * nothing, not even the schema the unit below would install */
+    tc_clear(f->db);
+    if ((rc = tc_check_specs(f->db, w.specs, n)) != TOCSIN_OK) {
+        if (n == 1) f->where = "job 0";
+        fail(f, rc);
+        goto done;
+    }
     if (!unit_begin(f, &op)) goto done;
     if ((rc = tocsin_queue_enqueue_many(f->db, ids, w.specs, n)) != TOCSIN_OK) {
         /* the core names the job ("job 3: ...") when there are several */
@@ -795,6 +803,10 @@ static int fn_claim(fn_ctx *f, int argc, sqlite3_value **argv) {
     if (!arg_text(f, argv, 0, "queue", &queue) || !arg_text(f, argv, 1, "worker_id", &worker) ||
         !arg_count(f, argv, 2, "n", &n) || !arg_i64(f, argv, 3, "visibility_ms", 1, MS_MAX, &vis))
         return 0;
+    /* the core's checks first: a refused claim writes nothing, not even the
+     * schema the unit below would install */
+    tc_clear(f->db);
+    if ((rc = tc_check_claim(f->db, queue, worker, n, vis)) != TOCSIN_OK) return fail(f, rc);
     if (!unit_begin(f, &op)) return 0;
     rc = tocsin_queue_claim(f->db, &jobs, &got, queue, worker, n, vis);
     if (rc != TOCSIN_OK) return unit_end(f, &op, fail(f, rc));

@@ -382,6 +382,13 @@ int tc_schema_install(tocsin_db *db, int *out_version);
 char *tc_jobs_json(const tocsin_job *jobs, size_t n); /* owned; NULL on oom */
 char *tc_job_json(const tocsin_job *job);
 char *tc_messages_json(const tocsin_message *m, size_t n, int stream);
+/* Checks every job spec as tocsin_queue_enqueue_many does before it writes
+ * ("job 3: ..." when n > 1); the SQL layer checks them before its own unit
+ * begins, so that a refused batch writes nothing (not even the schema). */
+int tc_check_specs(tocsin_db *db, const tocsin_job_spec *specs, size_t n);
+/* Checks tocsin_queue_claim's arguments before anything is written. */
+int tc_check_claim(tocsin_db *db, const char *queue, const char *worker, size_t max,
+                   int64_t visibility_ms);
 
 /* ---- queue steps of the worker protocol (queue.c), inside a caller's op ---- */
 /* Hands a held job back (pending again after delay_ms, no attempt consumed;

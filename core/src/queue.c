@@ -606,14 +606,9 @@ static int insert_job(tocsin_db *db, int64_t *out_id, const tocsin_job_spec *s, 
     return TOCSIN_OK;
 }
 
-int tocsin_queue_enqueue_many(tocsin_db *db, int64_t *out_ids, const tocsin_job_spec *specs,
-                              size_t n) {
-    tc_op op;
+int tc_check_specs(tocsin_db *db, const tocsin_job_spec *specs, size_t n) {
     size_t i;
-    int64_t now, next = 0;
-    int rc = TOCSIN_OK;
-    CHECK_DB(db);
-    if (n && (!out_ids || !specs)) return tc_err(db, TOCSIN_INVALID, "out_ids and specs must not be NULL");
+    int rc;
     for (i = 0; i < n; i++) {
         if ((rc = check_spec(db, &specs[i])) != TOCSIN_OK) {
             if (n > 1) {
@@ -624,6 +619,18 @@ int tocsin_queue_enqueue_many(tocsin_db *db, int64_t *out_ids, const tocsin_job_
             return rc;
         }
     }
+    return TOCSIN_OK;
+}
+
+int tocsin_queue_enqueue_many(tocsin_db *db, int64_t *out_ids, const tocsin_job_spec *specs,
+                              size_t n) {
+    tc_op op;
+    size_t i;
+    int64_t now, next = 0;
+    int rc = TOCSIN_OK;
+    CHECK_DB(db);
+    if (n && (!out_ids || !specs)) return tc_err(db, TOCSIN_INVALID, "out_ids and specs must not be NULL");
+    if ((rc = tc_check_specs(db, specs, n)) != TOCSIN_OK) return rc;
     if (n == 0) return TOCSIN_OK;
     /* one job without a unique key is one INSERT (with a key, a second
      * statement may look up the job holding it: a transaction then) */
@@ -762,6 +769,16 @@ static int claim_prepare(tocsin_db *db, const char *queue, int64_t now, size_t m
     return rc;
 }
 
+int tc_check_claim(tocsin_db *db, const char *queue, const char *worker, size_t max,
+                   int64_t visibility_ms) {
+    int rc;
+    if ((rc = tc_check_name(db, "queue name", queue)) != TOCSIN_OK) return rc;
+    if ((rc = tc_check_name(db, "worker id", worker)) != TOCSIN_OK) return rc;
+    if (max < 1 || max > TC_MAX_CLAIM)
+        return tc_err(db, TOCSIN_INVALID, "claim count must be between 1 and %d", TC_MAX_CLAIM);
+    return tc_check_ms(db, "visibility_ms", visibility_ms, 1);
+}
+
 int tocsin_queue_claim(tocsin_db *db, tocsin_job **out_jobs, size_t *out_n, const char *queue,
                        const char *worker, size_t max, int64_t visibility_ms) {
     tc_op op;
@@ -772,11 +789,7 @@ int tocsin_queue_claim(tocsin_db *db, tocsin_job **out_jobs, size_t *out_n, cons
     if (!out_jobs || !out_n) return tc_err(db, TOCSIN_INVALID, "out_jobs and out_n must not be NULL");
     *out_jobs = NULL;
     *out_n = 0;
-    if ((rc = tc_check_name(db, "queue name", queue)) != TOCSIN_OK) return rc;
-    if ((rc = tc_check_name(db, "worker id", worker)) != TOCSIN_OK) return rc;
-    if (max < 1 || max > TC_MAX_CLAIM)
-        return tc_err(db, TOCSIN_INVALID, "claim count must be between 1 and %d", TC_MAX_CLAIM);
-    if ((rc = tc_check_ms(db, "visibility_ms", visibility_ms, 1)) != TOCSIN_OK) return rc;
+    if ((rc = tc_check_claim(db, queue, worker, max, visibility_ms)) != TOCSIN_OK) return rc;
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
     now = queue_now(db);
     rc = claim_prepare(db, queue, now, max, &paused, &burst);

@@ -438,6 +438,18 @@ pending|0|2
 processing|1|1
 0"
 
+# a claim or batch the core refuses for its arguments writes nothing on a fresh
+# database: not even the schema (the core's checks run before the call's unit)
+qfresh refused_fresh "SELECT tocsin_claim('', 'w', 1, 1000);
+SELECT tocsin_claim('q', 'w'||char(1), 1, 1000);
+SELECT tocsin_enqueue_many('[{\"queue\":\"\",\"payload\":1}]');
+SELECT tocsin_enqueue_many('[{\"queue\":\"q\",\"payload\":1},{\"queue\":\"q\",\"payload\":2,\"unique_key\":\"a\\nb\"}]');
+SELECT count(*) FROM sqlite_master;" "*tocsin_claim: queue name must not be empty*
+*tocsin_claim: worker id must not contain control characters*
+*tocsin_enqueue_many: job 0: queue name must not be empty*
+*tocsin_enqueue_many: job 1: unique_key must not contain control characters*
+0"
+
 # PRAGMA query_only: a write is refused saying why, nothing written; reads work
 qfresh query_only "SELECT tocsin_bootstrap(); PRAGMA query_only = 1;
 SELECT tocsin_enqueue('q', '1');
