@@ -450,6 +450,14 @@ SELECT count(*) FROM sqlite_master;" "*tocsin_claim: queue name must not be empt
 *tocsin_enqueue_many: job 1: unique_key must not contain control characters*
 0"
 
+# names: only bytes below 0x20 and 0x7f are control characters; other odd
+# characters are ordinary names, kept byte for byte
+qfresh odd_names "SELECT tocsin_enqueue(char(0x85), '1'), tocsin_enqueue(char(0x2028), '2'), tocsin_enqueue(char(0xfeff)||'Q', '3');
+SELECT json_extract(value, '\$.queue') = char(0xfeff)||'Q' FROM json_each(tocsin_claim(char(0xfeff)||'Q', char(0x85), 1, 1000));
+SELECT tocsin_enqueue('q'||char(0x7f), '1');" "1|2|3
+1
+*tocsin_enqueue: queue name must not contain control characters*"
+
 # PRAGMA query_only: a write is refused saying why, nothing written; reads work
 qfresh query_only "SELECT tocsin_bootstrap(); PRAGMA query_only = 1;
 SELECT tocsin_enqueue('q', '1');
