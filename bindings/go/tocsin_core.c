@@ -2763,28 +2763,41 @@ static const char *const *const MIGRATIONS[] = {SCHEMA_V1, SCHEMA_V2};
 
 /* The stored schema_version must be exactly a decimal integer >= 1 as the
  * installer writes it ('1'): '1.9', '1abc', ' 1', '01' or a REAL 1.0 are not
- * read as v1 (a file some other program touched is reported, not guessed). */
-static int parse_version(sqlite3_stmt *st, int *out) {
+ * read as v1 (a file some other program touched is reported, not guessed).
+ * A version of more digits than an int holds is a newer one all the same
+ * (TC_VERSION_HUGE). shown gets the value for messages: quoted, at most 40 bytes,
+ * control bytes as '?' ('1.9'), or what it is when it is not text (NULL, a REAL). */
+#define TC_VERSION_HUGE 1000000000
+static int parse_version(sqlite3_stmt *st, int *out, char *shown, size_t cap) {
     const unsigned char *t;
-    int n, i, v = 0;
-    if (sqlite3_column_type(st, 0) != SQLITE_TEXT && sqlite3_column_type(st, 0) != SQLITE_INTEGER)
+    int n, i, v = 0, type = sqlite3_column_type(st, 0);
+    size_t k;
+    if (type != SQLITE_TEXT && type != SQLITE_INTEGER) {
+        snprintf(shown, cap, "%s", type == SQLITE_NULL ? "NULL" : type == SQLITE_FLOAT ? "a REAL" : "a BLOB");
         return 0;
+    }
     t = sqlite3_column_text(st, 0);
     n = sqlite3_column_bytes(st, 0);
-    if (!t || n < 1 || n > 9 || t[0] == '0') return 0;
+    shown[0] = '\'';
+    for (k = 1; t && k <= (size_t)n && k <= 40 && k + 5 < cap; k++)
+        shown[k] = t[k - 1] < 0x20 || t[k - 1] == 0x7f ? '?' : (char)t[k - 1];
+    snprintf(shown + k, cap - k, "%s'", t && (size_t)n >= k ? "..." : "");
+    if (!t || n < 1 || t[0] == '0') return 0;
     for (i = 0; i < n; i++) {
         if (t[i] < '0' || t[i] > '9') return 0;
-        v = v * 10 + (t[i] - '0');
+        v = v < TC_VERSION_HUGE / 10 ? v * 10 + (t[i] - '0') : TC_VERSION_HUGE; /* never wraps */
     }
     *out = v;
     return 1;
 }
 
-/* Reads the stored schema version: 0 when the database has no tocsin schema. */
-static int read_version(tocsin_db *db, int *out) {
+/* Reads the stored schema version: 0 when the database has no tocsin schema.
+ * shown (cap >= 48) gets the stored text for messages. */
+static int read_version(tocsin_db *db, int *out, char *shown, size_t cap) {
     sqlite3_stmt *st = NULL;
     int rc, valid = 0;
     *out = 0;
+    shown[0] = 0;
     rc = tc_prepare(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_tocsin_meta'",
                             0, &st);
     if (rc != SQLITE_OK) return tc_sqlerr(db, rc, "read schema");
@@ -2796,15 +2809,18 @@ static int read_version(tocsin_db *db, int *out) {
                             0, &st);
     if (rc != SQLITE_OK) return tc_sqlerr(db, rc, "read schema version");
     rc = tc_step(db, st);
-    if (rc == SQLITE_ROW) valid = parse_version(st, out);
+    if (rc == SQLITE_ROW) valid = parse_version(st, out, shown, cap);
     sqlite3_finalize(st);
     if (rc != SQLITE_ROW && rc != SQLITE_DONE) return tc_sqlerr(db, rc, "read schema version");
     if (!valid) {
         *out = 0;
+        if (rc == SQLITE_ROW)
+            return tc_err(db, TOCSIN_CORRUPT,
+                          "_tocsin_meta exists but its schema_version (%s) is malformed, not a version "
+                          "number (decimal digits, 1 or more, no leading zero)", shown);
         return tc_err(db, TOCSIN_CORRUPT,
-                      "_tocsin_meta exists but its schema_version is %s, not a version number "
-                      "(decimal digits, 1 or more)",
-                      rc == SQLITE_ROW ? "malformed" : "missing");
+                      "_tocsin_meta exists but its schema_version is missing, not a version number "
+                      "(decimal digits, 1 or more)");
     }
     return TOCSIN_OK;
 }
@@ -2812,13 +2828,13 @@ static int read_version(tocsin_db *db, int *out) {
 int tc_schema_install(tocsin_db *db, int *out_version) {
     tc_op op;
     int v, rc, from;
-    char sql[160];
+    char sql[160], shown[48];
     *out_version = 0;
-    if ((rc = read_version(db, &v)) != TOCSIN_OK) return rc;
+    if ((rc = read_version(db, &v, shown, sizeof shown)) != TOCSIN_OK) return rc;
     if (v > TOCSIN_SCHEMA_VERSION)
         return tc_err(db, TOCSIN_VERSION,
-                      "the database has tocsin schema v%d, newer than this library's v%d: upgrade tocsin",
-                      v, TOCSIN_SCHEMA_VERSION);
+                      "the database has tocsin schema v%.*s, newer than this library's v%d: upgrade tocsin",
+                      (int)strlen(shown) - 2, shown + 1, TOCSIN_SCHEMA_VERSION);
     if (v == TOCSIN_SCHEMA_VERSION) {
         *out_version = v;
         return TOCSIN_OK;
@@ -2829,7 +2845,11 @@ int tc_schema_install(tocsin_db *db, int *out_version) {
                       v ? "an older tocsin schema" : "no tocsin schema", TOCSIN_SCHEMA_VERSION);
     if ((rc = tc_op_open(db, &op, 1)) != TOCSIN_OK) return rc;
     /* Another process may have installed it while we waited for the lock. */
-    rc = read_version(db, &v);
+    rc = read_version(db, &v, shown, sizeof shown);
+    if (rc == TOCSIN_OK && v > TOCSIN_SCHEMA_VERSION) /* a newer library installed it meanwhile */
+        rc = tc_err(db, TOCSIN_VERSION,
+                    "the database has tocsin schema v%.*s, newer than this library's v%d: upgrade tocsin",
+                    (int)strlen(shown) - 2, shown + 1, TOCSIN_SCHEMA_VERSION);
     from = v;
     for (; rc == TOCSIN_OK && v < N_MIGRATIONS; v++) {
         const char *const *sql;

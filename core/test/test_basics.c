@@ -57,6 +57,24 @@ static void open_and_schema(void) {
         CHECK(strstr(tocsin_errmsg(db2), "v99") != NULL);
         tocsin_close(db2);
     }
+    /* so is one of more digits than an int holds: a newer version, not a malformed one
+     * (4294967298 would wrap to 2 in 32 bits), and the file is left as it was */
+    {
+        static const char *const huge[] = {"4294967298", "123456789012345678901234567890123456789012345678901"};
+        size_t i;
+        for (i = 0; i < sizeof huge / sizeof huge[0]; i++) {
+            tocsin_db *db2 = NULL;
+            char sql[200];
+            snprintf(sql, sizeof sql, "UPDATE _tocsin_meta SET value = '%s' WHERE key = 'schema_version'", huge[i]);
+            CHECK_OK(db, tocsin_exec(db, sql));
+            CHECK_EQ_I(tocsin_open(&db2, sqlite3_db_filename(tocsin_sqlite(db), "main"), NULL), TOCSIN_VERSION);
+            CHECK(strstr(tocsin_errmsg(db2), "newer than this library") != NULL);
+            CHECK(strstr(tocsin_errmsg(db2), i ? "v1234567890" : "v4294967298,") != NULL);
+            tocsin_close(db2);
+            snprintf(sql, sizeof sql, "_tocsin_meta WHERE key = 'schema_version' AND value = '%s'", huge[i]);
+            CHECK_EQ_I(t_count(db, sql), 1);
+        }
+    }
     tocsin_close(db);
 }
 

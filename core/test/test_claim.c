@@ -722,6 +722,13 @@ static void schema_version_exact(void) {
         CHECK_EQ_I(rc, TOCSIN_CORRUPT);
         if (rc != TOCSIN_CORRUPT) fprintf(stderr, "  schema_version %s read as valid\n", bad[i]);
         CHECK(again && strstr(tocsin_errmsg(again), "schema_version") != NULL);
+        /* the message shows what is stored (or what it is, when it is not text) */
+        if (bad[i][0] == '\'') {
+            char shown[40];
+            snprintf(shown, sizeof shown, "(%s)", bad[i]);
+            CHECK(again && strstr(tocsin_errmsg(again), shown) != NULL);
+        }
+        if (!strcmp(bad[i], "NULL")) CHECK(again && strstr(tocsin_errmsg(again), "(NULL)") != NULL);
         tocsin_close(again);
     }
     {
