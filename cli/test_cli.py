@@ -945,5 +945,168 @@ def ui_sse_pushes_on_commit():
         assert s.stop() == 0
 
 
+# ---- audit: hostile input of every kind is refused, nothing written ----
+@test
+def durations_are_read_exactly():
+    db = newdb("durations")
+    # a bare number only when it is the whole text, units from the largest down, each once
+    for bad in ("30s5", "1h30", "1m1m", "30m1h", "5ms5s", "1.5s", "-5s", " 5", "5 ", "+5", "1H", "s", "ms"):
+        rc, out, err = run("enqueue", db, "q", "{}", "--delay", bad)
+        usage_error(rc, err, "--delay must be a duration")
+        assert out == ""
+    assert count(db, "_tocsin_jobs") == 0
+    for good, ms in (("250", 250), ("250ms", 250), ("1h30m", 5400000), ("1d2h3m4s5ms", 93784005), ("0", 0)):
+        jid = js("enqueue", db, "q", "{}", "--delay", good)["id"]
+        (delay,) = sql(db, "SELECT run_at - created_at FROM _tocsin_jobs WHERE id = ?", jid)[0]
+        assert delay == ms, (good, delay)
+    rc, _, err = run("stats", db, env={"TOCSIN_BUSY_TIMEOUT": "1s5"})
+    usage_error(rc, err, "TOCSIN_BUSY_TIMEOUT")
+
+
+@test
+def integers_are_read_exactly():
+    db = newdb("integers")
+    jid = js("enqueue", db, "q", "{}")["id"]
+    for args, word in ((["enqueue", db, "q", "{}", "--priority", " 5"], "--priority"),
+                       (["enqueue", db, "q", "{}", "--priority", "+5"], "--priority"),
+                       (["enqueue", db, "q", "{}", "--priority", "0x10"], "--priority"),
+                       (["enqueue", db, "q", "{}", "--priority", "99999999999999999999"], "--priority"),
+                       (["enqueue", db, "q", "{}", "--max-attempts", "3 "], "--max-attempts"),
+                       (["job", db, f" {jid}"], "job id"), (["job", db, f"+{jid}"], "job id"),
+                       (["cancel", db, f" {jid}"], "job id"), (["jobs", db, "--limit", " 5"], "--limit"),
+                       (["ui", db, "--port", " 80"], "--port")):
+        rc, out, err = run(*args)
+        usage_error(rc, err, word)
+        assert out == ""
+    assert count(db, "_tocsin_jobs") == 1 and count(db, "_tocsin_dead") == 0
+    assert js("enqueue", db, "q", "{}", "--priority", "-5")["id"] == jid + 1
+
+
+@test
+def options_given_twice_are_refused():
+    db = newdb("twice")
+    cases = [(["enqueue", db, "q", "{}", "--priority", "1", "--priority", "2"], "--priority is given twice"),
+             (["enqueue", db, "q", "{}", "--delay=1s", "--delay", "2s"], "--delay is given twice"),
+             (["enqueue", db, "q", "{}", "--json", "--json"], "--json is given twice"),
+             (["dead", "purge", db, "--queue", "a", "--queue", "b"], "--queue is given twice"),
+             (["dead", "requeue", db, "--all", "--all"], "--all is given twice"),
+             (["tail", db, "t", "--no-follow", "--no-follow"], "--no-follow is given twice"),
+             (["jobs", db, "--limit", "1", "--limit", "2"], "--limit is given twice"),
+             (["ui", db, "--port", "0", "--port", "0"], "--port is given twice"),
+             (["ui", db, "--read-only", "--read-only"], "--read-only is given twice"),
+             (["ui", db, "--host=127.0.0.1", "--host", "127.0.0.1"], "--host is given twice")]
+    for args, word in cases:
+        rc, out, err = run(*args)
+        usage_error(rc, err, word)
+        assert out == ""
+    assert count(db, "_tocsin_jobs") == 0
+
+
+@test
+def dead_requeue_is_all_or_nothing():
+    db = newdb("requeueatomic")
+    ids = [js("enqueue", db, "q", "{}")["id"] for _ in range(3)]
+    for i in ids:
+        js("cancel", db, i)
+    # one id that is no dead job: exit 3 and the others stay dead
+    rc, out, err = run("dead", "requeue", db, ids[0], 999, ids[1])
+    assert rc == EXIT_NOTFOUND and "no dead job 999" in err and "nothing was requeued" in err, (rc, err)
+    assert out == "" and count(db, "_tocsin_dead") == 3 and count(db, "_tocsin_jobs") == 0
+    rc, out, err = run("dead", "requeue", db, ids[0], ids[0])
+    usage_error(rc, err, f"job id {ids[0]} is given twice")
+    assert count(db, "_tocsin_dead") == 3
+    # --all: a job it cannot requeue (its unique key is held again) leaves every one dead
+    k = js("enqueue", db, "q", '"x"', "--unique-key", "k")["id"]
+    js("cancel", db, k)
+    js("enqueue", db, "q", '"y"', "--unique-key", "k")
+    rc, out, err = run("dead", "requeue", db, "--all")
+    usage_error(rc, err, "unique_key")
+    assert out == "" and count(db, "_tocsin_dead") == 4
+    assert js("dead", "requeue", db, ids[0], ids[2]) == {"requeued": [ids[0], ids[2]]}
+    assert count(db, "_tocsin_dead") == 2
+
+
+@test
+def writing_to_a_file_it_cannot_write_is_refused_up_front():
+    d = tempfile.mkdtemp(prefix="tocsin-rw-")
+    try:
+        db, exe = os.path.join(d, "x.db"), os.path.join(d, "tocsin")
+        shutil.copy(TOCSIN, exe)
+        assert subprocess.run([exe, "init", db], capture_output=True).returncode == 0
+        assert subprocess.run([exe, "enqueue", db, "q", "1"], capture_output=True).returncode == 0
+        os.chmod(db, 0o444)
+        os.chmod(d, 0o777)  # the directory is writable: SQLite alone would open the file read-only
+        before = open(db, "rb").read()
+        pre = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"] if os.geteuid() == 0 else []
+        for args in (["enqueue", db, "q", "2"], ["cancel", db, "1"], ["pause", db, "q"], ["init", db],
+                     ["dead", "purge", db], ["prune", db], ["notify", db, "c", "1"],
+                     ["tail", db, "t", "--consumer", "c", "--no-follow"]):
+            p = subprocess.run(pre + [exe, *args], capture_output=True, text=True, timeout=20)
+            assert p.returncode == EXIT_ERR, (args, p.returncode, p.stderr)
+            assert f"cannot open {db} for writing: the file is read-only" in p.stderr, (args, p.stderr)
+            assert p.stderr.count("\n") == 1 and p.stdout == "", (args, p.stdout, p.stderr)
+        p = subprocess.run(pre + [exe, "stats", db, "--json"], capture_output=True, text=True, timeout=20)
+        assert p.returncode == 0, p.stderr  # reading still works
+        assert open(db, "rb").read() == before
+    finally:
+        os.chmod(d, 0o755)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@test
+def newer_or_foreign_schemas_are_refused_untouched():
+    for value, code, word in (("3", EXIT_ERR, "newer than this library's v2: upgrade tocsin"),
+                              ("4294967298", EXIT_ERR, "schema v4294967298, newer"),
+                              ("1.9", EXIT_ERR, "schema_version ('1.9') is malformed")):
+        db = newdb("schema" + value.replace(".", "_"))
+        sql(db, "UPDATE _tocsin_meta SET value = ? WHERE key = 'schema_version'", value)
+        before = open(db, "rb").read()
+        for args in (["stats", db], ["enqueue", db, "q", "{}"], ["init", db], ["ui", db, "--port", "0"]):
+            rc, out, err = run(*args)
+            assert rc == code and word in err and err.count("\n") == 1, (args, rc, err)
+            assert out == ""
+        assert open(db, "rb").read() == before
+    # a file that is not SQLite at all
+    junk = os.path.join(OUT, "junk.db")
+    with open(junk, "w") as f:
+        f.write("not a database, only text " * 20)
+    before = open(junk, "rb").read()
+    for args in (["stats", junk], ["enqueue", junk, "q", "{}"], ["init", junk]):
+        rc, out, err = run(*args)
+        assert rc == EXIT_ERR and "not a database" in err and err.count("\n") == 1, (args, rc, err)
+    assert open(junk, "rb").read() == before and not os.path.exists(junk + "-wal")
+
+
+@test
+def ui_refuses_arguments_and_methods_a_path_does_not_take():
+    db = newdb("uiargs")
+    jid = js("enqueue", db, "q", "{}")["id"]
+    js("cancel", db, jid)
+    s = Server(db)
+    try:
+        st, _, page = http(s.url)
+        token = {"X-Tocsin-CSRF": csrf_of(page)}
+        # a misspelt argument is never ignored: purge?queu=x would purge every queue
+        for path, method, word in (("api/purge?queu=x", "POST", "'queu'"), ("api/purge?id=1", "POST", "'id'"),
+                                   ("api/requeue?id=1&queue=q", "POST", "'queue'"),
+                                   ("api/jobs?status=dead", "GET", "'status'"), ("?x=1", "GET", "'x'"),
+                                   ("api/dead?after=1", "GET", "'after'"), ("metrics?format=json", "GET", "'format'")):
+            st, h, body = http(s.url + path, method, token)
+            assert st == 400 and word in json.loads(body)["error"], (path, st, body)
+        assert count(db, "_tocsin_dead") == 1
+        for path, word in (("api/jobs?state=bogus", "state must be"), ("api/jobs?queue=%01", "queue")):
+            st, _, body = http(s.url + path)
+            assert st == 400 and word in json.loads(body)["error"], (path, st, body)
+        # a GET of a mutation, with or without arguments, mutates nothing
+        assert http(s.url + "api/requeue?id=%d" % jid, "GET", token)[0] == 404
+        assert http(s.url + "api/purge?queu=x", "GET", token)[0] == 404
+        assert http(s.url + "nope", "POST", token)[0] == 404
+        assert count(db, "_tocsin_dead") == 1
+        st, _, body = http(s.url + "api/jobs?state=dead&limit=5&queue=q&q=%d" % jid)
+        assert st == 200 and [j["id"] for j in json.loads(body)] == [jid], body
+    finally:
+        assert s.stop() == 0
+
+
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

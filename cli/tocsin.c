@@ -65,8 +65,11 @@ static int report(int code) {
     return code;
 }
 
+/* A decimal integer exactly: an optional '-', then digits (no spaces, no '+', no hex). */
 static int parse_int(const char *s, int64_t *out) {
     if (!s || !*s) return -1;
+    const char *d = s + (*s == '-');
+    if (*d < '0' || *d > '9') return -1;
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
@@ -75,11 +78,14 @@ static int parse_int(const char *s, int64_t *out) {
     return 0;
 }
 
-/* "1h30m", "500ms", "7d", or a bare number of milliseconds. */
+/* "1h30m", "500ms", "7d", or a bare number of milliseconds. Units go from the
+ * largest down, each at most once ("1h30" and "30s5" are refused, not read as
+ * 1h + 30ms). */
 static int parse_duration(const char *s, int64_t *out) {
     if (!s || !*s) return -1;
     int64_t total = 0;
     const char *p = s;
+    int last = 5; /* the rank of the previous unit: d 4, h 3, m 2, s 1, ms 0 */
     while (*p) {
         if (*p < '0' || *p > '9') return -1;
         int64_t v = 0;
@@ -88,13 +94,16 @@ static int parse_duration(const char *s, int64_t *out) {
             v = v * 10 + (*p++ - '0');
         }
         int64_t unit;
-        if (!strncmp(p, "ms", 2)) { unit = 1; p += 2; }
-        else if (*p == 's') { unit = 1000; p++; }
-        else if (*p == 'm') { unit = 60000; p++; }
-        else if (*p == 'h') { unit = 3600000; p++; }
-        else if (*p == 'd') { unit = 86400000; p++; }
-        else if (!*p && p != s) { unit = 1; }
+        int rank;
+        if (!strncmp(p, "ms", 2)) { unit = 1; rank = 0; p += 2; }
+        else if (*p == 's') { unit = 1000; rank = 1; p++; }
+        else if (*p == 'm') { unit = 60000; rank = 2; p++; }
+        else if (*p == 'h') { unit = 3600000; rank = 3; p++; }
+        else if (*p == 'd') { unit = 86400000; rank = 4; p++; }
+        else if (!*p && last == 5) { unit = 1; rank = 0; } /* the whole text is a number */
         else return -1;
+        if (rank >= last) return -1;
+        last = rank;
         if (v > TOCSIN_MAX_TIME_MS / unit) return -1;
         total += v * unit;
         if (total > TOCSIN_MAX_TIME_MS) return -1;
@@ -155,11 +164,17 @@ static int parse_args(int argc, char **argv, opt *opts, const char **pos, int ma
         if (a[0] == '-' && a[1] == '-' && a[2]) {
             const char *name = a + 2, *eq = strchr(name, '=');
             size_t len = eq ? (size_t)(eq - name) : strlen(name);
-            if (len == 4 && !strncmp(name, "json", 4) && !eq) { g_json = 1; continue; }
+            if (len == 4 && !strncmp(name, "json", 4) && !eq) {
+                if (g_json) return usage_err("option %s is given twice", a);
+                g_json = 1;
+                continue;
+            }
             opt *o = NULL;
             for (opt *p = opts; p && p->name; p++)
                 if (strlen(p->name) == len && !strncmp(p->name, name, len)) o = p;
             if (!o) return usage_err("unknown option %s", a);
+            /* the last of two values silently winning is a typo's result, never meant */
+            if (o->set) return usage_err("option --%s is given twice", o->name);
             o->set = 1;
             if (o->has_val) {
                 if (eq) o->val = eq + 1;
@@ -271,6 +286,16 @@ int cli_open(tocsin_db **db, const char *path, int write, int create) {
         tocsin_close(*db);
         *db = NULL;
         return exit_code_of(rc);
+    }
+    /* SQLite opens a file it may not write read-only without a word: every write
+     * would then fail halfway with "attempt to write a readonly database". Refuse
+     * up front, naming the file, so a writing command writes nothing at all. */
+    if (write && sqlite3_db_readonly(tocsin_sqlite(*db), "main") == 1) {
+        snprintf(g_err, sizeof g_err, "cannot open %s for writing: the file is read-only (no write permission)",
+                 path);
+        tocsin_close(*db);
+        *db = NULL;
+        return EXIT_ERR;
     }
     return 0;
 }
@@ -720,9 +745,10 @@ static const char H_DEAD[] =
     "usage: tocsin dead list DB [--queue Q] [--after ID] [--limit N] [--json]\n"
     "       tocsin dead requeue DB ID... | --all [--queue Q]\n"
     "       tocsin dead purge DB [--queue Q] [--older-than DUR]\n\n"
-    "Dead letters: list them (oldest first), move them back to pending (same id, attempts\n"
-    "reset), or delete them (all of them, or those that died more than DUR ago). A purge\n"
-    "runs in batches, with a progress bar on a terminal; each batch is atomic.\n";
+    "Dead letters: list them (oldest first), move them back to pending (same id, a fresh\n"
+    "budget of attempts), or delete them (all of them, or those that died more than DUR ago).\n"
+    "A requeue is atomic (one job it cannot requeue leaves them all dead); a purge runs in\n"
+    "batches, with a progress bar on a terminal; each batch is atomic.\n";
 
 /* Purges the dead letters of `queue` that died before `before` (0: all) in
  * batches of about 1000 (each one tocsin_dead_purge), reporting progress. */
@@ -808,12 +834,18 @@ static int cmd_dead(int argc, char **argv) {
         int nids = npos - 1;
         if (opts[3].set == (nids > 0))
             return usage_err("%s", "dead requeue takes job ids or --all");
-        for (int i = 0; i < nids; i++)
+        for (int i = 0; i < nids; i++) {
             if ((rc = check_id(pos[i + 1], &ids[i]))) return rc;
+            for (int k = 0; k < i; k++)
+                if (ids[k] == ids[i]) return usage_err("job id %s is given twice", pos[i + 1]);
+        }
         if ((rc = open_db(&db, pos[0], 1))) return report(rc);
         sb done = {0};
         int64_t count = 0;
-        if (opts[3].set) {
+        /* one transaction: a job that cannot be requeued (no such dead job, a unique key
+         * a live job holds) leaves every other one dead too, so nothing is half done */
+        if ((rc = tocsin_begin(db))) rc = fail_tocsin(rc, "requeue");
+        else if (opts[3].set) {
             /* every dead letter (of the queue), in batches by id */
             int64_t after = 0;
             for (;;) {
@@ -839,9 +871,17 @@ static int cmd_dead(int argc, char **argv) {
                 } else sb_printf(&done, "%s%lld", count++ ? "," : "", (long long)ids[i]);
             }
         }
-        if (g_json) printf("{\"requeued\":[%s]}\n", done.p ? done.p : "");
-        else if (count) printf("requeued %lld job%s: %s\n", (long long)count, count == 1 ? "" : "s", done.p);
-        else if (!rc) printf("requeued 0 jobs\n");
+        if (tocsin_in_transaction(db)) {
+            int r = rc ? tocsin_rollback(db) : tocsin_commit(db);
+            if (r && !rc) rc = fail_tocsin(r, "requeue");
+            else if (rc && count && strlen(g_err) + 40 < sizeof g_err)
+                strcat(g_err, " (rolled back: nothing was requeued)");
+        }
+        if (!rc) {
+            if (g_json) printf("{\"requeued\":[%s]}\n", done.p ? done.p : "");
+            else if (count) printf("requeued %lld job%s: %s\n", (long long)count, count == 1 ? "" : "s", done.p);
+            else printf("requeued 0 jobs\n");
+        }
         sb_free(&done);
     } else if (!strcmp(sub, "purge")) {
         int64_t older = 0, n = 0;

@@ -173,12 +173,49 @@ static int arg_int(struct MHD_Connection *c, const char *name, int64_t *out, int
     const char *v = arg(c, name);
     *out = dflt;
     if (!v) return 0;
+    const char *d = v + (*v == '-');
+    if (*d < '0' || *d > '9') return -1; /* digits exactly: no spaces, no '+' */
     char *end;
     errno = 0;
     long long x = strtoll(v, &end, 10);
     if (errno || *end) return -1;
     *out = x;
     return 0;
+}
+
+/* The query arguments each path takes (besides token, which any request may carry).
+ * One it does not take is refused, never ignored: `/api/purge?queu=x` would purge
+ * every queue, `/api/jobs?status=dead` list every state. NULL: not a path served. */
+static const char *args_of(const char *url, int post) {
+    static const char *const get_paths[][2] = {
+        {"/", ""}, {"/dashboard.js", ""}, {"/events", ""}, {"/api/snapshot", ""},
+        {"/api/jobs", " q queue state limit "}, {"/api/dead", " queue limit "}, {"/metrics", ""}};
+    static const char *const post_paths[][2] = {
+        {"/api/requeue", " id "}, {"/api/cancel", " id "}, {"/api/purge", " queue "},
+        {"/api/pause", " queue "}, {"/api/resume", " queue "}};
+    const char *const (*t)[2] = post ? post_paths : get_paths;
+    size_t n = post ? sizeof post_paths / sizeof post_paths[0] : sizeof get_paths / sizeof get_paths[0];
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(url, t[i][0])) return t[i][1];
+    return NULL;
+}
+
+struct arg_known { const char *allowed; char msg[200]; };
+static enum MHD_Result check_known_arg(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    struct arg_known *a = cls;
+    char word[80];
+    (void)kind;
+    (void)value;
+    if (a->msg[0] || !strcmp(key, "token")) return MHD_YES;
+    snprintf(word, sizeof word, " %.60s ", key);
+    if (strlen(key) > 60 || !strstr(a->allowed, word)) {
+        int n = a->allowed[0] ? (int)strlen(a->allowed) - 2 : 0; /* the list without its spaces around */
+        if (n > 0)
+            snprintf(a->msg, sizeof a->msg, "unknown query argument '%.60s' (this path takes %.*s)", key, n,
+                     a->allowed + 1);
+        else snprintf(a->msg, sizeof a->msg, "unknown query argument '%.60s' (this path takes none)", key);
+    }
+    return a->msg[0] ? MHD_NO : MHD_YES;
 }
 
 /* 1 (message in tocsin_errmsg) when `queue` is not a valid name. */
@@ -430,6 +467,10 @@ static enum MHD_Result read_api(struct MHD_Connection *c, const char *url) {
         f.search = arg(c, "q");
         if (arg_int(c, "limit", &f.limit, 100) || f.limit < 1 || f.limit > 1000)
             return send_error(c, MHD_HTTP_BAD_REQUEST, "limit must be between 1 and 1000");
+        if (f.queue && bad_queue(f.queue)) return send_error(c, MHD_HTTP_BAD_REQUEST, tocsin_errmsg(NULL));
+        if (f.state && strcmp(f.state, "scheduled") && strcmp(f.state, "pending") && strcmp(f.state, "processing") &&
+            strcmp(f.state, "dead"))
+            return send_error(c, MHD_HTTP_BAD_REQUEST, "state must be scheduled, pending, processing or dead");
         pthread_mutex_lock(&g_mu);
         rc = collect_jobs(g_db, &out, &f);
         if (rc) memcpy(err, g_err, sizeof err); /* g_err is shared: read it under the lock */
@@ -473,9 +514,14 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     if (!token_ok(c, &from_query)) return send_error(c, MHD_HTTP_UNAUTHORIZED, "missing or wrong access token");
     char bad[200];
     if (args_bad(c, bad, sizeof bad)) return send_error(c, MHD_HTTP_BAD_REQUEST, bad);
-    int get = !strcmp(method, "GET") || !strcmp(method, "HEAD");
-    if (!strncmp(url, "/api/", 5) && strcmp(method, "POST") == 0) return mutate(c, url + 5);
-    if (!get) return send_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed");
+    int get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
+    const char *allowed = get || post ? args_of(url, post) : NULL;
+    if (allowed) { /* a path served: an argument it does not take is refused */
+        struct arg_known k = {allowed, ""};
+        MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, check_known_arg, &k);
+        if (k.msg[0]) return send_error(c, MHD_HTTP_BAD_REQUEST, k.msg);
+    }
+    if (!strncmp(url, "/api/", 5) && post) return mutate(c, url + 5);
     if (!strcmp(url, "/")) return serve_page(c, from_query);
     if (!strcmp(url, "/dashboard.js"))
         return send_text(c, MHD_HTTP_OK, "text/javascript; charset=utf-8", tocsin_ui_js, strlen(tocsin_ui_js));
@@ -497,6 +543,7 @@ static int is_loopback(const char *host) {
 int cmd_ui(int argc, char **argv) {
     const char *path = NULL, *host = "127.0.0.1";
     long port = 8080;
+    unsigned seen = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *eq = strchr(a, '=');
         char name[16] = "";
@@ -504,6 +551,16 @@ int cmd_ui(int argc, char **argv) {
         if (!strncmp(a, "--", 2) && eq && (size_t)(eq - a) < sizeof name) memcpy(name, a, (size_t)(eq - a));
         else snprintf(name, sizeof name, "%s", strlen(a) < sizeof name ? a : "");
         int more = i + 1 < argc;
+        /* an option given twice is refused, as by every other command (which one was meant?) */
+        static const char *const once[] = {"--read-only", "--json", "--port", "--host", "--token"};
+        for (size_t k = 0; k < sizeof once / sizeof once[0]; k++)
+            if (!strcmp(name, once[k]) || !strcmp(a, once[k])) {
+                if (seen & (1u << k)) {
+                    fprintf(stderr, "tocsin: option %s is given twice (see --help)\n", once[k]);
+                    return EXIT_USAGE;
+                }
+                seen |= 1u << k;
+            }
         if (!strcmp(a, "--read-only")) g_read_only = 1;
         else if (!strcmp(a, "--json")) continue;
         else if (!strcmp(name, "--port") || !strcmp(name, "--host") || !strcmp(name, "--token")) {
@@ -512,7 +569,7 @@ int cmd_ui(int argc, char **argv) {
             if (a[2] == 'p') {
                 char *end;
                 port = strtol(v, &end, 10);
-                if (*end || !*v || port < 0 || port > 65535) {
+                if (*v < '0' || *v > '9' || *end || port < 0 || port > 65535) {
                     fprintf(stderr, "tocsin: --port must be an integer between 0 and 65535, not '%s'\n", v);
                     return EXIT_USAGE;
                 }
