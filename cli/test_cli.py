@@ -1108,5 +1108,28 @@ def ui_refuses_arguments_and_methods_a_path_does_not_take():
         assert s.stop() == 0
 
 
+@test
+def ui_token_must_fit_in_its_cookie():
+    db = newdb("uitoken")
+    # it is sent back as a cookie: a space, ';' or a control byte would cut or break it
+    for bad in ("abc defgh", "abcdefgh;x", "abcdefgh,x", 'abcd"efgh', "abcdefgh\r\nX-A: b", "abcdéfgh"):
+        rc, out, err = run("ui", db, "--token", bad)
+        usage_error(rc, err, "--token may hold only")
+        assert out == ""
+    s = Server(db, "--token", "Secret-Token_0123~!")
+    try:
+        st, h, _ = http(s.url + "?token=Secret-Token_0123~!")
+        assert st == 200 and h["Set-Cookie"].startswith("tocsin_token=Secret-Token_0123~!;"), h
+    finally:
+        assert s.stop() == 0
+
+
+@test
+def help_takes_one_command():
+    rc, out, err = run("help", "enqueue", "extra")
+    usage_error(rc, err, "help takes one command")
+    assert out == ""
+
+
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

@@ -1294,6 +1294,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "tocsin: help: unknown command '%s' (see tocsin --help)\n", argv[2]);
         return EXIT_USAGE;
     }
+    if (argc > 3 && !strcmp(argv[1], "help")) {
+        fprintf(stderr, "tocsin: help takes one command, not '%s' too (see tocsin --help)\n", argv[3]);
+        return EXIT_USAGE;
+    }
     if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         fputs(MAIN_HELP, argc < 2 ? stderr : stdout);
         return output_done(argc < 2 ? EXIT_USAGE : EXIT_OK);

@@ -576,6 +576,14 @@ int cmd_ui(int argc, char **argv) {
             } else if (a[2] == 'h') host = v;
             else {
                 if (strlen(v) < 8) { fprintf(stderr, "tocsin: --token must be at least 8 characters\n"); return EXIT_USAGE; }
+                /* it goes into a cookie as is: a space, ';', ',', '"' or '\\' would cut it short
+                 * there (the cookie would never match), a control byte would break the header */
+                for (const unsigned char *t = (const unsigned char *)v; *t; t++)
+                    if (*t <= 0x20 || *t >= 0x7f || *t == '"' || *t == ',' || *t == ';' || *t == '\\') {
+                        fprintf(stderr, "tocsin: --token may hold only printable ASCII without spaces, quotes,"
+                                        " ',', ';' or '\\' (byte 0x%02x at %d)\n", *t, (int)(t - (const unsigned char *)v));
+                        return EXIT_USAGE;
+                    }
                 g_token = v;
             }
         } else if (a[0] == '-') {
