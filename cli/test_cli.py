@@ -1131,5 +1131,40 @@ def help_takes_one_command():
     assert out == ""
 
 
+@test
+def prune_refuses_a_zero_it_would_ignore():
+    db = newdb("prunezero")
+    jid = js("enqueue", db, "q", "{}")["id"]
+    js("cancel", db, jid)
+    for opt in ("--dead-older-than", "--streams-older-than"):
+        rc, out, err = run("prune", db, opt, "0")
+        usage_error(rc, err, f"{opt} must be more than 0")
+        assert out == ""
+    assert count(db, "_tocsin_dead") == 1
+
+
+@test
+def db_is_a_regular_files_path():
+    # a FIFO blocked the open forever; a device got "tocsin init /dev/null does"
+    fifo = os.path.join(OUT, "fifo.db")
+    os.mkfifo(fifo)
+    for path, word in ((fifo, "a FIFO"), ("/dev/null", "a character device")):
+        for args in (["stats", path], ["enqueue", path, "q", "{}"], ["init", path], ["ui", path, "--port", "0"]):
+            rc, out, err = run(*args, timeout=10)
+            usage_error(rc, err, f"{path} is not a regular file ({word})")
+            assert out == ""
+    # a path, never an SQLite URI nor an in-memory database: init creates the file of that name
+    cwd = os.getcwd()
+    os.chdir(OUT)
+    try:
+        for name in ("file:uri.db?mode=memory", ":memory:"):
+            rc, out, err = run("init", name)
+            assert rc == 0 and os.path.isfile(name), (name, rc, err)
+            assert js("enqueue", name, "q", "{}")["id"] == 1
+            assert js("stats", name)["enqueued_total"] == 1
+    finally:
+        os.chdir(cwd)
+
+
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

@@ -275,11 +275,27 @@ int cli_open(tocsin_db **db, const char *path, int write, int create) {
     } else if (S_ISDIR(st.st_mode)) {
         snprintf(g_err, sizeof g_err, "%s is a directory, not a database file", path);
         return EXIT_USAGE;
+    } else if (!S_ISREG(st.st_mode)) {
+        /* a FIFO would block the open forever, a device is no database */
+        snprintf(g_err, sizeof g_err, "%s is not a regular file (a %s), not a database file", path,
+                 S_ISFIFO(st.st_mode) ? "FIFO" : S_ISCHR(st.st_mode) ? "character device" :
+                 S_ISBLK(st.st_mode) ? "block device" : S_ISSOCK(st.st_mode) ? "socket" : "special file");
+        return EXIT_USAGE;
     }
     tocsin_open_opts o = TOCSIN_OPEN_OPTS_INIT;
     o.read_only = !write;
     if ((o.busy_timeout_ms = cli_busy_timeout()) < 0) return EXIT_USAGE;
-    int rc = tocsin_open(db, path, &o);
+    /* DB is a file's path: "file:x.db?mode=memory" and ":memory:" name files of those
+     * names, as stat() above read them, never an SQLite URI or an in-memory database */
+    char *local = NULL;
+    if (!strncmp(path, "file:", 5) || !strcmp(path, ":memory:")) {
+        local = malloc(strlen(path) + 3);
+        if (!local) return EXIT_ERR;
+        strcpy(local, "./");
+        strcat(local, path);
+    }
+    int rc = tocsin_open(db, local ? local : path, &o);
+    free(local);
     if (rc) {
         snprintf(g_err, sizeof g_err, "cannot open %s: %s", path, *db ? tocsin_errmsg(NULL) : tocsin_errstr(rc));
         schema_hint(rc, path);
@@ -1181,10 +1197,10 @@ static const char H_PRUNE[] =
     "usage: tocsin prune DB [--notifications-older-than DUR] [--notifications-keep N]\n"
     "                    [--dead-older-than DUR] [--streams-older-than DUR] [--json]\n\n"
     "Housekeeping, step by step (a progress bar on a terminal): deletes expired results and\n"
-    "rate-limit hits; notifications older than --notifications-older-than (default 1d) and,\n"
-    "per channel, all but the newest --notifications-keep; with --dead-older-than, dead\n"
-    "letters that died longer ago; with --streams-older-than, stream events older than that\n"
-    "(every topic). Prints what each step deleted.\n";
+    "rate-limit hits; notifications older than --notifications-older-than (default 1d, 0: no\n"
+    "age limit) and, per channel, all but the newest --notifications-keep; with\n"
+    "--dead-older-than, dead letters that died longer ago; with --streams-older-than, stream\n"
+    "events older than that (every topic). Prints what each step deleted.\n";
 static int cmd_prune(int argc, char **argv) {
     opt opts[] = {{"notifications-older-than", 1, 0, 0}, {"notifications-keep", 1, 0, 0},
                   {"dead-older-than", 1, 0, 0}, {"streams-older-than", 1, 0, 0}, {0, 0, 0, 0}};
@@ -1197,6 +1213,11 @@ static int cmd_prune(int argc, char **argv) {
         (rc = opt_int(opts, "notifications-keep", &nkeep, 0, INT64_MAX)) ||
         (rc = opt_dur(opts, "dead-older-than", &dage)) || (rc = opt_dur(opts, "streams-older-than", &sage)))
         return rc;
+    /* 0 would be read as "the option is not given" below: refused rather than ignored */
+    if (opts[2].set && dage == 0)
+        return usage_err("%s", "--dead-older-than must be more than 0 (tocsin dead purge DB deletes every dead letter)");
+    if (opts[3].set && sage == 0)
+        return usage_err("%s", "--streams-older-than must be more than 0");
     tocsin_db *db;
     if ((rc = open_db(&db, pos[0], 1))) return report(rc);
     int64_t results = 0, hits = 0, notes = 0, dead = 0, events = 0;
