@@ -1166,5 +1166,18 @@ def db_is_a_regular_files_path():
         os.chdir(cwd)
 
 
+@test
+def enqueue_and_jobs_refuse_a_zero_they_would_ignore():
+    db = newdb("zeroes")
+    rc, out, err = run("enqueue", db, "q", "{}", "--expires", "0")  # the core reads 0 as never
+    usage_error(rc, err, "--expires must be more than 0")
+    assert out == "" and count(db, "_tocsin_jobs") == 0
+    js("enqueue", db, "q", "{}")
+    rc, out, err = run("jobs", db, "--newer-than", "0")  # it listed every job
+    usage_error(rc, err, "--newer-than must be more than 0")
+    assert out == ""
+    assert len(js("jobs", db, "--older-than", "0")) == 1
+
+
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

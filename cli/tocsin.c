@@ -608,6 +608,8 @@ static int cmd_jobs(int argc, char **argv) {
     if ((rc = opt_dur(opts, "older-than", &f.older_than_ms)) || (rc = opt_dur(opts, "newer-than", &f.newer_than_ms)) ||
         (rc = opt_int(opts, "limit", &f.limit, 1, TOCSIN_MAX_BATCH)))
         return rc;
+    /* 0 would be taken for the option left out, listing every job: refused */
+    if (opts[3].set && f.newer_than_ms == 0) return usage_err("%s", "--newer-than must be more than 0");
     f.search = opts[4].set ? opts[4].val : NULL;
     tocsin_db *db;
     if ((rc = open_db(&db, pos[0], 0))) return report(rc);
@@ -718,6 +720,8 @@ static int cmd_enqueue(int argc, char **argv) {
         (rc = opt_int(opts, "max-attempts", &ma, 1, TOCSIN_MAX_ATTEMPTS)) ||
         (rc = opt_dur(opts, "expires", &eo.expires_ms)))
         return rc;
+    /* the core reads 0 as "never expires": not what --expires 0 says */
+    if (opts[4].set && eo.expires_ms == 0) return usage_err("%s", "--expires must be more than 0");
     eo.max_attempts = (int)ma;
     eo.unique_key = opts[5].set ? opts[5].val : NULL;
     eo.meta = opts[6].set ? opts[6].val : NULL;
