@@ -1024,6 +1024,8 @@ def dead_requeue_is_all_or_nothing():
     assert out == "" and count(db, "_tocsin_dead") == 4
     assert js("dead", "requeue", db, ids[0], ids[2]) == {"requeued": [ids[0], ids[2]]}
     assert count(db, "_tocsin_dead") == 2
+    rc, out, err = run("dead", "requeue", db, *range(1, 10002))  # it said "unexpected argument '10000'"
+    usage_error(rc, err, "at most 10000 job ids")
 
 
 @test

@@ -815,9 +815,9 @@ static int cmd_dead(int argc, char **argv) {
     if (!allowed) return usage_err("dead: unknown action '%s' (list, requeue or purge)", sub);
     opt opts[] = {{"queue", 1, 0, 0}, {"after", 1, 0, 0}, {"limit", 1, 0, 0}, {"all", 0, 0, 0},
                   {"older-than", 1, 0, 0}, {0, 0, 0, 0}};
-    const char *pos[TOCSIN_MAX_BATCH];
+    static const char *pos[TOCSIN_MAX_BATCH + 2]; /* DB, the ids, one more to say there are too many */
     int npos, rc;
-    if ((rc = parse_args(argc - 1, argv + 1, opts, pos, TOCSIN_MAX_BATCH, &npos))) return rc;
+    if ((rc = parse_args(argc - 1, argv + 1, opts, pos, TOCSIN_MAX_BATCH + 2, &npos))) return rc;
     for (opt *o = opts; o->name; o++) {
         char word[32];
         snprintf(word, sizeof word, " %s ", o->name);
@@ -854,6 +854,8 @@ static int cmd_dead(int argc, char **argv) {
         int nids = npos - 1;
         if (opts[3].set == (nids > 0))
             return usage_err("%s", "dead requeue takes job ids or --all");
+        if (nids > TOCSIN_MAX_BATCH)
+            return usage_err("%s", "dead requeue takes at most 10000 job ids at a time (or --all)");
         for (int i = 0; i < nids; i++) {
             if ((rc = check_id(pos[i + 1], &ids[i]))) return rc;
             for (int k = 0; k < i; k++)
