@@ -745,14 +745,16 @@ struct BatchJob {
   EnqOpts eo;
 };
 
-// The batch in one enqueue_many (all or none); resolves to the ids.
-Napi::Value enqueue_batch(Napi::Env env, Handle *h, std::shared_ptr<std::vector<BatchJob>> jobs) {
+// The batch in one enqueue_many (all or none); resolves to the ids. `queue`,
+// when given, is every job's queue (their own q is then left empty).
+Napi::Value enqueue_batch(Napi::Env env, Handle *h, std::shared_ptr<std::vector<BatchJob>> jobs,
+                          std::shared_ptr<std::string> queue = nullptr) {
   auto ids = std::make_shared<std::vector<int64_t>>(jobs->size());
   auto op = mk(
-      [jobs, ids](tocsin_db *db) {
+      [jobs, ids, queue](tocsin_db *db) {
         std::vector<tocsin_job_spec> v(jobs->size());
         for (size_t i = 0; i < v.size(); i++) {
-          v[i].queue = (*jobs)[i].q.c_str();
+          v[i].queue = queue ? queue->c_str() : (*jobs)[i].q.c_str();
           v[i].payload = (*jobs)[i].p.c_str();
           v[i].opts = (*jobs)[i].eo.get();
         }
@@ -772,16 +774,18 @@ Napi::Value EnqueuePlain(const Napi::CallbackInfo &info, Handle *h) {
   Napi::Env env = info.Env();
   if (!info[2].IsArray()) return throw_invalid(env, "payloads must be an array");
   Napi::Array arr = info[2].As<Napi::Array>();
-  std::string q;
-  if (!c_string_arg(env, info[1], q, "queue")) return env.Undefined();
-  auto jobs = std::make_shared<std::vector<BatchJob>>(arr.Length());
-  for (uint32_t i = 0; i < arr.Length(); i++) {
+  auto q = std::make_shared<std::string>();
+  if (!c_string_arg(env, info[1], *q, "queue")) return env.Undefined();
+  uint32_t n = arr.Length();
+  auto jobs = std::make_shared<std::vector<BatchJob>>(n);
+  for (uint32_t i = 0; i < n; i++) {
     Napi::Value v = arr.Get(i);
+    const char *why = nullptr;
     if (!v.IsString()) return throw_invalid(env, "jobs[" + std::to_string(i) + "]: payload must be a string");
-    (*jobs)[i].q = q;
-    if (!c_string_arg(env, v, (*jobs)[i].p, "jobs[" + std::to_string(i) + "].payload")) return env.Undefined();
+    if (!c_string(v, (*jobs)[i].p, why)) // the message is built only for a refusal
+      return throw_invalid(env, "jobs[" + std::to_string(i) + "].payload " + why);
   }
-  return enqueue_batch(env, h, std::move(jobs));
+  return enqueue_batch(env, h, std::move(jobs), std::move(q));
 }
 
 // specs: array of [queue, payload, priority, delay, runAt, maxAttempts, expires, uniqueKey, meta]
