@@ -577,6 +577,9 @@ def metrics_text():
     assert "# TYPE tocsin_jobs gauge" in out
     for line in out.splitlines():
         assert line.startswith("#") or re.match(r'^[a-z_]+(\{.*\})? -?[0-9.]+$', line), line
+    # it has no JSON form: --json is refused, not ignored
+    rc, out, err = run("metrics", db, "--json")
+    assert rc == 2 and out == "" and "Prometheus text format only" in err, (rc, out, err)
 
 
 @test

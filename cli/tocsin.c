@@ -1279,6 +1279,9 @@ static int cmd_metrics(int argc, char **argv) {
     int npos, rc;
     if ((rc = parse_args(argc, argv, NULL, pos, 1, &npos))) return rc;
     NEED_POS(1, "DB");
+    /* a --json that printed the text anyway would mislead a script */
+    if (g_json)
+        return usage_err("%s", "metrics prints the Prometheus text format only; stats --json has its figures as JSON");
     tocsin_db *db;
     if ((rc = open_db(&db, pos[0], 0))) return report(rc);
     sb out = {0};
