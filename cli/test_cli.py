@@ -559,6 +559,19 @@ def prune_housekeeping():
 
 
 @test
+def double_dash_ends_the_options():
+    db = newdb("dashdash")
+    # a queue whose name starts with "--" comes after a lone "--"
+    rc, out, err = run("enqueue", db, "--priority", "3", "--", "--weird", '{"a":1}')
+    assert rc == 0 and out.strip() == "1", (rc, out, err)
+    job = js("job", db, "1")
+    assert job["queue"] == "--weird" and job["priority"] == 3, job
+    # after it, an option's spelling is an argument (one too many here)
+    rc, out, err = run("jobs", db, "--", "--queue")
+    assert rc == 2 and "unexpected argument '--queue'" in err, (rc, err)
+
+
+@test
 def metrics_text():
     db = newdb("metrics")
     js("enqueue", db, "emails", "{}")

@@ -156,12 +156,18 @@ typedef struct opt {
 } opt;
 
 /* Parses argv (after the command words): --name value, --name=value, flags,
- * positionals in order. --json is common to every command. */
+ * positionals in order; after a lone "--" every argument is a positional (a
+ * queue or channel named "--x"). --json is common to every command. */
 static int parse_args(int argc, char **argv, opt *opts, const char **pos, int maxpos, int *npos) {
+    int rest = 0;
     *npos = 0;
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i];
-        if (a[0] == '-' && a[1] == '-' && a[2]) {
+        if (!rest && !strcmp(a, "--")) {
+            rest = 1;
+            continue;
+        }
+        if (!rest && a[0] == '-' && a[1] == '-' && a[2]) {
             const char *name = a + 2, *eq = strchr(name, '=');
             size_t len = eq ? (size_t)(eq - name) : strlen(name);
             if (len == 4 && !strncmp(name, "json", 4) && !eq) {
