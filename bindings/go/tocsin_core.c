@@ -894,6 +894,11 @@ int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what) {
                                ? tc_monotonic_ms() - tc_thread.call_start /* its handler's wait too */
                            : tc_thread.busy_waited ? (tc_thread.busy_waited + 999) / 1000
                                                    : db->busy_timeout_ms));
+    else if (prim == SQLITE_NOTADB)
+        tc_err(db, rc,
+               "%s: %s (its header is not an SQLite database's: another kind of file, or an "
+               "encrypted database)",
+               what, msg);
     else
         tc_err(db, rc, "%s: %s", what, msg);
     tc_thread.sqlite_rc = sqlite_rc;
@@ -1528,7 +1533,7 @@ int tc_exec(tocsin_db *db, const char *sql, const char *what) {
             tc_thread.sqlite_rc = tc_xcode(db, rc);
             return TOCSIN_INVALID;
         }
-        if (prim == SQLITE_BUSY || prim == SQLITE_LOCKED) {
+        if (prim == SQLITE_BUSY || prim == SQLITE_LOCKED || prim == SQLITE_NOTADB) {
             sqlite3_free(msg);
             return tc_sqlerr(db, rc, what);
         }

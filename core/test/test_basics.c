@@ -102,6 +102,28 @@ static void bad_open(void) {
     CHECK_EQ_I(tocsin_open(&db, "/nonexistent-dir/x/y.db", NULL), TOCSIN_CANTOPEN);
     CHECK(strlen(tocsin_errmsg(db)) > 0);
     tocsin_close(db);
+    {
+        /* a file that is not an SQLite database: refused, saying so, the file as it was
+         * (read-write and read-only opens alike) */
+        static const char text[] = "not an SQLite file, only text; not an SQLite file, only text; "
+                                   "not an SQLite file, only text; not an SQLite file, only text\n";
+        char back[sizeof text];
+        const char *p = t_path("notadb");
+        FILE *f = fopen(p, "wb");
+        int ro;
+        CHECK(f && fwrite(text, 1, sizeof text - 1, f) == sizeof text - 1);
+        if (f) fclose(f);
+        for (ro = 0; ro < 2; ro++) {
+            o = (tocsin_open_opts)TOCSIN_OPEN_OPTS_INIT;
+            o.read_only = ro;
+            CHECK_EQ_I(tocsin_open(&db, p, &o), TOCSIN_CORRUPT);
+            CHECK(strstr(tocsin_errmsg(db), "not an SQLite database's") != NULL);
+            tocsin_close(db);
+        }
+        f = fopen(p, "rb");
+        CHECK(f && fread(back, 1, sizeof back, f) == sizeof text - 1 && !memcmp(back, text, sizeof text - 1));
+        if (f) fclose(f);
+    }
     CHECK_EQ_I(tocsin_close(NULL), TOCSIN_OK);
     tocsin_free(NULL);
     tocsin_jobs_free(NULL, 0);
