@@ -3491,12 +3491,8 @@ int tc_check_specs(tocsin_db *db, const tocsin_job_spec *specs, size_t n) {
     int rc;
     for (i = 0; i < n; i++) {
         if ((rc = check_spec(db, &specs[i])) != TOCSIN_OK) {
-            if (n > 1) {
-                char msg[sizeof tc_tls()->msg];
-                memcpy(msg, tc_tls()->msg, sizeof msg);
-                tc_err(db, rc, "job %zu: %s", i, msg);
-            }
-            return rc;
+            /* which one, when there are several (tc_err formats the message aside first) */
+            return n > 1 ? tc_err(db, rc, "job %zu: %s", i, tc_tls()->msg) : rc;
         }
     }
     return TOCSIN_OK;
@@ -4506,8 +4502,10 @@ static int publish(tocsin_db *db, int64_t *out_offsets, const char *topic,
     if ((rc = tc_check_name(db, "topic", topic)) != TOCSIN_OK) return rc;
     if ((rc = tc_check_meta(db, meta)) != TOCSIN_OK) return rc;
     for (i = 0; i < n; i++) {
-        if ((rc = tc_check_payload(db, "payload", payloads[i])) != TOCSIN_OK) return rc;
-        if (keys && keys[i] && (rc = tc_check_name(db, "key", keys[i])) != TOCSIN_OK) return rc;
+        if ((rc = tc_check_payload(db, "payload", payloads[i])) != TOCSIN_OK ||
+            (keys && keys[i] && (rc = tc_check_name(db, "key", keys[i])) != TOCSIN_OK))
+            /* which one, when there are several (as a batch of jobs says) */
+            return n > 1 ? tc_err(db, rc, "event %zu: %s", i, tc_tls()->msg) : rc;
     }
     if (n == 0) return TOCSIN_OK;
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;

@@ -611,12 +611,8 @@ int tc_check_specs(tocsin_db *db, const tocsin_job_spec *specs, size_t n) {
     int rc;
     for (i = 0; i < n; i++) {
         if ((rc = check_spec(db, &specs[i])) != TOCSIN_OK) {
-            if (n > 1) {
-                char msg[sizeof tc_tls()->msg];
-                memcpy(msg, tc_tls()->msg, sizeof msg);
-                tc_err(db, rc, "job %zu: %s", i, msg);
-            }
-            return rc;
+            /* which one, when there are several (tc_err formats the message aside first) */
+            return n > 1 ? tc_err(db, rc, "job %zu: %s", i, tc_tls()->msg) : rc;
         }
     }
     return TOCSIN_OK;

@@ -55,6 +55,15 @@ static void stream_basics(void) {
     CHECK_EQ_I(tocsin_stream_publish(db, NULL, "t", "{}", NULL, NULL), TOCSIN_INVALID);
     payloads[1] = "{broken";
     CHECK_EQ_I(tocsin_stream_publish_many(db, offs, "t", payloads, NULL, 3), TOCSIN_INVALID);
+    CHECK_STR(tocsin_errmsg(db), "event 1: payload is not valid JSON"); /* which one */
+    CHECK_EQ_I(tocsin_stream_publish_many(db, offs, "t", payloads + 1, NULL, 1), TOCSIN_INVALID);
+    CHECK_STR(tocsin_errmsg(db), "payload is not valid JSON"); /* the only one */
+    {
+        const char *ks[3] = {"a", NULL, "b\x01"};
+        payloads[1] = "2";
+        CHECK_EQ_I(tocsin_stream_publish_many(db, offs, "t", payloads, ks, 3), TOCSIN_INVALID);
+        CHECK(strncmp(tocsin_errmsg(db), "event 2: key ", 13) == 0);
+    }
     CHECK_EQ_I(tocsin_stream_read(db, &m, &n, "orders", 0, 0), TOCSIN_INVALID);
     CHECK_EQ_I(tocsin_stream_read(db, &m, &n, "", 0, 10), TOCSIN_INVALID);
     CHECK_EQ_I(tocsin_stream_save_offset(db, NULL, "", "orders", 1), TOCSIN_INVALID);

@@ -187,3 +187,30 @@ def test_a_list_argument_that_is_no_list_is_refused_naming_it(db):
     # any iterable is still a list
     assert len(q.enqueue_many(iter([1, 2]))) == 2 and len(s.publish_many(x for x in "ab")) == 2
     assert count(db, "_tocsin_jobs") == 2 and count(db, "_tocsin_schedules") == 0
+
+
+def test_a_batch_names_the_item_refused(db):
+    """A refused item of enqueue_many / publish_many names which one ("job 1: ...",
+    "event 2: ...") when there are several, as the core does for its own checks;
+    nothing is written."""
+    q, s = db.queue("q"), db.stream("s")
+    refused("^job 1: priority must be an integer, not str$", q.enqueue_many,
+            [{"payload": 1}, {"payload": 2, "priority": "x"}], options=True)
+    refused("^job 1: delay must be ", q.enqueue_many, [{"payload": 1}, {"payload": 2, "delay": -5}],
+            options=True)
+    refused("^job 1: meta must be a dict", q.enqueue_many, [{"payload": 1}, {"payload": 2, "meta": [1]}],
+            options=True)
+    refused("^job 2: payload is not JSON-serialisable", q.enqueue_many, [1, 2, object()])
+    refused("^job 1: payload is not JSON-serialisable: NaN", q.enqueue_many, [1, float("nan")])
+    refused("^job 1: unique_key must not contain control characters", q.enqueue_many,
+            [{"payload": 1}, {"payload": 2, "unique_key": "a\x01"}], options=True)
+    with pytest.raises(tocsin.PayloadTooLarge, match="^job 1: payload is "):
+        q.enqueue_many([1, "x" * (2 << 20)])
+    refused("^event 1: payload is not JSON-serialisable", s.publish_many, [1, object()])
+    refused("^event 1: key must not contain control characters", s.publish_many, [1, 2],
+            keys=["a", "b\x01"])
+    # a batch of one says no position, as a single call would not
+    refused("^priority must be an integer, not str$", q.enqueue_many,
+            [{"payload": 2, "priority": "x"}], options=True)
+    refused("^payload is not JSON-serialisable", s.publish_many, [object()])
+    assert count(db, "_tocsin_jobs") == 0 and count(db, "_tocsin_events") == 0

@@ -4,7 +4,7 @@ from __future__ import annotations
 import datetime as _dt
 import json as _json
 import operator as _operator
-from typing import Any, Iterator, Optional, Union
+from typing import Any, Iterator, List, Optional, Union
 
 from ._tocsin import MAX_LEASE_MS, MAX_TIME_MS, InvalidArgument
 
@@ -60,6 +60,23 @@ def _is_number(value: Any) -> bool:
 
 _encode = _json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
 _decode = _json.loads
+
+
+def at_item(e: Exception, label: str, i: int, n: int) -> Exception:
+    """An argument error of item i of n, naming it ("job 3: ...") when there are
+    several, as the core does for the checks it makes itself."""
+    return type(e)("%s %d: %s" % (label, i, e)) if n > 1 else e
+
+
+def dumps_each(values: List[Any], label: str) -> List[str]:
+    """dumps of every payload of a batch, a refusal naming which (``label`` i)."""
+    out = []
+    for i, v in enumerate(values):
+        try:
+            out.append(dumps(v))
+        except InvalidArgument as e:
+            raise at_item(e, label, i, len(values)) from None
+    return out
 
 
 def dumps(value: Any, what: str = "payload") -> str:

@@ -5,7 +5,7 @@ import json
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple, Union
 
 from ._tocsin import Error, InvalidArgument
-from ._util import Duration, Instant, as_int, duration_ms, is_int_like, dumps, instant_ms, loads, meta_json
+from ._util import Duration, Instant, as_int, at_item, duration_ms, is_int_like, dumps, dumps_each, instant_ms, loads, meta_json
 from ._util import items as _items
 
 if TYPE_CHECKING:
@@ -195,23 +195,26 @@ class Queue:
             raise InvalidArgument("enqueue_many takes a list of jobs, not a %s (write [%r])"
                                   % (type(jobs).__name__, jobs))
         h = self.db._hx(tx)
+        jobs = list(_items(jobs, "jobs", "payloads (or of option dicts with options=True)"))
+        if not options:
+            return h.enqueue_many([(self.name, t) for t in dumps_each(jobs, "job")])
         specs = []
-        for i, item in enumerate(_items(jobs, "jobs", "payloads (or of option dicts with options=True)")):
-            if options:
-                if not isinstance(item, dict) or "payload" not in item:
-                    raise InvalidArgument('job %d: with options=True each item is a dict with a "payload"' % i)
-                opts = dict(item)
-                payload = opts.pop("payload")
-                unknown = set(opts) - {"priority", "delay", "run_at", "max_attempts", "expires",
-                                       "unique_key", "meta"}
-                if unknown:
-                    raise InvalidArgument("job %d: unknown option(s) %s" % (i, ", ".join(sorted(unknown))))
+        for i, item in enumerate(jobs):
+            if not isinstance(item, dict) or "payload" not in item:
+                raise InvalidArgument('job %d: with options=True each item is a dict with a "payload"' % i)
+            opts = dict(item)
+            payload = opts.pop("payload")
+            unknown = set(opts) - {"priority", "delay", "run_at", "max_attempts", "expires",
+                                   "unique_key", "meta"}
+            if unknown:
+                raise InvalidArgument("job %d: unknown option(s) %s" % (i, ", ".join(sorted(unknown))))
+            try:
                 specs.append(self._spec(payload, opts.get("priority", 0), opts.get("delay"),
                                         opts.get("run_at"), opts.get("max_attempts"),
                                         opts.get("expires"), opts.get("unique_key"),
                                         opts.get("meta")))
-            else:
-                specs.append((self.name, dumps(item)))
+            except InvalidArgument as e:
+                raise at_item(e, "job", i, len(jobs)) from None
         return h.enqueue_many(specs)
 
     # ---- claim and leases ----

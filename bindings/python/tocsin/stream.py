@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional
 
 from ._tocsin import InvalidArgument
-from ._util import Duration, as_int, duration_ms, dumps, loads, meta_json
+from ._util import Duration, as_int, duration_ms, dumps, dumps_each, loads, meta_json
 from ._util import items as _items
 
 if TYPE_CHECKING:
@@ -93,7 +93,7 @@ class Stream:
             raise InvalidArgument("publish_many takes a list of payloads, not a %s (write [%r])"
                                   % (type(payloads).__name__, payloads))
         h = self.db._hx(tx)
-        texts = [dumps(p) for p in _items(payloads, "payloads", "JSON values")]
+        texts = dumps_each(list(_items(payloads, "payloads", "JSON values")), "event")
         return h.publish_many(self.topic, texts,
                               None if keys is None else list(_items(keys, "keys", "str or None, one per payload")))
 
