@@ -90,6 +90,15 @@ def usage_error(rc, err, word):
     assert err.count("\n") == 1, f"not one line: {err!r}"
 
 
+def refused_all(db, cases):
+    """Each (args, word) is a usage error naming word, printing nothing, writing no job."""
+    for args, word in cases:
+        rc, out, err = run(*args)
+        usage_error(rc, err, word)
+        assert out == ""
+    assert count(db, "_tocsin_jobs") == 0
+
+
 COMMANDS = ["init", "stats", "jobs", "job", "enqueue", "cancel", "dead", "pause", "resume", "notify",
             "listen", "tail", "schedules", "prune", "metrics", "ui"]
 
@@ -192,11 +201,7 @@ def enqueue_bad_input_writes_nothing():
         (["enqueue", db, "q"], "missing"),
         (["enqueue", db, "q", "{}", "extra"], "unexpected argument"),
     ]
-    for args, word in cases:
-        rc, out, err = run(*args)
-        usage_error(rc, err, word)
-        assert out == ""
-    assert count(db, "_tocsin_jobs") == 0
+    refused_all(db, cases)
 
 
 @test
@@ -1011,11 +1016,7 @@ def options_given_twice_are_refused():
              (["ui", db, "--port", "0", "--port", "0"], "--port is given twice"),
              (["ui", db, "--read-only", "--read-only"], "--read-only is given twice"),
              (["ui", db, "--host=127.0.0.1", "--host", "127.0.0.1"], "--host is given twice")]
-    for args, word in cases:
-        rc, out, err = run(*args)
-        usage_error(rc, err, word)
-        assert out == ""
-    assert count(db, "_tocsin_jobs") == 0
+    refused_all(db, cases)
 
 
 @test
