@@ -381,3 +381,60 @@ func TestCallsInsideOwnTransaction(t *testing.T) {
 		t.Fatalf("want the job written through tx only: %+v", st)
 	}
 }
+
+// Values are stored as the JSON text the other runtimes write for them: json.Marshal's
+// HTML escaping (<, >, & as \u003c, \u003e, \u0026) made a payload up to six times as
+// large, so a value Python, Node and Ruby store was refused as over the payload limit.
+func TestJSONIsWrittenWithoutHTMLEscapes(t *testing.T) {
+	db := openDB(t)
+	q := db.Queue("html")
+	v := map[string]string{"body": "<p>a & b</p>"}
+	const want = `{"body":"<p>a & b</p>"}`
+	id := must(q.Enqueue(bg, v, &tocsin.EnqueueOptions{Meta: v}))
+	j := must(q.Get(bg, id))
+	if string(j.Payload) != want || string(j.Meta) != want {
+		t.Fatalf("payload %s meta %s, want %s", j.Payload, j.Meta, want)
+	}
+	// a value the other runtimes store within the limit (about 400 KB of JSON)
+	if _, err := q.Enqueue(bg, strings.Repeat("<", 400000), nil); err != nil {
+		t.Fatalf("400000 '<': %v", err)
+	}
+	// nested json.RawMessage is kept as written
+	id = must(q.Enqueue(bg, map[string]any{"raw": json.RawMessage(`{"a":"<&>"}`)}, nil))
+	if got := string(must(q.Get(bg, id)).Payload); got != `{"raw":{"a":"<&>"}}` {
+		t.Errorf("raw message: %s", got)
+	}
+	s := db.Stream("html")
+	off := must(s.Publish(bg, v, &tocsin.PublishOptions{Meta: v}))
+	evs := must(s.Read(bg, off-1, 1))
+	if string(evs[0].Payload) != want || string(evs[0].Meta) != want {
+		t.Errorf("event %s meta %s", evs[0].Payload, evs[0].Meta)
+	}
+	nid := must(db.Notify(bg, "html", v, nil))
+	ns := must(db.Notifications(bg, "html", nid-1, 1))
+	if string(ns[0].Payload) != want {
+		t.Errorf("notification %s", ns[0].Payload)
+	}
+	if err := db.SaveResult(bg, id, v, 0); err != nil {
+		t.Fatal(err)
+	}
+	if r := must(db.Result(bg, id)); string(r.Value) != want {
+		t.Errorf("result %s", r.Value)
+	}
+	// task arguments and a handler's result
+	tocsin.Task(db, "tag", func(ctx context.Context, a map[string]string) (string, error) {
+		return "<b>" + a["body"] + "</b>", nil
+	}, &tocsin.TaskOptions{Queue: "tags"})
+	h := must(db.Call(bg, "tags", "tag", nil, map[string]any{"body": v["body"]}, nil))
+	if got := string(must(db.Queue("tags").Get(bg, h.JobID)).Payload); !strings.Contains(got, `"kwargs":`+want) {
+		t.Errorf("call envelope %s", got)
+	}
+	stop := runWorker(t, db, tocsin.WorkerOptions{Queues: []string{"tags"}})
+	defer stop()
+	ctx, cancel := context.WithTimeout(bg, 10*time.Second)
+	defer cancel()
+	r := must(db.WaitResult(ctx, h.JobID))
+	if string(r.Value) != `"<b><p>a & b</p></b>"` {
+		t.Errorf("task result %s", r.Value)
+	}
+}

@@ -171,7 +171,7 @@ func (o *EnqueueOptions) sqlOptionsWith(m map[string]any) (any, error) {
 		}
 		m["meta"] = json.RawMessage(meta)
 	}
-	b, err := json.Marshal(m)
+	b, err := jsonText(m)
 	if err != nil {
 		return nil, encodeErr("EnqueueOptions", err)
 	}

@@ -226,7 +226,7 @@ func declare[Args, Res any](db *DB, name string, inTx bool, fn func(ctx context.
 		if err != nil {
 			return nil, err
 		}
-		b, err := json.Marshal(res)
+		b, err := jsonText(res)
 		if err == nil {
 			err = checkUTF8(b, res, "result")
 		}
@@ -266,7 +266,7 @@ func decodeArgs(args, kwargs json.RawMessage, out any) error {
 }
 
 func encodeArgs(a any, what string) (args, kwargs string, err error) {
-	b, err := json.Marshal(a)
+	b, err := jsonText(a)
 	if err != nil {
 		return "", "", encodeErr(what, err)
 	}
