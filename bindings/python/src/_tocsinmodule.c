@@ -3043,6 +3043,15 @@ static PyObject *m_errstr(PyObject *m, PyObject *args) {
     if (!parse_args(args, "i:errstr", &rc)) return NULL;
     return PyUnicode_FromString(tocsin_errstr(rc));
 }
+/* code_of_sqlite(sqlite_rc) -> the core's result code of an SQLite result code
+ * (tocsin_code_of_sqlite): the class of an error of the application's own
+ * connection (tocsin.enqueue, tocsin.call) is the core's, not mapped here. */
+static PyObject *m_code_of_sqlite(PyObject *m, PyObject *args) {
+    int rc;
+    (void)m;
+    if (!parse_args(args, "i:code_of_sqlite", &rc)) return NULL;
+    return PyLong_FromLong(tocsin_code_of_sqlite(rc));
+}
 /* cron_next(expr, after_ms, local_time) -> next fire (ms) or None */
 static PyObject *m_cron_next(PyObject *m, PyObject *args) {
     const char *expr;
@@ -3069,6 +3078,7 @@ static PyMethodDef module_methods[] = {
     {"sqlite_version", m_sqlite_version, METH_NOARGS, "The SQLite version this process runs on."},
     {"owner_id", m_owner_id, METH_NOARGS, "A fresh owner id unique to this process and call: host:pid:random."},
     {"errstr", m_errstr, METH_VARARGS, "The English name of a result code."},
+    {"code_of_sqlite", m_code_of_sqlite, METH_VARARGS, "The core's result code of an SQLite result code."},
     {NULL, NULL, 0, NULL},
 };
 

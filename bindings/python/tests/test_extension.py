@@ -195,3 +195,79 @@ def test_app_connection_helpers_refuse_bad_values_as_invalid_argument(path):
         assert job.max_attempts == 2 and job.payload["args"] == ["a"]
         assert job.payload["result_ttl_ms"] == 60000 and job.payload["timeout_ms"] == 5000
     conn.close()
+
+
+@needs_load_extension
+def test_app_connection_helpers_raise_the_tocsin_class_of_each_refusal(path):
+    """tocsin.enqueue / tocsin.call on the application's own connection raised the
+    driver's sqlite3.DataError / OperationalError / ProgrammingError, where the same
+    refusal through tocsin.open()'s handle (and through Node's enqueueSql, Ruby's
+    Tocsin::SQL, Go's EnqueueTx) is a tocsin.Error of the core's class."""
+    tocsin.open(path).close()
+    conn = sqlite3.connect(path)
+    tocsin.load(conn)
+    conn.execute("BEGIN")
+    cases = [
+        (tocsin.PayloadTooLarge, lambda: tocsin.enqueue(conn, "q", "x" * (2 << 20))),
+        (tocsin.PayloadTooLarge, lambda: tocsin.call(conn, "q", "t", ["x" * (2 << 20)])),
+        (tocsin.InvalidArgument, lambda: tocsin.enqueue(conn, "q" * 300, 1)),
+        (tocsin.InvalidArgument, lambda: tocsin.enqueue(conn, "q\x01", 1)),
+        (tocsin.InvalidArgument, lambda: tocsin.call(conn, "q", "t" * 300, [])),
+    ]
+    for cls, fn in cases:
+        with pytest.raises(cls) as ei:
+            fn()
+        assert isinstance(ei.value.__cause__, sqlite3.Error), ei.value
+        assert ei.value.sqlite_code == ei.value.__cause__.sqlite_errorcode if hasattr(
+            ei.value.__cause__, "sqlite_errorcode") else True
+    # the same refusal through the handle is the same class
+    with tocsin.open(path) as db:
+        with pytest.raises(tocsin.PayloadTooLarge):
+            db.queue("q").enqueue("x" * (2 << 20))
+    conn.rollback()
+    # a read-only connection: ReadOnly, as through a read-only handle
+    ro = sqlite3.connect("file:%s?mode=ro" % path, uri=True)
+    tocsin.load(ro)
+    ro.execute("BEGIN")
+    with pytest.raises(tocsin.ReadOnly):
+        tocsin.enqueue(ro, "q", 1)
+    ro.close()
+    # the functions not loaded: InvalidArgument saying so
+    bare = sqlite3.connect(path)
+    bare.execute("BEGIN")
+    with pytest.raises(tocsin.InvalidArgument, match=r"tocsin\.load\(conn\)"):
+        tocsin.enqueue(bare, "q", 1)
+    bare.close()
+    # a closed connection: Closed
+    conn.close()
+    with pytest.raises(tocsin.Closed):
+        tocsin.enqueue(conn, "q", 1, autocommit=True)
+    with pytest.raises(tocsin.Closed):
+        tocsin.call(conn, "q", "t", [])
+
+
+@needs_load_extension
+def test_app_connection_helpers_take_run_at_and_expires(path):
+    """Queue.enqueue's job options, in its units: run_at (datetime or epoch seconds) and
+    expires (seconds or timedelta) were missing from tocsin.enqueue / tocsin.call."""
+    import datetime
+    tocsin.open(path).close()
+    conn = sqlite3.connect(path)
+    tocsin.load(conn)
+    conn.execute("BEGIN")
+    at = datetime.datetime(2031, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+    a = tocsin.enqueue(conn, "q", 1, run_at=at, expires=datetime.timedelta(hours=1))
+    b = tocsin.call(conn, "q", "t", [1], run_at=at.timestamp(), expires=90)
+    with pytest.raises(tocsin.InvalidArgument, match="delay or run_at"):
+        tocsin.enqueue(conn, "q", 1, run_at=at, delay=5)
+    with pytest.raises(tocsin.InvalidArgument):
+        tocsin.enqueue(conn, "q", 1, expires=0)
+    conn.commit()
+    conn.close()
+    with tocsin.open(path) as db:
+        ja, jb = db.queue("q").get(a), db.queue("q").get(b)
+        want = int(at.timestamp() * 1000)
+        assert (ja.run_at, jb.run_at) == (want, want)
+        assert ja.state == jb.state == "scheduled"
+        assert ja.expires_at - ja.created_at == 3600000
+        assert jb.expires_at - jb.created_at == 90000

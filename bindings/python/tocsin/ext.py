@@ -8,7 +8,8 @@ import sqlite3
 import sys
 from typing import Any, Dict, Optional, Sequence
 
-from ._tocsin import Error, InvalidArgument
+from . import _tocsin
+from ._tocsin import Closed, Error, InvalidArgument
 
 __all__ = ["loadable_path", "load", "enqueue", "call"]
 
@@ -98,7 +99,11 @@ def _in_transaction(conn: Any, raw: Any) -> bool:
 
 def _refuse(conn: Any, autocommit: bool, what: str) -> Any:
     raw = _dbapi_connection(conn)
-    if not autocommit and not _in_transaction(conn, raw):
+    try:
+        open_tx = autocommit or _in_transaction(conn, raw)
+    except sqlite3.Error as e:
+        raise _driver_error(raw, e, what) from e
+    if not open_tx:
         raise InvalidArgument(
             "%s: no transaction is open on this connection, so the job would commit on its "
             "own right now (a later rollback would not drop it). Write the business rows "
@@ -106,6 +111,60 @@ def _refuse(conn: Any, autocommit: bool, what: str) -> Any:
             "engine.begin()), then enqueue, then commit; or pass autocommit=True if the job "
             "should commit by itself" % what)
     return raw
+
+
+# The tocsin error class of each core result code (the classes carry their .code).
+_CLASSES = {c.code: c for c in Error.__subclasses__() if isinstance(getattr(c, "code", None), int)}
+
+# The primary SQLite code of a driver error where the sqlite3 module does not give one
+# (Python < 3.11 has no sqlite_errorcode): read from the exception's class and SQLite's
+# own message for the code (sqlite3_errstr), as those builds report them.
+_SQLITE_TEXTS = (("database is locked", 5), ("database table is locked", 6),
+                 ("readonly", 8), ("read-only", 8), ("interrupted", 9), ("disk i/o error", 10),
+                 ("malformed", 11), ("database or disk is full", 13),
+                 ("unable to open", 14), ("not a database", 26))
+
+
+def _sqlite_code(e: "sqlite3.Error") -> int:
+    code = getattr(e, "sqlite_errorcode", None)
+    if isinstance(code, int):
+        return code
+    if isinstance(e, sqlite3.DataError):
+        return 18  # SQLITE_TOOBIG
+    text = str(e).lower()
+    for needle, c in _SQLITE_TEXTS:
+        if needle in text:
+            return c
+    return 1  # SQLITE_ERROR
+
+
+def _driver_error(raw: Any, e: "sqlite3.Error", what: str) -> Error:
+    """The tocsin error of a failure of the SQL functions on the application's own
+    connection: the class the same refusal has through tocsin.open()'s calls (the
+    core's code of the SQLite code: PayloadTooLarge, ReadOnly, Busy, ...; SQLITE_ERROR,
+    how the SQL functions refuse an argument, is InvalidArgument), a closed connection
+    Closed. The driver's exception is the __cause__, its code .sqlite_code."""
+    msg = str(e)
+    if isinstance(e, sqlite3.ProgrammingError) and "closed" in msg.lower():
+        err: Error = Closed("%s: the connection is closed (%s)" % (what, msg))
+        err.sqlite_code = 0  # type: ignore[attr-defined]
+        return err
+    sqlite_code = _sqlite_code(e)
+    code = _tocsin.code_of_sqlite(sqlite_code)
+    if code == _tocsin.SQLiteError.code:  # SQLITE_ERROR: how the SQL functions refuse an argument
+        code = InvalidArgument.code
+    if "no such function: tocsin_" in msg:
+        msg += " (load the tocsin functions into this connection first: tocsin.load(conn))"
+    err = _CLASSES.get(code, InvalidArgument)(msg)
+    err.sqlite_code = sqlite_code  # type: ignore[attr-defined]
+    return err
+
+
+def _select(raw: Any, what: str, sql: str, params: tuple) -> Any:
+    try:
+        return raw.execute(sql, params).fetchone()[0]
+    except sqlite3.Error as e:
+        raise _driver_error(raw, e, what) from e
 
 
 def _text(value: Any, what: str) -> str:
@@ -123,9 +182,14 @@ def _text(value: Any, what: str) -> str:
 
 
 def _options(priority: int, delay: Any, max_attempts: Any, unique_key: Any, meta: Any,
-             result_ttl: Any = None, timeout: Any = None) -> Optional[str]:
-    from ._util import as_int, duration_ms, dumps, meta_json
+             result_ttl: Any = None, timeout: Any = None, run_at: Any = None,
+             expires: Any = None) -> Optional[str]:
+    """The options JSON of the SQL functions: the job options of Queue.enqueue, in its
+    units (delay and expires seconds or a timedelta, run_at a datetime or epoch seconds)."""
+    from ._util import as_int, duration_ms, dumps, instant_ms, meta_json
     priority = as_int(priority, "priority")
+    if delay is not None and run_at is not None:
+        raise InvalidArgument("give delay or run_at, not both")
     if max_attempts is not None:
         max_attempts = as_int(max_attempts, "max_attempts", 1, 1000000)
     opts: Dict[str, Any] = {}
@@ -133,8 +197,12 @@ def _options(priority: int, delay: Any, max_attempts: Any, unique_key: Any, meta
         opts["priority"] = priority
     if delay is not None:
         opts["delay_ms"] = duration_ms(delay, "delay")
+    if run_at is not None:
+        opts["run_at_ms"] = instant_ms(run_at, "run_at")
     if max_attempts is not None:
         opts["max_attempts"] = max_attempts
+    if expires is not None:
+        opts["expires_ms"] = duration_ms(expires, "expires", allow_zero=False)
     if unique_key is not None:
         opts["unique_key"] = _text(unique_key, "unique_key")
     if meta is not None:
@@ -147,18 +215,22 @@ def _options(priority: int, delay: Any, max_attempts: Any, unique_key: Any, meta
 
 
 def enqueue(conn: Any, queue: str, payload: Any = None, *, priority: int = 0, delay: Any = None,
-            max_attempts: Optional[int] = None, unique_key: Optional[str] = None,
-            meta: Optional[dict] = None, autocommit: bool = False) -> int:
+            run_at: Any = None, max_attempts: Optional[int] = None, expires: Any = None,
+            unique_key: Optional[str] = None, meta: Optional[dict] = None,
+            autocommit: bool = False) -> int:
     """Enqueues a job through the application's own connection (stdlib sqlite3, or an
     SQLAlchemy Connection/Session) with the tocsin extension loaded (tocsin.load), inside
     the transaction open on it -- refused when none is, unless ``autocommit=True``.
-    Returns the job's id."""
+    The options are Queue.enqueue's. Returns the job's id. A refusal raises the
+    tocsin.Error class the same call raises through tocsin.open()'s handle
+    (InvalidArgument, PayloadTooLarge, ReadOnly, Busy, ...; a closed connection Closed),
+    with the driver's exception as its __cause__."""
     from ._util import dumps
     _text(queue, "queue")
     text = _text(dumps(payload), "payload")
-    opts = _options(priority, delay, max_attempts, unique_key, meta)
+    opts = _options(priority, delay, max_attempts, unique_key, meta, run_at=run_at, expires=expires)
     raw = _refuse(conn, autocommit, "tocsin.enqueue")
-    return raw.execute("SELECT tocsin_enqueue(?, ?, ?)", (queue, text, opts)).fetchone()[0]
+    return _select(raw, "tocsin.enqueue", "SELECT tocsin_enqueue(?, ?, ?)", (queue, text, opts))
 
 
 def call(conn: Any, queue: str, task: str, args: Sequence[Any] = (),
@@ -167,9 +239,10 @@ def call(conn: Any, queue: str, task: str, args: Sequence[Any] = (),
     """Enqueues a call of task ``task`` (registered by a worker of any runtime) through the
     application's own connection, inside its open transaction (see enqueue), with the
     SQL function tocsin_task_enqueue (the core's envelope, docs/sql.md). ``args``: a list
-    or tuple; ``kwargs``: a dict; options: ``priority``, ``delay``, ``max_attempts``,
-    ``unique_key``, ``meta``, ``result_ttl``, ``timeout`` (others raise InvalidArgument).
-    Returns the job's id, whose result db.wait_result(id) (or any runtime) reads."""
+    or tuple; ``kwargs``: a dict; options: ``priority``, ``delay``, ``run_at``,
+    ``max_attempts``, ``expires``, ``unique_key``, ``meta``, ``result_ttl``, ``timeout``
+    (others raise InvalidArgument). Returns the job's id, whose result
+    db.wait_result(id) (or any runtime) reads. Errors as enqueue's."""
     from ._util import dumps
     _text(queue, "queue")
     _text(task, "task")
@@ -182,11 +255,12 @@ def call(conn: Any, queue: str, task: str, args: Sequence[Any] = (),
     opts = _options(options.pop("priority", 0), options.pop("delay", None),
                     options.pop("max_attempts", None), options.pop("unique_key", None),
                     options.pop("meta", None), options.pop("result_ttl", None),
-                    options.pop("timeout", None))
+                    options.pop("timeout", None), options.pop("run_at", None),
+                    options.pop("expires", None))
     if options:
         raise InvalidArgument("tocsin.call: unknown option(s) %s" % ", ".join(sorted(options)))
     args_text = _text(dumps(list(args), "args"), "args")
     kwargs_text = _text(dumps(dict(kwargs or {}), "kwargs"), "kwargs")
     raw = _refuse(conn, autocommit, "tocsin.call")
-    return raw.execute("SELECT tocsin_task_enqueue(?, ?, ?, ?, ?)",
-                       (queue, task, args_text, kwargs_text, opts)).fetchone()[0]
+    return _select(raw, "tocsin.call", "SELECT tocsin_task_enqueue(?, ?, ?, ?, ?)",
+                   (queue, task, args_text, kwargs_text, opts))
