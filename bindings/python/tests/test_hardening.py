@@ -358,10 +358,10 @@ def test_outcomes_the_core_cannot_store_still_end_the_run(db, mode):
             await asyncio.wait_for(runner, 10)
 
     got = asyncio.run(main())
-    assert got[0][0] == "ResultNotSerialisable" and "UTF-8" in got[0][1]
+    assert got[0][0] == "SerializationError" and "UTF-8" in got[0][1]
     assert got[1] == ("ValueError", "bad \\ud800")
     assert got[2] == ("BrokenStr", "<str() of the BrokenStr raised>")
-    assert got[3] == ("ResultNotSerialisable",
+    assert got[3] == ("SerializationError",
                       "the task's return value is not JSON-serialisable: nested too deeply")
     assert got[4] == "fine"
     assert q.stats()["processing"] == 0 and q.stats()["dead"] == 4

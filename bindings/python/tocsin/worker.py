@@ -145,7 +145,7 @@ def _failure(ctx: JobContext, x: BaseException) -> tuple:
     if isinstance(x, _TaskFailed):
         return ERROR, _utf8(x.type_name), _utf8(x.message), _utf8(x.trace), -1
     if isinstance(x, _Unserialisable):
-        return FAIL, "ResultNotSerialisable", _describe(x), None, -1
+        return FAIL, "SerializationError", _describe(x), None, -1
     # the task's own error: recorded as data, with its traceback
     return ERROR, _utf8(type(x).__name__), _describe(x), _utf8(traceback.format_exc()), -1
 
@@ -166,12 +166,12 @@ def _outcome(ctx: JobContext, kind: int, value: Any, etype: Optional[str], emsg:
             try:
                 text = dumps(value, "the task's return value")
             except InvalidArgument as x:  # deterministic: retrying would repeat the side effect
-                kind, etype, emsg = FAIL, "ResultNotSerialisable", str(x)
+                kind, etype, emsg = FAIL, "SerializationError", str(x)
         if text is not None:
             try:
                 text.encode("utf-8")
             except UnicodeEncodeError as x:  # a lone surrogate: not storable as JSON text
-                kind, text, etype, emsg = (FAIL, None, "ResultNotSerialisable",
+                kind, text, etype, emsg = (FAIL, None, "SerializationError",
                                            "the task's return value is not valid UTF-8: %s" % _utf8(str(x)))
     return (ctx._run, kind, text, etype, emsg, trace, delay)
 
