@@ -2,7 +2,8 @@
 // Durations and instants are integer milliseconds (instants since the Unix epoch; a Date is
 // accepted where an instant is). Fencing tokens are bigint. Any integer argument (a
 // duration, an instant, a count, a priority, a job id) may also be given as a bigint
-// within its range (Int); results are numbers.
+// within its range (Int); integers read back are numbers, and bigint beyond the safe
+// integers (a stream offset, a notification id or a priority past 2^53: Int there).
 
 /// <reference types="node" />
 import { EventEmitter } from 'events';
@@ -79,7 +80,8 @@ export declare class Job<P = any> {
   readonly payload: P;
   readonly payloadJson: string;
   readonly meta: Meta | null;
-  readonly priority: number;
+  /** a bigint beyond the safe integers (any 64-bit priority is taken) */
+  readonly priority: Int;
   readonly attempts: number;
   readonly maxAttempts: number;
   /** The lease's fencing token: pass it back as given. */
@@ -193,14 +195,15 @@ export declare class Queue {
 }
 
 declare class Message<P = any> {
-  readonly id: number;
+  /** the event's offset or the notification's id: a bigint past 2^53 */
+  readonly id: Int;
   readonly payload: P;
   readonly meta: Meta | null;
   readonly createdAt: number;
   toJSON(): object;
 }
 export declare class Event<P = any> extends Message<P> {
-  readonly offset: number;
+  readonly offset: Int;
   readonly topic: string;
   readonly key: string | null;
 }
@@ -211,7 +214,7 @@ export declare class Notification<P = any> extends Message<P> {
 export interface PublishOptions extends TxOption { key?: string; meta?: Meta }
 export interface SubscribeOptions {
   consumer?: string;
-  fromOffset?: number;
+  fromOffset?: Int;
   batch?: number;
   autosaveEvery?: number;
   autosaveMs?: number;
@@ -224,11 +227,11 @@ export interface SubscribeOptions {
 export declare class Stream {
   readonly db: Database;
   readonly topic: string;
-  publish(payload: JsonValue, options?: PublishOptions): Promise<number>;
-  publishMany(payloads: JsonValue[], options?: TxOption & { keys?: Array<string | null> }): Promise<number[]>;
+  publish(payload: JsonValue, options?: PublishOptions): Promise<Int>;
+  publishMany(payloads: JsonValue[], options?: TxOption & { keys?: Array<string | null> }): Promise<Int[]>;
   read<P = any>(options?: { after?: number; limit?: number }): Promise<Event<P>[]>;
-  saveOffset(consumer: string, offset: number): Promise<number>;
-  offset(consumer: string): Promise<number>;
+  saveOffset(consumer: string, offset: Int): Promise<Int>;
+  offset(consumer: string): Promise<Int>;
   trim(options?: { maxAge?: number; maxCount?: number; belowConsumers?: boolean }): Promise<number>;
   subscribe<P = any>(options?: SubscribeOptions): Subscription<P>;
 }
@@ -252,7 +255,7 @@ export declare class Listener<P = any> extends Waiting<Notification<P>> {
   removeListener(event: 'notification' | 'error' | 'close', fn: (...args: any[]) => void): this;
 }
 export declare class Subscription<P = any> extends Waiting<Event<P>> {
-  readonly position: number;
+  readonly position: Int;
   save(): void;
 }
 export declare class Wake {
@@ -352,9 +355,9 @@ export declare class Database {
   queue(name: string): Queue;
   stream(topic: string): Stream;
   stats(): Promise<QueueStats[]>;
-  notify(channel: string, payload?: JsonValue, options?: TxOption & { meta?: Meta }): Promise<number>;
+  notify(channel: string, payload?: JsonValue, options?: TxOption & { meta?: Meta }): Promise<Int>;
   notifications<P = any>(channel: string, options?: { afterId?: number; limit?: number }): Promise<Notification<P>[]>;
-  notifyMaxId(): Promise<number>;
+  notifyMaxId(): Promise<Int>;
   pruneNotifications(options?: { maxAge?: number; maxKeep?: number }): Promise<number>;
   setNotifyAutotrim(options?: { maxAge?: number; maxKeep?: number; oneIn?: number }): Promise<void>;
   listen<P = any>(channel: string, options?: { bufferSize?: number; signal?: AbortSignal }): Listener<P>;
@@ -442,8 +445,10 @@ export interface BetterSqliteLike {
 }
 export declare function load<T extends BetterSqliteLike>(betterDb: T): T;
 export declare function enqueueSql(betterDb: BetterSqliteLike, queue: string, payload: JsonValue, options?: Omit<EnqueueOptions, 'tx'>): number;
-export declare function publishSql(betterDb: BetterSqliteLike, topic: string, payload: JsonValue, options?: { key?: string; meta?: Meta }): number;
-export declare function notifySql(betterDb: BetterSqliteLike, channel: string, payload: JsonValue, options?: { meta?: Meta }): number;
+export declare function callSql(betterDb: BetterSqliteLike, queue: string, task: string, args?: JsonValue[] | null,
+  options?: Omit<EnqueueOptions, 'tx'> & { kwargs?: { [key: string]: JsonValue } | null; resultTtl?: Int; timeout?: Int }): number;
+export declare function publishSql(betterDb: BetterSqliteLike, topic: string, payload: JsonValue, options?: { key?: string; meta?: Meta }): Int;
+export declare function notifySql(betterDb: BetterSqliteLike, channel: string, payload: JsonValue, options?: { meta?: Meta }): Int;
 export declare function cronNext(expr: string, after?: Instant | null, options?: { localTime?: boolean }): number | null;
 export declare function versions(): { version: string; versionNumber: number; compiledVersion: string; schemaVersion: number; sqliteVersion: string | null };
 export declare const codes: { [code: string]: number };
@@ -481,7 +486,7 @@ export declare class TaskError extends TocsinError {
 }
 
 declare const tocsin: {
-  open: typeof open; loadablePath: typeof loadablePath; load: typeof load; enqueueSql: typeof enqueueSql;
+  open: typeof open; loadablePath: typeof loadablePath; load: typeof load; enqueueSql: typeof enqueueSql; callSql: typeof callSql;
   publishSql: typeof publishSql; notifySql: typeof notifySql; cronNext: typeof cronNext; versions: typeof versions;
   currentJob: typeof currentJob; codes: typeof codes;
   Database: typeof Database; Transaction: typeof Transaction; Queue: typeof Queue; Job: typeof Job;

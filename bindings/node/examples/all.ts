@@ -1,6 +1,6 @@
 // Uses every exported name of the package (checked by `tsc --noEmit --strict`, test/types.test.js).
 import tocsin, {
-  open, loadablePath, load, enqueueSql, publishSql, notifySql, cronNext, versions, currentJob, codes,
+  open, loadablePath, load, enqueueSql, callSql, publishSql, notifySql, cronNext, versions, currentJob, codes,
   Database, Transaction, Queue, Job, Stream, Event, Notification, Listener, Subscription, Wake, Result,
   Lock, RateLimit, TaskHandle, Worker,
   TocsinError, SQLiteError, InvalidArgumentError, NotFoundError, BusyError, LeaseLostError, ClosedError,
@@ -89,6 +89,8 @@ async function main(): Promise<void> {
   const better: BetterSqliteLike = { loadExtension: () => undefined, prepare: () => ({}) };
   load(better);
   enqueueSql(better, 'emails', { to: 'b' });
+  const callId: number = callSql(better, 'emails', 'send_email', ['b'], { kwargs: { subject: 'hi' }, resultTtl: 60000, priority: 2 });
+  void callId;
   publishSql(better, 'orders', 1);
   notifySql(better, 'ch', 1);
   void tocsin.open;

@@ -241,6 +241,14 @@ function inspectFields(self, name, fields, depth, options, inspect) {
 const JOB_FIELDS = ['id', 'queue', 'state', 'payload', 'meta', 'priority', 'attempts', 'maxAttempts', 'token', 'runAt',
   'createdAt', 'leaseUntil', 'expiresAt', 'uniqueKey', 'worker', 'lastError', 'reason', 'diedAt'];
 
+// A row for JSON.stringify: its BigInts (the token; an offset, id or priority beyond
+// the safe integers) as their decimal strings (JSON.stringify throws on a BigInt).
+function jsonRow(row) {
+  const r = { ...row };
+  for (const k of Object.keys(r)) if (typeof r[k] === 'bigint') r[k] = String(r[k]);
+  return r;
+}
+
 class Job {
   constructor(queue, row) {
     this._queue = queue;
@@ -276,10 +284,7 @@ class Job {
   heartbeat(o) { return this._queue.heartbeat(this, o); }
   cancel() { return this._queue.cancel(this.id); }
   complete(value, o) { return this._queue.complete(this, value, o); }
-  toJSON() {
-    const r = { ...this._row, payload: this.payload, meta: this.meta, token: String(this._row.token) };
-    return r;
-  }
+  toJSON() { return { ...jsonRow(this._row), payload: this.payload, meta: this.meta }; }
   [util.inspect.custom](depth, options, inspect) { return inspectFields(this, 'Job', JOB_FIELDS, depth, options, inspect); }
 }
 
@@ -292,7 +297,7 @@ class Message {
   }
   get meta() { return fromJson(this._row.meta); }
   get createdAt() { return this._row.createdAt; }
-  toJSON() { return { ...this._row, payload: this.payload, meta: this.meta }; }
+  toJSON() { return { ...jsonRow(this._row), payload: this.payload, meta: this.meta }; }
   [util.inspect.custom](depth, options, inspect) {
     return inspectFields(this, this.constructor.name, this._fields, depth, options, inspect);
   }
@@ -1094,8 +1099,8 @@ function load(betterDb) {
   return betterDb;
 }
 
-function sqlOptions(o) {
-  const r = {};
+function sqlOptions(o, extra) {
+  const r = { ...extra };
   const exact = []; // [key, BigInt]: beyond the safe integers, written as their exact digits
   const integer = (key, v) => {
     v = fromBig(v);
@@ -1118,7 +1123,8 @@ function stmt(betterDb, key, sql) {
   let m = stmtCache.get(betterDb);
   if (!m) { m = new Map(); stmtCache.set(betterDb, m); }
   let s = m.get(key);
-  if (!s) { s = betterDb.prepare(sql); m.set(key, s); }
+  // safeIntegers: the id or offset exactly (better-sqlite3 rounds one past 2^53 to a Number)
+  if (!s) { s = betterDb.prepare(sql).pluck().safeIntegers(true); m.set(key, s); }
   return s;
 }
 
@@ -1140,7 +1146,7 @@ function sqlError(betterDb, e) {
 function sqlCall(betterDb, key, sql, args) {
   load(betterDb);
   try {
-    return stmt(betterDb, key, sql).pluck().get(...args);
+    return fromBig(stmt(betterDb, key, sql).get(...args));
   } catch (e) {
     throw sqlError(betterDb, e);
   }
@@ -1152,6 +1158,27 @@ function enqueueSql(betterDb, queue, payload, o) {
   const optsJson = sqlOptions(o);
   if (optsJson === null) return sqlCall(betterDb, 'enq2', 'SELECT tocsin_enqueue(?, ?)', [str(queue, 'queue'), toJson(payload, 'payload')]);
   return sqlCall(betterDb, 'enq3', 'SELECT tocsin_enqueue(?, ?, ?)', [str(queue, 'queue'), toJson(payload, 'payload'), optsJson]);
+}
+/**
+ * Enqueues a call of task `task` (any runtime's, by name) through SQL on the app's
+ * better-sqlite3 connection (tocsin_task_enqueue, inside its transaction, if any), as
+ * queue.call(task, args, options) does; returns the job's id (db.waitResult reads its outcome).
+ */
+function callSql(betterDb, queue, task, args, o) {
+  o = opts(o, 'tocsin.callSql() options', ['kwargs', 'resultTtl', 'timeout', 'priority', 'delay', 'runAt', 'maxAttempts',
+    'expires', 'uniqueKey', 'meta']);
+  const { kwargs, resultTtl, timeout, ...job } = o;
+  if (args === undefined || args === null) args = [];
+  if (!Array.isArray(args)) throw invalid('args must be an array');
+  if (kwargs !== undefined && kwargs !== null && (typeof kwargs !== 'object' || Array.isArray(kwargs))) {
+    throw invalid('kwargs must be a plain object');
+  }
+  const extra = {};
+  const ttl = ms(resultTtl, 'resultTtl'), limit = ms(timeout, 'timeout');
+  if (ttl) extra.result_ttl_ms = ttl;
+  if (limit) extra.timeout_ms = limit;
+  return sqlCall(betterDb, 'call', 'SELECT tocsin_task_enqueue(?, ?, ?, ?, ?)', [str(queue, 'queue'), str(task, 'task name'),
+    toJson(args, 'args'), toJson(kwargs || {}, 'kwargs'), sqlOptions(job, extra)]);
 }
 function publishSql(betterDb, topic, payload, o) {
   o = opts(o, 'tocsin.publishSql() options', ['key', 'meta']);
@@ -1181,7 +1208,7 @@ function versions() { ensureLoaded(); return native.versions(); }
 
 module.exports = {
   open, Database, Transaction, Queue, Job, Stream, Event, Notification, Listener, Subscription, Wake,
-  Result, Lock, RateLimit, loadablePath, load, enqueueSql, publishSql, notifySql, cronNext, versions,
+  Result, Lock, RateLimit, loadablePath, load, enqueueSql, callSql, publishSql, notifySql, cronNext, versions,
   ...errors,
   // for lib/tasks.js and lib/worker.js
   _internal: { ENQUEUE_KEYS, bool, fromBig, native, toJson, fromJson, metaJson, ms, lease, int, instant, str, opts, invalid, enqueueArgs, defaultOwner, waitFor, Result },

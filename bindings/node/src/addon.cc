@@ -266,7 +266,14 @@ struct Args {
 Napi::Value js_str(Napi::Env env, const char *s) {
   return s ? Napi::String::New(env, s) : env.Null();
 }
-Napi::Value js_num(Napi::Env env, int64_t v) { return Napi::Number::New(env, (double)v); }
+// A 64-bit integer of the core: a Number while it is a safe integer (|v| <= 2^53 - 1),
+// else the BigInt of its exact value -- never a rounded Number (a stream offset, a
+// notification id or a priority past 2^53 read back as a Number named another one).
+// Every integer argument takes a BigInt back as given.
+Napi::Value js_num(Napi::Env env, int64_t v) {
+  if (v > 9007199254740991LL || v < -9007199254740991LL) return Napi::BigInt::New(env, v);
+  return Napi::Number::New(env, (double)v);
+}
 Napi::Value js_big(Napi::Env env, int64_t v) { return Napi::BigInt::New(env, v); }
 
 Napi::Object js_job(Napi::Env env, const tocsin_job &j) {

@@ -148,9 +148,9 @@ test('a BigInt is accepted wherever an integer is (durations, instants, counts, 
     const b = await q.enqueue(2, { runAt: BigInt(now) + 1000n });
     assert.equal(row(b).run_at, BigInt(now) + 1000n);
     // beyond 2^53 a priority is read exactly (int64), as a Number option cannot say it
-    const [c] = await q.enqueueMany([{ payload: 3, priority: 2n ** 60n + 1n, delay: 10n, maxAttempts: 2n }]);
+    const [c] = await q.enqueueMany([{ payload: 3, priority: 2n ** 60n + 1n, delay: 60000n, maxAttempts: 2n }]);
     assert.equal(row(c).priority, 2n ** 60n + 1n);
-    const d = tocsin.enqueueSql(app, 'big', 4, { priority: -(2n ** 60n) - 1n, delay: 10n, maxAttempts: 3n, meta: { k: 'v' } });
+    const d = tocsin.enqueueSql(app, 'big', 4, { priority: -(2n ** 60n) - 1n, delay: 60000n, maxAttempts: 3n, meta: { k: 'v' } });
     assert.equal(row(d).priority, -(2n ** 60n) - 1n);
     assert.equal(row(d).max_attempts, 3n);
     await db.schedule('s', '* * * * *', 'big', null, { priority: 9n, maxAttempts: 2n, jobExpires: 1000n, maxCatchUp: 3n });
@@ -195,6 +195,89 @@ test('a BigInt is accepted wherever an integer is (durations, instants, counts, 
     assert.throws(() => new tocsin.Worker(db, { queues: ['big'], concurrency: 0n }), invalid(/^concurrency must be an integer between 1 and 10000$/));
     assert.throws(() => tocsin.open(file, { busyTimeout: -5n }), invalid(/^busyTimeout must be >= 0 ms, not -5n$/));
     assert.equal((await q.stats()).pending + (await q.stats()).scheduled, before);
+  } finally {
+    app.close();
+    await db.close();
+  }
+});
+
+test('a 64-bit integer read back past 2^53 is the exact BigInt (offsets, notification ids, priorities), never a rounded Number', async () => {
+  const file = tmpdb();
+  const db = tocsin.open(file);
+  const app = new Better(file);
+  try {
+    const s = db.stream('big');
+    assert.equal(await s.publish('first'), 1); // safe integers stay Numbers
+    assert.equal(await db.notify('c', 'first'), 1);
+    const base = 2n ** 53n + 4n; // the next ids: 2^53 + 5 (a Number would read 2^53 + 4) and 2^53 + 6
+    app.prepare("UPDATE sqlite_sequence SET seq = ? WHERE name IN ('_tocsin_events', '_tocsin_notifications')").run(base);
+    const a = await s.publish('a');
+    assert.equal(a, base + 1n);
+    assert.equal(tocsin.publishSql(app, 'big', 'b'), base + 2n);
+    assert.deepEqual(await s.publishMany(['c']), [base + 3n]);
+    const evs = await s.read({ after: a - 1n });
+    assert.deepEqual(evs.map((e) => e.offset), [base + 1n, base + 2n, base + 3n]);
+    assert.deepEqual(evs.map((e) => e.id), [base + 1n, base + 2n, base + 3n]);
+    assert.equal(JSON.parse(JSON.stringify(evs[0])).id, String(base + 1n));
+    assert.equal(await s.saveOffset('billing', evs[1].offset), base + 2n);
+    assert.equal(await s.offset('billing'), base + 2n);
+    // a consumer resumes after the exact offset, and its close saves the exact offset
+    const sub = s.subscribe({ consumer: 'billing' });
+    for await (const ev of sub) { assert.equal(ev.offset, base + 3n); assert.equal(ev.payload, 'c'); break; }
+    assert.equal(await s.offset('billing'), base + 3n);
+
+    assert.equal(await db.notify('c', 'n'), base + 1n);
+    assert.equal(tocsin.notifySql(app, 'c', 'm'), base + 2n);
+    assert.deepEqual((await db.notifications('c', { afterId: 1 })).map((n) => n.id), [base + 1n, base + 2n]);
+    assert.equal(await db.notifyMaxId(), base + 2n);
+
+    // a priority any other runtime may write (any 64-bit integer) reads back exactly
+    const q = db.queue('p');
+    const id = await q.enqueue(1, { priority: 2n ** 62n + 1n });
+    const low = await q.enqueue(2, { priority: -(2n ** 63n) });
+    assert.equal((await q.get(id)).priority, 2n ** 62n + 1n);
+    assert.equal((await q.get(low)).priority, -(2n ** 63n));
+    assert.equal((await q.get(await q.enqueue(3, { priority: 7 }))).priority, 7);
+    const job = await q.claim('w');
+    assert.equal(job.priority, 2n ** 62n + 1n);
+    assert.deepEqual([JSON.parse(JSON.stringify(job)).priority, JSON.parse(JSON.stringify(job)).token], [String(2n ** 62n + 1n), String(job.token)]);
+  } finally {
+    app.close();
+    await db.close();
+  }
+});
+
+test('tocsin.callSql: a task call by name in the app\'s own better-sqlite3 transaction (rollback drops it, commit runs it)', async () => {
+  const file = tmpdb();
+  const db = tocsin.open(file);
+  const app = new Better(file);
+  try {
+    app.exec('CREATE TABLE orders(id INTEGER PRIMARY KEY)');
+    const q = db.queue('mail');
+    q.task('receipt', (order, kw) => ({ order, copy: kw.copy }));
+    const tryCall = app.transaction((id) => {
+      app.prepare('INSERT INTO orders(id) VALUES (?)').run(id);
+      const jid = tocsin.callSql(app, 'mail', 'receipt', [id], { kwargs: { copy: true }, priority: 3, resultTtl: 60000, timeout: 5000, maxAttempts: 2 });
+      if (id === 1) throw new Error('declined');
+      return jid;
+    });
+    assert.throws(() => tryCall(1), /declined/);
+    assert.equal((await q.stats()).pending, 0);
+    const jid = tryCall(2);
+    const job = await q.get(jid);
+    assert.deepEqual(job.payload, { task: 'receipt', args: [2], kwargs: { copy: true }, result_ttl_ms: 60000, timeout_ms: 5000 });
+    assert.deepEqual([job.priority, job.maxAttempts], [3, 2]);
+    const w = new tocsin.Worker(db, { queues: ['mail'] });
+    const running = w.run();
+    assert.deepEqual((await db.waitResult(jid, { timeout: 10000 })).value, { order: 2, copy: true });
+    await w.stop();
+    await running;
+    // refusals: the TocsinError classes of the same refusal through open()
+    assert.throws(() => tocsin.callSql(app, 'mail', '', []), tocsin.InvalidArgumentError);
+    assert.throws(() => tocsin.callSql(app, 'mail', 't', 'x'), invalid(/args must be an array/));
+    assert.throws(() => tocsin.callSql(app, 'mail', 't', [], { kwargs: [1] }), invalid(/kwargs must be a plain object/));
+    assert.throws(() => tocsin.callSql(app, 'mail', 't', [], { bogus: 1 }), tocsin.InvalidArgumentError);
+    assert.throws(() => tocsin.callSql(app, 'mail', 't', ['x'.repeat(2 << 20)]), tocsin.TooBigError);
   } finally {
     app.close();
     await db.close();
