@@ -271,3 +271,42 @@ def test_app_connection_helpers_take_run_at_and_expires(path):
         assert ja.state == jb.state == "scheduled"
         assert ja.expires_at - ja.created_at == 3600000
         assert jb.expires_at - jb.created_at == 90000
+
+
+@needs_load_extension
+def test_app_connection_publish_and_notify_join_its_transaction(path):
+    """tocsin.publish / tocsin.notify on the application's own connection (Node's
+    publishSql / notifySql, Ruby's Tocsin::SQL.publish / notify, Go's PublishTx /
+    NotifyTx): a rollback drops the event and the notification, a commit wakes a
+    listener."""
+    db = tocsin.open(path)
+    listener = db.listen("orders")
+    conn = sqlite3.connect(path)
+    tocsin.load(conn)
+    with pytest.raises(tocsin.InvalidArgument, match="no transaction is open"):
+        tocsin.notify(conn, "orders", {"id": 0})
+    with pytest.raises(tocsin.InvalidArgument, match="no transaction is open"):
+        tocsin.publish(conn, "orders", {"id": 0})
+    conn.execute("BEGIN")
+    tocsin.publish(conn, "orders", {"id": 1})
+    tocsin.notify(conn, "orders", {"id": 1})
+    conn.rollback()
+    assert db.stream("orders").read(after=0, limit=10) == []
+    assert listener.get(timeout=0.2) == []
+    conn.execute("BEGIN")
+    off = tocsin.publish(conn, "orders", {"id": 2}, key="k", meta={"h": 1})
+    nid = tocsin.notify(conn, "orders", {"id": 2}, meta={"h": 2})
+    conn.commit()
+    ev = db.stream("orders").read(after=0, limit=10)
+    assert [(e.offset, e.key, e.payload, e.meta) for e in ev] == [(off, "k", {"id": 2}, {"h": 1})]
+    notes = listener.get(timeout=10)
+    assert [(n.id, n.payload, n.meta) for n in notes] == [(nid, {"id": 2}, {"h": 2})]
+    conn.execute("BEGIN")
+    with pytest.raises(tocsin.PayloadTooLarge):
+        tocsin.publish(conn, "orders", "x" * (2 << 20))
+    with pytest.raises(tocsin.InvalidArgument):
+        tocsin.notify(conn, "", 1)
+    conn.rollback()
+    conn.close()
+    listener.close()
+    db.close()

@@ -36,7 +36,7 @@ from ._tocsin import (
 )
 from ._version import __version__
 from .db import Database, Transaction, open
-from .ext import call, enqueue, load, loadable_path
+from .ext import call, enqueue, load, loadable_path, notify, publish
 from .queue import Job, Queue
 from .stream import Event, Notification, Stream
 from .coord import Lock, RateDecision, RateLimit, Result, Schedule, cron_next
@@ -59,7 +59,7 @@ def sqlite_version() -> str:
 __all__ = [
     "__version__", "core_version", "sqlite_version", "open", "Database", "Transaction",
     "Queue", "Job", "JobIterator", "Stream", "Event", "Notification", "load", "loadable_path",
-    "enqueue", "call",
+    "enqueue", "call", "publish", "notify",
     "Listener", "Subscription", "Wake", "Result", "Lock", "RateLimit", "RateDecision",
     "Schedule", "cron_next", "Task", "TaskHandle", "TaskError", "Worker", "JobContext",
     "current_job",

@@ -11,7 +11,7 @@ from typing import Any, Dict, Optional, Sequence
 from . import _tocsin
 from ._tocsin import Closed, Error, InvalidArgument
 
-__all__ = ["loadable_path", "load", "enqueue", "call"]
+__all__ = ["loadable_path", "load", "enqueue", "call", "publish", "notify"]
 
 ENTRY_POINT = "sqlite3_tocsin_init"
 
@@ -264,3 +264,32 @@ def call(conn: Any, queue: str, task: str, args: Sequence[Any] = (),
     raw = _refuse(conn, autocommit, "tocsin.call")
     return _select(raw, "tocsin.call", "SELECT tocsin_task_enqueue(?, ?, ?, ?, ?)",
                    (queue, task, args_text, kwargs_text, opts))
+
+
+def publish(conn: Any, topic: str, payload: Any, *, key: Optional[str] = None,
+            meta: Optional[dict] = None, autocommit: bool = False) -> int:
+    """Publishes an event on ``topic`` through the application's own connection, inside
+    its open transaction (see enqueue; refused outside one unless ``autocommit=True``),
+    as Stream.publish does; returns its offset. Errors as enqueue's."""
+    from ._util import dumps, meta_json
+    _text(topic, "topic")
+    text = _text(dumps(payload), "payload")
+    if key is not None:
+        _text(key, "key")
+    m = meta_json(meta)
+    raw = _refuse(conn, autocommit, "tocsin.publish")
+    return _select(raw, "tocsin.publish", "SELECT tocsin_stream_publish(?, ?, ?, ?)", (topic, text, key, m))
+
+
+def notify(conn: Any, channel: str, payload: Any = None, *, meta: Optional[dict] = None,
+           autocommit: bool = False) -> int:
+    """Records a notification on ``channel`` through the application's own connection,
+    inside its open transaction (see enqueue): listeners of every process hear it when
+    that transaction commits, never after a rollback. Returns its id. Errors as
+    enqueue's."""
+    from ._util import dumps, meta_json
+    _text(channel, "channel")
+    text = _text(dumps(payload), "payload")
+    m = meta_json(meta)
+    raw = _refuse(conn, autocommit, "tocsin.notify")
+    return _select(raw, "tocsin.notify", "SELECT tocsin_notify(?, ?, ?)", (channel, text, m))
