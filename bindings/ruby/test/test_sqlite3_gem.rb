@@ -52,6 +52,44 @@ class TestSQLite3Gem < Minitest::Test
     conn.close
   end
 
+  # A task call by name in the gem's own transaction, as Python's tocsin.call(conn, ...),
+  # Node's callSql and Go's CallTx make it (no Tocsin::Database needed for the envelope).
+  def test_sql_call_enqueues_a_task_call_in_the_gems_transaction
+    conn = ::SQLite3::Database.new(@path)
+    conn.busy_timeout = 5000
+    Tocsin::SQL.load(conn)
+    begin
+      conn.transaction do
+        Tocsin::SQL.call(conn, "emails", "receipt", 7, kwargs: { total: 1 })
+        raise "declined"
+      end
+    rescue RuntimeError
+      nil
+    end
+    assert_equal 0, db.queue("emails").stats["pending"], "the rolled-back call is gone"
+    job_id = nil
+    conn.transaction do
+      job_id = Tocsin::SQL.call(conn, "emails", "receipt", 2, kwargs: { total: 990 }, result_ttl: 60, timeout: 5,
+                                                                priority: 3, max_attempts: 2)
+    end
+    job = db.queue("emails").get(job_id)
+    assert_equal({ "task" => "receipt", "args" => [2], "kwargs" => { "total" => 990 }, "result_ttl_ms" => 60_000,
+                   "timeout_ms" => 5000 }, job.payload)
+    assert_equal [3, 2], [job.priority, job.max_attempts]
+    reg = { "receipt" => Tocsin::Task.new("receipt", ->(id, total:) { "sent #{id} #{total}" }, queue: "emails") }
+    w = Tocsin::Worker.new(db, tasks: reg, scheduler: false)
+    th = Thread.new { w.run }
+    assert_equal "sent 2 990", db.wait_result(job_id, timeout: 10).value
+    w.stop
+    th.join(10)
+    conn.transaction do
+      assert_raises(Tocsin::InvalidArgument) { Tocsin::SQL.call(conn, "emails", "") }
+      assert_raises(Tocsin::TooBig) { Tocsin::SQL.call(conn, "emails", "t", "x" * (2 << 20)) }
+      assert_raises(Tocsin::InvalidArgument) { Tocsin::SQL.call(conn, "emails", "t", kwargs: [1]) }
+    end
+    conn.close
+  end
+
   def test_a_second_copy_of_sqlite_is_refused
     # a copy of the system library under another name is a second SQLite, as a
     # sqlite3 gem that bundles its own would be

@@ -59,6 +59,27 @@ module Tocsin
     # Queue#enqueue (delay/expires in seconds, run_at a Time or ms).
     def enqueue(conn, queue, payload, priority: nil, delay: nil, run_at: nil, max_attempts: nil, expires: nil,
                 unique_key: nil, meta: nil)
+      o = options(priority, delay, run_at, max_attempts, expires, unique_key, meta)
+      value(conn, "SELECT tocsin_enqueue(?, ?, ?)", Util.name!(queue, "queue"), Util.dump(payload),
+            o.empty? ? nil : Util.dump(o, "options"))
+    end
+
+    # SELECT tocsin_task_enqueue(...): a call of +task+ (any runtime's, by name) with
+    # +args+ and +kwargs:+, as Queue#call makes it (result_ttl:/timeout: seconds, the
+    # job options of enqueue); the job id, whose result Database#wait_result reads.
+    def call(conn, queue, task, *args, kwargs: {}, result_ttl: nil, timeout: nil, priority: nil, delay: nil,
+             run_at: nil, max_attempts: nil, expires: nil, unique_key: nil, meta: nil)
+      o = options(priority, delay, run_at, max_attempts, expires, unique_key, meta)
+      ttl = Util.ms(result_ttl, "result_ttl")
+      limit = Util.ms(timeout, "timeout")
+      o[:result_ttl_ms] = ttl if ttl&.positive?
+      o[:timeout_ms] = limit if limit&.positive?
+      value(conn, "SELECT tocsin_task_enqueue(?, ?, ?, ?, ?)", Util.name!(queue, "queue"), Util.name!(task, "task name"),
+            Util.dump(args, "args"), Util.dump(Util.hash!(kwargs, "kwargs"), "kwargs"),
+            o.empty? ? nil : Util.dump(o, "options"))
+    end
+
+    def options(priority, delay, run_at, max_attempts, expires, unique_key, meta)
       o = {}
       o[:priority] = Util.int!(priority, "priority") unless priority.nil?
       raise InvalidArgument, "give delay or run_at, not both" unless delay.nil? || run_at.nil?
@@ -69,8 +90,7 @@ module Tocsin
       o[:expires_ms] = Util.ms(expires, "expires") unless expires.nil?
       o[:unique_key] = Util.str!(unique_key, "unique_key") unless unique_key.nil?
       o[:meta] = Util.json!(Util.hash!(meta, "meta"), "meta") unless meta.nil?
-      value(conn, "SELECT tocsin_enqueue(?, ?, ?)", Util.name!(queue, "queue"), Util.dump(payload),
-            o.empty? ? nil : Util.dump(o, "options"))
+      o
     end
 
     # Enqueues a task call (+envelope+ from Database#task_envelope, or any
