@@ -1204,6 +1204,22 @@ static int make_run(tocsin_worker *w, const tocsin_job *j, wrun **out) {
         free_run(r);
         return rc;
     }
+    if (t->o.max_attempts > 0 && j->attempts > t->o.max_attempts) {
+        /* The task's own bound was spent by runs that never reported (a worker
+         * killed mid-run: its lease lapsed, the crash counting as an attempt).
+         * The job dies as at its own bound after such a crash (max_attempts,
+         * its last error kept), instead of running past the task's retries. */
+        int64_t handbacks = 0;
+        if ((rc = tc_job_handbacks(db, j->id, &handbacks)) != TOCSIN_OK) {
+            free_run(r);
+            return rc;
+        }
+        if (j->attempts - handbacks > t->o.max_attempts) {
+            rc = tc_job_to_dead(db, &ok, j->id, j->token, NULL, "max_attempts");
+            free_run(r);
+            return rc;
+        }
+    }
     r->topts = t->o;
     r->owner = w;
     r->pub.queue = r->queue;

@@ -1278,7 +1278,66 @@ static void failed_step_waits(void) {
     tocsin_close(db);
 }
 
+/* A task's own bound after a run that never reported (its worker stalled or
+ * was killed: the lease lapsed, the crash counting as an attempt): the job
+ * dies as at its own bound, and the late outcome of the lost run is refused. */
+static void task_bound_after_crash(void) {
+    t_clock clk = {1000000};
+    tocsin_db *db = t_open("w_task_bound_crash", &clk), *db2 = NULL;
+    tocsin_task_opts to = TOCSIN_TASK_OPTS_INIT;
+    tocsin_outcome ok = TOCSIN_OUTCOME_INIT;
+    tocsin_worker *w1 = open_worker(db, "w1", 1), *w2;
+    tocsin_task_run *r, *r2;
+    tocsin_job *job = NULL;
+    int64_t once, twice;
+    size_t lost = 0;
+    to.max_attempts = 1;
+    CHECK_OK(db, tocsin_worker_register(w1, "once", &to));
+    once = call(db, "once", "[]", 5); /* retries 0, called with 5 attempts */
+    r = next_run(w1, NULL);
+    CHECK(r && r->job_id == once);
+    if (!r) return;
+    CHECK_OK(db2, tocsin_open(&db2, sqlite3_db_filename(tocsin_sqlite(db), "main"), NULL));
+    tocsin_set_clock(db2, t_clock_fn, &clk);
+    w2 = open_worker(db2, "w2", 1);
+    CHECK_OK(db2, tocsin_worker_register(w2, "once", &to));
+    to.max_attempts = 2;
+    CHECK_OK(db2, tocsin_worker_register(w2, "twice", &to));
+    clk.now += 31000; /* w1 stalls past its lease: no renewal, no heartbeat */
+    CHECK(next_run(w2, NULL) == NULL); /* not run again: dead, its bound spent */
+    CHECK_OK(db, tocsin_job_get(db, &job, once));
+    CHECK(job && strcmp(job->state, "dead") == 0 && job->reason && strcmp(job->reason, "max_attempts") == 0 &&
+          job->attempts == 2 && job->last_error && strcmp(job->last_error, "lease expired") == 0);
+    tocsin_jobs_free(job, 1);
+    job = NULL;
+    /* the stalled run's late outcome is refused by fencing */
+    CHECK_OK(db, tocsin_worker_finish(w1, NULL, r, &ok));
+    CHECK_OK(db, tocsin_worker_flush(w1, &lost));
+    CHECK_EQ_I(lost, 1);
+    CHECK_EQ_I(t_count(db, "_tocsin_results"), 0);
+    /* with a run left, a lost one is run again, its attempt counted */
+    twice = call(db2, "twice", "[]", 5);
+    r2 = next_run(w2, NULL);
+    CHECK(r2 && r2->job_id == twice && r2->attempt == 1);
+    clk.now += 31000; /* w2 stalls this time */
+    tocsin_worker_close(w1);
+    w1 = open_worker(db, "w3", 1);
+    CHECK_OK(db, tocsin_worker_register(w1, "twice", &to));
+    r = next_run(w1, NULL);
+    CHECK(r && r->job_id == twice && r->attempt == 2);
+    if (r) CHECK_OK(db, tocsin_worker_finish(w1, NULL, r, &ok));
+    CHECK_OK(db, tocsin_worker_close(w1));
+    if (r2) CHECK_OK(db2, tocsin_worker_finish(w2, NULL, r2, &ok));
+    CHECK_OK(db2, tocsin_worker_flush(w2, &lost));
+    CHECK_EQ_I(lost, 1);
+    CHECK_EQ_I(t_count(db, "_tocsin_results"), 1);
+    tocsin_worker_close(w2);
+    tocsin_close(db2);
+    tocsin_close(db);
+}
+
 void suite_worker(void) {
+    task_bound_after_crash();
     reserve();
     own_transaction_no_deadlock();
     poll_never_blocks();
