@@ -1278,6 +1278,13 @@ TOCSIN_API int tocsin_worker_fd(tocsin_worker *w);
 TOCSIN_API int64_t tocsin_worker_wake_in(tocsin_worker *w);
 /* Ends a blocked tocsin_worker_next with TOCSIN_INTERRUPTED (any thread). */
 TOCSIN_API int tocsin_worker_poke(tocsin_worker *w);
+/* Graceful shutdown (any thread): from now on the worker claims nothing and
+ * hands out nothing (tocsin_worker_next and poll keep the upkeep -- lease
+ * renewal, the group commit of the runs that finish -- and return no run;
+ * tocsin_worker_take says TOCSIN_TIMEOUT), and its next step hands the reserve
+ * back (pending again, no attempt consumed). The runs in flight finish as
+ * usual; tocsin_worker_close hands back the rest. Wakes a blocked next. */
+TOCSIN_API int tocsin_worker_drain(tocsin_worker *w);
 /* Runs in flight (handed out, not finished). */
 TOCSIN_API size_t tocsin_worker_in_flight(tocsin_worker *w);
 /* The worker's id (opts.worker_id, or the one it made); valid until close. */

@@ -187,6 +187,7 @@ struct tocsin_worker {
     _Atomic size_t nreserve;
     size_t handed;         /* runs handed out and not finished (under inmu) */
     _Atomic int stepping;  /* a step is under way (it refills the reserve) */
+    _Atomic int draining;  /* tocsin_worker_drain: no claim, no run handed out */
     int64_t run_ewma_us;    /* mean run time (handed out -> finished), exponentially weighted */
     int64_t runs_measured;  /* how many runs it has seen (no reserve before `concurrency` of them) */
     int64_t first_done_us;  /* monotonic: when the oldest batched outcome was recorded */
@@ -1275,6 +1276,43 @@ static void hand_out(tocsin_worker *w, wrun **got, size_t *ngot, wrun *r, int64_
     w->handed++;
 }
 
+/* Draining: the reserved runs go back (pending, no attempt consumed), in one
+ * write. Under w->mu; kept reserved for the next step when the write fails. */
+static int hand_back_reserve(tocsin_worker *w) {
+    wrun *list = NULL, *r;
+    tc_op op;
+    int rc;
+    pthread_mutex_lock(&w->inmu);
+    while ((r = reserve_pop(w)) != NULL) {
+        r->res_next = list;
+        list = r;
+    }
+    pthread_mutex_unlock(&w->inmu);
+    if (!list) return TOCSIN_OK;
+    if ((rc = tc_op_begin(w->db, &op, 1)) == TOCSIN_OK) {
+        for (r = list; r && rc == TOCSIN_OK; r = r->res_next) {
+            int held = 0;
+            rc = tc_job_hand_back(w->db, &held, NULL, r->pub.job_id, r->pub.token, 0,
+                                  "handed back: the worker is shutting down");
+        }
+        rc = tc_op_end(w->db, &op, rc);
+    }
+    while (list) {
+        r = list;
+        list = r->res_next;
+        if (rc == TOCSIN_OK) {
+            r->res_next = NULL;
+            unlink_run(w, r);
+            free_run(r);
+        } else {
+            pthread_mutex_lock(&w->inmu);
+            reserve_push(w, r);
+            pthread_mutex_unlock(&w->inmu);
+        }
+    }
+    return rc;
+}
+
 static size_t free_slots_of(const tocsin_worker *w) {
     return w->handed < (size_t)w->concurrency ? (size_t)w->concurrency - w->handed : 0;
 }
@@ -1300,10 +1338,11 @@ static int next_step(void *p, int *done, int64_t *sleep_ms) {
     backoff = w->retry_at > tocsin_now(w->db);
     rc = take_incoming(w);
     if (rc == TOCSIN_OK && !backoff) rc = upkeep(w);
+    if (rc == TOCSIN_OK && !backoff && atomic_load(&w->draining)) rc = hand_back_reserve(w);
     /* the reserve first: no transaction (the batched runs gave their slots back) */
     pthread_mutex_lock(&w->inmu);
     now = tocsin_now(w->db);
-    while (rc == TOCSIN_OK && free_slots_of(w) && w->reserve)
+    while (rc == TOCSIN_OK && !atomic_load(&w->draining) && free_slots_of(w) && w->reserve)
         hand_out(w, c->got, &c->ngot, reserve_pop(w), now, tc_monotonic_us());
     free_slots = free_slots_of(w);
     pthread_mutex_unlock(&w->inmu);
@@ -1311,7 +1350,8 @@ static int next_step(void *p, int *done, int64_t *sleep_ms) {
      * `concurrency` (so that each refill carries many claims and outcomes) */
     target = reserve_target(w);
     want = free_slots + (w->nreserve < target ? target - w->nreserve : 0);
-    refill = !backoff && want > 0 && (free_slots > 0 || w->nreserve <= (size_t)w->concurrency);
+    refill = !backoff && want > 0 && (free_slots > 0 || w->nreserve <= (size_t)w->concurrency) &&
+             !atomic_load(&w->draining);
     /* a read-only look first, unless the last claim filled every slot (more is likely) */
     if (rc == TOCSIN_OK && refill && !w->hot)
         rc = tocsin_queue_next_deadline(w->db, &deadline, (const char *const *)w->queues, w->nq);
@@ -1480,7 +1520,7 @@ int tocsin_worker_take(tocsin_worker *w, tocsin_task_run ***out, size_t *out_n) 
     free_slots = free_slots_of(w);
     /* down to `concurrency` the reserve wants its refill, unless a step is doing it */
     low = w->stepping ? 0 : (size_t)w->concurrency;
-    if (!free_slots || w->nreserve <= low || (w->nin && !w->stepping && mono - w->in_first_us >= W_FLUSH_US)) {
+    if (!free_slots || atomic_load(&w->draining) || w->nreserve <= low || (w->nin && !w->stepping && mono - w->in_first_us >= W_FLUSH_US)) {
         pthread_mutex_unlock(&w->inmu);
         return tc_err(w->db, TOCSIN_TIMEOUT, "nothing to take without a step (call tocsin_worker_next)");
     }
@@ -1531,6 +1571,14 @@ int64_t tocsin_worker_wake_in(tocsin_worker *w) {
     w_unlock(w);
     t -= now;
     return t < 0 ? 0 : t > TC_MAX_SLEEP_MS ? TC_MAX_SLEEP_MS : t;
+}
+
+int tocsin_worker_drain(tocsin_worker *w) {
+    if (!w) return tc_err(NULL, TOCSIN_INVALID, "worker must not be NULL");
+    tc_clear(w->db);
+    atomic_store(&w->draining, 1);
+    tc_sub_nudge(w->sub); /* a blocked next hands the reserve back and commits */
+    return TOCSIN_OK;
 }
 
 int tocsin_worker_poke(tocsin_worker *w) {

@@ -1336,7 +1336,51 @@ static void task_bound_after_crash(void) {
     tocsin_close(db);
 }
 
+/* Graceful shutdown: tocsin_worker_drain stops claims and hand-outs at once,
+ * the reserve goes back with no attempt consumed, the upkeep and the group
+ * commit of the running runs go on, and close hands back the rest. Before,
+ * a binding that kept stepping to renew its running leases while it drained
+ * claimed jobs it only handed back (a claim and a hand-back per freed slot). */
+static void drain(void) {
+    t_clock clk = {1000000};
+    tocsin_db *db = t_open("w_drain", &clk);
+    tocsin_worker *w = open_worker(db, "w1", 2);
+    tocsin_outcome ok = TOCSIN_OUTCOME_INIT;
+    tocsin_task_run *runs[8], **got = NULL;
+    size_t n = 0;
+    int i, k, rc;
+    for (i = 0; i < 2; i++) call(db, "add", "[0]", 3); /* warm-up: earns the reserve */
+    for (i = 0; i < 10; i++) call(db, "add", "[1]", 1);
+    k = next_runs(w, runs, 8);
+    CHECK_EQ_I(k, 2);
+    for (i = 0; i < k; i++) CHECK_OK(db, tocsin_worker_finish(w, NULL, runs[i], &ok));
+    k = next_runs(w, runs, 8); /* two run, the rest is claimed ahead */
+    CHECK_EQ_I(k, 2);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE state = 'processing'"), 10);
+    CHECK_OK(db, tocsin_worker_drain(w));
+    CHECK_EQ_I(tocsin_worker_take(w, &got, &n), TOCSIN_TIMEOUT);
+    CHECK_OK(db, tocsin_worker_finish(w, NULL, runs[0], &ok)); /* a slot frees: nothing refills it */
+    rc = tocsin_worker_next(w, &got, &n, 0);
+    CHECK_EQ_I(rc, TOCSIN_TIMEOUT);
+    CHECK_EQ_I(n, 0);
+    CHECK_EQ_I(t_count(db, "_tocsin_results"), 3); /* the finished one was committed */
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE state = 'processing'"), 1); /* only runs[1] */
+    /* the reserve went back as handed back: its one attempt is still to run */
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE state = 'pending' AND attempts = 1 AND max_attempts = 2 "
+                           "AND handbacks = 1"), 8);
+    clk.now += 11000; /* the upkeep goes on: the running lease is renewed */
+    CHECK_EQ_I(tocsin_worker_next(w, &got, &n, 0), TOCSIN_TIMEOUT);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE state = 'processing' AND lease_until > 1011000 + 20000"), 1);
+    CHECK_OK(db, tocsin_worker_finish(w, NULL, runs[1], &ok));
+    CHECK_OK(db, tocsin_worker_close(w));
+    CHECK_EQ_I(t_count(db, "_tocsin_results"), 4);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE state = 'pending'"), 8);
+    CHECK_EQ_I(tocsin_worker_drain(NULL), TOCSIN_INVALID);
+    tocsin_close(db);
+}
+
 void suite_worker(void) {
+    drain();
     task_bound_after_crash();
     reserve();
     own_transaction_no_deadlock();

@@ -2907,6 +2907,19 @@ static PyObject *Worker_poke(Worker *self, PyObject *u) {
     Py_RETURN_NONE;
 }
 
+/* drain(): graceful shutdown -- no claim and no run handed out from now on, the
+ * reserve goes back at the next step; next() keeps the upkeep (any thread). */
+static PyObject *Worker_drain(Worker *self, PyObject *u) {
+    (void)u;
+    if (w_enter(self)) {
+        tocsin_worker_drain(self->w);
+        w_leave(self);
+    } else {
+        PyErr_Clear();
+    }
+    Py_RETURN_NONE;
+}
+
 static PyObject *Worker_in_flight(Worker *self, PyObject *u) {
     size_t n;
     (void)u;
@@ -2962,6 +2975,7 @@ static PyMethodDef Worker_methods[] = {
     {"fileno", (PyCFunction)Worker_fileno, METH_NOARGS, "The descriptor to poll."},
     {"wake_in", (PyCFunction)Worker_wake_in, METH_NOARGS, "Milliseconds until the next upkeep is due."},
     {"poke", (PyCFunction)Worker_poke, METH_NOARGS, "Ends a blocked next() (any thread)."},
+    {"drain", (PyCFunction)Worker_drain, METH_NOARGS, "Graceful shutdown: claims and hands out nothing more; the reserve goes back (any thread)."},
     {"in_flight", (PyCFunction)Worker_in_flight, METH_NOARGS, "Runs handed out and not finished."},
     {"close", (PyCFunction)Worker_close, METH_NOARGS, "Hands back what still runs and closes."},
     {NULL, NULL, 0, NULL},

@@ -471,6 +471,26 @@ def test_sigterm_past_the_deadline_hands_back_a_retries0_job(app, db):
     assert job.state == "pending" and "shutdown" in job.last_error  # not dead: no attempt used
 
 
+def test_draining_worker_claims_nothing_while_its_runs_finish(app, db):
+    """SIGTERM: the runs in flight finish within the deadline, and the jobs waiting are
+    not touched (they used to be claimed for each freed slot and handed back at once:
+    attempts and hand-backs counted for runs that never started)."""
+    p = app("--shutdown-timeout", "20")
+    q = db.queue("q")
+    running = [q.call("sleepy", 1.0) for _ in range(4)]
+    end = time.monotonic() + 30
+    while q.stats()["processing"] < 4 and time.monotonic() < end:
+        time.sleep(0.05)
+    waiting = [q.call("sleepy", 0) for _ in range(3)]
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(30) == 0
+    for h in running:
+        assert h.get(timeout=5) == 1.0
+    for h in waiting:
+        job = q.get(h.job_id)
+        assert (job.state, job.attempts, job.max_attempts, job.last_error) == ("pending", 0, 3, None)
+
+
 def test_second_signal_stops_at_once(app, db):
     p = app("--shutdown-timeout", "60")
     h = db.queue("q").call("sleepy", 30)

@@ -269,6 +269,8 @@ class Worker:
     def _request_stop(self, now: bool) -> None:
         assert self._stop is not None and self._hard is not None
         self._stopping = True  # the sync threads stop taking runs
+        if self._w is not None:  # the core claims and hands out nothing more (upkeep goes on)
+            self._w.drain()
         if now or self._stop.is_set():
             self._hard.set()
         self._stop.set()
