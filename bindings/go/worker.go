@@ -567,12 +567,19 @@ func (wk *Worker) cancelReported() {
 }
 
 // shutdown: no more claims; finish what ends within ShutdownTimeout, hand back the rest.
+// Meanwhile the core's upkeep goes on (tocsin_worker_next on a draining worker: no
+// claim, no run handed out, the reserve handed back): the running jobs' leases are
+// renewed and their outcomes committed. (Without it a ShutdownTimeout longer than what
+// was left of a lease let the job be claimed again while its handler still ran.)
 func (wk *Worker) shutdown() {
 	wk.stopping.Store(true) // handlers take no more runs
-	deadline := time.NewTimer(wk.opts.ShutdownTimeout)
-	defer deadline.Stop()
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
+	wk.mu.Lock()
+	if !wk.closed {
+		C.tocsin_worker_drain(wk.w)
+	}
+	wk.mu.Unlock()
+	deadline := time.Now().Add(wk.opts.ShutdownTimeout)
+	upkeep := true
 	for {
 		wk.mu.Lock()
 		left := len(wk.running)
@@ -580,10 +587,29 @@ func (wk *Worker) shutdown() {
 		if left == 0 {
 			break
 		}
-		select {
-		case <-tick.C:
+		if remaining := time.Until(deadline); remaining > 0 {
+			if !upkeep {
+				time.Sleep(2 * time.Millisecond)
+				continue
+			}
+			ms := remaining.Milliseconds() + 1
+			if ms > 50 {
+				ms = 50
+			}
+			var runs **C.tocsin_task_run
+			var n C.size_t
+			// a finish wakes it: a freed slot ends the wait at once
+			err := wk.own.do(context.Background(), "worker_next", func(*C.tocsin_db) C.int {
+				return C.tocsin_worker_next(wk.w, &runs, &n, C.int(ms))
+			})
+			if err == nil {
+				wk.dispatch(runs, n) // (none: a draining worker hands out nothing)
+			}
+			wk.cancelReported()
+			if err != nil && isCode(err, ErrClosed) {
+				upkeep = false
+			}
 			continue
-		case <-deadline.C:
 		}
 		// their late outcomes are dropped: close hands the jobs back
 		wk.fmu.Lock()

@@ -197,6 +197,38 @@ func TestWorkerGracefulShutdown(t *testing.T) {
 	}
 }
 
+// A shutdown longer than the lease: the core's upkeep goes on while the handler
+// finishes, so its lease is renewed and nobody else claims the job meanwhile (the
+// lease used to lapse during the shutdown, and the job ran again elsewhere).
+func TestWorkerShutdownKeepsRenewingLeases(t *testing.T) {
+	db := openDB(t)
+	started := make(chan struct{}, 1)
+	release := make(chan struct{})
+	slow := tocsin.Task(db, "slowlease", func(ctx context.Context, n int) (int, error) {
+		started <- struct{}{}
+		<-release
+		return n, nil
+	}, &tocsin.TaskOptions{Queue: "slowlease"})
+	stop := runWorker(t, db, tocsin.WorkerOptions{Visibility: 30 * time.Millisecond, ShutdownTimeout: 30 * time.Second})
+	h := must(slow.Call(bg, 7, nil))
+	<-started
+	stopped := make(chan error, 1)
+	go func() { stopped <- stop() }()
+	for i := 0; i < 10; i++ { // many leases long
+		time.Sleep(30 * time.Millisecond)
+		if jobs := must(db.Queue("slowlease").Claim(bg, "rival", 1, time.Minute)); len(jobs) != 0 {
+			t.Fatalf("claimed by another worker while its handler ran: %+v", jobs[0])
+		}
+	}
+	close(release)
+	if err := <-stopped; err != nil {
+		t.Fatal(err)
+	}
+	if v, err := h.Get(bg); err != nil || v != 7 {
+		t.Fatal(v, err)
+	}
+}
+
 func TestWorkerEndsOnClose(t *testing.T) {
 	db := must(tocsin.Open(t.TempDir()+"/w.db", nil))
 	tocsin.Task(db, "noop", func(ctx context.Context, n int) (int, error) { return n, nil }, nil)

@@ -328,15 +328,41 @@ class Worker extends EventEmitter {
   async _shutdown() {
     // the in-flight next() finishes first (one call at a time)
     if (this._busy) await new Promise((r) => { this._drained = r; });
+    // the core claims and hands out nothing more; its upkeep goes on while the running
+    // handlers finish (their leases are renewed, their outcomes committed: without it a
+    // shutdownTimeout longer than what was left of a lease let the job be claimed again
+    // while its handler still ran)
+    this._w.drain();
     if (this._running.size > 0) {
-      await new Promise((resolve) => {
-        let t = null;
-        const done = () => { if (t) clearTimeout(t); t = null; resolve(); };
-        this._idle = done;
-        this._hurryNow = done;
-        t = setTimeout(done, this.shutdownTimeout);
-        if (this._running.size === 0) done();
-      });
+      const end = Date.now() + this.shutdownTimeout;
+      let hurry = false, wake = null;
+      this._idle = () => { if (wake) wake(); };
+      this._hurryNow = () => { hurry = true; if (wake) wake(); };
+      while (this._running.size > 0 && !hurry && Date.now() < end) {
+        try {
+          const runs = await this._w.next(); // (none: a draining worker hands out nothing)
+          if (runs) for (const r of runs) this._finish(r.jobId, HAND_BACK, {});
+        } catch (e) {
+          if (e.code === 'TOCSIN_CLOSED' || this.db._closing) break;
+        }
+        if (this._running.size === 0 || hurry) break;
+        const wait = Math.max(1, Math.min(this._w.wakeIn(), end - Date.now(), 1000));
+        await new Promise((r) => {
+          const t = setTimeout(r, wait);
+          wake = () => { clearTimeout(t); r(); };
+        });
+        wake = null;
+      }
+      if (this._running.size > 0 && !hurry && Date.now() < end && this.db._closing) {
+        // the database is closing: no upkeep; the handlers get what is left of the timeout
+        await new Promise((resolve) => {
+          const t = setTimeout(resolve, end - Date.now());
+          const done = () => { clearTimeout(t); resolve(); };
+          this._idle = done;
+          this._hurryNow = done;
+          if (this._running.size === 0) done();
+        });
+      }
     }
     for (const [id, e] of this._running) {
       // still running past the deadline: hand back (no attempt consumed)

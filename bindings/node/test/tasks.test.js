@@ -132,6 +132,28 @@ describe('tasks in one process', () => {
     await d3.close();
   });
 
+  test('a shutdown longer than the lease keeps renewing it: nobody else claims the running job', async () => {
+    const d4 = tocsin.open(tmpdb());
+    const lq = d4.queue('lease');
+    let release;
+    const gate = new Promise((r) => { release = r; });
+    let started = false;
+    lq.task('held', async (n) => { started = true; await gate; return n; });
+    const h = await lq.call('held', [7]);
+    const w = new tocsin.Worker(d4, { queues: ['lease'], visibility: 30, shutdownTimeout: 30000 });
+    const r = w.run();
+    while (!started) await sleep(5);
+    const stopped = w.stop();
+    for (let i = 0; i < 10; i++) { // many leases long
+      await sleep(30);
+      assert.equal(await lq.claim('rival', { visibility: 60000 }), null, 'claimed while its handler ran');
+    }
+    release();
+    await stopped; await r;
+    assert.equal(await h.result({ timeout: 10000 }), 7);
+    await d4.close();
+  });
+
   test('cancelling a running job aborts its handler (the core reports it to the worker)', async () => {
     const d4 = tocsin.open(tmpdb());
     const cq = d4.queue('cx');

@@ -92,6 +92,28 @@ class TestWorker < Minitest::Test
     refute th.alive?
   end
 
+  # A shutdown longer than the lease: the core's upkeep goes on while the handler
+  # finishes, so nobody else claims the job meanwhile (its lease used to lapse).
+  def test_shutdown_keeps_renewing_the_leases_of_running_jobs
+    reg = {}
+    gate = ::Queue.new
+    started = ::Queue.new
+    reg["held"] = Tocsin::Task.new("held", ->(x) { started << 1; gate.pop; x }, queue: "lease")
+    w = Tocsin::Worker.new(db, tasks: reg, scheduler: false, visibility: 0.03, shutdown_timeout: 30)
+    th = Thread.new { w.run }
+    h = db.queue("lease").call("held", 7)
+    started.pop
+    w.stop
+    10.times do # many leases long
+      sleep 0.03
+      assert_nil db.queue("lease").claim("rival", visibility: 60), "claimed while its handler ran"
+    end
+    gate << 1
+    assert_equal 7, h.value(timeout: 10)
+    th.join(10)
+    refute th.alive?
+  end
+
   # A call by name (another runtime's, or q.call here) knows nothing of the task's
   # retries: its worker keeps them, whatever max_attempts the call gave. A task that
   # returns past its timeout (it swallowed the cancellation) fails with Timeout.

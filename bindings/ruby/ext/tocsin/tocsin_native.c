@@ -2248,6 +2248,14 @@ static VALUE wk_poke(VALUE self) {
     tocsin_worker_poke(k->w);
     return Qnil;
 }
+/* drain: graceful shutdown -- no claim and no run handed out from now on, the
+ * reserve goes back at the next step; next keeps the upkeep (any thread) */
+static VALUE wk_drain(VALUE self) {
+    rwk *k;
+    TypedData_Get_Struct(self, rwk, &rwk_type, k);
+    if (k->w) tocsin_worker_drain(k->w);
+    return Qnil;
+}
 /* close: the loop's own call, after its last next (Worker#run); from another
  * thread it ends the loop's wait first (Tocsin::Closed there) */
 static VALUE wk_close(VALUE self) {
@@ -2399,6 +2407,7 @@ RUBY_FUNC_EXPORTED void Init_tocsin_native(void) {
     rb_define_method(cWorker, "wake_in", wk_wake_in, 0);
     rb_define_method(cWorker, "in_flight", wk_in_flight, 0);
     rb_define_method(cWorker, "poke", wk_poke, 0);
+    rb_define_method(cWorker, "drain", wk_drain, 0);
     rb_define_method(cWorker, "close", wk_close, 0);
     rb_define_method(cWorker, "closed?", wk_closed_p, 0);
     cRun = rb_define_class_under(mNative, "Run", rb_cObject);

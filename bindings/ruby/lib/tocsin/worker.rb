@@ -245,8 +245,13 @@ module Tocsin
     end
 
     # Waits for the running handlers (up to shutdown_timeout), reporting outcomes.
+    # The core claims and hands out nothing more (drain), and its upkeep goes on
+    # meanwhile: the running jobs' leases are renewed and their outcomes committed
+    # (without it a shutdown_timeout longer than what was left of a lease let the
+    # job be claimed again while its handler still ran).
     def drain_running
       deadline = Process.clock_gettime(Process::CLOCK_MONOTONIC) + @shutdown_timeout
+      @native.drain
       loop do
         finish_done
         break if @lock.synchronize { @running.empty? } && @work.empty?
@@ -254,7 +259,12 @@ module Tocsin
         left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
         break if left <= 0
 
-        sleep([left, 0.05].min)
+        begin
+          @native.next([(left * 1000).ceil, 50].min) # (no run: a draining worker hands out none)
+          cancel_running
+        rescue Tocsin::Error # closed, or a step that failed: the handlers still get their time
+          sleep([left, 0.05].min)
+        end
       end
       # handlers still running: interrupt them; the core hands their jobs back at close
       @lock.synchronize { @running.each_value { |th| th.raise(JobCancelled, "worker shutting down") } }
