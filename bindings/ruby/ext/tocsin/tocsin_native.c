@@ -2276,6 +2276,13 @@ static VALUE m_backoff_ms(VALUE mod, VALUE base, VALUE cap, VALUE att) {
                                      (int)arg_int(att, "attempts", 0, INT_MAX, 0)));
 }
 static VALUE m_errstr(VALUE mod, VALUE rc) { return rb_str_new_cstr(tocsin_errstr(arg_cint(rc, "code"))); }
+/* The error class of an SQLite result code as the core maps it
+ * (tocsin_code_of_sqlite); nil for the codes it has no class of its own for
+ * (SQLITE_ERROR and the like: the caller's default). */
+static VALUE m_error_class_of_sqlite(VALUE mod, VALUE code) {
+    int rc = tocsin_code_of_sqlite(arg_cint(code, "code"));
+    return rc == TOCSIN_OK || rc == TOCSIN_ERROR || rc == TOCSIN_INVALID ? Qnil : error_class(rc);
+}
 static VALUE m_owner_id(VALUE mod) {
     char id[TOCSIN_OWNER_ID_SIZE];
     tocsin_owner_id(id, sizeof id);
@@ -2316,6 +2323,7 @@ RUBY_FUNC_EXPORTED void Init_tocsin_native(void) {
     rb_define_module_function(mNative, "sqlite_version", m_sqlite_version, 0);
     rb_define_module_function(mNative, "backoff_ms", m_backoff_ms, 3);
     rb_define_module_function(mNative, "errstr", m_errstr, 1);
+    rb_define_module_function(mNative, "error_class_of_sqlite", m_error_class_of_sqlite, 1);
     rb_define_module_function(mNative, "owner_id", m_owner_id, 0);
     rb_define_module_function(mNative, "cron_next", m_cron_next, 3);
     rb_define_module_function(mNative, "loaded_objects", m_loaded_objects, 0);

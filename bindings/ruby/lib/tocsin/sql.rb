@@ -27,14 +27,6 @@ module Tocsin
   module SQL
     module_function
 
-    # SQLite's primary result codes -> the error classes of the same failures
-    # through the native calls (anything else: InvalidArgument, the SQL
-    # functions' refusal of an argument -- SQLITE_ERROR, SQLITE_RANGE).
-    SQLITE_ERRORS = {
-      3 => PermissionDenied, 5 => Busy, 6 => Busy, 7 => NoMemory, 8 => ReadOnly, 9 => Interrupted,
-      10 => IOError, 11 => Corrupt, 13 => Full, 14 => CantOpen, 18 => TooBig, 26 => Corrupt
-    }.freeze
-
     # Loads the tocsin extension into +conn+ (a SQLite3::Database, or an
     # ActiveRecord connection: its raw_connection is used).
     def load(conn)
@@ -137,7 +129,10 @@ module Tocsin
       code = e.respond_to?(:code) ? e.code.to_i : 0
       msg = "#{prefix}#{e.message}"
       msg += " (load the tocsin functions into this connection first: Tocsin::SQL.load(conn))" if msg.include?("no such function: tocsin_")
-      err = SQLITE_ERRORS.fetch(code & 0xff, default).new(msg)
+      # the class of the same failure through the native calls, as the core maps
+      # SQLite's codes (anything else, such as SQLITE_ERROR, the SQL functions'
+      # refusal of an argument: the default)
+      err = (Native.error_class_of_sqlite(code) || default).new(msg)
       err.instance_variable_set(:@sqlite_code, code)
       raise err # (e is its #cause)
     end
