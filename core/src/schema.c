@@ -301,16 +301,21 @@ static int read_version(tocsin_db *db, int *out, char *shown, size_t cap) {
     return TOCSIN_OK;
 }
 
+/* The refusal of a schema newer than this library's; shown is read_version's
+ * quoted text of the stored version. */
+static int newer_schema(tocsin_db *db, const char *shown) {
+    return tc_err(db, TOCSIN_VERSION,
+                  "the database has tocsin schema v%.*s, newer than this library's v%d: upgrade tocsin",
+                  (int)strlen(shown) - 2, shown + 1, TOCSIN_SCHEMA_VERSION);
+}
+
 int tc_schema_install(tocsin_db *db, int *out_version) {
     tc_op op;
     int v, rc, from;
     char sql[160], shown[48];
     *out_version = 0;
     if ((rc = read_version(db, &v, shown, sizeof shown)) != TOCSIN_OK) return rc;
-    if (v > TOCSIN_SCHEMA_VERSION)
-        return tc_err(db, TOCSIN_VERSION,
-                      "the database has tocsin schema v%.*s, newer than this library's v%d: upgrade tocsin",
-                      (int)strlen(shown) - 2, shown + 1, TOCSIN_SCHEMA_VERSION);
+    if (v > TOCSIN_SCHEMA_VERSION) return newer_schema(db, shown);
     if (v == TOCSIN_SCHEMA_VERSION) {
         *out_version = v;
         return TOCSIN_OK;
@@ -323,9 +328,7 @@ int tc_schema_install(tocsin_db *db, int *out_version) {
     /* Another process may have installed it while we waited for the lock. */
     rc = read_version(db, &v, shown, sizeof shown);
     if (rc == TOCSIN_OK && v > TOCSIN_SCHEMA_VERSION) /* a newer library installed it meanwhile */
-        rc = tc_err(db, TOCSIN_VERSION,
-                    "the database has tocsin schema v%.*s, newer than this library's v%d: upgrade tocsin",
-                    (int)strlen(shown) - 2, shown + 1, TOCSIN_SCHEMA_VERSION);
+        rc = newer_schema(db, shown);
     from = v;
     for (; rc == TOCSIN_OK && v < N_MIGRATIONS; v++) {
         const char *const *sql;
