@@ -63,7 +63,7 @@ $(BUILD)/bench-peers-go: bench/peers/go/main.go bench/peers/go/go.mod $(wildcard
 
 # Node: the binding's addon, and plainjob + better-sqlite3 in bench/peers/node
 BENCH_NODE_DEPS := bench/peers/node/node_modules/.installed
-$(BENCH_NODE_DEPS): bench/peers/node/package.json
+$(BENCH_NODE_DEPS): bench/peers/node/package.json $(NODE_BS3)
 	cd bench/peers/node && $(NODE_GYP_ENV) $(NPM) install --no-audit --no-fund --loglevel=error
 	touch $@
 

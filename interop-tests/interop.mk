@@ -74,7 +74,7 @@ $(IOP)/venv/.stamp: $(DIST)/python/.stamp
 	$(IOP)/venv/bin/pip install -q --disable-pip-version-check sqlalchemy
 	touch $@
 
-$(IOP)/npm/.stamp: $(DIST)/npm/.stamp
+$(IOP)/npm/.stamp: $(DIST)/npm/.stamp $(NODE_BS3)
 	rm -rf $(IOP)/npm && mkdir -p $(IOP)/npm
 	printf '{"name":"tocsin-interop","version":"1.0.0","private":true}\n' > $(IOP)/npm/package.json
 	cd $(IOP)/npm && $(NODE_GYP_ENV) $(NPM) install --no-audit --no-fund --loglevel=error $(DIST_ABS)/npm/tocsin-$(VERSION).tgz better-sqlite3@12 > /dev/null
