@@ -626,8 +626,9 @@ static void batches_span_chunks(void) {
 /* enqueue_many writes runs of payload-only jobs of one queue 100 to a
  * statement: each payload is stored as its exact text, ids are consecutive
 * and never reused, jobs with options or of another queue go alone in
- * between, a run ends after 64 KB of payloads, a trigger that drops rows is an error, and a batch that
- * runs out of ids writes nothing. */
+ * between, a trigger that drops rows is an error, a batch that runs out of ids
+ * writes nothing, and a host that allows fewer than 104 parameters per
+ * statement gets the same jobs, one INSERT each. */
 static void enqueue_batches_exact(void) {
     t_clock clk = {1000};
     tocsin_db *db = t_open("c_enq_batch", &clk);
@@ -701,6 +702,20 @@ static void enqueue_batches_exact(void) {
     CHECK_EQ_I(t_count(db, "_tocsin_jobs"), (int64_t)n);
     CHECK_OK(db, tocsin_queue_enqueue_many(db, ids, specs, 50));
     CHECK_EQ_I(ids[49], 8796093022207LL);
+    CHECK_OK(db, tocsin_exec(db, "DELETE FROM _tocsin_jobs WHERE id > 1000"));
+    CHECK_OK(db, tocsin_exec(db, "UPDATE sqlite_sequence SET seq = 1000 WHERE name = '_tocsin_jobs'"));
+    n = (size_t)t_count(db, "_tocsin_jobs");
+    sqlite3_limit(tocsin_sqlite(db), SQLITE_LIMIT_VARIABLE_NUMBER, 50);
+    CHECK_OK(db, tocsin_queue_enqueue_many(db, ids, specs, 20));
+    sqlite3_limit(tocsin_sqlite(db), SQLITE_LIMIT_VARIABLE_NUMBER, 32766);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), (int64_t)n + 20);
+    for (i = 0; i < 20; i++) {
+        CHECK_EQ_I(ids[i], 1001 + (int64_t)i);
+        CHECK_OK(db, tocsin_job_get(db, &job, ids[i]));
+        CHECK(job && strcmp(job->payload, specs[i].payload) == 0);
+        tocsin_jobs_free(job, 1);
+        job = NULL;
+    }
     free(big);
     tocsin_close(db);
 }
