@@ -531,10 +531,12 @@ static int plain_spec(const tocsin_job_spec *s) {
 
 /* How many of the n specs from s on can go in one SQL_INSERT_MANY (0 or 1:
  * insert the first alone). A host that allows fewer parameters per statement
- * (SQLITE_LIMIT_VARIABLE_NUMBER) gets one INSERT per job. */
+ * (SQLITE_LIMIT_VARIABLE_NUMBER) or shorter statements gets one INSERT per job. */
 static size_t plain_run(tocsin_db *db, const tocsin_job_spec *s, size_t n) {
     size_t k;
-    if (sqlite3_limit(db->conn, SQLITE_LIMIT_VARIABLE_NUMBER, -1) < INSERT_MANY_PARAMS) return 0;
+    if (sqlite3_limit(db->conn, SQLITE_LIMIT_VARIABLE_NUMBER, -1) < INSERT_MANY_PARAMS ||
+        sqlite3_limit(db->conn, SQLITE_LIMIT_SQL_LENGTH, -1) < (int)sizeof SQL_INSERT_MANY)
+        return 0;
     for (k = 0; k < n && k < BATCH_CHUNK && plain_spec(&s[k]) && strcmp(s[k].queue, s[0].queue) == 0; k++) {
     }
     return k;

@@ -708,7 +708,11 @@ static void enqueue_batches_exact(void) {
     sqlite3_limit(tocsin_sqlite(db), SQLITE_LIMIT_VARIABLE_NUMBER, 50);
     CHECK_OK(db, tocsin_queue_enqueue_many(db, ids, specs, 20));
     sqlite3_limit(tocsin_sqlite(db), SQLITE_LIMIT_VARIABLE_NUMBER, 32766);
-    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), (int64_t)n + 20);
+    sqlite3_limit(tocsin_sqlite(db), SQLITE_LIMIT_SQL_LENGTH, 900); /* shorter than the 100-row statement */
+    CHECK_OK(db, tocsin_queue_enqueue_many(db, ids + 20, specs, 20));
+    sqlite3_limit(tocsin_sqlite(db), SQLITE_LIMIT_SQL_LENGTH, 1000000000);
+    CHECK_EQ_I(ids[20], 1021);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), (int64_t)n + 40);
     for (i = 0; i < 20; i++) {
         CHECK_EQ_I(ids[i], 1001 + (int64_t)i);
         CHECK_OK(db, tocsin_job_get(db, &job, ids[i]));
