@@ -31,10 +31,12 @@ SQLITE_EXTENSION_INIT3
 /* The highest id ever handed out in a table of schema v2 (schema.c): its
  * max(id) or, once that row is gone, its sqlite_sequence row, as AUTOINCREMENT
  * counts. TC_NEXT_ID: the id of a new row, never one handed out before (a
- * rolled-back one aside). */
+ * rolled-back one aside). main.sqlite_sequence, named with its schema: a TEMP
+ * table with AUTOINCREMENT gives the connection a temp.sqlite_sequence, which
+ * an unqualified name would find first (and hand out a deleted top id again). */
 #define TC_MAX_ID(table)                                                        \
     "max(coalesce((SELECT max(id) FROM " table "), 0),"                         \
-    " coalesce((SELECT seq FROM sqlite_sequence WHERE name = '" table "'), 0))"
+    " coalesce((SELECT seq FROM main.sqlite_sequence WHERE name = '" table "'), 0))"
 #define TC_NEXT_ID(table) "(" TC_MAX_ID(table) " + 1)"
 
 /* A queue, result or lock wait in progress on a handle (tc_db_wait): closing

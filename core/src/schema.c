@@ -207,14 +207,17 @@ static const char *const SCHEMA_V1[] = {
  * their id: TC_NEXT_ID (internal.h), AUTOINCREMENT's own rule. The rebuild is
  * SQLite's recipe for a changed table (rename, create, copy, drop); renaming
  * an AUTOINCREMENT table renames its sqlite_sequence row, which the copy then
- * carries over.
+ * carries over. The statements name main.sqlite_sequence (a TEMP AUTOINCREMENT
+ * table gives the connection a temp.sqlite_sequence, found first otherwise); the
+ * trigger's body cannot (SQLite refuses a schema there), and needs not: a
+ * trigger of main resolves its names in main.
  */
 #define REBUILD(table, columns)                                                            \
     "ALTER TABLE " table " RENAME TO " table "_v1;",                                       \
     "CREATE TABLE " table "(  id INTEGER PRIMARY KEY" columns,                             \
     "INSERT INTO " table " SELECT * FROM " table "_v1;",                                   \
-    "INSERT INTO sqlite_sequence(name, seq) SELECT '" table "',"                            \
-    " coalesce((SELECT seq FROM sqlite_sequence WHERE name = '" table "_v1'), 0);",         \
+    "INSERT INTO main.sqlite_sequence(name, seq) SELECT '" table "',"                       \
+    " coalesce((SELECT seq FROM main.sqlite_sequence WHERE name = '" table "_v1'), 0);",    \
     "DROP TABLE " table "_v1;",                                                            \
     "CREATE TRIGGER " table "_top AFTER DELETE ON " table                                  \
     " WHEN NOT EXISTS (SELECT 1 FROM " table " WHERE id > old.id)"                         \

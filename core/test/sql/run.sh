@@ -467,6 +467,20 @@ PRAGMA query_only = 0; SELECT count(*) FROM _tocsin_jobs;" "2
 1
 0"
 
+# a TEMP table with AUTOINCREMENT gives the connection a temp.sqlite_sequence: the id of a
+# deleted top job must still never come back (its fencing tokens would be valid again)
+qfresh temp_sequence "SELECT tocsin_clock(1000); SELECT tocsin_enqueue('q', '1'), tocsin_enqueue('q', '2');
+SELECT json_array_length(tocsin_claim('q', 'w', 2, 1000)), tocsin_ack(2, 2097153);
+SELECT tocsin_stream_publish('t', '1'), tocsin_stream_trim('t', '{\"max_count\":0,\"max_age_ms\":1}');
+CREATE TEMP TABLE mine(id INTEGER PRIMARY KEY AUTOINCREMENT, x); INSERT INTO mine(x) VALUES (1);
+SELECT tocsin_enqueue('q', '3'), tocsin_stream_publish('t', '2'), tocsin_ack(3, 3145729);
+SELECT seq FROM temp.sqlite_sequence;" "1000
+1|2
+2|1
+1|0
+3|2|0
+1"
+
 # the stdlib sqlite3 module of Debian's python3 loads the extension too
 if [ -x /usr/bin/python3 ]; then
     out=$(/usr/bin/python3 - "$EXT" "$DB" <<'PY'
