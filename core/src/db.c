@@ -66,6 +66,7 @@ void tc_clear(tocsin_db *db) {
     tc_thread.busy_until = 0;
     tc_thread.busy_waited = 0;
     tc_thread.denied = 0;
+    tc_thread.prepare_failed = 0;
 }
 
 int tc_err(tocsin_db *db, int rc, const char *fmt, ...) {
@@ -159,6 +160,22 @@ int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what) {
                                ? tc_monotonic_ms() - tc_thread.call_start /* its handler's wait too */
                            : tc_thread.busy_waited ? (tc_thread.busy_waited + 999) / 1000
                                                    : db->busy_timeout_ms));
+    else if (tc_thread.prepare_failed &&
+             (prim == SQLITE_TOOBIG || strstr(msg, "variable number") || strstr(msg, "too many")))
+        /* a host's sqlite3_limit below what tocsin's own statements need */
+        tc_err(db, rc,
+               "%s: %s: this connection's limits refuse one of tocsin's own statements (%zu bytes; "
+               "sqlite3_limit: SQLITE_LIMIT_SQL_LENGTH %d, SQLITE_LIMIT_LENGTH %d, "
+               "SQLITE_LIMIT_VARIABLE_NUMBER %d, SQLITE_LIMIT_FUNCTION_ARG %d); nothing was "
+               "written: raise the limit (SQLite's defaults suit tocsin)",
+               what, msg, tc_thread.prepare_failed, sqlite3_limit(db->conn, SQLITE_LIMIT_SQL_LENGTH, -1),
+               sqlite3_limit(db->conn, SQLITE_LIMIT_LENGTH, -1),
+               sqlite3_limit(db->conn, SQLITE_LIMIT_VARIABLE_NUMBER, -1),
+               sqlite3_limit(db->conn, SQLITE_LIMIT_FUNCTION_ARG, -1));
+    else if (prim == SQLITE_TOOBIG && strstr(msg, "too big"))
+        /* a value, or a row with it, over the host's limit: say which */
+        tc_err(db, rc, "%s: %s (a value or row over this connection's SQLITE_LIMIT_LENGTH, %d bytes)",
+               what, msg, sqlite3_limit(db->conn, SQLITE_LIMIT_LENGTH, -1));
     else if (prim == SQLITE_NOTADB)
         tc_err(db, rc,
                "%s: %s (its header is not an SQLite database's: another kind of file, or an "
@@ -309,7 +326,23 @@ int tc_prepare(tocsin_db *db, const char *sql, unsigned flags, sqlite3_stmt **st
     while ((rc = tc_xcode(db, sqlite3_prepare_v3(db->conn, sql, -1, flags, st, NULL))) != SQLITE_OK &&
            !db->owns_conn && busy_retryable(db, NULL, rc) && busy_wait(db)) {
     }
+    tc_thread.prepare_failed = rc == SQLITE_OK ? 0 : strlen(sql);
     return rc;
+}
+
+/*
+ * The row PRAGMA count_changes (deprecated, still built into most SQLites)
+ * makes an INSERT, UPDATE or DELETE without RETURNING return, its count, after
+ * all of its work and before SQLITE_DONE. tocsin's statements are written for
+ * SQLITE_DONE: an enqueue would take the row for a failure, report it and
+ * commit the job all the same. tc_step steps past it.
+ */
+static int count_changes_row(sqlite3_stmt *st) {
+    const char *name;
+    if (sqlite3_stmt_readonly(st) || sqlite3_column_count(st) != 1) return 0;
+    name = sqlite3_column_name(st, 0);
+    return name && (strcmp(name, "rows inserted") == 0 || strcmp(name, "rows updated") == 0 ||
+                    strcmp(name, "rows deleted") == 0);
 }
 
 int tc_step(tocsin_db *db, sqlite3_stmt *st) {
@@ -318,6 +351,7 @@ int tc_step(tocsin_db *db, sqlite3_stmt *st) {
     while ((rc & 0xff) == SQLITE_BUSY && !db->owns_conn && busy_retryable(db, st, rc) &&
            busy_wait(db))
         rc = tc_xcode(db, sqlite3_step(st));
+    if (rc == SQLITE_ROW && count_changes_row(st)) rc = tc_step(db, st);
     return rc;
 }
 
@@ -577,6 +611,16 @@ void tc_stmt_flush(tocsin_db *db) {
         db->stmts[i].stmt = NULL;
         db->stmts[i].sql = NULL;
     }
+}
+
+int tc_query_only(sqlite3 *conn) {
+    sqlite3_stmt *st = NULL;
+    int on = 0;
+    if (sqlite3_prepare_v2(conn, "PRAGMA query_only", -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW)
+        on = sqlite3_column_int(st, 0) != 0;
+    sqlite3_finalize(st);
+    return on;
 }
 
 /* A PRAGMA statement's text: its keyword after white space and comments. */
@@ -916,11 +960,70 @@ int tc_op_begin(tocsin_db *db, tc_op *op, int write) {
     return TOCSIN_OK;
 }
 
+/*
+ * What a write of tocsin's needs of a host's connection, whose settings are the
+ * application's (tocsin_open sets up its own connections):
+ *  - a rollback journal or WAL: with journal_mode=OFF SQLite cannot roll back a
+ *    savepoint, nor a transaction whose pages reached the file, so a call failing
+ *    after its first write (a trigger that dropped a row, a full disk, a result
+ *    too long to return) would leave that write behind: a job taken out of the
+ *    live jobs and never put into the dead letters, a lease nobody saw;
+ *  - its triggers: <table>_top keeps a deleted top id from being handed out
+ *    again, which SQLITE_DBCONFIG_ENABLE_TRIGGER off skips (an acked job's id,
+ *    and so its fencing tokens, would come back);
+ *  - its CHECK constraints: the job id bound keeps fencing tokens within 63
+ *    bits (and ends the ids with TOCSIN_FULL), which PRAGMA
+ *    ignore_check_constraints skips.
+ * A write is refused, before anything is written, naming the setting.
+ */
+static const char SQL_JOURNAL_MODE[] = "PRAGMA main.journal_mode";
+static const char SQL_IGNORE_CHECKS[] = "PRAGMA ignore_check_constraints";
+
+static int pragma_text(tocsin_db *db, const char *sql, char *out, size_t cap) {
+    sqlite3_stmt *st = tc_stmt(db, sql);
+    int rc;
+    out[0] = 0;
+    if (!st) return TC_ERRCODE;
+    rc = tc_step(db, st);
+    if (rc == SQLITE_ROW && sqlite3_column_text(st, 0))
+        snprintf(out, cap, "%s", (const char *)sqlite3_column_text(st, 0));
+    sqlite3_reset(st); /* not left running: a later call's check of running PRAGMAs */
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return tc_sqlerr(db, rc, "read the connection's settings");
+    return TOCSIN_OK;
+}
+
+static int host_can_write(tocsin_db *db) {
+    char v[32];
+    int on = 1, rc;
+    if (sqlite3_db_config(db->conn, SQLITE_DBCONFIG_ENABLE_TRIGGER, -1, &on) == SQLITE_OK && !on)
+        return tc_err(db, TOCSIN_ERROR,
+                      "triggers are disabled on this connection (SQLITE_DBCONFIG_ENABLE_TRIGGER "
+                      "off), and tocsin's tables need theirs: they keep the id of a deleted job, "
+                      "event or notification from being handed out again. Nothing was written; "
+                      "enable triggers to write");
+    if ((rc = pragma_text(db, SQL_JOURNAL_MODE, v, sizeof v)) != TOCSIN_OK) return rc;
+    if (sqlite3_stricmp(v, "off") == 0)
+        return tc_err(db, TOCSIN_ERROR,
+                      "PRAGMA journal_mode is OFF on this connection: SQLite then cannot roll "
+                      "back, so a call failing after its first write would leave half of it "
+                      "written. Nothing was written; use journal_mode DELETE, TRUNCATE, PERSIST, "
+                      "MEMORY or WAL to write");
+    if ((rc = pragma_text(db, SQL_IGNORE_CHECKS, v, sizeof v)) != TOCSIN_OK) return rc;
+    if (v[0] && strcmp(v, "0") != 0)
+        return tc_err(db, TOCSIN_ERROR,
+                      "PRAGMA ignore_check_constraints is on for this connection, and tocsin's "
+                      "tables need their CHECK constraints (the job id bound keeps fencing tokens "
+                      "within 63 bits). Nothing was written; turn it off to write");
+    return TOCSIN_OK;
+}
+
 int tc_op_open(tocsin_db *db, tc_op *op, int write) {
     int rc;
     op->mode = 0;
     op->write = write;
     op->locked = 0;
+    if (write && write != TC_OP_READ_ONE && !db->owns_conn && (rc = host_can_write(db)) != TOCSIN_OK)
+        return rc;
     if (write == TC_OP_ONE) {
         op->mode = sqlite3_get_autocommit(db->conn) ? 3 : 0;
         return TOCSIN_OK;

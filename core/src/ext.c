@@ -65,17 +65,6 @@ static int fail_nomem(fn_ctx *f) {
     return 0;
 }
 
-/* 1 when the connection has PRAGMA query_only on (what a READONLY means then). */
-static int query_only(sqlite3 *conn) {
-    sqlite3_stmt *st = NULL;
-    int on = 0;
-    if (sqlite3_prepare_v2(conn, "PRAGMA query_only", -1, &st, NULL) == SQLITE_OK &&
-        sqlite3_step(st) == SQLITE_ROW)
-        on = sqlite3_column_int(st, 0) != 0;
-    sqlite3_finalize(st);
-    return on;
-}
-
 /* Reports the handle's last failure (a code of the C API); returns 0. */
 static int fail(fn_ctx *f, int rc) {
     int code = SQLITE_ERROR;
@@ -94,7 +83,7 @@ static int fail(fn_ctx *f, int rc) {
         code = tc_tls()->sqlite_rc ? SQLITE_CORRUPT : SQLITE_CORRUPT_VTAB;
         break;
     case TOCSIN_READONLY:
-        if (query_only(f->db->conn))
+        if (tc_query_only(f->db->conn))
             return fail_msg(f, SQLITE_READONLY,
                             "%s (PRAGMA query_only is on for this connection: it refuses every "
                             "write)",

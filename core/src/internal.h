@@ -101,6 +101,7 @@ typedef struct tc_thread_state {
     _Atomic int *yield_to;
     int yielded;
     int64_t deadline_us; /* monotonic us: lock waits end then (tocsin_thread_timeout); 0: none */
+    size_t prepare_failed; /* the length of the SQL whose prepare just failed (tc_prepare), or 0 */
     int ctl;    /* the core runs its own transaction control (own_auth lets it) */
     int denied; /* own_auth refused a statement of this call (its message is set) */
     char msg[512];
@@ -122,6 +123,8 @@ int tc_xcode(tocsin_db *db, int rc);
 #define TC_RUN_WRITER 2
 #define TC_RUN_PRAGMA 4
 int tc_running(sqlite3 *conn);
+/* 1 when the connection has PRAGMA query_only on (what a READONLY means then). */
+int tc_query_only(sqlite3 *conn);
 #define TC_ERRCODE (tc_tls()->code)
 /* Sets the thread's error; db may be NULL. Returns rc. */
 int tc_err(tocsin_db *db, int rc, const char *fmt, ...)

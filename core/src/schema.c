@@ -314,7 +314,7 @@ static int newer_schema(tocsin_db *db, const char *shown) {
 
 int tc_schema_install(tocsin_db *db, int *out_version) {
     tc_op op;
-    int v, rc, from;
+    int v, rc, from, legacy = -1;
     char sql[160], shown[48];
     *out_version = 0;
     if ((rc = read_version(db, &v, shown, sizeof shown)) != TOCSIN_OK) return rc;
@@ -323,7 +323,9 @@ int tc_schema_install(tocsin_db *db, int *out_version) {
         *out_version = v;
         return TOCSIN_OK;
     }
-    if (db->read_only)
+    /* PRAGMA query_only on a host's connection: say so now, not "cannot begin a
+     * write transaction" from a call that only reads */
+    if (db->read_only || (!db->owns_conn && tc_query_only(db->conn)))
         return tc_err(db, TOCSIN_READONLY,
                       "the database has %s; open it read-write once to install schema v%d",
                       v ? "an older tocsin schema" : "no tocsin schema", TOCSIN_SCHEMA_VERSION);
@@ -333,10 +335,22 @@ int tc_schema_install(tocsin_db *db, int *out_version) {
     if (rc == TOCSIN_OK && v > TOCSIN_SCHEMA_VERSION) /* a newer library installed it meanwhile */
         rc = newer_schema(db, shown);
     from = v;
+    /* The v2 rebuild renames tables. SQLite's ALTER TABLE RENAME (unless
+     * legacy_alter_table is on) checks every view and trigger of the schema
+     * first, and would refuse the install for an application's view or trigger
+     * that no longer resolves (a view on a table renamed under
+     * legacy_alter_table: "error in view v: no such table"), though the rename
+     * concerns none of them; it would also point an application's view on a v1
+     * _tocsin_jobs at _tocsin_jobs_v1, dropped a statement later. The legacy
+     * rename touches only the table (and its sqlite_sequence row). */
+    if (rc == TOCSIN_OK && v < N_MIGRATIONS)
+        sqlite3_db_config(db->conn, SQLITE_DBCONFIG_LEGACY_ALTER_TABLE, -1, &legacy);
+    if (legacy == 0) sqlite3_db_config(db->conn, SQLITE_DBCONFIG_LEGACY_ALTER_TABLE, 1, (int *)NULL);
     for (; rc == TOCSIN_OK && v < N_MIGRATIONS; v++) {
         const char *const *sql;
         for (sql = MIGRATIONS[v]; rc == TOCSIN_OK && *sql; sql++) rc = tc_exec(db, *sql, "install schema");
     }
+    if (legacy == 0) sqlite3_db_config(db->conn, SQLITE_DBCONFIG_LEGACY_ALTER_TABLE, 0, (int *)NULL);
     if (rc != TOCSIN_OK && (tc_tls()->sqlite_rc & 0xff) == SQLITE_LOCKED && (tc_running(db->conn) & TC_RUN_ANY))
         rc = tc_err(db, TOCSIN_ERROR,
                     "install schema: the tocsin tables %s, and installing them drops a table, which "

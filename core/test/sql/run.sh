@@ -467,6 +467,55 @@ PRAGMA query_only = 0; SELECT count(*) FROM _tocsin_jobs;" "2
 1
 0"
 
+# ... and on a fresh file, a reading call says the schema is missing and why it cannot be installed
+qfresh query_only_fresh "PRAGMA query_only = 1; SELECT tocsin_stats('q');
+PRAGMA query_only = 0; SELECT count(*) FROM sqlite_master WHERE name LIKE '\_tocsin%' ESCAPE '\\';" "*tocsin_stats: the database has no tocsin schema*PRAGMA query_only is on*(8)
+0"
+
+# host settings tocsin's writes cannot work under are refused by name, nothing written;
+# reads still work
+qfresh journal_off "SELECT tocsin_bootstrap(); SELECT tocsin_enqueue('q', '1'); PRAGMA journal_mode = OFF;
+SELECT tocsin_enqueue('q', '2');
+SELECT tocsin_claim('q', 'w', 1, 1000);
+SELECT json_extract(tocsin_stats('q'), '\$.pending');
+PRAGMA journal_mode = DELETE; SELECT count(*), sum(state = 'processing') FROM _tocsin_jobs;" "2
+1
+off
+*tocsin_enqueue: PRAGMA journal_mode is OFF on this connection*cannot roll back*Nothing was written*
+*tocsin_claim: PRAGMA journal_mode is OFF*
+1
+delete
+1|0"
+qfresh triggers_off "SELECT tocsin_bootstrap(); SELECT tocsin_enqueue('q', '1');
+.dbconfig enable_trigger off
+SELECT tocsin_enqueue('q', '2');
+.dbconfig enable_trigger on
+SELECT count(*) FROM _tocsin_jobs;" "2
+1
+*enable_trigger*
+*tocsin_enqueue: triggers are disabled on this connection (SQLITE_DBCONFIG_ENABLE_TRIGGER off)*Nothing was written*
+*enable_trigger*
+1"
+qfresh checks_off "SELECT tocsin_bootstrap(); UPDATE main.sqlite_sequence SET seq = 8796093022206 WHERE name = '_tocsin_jobs';
+PRAGMA ignore_check_constraints = ON;
+SELECT tocsin_enqueue('q', '1');" "2
+*tocsin_enqueue: PRAGMA ignore_check_constraints is on*Nothing was written*"
+qfresh checks_off "SELECT tocsin_enqueue('q', '1');" "8796093022207"
+qfresh checks_off "PRAGMA ignore_check_constraints = ON; SELECT tocsin_enqueue('q', '2');" "*PRAGMA ignore_check_constraints is on*"
+qfresh checks_off "SELECT tocsin_enqueue('q', '2');" "*tocsin_enqueue: enqueue: no job id is left*(13)"
+# PRAGMA count_changes (deprecated, still built in) makes INSERT/UPDATE/DELETE return a
+# row: tocsin's statements step past it (an enqueue used to report an error and commit)
+qfresh count_changes "SELECT tocsin_clock(1000); PRAGMA count_changes = ON;
+SELECT tocsin_enqueue('q', '1'), tocsin_enqueue('q', '2', '{\"unique_key\":\"k\"}'), tocsin_enqueue('q', '3', '{\"unique_key\":\"k\"}');
+SELECT json_array_length(tocsin_claim('q', 'w', 5, 1000)), tocsin_ack(1, 1048577), tocsin_fail(2, 2097153, 'x');
+SELECT tocsin_notify('c', '1'), tocsin_stream_publish('t', '1'), tocsin_stream_trim('t', '{\"max_count\":0,\"max_age_ms\":1}');
+SELECT tocsin_enqueue('q', 'bad');
+SELECT (SELECT count(*) FROM _tocsin_jobs), (SELECT count(*) FROM _tocsin_dead), tocsin_enqueue('q', '4');" "1000
+1|2|2
+2|1|1
+1|1|0
+*tocsin_enqueue: payload is not valid JSON*
+0|1|4"
 # a TEMP table with AUTOINCREMENT gives the connection a temp.sqlite_sequence: the id of a
 # deleted top job must still never come back (its fencing tokens would be valid again)
 qfresh temp_sequence "SELECT tocsin_clock(1000); SELECT tocsin_enqueue('q', '1'), tocsin_enqueue('q', '2');
@@ -480,6 +529,40 @@ SELECT seq FROM temp.sqlite_sequence;" "1000
 1|0
 3|2|0
 1"
+# limits below what tocsin's own statements need are named
+qfresh limits "SELECT tocsin_bootstrap();
+.limit sql_length 200
+SELECT tocsin_enqueue('q', '1');
+.limit sql_length 1000000000
+.limit variable_number 2
+SELECT tocsin_enqueue('q', '1');
+.limit variable_number 250000
+SELECT count(*) FROM _tocsin_jobs;" "2
+*sql_length 200
+*tocsin_enqueue: prepare: *this connection's limits refuse one of tocsin's own statements*SQLITE_LIMIT_SQL_LENGTH 200*(18)
+*
+*variable_number 2
+*tocsin_enqueue: prepare: *this connection's limits refuse one of tocsin's own statements*SQLITE_LIMIT_VARIABLE_NUMBER 2*
+*
+0"
+# a value or row over the host's SQLITE_LIMIT_LENGTH is named as such
+qfresh row_limit "SELECT tocsin_bootstrap();
+.limit length 300
+SELECT tocsin_enqueue('q', printf('\"%.280c\"', 'x'));
+.limit length 1000000000
+SELECT count(*) FROM _tocsin_jobs;" "2
+*length 300
+*tocsin_enqueue: enqueue: string or blob too big (a value or row over this connection's SQLITE_LIMIT_LENGTH, 300 bytes)*
+*
+0"
+# an application view that no longer resolves does not stop the install (its v2 rebuild
+# renames tables), and the host's legacy_alter_table setting is left as it was
+qfresh broken_view "CREATE TABLE a(x); CREATE VIEW v AS SELECT x FROM a;
+PRAGMA legacy_alter_table = ON; ALTER TABLE a RENAME TO b; PRAGMA legacy_alter_table = OFF;
+SELECT tocsin_enqueue('q', '1'); PRAGMA legacy_alter_table;
+SELECT sql FROM sqlite_master WHERE name = 'v';" "1
+0
+CREATE VIEW v AS SELECT x FROM a"
 
 # the stdlib sqlite3 module of Debian's python3 loads the extension too
 if [ -x /usr/bin/python3 ]; then
