@@ -197,23 +197,53 @@ static int arg_count(fn_ctx *f, sqlite3_value **argv, int i, const char *what, s
     return 1;
 }
 
+/* The bytes UTF-8 text s[0..n) takes in UTF-16: two per code unit, four for a
+ * character beyond U+FFFF (a 4-byte sequence). */
+static size_t utf16_bytes(const char *s, size_t n) {
+    size_t units = 0, i;
+    for (i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if ((c & 0xc0) != 0x80) units += c >= 0xf0 ? 2 : 1;
+    }
+    return units * 2;
+}
+
+/* 1 when the main database's text encoding is UTF-16 (PRAGMA encoding). */
+static int db_utf16(sqlite3 *conn) {
+    sqlite3_stmt *st = NULL;
+    int utf16 = 0;
+    if (sqlite3_prepare_v2(conn, "PRAGMA main.encoding", -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0))
+        utf16 = sqlite3_strnicmp((const char *)sqlite3_column_text(st, 0), "UTF-16", 6) == 0;
+    sqlite3_finalize(st);
+    return utf16;
+}
+
 /*
  * Sets a JSON result (owned: freed here). A text longer than the connection's
  * SQLITE_LIMIT_LENGTH is an error naming the function and the limit (SQLite's
- * own would be a bare "string or blob too big"); 0 (reported) then.
+ * own would be a bare "string or blob too big"); 0 (reported) then. The length
+ * is the one SQLite checks: in a UTF-16 database it converts the result as it
+ * is set, and a result that passed in UTF-8 may not in UTF-16 (twice the bytes
+ * for ASCII) -- SQLite would then replace it with its own error after the unit
+ * committed, a claim's leases taken for jobs nobody saw.
  */
 static int result_json(fn_ctx *f, char *json) {
-    size_t n;
-    int limit;
+    size_t n, size;
+    int limit, utf16 = 0;
     if (!json) return fail_nomem(f);
-    n = strlen(json);
+    size = n = strlen(json);
     limit = sqlite3_limit(f->db->conn, SQLITE_LIMIT_LENGTH, -1);
-    if (limit >= 0 && n > (size_t)limit) {
+    if (limit >= 0 && n <= (size_t)limit && utf16_bytes(json, n) > (size_t)limit &&
+        (utf16 = db_utf16(f->db->conn)) != 0)
+        size = utf16_bytes(json, n);
+    if (limit >= 0 && size > (size_t)limit) {
         sqlite3_free(json);
         return fail_msg(f, SQLITE_TOOBIG,
-                        "the result is %zu bytes, over this connection's length limit "
+                        "the result is %zu bytes%s, over this connection's length limit "
                         "(SQLITE_LIMIT_LENGTH, %d bytes)%s",
-                        n, limit, f->undo ? ": nothing was written (ask for fewer at a time)" : "");
+                        size, utf16 ? " in the database's UTF-16 encoding" : "", limit,
+                        f->undo ? ": nothing was written (ask for fewer at a time)" : "");
     }
     sqlite3_result_text(f->ctx, json, (int)n, sqlite3_free);
     sqlite3_result_subtype(f->ctx, 'J'); /* JSON subtype, as json() gives */

@@ -1118,6 +1118,13 @@ static int stats_one(tocsin_db *db, tc_buf *b, const char *queue, int64_t now) {
     return TOCSIN_OK;
 }
 
+/* Names in byte order of their UTF-8 (code point order): SQLite's ORDER BY
+ * compares the bytes of the database's encoding, which in a UTF-16le database
+ * puts U+0100 before "a". */
+static int cmp_names(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
 int tocsin_queue_stats(tocsin_db *db, char **out_json, const char *queue) {
     tc_op op;
     tc_buf b = {0};
@@ -1150,6 +1157,7 @@ int tocsin_queue_stats(tocsin_db *db, char **out_json, const char *queue) {
         if (st) sqlite3_reset(st);
         if (st && src == SQLITE_ROW) rc = tc_err(db, TOCSIN_NOMEM, "stats: out of memory");
         else if (st && src != SQLITE_DONE) rc = tc_sqlerr(db, src, "stats");
+        if (n > 1) qsort(names, n, sizeof *names, cmp_names);
         tc_buf_puts(&b, "{\"queues\":[");
         for (i = 0; i < n && rc == TOCSIN_OK; i++) {
             if (i) tc_buf_puts(&b, ",");

@@ -423,6 +423,12 @@ int tocsin_schedule_get(tocsin_db *db, tocsin_schedule **out, const char *name) 
     return tc_op_end(db, &op, rc);
 }
 
+/* By name in byte order of their UTF-8, whatever the database's encoding (see
+ * cmp_names in queue.c). */
+static int cmp_schedules(const void *a, const void *b) {
+    return strcmp(((const tocsin_schedule *)a)->name, ((const tocsin_schedule *)b)->name);
+}
+
 int tocsin_schedule_list(tocsin_db *db, tocsin_schedule **out, size_t *out_n) {
     tc_op op;
     sqlite3_stmt *st;
@@ -434,6 +440,7 @@ int tocsin_schedule_list(tocsin_db *db, tocsin_schedule **out, size_t *out_n) {
     if ((rc = tc_op_begin(db, &op, 0)) != TOCSIN_OK) return rc;
     if (!(st = tc_stmt(db, SQL_SCHED_LIST))) return tc_op_end(db, &op, TC_ERRCODE);
     rc = sched_collect(db, st, out, out_n, "list schedules");
+    if (rc == TOCSIN_OK && *out_n > 1) qsort(*out, *out_n, sizeof **out, cmp_schedules);
     return tc_op_end(db, &op, rc);
 }
 

@@ -529,6 +529,28 @@ SELECT seq FROM temp.sqlite_sequence;" "1000
 1|0
 3|2|0
 1"
+# in a UTF-16 database SQLite measures a result in UTF-16 (twice the bytes for ASCII):
+# a claim whose array is over SQLITE_LIMIT_LENGTH there takes no lease
+sqlite3 "$DIR/utf16.db" "PRAGMA encoding = 'UTF-16le'; CREATE TABLE app(x);" >/dev/null
+qfresh utf16 "SELECT tocsin_clock(1000); SELECT tocsin_enqueue('q', printf('\"%.500c\"', 'x'));
+.limit length 1200
+BEGIN; INSERT INTO app VALUES (1); SELECT tocsin_claim('q', 'w', 1, 1000); COMMIT;
+.limit length 1000000000
+SELECT state, attempts FROM _tocsin_jobs; SELECT count(*) FROM app;
+SELECT tocsin_enqueue('Āb', '1'), tocsin_enqueue('b', '1'), tocsin_enqueue('é', '1');
+SELECT json_group_array(json_extract(value, '\$.queue')) FROM json_each(tocsin_stats(), '\$.queues');
+SELECT tocsin_schedule_set('Ā', '@daily', 'q', '1') > 0, tocsin_schedule_set('b', '@daily', 'q', '1') > 0;
+SELECT json_group_array(json_extract(value, '\$.name')) FROM json_each(tocsin_schedule_list());" "1000
+1
+*length 1200
+*tocsin_claim: the result is * bytes in the database's UTF-16 encoding, over this connection's length limit (SQLITE_LIMIT_LENGTH, 1200 bytes): nothing was written*
+*length 1000000000
+pending|0
+1
+2|3|4
+\[\"b\",\"q\",\"é\",\"Āb\"]
+1|1
+\[\"b\",\"Ā\"]"
 # limits below what tocsin's own statements need are named
 qfresh limits "SELECT tocsin_bootstrap();
 .limit sql_length 200
