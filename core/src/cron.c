@@ -74,6 +74,21 @@ static int cron_fail(char *err, size_t n, const char *fmt, ...) {
     return TOCSIN_INVALID;
 }
 
+/* "unexpected character" at p (< end), quoting the whole UTF-8 character: one
+ * byte of a multi-byte one would leave the message invalid UTF-8 (an error a
+ * Python or Node caller cannot even decode). A control byte, or one that
+ * begins no valid sequence, is shown as its value. */
+static int cron_unexpected(char *err, size_t n, const char *name, const char *p, const char *end) {
+    unsigned char c = (unsigned char)*p;
+    int len = c < 0x80 ? 1 : c >= 0xf8 ? 0 : c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 ? 2 : 0, i;
+    if (len > end - p) len = 0;
+    for (i = 1; i < len; i++)
+        if (((unsigned char)p[i] & 0xc0) != 0x80) len = 0;
+    if (len == 0 || c < 0x20 || c == 0x7f)
+        return cron_fail(err, n, "%s field: unexpected byte 0x%02x", name, c);
+    return cron_fail(err, n, "%s field: unexpected character '%.*s'", name, len, p);
+}
+
 static int cron_lower(int c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
 static int cron_is_space(int c) { return c == ' ' || c == '\t'; }
 static int cron_is_digit(int c) { return c >= '0' && c <= '9'; }
@@ -98,9 +113,7 @@ static int cron_number(const char **pp, const char *end, int field, int *out, ch
         v = v * 10 + (*p++ - '0');
     }
     if (!digits) {
-        if (p < end)
-            return cron_fail(err, n, "%s field: unexpected character '%c'",
-                             CRON_FIELDS[field].name, *p);
+        if (p < end) return cron_unexpected(err, n, CRON_FIELDS[field].name, p, end);
         return cron_fail(err, n, "%s field: a number is missing", CRON_FIELDS[field].name);
     }
     *pp = p;
@@ -178,9 +191,7 @@ static int cron_field(const char *s, size_t len, int field, uint64_t *mask, int 
                                  CRON_FIELDS[field].name, step, span);
             if (!ranged) hi = CRON_FIELDS[field].hi; /* A/S: from A to the maximum */
         }
-        if (p < item_end)
-            return cron_fail(err, n, "%s field: unexpected character '%c'",
-                             CRON_FIELDS[field].name, *p);
+        if (p < item_end) return cron_unexpected(err, n, CRON_FIELDS[field].name, p, item_end);
         for (v = lo; v <= hi; v += step) *mask |= 1ULL << (field == CF_DOW && v == 7 ? 0 : v);
         if (item_end == end) break;
         p = item_end + 1;

@@ -198,6 +198,10 @@ static void errors(void) {
     BAD("* * L * *", "day-of-month field: names are allowed only");
     BAD("* * ? * *", "day-of-month field: unexpected character '?'");
     BAD("* * * * 1#2", "day-of-week field: unexpected character '#'");
+    /* a character of several bytes is quoted whole: the message stays UTF-8 */
+    BAD("6\xc3\xb6 * * * *", "minute field: unexpected character '\xc3\xb6'");
+    BAD("1-2\xf0\x9f\x98\x80 * * * *", "minute field: unexpected character '\xf0\x9f\x98\x80'");
+    BAD("*/5\xc3 * * * *", "minute field: unexpected byte 0xc3");
     BAD("1234567 * * * *", "minute field: number too long");
     BAD("*/ * * * *", "minute field: a number is missing");
     BAD("0 0 30 2 *", "never fires");

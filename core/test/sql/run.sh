@@ -577,6 +577,8 @@ SELECT count(*) FROM _tocsin_jobs;" "2
 *tocsin_enqueue: enqueue: string or blob too big (a value or row over this connection's SQLITE_LIMIT_LENGTH, 300 bytes)*
 *
 0"
+# an error quoting a character of several bytes quotes it whole (the message stays UTF-8)
+qfresh cron_utf8 "SELECT tocsin_cron_next('6ö * * * *', 0);" "*tocsin_cron_next: minute field: unexpected character 'ö'"
 # an application view that no longer resolves does not stop the install (its v2 rebuild
 # renames tables), and the host's legacy_alter_table setting is left as it was
 qfresh broken_view "CREATE TABLE a(x); CREATE VIEW v AS SELECT x FROM a;
