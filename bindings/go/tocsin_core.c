@@ -36,10 +36,12 @@ SQLITE_EXTENSION_INIT3
 /* The highest id ever handed out in a table of schema v2 (schema.c): its
  * max(id) or, once that row is gone, its sqlite_sequence row, as AUTOINCREMENT
  * counts. TC_NEXT_ID: the id of a new row, never one handed out before (a
- * rolled-back one aside). */
+ * rolled-back one aside). main.sqlite_sequence, named with its schema: a TEMP
+ * table with AUTOINCREMENT gives the connection a temp.sqlite_sequence, which
+ * an unqualified name would find first (and hand out a deleted top id again). */
 #define TC_MAX_ID(table)                                                        \
     "max(coalesce((SELECT max(id) FROM " table "), 0),"                         \
-    " coalesce((SELECT seq FROM sqlite_sequence WHERE name = '" table "'), 0))"
+    " coalesce((SELECT seq FROM main.sqlite_sequence WHERE name = '" table "'), 0))"
 #define TC_NEXT_ID(table) "(" TC_MAX_ID(table) " + 1)"
 
 /* A queue, result or lock wait in progress on a handle (tc_db_wait): closing
@@ -104,6 +106,7 @@ typedef struct tc_thread_state {
     _Atomic int *yield_to;
     int yielded;
     int64_t deadline_us; /* monotonic us: lock waits end then (tocsin_thread_timeout); 0: none */
+    size_t prepare_failed; /* the length of the SQL whose prepare just failed (tc_prepare), or 0 */
     int ctl;    /* the core runs its own transaction control (own_auth lets it) */
     int denied; /* own_auth refused a statement of this call (its message is set) */
     char msg[512];
@@ -125,6 +128,8 @@ int tc_xcode(tocsin_db *db, int rc);
 #define TC_RUN_WRITER 2
 #define TC_RUN_PRAGMA 4
 int tc_running(sqlite3 *conn);
+/* 1 when the connection has PRAGMA query_only on (what a READONLY means then). */
+int tc_query_only(sqlite3 *conn);
 #define TC_ERRCODE (tc_tls()->code)
 /* Sets the thread's error; db may be NULL. Returns rc. */
 int tc_err(tocsin_db *db, int rc, const char *fmt, ...)
@@ -801,6 +806,7 @@ void tc_clear(tocsin_db *db) {
     tc_thread.busy_until = 0;
     tc_thread.busy_waited = 0;
     tc_thread.denied = 0;
+    tc_thread.prepare_failed = 0;
 }
 
 int tc_err(tocsin_db *db, int rc, const char *fmt, ...) {
@@ -894,6 +900,22 @@ int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what) {
                                ? tc_monotonic_ms() - tc_thread.call_start /* its handler's wait too */
                            : tc_thread.busy_waited ? (tc_thread.busy_waited + 999) / 1000
                                                    : db->busy_timeout_ms));
+    else if (tc_thread.prepare_failed &&
+             (prim == SQLITE_TOOBIG || strstr(msg, "variable number") || strstr(msg, "too many")))
+        /* a host's sqlite3_limit below what tocsin's own statements need */
+        tc_err(db, rc,
+               "%s: %s: this connection's limits refuse one of tocsin's own statements (%zu bytes; "
+               "sqlite3_limit: SQLITE_LIMIT_SQL_LENGTH %d, SQLITE_LIMIT_LENGTH %d, "
+               "SQLITE_LIMIT_VARIABLE_NUMBER %d, SQLITE_LIMIT_FUNCTION_ARG %d); nothing was "
+               "written: raise the limit (SQLite's defaults suit tocsin)",
+               what, msg, tc_thread.prepare_failed, sqlite3_limit(db->conn, SQLITE_LIMIT_SQL_LENGTH, -1),
+               sqlite3_limit(db->conn, SQLITE_LIMIT_LENGTH, -1),
+               sqlite3_limit(db->conn, SQLITE_LIMIT_VARIABLE_NUMBER, -1),
+               sqlite3_limit(db->conn, SQLITE_LIMIT_FUNCTION_ARG, -1));
+    else if (prim == SQLITE_TOOBIG && strstr(msg, "too big"))
+        /* a value, or a row with it, over the host's limit: say which */
+        tc_err(db, rc, "%s: %s (a value or row over this connection's SQLITE_LIMIT_LENGTH, %d bytes)",
+               what, msg, sqlite3_limit(db->conn, SQLITE_LIMIT_LENGTH, -1));
     else if (prim == SQLITE_NOTADB)
         tc_err(db, rc,
                "%s: %s (its header is not an SQLite database's: another kind of file, or an "
@@ -1044,7 +1066,23 @@ int tc_prepare(tocsin_db *db, const char *sql, unsigned flags, sqlite3_stmt **st
     while ((rc = tc_xcode(db, sqlite3_prepare_v3(db->conn, sql, -1, flags, st, NULL))) != SQLITE_OK &&
            !db->owns_conn && busy_retryable(db, NULL, rc) && busy_wait(db)) {
     }
+    tc_thread.prepare_failed = rc == SQLITE_OK ? 0 : strlen(sql);
     return rc;
+}
+
+/*
+ * The row PRAGMA count_changes (deprecated, still built into most SQLites)
+ * makes an INSERT, UPDATE or DELETE without RETURNING return, its count, after
+ * all of its work and before SQLITE_DONE. tocsin's statements are written for
+ * SQLITE_DONE: an enqueue would take the row for a failure, report it and
+ * commit the job all the same. tc_step steps past it.
+ */
+static int count_changes_row(sqlite3_stmt *st) {
+    const char *name;
+    if (sqlite3_stmt_readonly(st) || sqlite3_column_count(st) != 1) return 0;
+    name = sqlite3_column_name(st, 0);
+    return name && (strcmp(name, "rows inserted") == 0 || strcmp(name, "rows updated") == 0 ||
+                    strcmp(name, "rows deleted") == 0);
 }
 
 int tc_step(tocsin_db *db, sqlite3_stmt *st) {
@@ -1053,6 +1091,7 @@ int tc_step(tocsin_db *db, sqlite3_stmt *st) {
     while ((rc & 0xff) == SQLITE_BUSY && !db->owns_conn && busy_retryable(db, st, rc) &&
            busy_wait(db))
         rc = tc_xcode(db, sqlite3_step(st));
+    if (rc == SQLITE_ROW && count_changes_row(st)) rc = tc_step(db, st);
     return rc;
 }
 
@@ -1312,6 +1351,16 @@ void tc_stmt_flush(tocsin_db *db) {
         db->stmts[i].stmt = NULL;
         db->stmts[i].sql = NULL;
     }
+}
+
+int tc_query_only(sqlite3 *conn) {
+    sqlite3_stmt *st = NULL;
+    int on = 0;
+    if (sqlite3_prepare_v2(conn, "PRAGMA query_only", -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW)
+        on = sqlite3_column_int(st, 0) != 0;
+    sqlite3_finalize(st);
+    return on;
 }
 
 /* A PRAGMA statement's text: its keyword after white space and comments. */
@@ -1651,11 +1700,70 @@ int tc_op_begin(tocsin_db *db, tc_op *op, int write) {
     return TOCSIN_OK;
 }
 
+/*
+ * What a write of tocsin's needs of a host's connection, whose settings are the
+ * application's (tocsin_open sets up its own connections):
+ *  - a rollback journal or WAL: with journal_mode=OFF SQLite cannot roll back a
+ *    savepoint, nor a transaction whose pages reached the file, so a call failing
+ *    after its first write (a trigger that dropped a row, a full disk, a result
+ *    too long to return) would leave that write behind: a job taken out of the
+ *    live jobs and never put into the dead letters, a lease nobody saw;
+ *  - its triggers: <table>_top keeps a deleted top id from being handed out
+ *    again, which SQLITE_DBCONFIG_ENABLE_TRIGGER off skips (an acked job's id,
+ *    and so its fencing tokens, would come back);
+ *  - its CHECK constraints: the job id bound keeps fencing tokens within 63
+ *    bits (and ends the ids with TOCSIN_FULL), which PRAGMA
+ *    ignore_check_constraints skips.
+ * A write is refused, before anything is written, naming the setting.
+ */
+static const char SQL_JOURNAL_MODE[] = "PRAGMA main.journal_mode";
+static const char SQL_IGNORE_CHECKS[] = "PRAGMA ignore_check_constraints";
+
+static int pragma_text(tocsin_db *db, const char *sql, char *out, size_t cap) {
+    sqlite3_stmt *st = tc_stmt(db, sql);
+    int rc;
+    out[0] = 0;
+    if (!st) return TC_ERRCODE;
+    rc = tc_step(db, st);
+    if (rc == SQLITE_ROW && sqlite3_column_text(st, 0))
+        snprintf(out, cap, "%s", (const char *)sqlite3_column_text(st, 0));
+    sqlite3_reset(st); /* not left running: a later call's check of running PRAGMAs */
+    if (rc != SQLITE_ROW && rc != SQLITE_DONE) return tc_sqlerr(db, rc, "read the connection's settings");
+    return TOCSIN_OK;
+}
+
+static int host_can_write(tocsin_db *db) {
+    char v[32];
+    int on = 1, rc;
+    if (sqlite3_db_config(db->conn, SQLITE_DBCONFIG_ENABLE_TRIGGER, -1, &on) == SQLITE_OK && !on)
+        return tc_err(db, TOCSIN_ERROR,
+                      "triggers are disabled on this connection (SQLITE_DBCONFIG_ENABLE_TRIGGER "
+                      "off), and tocsin's tables need theirs: they keep the id of a deleted job, "
+                      "event or notification from being handed out again. Nothing was written; "
+                      "enable triggers to write");
+    if ((rc = pragma_text(db, SQL_JOURNAL_MODE, v, sizeof v)) != TOCSIN_OK) return rc;
+    if (sqlite3_stricmp(v, "off") == 0)
+        return tc_err(db, TOCSIN_ERROR,
+                      "PRAGMA journal_mode is OFF on this connection: SQLite then cannot roll "
+                      "back, so a call failing after its first write would leave half of it "
+                      "written. Nothing was written; use journal_mode DELETE, TRUNCATE, PERSIST, "
+                      "MEMORY or WAL to write");
+    if ((rc = pragma_text(db, SQL_IGNORE_CHECKS, v, sizeof v)) != TOCSIN_OK) return rc;
+    if (v[0] && strcmp(v, "0") != 0)
+        return tc_err(db, TOCSIN_ERROR,
+                      "PRAGMA ignore_check_constraints is on for this connection, and tocsin's "
+                      "tables need their CHECK constraints (the job id bound keeps fencing tokens "
+                      "within 63 bits). Nothing was written; turn it off to write");
+    return TOCSIN_OK;
+}
+
 int tc_op_open(tocsin_db *db, tc_op *op, int write) {
     int rc;
     op->mode = 0;
     op->write = write;
     op->locked = 0;
+    if (write && write != TC_OP_READ_ONE && !db->owns_conn && (rc = host_can_write(db)) != TOCSIN_OK)
+        return rc;
     if (write == TC_OP_ONE) {
         op->mode = sqlite3_get_autocommit(db->conn) ? 3 : 0;
         return TOCSIN_OK;
@@ -2736,14 +2844,17 @@ static const char *const SCHEMA_V1[] = {
  * their id: TC_NEXT_ID (internal.h), AUTOINCREMENT's own rule. The rebuild is
  * SQLite's recipe for a changed table (rename, create, copy, drop); renaming
  * an AUTOINCREMENT table renames its sqlite_sequence row, which the copy then
- * carries over.
+ * carries over. The statements name main.sqlite_sequence (a TEMP AUTOINCREMENT
+ * table gives the connection a temp.sqlite_sequence, found first otherwise); the
+ * trigger's body cannot (SQLite refuses a schema there), and needs not: a
+ * trigger of main resolves its names in main.
  */
 #define REBUILD(table, columns)                                                            \
     "ALTER TABLE " table " RENAME TO " table "_v1;",                                       \
     "CREATE TABLE " table "(  id INTEGER PRIMARY KEY" columns,                             \
     "INSERT INTO " table " SELECT * FROM " table "_v1;",                                   \
-    "INSERT INTO sqlite_sequence(name, seq) SELECT '" table "',"                            \
-    " coalesce((SELECT seq FROM sqlite_sequence WHERE name = '" table "_v1'), 0);",         \
+    "INSERT INTO main.sqlite_sequence(name, seq) SELECT '" table "',"                       \
+    " coalesce((SELECT seq FROM main.sqlite_sequence WHERE name = '" table "_v1'), 0);",    \
     "DROP TABLE " table "_v1;",                                                            \
     "CREATE TRIGGER " table "_top AFTER DELETE ON " table                                  \
     " WHEN NOT EXISTS (SELECT 1 FROM " table " WHERE id > old.id)"                         \
@@ -2840,7 +2951,7 @@ static int newer_schema(tocsin_db *db, const char *shown) {
 
 int tc_schema_install(tocsin_db *db, int *out_version) {
     tc_op op;
-    int v, rc, from;
+    int v, rc, from, legacy = -1;
     char sql[160], shown[48];
     *out_version = 0;
     if ((rc = read_version(db, &v, shown, sizeof shown)) != TOCSIN_OK) return rc;
@@ -2849,7 +2960,9 @@ int tc_schema_install(tocsin_db *db, int *out_version) {
         *out_version = v;
         return TOCSIN_OK;
     }
-    if (db->read_only)
+    /* PRAGMA query_only on a host's connection: say so now, not "cannot begin a
+     * write transaction" from a call that only reads */
+    if (db->read_only || (!db->owns_conn && tc_query_only(db->conn)))
         return tc_err(db, TOCSIN_READONLY,
                       "the database has %s; open it read-write once to install schema v%d",
                       v ? "an older tocsin schema" : "no tocsin schema", TOCSIN_SCHEMA_VERSION);
@@ -2859,10 +2972,22 @@ int tc_schema_install(tocsin_db *db, int *out_version) {
     if (rc == TOCSIN_OK && v > TOCSIN_SCHEMA_VERSION) /* a newer library installed it meanwhile */
         rc = newer_schema(db, shown);
     from = v;
+    /* The v2 rebuild renames tables. SQLite's ALTER TABLE RENAME (unless
+     * legacy_alter_table is on) checks every view and trigger of the schema
+     * first, and would refuse the install for an application's view or trigger
+     * that no longer resolves (a view on a table renamed under
+     * legacy_alter_table: "error in view v: no such table"), though the rename
+     * concerns none of them; it would also point an application's view on a v1
+     * _tocsin_jobs at _tocsin_jobs_v1, dropped a statement later. The legacy
+     * rename touches only the table (and its sqlite_sequence row). */
+    if (rc == TOCSIN_OK && v < N_MIGRATIONS)
+        sqlite3_db_config(db->conn, SQLITE_DBCONFIG_LEGACY_ALTER_TABLE, -1, &legacy);
+    if (legacy == 0) sqlite3_db_config(db->conn, SQLITE_DBCONFIG_LEGACY_ALTER_TABLE, 1, (int *)NULL);
     for (; rc == TOCSIN_OK && v < N_MIGRATIONS; v++) {
         const char *const *sql;
         for (sql = MIGRATIONS[v]; rc == TOCSIN_OK && *sql; sql++) rc = tc_exec(db, *sql, "install schema");
     }
+    if (legacy == 0) sqlite3_db_config(db->conn, SQLITE_DBCONFIG_LEGACY_ALTER_TABLE, 0, (int *)NULL);
     if (rc != TOCSIN_OK && (tc_tls()->sqlite_rc & 0xff) == SQLITE_LOCKED && (tc_running(db->conn) & TC_RUN_ANY))
         rc = tc_err(db, TOCSIN_ERROR,
                     "install schema: the tocsin tables %s, and installing them drops a table, which "
@@ -2965,7 +3090,7 @@ static const char SQL_NEXT_ID[] = "SELECT " TC_NEXT_ID("_tocsin_jobs");
  * have taken, as AUTOINCREMENT did in schema v1: the ids a sequence of calls
  * gets do not depend on the format. */
 static const char SQL_SKIP_ID[] =
-    "UPDATE sqlite_sequence SET seq = " TC_NEXT_ID("_tocsin_jobs") " WHERE name = '_tocsin_jobs'";
+    "UPDATE main.sqlite_sequence SET seq = " TC_NEXT_ID("_tocsin_jobs") " WHERE name = '_tocsin_jobs'";
 static const char SQL_FIND_UNIQUE[] =
     "SELECT id FROM _tocsin_jobs WHERE queue = ?1 AND unique_key = ?2";
 
@@ -4001,6 +4126,13 @@ static int stats_one(tocsin_db *db, tc_buf *b, const char *queue, int64_t now) {
     return TOCSIN_OK;
 }
 
+/* Names in byte order of their UTF-8 (code point order): SQLite's ORDER BY
+ * compares the bytes of the database's encoding, which in a UTF-16le database
+ * puts U+0100 before "a". */
+static int cmp_names(const void *a, const void *b) {
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
 int tocsin_queue_stats(tocsin_db *db, char **out_json, const char *queue) {
     tc_op op;
     tc_buf b = {0};
@@ -4033,6 +4165,7 @@ int tocsin_queue_stats(tocsin_db *db, char **out_json, const char *queue) {
         if (st) sqlite3_reset(st);
         if (st && src == SQLITE_ROW) rc = tc_err(db, TOCSIN_NOMEM, "stats: out of memory");
         else if (st && src != SQLITE_DONE) rc = tc_sqlerr(db, src, "stats");
+        if (n > 1) qsort(names, n, sizeof *names, cmp_names);
         tc_buf_puts(&b, "{\"queues\":[");
         for (i = 0; i < n && rc == TOCSIN_OK; i++) {
             if (i) tc_buf_puts(&b, ",");
@@ -6997,6 +7130,21 @@ static int cron_fail(char *err, size_t n, const char *fmt, ...) {
     return TOCSIN_INVALID;
 }
 
+/* "unexpected character" at p (< end), quoting the whole UTF-8 character: one
+ * byte of a multi-byte one would leave the message invalid UTF-8 (an error a
+ * Python or Node caller cannot even decode). A control byte, or one that
+ * begins no valid sequence, is shown as its value. */
+static int cron_unexpected(char *err, size_t n, const char *name, const char *p, const char *end) {
+    unsigned char c = (unsigned char)*p;
+    int len = c < 0x80 ? 1 : c >= 0xf8 ? 0 : c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc2 ? 2 : 0, i;
+    if (len > end - p) len = 0;
+    for (i = 1; i < len; i++)
+        if (((unsigned char)p[i] & 0xc0) != 0x80) len = 0;
+    if (len == 0 || c < 0x20 || c == 0x7f)
+        return cron_fail(err, n, "%s field: unexpected byte 0x%02x", name, c);
+    return cron_fail(err, n, "%s field: unexpected character '%.*s'", name, len, p);
+}
+
 static int cron_lower(int c) { return c >= 'A' && c <= 'Z' ? c + 32 : c; }
 static int cron_is_space(int c) { return c == ' ' || c == '\t'; }
 static int cron_is_digit(int c) { return c >= '0' && c <= '9'; }
@@ -7021,9 +7169,7 @@ static int cron_number(const char **pp, const char *end, int field, int *out, ch
         v = v * 10 + (*p++ - '0');
     }
     if (!digits) {
-        if (p < end)
-            return cron_fail(err, n, "%s field: unexpected character '%c'",
-                             CRON_FIELDS[field].name, *p);
+        if (p < end) return cron_unexpected(err, n, CRON_FIELDS[field].name, p, end);
         return cron_fail(err, n, "%s field: a number is missing", CRON_FIELDS[field].name);
     }
     *pp = p;
@@ -7101,9 +7247,7 @@ static int cron_field(const char *s, size_t len, int field, uint64_t *mask, int 
                                  CRON_FIELDS[field].name, step, span);
             if (!ranged) hi = CRON_FIELDS[field].hi; /* A/S: from A to the maximum */
         }
-        if (p < item_end)
-            return cron_fail(err, n, "%s field: unexpected character '%c'",
-                             CRON_FIELDS[field].name, *p);
+        if (p < item_end) return cron_unexpected(err, n, CRON_FIELDS[field].name, p, item_end);
         for (v = lo; v <= hi; v += step) *mask |= 1ULL << (field == CF_DOW && v == 7 ? 0 : v);
         if (item_end == end) break;
         p = item_end + 1;
@@ -7868,6 +8012,12 @@ int tocsin_schedule_get(tocsin_db *db, tocsin_schedule **out, const char *name) 
     return tc_op_end(db, &op, rc);
 }
 
+/* By name in byte order of their UTF-8, whatever the database's encoding (see
+ * cmp_names in queue.c). */
+static int cmp_schedules(const void *a, const void *b) {
+    return strcmp(((const tocsin_schedule *)a)->name, ((const tocsin_schedule *)b)->name);
+}
+
 int tocsin_schedule_list(tocsin_db *db, tocsin_schedule **out, size_t *out_n) {
     tc_op op;
     sqlite3_stmt *st;
@@ -7879,6 +8029,7 @@ int tocsin_schedule_list(tocsin_db *db, tocsin_schedule **out, size_t *out_n) {
     if ((rc = tc_op_begin(db, &op, 0)) != TOCSIN_OK) return rc;
     if (!(st = tc_stmt(db, SQL_SCHED_LIST))) return tc_op_end(db, &op, TC_ERRCODE);
     rc = sched_collect(db, st, out, out_n, "list schedules");
+    if (rc == TOCSIN_OK && *out_n > 1) qsort(*out, *out_n, sizeof **out, cmp_schedules);
     return tc_op_end(db, &op, rc);
 }
 
@@ -9890,17 +10041,6 @@ static int fail_nomem(fn_ctx *f) {
     return 0;
 }
 
-/* 1 when the connection has PRAGMA query_only on (what a READONLY means then). */
-static int query_only(sqlite3 *conn) {
-    sqlite3_stmt *st = NULL;
-    int on = 0;
-    if (sqlite3_prepare_v2(conn, "PRAGMA query_only", -1, &st, NULL) == SQLITE_OK &&
-        sqlite3_step(st) == SQLITE_ROW)
-        on = sqlite3_column_int(st, 0) != 0;
-    sqlite3_finalize(st);
-    return on;
-}
-
 /* Reports the handle's last failure (a code of the C API); returns 0. */
 static int fail(fn_ctx *f, int rc) {
     int code = SQLITE_ERROR;
@@ -9919,7 +10059,7 @@ static int fail(fn_ctx *f, int rc) {
         code = tc_tls()->sqlite_rc ? SQLITE_CORRUPT : SQLITE_CORRUPT_VTAB;
         break;
     case TOCSIN_READONLY:
-        if (query_only(f->db->conn))
+        if (tc_query_only(f->db->conn))
             return fail_msg(f, SQLITE_READONLY,
                             "%s (PRAGMA query_only is on for this connection: it refuses every "
                             "write)",
@@ -10033,23 +10173,53 @@ static int arg_count(fn_ctx *f, sqlite3_value **argv, int i, const char *what, s
     return 1;
 }
 
+/* The bytes UTF-8 text s[0..n) takes in UTF-16: two per code unit, four for a
+ * character beyond U+FFFF (a 4-byte sequence). */
+static size_t utf16_bytes(const char *s, size_t n) {
+    size_t units = 0, i;
+    for (i = 0; i < n; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if ((c & 0xc0) != 0x80) units += c >= 0xf0 ? 2 : 1;
+    }
+    return units * 2;
+}
+
+/* 1 when the main database's text encoding is UTF-16 (PRAGMA encoding). */
+static int db_utf16(sqlite3 *conn) {
+    sqlite3_stmt *st = NULL;
+    int utf16 = 0;
+    if (sqlite3_prepare_v2(conn, "PRAGMA main.encoding", -1, &st, NULL) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW && sqlite3_column_text(st, 0))
+        utf16 = sqlite3_strnicmp((const char *)sqlite3_column_text(st, 0), "UTF-16", 6) == 0;
+    sqlite3_finalize(st);
+    return utf16;
+}
+
 /*
  * Sets a JSON result (owned: freed here). A text longer than the connection's
  * SQLITE_LIMIT_LENGTH is an error naming the function and the limit (SQLite's
- * own would be a bare "string or blob too big"); 0 (reported) then.
+ * own would be a bare "string or blob too big"); 0 (reported) then. The length
+ * is the one SQLite checks: in a UTF-16 database it converts the result as it
+ * is set, and a result that passed in UTF-8 may not in UTF-16 (twice the bytes
+ * for ASCII) -- SQLite would then replace it with its own error after the unit
+ * committed, a claim's leases taken for jobs nobody saw.
  */
 static int result_json(fn_ctx *f, char *json) {
-    size_t n;
-    int limit;
+    size_t n, size;
+    int limit, utf16 = 0;
     if (!json) return fail_nomem(f);
-    n = strlen(json);
+    size = n = strlen(json);
     limit = sqlite3_limit(f->db->conn, SQLITE_LIMIT_LENGTH, -1);
-    if (limit >= 0 && n > (size_t)limit) {
+    if (limit >= 0 && n <= (size_t)limit && utf16_bytes(json, n) > (size_t)limit &&
+        (utf16 = db_utf16(f->db->conn)) != 0)
+        size = utf16_bytes(json, n);
+    if (limit >= 0 && size > (size_t)limit) {
         sqlite3_free(json);
         return fail_msg(f, SQLITE_TOOBIG,
-                        "the result is %zu bytes, over this connection's length limit "
+                        "the result is %zu bytes%s, over this connection's length limit "
                         "(SQLITE_LIMIT_LENGTH, %d bytes)%s",
-                        n, limit, f->undo ? ": nothing was written (ask for fewer at a time)" : "");
+                        size, utf16 ? " in the database's UTF-16 encoding" : "", limit,
+                        f->undo ? ": nothing was written (ask for fewer at a time)" : "");
     }
     sqlite3_result_text(f->ctx, json, (int)n, sqlite3_free);
     sqlite3_result_subtype(f->ctx, 'J'); /* JSON subtype, as json() gives */
