@@ -979,15 +979,21 @@ int tc_op_begin(tocsin_db *db, tc_op *op, int write) {
 static const char SQL_JOURNAL_MODE[] = "PRAGMA main.journal_mode";
 static const char SQL_IGNORE_CHECKS[] = "PRAGMA ignore_check_constraints";
 
+/* The setting a PRAGMA reads, "" when the host's authorizer denies or ignores
+ * PRAGMAs (a sandbox's choice: the setting is then left unchecked, as before). */
 static int pragma_text(tocsin_db *db, const char *sql, char *out, size_t cap) {
-    sqlite3_stmt *st = tc_stmt(db, sql);
-    int rc;
+    sqlite3_stmt *st = NULL;
+    int rc = tc_prepare(db, sql, 0, &st);
     out[0] = 0;
-    if (!st) return TC_ERRCODE;
+    if ((rc & 0xff) == SQLITE_AUTH) {
+        tc_thread.prepare_failed = 0; /* not a limit's refusal (tc_sqlerr) */
+        return TOCSIN_OK;
+    }
+    if (rc != SQLITE_OK) return tc_sqlerr(db, rc, "read the connection's settings");
     rc = tc_step(db, st);
     if (rc == SQLITE_ROW && sqlite3_column_text(st, 0))
         snprintf(out, cap, "%s", (const char *)sqlite3_column_text(st, 0));
-    sqlite3_reset(st); /* not left running: a later call's check of running PRAGMAs */
+    sqlite3_finalize(st); /* not left running: a later call's check of running PRAGMAs */
     if (rc != SQLITE_ROW && rc != SQLITE_DONE) return tc_sqlerr(db, rc, "read the connection's settings");
     return TOCSIN_OK;
 }

@@ -605,5 +605,25 @@ PY
     if [ "$out" = "1" ]; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL python stdlib load: $out"; fi
 fi
 
+# a host whose authorizer denies (or ignores) PRAGMAs still writes: the check of its
+# settings (journal_mode, ignore_check_constraints) is then left to it
+if [ -x /usr/bin/python3 ]; then
+    out=$(/usr/bin/python3 - "$EXT" "$DIR/auth.db" <<'PY'
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[2], isolation_level=None)
+conn.enable_load_extension(True)
+conn.load_extension(sys.argv[1])
+conn.execute("SELECT tocsin_bootstrap()")
+for verdict in (sqlite3.SQLITE_DENY, sqlite3.SQLITE_IGNORE):
+    conn.set_authorizer(lambda action, *rest: verdict if action == sqlite3.SQLITE_PRAGMA else sqlite3.SQLITE_OK)
+    print(conn.execute("SELECT tocsin_enqueue('q', '1')").fetchone()[0],
+          conn.execute("SELECT json_array_length(tocsin_claim('q', 'w', 5, 1000))").fetchone()[0])
+conn.close()
+PY
+    )
+    if [ "$out" = "1 1
+2 1" ]; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL authorizer denying PRAGMA: $out"; fi
+fi
+
 echo "sql: $passed passed, $failed failed"
 [ "$failed" -eq 0 ]
