@@ -605,6 +605,15 @@ PY
     if [ "$out" = "1" ]; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL python stdlib load: $out"; fi
 fi
 
+# docs/sql.md "A call whose value is named again may run again": a MATERIALIZED CTE
+# evaluates the claim once (a subquery's column filtered outside runs it twice)
+qfresh named_again "SELECT tocsin_clock(1000); SELECT tocsin_enqueue_many('[{\"queue\":\"q\",\"payload\":1},{\"queue\":\"q\",\"payload\":2}]');
+WITH r AS MATERIALIZED (SELECT tocsin_claim('q', 'w', 1, 30000) AS c) SELECT json_array_length(c) FROM r WHERE c <> '[]';
+SELECT count(*) FROM _tocsin_jobs WHERE state = 'processing';" "1000
+\[1,2]
+1
+1"
+
 # a host whose authorizer denies (or ignores) PRAGMAs still writes: the check of its
 # settings (journal_mode, ignore_check_constraints) is then left to it
 if [ -x /usr/bin/python3 ]; then
