@@ -80,6 +80,11 @@ struct tocsin_db {
     uint64_t dev, ino;
     uint64_t wk_writer;    /* wake.c: serial of the watcher told of this handle's open write, or 0 */
     int tx_open;            /* transaction handle: counted in its database's tx_writers */
+    /* a host's connection: a BEGIN IMMEDIATE of ours that an out-of-memory left open
+     * (op_finish), to roll back at the next operation; the connection's total
+     * changes then, which tell whether the host wrote in it since */
+    int orphan_tx;
+    int64_t orphan_changes;
     _Atomic int tx_writers; /* database: its transaction handles now open (each holds the write lock) */
     /* prepared statements keyed by the address of their static SQL text */
     struct {
@@ -1663,6 +1668,7 @@ static int begin_immediate(tocsin_db *db) {
 }
 
 static int op_finish(tocsin_db *db, tc_op *op, int rc);
+static int orphan_end(tocsin_db *db);
 
 void tc_lock(tocsin_db *db) { pthread_mutex_lock(&db->mutex); }
 void tc_unlock(tocsin_db *db) {
@@ -1691,7 +1697,8 @@ int tc_op_begin(tocsin_db *db, tc_op *op, int write) {
         tc_unlock(db);
         return tc_err(db, TOCSIN_CLOSED, "the database handle was closed");
     }
-    if ((!db->schema_ok && (rc = tc_ensure_schema(db)) != TOCSIN_OK) ||
+    if ((db->orphan_tx && (rc = orphan_end(db)) != TOCSIN_OK) ||
+        (!db->schema_ok && (rc = tc_ensure_schema(db)) != TOCSIN_OK) ||
         (rc = tc_op_open(db, op, write)) != TOCSIN_OK) {
         tc_unlock(db);
         return rc;
@@ -1763,11 +1770,34 @@ static int host_can_write(tocsin_db *db) {
     return TOCSIN_OK;
 }
 
+/*
+ * Rolls back the transaction of ours that an out-of-memory left open (op_finish)
+ * before anything else runs on the connection's next operation -- unless the
+ * host wrote in it since (its total changes moved), which a ROLLBACK would undo
+ * too: that call is refused, asking the application to end it.
+ */
+static int orphan_end(tocsin_db *db) {
+    if (sqlite3_get_autocommit(db->conn)) { /* ended by the host meanwhile */
+        db->orphan_tx = 0;
+        return TOCSIN_OK;
+    }
+    if (sqlite3_total_changes64(db->conn) != db->orphan_changes)
+        return tc_err(db, TOCSIN_ERROR,
+                      "an earlier tocsin call on this connection ran out of memory inside its own "
+                      "transaction, which SQLite then let nobody end, and the connection has "
+                      "written in it since: end it (ROLLBACK drops that call's half and what was "
+                      "written since) before the next tocsin call");
+    if (run_ctl(db, SQL_ROLLBACK) != SQLITE_OK) return tc_sqlerr(db, SQLITE_ERROR, "roll back");
+    db->orphan_tx = 0;
+    return TOCSIN_OK;
+}
+
 int tc_op_open(tocsin_db *db, tc_op *op, int write) {
     int rc;
     op->mode = 0;
     op->write = write;
     op->locked = 0;
+    if (db->orphan_tx && (rc = orphan_end(db)) != TOCSIN_OK) return rc;
     if (write && write != TC_OP_READ_ONE && !db->owns_conn && (rc = host_can_write(db)) != TOCSIN_OK)
         return rc;
     if (write == TC_OP_ONE) {
@@ -1822,6 +1852,14 @@ static int op_finish(tocsin_db *db, tc_op *op, int rc) {
     /* Keep the first error's message: rolling back must not overwrite it. */
     if (mode == 1) {
         if (!sqlite3_get_autocommit(db->conn)) run_ctl(db, SQL_ROLLBACK);
+        /* Out of memory inside a host's statement (a prepare of ours that failed):
+         * SQLite then refuses every statement until that statement ends, our
+         * ROLLBACK too, and leaves our transaction open on the host's connection.
+         * The next operation ends it (orphan_end). */
+        if (!sqlite3_get_autocommit(db->conn) && !db->owns_conn) {
+            db->orphan_tx = 1;
+            db->orphan_changes = sqlite3_total_changes64(db->conn);
+        }
     } else {
         run_ctl(db, SQL_ROLLBACK_TO);
         run_ctl(db, SQL_RELEASE);
@@ -1844,7 +1882,8 @@ int tocsin_bootstrap(tocsin_db *db, int *out_version) {
     tc_clear(db);
     if (tc_inherited(db)) return TC_ERRCODE;
     tc_lock(db);
-    rc = tc_schema_install(db, &v);
+    rc = db->orphan_tx ? orphan_end(db) : TOCSIN_OK;
+    if (rc == TOCSIN_OK) rc = tc_schema_install(db, &v);
     tc_unlock(db);
     if (out_version) *out_version = v;
     return rc;
@@ -10010,6 +10049,7 @@ typedef struct fn_ctx {
     const char *name;  /* the SQL function's name: every message starts with it */
     const char *where; /* NULL, or what is being read ("job 3"), after the name */
     int undo;          /* inside unit_begin: a failure rolls the call back */
+    int nomem;         /* out of memory: reported by dispatch, after the call (fail_nomem) */
 } fn_ctx;
 
 /* How many bytes of s to quote in a message: at most max, never splitting a
@@ -10042,8 +10082,14 @@ static int fail_msg(fn_ctx *f, int sqlite_code, const char *fmt, ...) {
     return 0;
 }
 
+/* Out of memory. sqlite3_result_error_nomem marks the whole connection as
+ * failed while the caller's statement runs (SQLite's mallocFailed, and its
+ * interrupt flag): every statement after it fails, the ROLLBACK of a unit
+ * included, which would leave the call's BEGIN IMMEDIATE open on the host's
+ * connection. So it is only noted here; dispatch reports it once the call's
+ * transaction or savepoint has ended. */
 static int fail_nomem(fn_ctx *f) {
-    sqlite3_result_error_nomem(f->ctx);
+    f->nomem = 1;
     return 0;
 }
 
@@ -11621,6 +11667,7 @@ static void dispatch(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     f.name = e->def->name;
     f.where = NULL;
     f.undo = 0;
+    f.nomem = 0;
     if (guarded && !outermost)
         fail_msg(&f, SQLITE_ERROR,
                  "cannot run inside another tocsin call (a trigger on a tocsin table, or a "
@@ -11640,6 +11687,7 @@ static void dispatch(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
         e->def->fn(&f, argc, argv);
         db->ext_depth--;
     }
+    if (f.nomem) sqlite3_result_error_nomem(ctx);
     if (outermost && !db->owns_conn) tc_stmt_flush(db);
 }
 

@@ -923,6 +923,7 @@ static int begin_immediate(tocsin_db *db) {
 }
 
 static int op_finish(tocsin_db *db, tc_op *op, int rc);
+static int orphan_end(tocsin_db *db);
 
 void tc_lock(tocsin_db *db) { pthread_mutex_lock(&db->mutex); }
 void tc_unlock(tocsin_db *db) {
@@ -951,7 +952,8 @@ int tc_op_begin(tocsin_db *db, tc_op *op, int write) {
         tc_unlock(db);
         return tc_err(db, TOCSIN_CLOSED, "the database handle was closed");
     }
-    if ((!db->schema_ok && (rc = tc_ensure_schema(db)) != TOCSIN_OK) ||
+    if ((db->orphan_tx && (rc = orphan_end(db)) != TOCSIN_OK) ||
+        (!db->schema_ok && (rc = tc_ensure_schema(db)) != TOCSIN_OK) ||
         (rc = tc_op_open(db, op, write)) != TOCSIN_OK) {
         tc_unlock(db);
         return rc;
@@ -1023,11 +1025,34 @@ static int host_can_write(tocsin_db *db) {
     return TOCSIN_OK;
 }
 
+/*
+ * Rolls back the transaction of ours that an out-of-memory left open (op_finish)
+ * before anything else runs on the connection's next operation -- unless the
+ * host wrote in it since (its total changes moved), which a ROLLBACK would undo
+ * too: that call is refused, asking the application to end it.
+ */
+static int orphan_end(tocsin_db *db) {
+    if (sqlite3_get_autocommit(db->conn)) { /* ended by the host meanwhile */
+        db->orphan_tx = 0;
+        return TOCSIN_OK;
+    }
+    if (sqlite3_total_changes64(db->conn) != db->orphan_changes)
+        return tc_err(db, TOCSIN_ERROR,
+                      "an earlier tocsin call on this connection ran out of memory inside its own "
+                      "transaction, which SQLite then let nobody end, and the connection has "
+                      "written in it since: end it (ROLLBACK drops that call's half and what was "
+                      "written since) before the next tocsin call");
+    if (run_ctl(db, SQL_ROLLBACK) != SQLITE_OK) return tc_sqlerr(db, SQLITE_ERROR, "roll back");
+    db->orphan_tx = 0;
+    return TOCSIN_OK;
+}
+
 int tc_op_open(tocsin_db *db, tc_op *op, int write) {
     int rc;
     op->mode = 0;
     op->write = write;
     op->locked = 0;
+    if (db->orphan_tx && (rc = orphan_end(db)) != TOCSIN_OK) return rc;
     if (write && write != TC_OP_READ_ONE && !db->owns_conn && (rc = host_can_write(db)) != TOCSIN_OK)
         return rc;
     if (write == TC_OP_ONE) {
@@ -1082,6 +1107,14 @@ static int op_finish(tocsin_db *db, tc_op *op, int rc) {
     /* Keep the first error's message: rolling back must not overwrite it. */
     if (mode == 1) {
         if (!sqlite3_get_autocommit(db->conn)) run_ctl(db, SQL_ROLLBACK);
+        /* Out of memory inside a host's statement (a prepare of ours that failed):
+         * SQLite then refuses every statement until that statement ends, our
+         * ROLLBACK too, and leaves our transaction open on the host's connection.
+         * The next operation ends it (orphan_end). */
+        if (!sqlite3_get_autocommit(db->conn) && !db->owns_conn) {
+            db->orphan_tx = 1;
+            db->orphan_changes = sqlite3_total_changes64(db->conn);
+        }
     } else {
         run_ctl(db, SQL_ROLLBACK_TO);
         run_ctl(db, SQL_RELEASE);
@@ -1104,7 +1137,8 @@ int tocsin_bootstrap(tocsin_db *db, int *out_version) {
     tc_clear(db);
     if (tc_inherited(db)) return TC_ERRCODE;
     tc_lock(db);
-    rc = tc_schema_install(db, &v);
+    rc = db->orphan_tx ? orphan_end(db) : TOCSIN_OK;
+    if (rc == TOCSIN_OK) rc = tc_schema_install(db, &v);
     tc_unlock(db);
     if (out_version) *out_version = v;
     return rc;

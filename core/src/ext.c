@@ -28,6 +28,7 @@ typedef struct fn_ctx {
     const char *name;  /* the SQL function's name: every message starts with it */
     const char *where; /* NULL, or what is being read ("job 3"), after the name */
     int undo;          /* inside unit_begin: a failure rolls the call back */
+    int nomem;         /* out of memory: reported by dispatch, after the call (fail_nomem) */
 } fn_ctx;
 
 /* How many bytes of s to quote in a message: at most max, never splitting a
@@ -60,8 +61,14 @@ static int fail_msg(fn_ctx *f, int sqlite_code, const char *fmt, ...) {
     return 0;
 }
 
+/* Out of memory. sqlite3_result_error_nomem marks the whole connection as
+ * failed while the caller's statement runs (SQLite's mallocFailed, and its
+ * interrupt flag): every statement after it fails, the ROLLBACK of a unit
+ * included, which would leave the call's BEGIN IMMEDIATE open on the host's
+ * connection. So it is only noted here; dispatch reports it once the call's
+ * transaction or savepoint has ended. */
 static int fail_nomem(fn_ctx *f) {
-    sqlite3_result_error_nomem(f->ctx);
+    f->nomem = 1;
     return 0;
 }
 
@@ -1639,6 +1646,7 @@ static void dispatch(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     f.name = e->def->name;
     f.where = NULL;
     f.undo = 0;
+    f.nomem = 0;
     if (guarded && !outermost)
         fail_msg(&f, SQLITE_ERROR,
                  "cannot run inside another tocsin call (a trigger on a tocsin table, or a "
@@ -1658,6 +1666,7 @@ static void dispatch(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
         e->def->fn(&f, argc, argv);
         db->ext_depth--;
     }
+    if (f.nomem) sqlite3_result_error_nomem(ctx);
     if (outermost && !db->owns_conn) tc_stmt_flush(db);
 }
 

@@ -75,6 +75,11 @@ struct tocsin_db {
     uint64_t dev, ino;
     uint64_t wk_writer;    /* wake.c: serial of the watcher told of this handle's open write, or 0 */
     int tx_open;            /* transaction handle: counted in its database's tx_writers */
+    /* a host's connection: a BEGIN IMMEDIATE of ours that an out-of-memory left open
+     * (op_finish), to roll back at the next operation; the connection's total
+     * changes then, which tell whether the host wrote in it since */
+    int orphan_tx;
+    int64_t orphan_changes;
     _Atomic int tx_writers; /* database: its transaction handles now open (each holds the write lock) */
     /* prepared statements keyed by the address of their static SQL text */
     struct {

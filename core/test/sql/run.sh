@@ -605,6 +605,22 @@ PY
     if [ "$out" = "1" ]; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL python stdlib load: $out"; fi
 fi
 
+# out of memory inside a call's own transaction (SQLITE_LIMIT_VDBE_OP counts as one):
+# SQLite lets no statement run until the calling statement ends, not even tocsin's
+# ROLLBACK; the next call rolls the transaction back first -- no half-installed schema
+# (_tocsin_meta without its version), no transaction left open on the host's connection
+qfresh orphan "CREATE TABLE app(x);
+.limit vdbe_op 50
+SELECT tocsin_bootstrap();
+.limit vdbe_op 250000000
+SELECT tocsin_bootstrap();
+SELECT count(*) FROM _tocsin_jobs; BEGIN; INSERT INTO app VALUES (1); COMMIT; SELECT count(*) FROM app;" "*vdbe_op 50
+*out of memory (7)
+*vdbe_op 250000000
+2
+0
+1"
+
 # docs/sql.md "A call whose value is named again may run again": a MATERIALIZED CTE
 # evaluates the claim once (a subquery's column filtered outside runs it twice)
 qfresh named_again "SELECT tocsin_clock(1000); SELECT tocsin_enqueue_many('[{\"queue\":\"q\",\"payload\":1},{\"queue\":\"q\",\"payload\":2}]');
