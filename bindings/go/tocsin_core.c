@@ -906,17 +906,26 @@ int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what) {
                            : tc_thread.busy_waited ? (tc_thread.busy_waited + 999) / 1000
                                                    : db->busy_timeout_ms));
     else if (tc_thread.prepare_failed &&
-             (prim == SQLITE_TOOBIG || strstr(msg, "variable number") || strstr(msg, "too many")))
+             (prim == SQLITE_TOOBIG || strstr(msg, "variable number") || strstr(msg, "too many") ||
+              strstr(msg, "too large")))
         /* a host's sqlite3_limit below what tocsin's own statements need */
         tc_err(db, rc,
                "%s: %s: this connection's limits refuse one of tocsin's own statements (%zu bytes; "
                "sqlite3_limit: SQLITE_LIMIT_SQL_LENGTH %d, SQLITE_LIMIT_LENGTH %d, "
-               "SQLITE_LIMIT_VARIABLE_NUMBER %d, SQLITE_LIMIT_FUNCTION_ARG %d); nothing was "
-               "written: raise the limit (SQLite's defaults suit tocsin)",
+               "SQLITE_LIMIT_VARIABLE_NUMBER %d, SQLITE_LIMIT_FUNCTION_ARG %d, "
+               "SQLITE_LIMIT_EXPR_DEPTH %d, SQLITE_LIMIT_COMPOUND_SELECT %d, SQLITE_LIMIT_COLUMN %d); "
+               "nothing was written: raise the limit (SQLite's defaults suit tocsin)",
                what, msg, tc_thread.prepare_failed, sqlite3_limit(db->conn, SQLITE_LIMIT_SQL_LENGTH, -1),
                sqlite3_limit(db->conn, SQLITE_LIMIT_LENGTH, -1),
                sqlite3_limit(db->conn, SQLITE_LIMIT_VARIABLE_NUMBER, -1),
-               sqlite3_limit(db->conn, SQLITE_LIMIT_FUNCTION_ARG, -1));
+               sqlite3_limit(db->conn, SQLITE_LIMIT_FUNCTION_ARG, -1),
+               sqlite3_limit(db->conn, SQLITE_LIMIT_EXPR_DEPTH, -1),
+               sqlite3_limit(db->conn, SQLITE_LIMIT_COMPOUND_SELECT, -1),
+               sqlite3_limit(db->conn, SQLITE_LIMIT_COLUMN, -1));
+    else if (strstr(msg, "too many levels of trigger recursion"))
+        tc_err(db, rc, "%s: %s (this connection's SQLITE_LIMIT_TRIGGER_DEPTH is %d: tocsin's tables fire "
+               "triggers of their own, one level deep)", what, msg,
+               sqlite3_limit(db->conn, SQLITE_LIMIT_TRIGGER_DEPTH, -1));
     else if (prim == SQLITE_TOOBIG && strstr(msg, "too big"))
         /* a value, or a row with it, over the host's limit: say which */
         tc_err(db, rc, "%s: %s (a value or row over this connection's SQLITE_LIMIT_LENGTH, %d bytes)",

@@ -567,6 +567,22 @@ SELECT count(*) FROM _tocsin_jobs;" "2
 *tocsin_enqueue: prepare: *this connection's limits refuse one of tocsin's own statements*SQLITE_LIMIT_VARIABLE_NUMBER 2*
 *
 0"
+qfresh limits "SELECT tocsin_enqueue('a', '1'), tocsin_enqueue('b', '1');
+.limit compound_select 2
+SELECT tocsin_stats();
+.limit compound_select 500
+.limit trigger_depth 0
+SELECT json_extract(value, '\$.token') FROM json_each(tocsin_claim('b', 'w', 1, 1000));
+SELECT tocsin_ack(2, 2097153);
+.limit trigger_depth 1000
+SELECT count(*) FROM _tocsin_jobs;" "1|2
+*compound_select 2
+*tocsin_stats: prepare: too many terms in compound SELECT: this connection's limits refuse one of tocsin's own statements*SQLITE_LIMIT_COMPOUND_SELECT 2*
+*trigger_depth 0
+2097153
+*tocsin_ack: ack: too many levels of trigger recursion (this connection's SQLITE_LIMIT_TRIGGER_DEPTH is 0*
+*
+2"
 # a value or row over the host's SQLITE_LIMIT_LENGTH is named as such
 qfresh row_limit "SELECT tocsin_bootstrap();
 .limit length 300
