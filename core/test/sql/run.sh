@@ -648,6 +648,21 @@ SELECT count(*) FROM _tocsin_jobs; BEGIN; INSERT INTO app VALUES (1); COMMIT; SE
 0
 1"
 
+# ... unless the connection wrote in it meanwhile: then the call asks for the end of it
+qfresh orphan_written "CREATE TABLE app(x);
+.limit vdbe_op 50
+SELECT tocsin_bootstrap();
+.limit vdbe_op 250000000
+INSERT INTO app VALUES (1);
+SELECT tocsin_bootstrap();
+ROLLBACK;
+SELECT tocsin_bootstrap(); SELECT count(*) FROM app;" "*vdbe_op 50
+*out of memory (7)
+*vdbe_op 250000000
+*tocsin_bootstrap: an earlier tocsin call on this connection ran out of memory inside its own transaction*written in it since*
+2
+0"
+
 # docs/sql.md "A call whose value is named again may run again": a MATERIALIZED CTE
 # evaluates the claim once (a subquery's column filtered outside runs it twice)
 qfresh named_again "SELECT tocsin_clock(1000); SELECT tocsin_enqueue_many('[{\"queue\":\"q\",\"payload\":1},{\"queue\":\"q\",\"payload\":2}]');
