@@ -10271,7 +10271,7 @@ static int result_json(fn_ctx *f, char *json) {
     if (!json) return fail_nomem(f);
     size = n = strlen(json);
     limit = sqlite3_limit(f->db->conn, SQLITE_LIMIT_LENGTH, -1);
-    if (limit >= 0 && n <= (size_t)limit && utf16_bytes(json, n) > (size_t)limit &&
+    if (limit >= 0 && n <= (size_t)limit && n > (size_t)limit / 2 && utf16_bytes(json, n) > (size_t)limit &&
         (utf16 = db_utf16(f->db->conn)) != 0)
         size = utf16_bytes(json, n);
     if (limit >= 0 && size > (size_t)limit) {
