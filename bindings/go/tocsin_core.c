@@ -75,6 +75,7 @@ struct tocsin_db {
     int ext_refs;      /* extension: SQL functions still registered */
     int ext_depth;     /* extension: SQL function calls now running on the connection (ext.c) */
     void *ext_fns;     /* ext.c: what each registered SQL function carries */
+    int ext_cache;     /* ext.c: the cache anchor is connected: statements outlive a call */
     struct tc_wake *wake; /* watcher.c: file identity and the handle's own subscription */
     int has_identity;      /* (dev, ino) of the opened file are known */
     uint64_t dev, ino;
@@ -170,8 +171,13 @@ int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only);
 /* ---- statements (db.c) ---- */
 /* A cached, reset statement for static SQL text `sql`; NULL (error set) on failure. */
 sqlite3_stmt *tc_stmt(tocsin_db *db, const char *sql);
+/* tc_stmt without reporting a failure to prepare: NULL and *out_rc the SQLite code
+ * (SQLITE_INTERNAL, reported: the cache is full). */
+sqlite3_stmt *tc_stmt_rc(tocsin_db *db, const char *sql, int *out_rc);
 /* Finalizes every cached statement. */
 void tc_stmt_flush(tocsin_db *db);
+/* Resets every cached statement and drops its bindings: none keeps running or holds a value. */
+void tc_stmt_idle(tocsin_db *db);
 /*
  * sqlite3_step with the handle's lock wait: SQLITE_BUSY is retried with
  * back-off until the call's budget (busy_timeout_ms from the first BUSY of
@@ -1367,6 +1373,15 @@ void tc_stmt_flush(tocsin_db *db) {
     }
 }
 
+void tc_stmt_idle(tocsin_db *db) {
+    int i;
+    for (i = 0; i < TC_STMT_SLOTS; i++) {
+        if (!db->stmts[i].stmt) continue;
+        sqlite3_reset(db->stmts[i].stmt);
+        sqlite3_clear_bindings(db->stmts[i].stmt); /* a 1 MiB payload's copy is not kept */
+    }
+}
+
 int tc_query_only(sqlite3 *conn) {
     sqlite3_stmt *st = NULL;
     int on = 0;
@@ -1520,8 +1535,9 @@ int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only) {
 
 /* ---- statements ---------------------------------------------------------- */
 
-sqlite3_stmt *tc_stmt(tocsin_db *db, const char *sql) {
+sqlite3_stmt *tc_stmt_rc(tocsin_db *db, const char *sql, int *out_rc) {
     size_t h = ((uintptr_t)sql >> 3) % TC_STMT_SLOTS, i;
+    *out_rc = SQLITE_OK;
     for (i = 0; i < TC_STMT_SLOTS; i++) {
         size_t k = (h + i) % TC_STMT_SLOTS;
         if (db->stmts[k].sql == sql) {
@@ -1531,19 +1547,23 @@ sqlite3_stmt *tc_stmt(tocsin_db *db, const char *sql) {
         }
         if (!db->stmts[k].sql) {
             sqlite3_stmt *st = NULL;
-            int rc = tc_prepare(db, sql, SQLITE_PREPARE_PERSISTENT, &st);
-            if (rc != SQLITE_OK) {
-                tc_sqlerr(db, rc, "prepare");
-                return NULL;
-            }
+            if ((*out_rc = tc_prepare(db, sql, SQLITE_PREPARE_PERSISTENT, &st)) != SQLITE_OK) return NULL;
             db->stmts[k].sql = sql;
             db->stmts[k].stmt = st;
             return st;
         }
     }
     /* The cache is full: a programming error (raise TC_STMT_SLOTS). */
+    *out_rc = SQLITE_INTERNAL;
     tc_err(db, TOCSIN_ERROR, "statement cache full");
     return NULL;
+}
+
+sqlite3_stmt *tc_stmt(tocsin_db *db, const char *sql) {
+    int rc;
+    sqlite3_stmt *st = tc_stmt_rc(db, sql, &rc);
+    if (!st && rc != SQLITE_INTERNAL) tc_sqlerr(db, rc, "prepare");
+    return st;
 }
 
 int tc_step_done(tocsin_db *db, sqlite3_stmt *st, const char *what) {
@@ -1738,18 +1758,24 @@ static const char SQL_IGNORE_CHECKS[] = "PRAGMA ignore_check_constraints";
 /* The setting a PRAGMA reads, "" when the host's authorizer denies or ignores
  * PRAGMAs (a sandbox's choice: the setting is then left unchecked, as before). */
 static int pragma_text(tocsin_db *db, const char *sql, char *out, size_t cap) {
-    sqlite3_stmt *st = NULL;
-    int rc = tc_prepare(db, sql, 0, &st);
+    int rc;
+    sqlite3_stmt *st = tc_stmt_rc(db, sql, &rc);
     out[0] = 0;
     if ((rc & 0xff) == SQLITE_AUTH) {
         tc_thread.prepare_failed = 0; /* not a limit's refusal (tc_sqlerr) */
         return TOCSIN_OK;
     }
-    if (rc != SQLITE_OK) return tc_sqlerr(db, rc, "read the connection's settings");
+    if (!st) return tc_sqlerr(db, rc, "read the connection's settings");
+    /* cached: the journal mode is read when it runs, and a flag PRAGMA's change
+     * expires every statement, so a step always sees the current setting */
     rc = tc_step(db, st);
     if (rc == SQLITE_ROW && sqlite3_column_text(st, 0))
         snprintf(out, cap, "%s", (const char *)sqlite3_column_text(st, 0));
-    sqlite3_finalize(st); /* not left running: a later call's check of running PRAGMAs */
+    sqlite3_reset(st); /* not left running: a later call's check of running PRAGMAs */
+    if ((rc & 0xff) == SQLITE_AUTH) { /* an authorizer set since: re-prepared, and denied */
+        tc_thread.prepare_failed = 0;
+        return TOCSIN_OK;
+    }
     if (rc != SQLITE_ROW && rc != SQLITE_DONE) return tc_sqlerr(db, rc, "read the connection's settings");
     return TOCSIN_OK;
 }
@@ -11697,7 +11723,10 @@ static void dispatch(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
         db->ext_depth--;
     }
     if (f.nomem) sqlite3_result_error_nomem(ctx);
-    if (outermost && !db->owns_conn) tc_stmt_flush(db);
+    if (outermost && !db->owns_conn) {
+        if (db->ext_cache) tc_stmt_idle(db);
+        else tc_stmt_flush(db);
+    }
 }
 
 /*
@@ -11711,6 +11740,9 @@ static void dispatch(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
  * of the application named like or glob cannot hide one. 0 (reported): one
  * exists, or the check failed.
  */
+static const char SQL_TEMP_NAMES[] =
+    "SELECT type, name FROM temp.sqlite_master WHERE type IN ('table', 'view')";
+
 static int no_temp_shadow(fn_ctx *f) {
     static const char prefix[] = "_tocsin_";
     tocsin_db *db = f->db;
@@ -11719,9 +11751,8 @@ static int no_temp_shadow(fn_ctx *f) {
     /* preparing reads the schema, main's too (a lock another process may hold
      * for a moment): tc_prepare and tc_step wait as every call of ours does */
     tc_clear(db);
-    rc = tc_prepare(db, "SELECT type, name FROM temp.sqlite_master WHERE type IN ('table', 'view')",
-                    0, &st);
-    while (rc == SQLITE_OK && (rc = tc_step(db, st)) == SQLITE_ROW) {
+    st = tc_stmt_rc(db, SQL_TEMP_NAMES, &rc);
+    while (st && (rc = tc_step(db, st)) == SQLITE_ROW) {
         const char *type = (const char *)sqlite3_column_text(st, 0);
         const char *name = (const char *)sqlite3_column_text(st, 1);
         char *ident;
@@ -11735,10 +11766,10 @@ static int no_temp_shadow(fn_ctx *f) {
                  type, quote_len(name, 200), name, strcmp(type, "view") == 0 ? "VIEW" : "TABLE",
                  quote_len(ident ? ident : name, 200), ident ? ident : name);
         sqlite3_free(ident);
-        sqlite3_finalize(st);
+        sqlite3_reset(st);
         return 0;
     }
-    sqlite3_finalize(st);
+    if (st) sqlite3_reset(st);
     if (rc != SQLITE_DONE) return fail(f, tc_sqlerr(db, rc, "read the connection's TEMP schema"));
     return 1;
 }
@@ -11779,6 +11810,135 @@ int tocsin_register_sql(tocsin_db *db) {
     return rc == SQLITE_OK ? TOCSIN_OK : tc_sqlerr(db, rc, "register SQL functions");
 }
 
+/*
+ * The statement cache on a host's connection. sqlite3_close() refuses to
+ * close a connection that still has prepared statements ("unfinalized
+ * statements"; sqlite3_close_v2() leaves it a zombie, never freed), so the
+ * statements of a call used to be finalized at its end -- and a call spent
+ * three quarters of its instructions preparing them again. But
+ * sqlite3_close() disconnects every virtual table before it looks for
+ * statements, so that a virtual table can finalize its own: the eponymous
+ * table _tocsin_cache (no rows), connected when the functions are registered,
+ * empties the cache from its xDisconnect. While it is connected, a call only
+ * resets the statements it used (none stays running: a running statement
+ * would keep a read transaction open on the host's connection). When it could
+ * not be connected (an authorizer, or a table of the host's with its name),
+ * or was disconnected before the close, calls finalize their statements as
+ * before.
+ */
+typedef struct {
+    sqlite3_vtab base;
+    tocsin_db *db;
+} cache_vtab;
+
+static int cache_connect(sqlite3 *conn, void *aux, int argc, const char *const *argv,
+                         sqlite3_vtab **out, char **err) {
+    cache_vtab *v;
+    int rc;
+    (void)argc;
+    (void)argv;
+    (void)err;
+    if ((rc = sqlite3_declare_vtab(conn, "CREATE TABLE x(unused)")) != SQLITE_OK) return rc;
+    if (!(v = sqlite3_malloc(sizeof *v))) return SQLITE_NOMEM;
+    memset(v, 0, sizeof *v);
+    v->db = aux;
+    v->db->ext_cache = 1;
+    *out = &v->base;
+    return SQLITE_OK;
+}
+
+static int cache_disconnect(sqlite3_vtab *vt) {
+    cache_vtab *v = (cache_vtab *)vt;
+    v->db->ext_cache = 0;
+    tc_stmt_flush(v->db);
+    sqlite3_free(v);
+    return SQLITE_OK;
+}
+
+static int cache_best_index(sqlite3_vtab *vt, sqlite3_index_info *info) {
+    (void)vt;
+    info->estimatedCost = 1;
+    info->estimatedRows = 0;
+    return SQLITE_OK;
+}
+
+static int cache_open(sqlite3_vtab *vt, sqlite3_vtab_cursor **out) {
+    sqlite3_vtab_cursor *c = sqlite3_malloc(sizeof *c);
+    (void)vt;
+    if (!c) return SQLITE_NOMEM;
+    memset(c, 0, sizeof *c);
+    *out = c;
+    return SQLITE_OK;
+}
+
+static int cache_close(sqlite3_vtab_cursor *c) {
+    sqlite3_free(c);
+    return SQLITE_OK;
+}
+
+static int cache_filter(sqlite3_vtab_cursor *c, int idx, const char *idx_str, int argc, sqlite3_value **argv) {
+    (void)c;
+    (void)idx;
+    (void)idx_str;
+    (void)argc;
+    (void)argv;
+    return SQLITE_OK;
+}
+
+static int cache_next(sqlite3_vtab_cursor *c) {
+    (void)c;
+    return SQLITE_OK;
+}
+
+static int cache_eof(sqlite3_vtab_cursor *c) {
+    (void)c;
+    return 1; /* no rows */
+}
+
+static int cache_column(sqlite3_vtab_cursor *c, sqlite3_context *ctx, int i) {
+    (void)c;
+    (void)i;
+    sqlite3_result_null(ctx);
+    return SQLITE_OK;
+}
+
+static int cache_rowid(sqlite3_vtab_cursor *c, sqlite3_int64 *out) {
+    (void)c;
+    *out = 0;
+    return SQLITE_OK;
+}
+
+/* xCreate NULL: eponymous only (no CREATE VIRTUAL TABLE of it). */
+static const sqlite3_module cache_module = {
+    .iVersion = 0,
+    .xConnect = cache_connect,
+    .xBestIndex = cache_best_index,
+    .xDisconnect = cache_disconnect,
+    .xOpen = cache_open,
+    .xClose = cache_close,
+    .xFilter = cache_filter,
+    .xNext = cache_next,
+    .xEof = cache_eof,
+    .xColumn = cache_column,
+    .xRowid = cache_rowid,
+};
+
+static void cache_unref(void *p) {
+    tocsin_db *db = p;
+    if (--db->ext_refs == 0) tocsin_close(db);
+}
+
+/* Registers and connects _tocsin_cache; a failure only leaves the cache per call. */
+static void cache_anchor(tocsin_db *db) {
+    sqlite3_stmt *st = NULL;
+    db->ext_refs++; /* the module's: dropped when it goes (cache_unref) */
+    if (sqlite3_create_module_v2(db->conn, "_tocsin_cache", &cache_module, db, cache_unref) != SQLITE_OK)
+        return; /* xDestroy already ran */
+    if (sqlite3_prepare_v2(db->conn, "SELECT 1 FROM _tocsin_cache", -1, &st, NULL) == SQLITE_OK)
+        sqlite3_step(st);
+    sqlite3_finalize(st);
+}
+
 /* Wraps `conn` and registers the SQL functions on it; the wrapper lives as long as
  * the functions (freed with the connection). The body of both entry points. */
 static int sql_entry(sqlite3 *conn, char **pzErrMsg) {
@@ -11792,6 +11952,7 @@ static int sql_entry(sqlite3 *conn, char **pzErrMsg) {
     }
     db->ext_refs = 1; /* held until registration is done */
     rc = register_all(db, 1);
+    if (rc == SQLITE_OK) cache_anchor(db);
     if (--db->ext_refs == 0) tocsin_close(db);
     if (rc != SQLITE_OK && pzErrMsg)
         *pzErrMsg = sqlite3_mprintf("tocsin: cannot register SQL functions: %s",

@@ -622,6 +622,15 @@ void tc_stmt_flush(tocsin_db *db) {
     }
 }
 
+void tc_stmt_idle(tocsin_db *db) {
+    int i;
+    for (i = 0; i < TC_STMT_SLOTS; i++) {
+        if (!db->stmts[i].stmt) continue;
+        sqlite3_reset(db->stmts[i].stmt);
+        sqlite3_clear_bindings(db->stmts[i].stmt); /* a 1 MiB payload's copy is not kept */
+    }
+}
+
 int tc_query_only(sqlite3 *conn) {
     sqlite3_stmt *st = NULL;
     int on = 0;
@@ -775,8 +784,9 @@ int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only) {
 
 /* ---- statements ---------------------------------------------------------- */
 
-sqlite3_stmt *tc_stmt(tocsin_db *db, const char *sql) {
+sqlite3_stmt *tc_stmt_rc(tocsin_db *db, const char *sql, int *out_rc) {
     size_t h = ((uintptr_t)sql >> 3) % TC_STMT_SLOTS, i;
+    *out_rc = SQLITE_OK;
     for (i = 0; i < TC_STMT_SLOTS; i++) {
         size_t k = (h + i) % TC_STMT_SLOTS;
         if (db->stmts[k].sql == sql) {
@@ -786,19 +796,23 @@ sqlite3_stmt *tc_stmt(tocsin_db *db, const char *sql) {
         }
         if (!db->stmts[k].sql) {
             sqlite3_stmt *st = NULL;
-            int rc = tc_prepare(db, sql, SQLITE_PREPARE_PERSISTENT, &st);
-            if (rc != SQLITE_OK) {
-                tc_sqlerr(db, rc, "prepare");
-                return NULL;
-            }
+            if ((*out_rc = tc_prepare(db, sql, SQLITE_PREPARE_PERSISTENT, &st)) != SQLITE_OK) return NULL;
             db->stmts[k].sql = sql;
             db->stmts[k].stmt = st;
             return st;
         }
     }
     /* The cache is full: a programming error (raise TC_STMT_SLOTS). */
+    *out_rc = SQLITE_INTERNAL;
     tc_err(db, TOCSIN_ERROR, "statement cache full");
     return NULL;
+}
+
+sqlite3_stmt *tc_stmt(tocsin_db *db, const char *sql) {
+    int rc;
+    sqlite3_stmt *st = tc_stmt_rc(db, sql, &rc);
+    if (!st && rc != SQLITE_INTERNAL) tc_sqlerr(db, rc, "prepare");
+    return st;
 }
 
 int tc_step_done(tocsin_db *db, sqlite3_stmt *st, const char *what) {
@@ -993,18 +1007,24 @@ static const char SQL_IGNORE_CHECKS[] = "PRAGMA ignore_check_constraints";
 /* The setting a PRAGMA reads, "" when the host's authorizer denies or ignores
  * PRAGMAs (a sandbox's choice: the setting is then left unchecked, as before). */
 static int pragma_text(tocsin_db *db, const char *sql, char *out, size_t cap) {
-    sqlite3_stmt *st = NULL;
-    int rc = tc_prepare(db, sql, 0, &st);
+    int rc;
+    sqlite3_stmt *st = tc_stmt_rc(db, sql, &rc);
     out[0] = 0;
     if ((rc & 0xff) == SQLITE_AUTH) {
         tc_thread.prepare_failed = 0; /* not a limit's refusal (tc_sqlerr) */
         return TOCSIN_OK;
     }
-    if (rc != SQLITE_OK) return tc_sqlerr(db, rc, "read the connection's settings");
+    if (!st) return tc_sqlerr(db, rc, "read the connection's settings");
+    /* cached: the journal mode is read when it runs, and a flag PRAGMA's change
+     * expires every statement, so a step always sees the current setting */
     rc = tc_step(db, st);
     if (rc == SQLITE_ROW && sqlite3_column_text(st, 0))
         snprintf(out, cap, "%s", (const char *)sqlite3_column_text(st, 0));
-    sqlite3_finalize(st); /* not left running: a later call's check of running PRAGMAs */
+    sqlite3_reset(st); /* not left running: a later call's check of running PRAGMAs */
+    if ((rc & 0xff) == SQLITE_AUTH) { /* an authorizer set since: re-prepared, and denied */
+        tc_thread.prepare_failed = 0;
+        return TOCSIN_OK;
+    }
     if (rc != SQLITE_ROW && rc != SQLITE_DONE) return tc_sqlerr(db, rc, "read the connection's settings");
     return TOCSIN_OK;
 }

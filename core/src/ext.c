@@ -1667,7 +1667,10 @@ static void dispatch(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
         db->ext_depth--;
     }
     if (f.nomem) sqlite3_result_error_nomem(ctx);
-    if (outermost && !db->owns_conn) tc_stmt_flush(db);
+    if (outermost && !db->owns_conn) {
+        if (db->ext_cache) tc_stmt_idle(db);
+        else tc_stmt_flush(db);
+    }
 }
 
 /*
@@ -1681,6 +1684,9 @@ static void dispatch(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
  * of the application named like or glob cannot hide one. 0 (reported): one
  * exists, or the check failed.
  */
+static const char SQL_TEMP_NAMES[] =
+    "SELECT type, name FROM temp.sqlite_master WHERE type IN ('table', 'view')";
+
 static int no_temp_shadow(fn_ctx *f) {
     static const char prefix[] = "_tocsin_";
     tocsin_db *db = f->db;
@@ -1689,9 +1695,8 @@ static int no_temp_shadow(fn_ctx *f) {
     /* preparing reads the schema, main's too (a lock another process may hold
      * for a moment): tc_prepare and tc_step wait as every call of ours does */
     tc_clear(db);
-    rc = tc_prepare(db, "SELECT type, name FROM temp.sqlite_master WHERE type IN ('table', 'view')",
-                    0, &st);
-    while (rc == SQLITE_OK && (rc = tc_step(db, st)) == SQLITE_ROW) {
+    st = tc_stmt_rc(db, SQL_TEMP_NAMES, &rc);
+    while (st && (rc = tc_step(db, st)) == SQLITE_ROW) {
         const char *type = (const char *)sqlite3_column_text(st, 0);
         const char *name = (const char *)sqlite3_column_text(st, 1);
         char *ident;
@@ -1705,10 +1710,10 @@ static int no_temp_shadow(fn_ctx *f) {
                  type, quote_len(name, 200), name, strcmp(type, "view") == 0 ? "VIEW" : "TABLE",
                  quote_len(ident ? ident : name, 200), ident ? ident : name);
         sqlite3_free(ident);
-        sqlite3_finalize(st);
+        sqlite3_reset(st);
         return 0;
     }
-    sqlite3_finalize(st);
+    if (st) sqlite3_reset(st);
     if (rc != SQLITE_DONE) return fail(f, tc_sqlerr(db, rc, "read the connection's TEMP schema"));
     return 1;
 }
@@ -1749,6 +1754,135 @@ int tocsin_register_sql(tocsin_db *db) {
     return rc == SQLITE_OK ? TOCSIN_OK : tc_sqlerr(db, rc, "register SQL functions");
 }
 
+/*
+ * The statement cache on a host's connection. sqlite3_close() refuses to
+ * close a connection that still has prepared statements ("unfinalized
+ * statements"; sqlite3_close_v2() leaves it a zombie, never freed), so the
+ * statements of a call used to be finalized at its end -- and a call spent
+ * three quarters of its instructions preparing them again. But
+ * sqlite3_close() disconnects every virtual table before it looks for
+ * statements, so that a virtual table can finalize its own: the eponymous
+ * table _tocsin_cache (no rows), connected when the functions are registered,
+ * empties the cache from its xDisconnect. While it is connected, a call only
+ * resets the statements it used (none stays running: a running statement
+ * would keep a read transaction open on the host's connection). When it could
+ * not be connected (an authorizer, or a table of the host's with its name),
+ * or was disconnected before the close, calls finalize their statements as
+ * before.
+ */
+typedef struct {
+    sqlite3_vtab base;
+    tocsin_db *db;
+} cache_vtab;
+
+static int cache_connect(sqlite3 *conn, void *aux, int argc, const char *const *argv,
+                         sqlite3_vtab **out, char **err) {
+    cache_vtab *v;
+    int rc;
+    (void)argc;
+    (void)argv;
+    (void)err;
+    if ((rc = sqlite3_declare_vtab(conn, "CREATE TABLE x(unused)")) != SQLITE_OK) return rc;
+    if (!(v = sqlite3_malloc(sizeof *v))) return SQLITE_NOMEM;
+    memset(v, 0, sizeof *v);
+    v->db = aux;
+    v->db->ext_cache = 1;
+    *out = &v->base;
+    return SQLITE_OK;
+}
+
+static int cache_disconnect(sqlite3_vtab *vt) {
+    cache_vtab *v = (cache_vtab *)vt;
+    v->db->ext_cache = 0;
+    tc_stmt_flush(v->db);
+    sqlite3_free(v);
+    return SQLITE_OK;
+}
+
+static int cache_best_index(sqlite3_vtab *vt, sqlite3_index_info *info) {
+    (void)vt;
+    info->estimatedCost = 1;
+    info->estimatedRows = 0;
+    return SQLITE_OK;
+}
+
+static int cache_open(sqlite3_vtab *vt, sqlite3_vtab_cursor **out) {
+    sqlite3_vtab_cursor *c = sqlite3_malloc(sizeof *c);
+    (void)vt;
+    if (!c) return SQLITE_NOMEM;
+    memset(c, 0, sizeof *c);
+    *out = c;
+    return SQLITE_OK;
+}
+
+static int cache_close(sqlite3_vtab_cursor *c) {
+    sqlite3_free(c);
+    return SQLITE_OK;
+}
+
+static int cache_filter(sqlite3_vtab_cursor *c, int idx, const char *idx_str, int argc, sqlite3_value **argv) {
+    (void)c;
+    (void)idx;
+    (void)idx_str;
+    (void)argc;
+    (void)argv;
+    return SQLITE_OK;
+}
+
+static int cache_next(sqlite3_vtab_cursor *c) {
+    (void)c;
+    return SQLITE_OK;
+}
+
+static int cache_eof(sqlite3_vtab_cursor *c) {
+    (void)c;
+    return 1; /* no rows */
+}
+
+static int cache_column(sqlite3_vtab_cursor *c, sqlite3_context *ctx, int i) {
+    (void)c;
+    (void)i;
+    sqlite3_result_null(ctx);
+    return SQLITE_OK;
+}
+
+static int cache_rowid(sqlite3_vtab_cursor *c, sqlite3_int64 *out) {
+    (void)c;
+    *out = 0;
+    return SQLITE_OK;
+}
+
+/* xCreate NULL: eponymous only (no CREATE VIRTUAL TABLE of it). */
+static const sqlite3_module cache_module = {
+    .iVersion = 0,
+    .xConnect = cache_connect,
+    .xBestIndex = cache_best_index,
+    .xDisconnect = cache_disconnect,
+    .xOpen = cache_open,
+    .xClose = cache_close,
+    .xFilter = cache_filter,
+    .xNext = cache_next,
+    .xEof = cache_eof,
+    .xColumn = cache_column,
+    .xRowid = cache_rowid,
+};
+
+static void cache_unref(void *p) {
+    tocsin_db *db = p;
+    if (--db->ext_refs == 0) tocsin_close(db);
+}
+
+/* Registers and connects _tocsin_cache; a failure only leaves the cache per call. */
+static void cache_anchor(tocsin_db *db) {
+    sqlite3_stmt *st = NULL;
+    db->ext_refs++; /* the module's: dropped when it goes (cache_unref) */
+    if (sqlite3_create_module_v2(db->conn, "_tocsin_cache", &cache_module, db, cache_unref) != SQLITE_OK)
+        return; /* xDestroy already ran */
+    if (sqlite3_prepare_v2(db->conn, "SELECT 1 FROM _tocsin_cache", -1, &st, NULL) == SQLITE_OK)
+        sqlite3_step(st);
+    sqlite3_finalize(st);
+}
+
 /* Wraps `conn` and registers the SQL functions on it; the wrapper lives as long as
  * the functions (freed with the connection). The body of both entry points. */
 static int sql_entry(sqlite3 *conn, char **pzErrMsg) {
@@ -1762,6 +1896,7 @@ static int sql_entry(sqlite3 *conn, char **pzErrMsg) {
     }
     db->ext_refs = 1; /* held until registration is done */
     rc = register_all(db, 1);
+    if (rc == SQLITE_OK) cache_anchor(db);
     if (--db->ext_refs == 0) tocsin_close(db);
     if (rc != SQLITE_OK && pzErrMsg)
         *pzErrMsg = sqlite3_mprintf("tocsin: cannot register SQL functions: %s",

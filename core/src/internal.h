@@ -70,6 +70,7 @@ struct tocsin_db {
     int ext_refs;      /* extension: SQL functions still registered */
     int ext_depth;     /* extension: SQL function calls now running on the connection (ext.c) */
     void *ext_fns;     /* ext.c: what each registered SQL function carries */
+    int ext_cache;     /* ext.c: the cache anchor is connected: statements outlive a call */
     struct tc_wake *wake; /* watcher.c: file identity and the handle's own subscription */
     int has_identity;      /* (dev, ino) of the opened file are known */
     uint64_t dev, ino;
@@ -165,8 +166,13 @@ int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only);
 /* ---- statements (db.c) ---- */
 /* A cached, reset statement for static SQL text `sql`; NULL (error set) on failure. */
 sqlite3_stmt *tc_stmt(tocsin_db *db, const char *sql);
+/* tc_stmt without reporting a failure to prepare: NULL and *out_rc the SQLite code
+ * (SQLITE_INTERNAL, reported: the cache is full). */
+sqlite3_stmt *tc_stmt_rc(tocsin_db *db, const char *sql, int *out_rc);
 /* Finalizes every cached statement. */
 void tc_stmt_flush(tocsin_db *db);
+/* Resets every cached statement and drops its bindings: none keeps running or holds a value. */
+void tc_stmt_idle(tocsin_db *db);
 /*
  * sqlite3_step with the handle's lock wait: SQLITE_BUSY is retried with
  * back-off until the call's budget (busy_timeout_ms from the first BUSY of

@@ -1069,7 +1069,48 @@ static void two_cores_fork(void) {
     tocsin_close(db);
 }
 
+/* The extension keeps its prepared statements on a host's connection from one
+ * call to the next (none running: the host's transactions and DETACH
+ * go on), and sqlite3_close() still closes it: the cache anchor's xDisconnect
+ * finalizes them first. A host table named like the anchor only makes the
+ * calls finalize theirs, as before. */
+static void host_statement_cache(void) {
+    const char *ext = getenv("TOCSIN_TEST_EXT");
+    static const char *const setups[] = {"", "CREATE TABLE _tocsin_cache(x)"};
+    size_t k;
+    CHECK(ext != NULL);
+    if (!ext) return;
+    for (k = 0; k < 2; k++) {
+        sqlite3 *c = NULL;
+        sqlite3_stmt *st;
+        char *err = NULL;
+        int held = 0;
+        CHECK_EQ_I(sqlite3_open(t_path(k ? "host_cache_1" : "host_cache_0"), &c), SQLITE_OK);
+        CHECK_EQ_I(sqlite3_exec(c, setups[k], NULL, NULL, NULL), SQLITE_OK);
+        sqlite3_enable_load_extension(c, 1);
+        if (sqlite3_load_extension(c, ext, NULL, &err) != SQLITE_OK) {
+            fprintf(stderr, "FAIL load %s: %s\n", ext, err ? err : "");
+            t_failed++;
+            sqlite3_free(err);
+            sqlite3_close(c);
+            continue;
+        }
+        CHECK_EQ_I(sqlite3_exec(c, "SELECT tocsin_enqueue('q', '1'); SELECT tocsin_enqueue('q', '2');"
+                                   " SELECT tocsin_claim('q', 'w', 1, 1000)", NULL, NULL, NULL), SQLITE_OK);
+        for (st = sqlite3_next_stmt(c, NULL); st; st = sqlite3_next_stmt(c, st)) {
+            CHECK(!sqlite3_stmt_busy(st));
+            held++;
+        }
+        CHECK(k == 0 ? held > 0 : held == 0);
+        CHECK_EQ_I(sqlite3_exec(c, "BEGIN; SELECT tocsin_enqueue('q', '3'); COMMIT;"
+                                   " ATTACH ':memory:' AS aux; SELECT tocsin_stats('q'); DETACH aux;"
+                                   " SELECT tocsin_enqueue('q', '4')", NULL, NULL, NULL), SQLITE_OK);
+        CHECK_EQ_I(sqlite3_close(c), SQLITE_OK);
+    }
+}
+
 void suite_harden(void) {
+    host_statement_cache();
     sql_transaction_control_refused();
     plain_hand_back();
     stream_rewind();
