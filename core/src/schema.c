@@ -226,6 +226,17 @@ static const char *const SCHEMA_V1[] = {
     " INSERT INTO sqlite_sequence(name, seq) SELECT '" table "', old.id"                    \
     " WHERE NOT EXISTS (SELECT 1 FROM sqlite_sequence WHERE name = '" table "'); END;"
 
+/*
+ * With no AUTOINCREMENT table left, VACUUM (and VACUUM INTO) would drop
+ * sqlite_sequence and its rows: SQLite recreates it in the new file only for
+ * an AUTOINCREMENT table. The ids of deleted top rows would then be handed
+ * out again (and the fencing tokens of their claims would match again), and
+ * every write would fail to prepare ("no such table: sqlite_sequence"). This
+ * table, never written, keeps sqlite_sequence a table VACUUM copies. A v2 file
+ * made before it is given it by the first read-write handle (tc_schema_install).
+ */
+#define SEQUENCE_KEEPER "CREATE TABLE IF NOT EXISTS _tocsin_sequence_keeper(id INTEGER PRIMARY KEY AUTOINCREMENT);"
+
 static const char *const SCHEMA_V2[] = {
     REBUILD("_tocsin_jobs", " CHECK (id BETWEEN 1 AND 8796093022207)," JOBS_COLUMNS),
     JOBS_INDEXES,
@@ -233,6 +244,7 @@ static const char *const SCHEMA_V2[] = {
     EVENTS_INDEXES,
     REBUILD("_tocsin_notifications", "," NOTIFICATIONS_COLUMNS),
     NOTIFICATIONS_INDEXES,
+    SEQUENCE_KEEPER,
     NULL};
 
 /* MIGRATIONS[v-1] brings schema v-1 to v (v0 = nothing): NULL-terminated
@@ -271,19 +283,25 @@ static int parse_version(sqlite3_stmt *st, int *out, char *shown, size_t cap) {
 }
 
 /* Reads the stored schema version: 0 when the database has no tocsin schema.
- * shown (cap >= 48) gets the stored text for messages. */
-static int read_version(tocsin_db *db, int *out, char *shown, size_t cap) {
+ * shown (cap >= 48) gets the stored text for messages; *keeper is 1 when
+ * _tocsin_sequence_keeper exists. */
+static int read_version(tocsin_db *db, int *out, char *shown, size_t cap, int *keeper) {
     sqlite3_stmt *st = NULL;
-    int rc, valid = 0;
+    int rc, valid = 0, meta;
     *out = 0;
+    *keeper = 0;
     shown[0] = 0;
-    rc = tc_prepare(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = '_tocsin_meta'",
-                            0, &st);
+    rc = tc_prepare(db, "SELECT EXISTS (SELECT 1 FROM main.sqlite_master WHERE type = 'table' AND name = '_tocsin_meta'),"
+                        " EXISTS (SELECT 1 FROM main.sqlite_master WHERE type = 'table'"
+                        " AND name = '_tocsin_sequence_keeper')",
+                    0, &st);
     if (rc != SQLITE_OK) return tc_sqlerr(db, rc, "read schema");
     rc = tc_step(db, st);
+    meta = rc == SQLITE_ROW && sqlite3_column_int(st, 0);
+    if (rc == SQLITE_ROW) *keeper = sqlite3_column_int(st, 1);
     sqlite3_finalize(st);
-    if (rc == SQLITE_DONE) return TOCSIN_OK;
     if (rc != SQLITE_ROW) return tc_sqlerr(db, rc, "read schema");
+    if (!meta) return TOCSIN_OK;
     rc = tc_prepare(db, "SELECT value FROM _tocsin_meta WHERE key = 'schema_version'",
                             0, &st);
     if (rc != SQLITE_OK) return tc_sqlerr(db, rc, "read schema version");
@@ -314,24 +332,35 @@ static int newer_schema(tocsin_db *db, const char *shown) {
 
 int tc_schema_install(tocsin_db *db, int *out_version) {
     tc_op op;
-    int v, rc, from, legacy = -1;
+    int v, rc, from, legacy = -1, keeper, read_only;
     char sql[160], shown[48];
     *out_version = 0;
-    if ((rc = read_version(db, &v, shown, sizeof shown)) != TOCSIN_OK) return rc;
+    if ((rc = read_version(db, &v, shown, sizeof shown, &keeper)) != TOCSIN_OK) return rc;
     if (v > TOCSIN_SCHEMA_VERSION) return newer_schema(db, shown);
-    if (v == TOCSIN_SCHEMA_VERSION) {
+    if (v == TOCSIN_SCHEMA_VERSION && keeper) {
         *out_version = v;
         return TOCSIN_OK;
     }
     /* PRAGMA query_only on a host's connection: say so now, not "cannot begin a
      * write transaction" from a call that only reads */
-    if (db->read_only || (!db->owns_conn && tc_query_only(db->conn)))
+    read_only = db->read_only || (!db->owns_conn && tc_query_only(db->conn));
+    if (v == TOCSIN_SCHEMA_VERSION && read_only) { /* its reads need no keeper: a writer adds it */
+        *out_version = v;
+        return TOCSIN_OK;
+    }
+    if (read_only)
         return tc_err(db, TOCSIN_READONLY,
                       "the database has %s; open it read-write once to install schema v%d",
                       v ? "an older tocsin schema" : "no tocsin schema", TOCSIN_SCHEMA_VERSION);
     if ((rc = tc_op_open(db, &op, 1)) != TOCSIN_OK) return rc;
     /* Another process may have installed it while we waited for the lock. */
-    rc = read_version(db, &v, shown, sizeof shown);
+    rc = read_version(db, &v, shown, sizeof shown, &keeper);
+    if (rc == TOCSIN_OK && v == TOCSIN_SCHEMA_VERSION) { /* a v2 file from before the keeper */
+        if (!keeper) rc = tc_exec(db, SEQUENCE_KEEPER, "install schema");
+        rc = tc_op_end(db, &op, rc);
+        if (rc == TOCSIN_OK) *out_version = v;
+        return rc;
+    }
     if (rc == TOCSIN_OK && v > TOCSIN_SCHEMA_VERSION) /* a newer library installed it meanwhile */
         rc = newer_schema(db, shown);
     from = v;

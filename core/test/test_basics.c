@@ -245,7 +245,9 @@ static void ids_never_reused(void) {
     int ok = 0;
     char path[600];
     snprintf(path, sizeof path, "%s", sqlite3_db_filename(tocsin_sqlite(db), "main"));
-    CHECK_EQ_I(t_count(db, "sqlite_master WHERE sql LIKE '%AUTOINCREMENT%'"), 0);
+    /* AUTOINCREMENT only in the keeper, which keeps sqlite_sequence through VACUUM */
+    CHECK_EQ_I(t_count(db, "sqlite_master WHERE sql LIKE '%AUTOINCREMENT%'"), 1);
+    CHECK_EQ_I(t_count(db, "sqlite_master WHERE name = '_tocsin_sequence_keeper'"), 1);
     CHECK_EQ_I(t_count(db, "sqlite_sequence WHERE name LIKE '_tocsin%'"), 3);
     /* the top job acked: the next one does not take its id */
     CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "1", NULL));
@@ -257,6 +259,12 @@ static void ids_never_reused(void) {
     CHECK_OK(db, tocsin_job_ack(db, &ok, jobs[0].id, jobs[0].token));
     tocsin_jobs_free(jobs, got);
     CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 0);
+    { /* VACUUM (on a connection of its own) copies sqlite_sequence: the top id stays spent */
+        sqlite3 *c = NULL;
+        CHECK_EQ_I(sqlite3_open(path, &c), SQLITE_OK);
+        CHECK_EQ_I(sqlite3_exec(c, "VACUUM", NULL, NULL, NULL), SQLITE_OK);
+        sqlite3_close(c);
+    }
     CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "3", NULL));
     CHECK_EQ_I(id, 3);
     /* cancel (to the dead table), purge, raw DELETE, reopen */
@@ -265,9 +273,12 @@ static void ids_never_reused(void) {
     CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "4", NULL));
     CHECK_EQ_I(id, 4);
     CHECK_OK(db, tocsin_exec(db, "DELETE FROM _tocsin_jobs"));
+    /* a v2 file from before the keeper: the next read-write open adds it */
+    CHECK_OK(db, tocsin_exec(db, "DROP TABLE _tocsin_sequence_keeper"));
     tocsin_close(db);
     CHECK_OK(again, tocsin_open(&again, path, NULL));
     db = again;
+    CHECK_EQ_I(t_count(db, "sqlite_master WHERE name = '_tocsin_sequence_keeper'"), 1);
     tocsin_set_clock(db, t_clock_fn, &clk);
     CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "5", NULL));
     CHECK_EQ_I(id, 5);

@@ -1070,7 +1070,7 @@ static void two_cores_fork(void) {
 }
 
 /* The extension keeps its prepared statements on a host's connection from one
- * call to the next (none running: the host's transactions and DETACH
+ * call to the next (none running: the host's transactions, VACUUM and DETACH
  * go on), and sqlite3_close() still closes it: the cache anchor's xDisconnect
  * finalizes them first. A host table named like the anchor only makes the
  * calls finalize theirs, as before. */
@@ -1102,7 +1102,7 @@ static void host_statement_cache(void) {
             held++;
         }
         CHECK(k == 0 ? held > 0 : held == 0);
-        CHECK_EQ_I(sqlite3_exec(c, "BEGIN; SELECT tocsin_enqueue('q', '3'); COMMIT;"
+        CHECK_EQ_I(sqlite3_exec(c, "BEGIN; SELECT tocsin_enqueue('q', '3'); COMMIT; VACUUM;"
                                    " ATTACH ':memory:' AS aux; SELECT tocsin_stats('q'); DETACH aux;"
                                    " SELECT tocsin_enqueue('q', '4')", NULL, NULL, NULL), SQLITE_OK);
         CHECK_EQ_I(sqlite3_close(c), SQLITE_OK);
