@@ -310,7 +310,8 @@ TOCSIN_API int tocsin_tx_rollback(tocsin_db *tx);
  * application's SQL -- here, and its statements on tocsin_sqlite(db) -- may
  * not begin or end a transaction: BEGIN, COMMIT, ROLLBACK, END, and a
  * SAVEPOINT outside a transaction are refused when prepared (TOCSIN_INVALID,
- * SQLite's SQLITE_AUTH; that statement and the rest of the script do not run),
+ * SQLite's SQLITE_AUTH; that statement and the rest of the script do not run;
+ * VACUUM, which begins and ends a transaction inside itself, is not refused),
  * since a transaction begun that way on a handle every thread shares would
  * take in the other threads' calls, and a COMMIT would end tocsin_begin's or a
  * transaction handle's transaction behind its back. Transactions are

@@ -128,11 +128,13 @@ int tc_xcode(tocsin_db *db, int rc);
  *                 CHECK, and SQLite (3.40) lets a CHECK call a SQLITE_DIRECTONLY
  *                 function, though not a trigger, view or index (a PRAGMA has no
  *                 expressions of its own; the pragma_*() table functions run a
- *                 PRAGMA statement too).
+ *                 PRAGMA statement too);
+ *  TC_RUN_VACUUM  one is a VACUUM (which runs BEGIN and COMMIT of its own).
  */
 #define TC_RUN_ANY 1
 #define TC_RUN_WRITER 2
 #define TC_RUN_PRAGMA 4
+#define TC_RUN_VACUUM 8
 int tc_running(sqlite3 *conn);
 /* 1 when the connection has PRAGMA query_only on (what a READONLY means then). */
 int tc_query_only(sqlite3 *conn);
@@ -1038,6 +1040,9 @@ static int busy_cb(void *ctx, int count) {
 static int own_auth(void *ctx, int action, const char *a, const char *b, const char *c, const char *d) {
     (void)b, (void)c, (void)d;
     if (tc_thread.ctl) return SQLITE_OK;
+    /* VACUUM (INTO) runs a BEGIN and a COMMIT of its own, in autocommit only, and
+     * ends where it began: it is the application's to run */
+    if (action == SQLITE_TRANSACTION && (tc_running((sqlite3 *)ctx) & TC_RUN_VACUUM)) return SQLITE_OK;
     if (action == SQLITE_TRANSACTION ||
         (action == SQLITE_SAVEPOINT && a && !strcmp(a, "BEGIN") && sqlite3_get_autocommit((sqlite3 *)ctx))) {
         tc_err(NULL, TOCSIN_INVALID,
@@ -1392,8 +1397,9 @@ int tc_query_only(sqlite3 *conn) {
     return on;
 }
 
-/* A PRAGMA statement's text: its keyword after white space and comments. */
-static int is_pragma(const char *s) {
+/* Does the statement s begin with keyword (after white space and comments)? */
+static int starts_with(const char *s, const char *keyword) {
+    size_t n = strlen(keyword);
     for (;;) {
         while (*s == ' ' || *s == '\t' || *s == '\n' || *s == '\r' || *s == '\f') s++;
         if (s[0] == '-' && s[1] == '-') {
@@ -1405,7 +1411,7 @@ static int is_pragma(const char *s) {
             break;
         }
     }
-    return sqlite3_strnicmp(s, "PRAGMA", 6) == 0 && !(isalnum((unsigned char)s[6]) || s[6] == '_');
+    return sqlite3_strnicmp(s, keyword, (int)n) == 0 && !(isalnum((unsigned char)s[n]) || s[n] == '_');
 }
 
 int tc_running(sqlite3 *conn) {
@@ -1416,7 +1422,8 @@ int tc_running(sqlite3 *conn) {
         if (!sqlite3_stmt_busy(st)) continue;
         run |= TC_RUN_ANY;
         if (!sqlite3_stmt_readonly(st)) run |= TC_RUN_WRITER;
-        if ((sql = sqlite3_sql(st)) != NULL && is_pragma(sql)) run |= TC_RUN_PRAGMA;
+        if ((sql = sqlite3_sql(st)) != NULL && starts_with(sql, "PRAGMA")) run |= TC_RUN_PRAGMA;
+        if (sql && starts_with(sql, "VACUUM")) run |= TC_RUN_VACUUM;
     }
     return run;
 }

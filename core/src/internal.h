@@ -123,11 +123,13 @@ int tc_xcode(tocsin_db *db, int rc);
  *                 CHECK, and SQLite (3.40) lets a CHECK call a SQLITE_DIRECTONLY
  *                 function, though not a trigger, view or index (a PRAGMA has no
  *                 expressions of its own; the pragma_*() table functions run a
- *                 PRAGMA statement too).
+ *                 PRAGMA statement too);
+ *  TC_RUN_VACUUM  one is a VACUUM (which runs BEGIN and COMMIT of its own).
  */
 #define TC_RUN_ANY 1
 #define TC_RUN_WRITER 2
 #define TC_RUN_PRAGMA 4
+#define TC_RUN_VACUUM 8
 int tc_running(sqlite3 *conn);
 /* 1 when the connection has PRAGMA query_only on (what a READONLY means then). */
 int tc_query_only(sqlite3 *conn);

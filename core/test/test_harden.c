@@ -656,6 +656,10 @@ static void sql_transaction_control_refused(void) {
     /* statement by statement: the INSERT before the BEGIN ran, the one after did not */
     CHECK_EQ_I(t_count(db, "side"), 1);
     CHECK(strstr((tocsin_exec(db, "BEGIN"), tocsin_errmsg(db)), "exec: the SQL's BEGIN is refused") != NULL);
+    /* VACUUM runs a BEGIN and COMMIT of its own, and is the application's to run */
+    CHECK_OK(db, tocsin_exec(db, " /* nightly */ vacuum"));
+    CHECK_EQ_I(tocsin_in_transaction(db), 0);
+    CHECK_EQ_I(tocsin_exec(db, "VACUUM; BEGIN"), TOCSIN_INVALID);
 
     /* inside tocsin_begin's transaction: COMMIT/ROLLBACK refused, savepoints the app's */
     CHECK_OK(db, tocsin_begin(db));
