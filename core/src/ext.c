@@ -1787,15 +1787,21 @@ static int cache_connect(sqlite3 *conn, void *aux, int argc, const char *const *
     memset(v, 0, sizeof *v);
     v->db = aux;
     v->db->ext_cache = 1;
+    v->db->ext_refs++; /* SQLite may defer the disconnect past the module's end
+                          (a second load replaces the module): the table keeps the wrapper */
     *out = &v->base;
     return SQLITE_OK;
 }
 
+static void cache_unref(void *p);
+
 static int cache_disconnect(sqlite3_vtab *vt) {
     cache_vtab *v = (cache_vtab *)vt;
-    v->db->ext_cache = 0;
-    tc_stmt_flush(v->db);
+    tocsin_db *db = v->db;
+    db->ext_cache = 0;
+    tc_stmt_flush(db);
     sqlite3_free(v);
+    cache_unref(db);
     return SQLITE_OK;
 }
 

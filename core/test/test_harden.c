@@ -1076,8 +1076,8 @@ static void two_cores_fork(void) {
 /* The extension keeps its prepared statements on a host's connection from one
  * call to the next (none running: the host's transactions, VACUUM and DETACH
  * go on), and sqlite3_close() still closes it: the cache anchor's xDisconnect
- * finalizes them first. A host table named like the anchor only makes the
- * calls finalize theirs, as before. */
+ * finalizes them first, also after a second load replaced the first. A host
+ * table named like the anchor only makes the calls finalize theirs, as before. */
 static void host_statement_cache(void) {
     const char *ext = getenv("TOCSIN_TEST_EXT");
     static const char *const setups[] = {"", "CREATE TABLE _tocsin_cache(x)"};
@@ -1106,6 +1106,10 @@ static void host_statement_cache(void) {
             held++;
         }
         CHECK(k == 0 ? held > 0 : held == 0);
+        /* loaded again: the new wrapper replaces the old, whose statements go
+         * when SQLite gets round to disconnecting its table (a later prepare) */
+        CHECK_EQ_I(sqlite3_load_extension(c, ext, NULL, NULL), SQLITE_OK);
+        CHECK_EQ_I(sqlite3_exec(c, "SELECT tocsin_enqueue('q', '5')", NULL, NULL, NULL), SQLITE_OK);
         CHECK_EQ_I(sqlite3_exec(c, "BEGIN; SELECT tocsin_enqueue('q', '3'); COMMIT; VACUUM;"
                                    " ATTACH ':memory:' AS aux; SELECT tocsin_stats('q'); DETACH aux;"
                                    " SELECT tocsin_enqueue('q', '4')", NULL, NULL, NULL), SQLITE_OK);
