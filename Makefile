@@ -59,8 +59,14 @@ test: deps all check-version test-header test-pedantic test-exports test-c test-
 test-c: $(BUILD)/test_core $(BUILD)/tocsin.so
 	TOCSIN_TEST_EXT=$(BUILD)/tocsin.so $(BUILD)/test_core
 
-test-san: $(BUILD)/test_core_san $(BUILD)/tocsin.so
-	TOCSIN_TEST_EXT=$(BUILD)/tocsin.so ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/test_core_san
+# The extension the sanitized suite loads is sanitized too: a use after free
+# inside it (on a host's connection) is then reported, not silently survived.
+$(BUILD)/san/tocsin.so: $(CORE_SRC) $(CORE_HDR) core/src/tocsin_all.c | $(BUILD)
+	@mkdir -p $(BUILD)/san
+	$(CC) $(WARN) $(SAN) $(VIS) -fPIC -Icore/include -Icore/src -DTOCSIN_EXTENSION -shared core/src/tocsin_all.c -o $@ -lpthread
+
+test-san: $(BUILD)/test_core_san $(BUILD)/san/tocsin.so
+	TOCSIN_TEST_EXT=$(BUILD)/san/tocsin.so ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/test_core_san
 
 # The thread model under ThreadSanitizer: one handle from 8 threads, transaction handles.
 $(BUILD)/test_core_tsan: $(TEST_SRC) $(TEST_HDR) $(CORE_SRC) $(CORE_HDR) | $(BUILD)
