@@ -76,6 +76,7 @@ struct tocsin_db {
     int ext_depth;     /* extension: SQL function calls now running on the connection (ext.c) */
     void *ext_fns;     /* ext.c: what each registered SQL function carries */
     int ext_cache;     /* ext.c: the cache anchor is connected: statements outlive a call */
+    int ext_anchor_retry; /* ext.c: the anchor's connect met a lock: a later call tries again */
     struct tc_wake *wake; /* watcher.c: file identity and the handle's own subscription */
     int has_identity;      /* (dev, ino) of the opened file are known */
     uint64_t dev, ino;
@@ -299,6 +300,9 @@ uint64_t tc_random(void);
 int tc_local_offset(int64_t t, int64_t *out_offset);
 void tc_tz_reload(void);
 
+/* Keeps the shared object that holds addr loaded for the life of the process (platform.c). */
+void tc_pin_module(const void *addr);
+
 /* ---- process identity (platform.c): the worker registry's liveness test ---- */
 void tc_host_name(char *buf, size_t n);
 int tc_process_id(void);
@@ -460,6 +464,7 @@ int tc_result_save_error(tocsin_db *db, int64_t job_id, const char *type, const 
 
 #endif
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -750,6 +755,27 @@ int tc_process_gone(int pid, int64_t start) {
     if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
     now = tc_process_start(pid);
     return start > 0 && now > 0 && now != start; /* the pid was reused */
+}
+
+/*
+ * Keeps the shared object holding addr loaded until the process ends. SQLite
+ * dlclose()s an extension with the connection that loaded it, and unloading
+ * the core's code would take with it the fork handlers this copy registered
+ * (glibc drops an unloaded object's pthread_atfork handlers: if this copy
+ * owned SQLite's mutexes at fork, no copy would take them any more, and a
+ * child forked while another thread allocated hung) and the watcher threads'
+ * code while they run. Best effort: a failure leaves the usual behaviour.
+ */
+void tc_pin_module(const void *addr) {
+#if defined(RTLD_NODELETE) && defined(RTLD_NOLOAD)
+    Dl_info info;
+    if (dladdr(addr, &info) && info.dli_fname) {
+        void *h = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+        (void)h; /* the reference is kept on purpose */
+    }
+#else
+    (void)addr;
+#endif
 }
 /* ---- core/src/db.c ---- */
 /* Handles, errors, statement cache, atomic operations, validation. */
@@ -11726,6 +11752,8 @@ static int no_temp_shadow(fn_ctx *f);
  * call: a host that closes with sqlite3_close() (not _v2) fails while any
  * statement of ours is still prepared.
  */
+static void cache_connect_now(tocsin_db *db);
+
 static void dispatch(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     ext_fn *e = sqlite3_user_data(ctx);
     tocsin_db *db = e->db;
@@ -11754,6 +11782,7 @@ static void dispatch(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
                  "cannot run inside a PRAGMA (a CHECK constraint that PRAGMA integrity_check or "
                  "quick_check evaluates calls it): a schema must not call tocsin functions");
     else if (!(flags & FN_DB) || no_temp_shadow(&f)) {
+        if (outermost && db->ext_anchor_retry) cache_connect_now(db);
         db->ext_depth++;
         e->def->fn(&f, argc, argv);
         db->ext_depth--;
@@ -11970,15 +11999,37 @@ static void cache_unref(void *p) {
     if (--db->ext_refs == 0) tocsin_close(db);
 }
 
+/*
+ * Connects _tocsin_cache: preparing a statement that names it reads the
+ * schema. On a connection that is being opened (sqlite3_auto_extension) there
+ * is no busy handler yet, so a writer of another connection holding its lock
+ * (a rollback journal's, a WAL's last close checkpointing) makes it fail with
+ * SQLITE_BUSY; the next call, under the host's busy handler, tries again.
+ * A failure must not stay the connection's error: sqlite3_open_v2 returns the
+ * connection's error code after its automatic extensions ran, so a BUSY left
+ * here failed the open itself. A successful prepare of a statement that reads
+ * no schema sets the code back to SQLITE_OK.
+ */
+static void cache_connect_now(tocsin_db *db) {
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(db->conn, "SELECT 1 FROM _tocsin_cache", -1, &st, NULL);
+    if (rc == SQLITE_OK) sqlite3_step(st);
+    sqlite3_finalize(st);
+    rc &= 0xff;
+    db->ext_anchor_retry = !db->ext_cache && (rc == SQLITE_BUSY || rc == SQLITE_LOCKED);
+    if (rc != SQLITE_OK) {
+        st = NULL;
+        sqlite3_prepare_v2(db->conn, "SELECT 1", -1, &st, NULL);
+        sqlite3_finalize(st);
+    }
+}
+
 /* Registers and connects _tocsin_cache; a failure only leaves the cache per call. */
 static void cache_anchor(tocsin_db *db) {
-    sqlite3_stmt *st = NULL;
     db->ext_refs++; /* the module's: dropped when it goes (cache_unref) */
     if (sqlite3_create_module_v2(db->conn, "_tocsin_cache", &cache_module, db, cache_unref) != SQLITE_OK)
         return; /* xDestroy already ran */
-    if (sqlite3_prepare_v2(db->conn, "SELECT 1 FROM _tocsin_cache", -1, &st, NULL) == SQLITE_OK)
-        sqlite3_step(st);
-    sqlite3_finalize(st);
+    cache_connect_now(db);
 }
 
 /* Wraps `conn` and registers the SQL functions on it; the wrapper lives as long as
@@ -12020,6 +12071,7 @@ int sqlite3_tocsin_init(sqlite3 *conn, char **pzErrMsg, const sqlite3_api_routin
         return SQLITE_ERROR;
     }
     SQLITE_EXTENSION_INIT2(pApi);
+    tc_pin_module((const void *)sqlite3_tocsin_init);
     return sql_entry(conn, pzErrMsg);
 }
 #else

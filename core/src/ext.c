@@ -1634,6 +1634,8 @@ static int no_temp_shadow(fn_ctx *f);
  * call: a host that closes with sqlite3_close() (not _v2) fails while any
  * statement of ours is still prepared.
  */
+static void cache_connect_now(tocsin_db *db);
+
 static void dispatch(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     ext_fn *e = sqlite3_user_data(ctx);
     tocsin_db *db = e->db;
@@ -1662,6 +1664,7 @@ static void dispatch(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
                  "cannot run inside a PRAGMA (a CHECK constraint that PRAGMA integrity_check or "
                  "quick_check evaluates calls it): a schema must not call tocsin functions");
     else if (!(flags & FN_DB) || no_temp_shadow(&f)) {
+        if (outermost && db->ext_anchor_retry) cache_connect_now(db);
         db->ext_depth++;
         e->def->fn(&f, argc, argv);
         db->ext_depth--;
@@ -1878,15 +1881,37 @@ static void cache_unref(void *p) {
     if (--db->ext_refs == 0) tocsin_close(db);
 }
 
+/*
+ * Connects _tocsin_cache: preparing a statement that names it reads the
+ * schema. On a connection that is being opened (sqlite3_auto_extension) there
+ * is no busy handler yet, so a writer of another connection holding its lock
+ * (a rollback journal's, a WAL's last close checkpointing) makes it fail with
+ * SQLITE_BUSY; the next call, under the host's busy handler, tries again.
+ * A failure must not stay the connection's error: sqlite3_open_v2 returns the
+ * connection's error code after its automatic extensions ran, so a BUSY left
+ * here failed the open itself. A successful prepare of a statement that reads
+ * no schema sets the code back to SQLITE_OK.
+ */
+static void cache_connect_now(tocsin_db *db) {
+    sqlite3_stmt *st = NULL;
+    int rc = sqlite3_prepare_v2(db->conn, "SELECT 1 FROM _tocsin_cache", -1, &st, NULL);
+    if (rc == SQLITE_OK) sqlite3_step(st);
+    sqlite3_finalize(st);
+    rc &= 0xff;
+    db->ext_anchor_retry = !db->ext_cache && (rc == SQLITE_BUSY || rc == SQLITE_LOCKED);
+    if (rc != SQLITE_OK) {
+        st = NULL;
+        sqlite3_prepare_v2(db->conn, "SELECT 1", -1, &st, NULL);
+        sqlite3_finalize(st);
+    }
+}
+
 /* Registers and connects _tocsin_cache; a failure only leaves the cache per call. */
 static void cache_anchor(tocsin_db *db) {
-    sqlite3_stmt *st = NULL;
     db->ext_refs++; /* the module's: dropped when it goes (cache_unref) */
     if (sqlite3_create_module_v2(db->conn, "_tocsin_cache", &cache_module, db, cache_unref) != SQLITE_OK)
         return; /* xDestroy already ran */
-    if (sqlite3_prepare_v2(db->conn, "SELECT 1 FROM _tocsin_cache", -1, &st, NULL) == SQLITE_OK)
-        sqlite3_step(st);
-    sqlite3_finalize(st);
+    cache_connect_now(db);
 }
 
 /* Wraps `conn` and registers the SQL functions on it; the wrapper lives as long as
@@ -1928,6 +1953,7 @@ int sqlite3_tocsin_init(sqlite3 *conn, char **pzErrMsg, const sqlite3_api_routin
         return SQLITE_ERROR;
     }
     SQLITE_EXTENSION_INIT2(pApi);
+    tc_pin_module((const void *)sqlite3_tocsin_init);
     return sql_entry(conn, pzErrMsg);
 }
 #else

@@ -71,6 +71,7 @@ struct tocsin_db {
     int ext_depth;     /* extension: SQL function calls now running on the connection (ext.c) */
     void *ext_fns;     /* ext.c: what each registered SQL function carries */
     int ext_cache;     /* ext.c: the cache anchor is connected: statements outlive a call */
+    int ext_anchor_retry; /* ext.c: the anchor's connect met a lock: a later call tries again */
     struct tc_wake *wake; /* watcher.c: file identity and the handle's own subscription */
     int has_identity;      /* (dev, ino) of the opened file are known */
     uint64_t dev, ino;
@@ -293,6 +294,9 @@ uint64_t tc_random(void);
 /* Local time (platform.c): offset east of UTC in seconds at Unix time t; 0 on failure. */
 int tc_local_offset(int64_t t, int64_t *out_offset);
 void tc_tz_reload(void);
+
+/* Keeps the shared object that holds addr loaded for the life of the process (platform.c). */
+void tc_pin_module(const void *addr);
 
 /* ---- process identity (platform.c): the worker registry's liveness test ---- */
 void tc_host_name(char *buf, size_t n);

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "internal.h"
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <signal.h>
 #include <stdio.h>
@@ -292,4 +293,25 @@ int tc_process_gone(int pid, int64_t start) {
     if (kill(pid, 0) != 0 && errno == ESRCH) return 1;
     now = tc_process_start(pid);
     return start > 0 && now > 0 && now != start; /* the pid was reused */
+}
+
+/*
+ * Keeps the shared object holding addr loaded until the process ends. SQLite
+ * dlclose()s an extension with the connection that loaded it, and unloading
+ * the core's code would take with it the fork handlers this copy registered
+ * (glibc drops an unloaded object's pthread_atfork handlers: if this copy
+ * owned SQLite's mutexes at fork, no copy would take them any more, and a
+ * child forked while another thread allocated hung) and the watcher threads'
+ * code while they run. Best effort: a failure leaves the usual behaviour.
+ */
+void tc_pin_module(const void *addr) {
+#if defined(RTLD_NODELETE) && defined(RTLD_NOLOAD)
+    Dl_info info;
+    if (dladdr(addr, &info) && info.dli_fname) {
+        void *h = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
+        (void)h; /* the reference is kept on purpose */
+    }
+#else
+    (void)addr;
+#endif
 }

@@ -4,6 +4,7 @@
  * Each test reproduces a defect class found by trying the core adversarially.
  */
 #define _POSIX_C_SOURCE 200809L
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <signal.h>
@@ -1117,8 +1118,57 @@ static void host_statement_cache(void) {
     }
 }
 
+/* A connection opened while another connection holds the write lock of a
+ * rollback-journal file, with tocsin registered as an automatic extension
+ * (Go's database/sql): connecting the cache anchor reads the schema before the
+ * host can set a busy handler, and its SQLITE_BUSY used to fail
+ * sqlite3_open_v2 itself ("database is locked"). The open succeeds; the first
+ * call, under the host's busy handler, connects the anchor (its statements are
+ * kept from then on). */
+static void auto_extension_open_while_locked(void) {
+    const char *path = t_path("auto_ext_locked");
+    sqlite3 *holder = NULL, *c = NULL;
+    sqlite3_stmt *st;
+    int held = 0;
+    CHECK_EQ_I(sqlite3_open(path, &holder), SQLITE_OK);
+    CHECK_EQ_I(sqlite3_exec(holder, "PRAGMA journal_mode=DELETE; CREATE TABLE app(x);"
+                                    " BEGIN EXCLUSIVE; INSERT INTO app VALUES (1)", NULL, NULL, NULL), SQLITE_OK);
+    CHECK_EQ_I(sqlite3_auto_extension((void (*)(void))tocsin_sql_init), SQLITE_OK);
+    CHECK_EQ_I(sqlite3_open(path, &c), SQLITE_OK);
+    sqlite3_cancel_auto_extension((void (*)(void))tocsin_sql_init);
+    CHECK_EQ_I(sqlite3_errcode(c), SQLITE_OK);
+    CHECK_EQ_I(sqlite3_exec(holder, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+    sqlite3_busy_timeout(c, 5000);
+    CHECK_EQ_I(sqlite3_exec(c, "SELECT tocsin_enqueue('q', '1'); SELECT tocsin_enqueue('q', '2')", NULL, NULL,
+                            NULL), SQLITE_OK);
+    for (st = sqlite3_next_stmt(c, NULL); st; st = sqlite3_next_stmt(c, st)) held++;
+    CHECK(held > 0); /* the anchor is connected: the calls keep their statements */
+    CHECK_EQ_I(sqlite3_close(c), SQLITE_OK);
+    CHECK_EQ_I(sqlite3_close(holder), SQLITE_OK);
+}
+
+/* SQLite unloads an extension with the connection that loaded it; tocsin's
+ * stays loaded: its fork handlers (which may be the ones that take SQLite's
+ * mutexes at fork) and any watcher thread's code must outlive the connection. */
+static void extension_stays_loaded(void) {
+    const char *ext = getenv("TOCSIN_TEST_EXT");
+    sqlite3 *c = NULL;
+    void *h;
+    CHECK(ext != NULL);
+    if (!ext) return;
+    CHECK_EQ_I(sqlite3_open(":memory:", &c), SQLITE_OK);
+    sqlite3_enable_load_extension(c, 1);
+    CHECK_EQ_I(sqlite3_load_extension(c, ext, NULL, NULL), SQLITE_OK);
+    CHECK_EQ_I(sqlite3_close(c), SQLITE_OK);
+    h = dlopen(ext, RTLD_NOW | RTLD_NOLOAD);
+    CHECK(h != NULL);
+    if (h) dlclose(h);
+}
+
 void suite_harden(void) {
     host_statement_cache();
+    auto_extension_open_while_locked();
+    extension_stays_loaded();
     sql_transaction_control_refused();
     plain_hand_back();
     stream_rewind();
