@@ -300,8 +300,8 @@ uint64_t tc_random(void);
 int tc_local_offset(int64_t t, int64_t *out_offset);
 void tc_tz_reload(void);
 
-/* Keeps the shared object that holds addr loaded for the life of the process (platform.c). */
-void tc_pin_module(const void *addr);
+/* Keeps the shared object that holds the core loaded for the life of the process (platform.c). */
+void tc_pin_self(void);
 
 /* ---- process identity (platform.c): the worker registry's liveness test ---- */
 void tc_host_name(char *buf, size_t n);
@@ -758,7 +758,7 @@ int tc_process_gone(int pid, int64_t start) {
 }
 
 /*
- * Keeps the shared object holding addr loaded until the process ends. SQLite
+ * Keeps the shared object holding this code loaded until the process ends. SQLite
  * dlclose()s an extension with the connection that loaded it, and unloading
  * the core's code would take with it the fork handlers this copy registered
  * (glibc drops an unloaded object's pthread_atfork handlers: if this copy
@@ -766,15 +766,14 @@ int tc_process_gone(int pid, int64_t start) {
  * child forked while another thread allocated hung) and the watcher threads'
  * code while they run. Best effort: a failure leaves the usual behaviour.
  */
-void tc_pin_module(const void *addr) {
+void tc_pin_self(void) {
 #if defined(RTLD_NODELETE) && defined(RTLD_NOLOAD)
+    static const char anchor = 0; /* an object of this shared object (-pedantic: no function pointer) */
     Dl_info info;
-    if (dladdr(addr, &info) && info.dli_fname) {
+    if (dladdr(&anchor, &info) && info.dli_fname) {
         void *h = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
         (void)h; /* the reference is kept on purpose */
     }
-#else
-    (void)addr;
 #endif
 }
 /* ---- core/src/db.c ---- */
@@ -1279,13 +1278,27 @@ static int dir_writable(const char *path) {
     return ok;
 }
 
-/* The header says WAL (file format bytes 18 and 19 are 2). */
+/* The header says WAL (file format bytes 18 and 19 are 2). Read through
+ * SQLite's VFS, never with open()/close() of our own: closing a descriptor
+ * drops every POSIX lock this process holds on the file (another connection's
+ * read lock among them), and the unix VFS keeps such a descriptor open until
+ * those locks are gone. */
 static int file_is_wal(const char *path) {
     unsigned char head[20];
-    FILE *f = fopen(path, "rb");
-    size_t n = f ? fread(head, 1, sizeof head, f) : 0;
-    if (f) fclose(f);
-    return n == sizeof head && head[18] == 2 && head[19] == 2;
+    sqlite3_vfs *vfs = sqlite3_vfs_find(NULL);
+    sqlite3_file *f;
+    const char *name; /* char * before SQLite 3.41's sqlite3_filename, const after */
+    int flags = 0, wal = 0;
+    if (!vfs || !(name = sqlite3_create_filename(path, "", "", 0, NULL))) return 0;
+    if ((f = sqlite3_malloc(vfs->szOsFile)) != NULL) {
+        memset(f, 0, (size_t)vfs->szOsFile);
+        if (vfs->xOpen(vfs, name, f, SQLITE_OPEN_READONLY | SQLITE_OPEN_MAIN_DB, &flags) == SQLITE_OK)
+            wal = f->pMethods->xRead(f, head, (int)sizeof head, 0) == SQLITE_OK && head[18] == 2 && head[19] == 2;
+        if (f->pMethods) f->pMethods->xClose(f);
+        sqlite3_free(f);
+    }
+    sqlite3_free_filename((char *)name);
+    return wal;
 }
 
 /*
@@ -12071,7 +12084,7 @@ int sqlite3_tocsin_init(sqlite3 *conn, char **pzErrMsg, const sqlite3_api_routin
         return SQLITE_ERROR;
     }
     SQLITE_EXTENSION_INIT2(pApi);
-    tc_pin_module((const void *)sqlite3_tocsin_init);
+    tc_pin_self();
     return sql_entry(conn, pzErrMsg);
 }
 #else

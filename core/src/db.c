@@ -500,13 +500,27 @@ static int dir_writable(const char *path) {
     return ok;
 }
 
-/* The header says WAL (file format bytes 18 and 19 are 2). */
+/* The header says WAL (file format bytes 18 and 19 are 2). Read through
+ * SQLite's VFS, never with open()/close() of our own: closing a descriptor
+ * drops every POSIX lock this process holds on the file (another connection's
+ * read lock among them), and the unix VFS keeps such a descriptor open until
+ * those locks are gone. */
 static int file_is_wal(const char *path) {
     unsigned char head[20];
-    FILE *f = fopen(path, "rb");
-    size_t n = f ? fread(head, 1, sizeof head, f) : 0;
-    if (f) fclose(f);
-    return n == sizeof head && head[18] == 2 && head[19] == 2;
+    sqlite3_vfs *vfs = sqlite3_vfs_find(NULL);
+    sqlite3_file *f;
+    const char *name; /* char * before SQLite 3.41's sqlite3_filename, const after */
+    int flags = 0, wal = 0;
+    if (!vfs || !(name = sqlite3_create_filename(path, "", "", 0, NULL))) return 0;
+    if ((f = sqlite3_malloc(vfs->szOsFile)) != NULL) {
+        memset(f, 0, (size_t)vfs->szOsFile);
+        if (vfs->xOpen(vfs, name, f, SQLITE_OPEN_READONLY | SQLITE_OPEN_MAIN_DB, &flags) == SQLITE_OK)
+            wal = f->pMethods->xRead(f, head, (int)sizeof head, 0) == SQLITE_OK && head[18] == 2 && head[19] == 2;
+        if (f->pMethods) f->pMethods->xClose(f);
+        sqlite3_free(f);
+    }
+    sqlite3_free_filename((char *)name);
+    return wal;
 }
 
 /*

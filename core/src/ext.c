@@ -1953,7 +1953,7 @@ int sqlite3_tocsin_init(sqlite3 *conn, char **pzErrMsg, const sqlite3_api_routin
         return SQLITE_ERROR;
     }
     SQLITE_EXTENSION_INIT2(pApi);
-    tc_pin_module((const void *)sqlite3_tocsin_init);
+    tc_pin_self();
     return sql_entry(conn, pzErrMsg);
 }
 #else

@@ -295,8 +295,8 @@ uint64_t tc_random(void);
 int tc_local_offset(int64_t t, int64_t *out_offset);
 void tc_tz_reload(void);
 
-/* Keeps the shared object that holds addr loaded for the life of the process (platform.c). */
-void tc_pin_module(const void *addr);
+/* Keeps the shared object that holds the core loaded for the life of the process (platform.c). */
+void tc_pin_self(void);
 
 /* ---- process identity (platform.c): the worker registry's liveness test ---- */
 void tc_host_name(char *buf, size_t n);

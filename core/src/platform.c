@@ -296,7 +296,7 @@ int tc_process_gone(int pid, int64_t start) {
 }
 
 /*
- * Keeps the shared object holding addr loaded until the process ends. SQLite
+ * Keeps the shared object holding this code loaded until the process ends. SQLite
  * dlclose()s an extension with the connection that loaded it, and unloading
  * the core's code would take with it the fork handlers this copy registered
  * (glibc drops an unloaded object's pthread_atfork handlers: if this copy
@@ -304,14 +304,13 @@ int tc_process_gone(int pid, int64_t start) {
  * child forked while another thread allocated hung) and the watcher threads'
  * code while they run. Best effort: a failure leaves the usual behaviour.
  */
-void tc_pin_module(const void *addr) {
+void tc_pin_self(void) {
 #if defined(RTLD_NODELETE) && defined(RTLD_NOLOAD)
+    static const char anchor = 0; /* an object of this shared object (-pedantic: no function pointer) */
     Dl_info info;
-    if (dladdr(addr, &info) && info.dli_fname) {
+    if (dladdr(&anchor, &info) && info.dli_fname) {
         void *h = dlopen(info.dli_fname, RTLD_NOW | RTLD_NOLOAD | RTLD_NODELETE);
         (void)h; /* the reference is kept on purpose */
     }
-#else
-    (void)addr;
 #endif
 }
