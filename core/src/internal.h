@@ -33,9 +33,11 @@ SQLITE_EXTENSION_INIT3
  * counts. TC_NEXT_ID: the id of a new row, never one handed out before (a
  * rolled-back one aside). main.sqlite_sequence, named with its schema: a TEMP
  * table with AUTOINCREMENT gives the connection a temp.sqlite_sequence, which
- * an unqualified name would find first (and hand out a deleted top id again). */
+ * an unqualified name would find first (and hand out a deleted top id again).
+ * The top id is read as the last row, not max(id): the same value without the
+ * aggregate's step and finalizer (~900 instructions of a single enqueue's 42k). */
 #define TC_MAX_ID(table)                                                        \
-    "max(coalesce((SELECT max(id) FROM " table "), 0),"                         \
+    "max(coalesce((SELECT id FROM " table " ORDER BY id DESC LIMIT 1), 0),"     \
     " coalesce((SELECT seq FROM main.sqlite_sequence WHERE name = '" table "'), 0))"
 #define TC_NEXT_ID(table) "(" TC_MAX_ID(table) " + 1)"
 
