@@ -637,6 +637,95 @@ void tc_stmt_flush(tocsin_db *db) {
         db->stmts[i].stmt = NULL;
         db->stmts[i].sql = NULL;
     }
+    sqlite3_finalize(db->stmt_sentinel);
+    db->stmt_sentinel = NULL;
+}
+
+/* The cache's slot for the statement of `sql` is found from here on. */
+static size_t stmt_slot(const char *sql) { return ((uintptr_t)sql >> 3) % TC_STMT_SLOTS; }
+
+/*
+ * Statements that outlive a call on a host's connection (the extension's
+ * cache, a wrapped handle's) are in the connection's list of statements, which
+ * the host may walk with sqlite3_next_stmt to finalize every one before a
+ * close (a common cleanup): ours then dangle, and finalizing or stepping them
+ * again crashed. stmt_alive tells whether the statement the cache holds for
+ * `sql` is still the connection's: in its list, with that text (the memory of
+ * one the host finalized may hold a statement of the host's since).
+ */
+static int same_text(sqlite3_stmt *s, const char *sql) {
+    const char *t = sqlite3_sql(s);
+    return t && strcmp(t, sql) == 0;
+}
+
+static int stmt_alive(sqlite3 *conn, sqlite3_stmt *st, const char *sql) {
+    sqlite3_stmt *s = NULL;
+    while ((s = sqlite3_next_stmt(conn, s)))
+        if (s == st) return same_text(s, sql);
+    return 0;
+}
+
+static const char SQL_SENTINEL[] = "SELECT 'tocsin: statement cache sentinel'";
+
+/* Forgets the cached statements the host finalized (finalizing none) and
+ * rehashes the others. A walk of the whole list per statement: at a close, or
+ * once a host was seen finalizing statements it did not prepare. */
+static void stmt_forget_gone(tocsin_db *db) {
+    const char *sql[TC_STMT_SLOTS];
+    sqlite3_stmt *st[TC_STMT_SLOTS];
+    int i, n = 0;
+    for (i = 0; i < TC_STMT_SLOTS; i++) {
+        if (db->stmts[i].stmt && stmt_alive(db->conn, db->stmts[i].stmt, db->stmts[i].sql)) {
+            sql[n] = db->stmts[i].sql;
+            st[n++] = db->stmts[i].stmt;
+        }
+        db->stmts[i].sql = NULL;
+        db->stmts[i].stmt = NULL;
+    }
+    for (i = 0; i < n; i++) {
+        size_t k = stmt_slot(sql[i]);
+        while (db->stmts[k].sql) k = (k + 1) % TC_STMT_SLOTS;
+        db->stmts[k].sql = sql[i];
+        db->stmts[k].stmt = st[i];
+    }
+    if (db->stmt_sentinel && !stmt_alive(db->conn, db->stmt_sentinel, SQL_SENTINEL)) db->stmt_sentinel = NULL;
+}
+
+/* How far below the top of the list the sentinel may sit before it is
+ * prepared again: the check's walk stays this short while the host prepares
+ * statements of its own. */
+#define TC_SENTINEL_DEPTH 8
+
+/* At the start of a call: a host that finalized every statement of the
+ * connection finalized the sentinel too. Finding it is a walk of at most
+ * TC_SENTINEL_DEPTH statements; not finding it, the cache keeps only the
+ * statements still there. */
+void tc_stmt_check(tocsin_db *db) {
+    sqlite3_stmt *s = NULL, *fresh = NULL;
+    int depth = 0, i;
+    if (db->stmt_sentinel) {
+        while ((s = sqlite3_next_stmt(db->conn, s)) && s != db->stmt_sentinel) depth++;
+        if (s && same_text(s, SQL_SENTINEL)) {
+            if (depth <= TC_SENTINEL_DEPTH) return;
+        } else {
+            db->stmt_sentinel = NULL; /* finalized by the host */
+            stmt_forget_gone(db);
+        }
+    } else {
+        for (i = 0; i < TC_STMT_SLOTS && !db->stmts[i].stmt; i++) {
+        }
+        if (i == TC_STMT_SLOTS) return; /* nothing cached: nothing to lose */
+        stmt_forget_gone(db); /* what was cached before there was a sentinel */
+    }
+    if (sqlite3_prepare_v3(db->conn, SQL_SENTINEL, -1, SQLITE_PREPARE_PERSISTENT, &fresh, NULL) == SQLITE_OK) {
+        sqlite3_finalize(db->stmt_sentinel); /* one deeper down, still there */
+        db->stmt_sentinel = fresh;
+    }
+}
+
+void tc_stmt_flush_host(tocsin_db *db) {
+    stmt_forget_gone(db);
+    tc_stmt_flush(db);
 }
 
 void tc_stmt_idle(tocsin_db *db) {
@@ -724,7 +813,9 @@ int tocsin_close(tocsin_db *db) {
     for (rec = db->waits; rec; rec = rec->next) tocsin_sub_poke(rec->sub);
     wake = db->wake;
     db->wake = NULL;
-    tc_stmt_flush(db); /* a host's connection is left with none of ours, waits or not */
+    /* a host's connection is left with none of ours, waits or not */
+    if (db->owns_conn) tc_stmt_flush(db);
+    else tc_stmt_flush_host(db);
     tc_unlock(db);
     /* a wait on the handle's own subscription ends before this returns; it
      * takes the mutex between sleeps, so this must not hold it */
@@ -804,7 +895,7 @@ int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only) {
 /* ---- statements ---------------------------------------------------------- */
 
 sqlite3_stmt *tc_stmt_rc(tocsin_db *db, const char *sql, int *out_rc) {
-    size_t h = ((uintptr_t)sql >> 3) % TC_STMT_SLOTS, i;
+    size_t h = stmt_slot(sql), i;
     *out_rc = SQLITE_OK;
     for (i = 0; i < TC_STMT_SLOTS; i++) {
         size_t k = (h + i) % TC_STMT_SLOTS;

@@ -1649,6 +1649,7 @@ static void dispatch(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     f.where = NULL;
     f.undo = 0;
     f.nomem = 0;
+    if (outermost && db->ext_cache) tc_stmt_check(db); /* before any statement of ours runs */
     if (guarded && !outermost)
         fail_msg(&f, SQLITE_ERROR,
                  "cannot run inside another tocsin call (a trigger on a tocsin table, or a "
@@ -1802,7 +1803,7 @@ static int cache_disconnect(sqlite3_vtab *vt) {
     cache_vtab *v = (cache_vtab *)vt;
     tocsin_db *db = v->db;
     db->ext_cache = 0;
-    tc_stmt_flush(db);
+    tc_stmt_flush_host(db); /* the host may have finalized some (tc_stmt_check) */
     sqlite3_free(v);
     cache_unref(db);
     return SQLITE_OK;

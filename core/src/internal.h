@@ -85,6 +85,10 @@ struct tocsin_db {
     int orphan_tx;
     int64_t orphan_changes;
     _Atomic int tx_writers; /* database: its transaction handles now open (each holds the write lock) */
+    /* a host's connection whose statements outlive a call (ext.c's cache): ours,
+     * never stepped, prepared after the others; gone when the host finalized
+     * statements it did not prepare (tc_stmt_check) */
+    sqlite3_stmt *stmt_sentinel;
     /* prepared statements keyed by the address of their static SQL text */
     struct {
         const char *sql;
@@ -176,6 +180,12 @@ sqlite3_stmt *tc_stmt(tocsin_db *db, const char *sql);
 sqlite3_stmt *tc_stmt_rc(tocsin_db *db, const char *sql, int *out_rc);
 /* Finalizes every cached statement. */
 void tc_stmt_flush(tocsin_db *db);
+/* A host's connection: drops from the cache the statements the host finalized
+ * (a cleanup loop over sqlite3_next_stmt finalizes ours too), finalizing none
+ * of them (tc_stmt_check: at the start of a call, when the sentinel is gone;
+ * tc_stmt_flush_host: all of them, then the rest, at a close). */
+void tc_stmt_check(tocsin_db *db);
+void tc_stmt_flush_host(tocsin_db *db);
 /* Resets every cached statement and drops its bindings: none keeps running or holds a value. */
 void tc_stmt_idle(tocsin_db *db);
 /*

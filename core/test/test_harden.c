@@ -1118,6 +1118,67 @@ static void host_statement_cache(void) {
     }
 }
 
+/* A host that finalizes every statement of its connection (a loop over
+ * sqlite3_next_stmt, a common cleanup before sqlite3_close) finalizes the
+ * statements the extension keeps between calls: the close, or the next call,
+ * used to finalize or step them again (SIGBUS, SIGSEGV). The cache forgets
+ * them; the next calls prepare their own again. Also with host statements
+ * prepared after the cleanup, and deep under many of them. */
+static void host_finalizes_our_statements(void) {
+    const char *ext = getenv("TOCSIN_TEST_EXT");
+    int round;
+    CHECK(ext != NULL);
+    if (!ext) return;
+    for (round = 0; round < 3; round++) {
+        sqlite3 *c = NULL;
+        sqlite3_stmt *st, *mine[20];
+        char *err = NULL, *val = NULL;
+        int i, n = 0;
+        CHECK_EQ_I(sqlite3_open(t_path(round == 0 ? "host_fin_0" : round == 1 ? "host_fin_1" : "host_fin_2"), &c),
+                   SQLITE_OK);
+        sqlite3_enable_load_extension(c, 1);
+        if (sqlite3_load_extension(c, ext, NULL, &err) != SQLITE_OK) {
+            fprintf(stderr, "FAIL load %s: %s\n", ext, err ? err : "");
+            t_failed++;
+            sqlite3_free(err);
+            sqlite3_close(c);
+            continue;
+        }
+        CHECK_EQ_I(sqlite3_exec(c, "SELECT tocsin_enqueue('q', '1'); SELECT tocsin_enqueue('q', '2');"
+                                   " SELECT tocsin_claim('q', 'w', 1, 1000); SELECT tocsin_stats('q')",
+                                NULL, NULL, NULL), SQLITE_OK);
+        if (round == 2) /* the host's own statements, prepared after ours */
+            for (i = 0; i < 20; i++) CHECK_EQ_I(sqlite3_prepare_v2(c, "SELECT 1", -1, &mine[i], NULL), SQLITE_OK);
+        while ((st = sqlite3_next_stmt(c, NULL))) {
+            sqlite3_finalize(st);
+            n++;
+        }
+        CHECK(n > 0);
+        if (round >= 1) { /* go on using it: the calls prepare their statements again */
+            CHECK_EQ_I(sqlite3_prepare_v2(c, "SELECT 2", -1, &st, NULL), SQLITE_OK); /* may take a freed address */
+            CHECK_EQ_I(sqlite3_exec(c, "SELECT tocsin_enqueue('q', '3'); SELECT tocsin_claim('q', 'w', 1, 1000)",
+                                    NULL, NULL, NULL), SQLITE_OK);
+            CHECK_EQ_I(sqlite3_step(st), SQLITE_ROW); /* the host's statement is untouched */
+            CHECK_EQ_I(sqlite3_column_int(st, 0), 2);
+            sqlite3_finalize(st);
+            st = NULL;
+            CHECK_EQ_I(sqlite3_prepare_v2(c, "SELECT tocsin_stats('q') ->> '$.pending'", -1, &st, NULL), SQLITE_OK);
+            CHECK_EQ_I(sqlite3_step(st), SQLITE_ROW);
+            val = sqlite3_mprintf("%s", (const char *)sqlite3_column_text(st, 0));
+            CHECK_STR(val, "1"); /* 3 enqueued, 2 claimed */
+            sqlite3_free(val);
+            sqlite3_finalize(st);
+            if (round == 2) { /* and once more under many statements of the host's */
+                for (i = 0; i < 20; i++) CHECK_EQ_I(sqlite3_prepare_v2(c, "SELECT 1", -1, &mine[i], NULL), SQLITE_OK);
+                CHECK_EQ_I(sqlite3_exec(c, "SELECT tocsin_enqueue('q', '4')", NULL, NULL, NULL), SQLITE_OK);
+                while ((st = sqlite3_next_stmt(c, NULL))) sqlite3_finalize(st);
+                CHECK_EQ_I(sqlite3_exec(c, "SELECT tocsin_enqueue('q', '5')", NULL, NULL, NULL), SQLITE_OK);
+            }
+        }
+        CHECK_EQ_I(sqlite3_close(c), SQLITE_OK);
+    }
+}
+
 /* A connection opened while another connection holds the write lock of a
  * rollback-journal file, with tocsin registered as an automatic extension
  * (Go's database/sql): connecting the cache anchor reads the schema before the
@@ -1167,6 +1228,7 @@ static void extension_stays_loaded(void) {
 
 void suite_harden(void) {
     host_statement_cache();
+    host_finalizes_our_statements();
     auto_extension_open_while_locked();
     extension_stays_loaded();
     sql_transaction_control_refused();
