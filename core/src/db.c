@@ -216,10 +216,12 @@ static int no_wait(void) {
  * see busy_cb, a writer that backs off far starves under load). The budget runs
  * from the first SQLITE_BUSY; on a host's connection from the call's start:
  * the host's own busy handler has already waited before SQLite returned
- * SQLITE_BUSY, and that wait counts (the call waits the longer of the two
- * timeouts, not their sum).
+ * SQLITE_BUSY, and that wait counts; host_ms is how long that handler waited
+ * in the step that just failed: a retry that would wait as long again past the
+ * budget is not made (the call waits about the longer of the two timeouts, at
+ * most, never their sum: each retry used to run the host's whole timeout again).
  */
-static int busy_wait(tocsin_db *db) {
+static int busy_wait(tocsin_db *db, int64_t host_ms) {
     int64_t now = tc_monotonic_ms(), pause;
     if (no_wait() || closing(db)) return 0;
     if (!tc_thread.busy_until) {
@@ -228,7 +230,7 @@ static int busy_wait(tocsin_db *db) {
         if (tc_thread.deadline_us && tc_thread.deadline_us / 1000 < tc_thread.busy_until)
             tc_thread.busy_until = tc_thread.deadline_us / 1000;
     }
-    if (now >= tc_thread.busy_until) return 0;
+    if (now >= tc_thread.busy_until || (host_ms > 1 && now + host_ms > tc_thread.busy_until)) return 0;
     pause = tc_thread.busy_waited / 1000;
     pause = pause < 1 ? 1 : pause > 5 ? 5 : pause;
     if (pause > tc_thread.busy_until - now) pause = tc_thread.busy_until - now;
@@ -336,7 +338,7 @@ int tc_prepare(tocsin_db *db, const char *sql, unsigned flags, sqlite3_stmt **st
     int rc;
     /* Preparing reads the schema, which takes a read lock. */
     while ((rc = tc_xcode(db, sqlite3_prepare_v3(db->conn, sql, -1, flags, st, NULL))) != SQLITE_OK &&
-           !db->owns_conn && busy_retryable(db, NULL, rc) && busy_wait(db)) {
+           !db->owns_conn && busy_retryable(db, NULL, rc) && busy_wait(db, 0)) {
     }
     tc_thread.prepare_failed = rc == SQLITE_OK ? 0 : strlen(sql);
     return rc;
@@ -358,11 +360,15 @@ static int count_changes_row(sqlite3_stmt *st) {
 }
 
 int tc_step(tocsin_db *db, sqlite3_stmt *st) {
+    int64_t t0 = db->owns_conn ? 0 : tc_monotonic_ms();
     int rc = tc_xcode(db, sqlite3_step(st));
-    /* Our own connections wait in SQLite's busy handler (same budget). */
+    /* Our own connections wait in SQLite's busy handler (same budget); on a
+     * host's, the host's handler waited inside the step (busy_wait) */
     while ((rc & 0xff) == SQLITE_BUSY && !db->owns_conn && busy_retryable(db, st, rc) &&
-           busy_wait(db))
+           busy_wait(db, tc_monotonic_ms() - t0)) {
+        t0 = tc_monotonic_ms();
         rc = tc_xcode(db, sqlite3_step(st));
+    }
     if (rc == SQLITE_ROW && count_changes_row(st)) rc = tc_step(db, st);
     return rc;
 }
@@ -479,7 +485,7 @@ void tc_identify(tocsin_db *db) {
 static int set_wal(tocsin_db *db) {
     for (;;) {
         int rc = tc_exec(db, "PRAGMA journal_mode=WAL", "set journal_mode");
-        if (rc != TOCSIN_BUSY || !busy_wait(db)) return rc;
+        if (rc != TOCSIN_BUSY || !busy_wait(db, 0)) return rc;
     }
 }
 
@@ -1048,7 +1054,7 @@ static int begin_immediate(tocsin_db *db) {
     /* tc_step waits on a host's connection; SQLite's busy handler on ours,
      * except where it declines (it may return BUSY at once): wait here too. */
     while ((rc = run_ctl(db, SQL_BEGIN_IMMEDIATE)) != SQLITE_OK) {
-        if (!db->owns_conn || !busy_retryable(db, NULL, rc) || !busy_wait(db))
+        if (!db->owns_conn || !busy_retryable(db, NULL, rc) || !busy_wait(db, 0))
             return tc_sqlerr(db, rc, "begin write transaction");
     }
     tc_wake_write_begin(db);
@@ -1062,6 +1068,32 @@ void tc_lock(tocsin_db *db) { pthread_mutex_lock(&db->mutex); }
 void tc_unlock(tocsin_db *db) {
     if (db->wk_writer && sqlite3_get_autocommit(db->conn)) tc_wake_write_end(db);
     pthread_mutex_unlock(&db->mutex);
+}
+
+/*
+ * A host's transaction that has not touched the file yet (BEGIN, then a tocsin
+ * call first): the call's first statement may read (the schema check of a
+ * connection's first call, a claim, a lock or rate-limit check), and SQLite
+ * lets a transaction that holds a read snapshot wait for nobody's write lock,
+ * so the call failed with SQLITE_BUSY at once where the host's own INSERT
+ * would have waited. A write that changes nothing takes the lock first, under
+ * the waits of any statement of ours. Before tocsin's tables exist (the first
+ * call ever on the file) there is nothing to take it with, and the install
+ * reads first as before.
+ */
+static const char SQL_TAKE_WRITE_LOCK[] = "DELETE FROM main._tocsin_meta WHERE 0";
+
+static int host_tx_write_lock(tocsin_db *db) {
+    int rc;
+    sqlite3_stmt *st;
+    if (db->owns_conn || sqlite3_get_autocommit(db->conn) ||
+        sqlite3_txn_state(db->conn, "main") != SQLITE_TXN_NONE)
+        return TOCSIN_OK;
+    if (!(st = tc_stmt_rc(db, SQL_TAKE_WRITE_LOCK, &rc))) return TOCSIN_OK; /* no tables yet */
+    rc = tc_step(db, st);
+    sqlite3_reset(st);
+    /* any other failure (a read-only file) is the call's own to report */
+    return (rc & 0xff) == SQLITE_BUSY ? tc_sqlerr(db, rc, "take the write lock") : TOCSIN_OK;
 }
 
 int tc_op_begin(tocsin_db *db, tc_op *op, int write) {
@@ -1086,6 +1118,7 @@ int tc_op_begin(tocsin_db *db, tc_op *op, int write) {
         return tc_err(db, TOCSIN_CLOSED, "the database handle was closed");
     }
     if ((db->orphan_tx && (rc = orphan_end(db)) != TOCSIN_OK) ||
+        (write && write != TC_OP_READ_ONE && (rc = host_tx_write_lock(db)) != TOCSIN_OK) ||
         (!db->schema_ok && (rc = tc_ensure_schema(db)) != TOCSIN_OK) ||
         (rc = tc_op_open(db, op, write)) != TOCSIN_OK) {
         tc_unlock(db);

@@ -209,6 +209,57 @@ static tocsin_db *host_conn(const char *path, sqlite3 **out_conn, int busy_ms) {
 #define BUSY_PROCS 2
 #define BUSY_ENQUEUES 300
 
+/* A host's transaction that has not touched the file (BEGIN, then a tocsin
+ * call first) while another connection holds the write lock: the call waits
+ * for the lock like the host's own INSERT would, and times out as a wait
+ * (never "holds a read lock", which its own first read -- the schema check of
+ * a handle's first call, a claim's -- used to cause), leaving the host's
+ * transaction usable; with the lock free, the same calls succeed in it. */
+static void host_tx_first_call_waits(void) {
+    static const char *const modes[] = {"PRAGMA journal_mode=WAL", "PRAGMA journal_mode=DELETE"};
+    int m;
+    for (m = 0; m < 2; m++) {
+        char path[512];
+        sqlite3 *holder = NULL, *conn = NULL;
+        tocsin_db *first = NULL, *db;
+        int op;
+        snprintf(path, sizeof path, "%s", t_path(m ? "host_tx_first_delete" : "host_tx_first_wal"));
+        first = host_conn(path, &holder, 0);
+        CHECK(first != NULL);
+        if (!first) return;
+        CHECK_EQ_I(sqlite3_exec(holder, modes[m], NULL, NULL, NULL), SQLITE_OK);
+        CHECK_OK(first, tocsin_bootstrap(first, NULL));
+        tocsin_close(first);
+        for (op = 0; op < 3; op++) {
+            int64_t id;
+            tocsin_job *jobs = NULL;
+            size_t got = 0;
+            int rc;
+            db = host_conn(path, &conn, 50); /* a fresh handle: its first call checks the schema */
+            CHECK(db != NULL);
+            if (!db) break;
+            CHECK_EQ_I(sqlite3_exec(holder, "BEGIN IMMEDIATE", NULL, NULL, NULL), SQLITE_OK);
+            CHECK_EQ_I(sqlite3_exec(conn, "BEGIN", NULL, NULL, NULL), SQLITE_OK);
+            rc = op == 0   ? tocsin_queue_enqueue(db, &id, "q", "1", NULL)
+                 : op == 1 ? tocsin_notify(db, &id, "c", "1", NULL)
+                           : tocsin_queue_claim(db, &jobs, &got, "q", "w", 1, 1000);
+            CHECK_EQ_I(rc, TOCSIN_BUSY);
+            CHECK(strstr(tocsin_errmsg(db), "waited") != NULL);
+            CHECK(strstr(tocsin_errmsg(db), "read lock") == NULL);
+            CHECK_EQ_I(sqlite3_exec(holder, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+            rc = op == 0   ? tocsin_queue_enqueue(db, &id, "q", "1", NULL)
+                 : op == 1 ? tocsin_notify(db, &id, "c", "1", NULL)
+                           : tocsin_queue_claim(db, &jobs, &got, "q", "w", 1, 1000);
+            CHECK_OK(db, rc);
+            tocsin_jobs_free(jobs, got);
+            CHECK_EQ_I(sqlite3_exec(conn, "COMMIT", NULL, NULL, NULL), SQLITE_OK);
+            tocsin_close(db);
+            sqlite3_close(conn);
+        }
+        sqlite3_close(holder);
+    }
+}
+
 static void busy_host_connections(void) {
     char path[512];
     pid_t pids[BUSY_PROCS];
@@ -1237,6 +1288,7 @@ void suite_harden(void) {
     fork_with_live_subscriptions();
     racing_first_opens();
     busy_host_connections();
+    host_tx_first_call_waits();
     busy_timeout_is_busy();
     thread_timeout_bounds_lock_waits();
     stale_snapshot_fails_at_once();
