@@ -169,6 +169,48 @@ def test_contexts_have_their_own_transactions(app):
     assert q.stats()["pending"] == 0
 
 
+def test_tasks_and_threads_started_inside_do_not_join(app):
+    """A task created inside a transaction (asyncio.create_task) and a thread given a
+    copy of its context (asyncio.to_thread) inherit its contextvars; they still run
+    outside it: they do not see it, their jobs survive its rollback, and they may
+    open transactions of their own."""
+    import asyncio
+    q = app.queue("q")
+    seen = {}
+
+    async def child(ended):
+        seen["child"] = app.in_transaction
+        await ended.wait()  # writing now would wait for the parent's write lock
+        q.enqueue("child")
+
+    async def child_tx(ended):
+        await ended.wait()
+        async with app.transaction() as tx:
+            q.enqueue("child_tx", tx=tx)
+
+    def in_thread():
+        seen["thread"] = app.in_transaction
+
+    async def main():
+        ended = asyncio.Event()
+        tasks = []
+        with pytest.raises(ValueError):
+            async with app.transaction():
+                q.enqueue("parent")
+                tasks = [asyncio.create_task(child(ended)), asyncio.create_task(child_tx(ended))]
+                await asyncio.to_thread(in_thread)
+                await asyncio.sleep(0.01)
+                assert app.in_transaction
+                raise ValueError("the parent rolls back")
+        ended.set()
+        await asyncio.gather(*tasks)
+
+    asyncio.run(main())
+    assert seen == {"child": False, "thread": False}
+    rows = app.execute("SELECT payload FROM _tocsin_jobs ORDER BY payload")
+    assert rows == [('"child"',), ('"child_tx"',)]
+
+
 def test_close_rolls_back_open_transaction(path):
     db = tocsin.open(path)
     tx = db.transaction().begin()

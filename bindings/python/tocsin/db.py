@@ -6,6 +6,7 @@ import asyncio
 import contextvars
 import logging
 import os
+import threading
 import weakref
 from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
@@ -35,6 +36,17 @@ _active: "contextvars.ContextVar[Tuple[Transaction, ...]]" = contextvars.Context
     "tocsin_transactions", default=())
 
 
+def _owner() -> Any:
+    """Who a transaction belongs to: the running asyncio task, else the thread. A task
+    created inside a transaction (asyncio.create_task) and a thread given a copy of
+    the context (asyncio.to_thread) inherit _active; they must not join it."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return threading.get_ident()
+    return asyncio.current_task() or threading.get_ident()
+
+
 class Transaction:
     """A write transaction on a Database (BEGIN IMMEDIATE ... COMMIT/ROLLBACK), on a
     core transaction handle of its own (a connection of its own).
@@ -46,12 +58,13 @@ class Transaction:
     by accident: their calls run outside it (writers wait for the write lock).
     """
 
-    __slots__ = ("_db", "_tx", "_token", "_base")
+    __slots__ = ("_db", "_tx", "_token", "_base", "_owner")
 
     def __init__(self, db: "Database", base: Any = None) -> None:
         self._db = db
         self._tx: Any = None
         self._token: Any = None
+        self._owner: Any = None
         self._base = base if base is not None else db._h  # the handle it begins on
 
     @property
@@ -70,6 +83,7 @@ class Transaction:
             raise InvalidArgument("a transaction of this database is already open in this "
                                   "context (transactions do not nest)")
         self._tx = self._base.begin_tx()
+        self._owner = _owner()
         self._token = _active.set(_active.get() + (self,))
         return self
 
@@ -138,6 +152,7 @@ class Transaction:
                                   "context (transactions do not nest)")
         loop = asyncio.get_running_loop()
         self._tx = await loop.run_in_executor(_begin_pool(), self._base.begin_tx)
+        self._owner = _owner()
         self._token = _active.set(_active.get() + (self,))
         return self
 
@@ -245,8 +260,12 @@ class Database:
         return self._context_tx() is not None
 
     def _context_tx(self) -> Optional[Transaction]:
-        for t in _active.get():
-            if t._db is self and t._tx is not None:
+        stack = _active.get()
+        if not stack:
+            return None
+        me = _owner()
+        for t in stack:
+            if t._db is self and t._tx is not None and t._owner == me:
                 return t
         return None
 
