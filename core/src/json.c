@@ -15,6 +15,7 @@ typedef struct jp {
     int depth, max_depth;
     int too_deep; /* refused for nesting past max_depth */
     int huge;     /* refused for a number beyond a double's range */
+    int lone;     /* refused for a lone surrogate escape (\ud800 with no pair) */
     const unsigned char *key, *hkey; /* the member being read; the one holding the huge number */
     size_t keylen, hkeylen;
 } jp;
@@ -31,6 +32,7 @@ static void jp_init(jp *j, const char *text, size_t n) {
     j->max_depth = TC_JSON_MAX_DEPTH;
     j->too_deep = 0;
     j->huge = 0;
+    j->lone = 0;
     j->key = j->hkey = NULL;
     j->keylen = j->hkeylen = 0;
 }
@@ -114,6 +116,22 @@ static int hex(unsigned char c) {
     return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') || (c >= 'A' && c <= 'F');
 }
 
+/* The value of the 4 hex digits at p (checked), or -1. */
+static long hex4(const unsigned char *p) {
+    long v = 0;
+    int i;
+    for (i = 0; i < 4; i++) {
+        unsigned char c = p[i];
+        if (!hex(c)) return -1;
+        v = v * 16 + (c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+    }
+    return v;
+}
+
+/* A string. A \u escape of half a UTF-16 surrogate pair must be the high
+ * half followed by the low one: a lone half (\ud800) is a code point no UTF-8
+ * text holds, and readers disagree on it (Go reads U+FFFD, Python and Node
+ * keep the lone half, Ruby makes invalid UTF-8), so it cannot travel. */
 static int jp_string(jp *j) {
     j->p++; /* the opening quote */
     while (j->p < j->end) {
@@ -124,11 +142,22 @@ static int jp_string(jp *j) {
             if (j->p >= j->end) return 0;
             c = *j->p++;
             if (c == 'u') {
-                int i;
-                if (j->end - j->p < 4) return 0;
-                for (i = 0; i < 4; i++)
-                    if (!hex(j->p[i])) return 0;
+                long u;
+                if (j->end - j->p < 4 || (u = hex4(j->p)) < 0) return 0;
                 j->p += 4;
+                if (u >= 0xdc00 && u <= 0xdfff) {
+                    j->lone = 1;
+                    return 0;
+                }
+                if (u >= 0xd800 && u <= 0xdbff) {
+                    long lo;
+                    if (j->end - j->p < 6 || j->p[0] != '\\' || j->p[1] != 'u' || (lo = hex4(j->p + 2)) < 0xdc00 ||
+                        lo > 0xdfff) {
+                        j->lone = 1;
+                        return 0;
+                    }
+                    j->p += 6;
+                }
             } else if (!strchr("\"\\/bfnrt", c)) {
                 return 0;
             }
@@ -240,6 +269,10 @@ const char *tc_json_why(const char *text, size_t n, char *buf, size_t cap) {
                  (const char *)j.hkey, j.hkeylen > 80 ? "...\"" : "", range);
     else if (j.huge)
         snprintf(buf, cap, " (it holds %s)", range);
+    else if (j.lone)
+        snprintf(buf, cap, " (a string in it holds a lone surrogate escape, half of a UTF-16 pair such "
+                           "as \\ud800 without its other half: no UTF-8 text holds it, and JSON readers "
+                           "disagree on it)");
     return buf;
 }
 

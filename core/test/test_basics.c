@@ -440,5 +440,17 @@ void suite_json(void) {
             }
         }
     }
+    {
+        /* a surrogate pair written as two escapes is one character; half of one
+         * alone is refused (readers disagree on it), in strings and keys */
+        static const char *pairs[] = {"\"\\ud83d\\ude00\"", "\"a\\uD83D\\uDE00b\"", "{\"\\udbff\\udfff\":1}"};
+        static const char *lone[] = {"\"\\ud800\"", "\"\\udc00\"", "\"\\ud800\\u0041\"", "\"\\ud800x\"",
+                                     "\"\\udbff\\ud800\"", "{\"\\udfff\":1}", "[1,\"\\uDE00\\uD83D\"]"};
+        for (i = 0; i < sizeof pairs / sizeof pairs[0]; i++) CHECK_OK(db, tocsin_notify(db, &id, "c", pairs[i], NULL));
+        for (i = 0; i < sizeof lone / sizeof lone[0]; i++) {
+            CHECK_EQ_I(tocsin_notify(db, &id, "c", lone[i], NULL), TOCSIN_INVALID);
+            CHECK(strstr(tocsin_errmsg(db), "lone surrogate escape") != NULL);
+        }
+    }
     tocsin_close(db);
 }

@@ -1175,7 +1175,7 @@ static void hand_written_envelopes(void) {
         "{\"task\":\"add\",\"result_ttl_ms\":5.0}", "{\"task\":\"add\",\"timeout_ms\":-1}",
         "{\"task\":\"add\",\"timeout_ms\":1e3}", "{\"task\":\"add\",\"timeout_ms\":\"5\"}",
         "{\"task\":\"add\",\"result_ttl_ms\":99999999999999999999}", "{\"t\\u0061sk\":\"add\"}",
-        "{\"task\":\"a\\u0000b\"}", "{\"task\":\"a\\ud800b\"}",
+        "{\"task\":\"a\\u0000b\"}",
     };
     tocsin_db *db = t_open("w_envelopes", NULL);
     tocsin_worker *w = open_worker(db, "w1", 1);
@@ -1212,6 +1212,10 @@ static void hand_written_envelopes(void) {
         CHECK(res && res->is_error && strcmp(res->error_type, "InvalidEnvelope") == 0);
         if (!(res && res->is_error)) fprintf(stderr, "  envelope %s was read as valid\n", bad[i]);
         tocsin_result_free(res);
+    }
+    { /* a lone surrogate escape is not even enqueued (json.c) */
+        int64_t id = 0;
+        CHECK_EQ_I(tocsin_queue_enqueue(db, &id, "tasks", "{\"task\":\"a\\ud800b\"}", NULL), TOCSIN_INVALID);
     }
     tocsin_worker_close(w);
     tocsin_close(db);
