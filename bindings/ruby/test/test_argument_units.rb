@@ -30,6 +30,25 @@ class TestArgumentUnits < Minitest::Test
     assert_equal MAX_S, Tocsin::Util.seconds_text(Tocsin::Native::MAX_TIME_MS)
   end
 
+  # A 0 the core would read as "none" or "the default" is refused where Python and Node
+  # refuse it, and a fraction of a millisecond is 1 ms, never 0 (a job that never expires,
+  # a 5 s lock wait for busy_timeout: 0.0001).
+  def test_zero_and_sub_millisecond_durations
+    q = db.queue("q")
+    refused(/\Aexpires must be > 0 seconds, not 0 \(leave it out for none\)\z/) { q.enqueue(1, expires: 0) }
+    refused(/\Abusy_timeout must be > 0 seconds, not 0/) { Tocsin.open(db.path, busy_timeout: 0) }
+    refused(/\Aresult_ttl must be > 0 seconds, not 0/) { q.call("t", result_ttl: 0) }
+    refused(/\Atimeout must be > 0 seconds, not 0/) { q.call("t", timeout: 0) }
+    refused(/\Attl must be > 0 seconds, not 0/) { db.save_result(1, 1, ttl: 0) }
+    refused(/\Aexpires must be > 0 seconds/) { Tocsin::SQL.enqueue(nil, "q", 1, expires: 0.0) }
+    id = q.enqueue(1, expires: 0.0004)
+    job = q.get(id)
+    assert_equal 1, job.expires_at - job.created_at
+    assert_equal 1, Tocsin::Util.ms(0.0004, "visibility", min_ms: 1)
+    assert_equal 0, Tocsin::Util.ms(0.0004, "delay")
+    @before = snapshot
+  end
+
   def test_enqueue_names_the_keyword_in_seconds
     q = db.queue("q")
     e = refused(/\Adelay must be between 0 and #{MAX_S} seconds, not 1000000000000 seconds\z/) { q.enqueue(1, delay: BIG) }

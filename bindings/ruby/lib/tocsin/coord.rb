@@ -113,7 +113,7 @@ module Tocsin
       h = {}
       h[:priority] = Util.int!(o[:priority], "priority", nil_ok: true) if o.key?(:priority)
       h[:max_attempts] = Util.int!(o[:max_attempts], "max_attempts", nil_ok: true) if o.key?(:max_attempts)
-      h[:job_expires_ms] = Util.ms(o[:job_expires], "job_expires") if o.key?(:job_expires)
+      h[:job_expires_ms] = Util.ms(o[:job_expires], "job_expires", positive: true) if o.key?(:job_expires)
       if o.key?(:catch_up)
         h[:catch_up] = CATCH_UP.fetch(o[:catch_up]) do
           raise InvalidArgument, "catch_up must be :once or :all, not #{Util.kind(o[:catch_up])}"

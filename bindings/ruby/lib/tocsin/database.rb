@@ -56,7 +56,7 @@ module Tocsin
 
     def initialize(path, busy_timeout: 5, max_payload: nil, read_only: false, check_sqlite: true)
       @path = Util.text(Util.path!(path), "path")
-      busy_ms = Util.ms(busy_timeout, "busy_timeout", nil_ok: false, max_ms: 2**31 - 1) # a C int of ms
+      busy_ms = Util.ms(busy_timeout, "busy_timeout", nil_ok: false, max_ms: 2**31 - 1, positive: true) # a C int of ms
       Util.int!(max_payload, "max_payload", nil_ok: true)
       Util.bool!(read_only, "read_only")
       OneSQLite.check! if Util.bool!(check_sqlite, "check_sqlite")
@@ -254,12 +254,12 @@ module Tocsin
 
     # ---- results ----
     def save_result(job_id, value, ttl: nil, tx: nil)
-      handle(tx).result_save(job_id, Util.dump(value, "result"), Util.ms(ttl, "ttl"))
+      handle(tx).result_save(job_id, Util.dump(value, "result"), Util.ms(ttl, "ttl", positive: true))
     end
 
     def save_error(job_id, type, message = "", ttl: nil, tx: nil)
       handle(tx).result_save_error(job_id, Util.str!(type, "type"), Util.str!(message, "message", nil_ok: true),
-                                   Util.ms(ttl, "ttl"))
+                                   Util.ms(ttl, "ttl", positive: true))
     end
 
     def result(job_id, tx: nil) = Result.from(handle(tx).result_get(job_id))

@@ -225,8 +225,8 @@ module Tocsin
              run_at: nil, max_attempts: nil, expires: nil, unique_key: nil, meta: nil)
       opts = enqueue_opts(priority, delay, run_at, max_attempts, expires, unique_key, meta)
       id = @db.handle(tx).task_enqueue(@name, Util.name!(task, "task name"), Util.dump(args, "args"),
-                                       Util.dump(Util.hash!(kwargs, "kwargs"), "kwargs"), Util.ms(result_ttl, "result_ttl"),
-                                       Util.ms(timeout, "timeout"), opts)
+                                       Util.dump(Util.hash!(kwargs, "kwargs"), "kwargs"), Util.ms(result_ttl, "result_ttl", positive: true),
+                                       Util.ms(timeout, "timeout", positive: true), opts)
       TaskHandle.new(@db, id)
     end
 
@@ -268,7 +268,7 @@ module Tocsin
       raise InvalidArgument, "#{at.empty? ? "" : "#{at.strip}: "}give delay or run_at, not both" unless delay.nil? || run_at.nil?
 
       [priority, Util.ms(delay, "#{at}delay"), Util.instant_ms(run_at, "#{at}run_at"), max_attempts,
-       Util.ms(expires, "#{at}expires"), Util.str!(unique_key, "#{at}unique_key", nil_ok: true), meta_json(meta, at)]
+       Util.ms(expires, "#{at}expires", positive: true), Util.str!(unique_key, "#{at}unique_key", nil_ok: true), meta_json(meta, at)]
     end
 
     def meta_json(meta, at)

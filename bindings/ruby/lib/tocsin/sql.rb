@@ -62,8 +62,8 @@ module Tocsin
     def call(conn, queue, task, *args, kwargs: {}, result_ttl: nil, timeout: nil, priority: nil, delay: nil,
              run_at: nil, max_attempts: nil, expires: nil, unique_key: nil, meta: nil)
       o = options(priority, delay, run_at, max_attempts, expires, unique_key, meta)
-      ttl = Util.ms(result_ttl, "result_ttl")
-      limit = Util.ms(timeout, "timeout")
+      ttl = Util.ms(result_ttl, "result_ttl", positive: true)
+      limit = Util.ms(timeout, "timeout", positive: true)
       o[:result_ttl_ms] = ttl if ttl&.positive?
       o[:timeout_ms] = limit if limit&.positive?
       value(conn, "SELECT tocsin_task_enqueue(?, ?, ?, ?, ?)", Util.name!(queue, "queue"), Util.name!(task, "task name"),
@@ -79,7 +79,7 @@ module Tocsin
       o[:delay_ms] = Util.ms(delay, "delay") unless delay.nil?
       o[:run_at_ms] = Util.instant_ms(run_at, "run_at") unless run_at.nil?
       o[:max_attempts] = Util.int!(max_attempts, "max_attempts") unless max_attempts.nil?
-      o[:expires_ms] = Util.ms(expires, "expires") unless expires.nil?
+      o[:expires_ms] = Util.ms(expires, "expires", positive: true) unless expires.nil?
       o[:unique_key] = Util.str!(unique_key, "unique_key") unless unique_key.nil?
       o[:meta] = Util.json!(Util.hash!(meta, "meta"), "meta") unless meta.nil?
       o
@@ -150,7 +150,7 @@ module Tocsin
     def task_envelope(task, *args, kwargs: {}, result_ttl: nil, timeout: nil)
       native.task_envelope(Util.name!(task, "task name"), Util.dump(args, "args"),
                            Util.dump(Util.hash!(kwargs, "kwargs"), "kwargs"),
-                           Util.ms(result_ttl, "result_ttl"), Util.ms(timeout, "timeout"))
+                           Util.ms(result_ttl, "result_ttl", positive: true), Util.ms(timeout, "timeout", positive: true))
     end
   end
 end

@@ -70,7 +70,7 @@ module Tocsin
         autosave_every = 100
         autosave = 1
       end
-      s = StreamSubscription.new(@db, @topic, consumer, from_offset, batch, autosave_every, Util.ms(autosave, "autosave"),
+      s = StreamSubscription.new(@db, @topic, consumer, from_offset, batch, autosave_every, Util.ms(autosave, "autosave", positive: true),
                                  save_on_close && !consumer.nil?)
       return s unless block
 

@@ -64,9 +64,9 @@ module Tocsin
       end
 
       @retries = retries
-      @backoff_ms = Util.ms(backoff, "backoff")
-      @timeout_ms = Util.ms(timeout, "timeout")
-      @result_ttl_ms = Util.ms(result_ttl, "result_ttl")
+      @backoff_ms = Util.ms(backoff, "backoff", positive: true)
+      @timeout_ms = Util.ms(timeout, "timeout", positive: true)
+      @result_ttl_ms = Util.ms(result_ttl, "result_ttl", positive: true)
     end
 
     # Calls the task here and now (args and kwargs as a worker would pass them).

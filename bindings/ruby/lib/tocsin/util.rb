@@ -25,7 +25,10 @@ module Tocsin
     # +min_ms+/+max_ms+ are the core's bounds for the argument (+note+ says what
     # max_ms is, if not the core's bound of all). A value beyond them, NaN or an
     # infinity never reaches the core.
-    def ms(seconds, what = "duration", nil_ok: true, min_ms: 0, max_ms: MAX_MS, note: nil)
+    # positive: 0 is refused (the core reads a 0 ms of it as "none" or "the
+    # default"), and so for any value from min_ms 1 up, a fraction of a millisecond
+    # above 0 is 1 ms, never 0 (as in Python).
+    def ms(seconds, what = "duration", nil_ok: true, min_ms: 0, max_ms: MAX_MS, note: nil, positive: false)
       if seconds.nil?
         return nil if nil_ok
 
@@ -41,6 +44,7 @@ module Tocsin
       # no duration is negative: the core reads some negative values as "none" or
       # "the backoff", which a caller spells by leaving the option out
       raise InvalidArgument, "#{what} must be >= 0 seconds, not #{shown(seconds)}" if f.negative?
+      raise InvalidArgument, "#{what} must be > 0 seconds, not #{shown(seconds)} (leave it out for none)" if positive && f.zero?
 
       # (the words of the native layer's own range checks, busy_timeout's)
       out = lambda do
@@ -49,6 +53,7 @@ module Tocsin
       end
       out.call if f * 1000 > max_ms
       v = number_op(seconds, what) { (seconds * 1000).round }
+      v = 1 if v.zero? && f.positive? && (positive || min_ms >= 1)
       out.call unless v.is_a?(Integer) && v.between?(min_ms, max_ms)
 
       v
