@@ -2641,6 +2641,14 @@ static long hex4(const unsigned char *p) {
     return v;
 }
 
+/* Refuses a lone surrogate escape, naming the member that holds it. */
+static int jp_lone(jp *j) {
+    j->lone = 1;
+    j->hkey = j->key;
+    j->hkeylen = j->keylen;
+    return 0;
+}
+
 /* A string. A \u escape of half a UTF-16 surrogate pair must be the high
  * half followed by the low one: a lone half (\ud800) is a code point no UTF-8
  * text holds, and readers disagree on it (Go reads U+FFFD, Python and Node
@@ -2658,17 +2666,12 @@ static int jp_string(jp *j) {
                 long u;
                 if (j->end - j->p < 4 || (u = hex4(j->p)) < 0) return 0;
                 j->p += 4;
-                if (u >= 0xdc00 && u <= 0xdfff) {
-                    j->lone = 1;
-                    return 0;
-                }
+                if (u >= 0xdc00 && u <= 0xdfff) return jp_lone(j);
                 if (u >= 0xd800 && u <= 0xdbff) {
                     long lo;
                     if (j->end - j->p < 6 || j->p[0] != '\\' || j->p[1] != 'u' || (lo = hex4(j->p + 2)) < 0xdc00 ||
-                        lo > 0xdfff) {
-                        j->lone = 1;
-                        return 0;
-                    }
+                        lo > 0xdfff)
+                        return jp_lone(j);
                     j->p += 6;
                 }
             } else if (!strchr("\"\\/bfnrt", c)) {
@@ -2772,6 +2775,8 @@ int tc_json_valid(const char *text, size_t n, char *top) {
 const char *tc_json_why(const char *text, size_t n, char *buf, size_t cap) {
     static const char range[] = "a number beyond the range of a double (as 1e999 is: JSON readers "
                                 "turn it into infinity or refuse it)";
+    static const char lone[] = "a lone surrogate escape, half of a UTF-16 pair such as \\ud800 without "
+                               "its other half: no UTF-8 text holds it, and JSON readers disagree on it";
     jp j;
     buf[0] = 0;
     if (jp_valid(&j, text, n, NULL)) return buf;
@@ -2783,9 +2788,9 @@ const char *tc_json_why(const char *text, size_t n, char *buf, size_t cap) {
     else if (j.huge)
         snprintf(buf, cap, " (it holds %s)", range);
     else if (j.lone)
-        snprintf(buf, cap, " (a string in it holds a lone surrogate escape, half of a UTF-16 pair such "
-                           "as \\ud800 without its other half: no UTF-8 text holds it, and JSON readers "
-                           "disagree on it)");
+        snprintf(buf, cap, " (%s%.*s%s holds %s)", j.hkey ? "the value of " : "a string in it",
+                 j.hkey ? (int)(j.hkeylen > 80 ? 76 : j.hkeylen) : 0, j.hkey ? (const char *)j.hkey : "",
+                 j.hkey && j.hkeylen > 80 ? "...\"" : "", lone);
     return buf;
 }
 
@@ -3499,6 +3504,10 @@ static const char SQL_ACK[] =
 static const char SQL_ACK_MANY[] =
     "DELETE FROM _tocsin_jobs WHERE id IN (SELECT j.id FROM json_each(?1) AS t, _tocsin_jobs AS j"
     " WHERE j.id = t.value >> 20 AND j.attempts = t.value & 1048575 AND j.state = 'processing')";
+/* Leases of ?1 (as SQL_ACK_MANY) still there after their DELETE: a trigger dropped it. */
+static const char SQL_ACK_LEFT[] =
+    "SELECT EXISTS (SELECT 1 FROM json_each(?1) AS t, _tocsin_jobs AS j"
+    " WHERE j.id = t.value >> 20 AND j.attempts = t.value & 1048575 AND j.state = 'processing')";
 static const char SQL_RETRY[] =
     "UPDATE _tocsin_jobs SET state = ?4, run_at = ?2, lease_until = NULL, last_error = ?3"
     " WHERE id = ?1";
@@ -3594,6 +3603,9 @@ static const char SQL_PURGE_Q_BEFORE[] =
     "DELETE FROM _tocsin_dead WHERE queue = ?1 AND died_at < ?2";
 static const char SQL_PURGE_ALL[] = "DELETE FROM _tocsin_dead";
 static const char SQL_PURGE_ALL_BEFORE[] = "DELETE FROM _tocsin_dead WHERE died_at < ?2";
+/* What a purge matched and left: a trigger dropped its DELETE. */
+static const char SQL_PURGE_LEFT[] =
+    "SELECT EXISTS (SELECT 1 FROM _tocsin_dead WHERE (?1 IS NULL OR queue = ?1) AND (?2 = 0 OR died_at < ?2))";
 
 #define TC_MAX_CLAIM TOCSIN_MAX_BATCH
 #define TC_MAX_UNIQUE_KEY TOCSIN_MAX_UNIQUE_KEY_BYTES
@@ -4043,9 +4055,7 @@ static int lease_jobs(tocsin_db *db, tocsin_job *jobs, size_t n, const char *wor
         sqlite3_bind_int64(st, 3, until);
         if ((rc = tc_step_done(db, st, "claim")) != TOCSIN_OK) return rc;
         /* the rows were read in this write transaction: every one is there */
-        if ((size_t)sqlite3_changes(db->conn) != k)
-            return tc_err(db, TOCSIN_ERROR, "claim: leased %d of the %zu jobs it read",
-                          sqlite3_changes(db->conn), k);
+        if ((size_t)sqlite3_changes(db->conn) != k) return tc_trigger_dropped(db, "claim", "_tocsin_jobs");
     }
     for (i = 0; i < n; i++) {
         tocsin_job *j = &jobs[i];
@@ -4183,6 +4193,22 @@ static int check_error_text(tocsin_db *db, const char *error) {
     return tc_check_text(db, "error text", error, (size_t)db->max_payload);
 }
 
+/* After an ack that ended fewer leases than it was given: TOCSIN_OK when the
+ * others were stale, the trigger error when a lease of `tokens` (a JSON array)
+ * is still there (a trigger dropped its DELETE). Read on the failure path only. */
+static int acks_dropped(tocsin_db *db, tc_buf *tokens) {
+    sqlite3_stmt *st;
+    int rc, left;
+    if (tokens->oom) return tc_err(db, TOCSIN_NOMEM, "ack: out of memory");
+    if (!(st = tc_stmt(db, SQL_ACK_LEFT))) return TC_ERRCODE;
+    sqlite3_bind_text(st, 1, tokens->p, (int)tokens->len, SQLITE_STATIC);
+    rc = tc_step(db, st);
+    left = rc == SQLITE_ROW && sqlite3_column_int(st, 0);
+    sqlite3_reset(st);
+    if (rc != SQLITE_ROW) return tc_sqlerr(db, rc, "ack");
+    return left ? tc_trigger_dropped(db, "ack", "_tocsin_jobs") : TOCSIN_OK;
+}
+
 int tocsin_job_ack(tocsin_db *db, int *out_ok, int64_t id, int64_t token) {
     size_t acked = 0;
     int rc = tocsin_job_ack_batch(db, &acked, &id, &token, 1);
@@ -4210,6 +4236,14 @@ int tocsin_job_ack_batch(tocsin_db *db, size_t *out_acked, const int64_t *ids,
             sqlite3_bind_int64(st, 2, token_attempt(ids[0], tokens[0]));
             rc = tc_step_done(db, st, "ack");
             if (rc == TOCSIN_OK) acked = (size_t)sqlite3_changes(db->conn);
+            if (rc == TOCSIN_OK && !acked) { /* a stale token, or a trigger dropped the delete */
+                tc_buf one = {0};
+                tc_buf_puts(&one, "[");
+                tc_buf_i64(&one, tokens[0]);
+                tc_buf_puts(&one, "]");
+                rc = token_attempt(ids[0], tokens[0]) ? acks_dropped(db, &one) : TOCSIN_OK;
+                sqlite3_free(one.p);
+            }
         }
     }
     for (i = 0; n > 1 && i < n && rc == TOCSIN_OK;) {
@@ -4229,6 +4263,7 @@ int tocsin_job_ack_batch(tocsin_db *db, size_t *out_acked, const int64_t *ids,
         } else if (k) {
             sqlite3_bind_text(st, 1, list.p, (int)list.len, SQLITE_TRANSIENT);
             rc = tc_step_done(db, st, "ack");
+            if (rc == TOCSIN_OK && (size_t)sqlite3_changes(db->conn) < k) rc = acks_dropped(db, &list);
             if (rc == TOCSIN_OK) acked += (size_t)sqlite3_changes(db->conn);
         }
         sqlite3_free(list.p);
@@ -4384,7 +4419,8 @@ static int set_paused(tocsin_db *db, const char *queue, int paused) {
         sqlite3_bind_text(st, 1, queue, -1, SQLITE_STATIC);
         sqlite3_bind_int(st, 2, paused);
         sqlite3_bind_int64(st, 3, queue_now(db));
-        rc = tc_step_done(db, st, paused ? "pause" : "resume");
+        rc = tc_one_row(db, tc_step_done(db, st, paused ? "pause" : "resume"), paused ? "pause" : "resume",
+                        "_tocsin_queues");
     }
     return tc_op_end(db, &op, rc);
 }
@@ -4654,6 +4690,19 @@ int tocsin_dead_purge(tocsin_db *db, int64_t *out_n, const char *queue, int64_t 
         sqlite3_bind_int64(st, 2, before_ms);
         rc = tc_step_done(db, st, "purge dead letters");
         if (rc == TOCSIN_OK) *out_n = sqlite3_changes(db->conn);
+        if (rc == TOCSIN_OK && !(st = tc_stmt(db, SQL_PURGE_LEFT))) {
+            rc = TC_ERRCODE;
+        } else if (rc == TOCSIN_OK) {
+            int left;
+            if (queue) sqlite3_bind_text(st, 1, queue, -1, SQLITE_STATIC);
+            sqlite3_bind_int64(st, 2, before_ms);
+            rc = tc_step(db, st);
+            left = rc == SQLITE_ROW && sqlite3_column_int(st, 0);
+            sqlite3_reset(st);
+            rc = rc != SQLITE_ROW ? tc_sqlerr(db, rc, "purge dead letters")
+                 : left           ? tc_trigger_dropped(db, "purge dead letters", "_tocsin_dead")
+                                  : TOCSIN_OK;
+        }
     }
     rc = tc_op_end(db, &op, rc);
     if (rc != TOCSIN_OK) *out_n = 0;
@@ -5076,7 +5125,9 @@ int tocsin_stream_save_offset(tocsin_db *db, int64_t *out_stored, const char *co
             rc = tc_step_done(db, st, "save offset");
         } else {
             sqlite3_reset(st);
-            rc = tc_sqlerr(db, rc, "save offset");
+            /* no row back: a trigger dropped the insert or the update */
+            rc = rc == SQLITE_DONE ? tc_trigger_dropped(db, "save offset", "_tocsin_offsets")
+                                   : tc_sqlerr(db, rc, "save offset");
         }
     }
     rc = tc_op_end(db, &op, rc);
@@ -6671,6 +6722,7 @@ static const char SQL_RESULT_GET[] =
     " created_at, expires_at, json_extract(error, '$.trace') FROM _tocsin_results"
     " WHERE job_id = ?1 AND (expires_at IS NULL OR expires_at > ?2)";
 static const char SQL_RESULT_DELETE[] = "DELETE FROM _tocsin_results WHERE job_id = ?1";
+static const char SQL_RESULT_EXISTS[] = "SELECT 1 FROM _tocsin_results WHERE job_id = ?1";
 static const char SQL_RESULT_SWEEP[] =
     "DELETE FROM _tocsin_results WHERE expires_at IS NOT NULL AND expires_at <= ?1";
 
@@ -6964,6 +7016,15 @@ int tocsin_result_delete(tocsin_db *db, int *out_ok, int64_t job_id) {
     sqlite3_bind_int64(st, 1, job_id);
     rc = tc_step_done(db, st, "delete result");
     if (rc == TOCSIN_OK) *out_ok = sqlite3_changes(db->conn) > 0;
+    if (rc == TOCSIN_OK && !*out_ok) { /* none, or a trigger dropped the delete */
+        if (!(st = tc_stmt(db, SQL_RESULT_EXISTS))) return tc_op_end(db, &op, TC_ERRCODE);
+        sqlite3_bind_int64(st, 1, job_id);
+        rc = tc_step(db, st);
+        sqlite3_reset(st);
+        rc = rc == SQLITE_ROW    ? tc_trigger_dropped(db, "delete result", "_tocsin_results")
+             : rc == SQLITE_DONE ? TOCSIN_OK
+                                 : tc_sqlerr(db, rc, "delete result");
+    }
     return tc_op_end(db, &op, rc);
 }
 
@@ -7103,7 +7164,9 @@ static int lock_acquire(tocsin_db *db, int64_t *out_token, int64_t *out_until, c
         sqlite3_bind_text(st, 2, owner, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 3, now);
         sqlite3_bind_int64(st, 4, new_until);
-        if ((rc = tc_step_done(db, st, "acquire lock")) != TOCSIN_OK) goto done;
+        if ((rc = tc_one_row(db, tc_step_done(db, st, "acquire lock"), "acquire lock", "_tocsin_locks")) !=
+            TOCSIN_OK)
+            goto done;
         *out_token = 1;
         if (out_until) *out_until = new_until;
     } else if (cur && until > now) {
@@ -7115,7 +7178,10 @@ static int lock_acquire(tocsin_db *db, int64_t *out_token, int64_t *out_until, c
             sqlite3_bind_int64(st, 3, token);
             sqlite3_bind_int64(st, 4, new_until > until ? new_until : until);
             sqlite3_bind_int64(st, 5, now);
-            if ((rc = tc_step_done(db, st, "acquire lock")) != TOCSIN_OK) goto done;
+            /* the row was read just now, in this write: it matches */
+            if ((rc = tc_one_row(db, tc_step_done(db, st, "acquire lock"), "acquire lock", "_tocsin_locks")) !=
+                TOCSIN_OK)
+                goto done;
             *out_token = token;
             if (out_until) *out_until = new_until > until ? new_until : until;
         } else if (out_until) {
@@ -7130,7 +7196,9 @@ static int lock_acquire(tocsin_db *db, int64_t *out_token, int64_t *out_until, c
         sqlite3_bind_int64(st, 4, new_until);
         rc = tc_step(db, st);
         if (rc == SQLITE_ROW) token = sqlite3_column_int64(st, 0);
-        rc = rc == SQLITE_ROW ? tc_step_done(db, st, "acquire lock") : tc_sqlerr(db, rc, "acquire lock");
+        rc = rc == SQLITE_ROW    ? tc_step_done(db, st, "acquire lock")
+             : rc == SQLITE_DONE ? tc_trigger_dropped(db, "acquire lock", "_tocsin_locks") /* read, not updated */
+                                 : tc_sqlerr(db, rc, "acquire lock");
         sqlite3_reset(st);
         if (rc != TOCSIN_OK) goto done;
         *out_token = token;
@@ -7182,6 +7250,15 @@ static int lock_holder_op(tocsin_db *db, int *out_ok, const char *name, const ch
     }
     rc = tc_step_done(db, st, extend ? "renew lock" : "release lock");
     if (rc == TOCSIN_OK) *out_ok = sqlite3_changes(db->conn) > 0;
+    if (rc == TOCSIN_OK && !*out_ok) { /* not the holder, or a trigger dropped the change */
+        char *cur = NULL;
+        int64_t cur_token = 0, until = 0;
+        int found = 0;
+        rc = lock_read(db, name, &found, &cur, &cur_token, &until);
+        if (rc == TOCSIN_OK && found && cur && strcmp(cur, owner) == 0 && cur_token == token)
+            rc = tc_trigger_dropped(db, extend ? "renew lock" : "release lock", "_tocsin_locks");
+        sqlite3_free(cur);
+    }
     return tc_op_end(db, &op, rc);
 }
 
@@ -7344,7 +7421,8 @@ int tocsin_ratelimit_try(tocsin_db *db, int *out_allowed, int64_t *out_retry_aft
         sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 2, now);
         sqlite3_bind_int64(st, 3, tc_time_add(now, per_ms));
-        if ((rc = tc_step_done(db, st, "rate limit")) != TOCSIN_OK) return tc_op_end(db, &op, rc);
+        rc = tc_one_row(db, tc_step_done(db, st, "rate limit"), "rate limit", "_tocsin_rate_hits");
+        if (rc != TOCSIN_OK) return tc_op_end(db, &op, rc);
         *out_allowed = 1;
         if (out_remaining) *out_remaining = limit - count - 1;
         return tc_op_end(db, &op, TOCSIN_OK);
@@ -8239,8 +8317,8 @@ static int sched_write(tocsin_db *db, int64_t *out_next, const char *name, const
     sqlite3_bind_int(st, 11, eff.local_time);
     sched_bind_next(st, 12, next);
     sqlite3_bind_int64(st, 13, now);
-    if ((rc = tc_step_done(db, st, "register schedule")) == TOCSIN_OK && out_next)
-        *out_next = next;
+    rc = tc_one_row(db, tc_step_done(db, st, "register schedule"), "register schedule", "_tocsin_schedules");
+    if (rc == TOCSIN_OK && out_next) *out_next = next;
 done:
     tocsin_schedules_free(row, row ? 1 : 0);
     return tc_op_end(db, &op, rc);
@@ -8272,8 +8350,13 @@ int tocsin_schedule_pause(tocsin_db *db, const char *name) {
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, tocsin_now(db));
     rc = tc_step_done(db, st, "pause schedule");
-    if (rc == TOCSIN_OK && sqlite3_changes(db->conn) == 0)
-        rc = tc_err(db, TOCSIN_NOTFOUND, "no schedule named \"%s\"", name);
+    if (rc == TOCSIN_OK && sqlite3_changes(db->conn) == 0) {
+        tocsin_schedule *row = NULL;
+        if ((rc = sched_get(db, name, &row)) == TOCSIN_OK)
+            rc = row ? tc_trigger_dropped(db, "pause schedule", "_tocsin_schedules")
+                     : tc_err(db, TOCSIN_NOTFOUND, "no schedule named \"%s\"", name);
+        tocsin_schedules_free(row, row ? 1 : 0);
+    }
     return tc_op_end(db, &op, rc);
 }
 
@@ -8302,7 +8385,8 @@ int tocsin_schedule_resume(tocsin_db *db, const char *name) {
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     sched_bind_next(st, 2, next);
     sqlite3_bind_int64(st, 3, now);
-    rc = tc_step_done(db, st, "resume schedule");
+    /* read as paused in this write: it matches */
+    rc = tc_one_row(db, tc_step_done(db, st, "resume schedule"), "resume schedule", "_tocsin_schedules");
 done:
     tocsin_schedules_free(row, row ? 1 : 0);
     return tc_op_end(db, &op, rc);
@@ -8321,6 +8405,12 @@ int tocsin_schedule_remove(tocsin_db *db, int *out_ok, const char *name) {
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     rc = tc_step_done(db, st, "remove schedule");
     if (rc == TOCSIN_OK) *out_ok = sqlite3_changes(db->conn) > 0;
+    if (rc == TOCSIN_OK && !*out_ok) { /* none, or a trigger dropped the delete */
+        tocsin_schedule *row = NULL;
+        if ((rc = sched_get(db, name, &row)) == TOCSIN_OK && row)
+            rc = tc_trigger_dropped(db, "remove schedule", "_tocsin_schedules");
+        tocsin_schedules_free(row, row ? 1 : 0);
+    }
     return tc_op_end(db, &op, rc);
 }
 

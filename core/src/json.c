@@ -128,6 +128,14 @@ static long hex4(const unsigned char *p) {
     return v;
 }
 
+/* Refuses a lone surrogate escape, naming the member that holds it. */
+static int jp_lone(jp *j) {
+    j->lone = 1;
+    j->hkey = j->key;
+    j->hkeylen = j->keylen;
+    return 0;
+}
+
 /* A string. A \u escape of half a UTF-16 surrogate pair must be the high
  * half followed by the low one: a lone half (\ud800) is a code point no UTF-8
  * text holds, and readers disagree on it (Go reads U+FFFD, Python and Node
@@ -145,17 +153,12 @@ static int jp_string(jp *j) {
                 long u;
                 if (j->end - j->p < 4 || (u = hex4(j->p)) < 0) return 0;
                 j->p += 4;
-                if (u >= 0xdc00 && u <= 0xdfff) {
-                    j->lone = 1;
-                    return 0;
-                }
+                if (u >= 0xdc00 && u <= 0xdfff) return jp_lone(j);
                 if (u >= 0xd800 && u <= 0xdbff) {
                     long lo;
                     if (j->end - j->p < 6 || j->p[0] != '\\' || j->p[1] != 'u' || (lo = hex4(j->p + 2)) < 0xdc00 ||
-                        lo > 0xdfff) {
-                        j->lone = 1;
-                        return 0;
-                    }
+                        lo > 0xdfff)
+                        return jp_lone(j);
                     j->p += 6;
                 }
             } else if (!strchr("\"\\/bfnrt", c)) {
@@ -259,6 +262,8 @@ int tc_json_valid(const char *text, size_t n, char *top) {
 const char *tc_json_why(const char *text, size_t n, char *buf, size_t cap) {
     static const char range[] = "a number beyond the range of a double (as 1e999 is: JSON readers "
                                 "turn it into infinity or refuse it)";
+    static const char lone[] = "a lone surrogate escape, half of a UTF-16 pair such as \\ud800 without "
+                               "its other half: no UTF-8 text holds it, and JSON readers disagree on it";
     jp j;
     buf[0] = 0;
     if (jp_valid(&j, text, n, NULL)) return buf;
@@ -270,9 +275,9 @@ const char *tc_json_why(const char *text, size_t n, char *buf, size_t cap) {
     else if (j.huge)
         snprintf(buf, cap, " (it holds %s)", range);
     else if (j.lone)
-        snprintf(buf, cap, " (a string in it holds a lone surrogate escape, half of a UTF-16 pair such "
-                           "as \\ud800 without its other half: no UTF-8 text holds it, and JSON readers "
-                           "disagree on it)");
+        snprintf(buf, cap, " (%s%.*s%s holds %s)", j.hkey ? "the value of " : "a string in it",
+                 j.hkey ? (int)(j.hkeylen > 80 ? 76 : j.hkeylen) : 0, j.hkey ? (const char *)j.hkey : "",
+                 j.hkey && j.hkeylen > 80 ? "...\"" : "", lone);
     return buf;
 }
 

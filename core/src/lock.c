@@ -93,7 +93,9 @@ static int lock_acquire(tocsin_db *db, int64_t *out_token, int64_t *out_until, c
         sqlite3_bind_text(st, 2, owner, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 3, now);
         sqlite3_bind_int64(st, 4, new_until);
-        if ((rc = tc_step_done(db, st, "acquire lock")) != TOCSIN_OK) goto done;
+        if ((rc = tc_one_row(db, tc_step_done(db, st, "acquire lock"), "acquire lock", "_tocsin_locks")) !=
+            TOCSIN_OK)
+            goto done;
         *out_token = 1;
         if (out_until) *out_until = new_until;
     } else if (cur && until > now) {
@@ -105,7 +107,10 @@ static int lock_acquire(tocsin_db *db, int64_t *out_token, int64_t *out_until, c
             sqlite3_bind_int64(st, 3, token);
             sqlite3_bind_int64(st, 4, new_until > until ? new_until : until);
             sqlite3_bind_int64(st, 5, now);
-            if ((rc = tc_step_done(db, st, "acquire lock")) != TOCSIN_OK) goto done;
+            /* the row was read just now, in this write: it matches */
+            if ((rc = tc_one_row(db, tc_step_done(db, st, "acquire lock"), "acquire lock", "_tocsin_locks")) !=
+                TOCSIN_OK)
+                goto done;
             *out_token = token;
             if (out_until) *out_until = new_until > until ? new_until : until;
         } else if (out_until) {
@@ -120,7 +125,9 @@ static int lock_acquire(tocsin_db *db, int64_t *out_token, int64_t *out_until, c
         sqlite3_bind_int64(st, 4, new_until);
         rc = tc_step(db, st);
         if (rc == SQLITE_ROW) token = sqlite3_column_int64(st, 0);
-        rc = rc == SQLITE_ROW ? tc_step_done(db, st, "acquire lock") : tc_sqlerr(db, rc, "acquire lock");
+        rc = rc == SQLITE_ROW    ? tc_step_done(db, st, "acquire lock")
+             : rc == SQLITE_DONE ? tc_trigger_dropped(db, "acquire lock", "_tocsin_locks") /* read, not updated */
+                                 : tc_sqlerr(db, rc, "acquire lock");
         sqlite3_reset(st);
         if (rc != TOCSIN_OK) goto done;
         *out_token = token;
@@ -172,6 +179,15 @@ static int lock_holder_op(tocsin_db *db, int *out_ok, const char *name, const ch
     }
     rc = tc_step_done(db, st, extend ? "renew lock" : "release lock");
     if (rc == TOCSIN_OK) *out_ok = sqlite3_changes(db->conn) > 0;
+    if (rc == TOCSIN_OK && !*out_ok) { /* not the holder, or a trigger dropped the change */
+        char *cur = NULL;
+        int64_t cur_token = 0, until = 0;
+        int found = 0;
+        rc = lock_read(db, name, &found, &cur, &cur_token, &until);
+        if (rc == TOCSIN_OK && found && cur && strcmp(cur, owner) == 0 && cur_token == token)
+            rc = tc_trigger_dropped(db, extend ? "renew lock" : "release lock", "_tocsin_locks");
+        sqlite3_free(cur);
+    }
     return tc_op_end(db, &op, rc);
 }
 

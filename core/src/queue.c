@@ -167,6 +167,10 @@ static const char SQL_ACK[] =
 static const char SQL_ACK_MANY[] =
     "DELETE FROM _tocsin_jobs WHERE id IN (SELECT j.id FROM json_each(?1) AS t, _tocsin_jobs AS j"
     " WHERE j.id = t.value >> 20 AND j.attempts = t.value & 1048575 AND j.state = 'processing')";
+/* Leases of ?1 (as SQL_ACK_MANY) still there after their DELETE: a trigger dropped it. */
+static const char SQL_ACK_LEFT[] =
+    "SELECT EXISTS (SELECT 1 FROM json_each(?1) AS t, _tocsin_jobs AS j"
+    " WHERE j.id = t.value >> 20 AND j.attempts = t.value & 1048575 AND j.state = 'processing')";
 static const char SQL_RETRY[] =
     "UPDATE _tocsin_jobs SET state = ?4, run_at = ?2, lease_until = NULL, last_error = ?3"
     " WHERE id = ?1";
@@ -262,6 +266,9 @@ static const char SQL_PURGE_Q_BEFORE[] =
     "DELETE FROM _tocsin_dead WHERE queue = ?1 AND died_at < ?2";
 static const char SQL_PURGE_ALL[] = "DELETE FROM _tocsin_dead";
 static const char SQL_PURGE_ALL_BEFORE[] = "DELETE FROM _tocsin_dead WHERE died_at < ?2";
+/* What a purge matched and left: a trigger dropped its DELETE. */
+static const char SQL_PURGE_LEFT[] =
+    "SELECT EXISTS (SELECT 1 FROM _tocsin_dead WHERE (?1 IS NULL OR queue = ?1) AND (?2 = 0 OR died_at < ?2))";
 
 #define TC_MAX_CLAIM TOCSIN_MAX_BATCH
 #define TC_MAX_UNIQUE_KEY TOCSIN_MAX_UNIQUE_KEY_BYTES
@@ -711,9 +718,7 @@ static int lease_jobs(tocsin_db *db, tocsin_job *jobs, size_t n, const char *wor
         sqlite3_bind_int64(st, 3, until);
         if ((rc = tc_step_done(db, st, "claim")) != TOCSIN_OK) return rc;
         /* the rows were read in this write transaction: every one is there */
-        if ((size_t)sqlite3_changes(db->conn) != k)
-            return tc_err(db, TOCSIN_ERROR, "claim: leased %d of the %zu jobs it read",
-                          sqlite3_changes(db->conn), k);
+        if ((size_t)sqlite3_changes(db->conn) != k) return tc_trigger_dropped(db, "claim", "_tocsin_jobs");
     }
     for (i = 0; i < n; i++) {
         tocsin_job *j = &jobs[i];
@@ -851,6 +856,22 @@ static int check_error_text(tocsin_db *db, const char *error) {
     return tc_check_text(db, "error text", error, (size_t)db->max_payload);
 }
 
+/* After an ack that ended fewer leases than it was given: TOCSIN_OK when the
+ * others were stale, the trigger error when a lease of `tokens` (a JSON array)
+ * is still there (a trigger dropped its DELETE). Read on the failure path only. */
+static int acks_dropped(tocsin_db *db, tc_buf *tokens) {
+    sqlite3_stmt *st;
+    int rc, left;
+    if (tokens->oom) return tc_err(db, TOCSIN_NOMEM, "ack: out of memory");
+    if (!(st = tc_stmt(db, SQL_ACK_LEFT))) return TC_ERRCODE;
+    sqlite3_bind_text(st, 1, tokens->p, (int)tokens->len, SQLITE_STATIC);
+    rc = tc_step(db, st);
+    left = rc == SQLITE_ROW && sqlite3_column_int(st, 0);
+    sqlite3_reset(st);
+    if (rc != SQLITE_ROW) return tc_sqlerr(db, rc, "ack");
+    return left ? tc_trigger_dropped(db, "ack", "_tocsin_jobs") : TOCSIN_OK;
+}
+
 int tocsin_job_ack(tocsin_db *db, int *out_ok, int64_t id, int64_t token) {
     size_t acked = 0;
     int rc = tocsin_job_ack_batch(db, &acked, &id, &token, 1);
@@ -878,6 +899,14 @@ int tocsin_job_ack_batch(tocsin_db *db, size_t *out_acked, const int64_t *ids,
             sqlite3_bind_int64(st, 2, token_attempt(ids[0], tokens[0]));
             rc = tc_step_done(db, st, "ack");
             if (rc == TOCSIN_OK) acked = (size_t)sqlite3_changes(db->conn);
+            if (rc == TOCSIN_OK && !acked) { /* a stale token, or a trigger dropped the delete */
+                tc_buf one = {0};
+                tc_buf_puts(&one, "[");
+                tc_buf_i64(&one, tokens[0]);
+                tc_buf_puts(&one, "]");
+                rc = token_attempt(ids[0], tokens[0]) ? acks_dropped(db, &one) : TOCSIN_OK;
+                sqlite3_free(one.p);
+            }
         }
     }
     for (i = 0; n > 1 && i < n && rc == TOCSIN_OK;) {
@@ -897,6 +926,7 @@ int tocsin_job_ack_batch(tocsin_db *db, size_t *out_acked, const int64_t *ids,
         } else if (k) {
             sqlite3_bind_text(st, 1, list.p, (int)list.len, SQLITE_TRANSIENT);
             rc = tc_step_done(db, st, "ack");
+            if (rc == TOCSIN_OK && (size_t)sqlite3_changes(db->conn) < k) rc = acks_dropped(db, &list);
             if (rc == TOCSIN_OK) acked += (size_t)sqlite3_changes(db->conn);
         }
         sqlite3_free(list.p);
@@ -1052,7 +1082,8 @@ static int set_paused(tocsin_db *db, const char *queue, int paused) {
         sqlite3_bind_text(st, 1, queue, -1, SQLITE_STATIC);
         sqlite3_bind_int(st, 2, paused);
         sqlite3_bind_int64(st, 3, queue_now(db));
-        rc = tc_step_done(db, st, paused ? "pause" : "resume");
+        rc = tc_one_row(db, tc_step_done(db, st, paused ? "pause" : "resume"), paused ? "pause" : "resume",
+                        "_tocsin_queues");
     }
     return tc_op_end(db, &op, rc);
 }
@@ -1322,6 +1353,19 @@ int tocsin_dead_purge(tocsin_db *db, int64_t *out_n, const char *queue, int64_t 
         sqlite3_bind_int64(st, 2, before_ms);
         rc = tc_step_done(db, st, "purge dead letters");
         if (rc == TOCSIN_OK) *out_n = sqlite3_changes(db->conn);
+        if (rc == TOCSIN_OK && !(st = tc_stmt(db, SQL_PURGE_LEFT))) {
+            rc = TC_ERRCODE;
+        } else if (rc == TOCSIN_OK) {
+            int left;
+            if (queue) sqlite3_bind_text(st, 1, queue, -1, SQLITE_STATIC);
+            sqlite3_bind_int64(st, 2, before_ms);
+            rc = tc_step(db, st);
+            left = rc == SQLITE_ROW && sqlite3_column_int(st, 0);
+            sqlite3_reset(st);
+            rc = rc != SQLITE_ROW ? tc_sqlerr(db, rc, "purge dead letters")
+                 : left           ? tc_trigger_dropped(db, "purge dead letters", "_tocsin_dead")
+                                  : TOCSIN_OK;
+        }
     }
     rc = tc_op_end(db, &op, rc);
     if (rc != TOCSIN_OK) *out_n = 0;

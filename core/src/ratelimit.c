@@ -64,7 +64,8 @@ int tocsin_ratelimit_try(tocsin_db *db, int *out_allowed, int64_t *out_retry_aft
         sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
         sqlite3_bind_int64(st, 2, now);
         sqlite3_bind_int64(st, 3, tc_time_add(now, per_ms));
-        if ((rc = tc_step_done(db, st, "rate limit")) != TOCSIN_OK) return tc_op_end(db, &op, rc);
+        rc = tc_one_row(db, tc_step_done(db, st, "rate limit"), "rate limit", "_tocsin_rate_hits");
+        if (rc != TOCSIN_OK) return tc_op_end(db, &op, rc);
         *out_allowed = 1;
         if (out_remaining) *out_remaining = limit - count - 1;
         return tc_op_end(db, &op, TOCSIN_OK);

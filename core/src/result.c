@@ -23,6 +23,7 @@ static const char SQL_RESULT_GET[] =
     " created_at, expires_at, json_extract(error, '$.trace') FROM _tocsin_results"
     " WHERE job_id = ?1 AND (expires_at IS NULL OR expires_at > ?2)";
 static const char SQL_RESULT_DELETE[] = "DELETE FROM _tocsin_results WHERE job_id = ?1";
+static const char SQL_RESULT_EXISTS[] = "SELECT 1 FROM _tocsin_results WHERE job_id = ?1";
 static const char SQL_RESULT_SWEEP[] =
     "DELETE FROM _tocsin_results WHERE expires_at IS NOT NULL AND expires_at <= ?1";
 
@@ -316,6 +317,15 @@ int tocsin_result_delete(tocsin_db *db, int *out_ok, int64_t job_id) {
     sqlite3_bind_int64(st, 1, job_id);
     rc = tc_step_done(db, st, "delete result");
     if (rc == TOCSIN_OK) *out_ok = sqlite3_changes(db->conn) > 0;
+    if (rc == TOCSIN_OK && !*out_ok) { /* none, or a trigger dropped the delete */
+        if (!(st = tc_stmt(db, SQL_RESULT_EXISTS))) return tc_op_end(db, &op, TC_ERRCODE);
+        sqlite3_bind_int64(st, 1, job_id);
+        rc = tc_step(db, st);
+        sqlite3_reset(st);
+        rc = rc == SQLITE_ROW    ? tc_trigger_dropped(db, "delete result", "_tocsin_results")
+             : rc == SQLITE_DONE ? TOCSIN_OK
+                                 : tc_sqlerr(db, rc, "delete result");
+    }
     return tc_op_end(db, &op, rc);
 }
 

@@ -326,8 +326,8 @@ static int sched_write(tocsin_db *db, int64_t *out_next, const char *name, const
     sqlite3_bind_int(st, 11, eff.local_time);
     sched_bind_next(st, 12, next);
     sqlite3_bind_int64(st, 13, now);
-    if ((rc = tc_step_done(db, st, "register schedule")) == TOCSIN_OK && out_next)
-        *out_next = next;
+    rc = tc_one_row(db, tc_step_done(db, st, "register schedule"), "register schedule", "_tocsin_schedules");
+    if (rc == TOCSIN_OK && out_next) *out_next = next;
 done:
     tocsin_schedules_free(row, row ? 1 : 0);
     return tc_op_end(db, &op, rc);
@@ -359,8 +359,13 @@ int tocsin_schedule_pause(tocsin_db *db, const char *name) {
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     sqlite3_bind_int64(st, 2, tocsin_now(db));
     rc = tc_step_done(db, st, "pause schedule");
-    if (rc == TOCSIN_OK && sqlite3_changes(db->conn) == 0)
-        rc = tc_err(db, TOCSIN_NOTFOUND, "no schedule named \"%s\"", name);
+    if (rc == TOCSIN_OK && sqlite3_changes(db->conn) == 0) {
+        tocsin_schedule *row = NULL;
+        if ((rc = sched_get(db, name, &row)) == TOCSIN_OK)
+            rc = row ? tc_trigger_dropped(db, "pause schedule", "_tocsin_schedules")
+                     : tc_err(db, TOCSIN_NOTFOUND, "no schedule named \"%s\"", name);
+        tocsin_schedules_free(row, row ? 1 : 0);
+    }
     return tc_op_end(db, &op, rc);
 }
 
@@ -389,7 +394,8 @@ int tocsin_schedule_resume(tocsin_db *db, const char *name) {
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     sched_bind_next(st, 2, next);
     sqlite3_bind_int64(st, 3, now);
-    rc = tc_step_done(db, st, "resume schedule");
+    /* read as paused in this write: it matches */
+    rc = tc_one_row(db, tc_step_done(db, st, "resume schedule"), "resume schedule", "_tocsin_schedules");
 done:
     tocsin_schedules_free(row, row ? 1 : 0);
     return tc_op_end(db, &op, rc);
@@ -408,6 +414,12 @@ int tocsin_schedule_remove(tocsin_db *db, int *out_ok, const char *name) {
     sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
     rc = tc_step_done(db, st, "remove schedule");
     if (rc == TOCSIN_OK) *out_ok = sqlite3_changes(db->conn) > 0;
+    if (rc == TOCSIN_OK && !*out_ok) { /* none, or a trigger dropped the delete */
+        tocsin_schedule *row = NULL;
+        if ((rc = sched_get(db, name, &row)) == TOCSIN_OK && row)
+            rc = tc_trigger_dropped(db, "remove schedule", "_tocsin_schedules");
+        tocsin_schedules_free(row, row ? 1 : 0);
+    }
     return tc_op_end(db, &op, rc);
 }
 

@@ -238,7 +238,9 @@ int tocsin_stream_save_offset(tocsin_db *db, int64_t *out_stored, const char *co
             rc = tc_step_done(db, st, "save offset");
         } else {
             sqlite3_reset(st);
-            rc = tc_sqlerr(db, rc, "save offset");
+            /* no row back: a trigger dropped the insert or the update */
+            rc = rc == SQLITE_DONE ? tc_trigger_dropped(db, "save offset", "_tocsin_offsets")
+                                   : tc_sqlerr(db, rc, "save offset");
         }
     }
     rc = tc_op_end(db, &op, rc);

@@ -1082,6 +1082,102 @@ static void dropping_triggers(void) {
     tocsin_close(db);
 }
 
+/* The same for the other writes: locks, rate limits, queue pauses, schedules,
+ * saved offsets, the claim's lease, acks, result and dead-letter deletes. A
+ * write that can legitimately change nothing (a stale token, no such row) is
+ * checked on that path only: the row still there means a trigger dropped it. */
+static void dropping_triggers_everywhere(void) {
+    t_clock clk = {1000};
+    tocsin_db *db = t_open("dropping_triggers_all", &clk);
+    tocsin_job *jobs = NULL;
+    size_t n = 0, acked = 0;
+    int64_t id = 0, tok, tok2, t1 = 0, t2 = 0, v = 0, left = 0;
+    int64_t ids[2], toks[2];
+    int ok = -1, allowed = -1;
+
+    CHECK_EQ_I(t_trigger(db, "BEFORE INSERT ON _tocsin_locks"), SQLITE_OK);
+    CHECK_DROPPED(db, tocsin_lock_acquire(db, &t1, NULL, "l", "a", 1000), "_tocsin_locks");
+    CHECK_EQ_I(t1, 0);
+    t_untrigger(db);
+    CHECK_OK(db, tocsin_lock_acquire(db, &t1, NULL, "l", "a", 1000));
+    CHECK_EQ_I(t_trigger(db, "BEFORE UPDATE ON _tocsin_locks"), SQLITE_OK);
+    CHECK_DROPPED(db, tocsin_lock_acquire(db, &t2, NULL, "l", "a", 1000), "_tocsin_locks"); /* extend */
+    CHECK_DROPPED(db, tocsin_lock_renew(db, &ok, "l", "a", t1, 1000), "_tocsin_locks");
+    CHECK_DROPPED(db, tocsin_lock_release(db, &ok, "l", "a", t1), "_tocsin_locks");
+    CHECK_OK(db, tocsin_lock_release(db, &ok, "l", "b", t1)); /* not the holder: a plain 0 */
+    CHECK_EQ_I(ok, 0);
+    clk.now = 3000; /* lapsed: another owner takes it */
+    CHECK_DROPPED(db, tocsin_lock_acquire(db, &t2, NULL, "l", "b", 1000), "_tocsin_locks");
+    CHECK_EQ_I(t2, 0);
+    t_untrigger(db);
+
+    CHECK_EQ_I(t_trigger(db, "BEFORE INSERT ON _tocsin_rate_hits"), SQLITE_OK);
+    CHECK_DROPPED(db, tocsin_ratelimit_try(db, &allowed, NULL, NULL, "r", 1, 1000), "_tocsin_rate_hits");
+    t_untrigger(db);
+
+    CHECK_EQ_I(t_trigger(db, "BEFORE INSERT ON _tocsin_queues"), SQLITE_OK);
+    CHECK_DROPPED(db, tocsin_queue_pause(db, "q"), "_tocsin_queues");
+    t_untrigger(db);
+
+    CHECK_EQ_I(t_trigger(db, "BEFORE INSERT ON _tocsin_schedules"), SQLITE_OK);
+    CHECK_DROPPED(db, tocsin_schedule_set(db, &v, "s", "* * * * *", "q", "1", NULL), "_tocsin_schedules");
+    t_untrigger(db);
+    CHECK_OK(db, tocsin_schedule_set(db, &v, "s", "* * * * *", "q", "1", NULL));
+    CHECK_EQ_I(t_trigger(db, "BEFORE UPDATE ON _tocsin_schedules"), SQLITE_OK);
+    CHECK_DROPPED(db, tocsin_schedule_pause(db, "s"), "_tocsin_schedules");
+    CHECK_EQ_I(tocsin_schedule_pause(db, "none"), TOCSIN_NOTFOUND);
+    t_untrigger(db);
+    CHECK_EQ_I(t_trigger(db, "BEFORE DELETE ON _tocsin_schedules"), SQLITE_OK);
+    CHECK_DROPPED(db, tocsin_schedule_remove(db, &ok, "s"), "_tocsin_schedules");
+    CHECK_OK(db, tocsin_schedule_remove(db, &ok, "none"));
+    CHECK_EQ_I(ok, 0);
+    t_untrigger(db);
+
+    CHECK_OK(db, tocsin_stream_publish(db, &id, "t", "1", NULL, NULL));
+    CHECK_EQ_I(t_trigger(db, "BEFORE INSERT ON _tocsin_offsets"), SQLITE_OK);
+    CHECK_DROPPED(db, tocsin_stream_save_offset(db, &v, "c", "t", id), "_tocsin_offsets");
+    t_untrigger(db);
+
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "1", NULL));
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "2", NULL));
+    CHECK_EQ_I(t_trigger(db, "BEFORE UPDATE ON _tocsin_jobs"), SQLITE_OK);
+    CHECK_DROPPED(db, tocsin_queue_claim(db, &jobs, &n, "q", "w", 1, 60000), "_tocsin_jobs");
+    CHECK_EQ_I(n, 0);
+    t_untrigger(db);
+    tok = t_claim_one(db, 60000);
+    tok2 = t_claim_one(db, 60000);
+    CHECK_EQ_I(t_trigger(db, "BEFORE DELETE ON _tocsin_jobs"), SQLITE_OK);
+    CHECK_DROPPED(db, tocsin_job_ack(db, &ok, tok >> 20, tok), "_tocsin_jobs");
+    CHECK_EQ_I(ok, 0);
+    CHECK_OK(db, tocsin_job_ack(db, &ok, tok >> 20, tok + 1)); /* a stale token: a plain 0 */
+    CHECK_EQ_I(ok, 0);
+    ids[0] = tok >> 20;
+    ids[1] = tok2 >> 20;
+    toks[0] = tok;
+    toks[1] = tok2;
+    CHECK_DROPPED(db, tocsin_job_ack_batch(db, &acked, ids, toks, 2), "_tocsin_jobs");
+    CHECK_DROPPED(db, tocsin_job_complete(db, &ok, tok >> 20, tok, "1", 0), "_tocsin_jobs");
+    t_untrigger(db);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE state = 'processing'"), 2);
+    CHECK_OK(db, tocsin_job_complete(db, &ok, tok >> 20, tok, "1", 0));
+    CHECK_EQ_I(ok, 1);
+    CHECK_EQ_I(t_trigger(db, "BEFORE DELETE ON _tocsin_results"), SQLITE_OK);
+    CHECK_DROPPED(db, tocsin_result_delete(db, &ok, tok >> 20), "_tocsin_results");
+    CHECK_OK(db, tocsin_result_delete(db, &ok, 999)); /* none: a plain 0 */
+    CHECK_EQ_I(ok, 0);
+    t_untrigger(db);
+
+    CHECK_OK(db, tocsin_job_cancel(db, &ok, tok2 >> 20));
+    CHECK_EQ_I(t_trigger(db, "BEFORE DELETE ON _tocsin_dead"), SQLITE_OK);
+    CHECK_DROPPED(db, tocsin_dead_purge(db, &left, "q", 0), "_tocsin_dead");
+    CHECK_DROPPED(db, tocsin_dead_purge(db, &left, NULL, 0), "_tocsin_dead");
+    CHECK_OK(db, tocsin_dead_purge(db, &left, "other", 0)); /* nothing matched */
+    t_untrigger(db);
+    CHECK_OK(db, tocsin_dead_purge(db, &left, "q", 0));
+    CHECK_EQ_I(left, 1);
+    tocsin_close(db);
+}
+
 /* ---- two copies of the core in one process ------------------------------------ */
 
 /* A binding's native module and the loadable extension an application loads
@@ -1300,5 +1396,6 @@ void suite_harden(void) {
     stream_close_waits_for_save();
     fork_closes_waited_on_subscriptions();
     dropping_triggers();
+    dropping_triggers_everywhere();
     two_cores_fork();
 }
