@@ -925,6 +925,10 @@ int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what) {
     prim = sqlite_rc & 0xff;
     rc = tocsin_code_of_sqlite(sqlite_rc);
     if (rc == TOCSIN_OK) rc = TOCSIN_ERROR;
+    /* the file under the connection was replaced (a backup written into it, a
+     * restore): the schema the handle had checked is gone, and the next call
+     * checks it again (and installs it) instead of failing the same way */
+    if (prim == SQLITE_ERROR && strncmp(msg, "no such table: ", 15) == 0) db->schema_ok = 0;
     if (sqlite_rc == SQLITE_BUSY_SNAPSHOT)
         tc_err(db, rc,
                "%s: this connection's read snapshot is stale (another connection committed "
@@ -8040,6 +8044,11 @@ static const char SQL_SCHED_LAST_JOB[] =
     "UPDATE _tocsin_schedules SET last_job_id = ?2 WHERE name = ?1";
 static const char SQL_SCHED_NEXT[] =
     "SELECT min(next_fire) FROM _tocsin_schedules WHERE paused = 0";
+/* A running schedule whose next_fire is text or a blob (written by something
+ * else than tocsin): never due, and read as 0 ms it made a leader wake at once,
+ * again and again. Text and blobs sort after every number: one index seek. */
+static const char SQL_SCHED_DAMAGED[] =
+    "SELECT name, typeof(next_fire) FROM _tocsin_schedules WHERE paused = 0 AND next_fire >= '' LIMIT 1";
 static const char SQL_SCHED_META[] =
     "SELECT json_set(coalesce(?1, '{}'), '$.tocsin_schedule', ?2, '$.tocsin_fire_at', ?3)";
 
@@ -8048,6 +8057,24 @@ static const char SQL_SCHED_META[] =
 #define SCHED_ERR 256
 
 /* ---- rows ----------------------------------------------------------------- */
+
+/* TOCSIN_CORRUPT naming a running schedule whose next_fire is not a time. */
+static int sched_damaged(tocsin_db *db, const char *what) {
+    sqlite3_stmt *st = tc_stmt(db, SQL_SCHED_DAMAGED);
+    int rc;
+    if (!st) return TC_ERRCODE;
+    rc = tc_step(db, st);
+    if (rc == SQLITE_ROW) {
+        rc = tc_err(db, TOCSIN_CORRUPT,
+                    "%s: schedule \"%.200s\" has a next_fire that is %s, not a time in ms (its row was "
+                    "written by something other than tocsin): set the schedule again or remove it",
+                    what, (const char *)sqlite3_column_text(st, 0), (const char *)sqlite3_column_text(st, 1));
+    } else {
+        rc = rc == SQLITE_DONE ? TOCSIN_OK : tc_sqlerr(db, rc, what);
+    }
+    sqlite3_reset(st);
+    return rc;
+}
 
 static void sched_clear(tocsin_schedule *s) {
     sqlite3_free(s->name);
@@ -8600,6 +8627,11 @@ int tocsin_scheduler_tick(tocsin_db *db, int64_t *out_fired) {
         due = NULL;
         /* a full batch: more may be due (each round moves every row it read) */
     } while (rc == TOCSIN_OK && n == SCHED_TICK_BATCH && advanced > 0);
+    if (rc == TOCSIN_OK && !failed && (rc = sched_damaged(db, "scheduler tick")) == TOCSIN_CORRUPT) {
+        failed = rc; /* never due: reported like a row that cannot fire */
+        memcpy(why, tc_tls()->msg, sizeof why);
+        rc = TOCSIN_OK;
+    }
     rc = tc_op_end(db, &op, rc);
     if (rc == TOCSIN_OK && out_fired) *out_fired = fired;
     /* the others fired and are committed; the first that could not is reported */
@@ -8615,6 +8647,7 @@ int tocsin_scheduler_next_fire(tocsin_db *db, int64_t *out_ms) {
     if (!out_ms) return tc_err(db, TOCSIN_INVALID, "out_ms must not be NULL");
     *out_ms = -1;
     if ((rc = tc_op_begin(db, &op, 0)) != TOCSIN_OK) return rc;
+    if ((rc = sched_damaged(db, "scheduler: next fire")) != TOCSIN_OK) return tc_op_end(db, &op, rc);
     if (!(st = tc_stmt(db, SQL_SCHED_NEXT))) return tc_op_end(db, &op, TC_ERRCODE);
     rc = tc_step(db, st);
     if (rc == SQLITE_ROW) {
@@ -9759,7 +9792,16 @@ static int lead(tocsin_worker *w, int64_t now, int woken) {
         } else if (now >= w->next_fire) {
             w->sched_err = 0;
         }
-        if ((rc = tocsin_scheduler_next_fire(w->db, &next)) != TOCSIN_OK) return rc;
+        if ((rc = tocsin_scheduler_next_fire(w->db, &next)) == TOCSIN_CORRUPT) {
+            /* a schedule whose next_fire is not a time (the tick told it): retried */
+            if (!w->sched_err || strcmp(w->sched_msg, tc_tls()->msg) != 0) w->sched_told = 0;
+            w->sched_err = rc;
+            memcpy(w->sched_msg, tc_tls()->msg, sizeof w->sched_msg);
+            stuck = 1;
+            next = now;
+            rc = TOCSIN_OK;
+        }
+        if (rc != TOCSIN_OK) return rc;
         w->next_fire = next < 0 ? TOCSIN_MAX_TIME_MS : next;
         /* its next_fire stays due: not a tick per step until it is mended */
         if (stuck && w->next_fire < now + W_SCHED_RETRY_MS) w->next_fire = now + W_SCHED_RETRY_MS;
@@ -11065,6 +11107,15 @@ static const opt_spec TASK_SPECS[] = {
  * a task by name (the envelope of docs/sql.md) for a worker of any runtime;
  * returns the job id, whose outcome tocsin_result_get reads.
  */
+/* args must be a JSON array and kwargs an object: a JSON value of another
+ * kind is a wrong-typed argument (SQLITE_MISMATCH, as for options); text that
+ * is not JSON at all is left to the core, which says why. */
+static int arg_json_kind(fn_ctx *f, const char *what, const char *json, char want) {
+    char top = 0;
+    if (!json || !tc_json_valid(json, strlen(json), &top) || top == want) return 1;
+    return fail_msg(f, SQLITE_MISMATCH, "%s must be a JSON %s", what, want == '[' ? "array" : "object");
+}
+
 static int fn_task_enqueue(fn_ctx *f, int argc, sqlite3_value **argv) {
     task_opts_sql o;
     tocsin_task_call c = TOCSIN_TASK_CALL_INIT;
@@ -11075,8 +11126,8 @@ static int fn_task_enqueue(fn_ctx *f, int argc, sqlite3_value **argv) {
     memset(&o, 0, sizeof o);
     if (!arg_text(f, argv, 0, "queue", &queue) || !arg_text(f, argv, 1, "task", &task) ||
         !arg_text_opt(f, argc, argv, 2, "args", &args) ||
-        !arg_text_opt(f, argc, argv, 3, "kwargs", &kwargs) ||
-        !arg_opts(f, argc, argv, 4, "options", TASK_SPECS, &o)) {
+        !arg_text_opt(f, argc, argv, 3, "kwargs", &kwargs) || !arg_json_kind(f, "args", args, '[') ||
+        !arg_json_kind(f, "kwargs", kwargs, '{') || !arg_opts(f, argc, argv, 4, "options", TASK_SPECS, &o)) {
         free_opts(TASK_SPECS, &o);
         return 0;
     }

@@ -135,6 +135,10 @@ int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what) {
     prim = sqlite_rc & 0xff;
     rc = tocsin_code_of_sqlite(sqlite_rc);
     if (rc == TOCSIN_OK) rc = TOCSIN_ERROR;
+    /* the file under the connection was replaced (a backup written into it, a
+     * restore): the schema the handle had checked is gone, and the next call
+     * checks it again (and installs it) instead of failing the same way */
+    if (prim == SQLITE_ERROR && strncmp(msg, "no such table: ", 15) == 0) db->schema_ok = 0;
     if (sqlite_rc == SQLITE_BUSY_SNAPSHOT)
         tc_err(db, rc,
                "%s: this connection's read snapshot is stale (another connection committed "

@@ -675,6 +675,15 @@ static const opt_spec TASK_SPECS[] = {
  * a task by name (the envelope of docs/sql.md) for a worker of any runtime;
  * returns the job id, whose outcome tocsin_result_get reads.
  */
+/* args must be a JSON array and kwargs an object: a JSON value of another
+ * kind is a wrong-typed argument (SQLITE_MISMATCH, as for options); text that
+ * is not JSON at all is left to the core, which says why. */
+static int arg_json_kind(fn_ctx *f, const char *what, const char *json, char want) {
+    char top = 0;
+    if (!json || !tc_json_valid(json, strlen(json), &top) || top == want) return 1;
+    return fail_msg(f, SQLITE_MISMATCH, "%s must be a JSON %s", what, want == '[' ? "array" : "object");
+}
+
 static int fn_task_enqueue(fn_ctx *f, int argc, sqlite3_value **argv) {
     task_opts_sql o;
     tocsin_task_call c = TOCSIN_TASK_CALL_INIT;
@@ -685,8 +694,8 @@ static int fn_task_enqueue(fn_ctx *f, int argc, sqlite3_value **argv) {
     memset(&o, 0, sizeof o);
     if (!arg_text(f, argv, 0, "queue", &queue) || !arg_text(f, argv, 1, "task", &task) ||
         !arg_text_opt(f, argc, argv, 2, "args", &args) ||
-        !arg_text_opt(f, argc, argv, 3, "kwargs", &kwargs) ||
-        !arg_opts(f, argc, argv, 4, "options", TASK_SPECS, &o)) {
+        !arg_text_opt(f, argc, argv, 3, "kwargs", &kwargs) || !arg_json_kind(f, "args", args, '[') ||
+        !arg_json_kind(f, "kwargs", kwargs, '{') || !arg_opts(f, argc, argv, 4, "options", TASK_SPECS, &o)) {
         free_opts(TASK_SPECS, &o);
         return 0;
     }

@@ -49,6 +49,11 @@ static const char SQL_SCHED_LAST_JOB[] =
     "UPDATE _tocsin_schedules SET last_job_id = ?2 WHERE name = ?1";
 static const char SQL_SCHED_NEXT[] =
     "SELECT min(next_fire) FROM _tocsin_schedules WHERE paused = 0";
+/* A running schedule whose next_fire is text or a blob (written by something
+ * else than tocsin): never due, and read as 0 ms it made a leader wake at once,
+ * again and again. Text and blobs sort after every number: one index seek. */
+static const char SQL_SCHED_DAMAGED[] =
+    "SELECT name, typeof(next_fire) FROM _tocsin_schedules WHERE paused = 0 AND next_fire >= '' LIMIT 1";
 static const char SQL_SCHED_META[] =
     "SELECT json_set(coalesce(?1, '{}'), '$.tocsin_schedule', ?2, '$.tocsin_fire_at', ?3)";
 
@@ -57,6 +62,24 @@ static const char SQL_SCHED_META[] =
 #define SCHED_ERR 256
 
 /* ---- rows ----------------------------------------------------------------- */
+
+/* TOCSIN_CORRUPT naming a running schedule whose next_fire is not a time. */
+static int sched_damaged(tocsin_db *db, const char *what) {
+    sqlite3_stmt *st = tc_stmt(db, SQL_SCHED_DAMAGED);
+    int rc;
+    if (!st) return TC_ERRCODE;
+    rc = tc_step(db, st);
+    if (rc == SQLITE_ROW) {
+        rc = tc_err(db, TOCSIN_CORRUPT,
+                    "%s: schedule \"%.200s\" has a next_fire that is %s, not a time in ms (its row was "
+                    "written by something other than tocsin): set the schedule again or remove it",
+                    what, (const char *)sqlite3_column_text(st, 0), (const char *)sqlite3_column_text(st, 1));
+    } else {
+        rc = rc == SQLITE_DONE ? TOCSIN_OK : tc_sqlerr(db, rc, what);
+    }
+    sqlite3_reset(st);
+    return rc;
+}
 
 static void sched_clear(tocsin_schedule *s) {
     sqlite3_free(s->name);
@@ -609,6 +632,11 @@ int tocsin_scheduler_tick(tocsin_db *db, int64_t *out_fired) {
         due = NULL;
         /* a full batch: more may be due (each round moves every row it read) */
     } while (rc == TOCSIN_OK && n == SCHED_TICK_BATCH && advanced > 0);
+    if (rc == TOCSIN_OK && !failed && (rc = sched_damaged(db, "scheduler tick")) == TOCSIN_CORRUPT) {
+        failed = rc; /* never due: reported like a row that cannot fire */
+        memcpy(why, tc_tls()->msg, sizeof why);
+        rc = TOCSIN_OK;
+    }
     rc = tc_op_end(db, &op, rc);
     if (rc == TOCSIN_OK && out_fired) *out_fired = fired;
     /* the others fired and are committed; the first that could not is reported */
@@ -624,6 +652,7 @@ int tocsin_scheduler_next_fire(tocsin_db *db, int64_t *out_ms) {
     if (!out_ms) return tc_err(db, TOCSIN_INVALID, "out_ms must not be NULL");
     *out_ms = -1;
     if ((rc = tc_op_begin(db, &op, 0)) != TOCSIN_OK) return rc;
+    if ((rc = sched_damaged(db, "scheduler: next fire")) != TOCSIN_OK) return tc_op_end(db, &op, rc);
     if (!(st = tc_stmt(db, SQL_SCHED_NEXT))) return tc_op_end(db, &op, TC_ERRCODE);
     rc = tc_step(db, st);
     if (rc == SQLITE_ROW) {

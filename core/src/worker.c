@@ -1031,7 +1031,16 @@ static int lead(tocsin_worker *w, int64_t now, int woken) {
         } else if (now >= w->next_fire) {
             w->sched_err = 0;
         }
-        if ((rc = tocsin_scheduler_next_fire(w->db, &next)) != TOCSIN_OK) return rc;
+        if ((rc = tocsin_scheduler_next_fire(w->db, &next)) == TOCSIN_CORRUPT) {
+            /* a schedule whose next_fire is not a time (the tick told it): retried */
+            if (!w->sched_err || strcmp(w->sched_msg, tc_tls()->msg) != 0) w->sched_told = 0;
+            w->sched_err = rc;
+            memcpy(w->sched_msg, tc_tls()->msg, sizeof w->sched_msg);
+            stuck = 1;
+            next = now;
+            rc = TOCSIN_OK;
+        }
+        if (rc != TOCSIN_OK) return rc;
         w->next_fire = next < 0 ? TOCSIN_MAX_TIME_MS : next;
         /* its next_fire stays due: not a tick per step until it is mended */
         if (stuck && w->next_fire < now + W_SCHED_RETRY_MS) w->next_fire = now + W_SCHED_RETRY_MS;

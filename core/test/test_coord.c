@@ -1251,7 +1251,32 @@ static void schedule_cannot_fire(void) {
     tocsin_close(db);
 }
 
+/* A running schedule whose next_fire is text (written by something else than
+ * tocsin) is never due; read as 0 ms it made a leader wake again and again,
+ * saying nothing. The tick fires the others and names it; next_fire names it. */
+static void schedule_next_fire_damaged(void) {
+    t_clock clk = {T2024 + 30000};
+    tocsin_db *db = t_open("sched_next_bad", &clk);
+    int64_t next = 0, fired = -1;
+    CHECK_OK(db, tocsin_schedule_set(db, &next, "a-text", "* * * * *", "jobs", "1", NULL));
+    CHECK_OK(db, tocsin_schedule_set(db, &next, "b-good", "* * * * *", "jobs", "2", NULL));
+    CHECK_OK(db, tocsin_exec(db, "UPDATE _tocsin_schedules SET next_fire = 'abc' WHERE name = 'a-text'"));
+    clk.now = T2024 + MIN_MS;
+    CHECK_EQ_I(tocsin_scheduler_tick(db, &fired), TOCSIN_CORRUPT);
+    CHECK(strstr(tocsin_errmsg(db), "schedule \"a-text\" has a next_fire that is text") != NULL);
+    CHECK(strstr(tocsin_errmsg(db), "the other due schedules fired") != NULL);
+    CHECK_EQ_I(fired, 1);
+    CHECK_EQ_I(tocsin_scheduler_next_fire(db, &next), TOCSIN_CORRUPT);
+    CHECK(strstr(tocsin_errmsg(db), "a-text") != NULL);
+    /* paused, it is not in the way */
+    CHECK_OK(db, tocsin_exec(db, "UPDATE _tocsin_schedules SET paused = 1 WHERE name = 'a-text'"));
+    CHECK_OK(db, tocsin_scheduler_next_fire(db, &next));
+    CHECK_EQ_I(next, T2024 + 2 * MIN_MS);
+    tocsin_close(db);
+}
+
 void suite_coord(void) {
+    schedule_next_fire_damaged();
     results();
     finish_tasks();
     result_outcomes();

@@ -209,6 +209,34 @@ static tocsin_db *host_conn(const char *path, sqlite3 **out_conn, int busy_ms) {
 #define BUSY_PROCS 2
 #define BUSY_ENQUEUES 300
 
+/* The file under a handle replaced (sqlite3_backup into its connection, a
+ * restore): the schema the handle had checked is gone. The call that meets it
+ * fails naming the table; the next one checks the schema again and installs it. */
+static void replaced_file_is_checked_again(void) {
+    sqlite3 *conn = NULL, *empty = NULL;
+    sqlite3_backup *b;
+    tocsin_db *db = host_conn(t_path("replaced_main"), &conn, 0);
+    int64_t id = 0;
+    CHECK(db != NULL);
+    if (!db) return;
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "1", NULL));
+    CHECK_EQ_I(sqlite3_open(":memory:", &empty), SQLITE_OK);
+    CHECK_EQ_I(sqlite3_exec(empty, "CREATE TABLE app(x)", NULL, NULL, NULL), SQLITE_OK);
+    b = sqlite3_backup_init(conn, "main", empty, "main");
+    CHECK(b != NULL);
+    if (b) {
+        CHECK_EQ_I(sqlite3_backup_step(b, -1), SQLITE_DONE);
+        sqlite3_backup_finish(b);
+    }
+    CHECK(tocsin_queue_enqueue(db, &id, "q", "1", NULL) != TOCSIN_OK);
+    CHECK(strstr(tocsin_errmsg(db), "no such table") != NULL);
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "2", NULL));
+    CHECK_EQ_I(id, 1);
+    tocsin_close(db);
+    sqlite3_close(conn);
+    sqlite3_close(empty);
+}
+
 /* A host's transaction that has not touched the file (BEGIN, then a tocsin
  * call first) while another connection holds the write lock: the call waits
  * for the lock like the host's own INSERT would, and times out as a wait
@@ -1385,6 +1413,7 @@ void suite_harden(void) {
     racing_first_opens();
     busy_host_connections();
     host_tx_first_call_waits();
+    replaced_file_is_checked_again();
     busy_timeout_is_busy();
     thread_timeout_bounds_lock_waits();
     stale_snapshot_fails_at_once();
