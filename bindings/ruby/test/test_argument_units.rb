@@ -49,6 +49,19 @@ class TestArgumentUnits < Minitest::Test
     @before = snapshot
   end
 
+  # Checked where they are given, named as given: a worker's queue names at
+  # construction (not at run), a payload limit of 0 (the core's "default"), a
+  # negative duration where 0 is refused too.
+  def test_refused_where_given_named_as_given
+    refused(/\Aqueues\[0\] must not be empty\z/) { Tocsin::Worker.new(db, queues: [""]) }
+    refused(/\Aqueues\[1\] must not contain control characters\z/) { Tocsin::Worker.new(db, queues: ["a", "b\tc"]) }
+    refused(/\Amax_payload must be >= 1 \(bytes\), not 0\z/) { Tocsin.open(db.path, max_payload: 0) }
+    refused(/\Amax_payload must be >= 1 \(bytes\), not -1\z/) { db.max_payload = -1 }
+    refused(/\Avisibility must be > 0 seconds, not -1\z/) { db.queue("q").claim("w", visibility: -1) }
+    refused(/\Attl must be > 0 seconds, not -1\z/) { db.lock("l", ttl: -1) }
+    refused(/\Adelay must be >= 0 seconds, not -1\z/) { db.queue("q").enqueue(1, delay: -1) }
+  end
+
   def test_enqueue_names_the_keyword_in_seconds
     q = db.queue("q")
     e = refused(/\Adelay must be between 0 and #{MAX_S} seconds, not 1000000000000 seconds\z/) { q.enqueue(1, delay: BIG) }

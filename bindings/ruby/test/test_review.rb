@@ -252,7 +252,7 @@ class TestReview < Minitest::Test
     other = File.join(@dir, "other.db")
     e = assert_refused(/busy_timeout/) { Tocsin.open(other, busy_timeout: 30 * 86_400) }
     assert_equal "busy_timeout must be between 0 and 2147483.647 seconds, not 2592000 seconds", e.message
-    assert_refused(/busy_timeout must be >= 0 seconds, not -0.5/) do
+    assert_refused(/busy_timeout must be > 0 seconds, not -0.5/) do
       Tocsin.open(other, busy_timeout: -0.5)
     end
     assert_refused(/busy_timeout/) { Tocsin.open(other, busy_timeout: "5") }
@@ -270,8 +270,8 @@ class TestReview < Minitest::Test
     job = q.claim("w")
     assert_refused(/delay must be >= 0 seconds, not -5/) { q.retry(job, delay: -5) }
     assert_refused(/delay must be >= 0 seconds/) { job.hand_back(delay: -1) }
-    assert_refused(/extend must be >= 0 seconds/) { q.heartbeat(job, extend: -1) }
-    assert_refused(/ttl must be >= 0 seconds/) { db.save_result(job.id, "v", ttl: -1) }
+    assert_refused(/extend must be > 0 seconds/) { q.heartbeat(job, extend: -1) }
+    assert_refused(/ttl must be > 0 seconds/) { db.save_result(job.id, "v", ttl: -1) }
     assert_refused(/delay must be >= 0 seconds/) { q.enqueue("b", delay: -0.001) }
     assert_refused(/timeout must be >= 0 seconds/) { q.wait(timeout: -1) }
     assert_refused(/shutdown_timeout must be a number of seconds, not String/) do

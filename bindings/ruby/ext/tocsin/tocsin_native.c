@@ -445,6 +445,12 @@ static VALUE db_set_max_payload(VALUE self, VALUE n) {
     return Qnil;
 }
 static VALUE db_sqlite_version(VALUE self) { return rb_str_new_cstr(sqlite3_libversion()); }
+/* The core's rules for a name (non-empty, at most 255 bytes, no control
+ * characters), checked where a binding takes one it uses later. */
+static VALUE db_check_name(VALUE self, VALUE what, VALUE name) {
+    CHECK(tocsin_check_name(DB(self), StringValueCStr(what), StringValueCStr(name)));
+    return name;
+}
 
 /* ---- queue ------------------------------------------------------------- */
 
@@ -2339,6 +2345,7 @@ RUBY_FUNC_EXPORTED void Init_tocsin_native(void) {
     M("tx_begin", db_tx_begin, 0); M("tx_commit", db_tx_commit, 0); M("tx_rollback", db_tx_rollback, 0);
     M("tx?", db_is_tx, 0); M("exec", db_exec, 1);
     M("now", db_now, 0); M("set_time", db_set_time, 1); M("set_max_payload", db_set_max_payload, 1);
+    M("check_name", db_check_name, 2);
     M("sqlite_version", db_sqlite_version, 0);
     M("enqueue", db_enqueue, 3); M("enqueue_many", db_enqueue_many, 1);
     M("claim", db_claim, 4); M("ack", db_ack, 2); M("ack_batch", db_ack_batch, 2);

@@ -57,7 +57,7 @@ module Tocsin
     def initialize(path, busy_timeout: 5, max_payload: nil, read_only: false, check_sqlite: true)
       @path = Util.text(Util.path!(path), "path")
       busy_ms = Util.ms(busy_timeout, "busy_timeout", nil_ok: false, max_ms: 2**31 - 1, positive: true) # a C int of ms
-      Util.int!(max_payload, "max_payload", nil_ok: true)
+      Util.payload_limit!(max_payload, "max_payload", nil_ok: true)
       Util.bool!(read_only, "read_only")
       OneSQLite.check! if Util.bool!(check_sqlite, "check_sqlite")
       @native = Native::DB.open(@path, busy_ms, max_payload, read_only)
@@ -212,7 +212,7 @@ module Tocsin
     def now = native.now
     def set_time(t) = native.set_time(Util.instant_ms(t))
     def max_payload=(bytes)
-      native.set_max_payload(bytes)
+      native.set_max_payload(Util.payload_limit!(bytes, "max_payload"))
     end
 
     def queue(name) = Queue.new(self, Util.name!(name, "queue name"))

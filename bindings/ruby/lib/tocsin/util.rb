@@ -43,7 +43,9 @@ module Tocsin
       raise InvalidArgument, "#{what} must be a finite number of seconds, not #{seconds}" if f.is_a?(Float) && (f.nan? || f.infinite?)
       # no duration is negative: the core reads some negative values as "none" or
       # "the backoff", which a caller spells by leaving the option out
-      raise InvalidArgument, "#{what} must be >= 0 seconds, not #{shown(seconds)}" if f.negative?
+      if f.negative?
+        raise InvalidArgument, "#{what} must be #{positive || min_ms >= 1 ? '> 0' : '>= 0'} seconds, not #{shown(seconds)}"
+      end
       raise InvalidArgument, "#{what} must be > 0 seconds, not #{shown(seconds)} (leave it out for none)" if positive && f.zero?
 
       # (the words of the native layer's own range checks, busy_timeout's)
@@ -176,6 +178,17 @@ module Tocsin
       return v if v.is_a?(Integer) || (v.nil? && nil_ok)
 
       raise InvalidArgument, "#{what} must be an Integer, not #{kind(v)}"
+    end
+
+    # A payload size limit in bytes: an Integer >= 1 (the core reads 0 as "the
+    # default"), named as the caller wrote it.
+    def payload_limit!(v, what, nil_ok: false)
+      return nil if v.nil? && nil_ok
+
+      int!(v, what)
+      raise InvalidArgument, "#{what} must be >= 1 (bytes), not #{v}" if v < 1
+
+      v
     end
 
     def array!(v, what)

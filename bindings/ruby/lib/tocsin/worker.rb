@@ -92,7 +92,7 @@ module Tocsin
       @periodic = periodic
       queues = tasks.values.map(&:queue).uniq if queues.nil?
       Util.array!(queues, "queues")
-      @queues = queues.each_with_index.map { |q, i| Util.name!(q, "queues[#{i}]") }
+      @queues = queues.each_with_index.map { |q, i| db.native.check_name("queues[#{i}]", Util.name!(q, "queues[#{i}]")) }
       raise InvalidArgument, "give at least one queue (or register tasks)" if @queues.empty?
       unless concurrency.is_a?(Integer) && concurrency.between?(1, Native::MAX_BATCH)
         raise InvalidArgument, "concurrency must be an Integer between 1 and #{Native::MAX_BATCH}, not #{concurrency.inspect}"
