@@ -3,6 +3,7 @@ package tocsin_test
 import (
 	"context"
 	"errors"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -55,6 +56,8 @@ func TestArgumentMessagesNameTheGoOption(t *testing.T) {
 			_, e := q.EnqueueMany(ctx, []tocsin.JobSpec{{Payload: 1}, {Payload: 2, Options: &tocsin.EnqueueOptions{RunAt: far}}})
 			return e
 		}},
+		{"claim: max must be between 1 and 10000, not 0", func() error { _, e := q.Claim(ctx, "w", 0, time.Minute); return e }},
+		{"claim: max must be between 1 and 10000, not 20000", func() error { _, e := q.Claim(ctx, "w", 20000, time.Minute); return e }},
 		{"claim: visibility must be >= 0, not -1s", func() error { _, e := q.Claim(ctx, "w", 1, -time.Second); return e }},
 		{"heartbeat: extend must be > 0, not 0s", func() error { return q.Heartbeat(ctx, j, 0) }},
 		{"dead_purge: before must be after the Unix epoch", func() error { _, e := q.Purge(ctx, far); return e }},
@@ -76,7 +79,8 @@ func TestArgumentMessagesNameTheGoOption(t *testing.T) {
 			return db.SetNotifyAutotrim(ctx, 0, 0, 10)
 		}},
 		{"notify_autotrim: maxAge must be >= 0, not -1s", func() error { return db.SetNotifyAutotrim(ctx, -time.Second, 0, 10) }},
-		{"notify_autotrim: maxKeep and oneIn must be >= 0", func() error { return db.SetNotifyAutotrim(ctx, 0, 1, -1) }},
+		{"notify_autotrim: oneIn must be >= 0 (0: off), not -1", func() error { return db.SetNotifyAutotrim(ctx, 0, 1, -1) }},
+		{"notify_autotrim: maxKeep must be >= 0, not -2", func() error { return db.SetNotifyAutotrim(ctx, 0, -2, 1) }},
 		{"result_save: ttl must be >= 0, not -1s", func() error { return db.SaveResult(ctx, j.ID, 1, -time.Second) }},
 		{"result_save_error: ttl must be >= 0", func() error { return db.SaveError(ctx, j.ID, "T", "m", -time.Second) }},
 		{"complete: ttl must be >= 0", func() error { return db.Complete(ctx, j.ID, j.Token, 1, -time.Second) }},
@@ -103,6 +107,7 @@ func TestArgumentMessagesNameTheGoOption(t *testing.T) {
 			return e
 		}},
 	}
+	cases = append(cases, optionFieldCases(ctx, db, filepath.Join(t.TempDir(), "never-opened.db"))...)
 	for _, c := range cases {
 		err := c.call()
 		if !errors.Is(err, tocsin.ErrInvalid) {
@@ -127,5 +132,96 @@ func TestArgumentMessagesNameTheGoOption(t *testing.T) {
 	last := time.UnixMilli(253402300799999)
 	if _, err := q.Enqueue(ctx, 1, &tocsin.EnqueueOptions{RunAt: last}); err != nil {
 		t.Errorf("RunAt %v: %v", last, err)
+	}
+}
+
+// optionFieldCases: a negative (or out of range) field of an options struct is refused
+// naming that one field and the value as given, not a list of fields.
+func optionFieldCases(ctx context.Context, db *tocsin.DB, path string) []struct {
+	want string
+	call func() error
+} {
+	open := func(o tocsin.Options) func() error {
+		return func() error {
+			d, e := tocsin.Open(path, &o)
+			if e == nil {
+				d.Close()
+			}
+			return e
+		}
+	}
+	worker := func(o tocsin.WorkerOptions) func() error {
+		return func() error {
+			o.Queues = []string{"q"}
+			_, e := db.NewWorker(o) // (one opened by mistake closes with db)
+			return e
+		}
+	}
+	call := func(o tocsin.CallOptions) func() error {
+		return func() error { _, e := db.Call(ctx, "q", "t", nil, nil, &o); return e }
+	}
+	sub := func(o tocsin.SubscribeOptions) func() error {
+		return func() error {
+			s, e := db.Stream("t").Subscribe(ctx, "c", &o)
+			if e == nil {
+				s.Close()
+			}
+			return e
+		}
+	}
+	listen := func(n int) func() error {
+		return func() error {
+			l, e := db.Listen(ctx, "ch", &tocsin.ListenOptions{BufferSize: n})
+			if e == nil {
+				l.Close()
+			}
+			return e
+		}
+	}
+	prune := func(o tocsin.PruneOptions) func() error {
+		return func() error { _, e := db.Prune(ctx, o); return e }
+	}
+	minus := int64(-1)
+	return []struct {
+		want string
+		call func() error
+	}{
+		{"open: Options.BusyTimeout must be >= 0, not -1ns", open(tocsin.Options{BusyTimeout: -1})},
+		{"open: Options.MaxPayloadBytes must be >= 0 (0: 1 MiB), not -5", open(tocsin.Options{MaxPayloadBytes: -5})},
+		{"worker_open: WorkerOptions.Concurrency must be between 1 and 10000 (0: 1), not -1",
+			worker(tocsin.WorkerOptions{Concurrency: -1})},
+		{"worker_open: WorkerOptions.Concurrency must be between 1 and 10000 (0: 1), not 20000",
+			worker(tocsin.WorkerOptions{Concurrency: 20000})},
+		{"worker_open: WorkerOptions.Visibility must be >= 0, not -1s", worker(tocsin.WorkerOptions{Visibility: -time.Second})},
+		{"worker_open: WorkerOptions.ShutdownTimeout must be >= 0, not -2s",
+			worker(tocsin.WorkerOptions{ShutdownTimeout: -2 * time.Second})},
+		{"worker_open: WorkerOptions.SchedulerTTL must be >= 0, not -3s", worker(tocsin.WorkerOptions{SchedulerTTL: -3 * time.Second})},
+		{"worker_open: WorkerOptions.UnknownTaskDelay must be >= 0, not -1ms",
+			worker(tocsin.WorkerOptions{UnknownTaskDelay: -time.Millisecond})},
+		{"worker_open: WorkerOptions.UnknownTaskHandbacks must be between 1 and 1000000 (0: 20), not -4",
+			worker(tocsin.WorkerOptions{UnknownTaskHandbacks: -4})},
+		{"task_enqueue: CallOptions.ResultTTL must be >= 0, not -1s", call(tocsin.CallOptions{ResultTTL: -time.Second})},
+		{"task_enqueue: CallOptions.Timeout must be >= 0, not -2s", call(tocsin.CallOptions{Timeout: -2 * time.Second})},
+		{"task_enqueue: CallOptions.ResultTTL must be >= 0, not -1s", func() error { // database/sql's CallTx
+			_, e := tocsin.CallTx(ctx, nil, "q", "t", nil, nil, &tocsin.CallOptions{ResultTTL: -time.Second})
+			return e
+		}},
+		{"task_enqueue: CallOptions.Timeout must be >= 0, not -2s", func() error {
+			_, e := db.Envelope("t", "", "", &tocsin.CallOptions{Timeout: -2 * time.Second})
+			return e
+		}},
+		{"subscribe: SubscribeOptions.FromOffset must be >= 0, not -1", sub(tocsin.SubscribeOptions{FromOffset: &minus})},
+		{"subscribe: SubscribeOptions.Batch must be between 1 and 10000 (0: 100), not -1", sub(tocsin.SubscribeOptions{Batch: -1})},
+		{"subscribe: SubscribeOptions.Batch must be between 1 and 10000 (0: 100), not 20000",
+			sub(tocsin.SubscribeOptions{Batch: 20000})},
+		{"subscribe: SubscribeOptions.AutosaveEvery must be >= 0, not -2", sub(tocsin.SubscribeOptions{AutosaveEvery: -2})},
+		{"subscribe: SubscribeOptions.AutosaveAfter must be >= 0, not -1s",
+			sub(tocsin.SubscribeOptions{AutosaveAfter: -time.Second})},
+		{"listen: ListenOptions.BufferSize must be between 1 and 10000 (0: 1000), not -1", listen(-1)},
+		{"listen: ListenOptions.BufferSize must be between 1 and 10000 (0: 1000), not 20000", listen(20000)},
+		{"prune: PruneOptions.NotificationsMaxAge must be >= 0, not -1s",
+			prune(tocsin.PruneOptions{NotificationsMaxAge: -time.Second, NotificationsMaxKeep: 5})},
+		{"prune: PruneOptions.NotificationsMaxKeep must be >= 0, not -1",
+			prune(tocsin.PruneOptions{NotificationsMaxKeep: -1})}, // was skipped silently
 	}
 }

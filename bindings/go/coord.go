@@ -11,6 +11,7 @@ import "C"
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"time"
 	"unsafe"
 )
@@ -78,7 +79,7 @@ func (c *conn) SaveResult(ctx context.Context, jobID int64, v any, ttl time.Dura
 	})
 }
 
-// SaveError records a task error as job's result.
+// SaveError records a task error as job's result, kept ttl (0: forever).
 func (c *conn) SaveError(ctx context.Context, jobID int64, errType, message string, ttl time.Duration) error {
 	if err := nonNeg("result_save_error", "ttl", ttl); err != nil {
 		return err
@@ -317,6 +318,14 @@ type Pruned struct {
 // notifications by the options.
 func (c *conn) Prune(ctx context.Context, opts PruneOptions) (Pruned, error) {
 	var out Pruned
+	// refused before anything is deleted, naming the option (not PruneNotifications' arguments)
+	if err := nonNeg("prune", "PruneOptions.NotificationsMaxAge", opts.NotificationsMaxAge); err != nil {
+		return out, err
+	}
+	if opts.NotificationsMaxKeep < 0 {
+		return out, newErr(ErrInvalid, "prune", fmt.Sprintf("PruneOptions.NotificationsMaxKeep must be >= 0, not %d",
+			opts.NotificationsMaxKeep))
+	}
 	var a, b C.int64_t
 	if err := c.do(ctx, "result_sweep", func(p *C.tocsin_db) C.int { return C.tocsin_result_sweep(p, &a) }); err != nil {
 		return out, err

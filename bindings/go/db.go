@@ -79,8 +79,11 @@ func Open(path string, opts *Options) (*DB, error) {
 	}
 	var o C.tocsin_open_opts
 	o.version = C.TOCSIN_OPEN_OPTS_VERSION
-	if opts.BusyTimeout < 0 || opts.MaxPayloadBytes < 0 {
-		return nil, newErr(ErrInvalid, "open", "BusyTimeout and MaxPayloadBytes must be >= 0")
+	if err := nonNeg("open", "Options.BusyTimeout", opts.BusyTimeout); err != nil {
+		return nil, err
+	}
+	if opts.MaxPayloadBytes < 0 {
+		return nil, newErr(ErrInvalid, "open", fmt.Sprintf("Options.MaxPayloadBytes must be >= 0 (0: 1 MiB), not %d", opts.MaxPayloadBytes))
 	}
 	bt := ms(opts.BusyTimeout) // a positive timeout under 1ms stays positive (0 is the 5s default)
 	if bt > math.MaxInt32 {

@@ -281,8 +281,9 @@ const DefaultVisibility = 30 * time.Second
 // Claim leases up to max claimable jobs (priority, then run time, then id) to worker
 // for visibility (0: DefaultVisibility). An empty slice when nothing is claimable.
 func (q *Queue) Claim(ctx context.Context, worker string, max int, visibility time.Duration) ([]Job, error) {
-	if max < 0 {
-		return nil, newErr(ErrInvalid, "claim", "max must be >= 1")
+	if max < 1 || max > C.TOCSIN_MAX_BATCH {
+		// (the core's message names the "claim count")
+		return nil, newErr(ErrInvalid, "claim", fmt.Sprintf("max must be between 1 and %d, not %d", C.TOCSIN_MAX_BATCH, max))
 	}
 	if visibility == 0 {
 		visibility = DefaultVisibility
@@ -419,7 +420,8 @@ func (c *conn) Complete(ctx context.Context, id, token int64, value any, ttl tim
 	return leaseErr(ok, "complete")
 }
 
-// FailTask records a task error (type, message) as the job's result and fails the job.
+// FailTask records a task error (type, message) as the job's result (kept ttl; 0:
+// forever) and fails the job.
 func (c *conn) FailTask(ctx context.Context, id, token int64, errType, message string, ttl time.Duration) error {
 	if err := nonNeg("fail_task", "ttl", ttl); err != nil {
 		return err

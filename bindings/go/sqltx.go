@@ -253,8 +253,8 @@ func CallTx(ctx context.Context, tx Querier, queue, task string, args []any, kwa
 	extra := map[string]any{}
 	var job *EnqueueOptions
 	if opts != nil {
-		if opts.ResultTTL < 0 || opts.Timeout < 0 {
-			return 0, newErr(ErrInvalid, "task_enqueue", "ResultTTL and Timeout must be >= 0")
+		if err := opts.check(); err != nil {
+			return 0, err
 		}
 		if opts.ResultTTL > 0 {
 			extra["result_ttl_ms"] = ms(opts.ResultTTL)

@@ -18,7 +18,7 @@ import (
 // CallOptions of a task call: the envelope's fields and the job's options.
 type CallOptions struct {
 	ResultTTL time.Duration   // > 0: keep the result this long; 0: the task's default
-	Timeout   time.Duration   // > 0: a longer run fails the attempt (Timeout)
+	Timeout   time.Duration   // > 0: a longer run fails the attempt (Timeout); 0: the task's
 	Job       *EnqueueOptions // priority, delay, max_attempts (retries + 1), meta, ...
 }
 
@@ -65,12 +65,20 @@ func (c *conn) Call(ctx context.Context, queue, task string, args []any, kwargs 
 	return &TaskHandle{db: c.db, JobID: id}, nil
 }
 
+// check refuses a negative ResultTTL or Timeout, naming it.
+func (o *CallOptions) check() error {
+	if err := nonNeg("task_enqueue", "CallOptions.ResultTTL", o.ResultTTL); err != nil {
+		return err
+	}
+	return nonNeg("task_enqueue", "CallOptions.Timeout", o.Timeout)
+}
+
 func (o *CallOptions) fill(cs *cstrings, call *C.tocsin_task_call, eo *C.tocsin_enqueue_opts) error {
 	call.version = C.TOCSIN_TASK_CALL_VERSION
 	var job *EnqueueOptions
 	if o != nil {
-		if o.ResultTTL < 0 || o.Timeout < 0 {
-			return newErr(ErrInvalid, "task_enqueue", "ResultTTL and Timeout must be >= 0")
+		if err := o.check(); err != nil {
+			return err
 		}
 		call.result_ttl_ms = C.int64_t(ms(o.ResultTTL))
 		call.timeout_ms = C.int64_t(ms(o.Timeout))

@@ -136,10 +136,11 @@ type Listener struct {
 func (db *DB) Listen(ctx context.Context, channel string, opts *ListenOptions) (*Listener, error) {
 	size := 1000
 	if opts != nil && opts.BufferSize != 0 {
+		// (the core's message names buffer_size)
+		if _, err := count("listen", "ListenOptions.BufferSize", opts.BufferSize, C.TOCSIN_MAX_BATCH, "1000"); err != nil {
+			return nil, err
+		}
 		size = opts.BufferSize
-	}
-	if size < 0 {
-		return nil, newErr(ErrInvalid, "listen", "BufferSize must be >= 1")
 	}
 	var cs cstrings
 	defer cs.free()
@@ -431,14 +432,22 @@ func (db *DB) openStreamSub(ctx context.Context, topic, consumer string, opts *S
 	if opts != nil {
 		if opts.FromOffset != nil {
 			if *opts.FromOffset < 0 {
-				return nil, newErr(ErrInvalid, "subscribe", "FromOffset must be >= 0")
+				return nil, newErr(ErrInvalid, "subscribe", fmt.Sprintf("SubscribeOptions.FromOffset must be >= 0, not %d", *opts.FromOffset))
 			}
 			o.from_offset = C.int64_t(*opts.FromOffset)
 		}
-		if opts.Batch < 0 || opts.AutosaveEvery < 0 || opts.AutosaveAfter < 0 {
-			return nil, newErr(ErrInvalid, "subscribe", "Batch, AutosaveEvery and AutosaveAfter must be >= 0")
+		// (the core's messages name batch, autosave_every and autosave_ms)
+		batch, err := count("subscribe", "SubscribeOptions.Batch", opts.Batch, C.TOCSIN_MAX_BATCH, "100")
+		if err != nil {
+			return nil, err
 		}
-		o.batch = C.size_t(opts.Batch)
+		if opts.AutosaveEvery < 0 {
+			return nil, newErr(ErrInvalid, "subscribe", fmt.Sprintf("SubscribeOptions.AutosaveEvery must be >= 0, not %d", opts.AutosaveEvery))
+		}
+		if err := nonNeg("subscribe", "SubscribeOptions.AutosaveAfter", opts.AutosaveAfter); err != nil {
+			return nil, err
+		}
+		o.batch = C.size_t(batch)
 		o.autosave_every = C.int64_t(opts.AutosaveEvery)
 		o.autosave_ms = C.int64_t(ms(opts.AutosaveAfter))
 	}
@@ -713,8 +722,11 @@ func (c *conn) SetNotifyAutotrim(ctx context.Context, maxAge time.Duration, maxK
 	if err := nonNeg("notify_autotrim", "maxAge", maxAge); err != nil {
 		return err
 	}
-	if maxKeep < 0 || oneIn < 0 {
-		return newErr(ErrInvalid, "notify_autotrim", fmt.Sprintf("maxKeep and oneIn must be >= 0, not %d and %d", maxKeep, oneIn))
+	if maxKeep < 0 {
+		return newErr(ErrInvalid, "notify_autotrim", fmt.Sprintf("maxKeep must be >= 0, not %d", maxKeep))
+	}
+	if oneIn < 0 {
+		return newErr(ErrInvalid, "notify_autotrim", fmt.Sprintf("oneIn must be >= 0 (0: off), not %d", oneIn))
 	}
 	if oneIn > 0 && maxAge == 0 && maxKeep == 0 {
 		return newErr(ErrInvalid, "notify_autotrim", "auto-trim needs maxAge or maxKeep (oneIn 0 turns it off)")

@@ -100,9 +100,24 @@ func (db *DB) NewWorker(opts WorkerOptions) (*Worker, error) {
 	if len(opts.Queues) == 0 {
 		return nil, newErr(ErrInvalid, "worker_open", "no queues (declare tasks with Task or give Queues)")
 	}
-	if opts.Concurrency < 0 || opts.Visibility < 0 || opts.ShutdownTimeout < 0 || opts.SchedulerTTL < 0 ||
-		opts.UnknownTaskDelay < 0 || opts.UnknownTaskHandbacks < 0 {
-		return nil, newErr(ErrInvalid, "worker_open", "durations and counts of WorkerOptions must be >= 0")
+	// (a negative count is refused by count below, naming it and its bounds)
+	for _, f := range []struct {
+		what string
+		d    time.Duration
+	}{{"Visibility", opts.Visibility}, {"ShutdownTimeout", opts.ShutdownTimeout}, {"SchedulerTTL", opts.SchedulerTTL},
+		{"UnknownTaskDelay", opts.UnknownTaskDelay}} {
+		if err := nonNeg("worker_open", "WorkerOptions."+f.what, f.d); err != nil {
+			return nil, err
+		}
+	}
+	conc, err := count("worker_open", "WorkerOptions.Concurrency", opts.Concurrency, C.TOCSIN_MAX_BATCH, "1")
+	if err != nil {
+		return nil, err
+	}
+	handbacks, err := count("worker_open", "WorkerOptions.UnknownTaskHandbacks", opts.UnknownTaskHandbacks,
+		C.TOCSIN_MAX_ATTEMPTS, "20")
+	if err != nil {
+		return nil, err
 	}
 	// the core's bounds, named as WorkerOptions fields (its messages name visibility_ms...)
 	if opts.Visibility != 0 && opts.Visibility < minWorkerLease {
@@ -129,15 +144,6 @@ func (db *DB) NewWorker(opts WorkerOptions) (*Worker, error) {
 				return nil, err
 			}
 		}
-	}
-	conc, err := count("worker_open", "WorkerOptions.Concurrency", opts.Concurrency, C.TOCSIN_MAX_BATCH, "1")
-	if err != nil {
-		return nil, err
-	}
-	handbacks, err := count("worker_open", "WorkerOptions.UnknownTaskHandbacks", opts.UnknownTaskHandbacks,
-		C.TOCSIN_MAX_ATTEMPTS, "20")
-	if err != nil {
-		return nil, err
 	}
 	if opts.Concurrency == 0 {
 		opts.Concurrency, conc = 1, 1
