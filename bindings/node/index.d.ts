@@ -4,6 +4,10 @@
 // duration, an instant, a count, a priority, a job id) may also be given as a bigint
 // within its range (Int); integers read back are numbers, and bigint beyond the safe
 // integers (a stream offset, a notification id or a priority past 2^53: Int there).
+// Where the core would read 0 as "none" or "the default" (expires, a result's ttl,
+// resultTtl, a task's timeout, maxPayload, a worker's visibility, ...), 0 is refused with
+// InvalidArgumentError, as in Python: leave the option out instead. 0 keeps its meaning
+// where it has one (delay: 0, a wait's timeout: 0, shutdownTimeout: 0, maxAge: 0).
 
 /// <reference types="node" />
 import { EventEmitter } from 'events';
@@ -25,9 +29,9 @@ export type Int = number | bigint;
 export type Instant = Int | Date;
 
 export interface OpenOptions {
-  /** How long a writer waits for the lock (ms); default 5000. */
+  /** How long a writer waits for the lock (ms, 1 to 2^31 - 1); default 5000. */
   busyTimeout?: Int;
-  /** Payload size limit in bytes; default 1 MiB. */
+  /** Payload size limit in bytes (>= 1); default 1 MiB. */
   maxPayload?: Int;
   readOnly?: boolean;
   /** open even though another copy of SQLite is loaded in the process (it must never open this file) */
@@ -38,9 +42,13 @@ export interface TxOption { tx?: Transaction }
 
 export interface EnqueueOptions extends TxOption {
   priority?: Int;
+  /** ms from now (0: now) */
   delay?: Int;
+  /** the run time (> 0); give delay or runAt, not both */
   runAt?: Instant;
+  /** 1 to 1000000; default 3 */
   maxAttempts?: Int;
+  /** ms (> 0): discarded (dead, 'expired') if not claimed within this; default never */
   expires?: Int;
   uniqueKey?: string;
   meta?: Meta;
@@ -109,7 +117,10 @@ export interface LeaseOptions extends TxOption { token?: Token }
 export interface RetryOptions extends LeaseOptions { delay?: number; error?: string }
 export interface FailOptions extends LeaseOptions { error?: string }
 export interface HeartbeatOptions extends LeaseOptions { extend?: number }
-export interface CompleteOptions extends LeaseOptions { ttl?: number }
+export interface CompleteOptions extends LeaseOptions {
+  /** ms (> 0) the result is kept; default forever */
+  ttl?: number;
+}
 export interface ClaimOptions { visibility?: number }
 export interface JobsOptions extends ClaimOptions { signal?: AbortSignal; batch?: number }
 
@@ -117,11 +128,13 @@ export interface TaskOptions extends Omit<EnqueueOptions, 'tx' | 'maxAttempts' |
   /** attempts after the first; a worker of this process runs a job of the task at most
    * retries + 1 times, also when it was called by name (queue.call, another runtime) */
   retries?: number;
-  /** a run longer than this (ms) fails the attempt with error type Timeout */
+  /** a run longer than this (ms, > 0) fails the attempt with error type Timeout; default none */
   timeout?: number;
-  /** how long results are kept (ms); < 0 forever */
+  /** how long results are kept (ms, > 0); default the core's (one day) */
   resultTtl?: number;
+  /** the retry delay's base (ms, > 0; exponential, capped, jittered); default 1000 */
   backoffBase?: number;
+  /** the retry delay's cap (ms, > 0); default the core's */
   backoffCap?: number;
   /** run the handler with currentJob().tx and commit its ack in that transaction */
   transactional?: boolean;
@@ -129,7 +142,9 @@ export interface TaskOptions extends Omit<EnqueueOptions, 'tx' | 'maxAttempts' |
 
 export interface CallOptions extends EnqueueOptions {
   kwargs?: { [key: string]: JsonValue };
+  /** how long the result is kept (ms, > 0); default the task's */
   resultTtl?: number;
+  /** a run longer than this (ms, > 0) fails the attempt; default the task's */
   timeout?: number;
 }
 
@@ -176,6 +191,7 @@ export declare class Queue {
   complete(job: Job | number, value?: JsonValue, options?: CompleteOptions): Promise<boolean>;
   failTask(job: Job | number, type: string, message?: string, options?: CompleteOptions): Promise<boolean>;
   cancel(job: Job | number): Promise<boolean>;
+  /** The job of that id (a Job or its id; anything else is refused saying what it was), or null. */
   get<P = any>(id: number): Promise<Job<P> | null>;
   pause(): Promise<void>;
   resume(): Promise<void>;
@@ -184,6 +200,7 @@ export declare class Queue {
   nextDeadline(): Promise<number | null>;
   deadLetters(options?: { afterId?: number; limit?: number }): Promise<Job[]>;
   requeue(job: Job | number): Promise<boolean>;
+  /** Deletes this queue's dead jobs (that died before `before`, > 0, if given). */
   purge(options?: { before?: Instant }): Promise<number>;
   /** Resolves true once something is claimable. */
   wait(options?: WaitOptions): Promise<boolean>;
@@ -215,8 +232,11 @@ export interface PublishOptions extends TxOption { key?: string; meta?: Meta }
 export interface SubscribeOptions {
   consumer?: string;
   fromOffset?: Int;
+  /** most events per batch, 1 to 10000; default 100 */
   batch?: number;
+  /** save the consumer's offset every this many events (>= 1) */
   autosaveEvery?: number;
+  /** ... or when this long (ms, > 0) passed since the last save */
   autosaveMs?: number;
   /** A named consumer's offset is saved when the subscription closes (the end of a
    * for-await loop, close()): the last event handed on. Default true. */
@@ -301,11 +321,16 @@ export declare class RateLimit {
   reset(): Promise<number>;
 }
 
+/** schedule() refuses 0 for maxAttempts, jobExpires and maxCatchUp (leave them out for the
+ * default); in updateSchedule() 0 sets one back to its default. */
 export interface ScheduleOptions {
   priority?: number;
+  /** of the fired jobs, 1 to 1000000; default 3 */
   maxAttempts?: number;
+  /** ms (> 0) a fired job may wait to be claimed; default never */
   jobExpires?: number;
   catchUp?: 'once' | 'all';
+  /** catchUp 'all': most jobs fired for one overdue run, 1 to 100000; default 100 */
   maxCatchUp?: number;
   localTime?: boolean;
   meta?: Meta | null;
@@ -351,6 +376,7 @@ export declare class Database {
   exec(sql: string, options?: TxOption): Promise<void>;
   now(): number;
   setTime(when: Instant | null): void;
+  /** The payload size limit in bytes (>= 1). */
   setMaxPayload(bytes: number): void;
   queue(name: string): Queue;
   stream(topic: string): Stream;
@@ -362,6 +388,7 @@ export declare class Database {
   setNotifyAutotrim(options?: { maxAge?: number; maxKeep?: number; oneIn?: number }): Promise<void>;
   listen<P = any>(channel: string, options?: { bufferSize?: number; signal?: AbortSignal }): Listener<P>;
   subscribe(): Wake;
+  /** ttl: ms (> 0) the result is kept; default forever */
   saveResult(jobId: number, value: JsonValue, options?: TxOption & { ttl?: number }): Promise<void>;
   saveError(jobId: number, type: string, message?: string, options?: TxOption & { ttl?: number }): Promise<void>;
   result<T = any>(jobId: number): Promise<Result<T> | null>;
@@ -389,17 +416,24 @@ export declare class Database {
   taskEnvelope(name: string, args?: JsonValue[], options?: { kwargs?: { [key: string]: JsonValue }; resultTtl?: number; timeout?: number }): Promise<string>;
 }
 
+/** Checked by the constructor (InvalidArgumentError naming the option), not at run(). */
 export interface WorkerOptions {
+  /** default: the queues tasks were declared on (queue.task()) */
   queues?: string[] | string;
   queue?: string;
+  /** 1 to 10000; default 1 */
   concurrency?: number;
+  /** each claim's lease (ms, >= 3), renewed every third of it; default 30000 */
   visibility?: number;
   scheduler?: boolean;
+  /** the scheduler leader's lease (ms, 3 to 366 days); default 10000 */
   schedulerTtl?: number;
   workerId?: string;
-  /** ms running handlers get at stop() before they are handed back; default 30000 */
+  /** ms running handlers get at stop() before they are handed back (0: at once); default 30000 */
   shutdownTimeout?: number;
+  /** the first hand-back delay (ms, > 0) of a job whose task this worker lacks; default 1000 */
   unknownTaskDelay?: number;
+  /** hand-backs (1 to 1000000) before such a job dies (UnknownTask); default 20 */
   unknownTaskHandbacks?: number;
 }
 
@@ -418,6 +452,8 @@ export interface RunContext {
 }
 
 export declare class Worker extends EventEmitter {
+  /** Throws InvalidArgumentError for a bad option (a queue name the core refuses, a bad
+   * workerId, an out-of-range duration): run() does not find one later. */
   constructor(db: Database, options?: WorkerOptions);
   readonly db: Database;
   readonly queues: string[];

@@ -107,31 +107,40 @@ function fromBig(v) { return typeof v === 'bigint' && v >= -MAX_SAFE_BIG && v <=
 
 // Durations and instants are the core's milliseconds; their bounds are checked here
 // so that a message names the option as JS spells it (delay, not the core's delay_ms).
+// A value below `min` is refused with the range it must be in (from `min`, not 0).
 function ms(v, what, min = 0, max = native.MAX_TIME_MS, note = 'the year 9999') {
   if (v === undefined || v === null) return undefined;
   if (typeof v === 'bigint') {
-    if (v < 0n) throw invalid(`${what} must be >= 0 ms, not ${v}n`);
+    if (v < 0n && min === 0) throw invalid(`${what} must be >= 0 ms, not ${v}n`);
     if (v < BigInt(min) || v > BigInt(max)) throw invalid(`${what} must be between ${min} and ${max} ms (${note}), not ${v}n`);
     return Number(v);
   }
   if (typeof v !== 'number' || !Number.isInteger(v)) throw invalid(`${what} must be an integer number of milliseconds`);
   // no duration is negative (the core reads some negative values as "none" or "the
   // backoff": those are spelled by leaving the option out)
-  if (v < 0) throw invalid(`${what} must be >= 0 ms, not ${v}`);
+  if (v < 0 && min === 0) throw invalid(`${what} must be >= 0 ms, not ${v}`);
   if (v < min || v > max) throw invalid(`${what} must be between ${min} and ${max} ms (${note}), not ${v}`);
   return v;
 }
 
+/**
+ * A duration whose 0 the core reads as "none" or "the default" (expires, a result's
+ * ttl, resultTtl, a task's timeout...): 1 ms or more, as Python's allow_zero=False.
+ * "None" and "the default" are spelled by leaving the option out.
+ */
+function positiveMs(v, what) { return ms(v, what, 1); }
+
 /** A lock's ttl, a rate limit's window: 1 ms to 366 days. */
 function lease(v, what) { return ms(v, what, 1, native.MAX_LEASE_MS, '366 days'); }
 
-function instant(v, what) {
+/** An instant (ms since the epoch, or a Date); `min` 1 where the core reads 0 as "none" (runAt, before). */
+function instant(v, what, min = 0) {
   if (v instanceof Date) {
     const t = v.getTime();
     if (Number.isNaN(t)) throw invalid(`${what} is an invalid Date`);
-    return ms(t, what);
+    return ms(t, what, min);
   }
-  return ms(v, what);
+  return ms(v, what, min);
 }
 
 /** An optional integer count (undefined when not given); NaN, 1.5, '5' are refused, not read as 0. */
@@ -140,6 +149,32 @@ function int(v, what) {
   if (typeof v === 'bigint') return fromBig(v);
   if (typeof v !== 'number' || !Number.isInteger(v)) throw invalid(`${what} must be an integer`);
   return v;
+}
+
+/** An optional count between min and max (undefined when not given): where the core reads 0 as "the default", 0 is refused. */
+function count(v, what, min, max) {
+  const n = int(v, what);
+  if (n !== undefined && (n < min || (max !== undefined && n > max))) {
+    const range = max === undefined ? `>= ${min}` : `between ${min} and ${max}`;
+    throw invalid(`${what} must be an integer ${range}, not ${typeof v === 'bigint' ? `${v}n` : v}`);
+  }
+  return n;
+}
+
+/** A payload size limit in bytes: >= 1 (the core reads 0 as "the default, 1 MiB"). */
+function payloadLimit(v) {
+  const n = int(v, 'maxPayload');
+  if (n === undefined || n < 1) throw invalid(`maxPayload must be an integer >= 1 (bytes), not ${String(v)}`);
+  return n;
+}
+
+/** What a refused argument was, for a message: undefined, null, 1.5, a string ("x"), an object. */
+function shown(v) {
+  if (v === undefined || v === null || typeof v === 'number' || typeof v === 'boolean') return String(v);
+  if (typeof v === 'bigint') return `${v}n`;
+  if (typeof v === 'string') return `a string (${JSON.stringify(v.length > 40 ? `${v.slice(0, 40)}...` : v)})`;
+  if (Array.isArray(v)) return 'an array';
+  return `${/^[aeiou]/.test(typeof v) ? 'an' : 'a'} ${typeof v}`;
 }
 
 /** An optional flag: true, false, or left out (undefined/null: false); 'no' or 1 is refused, not read as true. */
@@ -196,14 +231,14 @@ function idOf(job, token) {
     return [job, tokenOf(token)];
   }
   if (job && typeof job === 'object' && 'id' in job && 'token' in job) return [fromBig(job.id), tokenOf(job.token)];
-  throw invalid('expected a Job or a job id and token');
+  throw invalid(`expected a Job or a job id and token, not ${shown(job)}`);
 }
 
 function jobIdOf(job) {
   if (job instanceof Job) return job.id;
-  job = fromBig(job);
-  if (typeof job === 'bigint' || (typeof job === 'number' && Number.isInteger(job))) return job;
-  throw invalid('expected a Job or a job id');
+  const id = fromBig(job);
+  if (typeof id === 'bigint' || (typeof id === 'number' && Number.isInteger(id))) return id;
+  throw invalid(`expected a Job or a job id, not ${shown(job)}`);
 }
 
 // AbortSignal.any (Node >= 20.3) where it exists.
@@ -359,9 +394,10 @@ class Database {
           '(npm ls better-sqlite3), or pass { allowOtherSqlite: true } if that copy never opens this file.');
       }
     }
-    const busy = ms(o.busyTimeout, 'busyTimeout');
-    if (busy !== undefined && busy < 1) throw invalid('busyTimeout must be >= 1 ms');
-    this._h = native.open(str(path, 'path'), busy || 0, o.maxPayload === undefined ? null : o.maxPayload, bool(o.readOnly, 'readOnly'));
+    // the core's busy timeout is an int of ms; 0 is its default (5000): left out here
+    const busy = ms(o.busyTimeout, 'busyTimeout', 1, 2147483647, 'about 24 days');
+    const maxPayload = o.maxPayload === undefined || o.maxPayload === null ? null : payloadLimit(o.maxPayload);
+    this._h = native.open(str(path, 'path'), busy || 0, maxPayload, bool(o.readOnly, 'readOnly'));
     this.path = path;
     this._waits = new Set();
     this._closers = new Set(); // listeners, subscriptions, workers: closed with the database
@@ -479,7 +515,7 @@ class Database {
   now() { return native.now(this._h); }
   /** Fixes the clock at `when` (ms or Date); null restores the system clock (tests). */
   setTime(when) { native.setTime(this._h, when === null || when === undefined ? null : instant(when, 'time')); }
-  setMaxPayload(bytes) { native.setMaxPayload(this._h, bytes); }
+  setMaxPayload(bytes) { native.setMaxPayload(this._h, payloadLimit(bytes)); }
 
   queue(name) { return new Queue(this, str(name, 'queue name')); }
   stream(topic) { return new Stream(this, str(topic, 'topic')); }
@@ -519,11 +555,11 @@ class Database {
   // ---- results ----
   async saveResult(jobId, value, o) {
     o = opts(o, 'db.saveResult() options', ['tx', 'ttl']);
-    return native.resultSave(this._handle(o, 'db.saveResult()'), jobIdOf(jobId), toJson(value, 'value'), ms(o.ttl, 'ttl'));
+    return native.resultSave(this._handle(o, 'db.saveResult()'), jobIdOf(jobId), toJson(value, 'value'), positiveMs(o.ttl, 'ttl'));
   }
   async saveError(jobId, type, message, o) {
     o = opts(o, 'db.saveError() options', ['tx', 'ttl']);
-    return native.resultSaveError(this._handle(o, 'db.saveError()'), jobIdOf(jobId), str(type, 'type'), message === undefined ? null : message, ms(o.ttl, 'ttl'));
+    return native.resultSaveError(this._handle(o, 'db.saveError()'), jobIdOf(jobId), str(type, 'type'), message === undefined ? null : message, positiveMs(o.ttl, 'ttl'));
   }
   /** The stored result of a job, or null. */
   async result(jobId) {
@@ -590,7 +626,9 @@ class Database {
   async unschedule(name) { return native.scheduleRemove(this._writeHandle('db.unschedule()'), str(name, 'schedule name')); }
   async schedulerTick() { return native.schedulerTick(this._writeHandle('db.schedulerTick()')); }
   async schedulerNextFire() { const t = await native.schedulerNextFire(this._h); return t < 0 ? null : t; }
-  async schedulerLead(owner, ttl) { return native.schedulerLead(this._writeHandle('db.schedulerLead()'), str(owner, 'owner'), ttl); }
+  async schedulerLead(owner, ttl) {
+    return native.schedulerLead(this._writeHandle('db.schedulerLead()'), str(owner, 'owner'), ms(ttl, 'ttl', 1));
+  }
   async schedulerResign(owner) { return native.schedulerResign(this._writeHandle('db.schedulerResign()'), str(owner, 'owner')); }
 
   // ---- housekeeping ----
@@ -615,6 +653,13 @@ function scheduleOpts(o, update) {
   o = opts(o, update ? 'db.updateSchedule() changes' : 'db.schedule() options', update ? [...SCHEDULE_KEYS, 'cron', 'queue', 'payload'] : SCHEDULE_KEYS);
   const r = {};
   for (const k of ['priority', 'maxAttempts', 'jobExpires', 'maxCatchUp']) if (o[k] !== undefined) r[k] = fromBig(o[k]);
+  // 0 is the core's "the default" (never expires, 3 attempts, 100 runs caught up): a new
+  // schedule spells it by leaving the option out, and refuses 0; a change may give 0 to
+  // go back to the default
+  const min = update ? 0 : 1;
+  if (r.jobExpires !== undefined && r.jobExpires !== null) r.jobExpires = ms(r.jobExpires, 'jobExpires', min);
+  if (r.maxAttempts !== undefined) count(r.maxAttempts, 'maxAttempts', min, native.MAX_ATTEMPTS);
+  if (r.maxCatchUp !== undefined) count(r.maxCatchUp, 'maxCatchUp', min, 100000);
   if (o.catchUp !== undefined) r.catchUp = o.catchUp;
   if (o.localTime !== undefined) r.localTime = bool(o.localTime, 'localTime');
   if ('meta' in o && (o.meta !== undefined || update)) r.meta = metaJson(o.meta);
@@ -628,8 +673,8 @@ function enqueueArgs(o) {
   if (o.delay !== undefined && o.delay !== null && o.runAt !== undefined && o.runAt !== null) {
     throw invalid('give delay or runAt, not both');
   }
-  return [o.priority === undefined ? null : fromBig(o.priority), ms(o.delay, 'delay'), instant(o.runAt, 'runAt'),
-    o.maxAttempts === undefined ? null : fromBig(o.maxAttempts), ms(o.expires, 'expires'),
+  return [o.priority === undefined ? null : fromBig(o.priority), ms(o.delay, 'delay'), instant(o.runAt, 'runAt', 1),
+    o.maxAttempts === undefined ? null : fromBig(o.maxAttempts), positiveMs(o.expires, 'expires'),
     o.uniqueKey === undefined ? null : o.uniqueKey, metaJson(o.meta)];
 }
 
@@ -724,12 +769,12 @@ class Queue {
   async complete(job, value, o) {
     o = opts(o, 'complete() options', ['tx', 'token', 'ttl']);
     const [id, tok] = idOf(job, o.token);
-    return native.complete(this.db._handle(o, 'complete()'), id, tok, toJson(value, 'value', true), ms(o.ttl, 'ttl')); // no value: null
+    return native.complete(this.db._handle(o, 'complete()'), id, tok, toJson(value, 'value', true), positiveMs(o.ttl, 'ttl')); // no value: null
   }
   async failTask(job, type, message, o) {
     o = opts(o, 'failTask() options', ['tx', 'token', 'ttl']);
     const [id, tok] = idOf(job, o.token);
-    return native.failTask(this.db._handle(o, 'failTask()'), id, tok, str(type, 'type'), message === undefined ? null : message, ms(o.ttl, 'ttl'));
+    return native.failTask(this.db._handle(o, 'failTask()'), id, tok, str(type, 'type'), message === undefined ? null : message, positiveMs(o.ttl, 'ttl'));
   }
   async cancel(job) { return native.cancel(this.db._writeHandle('cancel()'), jobIdOf(job)); }
   async get(id) {
@@ -746,7 +791,7 @@ class Queue {
     return (await native.deadList(this.db._h, this.name, o.afterId, o.limit)).map((r) => new Job(this, r));
   }
   async requeue(job) { return native.deadRequeue(this.db._writeHandle('queue.requeue()'), jobIdOf(job)); }
-  async purge(o) { o = opts(o, 'queue.purge() options', ['before']); return native.deadPurge(this.db._writeHandle('queue.purge()'), this.name, instant(o.before, 'before') || 0); }
+  async purge(o) { o = opts(o, 'queue.purge() options', ['before']); return native.deadPurge(this.db._writeHandle('queue.purge()'), this.name, instant(o.before, 'before', 1) || 0); }
 
   /** Resolves true once something is claimable. { timeout, signal } */
   async wait(o) {
@@ -760,7 +805,7 @@ class Queue {
     str(workerId, 'workerId');
     checkSignal(o.signal);
     const self = this;
-    const batch = o.batch === undefined ? 1 : o.batch;
+    const batch = o.batch === undefined ? 1 : count(o.batch, 'batch', 1, 10000);
     return (async function* jobIterator() {
       const buffered = [];
       try {
@@ -861,8 +906,10 @@ class Stream {
     // a named consumer's offset is saved when the subscription closes (the end of a
     // for-await loop, close()), by the core, unless saveOnClose: false
     const saveOnClose = consumer !== null && o.saveOnClose !== false;
+    // 0 is the core's "the default" (batch) or "never" (autosave): left out here
     const w = native.streamSubOpen(this.db._handle(), this.topic, consumer,
-      o.fromOffset === undefined ? null : o.fromOffset, o.batch, o.autosaveEvery, ms(o.autosaveMs, 'autosaveMs'),
+      o.fromOffset === undefined ? null : o.fromOffset, count(o.batch, 'batch', 1, 10000),
+      count(o.autosaveEvery, 'autosaveEvery', 1), positiveMs(o.autosaveMs, 'autosaveMs'),
       saveOnClose);
     return new Subscription(this.db, w, o.signal, (r) => new Event(r));
   }
@@ -1108,9 +1155,9 @@ function sqlOptions(o, extra) {
   };
   if (o.priority !== undefined) integer('priority', o.priority);
   if (o.delay !== undefined) r.delay_ms = ms(o.delay, 'delay');
-  if (o.runAt !== undefined) r.run_at_ms = instant(o.runAt, 'runAt');
+  if (o.runAt !== undefined) r.run_at_ms = instant(o.runAt, 'runAt', 1);
   if (o.maxAttempts !== undefined) integer('max_attempts', o.maxAttempts);
-  if (o.expires !== undefined) r.expires_ms = ms(o.expires, 'expires');
+  if (o.expires !== undefined) r.expires_ms = positiveMs(o.expires, 'expires');
   if (o.uniqueKey !== undefined) r.unique_key = o.uniqueKey;
   if (o.meta !== undefined && o.meta !== null) r.meta = JSON.parse(metaJson(o.meta));
   if (!exact.length) return Object.keys(r).length ? JSON.stringify(r) : null;
@@ -1174,7 +1221,7 @@ function callSql(betterDb, queue, task, args, o) {
     throw invalid('kwargs must be a plain object');
   }
   const extra = {};
-  const ttl = ms(resultTtl, 'resultTtl'), limit = ms(timeout, 'timeout');
+  const ttl = positiveMs(resultTtl, 'resultTtl'), limit = positiveMs(timeout, 'timeout');
   if (ttl) extra.result_ttl_ms = ttl;
   if (limit) extra.timeout_ms = limit;
   return sqlCall(betterDb, 'call', 'SELECT tocsin_task_enqueue(?, ?, ?, ?, ?)', [str(queue, 'queue'), str(task, 'task name'),
@@ -1211,7 +1258,7 @@ module.exports = {
   Result, Lock, RateLimit, loadablePath, load, enqueueSql, callSql, publishSql, notifySql, cronNext, versions,
   ...errors,
   // for lib/tasks.js and lib/worker.js
-  _internal: { ENQUEUE_KEYS, bool, fromBig, native, toJson, fromJson, metaJson, ms, lease, int, instant, str, opts, invalid, enqueueArgs, defaultOwner, waitFor, Result },
+  _internal: { ENQUEUE_KEYS, bool, fromBig, native, toJson, fromJson, metaJson, ms, positiveMs, lease, int, count, instant, str, opts, invalid, enqueueArgs, defaultOwner, waitFor, Result },
 };
 delete module.exports.makeError;
 delete module.exports.errorOf;

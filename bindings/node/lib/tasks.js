@@ -7,7 +7,7 @@ const { AsyncLocalStorage } = require('async_hooks');
 const index = require('./index');
 
 const { Queue, Database, Result } = index;
-const { native, toJson, opts, str, invalid, enqueueArgs, ms, fromBig, ENQUEUE_KEYS } = index._internal;
+const { native, toJson, opts, str, invalid, enqueueArgs, positiveMs, fromBig, ENQUEUE_KEYS } = index._internal;
 
 const CALL_KEYS = ['tx', 'kwargs', 'resultTtl', 'timeout', ...ENQUEUE_KEYS];
 const TASK_KEYS = ['retries', 'timeout', 'resultTtl', 'backoffBase', 'backoffCap', 'priority', 'delay', 'expires', 'meta', 'transactional'];
@@ -44,7 +44,7 @@ async function enqueueCall(queue, name, args, o) {
   o = opts(o, 'queue.call() options', CALL_KEYS);
   const [a, k] = callArgs(args, o.kwargs);
   const id = await native.taskEnqueue(queue.db._handle(o, 'queue.call()'), queue.name, str(name, 'task name'), a, k,
-    ms(o.resultTtl, 'resultTtl'), ms(o.timeout, 'timeout'), ...enqueueArgs(o));
+    positiveMs(o.resultTtl, 'resultTtl'), positiveMs(o.timeout, 'timeout'), ...enqueueArgs(o));
   return new TaskHandle(queue, id);
 }
 
@@ -52,7 +52,7 @@ async function enqueueCall(queue, name, args, o) {
 function envelope(db, name, args, o) {
   o = opts(o);
   const [a, k] = callArgs(args, o.kwargs);
-  return native.taskEnvelope(db._h, str(name, 'task name'), a, k, ms(o.resultTtl, 'resultTtl'), ms(o.timeout, 'timeout'));
+  return native.taskEnvelope(db._h, str(name, 'task name'), a, k, positiveMs(o.resultTtl, 'resultTtl'), positiveMs(o.timeout, 'timeout'));
 }
 
 function registry(db) {
@@ -63,7 +63,7 @@ function registry(db) {
 /**
  * queue.task(name, fn, options) -> a function whose call enqueues the task
  * and resolves to a TaskHandle. Options: retries (max_attempts - 1), timeout,
- * resultTtl (ms; < 0 forever), backoffBase, backoffCap, priority,
+ * resultTtl (ms, > 0; default: the core's, one day), backoffBase, backoffCap, priority,
  * transactional (fn(...args) runs with currentJob().tx, and its ack commits
  * in that transaction), and the default enqueue options.
  */
@@ -71,8 +71,9 @@ Queue.prototype.task = function task(name, fn, o) {
   native.checkName(this.db._h, 'task name', str(name, 'task name')); // the core's rule
   if (typeof fn !== 'function') throw invalid('task(name, fn): fn must be a function');
   o = opts(o, 'queue.task() options', TASK_KEYS);
-  // the worker's options of the task, refused here rather than at a worker's run()
-  for (const k of ['backoffBase', 'backoffCap', 'timeout', 'resultTtl']) ms(o[k], k);
+  // the worker's options of the task (and its calls' expires), refused here rather than
+  // at a worker's run() or at every call; 0 is the core's "none"/"the default": left out
+  for (const k of ['backoffBase', 'backoffCap', 'timeout', 'resultTtl', 'expires']) positiveMs(o[k], k);
   index._internal.bool(o.transactional, 'transactional');
   const queue = this;
   const defaults = {};

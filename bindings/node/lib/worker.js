@@ -7,21 +7,15 @@ const { EventEmitter } = require('events');
 const index = require('./index');
 const tasks = require('./tasks');
 
-const { native, opts, invalid, toJson, ms, bool, defaultOwner, fromBig } = index._internal;
+const { native, opts, invalid, toJson, ms, bool, defaultOwner, fromBig, str, count } = index._internal;
 const { errorOf } = require('./errors');
 const { checkSignal } = require('./wait');
 
 // What a handler threw, as the strings the core records: any value may be thrown
 // (null, a Symbol, an object without a prototype, an Error whose message getter
 // throws), and none of them may keep the run from being reported.
-/** A worker's lease (visibility, schedulerTtl): 0 or absent for the default, else at least 3 ms. */
-function workerLease(v, what, max, note) {
-  const d = ms(v, what, 0, max, note);
-  if (d && d < native.MIN_WORKER_LEASE_MS) {
-    throw invalid(`${what} must be 0 (the default) or between ${native.MIN_WORKER_LEASE_MS} and ${max} ms (${note}), not ${d}`);
-  }
-  return d;
-}
+/** A worker's lease (visibility, schedulerTtl): absent for the default, else at least 3 ms (0, the core's "default", is refused). */
+function workerLease(v, what, max, note) { return ms(v, what, native.MIN_WORKER_LEASE_MS, max, note); }
 
 function text(f, dflt) {
   try {
@@ -51,16 +45,20 @@ class Worker extends EventEmitter {
   /**
    * new Worker(db, { queues, concurrency, visibility, scheduler, schedulerTtl,
    *   workerId, shutdownTimeout, unknownTaskDelay, unknownTaskHandbacks })
-   * Runs the tasks declared with queue.task() on those queues.
+   * Runs the tasks declared with queue.task() on those queues. Every option is
+   * checked here (InvalidArgumentError naming it), none only when run() starts.
    */
   constructor(db, o) {
     super();
     o = opts(o, 'new Worker() options', ['queues', 'queue', 'concurrency', 'visibility', 'scheduler', 'schedulerTtl',
       'workerId', 'shutdownTimeout', 'unknownTaskDelay', 'unknownTaskHandbacks']);
     if (!(db instanceof index.Database)) throw invalid('new Worker(db, options): db must be a Database');
+    const key = o.queues === undefined ? 'queue' : 'queues'; // as the options spell it, for messages
     let queues = o.queues === undefined ? o.queue : o.queues;
-    if (typeof queues === 'string') queues = [queues];
-    if (queues === undefined) queues = [...tasks.registry(db).keys()];
+    const one = typeof queues === 'string';
+    if (one) queues = [queues];
+    const declared = queues === undefined;
+    if (declared) queues = [...tasks.registry(db).keys()];
     if (!Array.isArray(queues) || queues.length === 0) throw invalid('a worker needs at least one queue');
     this.db = db;
     this.queues = queues;
@@ -71,11 +69,25 @@ class Worker extends EventEmitter {
     }
     this.concurrency = concurrency === undefined ? 1 : concurrency;
     this.shutdownTimeout = o.shutdownTimeout === undefined ? 30000 : ms(o.shutdownTimeout, 'shutdownTimeout');
-    this._o = o;
+    // every option is refused here, as Python and Go do, not when run() opens the worker;
+    // a closed database is run()'s ClosedError
+    const id = o.workerId === undefined || o.workerId === null ? undefined : str(o.workerId, 'workerId');
+    if (!db._closing) {
+      queues.forEach((q, i) => native.checkName(db._h, declared ? 'queue name' : one ? key : `${key}[${i}]`, q)); // the core's rule
+      if (id !== undefined) native.checkName(db._h, 'workerId', id);
+    }
+    // 0 is the core's "the default" for each of these: spelled by leaving the option out
+    this._settings = {
+      visibility: workerLease(o.visibility, 'visibility', native.MAX_TIME_MS, 'the year 9999'),
+      scheduler: bool(o.scheduler, 'scheduler'),
+      schedulerTtl: workerLease(o.schedulerTtl, 'schedulerTtl', native.MAX_LEASE_MS, '366 days'),
+      unknownTaskDelay: ms(o.unknownTaskDelay, 'unknownTaskDelay', 1),
+      unknownTaskHandbacks: count(o.unknownTaskHandbacks, 'unknownTaskHandbacks', 1, 1000000),
+    };
     this._w = null;
     this._running = new Map(); // jobId -> { run, ac, stopped }
     this._stopping = false;
-    this._id = o.workerId === undefined || o.workerId === null ? defaultOwner() : o.workerId;
+    this._id = id === undefined ? defaultOwner() : id;
     this._stopped = null;
     this._busy = false;
     this._again = false;
@@ -90,11 +102,9 @@ class Worker extends EventEmitter {
   get inFlight() { return this._running.size; }
 
   _open() {
-    const o = this._o;
-    this._w = native.workerOpen(this.db._h, this.queues, this._id,
-      this.concurrency, workerLease(o.visibility, 'visibility', native.MAX_TIME_MS, 'the year 9999'),
-      bool(o.scheduler, 'scheduler'), workerLease(o.schedulerTtl, 'schedulerTtl', native.MAX_LEASE_MS, '366 days'),
-      ms(o.unknownTaskDelay, 'unknownTaskDelay'), o.unknownTaskHandbacks);
+    const o = this._settings;
+    this._w = native.workerOpen(this.db._h, this.queues, this._id, this.concurrency, o.visibility,
+      o.scheduler, o.schedulerTtl, o.unknownTaskDelay, o.unknownTaskHandbacks);
     this._tasks = new Map();
     const reg = tasks.registry(this.db);
     for (const q of this.queues) {

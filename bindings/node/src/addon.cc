@@ -637,7 +637,9 @@ OP_BEGIN(Exec)
 OP_END(op)
 
 OP_BEGIN(CheckName)
-  std::string what = a.str(1, "what"), name = a.str(2, "name");
+  // the name's own refusals (NUL, a lone surrogate) name it as `what` does
+  std::string what = a.str(1, "what");
+  std::string name = a.str(2, a.ok ? what.c_str() : "name");
   auto op = mk([what, name](tocsin_db *db) { return tocsin_check_name(db, what.c_str(), name.c_str()); },
                [](Napi::Env e) { return e.Undefined(); });
 OP_END(op)

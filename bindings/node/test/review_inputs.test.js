@@ -19,15 +19,14 @@ describe('bad inputs', () => {
     await assert.rejects(db.result(2 ** 70), invalid(/jobId must be a 64-bit|jobId must be an integer/));
     await assert.rejects(db.stream('s-abort').trim({ maxCount: 1.5 }), invalid(/maxCount must be an integer/));
     assert.throws(() => tocsin.open(tmpdb(), { maxPayload: NaN }), invalid(/maxPayload must be an integer/));
-    const w = new tocsin.Worker(db, { queues: ['q-abort'], visibility: 1e20 });
-    await assert.rejects(w.run(), invalid(/visibility must be between 0 and 253402300799999 ms/));
+    assert.throws(() => new tocsin.Worker(db, { queues: ['q-abort'], visibility: 1e20 }), invalid(/visibility must be between 3 and 253402300799999 ms/));
   });
 
   test("out-of-range durations and instants name the JS option, not the core's *_ms argument", async () => {
     const q = db.queue('q-units');
     const noCoreName = (e) => e instanceof tocsin.InvalidArgumentError && !/_ms\b/.test(e.message);
     await assert.rejects(q.enqueue(1, { delay: 1e15 }), invalid(/^delay must be between 0 and 253402300799999 ms \(the year 9999\), not 1000000000000000$/));
-    await assert.rejects(q.enqueue(1, { runAt: new Date(8.64e15) }), invalid(/^runAt must be between 0 and 253402300799999 ms/));
+    await assert.rejects(q.enqueue(1, { runAt: new Date(8.64e15) }), invalid(/^runAt must be between 1 and 253402300799999 ms/));
     await assert.rejects(q.enqueue(1, { delay: 5, runAt: Date.now() }), invalid(/^give delay or runAt, not both$/));
     await assert.rejects(q.enqueueMany([{ payload: 1, delay: 5, runAt: 1 }]), noCoreName);
     await assert.rejects(q.claim('w', { visibility: 0 }), invalid(/^visibility must be between 1 and/));
@@ -35,10 +34,9 @@ describe('bad inputs', () => {
     await assert.rejects(db.setNotifyAutotrim({ oneIn: 5 }), invalid(/needs maxAge or maxKeep/));
     assert.throws(() => db.lock('l-units', { ttl: 400 * 86400000 }), invalid(/^ttl must be between 1 and 31622400000 ms \(366 days\), not 34560000000$/));
     assert.throws(() => db.rateLimit('r-units', 5, 0), invalid(/^per must be between 1 and 31622400000 ms \(366 days\), not 0$/));
-    const w = new tocsin.Worker(db, { queues: ['q-units'], visibility: 2 });
-    await assert.rejects(w.run(), invalid(/^visibility must be 0 \(the default\) or between 3 and/));
-    const w2 = new tocsin.Worker(db, { queues: ['q-units'], schedulerTtl: 400 * 86400000 });
-    await assert.rejects(w2.run(), invalid(/^schedulerTtl must be between 0 and 31622400000 ms \(366 days\)/));
+    assert.throws(() => new tocsin.Worker(db, { queues: ['q-units'], visibility: 2 }), invalid(/^visibility must be between 3 and/));
+    assert.throws(() => new tocsin.Worker(db, { queues: ['q-units'], schedulerTtl: 400 * 86400000 }),
+      invalid(/^schedulerTtl must be between 3 and 31622400000 ms \(366 days\)/));
     assert.equal((await q.stats()).pending, 0); // nothing was written
   });
 
@@ -76,9 +74,10 @@ describe('bad inputs', () => {
     await q.enqueue(1, { maxAttempts: 3 });
     const job = await q.claim('w');
     await assert.rejects(job.retry({ delay: -5 }), invalid(/delay must be >= 0 ms, not -5/));
-    await assert.rejects(job.complete(1, { ttl: -1 }), invalid(/ttl must be >= 0 ms/));
-    await assert.rejects(db.saveResult(job.id, 1, { ttl: -1 }), invalid(/ttl must be >= 0 ms/));
-    await assert.rejects(job.heartbeat({ extend: -1 }), invalid(/extend must be >= 0 ms/));
+    // where 0 is refused too, the message gives the real lower bound (1), not ">= 0"
+    await assert.rejects(job.complete(1, { ttl: -1 }), invalid(/^ttl must be between 1 and 253402300799999 ms \(the year 9999\), not -1$/));
+    await assert.rejects(db.saveResult(job.id, 1, { ttl: -1 }), invalid(/^ttl must be between 1 and/));
+    await assert.rejects(job.heartbeat({ extend: -1 }), invalid(/^extend must be between 1 and .*, not -1$/));
     await assert.rejects(q.enqueue(1, { delay: -1 }), invalid(/delay must be >= 0 ms/));
     const got = await q.get(job.id);
     assert.equal(got.state, 'processing', 'the refused retry wrote nothing');
