@@ -3424,8 +3424,11 @@ static const char SQL_NEXT_ID[] = "SELECT " TC_NEXT_ID("_tocsin_jobs");
  * gets do not depend on the format. */
 static const char SQL_SKIP_ID[] =
     "UPDATE main.sqlite_sequence SET seq = " TC_NEXT_ID("_tocsin_jobs") " WHERE name = '_tocsin_jobs'";
+/* The job holding a unique key, and whether it has expired (unleased, past
+ * its expires_at: dead at the next claim, it holds the key no longer). */
 static const char SQL_FIND_UNIQUE[] =
-    "SELECT id FROM _tocsin_jobs WHERE queue = ?1 AND unique_key = ?2";
+    "SELECT id, expires_at IS NOT NULL AND expires_at <= ?3 AND state <> 'processing'"
+    " FROM _tocsin_jobs WHERE queue = ?1 AND unique_key = ?2";
 
 /* What a claim must do before handing out jobs: is the queue paused, has a
  * lease lapsed, has a job expired, has a scheduled job become due? Four index
@@ -3601,6 +3604,9 @@ static const char SQL_REQUEUE[] =
     " FROM _tocsin_dead WHERE id = ?1 AND attempts < 1000000";
 static const char SQL_DEAD_ATTEMPTS[] = "SELECT attempts FROM _tocsin_dead WHERE id = ?1";
 static const char SQL_DEAD_DELETE_ONE[] = "DELETE FROM _tocsin_dead WHERE id = ?1";
+/* A requeued job is live again: the outcome of its last run is not its result
+ * (a result exists while, and only once, the job has finished). */
+static const char SQL_REQUEUE_RESULT[] = "DELETE FROM _tocsin_results WHERE job_id = ?1";
 /* One statement per shape, so each is a plain index range (no OR for the planner). */
 static const char SQL_PURGE_Q[] = "DELETE FROM _tocsin_dead WHERE queue = ?1";
 static const char SQL_PURGE_Q_BEFORE[] =
@@ -3923,7 +3929,7 @@ static int insert_plain(tocsin_db *db, int64_t *out_ids, const tocsin_job_spec *
 /* *next: the id the job takes, 0 if unknown (then read by the INSERT); set to
  * the id after it, or 0 when it met a unique key. */
 static int insert_job(tocsin_db *db, int64_t *out_id, const tocsin_job_spec *s, int64_t now,
-                      int64_t *next) {
+                      int64_t *next, int retried) {
     static const tocsin_enqueue_opts defaults = TOCSIN_ENQUEUE_OPTS_INIT;
     const tocsin_enqueue_opts *o = s->opts ? s->opts : &defaults;
     int64_t run_at = o->run_at_ms ? o->run_at_ms : tc_time_add(now, o->delay_ms);
@@ -3956,18 +3962,30 @@ static int insert_job(tocsin_db *db, int64_t *out_id, const tocsin_job_spec *s, 
     /* No row and no key to meet: a trigger on _tocsin_jobs dropped the insert
      * (RAISE(IGNORE)); report it before writing anything else. */
     if (!o->unique_key) return insert_dropped(db);
-    /* A live job holds the unique key: hand back its id. */
-    if (!(st = tc_stmt(db, SQL_SKIP_ID))) return TC_ERRCODE;
-    if ((rc = tc_step_done(db, st, "enqueue")) != TOCSIN_OK) return rc;
+    /* A job holds the unique key: hand back its id -- unless it has expired:
+     * folded into it, this enqueue would die with it, never run. The queue's
+     * expired jobs go to the dead letters as a claim would move them, and the
+     * job is inserted. */
     if (!(st = tc_stmt(db, SQL_FIND_UNIQUE))) return TC_ERRCODE;
     sqlite3_bind_text(st, 1, s->queue, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, o->unique_key, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, now);
     rc = tc_step(db, st);
-    if (rc == SQLITE_ROW) *out_id = sqlite3_column_int64(st, 0);
+    if (rc == SQLITE_ROW) {
+        *out_id = sqlite3_column_int64(st, 0);
+        if (sqlite3_column_int(st, 1) && !retried) {
+            sqlite3_reset(st);
+            if ((rc = move_qnow(db, SQL_EXPIRED_DEAD, SQL_EXPIRED_DELETE, s->queue, now, "expire jobs")) !=
+                TOCSIN_OK)
+                return rc;
+            return insert_job(db, out_id, s, now, next, 1);
+        }
+    }
     sqlite3_reset(st);
     if (rc == SQLITE_DONE) return insert_dropped(db);
     if (rc != SQLITE_ROW) return tc_sqlerr(db, rc, "enqueue: find job holding unique_key");
-    return TOCSIN_OK;
+    if (!(st = tc_stmt(db, SQL_SKIP_ID))) return TC_ERRCODE;
+    return tc_step_done(db, st, "enqueue");
 }
 
 int tc_check_specs(tocsin_db *db, const tocsin_job_spec *specs, size_t n) {
@@ -4004,7 +4022,7 @@ int tocsin_queue_enqueue_many(tocsin_db *db, int64_t *out_ids, const tocsin_job_
             rc = insert_plain(db, &out_ids[i], &specs[i], k, now, &next);
             i += k;
         } else {
-            rc = insert_job(db, &out_ids[i], &specs[i], now, &next);
+            rc = insert_job(db, &out_ids[i], &specs[i], now, &next, 0);
             i++;
         }
     }
@@ -4669,6 +4687,12 @@ int tocsin_dead_requeue(tocsin_db *db, int *out_ok, int64_t id) {
         } else {
             sqlite3_bind_int64(st, 1, id);
             rc = tc_one_row(db, tc_step_done(db, st, "requeue"), "requeue", "_tocsin_dead");
+        }
+        if (rc == TOCSIN_OK && !(st = tc_stmt(db, SQL_REQUEUE_RESULT))) {
+            rc = TC_ERRCODE;
+        } else if (rc == TOCSIN_OK) {
+            sqlite3_bind_int64(st, 1, id);
+            rc = tc_step_done(db, st, "requeue");
         }
     }
     rc = tc_op_end(db, &op, rc);
@@ -8907,6 +8931,7 @@ typedef struct wrun {
     tocsin_task_run pub;
     char *queue, *task, *args, *kwargs, *meta;
     int64_t result_ttl_ms; /* the call's, 0: the task's default */
+    int job_max;              /* the job's own max_attempts (pub's may be the task's, lower) */
     tocsin_task_opts topts;   /* the task's options at the claim (a copy: a later
                                  tocsin_worker_register may move the task table) */
     const struct tocsin_worker *owner; /* the worker that claimed it */
@@ -9348,7 +9373,7 @@ static int record_error(tocsin_db *db, int *ok, const wrun *r, const tocsin_outc
     const char *type = o->error_type ? o->error_type : "Error";
     const char *msg = o->error_message ? o->error_message : "";
     char *text = *msg ? sqlite3_mprintf("%s: %s", type, msg) : sqlite3_mprintf("%s", type);
-    int rc, dies = final || r->pub.attempt >= r->pub.max_attempts, spent = 0;
+    int rc, dies = final || r->pub.attempt >= r->job_max, spent = 0;
     if (!text) return tc_err(db, TOCSIN_NOMEM, "worker: out of memory");
     tc_cut_utf8(text, (size_t)db->max_payload); /* last_error: "type: message", bounded */
     if (!dies && r->topts.max_attempts > 0) {
@@ -9949,7 +9974,7 @@ static int make_run(tocsin_worker *w, const tocsin_job *j, wrun **out) {
     r->pub.job_id = j->id;
     r->pub.token = j->token;
     r->pub.attempt = j->attempts;
-    r->pub.max_attempts = j->max_attempts;
+    r->pub.max_attempts = r->job_max = j->max_attempts;
     if (!(t = find_task(w, r->task))) {
         int64_t handbacks = 0;
         char *why = sqlite3_mprintf("UnknownTask: worker %s has no task \"%s\"", w->id, r->task);
@@ -9990,6 +10015,19 @@ static int make_run(tocsin_worker *w, const tocsin_job *j, wrun **out) {
             free_run(r);
             return rc;
         }
+    }
+    if (t->o.max_attempts > 0 && t->o.max_attempts < j->max_attempts) {
+        /* The task's bound is the lower: max_attempts - attempt stays the runs
+         * left (the task counts runs: claims less hand-backs), so that a binding
+         * tells a last run from one that will be retried. The hand-backs are
+         * read only where the task's bound may be reached by this run. */
+        int64_t handbacks = 0;
+        if (j->attempts >= t->o.max_attempts && (rc = tc_job_handbacks(db, j->id, &handbacks)) != TOCSIN_OK) {
+            free_run(r);
+            return rc;
+        }
+        if (t->o.max_attempts + handbacks < r->pub.max_attempts)
+            r->pub.max_attempts = (int)(t->o.max_attempts + handbacks);
     }
     r->topts = t->o;
     r->owner = w;

@@ -83,8 +83,11 @@ static const char SQL_NEXT_ID[] = "SELECT " TC_NEXT_ID("_tocsin_jobs");
  * gets do not depend on the format. */
 static const char SQL_SKIP_ID[] =
     "UPDATE main.sqlite_sequence SET seq = " TC_NEXT_ID("_tocsin_jobs") " WHERE name = '_tocsin_jobs'";
+/* The job holding a unique key, and whether it has expired (unleased, past
+ * its expires_at: dead at the next claim, it holds the key no longer). */
 static const char SQL_FIND_UNIQUE[] =
-    "SELECT id FROM _tocsin_jobs WHERE queue = ?1 AND unique_key = ?2";
+    "SELECT id, expires_at IS NOT NULL AND expires_at <= ?3 AND state <> 'processing'"
+    " FROM _tocsin_jobs WHERE queue = ?1 AND unique_key = ?2";
 
 /* What a claim must do before handing out jobs: is the queue paused, has a
  * lease lapsed, has a job expired, has a scheduled job become due? Four index
@@ -260,6 +263,9 @@ static const char SQL_REQUEUE[] =
     " FROM _tocsin_dead WHERE id = ?1 AND attempts < 1000000";
 static const char SQL_DEAD_ATTEMPTS[] = "SELECT attempts FROM _tocsin_dead WHERE id = ?1";
 static const char SQL_DEAD_DELETE_ONE[] = "DELETE FROM _tocsin_dead WHERE id = ?1";
+/* A requeued job is live again: the outcome of its last run is not its result
+ * (a result exists while, and only once, the job has finished). */
+static const char SQL_REQUEUE_RESULT[] = "DELETE FROM _tocsin_results WHERE job_id = ?1";
 /* One statement per shape, so each is a plain index range (no OR for the planner). */
 static const char SQL_PURGE_Q[] = "DELETE FROM _tocsin_dead WHERE queue = ?1";
 static const char SQL_PURGE_Q_BEFORE[] =
@@ -582,7 +588,7 @@ static int insert_plain(tocsin_db *db, int64_t *out_ids, const tocsin_job_spec *
 /* *next: the id the job takes, 0 if unknown (then read by the INSERT); set to
  * the id after it, or 0 when it met a unique key. */
 static int insert_job(tocsin_db *db, int64_t *out_id, const tocsin_job_spec *s, int64_t now,
-                      int64_t *next) {
+                      int64_t *next, int retried) {
     static const tocsin_enqueue_opts defaults = TOCSIN_ENQUEUE_OPTS_INIT;
     const tocsin_enqueue_opts *o = s->opts ? s->opts : &defaults;
     int64_t run_at = o->run_at_ms ? o->run_at_ms : tc_time_add(now, o->delay_ms);
@@ -615,18 +621,30 @@ static int insert_job(tocsin_db *db, int64_t *out_id, const tocsin_job_spec *s, 
     /* No row and no key to meet: a trigger on _tocsin_jobs dropped the insert
      * (RAISE(IGNORE)); report it before writing anything else. */
     if (!o->unique_key) return insert_dropped(db);
-    /* A live job holds the unique key: hand back its id. */
-    if (!(st = tc_stmt(db, SQL_SKIP_ID))) return TC_ERRCODE;
-    if ((rc = tc_step_done(db, st, "enqueue")) != TOCSIN_OK) return rc;
+    /* A job holds the unique key: hand back its id -- unless it has expired:
+     * folded into it, this enqueue would die with it, never run. The queue's
+     * expired jobs go to the dead letters as a claim would move them, and the
+     * job is inserted. */
     if (!(st = tc_stmt(db, SQL_FIND_UNIQUE))) return TC_ERRCODE;
     sqlite3_bind_text(st, 1, s->queue, -1, SQLITE_STATIC);
     sqlite3_bind_text(st, 2, o->unique_key, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, now);
     rc = tc_step(db, st);
-    if (rc == SQLITE_ROW) *out_id = sqlite3_column_int64(st, 0);
+    if (rc == SQLITE_ROW) {
+        *out_id = sqlite3_column_int64(st, 0);
+        if (sqlite3_column_int(st, 1) && !retried) {
+            sqlite3_reset(st);
+            if ((rc = move_qnow(db, SQL_EXPIRED_DEAD, SQL_EXPIRED_DELETE, s->queue, now, "expire jobs")) !=
+                TOCSIN_OK)
+                return rc;
+            return insert_job(db, out_id, s, now, next, 1);
+        }
+    }
     sqlite3_reset(st);
     if (rc == SQLITE_DONE) return insert_dropped(db);
     if (rc != SQLITE_ROW) return tc_sqlerr(db, rc, "enqueue: find job holding unique_key");
-    return TOCSIN_OK;
+    if (!(st = tc_stmt(db, SQL_SKIP_ID))) return TC_ERRCODE;
+    return tc_step_done(db, st, "enqueue");
 }
 
 int tc_check_specs(tocsin_db *db, const tocsin_job_spec *specs, size_t n) {
@@ -663,7 +681,7 @@ int tocsin_queue_enqueue_many(tocsin_db *db, int64_t *out_ids, const tocsin_job_
             rc = insert_plain(db, &out_ids[i], &specs[i], k, now, &next);
             i += k;
         } else {
-            rc = insert_job(db, &out_ids[i], &specs[i], now, &next);
+            rc = insert_job(db, &out_ids[i], &specs[i], now, &next, 0);
             i++;
         }
     }
@@ -1328,6 +1346,12 @@ int tocsin_dead_requeue(tocsin_db *db, int *out_ok, int64_t id) {
         } else {
             sqlite3_bind_int64(st, 1, id);
             rc = tc_one_row(db, tc_step_done(db, st, "requeue"), "requeue", "_tocsin_dead");
+        }
+        if (rc == TOCSIN_OK && !(st = tc_stmt(db, SQL_REQUEUE_RESULT))) {
+            rc = TC_ERRCODE;
+        } else if (rc == TOCSIN_OK) {
+            sqlite3_bind_int64(st, 1, id);
+            rc = tc_step_done(db, st, "requeue");
         }
     }
     rc = tc_op_end(db, &op, rc);

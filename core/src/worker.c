@@ -146,6 +146,7 @@ typedef struct wrun {
     tocsin_task_run pub;
     char *queue, *task, *args, *kwargs, *meta;
     int64_t result_ttl_ms; /* the call's, 0: the task's default */
+    int job_max;              /* the job's own max_attempts (pub's may be the task's, lower) */
     tocsin_task_opts topts;   /* the task's options at the claim (a copy: a later
                                  tocsin_worker_register may move the task table) */
     const struct tocsin_worker *owner; /* the worker that claimed it */
@@ -587,7 +588,7 @@ static int record_error(tocsin_db *db, int *ok, const wrun *r, const tocsin_outc
     const char *type = o->error_type ? o->error_type : "Error";
     const char *msg = o->error_message ? o->error_message : "";
     char *text = *msg ? sqlite3_mprintf("%s: %s", type, msg) : sqlite3_mprintf("%s", type);
-    int rc, dies = final || r->pub.attempt >= r->pub.max_attempts, spent = 0;
+    int rc, dies = final || r->pub.attempt >= r->job_max, spent = 0;
     if (!text) return tc_err(db, TOCSIN_NOMEM, "worker: out of memory");
     tc_cut_utf8(text, (size_t)db->max_payload); /* last_error: "type: message", bounded */
     if (!dies && r->topts.max_attempts > 0) {
@@ -1188,7 +1189,7 @@ static int make_run(tocsin_worker *w, const tocsin_job *j, wrun **out) {
     r->pub.job_id = j->id;
     r->pub.token = j->token;
     r->pub.attempt = j->attempts;
-    r->pub.max_attempts = j->max_attempts;
+    r->pub.max_attempts = r->job_max = j->max_attempts;
     if (!(t = find_task(w, r->task))) {
         int64_t handbacks = 0;
         char *why = sqlite3_mprintf("UnknownTask: worker %s has no task \"%s\"", w->id, r->task);
@@ -1229,6 +1230,19 @@ static int make_run(tocsin_worker *w, const tocsin_job *j, wrun **out) {
             free_run(r);
             return rc;
         }
+    }
+    if (t->o.max_attempts > 0 && t->o.max_attempts < j->max_attempts) {
+        /* The task's bound is the lower: max_attempts - attempt stays the runs
+         * left (the task counts runs: claims less hand-backs), so that a binding
+         * tells a last run from one that will be retried. The hand-backs are
+         * read only where the task's bound may be reached by this run. */
+        int64_t handbacks = 0;
+        if (j->attempts >= t->o.max_attempts && (rc = tc_job_handbacks(db, j->id, &handbacks)) != TOCSIN_OK) {
+            free_run(r);
+            return rc;
+        }
+        if (t->o.max_attempts + handbacks < r->pub.max_attempts)
+            r->pub.max_attempts = (int)(t->o.max_attempts + handbacks);
     }
     r->topts = t->o;
     r->owner = w;

@@ -1275,7 +1275,37 @@ static void schedule_next_fire_damaged(void) {
     tocsin_close(db);
 }
 
+/* A requeued dead job is live again: the result of its last run goes with
+ * the move (a waiter would get the old error at once, and keep it after a
+ * later plain ack). */
+static void requeue_drops_the_old_result(void) {
+    t_clock clk = {T2024};
+    tocsin_db *db = t_open("requeue_result", &clk);
+    tocsin_job *jobs = NULL;
+    tocsin_result *r = NULL;
+    size_t n = 0;
+    int64_t id = 0;
+    int ok = 0;
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "1", NULL));
+    CHECK_OK(db, tocsin_queue_claim(db, &jobs, &n, "q", "w", 1, 30000));
+    CHECK_EQ_I(n, 1);
+    if (n == 1) CHECK_OK(db, tocsin_job_fail_task(db, &ok, id, jobs[0].token, "ValueError", "first run", 0));
+    tocsin_jobs_free(jobs, n);
+    CHECK_EQ_I(ok, 1);
+    CHECK_OK(db, tocsin_result_get(db, &r, id));
+    CHECK(r && r->is_error);
+    tocsin_result_free(r);
+    r = NULL;
+    CHECK_OK(db, tocsin_dead_requeue(db, &ok, id));
+    CHECK_EQ_I(ok, 1);
+    CHECK_OK(db, tocsin_result_get(db, &r, id));
+    CHECK(r == NULL);
+    tocsin_result_free(r);
+    tocsin_close(db);
+}
+
 void suite_coord(void) {
+    requeue_drops_the_old_result();
     schedule_next_fire_damaged();
     results();
     finish_tasks();

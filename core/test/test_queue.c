@@ -228,6 +228,35 @@ static void unique_keys(void) {
     tocsin_close(db);
 }
 
+/* A job that expired unclaimed is dead at the next claim: an enqueue of its
+ * unique key is not folded into it (it would die with it, never run). The
+ * holder goes to the dead letters as 'expired', as a claim would move it, and
+ * the new job is written. A leased job past its expires_at still holds it. */
+static void unique_key_of_expired_job(void) {
+    t_clock clk = {1000};
+    tocsin_db *db = t_open("q_unique_expired", &clk);
+    tocsin_enqueue_opts o = TOCSIN_ENQUEUE_OPTS_INIT, plain = TOCSIN_ENQUEUE_OPTS_INIT;
+    tocsin_job *dead = NULL;
+    int64_t a, b, c, tok = 0;
+    o.unique_key = plain.unique_key = "k";
+    o.expires_ms = 10;
+    a = enq(db, "q", "1", &o);
+    clk.now = 1100;
+    b = enq(db, "q", "2", &plain);
+    CHECK(b > a);
+    CHECK_EQ_I(enq(db, "q", "3", &plain), b); /* the new one holds it now */
+    CHECK_OK(db, tocsin_job_get(db, &dead, a));
+    CHECK(dead && strcmp(dead->state, "dead") == 0 && dead->reason && strcmp(dead->reason, "expired") == 0);
+    tocsin_jobs_free(dead, dead ? 1 : 0);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 1);
+    /* leased, past its expiry: still the holder */
+    c = enq(db, "r", "1", &o);
+    CHECK_EQ_I(claim1(db, "r", "w", 60000, &tok), c);
+    clk.now = 2000;
+    CHECK_EQ_I(enq(db, "r", "2", &plain), c);
+    tocsin_close(db);
+}
+
 static void fencing(void) {
     t_clock clk = {1000};
     tocsin_db *db = t_open("q_fencing", &clk);
@@ -580,6 +609,7 @@ static void batches_and_dead_letters(void) {
 }
 
 void suite_queue(void) {
+    unique_key_of_expired_job();
     enqueue_and_get();
     invalid_arguments();
     claim_order();

@@ -575,6 +575,7 @@ static void task_attempts_bound(void) {
     r = next_run(w, NULL);
     CHECK(r && r->job_id == id);
     if (!r) return;
+    CHECK_EQ_I(r->max_attempts, 1); /* the task's bound, the lower: this run is the last */
     CHECK_OK(db, tocsin_worker_finish(w, NULL, r, &err));
     CHECK_OK(db, tocsin_worker_flush(w, NULL));
     CHECK_OK(db, tocsin_job_get(db, &job, id));
@@ -588,6 +589,7 @@ static void task_attempts_bound(void) {
         r = next_run(w, NULL);
         CHECK(r && r->job_id == id && r->attempt == k + 1);
         if (!r) return;
+        CHECK_EQ_I(r->max_attempts, k == 2 ? 3 : 2); /* the hand-back gave one more claim */
         CHECK_OK(db, tocsin_worker_finish(w, NULL, r, k == 1 ? &hb : &err));
         CHECK_OK(db, tocsin_worker_flush(w, NULL));
         CHECK_OK(db, tocsin_job_get(db, &job, id));
@@ -600,6 +602,7 @@ static void task_attempts_bound(void) {
     r = next_run(w, NULL);
     CHECK(r && r->job_id == id);
     if (!r) return;
+    CHECK_EQ_I(r->max_attempts, 1);
     CHECK_OK(db, tocsin_worker_finish(w, NULL, r, &err));
     CHECK_OK(db, tocsin_worker_flush(w, NULL));
     CHECK_EQ_I(t_count(db, "_tocsin_dead WHERE reason = 'max_attempts'"), 3);

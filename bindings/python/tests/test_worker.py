@@ -185,6 +185,26 @@ def test_errors_carry_their_traceback_and_retries_are_counted_apart(db, caplog):
     assert len(logged) == 2 and all("inner" in r.tocsin["trace"] for r in logged)
 
 
+def test_the_tasks_bound_decides_retry_or_failed(db):
+    """Called with more attempts than the task's retries allow, the job runs
+    retries + 1 times: the last run's error counts as failed, not retried."""
+    q = db.queue("q")
+
+    @q.task(name="flaky2", retries=1, backoff=0.01)
+    def flaky2():
+        raise ValueError("boom")
+
+    h = q.call("flaky2", max_attempts=10)
+
+    async def body(w):
+        with pytest.raises(tocsin.TaskError):
+            await h.result(timeout=30)
+
+    w, _ = run_worker(db, ["q"], body)
+    assert (w.retried, w.failed, w.processed) == (1, 1, 0)
+    assert q.get(h.job_id).attempts == 2
+
+
 def test_async_timeout_cancels_and_never_fails_a_job_that_did_not_run(db):
     q = db.queue("q")
     ran = []

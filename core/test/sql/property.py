@@ -380,6 +380,13 @@ def enqueue_model(m, q, payload, o, got):
     if uk is not None:
         for j in m.live(q):
             if j["unique_key"] == uk:
+                if j["state"] != "processing" and j["expires_at"] is not None and j["expires_at"] <= m.now:
+                    # expired unclaimed: it holds the key no more; the queue's expired jobs
+                    # die as a claim would move them, and the new job is written
+                    for k in m.live(q):
+                        if k["state"] != "processing" and k["expires_at"] is not None and k["expires_at"] <= m.now:
+                            m.to_dead(k, "expired")
+                    break
                 return got == j["id"]
     if not isinstance(got, int) or got <= m.seq:
         return False
