@@ -1155,7 +1155,8 @@ typedef struct tocsin_task_run {
                              (shutdown, a task the worker lacks) counts too and raises
                              max_attempts by one, so max_attempts - attempt is always
                              the runs left after this one */
-    int max_attempts;
+    int max_attempts;     /* the job's, or the task's bound (tocsin_task_opts) when that
+                             is lower: attempt == max_attempts is the last run */
     int64_t timeout_ms;   /* the run's timeout (call, else the task's); 0: none */
     int64_t started_at;   /* handle's clock */
 } tocsin_task_run;
