@@ -259,5 +259,19 @@
   const es = new EventSource('/events');
   es.addEventListener('snapshot', (ev) => onSnapshot(JSON.parse(ev.data)));
   es.onopen = () => { $('status').className = 'status live'; $('status-text').textContent = 'live'; };
-  es.onerror = () => { $('status').className = 'status'; $('status-text').textContent = 'reconnecting…'; };
+  // A refused stream (a 503: no wake engine for a read-only user whose database's
+  // directory is not writable, or too many streams) is not retried by the browser:
+  // the page polls the snapshot instead, every 2 s.
+  let polling = null;
+  es.onerror = () => {
+    $('status').className = 'status';
+    if (es.readyState !== EventSource.CLOSED) { $('status-text').textContent = 'reconnecting…'; return; }
+    $('status-text').textContent = 'polling every 2 s';
+    if (polling) return;
+    const poll = async () => {
+      try { onSnapshot(await get('/api/snapshot')); } catch (e) { msg(String(e.message || e)); }
+    };
+    poll();
+    polling = setInterval(poll, 2000);
+  };
 })();

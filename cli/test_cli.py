@@ -200,8 +200,25 @@ def enqueue_bad_input_writes_nothing():
         (["enqueue", db, "q", "{}", "--bogus"], "unknown option --bogus"),
         (["enqueue", db, "q"], "missing"),
         (["enqueue", db, "q", "{}", "extra"], "unexpected argument"),
+        (["enqueue", db, "q", "{}", "--run-at", "0"], "--run-at"),  # 0 would read as "left out"
+        (["enqueue", db + "/", "q", "{}"], "ends with '/'"),
     ]
     refused_all(db, cases)
+
+
+@test
+def help_is_an_option_not_a_value():
+    """--help/-h after "--", or as an option's value, is data: the command runs."""
+    db = newdb("helpvalue")
+    rc, out, err = run("enqueue", db, "q", "{}", "--unique-key", "-h")
+    assert rc == 0 and "usage" not in out, (rc, out, err)
+    rc, out, err = run("enqueue", db, "--", "--help", "{}")
+    assert rc == 0 and "usage" not in out, (rc, out, err)
+    assert sql(db, "SELECT queue, unique_key FROM _tocsin_jobs ORDER BY id") == [("q", "-h"), ("--help", None)]
+    rc, out, _ = run("enqueue", db, "--json", "--help")
+    assert rc == 0 and out.startswith("usage: tocsin enqueue")
+    rc, _, err = run("init", db + "x/")
+    assert rc == 2 and "ends with '/'" in err
 
 
 @test

@@ -272,7 +272,12 @@ static void schema_hint(int rc, const char *path) {
  * (nothing can be written). A directory is refused by name before SQLite sees it. */
 int cli_open(tocsin_db **db, const char *path, int write, int create) {
     struct stat st;
+    size_t n = strlen(path);
     *db = NULL;
+    if (n && path[n - 1] == '/') { /* SQLite would create "x.db" for "x.db/" */
+        snprintf(g_err, sizeof g_err, "%s ends with '/': a database is a file, not a directory", path);
+        return EXIT_USAGE;
+    }
     if (stat(path, &st) != 0) {
         if (!create) {
             snprintf(g_err, sizeof g_err, "no such database: %s (tocsin init creates one)", path);
@@ -456,12 +461,20 @@ typedef struct command {
     const char *help;
 } command;
 
+/* --help or -h as an option of its own: not after "--" (everything there is
+ * an argument), nor as the value of the option before it (--unique-key -h).
+ * The options that take no value are --json, --all and --no-follow. */
 static int want_help(int argc, char **argv, const char *help) {
-    for (int i = 0; i < argc; i++)
-        if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
-            fputs(help, stdout);
-            return 1;
-        }
+    for (int i = 0; i < argc; i++) {
+        const char *prev = i ? argv[i - 1] : "";
+        if (!strcmp(argv[i], "--")) break;
+        if (strcmp(argv[i], "--help") && strcmp(argv[i], "-h")) continue;
+        if (!strncmp(prev, "--", 2) && prev[2] && !strchr(prev, '=') && strcmp(prev, "--json") &&
+            strcmp(prev, "--all") && strcmp(prev, "--no-follow") && strcmp(prev, "--help"))
+            continue; /* the value of the option before it */
+        fputs(help, stdout);
+        return 1;
+    }
     return 0;
 }
 
@@ -722,7 +735,7 @@ static int cmd_enqueue(int argc, char **argv) {
     int64_t ma = 0;
     if ((rc = opt_int(opts, "priority", &eo.priority, INT64_MIN, INT64_MAX)) ||
         (rc = opt_dur(opts, "delay", &eo.delay_ms)) ||
-        (rc = opt_int(opts, "run-at", &eo.run_at_ms, 0, TOCSIN_MAX_TIME_MS)) ||
+        (rc = opt_int(opts, "run-at", &eo.run_at_ms, 1, TOCSIN_MAX_TIME_MS)) ||
         (rc = opt_int(opts, "max-attempts", &ma, 1, TOCSIN_MAX_ATTEMPTS)) ||
         (rc = opt_dur(opts, "expires", &eo.expires_ms)))
         return rc;

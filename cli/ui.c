@@ -396,6 +396,8 @@ static int host_ok(struct MHD_Connection *c) {
     for (int i = 0; i < 4; i++) {
         snprintf(want, sizeof want, "%s:%d", names[i], g_port);
         if (!strcmp(h, want)) return 1;
+        /* port 80: browsers leave the default port out of the Host header */
+        if (g_port == 80 && !strcmp(h, names[i])) return 1;
     }
     return 0;
 }

@@ -229,7 +229,11 @@ static int busy_wait(tocsin_db *db, int64_t host_ms) {
     int64_t now = tc_monotonic_ms(), pause;
     if (no_wait() || closing(db)) return 0;
     if (!tc_thread.busy_until) {
-        tc_thread.busy_until = (!db->owns_conn && tc_thread.call_start ? tc_thread.call_start : now) +
+        /* on our own connections, busy_cb's sleeps of this call count: it had
+         * waited the whole timeout inside SQLite before this first retry, and
+         * a write waited twice TOCSIN_BUSY_TIMEOUT */
+        tc_thread.busy_until = (!db->owns_conn && tc_thread.call_start ? tc_thread.call_start
+                                                                        : now - tc_thread.busy_waited / 1000) +
                                db->busy_timeout_ms;
         if (tc_thread.deadline_us && tc_thread.deadline_us / 1000 < tc_thread.busy_until)
             tc_thread.busy_until = tc_thread.deadline_us / 1000;
