@@ -202,6 +202,7 @@ def enqueue_bad_input_writes_nothing():
         (["enqueue", db, "q", "{}", "extra"], "unexpected argument"),
         (["enqueue", db, "q", "{}", "--run-at", "0"], "--run-at"),  # 0 would read as "left out"
         (["enqueue", db + "/", "q", "{}"], "ends with '/'"),
+        (["dead", "purge", db, "--older-than", "0"], "--older-than"),  # 0 would read as "every one"
     ]
     refused_all(db, cases)
 

@@ -928,6 +928,9 @@ static int cmd_dead(int argc, char **argv) {
         int64_t older = 0, n = 0;
         if (npos > 1) return usage_err("unexpected argument '%s'", pos[1]);
         if ((rc = opt_dur(opts, "older-than", &older))) return rc;
+        if (get_opt(opts, "older-than")->set && older <= 0) /* as prune refuses it: 0 would read as "all" */
+            return usage_err("%s", "--older-than must be more than 0 (without it, dead purge deletes every dead "
+                                   "letter of the queue, or of every queue)");
         if ((rc = open_db(&db, pos[0], 1))) return report(rc);
         int64_t before = older > 0 ? tocsin_now(db) - older : 0;
         if (older > 0 && before <= 0) before = 1;
