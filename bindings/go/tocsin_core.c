@@ -4288,9 +4288,11 @@ int tocsin_job_ack_batch(tocsin_db *db, size_t *out_acked, const int64_t *ids,
             rc = TC_ERRCODE;
         } else if (k) {
             sqlite3_bind_text(st, 1, list.p, (int)list.len, SQLITE_TRANSIENT);
+            size_t ended;
             rc = tc_step_done(db, st, "ack");
-            if (rc == TOCSIN_OK && (size_t)sqlite3_changes(db->conn) < k) rc = acks_dropped(db, &list);
-            if (rc == TOCSIN_OK) acked += (size_t)sqlite3_changes(db->conn);
+            ended = (size_t)sqlite3_changes(db->conn);
+            if (rc == TOCSIN_OK && ended < k) rc = acks_dropped(db, &list);
+            if (rc == TOCSIN_OK) acked += ended;
         }
         sqlite3_free(list.p);
     }
@@ -9796,6 +9798,14 @@ static int reap(tocsin_worker *w, int64_t now) {
 /* The scheduler's step: keep or take the leader's lease every third of its
  * ttl (never more often: each renewal is a commit), fire due boundaries, and
  * as leader sweep expired results and rate-limit entries now and then. */
+/* A schedule that cannot fire (rc, the thread's message): kept for
+ * tocsin_worker_next to tell, told again when the error changes. */
+static void sched_stuck(tocsin_worker *w, int rc) {
+    if (!w->sched_err || strcmp(w->sched_msg, tc_tls()->msg) != 0) w->sched_told = 0;
+    w->sched_err = rc;
+    memcpy(w->sched_msg, tc_tls()->msg, sizeof w->sched_msg);
+}
+
 static int lead(tocsin_worker *w, int64_t now, int woken) {
     int rc = TOCSIN_OK, was = w->leader;
     if (now >= w->next_lead) {
@@ -9813,9 +9823,7 @@ static int lead(tocsin_worker *w, int64_t now, int woken) {
             /* one schedule cannot fire (the others did): the worker goes on, the
              * schedule is tried again every W_SCHED_RETRY_MS, and the caller is
              * told (tocsin_worker_next) */
-            if (!w->sched_err || strcmp(w->sched_msg, tc_tls()->msg) != 0) w->sched_told = 0;
-            w->sched_err = rc;
-            memcpy(w->sched_msg, tc_tls()->msg, sizeof w->sched_msg);
+            sched_stuck(w, rc);
             stuck = 1;
             rc = TOCSIN_OK;
         } else if (now >= w->next_fire) {
@@ -9823,9 +9831,7 @@ static int lead(tocsin_worker *w, int64_t now, int woken) {
         }
         if ((rc = tocsin_scheduler_next_fire(w->db, &next)) == TOCSIN_CORRUPT) {
             /* a schedule whose next_fire is not a time (the tick told it): retried */
-            if (!w->sched_err || strcmp(w->sched_msg, tc_tls()->msg) != 0) w->sched_told = 0;
-            w->sched_err = rc;
-            memcpy(w->sched_msg, tc_tls()->msg, sizeof w->sched_msg);
+            sched_stuck(w, rc);
             stuck = 1;
             next = now;
             rc = TOCSIN_OK;

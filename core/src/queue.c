@@ -943,9 +943,11 @@ int tocsin_job_ack_batch(tocsin_db *db, size_t *out_acked, const int64_t *ids,
             rc = TC_ERRCODE;
         } else if (k) {
             sqlite3_bind_text(st, 1, list.p, (int)list.len, SQLITE_TRANSIENT);
+            size_t ended;
             rc = tc_step_done(db, st, "ack");
-            if (rc == TOCSIN_OK && (size_t)sqlite3_changes(db->conn) < k) rc = acks_dropped(db, &list);
-            if (rc == TOCSIN_OK) acked += (size_t)sqlite3_changes(db->conn);
+            ended = (size_t)sqlite3_changes(db->conn);
+            if (rc == TOCSIN_OK && ended < k) rc = acks_dropped(db, &list);
+            if (rc == TOCSIN_OK) acked += ended;
         }
         sqlite3_free(list.p);
     }
