@@ -65,6 +65,11 @@ struct tocsin_db {
     int read_only;
     int busy_timeout_ms;
     int64_t max_payload;
+    /* own connection: the id the next one-job INSERT takes, while the file's data
+     * version is still id_hint_ver (tc_id_hint); 0: unknown */
+    int64_t id_hint_next;
+    unsigned id_hint_ver;
+    int id_hinted; /* _tocsin_next_id() is registered on the connection */
     tocsin_clock_fn clock;
     void *clock_ctx;
     int schema_ok;    /* schema known to be present and current */
@@ -162,6 +167,9 @@ int tc_inherited(tocsin_db *db);
  * nowait is set, nor once db's close began) and its authorizer (the
  * application's SQL on it may not begin or end a transaction). */
 void tc_own_conn_setup(tocsin_db *db);
+/* After a one-job INSERT of TC_NEXT_ID_HINTED committed on its own: `next` is the
+ * id the next one takes while nothing changes the file (tc_id_hint, db.c). */
+void tc_id_hint_set(tocsin_db *db, int64_t next);
 /* The handle's mutex, for the few calls that use the connection outside an op. */
 void tc_lock(tocsin_db *db);
 void tc_unlock(tocsin_db *db);

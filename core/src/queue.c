@@ -49,6 +49,11 @@
 /* The first job of an enqueue reads the next id in its own statement (its
  * write takes the lock); the write lock held, the next ones follow it. */
 static const char SQL_INSERT[] = INSERT_JOB(TC_NEXT_ID("_tocsin_jobs"));
+/* On an own connection, a job inserted outside an explicit transaction takes
+ * the id its handle remembers when nothing changed the file since (db.c's
+ * _tocsin_next_id), else reads it: coalesce evaluates the reads only then. */
+static const char SQL_INSERT_HINTED[] =
+    INSERT_JOB("coalesce(_tocsin_next_id(), " TC_NEXT_ID("_tocsin_jobs") ")");
 static const char SQL_INSERT_AT[] = INSERT_JOB("?11");
 /* Batch statements take up to BATCH_CHUNK jobs each (an enqueue, a claim's
  * lease, an ack): one statement's own cost (bind, step, halt, reset: ~7k
@@ -592,7 +597,8 @@ static int insert_job(tocsin_db *db, int64_t *out_id, const tocsin_job_spec *s, 
     static const tocsin_enqueue_opts defaults = TOCSIN_ENQUEUE_OPTS_INIT;
     const tocsin_enqueue_opts *o = s->opts ? s->opts : &defaults;
     int64_t run_at = o->run_at_ms ? o->run_at_ms : tc_time_add(now, o->delay_ms);
-    sqlite3_stmt *st = tc_stmt(db, *next ? SQL_INSERT_AT : SQL_INSERT);
+    int hinted = !*next && db->id_hinted && sqlite3_get_autocommit(db->conn);
+    sqlite3_stmt *st = tc_stmt(db, *next ? SQL_INSERT_AT : hinted ? SQL_INSERT_HINTED : SQL_INSERT);
     int rc;
     if (!st) return TC_ERRCODE;
     if (*next) sqlite3_bind_int64(st, 11, *next);
@@ -615,6 +621,7 @@ static int insert_job(tocsin_db *db, int64_t *out_id, const tocsin_job_spec *s, 
     if (sqlite3_changes(db->conn) == 1) {
         *out_id = sqlite3_last_insert_rowid(db->conn);
         *next = *out_id + 1;
+        if (hinted) tc_id_hint_set(db, *next);
         return TOCSIN_OK;
     }
     *next = 0;

@@ -360,6 +360,108 @@ static void ids_never_reused(void) {
     tocsin_close(db);
 }
 
+/* A one-job enqueue on an own connection takes the id its handle remembers
+ * (db.c's _tocsin_next_id) only while nothing changed the file since its last
+ * one: anything committed in between, by another handle, a raw connection or
+ * the same handle, makes it read the id again. */
+static void remembered_next_id(void) {
+    t_clock clk = {1000};
+    tocsin_db *a = t_open("nextid", &clk), *b = NULL, *tx = NULL;
+    tocsin_job *jobs = NULL;
+    tocsin_enqueue_opts uo = TOCSIN_ENQUEUE_OPTS_INIT;
+    int64_t id = 0, n = 0;
+    size_t got = 0;
+    int ok = 0;
+    sqlite3 *raw = NULL;
+    char path[600];
+    snprintf(path, sizeof path, "%s", sqlite3_db_filename(tocsin_sqlite(a), "main"));
+    CHECK_OK(b, tocsin_open(&b, path, NULL));
+    CHECK_EQ_I(sqlite3_open(path, &raw), SQLITE_OK);
+    CHECK_OK(a, tocsin_queue_enqueue(a, &id, "q", "1", NULL));
+    CHECK_OK(a, tocsin_queue_enqueue(a, &id, "q", "2", NULL));
+    CHECK_EQ_I(id, 2);
+    /* another handle inserts: a's next one follows it */
+    CHECK_OK(b, tocsin_queue_enqueue(b, &id, "q", "3", NULL));
+    CHECK_EQ_I(id, 3);
+    CHECK_OK(a, tocsin_queue_enqueue(a, &id, "q", "4", NULL));
+    CHECK_EQ_I(id, 4);
+    /* another handle deletes the top job (b's own remembered id is stale too) */
+    CHECK_OK(b, tocsin_job_cancel(b, &ok, 4));
+    CHECK_OK(b, tocsin_dead_purge(b, &n, NULL, 0));
+    CHECK_OK(a, tocsin_queue_enqueue(a, &id, "q", "5", NULL));
+    CHECK_EQ_I(id, 5);
+    CHECK_OK(b, tocsin_queue_enqueue(b, &id, "q", "6", NULL));
+    CHECK_EQ_I(id, 6);
+    /* a unique key met uses up an id, in another handle */
+    uo.unique_key = "k";
+    CHECK_OK(a, tocsin_queue_enqueue(a, &id, "q", "7", &uo));
+    CHECK_EQ_I(id, 7);
+    CHECK_OK(b, tocsin_queue_enqueue(b, &id, "q", "7", &uo));
+    CHECK_EQ_I(id, 7);
+    CHECK_OK(a, tocsin_queue_enqueue(a, &id, "q", "9", NULL));
+    CHECK_EQ_I(id, 9);
+    /* a raw connection moves the sequence ahead, or deletes the top row */
+    CHECK_EQ_I(sqlite3_exec(raw, "UPDATE sqlite_sequence SET seq = 50 WHERE name = '_tocsin_jobs'", NULL, NULL,
+                            NULL), SQLITE_OK);
+    CHECK_OK(a, tocsin_queue_enqueue(a, &id, "q", "51", NULL));
+    CHECK_EQ_I(id, 51);
+    CHECK_EQ_I(sqlite3_exec(raw, "DELETE FROM _tocsin_jobs WHERE id = 51", NULL, NULL, NULL), SQLITE_OK);
+    CHECK_OK(a, tocsin_queue_enqueue(a, &id, "q", "52", NULL));
+    CHECK_EQ_I(id, 52);
+    /* the same handle deletes its own top job, then inserts in a batch */
+    CHECK_OK(a, tocsin_queue_claim(a, &jobs, &got, "q", "w", 100, 1000));
+    CHECK_EQ_I((long long)got, 8); /* 1 2 3 5 6 7 9 52 */
+    {
+        size_t i;
+        for (i = 0; i < got && jobs[i].id != 52; i++) {
+        }
+        CHECK(i < got);
+        if (i < got) CHECK_OK(a, tocsin_job_ack(a, &ok, 52, jobs[i].token));
+        CHECK(ok);
+    }
+    tocsin_jobs_free(jobs, got);
+    CHECK_OK(a, tocsin_queue_enqueue(a, &id, "q", "53", NULL));
+    CHECK_EQ_I(id, 53);
+    {
+        tocsin_job_spec sp[2] = {{"q", "54", NULL}, {"q", "55", NULL}};
+        int64_t ids[2] = {0};
+        CHECK_OK(a, tocsin_queue_enqueue_many(a, ids, sp, 2));
+        CHECK(ids[0] == 54 && ids[1] == 55);
+    }
+    CHECK_OK(a, tocsin_queue_enqueue(a, &id, "q", "56", NULL));
+    CHECK_EQ_I(id, 56);
+    /* a transaction handle's commit, then the handle's own transaction */
+    CHECK_OK(a, tocsin_tx_begin(a, &tx));
+    CHECK_OK(tx, tocsin_queue_enqueue(tx, &id, "q", "57", NULL));
+    CHECK_EQ_I(id, 57);
+    CHECK_OK(tx, tocsin_tx_commit(tx));
+    CHECK_OK(a, tocsin_queue_enqueue(a, &id, "q", "58", NULL));
+    CHECK_EQ_I(id, 58);
+    CHECK_OK(a, tocsin_begin(a));
+    CHECK_OK(a, tocsin_exec(a, "DELETE FROM _tocsin_jobs WHERE id = 58"));
+    CHECK_OK(a, tocsin_queue_enqueue(a, &id, "q", "59", NULL));
+    CHECK_EQ_I(id, 59);
+    CHECK_OK(a, tocsin_commit(a));
+    CHECK_OK(a, tocsin_queue_enqueue(a, &id, "q", "60", NULL));
+    CHECK_EQ_I(id, 60);
+    /* inside the handle's transaction, after a batch took ids uncommitted */
+    CHECK_OK(a, tocsin_begin(a));
+    {
+        tocsin_job_spec sp[2] = {{"q", "61", NULL}, {"q", "62", NULL}};
+        int64_t ids[2] = {0};
+        CHECK_OK(a, tocsin_queue_enqueue_many(a, ids, sp, 2));
+        CHECK(ids[0] == 61 && ids[1] == 62);
+    }
+    CHECK_OK(a, tocsin_queue_enqueue(a, &id, "q", "63", NULL));
+    CHECK_EQ_I(id, 63);
+    CHECK_OK(a, tocsin_rollback(a));
+    CHECK_OK(a, tocsin_queue_enqueue(a, &id, "q", "61", NULL));
+    CHECK_EQ_I(id, 61);
+    sqlite3_close(raw);
+    tocsin_close(b);
+    tocsin_close(a);
+}
+
 void suite_basics(void) {
     versions();
     open_and_schema();
@@ -368,6 +470,7 @@ void suite_basics(void) {
     busy_timeout();
     names_and_payloads();
     ids_never_reused();
+    remembered_next_id();
 }
 
 /* The JSON validator agrees with RFC 8259 (and with SQLite's json_valid on it). */
