@@ -383,6 +383,21 @@ SELECT group_concat(name || '=' || next_fire) FROM _tocsin_schedules;" "60000
 1
 a=120000,b=180000"
 
+# a schedule whose meta fits the payload limit alone, but not with the two keys each of
+# its jobs gets, could never fire: set and update refuse it (SQLITE_TOOBIG), nothing written
+qfresh sched_meta_big "SELECT tocsin_clock(0);
+SELECT tocsin_schedule_set('s', '* * * * *', 'q', '1', json_object('meta', json_object('a', printf('%.*c', 1048514, 'x'))));
+SELECT tocsin_schedule_set('s', '* * * * *', 'q', '1', json_object('meta', json_object('a', printf('%.*c', 1048513, 'x'))));
+SELECT tocsin_schedule_update('s', json_object('meta', json_object('a', printf('%.*c', 1048514, 'x'))));
+SELECT tocsin_clock(253402300799999); SELECT tocsin_scheduler_tick();
+SELECT length(meta), json_extract(meta, '\$.tocsin_fire_at') FROM _tocsin_jobs;" "0
+*tocsin_schedule_set: meta is 1048577 bytes with the keys each job of the schedule gets*(18)*
+60000
+*tocsin_schedule_update: meta is 1048577 bytes with the keys each job of the schedule gets*(18)*
+253402300799999
+1
+1048566|60000"
+
 # TEMP tables and views of other names are the application's business: every call
 # works beside them (an unrelated one listed before a shadowing one included), and a
 # TEMP view may call tocsin's functions; the hint to drop a shadow runs as written
