@@ -244,6 +244,13 @@ qfresh() {
         ;;
     esac
 }
+# ... and so does a call in a table-valued function's arguments (docs/sql.md says so)
+qfresh fresh_json_each "SELECT value FROM json_each(tocsin_claim('q', 'w', 10, 30000));
+SELECT count(*) FROM sqlite_master; SELECT tocsin_bootstrap();
+SELECT count(*) FROM json_each(tocsin_claim('q', 'w', 10, 30000));" "*tocsin_claim: install schema: the tocsin tables do not exist yet*
+0
+2
+0"
 # a requeue keeps counting attempts (a fresh budget on top): the next claim's
 # token is not the one a holder kept from before the job died
 qfresh requeue "SELECT tocsin_clock(1000000); SELECT tocsin_enqueue('q', '1', '{\"max_attempts\":2}');
