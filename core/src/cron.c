@@ -211,8 +211,10 @@ static int cron_every(const char *p, const char *end, int64_t *out, char *err, s
         int64_t v = 0, unit;
         int digits = 0;
         while (p < end && cron_is_digit((unsigned char)*p)) {
-            if (++digits > 12) return cron_fail(err, n, "@every: number too long");
-            v = v * 10 + (*p++ - '0');
+            digits++;
+            /* bounded by value, not by digits: 36600 days in ms has 13 */
+            if ((v = v * 10 + (*p++ - '0')) > CRON_MAX_EVERY_MS)
+                return cron_fail(err, n, "@every: the duration exceeds 100 years");
         }
         if (!digits)
             return cron_fail(err, n, "@every: expected a number at \"%.*s\"",

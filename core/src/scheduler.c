@@ -283,6 +283,50 @@ static void sched_bind_next(sqlite3_stmt *st, int i, int64_t next) {
 
 /* ---- register / update ---------------------------------------------------- */
 
+/* The meta of the job schedule `name` fires for boundary `fire_at`: its
+ * meta plus "tocsin_schedule" and "tocsin_fire_at" (*out: sqlite3_free). */
+static int sched_job_meta(tocsin_db *db, const char *name, const char *meta, int64_t fire_at,
+                          char **out) {
+    sqlite3_stmt *st = tc_stmt(db, SQL_SCHED_META);
+    int rc;
+    *out = NULL;
+    if (!st) return TC_ERRCODE;
+    if (meta)
+        sqlite3_bind_text(st, 1, meta, -1, SQLITE_STATIC);
+    else
+        sqlite3_bind_null(st, 1);
+    sqlite3_bind_text(st, 2, name, -1, SQLITE_STATIC);
+    sqlite3_bind_int64(st, 3, fire_at);
+    rc = tc_step(db, st);
+    if (rc != SQLITE_ROW) {
+        rc = tc_sqlerr(db, rc, "scheduler: build job meta");
+        sqlite3_reset(st);
+        return rc;
+    }
+    *out = tc_col_text(st, 0);
+    sqlite3_reset(st);
+    if (!*out) return tc_err(db, TOCSIN_NOMEM, "scheduler: out of memory");
+    return TOCSIN_OK;
+}
+
+/* A schedule whose jobs the payload limit refuses would never fire: its meta
+ * must fit with the two keys every job of it gets (the longest boundary). */
+static int sched_check_job_meta(tocsin_db *db, const char *name, const char *meta) {
+    char *job_meta;
+    size_t n;
+    int rc = sched_job_meta(db, name, meta, TOCSIN_MAX_TIME_MS, &job_meta);
+    if (rc != TOCSIN_OK) return rc;
+    n = strlen(job_meta);
+    sqlite3_free(job_meta);
+    if ((int64_t)n > db->max_payload)
+        return tc_err(db, TOCSIN_TOOBIG,
+                      "meta is %zu bytes with the keys each job of the schedule gets "
+                      "(\"tocsin_schedule\", \"tocsin_fire_at\"); the limit is %lld bytes",
+                      n, (long long)db->max_payload);
+    return TOCSIN_OK;
+}
+
+
 /*
  * Writes schedule `name`. Registering (update 0) sets every option from
  * `opts`; an update keeps the stored value of every string given as NULL and
@@ -317,6 +361,9 @@ static int sched_write(tocsin_db *db, int64_t *out_next, const char *name, const
     /* the stored options (a set without opts keeps them too), then the given ones */
     if (row && (update || !opts)) tc_schedule_opts_of(row, &eff);
     if (opts) sched_apply(&eff, opts, fields);
+    if ((!update || (fields & TOCSIN_SCHEDULE_META)) &&
+        (rc = sched_check_job_meta(db, name, eff.meta)) != TOCSIN_OK)
+        goto done;
     if (row) {
         if (!cron) cron = row->cron;
         if (!queue) queue = row->queue;
@@ -485,25 +532,9 @@ int tocsin_schedule_list(tocsin_db *db, tocsin_schedule **out, size_t *out_n) {
 static int sched_enqueue(tocsin_db *db, const tocsin_schedule *s, int64_t fire_at,
                          int64_t *out_id) {
     tocsin_enqueue_opts eo = TOCSIN_ENQUEUE_OPTS_INIT;
-    sqlite3_stmt *st = tc_stmt(db, SQL_SCHED_META);
     char *meta;
     int rc;
-    if (!st) return TC_ERRCODE;
-    if (s->meta)
-        sqlite3_bind_text(st, 1, s->meta, -1, SQLITE_STATIC);
-    else
-        sqlite3_bind_null(st, 1);
-    sqlite3_bind_text(st, 2, s->name, -1, SQLITE_STATIC);
-    sqlite3_bind_int64(st, 3, fire_at);
-    rc = tc_step(db, st);
-    if (rc != SQLITE_ROW) {
-        rc = tc_sqlerr(db, rc, "scheduler: build job meta");
-        sqlite3_reset(st);
-        return rc;
-    }
-    meta = tc_col_text(st, 0);
-    sqlite3_reset(st);
-    if (!meta) return tc_err(db, TOCSIN_NOMEM, "scheduler: out of memory");
+    if ((rc = sched_job_meta(db, s->name, s->meta, fire_at, &meta)) != TOCSIN_OK) return rc;
     eo.priority = s->priority;
     eo.max_attempts = s->max_attempts;
     eo.expires_ms = s->job_expires_ms;

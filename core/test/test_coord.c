@@ -1248,6 +1248,24 @@ static void schedule_cannot_fire(void) {
     CHECK_EQ_I(fired, 2);
     CHECK_OK(db, tocsin_rollback(db));
     CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 2);
+    /* one this handle's limit refuses from the start is refused at once: a meta (or
+     * none) that fits alone but not with the keys each of its jobs gets */
+    {
+        tocsin_schedule_opts so = TOCSIN_SCHEDULE_OPTS_INIT;
+        CHECK_OK(db, tocsin_set_max_payload(db, 80));
+        CHECK_EQ_I(tocsin_schedule_set(db, &next, "d-long-name-whose-job-meta-is-over-the-limit", "* * * * *",
+                                       "jobs", "1", NULL),
+                   TOCSIN_TOOBIG);
+        CHECK(strstr(tocsin_errmsg(db), "with the keys each job of the schedule gets") != NULL);
+        CHECK_OK(db, tocsin_schedule_set(db, &next, "d", "* * * * *", "jobs", "1", NULL));
+        so.fields = TOCSIN_SCHEDULE_META;
+        so.meta = "{\"trace\":\"0123456789012345678901234567890123456789\"}";
+        CHECK_EQ_I(tocsin_schedule_update(db, &next, "d", NULL, NULL, NULL, &so), TOCSIN_TOOBIG);
+        CHECK_OK(db, tocsin_schedule_get(db, &s, "d"));
+        CHECK(s && s->meta == NULL);
+        tocsin_schedules_free(s, 1);
+        CHECK_OK(db, tocsin_set_max_payload(db, TOCSIN_DEFAULT_MAX_PAYLOAD_BYTES));
+    }
     tocsin_close(db);
 }
 

@@ -130,6 +130,9 @@ static void utc_table(void) {
     NEXT("@every 1d", "2024-01-01T00:00:00Z", "2024-01-02T00:00:00Z");
     NEXT("@every 250ms", "1970-01-01T00:00:01Z", "1970-01-01T00:00:01.250Z");
     NEXT("@every 1m30s500ms", "1970-01-01T00:00:00Z", "1970-01-01T00:01:30.500Z");
+    /* the longest duration in any unit: 36600 days has 13 digits in ms (and leading zeros are fine) */
+    NEXT("@every 3162240000000ms", "1970-01-01T00:00:00Z", "2070-03-17T00:00:00Z");
+    NEXT("@every 0000000000000000090s", "1970-01-01T00:00:00Z", "1970-01-01T00:01:30Z");
     /* the end of the range */
     NEXT("0 0 1 1 *", "9999-06-01T00:00:00Z", "none");
     NEXT("59 23 31 12 *", "9999-12-30T00:00:00Z", "9999-12-31T23:59:00Z");
@@ -216,7 +219,8 @@ static void errors(void) {
     BAD("@every 0s", "@every: the duration must be > 0");
     BAD("@every 1.5h", "@every: a unit (d, h, m, s or ms) must follow 1");
     BAD("@every 5m x", "@every: expected a number at \" x\"");
-    BAD("@every 9999999999999s", "@every: number too long");
+    BAD("@every 9999999999999s", "@every: the duration exceeds 100 years");
+    BAD("@every 99999999999999999999999999ms", "@every: the duration exceeds 100 years");
     BAD("@every 40000d", "exceeds 100 years");
     BAD("* * * * *\n", "control characters");
     memset(big, '1', sizeof big - 1);

@@ -244,6 +244,13 @@ qfresh() {
         ;;
     esac
 }
+# ... and so does a call in a table-valued function's arguments (docs/sql.md says so)
+qfresh fresh_json_each "SELECT value FROM json_each(tocsin_claim('q', 'w', 10, 30000));
+SELECT count(*) FROM sqlite_master; SELECT tocsin_bootstrap();
+SELECT count(*) FROM json_each(tocsin_claim('q', 'w', 10, 30000));" "*tocsin_claim: install schema: the tocsin tables do not exist yet*
+0
+2
+0"
 # a requeue keeps counting attempts (a fresh budget on top): the next claim's
 # token is not the one a holder kept from before the job died
 qfresh requeue "SELECT tocsin_clock(1000000); SELECT tocsin_enqueue('q', '1', '{\"max_attempts\":2}');
@@ -382,6 +389,21 @@ SELECT group_concat(name || '=' || next_fire) FROM _tocsin_schedules;" "60000
 *tocsin_scheduler_tick: schedule a: stored cron expression*(the other due schedules fired)*
 1
 a=120000,b=180000"
+
+# a schedule whose meta fits the payload limit alone, but not with the two keys each of
+# its jobs gets, could never fire: set and update refuse it (SQLITE_TOOBIG), nothing written
+qfresh sched_meta_big "SELECT tocsin_clock(0);
+SELECT tocsin_schedule_set('s', '* * * * *', 'q', '1', json_object('meta', json_object('a', printf('%.*c', 1048514, 'x'))));
+SELECT tocsin_schedule_set('s', '* * * * *', 'q', '1', json_object('meta', json_object('a', printf('%.*c', 1048513, 'x'))));
+SELECT tocsin_schedule_update('s', json_object('meta', json_object('a', printf('%.*c', 1048514, 'x'))));
+SELECT tocsin_clock(253402300799999); SELECT tocsin_scheduler_tick();
+SELECT length(meta), json_extract(meta, '\$.tocsin_fire_at') FROM _tocsin_jobs;" "0
+*tocsin_schedule_set: meta is 1048577 bytes with the keys each job of the schedule gets*(18)*
+60000
+*tocsin_schedule_update: meta is 1048577 bytes with the keys each job of the schedule gets*(18)*
+253402300799999
+1
+1048566|60000"
 
 # TEMP tables and views of other names are the application's business: every call
 # works beside them (an unrelated one listed before a shadowing one included), and a
