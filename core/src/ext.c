@@ -1225,6 +1225,25 @@ static int fn_result_get(fn_ctx *f, int argc, sqlite3_value **argv) {
     return rc;
 }
 
+/* The outcome in one snapshot: NULL while the job is live, its result, or a
+ * JobDead error for a job that died without one (a poller of result_get alone
+ * would wait forever on it); an error when neither a job nor a result has the id. */
+static int fn_result_check(fn_ctx *f, int argc, sqlite3_value **argv) {
+    tocsin_result *r;
+    int64_t id = 0;
+    int rc;
+    UNUSED_ARGS;
+    if (!arg_job_id(f, argv, &id)) return 0;
+    if ((rc = tocsin_result_check(f->db, &r, id)) != TOCSIN_OK) return fail(f, rc);
+    if (!r) {
+        sqlite3_result_null(f->ctx);
+        return 1;
+    }
+    rc = result_json(f, tc_result_json(r));
+    tocsin_result_free(r);
+    return rc;
+}
+
 static int fn_result_delete(fn_ctx *f, int argc, sqlite3_value **argv) {
     int64_t id = 0;
     int ok, rc;
@@ -1593,6 +1612,7 @@ static const fn_def FUNCTIONS[] = {
     {"tocsin_complete", 3, 4, FN_DB, fn_complete},
     {"tocsin_fail_task", 3, 5, FN_DB, fn_fail_task},
     {"tocsin_result_get", 1, 1, FN_DB, fn_result_get},
+    {"tocsin_result_check", 1, 1, FN_DB, fn_result_check},
     {"tocsin_result_delete", 1, 1, FN_DB, fn_result_delete},
     {"tocsin_result_sweep", 0, 0, FN_DB, fn_result_sweep},
     {"tocsin_lock_acquire", 3, 3, FN_DB, fn_lock_acquire},

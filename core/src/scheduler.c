@@ -326,7 +326,6 @@ static int sched_check_job_meta(tocsin_db *db, const char *name, const char *met
     return TOCSIN_OK;
 }
 
-
 /*
  * Writes schedule `name`. Registering (update 0) sets every option from
  * `opts`; an update keeps the stored value of every string given as NULL and

@@ -157,6 +157,12 @@ SELECT json_group_array(json_extract(value, '$.id') || ':' || json_extract(value
 SELECT tocsin_complete(11, (11 << 20) + 2, '3'), tocsin_complete(11, (11 << 20) + 1, '3'), tocsin_complete(11, (11 << 20) + 1, '3');
 SELECT tocsin_fail_task(12, (12 << 20) + 1, 'ZeroDivisionError', 'division by zero');
 SELECT tocsin_result_get(11), tocsin_result_get(12);
+SELECT tocsin_result_check(11), tocsin_result_check(12);
+SELECT tocsin_enqueue('tasks', '{"task":"add","args":[2,2]}', '{"max_attempts":1}');
+SELECT tocsin_result_check(13) IS NULL;
+SELECT tocsin_cancel(13), tocsin_result_get(13) IS NULL, tocsin_result_check(13);
+SELECT tocsin_result_check(999);
+SELECT tocsin_result_check(0);
 SELECT json_extract(tocsin_job(12), '$.reason'), json_extract(tocsin_job(12), '$.last_error');
 SELECT tocsin_complete(11, (11 << 20) + 1, '{bad');
 SELECT tocsin_lock_acquire('report', 'A', 10000);

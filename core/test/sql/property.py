@@ -1175,6 +1175,7 @@ SIGS = [
                           ("type", "name", True, "E"), ("message", "text", False, "m"),
                           ("ttl_ms", "int", False, 0, 0, MAX_TIME)]),
     ("tocsin_result_get", [("job_id", "int", True, 1, I64_MIN, I64_MAX)]),
+    ("tocsin_result_check", [("job_id", "int", True, 1, I64_MIN, I64_MAX)]),
     ("tocsin_result_delete", [("job_id", "int", True, 1, I64_MIN, I64_MAX)]),
     ("tocsin_lock_acquire", [("name", "name", True, "L"), ("owner", "name", True, "o"),
                              ("ttl_ms", "int", True, 10, 1, LOCK_MAX_TTL)]),
