@@ -87,20 +87,25 @@ module Tocsin
       raise InvalidArgument, "#{what} must be a number of seconds: #{kind(seconds)} cannot be used as one (#{e.class})"
     end
 
-    # Time / epoch ms (Integer) -> ms, from 0 (the epoch) to the core's bound (checked
-    # here: the core's message names its C argument).
-    def instant_ms(t, what = "instant")
+    # Time / epoch ms (Integer) -> ms, from +min+ to the core's bound (checked here:
+    # the core's message names its C argument). +min+ is 1 where the core reads 0 as
+    # "none" (a job's run_at, a purge's before: 0 would run now, or purge every dead
+    # letter), as Python and Node refuse it; 0 (the epoch) elsewhere.
+    def instant_ms(t, what = "instant", min: 0)
       case t
       when nil then nil
       when Time
         v = (t.to_r * 1000).round
         raise InvalidArgument, "#{what} must not be before 1970-01-01 00:00:00 UTC, not #{t}" if v.negative?
+        raise InvalidArgument, "#{what} must be after 1970-01-01 00:00:00 UTC, not #{t} (leave it out for none)" if v < min
         raise InvalidArgument, "#{what} must be at most #{MAX_TIME_TEXT}, not #{t}" if v > MAX_MS
 
         v
       when Integer
-        if t.negative? || t > MAX_MS
-          raise InvalidArgument, "#{what} must be epoch milliseconds from 0 to #{MAX_MS} (#{MAX_TIME_TEXT}), not #{shown(t)}"
+        if t < min || t > MAX_MS
+          none = t.zero? ? " (leave it out for none)" : ""
+          raise InvalidArgument, "#{what} must be epoch milliseconds from #{min} to #{MAX_MS} (#{MAX_TIME_TEXT}), " \
+                                 "not #{shown(t)}#{none}"
         end
 
         t
