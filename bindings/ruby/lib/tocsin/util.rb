@@ -162,6 +162,32 @@ module Tocsin
       text(v.to_s, what)
     end
 
+    # A name kept for later use (a task's, its queue, a periodic task's), checked now
+    # by the core's rules (tocsin_check_name: not empty, at most 255 bytes, no control
+    # characters, valid UTF-8) rather than when a worker starts with it.
+    def core_name!(v, what)
+      s = name!(v, what)
+      raise InvalidArgument, "#{what} must not be empty" if s.empty?
+      if s.bytesize > Native::MAX_NAME_BYTES
+        raise InvalidArgument, "#{what} is #{s.bytesize} bytes long; the limit is #{Native::MAX_NAME_BYTES}"
+      end
+      raise InvalidArgument, "#{what} must not contain control characters" if s.b.match?(/[\x00-\x1f\x7f]/n)
+      raise InvalidArgument, "#{what} is not valid UTF-8" unless s.dup.force_encoding(Encoding::UTF_8).valid_encoding?
+
+      s
+    end
+
+    # An optional count of 1..+hi+ (nil: the default); 0, which the core reads as
+    # "the default", is refused as Python and Node refuse it.
+    def count!(v, what, hi)
+      return nil if v.nil?
+
+      int!(v, what)
+      raise InvalidArgument, "#{what} must be between 1 and #{hi}, not #{shown(v)}" unless v.between?(1, hi)
+
+      v
+    end
+
     # A String (or Symbol) argument as UTF-8 text; nil when +v+ is nil and +nil_ok+.
     def str!(v, what, nil_ok: false)
       return nil if v.nil? && nil_ok
