@@ -61,6 +61,11 @@ func TestArgumentMessagesNameTheGoOption(t *testing.T) {
 		{"claim: visibility must be >= 0, not -1s", func() error { _, e := q.Claim(ctx, "w", 1, -time.Second); return e }},
 		{"heartbeat: extend must be > 0, not 0s", func() error { return q.Heartbeat(ctx, j, 0) }},
 		{"dead_purge: before must be after the Unix epoch", func() error { _, e := q.Purge(ctx, far); return e }},
+		// the fixed clock: the other bindings refuse a time before the epoch (it was taken)
+		{"set_clock: t must be between the Unix epoch and 9999-12-31T23:59:59.999Z, not 1969-12-31", func() error {
+			return db.SetTime(before)
+		}},
+		{"set_clock: t must be between the Unix epoch", func() error { return db.SetTime(far) }},
 		{"stream_trim: trim needs TrimOptions.MaxAge, MaxCount or BelowConsumers", func() error {
 			_, e := db.Stream("t").Trim(ctx, tocsin.TrimOptions{})
 			return e

@@ -134,8 +134,14 @@ func checkSQLiteCopy(opts *Options) error {
 // SetTime fixes the handle's clock at t (the core's injectable clock: leases, delays,
 // deadlines and schedules follow it), for tests and demos; later calls move it. A zero t
 // restores the system clock. Transactions and workers opened afterwards follow it too.
-// Like the C API, set it before other goroutines rely on the handle's time.
+// Like the C API, set it before other goroutines rely on the handle's time. A t before
+// the Unix epoch or after the year 9999 is ErrInvalid, as in the other bindings.
 func (db *DB) SetTime(t time.Time) error {
+	if !t.IsZero() {
+		if m := t.UnixMilli(); m < 0 || m > maxTimeMs {
+			return newErr(ErrInvalid, "set_clock", "t must be between the Unix epoch and 9999-12-31T23:59:59.999Z, not "+t.String())
+		}
+	}
 	db.clockMu.Lock()
 	defer db.clockMu.Unlock()
 	return db.do(context.Background(), "set_clock", func(p *C.tocsin_db) C.int {

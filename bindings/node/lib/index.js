@@ -906,9 +906,11 @@ class Stream {
     // a named consumer's offset is saved when the subscription closes (the end of a
     // for-await loop, close()), by the core, unless saveOnClose: false
     const saveOnClose = consumer !== null && o.saveOnClose !== false;
-    // 0 is the core's "the default" (batch) or "never" (autosave): left out here
+    // 0 is the core's "the default" (batch) or "never" (autosave), and a fromOffset of
+    // -1 its "the saved offset": left out here
+    const from = count(o.fromOffset, 'fromOffset', 0);
     const w = native.streamSubOpen(this.db._handle(), this.topic, consumer,
-      o.fromOffset === undefined ? null : o.fromOffset, count(o.batch, 'batch', 1, 10000),
+      from === undefined ? null : from, count(o.batch, 'batch', 1, 10000),
       count(o.autosaveEvery, 'autosaveEvery', 1), positiveMs(o.autosaveMs, 'autosaveMs'),
       saveOnClose);
     return new Subscription(this.db, w, o.signal, (r) => new Event(r));
@@ -1102,6 +1104,8 @@ class Lock {
   async renew(o) {
     o = opts(o, 'lock.renew() options', ['ttl']);
     const ttl = o.ttl === undefined ? this.ttl : lease(o.ttl, 'ttl');
+    // (the core's own refusal names the token, which the caller never gave)
+    if (!this.token) throw invalid(`lock.renew(): the lock "${this.name}" is not held by this Lock (acquire it first)`);
     const ok = await native.lockRenew(this.db._writeHandle('lock.renew()'), this.name, this.owner, this.token, ttl);
     if (ok) this.until = this.db.now() + ttl;
     return ok;

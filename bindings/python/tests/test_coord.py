@@ -74,6 +74,12 @@ def test_locks_fencing(clocked):
     with db.lock("report", ttl=5, owner="C") as c:
         assert c.token == 3
     assert db.lock_holder("report")[0] is None
+    # renew() of a Lock holding nothing (never acquired, or released) says so; the
+    # core's refusal named the token ("token must be >= 1"), which the caller never gave
+    with pytest.raises(tocsin.InvalidArgument, match=r"^lock 'fresh' is not held by this Lock \(acquire it first\)$"):
+        db.lock("fresh", ttl=5).renew()
+    with pytest.raises(tocsin.InvalidArgument, match="is not held by this Lock"):
+        a.renew()  # released above
     with pytest.raises(tocsin.InvalidArgument):
         db.lock("x", ttl=0)
     with pytest.raises(tocsin.InvalidArgument):

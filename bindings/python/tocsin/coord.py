@@ -189,6 +189,8 @@ class Lock:
 
     def renew(self, ttl: Optional[Duration] = None) -> bool:
         ms = self.ttl_ms if ttl is None else lease_ms(ttl, "ttl")
+        if not self.token:  # (the core's refusal names a token the caller never gave)
+            raise InvalidArgument("lock %r is not held by this Lock (acquire it first)" % (self.name,))
         ok = self.db._h.lock_renew(self.name, self.owner, self.token, ms)
         return ok
 

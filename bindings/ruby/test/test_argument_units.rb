@@ -49,6 +49,35 @@ class TestArgumentUnits < Minitest::Test
     @before = snapshot
   end
 
+  # An instant the core reads as "none" when 0 is refused, as Python and Node refuse it:
+  # purge(before: 0) and prune(dead_before: 0) deleted every dead letter, and run_at: 0
+  # (or Time.at(0)) ran the job now. The epoch stays an instant where 0 means it.
+  def test_an_instant_of_0_is_not_none
+    q = db.queue("q")
+    q.enqueue("d", max_attempts: 1)
+    q.claim("w2").fail(error: "x")
+    @before = snapshot
+    assert_equal 1, q.dead_letters.size
+    refused(/\Abefore must be epoch milliseconds from 1 to 253402300799999 .*, not 0 \(leave it out for none\)\z/) do
+      q.purge(before: 0)
+    end
+    refused(/\Abefore must be after 1970-01-01 00:00:00 UTC, not .* \(leave it out for none\)\z/) { q.purge(before: Time.at(0)) }
+    refused(/\Abefore must be after 1970-01-01/) { q.purge(before: Time.at(0, 400, :usec)) }
+    refused(/\Adead_before must be epoch milliseconds from 1 to/) { db.prune(dead_before: 0) }
+    refused(/\Adead_before must be after 1970-01-01/) { db.prune(dead_before: Time.at(0)) }
+    refused(/\Arun_at must be epoch milliseconds from 1 to/) { q.enqueue(1, run_at: 0) }
+    refused(/\Arun_at must be after 1970-01-01/) { q.enqueue(1, run_at: Time.at(0)) }
+    refused(/\Ajobs\[0\] run_at must be epoch milliseconds from 1 to/) { q.enqueue_many([{ payload: 1, run_at: 0 }]) }
+    refused(/\Arun_at must be epoch milliseconds from 1 to/) { q.call("t", run_at: 0) }
+    refused(/\Arun_at must be epoch milliseconds from 1 to/) { Tocsin::SQL.enqueue(nil, "q", 1, run_at: 0) }
+    assert_equal 1, q.dead_letters.size
+    # 1 ms after the epoch is an instant: nothing died before it
+    assert_equal 0, q.purge(before: 1)
+    assert_equal 0, db.prune(dead_before: 1)[:dead]
+    # where 0 is the epoch, it still is
+    assert_kind_of Integer, Tocsin.cron_next("* * * * *", after: 0)
+  end
+
   # Checked where they are given, named as given: a worker's queue names at
   # construction (not at run), a payload limit of 0 (the core's "default"), a
   # negative duration where 0 is refused too.
@@ -71,10 +100,10 @@ class TestArgumentUnits < Minitest::Test
     refused(/\Adelay must be a finite number of seconds, not Infinity\z/) { q.enqueue(1, delay: Float::INFINITY) }
     refused(/\Adelay must be >= 0 seconds, not -1\z/) { q.enqueue(1, delay: -1) }
     refused(/\Aexpires must be between 0 and #{MAX_S} seconds/) { q.enqueue(1, expires: BIG) }
-    refused(/\Arun_at must be epoch milliseconds from 0 to 253402300799999 \(9999-12-31 23:59:59.999 UTC\), not -1\z/) do
+    refused(/\Arun_at must be epoch milliseconds from 1 to 253402300799999 \(9999-12-31 23:59:59.999 UTC\), not -1\z/) do
       q.enqueue(1, run_at: -1)
     end
-    refused(/\Arun_at must be epoch milliseconds from 0 to 253402300799999/) { q.enqueue(1, run_at: 10**15) }
+    refused(/\Arun_at must be epoch milliseconds from 1 to 253402300799999/) { q.enqueue(1, run_at: 10**15) }
     refused(/\Arun_at must be at most 9999-12-31 23:59:59.999 UTC, not /) { q.enqueue(1, run_at: Time.at(BIG)) }
     refused(/\Arun_at must not be before 1970-01-01/) { q.enqueue(1, run_at: Time.at(-1)) }
     refused(/\Agive delay or run_at, not both\z/) { q.enqueue(1, delay: 1, run_at: Time.now) }
@@ -100,7 +129,7 @@ class TestArgumentUnits < Minitest::Test
     refused(/\Adelay must be between 0 and/) { q.hand_back(@job, delay: BIG) }
     refused(/\Aextend must be between 0.001 and/) { q.heartbeat(@job, extend: 0) }
     refused(/\Atimeout must be between 0 and/) { q.wait(timeout: BIG) }
-    refused(/\Abefore must be epoch milliseconds from 0 to/) { q.purge(before: 10**15) }
+    refused(/\Abefore must be epoch milliseconds from 1 to/) { q.purge(before: 10**15) }
     refused(/\Attl must be between 0 and/) { db.save_result(@job.id, 1, ttl: BIG) }
     refused(/\Atimeout must be between 0 and/) { db.listen("c", timeout: BIG) }
   end

@@ -211,6 +211,55 @@ class TestArguments < Minitest::Test
     sub.close
   end
 
+  # What a task or a periodic task declares is checked at the declaration, by the core's
+  # rules: Tocsin.task("") and Tocsin.every("bad", ...) were accepted, and every worker
+  # of the process then raised in #run (register, schedule_set) -- the registry is global.
+  def test_declarations_are_checked_when_declared
+    tasks = Tocsin.tasks.dup
+    periodic = Tocsin.periodic.dup
+    refused(/\Atask name must not be empty\z/) { Tocsin.task("") { 1 } }
+    refused(/\Atask name must not be empty\z/) { Tocsin.task(:"") { 1 } }
+    refused(/\Atask name must not contain control characters\z/) { Tocsin.task("a\tb") { 1 } }
+    refused(/\Atask name is 256 bytes long; the limit is 255\z/) { Tocsin.task("t" * 256) { 1 } }
+    refused(/\Atask name is not valid UTF-8\z/) { Tocsin.task("a\xFF".b) { 1 } }
+    refused(/\Aqueue must not be empty\z/) { Tocsin.task("t_q", queue: "") { 1 } }
+    refused(/\Aqueue must not be empty\z/) { Tocsin::Task.new("t_q", -> {}, queue: "") }
+    refused(/\Acron: expected 5 or 6 fields/) { Tocsin.every("bad", "t") }
+    refused(/never fires/) { Tocsin.every("0 0 31 2 *", "t") }
+    refused(/\Atask name must not be empty\z/) { Tocsin.every("* * * * *", "") }
+    assert_equal tasks, Tocsin.tasks
+    assert_equal periodic, Tocsin.periodic
+    # the longest name is a name
+    t = Tocsin::Task.new("t" * 255, -> {}, queue: "q" * 255)
+    assert_equal 255, t.name.bytesize
+  end
+
+  # A schedule's count of 0 (the core's "the default") and a subscription's
+  # from_offset of -1 (its "the saved offset") or autosave_every of 0 (its "none")
+  # are refused, as in Python and Node: leave the option out for those.
+  def test_counts_the_core_reads_as_default
+    refused(/\Amax_attempts must be between 1 and 1000000, not 0\z/) do
+      db.schedule("s", "* * * * *", queue: "q", max_attempts: 0)
+    end
+    refused(/\Amax_catch_up must be between 1 and 100000, not 0\z/) do
+      db.schedule("s", "* * * * *", queue: "q", max_catch_up: 0)
+    end
+    refused(/\Amax_catch_up must be between 1 and 100000, not -1\z/) do
+      db.schedule("s", "* * * * *", queue: "q", max_catch_up: -1)
+    end
+    refused(/\Amax_attempts must be an Integer, not Float/) { db.schedule("s", "* * * * *", queue: "q", max_attempts: 1.0) }
+    s = db.stream("s2")
+    refused(/\Afrom_offset must be >= 0, not -1\z/) { s.subscribe(consumer: "c", from_offset: -1) }
+    refused(/\Aautosave_every must be >= 1, not 0 \(leave it out for none\)\z/) { s.subscribe(consumer: "c", autosave_every: 0) }
+    db.schedule("s", "* * * * *", queue: "q", max_attempts: 2, max_catch_up: 5)
+    refused(/\Amax_attempts must be between 1 and 1000000, not 0\z/) { db.update_schedule("s", max_attempts: 0) }
+    got = db.get_schedule("s")
+    assert_equal [2, 5], [got.max_attempts, got.max_catch_up]
+    db.unschedule("s")
+    sub = s.subscribe(consumer: "c", from_offset: 0, autosave_every: 1)
+    sub.close
+  end
+
   def test_tasks_and_workers
     refused(/task name must be a String or Symbol, not nil/) { Tocsin.task(nil) { nil } }
     refused(/queue must be a String or Symbol, not nil/) { Tocsin::Task.new("t", -> {}, queue: nil) }

@@ -227,7 +227,7 @@ class TestReview < Minitest::Test
     # the ints of enqueue and schedules, and attempts
     assert_refused(/max_attempts must be between 1 and 1000000, not 1099511627776/) { q.enqueue(1, max_attempts: 2**40) }
     assert_refused(/max_attempts/) { q.enqueue_many([1, { payload: 2, max_attempts: 2**64 }]) }
-    assert_refused(/max_attempts must be between 0 and 1000000/) { db.schedule("sc", "* * * * *", queue: "q", max_attempts: 2**40) }
+    assert_refused(/max_attempts must be between 1 and 1000000, not 1099511627776/) { db.schedule("sc", "* * * * *", queue: "q", max_attempts: 2**40) }
     assert_refused(/max_catch_up must be an Integer, not Float/) do
       db.schedule("sc", "* * * * *", queue: "q", catch_up: :all, max_catch_up: 5.0)
     end

@@ -36,6 +36,31 @@ class TestWorker < Minitest::Test
     end
   end
 
+  # A refused option or a task file that cannot be loaded is said in one line, as
+  # OptionParser's refusals are (exit 2 for a usage error), not as a Ruby backtrace.
+  def test_executable_refusals_are_one_line
+    require "open3"
+    File.write(File.join(@dir, "tasks.rb"), TASKS)
+    tasks = File.join(@dir, "tasks.rb")
+    [[["--concurrency", "0"], 2, "tocsin-worker: concurrency must be an Integer between 1 and 10000, not 0"],
+     [["--queue", ""], 2, "tocsin-worker: queues[0] must not be empty"],
+     [["--visibility", "0"], 2, "tocsin-worker: visibility must be between 0.003 and"]].each do |extra, code, first|
+      out, st = Open3.capture2e(*worker_cmd("--db", @path, "--require", tasks, *extra))
+      assert_equal code, st.exitstatus, out
+      assert out.start_with?(first), out
+      assert_match(/^usage: tocsin-worker/, out)
+      refute_match(/\.rb:\d+:in /, out, "a backtrace")
+    end
+    out, st = Open3.capture2e(*worker_cmd("--db", @path, "--require", File.join(@dir, "missing.rb")))
+    assert_equal 1, st.exitstatus, out
+    assert_match(/\Atocsin-worker: --require .*missing\.rb: cannot load such file/, out)
+    refute_match(/\.rb:\d+:in /, out, "a backtrace")
+    out, st = Open3.capture2e(*worker_cmd("--db", File.join(@dir, "no", "such", "dir.db"), "--require", tasks))
+    assert_equal 1, st.exitstatus, out
+    assert_match(/\Atocsin-worker: CantOpen: /, out)
+    refute_match(/\.rb:\d+:in /, out, "a backtrace")
+  end
+
   def test_tasks_with_results_across_processes_and_graceful_shutdown
     pid, log = start_worker("--concurrency", "2")
     q = db.queue("math")

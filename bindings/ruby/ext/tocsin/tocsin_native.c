@@ -2321,6 +2321,8 @@ RUBY_FUNC_EXPORTED void Init_tocsin_native(void) {
     rb_define_const(mNative, "MIN_WORKER_LEASE_MS", INT2NUM(TOCSIN_MIN_WORKER_LEASE_MS));
     rb_define_const(mNative, "MAX_ATTEMPTS", INT2NUM(TOCSIN_MAX_ATTEMPTS));
     rb_define_const(mNative, "MAX_BATCH", INT2NUM(TOCSIN_MAX_BATCH));
+    rb_define_const(mNative, "MAX_CATCH_UP", INT2NUM(TOCSIN_MAX_CATCH_UP));
+    rb_define_const(mNative, "MAX_NAME_BYTES", INT2NUM(TOCSIN_MAX_NAME_BYTES));
     rb_define_const(mNative, "BACKOFF_BASE_MS", LL2NUM(TOCSIN_BACKOFF_BASE_MS));
     rb_define_const(mNative, "BACKOFF_CAP_MS", LL2NUM(TOCSIN_BACKOFF_CAP_MS));
     rb_define_const(mNative, "DEFAULT_RESULT_TTL_MS", LL2NUM(TOCSIN_DEFAULT_RESULT_TTL_MS));

@@ -112,14 +112,14 @@ module Tocsin
 
       h = {}
       h[:priority] = Util.int!(o[:priority], "priority", nil_ok: true) if o.key?(:priority)
-      h[:max_attempts] = Util.int!(o[:max_attempts], "max_attempts", nil_ok: true) if o.key?(:max_attempts)
+      h[:max_attempts] = Util.count!(o[:max_attempts], "max_attempts", Native::MAX_ATTEMPTS) if o.key?(:max_attempts)
       h[:job_expires_ms] = Util.ms(o[:job_expires], "job_expires", positive: true) if o.key?(:job_expires)
       if o.key?(:catch_up)
         h[:catch_up] = CATCH_UP.fetch(o[:catch_up]) do
           raise InvalidArgument, "catch_up must be :once or :all, not #{Util.kind(o[:catch_up])}"
         end
       end
-      h[:max_catch_up] = Util.int!(o[:max_catch_up], "max_catch_up", nil_ok: true) if o.key?(:max_catch_up)
+      h[:max_catch_up] = Util.count!(o[:max_catch_up], "max_catch_up", Native::MAX_CATCH_UP) if o.key?(:max_catch_up)
       h[:local_time] = Util.bool!(o[:local_time], "local_time") if o.key?(:local_time)
       h[:meta] = Util.meta(o[:meta]) if o.key?(:meta)
       h

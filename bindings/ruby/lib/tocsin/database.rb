@@ -344,7 +344,7 @@ module Tocsin
       out = {}
       age_ms = Util.ms(notifications_max_age, "notifications_max_age")
       Util.int!(notifications_keep, "notifications_keep", nil_ok: true)
-      dead_ms = Util.instant_ms(dead_before, "dead_before")
+      dead_ms = Util.instant_ms(dead_before, "dead_before", min: 1)
       out[:notifications] = native.notify_prune(age_ms, notifications_keep) if !age_ms.nil? || !notifications_keep.nil?
       out[:results] = native.result_sweep
       out[:rate_limits] = native.ratelimit_sweep

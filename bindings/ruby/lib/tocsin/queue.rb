@@ -167,7 +167,7 @@ module Tocsin
 
     def dead_letters(after: 0, limit: 100) = @db.native.dead_list(@name, after, limit).map { |r| Job.new(self, r) }
     def requeue(job) = @db.native.dead_requeue(job.is_a?(Job) ? job.id : job)
-    def purge(before: nil) = @db.native.dead_purge(@name, Util.instant_ms(before, "before"))
+    def purge(before: nil) = @db.native.dead_purge(@name, Util.instant_ms(before, "before", min: 1))
 
     # Waits until something is claimable (true) or +timeout+ seconds pass (false).
     def wait(timeout: nil) = Queue.wait_claimable(@db, [@name], timeout)
@@ -267,7 +267,7 @@ module Tocsin
       # (the core's message names delay_ms and run_at_ms)
       raise InvalidArgument, "#{at.empty? ? "" : "#{at.strip}: "}give delay or run_at, not both" unless delay.nil? || run_at.nil?
 
-      [priority, Util.ms(delay, "#{at}delay"), Util.instant_ms(run_at, "#{at}run_at"), max_attempts,
+      [priority, Util.ms(delay, "#{at}delay"), Util.instant_ms(run_at, "#{at}run_at", min: 1), max_attempts,
        Util.ms(expires, "#{at}expires", positive: true), Util.str!(unique_key, "#{at}unique_key", nil_ok: true), meta_json(meta, at)]
     end
 

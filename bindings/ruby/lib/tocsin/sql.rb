@@ -77,7 +77,7 @@ module Tocsin
       raise InvalidArgument, "give delay or run_at, not both" unless delay.nil? || run_at.nil?
 
       o[:delay_ms] = Util.ms(delay, "delay") unless delay.nil?
-      o[:run_at_ms] = Util.instant_ms(run_at, "run_at") unless run_at.nil?
+      o[:run_at_ms] = Util.instant_ms(run_at, "run_at", min: 1) unless run_at.nil?
       o[:max_attempts] = Util.int!(max_attempts, "max_attempts") unless max_attempts.nil?
       o[:expires_ms] = Util.ms(expires, "expires", positive: true) unless expires.nil?
       o[:unique_key] = Util.str!(unique_key, "unique_key") unless unique_key.nil?

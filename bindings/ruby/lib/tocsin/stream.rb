@@ -66,6 +66,14 @@ module Tocsin
       Util.bool!(save_on_close, "save_on_close")
       consumer = Util.name!(consumer, "consumer") unless consumer.nil?
       Util.ms(timeout, "timeout")
+      # (the core reads a from_offset of -1 as "the saved offset" and an autosave_every
+      # of 0 as "none": leave them out for those, as in Python and Node)
+      if !from_offset.nil? && !(Util.int!(from_offset, "from_offset") >= 0)
+        raise InvalidArgument, "from_offset must be >= 0, not #{Util.shown(from_offset)}"
+      end
+      if !autosave_every.nil? && !(Util.int!(autosave_every, "autosave_every") >= 1)
+        raise InvalidArgument, "autosave_every must be >= 1, not #{Util.shown(autosave_every)} (leave it out for none)"
+      end
       if consumer && save_on_close && autosave_every.nil? && autosave.nil?
         autosave_every = 100
         autosave = 1

@@ -54,11 +54,11 @@ module Tocsin
     attr_reader :name, :callable, :queue, :retries, :backoff_ms, :timeout_ms, :result_ttl_ms
 
     def initialize(name, callable, queue: "default", retries: 2, backoff: nil, timeout: nil, result_ttl: nil)
-      @name = Util.name!(name, "task name")
+      @name = Util.core_name!(name, "task name")
       raise InvalidArgument, "task #{@name}: give a block or a callable (an object with #call)" unless callable.respond_to?(:call)
 
       @callable = callable
-      @queue = Util.name!(queue, "queue")
+      @queue = Util.core_name!(queue, "queue")
       unless retries.is_a?(Integer) && retries.between?(0, Native::MAX_ATTEMPTS - 1)
         raise InvalidArgument, "retries must be an Integer between 0 and #{Native::MAX_ATTEMPTS - 1}, not #{retries.inspect}"
       end
@@ -103,9 +103,12 @@ module Tocsin
 
     # Registers a periodic task: a schedule "periodic:<name>" written when a worker
     # with the scheduler starts, whose boundaries enqueue a call of the task.
-    # +args+ and +kwargs+ are checked now (JSON values), not when a worker starts.
+    # +cron+, the task's name, +args+ and +kwargs+ (JSON values) are checked now, not
+    # when a worker starts (where a bad one would stop every worker of the process).
     def every(cron, task_name, args: [], kwargs: {})
-      entry = { cron: Util.str!(cron, "cron"), task: Util.name!(task_name, "task name"),
+      cron = Util.str!(cron, "cron")
+      Native.cron_next(cron, Util.now_ms, false) # a bad expression names its field
+      entry = { cron: cron, task: Util.core_name!(task_name, "task name"),
                 args: Util.json!(Util.array!(args, "args"), "args"),
                 kwargs: Util.json!(Util.hash!(kwargs, "kwargs"), "kwargs") }
       @periodic << entry

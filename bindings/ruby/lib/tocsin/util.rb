@@ -87,20 +87,25 @@ module Tocsin
       raise InvalidArgument, "#{what} must be a number of seconds: #{kind(seconds)} cannot be used as one (#{e.class})"
     end
 
-    # Time / epoch ms (Integer) -> ms, from 0 (the epoch) to the core's bound (checked
-    # here: the core's message names its C argument).
-    def instant_ms(t, what = "instant")
+    # Time / epoch ms (Integer) -> ms, from +min+ to the core's bound (checked here:
+    # the core's message names its C argument). +min+ is 1 where the core reads 0 as
+    # "none" (a job's run_at, a purge's before: 0 would run now, or purge every dead
+    # letter), as Python and Node refuse it; 0 (the epoch) elsewhere.
+    def instant_ms(t, what = "instant", min: 0)
       case t
       when nil then nil
       when Time
         v = (t.to_r * 1000).round
         raise InvalidArgument, "#{what} must not be before 1970-01-01 00:00:00 UTC, not #{t}" if v.negative?
+        raise InvalidArgument, "#{what} must be after 1970-01-01 00:00:00 UTC, not #{t} (leave it out for none)" if v < min
         raise InvalidArgument, "#{what} must be at most #{MAX_TIME_TEXT}, not #{t}" if v > MAX_MS
 
         v
       when Integer
-        if t.negative? || t > MAX_MS
-          raise InvalidArgument, "#{what} must be epoch milliseconds from 0 to #{MAX_MS} (#{MAX_TIME_TEXT}), not #{shown(t)}"
+        if t < min || t > MAX_MS
+          none = t.zero? ? " (leave it out for none)" : ""
+          raise InvalidArgument, "#{what} must be epoch milliseconds from #{min} to #{MAX_MS} (#{MAX_TIME_TEXT}), " \
+                                 "not #{shown(t)}#{none}"
         end
 
         t
@@ -155,6 +160,32 @@ module Tocsin
       raise InvalidArgument, "#{what} must be a String or Symbol, not #{kind(v)}" unless v.is_a?(String) || v.is_a?(Symbol)
 
       text(v.to_s, what)
+    end
+
+    # A name kept for later use (a task's, its queue, a periodic task's), checked now
+    # by the core's rules (tocsin_check_name: not empty, at most 255 bytes, no control
+    # characters, valid UTF-8) rather than when a worker starts with it.
+    def core_name!(v, what)
+      s = name!(v, what)
+      raise InvalidArgument, "#{what} must not be empty" if s.empty?
+      if s.bytesize > Native::MAX_NAME_BYTES
+        raise InvalidArgument, "#{what} is #{s.bytesize} bytes long; the limit is #{Native::MAX_NAME_BYTES}"
+      end
+      raise InvalidArgument, "#{what} must not contain control characters" if s.b.match?(/[\x00-\x1f\x7f]/n)
+      raise InvalidArgument, "#{what} is not valid UTF-8" unless s.dup.force_encoding(Encoding::UTF_8).valid_encoding?
+
+      s
+    end
+
+    # An optional count of 1..+hi+ (nil: the default); 0, which the core reads as
+    # "the default", is refused as Python and Node refuse it.
+    def count!(v, what, hi)
+      return nil if v.nil?
+
+      int!(v, what)
+      raise InvalidArgument, "#{what} must be between 1 and #{hi}, not #{shown(v)}" unless v.between?(1, hi)
+
+      v
     end
 
     # A String (or Symbol) argument as UTF-8 text; nil when +v+ is nil and +nil_ok+.
