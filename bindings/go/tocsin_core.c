@@ -2421,7 +2421,6 @@ int tc_check_name(tocsin_db *db, const char *what, const char *name) {
 }
 
 int tocsin_check_name(tocsin_db *db, const char *what, const char *name) {
-    if (!db) return TOCSIN_INVALID;
     tc_clear(db);
     return tc_check_name(db, what ? what : "name", name);
 }

@@ -264,7 +264,8 @@ TOCSIN_API int tocsin_set_max_payload(tocsin_db *db, int64_t max_bytes);
 
 /* Checks a name (queue, topic, channel, consumer, worker, lock...) as every
  * operation does: non-empty UTF-8, at most 255 bytes, no control characters.
- * TOCSIN_INVALID with a message naming `what` otherwise. Writes nothing. */
+ * TOCSIN_INVALID with a message naming `what` otherwise. Writes nothing. `db`
+ * may be NULL (a name a binding keeps before any database is open: a task's). */
 TOCSIN_API int tocsin_check_name(tocsin_db *db, const char *what, const char *name);
 
 /* Creates the schema if missing, migrates forward; *out_version is the schema version. */

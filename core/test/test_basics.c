@@ -209,7 +209,10 @@ static void names_and_payloads(void) {
     CHECK_EQ_I(tocsin_check_name(db, "topic", ""), TOCSIN_INVALID);
     CHECK_STR(tocsin_errmsg(db), "topic must not be empty");
     CHECK_EQ_I(tocsin_check_name(db, "queue name", big), TOCSIN_INVALID);
-    CHECK_EQ_I(tocsin_check_name(NULL, "x", "y"), TOCSIN_INVALID);
+    /* without a handle too (a binding checks a task's name before any database) */
+    CHECK_OK(db, tocsin_check_name(NULL, "x", "y"));
+    CHECK_EQ_I(tocsin_check_name(NULL, "task name", "a\tb"), TOCSIN_INVALID);
+    CHECK_STR(tocsin_errmsg(NULL), "task name must not contain control characters");
     CHECK_EQ_I(tocsin_queue_enqueue(db, &id, "q", NULL, NULL), TOCSIN_INVALID);
     CHECK_EQ_I(tocsin_queue_enqueue(db, &id, "q", "{\"a\":", NULL), TOCSIN_INVALID);
     CHECK(strstr(tocsin_errmsg(db), "not valid JSON") != NULL);

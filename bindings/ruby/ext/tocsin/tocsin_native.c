@@ -451,6 +451,12 @@ static VALUE db_check_name(VALUE self, VALUE what, VALUE name) {
     CHECK(tocsin_check_name(DB(self), StringValueCStr(what), StringValueCStr(name)));
     return name;
 }
+/* The same before any database is open (a task's name, its queue). */
+static VALUE m_check_name(VALUE mod, VALUE what, VALUE name) {
+    (void)mod;
+    CHECK(tocsin_check_name(NULL, StringValueCStr(what), StringValueCStr(name)));
+    return name;
+}
 
 /* ---- queue ------------------------------------------------------------- */
 
@@ -2334,6 +2340,7 @@ RUBY_FUNC_EXPORTED void Init_tocsin_native(void) {
     rb_define_module_function(mNative, "error_class_of_sqlite", m_error_class_of_sqlite, 1);
     rb_define_module_function(mNative, "owner_id", m_owner_id, 0);
     rb_define_module_function(mNative, "cron_next", m_cron_next, 3);
+    rb_define_module_function(mNative, "check_name", m_check_name, 2);
     rb_define_module_function(mNative, "loaded_objects", m_loaded_objects, 0);
     rb_define_module_function(mNative, "file_has_sqlite?", m_file_has_sqlite, 1);
     rb_define_module_function(mNative, "sqlite_object", m_sqlite_object, 0);

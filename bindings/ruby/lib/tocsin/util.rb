@@ -163,19 +163,8 @@ module Tocsin
     end
 
     # A name kept for later use (a task's, its queue, a periodic task's), checked now
-    # by the core's rules (tocsin_check_name: not empty, at most 255 bytes, no control
-    # characters, valid UTF-8) rather than when a worker starts with it.
-    def core_name!(v, what)
-      s = name!(v, what)
-      raise InvalidArgument, "#{what} must not be empty" if s.empty?
-      if s.bytesize > Native::MAX_NAME_BYTES
-        raise InvalidArgument, "#{what} is #{s.bytesize} bytes long; the limit is #{Native::MAX_NAME_BYTES}"
-      end
-      raise InvalidArgument, "#{what} must not contain control characters" if s.b.match?(/[\x00-\x1f\x7f]/n)
-      raise InvalidArgument, "#{what} is not valid UTF-8" unless s.dup.force_encoding(Encoding::UTF_8).valid_encoding?
-
-      s
-    end
+    # by the core's rules (tocsin_check_name) rather than when a worker starts with it.
+    def core_name!(v, what) = Native.check_name(what, name!(v, what))
 
     # An optional count of 1..+hi+ (nil: the default); 0, which the core reads as
     # "the default", is refused as Python and Node refuse it.
