@@ -29,7 +29,7 @@ Gem::Specification.new do |spec|
   spec.required_ruby_version = ">= 3.0"
   spec.files = Dir.chdir(here) do
     Dir["lib/**/*.rb", "exe/*", "ext/tocsin/*.{c,rb}", "ext/tocsin_sqlite/*.rb",
-        "ext/tocsin/core/include/*.h", "ext/tocsin/core/src/*.{c,h}", "ext/tocsin/core/VERSION", "README.md"]
+        "ext/tocsin/core/include/*.h", "ext/tocsin/core/src/*.{c,h}", "ext/tocsin/core/VERSION", "README.md", "LICENSE"]
   end
   spec.bindir = "exe"
   spec.executables = ["tocsin-worker"]
