@@ -9067,6 +9067,11 @@ struct tocsin_worker {
     size_t handed;         /* runs handed out and not finished (under inmu) */
     _Atomic int stepping;  /* a step is under way (it refills the reserve) */
     _Atomic int draining;  /* tocsin_worker_drain: no claim, no run handed out */
+    /* Handle's clock: until then the reserve's leases are known to hold (next_renew
+     * after a renewal that succeeded). Past it -- the process stalled, a renewal
+     * failed -- they may have lapsed and another worker may run those jobs, so a
+     * reserved run is handed out only by a step, after the renewal. */
+    _Atomic int64_t fresh_until;
     int64_t run_ewma_us;    /* mean run time (handed out -> finished), exponentially weighted */
     int64_t runs_measured;  /* how many runs it has seen (no reserve before `concurrency` of them) */
     int64_t first_done_us;  /* monotonic: when the oldest batched outcome was recorded */
@@ -9948,8 +9953,10 @@ static int upkeep(tocsin_worker *w) {
      * last_check + W_CANCEL_CHECK_US (next_upkeep), not at the next renewal */
     w->recheck_due = !recheck && (w->nruns || w->scheduler);
     if (rc == TOCSIN_OK && now >= w->next_renew) {
-        rc = renew(w, now);
-        w->next_renew = now + w->vis / 3;
+        /* a renewal that failed stays due: tried again after the step's pause,
+         * not a third of the lease later (two failures in a row lost the leases) */
+        if ((rc = renew(w, now)) == TOCSIN_OK) w->next_renew = now + w->vis / 3;
+        atomic_store(&w->fresh_until, w->next_renew);
     }
     if (rc == TOCSIN_OK && w->nruns && recheck) rc = check_running(w);
     if (rc == TOCSIN_OK && now >= w->next_reap) {
@@ -10247,7 +10254,8 @@ static int next_step(void *p, int *done, int64_t *sleep_ms) {
     /* the reserve first: no transaction (the batched runs gave their slots back) */
     pthread_mutex_lock(&w->inmu);
     now = tocsin_now(w->db);
-    while (rc == TOCSIN_OK && !atomic_load(&w->draining) && free_slots_of(w) && w->reserve)
+    while (rc == TOCSIN_OK && !atomic_load(&w->draining) && now < w->next_renew && free_slots_of(w) &&
+           w->reserve)
         hand_out(w, c->got, &c->ngot, reserve_pop(w), now, tc_monotonic_us());
     free_slots = free_slots_of(w);
     pthread_mutex_unlock(&w->inmu);
@@ -10425,7 +10433,10 @@ int tocsin_worker_take(tocsin_worker *w, tocsin_task_run ***out, size_t *out_n) 
     free_slots = free_slots_of(w);
     /* down to `concurrency` the reserve wants its refill, unless a step is doing it */
     low = w->stepping ? 0 : (size_t)w->concurrency;
-    if (!free_slots || atomic_load(&w->draining) || w->nreserve <= low || (w->nin && !w->stepping && mono - w->in_first_us >= W_FLUSH_US)) {
+    /* (and a step is due when the reserve's leases may have lapsed: it renews them
+     * and drops the runs another worker took meanwhile) */
+    if (!free_slots || atomic_load(&w->draining) || w->nreserve <= low || now >= atomic_load(&w->fresh_until) ||
+        (w->nin && !w->stepping && mono - w->in_first_us >= W_FLUSH_US)) {
         pthread_mutex_unlock(&w->inmu);
         return tc_err(w->db, TOCSIN_TIMEOUT, "nothing to take without a step (call tocsin_worker_next)");
     }

@@ -1386,6 +1386,77 @@ static void drain(void) {
     tocsin_close(db);
 }
 
+/* A worker that stalled past its lease (SIGSTOP, swap, a long GC pause) may
+ * have lost its reserve to another worker: its jobs' leases lapsed and they
+ * were claimed again. tocsin_worker_take must not hand those runs out with no
+ * step (that ran each twice at once); the step renews first, drops the runs
+ * that were taken, and hands out the rest. A renewal that fails stays due. */
+static void reserve_after_stall(void) {
+    t_clock clk = {1000000};
+    tocsin_open_opts oo = TOCSIN_OPEN_OPTS_INIT;
+    tocsin_db *db = t_open("w_stall", &clk), *db2 = NULL;
+    tocsin_worker *w = open_worker(db, "w1", 2), *w2;
+    tocsin_outcome ok = TOCSIN_OUTCOME_INIT;
+    tocsin_task_run *runs[8], *r2[8], **got = NULL;
+    size_t n = 0, j;
+    int i, k, k2, dup = 0, rc;
+    for (i = 0; i < 2; i++) call(db, "add", "[0]", 3); /* warm-up: earns the reserve */
+    for (i = 0; i < 10; i++) call(db, "add", "[1]", 3);
+    k = next_runs(w, runs, 8);
+    for (i = 0; i < k; i++) CHECK_OK(db, tocsin_worker_finish(w, NULL, runs[i], &ok));
+    k = next_runs(w, runs, 8);
+    CHECK_EQ_I(k, 2);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE state = 'processing'"), 10); /* 8 reserved */
+    oo.clock = t_clock_fn;
+    oo.clock_ctx = &clk;
+    CHECK_OK(db2, tocsin_open(&db2, sqlite3_db_filename(tocsin_sqlite(db), "main"), &oo));
+    w2 = open_worker(db2, "w2", 8);
+    clk.now += 31000; /* w1 stalls past its lease */
+    k2 = next_runs(w2, r2, 8);
+    CHECK_EQ_I(k2, 8); /* the lapsed reserve, and the two running jobs */
+    /* w1 resumes: its handlers return and their threads take the next runs */
+    for (i = 0; i < k; i++) CHECK_OK(db, tocsin_worker_finish(w, NULL, runs[i], &ok));
+    CHECK_EQ_I(tocsin_worker_take(w, &got, &n), TOCSIN_TIMEOUT); /* a step is due */
+    CHECK_EQ_I(n, 0);
+    rc = tocsin_worker_next(w, &got, &n, 0);
+    for (j = 0; rc == TOCSIN_OK && j < n; j++) {
+        for (i = 0; i < k2; i++)
+            if (got[j]->job_id == r2[i]->job_id) dup++;
+        CHECK_OK(db, tocsin_worker_finish(w, NULL, got[j], &ok));
+    }
+    tocsin_free(got);
+    CHECK_EQ_I(dup, 0);
+    for (i = 0; i < k2; i++) CHECK_OK(db2, tocsin_worker_finish(w2, NULL, r2[i], &ok));
+    CHECK_OK(db, tocsin_worker_close(w));
+    CHECK_OK(db2, tocsin_worker_close(w2));
+    tocsin_close(db2);
+    tocsin_close(db);
+
+    /* a renewal that failed (the lock held past the busy timeout) is tried again
+     * after the step's pause, not a third of the lease later */
+    oo.busy_timeout_ms = 1;
+    CHECK_OK(db, tocsin_open(&db, t_path("w_renew_retry"), &oo));
+    CHECK_OK(db2, tocsin_open(&db2, sqlite3_db_filename(tocsin_sqlite(db), "main"), NULL));
+    w = open_worker(db, "w1", 1);
+    call(db, "add", "[1]", 3);
+    runs[0] = next_run(w, &rc);
+    CHECK(runs[0] != NULL);
+    clk.now += 10000; /* the renewal is due */
+    CHECK_OK(db2, tocsin_begin(db2));
+    CHECK(next_run(w, &rc) == NULL);
+    CHECK_EQ_I(rc, TOCSIN_BUSY);
+    CHECK_OK(db2, tocsin_rollback(db2));
+    clk.now += 100; /* the pause */
+    CHECK(next_run(w, &rc) == NULL);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE state = 'processing' AND lease_until = 1041100 + 30000"), 1);
+    if (runs[0]) CHECK_OK(db, tocsin_worker_finish(w, NULL, runs[0], &ok));
+    CHECK_OK(db, tocsin_worker_close(w));
+    tocsin_close(db2);
+    tocsin_close(db);
+}
+
+
+
 void suite_worker(void) {
     drain();
     task_bound_after_crash();
@@ -1411,4 +1482,5 @@ void suite_worker(void) {
     scheduler_step();
     scheduler_damaged_schedule();
     poke_and_close();
+    reserve_after_stall();
 }
