@@ -9285,6 +9285,28 @@ static int list_worker(tocsin_worker *w) {
     return TOCSIN_OK;
 }
 
+/* The leases a gone worker (registry row `id`) held on its queues lapse at
+ * once: the next claim of each queue takes its jobs back, the crashed run
+ * counting as an attempt. Inside a write op. */
+static int release_gone(tocsin_db *db, const char *id) {
+    sqlite3_stmt *st;
+    char *queues[W_MAX_QUEUES];
+    size_t nq = 0, k;
+    int64_t released = 0;
+    int rc;
+    if (!(st = tc_stmt(db, SQL_W_QUEUES))) return TC_ERRCODE;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    while (nq < W_MAX_QUEUES && (rc = tc_step(db, st)) == SQLITE_ROW)
+        if ((queues[nq] = tc_col_text(st, 0)) != NULL) nq++;
+    sqlite3_reset(st);
+    rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? TOCSIN_OK : tc_sqlerr(db, rc, "read workers");
+    for (k = 0; k < nq; k++) {
+        if (rc == TOCSIN_OK) rc = tc_jobs_release_worker(db, queues[k], id, &released);
+        sqlite3_free(queues[k]);
+    }
+    return rc;
+}
+
 /* The registry's part, inside the registration op (this process's own row is
  * a close that could not leave the registry: list_worker ruled out the rest). */
 static int check_id_free(tocsin_worker *w, int64_t now) {
@@ -9313,9 +9335,14 @@ static int check_id_free(tocsin_worker *w, int64_t now) {
                           same_host ? "" : "; its registration lapses when its heartbeat is older "
                                            "than its lease");
         }
+        /* a gone predecessor under this id (a restart with a fixed id): its jobs
+         * come back now, as a reaped worker's do -- no other worker reaps a row
+         * this one is about to take over, so they waited out their whole lease */
+        sqlite3_reset(st);
+        return release_gone(db, w->id);
     }
     sqlite3_reset(st);
-    return rc == SQLITE_ROW || rc == SQLITE_DONE ? TOCSIN_OK : tc_sqlerr(db, rc, "read workers");
+    return rc == SQLITE_DONE ? TOCSIN_OK : tc_sqlerr(db, rc, "read workers");
 }
 
 /* Frees a half-opened worker, keeping the thread's error (closing clears it). */
@@ -9858,22 +9885,7 @@ static int reap(tocsin_worker *w, int64_t now) {
     rc = tc_op_end(db, &op, rc == SQLITE_ROW || rc == SQLITE_DONE ? TOCSIN_OK : tc_sqlerr(db, rc, "read workers"));
     if (rc == TOCSIN_OK && nd && (rc = tc_op_begin(db, &op, 1)) == TOCSIN_OK) {
         for (i = 0; i < nd && rc == TOCSIN_OK; i++) {
-            int64_t released = 0;
-            char *queues[W_MAX_QUEUES];
-            size_t nq = 0, k;
-            if (!(st = tc_stmt(db, SQL_W_QUEUES))) {
-                rc = TC_ERRCODE;
-                break;
-            }
-            sqlite3_bind_text(st, 1, dead[i].id, -1, SQLITE_STATIC);
-            while (nq < W_MAX_QUEUES && (rc = tc_step(db, st)) == SQLITE_ROW)
-                if ((queues[nq] = tc_col_text(st, 0)) != NULL) nq++;
-            sqlite3_reset(st);
-            rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? TOCSIN_OK : tc_sqlerr(db, rc, "read workers");
-            for (k = 0; k < nq; k++) {
-                if (rc == TOCSIN_OK) rc = tc_jobs_release_worker(db, queues[k], dead[i].id, &released);
-                sqlite3_free(queues[k]);
-            }
+            rc = release_gone(db, dead[i].id);
             if (rc == TOCSIN_OK && (st = tc_stmt(db, SQL_W_LEAVE)) != NULL) {
                 sqlite3_bind_text(st, 1, dead[i].id, -1, SQLITE_STATIC);
                 rc = tc_step_done(db, st, "remove a dead worker");

@@ -1455,6 +1455,47 @@ static void reserve_after_stall(void) {
     tocsin_close(db);
 }
 
+/* A worker restarted under its fixed id after a crash (SIGKILL) gets its
+ * predecessor's jobs at once, as any worker gets a dead worker's: the row it
+ * takes over is no other worker's to reap, so they waited out their lease. */
+static void restart_under_same_id(void) {
+    t_clock clk = {1000000};
+    tocsin_db *db = t_open("w_restart", &clk);
+    char path[512];
+    int64_t id = call(db, "add", "[1]", 3), token = 0;
+    int fds[2];
+    pid_t pid;
+    snprintf(path, sizeof path, "%s", sqlite3_db_filename(tocsin_sqlite(db), "main"));
+    CHECK(pipe(fds) == 0);
+    pid = fork();
+    if (pid == 0) {
+        tocsin_db *c = NULL;
+        tocsin_worker *cw;
+        tocsin_task_run *r;
+        close(fds[0]);
+        if (tocsin_open(&c, path, NULL) != TOCSIN_OK) _exit(2);
+        if (!(cw = open_worker(c, "fixed", 1))) _exit(3);
+        if (!(r = next_run(cw, NULL))) _exit(4);
+        if (write(fds[1], &r->token, sizeof r->token) != sizeof r->token) _exit(5);
+        for (;;) pause(); /* killed mid-run */
+    }
+    close(fds[1]);
+    CHECK(read(fds[0], &token, sizeof token) == sizeof token);
+    close(fds[0]);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    {
+        tocsin_worker *w = open_worker(db, "fixed", 1);
+        tocsin_outcome o = TOCSIN_OUTCOME_INIT;
+        tocsin_task_run *r = w ? next_run(w, NULL) : NULL; /* the clock has not moved */
+        CHECK(r && r->job_id == id && r->attempt == 2 && r->token != token);
+        if (r) CHECK_OK(db, tocsin_worker_finish(w, NULL, r, &o));
+        CHECK_OK(db, tocsin_worker_close(w));
+    }
+    CHECK_EQ_I(t_count(db, "_tocsin_results WHERE status = 'ok'"), 1);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 0);
+    tocsin_close(db);
+}
 
 
 void suite_worker(void) {
@@ -1483,4 +1524,5 @@ void suite_worker(void) {
     scheduler_damaged_schedule();
     poke_and_close();
     reserve_after_stall();
+    restart_under_same_id();
 }
