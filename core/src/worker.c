@@ -595,10 +595,12 @@ static int64_t run_result_ttl(const wrun *r) {
     return t > 0 ? t : t < 0 ? 0 : TOCSIN_DEFAULT_RESULT_TTL_MS;
 }
 
-static int64_t run_backoff(const wrun *r) {
+/* The retry delay after the run'th run of a job (hand-backs are no runs: a
+ * job handed back across a rolling deploy starts its backoff at the base). */
+static int64_t run_backoff(const wrun *r, int64_t runs) {
     int64_t base = r->topts.backoff_base_ms ? r->topts.backoff_base_ms : TOCSIN_BACKOFF_BASE_MS;
     int64_t cap = r->topts.backoff_cap_ms ? r->topts.backoff_cap_ms : TOCSIN_BACKOFF_CAP_MS;
-    return tocsin_backoff_ms(base, cap, r->pub.attempt);
+    return tocsin_backoff_ms(base, cap, runs < 1 ? 1 : (int)runs);
 }
 
 /* Cuts a traceback to TOCSIN_MAX_TRACE_BYTES on a UTF-8 boundary (owned copy). */
@@ -621,22 +623,22 @@ static int record_error(tocsin_db *db, int *ok, const wrun *r, const tocsin_outc
     const char *msg = o->error_message ? o->error_message : "";
     char *text = *msg ? sqlite3_mprintf("%s: %s", type, msg) : sqlite3_mprintf("%s", type);
     int rc, dies = final || r->pub.attempt >= r->job_max, spent = 0;
+    int64_t handbacks = 0;
     if (!text) return tc_err(db, TOCSIN_NOMEM, "worker: out of memory");
     tc_cut_utf8(text, (size_t)db->max_payload); /* last_error: "type: message", bounded */
-    if (!dies && r->topts.max_attempts > 0) {
-        /* the task's own bound: its runs are the claims less the hand-backs */
-        int64_t handbacks = 0;
-        if ((rc = tc_job_handbacks(db, r->pub.job_id, &handbacks)) != TOCSIN_OK) {
-            sqlite3_free(text);
-            return rc;
-        }
-        dies = spent = r->pub.attempt - handbacks >= r->topts.max_attempts;
+    /* the job's runs are its claims less its hand-backs: the task's own bound
+     * and the backoff count those */
+    if (!dies && (r->topts.max_attempts > 0 || o->delay_ms < 0) &&
+        (rc = tc_job_handbacks(db, r->pub.job_id, &handbacks)) != TOCSIN_OK) {
+        sqlite3_free(text);
+        return rc;
     }
+    if (!dies && r->topts.max_attempts > 0) dies = spent = r->pub.attempt - handbacks >= r->topts.max_attempts;
     if (final || spent)
         rc = tc_job_to_dead(db, ok, r->pub.job_id, r->pub.token, text, final ? "failed" : "max_attempts");
     else
         rc = tocsin_job_retry(db, ok, r->pub.job_id, r->pub.token,
-                              o->delay_ms >= 0 ? o->delay_ms : run_backoff(r), text);
+                              o->delay_ms >= 0 ? o->delay_ms : run_backoff(r, r->pub.attempt - handbacks), text);
     sqlite3_free(text);
     if (rc == TOCSIN_OK && *ok && dies) {
         char *trace = cut_trace(o->error_trace);

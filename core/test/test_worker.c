@@ -1497,6 +1497,40 @@ static void restart_under_same_id(void) {
     tocsin_close(db);
 }
 
+/* Hand-backs are no runs: a job handed back many times (a rolling deploy, a
+ * worker that lacked its task) retries its first failure after the task's
+ * base delay, not after the delay of its claim count (the cap: an hour). */
+static void backoff_after_hand_backs(void) {
+    t_clock clk = {1000000};
+    tocsin_db *db = t_open("w_backoff_hb", &clk);
+    tocsin_worker *w = open_worker(db, "w1", 1);
+    tocsin_task_opts to = TOCSIN_TASK_OPTS_INIT;
+    tocsin_outcome o = TOCSIN_OUTCOME_INIT;
+    tocsin_task_run *r = NULL;
+    tocsin_job *job = NULL;
+    int64_t id = call(db, "slow", "[]", 3);
+    int i;
+    to.backoff_base_ms = 1000;
+    CHECK_OK(db, tocsin_worker_register(w, "slow", &to));
+    o.kind = TOCSIN_OUTCOME_HAND_BACK;
+    for (i = 0; i < 10; i++) { /* handed back at shutdown ten times */
+        r = next_run(w, NULL);
+        CHECK(r && r->job_id == id);
+        if (r) CHECK_OK(db, tocsin_worker_finish(w, NULL, r, &o));
+        CHECK_OK(db, tocsin_worker_flush(w, NULL));
+    }
+    r = next_run(w, NULL);
+    CHECK(r && r->attempt == 11 && r->max_attempts == 13);
+    o.kind = TOCSIN_OUTCOME_ERROR;
+    o.error_type = "Flaky";
+    if (r) CHECK_OK(db, tocsin_worker_finish(w, NULL, r, &o));
+    CHECK_OK(db, tocsin_worker_flush(w, NULL));
+    CHECK_OK(db, tocsin_job_get(db, &job, id));
+    CHECK(job && job->run_at - clk.now >= 500 && job->run_at - clk.now <= 1000);
+    tocsin_jobs_free(job, 1);
+    tocsin_worker_close(w);
+    tocsin_close(db);
+}
 
 void suite_worker(void) {
     drain();
@@ -1525,4 +1559,5 @@ void suite_worker(void) {
     poke_and_close();
     reserve_after_stall();
     restart_under_same_id();
+    backoff_after_hand_backs();
 }
