@@ -1238,9 +1238,10 @@ TOCSIN_API int tocsin_worker_poll(tocsin_worker *w, tocsin_task_run ***out, size
  * (claimed ahead by an earlier step, see docs/worker-protocol.md) into the
  * free slots, never blocks and never touches the database -- for a binding
  * that keeps a runtime lock (a GIL) across it. TOCSIN_TIMEOUT when a step is
- * due (no reserved run, the reserve needs its refill, upkeep or batched
- * outcomes are due): call tocsin_worker_next then; TOCSIN_BUSY while another
- * thread is in a step.
+ * due (no reserved run, the reserve needs its refill, batched outcomes are
+ * due, or the leases' renewal is: a reserved run is handed out only while its
+ * lease is known to hold): call tocsin_worker_next then; TOCSIN_BUSY while
+ * another thread is in a step.
  */
 TOCSIN_API int tocsin_worker_take(tocsin_worker *w, tocsin_task_run ***out, size_t *out_n);
 /*

@@ -189,6 +189,11 @@ struct tocsin_worker {
     size_t handed;         /* runs handed out and not finished (under inmu) */
     _Atomic int stepping;  /* a step is under way (it refills the reserve) */
     _Atomic int draining;  /* tocsin_worker_drain: no claim, no run handed out */
+    /* Handle's clock: until then the reserve's leases are known to hold (next_renew
+     * after a renewal that succeeded). Past it -- the process stalled, a renewal
+     * failed -- they may have lapsed and another worker may run those jobs, so a
+     * reserved run is handed out only by a step, after the renewal. */
+    _Atomic int64_t fresh_until;
     int64_t run_ewma_us;    /* mean run time (handed out -> finished), exponentially weighted */
     int64_t runs_measured;  /* how many runs it has seen (no reserve before `concurrency` of them) */
     int64_t first_done_us;  /* monotonic: when the oldest batched outcome was recorded */
@@ -402,6 +407,28 @@ static int list_worker(tocsin_worker *w) {
     return TOCSIN_OK;
 }
 
+/* The leases a gone worker (registry row `id`) held on its queues lapse at
+ * once: the next claim of each queue takes its jobs back, the crashed run
+ * counting as an attempt. Inside a write op. */
+static int release_gone(tocsin_db *db, const char *id) {
+    sqlite3_stmt *st;
+    char *queues[W_MAX_QUEUES];
+    size_t nq = 0, k;
+    int64_t released = 0;
+    int rc;
+    if (!(st = tc_stmt(db, SQL_W_QUEUES))) return TC_ERRCODE;
+    sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+    while (nq < W_MAX_QUEUES && (rc = tc_step(db, st)) == SQLITE_ROW)
+        if ((queues[nq] = tc_col_text(st, 0)) != NULL) nq++;
+    sqlite3_reset(st);
+    rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? TOCSIN_OK : tc_sqlerr(db, rc, "read workers");
+    for (k = 0; k < nq; k++) {
+        if (rc == TOCSIN_OK) rc = tc_jobs_release_worker(db, queues[k], id, &released);
+        sqlite3_free(queues[k]);
+    }
+    return rc;
+}
+
 /* The registry's part, inside the registration op (this process's own row is
  * a close that could not leave the registry: list_worker ruled out the rest). */
 static int check_id_free(tocsin_worker *w, int64_t now) {
@@ -430,9 +457,14 @@ static int check_id_free(tocsin_worker *w, int64_t now) {
                           same_host ? "" : "; its registration lapses when its heartbeat is older "
                                            "than its lease");
         }
+        /* a gone predecessor under this id (a restart with a fixed id): its jobs
+         * come back now, as a reaped worker's do -- no other worker reaps a row
+         * this one is about to take over, so they waited out their whole lease */
+        sqlite3_reset(st);
+        return release_gone(db, w->id);
     }
     sqlite3_reset(st);
-    return rc == SQLITE_ROW || rc == SQLITE_DONE ? TOCSIN_OK : tc_sqlerr(db, rc, "read workers");
+    return rc == SQLITE_DONE ? TOCSIN_OK : tc_sqlerr(db, rc, "read workers");
 }
 
 /* Frees a half-opened worker, keeping the thread's error (closing clears it). */
@@ -563,10 +595,12 @@ static int64_t run_result_ttl(const wrun *r) {
     return t > 0 ? t : t < 0 ? 0 : TOCSIN_DEFAULT_RESULT_TTL_MS;
 }
 
-static int64_t run_backoff(const wrun *r) {
+/* The retry delay after the run'th run of a job (hand-backs are no runs: a
+ * job handed back across a rolling deploy starts its backoff at the base). */
+static int64_t run_backoff(const wrun *r, int64_t runs) {
     int64_t base = r->topts.backoff_base_ms ? r->topts.backoff_base_ms : TOCSIN_BACKOFF_BASE_MS;
     int64_t cap = r->topts.backoff_cap_ms ? r->topts.backoff_cap_ms : TOCSIN_BACKOFF_CAP_MS;
-    return tocsin_backoff_ms(base, cap, r->pub.attempt);
+    return tocsin_backoff_ms(base, cap, runs < 1 ? 1 : (int)runs);
 }
 
 /* Cuts a traceback to TOCSIN_MAX_TRACE_BYTES on a UTF-8 boundary (owned copy). */
@@ -589,22 +623,22 @@ static int record_error(tocsin_db *db, int *ok, const wrun *r, const tocsin_outc
     const char *msg = o->error_message ? o->error_message : "";
     char *text = *msg ? sqlite3_mprintf("%s: %s", type, msg) : sqlite3_mprintf("%s", type);
     int rc, dies = final || r->pub.attempt >= r->job_max, spent = 0;
+    int64_t handbacks = 0;
     if (!text) return tc_err(db, TOCSIN_NOMEM, "worker: out of memory");
     tc_cut_utf8(text, (size_t)db->max_payload); /* last_error: "type: message", bounded */
-    if (!dies && r->topts.max_attempts > 0) {
-        /* the task's own bound: its runs are the claims less the hand-backs */
-        int64_t handbacks = 0;
-        if ((rc = tc_job_handbacks(db, r->pub.job_id, &handbacks)) != TOCSIN_OK) {
-            sqlite3_free(text);
-            return rc;
-        }
-        dies = spent = r->pub.attempt - handbacks >= r->topts.max_attempts;
+    /* the job's runs are its claims less its hand-backs: the task's own bound
+     * and the backoff count those */
+    if (!dies && (r->topts.max_attempts > 0 || o->delay_ms < 0) &&
+        (rc = tc_job_handbacks(db, r->pub.job_id, &handbacks)) != TOCSIN_OK) {
+        sqlite3_free(text);
+        return rc;
     }
+    if (!dies && r->topts.max_attempts > 0) dies = spent = r->pub.attempt - handbacks >= r->topts.max_attempts;
     if (final || spent)
         rc = tc_job_to_dead(db, ok, r->pub.job_id, r->pub.token, text, final ? "failed" : "max_attempts");
     else
         rc = tocsin_job_retry(db, ok, r->pub.job_id, r->pub.token,
-                              o->delay_ms >= 0 ? o->delay_ms : run_backoff(r), text);
+                              o->delay_ms >= 0 ? o->delay_ms : run_backoff(r, r->pub.attempt - handbacks), text);
     sqlite3_free(text);
     if (rc == TOCSIN_OK && *ok && dies) {
         char *trace = cut_trace(o->error_trace);
@@ -975,22 +1009,7 @@ static int reap(tocsin_worker *w, int64_t now) {
     rc = tc_op_end(db, &op, rc == SQLITE_ROW || rc == SQLITE_DONE ? TOCSIN_OK : tc_sqlerr(db, rc, "read workers"));
     if (rc == TOCSIN_OK && nd && (rc = tc_op_begin(db, &op, 1)) == TOCSIN_OK) {
         for (i = 0; i < nd && rc == TOCSIN_OK; i++) {
-            int64_t released = 0;
-            char *queues[W_MAX_QUEUES];
-            size_t nq = 0, k;
-            if (!(st = tc_stmt(db, SQL_W_QUEUES))) {
-                rc = TC_ERRCODE;
-                break;
-            }
-            sqlite3_bind_text(st, 1, dead[i].id, -1, SQLITE_STATIC);
-            while (nq < W_MAX_QUEUES && (rc = tc_step(db, st)) == SQLITE_ROW)
-                if ((queues[nq] = tc_col_text(st, 0)) != NULL) nq++;
-            sqlite3_reset(st);
-            rc = rc == SQLITE_ROW || rc == SQLITE_DONE ? TOCSIN_OK : tc_sqlerr(db, rc, "read workers");
-            for (k = 0; k < nq; k++) {
-                if (rc == TOCSIN_OK) rc = tc_jobs_release_worker(db, queues[k], dead[i].id, &released);
-                sqlite3_free(queues[k]);
-            }
+            rc = release_gone(db, dead[i].id);
             if (rc == TOCSIN_OK && (st = tc_stmt(db, SQL_W_LEAVE)) != NULL) {
                 sqlite3_bind_text(st, 1, dead[i].id, -1, SQLITE_STATIC);
                 rc = tc_step_done(db, st, "remove a dead worker");
@@ -1070,8 +1089,10 @@ static int upkeep(tocsin_worker *w) {
      * last_check + W_CANCEL_CHECK_US (next_upkeep), not at the next renewal */
     w->recheck_due = !recheck && (w->nruns || w->scheduler);
     if (rc == TOCSIN_OK && now >= w->next_renew) {
-        rc = renew(w, now);
-        w->next_renew = now + w->vis / 3;
+        /* a renewal that failed stays due: tried again after the step's pause,
+         * not a third of the lease later (two failures in a row lost the leases) */
+        if ((rc = renew(w, now)) == TOCSIN_OK) w->next_renew = now + w->vis / 3;
+        atomic_store(&w->fresh_until, w->next_renew);
     }
     if (rc == TOCSIN_OK && w->nruns && recheck) rc = check_running(w);
     if (rc == TOCSIN_OK && now >= w->next_reap) {
@@ -1369,7 +1390,8 @@ static int next_step(void *p, int *done, int64_t *sleep_ms) {
     /* the reserve first: no transaction (the batched runs gave their slots back) */
     pthread_mutex_lock(&w->inmu);
     now = tocsin_now(w->db);
-    while (rc == TOCSIN_OK && !atomic_load(&w->draining) && free_slots_of(w) && w->reserve)
+    while (rc == TOCSIN_OK && !atomic_load(&w->draining) && now < w->next_renew && free_slots_of(w) &&
+           w->reserve)
         hand_out(w, c->got, &c->ngot, reserve_pop(w), now, tc_monotonic_us());
     free_slots = free_slots_of(w);
     pthread_mutex_unlock(&w->inmu);
@@ -1547,7 +1569,10 @@ int tocsin_worker_take(tocsin_worker *w, tocsin_task_run ***out, size_t *out_n) 
     free_slots = free_slots_of(w);
     /* down to `concurrency` the reserve wants its refill, unless a step is doing it */
     low = w->stepping ? 0 : (size_t)w->concurrency;
-    if (!free_slots || atomic_load(&w->draining) || w->nreserve <= low || (w->nin && !w->stepping && mono - w->in_first_us >= W_FLUSH_US)) {
+    /* (and a step is due when the reserve's leases may have lapsed: it renews them
+     * and drops the runs another worker took meanwhile) */
+    if (!free_slots || atomic_load(&w->draining) || w->nreserve <= low || now >= atomic_load(&w->fresh_until) ||
+        (w->nin && !w->stepping && mono - w->in_first_us >= W_FLUSH_US)) {
         pthread_mutex_unlock(&w->inmu);
         return tc_err(w->db, TOCSIN_TIMEOUT, "nothing to take without a step (call tocsin_worker_next)");
     }

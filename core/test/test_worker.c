@@ -1386,6 +1386,152 @@ static void drain(void) {
     tocsin_close(db);
 }
 
+/* A worker that stalled past its lease (SIGSTOP, swap, a long GC pause) may
+ * have lost its reserve to another worker: its jobs' leases lapsed and they
+ * were claimed again. tocsin_worker_take must not hand those runs out with no
+ * step (that ran each twice at once); the step renews first, drops the runs
+ * that were taken, and hands out the rest. A renewal that fails stays due. */
+static void reserve_after_stall(void) {
+    t_clock clk = {1000000};
+    tocsin_open_opts oo = TOCSIN_OPEN_OPTS_INIT;
+    tocsin_db *db = t_open("w_stall", &clk), *db2 = NULL;
+    tocsin_worker *w = open_worker(db, "w1", 2), *w2;
+    tocsin_outcome ok = TOCSIN_OUTCOME_INIT;
+    tocsin_task_run *runs[8], *r2[8], **got = NULL;
+    size_t n = 0, j;
+    int i, k, k2, dup = 0, rc;
+    for (i = 0; i < 2; i++) call(db, "add", "[0]", 3); /* warm-up: earns the reserve */
+    for (i = 0; i < 10; i++) call(db, "add", "[1]", 3);
+    k = next_runs(w, runs, 8);
+    for (i = 0; i < k; i++) CHECK_OK(db, tocsin_worker_finish(w, NULL, runs[i], &ok));
+    k = next_runs(w, runs, 8);
+    CHECK_EQ_I(k, 2);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE state = 'processing'"), 10); /* 8 reserved */
+    oo.clock = t_clock_fn;
+    oo.clock_ctx = &clk;
+    CHECK_OK(db2, tocsin_open(&db2, sqlite3_db_filename(tocsin_sqlite(db), "main"), &oo));
+    w2 = open_worker(db2, "w2", 8);
+    clk.now += 31000; /* w1 stalls past its lease */
+    k2 = next_runs(w2, r2, 8);
+    CHECK_EQ_I(k2, 8); /* the lapsed reserve, and the two running jobs */
+    /* w1 resumes: its handlers return and their threads take the next runs */
+    for (i = 0; i < k; i++) CHECK_OK(db, tocsin_worker_finish(w, NULL, runs[i], &ok));
+    CHECK_EQ_I(tocsin_worker_take(w, &got, &n), TOCSIN_TIMEOUT); /* a step is due */
+    CHECK_EQ_I(n, 0);
+    rc = tocsin_worker_next(w, &got, &n, 0);
+    for (j = 0; rc == TOCSIN_OK && j < n; j++) {
+        for (i = 0; i < k2; i++)
+            if (got[j]->job_id == r2[i]->job_id) dup++;
+        CHECK_OK(db, tocsin_worker_finish(w, NULL, got[j], &ok));
+    }
+    tocsin_free(got);
+    CHECK_EQ_I(dup, 0);
+    for (i = 0; i < k2; i++) CHECK_OK(db2, tocsin_worker_finish(w2, NULL, r2[i], &ok));
+    CHECK_OK(db, tocsin_worker_close(w));
+    CHECK_OK(db2, tocsin_worker_close(w2));
+    tocsin_close(db2);
+    tocsin_close(db);
+
+    /* a renewal that failed (the lock held past the busy timeout) is tried again
+     * after the step's pause, not a third of the lease later */
+    oo.busy_timeout_ms = 1;
+    CHECK_OK(db, tocsin_open(&db, t_path("w_renew_retry"), &oo));
+    CHECK_OK(db2, tocsin_open(&db2, sqlite3_db_filename(tocsin_sqlite(db), "main"), NULL));
+    w = open_worker(db, "w1", 1);
+    call(db, "add", "[1]", 3);
+    runs[0] = next_run(w, &rc);
+    CHECK(runs[0] != NULL);
+    clk.now += 10000; /* the renewal is due */
+    CHECK_OK(db2, tocsin_begin(db2));
+    CHECK(next_run(w, &rc) == NULL);
+    CHECK_EQ_I(rc, TOCSIN_BUSY);
+    CHECK_OK(db2, tocsin_rollback(db2));
+    clk.now += 100; /* the pause */
+    CHECK(next_run(w, &rc) == NULL);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE state = 'processing' AND lease_until = 1041100 + 30000"), 1);
+    if (runs[0]) CHECK_OK(db, tocsin_worker_finish(w, NULL, runs[0], &ok));
+    CHECK_OK(db, tocsin_worker_close(w));
+    tocsin_close(db2);
+    tocsin_close(db);
+}
+
+/* A worker restarted under its fixed id after a crash (SIGKILL) gets its
+ * predecessor's jobs at once, as any worker gets a dead worker's: the row it
+ * takes over is no other worker's to reap, so they waited out their lease. */
+static void restart_under_same_id(void) {
+    t_clock clk = {1000000};
+    tocsin_db *db = t_open("w_restart", &clk);
+    char path[512];
+    int64_t id = call(db, "add", "[1]", 3), token = 0;
+    int fds[2];
+    pid_t pid;
+    snprintf(path, sizeof path, "%s", sqlite3_db_filename(tocsin_sqlite(db), "main"));
+    CHECK(pipe(fds) == 0);
+    pid = fork();
+    if (pid == 0) {
+        tocsin_db *c = NULL;
+        tocsin_worker *cw;
+        tocsin_task_run *r;
+        close(fds[0]);
+        if (tocsin_open(&c, path, NULL) != TOCSIN_OK) _exit(2);
+        if (!(cw = open_worker(c, "fixed", 1))) _exit(3);
+        if (!(r = next_run(cw, NULL))) _exit(4);
+        if (write(fds[1], &r->token, sizeof r->token) != sizeof r->token) _exit(5);
+        for (;;) pause(); /* killed mid-run */
+    }
+    close(fds[1]);
+    CHECK(read(fds[0], &token, sizeof token) == sizeof token);
+    close(fds[0]);
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    {
+        tocsin_worker *w = open_worker(db, "fixed", 1);
+        tocsin_outcome o = TOCSIN_OUTCOME_INIT;
+        tocsin_task_run *r = w ? next_run(w, NULL) : NULL; /* the clock has not moved */
+        CHECK(r && r->job_id == id && r->attempt == 2 && r->token != token);
+        if (r) CHECK_OK(db, tocsin_worker_finish(w, NULL, r, &o));
+        CHECK_OK(db, tocsin_worker_close(w));
+    }
+    CHECK_EQ_I(t_count(db, "_tocsin_results WHERE status = 'ok'"), 1);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 0);
+    tocsin_close(db);
+}
+
+/* Hand-backs are no runs: a job handed back many times (a rolling deploy, a
+ * worker that lacked its task) retries its first failure after the task's
+ * base delay, not after the delay of its claim count (the cap: an hour). */
+static void backoff_after_hand_backs(void) {
+    t_clock clk = {1000000};
+    tocsin_db *db = t_open("w_backoff_hb", &clk);
+    tocsin_worker *w = open_worker(db, "w1", 1);
+    tocsin_task_opts to = TOCSIN_TASK_OPTS_INIT;
+    tocsin_outcome o = TOCSIN_OUTCOME_INIT;
+    tocsin_task_run *r = NULL;
+    tocsin_job *job = NULL;
+    int64_t id = call(db, "slow", "[]", 3);
+    int i;
+    to.backoff_base_ms = 1000;
+    CHECK_OK(db, tocsin_worker_register(w, "slow", &to));
+    o.kind = TOCSIN_OUTCOME_HAND_BACK;
+    for (i = 0; i < 10; i++) { /* handed back at shutdown ten times */
+        r = next_run(w, NULL);
+        CHECK(r && r->job_id == id);
+        if (r) CHECK_OK(db, tocsin_worker_finish(w, NULL, r, &o));
+        CHECK_OK(db, tocsin_worker_flush(w, NULL));
+    }
+    r = next_run(w, NULL);
+    CHECK(r && r->attempt == 11 && r->max_attempts == 13);
+    o.kind = TOCSIN_OUTCOME_ERROR;
+    o.error_type = "Flaky";
+    if (r) CHECK_OK(db, tocsin_worker_finish(w, NULL, r, &o));
+    CHECK_OK(db, tocsin_worker_flush(w, NULL));
+    CHECK_OK(db, tocsin_job_get(db, &job, id));
+    CHECK(job && job->run_at - clk.now >= 500 && job->run_at - clk.now <= 1000);
+    tocsin_jobs_free(job, 1);
+    tocsin_worker_close(w);
+    tocsin_close(db);
+}
+
 void suite_worker(void) {
     drain();
     task_bound_after_crash();
@@ -1411,4 +1557,7 @@ void suite_worker(void) {
     scheduler_step();
     scheduler_damaged_schedule();
     poke_and_close();
+    reserve_after_stall();
+    restart_under_same_id();
+    backoff_after_hand_backs();
 }
