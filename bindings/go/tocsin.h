@@ -1240,8 +1240,8 @@ TOCSIN_API int tocsin_worker_poll(tocsin_worker *w, tocsin_task_run ***out, size
  * that keeps a runtime lock (a GIL) across it. TOCSIN_TIMEOUT when a step is
  * due (no reserved run, the reserve needs its refill, batched outcomes are
  * due, or the leases' renewal is: a reserved run is handed out only while its
- * lease is known to hold): call tocsin_worker_next then; TOCSIN_BUSY while
- * another thread is in a step.
+ * lease is known to hold): call tocsin_worker_next then. While another thread
+ * is in a step (which refills the reserve) it hands out all the reserve holds.
  */
 TOCSIN_API int tocsin_worker_take(tocsin_worker *w, tocsin_task_run ***out, size_t *out_n);
 /*
