@@ -377,7 +377,8 @@ func (wk *Worker) dispatch(runs **C.tocsin_task_run, n C.size_t) {
 			}
 			returned = true
 			if hctx.Err() == context.DeadlineExceeded {
-				err = &TaskError{Type: "Timeout", Message: fmt.Sprintf("the run exceeded its timeout of %s", timeout)}
+				// no message: the core writes its own, the same in every runtime
+				err = &TaskError{Type: "Timeout"}
 			}
 			cancel()
 			if tx != nil && err != nil {

@@ -771,8 +771,16 @@ int tocsin_worker_finish(tocsin_worker *w, tocsin_db *tx, tocsin_task_run *run,
         o = &refused;
         tc_clear(w->db);
     }
-    if (o->kind == TOCSIN_OUTCOME_OK && r->pub.timeout_ms > 0 &&
-        tocsin_now(w->db) - r->pub.started_at > r->pub.timeout_ms) {
+    if (o->kind == TOCSIN_OUTCOME_ERROR && r->pub.timeout_ms > 0 && o->error_type &&
+        strcmp(o->error_type, "Timeout") == 0 && (!o->error_message || !*o->error_message)) {
+        /* the runtime interrupted the run at its timeout: the message is the
+         * core's, the same in every runtime */
+        snprintf(why, sizeof why, "the run exceeded its timeout of %lld ms", (long long)r->pub.timeout_ms);
+        late = *o;
+        late.error_message = why;
+        o = &late;
+    } else if (o->kind == TOCSIN_OUTCOME_OK && r->pub.timeout_ms > 0 &&
+               tocsin_now(w->db) - r->pub.started_at > r->pub.timeout_ms) {
         /* It returned after its timeout (CPU-bound work the runtime could not
          * interrupt, a handler that swallowed the cancellation): the attempt
          * fails as a timeout does, whatever it returned, the same in every

@@ -563,7 +563,8 @@ class Worker:
             kind, emsg, delay = HAND_BACK, ("worker shutdown: handed back unfinished"
                                             if e.stop_reason != "cancelled" else None), 0
         except _RunTimeout:
-            kind, etype, emsg = ERROR, "Timeout", "the task ran longer than %.3f s" % (timeout or 0)
+            # no message: the core writes its own, the same in every runtime
+            kind, etype, emsg = ERROR, "Timeout", None
         except BaseException as x:  # SystemExit, KeyboardInterrupt...: the task's error too
             kind, etype, emsg, trace, delay = _failure(ctx, x)
         finally:

@@ -429,7 +429,8 @@ module Tocsin
       [Native::OUTCOME_OK, json, nil, nil, nil]
     rescue TaskTimeout
       @lock.synchronize { @failed += 1 }
-      [Native::OUTCOME_ERROR, nil, "Timeout", "the run exceeded #{timeout_ms} ms", nil]
+      # no message: the core writes its own, the same in every runtime
+      [Native::OUTCOME_ERROR, nil, "Timeout", nil, nil]
     rescue JobCancelled
       raise
     rescue Exception => e # rubocop:disable Lint/RescueException -- a task's failure is data
