@@ -1115,6 +1115,31 @@ def newer_or_foreign_schemas_are_refused_untouched():
 
 
 @test
+def writing_commands_leave_a_file_without_tocsin_tables_untouched():
+    # another application's database, or an empty file: only init installs tocsin's tables
+    # (a writing command did, and turned on WAL, even when it then failed: cancel said
+    # "no live job 5", exit 3, after adding 13 tables)
+    other, empty = os.path.join(OUT, "otherapp.db"), os.path.join(OUT, "empty.db")
+    c = sqlite3.connect(other)
+    c.execute("CREATE TABLE users(id INTEGER PRIMARY KEY, name TEXT)")
+    c.commit()
+    c.close()
+    open(empty, "w").close()
+    for db in (other, empty):
+        before = open(db, "rb").read()
+        for args in (["cancel", db, "5"], ["enqueue", db, "q", "{}"], ["pause", db, "q"], ["notify", db, "c", "{}"],
+                     ["dead", "purge", db], ["dead", "requeue", db, "--all"], ["prune", db],
+                     ["tail", db, "t", "--consumer", "c", "--no-follow"], ["ui", db, "--port", "0"]):
+            rc, out, err = run(*args)
+            assert rc == EXIT_ERR and f"no tocsin schema (tocsin init {db} installs it)" in err, (args, rc, err)
+            assert out == "" and err.count("\n") == 1, (args, out, err)
+        assert open(db, "rb").read() == before and not os.path.exists(db + "-wal"), db
+    js("init", other)
+    assert js("enqueue", other, "q", "{}")["id"] == 1
+    assert sql(other, "SELECT count(*) FROM users") == [(0,)]
+
+
+@test
 def ui_refuses_arguments_and_methods_a_path_does_not_take():
     db = newdb("uiargs")
     jid = js("enqueue", db, "q", "{}")["id"]

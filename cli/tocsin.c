@@ -268,6 +268,26 @@ static void schema_hint(int rc, const char *path) {
         snprintf(g_err + strlen(g_err), sizeof g_err - strlen(g_err), " (tocsin init %s does)", path);
 }
 
+/* 0 when the SQLite file at path is readable and has no _tocsin_meta table (no
+ * tocsin schema, not even an old one); 1 when it has one, or when it cannot be
+ * read here (not a database, locked...: tocsin_open then says why). Read-only:
+ * it writes nothing, not even a -wal or -shm file of a rollback database. */
+static int has_tocsin_tables(const char *path) {
+    sqlite3 *c = NULL;
+    sqlite3_stmt *st = NULL;
+    int found = 1;
+    if (sqlite3_open_v2(path, &c, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK) {
+        sqlite3_busy_timeout(c, 1000);
+        if (sqlite3_prepare_v2(c, "SELECT EXISTS (SELECT 1 FROM main.sqlite_master WHERE type = 'table'"
+                                  " AND name = '_tocsin_meta')", -1, &st, NULL) == SQLITE_OK &&
+            sqlite3_step(st) == SQLITE_ROW)
+            found = sqlite3_column_int(st, 0);
+        sqlite3_finalize(st);
+    }
+    sqlite3_close(c);
+    return found;
+}
+
 /* Opens a database: an existing one (create 0), write 0 for a read-only handle
  * (nothing can be written). A directory is refused by name before SQLite sees it. */
 int cli_open(tocsin_db **db, const char *path, int write, int create) {
@@ -304,6 +324,16 @@ int cli_open(tocsin_db **db, const char *path, int write, int create) {
         if (!local) return EXIT_ERR;
         strcpy(local, "./");
         strcat(local, path);
+    }
+    /* A read-write open installs tocsin's tables (and turns on WAL) in any SQLite
+     * file: only init may do that. A writing command on another application's
+     * database, or an empty file, would otherwise alter it, even when it then
+     * fails ("no live job 5"). */
+    if (write && !create && !has_tocsin_tables(local ? local : path)) {
+        free(local);
+        snprintf(g_err, sizeof g_err, "cannot open %s: the database has no tocsin schema (tocsin init %s installs it)",
+                 path, path);
+        return EXIT_ERR;
     }
     int rc = tocsin_open(db, local ? local : path, &o);
     free(local);
