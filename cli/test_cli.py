@@ -984,6 +984,46 @@ def ui_sse_pushes_on_commit():
         assert s.stop() == 0
 
 
+@test
+def ui_says_when_its_file_is_replaced_or_deleted():
+    # it went on serving the old file's data and writing into it ({"paused":true}, lost)
+    db = newdb("uigone")
+    js("enqueue", db, "q", "{}")
+    s = Server(db)
+    try:
+        st, _, page = http(s.url)
+        token = {"X-Tocsin-CSRF": csrf_of(page)}
+        r = urllib.request.urlopen(s.url + "events", timeout=10)
+
+        def next_snapshot():
+            while True:
+                line = r.readline().decode()
+                assert line, "the stream ended without saying why"
+                if line.startswith("data: "):
+                    return json.loads(line[6:])
+
+        assert next_snapshot()["stats"]["queues"][0]["pending"] == 1
+        fresh = newdb("uigone-new")
+        for suffix in ("-wal", "-shm"):
+            if os.path.exists(db + suffix):
+                os.unlink(db + suffix)
+        os.replace(fresh, db)  # a restore from a backup, say
+        snap = next_snapshot()  # the stream's last event says what happened
+        assert "replaced after tocsin ui opened it" in snap["error"], snap
+        assert r.readline() == b"" or r.read() == b""
+        for path, method, hdrs in (("api/snapshot", "GET", {}), ("api/jobs", "GET", {}), ("metrics", "GET", {}),
+                                   ("events", "GET", {}), ("api/pause?queue=q", "POST", token)):
+            st, _, body = http(s.url + path, method, hdrs)
+            assert st == 503 and "restart tocsin ui" in json.loads(body)["error"], (path, st, body)
+        assert js("stats", db)["queues"] == []
+        os.unlink(db)
+        st, _, body = http(s.url + "api/snapshot")
+        assert st == 503 and "deleted or renamed" in json.loads(body)["error"], (st, body)
+        assert http(s.url)[0] == 200  # the page still loads, to show the error
+    finally:
+        assert s.stop() == 0
+
+
 # ---- audit: hostile input of every kind is refused, nothing written ----
 @test
 def durations_are_read_exactly():

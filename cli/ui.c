@@ -71,6 +71,8 @@ static char g_csrf[33];
 static const char *g_token;
 static int g_read_only, g_loopback, g_port;
 static const char *g_host;
+static const char *g_path;     /* the database's path as given */
+static struct stat g_file;     /* the file g_db opened (device and inode) */
 static volatile sig_atomic_t g_stop;
 static int g_stop_pipe[2] = {-1, -1};
 
@@ -226,11 +228,24 @@ static int bad_queue(const char *queue) {
     return rc != TOCSIN_OK;
 }
 
+/* 1 (message in g_err) when the path no longer names the file the handle opened: it
+ * was deleted, renamed or replaced (a restore, `mv new.db app.db`). The handle would
+ * go on reading, and writing, the old inode unseen by anyone: every answer would be
+ * stale and every mutation lost. Called under g_mu. */
+static int db_gone(void) {
+    struct stat st;
+    int r = stat(g_path, &st);
+    if (r == 0 && st.st_dev == g_file.st_dev && st.st_ino == g_file.st_ino) return 0;
+    snprintf(g_err, sizeof g_err, "the database file %.300s was %s after tocsin ui opened it: restart tocsin ui",
+             g_path, r == 0 ? "replaced" : "deleted or renamed");
+    return 1;
+}
+
 /* {"now","stats","streams","schedules","notifications"}: one SSE event. */
 static int snapshot(sb *out, char *err) {
     sb st = {0}, str = {0}, sc = {0}, no = {0};
     pthread_mutex_lock(&g_mu);
-    int rc = collect_stats(g_db, &st, NULL);
+    int rc = db_gone() ? EXIT_ERR : collect_stats(g_db, &st, NULL);
     if (!rc) rc = collect_streams(g_db, &str);
     if (!rc) rc = collect_schedules(g_db, &sc);
     if (!rc) rc = collect_notifications(g_db, &no, NULL, 5);
@@ -258,6 +273,7 @@ typedef struct sse {
     sb buf;      /* bytes not yet handed to libmicrohttpd */
     size_t off;
     int started;
+    int last_event; /* the file went away: the error event was the last */
     struct timespec last;
 } sse;
 
@@ -285,7 +301,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     sse *s = cls;
     if (s->off >= s->buf.n) {
-        if (g_stop) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (g_stop || s->last_event) return MHD_CONTENT_READER_END_OF_STREAM;
         s->buf.n = 0;
         s->off = 0;
         if (!s->started) {
@@ -307,6 +323,9 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
                 sse_event(s);
             } else if (rc == TOCSIN_TIMEOUT) {
                 sse_event(s);
+            } else if (rc == TOCSIN_REPLACED) {
+                sse_event(s); /* the page shows the snapshot's error: which file, what to do */
+                s->last_event = 1;
             } else {
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             }
@@ -523,6 +542,15 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, check_known_arg, &k);
         if (k.msg[0]) return send_error(c, MHD_HTTP_BAD_REQUEST, k.msg);
     }
+    if (strcmp(url, "/") && strcmp(url, "/dashboard.js")) {
+        /* the file deleted or replaced: no stale data, no write into an inode nobody sees */
+        char err[sizeof g_err];
+        pthread_mutex_lock(&g_mu);
+        int gone = db_gone();
+        memcpy(err, g_err, sizeof err);
+        pthread_mutex_unlock(&g_mu);
+        if (gone) return send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, err);
+    }
     if (!strncmp(url, "/api/", 5) && post) return mutate(c, url + 5);
     if (!strcmp(url, "/")) return serve_page(c, from_query);
     if (!strcmp(url, "/dashboard.js"))
@@ -614,6 +642,12 @@ int cmd_ui(int argc, char **argv) {
     if (rc) {
         fprintf(stderr, "tocsin: %s\n", g_err);
         return rc;
+    }
+    g_path = path;
+    if (stat(path, &g_file) != 0) {
+        fprintf(stderr, "tocsin: cannot stat %s: %s\n", path, strerror(errno));
+        tocsin_close(g_db);
+        return EXIT_ERR;
     }
     hex_random(g_csrf, 16);
     if (pipe(g_stop_pipe) != 0) { perror("tocsin: pipe"); return EXIT_ERR; }
