@@ -592,6 +592,19 @@ def double_dash_ends_the_options():
     # after it, an option's spelling is an argument (one too many here)
     rc, out, err = run("jobs", db, "--", "--queue")
     assert rc == 2 and "unexpected argument '--queue'" in err, (rc, err)
+    # ui too ("unknown option --"): a database named "-x.db" is served as tocsin ui -- -x.db
+    init = subprocess.run([TOCSIN, "init", "--", "-x.db"], cwd=OUT, capture_output=True, text=True, timeout=20)
+    assert init.returncode == 0, init.stderr
+    p = subprocess.Popen([TOCSIN, "ui", "--port", "0", "--", "-x.db"], cwd=OUT, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        line = wait_line(p.stdout)
+        assert "listening on http://" in line, (line, p.stderr.read() if p.poll() is not None else "")
+    finally:
+        p.send_signal(signal.SIGTERM)  # our own child, by its pid
+        p.communicate(timeout=15)
+    rc, out, err = run("ui", db, "--", "--port")
+    assert rc == 2 and "unexpected argument '--port'" in err, (rc, err)
 
 
 @test

@@ -574,8 +574,15 @@ int cmd_ui(int argc, char **argv) {
     const char *path = NULL, *host = "127.0.0.1";
     long port = 8080;
     unsigned seen = 0;
+    int rest = 0; /* after a lone "--" every argument is the path ("-x.db" included), as elsewhere */
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *eq = strchr(a, '=');
+        if (!rest && !strcmp(a, "--")) { rest = 1; continue; }
+        if (rest) {
+            if (path) { fprintf(stderr, "tocsin: unexpected argument '%s' (see --help)\n", a); return EXIT_USAGE; }
+            path = a;
+            continue;
+        }
         char name[16] = "";
         /* --port N and --port=N, like every other command */
         if (!strncmp(a, "--", 2) && eq && (size_t)(eq - a) < sizeof name) memcpy(name, a, (size_t)(eq - a));
