@@ -751,6 +751,25 @@ def no_terminal_controls_from_the_data():
         assert rc == 0, args
         if args[0] != "metrics":  # Prometheus text: label values are UTF-8 as they are
             assert csi not in out and "\x1b" not in out, (args, out)
+        else:
+            assert 'queue="q' + csi + '31m"' in out, out
+    # ...but not on a terminal (the metrics text went there with its CSI)
+    master, slave = pty.openpty()
+    p = subprocess.Popen([TOCSIN, "metrics", db], stdout=slave, stderr=subprocess.PIPE)
+    os.close(slave)
+    data = b""
+    while select.select([master], [], [], 10)[0]:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    assert p.wait(10) == 0
+    os.close(master)
+    text = data.decode()
+    assert 'queue="q?31m"' in text and csi not in text and "# TYPE tocsin_jobs gauge" in text, text
     rc, out, _ = run("job", db, dead)
     assert "last error    line1\nbad?2J" in out, out
     for args in (["job", db, jid], ["jobs", db], ["stats", db], ["dead", "list", db]):

@@ -1338,6 +1338,9 @@ static int cmd_metrics(int argc, char **argv) {
     if ((rc = open_db(&db, pos[0], 0))) return report(rc);
     sb out = {0};
     rc = collect_metrics(db, &out);
+    /* label values are the names as they are (Prometheus reads UTF-8), C1 controls
+     * included: not on a terminal, where U+009B is CSI */
+    if (!rc && isatty(STDOUT_FILENO)) clean_nl(out.p, 1);
     if (!rc) fputs(out.p, stdout);
     sb_free(&out);
     tocsin_close(db);
