@@ -655,6 +655,8 @@ def dead_options_belong_to_their_action():
                        (["purge", db, "--after", "1"], "--after"),
                        (["requeue", db, "--all", "--older-than", "1d"], "--older-than does not apply to dead requeue"),
                        (["requeue", db, "1", "--limit", "1"], "--limit"),
+                       # ids name their jobs: --queue was ignored, requeueing a job of another queue
+                       (["requeue", db, "1", "--queue", "other"], "--queue goes with --all"),
                        (["list", db, "--all"], "--all does not apply to dead list"),
                        (["list", db, "--older-than", "1d"], "--older-than"),
                        ([db], "unknown action"), ([db, "list"], "unknown action")):

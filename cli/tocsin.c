@@ -903,6 +903,10 @@ static int cmd_dead(int argc, char **argv) {
         int nids = npos - 1;
         if (opts[3].set == (nids > 0))
             return usage_err("%s", "dead requeue takes job ids or --all");
+        /* ids name their jobs, whatever their queue: --queue would be ignored, and
+         * requeue a job of another queue than the one it names */
+        if (nids > 0 && queue)
+            return usage_err("%s", "dead requeue: --queue goes with --all, not with job ids");
         if (nids > TOCSIN_MAX_BATCH)
             return usage_err("%s", "dead requeue takes at most 10000 job ids at a time (or --all)");
         for (int i = 0; i < nids; i++) {
