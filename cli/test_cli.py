@@ -1277,6 +1277,12 @@ def prune_refuses_a_zero_it_would_ignore():
         usage_error(rc, err, f"{opt} must be more than 0")
         assert out == ""
     assert count(db, "_tocsin_dead") == 1
+    # keep 0 read as "no count limit": every notification stayed, the prune said 0
+    js("notify", db, "c", "{}")
+    rc, out, err = run("prune", db, "--notifications-keep", "0", "--notifications-older-than", "0")
+    usage_error(rc, err, "--notifications-keep must be at least 1")
+    assert out == "" and count(db, "_tocsin_notifications") == 1
+    assert js("prune", db, "--notifications-keep", "1")["notifications"] == 0
 
 
 @test

@@ -1280,6 +1280,9 @@ static int cmd_prune(int argc, char **argv) {
         return usage_err("%s", "--dead-older-than must be more than 0 (tocsin dead purge DB deletes every dead letter)");
     if (opts[3].set && sage == 0)
         return usage_err("%s", "--streams-older-than must be more than 0");
+    /* "keep none" to a reader, "no count limit" to the core: refused rather than ignored */
+    if (opts[1].set && nkeep == 0)
+        return usage_err("%s", "--notifications-keep must be at least 1 (leave it out: no count limit)");
     tocsin_db *db;
     if ((rc = open_db(&db, pos[0], 1))) return report(rc);
     int64_t results = 0, hits = 0, notes = 0, dead = 0, events = 0;
