@@ -198,6 +198,7 @@ def enqueue_bad_input_writes_nothing():
         (["enqueue", db, "q", "{}", "--max-attempts", "0"], "--max-attempts"),
         (["enqueue", db, "q", "{}", "--meta", "[1]"], "meta"),
         (["enqueue", db, "q", "{}", "--bogus"], "unknown option --bogus"),
+        (["enqueue", db, "q", "{}", "--delay", "1s", "--run-at", "5"], "--delay and --run-at exclude each other"),
         (["enqueue", db, "q"], "missing"),
         (["enqueue", db, "q", "{}", "extra"], "unexpected argument"),
         (["enqueue", db, "q", "{}", "--run-at", "0"], "--run-at"),  # 0 would read as "left out"

@@ -769,6 +769,8 @@ static int cmd_enqueue(int argc, char **argv) {
         (rc = opt_int(opts, "max-attempts", &ma, 1, TOCSIN_MAX_ATTEMPTS)) ||
         (rc = opt_dur(opts, "expires", &eo.expires_ms)))
         return rc;
+    /* the core's words for it would be its fields' (delay_ms, run_at_ms) */
+    if (opts[1].set && opts[2].set) return usage_err("%s", "--delay and --run-at exclude each other");
     /* the core reads 0 as "never expires": not what --expires 0 says */
     if (opts[4].set && eo.expires_ms == 0) return usage_err("%s", "--expires must be more than 0");
     eo.max_attempts = (int)ma;
