@@ -17,6 +17,7 @@ import re
 import select
 import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -929,6 +930,16 @@ def ui_csrf_and_mutations():
         assert st == 404
         st, _, body = http(s.url, "GET", {"Host": "evil.example:80"})
         assert st == 403 and "Host" in body
+        # two Host headers: the first was checked, another hop may read the second
+        port = int(re.search(r":(\d+)/", s.url).group(1))
+        for hosts in ((f"127.0.0.1:{port}", "evil.example"), ("evil.example", f"127.0.0.1:{port}")):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+                conn.sendall(("GET /api/snapshot HTTP/1.1\r\n" + "".join(f"Host: {h}\r\n" for h in hosts) +
+                              "Connection: close\r\n\r\n").encode())
+                reply = b""
+                while chunk := conn.recv(65536):
+                    reply += chunk
+            assert reply.startswith(b"HTTP/1.1 403") and b"unexpected Host header" in reply, (hosts, reply[:200])
         st, h, body = http(s.url + "metrics")
         assert st == 200 and h["Content-Type"].startswith("text/plain") and 'tocsin_jobs{queue="q"' in body
         st, _, body = http(s.url + "api/resume?queue=q", "POST", {"X-Tocsin-CSRF": token})

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -406,10 +407,21 @@ static enum MHD_Result serve_page(struct MHD_Connection *c, int set_cookie) {
 }
 
 /* ---- access checks ---- */
+static enum MHD_Result count_host(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    (void)value;
+    if (!strcasecmp(key, "Host")) ++*(int *)cls;
+    return MHD_YES;
+}
+
 static int host_ok(struct MHD_Connection *c) {
     if (!g_loopback) return 1; /* a non-loopback bind is guarded by --token */
+    /* one Host header exactly (RFC 9112): the lookup reads the first of two, which
+     * another hop could read the other way */
+    int hosts = 0;
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_host, &hosts);
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
-    if (!h) return 0;
+    if (!h || hosts != 1) return 0;
     char want[300];
     const char *names[] = {"127.0.0.1", "localhost", "[::1]", g_host};
     for (int i = 0; i < 4; i++) {
