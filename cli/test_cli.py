@@ -17,6 +17,7 @@ import re
 import select
 import shutil
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -198,6 +199,7 @@ def enqueue_bad_input_writes_nothing():
         (["enqueue", db, "q", "{}", "--max-attempts", "0"], "--max-attempts"),
         (["enqueue", db, "q", "{}", "--meta", "[1]"], "meta"),
         (["enqueue", db, "q", "{}", "--bogus"], "unknown option --bogus"),
+        (["enqueue", db, "q", "{}", "--delay", "1s", "--run-at", "5"], "--delay and --run-at exclude each other"),
         (["enqueue", db, "q"], "missing"),
         (["enqueue", db, "q", "{}", "extra"], "unexpected argument"),
         (["enqueue", db, "q", "{}", "--run-at", "0"], "--run-at"),  # 0 would read as "left out"
@@ -592,6 +594,19 @@ def double_dash_ends_the_options():
     # after it, an option's spelling is an argument (one too many here)
     rc, out, err = run("jobs", db, "--", "--queue")
     assert rc == 2 and "unexpected argument '--queue'" in err, (rc, err)
+    # ui too ("unknown option --"): a database named "-x.db" is served as tocsin ui -- -x.db
+    init = subprocess.run([TOCSIN, "init", "--", "-x.db"], cwd=OUT, capture_output=True, text=True, timeout=20)
+    assert init.returncode == 0, init.stderr
+    p = subprocess.Popen([TOCSIN, "ui", "--port", "0", "--", "-x.db"], cwd=OUT, stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, text=True)
+    try:
+        line = wait_line(p.stdout)
+        assert "listening on http://" in line, (line, p.stderr.read() if p.poll() is not None else "")
+    finally:
+        p.send_signal(signal.SIGTERM)  # our own child, by its pid
+        p.communicate(timeout=15)
+    rc, out, err = run("ui", db, "--", "--port")
+    assert rc == 2 and "unexpected argument '--port'" in err, (rc, err)
 
 
 @test
@@ -642,6 +657,8 @@ def dead_options_belong_to_their_action():
                        (["purge", db, "--after", "1"], "--after"),
                        (["requeue", db, "--all", "--older-than", "1d"], "--older-than does not apply to dead requeue"),
                        (["requeue", db, "1", "--limit", "1"], "--limit"),
+                       # ids name their jobs: --queue was ignored, requeueing a job of another queue
+                       (["requeue", db, "1", "--queue", "other"], "--queue goes with --all"),
                        (["list", db, "--all"], "--all does not apply to dead list"),
                        (["list", db, "--older-than", "1d"], "--older-than"),
                        ([db], "unknown action"), ([db, "list"], "unknown action")):
@@ -738,6 +755,25 @@ def no_terminal_controls_from_the_data():
         assert rc == 0, args
         if args[0] != "metrics":  # Prometheus text: label values are UTF-8 as they are
             assert csi not in out and "\x1b" not in out, (args, out)
+        else:
+            assert 'queue="q' + csi + '31m"' in out, out
+    # ...but not on a terminal (the metrics text went there with its CSI)
+    master, slave = pty.openpty()
+    p = subprocess.Popen([TOCSIN, "metrics", db], stdout=slave, stderr=subprocess.PIPE)
+    os.close(slave)
+    data = b""
+    while select.select([master], [], [], 10)[0]:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:
+            break
+        if not chunk:
+            break
+        data += chunk
+    assert p.wait(10) == 0
+    os.close(master)
+    text = data.decode()
+    assert 'queue="q?31m"' in text and csi not in text and "# TYPE tocsin_jobs gauge" in text, text
     rc, out, _ = run("job", db, dead)
     assert "last error    line1\nbad?2J" in out, out
     for args in (["job", db, jid], ["jobs", db], ["stats", db], ["dead", "list", db]):
@@ -894,6 +930,16 @@ def ui_csrf_and_mutations():
         assert st == 404
         st, _, body = http(s.url, "GET", {"Host": "evil.example:80"})
         assert st == 403 and "Host" in body
+        # two Host headers: the first was checked, another hop may read the second
+        port = int(re.search(r":(\d+)/", s.url).group(1))
+        for hosts in ((f"127.0.0.1:{port}", "evil.example"), ("evil.example", f"127.0.0.1:{port}")):
+            with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+                conn.sendall(("GET /api/snapshot HTTP/1.1\r\n" + "".join(f"Host: {h}\r\n" for h in hosts) +
+                              "Connection: close\r\n\r\n").encode())
+                reply = b""
+                while chunk := conn.recv(65536):
+                    reply += chunk
+            assert reply.startswith(b"HTTP/1.1 403") and b"unexpected Host header" in reply, (hosts, reply[:200])
         st, h, body = http(s.url + "metrics")
         assert st == 200 and h["Content-Type"].startswith("text/plain") and 'tocsin_jobs{queue="q"' in body
         st, _, body = http(s.url + "api/resume?queue=q", "POST", {"X-Tocsin-CSRF": token})
@@ -980,6 +1026,46 @@ def ui_sse_pushes_on_commit():
         # pushed by the wake engine, well before the 5 s idle snapshot
         assert time.monotonic() - t0 < 4, time.monotonic() - t0
         r.close()
+    finally:
+        assert s.stop() == 0
+
+
+@test
+def ui_says_when_its_file_is_replaced_or_deleted():
+    # it went on serving the old file's data and writing into it ({"paused":true}, lost)
+    db = newdb("uigone")
+    js("enqueue", db, "q", "{}")
+    s = Server(db)
+    try:
+        st, _, page = http(s.url)
+        token = {"X-Tocsin-CSRF": csrf_of(page)}
+        r = urllib.request.urlopen(s.url + "events", timeout=10)
+
+        def next_snapshot():
+            while True:
+                line = r.readline().decode()
+                assert line, "the stream ended without saying why"
+                if line.startswith("data: "):
+                    return json.loads(line[6:])
+
+        assert next_snapshot()["stats"]["queues"][0]["pending"] == 1
+        fresh = newdb("uigone-new")
+        for suffix in ("-wal", "-shm"):
+            if os.path.exists(db + suffix):
+                os.unlink(db + suffix)
+        os.replace(fresh, db)  # a restore from a backup, say
+        snap = next_snapshot()  # the stream's last event says what happened
+        assert "replaced after tocsin ui opened it" in snap["error"], snap
+        assert r.readline() == b"" or r.read() == b""
+        for path, method, hdrs in (("api/snapshot", "GET", {}), ("api/jobs", "GET", {}), ("metrics", "GET", {}),
+                                   ("events", "GET", {}), ("api/pause?queue=q", "POST", token)):
+            st, _, body = http(s.url + path, method, hdrs)
+            assert st == 503 and "restart tocsin ui" in json.loads(body)["error"], (path, st, body)
+        assert js("stats", db)["queues"] == []
+        os.unlink(db)
+        st, _, body = http(s.url + "api/snapshot")
+        assert st == 503 and "deleted or renamed" in json.loads(body)["error"], (st, body)
+        assert http(s.url)[0] == 200  # the page still loads, to show the error
     finally:
         assert s.stop() == 0
 
@@ -1115,6 +1201,31 @@ def newer_or_foreign_schemas_are_refused_untouched():
 
 
 @test
+def writing_commands_leave_a_file_without_tocsin_tables_untouched():
+    # another application's database, or an empty file: only init installs tocsin's tables
+    # (a writing command did, and turned on WAL, even when it then failed: cancel said
+    # "no live job 5", exit 3, after adding 13 tables)
+    other, empty = os.path.join(OUT, "otherapp.db"), os.path.join(OUT, "empty.db")
+    c = sqlite3.connect(other)
+    c.execute("CREATE TABLE users(id INTEGER PRIMARY KEY, name TEXT)")
+    c.commit()
+    c.close()
+    open(empty, "w").close()
+    for db in (other, empty):
+        before = open(db, "rb").read()
+        for args in (["cancel", db, "5"], ["enqueue", db, "q", "{}"], ["pause", db, "q"], ["notify", db, "c", "{}"],
+                     ["dead", "purge", db], ["dead", "requeue", db, "--all"], ["prune", db],
+                     ["tail", db, "t", "--consumer", "c", "--no-follow"], ["ui", db, "--port", "0"]):
+            rc, out, err = run(*args)
+            assert rc == EXIT_ERR and f"no tocsin schema (tocsin init {db} installs it)" in err, (args, rc, err)
+            assert out == "" and err.count("\n") == 1, (args, out, err)
+        assert open(db, "rb").read() == before and not os.path.exists(db + "-wal"), db
+    js("init", other)
+    assert js("enqueue", other, "q", "{}")["id"] == 1
+    assert sql(other, "SELECT count(*) FROM users") == [(0,)]
+
+
+@test
 def ui_refuses_arguments_and_methods_a_path_does_not_take():
     db = newdb("uiargs")
     jid = js("enqueue", db, "q", "{}")["id"]
@@ -1178,6 +1289,12 @@ def prune_refuses_a_zero_it_would_ignore():
         usage_error(rc, err, f"{opt} must be more than 0")
         assert out == ""
     assert count(db, "_tocsin_dead") == 1
+    # keep 0 read as "no count limit": every notification stayed, the prune said 0
+    js("notify", db, "c", "{}")
+    rc, out, err = run("prune", db, "--notifications-keep", "0", "--notifications-older-than", "0")
+    usage_error(rc, err, "--notifications-keep must be at least 1")
+    assert out == "" and count(db, "_tocsin_notifications") == 1
+    assert js("prune", db, "--notifications-keep", "1")["notifications"] == 0
 
 
 @test

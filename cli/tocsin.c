@@ -268,6 +268,26 @@ static void schema_hint(int rc, const char *path) {
         snprintf(g_err + strlen(g_err), sizeof g_err - strlen(g_err), " (tocsin init %s does)", path);
 }
 
+/* 0 when the SQLite file at path is readable and has no _tocsin_meta table (no
+ * tocsin schema, not even an old one); 1 when it has one, or when it cannot be
+ * read here (not a database, locked...: tocsin_open then says why). Read-only:
+ * it writes nothing, not even a -wal or -shm file of a rollback database. */
+static int has_tocsin_tables(const char *path) {
+    sqlite3 *c = NULL;
+    sqlite3_stmt *st = NULL;
+    int found = 1;
+    if (sqlite3_open_v2(path, &c, SQLITE_OPEN_READONLY, NULL) == SQLITE_OK) {
+        sqlite3_busy_timeout(c, 1000);
+        if (sqlite3_prepare_v2(c, "SELECT EXISTS (SELECT 1 FROM main.sqlite_master WHERE type = 'table'"
+                                  " AND name = '_tocsin_meta')", -1, &st, NULL) == SQLITE_OK &&
+            sqlite3_step(st) == SQLITE_ROW)
+            found = sqlite3_column_int(st, 0);
+        sqlite3_finalize(st);
+    }
+    sqlite3_close(c);
+    return found;
+}
+
 /* Opens a database: an existing one (create 0), write 0 for a read-only handle
  * (nothing can be written). A directory is refused by name before SQLite sees it. */
 int cli_open(tocsin_db **db, const char *path, int write, int create) {
@@ -304,6 +324,16 @@ int cli_open(tocsin_db **db, const char *path, int write, int create) {
         if (!local) return EXIT_ERR;
         strcpy(local, "./");
         strcat(local, path);
+    }
+    /* A read-write open installs tocsin's tables (and turns on WAL) in any SQLite
+     * file: only init may do that. A writing command on another application's
+     * database, or an empty file, would otherwise alter it, even when it then
+     * fails ("no live job 5"). */
+    if (write && !create && !has_tocsin_tables(local ? local : path)) {
+        free(local);
+        snprintf(g_err, sizeof g_err, "cannot open %s: the database has no tocsin schema (tocsin init %s installs it)",
+                 path, path);
+        return EXIT_ERR;
     }
     int rc = tocsin_open(db, local ? local : path, &o);
     free(local);
@@ -739,6 +769,8 @@ static int cmd_enqueue(int argc, char **argv) {
         (rc = opt_int(opts, "max-attempts", &ma, 1, TOCSIN_MAX_ATTEMPTS)) ||
         (rc = opt_dur(opts, "expires", &eo.expires_ms)))
         return rc;
+    /* the core's words for it would be its fields' (delay_ms, run_at_ms) */
+    if (opts[1].set && opts[2].set) return usage_err("%s", "--delay and --run-at exclude each other");
     /* the core reads 0 as "never expires": not what --expires 0 says */
     if (opts[4].set && eo.expires_ms == 0) return usage_err("%s", "--expires must be more than 0");
     eo.max_attempts = (int)ma;
@@ -873,6 +905,10 @@ static int cmd_dead(int argc, char **argv) {
         int nids = npos - 1;
         if (opts[3].set == (nids > 0))
             return usage_err("%s", "dead requeue takes job ids or --all");
+        /* ids name their jobs, whatever their queue: --queue would be ignored, and
+         * requeue a job of another queue than the one it names */
+        if (nids > 0 && queue)
+            return usage_err("%s", "dead requeue: --queue goes with --all, not with job ids");
         if (nids > TOCSIN_MAX_BATCH)
             return usage_err("%s", "dead requeue takes at most 10000 job ids at a time (or --all)");
         for (int i = 0; i < nids; i++) {
@@ -1246,6 +1282,9 @@ static int cmd_prune(int argc, char **argv) {
         return usage_err("%s", "--dead-older-than must be more than 0 (tocsin dead purge DB deletes every dead letter)");
     if (opts[3].set && sage == 0)
         return usage_err("%s", "--streams-older-than must be more than 0");
+    /* "keep none" to a reader, "no count limit" to the core: refused rather than ignored */
+    if (opts[1].set && nkeep == 0)
+        return usage_err("%s", "--notifications-keep must be at least 1 (leave it out: no count limit)");
     tocsin_db *db;
     if ((rc = open_db(&db, pos[0], 1))) return report(rc);
     int64_t results = 0, hits = 0, notes = 0, dead = 0, events = 0;
@@ -1308,6 +1347,9 @@ static int cmd_metrics(int argc, char **argv) {
     if ((rc = open_db(&db, pos[0], 0))) return report(rc);
     sb out = {0};
     rc = collect_metrics(db, &out);
+    /* label values are the names as they are (Prometheus reads UTF-8), C1 controls
+     * included: not on a terminal, where U+009B is CSI */
+    if (!rc && isatty(STDOUT_FILENO)) clean_nl(out.p, 1);
     if (!rc) fputs(out.p, stdout);
     sb_free(&out);
     tocsin_close(db);

@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -71,6 +72,8 @@ static char g_csrf[33];
 static const char *g_token;
 static int g_read_only, g_loopback, g_port;
 static const char *g_host;
+static const char *g_path;     /* the database's path as given */
+static struct stat g_file;     /* the file g_db opened (device and inode) */
 static volatile sig_atomic_t g_stop;
 static int g_stop_pipe[2] = {-1, -1};
 
@@ -226,11 +229,24 @@ static int bad_queue(const char *queue) {
     return rc != TOCSIN_OK;
 }
 
+/* 1 (message in g_err) when the path no longer names the file the handle opened: it
+ * was deleted, renamed or replaced (a restore, `mv new.db app.db`). The handle would
+ * go on reading, and writing, the old inode unseen by anyone: every answer would be
+ * stale and every mutation lost. Called under g_mu. */
+static int db_gone(void) {
+    struct stat st;
+    int r = stat(g_path, &st);
+    if (r == 0 && st.st_dev == g_file.st_dev && st.st_ino == g_file.st_ino) return 0;
+    snprintf(g_err, sizeof g_err, "the database file %.300s was %s after tocsin ui opened it: restart tocsin ui",
+             g_path, r == 0 ? "replaced" : "deleted or renamed");
+    return 1;
+}
+
 /* {"now","stats","streams","schedules","notifications"}: one SSE event. */
 static int snapshot(sb *out, char *err) {
     sb st = {0}, str = {0}, sc = {0}, no = {0};
     pthread_mutex_lock(&g_mu);
-    int rc = collect_stats(g_db, &st, NULL);
+    int rc = db_gone() ? EXIT_ERR : collect_stats(g_db, &st, NULL);
     if (!rc) rc = collect_streams(g_db, &str);
     if (!rc) rc = collect_schedules(g_db, &sc);
     if (!rc) rc = collect_notifications(g_db, &no, NULL, 5);
@@ -258,6 +274,7 @@ typedef struct sse {
     sb buf;      /* bytes not yet handed to libmicrohttpd */
     size_t off;
     int started;
+    int last_event; /* the file went away: the error event was the last */
     struct timespec last;
 } sse;
 
@@ -285,7 +302,7 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
     (void)pos;
     sse *s = cls;
     if (s->off >= s->buf.n) {
-        if (g_stop) return MHD_CONTENT_READER_END_OF_STREAM;
+        if (g_stop || s->last_event) return MHD_CONTENT_READER_END_OF_STREAM;
         s->buf.n = 0;
         s->off = 0;
         if (!s->started) {
@@ -307,6 +324,9 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max) {
                 sse_event(s);
             } else if (rc == TOCSIN_TIMEOUT) {
                 sse_event(s);
+            } else if (rc == TOCSIN_REPLACED) {
+                sse_event(s); /* the page shows the snapshot's error: which file, what to do */
+                s->last_event = 1;
             } else {
                 return MHD_CONTENT_READER_END_WITH_ERROR;
             }
@@ -387,10 +407,21 @@ static enum MHD_Result serve_page(struct MHD_Connection *c, int set_cookie) {
 }
 
 /* ---- access checks ---- */
+static enum MHD_Result count_host(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    (void)value;
+    if (!strcasecmp(key, "Host")) ++*(int *)cls;
+    return MHD_YES;
+}
+
 static int host_ok(struct MHD_Connection *c) {
     if (!g_loopback) return 1; /* a non-loopback bind is guarded by --token */
+    /* one Host header exactly (RFC 9112): the lookup reads the first of two, which
+     * another hop could read the other way */
+    int hosts = 0;
+    MHD_get_connection_values(c, MHD_HEADER_KIND, count_host, &hosts);
     const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Host");
-    if (!h) return 0;
+    if (!h || hosts != 1) return 0;
     char want[300];
     const char *names[] = {"127.0.0.1", "localhost", "[::1]", g_host};
     for (int i = 0; i < 4; i++) {
@@ -523,6 +554,15 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, check_known_arg, &k);
         if (k.msg[0]) return send_error(c, MHD_HTTP_BAD_REQUEST, k.msg);
     }
+    if (strcmp(url, "/") && strcmp(url, "/dashboard.js")) {
+        /* the file deleted or replaced: no stale data, no write into an inode nobody sees */
+        char err[sizeof g_err];
+        pthread_mutex_lock(&g_mu);
+        int gone = db_gone();
+        memcpy(err, g_err, sizeof err);
+        pthread_mutex_unlock(&g_mu);
+        if (gone) return send_error(c, MHD_HTTP_SERVICE_UNAVAILABLE, err);
+    }
     if (!strncmp(url, "/api/", 5) && post) return mutate(c, url + 5);
     if (!strcmp(url, "/")) return serve_page(c, from_query);
     if (!strcmp(url, "/dashboard.js"))
@@ -546,8 +586,15 @@ int cmd_ui(int argc, char **argv) {
     const char *path = NULL, *host = "127.0.0.1";
     long port = 8080;
     unsigned seen = 0;
+    int rest = 0; /* after a lone "--" every argument is the path ("-x.db" included), as elsewhere */
     for (int i = 0; i < argc; i++) {
         const char *a = argv[i], *eq = strchr(a, '=');
+        if (!rest && !strcmp(a, "--")) { rest = 1; continue; }
+        if (rest) {
+            if (path) { fprintf(stderr, "tocsin: unexpected argument '%s' (see --help)\n", a); return EXIT_USAGE; }
+            path = a;
+            continue;
+        }
         char name[16] = "";
         /* --port N and --port=N, like every other command */
         if (!strncmp(a, "--", 2) && eq && (size_t)(eq - a) < sizeof name) memcpy(name, a, (size_t)(eq - a));
@@ -614,6 +661,12 @@ int cmd_ui(int argc, char **argv) {
     if (rc) {
         fprintf(stderr, "tocsin: %s\n", g_err);
         return rc;
+    }
+    g_path = path;
+    if (stat(path, &g_file) != 0) {
+        fprintf(stderr, "tocsin: cannot stat %s: %s\n", path, strerror(errno));
+        tocsin_close(g_db);
+        return EXIT_ERR;
     }
     hex_random(g_csrf, 16);
     if (pipe(g_stop_pipe) != 0) { perror("tocsin: pipe"); return EXIT_ERR; }
