@@ -1249,6 +1249,10 @@ def ui_refuses_arguments_and_methods_a_path_does_not_take():
         assert http(s.url + "api/requeue?id=%d" % jid, "GET", token)[0] == 404
         assert http(s.url + "api/purge?queu=x", "GET", token)[0] == 404
         assert http(s.url + "nope", "POST", token)[0] == 404
+        # only GET, HEAD and POST are served: another method gets 405, the page included
+        for path, method in (("", "PUT"), ("", "DELETE"), ("api/purge", "DELETE"), ("api/snapshot", "OPTIONS")):
+            st, _, body = http(s.url + path, method, token)
+            assert st == 405 and "method not allowed" in json.loads(body)["error"], (path, method, st, body)
         assert count(db, "_tocsin_dead") == 1
         st, _, body = http(s.url + "api/jobs?state=dead&limit=5&queue=q&q=%d" % jid)
         assert st == 200 and [j["id"] for j in json.loads(body)] == [jid], body

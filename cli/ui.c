@@ -543,6 +543,9 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     if (!*con_cls) { *con_cls = &marker; return MHD_YES; } /* headers first; bodies are ignored */
     if (*upload_size) { *upload_size = 0; return MHD_YES; }
     if (!host_ok(c)) return send_error(c, MHD_HTTP_FORBIDDEN, "unexpected Host header");
+    /* GET, HEAD and POST are all it serves: PUT, DELETE... are not another way in */
+    if (strcmp(method, "GET") && strcmp(method, "HEAD") && strcmp(method, "POST"))
+        return send_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed (GET, HEAD or POST)");
     int from_query;
     if (!token_ok(c, &from_query)) return send_error(c, MHD_HTTP_UNAUTHORIZED, "missing or wrong access token");
     char bad[200];
