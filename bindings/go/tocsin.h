@@ -579,6 +579,9 @@ TOCSIN_API int tocsin_notify_set_autotrim(tocsin_db *db, int64_t max_age_ms, int
  *   TOCSIN_CLOSED       its subscription was closed meanwhile by another
  *                       thread, or was inherited across fork();
  *   TOCSIN_REPLACED     the database file was replaced or deleted (sticky);
+ *                       a listener or stream subscription also when the
+ *                       file's ids went back below the last one it saw (a
+ *                       backup restored into the file);
  *   anything else       a failure reading the database (TOCSIN_BUSY, ...).
  * Outputs are empty unless TOCSIN_OK; the message is tocsin_errmsg() of the
  * waiting thread. Closing a subscription, listener or stream subscription

@@ -482,6 +482,7 @@ type Subscription struct {
 	stop context.CancelFunc
 	// the position as it was at close
 	position atomic.Int64
+	as       *autosaver // nil without autosave
 }
 
 // Subscribe subscribes consumer (may be "" with FromOffset and no autosave) to the topic,
@@ -492,16 +493,78 @@ func (s *Stream) Subscribe(ctx context.Context, consumer string, opts *Subscribe
 	if err != nil {
 		return nil, err
 	}
+	// The core's autosave counts a batch as processed at the next read, but the last
+	// event of a batch is then only received on C, perhaps not processed: the autosave
+	// is done here instead, an event counting once the next one was received.
+	var as *autosaver
+	if consumer != "" && opts != nil && (opts.AutosaveEvery > 0 || opts.AutosaveAfter > 0) {
+		as = &autosaver{db: db, every: opts.AutosaveEvery, afterMs: ms(opts.AutosaveAfter),
+			noSaveOnClose: opts.NoSaveOnClose, consumer: consumer, topic: s.topic}
+		o := *opts
+		o.AutosaveEvery, o.AutosaveAfter = 0, 0
+		opts = &o
+	}
 	ss, err := db.openStreamSub(ctx, s.topic, consumer, opts)
 	if err != nil {
 		return nil, err
 	}
+	if as != nil {
+		as.savedAt = as.now()
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	ch := make(chan Message)
-	sub := &Subscription{C: ch, s: ss, done: make(chan struct{}), stop: cancel}
+	sub := &Subscription{C: ch, s: ss, done: make(chan struct{}), stop: cancel, as: as}
 	sub.w = db.newWaiter(ctx, func() { C.tocsin_stream_sub_poke(ss) })
 	go sub.run(ctx, ch)
 	return sub, nil
+}
+
+// autosaver is a channel Subscription's autosave (owned by its goroutine).
+type autosaver struct {
+	db              *DB
+	every, afterMs  int64
+	noSaveOnClose   bool
+	consumer, topic string
+	processed       int64 // the last processed event's offset (0: none yet)
+	unsaved         int64 // processed events not saved yet
+	savedAt         int64 // handle's clock (ms) at the last save
+}
+
+func (a *autosaver) now() int64 {
+	var t C.int64_t
+	_ = a.db.do(context.Background(), "subscribe", func(p *C.tocsin_db) C.int { t = C.tocsin_now(p); return 0 })
+	return int64(t)
+}
+
+// done records that the event at off was processed (the next one was received on C)
+// and saves when autosave is due.
+func (a *autosaver) done(off int64) error {
+	a.processed = off
+	a.unsaved++
+	return a.due()
+}
+
+// due saves the processed events when their count or age calls for it.
+func (a *autosaver) due() error {
+	if a.unsaved == 0 || !((a.every > 0 && a.unsaved >= a.every) || (a.afterMs > 0 && a.now()-a.savedAt >= a.afterMs)) {
+		return nil
+	}
+	return a.save()
+}
+
+func (a *autosaver) save() error {
+	var cs cstrings
+	defer cs.free()
+	cc, ct := cs.str(a.consumer), cs.str(a.topic)
+	off := C.int64_t(a.processed)
+	err := a.db.doCS(context.Background(), &cs, "subscribe", func(p *C.tocsin_db) C.int {
+		return C.tocsin_stream_save_offset(p, nil, cc, ct, off)
+	})
+	if err == nil {
+		a.unsaved = 0
+		a.savedAt = a.now()
+	}
+	return err
 }
 
 func (sub *Subscription) run(ctx context.Context, ch chan<- Message) {
@@ -512,12 +575,25 @@ func (sub *Subscription) run(ctx context.Context, ch chan<- Message) {
 		// close (and the consumer's offset it saves) is done
 		sub.w.detach()
 		sub.position.Store(int64(C.tocsin_stream_sub_position(sub.s)))
+		// without the save on close, what was processed is saved (as the core's autosave did)
+		if as := sub.as; as != nil && as.noSaveOnClose && as.unsaved > 0 && !sub.w.isDBClosed() {
+			if err := as.save(); err != nil && sub.err == nil {
+				sub.err = err
+			}
+		}
 		if err := call("subscribe", func() C.int { return C.tocsin_stream_sub_close(sub.s) }); err != nil && sub.err == nil {
 			sub.err = err
 		}
 		sub.w.leave()
 	}()
+	var prev int64 // the last event received on C
 	for {
+		if sub.as != nil {
+			if err := sub.as.due(); err != nil { // by age, while no event comes
+				sub.err = err
+				return
+			}
+		}
 		msgs, err := streamNext(ctx, sub.s, sub.w)
 		if err != nil {
 			sub.err = err
@@ -531,6 +607,14 @@ func (sub *Subscription) run(ctx context.Context, ch chan<- Message) {
 			}
 			select {
 			case ch <- m:
+				if sub.as != nil && prev != 0 {
+					if err := sub.as.done(prev); err != nil {
+						sub.err = err
+						stoppedAt(sub.s, msgs, i+1)
+						return
+					}
+				}
+				prev = m.ID
 			case <-ctx.Done():
 				sub.err = ctxErr(ctx, "subscribe")
 				stoppedAt(sub.s, msgs, i)

@@ -220,12 +220,23 @@ static int listen_fetch(tocsin_listener *l) {
 
 static int listen_check(void *p, int *done, int64_t *sleep_ms) {
     tocsin_listener *l = p;
+    int64_t max = 0;
     int rc = listen_fetch(l);
     if (rc != TOCSIN_OK) return rc;
     if (l->count) {
         *done = 1;
         return TOCSIN_OK;
     }
+    /* Ids never go back (the highest one handed out is kept, pruned or not): below
+     * the last one seen, the file's content was put back under it -- a backup
+     * restored into the file keeps its inode -- and every notification up to that
+     * id would pass unseen. */
+    if ((rc = tocsin_notify_max_id(l->db, &max)) != TOCSIN_OK) return rc;
+    if (max < l->last_id)
+        return tc_err(NULL, TOCSIN_REPLACED,
+                      "the database's notifications went back (the highest id is %lld, this listener "
+                      "saw %lld): the file's content was replaced, as by a restored backup; listen again",
+                      (long long)max, (long long)l->last_id);
     return tc_sleep_until(l->end_us, sleep_ms, "no notification arrived");
 }
 

@@ -203,6 +203,18 @@ int tocsin_stream_read(tocsin_db *db, tocsin_message **out, size_t *out_n, const
     return tc_read_messages(db, out, out_n, "topic", topic, SQL_STREAM_READ, after, limit);
 }
 
+/* The highest offset ever handed out, inside an op of the caller's. */
+static int last_offset(tocsin_db *db, int64_t *out, const char *what) {
+    sqlite3_stmt *st = tc_stmt(db, SQL_LAST_OFFSET);
+    int rc;
+    *out = 0;
+    if (!st) return TC_ERRCODE;
+    rc = tc_step(db, st);
+    if (rc == SQLITE_ROW) *out = sqlite3_column_int64(st, 0);
+    sqlite3_reset(st);
+    return rc == SQLITE_ROW ? TOCSIN_OK : tc_sqlerr(db, rc, what);
+}
+
 int tocsin_stream_save_offset(tocsin_db *db, int64_t *out_stored, const char *consumer,
                               const char *topic, int64_t offset) {
     tc_op op;
@@ -215,11 +227,7 @@ int tocsin_stream_save_offset(tocsin_db *db, int64_t *out_stored, const char *co
     if ((rc = tc_check_name(db, "topic", topic)) != TOCSIN_OK) return rc;
     if (offset < 0) return tc_err(db, TOCSIN_INVALID, "offset must be >= 0");
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
-    if (!(st = tc_stmt(db, SQL_LAST_OFFSET))) return tc_op_end(db, &op, TC_ERRCODE);
-    rc = tc_step(db, st);
-    last = rc == SQLITE_ROW ? sqlite3_column_int64(st, 0) : 0;
-    sqlite3_reset(st);
-    if (rc != SQLITE_ROW) return tc_op_end(db, &op, tc_sqlerr(db, rc, "save offset"));
+    if ((rc = last_offset(db, &last, "save offset")) != TOCSIN_OK) return tc_op_end(db, &op, rc);
     if (offset > last)
         return tc_op_end(db, &op,
                          tc_err(db, TOCSIN_INVALID,
@@ -320,6 +328,7 @@ struct tocsin_stream_sub {
     int save_on_close;
     int64_t saved;     /* the offset last saved (or read at open) */
     int64_t position;  /* offset of the last event handed out */
+    int64_t seen;      /* an offset known to have been handed out by the file (<= position) */
     int64_t before;    /* where the last call's batch began (its events are > this) */
     int64_t last_n;    /* events handed out by the last call */
     int64_t unsaved;   /* processed events not saved yet */
@@ -339,13 +348,35 @@ static int sub_save(tocsin_stream_sub *s, int64_t offset) {
     return rc;
 }
 
+/* The highest offset ever handed out, in a read of its own. */
+static int sub_last_offset(tocsin_stream_sub *s, int64_t *out) {
+    tc_op op;
+    int rc;
+    *out = 0;
+    if ((rc = tc_op_begin(s->db, &op, TC_OP_READ_ONE)) != TOCSIN_OK) return rc;
+    return tc_op_end(s->db, &op, last_offset(s->db, out, "stream subscription"));
+}
+
 static int sub_check(void *p, int *done, int64_t *sleep_ms) {
     tocsin_stream_sub *s = p;
+    int64_t last = 0;
     int rc = tocsin_stream_read(s->db, &s->got, &s->got_n, s->topic, s->position, s->batch);
     if (rc != TOCSIN_OK) return rc;
     if (s->got_n) {
         *done = 1;
         return TOCSIN_OK;
+    }
+    /* Offsets never go back: below one the file handed out, its content was put
+     * back under the subscription (a backup restored into the file keeps its
+     * inode), and every event up to there would pass unseen. */
+    if (s->seen > 0) {
+        if ((rc = sub_last_offset(s, &last)) != TOCSIN_OK) return rc;
+        if (last < s->seen)
+            return tc_err(NULL, TOCSIN_REPLACED,
+                          "the stream's offsets went back (the last offset is %lld, this subscription "
+                          "is at %lld): the file's content was replaced, as by a restored backup; "
+                          "subscribe again",
+                          (long long)last, (long long)s->seen);
     }
     return tc_sleep_until(s->end_us, sleep_ms, "no event arrived");
 }
@@ -409,6 +440,13 @@ int tocsin_stream_sub_open(tocsin_stream_sub **out, tocsin_db *db, const char *t
         tocsin_stream_sub_close(s);
         return rc;
     }
+    /* a saved offset was at most the last one when saved; a from_offset may be beyond */
+    if ((rc = sub_last_offset(s, &s->seen)) != TOCSIN_OK) {
+        s->every = s->every_ms = s->save_on_close = 0;
+        tocsin_stream_sub_close(s);
+        return rc;
+    }
+    if (s->seen > s->position) s->seen = s->position;
     s->saved = s->position;
     s->before = s->position;
     s->saved_at = tocsin_now(s->db);
@@ -437,7 +475,7 @@ int tocsin_stream_sub_next(tocsin_stream_sub *s, tocsin_message **out, size_t *o
         *out = s->got;
         *out_n = s->got_n;
         s->before = s->position;
-        s->position = s->got[s->got_n - 1].id;
+        s->position = s->seen = s->got[s->got_n - 1].id;
         s->last_n = (int64_t)s->got_n;
         s->got = NULL;
         s->got_n = 0;

@@ -712,6 +712,67 @@ static void replaced_file(void) {
     tocsin_close(db);
 }
 
+/* A backup restored into the live file keeps its inode (the identity check sees
+ * nothing): the ids went back, and a listener or stream subscription past them
+ * waited in silence while every new notification or event up to its old position
+ * passed unseen. It is now told (TOCSIN_REPLACED). */
+static void restored_backup(void) {
+    tocsin_db *db = t_open("restored", NULL), *old = t_open("restored_src", NULL), *w;
+    tocsin_listener *l = NULL;
+    tocsin_stream_sub *ss = NULL, *ahead = NULL;
+    tocsin_stream_sub_opts o = TOCSIN_STREAM_SUB_OPTS_INIT;
+    tocsin_message *m = NULL;
+    size_t n = 0;
+    int64_t off = 0;
+    int i;
+    sqlite3_backup *b;
+    notify(old, "ch", "\"old\"");
+    CHECK_OK(old, tocsin_stream_publish(old, &off, "t", "0", NULL, NULL));
+    for (i = 0; i < 5; i++) {
+        notify(db, "ch", "1");
+        CHECK_OK(db, tocsin_stream_publish(db, &off, "t", "1", NULL, NULL));
+    }
+    CHECK_OK(db, tocsin_listen_open(&l, db, "ch", 8));
+    o.from_offset = 0;
+    CHECK_OK(db, tocsin_stream_sub_open(&ss, db, "t", NULL, &o));
+    CHECK_OK(db, tocsin_stream_sub_next(ss, &m, &n, 0));
+    CHECK_EQ_I(n, 5);
+    tocsin_messages_free(m, n);
+    o.from_offset = 1000; /* beyond the end: allowed, and not taken for a restore */
+    CHECK_OK(db, tocsin_stream_sub_open(&ahead, db, "t", NULL, &o));
+    CHECK_EQ_I(tocsin_stream_sub_next(ahead, &m, &n, 0), TOCSIN_TIMEOUT);
+    b = sqlite3_backup_init(tocsin_sqlite(db), "main", tocsin_sqlite(old), "main");
+    CHECK(b != NULL);
+    if (b) {
+        CHECK_EQ_I(sqlite3_backup_step(b, -1), SQLITE_DONE);
+        CHECK_EQ_I(sqlite3_backup_finish(b), SQLITE_OK);
+    }
+    w = reopen(db, NULL);
+    notify(w, "ch", "\"new\"");
+    CHECK_OK(w, tocsin_stream_publish(w, &off, "t", "2", NULL, NULL));
+    CHECK_EQ_I(off, 2);
+    CHECK_EQ_I(tocsin_listen_next(l, &m, &n, 10000), TOCSIN_REPLACED);
+    CHECK(strstr(tocsin_errmsg(NULL), "went back") != NULL);
+    CHECK_EQ_I(tocsin_listen_next(l, &m, &n, 0), TOCSIN_REPLACED); /* stays */
+    CHECK_EQ_I(tocsin_stream_sub_next(ss, &m, &n, 10000), TOCSIN_REPLACED);
+    CHECK(strstr(tocsin_errmsg(NULL), "went back") != NULL);
+    /* it was opened at 5 events: the file went back below what it had handed out */
+    CHECK_EQ_I(tocsin_stream_sub_next(ahead, &m, &n, 0), TOCSIN_REPLACED);
+    tocsin_listen_close(l);
+    tocsin_stream_sub_close(ss);
+    tocsin_stream_sub_close(ahead);
+    /* subscribed again: the new ones are there */
+    CHECK_OK(db, tocsin_listen_open(&l, db, "ch", 8));
+    notify(w, "ch", "\"newer\"");
+    CHECK_OK(db, tocsin_listen_next(l, &m, &n, 10000));
+    CHECK_EQ_I(n, 1);
+    tocsin_messages_free(m, n);
+    tocsin_listen_close(l);
+    tocsin_close(w);
+    tocsin_close(old);
+    tocsin_close(db);
+}
+
 /* ---- listen -------------------------------------------------------------------- */
 
 static void listen(void) {
@@ -1351,6 +1412,7 @@ void suite_wake(void) {
     local_wakes();
     hundred_subscribers();
     replaced_file();
+    restored_backup();
     listen();
     stream_subscribe();
     stream_save_on_close();

@@ -964,20 +964,33 @@ class Waiting {
     });
   }
   async *[Symbol.asyncIterator]() {
-    let batch = null;
-    let handed = 0;
+    // the batch being handed on, how much of it was, and whether the rest is left to
+    // the core (a save() mid-batch moved the core's position back: it comes again)
+    const it = { batch: null, handed: 0, cut: false };
+    this._iter = it;
     try {
       for (;;) {
-        batch = await this.get();
-        handed = 0;
-        for (const m of batch) { handed++; yield m; }
+        it.batch = await this.get();
+        it.handed = 0;
+        it.cut = false;
+        for (const m of it.batch) {
+          if (it.cut) break;
+          it.handed++;
+          yield m;
+        }
       }
     } finally {
+      if (this._iter === it) this._iter = null;
       // a loop left mid-batch (handed >= 1: a break happens at a yield): the rest of
       // the batch was not handed on
-      if (batch && handed < batch.length && !this._closed) this._stoppedAt(batch[handed - 1]);
+      if (it.batch && it.handed < it.batch.length && !it.cut && !this._closed) this._stoppedAt(it.batch[it.handed - 1]);
       if (!this._iterKeepOpen) this.close();
     }
+  }
+  // The last event handed on while a for-await loop is mid-batch, else null.
+  _midBatch() {
+    const it = this._iter;
+    return it && it.batch && !it.cut && it.handed >= 1 && it.handed < it.batch.length ? it.batch[it.handed - 1] : null;
   }
   _stoppedAt() {}
   close() {
@@ -1032,10 +1045,23 @@ class Listener extends Waiting {
 }
 
 class Subscription extends Waiting {
-  get position() { return this._w.position(); }
+  // the offset of the last event handed on (mid-batch, the core has read further)
+  get position() {
+    const ev = this._midBatch();
+    return ev ? ev.offset : this._w.position();
+  }
   // the core's position goes back to the last event handed on: close saves that
   _stoppedAt(ev) { this._w.rewind(ev.offset); }
-  save() { this._w.save(); }
+  // saves the last event handed on; mid-batch, the rest of the batch then comes again
+  // from the core (the loop goes on with it), so no save stores an event not handed on
+  save() {
+    const ev = this._midBatch();
+    if (ev) {
+      this._w.rewind(ev.offset);
+      this._iter.cut = true;
+    }
+    this._w.save();
+  }
 }
 
 class Wake {

@@ -103,3 +103,39 @@ def test_named_consumer_saves_its_offset_when_iteration_ends(db):
     import asyncio
     asyncio.run(consume())
     assert s.offset("async") == offs[1]
+
+
+def test_save_and_position_mid_batch_stop_at_the_last_event_handed_out(db):
+    # the core hands out a batch of 100; the iterator hands on one event at a time:
+    # save() and position mean the last event the caller got, not the batch's end
+    s = db.stream("orders")
+    offs = s.publish_many(list(range(10)))
+    sub = s.subscribe(consumer="billing", batch=100, save_on_close=False)
+    it = iter(sub)
+    assert [next(it).payload for _ in range(3)] == [0, 1, 2]
+    assert sub.position == offs[2]
+    sub.save()
+    assert s.offset("billing") == offs[2]  # was offs[9]: 3..9 skipped after a crash
+    # the iteration goes on with the rest, each event once
+    assert [next(it).payload for _ in range(7)] == [3, 4, 5, 6, 7, 8, 9]
+    assert sub.position == offs[9]
+    sub.save()
+    assert s.offset("billing") == offs[9]
+    sub.close()
+
+    async def consume():
+        got = []
+        sub = s.subscribe(consumer="async", batch=100, save_on_close=False)
+        async for e in sub:
+            got.append(e.payload)
+            if e.payload == 4:
+                sub.save()
+                assert s.offset("async") == offs[4]
+            if e.payload == 9:
+                break
+        sub.close()
+        return got
+
+    import asyncio
+    assert asyncio.run(consume()) == list(range(10))
+    assert s.offset("async") == offs[4]

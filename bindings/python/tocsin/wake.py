@@ -290,14 +290,19 @@ class Subscription(_Waiting):
 
     _make = Event
 
+    def _settle(self) -> None:
+        """Mid-batch (events of the core's batch still buffered here, not handed out):
+        the core's position goes back to the last event handed out, and the rest comes
+        again from the core. Every save (save(), save_on_close, autosave) then stores no
+        more than was handed out."""
+        if self._buf and self._last is not None and not self._w.closed:
+            self._w.rewind(self._last)
+            self._buf.clear()
+
     def close(self) -> None:
         """Ends the subscription (iteration stops), saving a named consumer's offset
         (the last event handed out) unless save_on_close=False."""
-        if self._buf and self._last is not None and not self._w.closed:
-            # left mid-batch: the rest was not handed out; the core saves (save_on_close,
-            # autosave) up to the last event that was
-            self._w.rewind(self._last)
-            self._buf.clear()
+        self._settle()
         self._w.close()
         self._drop_reader()
 
@@ -330,8 +335,11 @@ class Subscription(_Waiting):
     @property
     def position(self) -> int:
         """The offset of the last event handed out."""
+        if self._buf and self._last is not None:  # mid-batch: the core is past the buffer
+            return self._last
         return self._w.position()
 
     def save(self) -> None:
-        """Saves the position as the consumer's offset now."""
+        """Saves the position (the last event handed out) as the consumer's offset now."""
+        self._settle()
         self._w.save()

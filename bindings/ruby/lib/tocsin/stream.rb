@@ -126,18 +126,25 @@ module Tocsin
 
       loop do
         mark = resume_mark
-        batch = []
-        handed = 0
+        # the batch being handed out, how much of it was, and whether the rest is left
+        # to the core (a save mid-batch moved its position back: the rest comes again)
+        cur = @iter = { batch: [], handed: 0, cut: false }
         begin
-          batch = next_batch(timeout: timeout)
-          break if batch.empty?
+          cur[:batch] = next_batch(timeout: timeout)
+          break if cur[:batch].empty?
 
-          batch.each { |m| handed += 1; yield m }
+          cur[:batch].each do |m|
+            break if cur[:cut]
+
+            cur[:handed] += 1
+            yield m
+          end
         ensure
+          @iter = nil
           # left mid-batch (break, raise; an interrupt as the batch came back, before
           # any of it was handed out): the rest of the batch was not handed out
-          if handed < batch.size && !@closed
-            handed.positive? ? stopped_at(batch[handed - 1]) : resume_from(mark)
+          if cur[:handed] < cur[:batch].size && !cur[:cut] && !@closed
+            cur[:handed].positive? ? stopped_at(cur[:batch][cur[:handed] - 1]) : resume_from(mark)
           end
         end
       end
@@ -187,8 +194,23 @@ module Tocsin
       db.track(self)
     end
 
-    def position = @native.position
-    def save = @native.save
+    # The offset of the last event handed out (inside #each mid-batch, the core has
+    # read further).
+    def position
+      ev = mid_batch
+      ev ? ev.offset : @native.position
+    end
+
+    # Saves the last event handed out as the consumer's offset. Inside #each mid-batch,
+    # the rest of the batch then comes again from the core (the block gets each once),
+    # so no save stores an event that was not handed out.
+    def save
+      if (ev = mid_batch)
+        @native.rewind(ev.offset)
+        @iter[:cut] = true
+      end
+      @native.save
+    end
 
     # As MessageSource#next_batch. An exception on the way out -- an interrupt
     # (Thread#raise, Timeout) landing as the batch came back from the core --
@@ -229,5 +251,13 @@ module Tocsin
     private
 
     def wrap(r) = Event.new(*r)
+
+    # The last event #each handed out while the block runs mid-batch, else nil.
+    def mid_batch
+      cur = @iter
+      return nil unless cur && !cur[:cut] && cur[:handed].positive? && cur[:handed] < cur[:batch].size
+
+      cur[:batch][cur[:handed] - 1]
+    end
   end
 end
