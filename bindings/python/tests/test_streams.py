@@ -105,6 +105,30 @@ def test_named_consumer_saves_its_offset_when_iteration_ends(db):
     assert s.offset("async") == offs[1]
 
 
+def test_a_batch_read_but_not_yet_buffered_is_not_saved(db):
+    # a KeyboardInterrupt between the core's read of a batch and its buffering: close
+    # saves the last event handed out (here: none yet, then the 2nd), never the batch's end
+    s = db.stream("interrupted")
+    offs = s.publish_many(list(range(5)))
+    sub = s.subscribe(consumer="c", batch=100)
+    sub._w.next(-1)  # what the iterator's read did when the interrupt landed
+    assert sub.position == 0
+    sub.close()
+    assert s.offset("c") == 0
+    sub = s.subscribe(consumer="c", batch=100)
+    it = iter(sub)
+    assert [next(it).payload for _ in range(5)] == [0, 1, 2, 3, 4]
+    sub.close()
+    sub = s.subscribe(consumer="d", from_offset=offs[1], batch=2)
+    assert sub.position == offs[1]
+    it = iter(sub)
+    assert [next(it).payload for _ in range(2)] == [2, 3]  # the whole first batch
+    sub._w.next(-1)  # the next batch read, the interrupt before its buffering
+    assert sub.position == offs[3]
+    sub.close()
+    assert s.offset("d") == offs[3]
+
+
 def test_save_and_position_mid_batch_stop_at_the_last_event_handed_out(db):
     # the core hands out a batch of 100; the iterator hands on one event at a time:
     # save() and position mean the last event the caller got, not the batch's end

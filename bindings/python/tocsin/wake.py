@@ -295,7 +295,9 @@ class Subscription(_Waiting):
         the core's position goes back to the last event handed out, and the rest comes
         again from the core. Every save (save(), save_on_close, autosave) then stores no
         more than was handed out."""
-        if self._buf and self._last is not None and not self._w.closed:
+        if not self._w.closed and self._last is not None and self._w.position() != self._last:
+            # (also with nothing buffered: a KeyboardInterrupt between the core's read
+            # of a batch and the buffering of it)
             self._w.rewind(self._last)
             self._buf.clear()
 
@@ -330,12 +332,13 @@ class Subscription(_Waiting):
         self.consumer = consumer
         self.save_on_close = bool(save_on_close)
         self._db = db
+        self._last = self._w.position()  # nothing handed out yet: where it starts
         db._track(self)
 
     @property
     def position(self) -> int:
         """The offset of the last event handed out."""
-        if self._buf and self._last is not None:  # mid-batch: the core is past the buffer
+        if self._last is not None:  # mid-batch, the core is past what was handed out
             return self._last
         return self._w.position()
 
