@@ -1702,6 +1702,13 @@ void tocsin_sqlite_leave(tocsin_db *db) {
     if (db) tc_unlock(db);
 }
 
+/* Frees a handle that failed half-way, keeping the thread's error (a close clears it). */
+static void close_keeping_error(tocsin_db *db) {
+    tc_thread_state saved = tc_thread;
+    tocsin_close(db);
+    tc_thread = saved;
+}
+
 /* A handle of its own on db's file, with db's clock, limits and busy timeout.
  * Journal mode and schema are left as they are. */
 int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only) {
@@ -1729,7 +1736,7 @@ int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only) {
     o.clock = db->clock;
     o.clock_ctx = db->clock_ctx;
     if ((rc = tocsin_wrap(out, conn, &o)) != TOCSIN_OK) {
-        tocsin_close(*out);
+        close_keeping_error(*out);
         *out = NULL;
         sqlite3_close(conn);
         return rc;
@@ -1737,7 +1744,7 @@ int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only) {
     (*out)->owns_conn = 1;
     tc_own_conn_setup(*out);
     if (!read_only && (rc = tc_exec(*out, "PRAGMA foreign_keys=ON", "set pragmas")) != TOCSIN_OK) {
-        tocsin_close(*out);
+        close_keeping_error(*out);
         *out = NULL;
         return rc;
     }
@@ -5356,6 +5363,17 @@ static int sub_check(void *p, int *done, int64_t *sleep_ms) {
     return tc_sleep_until(s->end_us, sleep_ms, "no event arrived");
 }
 
+/* Frees a half-opened subscription without saving, keeping the thread's error
+ * (closing its private handle clears it). */
+static int sub_open_failed(tocsin_stream_sub *s, int rc) {
+    tc_thread_state saved = *tc_tls();
+    s->every = s->every_ms = 0;
+    s->save_on_close = 0;
+    tocsin_stream_sub_close(s);
+    *tc_tls() = saved;
+    return rc;
+}
+
 int tocsin_stream_sub_open(tocsin_stream_sub **out, tocsin_db *db, const char *topic,
                            const char *consumer, const tocsin_stream_sub_opts *opts) {
     tocsin_stream_sub_opts o = TOCSIN_STREAM_SUB_OPTS_INIT;
@@ -5403,23 +5421,16 @@ int tocsin_stream_sub_open(tocsin_stream_sub **out, tocsin_db *db, const char *t
      * tail meet without a gap. */
     if ((rc = tocsin_sub_open(&s->sub, db)) != TOCSIN_OK ||
         (rc = tc_open_private(db, &s->db, 0)) != TOCSIN_OK) {
-        s->every = s->every_ms = 0;
-        s->save_on_close = 0;
-        tocsin_stream_sub_close(s);
-        return rc;
+        return sub_open_failed(s, rc);
     }
     s->position = o.from_offset;
     if (o.from_offset < 0 &&
         (rc = tocsin_stream_offset(s->db, &s->position, consumer, topic)) != TOCSIN_OK) {
-        s->every = s->every_ms = s->save_on_close = 0;
-        tocsin_stream_sub_close(s);
-        return rc;
+        return sub_open_failed(s, rc);
     }
     /* a saved offset was at most the last one when saved; a from_offset may be beyond */
     if ((rc = sub_last_offset(s, &s->seen)) != TOCSIN_OK) {
-        s->every = s->every_ms = s->save_on_close = 0;
-        tocsin_stream_sub_close(s);
-        return rc;
+        return sub_open_failed(s, rc);
     }
     if (s->seen > s->position) s->seen = s->position;
     s->saved = s->position;
@@ -5753,6 +5764,15 @@ static int listen_check(void *p, int *done, int64_t *sleep_ms) {
     return tc_sleep_until(l->end_us, sleep_ms, "no notification arrived");
 }
 
+/* Frees a half-opened listener, keeping the thread's error (closing its
+ * private handle clears it). */
+static int listen_open_failed(tocsin_listener *l, int rc) {
+    tc_thread_state saved = *tc_tls();
+    tocsin_listen_close(l);
+    *tc_tls() = saved;
+    return rc;
+}
+
 int tocsin_listen_open(tocsin_listener **out, tocsin_db *db, const char *channel,
                        size_t buffer_size) {
     tocsin_listener *l;
@@ -5777,10 +5797,8 @@ int tocsin_listen_open(tocsin_listener **out, tocsin_db *db, const char *channel
     /* Subscribe first, then read where to start: nothing committed in between is lost. */
     if ((rc = tocsin_sub_open(&l->sub, db)) != TOCSIN_OK ||
         (rc = tc_open_private(db, &l->db, 1)) != TOCSIN_OK ||
-        (rc = tocsin_notify_max_id(l->db, &l->last_id)) != TOCSIN_OK) {
-        tocsin_listen_close(l);
-        return rc;
-    }
+        (rc = tocsin_notify_max_id(l->db, &l->last_id)) != TOCSIN_OK)
+        return listen_open_failed(l, rc);
     *out = l;
     return TOCSIN_OK;
 }

@@ -904,6 +904,13 @@ void tocsin_sqlite_leave(tocsin_db *db) {
     if (db) tc_unlock(db);
 }
 
+/* Frees a handle that failed half-way, keeping the thread's error (a close clears it). */
+static void close_keeping_error(tocsin_db *db) {
+    tc_thread_state saved = tc_thread;
+    tocsin_close(db);
+    tc_thread = saved;
+}
+
 /* A handle of its own on db's file, with db's clock, limits and busy timeout.
  * Journal mode and schema are left as they are. */
 int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only) {
@@ -931,7 +938,7 @@ int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only) {
     o.clock = db->clock;
     o.clock_ctx = db->clock_ctx;
     if ((rc = tocsin_wrap(out, conn, &o)) != TOCSIN_OK) {
-        tocsin_close(*out);
+        close_keeping_error(*out);
         *out = NULL;
         sqlite3_close(conn);
         return rc;
@@ -939,7 +946,7 @@ int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only) {
     (*out)->owns_conn = 1;
     tc_own_conn_setup(*out);
     if (!read_only && (rc = tc_exec(*out, "PRAGMA foreign_keys=ON", "set pragmas")) != TOCSIN_OK) {
-        tocsin_close(*out);
+        close_keeping_error(*out);
         *out = NULL;
         return rc;
     }

@@ -240,6 +240,15 @@ static int listen_check(void *p, int *done, int64_t *sleep_ms) {
     return tc_sleep_until(l->end_us, sleep_ms, "no notification arrived");
 }
 
+/* Frees a half-opened listener, keeping the thread's error (closing its
+ * private handle clears it). */
+static int listen_open_failed(tocsin_listener *l, int rc) {
+    tc_thread_state saved = *tc_tls();
+    tocsin_listen_close(l);
+    *tc_tls() = saved;
+    return rc;
+}
+
 int tocsin_listen_open(tocsin_listener **out, tocsin_db *db, const char *channel,
                        size_t buffer_size) {
     tocsin_listener *l;
@@ -264,10 +273,8 @@ int tocsin_listen_open(tocsin_listener **out, tocsin_db *db, const char *channel
     /* Subscribe first, then read where to start: nothing committed in between is lost. */
     if ((rc = tocsin_sub_open(&l->sub, db)) != TOCSIN_OK ||
         (rc = tc_open_private(db, &l->db, 1)) != TOCSIN_OK ||
-        (rc = tocsin_notify_max_id(l->db, &l->last_id)) != TOCSIN_OK) {
-        tocsin_listen_close(l);
-        return rc;
-    }
+        (rc = tocsin_notify_max_id(l->db, &l->last_id)) != TOCSIN_OK)
+        return listen_open_failed(l, rc);
     *out = l;
     return TOCSIN_OK;
 }

@@ -381,6 +381,17 @@ static int sub_check(void *p, int *done, int64_t *sleep_ms) {
     return tc_sleep_until(s->end_us, sleep_ms, "no event arrived");
 }
 
+/* Frees a half-opened subscription without saving, keeping the thread's error
+ * (closing its private handle clears it). */
+static int sub_open_failed(tocsin_stream_sub *s, int rc) {
+    tc_thread_state saved = *tc_tls();
+    s->every = s->every_ms = 0;
+    s->save_on_close = 0;
+    tocsin_stream_sub_close(s);
+    *tc_tls() = saved;
+    return rc;
+}
+
 int tocsin_stream_sub_open(tocsin_stream_sub **out, tocsin_db *db, const char *topic,
                            const char *consumer, const tocsin_stream_sub_opts *opts) {
     tocsin_stream_sub_opts o = TOCSIN_STREAM_SUB_OPTS_INIT;
@@ -428,23 +439,16 @@ int tocsin_stream_sub_open(tocsin_stream_sub **out, tocsin_db *db, const char *t
      * tail meet without a gap. */
     if ((rc = tocsin_sub_open(&s->sub, db)) != TOCSIN_OK ||
         (rc = tc_open_private(db, &s->db, 0)) != TOCSIN_OK) {
-        s->every = s->every_ms = 0;
-        s->save_on_close = 0;
-        tocsin_stream_sub_close(s);
-        return rc;
+        return sub_open_failed(s, rc);
     }
     s->position = o.from_offset;
     if (o.from_offset < 0 &&
         (rc = tocsin_stream_offset(s->db, &s->position, consumer, topic)) != TOCSIN_OK) {
-        s->every = s->every_ms = s->save_on_close = 0;
-        tocsin_stream_sub_close(s);
-        return rc;
+        return sub_open_failed(s, rc);
     }
     /* a saved offset was at most the last one when saved; a from_offset may be beyond */
     if ((rc = sub_last_offset(s, &s->seen)) != TOCSIN_OK) {
-        s->every = s->every_ms = s->save_on_close = 0;
-        tocsin_stream_sub_close(s);
-        return rc;
+        return sub_open_failed(s, rc);
     }
     if (s->seen > s->position) s->seen = s->position;
     s->saved = s->position;

@@ -1017,6 +1017,33 @@ static int64_t t_claim_one(tocsin_db *db, int64_t vis) {
               strstr(tocsin_errmsg(db), table));                                    \
     } while (0)
 
+/* A listener or stream subscription that fails after its private handle was
+ * opened freed that handle, and the close cleared the thread's error: the
+ * caller got a failure code with the message "ok" (Python: SQLiteError('ok')). */
+static void half_open_keeps_error(void) {
+    tocsin_db *db = NULL;
+    tocsin_listener *l = NULL;
+    tocsin_stream_sub *s = NULL;
+    sqlite3 *raw = NULL;
+    char path[512];
+    int rc;
+    snprintf(path, sizeof path, "%s", t_path("half_open"));
+    CHECK_OK(db, tocsin_open(&db, path, NULL));
+    CHECK(sqlite3_open(path, &raw) == SQLITE_OK);
+    CHECK(sqlite3_exec(raw, "DROP TABLE _tocsin_notifications; DROP TABLE _tocsin_offsets", NULL,
+                       NULL, NULL) == SQLITE_OK);
+    sqlite3_close(raw);
+    rc = tocsin_listen_open(&l, db, "ch", 10);
+    CHECK(rc != TOCSIN_OK && l == NULL);
+    CHECK_EQ_I(tocsin_errcode(NULL), rc);
+    CHECK(strstr(tocsin_errmsg(NULL), "_tocsin_notifications") != NULL);
+    rc = tocsin_stream_sub_open(&s, db, "t", "c", NULL);
+    CHECK(rc != TOCSIN_OK && s == NULL);
+    CHECK_EQ_I(tocsin_errcode(NULL), rc);
+    CHECK(strstr(tocsin_errmsg(NULL), "_tocsin_offsets") != NULL);
+    tocsin_close(db);
+}
+
 static void dropping_triggers(void) {
     t_clock clk = {1000};
     tocsin_db *db = t_open("dropping_triggers", &clk);
@@ -1426,5 +1453,6 @@ void suite_harden(void) {
     fork_closes_waited_on_subscriptions();
     dropping_triggers();
     dropping_triggers_everywhere();
+    half_open_keeps_error();
     two_cores_fork();
 }
