@@ -847,9 +847,10 @@ def replay_of_a_file_in_a_read_only_directory():
 
 # ---- the dashboard's HTTP surface ----
 class Server:
-    def __init__(self, db, *args):
+    def __init__(self, db, *args, env=None):
         self.p = subprocess.Popen([TOCSIN, "ui", db, "--port", "0", *args], stdout=subprocess.PIPE,
-                                  stderr=subprocess.PIPE, text=True)
+                                  stderr=subprocess.PIPE, text=True,
+                                  env=None if env is None else {**os.environ, **env})
         line = wait_line(self.p.stdout)
         m = re.search(r"listening on (http://\S+)", line)
         assert m, line
@@ -999,6 +1000,19 @@ def ui_access_token():
         assert st == 200
     finally:
         assert s.stop() == 0
+    # the same from the environment (a command line is readable by every local user)
+    s = Server(db, env={"TOCSIN_UI_TOKEN": "env-token-1"})
+    try:
+        assert http(s.url)[0] == 401
+        assert http(s.url + "api/snapshot", "GET", {"Authorization": "Bearer env-token-1"})[0] == 200
+    finally:
+        assert s.stop() == 0
+    for env, args, word in (({"TOCSIN_UI_TOKEN": "short"}, [], "TOCSIN_UI_TOKEN must be at least 8"),
+                            ({"TOCSIN_UI_TOKEN": "has space1"}, [], "TOCSIN_UI_TOKEN may hold only"),
+                            ({"TOCSIN_UI_TOKEN": "env-token-1"}, ["--token", "s3cret-token"], "not both")):
+        p = subprocess.run([TOCSIN, "ui", db, "--port", "0", *args], capture_output=True, text=True,
+                           env={**os.environ, **env}, timeout=15)
+        assert p.returncode == 2 and word in p.stderr, (env, p.returncode, p.stderr)
 
 
 @test

@@ -64,6 +64,7 @@ const char UI_HELP[] =
     "  --read-only  no mutation at all (the database is opened read-only)\n"
     "  --token T    every request must carry T (open http://H:N/?token=T once: a cookie keeps\n"
     "               it; or send 'Authorization: Bearer T'); required when H is not loopback\n"
+    "               (or TOCSIN_UI_TOKEN=T in the environment, out of sight of ps)\n"
     "Mutations always need the page's per-session CSRF token.\n";
 
 static tocsin_db *g_db;
@@ -581,6 +582,22 @@ static void on_stop(int sig) {
     (void)r;
 }
 
+/* A token goes into a cookie as is: a space, ';', ',', '"' or '\\' would cut it short
+ * there (the cookie would never match), a control byte would break the header. */
+static int token_valid(const char *what, const char *v) {
+    if (strlen(v) < 8) {
+        fprintf(stderr, "tocsin: %s must be at least 8 characters\n", what);
+        return 0;
+    }
+    for (const unsigned char *t = (const unsigned char *)v; *t; t++)
+        if (*t <= 0x20 || *t >= 0x7f || *t == '"' || *t == ',' || *t == ';' || *t == '\\') {
+            fprintf(stderr, "tocsin: %s may hold only printable ASCII without spaces, quotes, ',', ';' or '\\'"
+                            " (byte 0x%02x at %d)\n", what, *t, (int)(t - (const unsigned char *)v));
+            return 0;
+        }
+    return 1;
+}
+
 static int is_loopback(const char *host) {
     return !strcmp(host, "127.0.0.1") || !strcmp(host, "localhost") || !strncmp(host, "127.", 4);
 }
@@ -626,18 +643,8 @@ int cmd_ui(int argc, char **argv) {
                     return EXIT_USAGE;
                 }
             } else if (a[2] == 'h') host = v;
-            else {
-                if (strlen(v) < 8) { fprintf(stderr, "tocsin: --token must be at least 8 characters\n"); return EXIT_USAGE; }
-                /* it goes into a cookie as is: a space, ';', ',', '"' or '\\' would cut it short
-                 * there (the cookie would never match), a control byte would break the header */
-                for (const unsigned char *t = (const unsigned char *)v; *t; t++)
-                    if (*t <= 0x20 || *t >= 0x7f || *t == '"' || *t == ',' || *t == ';' || *t == '\\') {
-                        fprintf(stderr, "tocsin: --token may hold only printable ASCII without spaces, quotes,"
-                                        " ',', ';' or '\\' (byte 0x%02x at %d)\n", *t, (int)(t - (const unsigned char *)v));
-                        return EXIT_USAGE;
-                    }
-                g_token = v;
-            }
+            else if (!token_valid("--token", v)) return EXIT_USAGE;
+            else g_token = v;
         } else if (a[0] == '-') {
             fprintf(stderr, "tocsin: unknown option %s (see --help)\n", a);
             return EXIT_USAGE;
@@ -645,6 +652,13 @@ int cmd_ui(int argc, char **argv) {
         else { fprintf(stderr, "tocsin: unexpected argument '%s' (see --help)\n", a); return EXIT_USAGE; }
     }
     if (!path) { fprintf(stderr, "tocsin: missing DB (see --help)\n"); return EXIT_USAGE; }
+    /* the token from the environment: a command line is readable by every local user (ps) */
+    const char *env_token = getenv("TOCSIN_UI_TOKEN");
+    if (env_token && *env_token) {
+        if (g_token) { fprintf(stderr, "tocsin: give --token or TOCSIN_UI_TOKEN, not both\n"); return EXIT_USAGE; }
+        if (!token_valid("TOCSIN_UI_TOKEN", env_token)) return EXIT_USAGE;
+        g_token = env_token;
+    }
     struct sockaddr_in addr;
     memset(&addr, 0, sizeof addr);
     addr.sin_family = AF_INET;
