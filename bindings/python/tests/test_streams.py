@@ -107,11 +107,18 @@ def test_named_consumer_saves_its_offset_when_iteration_ends(db):
 
 def test_a_batch_read_but_not_yet_buffered_is_not_saved(db):
     # a KeyboardInterrupt between the core's read of a batch and its buffering: close
-    # saves the last event handed out (here: none yet, then the 2nd), never the batch's end
+    # saves the last event handed out (here: none yet, then the 4th), never the batch's end
     s = db.stream("interrupted")
     offs = s.publish_many(list(range(5)))
+
+    def interrupted(row):
+        raise KeyboardInterrupt
+
     sub = s.subscribe(consumer="c", batch=100)
-    sub._w.next(-1)  # what the iterator's read did when the interrupt landed
+    sub._make = interrupted  # the interrupt lands as the batch is buffered
+    with pytest.raises(KeyboardInterrupt):
+        next(iter(sub))
+    del sub._make
     assert sub.position == 0
     sub.close()
     assert s.offset("c") == 0
@@ -123,7 +130,10 @@ def test_a_batch_read_but_not_yet_buffered_is_not_saved(db):
     assert sub.position == offs[1]
     it = iter(sub)
     assert [next(it).payload for _ in range(2)] == [2, 3]  # the whole first batch
-    sub._w.next(-1)  # the next batch read, the interrupt before its buffering
+    sub._make = interrupted  # the next batch's read, interrupted
+    with pytest.raises(KeyboardInterrupt):
+        next(it)
+    del sub._make
     assert sub.position == offs[3]
     sub.close()
     assert s.offset("d") == offs[3]

@@ -166,6 +166,9 @@ class _Waiting:
         self._reader: Optional[Reader] = None
         self._buf: Deque[Any] = collections.deque()
         self._last: Optional[int] = None  # the id of the last item handed to the caller
+        # a read of the core's ended in an exception (a KeyboardInterrupt may land after the
+        # core handed a batch over and before it was buffered): the core may be past _last
+        self._unhanded = False
 
     def fileno(self) -> int:
         return self._w.fileno()
@@ -179,7 +182,12 @@ class _Waiting:
         elif self._w.closed:
             return []
         else:
-            out = [self._make(r) for r in self._w.next(timeout_ms(timeout))]
+            ms = timeout_ms(timeout)
+            try:
+                out = [self._make(r) for r in self._w.next(ms)]
+            except BaseException:
+                self._unhanded = True
+                raise
         if out:
             self._last = out[-1].id
         return out
@@ -191,8 +199,11 @@ class _Waiting:
         while not self._buf:
             if self._w.closed:
                 raise StopIteration
-            rows = self._w.next(-1)
-            self._buf.extend(self._make(r) for r in rows)
+            try:
+                self._buf.extend(self._make(r) for r in self._w.next(-1))
+            except BaseException:
+                self._unhanded = True
+                raise
         item = self._buf.popleft()
         self._last = item.id
         return item
@@ -204,9 +215,12 @@ class _Waiting:
         while not self._buf:
             if self._w.closed:
                 raise StopAsyncIteration
-            rows = self._w.next(0)
-            if rows:
-                self._buf.extend(self._make(r) for r in rows)
+            try:
+                self._buf.extend(self._make(r) for r in self._w.next(0))
+            except BaseException:
+                self._unhanded = True
+                raise
+            if self._buf:
                 break
             await self._readable()
         item = self._buf.popleft()
@@ -295,11 +309,12 @@ class Subscription(_Waiting):
         the core's position goes back to the last event handed out, and the rest comes
         again from the core. Every save (save(), save_on_close, autosave) then stores no
         more than was handed out."""
-        if not self._w.closed and self._last is not None and self._w.position() != self._last:
-            # (also with nothing buffered: a KeyboardInterrupt between the core's read
-            # of a batch and the buffering of it)
+        # (never a call into the core otherwise: another thread may be blocked in its
+        # read, holding the subscription until close() pokes it)
+        if not self._w.closed and self._last is not None and (self._buf or self._unhanded):
             self._w.rewind(self._last)
             self._buf.clear()
+            self._unhanded = False
 
     def close(self) -> None:
         """Ends the subscription (iteration stops), saving a named consumer's offset
