@@ -493,6 +493,7 @@ export declare class TocsinError extends Error {
   /** 'TOCSIN_INVALID', 'TOCSIN_BUSY', ... */
   readonly code: string;
   readonly errno: number;
+  /** SQLite's result code, 0 if none (through enqueueSql & co.: the primary code of better-sqlite3's error, its `cause`) */
   readonly sqliteCode: number;
 }
 export declare class SQLiteError extends TocsinError {}

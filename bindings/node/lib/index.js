@@ -1170,7 +1170,7 @@ function load(betterDb) {
   try {
     betterDb.loadExtension(addonPath, 'sqlite3_tocsin_init');
   } catch (e) {
-    throw errorOf('TOCSIN_ERROR', e.message);
+    throw driverError('TOCSIN_ERROR', e.message, e);
   }
   loadedInto.add(betterDb);
   return betterDb;
@@ -1213,11 +1213,28 @@ const SQL_CODES = {
   SQLITE_FULL: 'TOCSIN_FULL', SQLITE_CORRUPT: 'TOCSIN_CORRUPT', SQLITE_NOTADB: 'TOCSIN_CORRUPT',
   SQLITE_CANTOPEN: 'TOCSIN_CANTOPEN', SQLITE_PERM: 'TOCSIN_PERM', SQLITE_AUTH: 'TOCSIN_PERM', SQLITE_INTERRUPT: 'TOCSIN_INTERRUPTED',
 };
+// SQLite's primary result codes by name (better-sqlite3 gives the name only)
+const SQLITE_PRIMARY = {
+  SQLITE_ERROR: 1, SQLITE_INTERNAL: 2, SQLITE_PERM: 3, SQLITE_ABORT: 4, SQLITE_BUSY: 5, SQLITE_LOCKED: 6,
+  SQLITE_NOMEM: 7, SQLITE_READONLY: 8, SQLITE_INTERRUPT: 9, SQLITE_IOERR: 10, SQLITE_CORRUPT: 11,
+  SQLITE_NOTFOUND: 12, SQLITE_FULL: 13, SQLITE_CANTOPEN: 14, SQLITE_PROTOCOL: 15, SQLITE_EMPTY: 16,
+  SQLITE_SCHEMA: 17, SQLITE_TOOBIG: 18, SQLITE_CONSTRAINT: 19, SQLITE_MISMATCH: 20, SQLITE_MISUSE: 21,
+  SQLITE_NOLFS: 22, SQLITE_AUTH: 23, SQLITE_FORMAT: 24, SQLITE_RANGE: 25, SQLITE_NOTADB: 26,
+};
+// A TocsinError for a failure of better-sqlite3: the driver's exception is its `cause`
+// (as in the other bindings), SQLite's primary result code its `sqliteCode`.
+function driverError(code, message, e) {
+  const err = errorOf(code, message);
+  Object.defineProperty(err, 'cause', { value: e, writable: true, configurable: true, enumerable: false });
+  const primary = e && typeof e.code === 'string' ? e.code.replace(/^(SQLITE_[A-Z]+)_.*$/, '$1') : '';
+  err.sqliteCode = SQLITE_PRIMARY[primary] || 0;
+  return err;
+}
 function sqlError(betterDb, e) {
   if (e instanceof errors.TocsinError) return e;
-  if (!betterDb.open) return errorOf('TOCSIN_CLOSED', `the better-sqlite3 connection is closed (${e.message})`);
+  if (!betterDb.open) return driverError('TOCSIN_CLOSED', `the better-sqlite3 connection is closed (${e.message})`, e);
   const primary = typeof e.code === 'string' ? e.code.replace(/^(SQLITE_[A-Z]+)_.*$/, '$1') : '';
-  return errorOf(SQL_CODES[primary] || 'TOCSIN_INVALID', e.message);
+  return driverError(SQL_CODES[primary] || 'TOCSIN_INVALID', e.message, e);
 }
 
 function sqlCall(betterDb, key, sql, args) {
