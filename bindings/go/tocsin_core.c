@@ -1138,26 +1138,24 @@ static int own_auth(void *ctx, int action, const char *a, const char *b, const c
  * one, the connection may have written ids or deleted the top row uncommitted,
  * which the version does not show.
  */
+/* The file's data version, outside an explicit transaction only (0 otherwise). */
+static int autocommit_version(tocsin_db *db, unsigned *ver) {
+    return sqlite3_get_autocommit(db->conn) &&
+           sqlite3_file_control(db->conn, "main", SQLITE_FCNTL_DATA_VERSION, ver) == SQLITE_OK;
+}
+
 static void next_id_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     tocsin_db *db = sqlite3_user_data(ctx);
     unsigned ver = 0;
     (void)argc, (void)argv;
-    if (db->id_hint_next && sqlite3_get_autocommit(db->conn) &&
-        sqlite3_file_control(db->conn, "main", SQLITE_FCNTL_DATA_VERSION, &ver) == SQLITE_OK &&
-        ver == db->id_hint_ver)
+    if (db->id_hint_next && autocommit_version(db, &ver) && ver == db->id_hint_ver)
         sqlite3_result_int64(ctx, db->id_hint_next);
 }
 
 void tc_id_hint_set(tocsin_db *db, int64_t next) {
-    unsigned ver = 0;
-    db->id_hint_next = 0;
     /* committed: the version read now is the one this commit left (another
      * connection's later commit moves it as the next transaction begins) */
-    if (sqlite3_get_autocommit(db->conn) &&
-        sqlite3_file_control(db->conn, "main", SQLITE_FCNTL_DATA_VERSION, &ver) == SQLITE_OK) {
-        db->id_hint_ver = ver;
-        db->id_hint_next = next;
-    }
+    db->id_hint_next = autocommit_version(db, &db->id_hint_ver) ? next : 0;
 }
 
 void tc_own_conn_setup(tocsin_db *db) {
@@ -11875,13 +11873,16 @@ static int fn_result_save_error(fn_ctx *f, int argc, sqlite3_value **argv) {
     return 1;
 }
 
-static int fn_result_get(fn_ctx *f, int argc, sqlite3_value **argv) {
+/* A result as its JSON document, or NULL: result_get's (none, or expired) or
+ * result_check's (also a JobDead error for a job that died without one, NULL
+ * while it is live; an error when neither a job nor a result has the id). */
+static int result_out(fn_ctx *f, sqlite3_value **argv,
+                      int (*read)(tocsin_db *, tocsin_result **, int64_t)) {
     tocsin_result *r;
     int64_t id = 0;
     int rc;
-    UNUSED_ARGS;
     if (!arg_job_id(f, argv, &id)) return 0;
-    if ((rc = tocsin_result_get(f->db, &r, id)) != TOCSIN_OK) return fail(f, rc);
+    if ((rc = read(f->db, &r, id)) != TOCSIN_OK) return fail(f, rc);
     if (!r) {
         sqlite3_result_null(f->ctx);
         return 1;
@@ -11891,23 +11892,14 @@ static int fn_result_get(fn_ctx *f, int argc, sqlite3_value **argv) {
     return rc;
 }
 
-/* The outcome in one snapshot: NULL while the job is live, its result, or a
- * JobDead error for a job that died without one (a poller of result_get alone
- * would wait forever on it); an error when neither a job nor a result has the id. */
-static int fn_result_check(fn_ctx *f, int argc, sqlite3_value **argv) {
-    tocsin_result *r;
-    int64_t id = 0;
-    int rc;
+static int fn_result_get(fn_ctx *f, int argc, sqlite3_value **argv) {
     UNUSED_ARGS;
-    if (!arg_job_id(f, argv, &id)) return 0;
-    if ((rc = tocsin_result_check(f->db, &r, id)) != TOCSIN_OK) return fail(f, rc);
-    if (!r) {
-        sqlite3_result_null(f->ctx);
-        return 1;
-    }
-    rc = result_json(f, tc_result_json(r));
-    tocsin_result_free(r);
-    return rc;
+    return result_out(f, argv, tocsin_result_get);
+}
+
+static int fn_result_check(fn_ctx *f, int argc, sqlite3_value **argv) {
+    UNUSED_ARGS;
+    return result_out(f, argv, tocsin_result_check);
 }
 
 static int fn_result_delete(fn_ctx *f, int argc, sqlite3_value **argv) {

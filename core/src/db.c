@@ -340,26 +340,24 @@ static int own_auth(void *ctx, int action, const char *a, const char *b, const c
  * one, the connection may have written ids or deleted the top row uncommitted,
  * which the version does not show.
  */
+/* The file's data version, outside an explicit transaction only (0 otherwise). */
+static int autocommit_version(tocsin_db *db, unsigned *ver) {
+    return sqlite3_get_autocommit(db->conn) &&
+           sqlite3_file_control(db->conn, "main", SQLITE_FCNTL_DATA_VERSION, ver) == SQLITE_OK;
+}
+
 static void next_id_fn(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
     tocsin_db *db = sqlite3_user_data(ctx);
     unsigned ver = 0;
     (void)argc, (void)argv;
-    if (db->id_hint_next && sqlite3_get_autocommit(db->conn) &&
-        sqlite3_file_control(db->conn, "main", SQLITE_FCNTL_DATA_VERSION, &ver) == SQLITE_OK &&
-        ver == db->id_hint_ver)
+    if (db->id_hint_next && autocommit_version(db, &ver) && ver == db->id_hint_ver)
         sqlite3_result_int64(ctx, db->id_hint_next);
 }
 
 void tc_id_hint_set(tocsin_db *db, int64_t next) {
-    unsigned ver = 0;
-    db->id_hint_next = 0;
     /* committed: the version read now is the one this commit left (another
      * connection's later commit moves it as the next transaction begins) */
-    if (sqlite3_get_autocommit(db->conn) &&
-        sqlite3_file_control(db->conn, "main", SQLITE_FCNTL_DATA_VERSION, &ver) == SQLITE_OK) {
-        db->id_hint_ver = ver;
-        db->id_hint_next = next;
-    }
+    db->id_hint_next = autocommit_version(db, &db->id_hint_ver) ? next : 0;
 }
 
 void tc_own_conn_setup(tocsin_db *db) {

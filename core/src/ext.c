@@ -1209,13 +1209,16 @@ static int fn_result_save_error(fn_ctx *f, int argc, sqlite3_value **argv) {
     return 1;
 }
 
-static int fn_result_get(fn_ctx *f, int argc, sqlite3_value **argv) {
+/* A result as its JSON document, or NULL: result_get's (none, or expired) or
+ * result_check's (also a JobDead error for a job that died without one, NULL
+ * while it is live; an error when neither a job nor a result has the id). */
+static int result_out(fn_ctx *f, sqlite3_value **argv,
+                      int (*read)(tocsin_db *, tocsin_result **, int64_t)) {
     tocsin_result *r;
     int64_t id = 0;
     int rc;
-    UNUSED_ARGS;
     if (!arg_job_id(f, argv, &id)) return 0;
-    if ((rc = tocsin_result_get(f->db, &r, id)) != TOCSIN_OK) return fail(f, rc);
+    if ((rc = read(f->db, &r, id)) != TOCSIN_OK) return fail(f, rc);
     if (!r) {
         sqlite3_result_null(f->ctx);
         return 1;
@@ -1225,23 +1228,14 @@ static int fn_result_get(fn_ctx *f, int argc, sqlite3_value **argv) {
     return rc;
 }
 
-/* The outcome in one snapshot: NULL while the job is live, its result, or a
- * JobDead error for a job that died without one (a poller of result_get alone
- * would wait forever on it); an error when neither a job nor a result has the id. */
-static int fn_result_check(fn_ctx *f, int argc, sqlite3_value **argv) {
-    tocsin_result *r;
-    int64_t id = 0;
-    int rc;
+static int fn_result_get(fn_ctx *f, int argc, sqlite3_value **argv) {
     UNUSED_ARGS;
-    if (!arg_job_id(f, argv, &id)) return 0;
-    if ((rc = tocsin_result_check(f->db, &r, id)) != TOCSIN_OK) return fail(f, rc);
-    if (!r) {
-        sqlite3_result_null(f->ctx);
-        return 1;
-    }
-    rc = result_json(f, tc_result_json(r));
-    tocsin_result_free(r);
-    return rc;
+    return result_out(f, argv, tocsin_result_get);
+}
+
+static int fn_result_check(fn_ctx *f, int argc, sqlite3_value **argv) {
+    UNUSED_ARGS;
+    return result_out(f, argv, tocsin_result_check);
 }
 
 static int fn_result_delete(fn_ctx *f, int argc, sqlite3_value **argv) {
