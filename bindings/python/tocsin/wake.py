@@ -173,6 +173,15 @@ class _Waiting:
     def fileno(self) -> int:
         return self._w.fileno()
 
+    def _read(self, ms: int) -> List[Any]:
+        """The core's next batch, made into items; an exception on the way (an interrupt
+        after the core handed the batch over) is noted for close and save."""
+        try:
+            return [self._make(r) for r in self._w.next(ms)]
+        except BaseException:
+            self._unhanded = True
+            raise
+
     def get(self, timeout: Optional[Duration] = None) -> List[Any]:
         """What arrived since the last call, waiting up to ``timeout`` (None: no bound) for
         at least one; [] at the timeout or after close()."""
@@ -182,12 +191,7 @@ class _Waiting:
         elif self._w.closed:
             return []
         else:
-            ms = timeout_ms(timeout)
-            try:
-                out = [self._make(r) for r in self._w.next(ms)]
-            except BaseException:
-                self._unhanded = True
-                raise
+            out = self._read(timeout_ms(timeout))
         if out:
             self._last = out[-1].id
         return out
@@ -199,11 +203,7 @@ class _Waiting:
         while not self._buf:
             if self._w.closed:
                 raise StopIteration
-            try:
-                self._buf.extend(self._make(r) for r in self._w.next(-1))
-            except BaseException:
-                self._unhanded = True
-                raise
+            self._buf.extend(self._read(-1))
         item = self._buf.popleft()
         self._last = item.id
         return item
@@ -215,11 +215,7 @@ class _Waiting:
         while not self._buf:
             if self._w.closed:
                 raise StopAsyncIteration
-            try:
-                self._buf.extend(self._make(r) for r in self._w.next(0))
-            except BaseException:
-                self._unhanded = True
-                raise
+            self._buf.extend(self._read(0))
             if self._buf:
                 break
             await self._readable()
