@@ -1223,18 +1223,21 @@ const SQLITE_PRIMARY = {
 };
 // A TocsinError for a failure of better-sqlite3: the driver's exception is its `cause`
 // (as in the other bindings), SQLite's primary result code its `sqliteCode`.
+// The primary code's name of a better-sqlite3 exception ('SQLITE_TOOBIG' of
+// 'SQLITE_TOOBIG', 'SQLITE_IOERR' of 'SQLITE_IOERR_WRITE'), or ''.
+function primaryOf(e) {
+  return e && typeof e.code === 'string' ? e.code.replace(/^(SQLITE_[A-Z]+)_.*$/, '$1') : '';
+}
 function driverError(code, message, e) {
   const err = errorOf(code, message);
   Object.defineProperty(err, 'cause', { value: e, writable: true, configurable: true, enumerable: false });
-  const primary = e && typeof e.code === 'string' ? e.code.replace(/^(SQLITE_[A-Z]+)_.*$/, '$1') : '';
-  err.sqliteCode = SQLITE_PRIMARY[primary] || 0;
+  err.sqliteCode = SQLITE_PRIMARY[primaryOf(e)] || 0;
   return err;
 }
 function sqlError(betterDb, e) {
   if (e instanceof errors.TocsinError) return e;
   if (!betterDb.open) return driverError('TOCSIN_CLOSED', `the better-sqlite3 connection is closed (${e.message})`, e);
-  const primary = typeof e.code === 'string' ? e.code.replace(/^(SQLITE_[A-Z]+)_.*$/, '$1') : '';
-  return driverError(SQL_CODES[primary] || 'TOCSIN_INVALID', e.message, e);
+  return driverError(SQL_CODES[primaryOf(e)] || 'TOCSIN_INVALID', e.message, e);
 }
 
 function sqlCall(betterDb, key, sql, args) {
