@@ -33,8 +33,8 @@ type Options struct {
 	ReadOnly        bool          // no bootstrap; writes fail with ErrReadOnly
 	// AllowStaticSQLite lets Open proceed when the SQLite tocsin calls is not a shared
 	// libsqlite3 but a copy compiled into the executable (mattn/go-sqlite3 without
-	// -tags libsqlite3). Only for programs that know every SQLite user in the process
-	// is bound to that one copy.
+	// -tags libsqlite3), or when another loaded shared object carries a second copy of
+	// SQLite. Only for programs that know no other copy opens tocsin's file.
 	AllowStaticSQLite bool
 }
 
@@ -118,18 +118,32 @@ func Open(path string, opts *Options) (*DB, error) {
 }
 
 // checkSQLiteCopy refuses a process where tocsin's SQLite is compiled into the
-// executable rather than the shared libsqlite3 (see docs/architecture.md, "Go").
+// executable rather than the shared libsqlite3, or where another loaded shared object
+// carries a second copy of SQLite (the core looks; see docs/architecture.md, "Go").
 func checkSQLiteCopy(opts *Options) error {
-	lib := SQLite().Library
-	if opts.AllowStaticSQLite || lib == "" || strings.Contains(lib, "libsqlite3") {
+	if opts.AllowStaticSQLite {
 		return nil
 	}
-	return fmt.Errorf("%w: tocsin's SQLite %s comes from %s, not the shared libsqlite3 "+
-		"(a driver compiled its own SQLite into the program, e.g. mattn/go-sqlite3 built "+
-		"without -tags libsqlite3; build with -tags libsqlite3, or set "+
-		"Options.AllowStaticSQLite if every SQLite user is bound to that copy)",
-		ErrSQLiteCopy, SQLite().Version, lib)
+	if lib := SQLite().Library; lib != "" && !strings.Contains(lib, "libsqlite3") {
+		return fmt.Errorf("%w: tocsin's SQLite %s comes from %s, not the shared libsqlite3 "+
+			"(a driver compiled its own SQLite into the program, e.g. mattn/go-sqlite3 built "+
+			"without -tags libsqlite3; build with -tags libsqlite3, or set "+
+			"Options.AllowStaticSQLite if every SQLite user is bound to that copy)",
+			ErrSQLiteCopy, SQLite().Version, lib)
+	}
+	var msg [1024]C.char
+	if C.tocsin_check_sqlite_copies(&msg[0], C.size_t(len(msg))) != 0 {
+		return sqliteCopyError("tocsin: " + C.GoString(&msg[0]) +
+			" (set Options.AllowStaticSQLite if that copy never opens this file)")
+	}
+	return nil
 }
+
+// sqliteCopyError is the core's own message, matching ErrSQLiteCopy with errors.Is.
+type sqliteCopyError string
+
+func (e sqliteCopyError) Error() string { return string(e) }
+func (e sqliteCopyError) Unwrap() error { return ErrSQLiteCopy }
 
 // SetTime fixes the handle's clock at t (the core's injectable clock: leases, delays,
 // deadlines and schedules follow it), for tests and demos; later calls move it. A zero t

@@ -40,6 +40,8 @@ test-go: sync-core-check go-vet go-staticcheck python-venv
 	[ $$rc -eq 0 ] && [ $$p -gt 0 ]
 	@echo "go: the unsafe setup (mattn/go-sqlite3 with its bundled SQLite) is refused at Open:"
 	$(GO_ENV) $(GO) run ./internal/bundledcheck
+	@echo "go: a second copy of SQLite loaded as a shared object is refused at Open:"
+	$(GO_ENV) $(GO) run ./internal/copycheck
 	sh $(GO_DIR)/test-module.sh $(abspath $(BUILD))/go-module
 
 # go get from a clean module cache: a temporary module requires ours through a

@@ -796,6 +796,139 @@ void tc_pin_self(void) {
     }
 #endif
 }
+
+/* ---- one SQLite per process (design.md §2) -------------------------------
+ * Every copy of SQLite carries the format of its corruption reports,
+ * "%s at line %d of [%.10s]" (sqlite3ReportError), which no client of SQLite
+ * contains. The loaded shared objects whose read-only segments contain it are
+ * copies of SQLite; the one whose code holds sqlite3_libversion is tocsin's.
+ * The scan reads the mapped segments, not the files: no I/O, and a library
+ * replaced on disk since it was loaded is still seen as it runs. The signature
+ * is built at run time so that the object holding this code does not carry
+ * it; the object holding this code and the program itself are not scanned. */
+#if defined(__linux__)
+#include <link.h>
+
+#define TC_SIG_MAX 32
+typedef struct copy_scan {
+    char sig[TC_SIG_MAX];
+    size_t siglen;
+    uintptr_t own_fn;  /* sqlite3_libversion of tocsin's SQLite (0: unknown) */
+    uintptr_t self_fn; /* this function's own code */
+    unsigned long long adds, subs;
+    char own[256];    /* the object of tocsin's SQLite ("" : the program itself) */
+    char others[768]; /* the other objects carrying a copy, ", "-separated */
+    int n_others;
+} copy_scan;
+
+/* Reads memory of other objects, not this one's: no sanitizer checks it. */
+#if defined(__GNUC__) || defined(__clang__)
+__attribute__((no_sanitize_address, no_sanitize_thread))
+#endif
+static int segment_has(const unsigned char *p, size_t n, const char *sig, size_t len) {
+    if (n < len) return 0;
+    const unsigned char first = (unsigned char)sig[0];
+    for (size_t i = 0; i + len <= n; i++) {
+        if (p[i] != first) continue;
+        size_t k = 1;
+        while (k < len && p[i + k] == (unsigned char)sig[k]) k++;
+        if (k == len) return 1;
+    }
+    return 0;
+}
+
+static void list_add(char *buf, size_t cap, const char *name) {
+    size_t used = strlen(buf);
+    snprintf(buf + used, cap - used, "%s%s", used ? ", " : "", name);
+}
+
+static int copy_cb(struct dl_phdr_info *info, size_t size, void *arg) {
+    copy_scan *cs = arg;
+    if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs) {
+        cs->adds = info->dlpi_adds;
+        cs->subs = info->dlpi_subs;
+    }
+    int holds_own = 0, holds_self = 0, carries = 0;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD) continue;
+        uintptr_t lo = (uintptr_t)info->dlpi_addr + (uintptr_t)ph->p_vaddr, hi = lo + (uintptr_t)ph->p_memsz;
+        if (cs->own_fn >= lo && cs->own_fn < hi) holds_own = 1;
+        if (cs->self_fn >= lo && cs->self_fn < hi) holds_self = 1;
+    }
+    const char *name = info->dlpi_name;
+    if (holds_own) snprintf(cs->own, sizeof cs->own, "%s", name && *name ? name : "");
+    if (!name || !*name || holds_self || holds_own || strstr(name, "linux-vdso")) return 0;
+    for (int i = 0; i < info->dlpi_phnum && !carries; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_R) || (ph->p_flags & PF_W)) continue;
+        carries = segment_has((const unsigned char *)(info->dlpi_addr + ph->p_vaddr), (size_t)ph->p_filesz,
+                              cs->sig, cs->siglen);
+    }
+    if (carries) {
+        cs->n_others++;
+        list_add(cs->others, sizeof cs->others, name);
+    }
+    return 0;
+}
+
+/* Stops at the first object: the load counters alone. */
+static int counters_cb(struct dl_phdr_info *info, size_t size, void *arg) {
+    copy_scan *cs = arg;
+    if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs) {
+        cs->adds = info->dlpi_adds;
+        cs->subs = info->dlpi_subs;
+    }
+    return 1;
+}
+
+static uintptr_t code_address(void (*fn)(void)) {
+    uintptr_t a;
+    memcpy(&a, &fn, sizeof a);
+    return a;
+}
+
+static pthread_mutex_t copies_mutex = PTHREAD_MUTEX_INITIALIZER;
+static copy_scan copies_kept; /* the last answer, under copies_mutex */
+static int copies_known;
+#endif
+
+int tocsin_check_sqlite_copies(char *msg, size_t cap) {
+    if (msg && cap) msg[0] = 0;
+#if defined(__linux__)
+    copy_scan now;
+    memset(&now, 0, sizeof now);
+    pthread_mutex_lock(&copies_mutex);
+    dl_iterate_phdr(counters_cb, &now);
+    if (!copies_known || now.adds != copies_kept.adds || now.subs != copies_kept.subs || !copies_kept.adds) {
+        snprintf(now.sig, sizeof now.sig, "%cs at line %cd of [%c.10s]", '%', '%', '%');
+        now.siglen = strlen(now.sig);
+#ifdef TOCSIN_EXTENSION
+        if (sqlite3_api) now.own_fn = code_address((void (*)(void))sqlite3_api->libversion);
+#else
+        now.own_fn = code_address((void (*)(void))sqlite3_libversion);
+#endif
+        now.self_fn = code_address((void (*)(void))tocsin_check_sqlite_copies);
+        dl_iterate_phdr(copy_cb, &now);
+        copies_kept = now;
+        copies_known = 1;
+    }
+    now = copies_kept;
+    pthread_mutex_unlock(&copies_mutex);
+    if (now.n_others == 0) return TOCSIN_OK;
+    if (msg && cap) {
+        snprintf(msg, cap,
+                 "a second copy of SQLite is loaded in this process: tocsin runs on %s%s, and %s %s another; two "
+                 "copies opening one database file drop each other's locks and can corrupt it",
+                 now.own[0] ? "the one in " : "the one built into the program", now.own, now.others,
+                 now.n_others > 1 ? "each carry" : "carries");
+    }
+    return TOCSIN_ERROR;
+#else
+    (void)cap;
+    return TOCSIN_OK;
+#endif
+}
 /* ---- core/src/db.c ---- */
 /* Handles, errors, statement cache, atomic operations, validation. */
 

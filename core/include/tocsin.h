@@ -138,6 +138,20 @@ TOCSIN_API const char *tocsin_version(void);
 TOCSIN_API int tocsin_version_number(void);
 TOCSIN_API const char *tocsin_sqlite_version(void); /* the SQLite this process runs on */
 
+/*
+ * One SQLite per process (design.md §2). Two copies of SQLite opening one
+ * database file drop each other's POSIX locks and can corrupt it, so each
+ * binding calls this when it opens a handle or loads tocsin into the
+ * application's connection. It looks at the shared objects loaded in the
+ * process (Linux) for the ones that carry a copy of SQLite: TOCSIN_OK when no
+ * object but the one tocsin runs on does; TOCSIN_ERROR otherwise, with a
+ * message in msg (at most cap bytes with the NUL) naming tocsin's copy and the
+ * others. A copy compiled into the program itself is not seen (Node's own
+ * node:sqlite, say); elsewhere than Linux it answers TOCSIN_OK. The answer is
+ * kept until an object is loaded or unloaded. Any thread; no handle.
+ */
+TOCSIN_API int tocsin_check_sqlite_copies(char *msg, size_t cap);
+
 /* A constant English name for a result code ("invalid argument", ...). */
 TOCSIN_API const char *tocsin_errstr(int rc);
 

@@ -1,4 +1,6 @@
 /* Handles, versions, schema bootstrap, transactions, validation. */
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <sqlite3.h>
 #include <stdlib.h>
 
@@ -465,6 +467,44 @@ static void remembered_next_id(void) {
     tocsin_close(a);
 }
 
+/* One SQLite per process: a second copy loaded (the system library under
+ * another name, as a driver bundling its own would be) is named; once it is
+ * unloaded the answer is fine again. */
+static void sqlite_copies(void) {
+    char msg[1024], copy[512];
+    Dl_info info;
+    CHECK_EQ_I(tocsin_check_sqlite_copies(msg, sizeof msg), TOCSIN_OK);
+    CHECK_STR(msg, "");
+    CHECK_EQ_I(tocsin_check_sqlite_copies(NULL, 0), TOCSIN_OK);
+    CHECK(dladdr((void *)(uintptr_t)sqlite3_libversion, &info) && info.dli_fname);
+    if (!info.dli_fname) return;
+    snprintf(copy, sizeof copy, "%s", t_path("libsqlite-copy.so"));
+    {
+        FILE *in = fopen(info.dli_fname, "rb"), *out = fopen(copy, "wb");
+        char buf[65536];
+        size_t n;
+        CHECK(in && out);
+        if (!in || !out) return;
+        while ((n = fread(buf, 1, sizeof buf, in)) > 0) CHECK_EQ_I(fwrite(buf, 1, n, out), n);
+        fclose(in);
+        fclose(out);
+    }
+    void *h = dlopen(copy, RTLD_NOW | RTLD_LOCAL);
+    CHECK(h != NULL);
+    if (!h) return;
+    CHECK_EQ_I(tocsin_check_sqlite_copies(msg, sizeof msg), TOCSIN_ERROR);
+    CHECK(strstr(msg, "a second copy of SQLite is loaded in this process") != NULL);
+    CHECK(strstr(msg, copy) != NULL);            /* the other copy, by its path */
+    CHECK(strstr(msg, info.dli_fname) != NULL);  /* and tocsin's own */
+    char small[16];
+    CHECK_EQ_I(tocsin_check_sqlite_copies(small, sizeof small), TOCSIN_ERROR);
+    CHECK_EQ_I(strlen(small), sizeof small - 1); /* cut, still terminated */
+    CHECK_EQ_I(tocsin_check_sqlite_copies(NULL, 0), TOCSIN_ERROR);
+    dlclose(h);
+    CHECK_EQ_I(tocsin_check_sqlite_copies(msg, sizeof msg), TOCSIN_OK);
+    remove(copy);
+}
+
 void suite_basics(void) {
     versions();
     open_and_schema();
@@ -474,6 +514,7 @@ void suite_basics(void) {
     names_and_payloads();
     ids_never_reused();
     remembered_next_id();
+    sqlite_copies();
 }
 
 /* The JSON validator agrees with RFC 8259 (and with SQLite's json_valid on it). */

@@ -10,7 +10,7 @@
 const { AsyncLocalStorage } = require('async_hooks');
 const { EventEmitter } = require('events');
 const util = require('util');
-const { native, addonPath, ensureLoaded, otherSqliteCopies } = require('./native');
+const { native, addonPath, ensureLoaded } = require('./native');
 const errors = require('./errors');
 const { waitFor, checkSignal, checkTimeout, abortReason } = require('./wait');
 
@@ -387,11 +387,12 @@ class Database {
     const o = opts(options, 'tocsin.open() options', ['busyTimeout', 'maxPayload', 'readOnly', 'allowOtherSqlite']);
     ensureLoaded();
     if (!bool(o.allowOtherSqlite, 'allowOtherSqlite')) {
-      const others = otherSqliteCopies();
-      if (others.length) {
-        throw errorOf('TOCSIN_ERROR', `tocsin: another copy of SQLite is loaded in this process (${others.join(', ')}); ` +
-          'two copies of SQLite on one database file can corrupt it, so tocsin refuses to open. Use one better-sqlite3 ' +
-          '(npm ls better-sqlite3), or pass { allowOtherSqlite: true } if that copy never opens this file.');
+      // the core names any other loaded object carrying a copy of SQLite (a second
+      // better-sqlite3 build, node-sqlite3, an addon linking libsqlite3.so)
+      const copies = native.sqliteCopies();
+      if (copies !== null) {
+        throw errorOf('TOCSIN_ERROR', `tocsin: ${copies}. Use one better-sqlite3 (npm ls better-sqlite3), or pass ` +
+          '{ allowOtherSqlite: true } if that copy never opens this file.');
       }
     }
     // the core's busy timeout is an int of ms; 0 is its default (5000): left out here

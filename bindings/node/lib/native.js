@@ -38,36 +38,4 @@ function ensureLoaded() {
   anchor = conn;
 }
 
-let betterBinding = null; // the better-sqlite3 package tocsin runs on (realpath, with a trailing separator)
-
-/**
- * Other copies of SQLite mapped into this process (Linux: /proc/self/maps):
- * a second better-sqlite3 build, node-sqlite3, a shared libsqlite3 loaded by
- * another addon. Any of them opening tocsin's file would run a second copy of
- * SQLite on it.
- */
-function otherSqliteCopies() {
-  let maps;
-  try {
-    maps = fs.readFileSync('/proc/self/maps', 'utf8');
-  } catch (_) {
-    return []; // not Linux: nothing to tell
-  }
-  if (betterBinding === null) {
-    try {
-      betterBinding = fs.realpathSync(path.dirname(require.resolve('better-sqlite3/package.json'))) + path.sep;
-    } catch (_) { betterBinding = ''; }
-  }
-  const seen = new Set();
-  for (const line of maps.split('\n')) {
-    const i = line.indexOf('/');
-    if (i < 0) continue;
-    const file = line.slice(i).replace(/ \(deleted\)$/, '');
-    if (!/(sqlite|sqlcipher)[^/]*\.(node|so(\.\d+)*)$/i.test(file)) continue;
-    if (file === addonPath || (betterBinding && file.startsWith(betterBinding))) continue;
-    seen.add(file);
-  }
-  return [...seen];
-}
-
-module.exports = { native, addonPath, ensureLoaded, otherSqliteCopies, anchorConnection: () => anchor };
+module.exports = { native, addonPath, ensureLoaded, anchorConnection: () => anchor };

@@ -1976,6 +1976,13 @@ Napi::Value ApiReady(const Napi::CallbackInfo &info) {
   return Napi::Boolean::New(info.Env(), tocsin_node_api_ready() != 0);
 }
 
+// null, or the core's message naming a second copy of SQLite in the process
+Napi::Value SqliteCopies(const Napi::CallbackInfo &info) {
+  char msg[1024];
+  if (tocsin_check_sqlite_copies(msg, sizeof msg) == TOCSIN_OK) return info.Env().Null();
+  return Napi::String::New(info.Env(), msg);
+}
+
 Napi::Value OwnerId(const Napi::CallbackInfo &info) {
   char id[TOCSIN_OWNER_ID_SIZE];
   tocsin_owner_id(id, sizeof id);
@@ -2001,6 +2008,7 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   F("setErrorFactory", SetErrorFactory);
   F("versions", Versions);
   F("apiReady", ApiReady);
+  F("sqliteCopies", SqliteCopies);
   F("errstr", Errstr);
   F("ownerId", OwnerId);
   F("open", Open);

@@ -3085,10 +3085,24 @@ static PyObject *m_cron_next(PyObject *m, PyObject *args) {
     return PyLong_FromLongLong(next);
 }
 
+/* One SQLite per process: None, or the core's message naming the copies. */
+static PyObject *m_sqlite_copies(PyObject *m, PyObject *unused) {
+    char msg[1024];
+    int rc;
+    (void)m;
+    (void)unused;
+    Py_BEGIN_ALLOW_THREADS
+    rc = tocsin_check_sqlite_copies(msg, sizeof msg);
+    Py_END_ALLOW_THREADS
+    if (rc == TOCSIN_OK) Py_RETURN_NONE;
+    return PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "replace");
+}
+
 static PyMethodDef module_methods[] = {
     {"wake_configure", m_wake_configure, METH_VARARGS, "Process-wide watcher settings."},
     {"cron_next", m_cron_next, METH_VARARGS, "The first fire time of a cron expression after a time (ms)."},
     {"version", m_version, METH_NOARGS, "The core's version string."},
+    {"sqlite_copies", m_sqlite_copies, METH_NOARGS, "None, or a message naming a second copy of SQLite in the process."},
     {"sqlite_version", m_sqlite_version, METH_NOARGS, "The SQLite version this process runs on."},
     {"owner_id", m_owner_id, METH_NOARGS, "A fresh owner id unique to this process and call: host:pid:random."},
     {"errstr", m_errstr, METH_VARARGS, "The English name of a result code."},

@@ -6,7 +6,7 @@ import json as _json
 import operator as _operator
 from typing import Any, Iterator, List, Optional, Union
 
-from ._tocsin import MAX_LEASE_MS, MAX_TIME_MS, InvalidArgument
+from ._tocsin import MAX_LEASE_MS, MAX_TIME_MS, Error, InvalidArgument, sqlite_copies
 
 Duration = Union[float, int, _dt.timedelta]
 """A duration: seconds (int or float) or a datetime.timedelta."""
@@ -206,3 +206,18 @@ def ms_datetime(ms: int) -> Optional[_dt.datetime]:
     if not ms:
         return None
     return _dt.datetime.fromtimestamp(ms / 1000.0, tz=_dt.timezone.utc)
+
+
+def check_one_sqlite(allowed: Any) -> None:
+    """One SQLite per process (docs/architecture.md, "Python"): the core names a second
+    copy of SQLite loaded in the process; refused unless the caller says that copy never
+    opens tocsin's file."""
+    if not isinstance(allowed, bool):
+        raise InvalidArgument("allow_other_sqlite must be True or False, not %r" % (allowed,))
+    if allowed:
+        return
+    msg = sqlite_copies()
+    if msg is not None:
+        raise Error(msg + ". tocsin runs on the system's libsqlite3: use a Python whose sqlite3 "
+                    "module links it too (Debian's python3, a pyenv build), or pass "
+                    "allow_other_sqlite=True if the other copy never opens this database file")

@@ -12,7 +12,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _tocsin
 from ._tocsin import Closed, InvalidArgument
-from ._util import Duration, Instant, as_int, duration_ms, is_int_like, dumps, instant_ms, meta_json
+from ._util import (Duration, Instant, as_int, check_one_sqlite, duration_ms, dumps, instant_ms, is_int_like,
+                    meta_json)
 
 __all__ = ["Database", "Transaction", "open"]
 
@@ -175,7 +176,8 @@ class Database:
     """
 
     def __init__(self, path: Union[str, "os.PathLike[str]"], *, busy_timeout: Duration = 5.0,
-                 max_payload_bytes: Optional[int] = None, read_only: bool = False) -> None:
+                 max_payload_bytes: Optional[int] = None, read_only: bool = False,
+                 allow_other_sqlite: bool = False) -> None:
         try:
             self.path = os.fspath(path)
         except TypeError:
@@ -186,6 +188,7 @@ class Database:
                               max_note="about 24 days")
         if max_payload_bytes is not None:
             max_payload_bytes = as_int(max_payload_bytes, "max_payload_bytes", 1)
+        check_one_sqlite(allow_other_sqlite)
         # the core opens a WAL database in a directory it cannot write immutable
         # (read_only), and says when a read-write open needs a writable directory
         self._open_args = (self.path, busy_ms, max_payload_bytes or 0, bool(read_only))
@@ -571,7 +574,10 @@ def open(path: Union[str, "os.PathLike[str]"], **options: Any) -> Database:  # n
     """Opens (creating if needed) the tocsin database at ``path``.
 
     Options: ``busy_timeout`` (seconds or timedelta the writer waits for the lock,
-    default 5), ``max_payload_bytes`` (default 1 MiB), ``read_only`` (default False).
+    default 5), ``max_payload_bytes`` (default 1 MiB), ``read_only`` (default False),
+    ``allow_other_sqlite`` (default False: a second copy of SQLite loaded in the process,
+    such as a sqlite3 module that bundles its own, is refused with tocsin.Error, since two
+    copies opening one file can corrupt it; True when that copy never opens this file).
     """
     return Database(path, **options)
 

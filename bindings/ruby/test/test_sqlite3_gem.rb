@@ -10,7 +10,8 @@ class TestSQLite3Gem < Minitest::Test
   include TocsinTest
 
   def test_one_copy_of_sqlite_in_this_process
-    assert_equal [Tocsin::Native.sqlite_object], Tocsin::OneSQLite.copies
+    assert_nil Tocsin::Native.sqlite_copies
+    Tocsin::OneSQLite.check!
     assert_equal ::SQLite3::Database.new(":memory:").get_first_value("select sqlite_version()"), Tocsin.sqlite_version
   end
 
@@ -94,22 +95,33 @@ class TestSQLite3Gem < Minitest::Test
     # a copy of the system library under another name is a second SQLite, as a
     # sqlite3 gem that bundles its own would be
     copy = File.join(@dir, "libsqlite3-bundled.so")
-    FileUtils.cp(Tocsin::Native.sqlite_object, copy)
+    native = $LOADED_FEATURES.find { |f| f.end_with?("tocsin/tocsin_native.so") }
+    system_lib = Open3.capture2("ldd", native)[0][/=>\s*(\S*libsqlite3\S*)/, 1]
+    refute_nil system_lib, "tocsin's extension links the shared libsqlite3"
+    FileUtils.cp(system_lib, copy)
     script = <<~RUBY
       require "fiddle"
       require "tocsin"
-      Fiddle.dlopen(#{copy.inspect})
+      lib = Fiddle.dlopen(#{copy.inspect})
       begin
         Tocsin.open(#{@path.inspect})
         puts "opened"
       rescue Tocsin::Error => e
         puts e.message
       end
+      Tocsin.open(#{@path.inspect}, check_sqlite: false).close
+      puts "allowed"
+      lib.close
+      Tocsin.open(#{@path.inspect}).close
+      puts "unloaded: fine"
     RUBY
     out, err, st = Open3.capture3(*ruby_cmd("-e", script))
     assert st.success?, err
-    assert_match(/two copies of SQLite are loaded/, out)
+    assert_match(/a second copy of SQLite is loaded in this process/, out)
     assert_includes out, copy
+    assert_match(/--enable-system-libraries/, out)
+    refute_match(/^opened$/, out)
+    assert_equal ["allowed", "unloaded: fine"], out.lines.map(&:chomp).last(2)
   end
 end
 

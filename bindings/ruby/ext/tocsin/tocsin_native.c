@@ -1953,53 +1953,12 @@ static VALUE m_json_check(VALUE mod, VALUE v, VALUE what) {
 }
 
 /* ==== one SQLite per process ==============================================
- * Every copy of SQLite carries the format of its corruption reports,
- * "%s at line %d of [%.10s]" (sqlite3ReportError; no client of SQLite has it).
- * sqlite_copies lists the loaded objects (dl_iterate_phdr) that contain it:
- * more than one means a second SQLite in the process (a driver that bundles
- * its own), which can break POSIX locks on a shared file (design.md §2). */
-struct scan_state { VALUE out; };
-static int file_has_sqlite(const char *path) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return 0;
-    /* built at run time, so that this object does not contain it */
-    char magic[32];
-    snprintf(magic, sizeof magic, "%cs at line %cd of [%c.10s]", '%', '%', '%');
-    const size_t mlen = strlen(magic);
-    char buf[65536 + 32];
-    size_t keep = 0, n;
-    int found = 0;
-    while (!found && (n = fread(buf + keep, 1, 65536, f)) > 0) {
-        size_t total = keep + n;
-        for (size_t i = 0; i + mlen <= total; i++) {
-            if (buf[i] == '%' && memcmp(buf + i, magic, mlen) == 0) { found = 1; break; }
-        }
-        keep = total < mlen ? total : mlen - 1;
-        memmove(buf, buf + total - keep, keep);
-    }
-    fclose(f);
-    return found;
-}
-static int phdr_cb(struct dl_phdr_info *info, size_t size, void *p) {
-    struct scan_state *st = p;
-    const char *name = info->dlpi_name;
-    if (!name || !*name) return 0;
-    if (strstr(name, "linux-vdso") || strstr(name, "/ld-linux")) return 0;
-    rb_ary_push(st->out, rb_str_new_cstr(name));
-    return 0;
-}
-/* Native.loaded_objects -> paths of the loaded shared objects */
-static VALUE m_loaded_objects(VALUE mod) {
-    struct scan_state st = {rb_ary_new()};
-    dl_iterate_phdr(phdr_cb, &st);
-    return st.out;
-}
-static VALUE m_file_has_sqlite(VALUE mod, VALUE path) { return file_has_sqlite(cstr(path)) ? Qtrue : Qfalse; }
-/* The object that provides this process's (and tocsin's) SQLite. */
-static VALUE m_sqlite_object(VALUE mod) {
-    Dl_info info;
-    if (dladdr((void *)sqlite3_libversion, &info) && info.dli_fname) return rb_str_new_cstr(info.dli_fname);
-    return Qnil;
+ * Native.sqlite_copies -> nil, or the core's message naming a second copy of
+ * SQLite loaded in the process (tocsin_check_sqlite_copies, design.md §2). */
+static VALUE m_sqlite_copies(VALUE mod) {
+    char msg[1024];
+    if (tocsin_check_sqlite_copies(msg, sizeof msg) == TOCSIN_OK) return Qnil;
+    return rb_utf8_str_new_cstr(msg);
 }
 
 /* ---- Native::Worker: the C worker protocol ------------------------------
@@ -2341,9 +2300,7 @@ RUBY_FUNC_EXPORTED void Init_tocsin_native(void) {
     rb_define_module_function(mNative, "owner_id", m_owner_id, 0);
     rb_define_module_function(mNative, "cron_next", m_cron_next, 3);
     rb_define_module_function(mNative, "check_name", m_check_name, 2);
-    rb_define_module_function(mNative, "loaded_objects", m_loaded_objects, 0);
-    rb_define_module_function(mNative, "file_has_sqlite?", m_file_has_sqlite, 1);
-    rb_define_module_function(mNative, "sqlite_object", m_sqlite_object, 0);
+    rb_define_module_function(mNative, "sqlite_copies", m_sqlite_copies, 0);
     rb_define_module_function(mNative, "json_check", m_json_check, 2);
 
     cDB = rb_define_class_under(mNative, "DB", rb_cObject);
