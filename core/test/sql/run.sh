@@ -137,6 +137,8 @@ qerr "SELECT tocsin_claim('mail', 'w', 1, 1e300);" "visibility_ms must be betwee
 qerr "SELECT tocsin_retry(1, 1, -1e999);" "delay_ms must be an integer (20)"
 qerr "SELECT tocsin_enqueue('q', '[\"\\ud800\"]');" "payload is not valid JSON (a string in it holds a lone surrogate escape"
 qerr "SELECT tocsin_stream_publish('t', '{\"\\udc00\": 1}');" "a lone surrogate escape"
+# a number past the largest double in its 41st digit is infinity to every JSON reader
+qerr "SELECT tocsin_enqueue('q', '[1.79769313486231580793728971405303415079999e308]');" "payload is not valid JSON (it holds a number beyond the range of a double"
 qerr "SELECT tocsin_lock_acquire('lk', 'o', 1.5);" "ttl_ms must be an integer"
 qerr "SELECT tocsin_result_save(1, '1', 9e18);" "ttl_ms must be between"
 qerr "SELECT tocsin_schedule_set('s', '@daily', 'q', '1', '{\"job_expires_ms\":253402300800000}');" "option \"job_expires_ms\" must be between"
