@@ -2521,23 +2521,31 @@ int tc_check_ms(tocsin_db *db, const char *what, int64_t v, int64_t lo) {
 
 /* ---- validation ---------------------------------------------------------- */
 
-/* Strict UTF-8 (no overlongs, no surrogates); returns 0 if invalid. */
+/* The length of the strict UTF-8 sequence (no overlongs, no surrogates, at
+ * most U+10FFFF) that begins at s, a lead byte of 0x80 or more; 0 if none
+ * does. */
+static unsigned utf8_seq(const unsigned char *s) {
+    unsigned c = *s, n, cp, i;
+    if ((c & 0xe0) == 0xc0) { n = 1; cp = c & 0x1f; }
+    else if ((c & 0xf0) == 0xe0) { n = 2; cp = c & 0x0f; }
+    else if ((c & 0xf8) == 0xf0) { n = 3; cp = c & 0x07; }
+    else return 0;
+    for (i = 1; i <= n; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0; /* the NUL ends the text: never read past */
+        cp = (cp << 6) | (s[i] & 0x3f);
+    }
+    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) ||
+        cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return n + 1;
+}
+
+/* Strict UTF-8; returns 0 if invalid. */
 static int utf8_ok(const unsigned char *s) {
     while (*s) {
-        unsigned c = *s, n, cp, i;
-        if (c < 0x80) { s++; continue; }
-        if ((c & 0xe0) == 0xc0) { n = 1; cp = c & 0x1f; }
-        else if ((c & 0xf0) == 0xe0) { n = 2; cp = c & 0x0f; }
-        else if ((c & 0xf8) == 0xf0) { n = 3; cp = c & 0x07; }
-        else return 0;
-        for (i = 1; i <= n; i++) {
-            if ((s[i] & 0xc0) != 0x80) return 0;
-            cp = (cp << 6) | (s[i] & 0x3f);
-        }
-        if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) ||
-            cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff))
-            return 0;
-        s += n + 1;
+        unsigned n = *s < 0x80 ? 1 : utf8_seq(s);
+        if (!n) return 0;
+        s += n;
     }
     return 1;
 }
@@ -2650,6 +2658,19 @@ void tc_buf_jstr(tc_buf *b, const char *s) {
     tc_buf_put(b, "\"", 1);
     for (run = s; *s; s++) {
         unsigned char c = (unsigned char)*s;
+        unsigned n;
+        if (c >= 0x80) {
+            /* a byte that begins no UTF-8 character (a row written around
+             * tocsin): U+FFFD, so that the result stays UTF-8, as JSON must be */
+            if ((n = utf8_seq((const unsigned char *)s)) != 0) {
+                s += n - 1;
+                continue;
+            }
+            tc_buf_put(b, run, (size_t)(s - run));
+            run = s + 1;
+            tc_buf_put(b, "\\ufffd", 6);
+            continue;
+        }
         if (c >= 0x20 && c != '"' && c != '\\') continue;
         tc_buf_put(b, run, (size_t)(s - run));
         run = s + 1;
@@ -2671,11 +2692,12 @@ void tc_buf_jstr(tc_buf *b, const char *s) {
 
 /* A stored value tocsin wrote is valid JSON; one written into the tables around
  * tocsin that is not (plain SQL) goes in as a JSON string of its text, so the
- * result stays the valid JSON its subtype promises. */
+ * result stays the valid JSON its subtype promises -- and UTF-8, as JSON must
+ * be: a byte of such a text that begins no UTF-8 character becomes U+FFFD. */
 void tc_buf_jraw(tc_buf *b, const char *json) {
     if (!json)
         tc_buf_puts(b, "null");
-    else if (tc_json_valid(json, strlen(json), NULL))
+    else if (tc_json_valid(json, strlen(json), NULL) && utf8_ok((const unsigned char *)json))
         tc_buf_puts(b, json);
     else
         tc_buf_jstr(b, json);
@@ -2765,13 +2787,27 @@ static int jp_digits(jp *j) {
  * is beyond the largest double: JSON readers turn it into infinity (Python,
  * Node, Ruby) or refuse it (Go), so it cannot travel between runtimes. Only
  * e == 308 needs strtod, given digits and an exponent alone (no decimal
- * point: the host's locale cannot change how it reads). */
+ * point: the host's locale cannot change how it reads). The boundary, the
+ * largest double plus half its last unit, has 309 significant digits, so the
+ * digits decide up to there: the first 320 are kept, and any non-zero digit
+ * after them only adds a final 1 (a value a hair above the kept digits, on
+ * the same side of the boundary). Cutting at fewer digits read
+ * 1.79769313486231580793728971405303415079999e308, which every JSON reader
+ * turns into infinity, as the largest double. */
+#define TC_HUGE_DIGITS 320
 static int jp_huge(const unsigned char *sig, size_t n, long e) {
-    char buf[64];
+    char buf[TC_HUGE_DIGITS + 16];
     size_t k = 0, i;
+    int more = 0;
     if (e != 308) return e > 308;
-    for (i = 0; i < n && k < 40; i++)
-        if (sig[i] != '.') buf[k++] = (char)sig[i];
+    for (i = 0; i < n; i++) {
+        if (sig[i] == '.') continue;
+        if (k < TC_HUGE_DIGITS)
+            buf[k++] = (char)sig[i];
+        else if (sig[i] != '0')
+            more = 1;
+    }
+    if (more) buf[k++] = '1';
     snprintf(buf + k, sizeof buf - k, "e%ld", 308L - (long)(k - 1));
     return isinf(strtod(buf, NULL));
 }

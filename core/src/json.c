@@ -59,13 +59,27 @@ static int jp_digits(jp *j) {
  * is beyond the largest double: JSON readers turn it into infinity (Python,
  * Node, Ruby) or refuse it (Go), so it cannot travel between runtimes. Only
  * e == 308 needs strtod, given digits and an exponent alone (no decimal
- * point: the host's locale cannot change how it reads). */
+ * point: the host's locale cannot change how it reads). The boundary, the
+ * largest double plus half its last unit, has 309 significant digits, so the
+ * digits decide up to there: the first 320 are kept, and any non-zero digit
+ * after them only adds a final 1 (a value a hair above the kept digits, on
+ * the same side of the boundary). Cutting at fewer digits read
+ * 1.79769313486231580793728971405303415079999e308, which every JSON reader
+ * turns into infinity, as the largest double. */
+#define TC_HUGE_DIGITS 320
 static int jp_huge(const unsigned char *sig, size_t n, long e) {
-    char buf[64];
+    char buf[TC_HUGE_DIGITS + 16];
     size_t k = 0, i;
+    int more = 0;
     if (e != 308) return e > 308;
-    for (i = 0; i < n && k < 40; i++)
-        if (sig[i] != '.') buf[k++] = (char)sig[i];
+    for (i = 0; i < n; i++) {
+        if (sig[i] == '.') continue;
+        if (k < TC_HUGE_DIGITS)
+            buf[k++] = (char)sig[i];
+        else if (sig[i] != '0')
+            more = 1;
+    }
+    if (more) buf[k++] = '1';
     snprintf(buf + k, sizeof buf - k, "e%ld", 308L - (long)(k - 1));
     return isinf(strtod(buf, NULL));
 }

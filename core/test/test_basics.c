@@ -571,6 +571,27 @@ void suite_json(void) {
             CHECK_EQ_I(tocsin_notify(db, &id, "c", huge[i], NULL), TOCSIN_INVALID);
             CHECK(strstr(tocsin_errmsg(db), "beyond the range of a double") != NULL);
         }
+        {
+            /* past 40 significant digits the digits still decide: the boundary
+             * (the largest double plus half its last unit) has 309 of them, and
+             * every reader rounds it, and anything above it, to infinity */
+#define TC_BOUND "179769313486231580793728971405303415079934132710037826936173778980444968292764750946649017977587207096330286416692887910946555547851940402630657488671505820681908902000708383676273854845817711531764475730270069855571366959622842914819860834936475292719074168444365510704342711559699508093042880177904174497792"
+#define TC_BOUND_1 "179769313486231580793728971405303415079934132710037826936173778980444968292764750946649017977587207096330286416692887910946555547851940402630657488671505820681908902000708383676273854845817711531764475730270069855571366959622842914819860834936475292719074168444365510704342711559699508093042880177904174497791"
+            static const char *fine2[] = {"1.7976931348623158079372897140530341507993e308", TC_BOUND_1,
+                                          TC_BOUND_1 ".999999999999999999999999999999",
+                                          "-" TC_BOUND_1 ".9999999999999999999999999999999999999999999"};
+            static const char *huge2[] = {"1.79769313486231580793728971405303415079999e308", TC_BOUND,
+                                          "-" TC_BOUND, TC_BOUND ".000000000000000000000000000001",
+                                          "[0." TC_BOUND "00000000000000000000000001e309]"};
+#undef TC_BOUND
+#undef TC_BOUND_1
+            for (i = 0; i < sizeof fine2 / sizeof fine2[0]; i++)
+                CHECK_OK(db, tocsin_notify(db, &id, "c", fine2[i], NULL));
+            for (i = 0; i < sizeof huge2 / sizeof huge2[0]; i++) {
+                CHECK_EQ_I(tocsin_notify(db, &id, "c", huge2[i], NULL), TOCSIN_INVALID);
+                CHECK(strstr(tocsin_errmsg(db), "beyond the range of a double") != NULL);
+            }
+        }
         /* the message names the innermost member holding the number, and none
          * when it sits outside every object */
         {

@@ -137,6 +137,8 @@ qerr "SELECT tocsin_claim('mail', 'w', 1, 1e300);" "visibility_ms must be betwee
 qerr "SELECT tocsin_retry(1, 1, -1e999);" "delay_ms must be an integer (20)"
 qerr "SELECT tocsin_enqueue('q', '[\"\\ud800\"]');" "payload is not valid JSON (a string in it holds a lone surrogate escape"
 qerr "SELECT tocsin_stream_publish('t', '{\"\\udc00\": 1}');" "a lone surrogate escape"
+# a number past the largest double in its 41st digit is infinity to every JSON reader
+qerr "SELECT tocsin_enqueue('q', '[1.79769313486231580793728971405303415079999e308]');" "payload is not valid JSON (it holds a number beyond the range of a double"
 qerr "SELECT tocsin_lock_acquire('lk', 'o', 1.5);" "ttl_ms must be an integer"
 qerr "SELECT tocsin_result_save(1, '1', 9e18);" "ttl_ms must be between"
 qerr "SELECT tocsin_schedule_set('s', '@daily', 'q', '1', '{\"job_expires_ms\":253402300800000}');" "option \"job_expires_ms\" must be between"
@@ -366,6 +368,24 @@ SELECT json_valid(tocsin_job(1)), json_valid(tocsin_notify_read('c', 0, 10)),
 1
 \[\"not json\",\"{bad\"]
 1|1|1|nope|\[1,"
+# ... nor UTF-8: a byte that begins no UTF-8 character comes out as U+FFFD, in a JSON
+# value's text and in every other string of a result (JSON is UTF-8; a driver that
+# decodes the result -- Python's sqlite3 -- would fail on it)
+qfresh stored_not_utf8 "SELECT tocsin_enqueue('q', '1'); SELECT tocsin_notify('c', '1');
+SELECT tocsin_lock_acquire('l', 'o', 60000) > 0;
+UPDATE _tocsin_jobs SET payload = x'22ff22', unique_key = CAST(x'61ff' AS TEXT), last_error = CAST(x'c0af' AS TEXT);
+UPDATE _tocsin_notifications SET payload = CAST(x'5b22eda08022' AS TEXT) || ']', meta = CAST(x'7b2261223a2280227d' AS TEXT);
+UPDATE _tocsin_locks SET owner = CAST(x'6ff4908080' AS TEXT);
+SELECT instr(CAST(tocsin_job(1) AS BLOB), x'ff'), tocsin_job(1) ->> '\$.payload' = '\"' || char(65533) || '\"',
+       tocsin_job(1) ->> '\$.unique_key' = 'a' || char(65533), tocsin_job(1) ->> '\$.last_error' = char(65533, 65533);
+SELECT tocsin_notify_read('c', 0, 10) ->> '\$[0].payload' = '[\"' || char(65533, 65533, 65533) || '\"]',
+       tocsin_notify_read('c', 0, 10) ->> '\$[0].meta' = '{\"a\":\"' || char(65533) || '\"}';
+SELECT tocsin_lock_holder('l') ->> '\$.owner' = 'o' || char(65533, 65533, 65533, 65533);" "1
+1
+1
+0|1|1|1
+1|1
+1"
 # the last event and notification id: the next one is SQLITE_FULL, not a datatype mismatch
 qfresh ids_spent "SELECT tocsin_stream_publish('t', '1'), tocsin_notify('c', '1');
 UPDATE sqlite_sequence SET seq = 9223372036854775807 WHERE name IN ('_tocsin_events', '_tocsin_notifications');
