@@ -5,6 +5,8 @@ package tocsin
 #include "tocsin.h"
 
 static tocsin_message *go_msg_at(tocsin_message *m, size_t i) { return &m[i]; }
+#include <poll.h>
+static int go_readable(int fd) { struct pollfd p = {fd, POLLIN, 0}; return poll(&p, 1, 0) > 0; }
 */
 import "C"
 
@@ -13,10 +15,78 @@ import (
 	"encoding/json"
 	"fmt"
 	"iter"
+	"os"
 	"sync/atomic"
+	"syscall"
 	"time"
 	"unsafe"
 )
+
+// pollWait parks a goroutine, not an OS thread, until the core's descriptor of a
+// listener or stream subscription is readable (a wake, a poke): Go's poller watches a
+// duplicate of it, and the core is read without blocking. Thousands of listeners then
+// cost goroutines; a blocking read in the core would hold an OS thread each (Go aborts
+// a program past 10,000). nil (a descriptor Go cannot poll) falls back to that read.
+type pollWait struct {
+	f  *os.File
+	rc syscall.RawConn
+}
+
+func newPollWait(fd C.int) *pollWait {
+	if fd < 0 {
+		return nil
+	}
+	nfd, err := syscall.Dup(int(fd))
+	if err != nil {
+		return nil
+	}
+	syscall.CloseOnExec(nfd)
+	if err := syscall.SetNonblock(nfd, true); err != nil {
+		syscall.Close(nfd)
+		return nil
+	}
+	f := os.NewFile(uintptr(nfd), "tocsin-wake")
+	rc, err := f.SyscallConn()
+	if err != nil {
+		f.Close()
+		return nil
+	}
+	return &pollWait{f: f, rc: rc}
+}
+
+// wait returns once the descriptor is readable (a wake is pending), false when Go cannot
+// poll it. The look is made inside Read, after the poller forgot earlier readiness: a
+// wake raised before it is seen there, one raised after it wakes the poller.
+func (pw *pollWait) wait() bool {
+	err := pw.rc.Read(func(fd uintptr) bool { return C.go_readable(C.int(fd)) != 0 })
+	return err == nil
+}
+
+func (pw *pollWait) close() {
+	if pw != nil {
+		pw.f.Close()
+	}
+}
+
+// next is one read of a listener or stream subscription: what is there now, else (with
+// a pollWait) the goroutine parks until a wake or a poke and reads again; without one,
+// the core's read blocks until ctx's deadline. A poke (ctx, Close) ends it as the
+// blocking read would: ErrInterrupted.
+func next(ctx context.Context, pw **pollWait, op string, read func(timeout C.int) C.int) error {
+	for {
+		if *pw == nil {
+			return call(op, func() C.int { return read(timeoutMs(ctx)) })
+		}
+		err := call(op, func() C.int { return read(0) })
+		if err == nil || !isCode(err, ErrTimeout) || ctx.Err() != nil {
+			return err
+		}
+		if !(*pw).wait() {
+			(*pw).close()
+			*pw = nil
+		}
+	}
+}
 
 // blockingWait runs one of the core's waits that take a subscription (queue, result and
 // lock waits) on the DB: a subscription of its own is opened for the call so that the
@@ -127,12 +197,13 @@ type Listener struct {
 	done chan struct{}
 	err  error
 	stop context.CancelFunc
+	pw   *pollWait // the goroutine's wait (nil: it blocks in the core)
 	// the counters as they were at close (the C object is gone then)
 	dropped atomic.Int64
 }
 
-// Listen listens on channel (NOTIFY/LISTEN): one goroutine per listener waits in the
-// core (the blocked cgo call is its only OS thread) and ends with ctx.
+// Listen listens on channel (NOTIFY/LISTEN): one goroutine per listener waits on Go's
+// poller (no OS thread of its own while idle) and ends with ctx.
 func (db *DB) Listen(ctx context.Context, channel string, opts *ListenOptions) (*Listener, error) {
 	size := 1000
 	if opts != nil && opts.BufferSize != 0 {
@@ -153,7 +224,7 @@ func (db *DB) Listen(ctx context.Context, channel string, opts *ListenOptions) (
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	ch := make(chan Message)
-	li := &Listener{C: ch, l: l, done: make(chan struct{}), stop: cancel}
+	li := &Listener{C: ch, l: l, done: make(chan struct{}), stop: cancel, pw: newPollWait(C.tocsin_listen_fd(l))}
 	li.w = db.newWaiter(ctx, func() { C.tocsin_listen_poke(l) })
 	go li.run(ctx, ch)
 	return li, nil
@@ -167,13 +238,14 @@ func (li *Listener) run(ctx context.Context, ch chan<- Message) {
 		// the listener is closed
 		li.w.detach()
 		li.dropped.Store(int64(C.tocsin_listen_dropped(li.l)))
+		li.pw.close()
 		C.tocsin_listen_close(li.l)
 		li.w.leave()
 	}()
 	for {
 		var msgs *C.tocsin_message
 		var n C.size_t
-		err := call("listen", func() C.int { return C.tocsin_listen_next(li.l, &msgs, &n, timeoutMs(ctx)) })
+		err := next(ctx, &li.pw, "listen", func(t C.int) C.int { return C.tocsin_listen_next(li.l, &msgs, &n, t) })
 		if err != nil {
 			if ctx.Err() == nil && !li.w.isDBClosed() && (isCode(err, ErrInterrupted) || isCode(err, ErrTimeout)) {
 				continue // a stale poke: wait again
@@ -483,6 +555,7 @@ type Subscription struct {
 	// the position as it was at close
 	position atomic.Int64
 	as       *autosaver // nil without autosave
+	pw       *pollWait  // the goroutine's wait (nil: it blocks in the core)
 }
 
 // Subscribe subscribes consumer (may be "" with FromOffset and no autosave) to the topic,
@@ -513,7 +586,8 @@ func (s *Stream) Subscribe(ctx context.Context, consumer string, opts *Subscribe
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	ch := make(chan Message)
-	sub := &Subscription{C: ch, s: ss, done: make(chan struct{}), stop: cancel, as: as}
+	sub := &Subscription{C: ch, s: ss, done: make(chan struct{}), stop: cancel, as: as,
+		pw: newPollWait(C.tocsin_stream_sub_fd(ss))}
 	sub.w = db.newWaiter(ctx, func() { C.tocsin_stream_sub_poke(ss) })
 	go sub.run(ctx, ch)
 	return sub, nil
@@ -581,6 +655,7 @@ func (sub *Subscription) run(ctx context.Context, ch chan<- Message) {
 				sub.err = err
 			}
 		}
+		sub.pw.close()
 		if err := call("subscribe", func() C.int { return C.tocsin_stream_sub_close(sub.s) }); err != nil && sub.err == nil {
 			sub.err = err
 		}
@@ -594,7 +669,7 @@ func (sub *Subscription) run(ctx context.Context, ch chan<- Message) {
 				return
 			}
 		}
-		msgs, err := streamNext(ctx, sub.s, sub.w)
+		msgs, err := streamNext(ctx, sub.s, &sub.pw, sub.w)
 		if err != nil {
 			sub.err = err
 			return
@@ -641,11 +716,11 @@ func stoppedAt(s *C.tocsin_stream_sub, msgs []Message, i int) {
 	C.tocsin_stream_sub_rewind(s, C.int64_t(off))
 }
 
-func streamNext(ctx context.Context, s *C.tocsin_stream_sub, w *waiter) ([]Message, error) {
+func streamNext(ctx context.Context, s *C.tocsin_stream_sub, pw **pollWait, w *waiter) ([]Message, error) {
 	for {
 		var msgs *C.tocsin_message
 		var n C.size_t
-		err := call("subscribe", func() C.int { return C.tocsin_stream_sub_next(s, &msgs, &n, timeoutMs(ctx)) })
+		err := next(ctx, pw, "subscribe", func(t C.int) C.int { return C.tocsin_stream_sub_next(s, &msgs, &n, t) })
 		if err == nil {
 			return messagesFrom(msgs, n), nil
 		}
@@ -702,8 +777,10 @@ func (s *Stream) Events(ctx context.Context, consumer string, opts *SubscribeOpt
 		// of them before the close saves it.
 		var batch []Message
 		handed := 0
+		pw := newPollWait(C.tocsin_stream_sub_fd(ss))
 		defer func() {
 			stoppedAt(ss, batch, handed)
+			pw.close()
 			C.tocsin_stream_sub_close(ss)
 		}()
 		poke := func() { C.tocsin_stream_sub_poke(ss) }
@@ -711,7 +788,7 @@ func (s *Stream) Events(ctx context.Context, consumer string, opts *SubscribeOpt
 			// The waiter is registered only while the core waits, not while the loop
 			// body runs: a body that closes the DB does not wait for itself.
 			w := db.newWaiter(ctx, poke)
-			msgs, err := streamNext(ctx, ss, w)
+			msgs, err := streamNext(ctx, ss, &pw, w)
 			w.finish()
 			if err != nil {
 				yield(Message{}, err)
