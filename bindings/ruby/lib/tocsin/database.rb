@@ -411,10 +411,15 @@ module Tocsin
     def wait(timeout = nil)
       ms = Util.ms(timeout, "timeout")
       if Util.fiber_scheduler?
-        return true if drain
+        deadline = timeout && Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+        loop do
+          return true if drain # (Tocsin::Closed once closed)
 
-        Util.wait_fd(to_io, timeout)
-        return drain
+          left = deadline && deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
+          return false if left && left <= 0
+
+          Util.wait_fd(to_io, left)
+        end
       end
       @native.wait(ms)
     end
