@@ -18,6 +18,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"os"
+	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
@@ -43,6 +45,7 @@ type Options struct {
 type DB struct {
 	conn
 	path   string
+	file   string // the file's identity (fileKey): what the open transactions are kept by
 	opts   Options
 	mu     sync.RWMutex // held shared by every call on the handle, exclusively by Close
 	closed atomic.Bool
@@ -111,6 +114,7 @@ func Open(path string, opts *Options) (*DB, error) {
 		return nil, err
 	}
 	db := &DB{path: path, opts: *opts, waits: map[*waiter]struct{}{}, done: make(chan struct{})}
+	db.file = fileKey(path, db)
 	db.wcond = sync.NewCond(&db.wmu)
 	db.conn = conn{p: p, db: db}
 	runtime.SetFinalizer(db, func(db *DB) { _ = db.Close() })
@@ -337,7 +341,7 @@ type Tx struct {
 // stack header, only while some transaction of the process is open.
 type holderKey struct {
 	g    int64
-	path string
+	file string // DB.file
 }
 
 var (
@@ -367,11 +371,33 @@ func (db *DB) heldByCaller() bool {
 	if holdersN.Load() == 0 {
 		return false
 	}
-	k := holderKey{goid(), db.path}
+	k := holderKey{goid(), db.file}
 	holdersMu.Lock()
 	n := holders[k]
 	holdersMu.Unlock()
 	return n > 0
+}
+
+// fileKey is the identity of the database file at path, by which the open transactions
+// are kept: its device and inode where the platform has them, so that handles opened
+// through paths spelled differently ("dir//app.db", a relative path, a symlink, a hard
+// link) are known to share the file and its write lock; else its absolute path with
+// symlinks resolved. A path that names no file (an in-memory database) is db's alone.
+func fileKey(path string, db *DB) string {
+	if id, ok := fileID(path); ok {
+		return id
+	}
+	if _, err := os.Stat(path); err != nil {
+		return fmt.Sprintf("handle %p", db)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return "path " + path
+	}
+	if real, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = real
+	}
+	return "path " + abs
 }
 
 // goid is the calling goroutine's id, from the header of its stack trace
@@ -441,7 +467,7 @@ func (db *DB) begin(ctx context.Context) (*Tx, error) {
 	if err := db.do(ctx, "tx begin", func(p *C.tocsin_db) C.int { return C.tocsin_tx_begin(p, &tp) }); err != nil {
 		return nil, err
 	}
-	tx := &Tx{holder: holderKey{goid(), db.path}}
+	tx := &Tx{holder: holderKey{goid(), db.file}}
 	tx.conn = conn{p: tp, db: db, tx: tx}
 	holdTx(tx.holder)
 	return tx, nil

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -354,4 +355,41 @@ func TestWorkerSurvivesADamagedSchedule(t *testing.T) {
 		}
 	})
 	check(t, stop()) // ended by its ctx, not by the schedule's error
+}
+
+// A write on another handle of the same file from inside the goroutine's own
+// transaction is refused at once (ErrInvalid), however the path was spelled: the
+// transactions were kept by path, so "dir//t.db", a symlink or a hard link waited for
+// the write lock the caller holds, the whole busy timeout, and failed with ErrBusy.
+// (SQLite itself refuses a WAL database opened through a hard link.)
+func TestOwnTxRefusedThroughAnotherSpellingOfThePath(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "t.db")
+	db := openDB2(t, path)
+	check(t, os.Symlink(path, filepath.Join(dir, "link.db")))
+	for _, other := range []string{dir + string(filepath.Separator) + string(filepath.Separator) + "t.db",
+		filepath.Join(dir, "link.db")} {
+		db2 := openDB2(t, other)
+		// (the deadline only bounds the test where the call would wait for the lock)
+		ctx, cancel := context.WithTimeout(bg, 2*time.Second)
+		var enqErr, txErr error
+		check(t, db.Tx(bg, func(tx *tocsin.Tx) error {
+			_, enqErr = db2.Queue("q").Enqueue(ctx, 1, nil)
+			txErr = db2.Tx(ctx, func(*tocsin.Tx) error { return nil })
+			return nil
+		}))
+		cancel()
+		for _, err := range []error{enqErr, txErr} {
+			wantCode(t, err, tocsin.ErrInvalid)
+			if errors.Is(err, tocsin.ErrBusy) {
+				t.Fatalf("%s: waited for the caller's own write lock: %v", other, err)
+			}
+		}
+		// a handle on another file is not the caller's
+		other2 := openDB2(t, filepath.Join(dir, "other-"+filepath.Base(other)))
+		check(t, db.Tx(bg, func(tx *tocsin.Tx) error {
+			_, err := other2.Queue("q").Enqueue(bg, 1, nil)
+			return err
+		}))
+	}
 }

@@ -136,13 +136,27 @@ class TestArgumentUnits < Minitest::Test
 
   def test_trim_and_autotrim_name_their_keywords
     refused(/\Atrim needs max_age:, max_count: or below_consumers: true\z/) { db.stream("s").trim }
-    refused(/\Atrim needs/) { db.stream("s").trim(max_age: 0, max_count: 0) }
+    refused(/\Amax_age must be > 0 seconds, not 0 \(leave it out for none\)\z/) { db.stream("s").trim(max_age: 0, max_count: 0) }
     refused(/\Amax_age must be between 0 and/) { db.stream("s").trim(max_age: BIG) }
     refused(/\Aset_notify_autotrim needs max_age: or max_keep: \(one_in: 0 turns it off\)\z/) { db.set_notify_autotrim }
     refused(/\Amax_age must be between 0 and/) { db.set_notify_autotrim(max_age: BIG) }
     refused(/\Anotifications_max_age must be between 0 and/) { db.prune(notifications_max_age: BIG) }
     refused(/\Adead_before must be epoch milliseconds/) { db.prune(dead_before: -5) }
     db.set_notify_autotrim(one_in: 0) # off needs neither
+  end
+
+  # The core reads a 0 of a trim or prune criterion as "no such criterion": an explicit
+  # 0 ("keep none", "older than 0 s") pruned nothing, silently. It is refused, and
+  # nothing is deleted (the fixture's event and notification stay).
+  def test_a_zero_trim_or_prune_criterion_is_refused
+    s = db.stream("s")
+    refused(/\Anotifications_keep must be >= 1, not 0 \(leave it out for no limit\)\z/) { db.prune(notifications_keep: 0) }
+    refused(/\Anotifications_max_age must be > 0 seconds, not 0/) { db.prune(notifications_max_age: 0) }
+    refused(/\Anotifications_keep must be >= 1, not 0/) { db.prune(notifications_max_age: 60, notifications_keep: 0) }
+    refused(/\Amax_count must be >= 1, not 0 \(leave it out for no limit\)\z/) { s.trim(max_age: 60, max_count: 0) }
+    refused(/\Amax_age must be > 0 seconds, not 0/) { s.trim(max_age: 0, max_count: 5) }
+    refused(/\Amax_keep must be >= 1, not 0/) { db.set_notify_autotrim(max_age: 60, max_keep: 0) }
+    refused(/\Amax_age must be > 0 seconds, not 0/) { db.set_notify_autotrim(max_age: 0, max_keep: 5) }
   end
 
   def test_leases_and_windows_are_bounded_in_seconds

@@ -209,9 +209,9 @@ class TestReview < Minitest::Test
     assert_refused(/after must be an Integer, not Float/) { db.notifications("ch", after: 0.5) }
     assert_refused(/buffer_size must be between 1 and 10000/) { db.listen("ch", buffer_size: 0) }
     assert_refused(/batch must be between 1 and 10000/) { s.subscribe(batch: 10**6) }
-    assert_refused(/max_count must be >= 0, not -1/) { s.trim(max_count: -1) }
+    assert_refused(/max_count must be >= 1, not -1/) { s.trim(max_count: -1) }
     assert_refused(/max_count/) { s.trim(max_count: 2.5) }
-    assert_refused(/notifications_keep must be >= 0/) { db.prune(notifications_keep: -2) }
+    assert_refused(/notifications_keep must be >= 1, not -2/) { db.prune(notifications_keep: -2) }
     assert_refused(/max_keep/) { db.set_notify_autotrim(max_keep: "10") }
     assert_refused(/one_in/) { db.set_notify_autotrim(max_keep: 10, one_in: 2**64) }
     assert_refused(/limit must be an Integer, not String/) { db.rate_limit("r", limit: "5", per: 1).try }

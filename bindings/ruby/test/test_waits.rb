@@ -137,4 +137,36 @@ class TestWaits < Minitest::Test
     end
     assert_equal %w[a b], seen
   end
+  # Under a Fiber scheduler a wait sleeps on a descriptor that the database's close
+  # closes, which takes it out of the scheduler's selector without waking it: a close
+  # from another fiber left waits without a timeout asleep for good. They end with
+  # Tocsin::Closed, as in threads.
+  def test_close_ends_the_waits_of_other_fibers
+    require "async"
+    got = {}
+    runner = Thread.new do
+      Async do |task|
+        waits = {
+          listen: -> { db.listen("never") { nil } },
+          subscribe: -> { db.stream("s").subscribe(consumer: "c") { nil } },
+          wait_result: -> { db.wait_result(db.queue("q").enqueue(1)) },
+          queue_wait: -> { db.queue("empty").wait },
+          subscription: -> { s = db.subscribe; loop { s.wait } } # (a commit wakes it: it waits again)
+        }
+        fibers = waits.map do |name, wait|
+          task.async do
+            wait.call
+            got[name] = :returned
+          rescue Exception => e # rubocop:disable Lint/RescueException
+            got[name] = e.class
+          end
+        end
+        sleep 0.1 # (the fibers wait; one that had not begun would raise Closed as it began)
+        db.close
+        fibers.each { |f| f.wait }
+      end
+    end
+    assert runner.join(60), "the waits of the other fibers did not end after the close"
+    assert_equal %i[listen subscribe wait_result queue_wait subscription].to_h { |n| [n, Tocsin::Closed] }, got
+  end
 end

@@ -340,10 +340,13 @@ module Tocsin
     # seconds (and beyond +notifications_keep+ per channel), expired results, old
     # rate-limit admissions and, with +dead_before+ (Time/ms), dead letters.
     # Returns the counts.
+    # (The core reads a 0 of either notification criterion as "no criterion": an
+    # explicit 0 -- "keep none", "older than now" -- is refused, not read as "prune
+    # nothing"; leave the option out for that.)
     def prune(notifications_max_age: nil, notifications_keep: nil, dead_before: nil)
       out = {}
-      age_ms = Util.ms(notifications_max_age, "notifications_max_age")
-      Util.int!(notifications_keep, "notifications_keep", nil_ok: true)
+      age_ms = Util.ms(notifications_max_age, "notifications_max_age", positive: true)
+      keep!(notifications_keep, "notifications_keep")
       dead_ms = Util.instant_ms(dead_before, "dead_before", min: 1)
       out[:notifications] = native.notify_prune(age_ms, notifications_keep) if !age_ms.nil? || !notifications_keep.nil?
       out[:results] = native.result_sweep
@@ -353,13 +356,22 @@ module Tocsin
     end
 
     def set_notify_autotrim(max_age: nil, max_keep: nil, one_in: 100)
-      age = Util.ms(max_age, "max_age")
+      age = Util.ms(max_age, "max_age", positive: true)
+      keep!(max_keep, "max_keep")
       # (the core's message names max_age_ms)
       if one_in.is_a?(Integer) && one_in.positive? && (age.nil? || age.zero?) && (max_keep.nil? || max_keep == 0)
         raise InvalidArgument, "set_notify_autotrim needs max_age: or max_keep: (one_in: 0 turns it off)"
       end
 
       native.notify_autotrim(age, max_keep, one_in)
+    end
+
+    # A notifications count to keep: nil (no such criterion), else an Integer >= 1.
+    private def keep!(v, what)
+      return if v.nil?
+
+      Util.int!(v, what)
+      raise InvalidArgument, "#{what} must be >= 1, not #{Util.shown(v)} (leave it out for no limit)" unless v >= 1
     end
 
     # Calls task +task+ (registered by a worker of any runtime) on +queue+ with
@@ -411,10 +423,15 @@ module Tocsin
     def wait(timeout = nil)
       ms = Util.ms(timeout, "timeout")
       if Util.fiber_scheduler?
-        return true if drain
+        deadline = timeout && Process.clock_gettime(Process::CLOCK_MONOTONIC) + timeout
+        loop do
+          return true if drain # (Tocsin::Closed once closed)
 
-        Util.wait_fd(to_io, timeout)
-        return drain
+          left = deadline && deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
+          return false if left && left <= 0
+
+          Util.wait_fd(to_io, left)
+        end
       end
       @native.wait(ms)
     end

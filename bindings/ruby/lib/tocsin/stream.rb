@@ -43,9 +43,14 @@ module Tocsin
 
     # Deletes events older than +max_age+ seconds, beyond the newest +max_count+,
     # and/or (+below_consumers+) those every consumer has passed. Returns the count.
+    # (The core reads a 0 of max_age or max_count as "no such criterion": an explicit
+    # 0 -- "keep none" -- is refused, not read as "trim nothing by it".)
     def trim(max_age: nil, max_count: nil, below_consumers: false)
-      age = Util.ms(max_age, "max_age")
+      age = Util.ms(max_age, "max_age", positive: true)
       Util.int!(max_count, "max_count", nil_ok: true)
+      if !max_count.nil? && max_count < 1
+        raise InvalidArgument, "max_count must be >= 1, not #{Util.shown(max_count)} (leave it out for no limit)"
+      end
       # (the core's message names max_age_ms)
       if (age.nil? || age.zero?) && (max_count.nil? || max_count.zero?) && !Util.bool!(below_consumers, "below_consumers")
         raise InvalidArgument, "trim needs max_age:, max_count: or below_consumers: true"

@@ -269,9 +269,18 @@ module Tocsin
       Fiber.respond_to?(:scheduler) && !Fiber.scheduler.nil? && !Fiber.blocking?
     end
 
-    # Waits (under a Fiber scheduler) until +fd+ is readable or +timeout+ seconds pass.
+    # The longest a wait under a Fiber scheduler sleeps on a descriptor before its
+    # caller looks again (seconds).
+    FIBER_SLICE = 1.0
+
+    # Waits (under a Fiber scheduler) until +fd+ is readable or +timeout+ seconds
+    # pass -- at most FIBER_SLICE: the caller checks again and waits on. A close of
+    # the database (in this thread, from another fiber, or in another thread) closes
+    # the descriptor, which takes it out of the scheduler's selector without making
+    # it readable: a wait without a bound would never end (its close would not reach
+    # it); this way the caller's next call raises Tocsin::Closed.
     def wait_fd(io, timeout)
-      io.wait_readable(timeout.nil? ? nil : [timeout, 0].max)
+      io.wait_readable(timeout.nil? ? FIBER_SLICE : timeout.clamp(0, FIBER_SLICE))
     end
 
     def io_for(fd) = IO.for_fd(fd, autoclose: false)
