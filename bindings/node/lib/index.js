@@ -995,6 +995,14 @@ class Waiting {
   _stoppedAt() {}
   close() {
     if (this._closed) return;
+    // closed while a for-await loop is mid-batch (close() in its body, the signal,
+    // db.close()): the rest of the batch is not handed on, and the position (what
+    // close saves) goes back to the last event that was
+    const ev = this._midBatch();
+    if (ev) {
+      this._stoppedAt(ev);
+      this._iter.cut = true;
+    }
     this._closed = true;
     this._db._closers.delete(this);
     if (this._signal && this._onAbort) this._signal.removeEventListener('abort', this._onAbort);

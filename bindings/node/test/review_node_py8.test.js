@@ -1,0 +1,71 @@
+'use strict';
+// Regression tests of a review of the Node binding (node + python pass).
+const { test, describe, before, after } = require('node:test');
+const assert = require('node:assert/strict');
+const tocsin = require('..');
+const { tmpdb } = require('./helpers');
+
+describe('node review 8', () => {
+  let path;
+  let db;
+  before(() => { path = tmpdb(); db = tocsin.open(path); });
+  after(() => db.close());
+
+  // "A named consumer's offset is saved when the subscription closes (the end of a
+  // for-await loop, close()): the last event handed on" -- closed mid-batch, it saved the
+  // end of the batch the core had read (4..10 never handed on, skipped for good) and the
+  // loop went on handing out the rest of that batch after close.
+  test('close() inside a for-await loop mid-batch saves the last event handed on and hands out no more', async () => {
+    const s = db.stream('close-mid');
+    const offs = await s.publishMany([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    const sub = s.subscribe({ consumer: 'c', batch: 100 });
+    const seen = [];
+    await assert.rejects(async () => {
+      for await (const ev of sub) {
+        seen.push(ev.payload);
+        if (ev.payload === 3) sub.close();
+      }
+    }, tocsin.ClosedError);
+    assert.deepEqual(seen, [1, 2, 3]);
+    assert.equal(await s.offset('c'), offs[2]);
+    const next = [];
+    for await (const ev of s.subscribe({ consumer: 'c' })) { next.push(ev.payload); if (ev.payload === 10) break; }
+    assert.deepEqual(next, [4, 5, 6, 7, 8, 9, 10]);
+  });
+
+  test('the signal aborting a for-await loop mid-batch saves the last event handed on and hands out no more', async () => {
+    const s = db.stream('abort-mid');
+    const offs = await s.publishMany([1, 2, 3, 4, 5, 6]);
+    const ac = new AbortController();
+    const seen = [];
+    await assert.rejects(async () => {
+      for await (const ev of s.subscribe({ consumer: 'c', signal: ac.signal })) {
+        seen.push(ev.payload);
+        if (ev.payload === 2) ac.abort();
+      }
+    }, { name: 'AbortError' });
+    assert.deepEqual(seen, [1, 2]);
+    assert.equal(await s.offset('c'), offs[1]);
+  });
+
+  test('db.close() during a for-await loop mid-batch saves the last event handed on', async () => {
+    const p = tmpdb();
+    const d = tocsin.open(p);
+    const s = d.stream('dbclose-mid');
+    const offs = await s.publishMany([1, 2, 3, 4, 5]);
+    const seen = [];
+    await assert.rejects(async () => {
+      for await (const ev of s.subscribe({ consumer: 'c' })) {
+        seen.push(ev.payload);
+        if (ev.payload === 2) await d.close();
+      }
+    }, tocsin.ClosedError);
+    assert.deepEqual(seen, [1, 2]);
+    const d2 = tocsin.open(p);
+    try {
+      assert.equal(await d2.stream('dbclose-mid').offset('c'), offs[1]);
+    } finally {
+      await d2.close();
+    }
+  });
+});
