@@ -68,4 +68,16 @@ describe('node review 8', () => {
       await d2.close();
     }
   });
+
+  // The core's close of a stream subscription cleared its own error after a failed save
+  // (the write lock held by a transaction): BusyError "ok".
+  test('a save on close that finds the write lock taken says why', async () => {
+    const s = db.stream('close-busy');
+    await s.publishMany([1, 2, 3]);
+    await assert.rejects(db.transaction(async (tx) => {
+      await s.publish(4, { tx });
+      for await (const ev of s.subscribe({ consumer: 'c', fromOffset: 0 })) { if (ev.payload === 2) break; }
+    }), (e) => e instanceof tocsin.BusyError && /locked/.test(e.message) && e.message !== 'ok');
+    assert.equal(await s.offset('c'), 0);
+  });
 });
