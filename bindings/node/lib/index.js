@@ -535,11 +535,11 @@ class Database {
   async notifyMaxId() { return native.notifyMaxId(this._h); }
   async pruneNotifications(o) {
     o = opts(o, 'db.pruneNotifications() options', ['maxAge', 'maxKeep']);
-    return native.notifyPrune(this._writeHandle('db.pruneNotifications()'), ms(o.maxAge, 'maxAge') || 0, int(o.maxKeep, 'maxKeep') || 0);
+    return native.notifyPrune(this._writeHandle('db.pruneNotifications()'), ms(o.maxAge, 'maxAge') || 0, count(o.maxKeep, 'maxKeep', 0) || 0);
   }
   async setNotifyAutotrim(o) {
     o = opts(o, 'db.setNotifyAutotrim() options', ['maxAge', 'maxKeep', 'oneIn']);
-    const age = ms(o.maxAge, 'maxAge') || 0, keep = int(o.maxKeep, 'maxKeep') || 0, oneIn = int(o.oneIn, 'oneIn') || 0;
+    const age = ms(o.maxAge, 'maxAge') || 0, keep = count(o.maxKeep, 'maxKeep', 0) || 0, oneIn = count(o.oneIn, 'oneIn', 0) || 0;
     if (oneIn > 0 && !age && !keep) throw invalid('setNotifyAutotrim() needs maxAge or maxKeep (oneIn 0 turns it off)');
     return native.notifyAutotrim(this._writeHandle('db.setNotifyAutotrim()'), age, keep, oneIn);
   }
@@ -886,10 +886,10 @@ class Stream {
   async offset(consumer) { return native.offset(this.db._h, str(consumer, 'consumer'), this.topic); }
   async trim(o) {
     o = opts(o, 'stream.trim() options', ['maxAge', 'maxCount', 'belowConsumers']);
-    const age = ms(o.maxAge, 'maxAge') || 0, count = int(o.maxCount, 'maxCount') || 0;
+    const age = ms(o.maxAge, 'maxAge') || 0, max = count(o.maxCount, 'maxCount', 0) || 0;
     const below = bool(o.belowConsumers, 'belowConsumers');
-    if (!age && !count && !below) throw invalid('stream.trim() needs maxAge, maxCount or belowConsumers');
-    return native.trim(this.db._writeHandle('stream.trim()'), this.topic, age, count, below);
+    if (!age && !max && !below) throw invalid('stream.trim() needs maxAge, maxCount or belowConsumers');
+    return native.trim(this.db._writeHandle('stream.trim()'), this.topic, age, max, below);
   }
   /**
    * Replays from the consumer's saved offset (or fromOffset), then follows

@@ -80,4 +80,14 @@ describe('node review 8', () => {
     }), (e) => e instanceof tocsin.BusyError && /locked/.test(e.message) && e.message !== 'ok');
     assert.equal(await s.offset('c'), 0);
   });
+
+  // A negative count reached the core, whose refusal named its C argument (max_count,
+  // max_keep, "max_keep and one_in"), not the option as JS spells it.
+  test('negative trim and prune counts are refused naming the option', async () => {
+    await assert.rejects(db.stream('t').trim({ maxCount: -1 }), (e) => e instanceof tocsin.InvalidArgumentError && /^maxCount /.test(e.message));
+    await assert.rejects(db.pruneNotifications({ maxKeep: -1 }), (e) => e instanceof tocsin.InvalidArgumentError && /^maxKeep /.test(e.message));
+    await assert.rejects(db.setNotifyAutotrim({ maxKeep: -2 }), (e) => e instanceof tocsin.InvalidArgumentError && /^maxKeep /.test(e.message));
+    await assert.rejects(db.setNotifyAutotrim({ maxKeep: 5, oneIn: -1 }), (e) => e instanceof tocsin.InvalidArgumentError && /^oneIn /.test(e.message));
+    assert.equal(await db.stream('t').trim({ maxCount: 0, maxAge: 1 }), 0); // 0: no such bound
+  });
 });
