@@ -1187,16 +1187,22 @@ function load(betterDb) {
 function sqlOptions(o, extra) {
   const r = { ...extra };
   const exact = []; // [key, BigInt]: beyond the safe integers, written as their exact digits
+  // checked as queue.enqueue() checks them (JSON.stringify would write a NaN or an
+  // Infinity as null, which the SQL function reads as "the default")
   const integer = (key, v) => {
-    v = fromBig(v);
     if (typeof v === 'bigint') exact.push([key, v]); else r[key] = v;
   };
-  if (o.priority !== undefined) integer('priority', o.priority);
+  if (o.delay !== undefined && o.delay !== null && o.runAt !== undefined && o.runAt !== null) {
+    throw invalid('give delay or runAt, not both');
+  }
+  if (o.priority !== undefined && o.priority !== null) integer('priority', int(o.priority, 'priority'));
   if (o.delay !== undefined) r.delay_ms = ms(o.delay, 'delay');
   if (o.runAt !== undefined) r.run_at_ms = instant(o.runAt, 'runAt', 1);
-  if (o.maxAttempts !== undefined) integer('max_attempts', o.maxAttempts);
+  if (o.maxAttempts !== undefined && o.maxAttempts !== null) {
+    integer('max_attempts', count(o.maxAttempts, 'maxAttempts', 1, native.MAX_ATTEMPTS));
+  }
   if (o.expires !== undefined) r.expires_ms = positiveMs(o.expires, 'expires');
-  if (o.uniqueKey !== undefined) r.unique_key = o.uniqueKey;
+  if (o.uniqueKey !== undefined && o.uniqueKey !== null) r.unique_key = str(o.uniqueKey, 'uniqueKey');
   if (o.meta !== undefined && o.meta !== null) r.meta = JSON.parse(metaJson(o.meta));
   if (!exact.length) return Object.keys(r).length ? JSON.stringify(r) : null;
   const text = JSON.stringify(r);

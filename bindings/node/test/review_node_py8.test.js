@@ -90,4 +90,37 @@ describe('node review 8', () => {
     await assert.rejects(db.setNotifyAutotrim({ maxKeep: 5, oneIn: -1 }), (e) => e instanceof tocsin.InvalidArgumentError && /^oneIn /.test(e.message));
     assert.equal(await db.stream('t').trim({ maxCount: 0, maxAge: 1 }), 0); // 0: no such bound
   });
+
+  // tocsin.enqueueSql / callSql wrote their options with JSON.stringify unchecked: a NaN
+  // or an Infinity priority, maxAttempts or uniqueKey became null, which the SQL function
+  // reads as "the default", so the job was enqueued with priority 0, 3 attempts, no
+  // unique key; queue.enqueue() refuses the same values.
+  test('enqueueSql and callSql refuse the option values queue.enqueue() refuses, writing nothing', async () => {
+    const Database = require('better-sqlite3');
+    const app = new Database(path);
+    try {
+      const bad = [
+        [{ priority: NaN }, /^priority must be an integer/],
+        [{ priority: Infinity }, /^priority must be an integer/],
+        [{ priority: '5' }, /^priority must be an integer/],
+        [{ maxAttempts: NaN }, /^maxAttempts must be an integer/],
+        [{ maxAttempts: -Infinity }, /^maxAttempts must be an integer/],
+        [{ maxAttempts: 0 }, /^maxAttempts must be an integer between 1 and/],
+        [{ uniqueKey: NaN }, /^uniqueKey must be a string/],
+        [{ uniqueKey: 5 }, /^uniqueKey must be a string/],
+        [{ delay: 5, runAt: Date.now() + 1000 }, /^give delay or runAt, not both/],
+      ];
+      for (const [o, re] of bad) {
+        assert.throws(() => tocsin.enqueueSql(app, 'sqlopts', 1, o), (e) => e instanceof tocsin.InvalidArgumentError && re.test(e.message), JSON.stringify(o));
+        assert.throws(() => tocsin.callSql(app, 'sqlopts', 't', [], o), (e) => e instanceof tocsin.InvalidArgumentError && re.test(e.message), JSON.stringify(o));
+      }
+      assert.equal((await db.queue('sqlopts').stats()).pending, 0, 'nothing was written');
+      const id = tocsin.enqueueSql(app, 'sqlopts', 1, { priority: 2n ** 62n, maxAttempts: 2n, uniqueKey: null });
+      const job = await db.queue('sqlopts').get(id);
+      assert.equal(job.priority, 2n ** 62n);
+      assert.equal(job.maxAttempts, 2);
+    } finally {
+      app.close();
+    }
+  });
 });
