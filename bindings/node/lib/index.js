@@ -1018,7 +1018,14 @@ class Listener extends Waiting {
     super(db, w, signal, (r) => new Notification(r));
     this._emitter = new EventEmitter();
     this._pumping = false;
+    this._pumpStop = null; // ends the pump's wait once no 'notification' listener is left
     this._emitter.on('newListener', (ev) => { if (ev === 'notification') setImmediate(() => this._pump()); });
+    // the last 'notification' listener removed: the pump stops waiting (its descriptor
+    // no longer keeps the event loop alive); what arrives meanwhile stays for the next
+    // listener or get()
+    this._emitter.on('removeListener', (ev) => {
+      if (ev === 'notification' && this._emitter.listenerCount('notification') === 0 && this._pumpStop) this._pumpStop.abort();
+    });
   }
   get dropped() { return this._w.dropped(); }
   on(ev, fn) { this._emitter.on(ev, fn); return this; }
@@ -1032,10 +1039,12 @@ class Listener extends Waiting {
     try {
       while (!this._closed && this._emitter.listenerCount('notification') > 0) {
         let batch;
+        const stop = new AbortController();
+        this._pumpStop = stop;
         try {
-          batch = await this.get();
+          batch = await this.get({ signal: stop.signal });
         } catch (e) {
-          if (this._closed) break;
+          if (this._closed || stop.signal.aborted) break;
           if (this._emitter.listenerCount('error') > 0) this._emitter.emit('error', e);
           break;
         }

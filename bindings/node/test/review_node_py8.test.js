@@ -123,4 +123,36 @@ describe('node review 8', () => {
       app.close();
     }
   });
+
+  // The pump behind listener.on('notification') waited on the listener's descriptor
+  // until a notification came, whether or not anyone still listened: after off() of the
+  // last handler, that wait kept the process alive for good.
+  test('removing the last notification handler stops the pump: the process can exit; a handler added later hears what came meanwhile', async () => {
+    const script = `
+      const tocsin = require(${JSON.stringify(require('path').resolve(__dirname, '..'))});
+      const db = tocsin.open(${JSON.stringify(tmpdb())});
+      const l = db.listen('c');
+      const f = () => {};
+      l.on('notification', f);
+      setImmediate(() => setImmediate(() => { l.off('notification', f); console.log('off'); }));
+    `;
+    const child = require('child_process').spawn(process.execPath, ['-e', script], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (d) => { out += d; });
+    const killer = setTimeout(() => child.kill('SIGKILL'), 10000);
+    const [code, signal] = await new Promise((r) => child.on('close', (c, sg) => r([c, sg])));
+    clearTimeout(killer);
+    assert.equal(out.trim(), 'off');
+    assert.deepEqual([code, signal], [0, null], 'the process ended by itself');
+
+    const l = db.listen('pump');
+    const f = () => {};
+    l.on('notification', f);
+    await new Promise((r) => setImmediate(r));
+    l.off('notification', f);
+    await db.notify('pump', 1);
+    const heard = await new Promise((resolve) => l.on('notification', (n) => resolve(n.payload)));
+    assert.equal(heard, 1);
+    l.close();
+  });
 });
