@@ -531,9 +531,15 @@ int tocsin_stream_sub_close(tocsin_stream_sub *s) {
         tc_clear(s->db);
         rc = sub_save(s, s->position);
     }
-    tocsin_messages_free(s->got, s->got_n);
-    tocsin_sub_close(s->sub);
-    tocsin_close(s->db);
+    {
+        /* closing the private handle clears the thread's error: a failed save
+         * keeps its own (it said "ok" otherwise) */
+        tc_thread_state saved = *tc_tls();
+        tocsin_messages_free(s->got, s->got_n);
+        tocsin_sub_close(s->sub);
+        tocsin_close(s->db);
+        if (rc != TOCSIN_OK) *tc_tls() = saved;
+    }
     sqlite3_free(s->topic);
     sqlite3_free(s->consumer);
     sqlite3_free(s);

@@ -650,6 +650,39 @@ static void stream_rewind(void) {
     tocsin_close(db);
 }
 
+/* A save at tocsin_stream_sub_close that fails (the write lock held past the busy
+ * timeout) returns its code with its message: closing the private handle after it
+ * cleared the thread's error, and the caller read "ok". */
+static void stream_close_keeps_save_error(void) {
+    tocsin_db *db = NULL, *other = NULL;
+    tocsin_open_opts oo = TOCSIN_OPEN_OPTS_INIT;
+    tocsin_stream_sub *s = NULL;
+    tocsin_stream_sub_opts so = TOCSIN_STREAM_SUB_OPTS_INIT;
+    tocsin_message *m = NULL;
+    size_t n = 0;
+    int64_t off = 0;
+    char path[512];
+    int rc;
+    snprintf(path, sizeof path, "%s", t_path("close_keeps_save_error"));
+    oo.busy_timeout_ms = 20;
+    CHECK_OK(db, tocsin_open(&db, path, &oo));
+    CHECK_OK(other, tocsin_open(&other, path, NULL));
+    CHECK_OK(db, tocsin_stream_publish(db, &off, "t", "{}", NULL, NULL));
+    so.save_on_close = 1;
+    CHECK_OK(db, tocsin_stream_sub_open(&s, db, "t", "c", &so));
+    CHECK_OK(db, tocsin_stream_sub_next(s, &m, &n, 0));
+    CHECK_EQ_I(n, 1);
+    tocsin_messages_free(m, n);
+    CHECK_OK(other, tocsin_begin(other)); /* holds the write lock */
+    rc = tocsin_stream_sub_close(s);
+    CHECK_EQ_I(rc, TOCSIN_BUSY);
+    CHECK_EQ_I(tocsin_errcode(NULL), TOCSIN_BUSY);
+    CHECK(strstr(tocsin_errmsg(NULL), "locked") != NULL);
+    CHECK_OK(other, tocsin_rollback(other));
+    tocsin_close(other);
+    tocsin_close(db);
+}
+
 static void plain_hand_back(void) {
     t_clock clk = {1000};
     tocsin_db *db = t_open("hand_back", &clk);
@@ -1454,5 +1487,6 @@ void suite_harden(void) {
     dropping_triggers();
     dropping_triggers_everywhere();
     half_open_keeps_error();
+    stream_close_keeps_save_error();
     two_cores_fork();
 }

@@ -536,11 +536,11 @@ class Database {
   async notifyMaxId() { return native.notifyMaxId(this._h); }
   async pruneNotifications(o) {
     o = opts(o, 'db.pruneNotifications() options', ['maxAge', 'maxKeep']);
-    return native.notifyPrune(this._writeHandle('db.pruneNotifications()'), ms(o.maxAge, 'maxAge') || 0, int(o.maxKeep, 'maxKeep') || 0);
+    return native.notifyPrune(this._writeHandle('db.pruneNotifications()'), ms(o.maxAge, 'maxAge') || 0, count(o.maxKeep, 'maxKeep', 0) || 0);
   }
   async setNotifyAutotrim(o) {
     o = opts(o, 'db.setNotifyAutotrim() options', ['maxAge', 'maxKeep', 'oneIn']);
-    const age = ms(o.maxAge, 'maxAge') || 0, keep = int(o.maxKeep, 'maxKeep') || 0, oneIn = int(o.oneIn, 'oneIn') || 0;
+    const age = ms(o.maxAge, 'maxAge') || 0, keep = count(o.maxKeep, 'maxKeep', 0) || 0, oneIn = count(o.oneIn, 'oneIn', 0) || 0;
     if (oneIn > 0 && !age && !keep) throw invalid('setNotifyAutotrim() needs maxAge or maxKeep (oneIn 0 turns it off)');
     return native.notifyAutotrim(this._writeHandle('db.setNotifyAutotrim()'), age, keep, oneIn);
   }
@@ -887,10 +887,10 @@ class Stream {
   async offset(consumer) { return native.offset(this.db._h, str(consumer, 'consumer'), this.topic); }
   async trim(o) {
     o = opts(o, 'stream.trim() options', ['maxAge', 'maxCount', 'belowConsumers']);
-    const age = ms(o.maxAge, 'maxAge') || 0, count = int(o.maxCount, 'maxCount') || 0;
+    const age = ms(o.maxAge, 'maxAge') || 0, max = count(o.maxCount, 'maxCount', 0) || 0;
     const below = bool(o.belowConsumers, 'belowConsumers');
-    if (!age && !count && !below) throw invalid('stream.trim() needs maxAge, maxCount or belowConsumers');
-    return native.trim(this.db._writeHandle('stream.trim()'), this.topic, age, count, below);
+    if (!age && !max && !below) throw invalid('stream.trim() needs maxAge, maxCount or belowConsumers');
+    return native.trim(this.db._writeHandle('stream.trim()'), this.topic, age, max, below);
   }
   /**
    * Replays from the consumer's saved offset (or fromOffset), then follows
@@ -996,6 +996,14 @@ class Waiting {
   _stoppedAt() {}
   close() {
     if (this._closed) return;
+    // closed while a for-await loop is mid-batch (close() in its body, the signal,
+    // db.close()): the rest of the batch is not handed on, and the position (what
+    // close saves) goes back to the last event that was
+    const ev = this._midBatch();
+    if (ev) {
+      this._stoppedAt(ev);
+      this._iter.cut = true;
+    }
     this._closed = true;
     this._db._closers.delete(this);
     if (this._signal && this._onAbort) this._signal.removeEventListener('abort', this._onAbort);
@@ -1011,7 +1019,14 @@ class Listener extends Waiting {
     super(db, w, signal, (r) => new Notification(r));
     this._emitter = new EventEmitter();
     this._pumping = false;
+    this._pumpStop = null; // ends the pump's wait once no 'notification' listener is left
     this._emitter.on('newListener', (ev) => { if (ev === 'notification') setImmediate(() => this._pump()); });
+    // the last 'notification' listener removed: the pump stops waiting (its descriptor
+    // no longer keeps the event loop alive); what arrives meanwhile stays for the next
+    // listener or get()
+    this._emitter.on('removeListener', (ev) => {
+      if (ev === 'notification' && this._emitter.listenerCount('notification') === 0 && this._pumpStop) this._pumpStop.abort();
+    });
   }
   get dropped() { return this._w.dropped(); }
   on(ev, fn) { this._emitter.on(ev, fn); return this; }
@@ -1025,10 +1040,12 @@ class Listener extends Waiting {
     try {
       while (!this._closed && this._emitter.listenerCount('notification') > 0) {
         let batch;
+        const stop = new AbortController();
+        this._pumpStop = stop;
         try {
-          batch = await this.get();
+          batch = await this.get({ signal: stop.signal });
         } catch (e) {
-          if (this._closed) break;
+          if (this._closed || stop.signal.aborted) break;
           if (this._emitter.listenerCount('error') > 0) this._emitter.emit('error', e);
           break;
         }
@@ -1180,16 +1197,22 @@ function load(betterDb) {
 function sqlOptions(o, extra) {
   const r = { ...extra };
   const exact = []; // [key, BigInt]: beyond the safe integers, written as their exact digits
+  // checked as queue.enqueue() checks them (JSON.stringify would write a NaN or an
+  // Infinity as null, which the SQL function reads as "the default")
   const integer = (key, v) => {
-    v = fromBig(v);
     if (typeof v === 'bigint') exact.push([key, v]); else r[key] = v;
   };
-  if (o.priority !== undefined) integer('priority', o.priority);
+  if (o.delay !== undefined && o.delay !== null && o.runAt !== undefined && o.runAt !== null) {
+    throw invalid('give delay or runAt, not both');
+  }
+  if (o.priority !== undefined && o.priority !== null) integer('priority', int(o.priority, 'priority'));
   if (o.delay !== undefined) r.delay_ms = ms(o.delay, 'delay');
   if (o.runAt !== undefined) r.run_at_ms = instant(o.runAt, 'runAt', 1);
-  if (o.maxAttempts !== undefined) integer('max_attempts', o.maxAttempts);
+  if (o.maxAttempts !== undefined && o.maxAttempts !== null) {
+    integer('max_attempts', count(o.maxAttempts, 'maxAttempts', 1, native.MAX_ATTEMPTS));
+  }
   if (o.expires !== undefined) r.expires_ms = positiveMs(o.expires, 'expires');
-  if (o.uniqueKey !== undefined) r.unique_key = o.uniqueKey;
+  if (o.uniqueKey !== undefined && o.uniqueKey !== null) r.unique_key = str(o.uniqueKey, 'uniqueKey');
   if (o.meta !== undefined && o.meta !== null) r.meta = JSON.parse(metaJson(o.meta));
   if (!exact.length) return Object.keys(r).length ? JSON.stringify(r) : null;
   const text = JSON.stringify(r);

@@ -2461,7 +2461,7 @@ static PyObject *Waiter_close(Waiter *self, PyObject *u) {
     if (self->is_stream) rc = tocsin_stream_sub_close(p);
     else tocsin_listen_close(p);
     Py_END_ALLOW_THREADS
-    if (rc != TOCSIN_OK) return raise_code(rc, "saving the consumer's offset at close failed", 0);
+    if (rc != TOCSIN_OK) return raise_last(rc); /* the core's message: what failed and why */
     Py_RETURN_NONE;
 }
 

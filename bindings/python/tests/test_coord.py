@@ -299,3 +299,17 @@ def test_a_blocked_lock_wait_reads_instead_of_retrying_its_write(db, monkeypatch
         assert not t.is_alive() and out
     finally:
         other.close()
+
+
+@pytest.mark.parametrize("bad", [dict(catch_up=["all"]), dict(catch_up={}), dict(catch_up=None),
+                                 dict(local_time="no"), dict(local_time=1)])
+def test_schedule_catch_up_and_local_time_of_the_wrong_type_are_refused(db, bad):
+    # a list or dict catch_up raised TypeError (unhashable), and local_time="no" made a
+    # schedule on local time
+    with pytest.raises(tocsin.InvalidArgument, match=next(iter(bad))):
+        db.schedule("s", "* * * * *", "q", None, **bad)
+    assert db.schedules() == []
+    db.schedule("s", "* * * * *", "q", None)
+    with pytest.raises(tocsin.InvalidArgument, match=next(iter(bad))):
+        db.update_schedule("s", **bad)
+    assert db.schedules()[0].local_time is False and db.schedules()[0].catch_up == "once"

@@ -173,3 +173,22 @@ def test_save_and_position_mid_batch_stop_at_the_last_event_handed_out(db):
     import asyncio
     assert asyncio.run(consume()) == list(range(10))
     assert s.offset("async") == offs[4]
+
+
+def test_a_save_at_close_that_fails_says_why(db):
+    # the core's close of the subscription cleared its own error after the failed save:
+    # the binding raised Busy with a message of its own that hid what failed and why
+    s = db.stream("close-busy")
+    s.publish_many([1, 2, 3])
+    other = tocsin.open(db.path, busy_timeout=0.05)
+    try:
+        sub = other.stream("close-busy").subscribe("c", from_offset=0)
+        assert len(sub.get(0)) == 3
+        with db.transaction() as tx:  # holds the write lock
+            s.publish(4, tx=tx)
+            with pytest.raises(tocsin.Busy, match="locked") as e:
+                sub.close()
+            assert e.value.sqlite_code == 5
+        assert s.offset("c") == 0
+    finally:
+        other.close()

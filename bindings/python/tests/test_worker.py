@@ -622,3 +622,36 @@ def test_a_failure_while_starting_leaves_nothing_behind(db, monkeypatch):
         w.stop()
         t.join(30)
     assert _left_behind(db) == (0, [])
+
+
+def test_a_task_that_raises_cancelled_error_itself_fails_its_attempt(db):
+    # an async handler that raised asyncio.CancelledError of its own (an await of
+    # something cancelled elsewhere) was re-raised unreported: the job stayed
+    # "processing" under the worker's renewed lease until the worker stopped
+    q = db.queue("q")
+    calls = []
+
+    @q.task(name="inner_cancel", retries=1, backoff=0.01)
+    async def inner_cancel():
+        calls.append(1)
+        inner = asyncio.ensure_future(asyncio.sleep(30))
+        asyncio.get_running_loop().call_soon(inner.cancel)
+        await inner
+
+    @q.task(name="after")
+    async def after():
+        return "ok"
+
+    h1 = inner_cancel()
+
+    async def body(w):
+        with pytest.raises(tocsin.TaskError) as ei:
+            await h1.result(timeout=30)
+        return ei.value, await after().result(timeout=30)
+
+    w, (err, ok) = run_worker(db, ["q"], body, concurrency=1)
+    assert err.type == "CancelledError" and ok == "ok"
+    assert len(calls) == 2  # retried as any failure is
+    job = q.get(h1.job_id)
+    assert job.state == "dead" and job.reason == "max_attempts"
+    assert w.failed == 1 and w.retried == 1 and w.handed_back == 0

@@ -273,8 +273,10 @@ def schedule_opts(priority: int = 0, max_attempts: Optional[int] = None,
                   max_catch_up: Optional[int] = None, local_time: bool = False,
                   meta: Optional[dict] = None) -> tuple:
     from ._util import meta_json
-    if catch_up not in _CATCH_UP:
-        raise InvalidArgument('catch_up must be "once" or "all"')
+    if not isinstance(catch_up, str) or catch_up not in _CATCH_UP:  # (a list is unhashable)
+        raise InvalidArgument('catch_up must be "once" or "all", not %r' % (catch_up,))
+    if not isinstance(local_time, bool):  # "no" is not False
+        raise InvalidArgument("local_time must be a bool, not %s" % type(local_time).__name__)
     priority, max_attempts, max_catch_up = (
         None if v is None else as_int(v, what)
         for v, what in ((priority, "priority"), (max_attempts, "max_attempts"), (max_catch_up, "max_catch_up")))

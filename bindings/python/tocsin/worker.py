@@ -544,6 +544,7 @@ class Worker:
         t0 = time.monotonic()
         timeout = timeout_ms / 1000.0 if timeout_ms > 0 else None
         kind, value, etype, emsg, trace, delay = OK, None, None, None, None, -1
+        cancelled_from_outside = False
         try:
             if t is None:
                 raise asyncio.CancelledError  # registered after the worker started: hand back
@@ -557,11 +558,19 @@ class Worker:
                 value = await self._in_process(e, t, args, kwargs, timeout)
             else:
                 value = await self._in_thread(e, t, args, kwargs, timeout)
-        except asyncio.CancelledError:
-            if e.stop_reason is None and t is not None:
-                raise
-            kind, emsg, delay = HAND_BACK, ("worker shutdown: handed back unfinished"
-                                            if e.stop_reason != "cancelled" else None), 0
+        except asyncio.CancelledError as x:
+            cancelling = getattr(asyncio.current_task(), "cancelling", None)  # Python >= 3.11
+            if e.stop_reason is None and t is not None and not (cancelling is not None and cancelling()):
+                # the handler raised CancelledError itself (an await of something that was
+                # cancelled): a failure of the run like any other. Re-raised unreported, it
+                # left the job running under this worker's renewed lease until shutdown.
+                kind, etype, emsg, trace, delay = _failure(ctx, x)
+            else:
+                # stopped by the worker, or this run's asyncio task cancelled from outside
+                # (then it is cancelled on after the hand-back): handed back unrun
+                cancelled_from_outside = e.stop_reason is None and t is not None
+                kind, emsg, delay = HAND_BACK, ("worker shutdown: handed back unfinished"
+                                                if e.stop_reason != "cancelled" else None), 0
         except _RunTimeout:
             # no message: the core writes its own, the same in every runtime
             kind, etype, emsg = ERROR, "Timeout", None
@@ -572,6 +581,8 @@ class Worker:
         self._report(ctx, _outcome(ctx, kind, value, etype, emsg, trace, delay), t0,
                      self._outbox.append)
         self._kick.set()
+        if cancelled_from_outside:
+            raise asyncio.CancelledError
 
     def _report(self, ctx: JobContext, out: Optional[tuple], t0: float, send: Any) -> None:
         """Counts a run's outcome and sends it (the loop's outbox, or the core's

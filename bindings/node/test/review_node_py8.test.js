@@ -1,0 +1,158 @@
+'use strict';
+// Regression tests of a review of the Node binding (node + python pass).
+const { test, describe, before, after } = require('node:test');
+const assert = require('node:assert/strict');
+const tocsin = require('..');
+const { tmpdb } = require('./helpers');
+
+describe('node review 8', () => {
+  let path;
+  let db;
+  before(() => { path = tmpdb(); db = tocsin.open(path); });
+  after(() => db.close());
+
+  // "A named consumer's offset is saved when the subscription closes (the end of a
+  // for-await loop, close()): the last event handed on" -- closed mid-batch, it saved the
+  // end of the batch the core had read (4..10 never handed on, skipped for good) and the
+  // loop went on handing out the rest of that batch after close.
+  test('close() inside a for-await loop mid-batch saves the last event handed on and hands out no more', async () => {
+    const s = db.stream('close-mid');
+    const offs = await s.publishMany([1, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+    const sub = s.subscribe({ consumer: 'c', batch: 100 });
+    const seen = [];
+    await assert.rejects(async () => {
+      for await (const ev of sub) {
+        seen.push(ev.payload);
+        if (ev.payload === 3) sub.close();
+      }
+    }, tocsin.ClosedError);
+    assert.deepEqual(seen, [1, 2, 3]);
+    assert.equal(await s.offset('c'), offs[2]);
+    const next = [];
+    for await (const ev of s.subscribe({ consumer: 'c' })) { next.push(ev.payload); if (ev.payload === 10) break; }
+    assert.deepEqual(next, [4, 5, 6, 7, 8, 9, 10]);
+  });
+
+  test('the signal aborting a for-await loop mid-batch saves the last event handed on and hands out no more', async () => {
+    const s = db.stream('abort-mid');
+    const offs = await s.publishMany([1, 2, 3, 4, 5, 6]);
+    const ac = new AbortController();
+    const seen = [];
+    await assert.rejects(async () => {
+      for await (const ev of s.subscribe({ consumer: 'c', signal: ac.signal })) {
+        seen.push(ev.payload);
+        if (ev.payload === 2) ac.abort();
+      }
+    }, { name: 'AbortError' });
+    assert.deepEqual(seen, [1, 2]);
+    assert.equal(await s.offset('c'), offs[1]);
+  });
+
+  test('db.close() during a for-await loop mid-batch saves the last event handed on', async () => {
+    const p = tmpdb();
+    const d = tocsin.open(p);
+    const s = d.stream('dbclose-mid');
+    const offs = await s.publishMany([1, 2, 3, 4, 5]);
+    const seen = [];
+    await assert.rejects(async () => {
+      for await (const ev of s.subscribe({ consumer: 'c' })) {
+        seen.push(ev.payload);
+        if (ev.payload === 2) await d.close();
+      }
+    }, tocsin.ClosedError);
+    assert.deepEqual(seen, [1, 2]);
+    const d2 = tocsin.open(p);
+    try {
+      assert.equal(await d2.stream('dbclose-mid').offset('c'), offs[1]);
+    } finally {
+      await d2.close();
+    }
+  });
+
+  // The core's close of a stream subscription cleared its own error after a failed save
+  // (the write lock held by a transaction): BusyError "ok".
+  test('a save on close that finds the write lock taken says why', async () => {
+    const s = db.stream('close-busy');
+    await s.publishMany([1, 2, 3]);
+    await assert.rejects(db.transaction(async (tx) => {
+      await s.publish(4, { tx });
+      for await (const ev of s.subscribe({ consumer: 'c', fromOffset: 0 })) { if (ev.payload === 2) break; }
+    }), (e) => e instanceof tocsin.BusyError && /locked/.test(e.message) && e.message !== 'ok');
+    assert.equal(await s.offset('c'), 0);
+  });
+
+  // A negative count reached the core, whose refusal named its C argument (max_count,
+  // max_keep, "max_keep and one_in"), not the option as JS spells it.
+  test('negative trim and prune counts are refused naming the option', async () => {
+    await assert.rejects(db.stream('t').trim({ maxCount: -1 }), (e) => e instanceof tocsin.InvalidArgumentError && /^maxCount /.test(e.message));
+    await assert.rejects(db.pruneNotifications({ maxKeep: -1 }), (e) => e instanceof tocsin.InvalidArgumentError && /^maxKeep /.test(e.message));
+    await assert.rejects(db.setNotifyAutotrim({ maxKeep: -2 }), (e) => e instanceof tocsin.InvalidArgumentError && /^maxKeep /.test(e.message));
+    await assert.rejects(db.setNotifyAutotrim({ maxKeep: 5, oneIn: -1 }), (e) => e instanceof tocsin.InvalidArgumentError && /^oneIn /.test(e.message));
+    assert.equal(await db.stream('t').trim({ maxCount: 0, maxAge: 1 }), 0); // 0: no such bound
+  });
+
+  // tocsin.enqueueSql / callSql wrote their options with JSON.stringify unchecked: a NaN
+  // or an Infinity priority, maxAttempts or uniqueKey became null, which the SQL function
+  // reads as "the default", so the job was enqueued with priority 0, 3 attempts, no
+  // unique key; queue.enqueue() refuses the same values.
+  test('enqueueSql and callSql refuse the option values queue.enqueue() refuses, writing nothing', async () => {
+    const Database = require('better-sqlite3');
+    const app = new Database(path);
+    try {
+      const bad = [
+        [{ priority: NaN }, /^priority must be an integer/],
+        [{ priority: Infinity }, /^priority must be an integer/],
+        [{ priority: '5' }, /^priority must be an integer/],
+        [{ maxAttempts: NaN }, /^maxAttempts must be an integer/],
+        [{ maxAttempts: -Infinity }, /^maxAttempts must be an integer/],
+        [{ maxAttempts: 0 }, /^maxAttempts must be an integer between 1 and/],
+        [{ uniqueKey: NaN }, /^uniqueKey must be a string/],
+        [{ uniqueKey: 5 }, /^uniqueKey must be a string/],
+        [{ delay: 5, runAt: Date.now() + 1000 }, /^give delay or runAt, not both/],
+      ];
+      for (const [o, re] of bad) {
+        assert.throws(() => tocsin.enqueueSql(app, 'sqlopts', 1, o), (e) => e instanceof tocsin.InvalidArgumentError && re.test(e.message), JSON.stringify(o));
+        assert.throws(() => tocsin.callSql(app, 'sqlopts', 't', [], o), (e) => e instanceof tocsin.InvalidArgumentError && re.test(e.message), JSON.stringify(o));
+      }
+      assert.equal((await db.queue('sqlopts').stats()).pending, 0, 'nothing was written');
+      const id = tocsin.enqueueSql(app, 'sqlopts', 1, { priority: 2n ** 62n, maxAttempts: 2n, uniqueKey: null });
+      const job = await db.queue('sqlopts').get(id);
+      assert.equal(job.priority, 2n ** 62n);
+      assert.equal(job.maxAttempts, 2);
+    } finally {
+      app.close();
+    }
+  });
+
+  // The pump behind listener.on('notification') waited on the listener's descriptor
+  // until a notification came, whether or not anyone still listened: after off() of the
+  // last handler, that wait kept the process alive for good.
+  test('removing the last notification handler stops the pump: the process can exit; a handler added later hears what came meanwhile', async () => {
+    const script = `
+      const tocsin = require(${JSON.stringify(require('path').resolve(__dirname, '..'))});
+      const db = tocsin.open(${JSON.stringify(tmpdb())});
+      const l = db.listen('c');
+      const f = () => {};
+      l.on('notification', f);
+      setImmediate(() => setImmediate(() => { l.off('notification', f); console.log('off'); }));
+    `;
+    const child = require('child_process').spawn(process.execPath, ['-e', script], { stdio: ['ignore', 'pipe', 'pipe'] });
+    let out = '';
+    child.stdout.on('data', (d) => { out += d; });
+    const killer = setTimeout(() => child.kill('SIGKILL'), 10000);
+    const [code, signal] = await new Promise((r) => child.on('close', (c, sg) => r([c, sg])));
+    clearTimeout(killer);
+    assert.equal(out.trim(), 'off');
+    assert.deepEqual([code, signal], [0, null], 'the process ended by itself');
+
+    const l = db.listen('pump');
+    const f = () => {};
+    l.on('notification', f);
+    await new Promise((r) => setImmediate(r));
+    l.off('notification', f);
+    await db.notify('pump', 1);
+    const heard = await new Promise((resolve) => l.on('notification', (n) => resolve(n.payload)));
+    assert.equal(heard, 1);
+    l.close();
+  });
+});
