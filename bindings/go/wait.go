@@ -760,6 +760,8 @@ func (sub *Subscription) Err() error {
 // own): replay, then live, until ctx ends (the last pair carries its error) or the loop
 // breaks. A named consumer's offset is saved at the end (the last event the loop body
 // got, also when it breaks mid-batch) unless NoSaveOnClose; autosave saves as it goes.
+// A loop body that panics has not processed its event: the offset saved is the one
+// before it, so it comes again (at-least-once).
 func (s *Stream) Events(ctx context.Context, consumer string, opts *SubscribeOptions) iter.Seq2[Message, error] {
 	return func(yield func(Message, error) bool) {
 		db, err := s.dbOnly("subscribe")
@@ -777,8 +779,12 @@ func (s *Stream) Events(ctx context.Context, consumer string, opts *SubscribeOpt
 		// of them before the close saves it.
 		var batch []Message
 		handed := 0
+		inBody := false // the loop body has the last handed event and has not returned
 		pw := newPollWait(C.tocsin_stream_sub_fd(ss))
 		defer func() {
+			if inBody { // it panicked: that event was not processed, it comes again
+				handed--
+			}
 			stoppedAt(ss, batch, handed)
 			pw.close()
 			C.tocsin_stream_sub_close(ss)
@@ -805,7 +811,10 @@ func (s *Stream) Events(ctx context.Context, consumer string, opts *SubscribeOpt
 					return
 				}
 				handed++
-				if !yield(m, nil) {
+				inBody = true
+				more := yield(m, nil)
+				inBody = false
+				if !more {
 					return
 				}
 			}

@@ -105,6 +105,45 @@ def test_named_consumer_saves_its_offset_when_iteration_ends(db):
     assert s.offset("async") == offs[1]
 
 
+def test_an_exception_in_the_with_block_does_not_count_the_event_being_processed(db):
+    import asyncio
+    s = db.stream("orders")
+    offs = s.publish_many(list(range(10)))
+    for batch, failing in ((100, 3), (1, 5), (3, 6), (4, 0)):  # mid-batch, batch of one, first of a batch
+        consumer = "c%d_%d" % (batch, failing)
+        with pytest.raises(ValueError):
+            with s.subscribe(consumer=consumer, batch=batch) as sub:
+                for e in sub:
+                    if e.payload == failing:
+                        raise ValueError("handler failed on %d" % e.payload)
+        # the event that failed comes again: the offset is the one before it
+        assert s.offset(consumer) == (offs[failing - 1] if failing else 0)
+        with s.subscribe(consumer=consumer, batch=batch) as sub:
+            assert next(iter(sub)).payload == failing
+    # a break still counts the event it stopped at
+    with s.subscribe(consumer="b") as sub:
+        for e in sub:
+            if e.payload == 2:
+                break
+    assert s.offset("b") == offs[2]
+    # a batch taken with get() is handed out whole: an exception after it keeps it
+    with pytest.raises(KeyError):
+        with s.subscribe(consumer="g") as sub:
+            sub.get(0)
+            raise KeyError("after get")
+    assert s.offset("g") == offs[9]
+
+    async def consume():
+        async with s.subscribe(consumer="async", batch=4) as sub:
+            async for e in sub:
+                if e.payload == 5:
+                    raise RuntimeError("async handler failed")
+
+    with pytest.raises(RuntimeError):
+        asyncio.run(consume())
+    assert s.offset("async") == offs[4]
+
+
 def test_a_batch_read_but_not_yet_buffered_is_not_saved(db):
     # a KeyboardInterrupt between the core's read of a batch and its buffering: close
     # saves the last event handed out (here: none yet, then the 4th), never the batch's end

@@ -166,6 +166,8 @@ class _Waiting:
         self._reader: Optional[Reader] = None
         self._buf: Deque[Any] = collections.deque()
         self._last: Optional[int] = None  # the id of the last item handed to the caller
+        # the id handed out before it by iteration (None after get(): a batch, not one item)
+        self._prev: Optional[int] = None
         # a read of the core's ended in an exception (a KeyboardInterrupt may land after the
         # core handed a batch over and before it was buffered): the core may be past _last
         self._unhanded = False
@@ -194,6 +196,7 @@ class _Waiting:
             out = self._read(timeout_ms(timeout))
         if out:
             self._last = out[-1].id
+            self._prev = None
         return out
 
     def __iter__(self) -> Iterator[Any]:
@@ -205,7 +208,7 @@ class _Waiting:
                 raise StopIteration
             self._buf.extend(self._read(-1))
         item = self._buf.popleft()
-        self._last = item.id
+        self._prev, self._last = self._last, item.id
         return item
 
     def __aiter__(self) -> AsyncIterator[Any]:
@@ -220,7 +223,7 @@ class _Waiting:
                 break
             await self._readable()
         item = self._buf.popleft()
-        self._last = item.id
+        self._prev, self._last = self._last, item.id
         return item
 
     async def get_async(self, timeout: Optional[Duration] = None) -> List[Any]:
@@ -296,7 +299,9 @@ class Subscription(_Waiting):
     saved when the iteration ends -- close(), the end of a ``with`` block, or a ``break``
     out of a for loop (the subscription is then dropped) -- as the offset of the last
     event handed out, unless ``save_on_close=False``; also by autosave (every N events /
-    S seconds) and by save(). Delivery is at-least-once."""
+    S seconds) and by save(). A ``with`` block that ends with an exception does not
+    count the event its loop was processing: the offset before it is saved, and it comes
+    again. Delivery is at-least-once."""
 
     _make = Event
 
@@ -318,6 +323,27 @@ class Subscription(_Waiting):
         self._settle()
         self._w.close()
         self._drop_reader()
+
+    def _failed(self) -> None:
+        """The ``with`` block ended with an exception: the event the loop body was
+        processing (the last one iteration handed out) is not counted as processed, so
+        close saves the offset before it and it comes again (at-least-once)."""
+        if self._w.closed or self._prev is None or self._last is None:
+            return
+        self._w.rewind(self._prev)
+        self._buf.clear()
+        self._unhanded = False
+        self._last, self._prev = self._prev, None
+
+    def __exit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is not None:
+            self._failed()
+        self.close()
+
+    async def __aexit__(self, exc_type: Any, *exc: Any) -> None:
+        if exc_type is not None:
+            self._failed()
+        self.close()
 
     def __del__(self) -> None:  # `for e in stream.subscribe(...): break` drops it here
         try:

@@ -257,6 +257,31 @@ class TestAPI < Minitest::Test
     assert_match(/save_on_close must be true or false/, e.message)
   end
 
+  # A block that raises has not processed its event: the offset saved is the one
+  # before it, so the event comes again (at-least-once); a break counts it.
+  def test_a_block_that_raises_does_not_count_its_event
+    s = db.stream("raise")
+    offs = s.publish_many((0..9).map { |n| { n: n } })
+    [[100, 3], [1, 5], [3, 6], [4, 0], [10, 9]].each do |batch, failing|
+      consumer = "c#{batch}_#{failing}"
+      assert_raises(ArgumentError) do
+        s.subscribe(consumer: consumer, batch: batch) do |e|
+          raise ArgumentError, "handler failed" if e.payload["n"] == failing
+        end
+      end
+      assert_equal(failing.zero? ? 0 : offs[failing - 1], s.offset(consumer), consumer)
+      s.subscribe(consumer: consumer, batch: batch) do |e|
+        assert_equal failing, e.payload["n"]
+        break
+      end
+    end
+    # #each on a subscription kept by the caller: the same
+    sub = s.subscribe(consumer: "each", batch: 4)
+    assert_raises(RuntimeError) { sub.each { |e| raise "no" if e.payload["n"] == 2 } }
+    sub.close
+    assert_equal offs[1], s.offset("each")
+  end
+
   def test_listen_with_block_and_listener
     got = []
     t = Thread.new do

@@ -63,7 +63,8 @@ module Tocsin
     # With a block, yields each Event until the block breaks (or +timeout+ idle
     # seconds); without, returns the StreamSubscription. A named consumer's offset
     # is saved when the subscription ends (the end of the block, a +break+, #close):
-    # the last event handed out, so the next subscription resumes after it; also as
+    # the last event handed out, so the next subscription resumes after it (a block
+    # that raises has not processed its event: the offset before it); also as
     # it goes (+autosave_every+ events / +autosave+ seconds; by default every 100 /
     # 1 s). +save_on_close: false+ (without autosave) leaves the offset alone.
     def subscribe(consumer: nil, from_offset: nil, batch: 100, autosave_every: nil, autosave: nil,
@@ -133,7 +134,7 @@ module Tocsin
         mark = resume_mark
         # the batch being handed out, how much of it was, and whether the rest is left
         # to the core (a save mid-batch moved its position back: the rest comes again)
-        cur = @iter = { batch: [], handed: 0, cut: false }
+        cur = @iter = { batch: [], handed: 0, cut: false, failed: false }
         begin
           cur[:batch] = next_batch(timeout: timeout)
           break if cur[:batch].empty?
@@ -142,14 +143,21 @@ module Tocsin
             break if cur[:cut]
 
             cur[:handed] += 1
-            yield m
+            begin
+              yield m
+            rescue Exception # rubocop:disable Lint/RescueException -- re-raised
+              cur[:failed] = true # (a break is no exception: it counts the event)
+              raise
+            end
           end
         ensure
           @iter = nil
           # left mid-batch (break, raise; an interrupt as the batch came back, before
-          # any of it was handed out): the rest of the batch was not handed out
-          if cur[:handed] < cur[:batch].size && !cur[:cut] && !@closed
-            cur[:handed].positive? ? stopped_at(cur[:batch][cur[:handed] - 1]) : resume_from(mark)
+          # any of it was handed out): the rest of the batch was not handed out. A block
+          # that raised did not process its event either: it comes again.
+          done = cur[:handed] - (cur[:failed] ? 1 : 0)
+          if done < cur[:batch].size && !cur[:cut] && !@closed
+            done.positive? ? stopped_at(cur[:batch][done - 1]) : resume_from(mark)
           end
         end
       end
