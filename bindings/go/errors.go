@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 )
 
 // Code is a tocsin result code (tocsin.h). Each non-zero code is also an error value,
@@ -68,7 +69,7 @@ func (e *Error) Error() string {
 	if msg == "" {
 		msg = e.Code.Error()[len("tocsin: "):]
 	}
-	if e.Op != "" {
+	if e.Op != "" && !strings.HasPrefix(msg, e.Op+": ") { // (the core's message may name it)
 		return "tocsin: " + e.Op + ": " + msg
 	}
 	return "tocsin: " + msg

@@ -393,3 +393,12 @@ func TestOwnTxRefusedThroughAnotherSpellingOfThePath(t *testing.T) {
 		}))
 	}
 }
+
+// The core's message may already name the operation: it is not named twice.
+func TestErrorNamesTheOperationOnce(t *testing.T) {
+	db := openDB(t)
+	err := db.Exec(bg, "SELEC 1")
+	if err == nil || strings.Contains(err.Error(), "exec: exec:") || !strings.HasPrefix(err.Error(), "tocsin: exec: ") {
+		t.Fatalf("%v", err)
+	}
+}
