@@ -637,10 +637,11 @@ class Database {
   async prune(o) {
     o = opts(o, 'db.prune() options', ['notificationsMaxAge', 'notificationsMaxKeep']);
     const h = this._writeHandle('db.prune()');
+    // checked before anything is deleted, named as given here
+    const age = ms(o.notificationsMaxAge, 'notificationsMaxAge') || 0;
+    const keep = count(o.notificationsMaxKeep, 'notificationsMaxKeep', 0) || 0;
     const out = { results: await native.resultSweep(h), rateLimits: await native.rateSweep(h), notifications: 0 };
-    if (o.notificationsMaxAge !== undefined || o.notificationsMaxKeep !== undefined) {
-      out.notifications = await this.pruneNotifications({ maxAge: o.notificationsMaxAge, maxKeep: o.notificationsMaxKeep });
-    }
+    if (age || keep) out.notifications = await native.notifyPrune(h, age, keep);
     return out;
   }
 

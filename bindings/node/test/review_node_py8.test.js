@@ -156,3 +156,19 @@ describe('node review 8', () => {
     l.close();
   });
 });
+
+test('db.prune() names its own options and refuses before it deletes anything', async () => {
+  const db = tocsin.open(tmpdb());
+  try {
+    db.setTime(Date.UTC(2030, 0, 1));
+    const id = await db.queue('q').enqueue(1);
+    await db.saveResult(id, 'r', { ttl: 1000 });
+    db.setTime(Date.UTC(2030, 0, 2)); // past the result's ttl
+    await assert.rejects(db.prune({ notificationsMaxKeep: -1 }), (e) => e instanceof tocsin.InvalidArgumentError &&
+      /^notificationsMaxKeep must be an integer >= 0, not -1/.test(e.message));
+    await assert.rejects(db.prune({ notificationsMaxAge: -5 }), /notificationsMaxAge must be >= 0 ms, not -5/);
+    assert.equal((await db.prune()).results, 1, 'the refused calls swept nothing');
+  } finally {
+    await db.close();
+  }
+});

@@ -80,7 +80,7 @@ def test_trim_and_prune_name_their_keywords(db):
     refused("^max_age must be at most %s s" % MAX_S, t.trim, max_age=BIG)
     db.notify("c", "x")
     refused("^max_age must be at most", db.prune_notifications, max_age=BIG)
-    refused("^max_age must be at most", db.prune, notifications_max_age=BIG)
+    refused("^notifications_max_age must be at most", db.prune, notifications_max_age=BIG)
     refused("^set_notify_autotrim needs max_age or max_keep", db.set_notify_autotrim)
     refused("^max_age must be at most", db.set_notify_autotrim, max_age=BIG)
     refused("^max_keep and one_in must be >= 0$", db.set_notify_autotrim, max_keep=1, one_in=-1)

@@ -231,3 +231,22 @@ def test_a_save_at_close_that_fails_says_why(db):
         assert s.offset("c") == 0
     finally:
         other.close()
+
+
+def test_an_explicit_zero_prune_criterion_is_refused_and_nothing_is_deleted(db):
+    for i in range(3):
+        db.notify("c", i)
+    s = db.stream("t")
+    s.publish_many([1, 2, 3])
+    for call, what in ((lambda: db.prune_notifications(max_keep=0), "max_keep must be an integer >= 1, not 0"),
+                       (lambda: db.prune_notifications(max_age=0), "max_age must be > 0"),
+                       (lambda: db.prune(notifications_max_keep=0), "notifications_max_keep must be"),
+                       (lambda: db.prune(notifications_max_age=0.0), "notifications_max_age must be > 0"),
+                       (lambda: db.set_notify_autotrim(max_age=60, max_keep=0), "max_keep must be"),
+                       (lambda: s.trim(max_age=0, max_count=2), "max_age must be > 0"),
+                       (lambda: s.trim(max_count=0), "max_count must be")):
+        with pytest.raises(tocsin.InvalidArgument, match=what):
+            call()
+    assert len(db.notifications("c")) == 3
+    assert len(s.read()) == 3
+    assert db.prune_notifications(max_keep=1) == 2  # a real bound still prunes

@@ -375,15 +375,16 @@ class Database:
     def prune_notifications(self, *, max_age: Optional[Duration] = None,
                             max_keep: Optional[int] = None) -> int:
         """Deletes notifications older than ``max_age`` and, per channel, all but the
-        newest ``max_keep``. Returns how many were deleted."""
-        keep = _count(max_keep, "max_keep")
-        return self._h.notify_prune(duration_ms(max_age, "max_age"), keep)
+        newest ``max_keep``. Returns how many were deleted. A criterion left out (None)
+        is no bound; an explicit 0 ("keep none", "older than now") is refused."""
+        age, keep = _criteria(max_age, max_keep, "max_age", "max_keep")
+        return self._h.notify_prune(age, keep)
 
     def set_notify_autotrim(self, *, max_age: Optional[Duration] = None,
                             max_keep: Optional[int] = None, one_in: int = 100) -> None:
         """Opt-in automatic trim stored in the database: about one notify in ``one_in``
         prunes (max_age, max_keep). one_in=0 turns it off."""
-        age, keep = duration_ms(max_age, "max_age"), _count(max_keep, "max_keep")
+        age, keep = _criteria(max_age, max_keep, "max_age", "max_keep")
         one_in = as_int(one_in, "one_in")
         if one_in and not age and not keep:  # the core's message names max_age_ms
             raise InvalidArgument("set_notify_autotrim needs max_age or max_keep (one_in=0 turns it off)")
@@ -546,11 +547,13 @@ class Database:
               notifications_max_keep: Optional[int] = None) -> Dict[str, int]:
         """Deletes expired results and stale rate-limit state, and prunes notifications
         when a criterion is given. Returns counts per kind."""
+        # checked before anything is deleted
+        age, keep = _criteria(notifications_max_age, notifications_max_keep,
+                              "notifications_max_age", "notifications_max_keep")
         out = {"results": self._h.result_sweep(), "rate_limits": self._h.ratelimit_sweep(),
                "notifications": 0}
-        if notifications_max_age is not None or notifications_max_keep is not None:
-            out["notifications"] = self.prune_notifications(max_age=notifications_max_age,
-                                                            max_keep=notifications_max_keep)
+        if age or keep:
+            out["notifications"] = self._h.notify_prune(age, keep)
         return out
 
 
@@ -564,10 +567,14 @@ def _ttl(ttl: Optional[Duration]) -> int:
     return 0 if ttl is None else duration_ms(ttl, "ttl", allow_zero=False)
 
 
-def _count(v: Optional[int], what: str) -> int:
-    if v is None:
-        return 0
-    return as_int(v, what, 0)
+def _criteria(max_age: Optional[Duration], max_keep: Optional[int], age_what: str,
+              keep_what: str) -> Tuple[int, int]:
+    """A prune's age and count criteria for the core, which reads 0 as "no such
+    criterion": None is that; an explicit 0 would silently prune nothing by it, so it is
+    refused (leave it out for no limit)."""
+    age = 0 if max_age is None else duration_ms(max_age, age_what, allow_zero=False)
+    keep = 0 if max_keep is None else as_int(max_keep, keep_what, 1)
+    return age, keep
 
 
 def open(path: Union[str, "os.PathLike[str]"], **options: Any) -> Database:  # noqa: A001

@@ -131,7 +131,8 @@ class Stream:
         (below_consumers=True) those every consumer has passed. Returns how many."""
         if max_count is not None:
             max_count = as_int(max_count, "max_count", 1)
-        age = duration_ms(max_age, "max_age")
+        # (an explicit 0 would be "no such criterion" to the core: refused)
+        age = 0 if max_age is None else duration_ms(max_age, "max_age", allow_zero=False)
         if not age and not max_count and not below_consumers:  # the core's names max_age_ms
             raise InvalidArgument("trim needs max_age, max_count or below_consumers")
         return self.db._hx().trim(self.topic, age, max_count or 0, bool(below_consumers))
