@@ -214,3 +214,23 @@ def test_a_batch_names_the_item_refused(db):
             [{"payload": 2, "priority": "x"}], options=True)
     refused("^payload is not JSON-serialisable", s.publish_many, [object()])
     assert count(db, "_tocsin_jobs") == 0 and count(db, "_tocsin_events") == 0
+
+
+def test_flags_are_true_or_false_only(db, tmp_path):
+    # a truthy string turned a flag on: read_only="no" opened read-only, trim's
+    # below_consumers="false" trimmed what consumers had passed
+    import sqlite3
+    bad = "no"
+    refused("^read_only must be True or False, not 'no'$", tocsin.open, str(tmp_path / "r.db"), read_only=bad)
+    t = db.stream("t")
+    t.publish(1)
+    t.save_offset("c", 1)
+    refused("^below_consumers must be True or False", t.trim, below_consumers="false")
+    assert len(t.read()) == 1
+    refused("^save_on_close must be True or False", t.subscribe, consumer="c", save_on_close=1)
+    refused("^local_time must be True or False", tocsin.cron_next, "* * * * *", local_time="no")
+    q = db.queue("jobs")
+    refused("^process must be True or False", q.task(process="yes"), lambda: None)
+    refused("^scheduler must be True or False", tocsin.Worker, db, queues=["jobs"], scheduler="off")
+    conn = sqlite3.connect(":memory:")
+    refused("^autocommit must be True or False", tocsin.enqueue, conn, "q", 1, autocommit="yes")

@@ -208,13 +208,18 @@ def ms_datetime(ms: int) -> Optional[_dt.datetime]:
     return _dt.datetime.fromtimestamp(ms / 1000.0, tz=_dt.timezone.utc)
 
 
+def as_bool(value: Any, what: str) -> bool:
+    """A flag: True or False only. A truthy string ("no", "false") would turn it on."""
+    if not isinstance(value, bool):
+        raise InvalidArgument("%s must be True or False, not %r" % (what, value))
+    return value
+
+
 def check_one_sqlite(allowed: Any) -> None:
     """One SQLite per process (docs/architecture.md, "Python"): the core names a second
     copy of SQLite loaded in the process; refused unless the caller says that copy never
     opens tocsin's file."""
-    if not isinstance(allowed, bool):
-        raise InvalidArgument("allow_other_sqlite must be True or False, not %r" % (allowed,))
-    if allowed:
+    if as_bool(allowed, "allow_other_sqlite"):
         return
     msg = sqlite_copies()
     if msg is not None:

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any, Dict, NamedTuple, Optional, Tuple
 
 from . import _tocsin
 from ._tocsin import Closed, InvalidArgument, Timeout
-from ._util import Duration, Instant, as_int, duration_ms, instant_ms, lease_ms, loads
+from ._util import Duration, Instant, as_bool, as_int, duration_ms, instant_ms, lease_ms, loads
 from .wake import MAX_WAIT_MS, Wake
 
 if TYPE_CHECKING:
@@ -275,8 +275,7 @@ def schedule_opts(priority: int = 0, max_attempts: Optional[int] = None,
     from ._util import meta_json
     if not isinstance(catch_up, str) or catch_up not in _CATCH_UP:  # (a list is unhashable)
         raise InvalidArgument('catch_up must be "once" or "all", not %r' % (catch_up,))
-    if not isinstance(local_time, bool):  # "no" is not False
-        raise InvalidArgument("local_time must be a bool, not %s" % type(local_time).__name__)
+    as_bool(local_time, "local_time")  # "no" is not False
     priority, max_attempts, max_catch_up = (
         None if v is None else as_int(v, what)
         for v, what in ((priority, "priority"), (max_attempts, "max_attempts"), (max_catch_up, "max_catch_up")))
@@ -286,7 +285,7 @@ def schedule_opts(priority: int = 0, max_attempts: Optional[int] = None,
         raise InvalidArgument("max_catch_up must be >= 1")
     return (priority, max_attempts or 0,
             0 if job_expires is None else duration_ms(job_expires, "job_expires", allow_zero=False),
-            _CATCH_UP[catch_up], max_catch_up or 0, bool(local_time), meta_json(meta))
+            _CATCH_UP[catch_up], max_catch_up or 0, as_bool(local_time, "local_time"), meta_json(meta))
 
 
 # schedule option name -> the core's field flag (tocsin_schedule_opts.fields)
@@ -316,4 +315,4 @@ def cron_next(expr: str, after: Optional[Instant] = None, *, local_time: bool = 
     (default: now); None when it never fires again. Raises InvalidArgument naming the bad
     field."""
     after_ms = int(time.time() * 1000) if after is None else instant_ms(after, "after")
-    return _tocsin.cron_next(expr, after_ms, bool(local_time))
+    return _tocsin.cron_next(expr, after_ms, as_bool(local_time, "local_time"))

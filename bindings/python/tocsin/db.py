@@ -12,7 +12,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
 
 from . import _tocsin
 from ._tocsin import Closed, InvalidArgument
-from ._util import (Duration, Instant, as_int, check_one_sqlite, duration_ms, dumps, instant_ms, is_int_like,
+from ._util import (Duration, Instant, as_bool, as_int, check_one_sqlite, duration_ms, dumps, instant_ms, is_int_like,
                     meta_json)
 
 __all__ = ["Database", "Transaction", "open"]
@@ -191,7 +191,7 @@ class Database:
         check_one_sqlite(allow_other_sqlite)
         # the core opens a WAL database in a directory it cannot write immutable
         # (read_only), and says when a read-write open needs a writable directory
-        self._open_args = (self.path, busy_ms, max_payload_bytes or 0, bool(read_only))
+        self._open_args = (self.path, busy_ms, max_payload_bytes or 0, as_bool(read_only, "read_only"))
         try:
             self._h = _tocsin.Handle(*self._open_args)
         except _tocsin.Error as e:

@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional, Sequence
 
 from . import _tocsin
 from ._tocsin import Closed, Error, InvalidArgument
-from ._util import check_one_sqlite
+from ._util import as_bool, check_one_sqlite
 
 __all__ = ["loadable_path", "load", "enqueue", "call", "publish", "notify"]
 
@@ -105,7 +105,7 @@ def _in_transaction(conn: Any, raw: Any) -> bool:
 def _refuse(conn: Any, autocommit: bool, what: str) -> Any:
     raw = _dbapi_connection(conn)
     try:
-        open_tx = autocommit or _in_transaction(conn, raw)
+        open_tx = as_bool(autocommit, "autocommit") or _in_transaction(conn, raw)
     except sqlite3.Error as e:
         raise _driver_error(raw, e, what) from e
     if not open_tx:

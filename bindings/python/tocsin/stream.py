@@ -4,7 +4,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Dict, Iterable, List, Optional
 
 from ._tocsin import InvalidArgument
-from ._util import Duration, as_int, duration_ms, dumps, dumps_each, loads, meta_json
+from ._util import Duration, as_bool, as_int, duration_ms, dumps, dumps_each, loads, meta_json
 from ._util import items as _items
 
 if TYPE_CHECKING:
@@ -133,6 +133,6 @@ class Stream:
             max_count = as_int(max_count, "max_count", 1)
         # (an explicit 0 would be "no such criterion" to the core: refused)
         age = 0 if max_age is None else duration_ms(max_age, "max_age", allow_zero=False)
-        if not age and not max_count and not below_consumers:  # the core's names max_age_ms
+        if not age and not max_count and not as_bool(below_consumers, "below_consumers"):  # the core's names max_age_ms
             raise InvalidArgument("trim needs max_age, max_count or below_consumers")
-        return self.db._hx().trim(self.topic, age, max_count or 0, bool(below_consumers))
+        return self.db._hx().trim(self.topic, age, max_count or 0, as_bool(below_consumers, "below_consumers"))

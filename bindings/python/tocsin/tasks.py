@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, Sequence
 
 from . import _tocsin
 from ._tocsin import Error, InvalidArgument
-from ._util import Duration, Instant, as_int, duration_ms, dumps, instant_ms, loads, meta_json
+from ._util import Duration, Instant, as_bool, as_int, duration_ms, dumps, instant_ms, loads, meta_json
 from .db import Transaction
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ class Task:
         self.result_ttl_ms = 0 if result_ttl is None else duration_ms(result_ttl, "result_ttl", allow_zero=False)
         self.keep_forever = result_ttl is None
         self.is_async = inspect.iscoroutinefunction(fn)
-        self.process = bool(process)
+        self.process = as_bool(process, "process")
         if self.process and self.is_async:
             raise InvalidArgument("process=True is for sync functions (async ones are cancelled on timeout)")
         try:

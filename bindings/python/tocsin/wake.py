@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Deque, Iterator, List, Opt
 
 from . import _tocsin
 from ._tocsin import Closed, InvalidArgument, Timeout
-from ._util import Duration, as_int, duration_ms
+from ._util import Duration, as_bool, as_int, duration_ms
 from .stream import Event, Notification
 
 if TYPE_CHECKING:
@@ -364,10 +364,10 @@ class Subscription(_Waiting):
         super().__init__(_tocsin.StreamSub(db._h, topic, consumer,
                                            -1 if from_offset is None else from_offset, batch,
                                            autosave_every or 0, every_ms,
-                                           bool(save_on_close) and consumer is not None))
+                                           as_bool(save_on_close, "save_on_close") and consumer is not None))
         self.topic = topic
         self.consumer = consumer
-        self.save_on_close = bool(save_on_close)
+        self.save_on_close = save_on_close
         self._db = db
         self._last = self._w.position()  # nothing handed out yet: where it starts
         db._track(self)

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, Optional
 
 from . import _tocsin
 from ._tocsin import Closed, Error, InvalidArgument, LeaseLost
-from ._util import Duration, as_int, duration_ms, dumps, lease_ms
+from ._util import Duration, as_bool, as_int, duration_ms, dumps, lease_ms
 from ._util import items as _items
 from .coord import default_owner
 from .tasks import JobContext, Task, _current
@@ -224,7 +224,7 @@ class Worker:
         self.visibility_ms = duration_ms(visibility, "visibility", allow_zero=False,
                                          min_ms=_tocsin.MIN_WORKER_LEASE_MS)
         self.shutdown_timeout = duration_ms(shutdown_timeout, "shutdown_timeout") / 1000.0
-        self.scheduler = bool(scheduler)
+        self.scheduler = as_bool(scheduler, "scheduler")
         self.scheduler_ttl_ms = lease_ms(scheduler_ttl, "scheduler_ttl", min_ms=_tocsin.MIN_WORKER_LEASE_MS)
         self.processed = self.failed = self.retried = self.handed_back = 0
         self._w: Any = None
