@@ -55,6 +55,13 @@ def test_wait_result_timeout_and_dead_job(clocked):
     assert r.is_error and r.error_type == "JobDead" and "broken" in r.error_message
     with pytest.raises(tocsin.NotFound):  # no job and no result: nothing to wait for
         db.wait_result(987654, timeout=1)
+    # a task handle of a job that died without a result is done, and get() says why
+    h = tocsin.TaskHandle(q, q.enqueue(2, max_attempts=1))
+    assert not h.done()
+    q.claim("w").fail("broken again")
+    assert h.done()
+    with pytest.raises(tocsin.TaskError, match="broken again"):
+        h.get(0)
 
 
 def test_locks_fencing(clocked):

@@ -69,7 +69,10 @@ class TaskHandle:
         return self._unwrap(await self.queue.db.wait_result_async(self.job_id, timeout))
 
     def done(self) -> bool:
-        return self.queue.db.result(self.job_id) is not None
+        """True once the task has an outcome: its return value, its error, or a job that
+        died without either (get() then raises TaskError JobDead at once)."""
+        from .coord import _check_result
+        return _check_result(self.queue.db, self.job_id) is not None
 
 
 def _is_tx(v: Any) -> bool:
