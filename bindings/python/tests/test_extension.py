@@ -162,6 +162,20 @@ def test_app_connection_helpers_with_sqlalchemy(path):
         jid = tocsin.enqueue(c, "emails", {"order": 2})
     with tocsin.open(path) as db:
         assert db.queue("emails").get(jid).payload == {"order": 2}
+    # "commit as you go" (SQLAlchemy 2.x): the job, first, begins the transaction that
+    # the connection's next statement would; commit() keeps both, rollback() drops both
+    with engine.connect() as c:
+        tocsin.enqueue(c, "emails", {"order": 3})
+        c.execute(sqlalchemy.text("INSERT INTO orders(id) VALUES (3)"))
+        c.rollback()
+        jid4 = tocsin.enqueue(c, "emails", {"order": 4})
+        c.execute(sqlalchemy.text("INSERT INTO orders(id) VALUES (4)"))
+        c.commit()
+    with tocsin.open(path) as db:
+        # (the rolled-back job's id was never committed: job 4 may have it)
+        assert db.queue("emails").get(jid4).payload == {"order": 4}
+        assert db.queue("emails").stats()["pending"] == 2  # orders 2 and 4
+        assert [r[0] for r in db.execute("SELECT id FROM orders")] == [4]
     engine.dispose()
 
 

@@ -92,14 +92,21 @@ def load(conn: Any, *, allow_other_sqlite: bool = False) -> None:
 def _in_transaction(conn: Any, raw: Any) -> bool:
     """True when the DBAPI connection is inside a transaction. An SQLAlchemy Connection or
     Session that is in one while its pysqlite connection has not begun yet (it begins
-    lazily, at the first write) gets its BEGIN now, so the job joins what it commits."""
+    lazily, at the first write) gets its BEGIN now, so the job joins what it commits. An
+    SQLAlchemy 2.x Connection not in one yet ("commit as you go") begins it, as its next
+    statement would: the job is then committed by conn.commit(), dropped by rollback."""
     if raw.in_transaction:
         return True
     sa_in = getattr(conn, "in_transaction", None)
-    if callable(sa_in) and conn is not raw and sa_in():
-        raw.execute("BEGIN")
-        return True
-    return False
+    if not callable(sa_in) or conn is raw:
+        return False
+    if not sa_in():
+        autobegins = callable(getattr(conn, "commit", None)) and callable(getattr(conn, "begin", None))
+        if not autobegins or hasattr(conn, "get_bind"):  # (a Session begins in connection())
+            return False
+        conn.begin()
+    raw.execute("BEGIN")
+    return True
 
 
 def _refuse(conn: Any, autocommit: bool, what: str) -> Any:
