@@ -1351,5 +1351,61 @@ def enqueue_and_jobs_refuse_a_zero_they_would_ignore():
     assert len(js("jobs", db, "--older-than", "0")) == 1
 
 
+@test
+def rows_written_around_tocsin_keep_every_document_valid():
+    # plain SQL can leave a payload that is not JSON, or a text that is not UTF-8: every
+    # document still parses (as the SQL functions' do, docs/sql.md "Results"), one such row
+    # fails no listing (json(payload) failed them all: "malformed JSON"), and the dashboard
+    # still serves its snapshot
+    db = newdb("around")
+    good = js("enqueue", db, "q", '{"a":1}')["id"]
+    c = sqlite3.connect(db, isolation_level=None)
+    cols = "(queue, state, payload, meta, priority, attempts, max_attempts, run_at, created_at)"
+    c.execute(f"INSERT INTO _tocsin_jobs {cols} VALUES ('q', 'pending', 'not json', '{{bad', 0, 0, 3, 1, 1)")
+    bad = c.execute("SELECT max(id) FROM _tocsin_jobs").fetchone()[0]
+    c.execute(f"INSERT INTO _tocsin_jobs {cols} VALUES (CAST(X'71FF' AS TEXT), 'pending',"
+              " CAST(X'7B2261223A2280FF227D' AS TEXT), NULL, 0, 0, 3, 1, 1)")
+    latin = c.execute("SELECT max(id) FROM _tocsin_jobs").fetchone()[0]
+    c.execute("INSERT INTO _tocsin_dead (id, queue, payload, priority, attempts, max_attempts, run_at, created_at,"
+              " last_error, reason, died_at) VALUES (100, 'd', '[1,', 0, 1, 1, 1, 1, CAST(X'6F6F9B' AS TEXT),"
+              " 'failed', 1)")
+    c.execute("INSERT INTO _tocsin_notifications (channel, payload, created_at) VALUES ('ch', 'nope', 1)")
+    c.execute("INSERT INTO _tocsin_events (topic, payload, created_at) VALUES ('t', '{x}', 1)")
+    c.close()
+
+    def doc(*args):
+        p = subprocess.run([TOCSIN, *args, "--json"], capture_output=True)
+        assert p.returncode == 0, (args, p.stderr)
+        return json.loads(p.stdout.decode("utf-8"))  # strict: raw bytes that are no UTF-8 fail
+
+    jobs = {j["id"]: j for j in doc("jobs", db)}
+    assert jobs[good]["payload"] == {"a": 1}
+    assert jobs[bad]["payload"] == "not json" and jobs[bad]["meta"] == "{bad", jobs[bad]
+    assert jobs[latin]["queue"] == "q\ufffd" and jobs[latin]["payload"] == '{"a":"\ufffd\ufffd"}', jobs[latin]
+    assert doc("job", db, str(bad))["payload"] == "not json"
+    assert doc("job", db, str(latin))["queue"] == "q\ufffd"
+    dead = doc("dead", "list", db)[0]
+    assert dead["payload"] == "[1," and dead["last_error"] == "oo\ufffd", dead
+    assert doc("jobs", db, "--state", "dead")[0]["last_error"] == "oo\ufffd"
+    assert [q["queue"] for q in doc("stats", db)["queues"]] == ["d", "q", "q\ufffd"]
+    p = subprocess.run([TOCSIN, "tail", db, "t", "--no-follow"], capture_output=True)
+    assert p.returncode == 0 and json.loads(p.stdout.decode("utf-8"))["payload"] == "{x}", p
+    for args in (["jobs", db], ["job", db, str(latin)], ["dead", "list", db]):
+        p = subprocess.run([TOCSIN, *args], capture_output=True)
+        assert p.returncode == 0, (args, p.stderr)
+        p.stdout.decode("utf-8")
+        assert b"\x9b" not in p.stdout, (args, p.stdout)
+    s = Server(db, "--read-only")
+    try:
+        status, _, body = http(s.url + "api/snapshot")
+        assert status == 200, body
+        snap = json.loads(body)
+        assert snap["notifications"][0]["recent"][0]["payload"] == "nope", snap
+        status, _, body = http(s.url + "api/jobs")
+        assert status == 200 and len(json.loads(body)) == 4, body
+    finally:
+        assert s.stop() == 0
+
+
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
