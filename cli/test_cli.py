@@ -10,6 +10,7 @@ usage: test_cli.py TOCSIN OUTDIR EXTENSION
              CLI does not write itself (claims, stream events, schedules)
 """
 import json
+from http.cookiejar import CookieJar
 import os
 import pty
 import queue
@@ -996,10 +997,25 @@ def ui_access_token():
         assert st == 200 and "stats" in json.loads(body)
         st, h, _ = http(s.url + "?token=s3cret-token")
         assert st == 200 and "HttpOnly" in h["Set-Cookie"] and "SameSite=Strict" in h["Set-Cookie"]
-        st, _, _ = http(s.url + "metrics", "GET", {"Cookie": "tocsin_token=s3cret-token"})
+        port = s.url.rstrip("/").rsplit(":", 1)[1]
+        assert h["Set-Cookie"].startswith(f"tocsin_token_{port}=s3cret-token;"), h
+        st, _, _ = http(s.url + "metrics", "GET", {"Cookie": f"tocsin_token_{port}=s3cret-token"})
         assert st == 200
     finally:
         assert s.stop() == 0
+    # two dashboards of one host: a browser keeps cookies per host, not per port, so the
+    # second's token must not replace the first's (its open page answered 401 from then on)
+    a, b = Server(db, "--token", "token-of-a"), Server(db, "--token", "token-of-b")
+    try:
+        jar = CookieJar()
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+        for srv, tok in ((a, "token-of-a"), (b, "token-of-b")):
+            assert opener.open(srv.url + "?token=" + tok, timeout=10).status == 200
+        for srv in (a, b):
+            with opener.open(srv.url + "api/snapshot", timeout=10) as r:
+                assert r.status == 200 and "stats" in json.loads(r.read())
+    finally:
+        assert a.stop() == 0 and b.stop() == 0
     # the same from the environment (a command line is readable by every local user)
     s = Server(db, env={"TOCSIN_UI_TOKEN": "env-token-1"})
     try:
@@ -1285,7 +1301,7 @@ def ui_token_must_fit_in_its_cookie():
     s = Server(db, "--token", "Secret-Token_0123~!")
     try:
         st, h, _ = http(s.url + "?token=Secret-Token_0123~!")
-        assert st == 200 and h["Set-Cookie"].startswith("tocsin_token=Secret-Token_0123~!;"), h
+        assert st == 200 and re.match(r"tocsin_token_\d+=Secret-Token_0123~!;", h["Set-Cookie"]), h
     finally:
         assert s.stop() == 0
 
