@@ -21,7 +21,12 @@ typedef struct sb {
 void sb_add(sb *b, const char *s, size_t n);
 void sb_puts(sb *b, const char *s);
 void sb_printf(sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void sb_json_str(sb *b, const char *s); /* a JSON string literal, or null for NULL */
+void sb_json_str(sb *b, const char *s); /* a JSON string literal (UTF-8: U+FFFD for a byte that
+                                         begins no character), or null for NULL */
+void sb_json_raw(sb *b, const char *json); /* stored JSON as is, or a string of a text that is not */
+/* The length of the UTF-8 character beginning at s (a byte >= 0x80), 0 when none does. */
+unsigned cli_utf8_seq(const unsigned char *s);
+void sb_add_utf8(sb *b, const char *s); /* s with U+FFFD for each byte that begins no character */
 void sb_free(sb *b);
 
 /* The last error of a collector, and the exit code it maps to. */
@@ -59,6 +64,8 @@ int cli_busy_timeout(void);
 /* Opens the database at path (write 0: a read-only handle; create 0: it must exist);
  * a directory is refused by name. 0, or an exit code with the message in g_err. */
 int cli_open(tocsin_db **db, const char *path, int write, int create);
+/* Registers json_value_text(X) (sb_json_raw) on the handle's connection for the collectors. */
+int cli_register_functions(tocsin_db *db);
 
 /* tocsin ui (ui.c) */
 int cmd_ui(int argc, char **argv);

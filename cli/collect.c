@@ -42,10 +42,125 @@ void sb_printf(sb *b, const char *fmt, ...) {
     sb_add(b, big, (size_t)n);
     free(big);
 }
+/* The length of the UTF-8 character (shortest form, no surrogate, at most
+ * U+10FFFF) that begins at s, a byte of 0x80 or more; 0 if none does (the
+ * core's rule, db.c). */
+unsigned cli_utf8_seq(const unsigned char *s) {
+    unsigned c = *s, n, cp, i;
+    if ((c & 0xe0) == 0xc0) { n = 1; cp = c & 0x1f; }
+    else if ((c & 0xf0) == 0xe0) { n = 2; cp = c & 0x0f; }
+    else if ((c & 0xf8) == 0xf0) { n = 3; cp = c & 0x07; }
+    else return 0;
+    for (i = 1; i <= n; i++) {
+        if ((s[i] & 0xc0) != 0x80) return 0; /* the NUL ends the text: never read past */
+        cp = (cp << 6) | (s[i] & 0x3f);
+    }
+    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10ffff ||
+        (cp >= 0xd800 && cp <= 0xdfff))
+        return 0;
+    return n + 1;
+}
+
+/* Appends s with each byte that begins no UTF-8 character replaced by U+FFFD:
+ * a text written into the tables around tocsin (plain SQL) may hold such bytes,
+ * and every document printed or served must be UTF-8, as JSON must be. */
+void sb_add_utf8(sb *b, const char *s) {
+    const unsigned char *p = (const unsigned char *)s, *run = p;
+    while (*p) {
+        unsigned n = *p < 0x80 ? 1 : cli_utf8_seq(p);
+        if (n) { p += n; continue; }
+        sb_add(b, (const char *)run, (size_t)(p - run));
+        sb_add(b, "\xef\xbf\xbd", 3);
+        run = ++p;
+    }
+    sb_add(b, (const char *)run, (size_t)(p - run));
+}
+
+/* RFC 8259 JSON text, nesting at most 1000 deep (the core's limit). */
+static const char *json_ws(const char *p) {
+    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
+    return p;
+}
+static const char *json_value(const char *p, int depth) {
+    p = json_ws(p);
+    if (*p == '"') {
+        for (p++; *p != '"'; p++) {
+            if ((unsigned char)*p < 0x20) return NULL; /* the NUL (the end) included */
+            if (*p != '\\') continue;
+            p++;
+            if (*p == 'u') {
+                for (int i = 1; i <= 4; i++)
+                    if (!strchr("0123456789abcdefABCDEF", p[i]) || !p[i]) return NULL;
+                p += 4;
+            } else if (!*p || !strchr("\"\\/bfnrt", *p)) return NULL;
+        }
+        return p + 1;
+    }
+    if (*p == '{' || *p == '[') {
+        char close = *p == '{' ? '}' : ']';
+        if (depth >= 1000) return NULL;
+        p = json_ws(p + 1);
+        if (*p == close) return p + 1;
+        for (;;) {
+            if (close == '}') {
+                if (*(p = json_ws(p)) != '"' || !(p = json_value(p, depth + 1))) return NULL;
+                if (*(p = json_ws(p)) != ':') return NULL;
+                p++;
+            }
+            if (!(p = json_value(p, depth + 1))) return NULL;
+            p = json_ws(p);
+            if (*p == close) return p + 1;
+            if (*p++ != ',') return NULL;
+        }
+    }
+    if (!strncmp(p, "true", 4)) return p + 4;
+    if (!strncmp(p, "false", 5)) return p + 5;
+    if (!strncmp(p, "null", 4)) return p + 4;
+    if (*p == '-') p++;
+    if (*p == '0') p++;
+    else if (*p >= '1' && *p <= '9') while (*p >= '0' && *p <= '9') p++;
+    else return NULL;
+    if (*p == '.') {
+        if (*++p < '0' || *p > '9') return NULL;
+        while (*p >= '0' && *p <= '9') p++;
+    }
+    if (*p == 'e' || *p == 'E') {
+        if (*++p == '+' || *p == '-') p++;
+        if (*p < '0' || *p > '9') return NULL;
+        while (*p >= '0' && *p <= '9') p++;
+    }
+    return p;
+}
+static int json_text_ok(const char *s) {
+    const char *end = json_value(s, 0);
+    if (!end || *json_ws(end)) return 0;
+    for (const unsigned char *p = (const unsigned char *)s; *p;) {
+        unsigned n = *p < 0x80 ? 1 : cli_utf8_seq(p);
+        if (!n) return 0;
+        p += n;
+    }
+    return 1;
+}
+
+/* A stored JSON value as it goes into a document: as is when it is valid JSON
+ * and UTF-8 (what tocsin writes), else a JSON string of its text (a row written
+ * around tocsin), as the core's SQL documents have it (docs/sql.md, "Results"). */
+void sb_json_raw(sb *b, const char *v) {
+    if (!v) sb_puts(b, "null");
+    else if (json_text_ok(v)) sb_puts(b, v);
+    else sb_json_str(b, v);
+}
+
 void sb_json_str(sb *b, const char *s) {
     if (!s) { sb_puts(b, "null"); return; }
     sb_add(b, "\"", 1);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p >= 0x80) { /* a byte that begins no UTF-8 character: U+FFFD */
+            unsigned n = cli_utf8_seq(p);
+            if (!n) sb_puts(b, "\\ufffd");
+            else { sb_add(b, (const char *)p, n); p += n - 1; }
+            continue;
+        }
         switch (*p) {
         case '"': sb_puts(b, "\\\""); break;
         case '\\': sb_puts(b, "\\\\"); break;
@@ -67,6 +182,26 @@ void sb_free(sb *b) {
     free(b->p);
     b->p = NULL;
     b->n = b->cap = 0;
+}
+
+/* json_value_text(X): X as it goes into a document (sb_json_raw), for the SQL
+ * collectors: json(json_value_text(payload)) is a stored payload, or the JSON
+ * string of a text written around tocsin that is not JSON, where json(payload)
+ * failed the whole listing ("malformed JSON"). NULL stays NULL. */
+static void fn_json_value_text(sqlite3_context *ctx, int argc, sqlite3_value **argv) {
+    (void)argc;
+    const char *v = (const char *)sqlite3_value_text(argv[0]);
+    if (!v) { sqlite3_result_null(ctx); return; }
+    sb b = {0};
+    sb_json_raw(&b, v);
+    sqlite3_result_text(ctx, b.p, (int)b.n, free); /* sb_free's memory: free() */
+}
+
+int cli_register_functions(tocsin_db *db) {
+    int rc = sqlite3_create_function_v2(tocsin_sqlite(db), "json_value_text", 1,
+                                        SQLITE_UTF8 | SQLITE_DETERMINISTIC, NULL, fn_json_value_text, NULL, NULL,
+                                        NULL);
+    return rc == SQLITE_OK ? 0 : fail_sqlite(db, "register functions");
 }
 
 int exit_code_of(int rc) {
@@ -146,9 +281,11 @@ static void kv_str(sb *b, const char *k, const char *v) {
     sb_printf(b, ",\"%s\":", k);
     sb_json_str(b, v);
 }
-/* JSON text stored by the core (validated on write) goes out as is. */
+/* JSON text stored by the core (validated on write) goes out as is; a text
+ * written around tocsin that is not JSON goes out as a string (sb_json_raw). */
 static void kv_json(sb *b, const char *k, const char *v) {
-    sb_printf(b, ",\"%s\":%s", k, v ? v : "null");
+    sb_printf(b, ",\"%s\":", k);
+    sb_json_raw(b, v);
 }
 
 void job_json(sb *b, const tocsin_job *j) {
@@ -220,7 +357,7 @@ int collect_stats(tocsin_db *db, sb *out, const char *queue) {
         "iit", (int64_t)now, (int64_t)(now - 60000), all.p);
     sb_free(&all);
     if (rc) return rc;
-    sb_puts(out, res ? res : "{}");
+    sb_add_utf8(out, res ? res : "{}"); /* names written around tocsin: UTF-8 */
     free(res);
     return 0;
 }
@@ -230,7 +367,7 @@ int collect_jobs(tocsin_db *db, sb *out, const job_filter *f) {
     char *res = NULL;
     int rc = sql_text(db, &res,
         "SELECT json_group_array(json(j)) FROM (SELECT json_object('id', id, 'queue', queue, 'state', st,"
-        " 'payload', json(payload), 'meta', json(meta), 'priority', priority, 'attempts', attempts,"
+        " 'payload', json(json_value_text(payload)), 'meta', json(json_value_text(meta)), 'priority', priority, 'attempts', attempts,"
         " 'max_attempts', max_attempts, 'run_at', run_at, 'created_at', created_at,"
         " 'lease_until', lease_until, 'expires_at', expires_at, 'unique_key', unique_key,"
         " 'worker', worker, 'last_error', last_error, 'reason', reason, 'died_at', died_at) AS j FROM ("
@@ -250,7 +387,7 @@ int collect_jobs(tocsin_db *db, sb *out, const job_filter *f) {
         (int64_t)(f->newer_than_ms > 0 ? now - f->newer_than_ms : 0), f->search,
         (int64_t)(f->limit > 0 ? f->limit : 100));
     if (rc) return rc;
-    sb_puts(out, res ? res : "[]");
+    sb_add_utf8(out, res ? res : "[]"); /* names written around tocsin: UTF-8 */
     free(res);
     return 0;
 }
@@ -283,7 +420,7 @@ int collect_streams(tocsin_db *db, sb *out) {
         " FROM _tocsin_events e GROUP BY topic ORDER BY topic)",
         "");
     if (rc) return rc;
-    sb_puts(out, res ? res : "[]");
+    sb_add_utf8(out, res ? res : "[]"); /* names written around tocsin: UTF-8 */
     free(res);
     return 0;
 }
@@ -322,12 +459,12 @@ int collect_notifications(tocsin_db *db, sb *out, const char *channel, int64_t p
     int rc = sql_text(db, &res,
         "SELECT json_group_array(json(c)) FROM (SELECT json_object('channel', channel, 'count', count(*),"
         " 'last_id', max(id), 'recent', json((SELECT json_group_array(json(x)) FROM (SELECT"
-        "   json_object('id', id, 'payload', json(payload), 'meta', json(meta), 'created_at', created_at) AS x"
+        "   json_object('id', id, 'payload', json(json_value_text(payload)), 'meta', json(json_value_text(meta)), 'created_at', created_at) AS x"
         "   FROM _tocsin_notifications n2 WHERE n2.channel = n.channel ORDER BY id DESC LIMIT ?1)))) AS c"
         " FROM _tocsin_notifications n WHERE (?2 IS NULL OR channel = ?2) GROUP BY channel ORDER BY channel)",
         "it", (int64_t)(per_channel > 0 ? per_channel : 10), channel);
     if (rc) return rc;
-    sb_puts(out, res ? res : "[]");
+    sb_add_utf8(out, res ? res : "[]"); /* names written around tocsin: UTF-8 */
     free(res);
     return 0;
 }

@@ -10,6 +10,7 @@ usage: test_cli.py TOCSIN OUTDIR EXTENSION
              CLI does not write itself (claims, stream events, schedules)
 """
 import json
+from http.cookiejar import CookieJar
 import os
 import pty
 import queue
@@ -996,10 +997,25 @@ def ui_access_token():
         assert st == 200 and "stats" in json.loads(body)
         st, h, _ = http(s.url + "?token=s3cret-token")
         assert st == 200 and "HttpOnly" in h["Set-Cookie"] and "SameSite=Strict" in h["Set-Cookie"]
-        st, _, _ = http(s.url + "metrics", "GET", {"Cookie": "tocsin_token=s3cret-token"})
+        port = s.url.rstrip("/").rsplit(":", 1)[1]
+        assert h["Set-Cookie"].startswith(f"tocsin_token_{port}=s3cret-token;"), h
+        st, _, _ = http(s.url + "metrics", "GET", {"Cookie": f"tocsin_token_{port}=s3cret-token"})
         assert st == 200
     finally:
         assert s.stop() == 0
+    # two dashboards of one host: a browser keeps cookies per host, not per port, so the
+    # second's token must not replace the first's (its open page answered 401 from then on)
+    a, b = Server(db, "--token", "token-of-a"), Server(db, "--token", "token-of-b")
+    try:
+        jar = CookieJar()
+        opener = urllib.request.build_opener(urllib.request.HTTPCookieProcessor(jar))
+        for srv, tok in ((a, "token-of-a"), (b, "token-of-b")):
+            assert opener.open(srv.url + "?token=" + tok, timeout=10).status == 200
+        for srv in (a, b):
+            with opener.open(srv.url + "api/snapshot", timeout=10) as r:
+                assert r.status == 200 and "stats" in json.loads(r.read())
+    finally:
+        assert a.stop() == 0 and b.stop() == 0
     # the same from the environment (a command line is readable by every local user)
     s = Server(db, env={"TOCSIN_UI_TOKEN": "env-token-1"})
     try:
@@ -1285,7 +1301,7 @@ def ui_token_must_fit_in_its_cookie():
     s = Server(db, "--token", "Secret-Token_0123~!")
     try:
         st, h, _ = http(s.url + "?token=Secret-Token_0123~!")
-        assert st == 200 and h["Set-Cookie"].startswith("tocsin_token=Secret-Token_0123~!;"), h
+        assert st == 200 and re.match(r"tocsin_token_\d+=Secret-Token_0123~!;", h["Set-Cookie"]), h
     finally:
         assert s.stop() == 0
 
@@ -1349,6 +1365,62 @@ def enqueue_and_jobs_refuse_a_zero_they_would_ignore():
     usage_error(rc, err, "--newer-than must be more than 0")
     assert out == ""
     assert len(js("jobs", db, "--older-than", "0")) == 1
+
+
+@test
+def rows_written_around_tocsin_keep_every_document_valid():
+    # plain SQL can leave a payload that is not JSON, or a text that is not UTF-8: every
+    # document still parses (as the SQL functions' do, docs/sql.md "Results"), one such row
+    # fails no listing (json(payload) failed them all: "malformed JSON"), and the dashboard
+    # still serves its snapshot
+    db = newdb("around")
+    good = js("enqueue", db, "q", '{"a":1}')["id"]
+    c = sqlite3.connect(db, isolation_level=None)
+    cols = "(queue, state, payload, meta, priority, attempts, max_attempts, run_at, created_at)"
+    c.execute(f"INSERT INTO _tocsin_jobs {cols} VALUES ('q', 'pending', 'not json', '{{bad', 0, 0, 3, 1, 1)")
+    bad = c.execute("SELECT max(id) FROM _tocsin_jobs").fetchone()[0]
+    c.execute(f"INSERT INTO _tocsin_jobs {cols} VALUES (CAST(X'71FF' AS TEXT), 'pending',"
+              " CAST(X'7B2261223A2280FF227D' AS TEXT), NULL, 0, 0, 3, 1, 1)")
+    latin = c.execute("SELECT max(id) FROM _tocsin_jobs").fetchone()[0]
+    c.execute("INSERT INTO _tocsin_dead (id, queue, payload, priority, attempts, max_attempts, run_at, created_at,"
+              " last_error, reason, died_at) VALUES (100, 'd', '[1,', 0, 1, 1, 1, 1, CAST(X'6F6F9B' AS TEXT),"
+              " 'failed', 1)")
+    c.execute("INSERT INTO _tocsin_notifications (channel, payload, created_at) VALUES ('ch', 'nope', 1)")
+    c.execute("INSERT INTO _tocsin_events (topic, payload, created_at) VALUES ('t', '{x}', 1)")
+    c.close()
+
+    def doc(*args):
+        p = subprocess.run([TOCSIN, *args, "--json"], capture_output=True)
+        assert p.returncode == 0, (args, p.stderr)
+        return json.loads(p.stdout.decode("utf-8"))  # strict: raw bytes that are no UTF-8 fail
+
+    jobs = {j["id"]: j for j in doc("jobs", db)}
+    assert jobs[good]["payload"] == {"a": 1}
+    assert jobs[bad]["payload"] == "not json" and jobs[bad]["meta"] == "{bad", jobs[bad]
+    assert jobs[latin]["queue"] == "q\ufffd" and jobs[latin]["payload"] == '{"a":"\ufffd\ufffd"}', jobs[latin]
+    assert doc("job", db, str(bad))["payload"] == "not json"
+    assert doc("job", db, str(latin))["queue"] == "q\ufffd"
+    dead = doc("dead", "list", db)[0]
+    assert dead["payload"] == "[1," and dead["last_error"] == "oo\ufffd", dead
+    assert doc("jobs", db, "--state", "dead")[0]["last_error"] == "oo\ufffd"
+    assert [q["queue"] for q in doc("stats", db)["queues"]] == ["d", "q", "q\ufffd"]
+    p = subprocess.run([TOCSIN, "tail", db, "t", "--no-follow"], capture_output=True)
+    assert p.returncode == 0 and json.loads(p.stdout.decode("utf-8"))["payload"] == "{x}", p
+    for args in (["jobs", db], ["job", db, str(latin)], ["dead", "list", db]):
+        p = subprocess.run([TOCSIN, *args], capture_output=True)
+        assert p.returncode == 0, (args, p.stderr)
+        p.stdout.decode("utf-8")
+        assert b"\x9b" not in p.stdout, (args, p.stdout)
+    s = Server(db, "--read-only")
+    try:
+        status, _, body = http(s.url + "api/snapshot")
+        assert status == 200, body
+        snap = json.loads(body)
+        assert snap["notifications"][0]["recent"][0]["payload"] == "nope", snap
+        status, _, body = http(s.url + "api/jobs")
+        assert status == 200 and len(json.loads(body)) == 4, body
+    finally:
+        assert s.stop() == 0
 
 
 print(f"{passed} passed, {failed} failed")

@@ -344,6 +344,11 @@ int cli_open(tocsin_db **db, const char *path, int write, int create) {
         *db = NULL;
         return exit_code_of(rc);
     }
+    if ((rc = cli_register_functions(*db))) {
+        tocsin_close(*db);
+        *db = NULL;
+        return rc;
+    }
     /* SQLite opens a file it may not write read-only without a word: every write
      * would then fail halfway with "attempt to write a readonly database". Refuse
      * up front, naming the file, so a writing command writes nothing at all. */
@@ -369,12 +374,17 @@ typedef struct col {
 
 /* Terminal output never carries control characters from the data (escape
  * sequences): C0, DEL and the C1 controls U+0080..U+009F (UTF-8 C2 80..C2 9F,
- * which terminals such as xterm obey: U+009B is CSI) become '?'. keep_nl keeps
- * newlines (multi-line errors). In place. */
+ * which terminals such as xterm obey: U+009B is CSI) become '?', and so does a
+ * byte that begins no UTF-8 character (a text written around tocsin: a lone
+ * 0x9b is CSI to a terminal in 8-bit mode). keep_nl keeps newlines
+ * (multi-line errors). In place. */
 static void clean_nl(char *s, int keep_nl) {
     unsigned char *r = (unsigned char *)s, *w = r;
     for (; *r; r++) {
+        unsigned n = 0;
         if (*r == 0xc2 && r[1] >= 0x80 && r[1] <= 0x9f) { *w++ = '?'; r++; }
+        else if (*r >= 0x80 && !(n = cli_utf8_seq(r))) *w++ = '?';
+        else if (*r >= 0x80) { memmove(w, r, n); w += n; r += n - 1; }
         else if ((*r < 0x20 && !(keep_nl && *r == '\n')) || *r == 0x7f) *w++ = '?';
         else *w++ = *r;
     }

@@ -72,6 +72,10 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static char g_csrf[33];
 static const char *g_token;
 static int g_read_only, g_loopback, g_port;
+/* The token's cookie, tocsin_token_PORT: a browser keeps cookies per host, not per port,
+ * so one name for all would let a second dashboard's token (another --port) replace the
+ * first's in the browser, which then answered 401 to every request of its open page. */
+static char g_cookie[32];
 static const char *g_host;
 static const char *g_path;     /* the database's path as given */
 static struct stat g_file;     /* the file g_db opened (device and inode) */
@@ -398,7 +402,7 @@ static enum MHD_Result serve_page(struct MHD_Connection *c, int set_cookie) {
                             "frame-ancestors 'none'");
     if (set_cookie && g_token) {
         sb ck = {0};
-        sb_printf(&ck, "tocsin_token=%s; HttpOnly; SameSite=Strict; Path=/", g_token);
+        sb_printf(&ck, "%s=%s; HttpOnly; SameSite=Strict; Path=/", g_cookie, g_token);
         MHD_add_response_header(r, "Set-Cookie", ck.p);
         sb_free(&ck);
     }
@@ -439,7 +443,7 @@ static int token_ok(struct MHD_Connection *c, int *from_query) {
     if (!g_token) return 1;
     const char *q = arg(c, "token");
     if (same_secret(q, g_token)) { *from_query = 1; return 1; }
-    if (same_secret(MHD_lookup_connection_value(c, MHD_COOKIE_KIND, "tocsin_token"), g_token)) return 1;
+    if (same_secret(MHD_lookup_connection_value(c, MHD_COOKIE_KIND, g_cookie), g_token)) return 1;
     const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     if (auth && !strncmp(auth, "Bearer ", 7) && same_secret(auth + 7, g_token)) return 1;
     return 0;
@@ -705,6 +709,7 @@ int cmd_ui(int argc, char **argv) {
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     g_port = info ? info->port : (int)port;
+    snprintf(g_cookie, sizeof g_cookie, "tocsin_token_%d", g_port);
     printf("listening on http://%s:%d/%s\n", host, g_port, g_read_only ? " (read-only)" : "");
     fflush(stdout);
     char ch;
