@@ -1423,5 +1423,20 @@ def rows_written_around_tocsin_keep_every_document_valid():
         assert s.stop() == 0
 
 
+@test
+def tables_line_up_names_in_any_script():
+    # widths counted bytes: a queue named "été" (5 bytes, 3 characters) pushed the
+    # columns after it two places out of line
+    db = newdb("widths")
+    for q in ("été", "ascii", "日本"):
+        assert run("enqueue", db, q, "{}")[0] == 0
+    for args in (["stats", db], ["jobs", db]):
+        rc, out, err = run(*args)
+        assert rc == 0, err
+        lines = out.splitlines()
+        starts = {len(line[:line.index("  0") if "  0" in line else line.index("pending")]) for line in lines[1:]}
+        assert len(starts) == 1, (args, out)
+
+
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

@@ -404,6 +404,13 @@ static int put_json_line(const char *s) {
     putchar('\n');
     return fflush(stdout) || ferror(stdout) ? -1 : 0;
 }
+/* The columns a cell takes on a terminal: its characters, not its bytes (a name
+ * in another script would push the columns after it out of line). */
+static size_t columns(const char *s) {
+    size_t n = 0;
+    for (; *s; s++) n += ((unsigned char)*s & 0xc0) != 0x80;
+    return n;
+}
 
 static int print_table(tocsin_db *db, const char *json, const char *each_path, const col *cols, int ncols) {
     sb sql = {0};
@@ -456,7 +463,7 @@ static int print_table(tocsin_db *db, const char *json, const char *each_path, c
                 strcpy(cell + cut, "...");
             }
             clean(cell);
-            if (strlen(cell) > width[i]) width[i] = strlen(cell);
+            if (columns(cell) > width[i]) width[i] = columns(cell);
             cells[rows * (size_t)ncols + (size_t)i] = cell;
         }
         rows++;
@@ -469,9 +476,10 @@ static int print_table(tocsin_db *db, const char *json, const char *each_path, c
     for (size_t r = 0; r < rows; r++) {
         for (int i = 0; i < ncols; i++) {
             char *cell = cells[r * (size_t)ncols + (size_t)i];
-            int right = cols[i].kind == K_INT;
+            int right = cols[i].kind == K_INT, pad = (int)(width[i] - columns(cell));
             if (i + 1 == ncols && !right) printf("%s\n", cell);
-            else printf(right ? "%*s%s" : "%-*s%s", (int)width[i], cell, i + 1 < ncols ? "  " : "\n");
+            else if (right) printf("%*s%s%s", pad, "", cell, i + 1 < ncols ? "  " : "\n");
+            else printf("%s%*s%s", cell, pad, "", i + 1 < ncols ? "  " : "\n");
             free(cell);
         }
     }
