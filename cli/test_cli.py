@@ -1438,5 +1438,19 @@ def tables_line_up_names_in_any_script():
         assert len(starts) == 1, (args, out)
 
 
+@test
+def bidi_controls_do_not_reach_the_terminal():
+    # U+202E reversed what followed it on screen: "a\u202eq-evil" showed as "alive-q"
+    db = newdb("bidi")
+    assert run("enqueue", db, "pay\u202elive", "{}")[0] == 0
+    assert run("enqueue", db, "x\u2066y\u200fz", "{}")[0] == 0
+    for args in (["stats", db], ["jobs", db]):
+        rc, out, err = run(*args)
+        assert rc == 0, err
+        assert not any(c in out for c in "\u202e\u2066\u200f"), (args, out)
+        assert "pay?live" in out and "x?y?z" in out, out
+    assert {q["queue"] for q in js("stats", db)["queues"]} == {"pay\u202elive", "x\u2066y\u200fz"}
+
+
 print(f"{passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)

@@ -378,12 +378,21 @@ typedef struct col {
  * byte that begins no UTF-8 character (a text written around tocsin: a lone
  * 0x9b is CSI to a terminal in 8-bit mode). keep_nl keeps newlines
  * (multi-line errors). In place. */
+/* The bidirectional controls (U+200E-200F, U+202A-202E, U+2066-2069): valid text
+ * that reorders what a terminal shows, so that one name can pass for another. */
+static int bidi_control(const unsigned char *r) {
+    if (r[0] != 0xe2) return 0;
+    if (r[1] == 0x80) return r[2] == 0x8e || r[2] == 0x8f || (r[2] >= 0xaa && r[2] <= 0xae);
+    return r[1] == 0x81 && r[2] >= 0xa6 && r[2] <= 0xa9;
+}
+
 static void clean_nl(char *s, int keep_nl) {
     unsigned char *r = (unsigned char *)s, *w = r;
     for (; *r; r++) {
         unsigned n = 0;
         if (*r == 0xc2 && r[1] >= 0x80 && r[1] <= 0x9f) { *w++ = '?'; r++; }
         else if (*r >= 0x80 && !(n = cli_utf8_seq(r))) *w++ = '?';
+        else if (n == 3 && bidi_control(r)) { *w++ = '?'; r += 2; }
         else if (*r >= 0x80) { memmove(w, r, n); w += n; r += n - 1; }
         else if ((*r < 0x20 && !(keep_nl && *r == '\n')) || *r == 0x7f) *w++ = '?';
         else *w++ = *r;
