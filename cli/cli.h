@@ -24,8 +24,6 @@ void sb_printf(sb *b, const char *fmt, ...) __attribute__((format(printf, 2, 3))
 void sb_json_str(sb *b, const char *s); /* a JSON string literal (UTF-8: U+FFFD for a byte that
                                          begins no character), or null for NULL */
 void sb_json_raw(sb *b, const char *json); /* stored JSON as is, or a string of a text that is not */
-/* The length of the UTF-8 character beginning at s (a byte >= 0x80), 0 when none does. */
-unsigned cli_utf8_seq(const unsigned char *s);
 void sb_add_utf8(sb *b, const char *s); /* s with U+FFFD for each byte that begins no character */
 void sb_free(sb *b);
 

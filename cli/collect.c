@@ -42,32 +42,13 @@ void sb_printf(sb *b, const char *fmt, ...) {
     sb_add(b, big, (size_t)n);
     free(big);
 }
-/* The length of the UTF-8 character (shortest form, no surrogate, at most
- * U+10FFFF) that begins at s, a byte of 0x80 or more; 0 if none does (the
- * core's rule, db.c). */
-unsigned cli_utf8_seq(const unsigned char *s) {
-    unsigned c = *s, n, cp, i;
-    if ((c & 0xe0) == 0xc0) { n = 1; cp = c & 0x1f; }
-    else if ((c & 0xf0) == 0xe0) { n = 2; cp = c & 0x0f; }
-    else if ((c & 0xf8) == 0xf0) { n = 3; cp = c & 0x07; }
-    else return 0;
-    for (i = 1; i <= n; i++) {
-        if ((s[i] & 0xc0) != 0x80) return 0; /* the NUL ends the text: never read past */
-        cp = (cp << 6) | (s[i] & 0x3f);
-    }
-    if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) || cp > 0x10ffff ||
-        (cp >= 0xd800 && cp <= 0xdfff))
-        return 0;
-    return n + 1;
-}
-
 /* Appends s with each byte that begins no UTF-8 character replaced by U+FFFD:
  * a text written into the tables around tocsin (plain SQL) may hold such bytes,
  * and every document printed or served must be UTF-8, as JSON must be. */
 void sb_add_utf8(sb *b, const char *s) {
     const unsigned char *p = (const unsigned char *)s, *run = p;
     while (*p) {
-        unsigned n = *p < 0x80 ? 1 : cli_utf8_seq(p);
+        unsigned n = tocsin_utf8_len((const char *)p);
         if (n) { p += n; continue; }
         sb_add(b, (const char *)run, (size_t)(p - run));
         sb_add(b, "\xef\xbf\xbd", 3);
@@ -76,78 +57,13 @@ void sb_add_utf8(sb *b, const char *s) {
     sb_add(b, (const char *)run, (size_t)(p - run));
 }
 
-/* RFC 8259 JSON text, nesting at most 1000 deep (the core's limit). */
-static const char *json_ws(const char *p) {
-    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') p++;
-    return p;
-}
-static const char *json_value(const char *p, int depth) {
-    p = json_ws(p);
-    if (*p == '"') {
-        for (p++; *p != '"'; p++) {
-            if ((unsigned char)*p < 0x20) return NULL; /* the NUL (the end) included */
-            if (*p != '\\') continue;
-            p++;
-            if (*p == 'u') {
-                for (int i = 1; i <= 4; i++)
-                    if (!strchr("0123456789abcdefABCDEF", p[i]) || !p[i]) return NULL;
-                p += 4;
-            } else if (!*p || !strchr("\"\\/bfnrt", *p)) return NULL;
-        }
-        return p + 1;
-    }
-    if (*p == '{' || *p == '[') {
-        char close = *p == '{' ? '}' : ']';
-        if (depth >= 1000) return NULL;
-        p = json_ws(p + 1);
-        if (*p == close) return p + 1;
-        for (;;) {
-            if (close == '}') {
-                if (*(p = json_ws(p)) != '"' || !(p = json_value(p, depth + 1))) return NULL;
-                if (*(p = json_ws(p)) != ':') return NULL;
-                p++;
-            }
-            if (!(p = json_value(p, depth + 1))) return NULL;
-            p = json_ws(p);
-            if (*p == close) return p + 1;
-            if (*p++ != ',') return NULL;
-        }
-    }
-    if (!strncmp(p, "true", 4)) return p + 4;
-    if (!strncmp(p, "false", 5)) return p + 5;
-    if (!strncmp(p, "null", 4)) return p + 4;
-    if (*p == '-') p++;
-    if (*p == '0') p++;
-    else if (*p >= '1' && *p <= '9') while (*p >= '0' && *p <= '9') p++;
-    else return NULL;
-    if (*p == '.') {
-        if (*++p < '0' || *p > '9') return NULL;
-        while (*p >= '0' && *p <= '9') p++;
-    }
-    if (*p == 'e' || *p == 'E') {
-        if (*++p == '+' || *p == '-') p++;
-        if (*p < '0' || *p > '9') return NULL;
-        while (*p >= '0' && *p <= '9') p++;
-    }
-    return p;
-}
-static int json_text_ok(const char *s) {
-    const char *end = json_value(s, 0);
-    if (!end || *json_ws(end)) return 0;
-    for (const unsigned char *p = (const unsigned char *)s; *p;) {
-        unsigned n = *p < 0x80 ? 1 : cli_utf8_seq(p);
-        if (!n) return 0;
-        p += n;
-    }
-    return 1;
-}
 
 /* A stored JSON value as it goes into a document: as is when it is valid JSON
  * and UTF-8 (what tocsin writes), else a JSON string of its text (a row written
  * around tocsin), as the core's SQL documents have it (docs/sql.md, "Results"). */
 void sb_json_raw(sb *b, const char *v) {
     if (!v) sb_puts(b, "null");
-    else if (json_text_ok(v)) sb_puts(b, v);
+    else if (tocsin_json_valid(v)) sb_puts(b, v);
     else sb_json_str(b, v);
 }
 
@@ -156,7 +72,7 @@ void sb_json_str(sb *b, const char *s) {
     sb_add(b, "\"", 1);
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         if (*p >= 0x80) { /* a byte that begins no UTF-8 character: U+FFFD */
-            unsigned n = cli_utf8_seq(p);
+            unsigned n = tocsin_utf8_len((const char *)p);
             if (!n) sb_puts(b, "\\ufffd");
             else { sb_add(b, (const char *)p, n); p += n - 1; }
             continue;

@@ -391,7 +391,7 @@ static void clean_nl(char *s, int keep_nl) {
     for (; *r; r++) {
         unsigned n = 0;
         if (*r == 0xc2 && r[1] >= 0x80 && r[1] <= 0x9f) { *w++ = '?'; r++; }
-        else if (*r >= 0x80 && !(n = cli_utf8_seq(r))) *w++ = '?';
+        else if (*r >= 0x80 && !(n = tocsin_utf8_len((const char *)r))) *w++ = '?';
         else if (n == 3 && bidi_control(r)) { *w++ = '?'; r += 2; }
         else if (*r >= 0x80) { memmove(w, r, n); w += n; r += n - 1; }
         else if ((*r < 0x20 && !(keep_nl && *r == '\n')) || *r == 0x7f) *w++ = '?';

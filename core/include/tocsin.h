@@ -282,6 +282,18 @@ TOCSIN_API int tocsin_set_max_payload(tocsin_db *db, int64_t max_bytes);
  * may be NULL (a name a binding keeps before any database is open: a task's). */
 TOCSIN_API int tocsin_check_name(tocsin_db *db, const char *what, const char *name);
 
+/* The length in bytes of the UTF-8 character that begins at s (1 for ASCII),
+ * by the rule every text argument follows: shortest form, no surrogate, at
+ * most U+10FFFF. 0 when none begins there (a stray continuation byte, a
+ * truncated or overlong sequence); never reads past a NUL. For tools that
+ * print or repair text read from the tables. */
+TOCSIN_API unsigned tocsin_utf8_len(const char *s);
+/* 1 when `text` is JSON as tocsin accepts and stores it (RFC 8259, UTF-8,
+ * nesting at most 1000 deep, no number beyond a double's range), else 0:
+ * a tool printing what the tables hold tells such text from text written
+ * around tocsin. NULL is 0. */
+TOCSIN_API int tocsin_json_valid(const char *text);
+
 /* Creates the schema if missing, migrates forward; *out_version is the schema version. */
 TOCSIN_API int tocsin_bootstrap(tocsin_db *db, int *out_version);
 

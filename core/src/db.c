@@ -1609,6 +1609,12 @@ static unsigned utf8_seq(const unsigned char *s) {
     return n + 1;
 }
 
+unsigned tocsin_utf8_len(const char *s) {
+    const unsigned char *u = (const unsigned char *)s;
+    if (!u || !*u) return 0;
+    return *u < 0x80 ? 1 : utf8_seq(u);
+}
+
 /* Strict UTF-8; returns 0 if invalid. */
 static int utf8_ok(const unsigned char *s) {
     while (*s) {
@@ -1617,6 +1623,10 @@ static int utf8_ok(const unsigned char *s) {
         s += n;
     }
     return 1;
+}
+
+int tocsin_json_valid(const char *text) {
+    return text && utf8_ok((const unsigned char *)text) && tc_json_valid(text, strlen(text), NULL);
 }
 
 int tc_check_name(tocsin_db *db, const char *what, const char *name) {

@@ -532,6 +532,22 @@ void suite_json(void) {
     size_t i;
     char deep[2100];
     sqlite3_prepare_v2(tocsin_sqlite(db), "SELECT json_valid(?1)", -1, &st, NULL);
+    /* the public checks follow the same rule as what every call accepts */
+    for (i = 0; i < sizeof good / sizeof good[0]; i++) CHECK(tocsin_json_valid(good[i]) == 1);
+    for (i = 0; i < sizeof bad / sizeof bad[0]; i++) CHECK(tocsin_json_valid(bad[i]) == 0);
+    CHECK(tocsin_json_valid(NULL) == 0);
+    CHECK(tocsin_json_valid("[1e309]") == 0);
+    CHECK_EQ_I(tocsin_utf8_len("a"), 1);
+    CHECK_EQ_I(tocsin_utf8_len("\xc3\xa9"), 2);
+    CHECK_EQ_I(tocsin_utf8_len("\xe2\x80\xae"), 3);
+    CHECK_EQ_I(tocsin_utf8_len("\xf0\x9f\x98\x80"), 4);
+    CHECK_EQ_I(tocsin_utf8_len(""), 0);
+    CHECK_EQ_I(tocsin_utf8_len(NULL), 0);
+    CHECK_EQ_I(tocsin_utf8_len("\x80"), 0);          /* a continuation byte */
+    CHECK_EQ_I(tocsin_utf8_len("\xc0\xaf"), 0);      /* overlong */
+    CHECK_EQ_I(tocsin_utf8_len("\xed\xa0\x80"), 0);  /* a surrogate */
+    CHECK_EQ_I(tocsin_utf8_len("\xf4\x90\x80\x80"), 0); /* above U+10FFFF */
+    CHECK_EQ_I(tocsin_utf8_len("\xe2\x80"), 0);      /* cut short by the NUL */
     for (i = 0; i < sizeof good / sizeof good[0]; i++) {
         CHECK_OK(db, tocsin_notify(db, &id, "c", good[i], NULL));
         sqlite3_bind_text(st, 1, good[i], -1, SQLITE_STATIC);
