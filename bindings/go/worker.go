@@ -195,6 +195,13 @@ func (db *DB) NewWorker(opts WorkerOptions) (*Worker, error) {
 	}
 	wk.id = C.GoString(C.tocsin_worker_id(w))
 	wk.log = wk.log.With("worker", wk.id)
+	// (docs/worker-protocol.md: every binding warns of it, as Python and Node do)
+	for _, q := range opts.Queues {
+		if !queueHasTask(tasks, q) {
+			wk.log.Warn("tocsin worker: no task is declared for this queue in this program: its jobs "+
+				"will be handed back (and die as UnknownTask after a bound)", "queue", q)
+		}
+	}
 	for name, t := range tasks {
 		var to C.tocsin_task_opts
 		to.version = C.TOCSIN_TASK_OPTS_VERSION
@@ -224,6 +231,15 @@ func (db *DB) NewWorker(opts WorkerOptions) (*Worker, error) {
 		return nil, newErr(ErrClosed, "worker_open", "the database was closed")
 	}
 	return wk, nil
+}
+
+func queueHasTask(tasks map[string]*taskEntry, queue string) bool {
+	for _, t := range tasks {
+		if t.opts.Queue == queue {
+			return true
+		}
+	}
+	return false
 }
 
 const (

@@ -229,6 +229,18 @@ class Worker extends EventEmitter {
     }
   }
 
+  // The run's events ('run', 'done', 'failed') are told, never part of the run: a
+  // listener that throws neither keeps its run from starting or being reported (a
+  // throwing 'run' listener left the job in flight, its lease renewed, until the
+  // worker stopped) nor turns a success into a failure; its error is a 'warning'.
+  _tell(event, ...args) {
+    try {
+      this.emit(event, ...args);
+    } catch (e) {
+      try { this.emit('warning', e); } catch (_) { /* a throwing 'warning' listener */ }
+    }
+  }
+
   _finish(jobId, kind, f, tx) {
     try {
       this._w.finish(jobId, kind, f.value === undefined ? null : f.value,
@@ -263,12 +275,14 @@ class Worker extends EventEmitter {
       queue: run.queue, task: run.task, meta: run.meta ? JSON.parse(run.meta) : null,
       signal: ac.signal, startedAt: run.startedAt, tx: null,
     };
-    this.emit('run', ctx);
+    this._tell('run', ctx);
     let timer = null;
+    let timeoutError = null;
     const timedOut = run.timeout > 0 ? new Promise((_, reject) => {
       timer = setTimeout(() => {
         const e = new Error(`the run exceeded its timeout of ${run.timeout} ms`);
         e.name = 'Timeout';
+        timeoutError = e;
         ac.abort(e);
         reject(e);
       }, run.timeout);
@@ -286,25 +300,28 @@ class Worker extends EventEmitter {
         } catch (e) {
           if (tx) throw e;
           this._finish(run.jobId, FAIL, { type: 'SerializationError', message: e.message, trace: e.stack });
-          this.emit('failed', ctx, e); // the run failed: not 'done'
+          this._tell('failed', ctx, e); // the run failed: not 'done'
           return false;
         }
-        if (entry.handedBack) return;
+        if (entry.handedBack) return false;
         this._finish(run.jobId, OK, { value: json }, tx);
         return true;
       };
       const ok = transactional ? await this.db.transaction((tx) => go(tx), true) : await go(null);
-      if (ok !== false) this.emit('done', ctx);
+      if (ok === true) this._tell('done', ctx);
     } catch (e) {
       if (!entry.handedBack) {
-        const f = thrown(e);
+        // the worker's own timeout: type Timeout, no message and no trace (the core
+        // writes its message, the same in every runtime; the stack would be this
+        // file's timer, not the task's)
+        const f = e === timeoutError && e ? { type: 'Timeout', message: null, trace: null } : thrown(e);
         if (transactional && e instanceof Error && text(() => e.code, null) === 'TOCSIN_LEASE_LOST') {
           // nothing was written (rolled back): the core has the job elsewhere
           this._finish(run.jobId, HAND_BACK, {});
         } else {
           this._finish(run.jobId, ERROR, { type: f.type, message: f.message, trace: f.trace, delay: -1 });
         }
-        this.emit('failed', ctx, e instanceof Error ? e : new Error(f.message));
+        this._tell('failed', ctx, e instanceof Error ? e : new Error(f.message));
       }
     } finally {
       if (timer) clearTimeout(timer);

@@ -186,6 +186,19 @@ class TestWorker < Minitest::Test
     assert_match(/schedule broken/, err)
   end
 
+  # docs/worker-protocol.md: a binding warns when it starts a worker on a queue for
+  # which it registered no task (its jobs are handed back, then die as UnknownTask).
+  # Python and Node warned; Ruby said nothing.
+  def test_a_worker_warns_of_a_queue_without_tasks
+    reg = { "echo" => Tocsin::Task.new("echo", ->(x) { x }, queue: "has-tasks") }
+    w = Tocsin::Worker.new(db, queues: %w[has-tasks orphan], tasks: reg, scheduler: false)
+    w.stop # asked before it runs: the run opens, then stops at once
+    _, err = capture_io { w.run }
+    warned = err.lines.grep(/no task is registered/)
+    assert_equal 1, warned.size, err
+    assert_match(/queue "orphan"/, warned.first)
+  end
+
   def test_no_arguments_nil_results_and_results_of_every_json_kind
     reg = {}
     seen = ::Queue.new

@@ -203,6 +203,11 @@ module Tocsin
     def open_native
       @native = Native::Worker.open(@db.native, @worker_id, @queues, @concurrency, @visibility_ms, @scheduler,
                                     @scheduler_ttl_ms)
+      # (docs/worker-protocol.md: every binding warns of it, as Python and Node do)
+      (@queues - @tasks.each_value.map(&:queue)).each do |q|
+        warn "tocsin worker: no task is registered for queue #{q.inspect} in this process: its jobs " \
+             "will be handed back (and die as UnknownTask after a bound)"
+      end
       @tasks.each_value do |t|
         # retries bound the runs of the task's jobs here, whatever a call by name allowed
         @native.register(t.name, t.backoff_ms, nil, t.timeout_ms, t.result_ttl_ms, t.retries + 1)
