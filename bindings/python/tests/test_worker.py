@@ -655,3 +655,22 @@ def test_a_task_that_raises_cancelled_error_itself_fails_its_attempt(db):
     job = q.get(h1.job_id)
     assert job.state == "dead" and job.reason == "max_attempts"
     assert w.failed == 1 and w.retried == 1 and w.handed_back == 0
+
+
+def test_unknown_task_handbacks_and_delay_are_the_workers_to_set(db):
+    # (Node's unknownTaskDelay/unknownTaskHandbacks and Go's fields; Python had no way)
+    q = db.queue("uk")
+    h = q.call("nobody_has_this")
+
+    async def body(w):
+        return await db.wait_result_async(h.job_id, timeout=30)
+
+    _, r = run_worker(db, ["uk"], body, unknown_task_delay=0.001, unknown_task_handbacks=2)
+    assert r.is_error and r.error_type == "UnknownTask" and "nobody_has_this" in r.error_message
+    job = q.dead_letters()[0]
+    assert job.id == h.job_id
+    for bad, match in ((dict(unknown_task_handbacks=0), "unknown_task_handbacks must be an integer from 1"),
+                       (dict(unknown_task_handbacks=True), "unknown_task_handbacks must be an integer"),
+                       (dict(unknown_task_delay=0), "unknown_task_delay must be > 0")):
+        with pytest.raises(tocsin.InvalidArgument, match=match):
+            tocsin.Worker(db, ["uk"], **bad)

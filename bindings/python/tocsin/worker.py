@@ -194,7 +194,10 @@ class Worker:
     third while the task runs); shutdown_timeout: on SIGINT/SIGTERM (or stop()) the
     worker stops claiming, lets running jobs finish for this long, then hands the rest
     back (pending again, no attempt consumed); a second signal hands everything back at
-    once; scheduler: also stand for the scheduler's leadership (cron schedules).
+    once; scheduler: also stand for the scheduler's leadership (cron schedules);
+    unknown_task_delay / unknown_task_handbacks: a job of a task this worker lacks (a
+    rolling deploy) is handed back after the delay (doubling, capped at 60 s; default
+    1 s) and dies as UnknownTask after that many hand-backs (default 20).
     Counters: processed, retried (an attempt failed and will be retried), failed
     (final), handed_back.
     """
@@ -202,7 +205,8 @@ class Worker:
     def __init__(self, db: "Database", queues: Iterable[str], *, concurrency: int = 1,
                  worker_id: Optional[str] = None, visibility: Duration = 30.0,
                  shutdown_timeout: Duration = 30.0, scheduler: bool = True,
-                 scheduler_ttl: Duration = 10.0) -> None:
+                 scheduler_ttl: Duration = 10.0, unknown_task_delay: Optional[Duration] = None,
+                 unknown_task_handbacks: Optional[int] = None) -> None:
         self.db = db
         if isinstance(queues, (str, bytes)):  # not its characters
             raise InvalidArgument("queues must be a list of queue names, not a %s (write [%r])"
@@ -226,6 +230,12 @@ class Worker:
         self.shutdown_timeout = duration_ms(shutdown_timeout, "shutdown_timeout") / 1000.0
         self.scheduler = as_bool(scheduler, "scheduler")
         self.scheduler_ttl_ms = lease_ms(scheduler_ttl, "scheduler_ttl", min_ms=_tocsin.MIN_WORKER_LEASE_MS)
+        # a job of a task this worker lacks: handed back after unknown_task_delay (doubling,
+        # capped at 60 s; None: 1 s), dead (UnknownTask) after unknown_task_handbacks (None: 20)
+        self.unknown_task_delay_ms = (0 if unknown_task_delay is None else
+                                      duration_ms(unknown_task_delay, "unknown_task_delay", allow_zero=False))
+        self.unknown_task_handbacks = (0 if unknown_task_handbacks is None else
+                                       as_int(unknown_task_handbacks, "unknown_task_handbacks", 1, 1000000))
         self.processed = self.failed = self.retried = self.handed_back = 0
         self._w: Any = None
         self._tasks: Dict[str, Task] = {}
@@ -305,7 +315,8 @@ class Worker:
         w = None
         try:
             w = _tocsin.Worker(hw, self.queues, self.concurrency, self.worker_id,
-                               self.visibility_ms, self.scheduler, self.scheduler_ttl_ms)
+                               self.visibility_ms, self.scheduler, self.scheduler_ttl_ms,
+                               self.unknown_task_delay_ms, self.unknown_task_handbacks)
             for name, t in self._tasks.items():
                 # retries bound the runs of the task's jobs here, whatever a call by name allowed
                 w.register(name, t.backoff_ms, 0, t.timeout_ms, -1 if t.keep_forever else t.result_ttl_ms,

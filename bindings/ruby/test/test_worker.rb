@@ -199,6 +199,26 @@ class TestWorker < Minitest::Test
     assert_match(/queue "orphan"/, warned.first)
   end
 
+  # (Python's, Node's and Go's options too)
+  def test_unknown_task_delay_and_handbacks_are_the_workers_to_set
+    reg = { "echo" => Tocsin::Task.new("echo", ->(x) { x }, queue: "uk") }
+    w = Tocsin::Worker.new(db, tasks: reg, scheduler: false, unknown_task_delay: 0.001, unknown_task_handbacks: 2)
+    th = Thread.new { capture_io { w.run } }
+    h = db.queue("uk").call("nobody_has_this")
+    r = db.wait_result(h.job_id, timeout: 30)
+    assert r.error?, r.inspect
+    assert_equal "UnknownTask", r.error_type
+    w.stop
+    th.join(10)
+    refute th.alive?
+    [[{ unknown_task_handbacks: 0 }, /unknown_task_handbacks must be an Integer between 1 and 1000000, not 0/],
+     [{ unknown_task_handbacks: 1.5 }, /unknown_task_handbacks/],
+     [{ unknown_task_delay: 0 }, /unknown_task_delay/]].each do |opts, match|
+      e = assert_raises(Tocsin::InvalidArgument) { Tocsin::Worker.new(db, tasks: reg, **opts) }
+      assert_match match, e.message
+    end
+  end
+
   def test_no_arguments_nil_results_and_results_of_every_json_kind
     reg = {}
     seen = ::Queue.new

@@ -2005,7 +2005,8 @@ static VALUE cRun;
 
 DEF_CALL(wopen, tocsin_worker *w; tocsin_db *db; tocsin_worker_opts o;, tocsin_worker_open(&a->w, a->db, &a->o))
 /* open(db, worker_id|nil, queues, concurrency, visibility_ms, scheduler, scheduler_ttl_ms) */
-static VALUE wk_s_open(VALUE klass, VALUE db, VALUE id, VALUE queues, VALUE conc, VALUE vis, VALUE sched, VALUE sttl) {
+static VALUE wk_s_open(VALUE klass, VALUE db, VALUE id, VALUE queues, VALUE conc, VALUE vis, VALUE sched, VALUE sttl,
+                       VALUE udelay, VALUE uhandbacks) {
     rwk *k;
     VALUE obj = TypedData_Make_Struct(klass, rwk, &rwk_type, k);
     guard_init(&k->g, "worker", wk_poke_fn, wk_close_fn);
@@ -2019,6 +2020,8 @@ static VALUE wk_s_open(VALUE klass, VALUE db, VALUE id, VALUE queues, VALUE conc
     o.visibility_ms = opt_i64(vis, "visibility", 0);
     o.scheduler = RTEST(sched);
     o.scheduler_ttl_ms = opt_i64(sttl, "scheduler_ttl", 0);
+    o.unknown_task_delay_ms = opt_i64(udelay, "unknown_task_delay", 0);
+    o.unknown_task_handbacks = (int)opt_range(uhandbacks, "unknown_task_handbacks", 1, 1000000, 0);
     a.db = DB(db);
     a.o = o;
     NOGVL_DB(wopen, a, db);
@@ -2377,7 +2380,7 @@ RUBY_FUNC_EXPORTED void Init_tocsin_native(void) {
 
     cWorker = rb_define_class_under(mNative, "Worker", rb_cObject);
     rb_undef_alloc_func(cWorker);
-    rb_define_singleton_method(cWorker, "open", wk_s_open, 7);
+    rb_define_singleton_method(cWorker, "open", wk_s_open, 9);
     rb_define_method(cWorker, "register", wk_register, 6);
     rb_define_method(cWorker, "next", wk_next, 1);
     rb_define_method(cWorker, "take", wk_take, 0);

@@ -80,7 +80,8 @@ module Tocsin
     attr_reader :db, :worker_id, :queues, :processed, :failed
 
     def initialize(db, queues: nil, concurrency: 1, worker_id: nil, visibility: 30, scheduler: true,
-                   scheduler_ttl: 10, shutdown_timeout: 30, tasks: Tocsin.tasks, periodic: Tocsin.periodic)
+                   scheduler_ttl: 10, shutdown_timeout: 30, tasks: Tocsin.tasks, periodic: Tocsin.periodic,
+                   unknown_task_delay: nil, unknown_task_handbacks: nil)
       raise InvalidArgument, "db must be a Tocsin::Database, not #{Util.kind(db)}" unless db.is_a?(Database)
       unless tasks.is_a?(Hash) && tasks.each_value.all?(Task)
         raise InvalidArgument, "tasks must be a Hash of name => Tocsin::Task, not #{Util.kind(tasks)}"
@@ -108,6 +109,14 @@ module Tocsin
       raise InvalidArgument, "shutdown_timeout must be a number of seconds, not nil" if shutdown_ms.nil?
 
       @shutdown_timeout = shutdown_ms / 1000.0
+      # a job of a task this worker lacks: handed back after unknown_task_delay seconds
+      # (doubling, capped at 60; nil: 1), dead (UnknownTask) after unknown_task_handbacks (nil: 20)
+      @unknown_task_delay_ms = Util.ms(unknown_task_delay, "unknown_task_delay", positive: true)
+      unless unknown_task_handbacks.nil? || (unknown_task_handbacks.is_a?(Integer) && unknown_task_handbacks.between?(1, 1_000_000))
+        raise InvalidArgument, "unknown_task_handbacks must be an Integer between 1 and 1000000, not #{unknown_task_handbacks.inspect}"
+      end
+
+      @unknown_task_handbacks = unknown_task_handbacks
       @done = ::Queue.new
       @work = ::Queue.new
       @running = {} # job_id => Thread
@@ -202,7 +211,7 @@ module Tocsin
 
     def open_native
       @native = Native::Worker.open(@db.native, @worker_id, @queues, @concurrency, @visibility_ms, @scheduler,
-                                    @scheduler_ttl_ms)
+                                    @scheduler_ttl_ms, @unknown_task_delay_ms, @unknown_task_handbacks)
       # (docs/worker-protocol.md: every binding warns of it, as Python and Node do)
       (@queues - @tasks.each_value.map(&:queue)).each do |q|
         warn "tocsin worker: no task is registered for queue #{q.inspect} in this process: its jobs " \
