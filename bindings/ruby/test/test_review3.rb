@@ -6,9 +6,9 @@ require_relative "test_helper"
 # bound, a task that exits, the sqlite3-gem helpers' errors, a worker whose
 # database closes under it, enqueue_many's job specs.
 
-# Values another runtime wrote nested 150 deep (the core allows 1000; Ruby's
-# writer refuses more than 100): every reader hands them out. JSON.parse's
-# default max_nesting (100) raised JSON::NestingError at each of them before.
+# Values another runtime wrote nested 150 deep (the core allows 1000): every
+# reader hands them out. JSON.parse's default max_nesting (100) raised
+# JSON::NestingError at each of them before.
 class TestDeepValues < Minitest::Test
   include TocsinTest
 
@@ -54,6 +54,29 @@ class TestDeepValues < Minitest::Test
     runner = Thread.new { w.run }
     id = db.native.task_enqueue("w", "depth", "[#{deep_json}]", "{}", nil, nil, nil)
     assert_equal DEPTH, Tocsin::TaskHandle.new(db, id).value(timeout: 30)
+  ensure
+    w&.stop
+    runner&.join
+  end
+
+  # What the core stores (1000 levels) is written back too: a task returning the
+  # value it was given, a payload forwarded. The writer refused more than 100
+  # (JSON.generate's default, and the check before it): a Ruby task could not
+  # echo what a Python or Node caller sent, and died SerializationError.
+  def test_values_nested_to_the_cores_bound_are_written_back
+    q = db.queue("q")
+    id = db.native.enqueue("q", deep_json(1000), nil)
+    v = q.get(id).payload
+    assert_equal 1000, depth(v)
+    assert_equal 1000, depth(q.get(q.enqueue(v)).payload)
+    e = assert_raises(Tocsin::InvalidArgument) { q.enqueue([v]) }
+    assert_match(/is nested deeper than 1000 levels/, e.message)
+
+    tasks = { "echo" => Tocsin::Task.new("echo", ->(x) { x }, queue: "w", retries: 0) }
+    w = Tocsin::Worker.new(db, tasks: tasks, scheduler: false)
+    runner = Thread.new { w.run }
+    id = db.native.task_enqueue("w", "echo", "[#{deep_json(998)}]", "{}", nil, nil, nil)
+    assert_equal 998, depth(Tocsin::TaskHandle.new(db, id).value(timeout: 30))
   ensure
     w&.stop
     runner&.join
