@@ -7,7 +7,7 @@ const { EventEmitter } = require('events');
 const index = require('./index');
 const tasks = require('./tasks');
 
-const { native, opts, invalid, toJson, ms, bool, defaultOwner, fromBig, str, count } = index._internal;
+const { native, opts, invalid, toJson, fromJson, ms, bool, defaultOwner, fromBig, str, count } = index._internal;
 const { errorOf } = require('./errors');
 const { checkSignal } = require('./wait');
 
@@ -250,8 +250,8 @@ class Worker extends EventEmitter {
     let args;
     let kwargs;
     try {
-      args = JSON.parse(run.args);
-      kwargs = JSON.parse(run.kwargs);
+      args = fromJson(run.args);
+      kwargs = fromJson(run.kwargs);
     } catch (e) {
       this._running.delete(run.jobId);
       this._finish(run.jobId, FAIL, { type: 'InvalidEnvelope', message: e.message });
@@ -260,7 +260,7 @@ class Worker extends EventEmitter {
     const callArgs = kwargs && Object.keys(kwargs).length ? [...args, kwargs] : args;
     const ctx = {
       jobId: run.jobId, token: run.token, attempt: run.attempt, maxAttempts: run.maxAttempts,
-      queue: run.queue, task: run.task, meta: run.meta ? JSON.parse(run.meta) : null,
+      queue: run.queue, task: run.task, meta: run.meta ? fromJson(run.meta) : null,
       signal: ac.signal, startedAt: run.startedAt, tx: null,
     };
     this.emit('run', ctx);
