@@ -437,6 +437,13 @@ def pair_checks(P, C, tag):
             C.pump_tasks()
         r = P.call("result", jid)
         expect(r.get("value") == {"by": C.name, "echo": arg}, "deep result %r" % (str(r)[:200],))
+        if bigint:  # integers past 2^53 and at the int64 bounds, there and back
+            arg = {"big": 2 ** 53 + 1, "min": -2 ** 63, "max": 2 ** 63 - 1, "l": [2 ** 64 + 1]}
+            jid = P.call("call", "tasks", "echo", dumps([arg]))["id"]
+            if isinstance(C, ShellAgent):
+                C.pump_tasks()
+            r = P.call("result", jid)
+            expect(r.get("value") == {"by": C.name, "echo": arg}, "bigint result %r" % (r,))
     check("%s task echo+error" % pre, task)
 
     def stream():
