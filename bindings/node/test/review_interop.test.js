@@ -79,3 +79,33 @@ test('a task gets such integers as BigInts and its result keeps them exact', asy
     await db.close();
   }
 });
+
+test('a task error whose message or type holds a NUL still ends its run, read the same as in Go', async () => {
+  const db = tocsin.open(tmpdb());
+  const q = db.queue('t');
+  const nul = q.task('nul', () => { throw new RangeError('bad\0tail'); }, { retries: 0 });
+  const nulType = q.task('nultype', () => { const e = new Error('m'); e.name = 'Bad\0Name'; throw e; }, { retries: 0 });
+  class Odd extends Error {}
+  Object.defineProperty(Odd, 'name', { value: 'Odd\0Type' });
+  const nulClass = q.task('nulclass', () => { throw new Odd('m'); }, { retries: 0 });
+  const w = new tocsin.Worker(db, { queues: ['t'] });
+  w.on('error', () => {});
+  const running = w.run();
+  try {
+    const got = [];
+    for (const t of [nul, nulType, nulClass]) {
+      const h = await t();
+      // each wait timed out before: the run was never recorded (its job leased for good)
+      await assert.rejects(h.result({ timeout: 10000 }), (e) => { got.push([e.type, e.taskMessage]); return e instanceof tocsin.TaskError; });
+    }
+    assert.deepEqual(got[0], ['RangeError', 'badtail']); // Go's worker strips it too
+    assert.deepEqual(got[1], ['Error', 'm']); // the constructor's name is the type
+    assert.equal(got[2][0], 'InvalidOutcome');
+    assert.match(got[2][1], /^the outcome was refused: /);
+    assert.equal((await q.stats()).processing, 0);
+  } finally {
+    await w.stop();
+    await running;
+    await db.close();
+  }
+});

@@ -796,3 +796,31 @@ def test_values_nested_to_the_cores_bound_are_read_and_written(db, path, mode):
 
     got = asyncio.run(main())
     assert [_depth(v) for v in got] == [998, 998]
+
+
+def test_an_error_message_with_a_nul_is_the_same_error_in_every_runtime(db):
+    # the NUL is dropped (Go's, Node's and Ruby's workers do the same): the error keeps
+    # its type and message, and is retried as any error
+    q = db.queue("q")
+
+    @q.task(name="nul", retries=1, backoff=0.001)
+    def nul():
+        raise ValueError("bad\0tail")
+
+    h = nul()
+    w = tocsin.Worker(db, ["q"], scheduler=False, shutdown_timeout=1)
+
+    async def main():
+        runner = asyncio.ensure_future(w.run_async())
+        try:
+            with pytest.raises(tocsin.TaskError) as e:
+                await h.result(timeout=20)
+            return e.value
+        finally:
+            w.stop()
+            await asyncio.wait_for(runner, 10)
+
+    e = asyncio.run(main())
+    assert (e.type, e.message) == ("ValueError", "badtail")
+    assert "bad" in (e.trace or "") and "\0" not in e.trace
+    assert q.get(h.job_id).attempts == 2  # retried: an ERROR, not a final failure

@@ -117,9 +117,14 @@ def _child(conn: Any, fn: Any, args: list, kwargs: dict) -> None:
 
 def _utf8(text: Optional[str]) -> Optional[str]:
     """text as the core can store it: lone surrogates (which UTF-8 cannot encode)
-    escaped, so that an outcome is never refused for its error text."""
+    escaped, and NUL characters (which a C string cannot hold) dropped, as every
+    runtime's worker drops them (Go's, Node's, Ruby's), so that an outcome is never
+    refused for its error text. (A NUL made the error an UnreportableOutcome: dead at
+    once, no retry, its type and message lost.)"""
     if text is None:
         return None
+    if "\0" in text:
+        text = text.replace("\0", "")
     try:
         text.encode("utf-8")
         return text

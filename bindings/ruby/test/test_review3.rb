@@ -283,3 +283,30 @@ class TestEnqueueManySpecs < Minitest::Test
     assert_equal [], db.stats, "nothing was written"
   end
 end
+
+# A task error whose message holds a NUL byte, or is not valid UTF-8, ends its
+# run as the same error in every runtime (Go's worker gives it so): the NUL
+# dropped, a broken byte U+FFFD. The native finish refused it before: the run
+# was never recorded, its job leased until the worker stopped.
+class TestErrorTexts < Minitest::Test
+  include TocsinTest
+
+  def test_an_error_message_with_a_nul_or_a_broken_byte_ends_the_run
+    tasks = {
+      "nul" => Tocsin::Task.new("nul", -> { raise ArgumentError, "bad\0tail" }, queue: "w", retries: 0),
+      "bin" => Tocsin::Task.new("bin", -> { raise "caf\xC3".b + "!" }, queue: "w", retries: 0),
+    }
+    w = Tocsin::Worker.new(db, tasks: tasks, scheduler: false)
+    runner = Thread.new { w.run }
+    got = %w[nul bin].map do |n|
+      tasks[n].call_async(db).value(timeout: 30)
+    rescue Tocsin::TaskError => e
+      [e.type, e.task_message]
+    end
+    assert_equal [%w[ArgumentError badtail], ["RuntimeError", "caf\uFFFD!"]], got
+    assert_equal 0, db.queue("w").stats["processing"]
+  ensure
+    w&.stop
+    runner&.join
+  end
+end
