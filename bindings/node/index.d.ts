@@ -12,14 +12,16 @@
 /// <reference types="node" />
 import { EventEmitter } from 'events';
 
-export type Json = null | boolean | number | string | Json[] | { [key: string]: Json };
+/** A JSON value as read: an integer beyond the safe integers (another runtime wrote it) is the exact bigint. */
+export type Json = null | boolean | number | bigint | string | Json[] | { [key: string]: Json };
 /**
  * What a payload, meta, result or task argument may be: any value JSON.stringify writes
  * as itself. Refused with InvalidArgumentError before anything is written: NaN and
- * +/-Infinity, a BigInt, a Map or a Set at any depth, and undefined as the value itself
+ * +/-Infinity, a Map or a Set at any depth, and undefined as the value itself
  * (except where the argument is optional: notify's and schedule's payload, a task's
  * return value, which store null). toJSON() is honoured (a Date is its ISO string); an
- * undefined member of an object is left out, one in an array is null.
+ * undefined member of an object is left out, one in an array is null. A bigint at any depth
+ * is written as its exact digits (a JSON integer).
  */
 export type JsonValue = unknown;
 export type Meta = { [key: string]: Json };

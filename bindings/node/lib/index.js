@@ -80,17 +80,156 @@ function toJson(value, what, optional) {
   try {
     s = JSON.stringify(value);
   } catch (e) {
-    if (e instanceof TypeError && /BigInt/.test(e.message)) {
-      throw invalid(`${what} is not a JSON value: it holds a BigInt (write it as a string or a Number)`);
+    if (!(e instanceof TypeError && /BigInt/.test(e.message))) throw invalid(`${what} is not JSON-serialisable: ${e.message}`);
+    try {
+      s = stringifyExact(value);
+    } catch (e2) {
+      throw invalid(`${what} is not JSON-serialisable: ${e2.message}`);
     }
-    throw invalid(`${what} is not JSON-serialisable: ${e.message}`);
   }
   if (s === undefined) throw invalid(`${what} is not JSON-serialisable (${typeof value})`);
   if (s.includes('null') || s.includes('{}')) checkJson(value, what, '', false, true);
   return s;
 }
 
-function fromJson(text) { return text === null || text === undefined ? null : JSON.parse(text); }
+// Integers beyond Number's safe range (2^53 - 1) cross runtimes exactly: another runtime
+// writes any integer (a Python int, a Go int64, a Ruby Integer: ids, snowflakes, counters)
+// and JSON.parse rounded it to the nearest double, silently (2^53 + 1 came back as
+// 2^53, and a task echoing it wrote the rounded value back). What the core hands out is
+// read with such an integer as the exact BigInt, as the addon's own integers are; a
+// BigInt written (at any depth) is its exact digits, so it goes back as it came.
+// Numbers written with a fraction or an exponent stay Numbers (doubles, as everywhere).
+
+// A safe integer has at most 16 digits, and 16 digits in a row are rare elsewhere: the
+// text holds no unsafe integer without them, and JSON.parse reads it as before.
+const LONG_DIGITS = /\d{16}/;
+const NUMBER = /-?(?:0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?/y;
+
+// JSON.parse's result, with every integer literal beyond the safe integers as a BigInt.
+// The text is JSON the core validated (strict RFC 8259); a value the parser does not
+// expect falls back to JSON.parse, which says what is wrong.
+function parseExact(text) {
+  let i = 0;
+  const n = text.length;
+  const ws = () => {
+    for (; i < n; i++) {
+      const c = text.charCodeAt(i);
+      if (c !== 0x20 && c !== 0x0a && c !== 0x0d && c !== 0x09) break;
+    }
+  };
+  const fail = () => { throw new SyntaxError(`unexpected JSON at position ${i}`); };
+  const string = () => {
+    const start = i;
+    for (i++; i < n; i++) {
+      const c = text.charCodeAt(i);
+      if (c === 0x5c) i++; // a backslash: the next character is escaped
+      else if (c === 0x22) break;
+    }
+    if (i >= n) fail();
+    i++;
+    return JSON.parse(text.slice(start, i));
+  };
+  const value = () => {
+    ws();
+    const c = text[i];
+    if (c === '{') {
+      i++;
+      const o = {};
+      ws();
+      if (text[i] === '}') { i++; return o; }
+      for (;;) {
+        ws();
+        if (text[i] !== '"') fail();
+        const k = string();
+        ws();
+        if (text[i++] !== ':') fail();
+        const v = value();
+        // as JSON.parse: an own "__proto__" property, not the prototype; the last of a
+        // key given twice wins
+        if (k === '__proto__') Object.defineProperty(o, k, { value: v, writable: true, enumerable: true, configurable: true });
+        else o[k] = v;
+        ws();
+        const e = text[i++];
+        if (e === '}') return o;
+        if (e !== ',') fail();
+      }
+    }
+    if (c === '[') {
+      i++;
+      const a = [];
+      ws();
+      if (text[i] === ']') { i++; return a; }
+      for (;;) {
+        a.push(value());
+        ws();
+        const e = text[i++];
+        if (e === ']') return a;
+        if (e !== ',') fail();
+      }
+    }
+    if (c === '"') return string();
+    if (text.startsWith('true', i)) { i += 4; return true; }
+    if (text.startsWith('false', i)) { i += 5; return false; }
+    if (text.startsWith('null', i)) { i += 4; return null; }
+    NUMBER.lastIndex = i;
+    const m = NUMBER.exec(text);
+    if (!m) fail();
+    i = NUMBER.lastIndex;
+    const num = Number(m[0]);
+    return m[1] === undefined && m[2] === undefined && !Number.isSafeInteger(num) ? BigInt(m[0]) : num;
+  };
+  try {
+    const v = value();
+    ws();
+    if (i !== n) fail();
+    return v;
+  } catch (e) {
+    return JSON.parse(text); // throws what JSON.parse says
+  }
+}
+
+function fromJson(text) {
+  if (text === null || text === undefined) return null;
+  return LONG_DIGITS.test(text) ? parseExact(text) : JSON.parse(text);
+}
+
+// JSON text of a value holding BigInts (JSON.stringify throws on one): each BigInt is
+// written as a marker string, then the marker is replaced by the BigInt's digits. The
+// marker holds a NUL and a random tag; a key or string of the value holding it would
+// be taken for one, so then another tag is drawn.
+function stringifyExact(value) {
+  for (;;) {
+    const tag = `\u0000tocsin-bigint-${Math.random().toString(36).slice(2)}:`;
+    let clash = false;
+    const s = JSON.stringify(value, function (k, v) {
+      if (k.includes(tag)) clash = true;
+      if (typeof v === 'bigint') return tag + v.toString();
+      if (typeof v === 'object' && v !== null && Object.prototype.toString.call(v) === '[object BigInt]') return tag + v.valueOf().toString();
+      if (typeof v === 'string' && v.includes(tag)) clash = true;
+      return v;
+    });
+    if (clash) continue;
+    if (s === undefined) return s;
+    const quoted = JSON.stringify(tag).slice(1, -1).replace(/[\\^$.*+?()[\]{}|-]/g, '\\$&');
+    return s.replace(new RegExp(`"${quoted}(-?\\d+)"`, 'g'), '$1');
+  }
+}
+
+// A value for JSON.stringify of a row (a job's or event's toJSON): its BigInts as their
+// decimal strings, as the row's own BigInts are (JSON.stringify throws on a BigInt).
+function bigAsString(v) {
+  if (typeof v === 'bigint') return String(v);
+  if (typeof v !== 'object' || v === null) return v;
+  if (Array.isArray(v)) return v.map(bigAsString);
+  const o = {};
+  for (const k of Object.keys(v)) {
+    const x = bigAsString(v[k]);
+    if (k === '__proto__') Object.defineProperty(o, k, { value: x, writable: true, enumerable: true, configurable: true });
+    else o[k] = x;
+  }
+  return o;
+}
+function rowJson(text, v) { return text && LONG_DIGITS.test(text) ? bigAsString(v) : v; }
 
 function metaJson(meta) {
   if (meta === undefined || meta === null) return null;
@@ -319,7 +458,7 @@ class Job {
   heartbeat(o) { return this._queue.heartbeat(this, o); }
   cancel() { return this._queue.cancel(this.id); }
   complete(value, o) { return this._queue.complete(this, value, o); }
-  toJSON() { return { ...jsonRow(this._row), payload: this.payload, meta: this.meta }; }
+  toJSON() { return { ...jsonRow(this._row), payload: rowJson(this._row.payload, this.payload), meta: rowJson(this._row.meta, this.meta) }; }
   [util.inspect.custom](depth, options, inspect) { return inspectFields(this, 'Job', JOB_FIELDS, depth, options, inspect); }
 }
 
@@ -332,7 +471,7 @@ class Message {
   }
   get meta() { return fromJson(this._row.meta); }
   get createdAt() { return this._row.createdAt; }
-  toJSON() { return { ...jsonRow(this._row), payload: this.payload, meta: this.meta }; }
+  toJSON() { return { ...jsonRow(this._row), payload: rowJson(this._row.payload, this.payload), meta: rowJson(this._row.meta, this.meta) }; }
   [util.inspect.custom](depth, options, inspect) {
     return inspectFields(this, this.constructor.name, this._fields, depth, options, inspect);
   }

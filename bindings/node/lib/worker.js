@@ -7,7 +7,7 @@ const { EventEmitter } = require('events');
 const index = require('./index');
 const tasks = require('./tasks');
 
-const { native, opts, invalid, toJson, ms, bool, defaultOwner, fromBig, str, count } = index._internal;
+const { native, opts, invalid, toJson, fromJson, ms, bool, defaultOwner, fromBig, str, count } = index._internal;
 const { errorOf } = require('./errors');
 const { checkSignal } = require('./wait');
 
@@ -27,13 +27,18 @@ function text(f, dflt) {
     return dflt;
   }
 }
+// An error's message or trace as the core takes it, as every runtime's worker gives it
+// (Go's too): without NUL characters, which a C string cannot hold (the addon refused
+// such a message: the run was never recorded, its job held its lease and its slot).
+const noNul = (s) => (typeof s === 'string' && s.includes('\0') ? s.replace(/\0/g, '') : s);
+
 function thrown(e) {
   if (e instanceof Error) {
     const type = e.name === 'Timeout' ? 'Timeout'
       : text(() => (e.constructor && e.constructor.name) || e.name, 'Error') || 'Error';
-    return { type, message: text(() => e.message, ''), trace: text(() => e.stack, null) };
+    return { type, message: noNul(text(() => e.message, '')), trace: noNul(text(() => e.stack, null)) };
   }
-  return { type: 'Error', message: text(() => String(e), Object.prototype.toString.call(e)), trace: null };
+  return { type: 'Error', message: noNul(text(() => String(e), Object.prototype.toString.call(e))), trace: null };
 }
 
 const OK = 0;
@@ -250,6 +255,17 @@ class Worker extends EventEmitter {
     } catch (e) {
       if (tx) throw e;
       if (this.listenerCount('error') > 0) this.emit('error', e);
+      const code = text(() => e.code, null);
+      if (kind !== HAND_BACK && (code === 'TOCSIN_INVALID' || code === 'TOCSIN_TOOBIG')) {
+        // an outcome the addon refuses (an error type holding a NUL) still ends the run,
+        // a final failure naming why, as the core records one it cannot store: left
+        // unrecorded, its job held its lease and the run its slot until the worker stopped
+        try {
+          this._w.finish(jobId, FAIL, null, 'InvalidOutcome', noNul(`the outcome was refused: ${e.message}`), null, -1, null);
+        } catch (e2) {
+          if (this.listenerCount('error') > 0) this.emit('error', e2);
+        }
+      }
       return false;
     }
   }
@@ -262,8 +278,8 @@ class Worker extends EventEmitter {
     let args;
     let kwargs;
     try {
-      args = JSON.parse(run.args);
-      kwargs = JSON.parse(run.kwargs);
+      args = fromJson(run.args);
+      kwargs = fromJson(run.kwargs);
     } catch (e) {
       this._running.delete(run.jobId);
       this._finish(run.jobId, FAIL, { type: 'InvalidEnvelope', message: e.message });
@@ -272,7 +288,7 @@ class Worker extends EventEmitter {
     const callArgs = kwargs && Object.keys(kwargs).length ? [...args, kwargs] : args;
     const ctx = {
       jobId: run.jobId, token: run.token, attempt: run.attempt, maxAttempts: run.maxAttempts,
-      queue: run.queue, task: run.task, meta: run.meta ? JSON.parse(run.meta) : null,
+      queue: run.queue, task: run.task, meta: run.meta ? fromJson(run.meta) : null,
       signal: ac.signal, startedAt: run.startedAt, tx: null,
     };
     this._tell('run', ctx);

@@ -195,13 +195,11 @@ describe('payloads are JSON values', () => {
     [{ a: { b: Infinity } }, /holds Infinity \(at "b"\)/],
     [[{ x: new Number(NaN) }], /holds NaN \(at "x"\)/],
     [{ toJSON() { return NaN; } }, /holds NaN/],
-    [10n, /holds a BigInt/],
-    [{ deep: [{ n: 1n }] }, /holds a BigInt/],
     [new Map([[1, 2]]), /holds a Map/],
     [{ s: new Set([1]) }, /holds a Set \(at "s"\)/],
   ];
 
-  test('every serialising path refuses NaN, infinities, BigInt, Map and Set at any depth, and writes nothing', async () => {
+  test('every serialising path refuses NaN, infinities, Map and Set at any depth, and writes nothing', async () => {
     const q = db.queue('json-q');
     const s = db.stream('json-s');
     const t = q.task('json-t', () => null);

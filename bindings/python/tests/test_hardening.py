@@ -1,5 +1,6 @@
 """Regressions: bad values, waits, stop and BaseException in tasks, iterators' batches."""
 import asyncio
+import sqlite3
 import threading
 import time
 
@@ -7,7 +8,7 @@ import pytest
 
 import tocsin
 
-from conftest import count
+from conftest import count, needs_load_extension
 
 
 def test_unconvertible_values_raise_invalid_argument_and_write_nothing(db):
@@ -730,3 +731,96 @@ def test_every_integer_argument_takes_an_index_object_and_refuses_floats(path):
         assert q.stats()["pending"] == 0
     finally:
         db.close()
+
+
+def _depth(v):
+    d = 0
+    while isinstance(v, (list, dict)):
+        d += 1
+        v = (v[0] if v else None) if isinstance(v, list) else v.get("x")
+    return d
+
+
+def _nested(depth, text=False):
+    if text:
+        return "[" * depth + "]" * depth
+    v = []
+    for _ in range(depth - 1):
+        v = [v]
+    return v
+
+
+@needs_load_extension
+@pytest.mark.parametrize("mode", ["thread", "async"])
+def test_values_nested_to_the_cores_bound_are_read_and_written(db, path, mode):
+    # The core stores JSON nested up to 1000 deep, and any runtime may write that deep;
+    # json's decoder and encoder count each level against Python's recursion limit
+    # (1000), so reading such a payload raised RecursionError and a task could not
+    # return what it was given.
+    listener = db.listen("n")
+    c = sqlite3.connect(path)
+    tocsin.load(c)
+    c.execute("SELECT tocsin_enqueue('q', ?)", [_nested(1000, True)])
+    c.execute("SELECT tocsin_stream_publish('s', ?)", [_nested(1000, True)])
+    c.execute("SELECT tocsin_notify('n', ?, ?)", [_nested(1000, True), '{"x":' * 999 + "1" + "}" * 999])
+    sql_call = c.execute("SELECT tocsin_task_enqueue('t', 'echo', ?)", ["[%s]" % _nested(998, True)]).fetchone()[0]
+    c.commit()
+    c.close()
+    q = db.queue("q")
+    job = q.claim("w")
+    assert _depth(job.payload) == 1000
+    q.enqueue(job.payload)  # written back as deep as the core allows
+    assert job.ack() and _depth(q.claim("w").payload) == 1000
+    assert _depth(db.stream("s").read(0, 1)[0].payload) == 1000
+    note = listener.get(timeout=5)[0]
+    assert _depth(note.payload) == 1000 and _depth(note.meta) == 999
+
+    t = db.queue("t")
+    if mode == "async":
+        async def echo(x):
+            return x
+    else:
+        def echo(x):
+            return x
+    t.task(name="echo", retries=0)(echo)
+    h = t.call("echo", _nested(998))
+    w = tocsin.Worker(db, ["t"], scheduler=False, shutdown_timeout=1)
+
+    async def main():
+        runner = asyncio.ensure_future(w.run_async())
+        try:
+            return [await tocsin.TaskHandle(t, sql_call).result(timeout=20), await h.result(timeout=20)]
+        finally:
+            w.stop()
+            await asyncio.wait_for(runner, 10)
+
+    got = asyncio.run(main())
+    assert [_depth(v) for v in got] == [998, 998]
+
+
+def test_an_error_message_with_a_nul_is_the_same_error_in_every_runtime(db):
+    # the NUL is dropped (Go's, Node's and Ruby's workers do the same): the error keeps
+    # its type and message, and is retried as any error
+    q = db.queue("q")
+
+    @q.task(name="nul", retries=1, backoff=0.001)
+    def nul():
+        raise ValueError("bad\0tail")
+
+    h = nul()
+    w = tocsin.Worker(db, ["q"], scheduler=False, shutdown_timeout=1)
+
+    async def main():
+        runner = asyncio.ensure_future(w.run_async())
+        try:
+            with pytest.raises(tocsin.TaskError) as e:
+                await h.result(timeout=20)
+            return e.value
+        finally:
+            w.stop()
+            await asyncio.wait_for(runner, 10)
+
+    e = asyncio.run(main())
+    assert (e.type, e.message) == ("ValueError", "badtail")
+    assert "bad" in (e.trace or "") and "\0" not in e.trace
+    assert q.get(h.job_id).attempts == 2  # retried: an ERROR, not a final failure

@@ -4,6 +4,8 @@ from __future__ import annotations
 import datetime as _dt
 import json as _json
 import operator as _operator
+import sys as _sys
+import threading as _threading
 from typing import Any, Iterator, List, Optional, Union
 
 from ._tocsin import MAX_LEASE_MS, MAX_TIME_MS, Error, InvalidArgument, sqlite_copies
@@ -58,8 +60,43 @@ def _is_number(value: Any) -> bool:
     return isinstance(value, float) or is_int_like(value)
 
 
-_encode = _json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
-_decode = _json.loads
+_encode_flat = _json.JSONEncoder(separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+_decode_flat = _json.loads
+
+# The core stores arrays and objects nested up to 1000 deep (payloads, meta, results,
+# task arguments: any runtime may write that deep). json's encoder and decoder count
+# each level against the interpreter's recursion limit (1000 by default, of which the
+# caller's own frames already take some), so a value near the core's bound raised
+# RecursionError: a payload another runtime wrote 999 deep could not be read, nor a
+# task's result returned. On RecursionError the call is made again once with the limit
+# raised by enough for the core's bound (one level at a time, under a lock; the limit
+# is the interpreter's, put back at once). A value deeper than that still fails there
+# (the core would refuse it anyway).
+_NEST_ROOM = 1000 + 100
+_deep_lock = _threading.Lock()
+
+
+def _deep(fn: Any, arg: Any) -> Any:
+    try:
+        return fn(arg)
+    except RecursionError:
+        pass
+    with _deep_lock:
+        old = _sys.getrecursionlimit()
+        _sys.setrecursionlimit(old + _NEST_ROOM)
+        try:
+            return fn(arg)
+        finally:
+            _sys.setrecursionlimit(old)
+
+
+def _encode(value: Any) -> str:
+    return _deep(_encode_flat, value)
+
+
+def _decode(text: str) -> Any:
+    """JSON text the core handed out -> a Python value, at any depth the core stores."""
+    return _deep(_decode_flat, text)
 
 
 def at_item(e: Exception, label: str, i: int, n: int) -> Exception:

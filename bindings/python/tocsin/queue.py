@@ -63,7 +63,7 @@ class Job:
         """The payload, decoded from JSON (once)."""
         p = self._payload
         if p is _UNSET:
-            p = self._payload = json.loads(self.payload_json)
+            p = self._payload = loads(self.payload_json)
         return p
 
     @property

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextvars
-import json
 import logging
 import os
 import queue as _queue
@@ -26,7 +25,7 @@ from typing import TYPE_CHECKING, Any, Dict, Iterable, Optional
 
 from . import _tocsin
 from ._tocsin import Closed, Error, InvalidArgument, LeaseLost
-from ._util import Duration, as_bool, as_int, duration_ms, dumps, lease_ms
+from ._util import Duration, as_bool, as_int, duration_ms, dumps, lease_ms, loads
 from ._util import items as _items
 from .coord import default_owner
 from .tasks import JobContext, Task, _current
@@ -118,9 +117,14 @@ def _child(conn: Any, fn: Any, args: list, kwargs: dict) -> None:
 
 def _utf8(text: Optional[str]) -> Optional[str]:
     """text as the core can store it: lone surrogates (which UTF-8 cannot encode)
-    escaped, so that an outcome is never refused for its error text."""
+    escaped, and NUL characters (which a C string cannot hold) dropped, as every
+    runtime's worker drops them (Go's, Node's, Ruby's), so that an outcome is never
+    refused for its error text. (A NUL made the error an UnreportableOutcome: dead at
+    once, no retry, its type and message lost.)"""
     if text is None:
         return None
+    if "\0" in text:
+        text = text.replace("\0", "")
     try:
         text.encode("utf-8")
         return text
@@ -560,8 +564,8 @@ class Worker:
             if t is None:
                 raise asyncio.CancelledError  # registered after the worker started: hand back
             # most calls carry no arguments: skip the decoder for the empty forms
-            args = [] if args_json == "[]" else json.loads(args_json)
-            kwargs = {} if kwargs_json == "{}" else json.loads(kwargs_json)
+            args = [] if args_json == "[]" else loads(args_json)
+            kwargs = {} if kwargs_json == "{}" else loads(kwargs_json)
             if t.is_async:
                 coro = t.fn(*args, **kwargs)
                 value = await (coro if timeout is None else _within(coro, timeout))
@@ -632,8 +636,8 @@ class Worker:
         _current.set(ctx)
         kind, value, etype, emsg, trace, delay = OK, None, None, None, None, -1
         try:
-            args = [] if args_json == "[]" else json.loads(args_json)
-            kwargs = {} if kwargs_json == "{}" else json.loads(kwargs_json)
+            args = [] if args_json == "[]" else loads(args_json)
+            kwargs = {} if kwargs_json == "{}" else loads(kwargs_json)
             value = e.task.fn(*args, **kwargs)
         except BaseException as x:  # as in a child process: a SystemExit must not end the thread
             kind, etype, emsg, trace, delay = _failure(ctx, x)

@@ -79,8 +79,8 @@ class TestReview2 < Minitest::Test
     a << a
     q = db.queue("q")
     e = assert_raises(Tocsin::InvalidArgument) { q.enqueue(a) }
-    assert_match(/payload.* is nested deeper than 100 levels \(or contains itself\)/, e.message)
-    deep = (1..200).reduce([]) { |acc, _| [acc] }
+    assert_match(/payload.* is nested deeper than 1000 levels \(or contains itself\)/, e.message)
+    deep = (1..1200).reduce([]) { |acc, _| [acc] }
     assert_raises(Tocsin::InvalidArgument) { q.enqueue(deep) }
     assert_raises(Tocsin::InvalidArgument) { db.stream("s").publish(a) }
     assert_equal 0, q.stats["pending"]

@@ -6,9 +6,9 @@ require_relative "test_helper"
 # bound, a task that exits, the sqlite3-gem helpers' errors, a worker whose
 # database closes under it, enqueue_many's job specs.
 
-# Values another runtime wrote nested 150 deep (the core allows 1000; Ruby's
-# writer refuses more than 100): every reader hands them out. JSON.parse's
-# default max_nesting (100) raised JSON::NestingError at each of them before.
+# Values another runtime wrote nested 150 deep (the core allows 1000): every
+# reader hands them out. JSON.parse's default max_nesting (100) raised
+# JSON::NestingError at each of them before.
 class TestDeepValues < Minitest::Test
   include TocsinTest
 
@@ -54,6 +54,29 @@ class TestDeepValues < Minitest::Test
     runner = Thread.new { w.run }
     id = db.native.task_enqueue("w", "depth", "[#{deep_json}]", "{}", nil, nil, nil)
     assert_equal DEPTH, Tocsin::TaskHandle.new(db, id).value(timeout: 30)
+  ensure
+    w&.stop
+    runner&.join
+  end
+
+  # What the core stores (1000 levels) is written back too: a task returning the
+  # value it was given, a payload forwarded. The writer refused more than 100
+  # (JSON.generate's default, and the check before it): a Ruby task could not
+  # echo what a Python or Node caller sent, and died SerializationError.
+  def test_values_nested_to_the_cores_bound_are_written_back
+    q = db.queue("q")
+    id = db.native.enqueue("q", deep_json(1000), nil)
+    v = q.get(id).payload
+    assert_equal 1000, depth(v)
+    assert_equal 1000, depth(q.get(q.enqueue(v)).payload)
+    e = assert_raises(Tocsin::InvalidArgument) { q.enqueue([v]) }
+    assert_match(/is nested deeper than 1000 levels/, e.message)
+
+    tasks = { "echo" => Tocsin::Task.new("echo", ->(x) { x }, queue: "w", retries: 0) }
+    w = Tocsin::Worker.new(db, tasks: tasks, scheduler: false)
+    runner = Thread.new { w.run }
+    id = db.native.task_enqueue("w", "echo", "[#{deep_json(998)}]", "{}", nil, nil, nil)
+    assert_equal 998, depth(Tocsin::TaskHandle.new(db, id).value(timeout: 30))
   ensure
     w&.stop
     runner&.join
@@ -258,5 +281,32 @@ class TestEnqueueManySpecs < Minitest::Test
     e = assert_raises(Tocsin::InvalidArgument) { q.enqueue_many([{ "payload" => 1, "bogus" => 2 }]) }
     assert_match(/jobs\[0\]: unknown job option\(s\): :bogus/, e.message)
     assert_equal [], db.stats, "nothing was written"
+  end
+end
+
+# A task error whose message holds a NUL byte, or is not valid UTF-8, ends its
+# run as the same error in every runtime (Go's worker gives it so): the NUL
+# dropped, a broken byte U+FFFD. The native finish refused it before: the run
+# was never recorded, its job leased until the worker stopped.
+class TestErrorTexts < Minitest::Test
+  include TocsinTest
+
+  def test_an_error_message_with_a_nul_or_a_broken_byte_ends_the_run
+    tasks = {
+      "nul" => Tocsin::Task.new("nul", -> { raise ArgumentError, "bad\0tail" }, queue: "w", retries: 0),
+      "bin" => Tocsin::Task.new("bin", -> { raise "caf\xC3".b + "!" }, queue: "w", retries: 0),
+    }
+    w = Tocsin::Worker.new(db, tasks: tasks, scheduler: false)
+    runner = Thread.new { w.run }
+    got = %w[nul bin].map do |n|
+      tasks[n].call_async(db).value(timeout: 30)
+    rescue Tocsin::TaskError => e
+      [e.type, e.task_message]
+    end
+    assert_equal [%w[ArgumentError badtail], ["RuntimeError", "caf\uFFFD!"]], got
+    assert_equal 0, db.queue("w").stats["processing"]
+  ensure
+    w&.stop
+    runner&.join
   end
 end

@@ -6,6 +6,10 @@ const tocsin = require('tocsin');
 const Database = require('better-sqlite3');
 
 const RT = 'node';
+// The agent's own JSON (command fields, replies) carries integers beyond 2^53 exactly,
+// as BigInts: the package's reader and writer of JSON values do that (the driver
+// compares what arrives with the exact values it sent).
+const { fromJson: jparse, toJson } = tocsin._internal;
 let db = null;
 let worker = null;
 let running = null;
@@ -47,10 +51,10 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 const ops = {
   hello: async () => ({ runtime: RT, version: process.version, module: require.resolve('tocsin'),
-    loadable: tocsin.loadablePath(), betterSqlite3: require.resolve('better-sqlite3'), bigint: false }),
+    loadable: tocsin.loadablePath(), betterSqlite3: require.resolve('better-sqlite3'), bigint: true }),
   open: async (path) => { await close(); db = tocsin.open(path); return {}; },
   close,
-  enqueue: async (queue, payload, meta) => ({ id: await db.queue(queue).enqueue(JSON.parse(payload), { meta: JSON.parse(meta), maxAttempts: 1 }) }),
+  enqueue: async (queue, payload, meta) => ({ id: await db.queue(queue).enqueue(jparse(payload), { meta: jparse(meta), maxAttempts: 1 }) }),
   claim_ack: async (queue) => {
     const q = db.queue(queue);
     for (;;) {
@@ -69,12 +73,12 @@ const ops = {
     return {};
   },
   worker_stop: workerStop,
-  call: async (queue, task, args) => ({ id: (await db.queue(queue).call(task, JSON.parse(args), { maxAttempts: 1 })).id }),
+  call: async (queue, task, args) => ({ id: (await db.queue(queue).call(task, jparse(args), { maxAttempts: 1 })).id }),
   result: async (id) => {
     const r = await db.waitResult(Number(id), { timeout: 60000 });
     return r.ok ? { value: r.value } : { error: { type: r.error.type, message: r.error.message } };
   },
-  publish: async (topic, payload) => ({ offset: await db.stream(topic).publish(JSON.parse(payload)) }),
+  publish: async (topic, payload) => ({ offset: await db.stream(topic).publish(jparse(payload)) }),
   sub_start: async (topic, consumer) => {
     sub = db.stream(topic).subscribe({ consumer, batch: 1 });
     subIter = sub[Symbol.asyncIterator]();
@@ -94,7 +98,7 @@ const ops = {
   listen_start: async (channel) => { listener = db.listen(channel); return {}; },
   listen_next: async () => { const [n] = await listener.get({ timeout: 60000 }); return { payload: n.payload }; },
   listen_stop: async () => { listener.close(); listener = null; return {}; },
-  notify: async (channel, payload) => ({ id: await db.notify(channel, JSON.parse(payload)) }),
+  notify: async (channel, payload) => ({ id: await db.notify(channel, jparse(payload)) }),
   lock_try: async (name, owner, ttl) => {
     const k = `${name}\0${owner}`;
     if (!locks.has(k)) locks.set(k, db.lock(name, { owner, ttl: Number(ttl) }));
@@ -110,7 +114,7 @@ const ops = {
   },
   lock_renew: async (name, owner) => ({ res: await locks.get(`${name}\0${owner}`).renew() }),
   lock_release: async (name, owner) => ({ res: await locks.get(`${name}\0${owner}`).release() }),
-  schedule: async (name, cron, queue, payload) => ({ next_fire: await db.schedule(name, cron, queue, JSON.parse(payload)) }),
+  schedule: async (name, cron, queue, payload) => ({ next_fire: await db.schedule(name, cron, queue, jparse(payload)) }),
   unschedule: async (name) => ({ res: await db.unschedule(name) }),
   // better-sqlite3: a task call with a business row in the app's transaction
   sql_call: async (path, queue, task, args, outcome) => {
@@ -171,7 +175,7 @@ rl.on('line', (line) => {
     } catch (e) {
       reply = { ok: false, error: `${e.name}: ${e.message}` };
     }
-    process.stdout.write(JSON.stringify(reply) + '\n');
+    process.stdout.write(toJson(reply, 'reply') + '\n');
     if (op === 'quit') process.exit(0);
   });
 });

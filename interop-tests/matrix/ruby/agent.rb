@@ -9,6 +9,9 @@ require "tocsin/sql"
 
 RT = "ruby"
 
+# the agent's own parse of command fields: values nested to the core's bound (1000)
+def jparse(text) = JSON.parse(text, max_nesting: false)
+
 class Agent
   def initialize
     @db = nil
@@ -40,7 +43,7 @@ class Agent
   end
 
   def enqueue(queue, payload, meta)
-    { id: @db.queue(queue).enqueue(JSON.parse(payload), meta: JSON.parse(meta), max_attempts: 1) }
+    { id: @db.queue(queue).enqueue(jparse(payload), meta: jparse(meta), max_attempts: 1) }
   end
 
   def claim_ack(queue)
@@ -77,7 +80,7 @@ class Agent
   end
 
   def call(queue, task, args)
-    { id: @db.queue(queue).call(task, *JSON.parse(args), max_attempts: 1).job_id }
+    { id: @db.queue(queue).call(task, *jparse(args), max_attempts: 1).job_id }
   end
 
   def result(id)
@@ -85,7 +88,7 @@ class Agent
     r.error? ? { error: { type: r.error_type, message: r.error_message } } : { value: r.value }
   end
 
-  def publish(topic, payload) = { offset: @db.stream(topic).publish(JSON.parse(payload)) }
+  def publish(topic, payload) = { offset: @db.stream(topic).publish(jparse(payload)) }
 
   def sub_start(topic, consumer)
     @sub = @db.stream(topic).subscribe(consumer: consumer, batch: 1)
@@ -120,7 +123,7 @@ class Agent
     {}
   end
 
-  def notify(channel, payload) = { id: @db.notify(channel, JSON.parse(payload)) }
+  def notify(channel, payload) = { id: @db.notify(channel, jparse(payload)) }
 
   def lock_for(name, owner, ttl_ms) = (@locks[[name, owner]] ||= @db.lock(name, ttl: Integer(ttl_ms) / 1000.0, owner: owner))
 
@@ -144,7 +147,7 @@ class Agent
 
   def lock_release(name, owner) = { res: @locks[[name, owner]].release }
 
-  def schedule(name, cron, queue, payload) = { next_fire: @db.schedule(name, cron, queue: queue, payload: JSON.parse(payload)) }
+  def schedule(name, cron, queue, payload) = { next_fire: @db.schedule(name, cron, queue: queue, payload: jparse(payload)) }
   def unschedule(name) = { res: @db.unschedule(name) }
 
   # The sqlite3 gem (Debian ruby-sqlite3): the app's own connection and transaction.
@@ -212,7 +215,7 @@ $stdin.each_line do |line|
   rescue StandardError => e
     { ok: false, error: "#{e.class}: #{e.message}" }
   end
-  $stdout.puts(JSON.generate(reply))
+  $stdout.puts(JSON.generate(reply, max_nesting: false))
   break if op == "quit"
 end
 agent.close

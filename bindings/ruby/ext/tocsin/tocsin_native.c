@@ -1803,9 +1803,12 @@ static VALUE ss_close(VALUE self) {
  * builtin one). Anything else -- a Time, a Symbol value, a Rational, an Object
  * the json gem would store through its #to_s -- is refused with its class and
  * where it is (payload["a"][2]); so is a non-finite Float and nesting deeper
- * than JSON.generate's own limit (100; a container that holds itself ends
- * there). Only the path to the offending value is formatted, on failure. */
-#define TC_JSON_MAX_DEPTH 100
+ * than the core's bound (1000 arrays and objects, what any runtime may write
+ * and every reader reads; Util.dump gives JSON.generate the same max_nesting,
+ * whose default, 100, refused what other runtimes wrote; a container that
+ * holds itself ends there). Only the path to the offending value is
+ * formatted, on failure. */
+#define TC_JSON_MAX_DEPTH 1000
 struct jframe { VALUE key; long index; int is_hash; };
 struct jcheck {
     VALUE what;

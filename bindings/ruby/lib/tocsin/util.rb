@@ -119,9 +119,14 @@ module Tocsin
     # String or Symbol keys, an Array, a String, an Integer, a finite Float,
     # true, false, nil): anything else is refused with its class and where it
     # is (payload["a"][2]), never stored through its #to_s.
+    # Nested as deep as the core stores (1000): a value another runtime wrote that
+    # deep is read (#parse) and written back; JSON.generate's default (100) refused
+    # a task's result or a forwarded payload past 100 levels.
+    GENERATE_OPTS = { max_nesting: 1000 }.freeze
+
     def dump(value, what = "payload")
       Native.json_check(value, what)
-      JSON.generate(value)
+      JSON.generate(value, GENERATE_OPTS)
     rescue JSON::GeneratorError, JSON::NestingError, EncodingError => e
       # (a String that is not valid in its encoding)
       raise InvalidArgument, "#{what} is not JSON-serialisable: #{e.message}"

@@ -417,8 +417,25 @@ module Tocsin
         @stop ? [] : @native.take
       end
       runs.each { |r| @work << r }
+    rescue Tocsin::InvalidArgument, Tocsin::TooBig => e
+      # an outcome the native layer refuses still ends the run (a final failure
+      # naming why, as the core records one it cannot store): left unrecorded, the
+      # job kept its lease and the run its slot until the worker stopped
+      warn "tocsin worker: recording job #{job_id} failed: #{e.message}"
+      retry_as_refused(run, e)
     rescue Tocsin::Error => e
       warn "tocsin worker: recording job #{job_id} failed: #{e.message}"
+    end
+
+    def retry_as_refused(run, err)
+      @nlock.synchronize do
+        next if @closed
+
+        @native.finish(run, nil, Native::OUTCOME_FAIL, nil, "InvalidOutcome",
+                       "the outcome was refused: #{error_text(err.message)}", nil, -1)
+      end
+    rescue Tocsin::Error => e
+      warn "tocsin worker: recording a refused outcome failed: #{e.message}"
     end
 
     # -> [kind, value_json, error_type, error_message, trace]
@@ -453,7 +470,19 @@ module Tocsin
       # no outcome recorded (the job leased forever, the slot lost) and a
       # SystemExit went on to the main thread
       @lock.synchronize { @failed += 1 } unless ctx.finished
-      [Native::OUTCOME_ERROR, nil, e.class.name || "Error", e.message, (e.backtrace || []).join("\n")]
+      [Native::OUTCOME_ERROR, nil, e.class.name || "Error", error_text(e.message), error_text((e.backtrace || []).join("\n"))]
+    end
+
+    # An error's message or trace as the core takes it, as every runtime's worker
+    # gives it (Go's too): UTF-8 (a byte that begins no character is U+FFFD) without
+    # NUL characters, which a C string cannot hold. A message with a NUL was refused
+    # by the native finish: the run was never recorded, its job held its lease and
+    # its slot until the worker stopped.
+    def error_text(s)
+      s = s.to_s
+      s = s.dup.force_encoding(Encoding::UTF_8) if s.encoding == Encoding::BINARY
+      s = s.encode(Encoding::UTF_8, invalid: :replace, undef: :replace) unless s.encoding == Encoding::UTF_8
+      s.scrub.delete("\0")
     end
 
     class TaskTimeout < Exception; end # rubocop:disable Lint/InheritException -- not rescued by tasks

@@ -1,0 +1,111 @@
+'use strict';
+// Cross-runtime fidelity of JSON numbers: what another runtime writes, Node reads the
+// same, and writes back the same.
+const { test } = require('node:test');
+const assert = require('node:assert/strict');
+const Database = require('better-sqlite3');
+const tocsin = require('..');
+const { tmpdb } = require('./helpers');
+
+// JSON text as another runtime writes it (a Python int, a Go int64, a Ruby Integer)
+const BIG = '{"id":9007199254740993,"min":-9223372036854775808,"max":9223372036854775807,' +
+  '"huge":123456789012345678901234567890,"safe":9007199254740991,"float":1.5e300,' +
+  '"exp":12345678901234567e3,"frac":9007199254740993.0,"s":"9007199254740993","l":[18014398509481985]}';
+const WANT = {
+  id: 9007199254740993n, min: -9223372036854775808n, max: 9223372036854775807n,
+  huge: 123456789012345678901234567890n, safe: 9007199254740991, float: 1.5e300,
+  exp: 12345678901234567e3, frac: 9007199254740992, s: '9007199254740993', l: [18014398509481985n],
+};
+
+test('integers beyond 2^53 another runtime wrote are read as exact BigInts and written back exactly', async () => {
+  const file = tmpdb();
+  const db = tocsin.open(file);
+  const app = new Database(file);
+  tocsin.load(app);
+  try {
+    const id = app.prepare("SELECT tocsin_enqueue('q', ?, json_object('meta', json(?)))").pluck().get(BIG, '{"trace":18446744073709551615}');
+    app.prepare("SELECT tocsin_stream_publish('s', ?)").get(BIG);
+    app.prepare("SELECT tocsin_notify('n', ?)").get(BIG);
+    app.prepare('SELECT tocsin_result_save(?, ?)').get(id + 1000, BIG);
+    const q = db.queue('q');
+    const job = await q.claim('w');
+    // JSON.parse rounded each to the nearest double: 9007199254740993 came back as ...992
+    assert.deepEqual(job.payload, WANT);
+    assert.deepEqual(job.meta, { trace: 18446744073709551615n });
+    assert.deepEqual((await db.stream('s').read({ after: 0, limit: 1 }))[0].payload, WANT);
+    assert.deepEqual((await db.result(id + 1000)).value, WANT);
+    // a job's JSON (a log line) has them as decimal strings, as its own BigInts
+    assert.equal(JSON.parse(JSON.stringify(job)).payload.id, '9007199254740993');
+    assert.ok(await job.ack());
+
+    // written back: the exact digits (a BigInt was refused: "holds a BigInt")
+    const again = await q.enqueue(job.payload, { meta: job.meta });
+    const text = app.prepare('SELECT payload FROM _tocsin_jobs WHERE id = ?').pluck().get(again);
+    assert.equal(app.prepare("SELECT json_extract(payload, '$.max') FROM _tocsin_jobs WHERE id = ?").pluck().safeIntegers().get(again),
+      9223372036854775807n);
+    assert.match(text, /"id":9007199254740993,/);
+    assert.match(text, /"huge":123456789012345678901234567890,/);
+    assert.match(text, /"l":\[18014398509481985\]/);
+    assert.equal(app.prepare("SELECT meta FROM _tocsin_jobs WHERE id = ?").pluck().get(again), '{"trace":18446744073709551615}');
+    await db.notify('n2', [2n ** 64n, -(2n ** 63n), 1n]);
+    const [n] = JSON.parse(app.prepare("SELECT tocsin_notify_read('n2', 0, 1)").pluck().get());
+    assert.equal(JSON.stringify(n.payload), '[18446744073709552000,-9223372036854776000,1]'); // (the driver's own parse)
+    assert.match(app.prepare("SELECT payload FROM _tocsin_notifications WHERE channel = 'n2'").pluck().get(),
+      /^\[18446744073709551616,-9223372036854775808,1\]$/);
+  } finally {
+    app.close();
+    await db.close();
+  }
+});
+
+test('a task gets such integers as BigInts and its result keeps them exact', async () => {
+  const file = tmpdb();
+  const db = tocsin.open(file);
+  const app = new Database(file);
+  tocsin.load(app);
+  const q = db.queue('t');
+  q.task('echo', (x, kw) => ({ x, kw, plus: x + 1n }), { retries: 0 });
+  const w = new tocsin.Worker(db, { queues: ['t'] });
+  const running = w.run();
+  try {
+    const id = app.prepare("SELECT tocsin_task_enqueue('t', 'echo', '[9007199254740993]', '{\"k\":-9223372036854775808}')").pluck().get();
+    const r = await db.waitResult(id, { timeout: 10000 });
+    assert.deepEqual(r.value, { x: 9007199254740993n, kw: { k: -9223372036854775808n }, plus: 9007199254740994n });
+    assert.equal(app.prepare("SELECT json_extract(tocsin_result_get(?), '$.value.plus')").pluck().safeIntegers().get(id), 9007199254740994n);
+  } finally {
+    await w.stop();
+    await running;
+    app.close();
+    await db.close();
+  }
+});
+
+test('a task error whose message or type holds a NUL still ends its run, read the same as in Go', async () => {
+  const db = tocsin.open(tmpdb());
+  const q = db.queue('t');
+  const nul = q.task('nul', () => { throw new RangeError('bad\0tail'); }, { retries: 0 });
+  const nulType = q.task('nultype', () => { const e = new Error('m'); e.name = 'Bad\0Name'; throw e; }, { retries: 0 });
+  class Odd extends Error {}
+  Object.defineProperty(Odd, 'name', { value: 'Odd\0Type' });
+  const nulClass = q.task('nulclass', () => { throw new Odd('m'); }, { retries: 0 });
+  const w = new tocsin.Worker(db, { queues: ['t'] });
+  w.on('error', () => {});
+  const running = w.run();
+  try {
+    const got = [];
+    for (const t of [nul, nulType, nulClass]) {
+      const h = await t();
+      // each wait timed out before: the run was never recorded (its job leased for good)
+      await assert.rejects(h.result({ timeout: 10000 }), (e) => { got.push([e.type, e.taskMessage]); return e instanceof tocsin.TaskError; });
+    }
+    assert.deepEqual(got[0], ['RangeError', 'badtail']); // Go's worker strips it too
+    assert.deepEqual(got[1], ['Error', 'm']); // the constructor's name is the type
+    assert.equal(got[2][0], 'InvalidOutcome');
+    assert.match(got[2][1], /^the outcome was refused: /);
+    assert.equal((await q.stats()).processing, 0);
+  } finally {
+    await w.stop();
+    await running;
+    await db.close();
+  }
+});
