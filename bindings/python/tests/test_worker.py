@@ -674,3 +674,21 @@ def test_unknown_task_handbacks_and_delay_are_the_workers_to_set(db):
                        (dict(unknown_task_delay=0), "unknown_task_delay must be > 0")):
         with pytest.raises(tocsin.InvalidArgument, match=match):
             tocsin.Worker(db, ["uk"], **bad)
+
+
+def test_an_outcome_the_core_refuses_ends_the_run_as_invalid_outcome():
+    # as the core and the Node, Ruby and Go workers record it: a final failure naming why
+    from tocsin import worker as wmod
+
+    class Stub:
+        calls = []
+
+        def finish(self, *args):
+            self.calls.append(args)
+            if len(self.calls) == 1:
+                raise tocsin.InvalidArgument("error_type must not contain a NUL byte")
+
+    w = Stub()
+    wmod._finish(w, ("run", wmod.ERROR, None, "Bad\x00Type", "m", None, -1))
+    assert w.calls[1] == ("run", wmod.FAIL, None, "InvalidOutcome",
+                          "the outcome was refused: error_type must not contain a NUL byte", None, -1)

@@ -119,8 +119,8 @@ def _utf8(text: Optional[str]) -> Optional[str]:
     """text as the core can store it: lone surrogates (which UTF-8 cannot encode)
     escaped, and NUL characters (which a C string cannot hold) dropped, as every
     runtime's worker drops them (Go's, Node's, Ruby's), so that an outcome is never
-    refused for its error text. (A NUL made the error an UnreportableOutcome: dead at
-    once, no retry, its type and message lost.)"""
+    refused for its error text. (A NUL made the outcome refused: dead at once, no
+    retry, its type and message lost.)"""
     if text is None:
         return None
     if "\0" in text:
@@ -188,7 +188,8 @@ def _finish(w: Any, out: tuple) -> None:
         w.finish(*out)
     except InvalidArgument as x:
         _event(logging.ERROR, "job.unreportable", error="%s: %s" % (type(x).__name__, x))
-        w.finish(out[0], ERROR, None, "UnreportableOutcome", _describe(x), None, -1)
+        # a final failure naming why, as the core and the other runtimes record one
+        w.finish(out[0], FAIL, None, "InvalidOutcome", "the outcome was refused: " + _describe(x), None, -1)
 
 
 class Worker:
