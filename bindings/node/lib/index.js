@@ -107,7 +107,9 @@ const NUMBER = /-?(?:0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?/y;
 
 // JSON.parse's result, with every integer literal beyond the safe integers as a BigInt.
 // The text is JSON the core validated (strict RFC 8259); a value the parser does not
-// expect falls back to JSON.parse, which says what is wrong.
+// expect falls back to JSON.parse, which says what is wrong. Iterative (a stack of the
+// open arrays and objects), as JSON.parse is: at any depth, and whatever stack the
+// caller has left, it reads the value exactly, never rounded by a fallback.
 function parseExact(text) {
   let i = 0;
   const n = text.length;
@@ -129,61 +131,77 @@ function parseExact(text) {
     i++;
     return JSON.parse(text.slice(start, i));
   };
-  const value = () => {
+  const key = () => {
     ws();
-    const c = text[i];
-    if (c === '{') {
-      i++;
-      const o = {};
+    if (text[i] !== '"') fail();
+    const k = string();
+    ws();
+    if (text[i++] !== ':') fail();
+    return k;
+  };
+  // the open containers: [array, null] or [object, the key of the value being read]
+  const open = [];
+  try {
+    for (;;) {
+      let v;
       ws();
-      if (text[i] === '}') { i++; return o; }
+      const c = text[i];
+      if (c === '{') {
+        i++;
+        ws();
+        if (text[i] !== '}') { open.push([{}, key()]); continue; }
+        i++;
+        v = {};
+      } else if (c === '[') {
+        i++;
+        ws();
+        if (text[i] !== ']') { open.push([[], null]); continue; }
+        i++;
+        v = [];
+      } else if (c === '"') {
+        v = string();
+      } else if (text.startsWith('true', i)) {
+        i += 4; v = true;
+      } else if (text.startsWith('false', i)) {
+        i += 5; v = false;
+      } else if (text.startsWith('null', i)) {
+        i += 4; v = null;
+      } else {
+        NUMBER.lastIndex = i;
+        const m = NUMBER.exec(text);
+        if (!m) fail();
+        i = NUMBER.lastIndex;
+        const num = Number(m[0]);
+        v = m[1] === undefined && m[2] === undefined && !Number.isSafeInteger(num) ? BigInt(m[0]) : num;
+      }
+      // v is complete: it goes into the innermost open container, which may close too
       for (;;) {
-        ws();
-        if (text[i] !== '"') fail();
-        const k = string();
-        ws();
-        if (text[i++] !== ':') fail();
-        const v = value();
+        if (open.length === 0) {
+          ws();
+          if (i !== n) fail();
+          return v;
+        }
+        const top = open[open.length - 1];
+        const o = top[0];
+        const array = top[1] === null;
+        if (array) o.push(v);
         // as JSON.parse: an own "__proto__" property, not the prototype; the last of a
         // key given twice wins
-        if (k === '__proto__') Object.defineProperty(o, k, { value: v, writable: true, enumerable: true, configurable: true });
-        else o[k] = v;
+        else if (top[1] === '__proto__') Object.defineProperty(o, '__proto__', { value: v, writable: true, enumerable: true, configurable: true });
+        else o[top[1]] = v;
         ws();
         const e = text[i++];
-        if (e === '}') return o;
-        if (e !== ',') fail();
+        if (e === ',') {
+          if (!array) top[1] = key();
+          break;
+        }
+        if (e !== (array ? ']' : '}')) fail();
+        open.pop();
+        v = o;
       }
     }
-    if (c === '[') {
-      i++;
-      const a = [];
-      ws();
-      if (text[i] === ']') { i++; return a; }
-      for (;;) {
-        a.push(value());
-        ws();
-        const e = text[i++];
-        if (e === ']') return a;
-        if (e !== ',') fail();
-      }
-    }
-    if (c === '"') return string();
-    if (text.startsWith('true', i)) { i += 4; return true; }
-    if (text.startsWith('false', i)) { i += 5; return false; }
-    if (text.startsWith('null', i)) { i += 4; return null; }
-    NUMBER.lastIndex = i;
-    const m = NUMBER.exec(text);
-    if (!m) fail();
-    i = NUMBER.lastIndex;
-    const num = Number(m[0]);
-    return m[1] === undefined && m[2] === undefined && !Number.isSafeInteger(num) ? BigInt(m[0]) : num;
-  };
-  try {
-    const v = value();
-    ws();
-    if (i !== n) fail();
-    return v;
   } catch (e) {
+    if (!(e instanceof SyntaxError)) throw e;
     return JSON.parse(text); // throws what JSON.parse says
   }
 }
@@ -204,7 +222,10 @@ function stringifyExact(value) {
     const s = JSON.stringify(value, function (k, v) {
       if (k.includes(tag)) clash = true;
       if (typeof v === 'bigint') return tag + v.toString();
-      if (typeof v === 'object' && v !== null && Object.prototype.toString.call(v) === '[object BigInt]') return tag + v.valueOf().toString();
+      if (typeof v === 'object' && v !== null) {
+        const b = bigOf(v);
+        if (b !== undefined) return tag + b.toString();
+      }
       if (typeof v === 'string' && v.includes(tag)) clash = true;
       return v;
     });
@@ -212,6 +233,16 @@ function stringifyExact(value) {
     if (s === undefined) return s;
     const quoted = JSON.stringify(tag).slice(1, -1).replace(/[\\^$.*+?()[\]{}|-]/g, '\\$&');
     return s.replace(new RegExp(`"${quoted}(-?\\d+)"`, 'g'), '$1');
+  }
+}
+
+// The BigInt of a BigInt object (Object(1n)), else undefined: its [[BigIntData]], which
+// BigInt.prototype.valueOf reads (an object whose Symbol.toStringTag says 'BigInt' has none).
+function bigOf(v) {
+  try {
+    return BigInt.prototype.valueOf.call(v);
+  } catch (_) {
+    return undefined;
   }
 }
 
@@ -1336,7 +1367,7 @@ function load(betterDb) {
 
 function sqlOptions(o, extra) {
   const r = { ...extra };
-  const exact = []; // [key, BigInt]: beyond the safe integers, written as their exact digits
+  const exact = []; // [key, BigInt or JSON text]: written as is (a BigInt as its exact digits)
   // checked as queue.enqueue() checks them (JSON.stringify would write a NaN or an
   // Infinity as null, which the SQL function reads as "the default")
   const integer = (key, v) => {
@@ -1353,7 +1384,9 @@ function sqlOptions(o, extra) {
   }
   if (o.expires !== undefined) r.expires_ms = positiveMs(o.expires, 'expires');
   if (o.uniqueKey !== undefined && o.uniqueKey !== null) r.unique_key = str(o.uniqueKey, 'uniqueKey');
-  if (o.meta !== undefined && o.meta !== null) r.meta = JSON.parse(metaJson(o.meta));
+  // meta as metaJson wrote it: a BigInt in it is its exact digits (JSON.parse of that
+  // text, to put it in r, rounded one past 2^53)
+  if (o.meta !== undefined && o.meta !== null) exact.push(['meta', metaJson(o.meta)]);
   if (!exact.length) return Object.keys(r).length ? JSON.stringify(r) : null;
   const text = JSON.stringify(r);
   return `${text.slice(0, -1)}${text === '{}' ? '' : ','}${exact.map(([k, v]) => `"${k}":${v}`).join(',')}}`;

@@ -7,7 +7,7 @@ const { AsyncLocalStorage } = require('async_hooks');
 const index = require('./index');
 
 const { Queue, Database, Result } = index;
-const { native, toJson, opts, str, invalid, enqueueArgs, positiveMs, fromBig, ENQUEUE_KEYS } = index._internal;
+const { native, toJson, fromJson, opts, str, invalid, enqueueArgs, positiveMs, fromBig, ENQUEUE_KEYS } = index._internal;
 
 const CALL_KEYS = ['tx', 'kwargs', 'resultTtl', 'timeout', ...ENQUEUE_KEYS];
 const TASK_KEYS = ['retries', 'timeout', 'resultTtl', 'backoffBase', 'backoffCap', 'priority', 'delay', 'expires', 'meta', 'transactional'];
@@ -125,7 +125,7 @@ Queue.prototype.periodic = async function periodic(cron, taskName, o) {
   const env = await envelope(this.db, taskName, o.args, o);
   const { args, kwargs, name, resultTtl, timeout, ...sched } = o;
   void args; void kwargs; void resultTtl; void timeout;
-  return this.db.schedule(name === undefined ? taskName : name, cron, this.name, JSON.parse(env), sched);
+  return this.db.schedule(name === undefined ? taskName : name, cron, this.name, fromJson(env), sched); // (JSON.parse rounded a BigInt argument)
 };
 
 Database.prototype.taskEnvelope = function taskEnvelope(name, args, o) { return envelope(this, name, args, o); };

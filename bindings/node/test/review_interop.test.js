@@ -109,3 +109,67 @@ test('a task error whose message or type holds a NUL still ends its run, read th
     await db.close();
   }
 });
+
+// Review of the exact integers: the ways a value still went through JSON.parse, and the
+// writer's and reader's corners.
+test('enqueueSql and callSql write a BigInt in meta as its digits (JSON.parse of the meta text rounded it)', () => {
+  const file = tmpdb();
+  const app = new Database(file);
+  tocsin.load(app);
+  try {
+    const meta = { trace: 9007199254740993n, span: [-(2n ** 63n) - 1n] };
+    const a = tocsin.enqueueSql(app, 'q', { x: 1 }, { meta, priority: 2n ** 62n });
+    const b = tocsin.callSql(app, 'q', 'echo', [], { meta });
+    const m = app.prepare('SELECT meta FROM _tocsin_jobs WHERE id = ?').pluck();
+    assert.equal(m.get(a), '{"trace":9007199254740993,"span":[-9223372036854775809]}');
+    assert.equal(m.get(b), '{"trace":9007199254740993,"span":[-9223372036854775809]}');
+    assert.equal(app.prepare('SELECT priority FROM _tocsin_jobs WHERE id = ?').pluck().safeIntegers().get(a), 2n ** 62n);
+  } finally {
+    app.close();
+  }
+});
+
+test('queue.periodic stores BigInt arguments exactly (its envelope went through JSON.parse)', async () => {
+  const file = tmpdb();
+  const db = tocsin.open(file);
+  const app = new Database(file);
+  try {
+    await db.queue('p').periodic('* * * * *', 'echo', { args: [9007199254740993n], kwargs: { k: -(2n ** 63n) - 1n } });
+    assert.equal(app.prepare('SELECT payload FROM _tocsin_schedules').pluck().get(),
+      '{"task":"echo","args":[9007199254740993],"kwargs":{"k":-9223372036854775809}}');
+  } finally {
+    app.close();
+    await db.close();
+  }
+});
+
+test('an object that only calls itself a BigInt (Symbol.toStringTag) is written as the object it is', async () => {
+  const file = tmpdb();
+  const db = tocsin.open(file);
+  try {
+    const q = db.queue('q');
+    const id = await q.enqueue({ big: 1n, boxed: Object(2n), fake: { [Symbol.toStringTag]: 'BigInt', x: 1 } });
+    // it was the writer's internal marker string, NUL included: "\u0000tocsin-bigint-...:[object BigInt]"
+    assert.equal((await q.get(id)).payloadJson, '{"big":1,"boxed":2,"fake":{"x":1}}');
+  } finally {
+    await db.close();
+  }
+});
+
+test('JSON read exactly at any depth: the reader does not fall back to JSON.parse (rounding) when the stack runs short', () => {
+  const { fromJson } = tocsin._internal;
+  const d = 20000; // beyond what a recursive reader's stack holds; JSON.parse reads it
+  let v = fromJson(`${'['.repeat(d)}9007199254740993${']'.repeat(d)}`);
+  for (let i = 0; i < d; i++) v = v[0];
+  assert.equal(v, 9007199254740993n);
+  v = fromJson(`${'{"__proto__":'.repeat(d)}{"a":18446744073709551615,"b":"1234567890123456"}${'}'.repeat(d)}`);
+  for (let i = 0; i < d; i++) { assert.ok(Object.hasOwn(v, '__proto__')); v = v.__proto__; }
+  assert.deepEqual(v, { a: 18446744073709551615n, b: '1234567890123456' });
+  // anything else as JSON.parse reads it, errors too
+  for (const t of ['{"a":[1,{"b":"x\\"\\\\\\u00e9"}],"a":2,"c":-0,"d":1.5e400} ', ' [ "1234567890123456" , 9007199254740991 ] ', '[]', '{}', '"\\u0000"']) {
+    assert.deepEqual(fromJson(t), JSON.parse(t), t);
+    assert.ok(Object.is(fromJson('[-0, 12345678901234567e0]')[0], -0));
+  }
+  assert.throws(() => fromJson('[12345678901234567,]'), SyntaxError);
+  assert.throws(() => fromJson('{"a":12345678901234567'), SyntaxError);
+});

@@ -824,3 +824,42 @@ def test_an_error_message_with_a_nul_is_the_same_error_in_every_runtime(db):
     assert (e.type, e.message) == ("ValueError", "badtail")
     assert "bad" in (e.trace or "") and "\0" not in e.trace
     assert q.get(h.job_id).attempts == 2  # retried: an ERROR, not a final failure
+
+
+def test_deep_values_leave_the_recursion_limit_another_thread_set(db):
+    # Writing a deep value raises the process's recursion limit for the call (before
+    # Python 3.12, json counted each level against it) and put the old one back
+    # unconditionally: a limit another thread set meanwhile was overwritten (and a thread
+    # deep in a recursion that relied on it raised RecursionError). The lock was not
+    # re-entrant: a value's own code writing a deep value while it is written hung.
+    import sys
+    q = db.queue("q")
+    app_limit = sys.getrecursionlimit() + 4321
+    seen = []
+
+    class Hook(dict):
+        def items(self):
+            if not seen:
+                # re-entrant, from a caller of its own some frames deep: the limit raised again
+                def down(n):
+                    return q.enqueue(_nested(999)) if n == 0 else down(n - 1)
+                seen.append(down(200))
+                t = threading.Thread(target=sys.setrecursionlimit, args=(app_limit,))
+                t.start()  # the application's thread sets its limit meanwhile
+                t.join()
+            return super().items()
+
+    value = Hook(k=1)
+    for _ in range(990):
+        value = [value]
+    before = sys.getrecursionlimit()
+    out = []
+    writer = threading.Thread(target=lambda: out.append(q.enqueue(value)), daemon=True)
+    try:
+        writer.start()
+        writer.join(30)  # (a guard: it hung on the non-re-entrant lock)
+        assert not writer.is_alive(), "writing a value whose code writes a deep value hung"
+        assert sys.getrecursionlimit() == app_limit  # the other thread's setting stands
+        assert _depth(q.get(out[0]).payload) == 991 and _depth(q.get(seen[0]).payload) == 999
+    finally:
+        sys.setrecursionlimit(before)

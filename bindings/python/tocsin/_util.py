@@ -72,8 +72,15 @@ _decode_flat = _json.loads
 # raised by enough for the core's bound (one level at a time, under a lock; the limit
 # is the interpreter's, put back at once). A value deeper than that still fails there
 # (the core would refuse it anyway).
+# The limit is the process's: another thread may set it meanwhile (the application's
+# own setting, or a library raising it as this does). The old limit is put back only
+# while the limit is still the one raised here; a value set meanwhile stays (putting
+# the old one back overwrote it, and a thread deep in a recursion that relied on it
+# raised RecursionError). The lock is re-entrant: a value's own code (a dict subclass's
+# items()) may call dumps again while it is being written. (From Python 3.12, json's C
+# encoder and decoder count C levels, not the recursion limit: 1000 levels pass at once.)
 _NEST_ROOM = 1000 + 100
-_deep_lock = _threading.Lock()
+_deep_lock = _threading.RLock()
 
 
 def _deep(fn: Any, arg: Any) -> Any:
@@ -83,11 +90,13 @@ def _deep(fn: Any, arg: Any) -> Any:
         pass
     with _deep_lock:
         old = _sys.getrecursionlimit()
-        _sys.setrecursionlimit(old + _NEST_ROOM)
+        raised = old + _NEST_ROOM
+        _sys.setrecursionlimit(raised)
         try:
             return fn(arg)
         finally:
-            _sys.setrecursionlimit(old)
+            if _sys.getrecursionlimit() == raised:
+                _sys.setrecursionlimit(old)
 
 
 def _encode(value: Any) -> str:
