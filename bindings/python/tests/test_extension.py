@@ -180,6 +180,59 @@ def test_app_connection_helpers_with_sqlalchemy(path):
 
 
 @needs_load_extension
+def test_sqlalchemy_commit_as_you_go_with_a_begin_listener_and_under_autocommit(path):
+    sqlalchemy = pytest.importorskip("sqlalchemy")
+    from sqlalchemy import event, text
+    # SQLAlchemy's recipe for pysqlite: the driver's own BEGIN off, a "begin" listener
+    # emits it. The job's begin() ran the listener's BEGIN; the job then sent a second
+    # one ("cannot start a transaction within a transaction")
+    engine = sqlalchemy.create_engine("sqlite:///" + path)
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection, record):
+        dbapi_connection.isolation_level = None
+
+    @event.listens_for(engine, "begin")
+    def _begin(conn):
+        conn.exec_driver_sql("BEGIN")
+
+    tocsin.load(engine)
+    with engine.connect() as c:
+        c.execute(text("CREATE TABLE orders(id INTEGER PRIMARY KEY)"))
+        c.commit()
+        jid = tocsin.enqueue(c, "emails", {"order": 1})
+        c.execute(text("INSERT INTO orders(id) VALUES (1)"))
+        c.commit()
+        tocsin.enqueue(c, "emails", {"order": 2})
+        c.rollback()
+    with tocsin.open(path) as db:
+        assert db.queue("emails").get(jid).payload == {"order": 1}
+        assert db.queue("emails").stats()["pending"] == 1
+    engine.dispose()
+    # AUTOCOMMIT: each statement commits by itself and nothing commits a transaction.
+    # The job began one all the same, which took in the statements after it and was
+    # rolled back when the connection was returned: the job and those rows were lost.
+    # Refused, as on any connection outside a transaction (autocommit=True: on its own)
+    for engine, connect in (
+            (sqlalchemy.create_engine("sqlite:///" + path),
+             lambda e: e.connect().execution_options(isolation_level="AUTOCOMMIT")),
+            (sqlalchemy.create_engine("sqlite:///" + path, isolation_level="AUTOCOMMIT"),
+             lambda e: e.connect())):
+        tocsin.load(engine)
+        with connect(engine) as c:
+            with pytest.raises(tocsin.InvalidArgument, match="no transaction is open"):
+                tocsin.enqueue(c, "emails", {"order": 3})
+            assert not c.in_transaction()
+            c.execute(text("INSERT INTO orders(id) VALUES (3)"))  # commits by itself
+            jid = tocsin.enqueue(c, "emails", {"order": 4}, autocommit=True)
+        with tocsin.open(path) as db:
+            assert db.queue("emails").get(jid).payload == {"order": 4}
+            assert [r[0] for r in db.execute("SELECT id FROM orders ORDER BY id")] == [1, 3]
+            db.execute("DELETE FROM orders WHERE id = 3")
+        engine.dispose()
+
+
+@needs_load_extension
 def test_app_connection_helpers_refuse_bad_values_as_invalid_argument(path):
     # they reached the SQL functions and came back as sqlite3 errors of assorted classes
     # (IntegrityError, InterfaceError, UnicodeEncodeError), or wrote a str's characters

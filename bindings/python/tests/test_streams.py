@@ -144,6 +144,39 @@ def test_an_exception_in_the_with_block_does_not_count_the_event_being_processed
     assert s.offset("async") == offs[4]
 
 
+def test_an_exception_raised_by_the_iteration_itself_keeps_the_event_the_body_finished(db):
+    # the body finished its event and asked for the next one: an exception raised there
+    # (an interrupt landing in the read, after the core handed the next batch over or
+    # while it waited) is not the body's, so that event counts; the with block ends
+    # with that exception (it raised a rewind error instead and left the subscription open)
+    s = db.stream("iter-raised")
+    offs = s.publish_many(list(range(6)))
+
+    def interrupted(row):
+        raise KeyboardInterrupt
+
+    for batch in (3, 1):  # the event is the last of its batch: the next is read
+        consumer = "c%d" % batch
+        with pytest.raises(KeyboardInterrupt):
+            with s.subscribe(consumer=consumer, batch=batch) as sub:
+                for e in sub:
+                    if e.payload == 2:
+                        sub._make = interrupted  # the next read is interrupted
+        assert sub.closed
+        assert s.offset(consumer) == offs[2]
+
+    async def consume():
+        async with s.subscribe(consumer="async", batch=2) as sub:
+            async for e in sub:
+                if e.payload == 3:
+                    sub._make = interrupted
+
+    with pytest.raises(KeyboardInterrupt):
+        import asyncio
+        asyncio.run(consume())
+    assert s.offset("async") == offs[3]
+
+
 def test_a_batch_read_but_not_yet_buffered_is_not_saved(db):
     # a KeyboardInterrupt between the core's read of a batch and its buffering: close
     # saves the last event handed out (here: none yet, then the 4th), never the batch's end

@@ -104,7 +104,15 @@ def _in_transaction(conn: Any, raw: Any) -> bool:
         autobegins = callable(getattr(conn, "commit", None)) and callable(getattr(conn, "begin", None))
         if not autobegins or hasattr(conn, "get_bind"):  # (a Session begins in connection())
             return False
+        # AUTOCOMMIT: every statement commits by itself, and nothing would commit a
+        # transaction begun here (the connection's return to the pool rolls it back,
+        # with the statements after the job)
+        is_autocommit = getattr(conn, "_is_autocommit_isolation", None)
+        if callable(is_autocommit) and is_autocommit():
+            return False
         conn.begin()
+        if raw.in_transaction:  # a "begin" listener emitted BEGIN (SQLAlchemy's pysqlite recipe)
+            return True
     raw.execute("BEGIN")
     return True
 

@@ -203,6 +203,9 @@ class _Waiting:
         return self
 
     def __next__(self) -> Any:
+        # asked for the next one, the loop body has finished the last: an exception from
+        # here on (an interrupt in the read) is not its, and does not take that event back
+        self._prev = None
         while not self._buf:
             if self._w.closed:
                 raise StopIteration
@@ -215,6 +218,7 @@ class _Waiting:
         return self  # type: ignore[return-value]
 
     async def __anext__(self) -> Any:
+        self._prev = None  # (as in __next__)
         while not self._buf:
             if self._w.closed:
                 raise StopAsyncIteration
@@ -326,8 +330,10 @@ class Subscription(_Waiting):
 
     def _failed(self) -> None:
         """The ``with`` block ended with an exception: the event the loop body was
-        processing (the last one iteration handed out) is not counted as processed, so
-        close saves the offset before it and it comes again (at-least-once)."""
+        processing (the last one iteration handed out, the body not having asked for the
+        next) is not counted as processed, so close saves the offset before it and it
+        comes again (at-least-once). An exception raised by the iteration itself (an
+        interrupt in its read) leaves the events the body finished counted."""
         if self._w.closed or self._prev is None or self._last is None:
             return
         self._w.rewind(self._prev)
@@ -336,14 +342,18 @@ class Subscription(_Waiting):
         self._last, self._prev = self._prev, None
 
     def __exit__(self, exc_type: Any, *exc: Any) -> None:
-        if exc_type is not None:
-            self._failed()
-        self.close()
+        try:
+            if exc_type is not None:
+                self._failed()
+        finally:
+            self.close()
 
     async def __aexit__(self, exc_type: Any, *exc: Any) -> None:
-        if exc_type is not None:
-            self._failed()
-        self.close()
+        try:
+            if exc_type is not None:
+                self._failed()
+        finally:
+            self.close()
 
     def __del__(self) -> None:  # `for e in stream.subscribe(...): break` drops it here
         try:
