@@ -55,9 +55,13 @@ $(BUILD)/test_core_san: $(TEST_SRC) $(TEST_HDR) $(CORE_SRC) $(CORE_HDR) | $(BUIL
 test: deps all check-version test-header test-pedantic test-exports test-c test-san test-tsan test-sql test-sql-property test-golden \
       test-readme test-ctest test-consumer test-python
 
+# A shared object that looks like a copy of SQLite with hidden symbols (the copy check's test).
+$(BUILD)/fake_sqlite_copy.so: core/test/fake_copy.c | $(BUILD)
+	$(CC) $(WARN) -fPIC -shared $< -o $@
+
 # TOCSIN_TEST_EXT: the loadable extension, a second copy of the core in the suite's process
-test-c: $(BUILD)/test_core $(BUILD)/tocsin.so
-	TOCSIN_TEST_EXT=$(BUILD)/tocsin.so $(BUILD)/test_core
+test-c: $(BUILD)/test_core $(BUILD)/tocsin.so $(BUILD)/fake_sqlite_copy.so
+	TOCSIN_TEST_EXT=$(BUILD)/tocsin.so TOCSIN_TEST_FAKE_COPY=$(BUILD)/fake_sqlite_copy.so $(BUILD)/test_core
 
 # The extension the sanitized suite loads is sanitized too: a use after free
 # inside it (on a host's connection) is then reported, not silently survived.
@@ -65,8 +69,8 @@ $(BUILD)/san/tocsin.so: $(CORE_SRC) $(CORE_HDR) core/src/tocsin_all.c | $(BUILD)
 	@mkdir -p $(BUILD)/san
 	$(CC) $(WARN) $(SAN) $(VIS) -fPIC -Icore/include -Icore/src -DTOCSIN_EXTENSION -shared core/src/tocsin_all.c -o $@ -lpthread
 
-test-san: $(BUILD)/test_core_san $(BUILD)/san/tocsin.so
-	TOCSIN_TEST_EXT=$(BUILD)/san/tocsin.so ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/test_core_san
+test-san: $(BUILD)/test_core_san $(BUILD)/san/tocsin.so $(BUILD)/fake_sqlite_copy.so
+	TOCSIN_TEST_EXT=$(BUILD)/san/tocsin.so TOCSIN_TEST_FAKE_COPY=$(BUILD)/fake_sqlite_copy.so ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/test_core_san
 
 # The thread model under ThreadSanitizer: one handle from 8 threads, transaction handles.
 $(BUILD)/test_core_tsan: $(TEST_SRC) $(TEST_HDR) $(CORE_SRC) $(CORE_HDR) | $(BUILD)

@@ -316,28 +316,117 @@ void tc_pin_self(void) {
 }
 
 /* ---- one SQLite per process (design.md §2) -------------------------------
- * Every copy of SQLite carries the format of its corruption reports,
- * "%s at line %d of [%.10s]" (sqlite3ReportError), which no client of SQLite
- * contains. The loaded shared objects whose read-only segments contain it are
- * copies of SQLite; the one whose code holds sqlite3_libversion is tocsin's.
- * The scan reads the mapped segments, not the files: no I/O, and a library
- * replaced on disk since it was loaded is still seen as it runs. The signature
- * is built at run time so that the object holding this code does not carry
- * it; the object holding this code and the program itself are not scanned. */
+ * Which loaded shared objects carry a copy of SQLite, besides the one tocsin
+ * runs on (the object whose code holds its sqlite3_libversion)? An object
+ * that exports sqlite3_libversion from its own code does (libsqlite3,
+ * better-sqlite3's addon, node-sqlite3). A copy compiled in with hidden
+ * symbols (python-build-standalone's _sqlite3, a static build in a plugin) is
+ * found by the format of SQLite's corruption reports, "%s at line %d of
+ * [%.10s]" (sqlite3ReportError), which every copy carries and no client of
+ * SQLite does: the object's read-only segments are searched in memory, for
+ * objects up to TC_SCAN_MAX_BYTES of them (a gigabyte of CUDA kernels is not
+ * read through; only its symbols are looked at). The signature is built at
+ * run time so that the object holding this code does not carry it; that
+ * object and the program itself are not looked at.
+ *
+ * The loader's list is only copied under dl_iterate_phdr (its lock is held
+ * for microseconds, never across the search: a fork() meanwhile would leave
+ * it held in the child); each object is then held open (dlopen RTLD_NOLOAD)
+ * while it is searched, so that another thread's dlclose cannot unmap it,
+ * and skipped when it is no longer the object seen in the list. */
 #if defined(__linux__)
 #include <link.h>
 
 #define TC_SIG_MAX 32
-typedef struct copy_scan {
-    char sig[TC_SIG_MAX];
-    size_t siglen;
-    uintptr_t own_fn;  /* sqlite3_libversion of tocsin's SQLite (0: unknown) */
-    uintptr_t self_fn; /* this function's own code */
+#define TC_SCAN_MAX_BYTES ((size_t)64 << 20)
+#define TC_SCAN_SEGS 16
+
+typedef struct copy_obj {
+    char *name;
+    uintptr_t base;                          /* dlpi_addr */
+    uintptr_t lo[TC_SCAN_SEGS], hi[TC_SCAN_SEGS]; /* every PT_LOAD: where its code and data lie */
+    uintptr_t rlo[TC_SCAN_SEGS];             /* the read-only ones, file part: where to search */
+    size_t rlen[TC_SCAN_SEGS];
+    int nseg, nro;
+    size_t ro_bytes;
+} copy_obj;
+
+typedef struct copy_list {
+    uintptr_t own_fn, self_fn;
     unsigned long long adds, subs;
-    char own[256];    /* the object of tocsin's SQLite ("" : the program itself) */
+    char own[256]; /* the object of tocsin's SQLite ("": the program itself) */
+    copy_obj *objs;
+    size_t n, cap;
+    int nomem;
+} copy_list;
+
+typedef struct copy_answer {
+    unsigned long long adds, subs;
+    char own[256];
     char others[768]; /* the other objects carrying a copy, ", "-separated */
     int n_others;
-} copy_scan;
+} copy_answer;
+
+/* Drops a character cut short at the end of s (a snprintf that ran out of room). */
+static void end_whole(char *s) {
+    size_t n = strlen(s), j = n;
+    while (j > 0 && n - j < 3 && ((unsigned char)s[j - 1] & 0xc0) == 0x80) j--;
+    if (j > 0 && (unsigned char)s[j - 1] >= 0x80 && !tocsin_utf8_len(s + j - 1)) s[j - 1] = 0;
+}
+
+static int in_ranges(const copy_obj *o, uintptr_t a) {
+    for (int i = 0; i < o->nseg; i++)
+        if (a >= o->lo[i] && a < o->hi[i]) return 1;
+    return 0;
+}
+
+static int counters(struct dl_phdr_info *info, size_t size, unsigned long long *adds, unsigned long long *subs) {
+    if (size < offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs) return 0;
+    *adds = info->dlpi_adds;
+    *subs = info->dlpi_subs;
+    return 1;
+}
+
+/* Under the loader's lock: copies what is needed, nothing more. */
+static int list_cb(struct dl_phdr_info *info, size_t size, void *arg) {
+    copy_list *cl = arg;
+    copy_obj o;
+    counters(info, size, &cl->adds, &cl->subs);
+    memset(&o, 0, sizeof o);
+    o.base = (uintptr_t)info->dlpi_addr;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD || o.nseg == TC_SCAN_SEGS) continue;
+        uintptr_t lo = o.base + (uintptr_t)ph->p_vaddr;
+        o.lo[o.nseg] = lo;
+        o.hi[o.nseg++] = lo + (uintptr_t)ph->p_memsz;
+        if ((ph->p_flags & PF_R) && !(ph->p_flags & PF_W) && ph->p_filesz > 0) {
+            o.rlo[o.nro] = lo;
+            o.rlen[o.nro++] = (size_t)ph->p_filesz;
+            o.ro_bytes += (size_t)ph->p_filesz;
+        }
+    }
+    const char *name = info->dlpi_name;
+    int own = in_ranges(&o, cl->own_fn);
+    if (own) snprintf(cl->own, sizeof cl->own, "%s", name && *name ? name : "");
+    if (!name || !*name || own || in_ranges(&o, cl->self_fn) || strstr(name, "linux-vdso")) return 0;
+    if (cl->n == cl->cap) {
+        size_t cap = cl->cap ? cl->cap * 2 : 64;
+        copy_obj *grown = realloc(cl->objs, cap * sizeof *grown);
+        if (!grown) {
+            cl->nomem = 1;
+            return 1;
+        }
+        cl->objs = grown;
+        cl->cap = cap;
+    }
+    if (!(o.name = strdup(name))) {
+        cl->nomem = 1;
+        return 1;
+    }
+    cl->objs[cl->n++] = o;
+    return 0;
+}
 
 /* Reads memory of other objects, not this one's: no sanitizer checks it. */
 #if defined(__GNUC__) || defined(__clang__)
@@ -355,48 +444,28 @@ static int segment_has(const unsigned char *p, size_t n, const char *sig, size_t
     return 0;
 }
 
-static void list_add(char *buf, size_t cap, const char *name) {
-    size_t used = strlen(buf);
-    snprintf(buf + used, cap - used, "%s%s", used ? ", " : "", name);
-}
-
-static int copy_cb(struct dl_phdr_info *info, size_t size, void *arg) {
-    copy_scan *cs = arg;
-    if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs) {
-        cs->adds = info->dlpi_adds;
-        cs->subs = info->dlpi_subs;
+/* Held open while it is looked at; 0 when it is gone or not the object listed. */
+static int carries_sqlite(const copy_obj *o, const char *sig, size_t siglen) {
+    void *h = dlopen(o->name, RTLD_LAZY | RTLD_NOLOAD);
+    struct link_map *lm = NULL;
+    int found = 0;
+    if (!h) return 0;
+    if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && (uintptr_t)lm->l_addr == o->base) {
+        void *sym = dlsym(h, "sqlite3_libversion"); /* (from a dependency: not its own) */
+        uintptr_t a;
+        memcpy(&a, &sym, sizeof a);
+        found = sym && in_ranges(o, a);
+        for (int i = 0; !found && o->ro_bytes <= TC_SCAN_MAX_BYTES && i < o->nro; i++)
+            found = segment_has((const unsigned char *)o->rlo[i], o->rlen[i], sig, siglen);
     }
-    int holds_own = 0, holds_self = 0, carries = 0;
-    for (int i = 0; i < info->dlpi_phnum; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type != PT_LOAD) continue;
-        uintptr_t lo = (uintptr_t)info->dlpi_addr + (uintptr_t)ph->p_vaddr, hi = lo + (uintptr_t)ph->p_memsz;
-        if (cs->own_fn >= lo && cs->own_fn < hi) holds_own = 1;
-        if (cs->self_fn >= lo && cs->self_fn < hi) holds_self = 1;
-    }
-    const char *name = info->dlpi_name;
-    if (holds_own) snprintf(cs->own, sizeof cs->own, "%s", name && *name ? name : "");
-    if (!name || !*name || holds_self || holds_own || strstr(name, "linux-vdso")) return 0;
-    for (int i = 0; i < info->dlpi_phnum && !carries; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_R) || (ph->p_flags & PF_W)) continue;
-        carries = segment_has((const unsigned char *)(info->dlpi_addr + ph->p_vaddr), (size_t)ph->p_filesz,
-                              cs->sig, cs->siglen);
-    }
-    if (carries) {
-        cs->n_others++;
-        list_add(cs->others, sizeof cs->others, name);
-    }
-    return 0;
+    dlclose(h);
+    return found;
 }
 
 /* Stops at the first object: the load counters alone. */
 static int counters_cb(struct dl_phdr_info *info, size_t size, void *arg) {
-    copy_scan *cs = arg;
-    if (size >= offsetof(struct dl_phdr_info, dlpi_subs) + sizeof info->dlpi_subs) {
-        cs->adds = info->dlpi_adds;
-        cs->subs = info->dlpi_subs;
-    }
+    copy_answer *a = arg;
+    counters(info, size, &a->adds, &a->subs);
     return 1;
 }
 
@@ -407,32 +476,63 @@ static uintptr_t code_address(void (*fn)(void)) {
 }
 
 static pthread_mutex_t copies_mutex = PTHREAD_MUTEX_INITIALIZER;
-static copy_scan copies_kept; /* the last answer, under copies_mutex */
+static copy_answer copies_kept; /* the last answer, under copies_mutex */
 static int copies_known;
+
+/* The answer now; TOCSIN_NOMEM when the list could not be copied. */
+static int copies_scan(copy_answer *out) {
+    copy_list cl;
+    char sig[TC_SIG_MAX];
+    memset(&cl, 0, sizeof cl);
+    memset(out, 0, sizeof *out);
+    snprintf(sig, sizeof sig, "%cs at line %cd of [%c.10s]", '%', '%', '%');
+#ifdef TOCSIN_EXTENSION
+    if (sqlite3_api) cl.own_fn = code_address((void (*)(void))sqlite3_api->libversion);
+#else
+    cl.own_fn = code_address((void (*)(void))sqlite3_libversion);
+#endif
+    cl.self_fn = code_address((void (*)(void))tocsin_check_sqlite_copies);
+    dl_iterate_phdr(list_cb, &cl);
+    out->adds = cl.adds;
+    out->subs = cl.subs;
+    snprintf(out->own, sizeof out->own, "%s", cl.own);
+    end_whole(out->own);
+    for (size_t i = 0; i < cl.n; i++) {
+        if (!cl.nomem && carries_sqlite(&cl.objs[i], sig, strlen(sig))) {
+            size_t used = strlen(out->others);
+            out->n_others++;
+            snprintf(out->others + used, sizeof out->others - used, "%s%s", used ? ", " : "", cl.objs[i].name);
+            end_whole(out->others);
+        }
+        free(cl.objs[i].name);
+    }
+    free(cl.objs);
+    return cl.nomem ? TOCSIN_NOMEM : TOCSIN_OK;
+}
 #endif
 
 int tocsin_check_sqlite_copies(char *msg, size_t cap) {
     if (msg && cap) msg[0] = 0;
 #if defined(__linux__)
-    copy_scan now;
+    copy_answer now, fresh;
     memset(&now, 0, sizeof now);
-    pthread_mutex_lock(&copies_mutex);
     dl_iterate_phdr(counters_cb, &now);
-    if (!copies_known || now.adds != copies_kept.adds || now.subs != copies_kept.subs || !copies_kept.adds) {
-        snprintf(now.sig, sizeof now.sig, "%cs at line %cd of [%c.10s]", '%', '%', '%');
-        now.siglen = strlen(now.sig);
-#ifdef TOCSIN_EXTENSION
-        if (sqlite3_api) now.own_fn = code_address((void (*)(void))sqlite3_api->libversion);
-#else
-        now.own_fn = code_address((void (*)(void))sqlite3_libversion);
-#endif
-        now.self_fn = code_address((void (*)(void))tocsin_check_sqlite_copies);
-        dl_iterate_phdr(copy_cb, &now);
-        copies_kept = now;
-        copies_known = 1;
-    }
-    now = copies_kept;
+    pthread_mutex_lock(&copies_mutex);
+    int known = copies_known && now.adds && now.adds == copies_kept.adds && now.subs == copies_kept.subs;
+    if (known) now = copies_kept;
     pthread_mutex_unlock(&copies_mutex);
+    if (!known) {
+        /* searched without the lock: two threads may both search, and agree */
+        if (copies_scan(&fresh) != TOCSIN_OK) {
+            if (msg && cap) snprintf(msg, cap, "out of memory while listing the loaded objects");
+            return TOCSIN_NOMEM;
+        }
+        now = fresh;
+        pthread_mutex_lock(&copies_mutex);
+        copies_kept = fresh;
+        copies_known = 1;
+        pthread_mutex_unlock(&copies_mutex);
+    }
     if (now.n_others == 0) return TOCSIN_OK;
     if (msg && cap) {
         snprintf(msg, cap,
@@ -440,6 +540,7 @@ int tocsin_check_sqlite_copies(char *msg, size_t cap) {
                  "copies opening one database file drop each other's locks and can corrupt it",
                  now.own[0] ? "the one in " : "the one built into the program", now.own, now.others,
                  now.n_others > 1 ? "each carry" : "carries");
+        end_whole(msg);
     }
     return TOCSIN_ERROR;
 #else

@@ -503,6 +503,25 @@ static void sqlite_copies(void) {
     dlclose(h);
     CHECK_EQ_I(tocsin_check_sqlite_copies(msg, sizeof msg), TOCSIN_OK);
     remove(copy);
+    /* a copy with hidden symbols: found by SQLite's signature in its read-only data */
+    const char *fake = getenv("TOCSIN_TEST_FAKE_COPY");
+    CHECK(fake != NULL); /* make test-c and test-san build it and say where */
+    if (!fake) return;
+    h = dlopen(fake, RTLD_NOW | RTLD_LOCAL);
+    CHECK(h != NULL);
+    if (!h) return;
+    CHECK_EQ_I(tocsin_check_sqlite_copies(msg, sizeof msg), TOCSIN_ERROR);
+    CHECK(strstr(msg, "fake_sqlite_copy.so carries another") != NULL);
+    /* a cut never ends inside a character */
+    {
+        char small[48];
+        for (size_t n = 1; n <= sizeof small; n++) {
+            CHECK_EQ_I(tocsin_check_sqlite_copies(small, n), TOCSIN_ERROR);
+            CHECK(strlen(small) < n);
+        }
+    }
+    dlclose(h);
+    CHECK_EQ_I(tocsin_check_sqlite_copies(msg, sizeof msg), TOCSIN_OK);
 }
 
 void suite_basics(void) {
