@@ -56,7 +56,7 @@ test: deps all check-version test-header test-pedantic test-exports test-c test-
       test-readme test-ctest test-consumer test-python
 
 # A shared object that looks like a copy of SQLite with hidden symbols (the copy check's test).
-$(BUILD)/fake_sqlite_copy.so: core/test/fake_copy.c | $(BUILD)
+$(BUILD)/fake_sqlite_copy.so: core/test/fake/fake_copy.c | $(BUILD)
 	$(CC) $(WARN) -fPIC -shared $< -o $@
 
 # TOCSIN_TEST_EXT: the loadable extension, a second copy of the core in the suite's process
