@@ -3,6 +3,7 @@ separate processes on one .db, SIGKILLed at seeded random moments and restarted;
 the invariants of docs/worker-protocol.md are checked on what is left.
 
     python driver.py --kills 30 --dir build/crash [--seed N]      (SEED=n also replays)
+    python driver.py --scenarios --dir build/crash-scen [--seed N]  (README.md: Scenarios)
 
 The seed fixes the kill schedule (when, whom, how soon the restart) and every peer's
 own pauses; the interleaving of the processes is the machine's. Checked at the end:
@@ -597,6 +598,102 @@ class Scen:
         self.result(after)
         w.term()
 
+    # (d) SIGTERM while a run that ends within the shutdown timeout is in flight: the run
+    # finishes on its worker, on its first attempt, and is not handed back.
+    def term_finish(self, victim):
+        def fn(peers):
+            v = self.start(peers, victim, SCEN_CONCURRENCY=1, SCEN_SHUTDOWN_MS=20000)
+            jid = self.q.call("scen.hold", 500, max_attempts=1).job_id
+            wait_for(lambda: v.started(jid), "run of job %d on %s" % (jid, victim), v)
+            v.term()
+            r = self.result(jid)
+            expect(r["by"] == victim and r["attempt"] == 1 and r["max_attempts"] == 1, "result %r" % r)
+            self.check_once(jid)
+        return fn
+
+    # (e) a burst of short runs (the workers claim a reserve ahead of their slots), one
+    # worker SIGKILLed and one SIGTERMed in the middle: every job runs to its result,
+    # once, no worker past its concurrency; the killed worker's claims come back as
+    # attempts, the stopped one's reserve with none consumed.
+    def burst_short(self, peers):
+        conc = {"python": 2, "node": 3, "ruby": 2, "go": 4}
+        live = {rt: self.start(peers, rt, SCEN_CONCURRENCY=conc[rt]) for rt in SCEN_RUNTIMES}
+        with self.db.transaction() as tx:
+            ids = [self.q.call("scen.hold", 0, max_attempts=3, tx=tx).job_id for _ in range(3000)]
+        left = lambda: self.sql("SELECT count(*) FROM _tocsin_jobs WHERE queue = 'scen'")[0][0]  # noqa: E731
+        wait_for(lambda: left() < 2000, "a third of the burst done")
+        kill, term = self.args.rng.sample(SCEN_RUNTIMES, 2)
+        live[kill].kill()
+        live[term].term()
+        by = {}
+        for jid in ids:
+            r = self.result(jid)
+            expect(r["peak"] <= conc[r["by"]], "the %s worker ran %d at once, concurrency %d"
+                   % (r["by"], r["peak"], conc[r["by"]]))
+            expect(r["attempt"] <= 2, "job %d ran as attempt %d" % (jid, r["attempt"]))
+            by[r["by"]] = by.get(r["by"], 0) + 1
+        n = self.sql("SELECT count(*), count(DISTINCT job_id) FROM _tocsin_results")[0]
+        expect(n == (len(ids), len(ids)), "results %r for %d jobs" % (n, len(ids)))
+        expect(left() == 0 and not self.sql("SELECT id FROM _tocsin_dead"), "jobs left or dead")
+        for rt, p in live.items():
+            if rt not in (kill, term):
+                p.term()
+
+    def enqueue_from(self, rt, key):
+        """scen.hold(0) with unique key `key`, enqueued by a producer of runtime `rt`."""
+        open(os.path.join(self.args.logs, "scen-go"), "w").close()
+        e = dict(os.environ, SCEN_KEY=key, SCEN_HOLD_MS="0")
+        p = subprocess.Popen(peer_argv(rt, self.args.build) + ["scen-enqueue", self.args.db, self.args.logs, "1"],
+                             stdin=subprocess.DEVNULL, cwd=ROOT, env=e)
+        expect(p.wait(SCEN_WAIT) == 0, "the %s producer exited with %s" % (rt, p.returncode))
+        w = open(os.path.join(self.args.logs, "%s-scen-enqueue-%d.log" % (rt, p.pid))).read().split()
+        return int(w[w.index("id") + 1])
+
+    # (c) the key is free once no live job holds it: a holder that expired unclaimed
+    # (it goes dead, 'expired'), or one cancelled; a dead job is not requeued while a
+    # live job holds its key, and is once that job finished.
+    def unique_freed(self, peers):
+        key = "scen-key-%d" % self.args.rng.randrange(1 << 30)
+        first = self.q.call("scen.hold", 0, unique_key=key, expires=0.2, max_attempts=1).job_id
+        exp = self.sql("SELECT expires_at FROM _tocsin_jobs WHERE id = ?", first)[0][0]
+        wait_for(lambda: time.time() * 1000 > exp + 50, "the job's expiry")
+        second = self.enqueue_from("node", key)
+        expect(second != first, "the expired job %d still holds its key" % first)
+        dead = self.sql("SELECT reason FROM _tocsin_dead WHERE id = ?", first)
+        expect(dead == [("expired",)], "the expired job is %r in the dead letters" % (dead,))
+        expect(self.q.cancel(second), "job %d not cancelled" % second)
+        third = self.enqueue_from("ruby", key)
+        expect(third not in (first, second), "the cancelled job %d still holds its key" % second)
+        try:
+            again = self.q.requeue(second)
+        except self.tocsin.Error:
+            again = False
+        expect(not again, "dead job %d requeued while job %d holds its key" % (second, third))
+        w = self.start(peers, "go", SCEN_CONCURRENCY=1)
+        self.result(third)
+        expect(self.q.requeue(second), "dead job %d not requeued once its key was free" % second)
+        r = self.result(second)
+        expect(r["by"] == "go", "result %r" % r)
+        w.term()
+
+    # (d) a second SIGTERM closes at once (worker-protocol.md, Shutdown): the long run is
+    # handed back (no attempt consumed) although the shutdown timeout has not passed.
+    def term_twice(self, victim, heir):
+        def fn(peers):
+            v = self.start(peers, victim, SCEN_CONCURRENCY=1, SCEN_SHUTDOWN_MS=600000)
+            jid = self.q.call("scen.hold", 600000, max_attempts=1).job_id
+            wait_for(lambda: v.started(jid), "run of job %d on %s" % (jid, victim), v)
+            v.proc.send_signal(signal.SIGTERM)
+            time.sleep(0.2)  # the first signal handled (no assertion rests on this pause)
+            v.term()
+            j = self.job(jid)
+            expect(j is not None and j["state"] == "pending" and j["attempts"] == 1 and j["max_attempts"] == 2,
+                   "after two SIGTERMs to the %s worker the job is %r" % (victim, j))
+            self.start(peers, heir, SCEN_CONCURRENCY=1, SCEN_HOLD_CAP_MS=0)
+            r = self.result(jid)
+            expect(r["by"] == heir and r["attempt"] == 2, "result %r" % r)
+        return fn
+
     # (e) a burst on four workers of four runtimes: no worker ever runs more than its
     # concurrency; every job runs once, on its first attempt.
     def burst(self, peers):
@@ -647,14 +744,14 @@ class Scen:
         return fn
 
     # (b) two workers of two runtimes, both standing for the scheduler: every boundary of
-    # an @every 1s schedule fires once, across SIGTERM restarts, a SIGKILL and a stall (SIGSTOP
+    # a schedule firing every second (@every 1s, or a 6-field cron) fires once, across SIGTERM restarts, a SIGKILL and a stall (SIGSTOP
     # past its lease, then SIGCONT) of the leader.
-    def scheduler(self, a, b):
+    def scheduler(self, a, b, cron):
         def fn(peers):
             c = sqlite3.connect(self.args.db, isolation_level=None, timeout=10)
             self.tocsin.load(c)
-            c.execute("SELECT tocsin_schedule_set('scen.tick', '@every 1s', 'ticks', '{}', "
-                      "'{\"catch_up\":\"all\",\"max_catch_up\":1000}')").fetchall()
+            c.execute("SELECT tocsin_schedule_set('scen.tick', ?, 'ticks', '{}', "
+                      "'{\"catch_up\":\"all\",\"max_catch_up\":1000}')", (cron,)).fetchall()
             c.close()
             live = {a: self.start(peers, a), b: self.start(peers, b)}
             ticks = lambda: self.sql("SELECT count(*) FROM _tocsin_jobs WHERE queue = 'ticks'")[0][0]  # noqa: E731
@@ -707,12 +804,20 @@ def scenarios(args):
     for i, victim in enumerate(rts):
         heir = rts[(i + 2) % len(rts)]
         s.run("(d) %s SIGTERM hands back, %s runs it" % (victim, heir), s.term_hand_back(victim, heir))
+    # (not Go: its Worker leaves signals to the program, Run(ctx) has no "at once", and the
+    # peer's signal.NotifyContext swallows the second SIGTERM)
+    for victim, heir in (("python", "node"), ("node", "ruby"), ("ruby", "python")):
+        s.run("(d) %s second SIGTERM closes at once" % victim, s.term_twice(victim, heir))
+    for rt in rts:
+        s.run("(d) %s SIGTERM lets a short run finish" % rt, s.term_finish(rt))
     s.run("(c) one unique key from 4 runtimes at once", s.unique)
+    s.run("(c) a unique key freed by expiry, cancel, finish", s.unique_freed)
     s.run("(e) burst on 4 runtimes within concurrency", s.burst)
+    s.run("(e) short-run burst, a kill and a stop midway", s.burst_short)
     for rt in rts:
         s.run("(f) priorities and delay on %s" % rt, s.priorities(rt))
-    s.run("(b) scheduler ruby+node, leader restarts", s.scheduler("ruby", "node"))
-    s.run("(b) scheduler go+python, leader restarts", s.scheduler("go", "python"))
+    s.run("(b) @every 1s on ruby+node, leader restarts", s.scheduler("ruby", "node", "@every 1s"))
+    s.run("(b) cron '* * * * * *' on go+python, leader restarts", s.scheduler("go", "python", "* * * * * *"))
     total = s.passed + len(s.failed)
     print("scen: %d scenarios, %d passed, %d failed in %.1f s (seed %d)"
           % (total, s.passed, len(s.failed), time.monotonic() - t0, args.seed))
