@@ -2,7 +2,7 @@
 # Peers of four runtimes (Python, Node, Go, Ruby) on one .db, SIGKILLed at seeded
 # random moments; SEED=n replays a kill schedule. The soak runs mixed load and checks
 # resource growth. Both build the bindings from the checkout.
-.PHONY: test-crash test-crash-slow test-soak soak test-slow crash-peers
+.PHONY: test-crash test-crash-slow test-crash-scen test-soak soak test-slow crash-peers
 
 CRASH_DIR     := $(BUILD)/crash
 CRASH_GO_PEER := $(BUILD)/crash-go-peer
@@ -11,7 +11,7 @@ CRASH_GO_SRC  := $(wildcard interop-tests/crash/peers/go/*.go interop-tests/cras
 CRASH_KILLS      ?= 30
 CRASH_SLOW_KILLS ?= 200
 
-test: test-crash test-soak
+test: test-crash test-crash-scen test-soak
 test-slow: test-crash-slow
 
 $(CRASH_GO_PEER): $(CRASH_GO_SRC)
@@ -25,6 +25,11 @@ test-crash: crash-peers
 
 test-crash-slow: crash-peers
 	$(PY_VENV)/bin/python interop-tests/crash/driver.py --kills $(CRASH_SLOW_KILLS) --dir $(CRASH_DIR) $(if $(SEED),--seed $(SEED))
+
+# The cross-runtime worker scenarios (kill/term mid-run, scheduler leader restarts, unique
+# keys, a burst within concurrency, priorities and delays): driver.py --scenarios.
+test-crash-scen: crash-peers
+	$(PY_VENV)/bin/python interop-tests/crash/driver.py --scenarios --dir $(BUILD)/crash-scen $(if $(SEED),--seed $(SEED))
 
 SOAK_DIR     := $(BUILD)/soak
 SOAK_SECONDS ?= 600

@@ -145,4 +145,31 @@ class TestSignals < Minitest::Test
     assert_equal %w[closed closed], out.split, err
   end
 
+  # A worker run with trap_signals: the first TERM drains (the running handler may
+  # finish within shutdown_timeout), a second hands it back at once, with no attempt
+  # consumed (docs/worker-protocol.md, Shutdown), as Python's and Node's workers do.
+  # Before, the second TERM only asked to stop again: the worker waited out the whole
+  # shutdown_timeout.
+  def test_a_second_term_hands_back_at_once
+    script = <<~'RUBY'
+      require "tocsin"
+      db = Tocsin.open(ARGV[0])
+      started = Queue.new
+      t = Tocsin.task("long", queue: "q", retries: 0) { started << 1; sleep 600 }
+      id = db.queue("q").call("long", max_attempts: 1).job_id
+      w = Tocsin::Worker.new(db, queues: ["q"], shutdown_timeout: 600, tasks: { "long" => t })
+      Thread.new do
+        started.pop
+        Process.kill(:TERM, Process.pid)
+        sleep 0.1 until w.stopping?
+        Process.kill(:TERM, Process.pid)
+      end
+      w.run(trap_signals: true)
+      j = db.queue("q").get(id)
+      puts [j.state, j.attempts, j.max_attempts].inspect
+    RUBY
+    out, err, st = Open3.capture3("timeout", "-s", "KILL", "20", *ruby_cmd("-e", script, @path))
+    assert st.success?, "#{st.inspect}\n#{out}\n#{err}"
+    assert_equal %(["pending", 1, 2]\n), out
+  end
 end

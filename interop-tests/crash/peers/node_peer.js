@@ -36,6 +36,46 @@ async function worker() {
   await db.close();
 }
 
+// The scenarios' Worker (py_peer.py's scen: the same task and reply in every runtime).
+async function scen() {
+  const db = tocsin.open(dbPath);
+  const st = { running: 0, peak: 0, seq: 0 };
+  const cap = Number(process.env.SCEN_HOLD_CAP_MS || 2 ** 30);
+  db.queue('scen').task('scen.hold', async (ms) => {
+    const job = tocsin.currentJob();
+    const seq = ++st.seq;
+    st.running++;
+    st.peak = Math.max(st.peak, st.running);
+    log(`run ${job.jobId} ${job.attempt}`);
+    try {
+      await new Promise((r) => setTimeout(r, Math.min(Number(ms), cap)));
+    } finally {
+      st.running--;
+    }
+    log(`done ${job.jobId}`);
+    return { by: RUNTIME, pid: process.pid, attempt: Number(job.attempt), max_attempts: Number(job.maxAttempts),
+      seq, peak: st.peak };
+  }, { retries: 9 });
+  const w = new tocsin.Worker(db, { queues: ['scen'], concurrency: Number(process.env.SCEN_CONCURRENCY || 2),
+    visibility: 3000, shutdownTimeout: Number(process.env.SCEN_SHUTDOWN_MS || 500), scheduler: true, schedulerTtl: 1500 });
+  log('ready');
+  await w.run({ handleSignals: true });
+  await db.close();
+  process.exit(0); // a handed-back run's timer must not keep the process alive
+}
+
+// The unique-key scenario's producer: once LOGDIR/scen-go exists, calls scen.hold with
+// unique key SCEN_KEY, logs "id N" and exits.
+async function scenEnqueue() {
+  const db = tocsin.open(dbPath);
+  log('ready');
+  while (!fs.existsSync(path.join(logDir, 'scen-go'))) await new Promise((r) => setTimeout(r, 1));
+  const h = await db.queue('scen').call('scen.hold', [Number(process.env.SCEN_HOLD_MS || 0)],
+    { uniqueKey: process.env.SCEN_KEY, maxAttempts: 1 });
+  log(`id ${h.id}`);
+  await db.close();
+}
+
 class Refused extends Error {}
 
 // claim, then the effect row and the ack (with the lease's token) in one transaction: a
@@ -85,5 +125,5 @@ async function producer() {
   }
 }
 
-process.on('SIGTERM', () => { if (mode !== 'worker') process.exit(0); });
-({ worker, consumer, producer })[mode]().catch((e) => { console.error(`node peer ${mode}:`, e); process.exit(1); });
+process.on('SIGTERM', () => { if (mode !== 'worker' && mode !== 'scen') process.exit(0); });
+({ worker, scen, 'scen-enqueue': scenEnqueue, consumer, producer })[mode]().catch((e) => { console.error(`node peer ${mode}:`, e); process.exit(1); });

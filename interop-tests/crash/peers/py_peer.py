@@ -12,6 +12,7 @@ MODE:
   zombie        claims with a short lease, waits past it, then tries effect + ack in
                 one transaction: a refused ack must roll the effect back
   checkpointer  PRAGMA wal_checkpoint(TRUNCATE) in a loop (SIGKILLed mid-checkpoint)
+  scen          the scenarios' Worker (driver.py --scenarios): task "scen.hold"
   soak-*        the soak's loads (see interop-tests/soak/soak.py)
 
 Each peer appends one line per event to LOGDIR/<mode>-<pid>.log with os.write (no
@@ -63,6 +64,43 @@ def worker():
 
     log("ready")
     tocsin.Worker(db, ["crash"], concurrency=3, visibility=3, shutdown_timeout=5,
+                  scheduler=True, scheduler_ttl=1.5).run()
+    db.close()
+
+
+def scen():
+    """The scenarios' Worker on queue "scen" (the same in every runtime's peer): task
+    "scen.hold(ms)" logs "run JOB ATTEMPT", sleeps ms (cancellable), then returns who ran
+    it, the run's attempt and max_attempts, its start order in this process and the most
+    runs this process had in flight at once. SCEN_HOLD_CAP_MS caps the sleep (a peer that
+    re-runs a long job ends it at once); SCEN_CONCURRENCY, SCEN_SHUTDOWN_MS set the
+    Worker's concurrency and shutdown timeout; it stands for the scheduler and stops
+    gracefully on SIGTERM."""
+    import asyncio
+    db = tocsin.open(DB)
+    q = db.queue("scen")
+    st = {"running": 0, "peak": 0, "seq": 0}
+    cap = int(os.environ.get("SCEN_HOLD_CAP_MS", str(1 << 30)))
+
+    @q.task(name="scen.hold", retries=9)
+    async def hold(ms):
+        job = tocsin.current_job()
+        st["seq"] += 1
+        seq = st["seq"]
+        st["running"] += 1
+        st["peak"] = max(st["peak"], st["running"])
+        log("run %d %d" % (job.job_id, job.attempt))
+        try:
+            await asyncio.sleep(min(ms, cap) / 1000.0)
+        finally:
+            st["running"] -= 1
+        log("done %d" % job.job_id)
+        return {"by": RUNTIME, "pid": os.getpid(), "attempt": job.attempt, "max_attempts": job.max_attempts,
+                "seq": seq, "peak": st["peak"]}
+
+    log("ready")
+    tocsin.Worker(db, ["scen"], concurrency=int(os.environ.get("SCEN_CONCURRENCY", "2")), visibility=3,
+                  shutdown_timeout=int(os.environ.get("SCEN_SHUTDOWN_MS", "500")) / 1000.0,
                   scheduler=True, scheduler_ttl=1.5).run()
     db.close()
 
@@ -160,5 +198,5 @@ def pubsub():
 
 if __name__ == "__main__":
     signal.signal(signal.SIGTERM, lambda *_: os._exit(0)) if MODE in ("producer", "zombie", "checkpointer", "pubsub") else None
-    {"worker": worker, "producer": producer, "zombie": zombie, "checkpointer": checkpointer,
+    {"worker": worker, "scen": scen, "producer": producer, "zombie": zombie, "checkpointer": checkpointer,
      "pubsub": pubsub}[MODE]()

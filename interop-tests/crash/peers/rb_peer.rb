@@ -53,6 +53,46 @@ def consumer(db)
   end
 end
 
+# The scenarios' Worker (py_peer.py's scen: the same task and reply in every runtime).
+def scen(db)
+  st = { running: 0, peak: 0, seq: 0 }
+  mu = Mutex.new
+  cap = Integer(ENV.fetch("SCEN_HOLD_CAP_MS", (1 << 30).to_s))
+  hold = Tocsin.task("scen.hold", queue: "scen", retries: 9) do |ms|
+    job = Tocsin.current_job
+    seq = mu.synchronize do
+      st[:seq] += 1
+      st[:running] += 1
+      st[:peak] = [st[:peak], st[:running]].max
+      st[:seq]
+    end
+    log("run #{job.job_id} #{job.attempt}")
+    begin
+      sleep([ms, cap].min / 1000.0)
+    ensure
+      mu.synchronize { st[:running] -= 1 }
+    end
+    log("done #{job.job_id}")
+    { "by" => RUNTIME, "pid" => Process.pid, "attempt" => job.attempt, "max_attempts" => job.max_attempts,
+      "seq" => seq, "peak" => st[:peak] }
+  end
+  w = Tocsin::Worker.new(db, queues: ["scen"], concurrency: Integer(ENV.fetch("SCEN_CONCURRENCY", "2")),
+                             visibility: 3, shutdown_timeout: Integer(ENV.fetch("SCEN_SHUTDOWN_MS", "500")) / 1000.0,
+                             scheduler: true, scheduler_ttl: 1.5, tasks: { "scen.hold" => hold })
+  log("ready")
+  w.run(trap_signals: true)
+end
+
+# The unique-key scenario's producer: once LOGDIR/scen-go exists, calls scen.hold with
+# unique key SCEN_KEY, logs "id N" and exits.
+def scen_enqueue(db)
+  log("ready")
+  sleep(0.001) until File.exist?(File.join(LOGDIR, "scen-go"))
+  h = db.queue("scen").call("scen.hold", Integer(ENV.fetch("SCEN_HOLD_MS", "0")), unique_key: ENV.fetch("SCEN_KEY"),
+                                                                               max_attempts: 1)
+  log("id #{h.job_id}")
+end
+
 def producer(db)
   q = db.queue("crash")
   seq = 0
@@ -76,6 +116,8 @@ db = Tocsin.open(DB)
 case MODE
 when "consumer" then consumer(db)
 when "producer" then producer(db)
+when "scen" then scen(db)
+when "scen-enqueue" then scen_enqueue(db)
 else
   require_relative "rb_soak"
   soak(db, MODE)

@@ -135,7 +135,8 @@ module Tocsin
 
     # Runs until #stop (or INT/TERM when +trap_signals+): stops claiming, lets the
     # running handlers finish for shutdown_timeout seconds, then closes (the core
-    # hands back whatever still runs: pending again, no attempt consumed). A
+    # hands back whatever still runs: pending again, no attempt consumed). A second
+    # INT/TERM (or #stop(now: true)) ends the wait at once: what runs is handed back. A
     # Database#close stops it the same way, and run then raises Tocsin::Closed
     # (as Go's Run returns ErrClosed): the worker ended because its database did.
     def run(trap_signals: false)
@@ -187,8 +188,11 @@ module Tocsin
       nil
     end
 
-    # Asks the loop to stop (safe from any thread and from a signal handler).
-    def stop
+    # Asks the loop to stop (safe from any thread and from a signal handler); with
+    # now: true the running handlers get no more time (their jobs are handed back).
+    def stop(now: false)
+      Util.bool!(now, "now")
+      @hurry = true if now
       @stop = true
       @native&.poke
     end
@@ -206,7 +210,8 @@ module Tocsin
     private
 
     def install_traps
-      %w[INT TERM].to_h { |sig| [sig, Signal.trap(sig) { stop }] }
+      # a second signal: hand back at once (docs/worker-protocol.md, Shutdown)
+      %w[INT TERM].to_h { |sig| [sig, Signal.trap(sig) { stop(now: @stop) }] }
     end
 
     def open_native
@@ -269,6 +274,7 @@ module Tocsin
       loop do
         finish_done
         break if @lock.synchronize { @running.empty? } && @work.empty?
+        break if @hurry
 
         left = deadline - Process.clock_gettime(Process::CLOCK_MONOTONIC)
         break if left <= 0

@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -99,6 +100,78 @@ func workerTaskTx(ctx context.Context, db *tocsin.DB) error {
 	return w.Run(ctx) // ends gracefully when ctx ends (SIGTERM)
 }
 
+// scen is the scenarios' Worker (py_peer.py's scen: the same task and reply in every
+// runtime).
+func scen(ctx context.Context, db *tocsin.DB) error {
+	var mu sync.Mutex
+	running, peak, seq := 0, 0, 0
+	hcap, err := strconv.Atoi(os.Getenv("SCEN_HOLD_CAP_MS"))
+	if err != nil {
+		hcap = 1 << 30
+	}
+	tocsin.Task(db, "scen.hold", func(ctx context.Context, ms int) (map[string]any, error) {
+		ri, _ := tocsin.Run(ctx)
+		mu.Lock()
+		seq++
+		s := seq
+		running++
+		if running > peak {
+			peak = running
+		}
+		mu.Unlock()
+		log("run %d %d", ri.JobID, ri.Attempt)
+		defer func() { mu.Lock(); running--; mu.Unlock() }()
+		select {
+		case <-time.After(time.Duration(min(ms, hcap)) * time.Millisecond):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+		log("done %d", ri.JobID)
+		mu.Lock()
+		p := peak
+		mu.Unlock()
+		return map[string]any{"by": runtime, "pid": os.Getpid(), "attempt": ri.Attempt, "max_attempts": ri.MaxAttempts,
+			"seq": s, "peak": p}, nil
+	}, &tocsin.TaskOptions{Queue: "scen", MaxAttempts: 10})
+	conc, _ := strconv.Atoi(os.Getenv("SCEN_CONCURRENCY"))
+	if conc == 0 {
+		conc = 2
+	}
+	shut, _ := strconv.Atoi(os.Getenv("SCEN_SHUTDOWN_MS"))
+	if shut == 0 {
+		shut = 500
+	}
+	w, err := db.NewWorker(tocsin.WorkerOptions{Queues: []string{"scen"}, Concurrency: conc, Visibility: 3 * time.Second,
+		ShutdownTimeout: time.Duration(shut) * time.Millisecond, Scheduler: true, SchedulerTTL: 1500 * time.Millisecond,
+		Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return err
+	}
+	log("ready")
+	return w.Run(ctx)
+}
+
+// scenEnqueue is the unique-key scenario's producer: once LOGDIR/scen-go exists, it
+// calls scen.hold with unique key SCEN_KEY, logs "id N" and returns.
+func scenEnqueue(ctx context.Context, db *tocsin.DB, logDir string) error {
+	ms, _ := strconv.Atoi(os.Getenv("SCEN_HOLD_MS"))
+	log("ready")
+	for {
+		if _, err := os.Stat(filepath.Join(logDir, "scen-go")); err == nil {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	return db.Tx(ctx, func(tx *tocsin.Tx) error {
+		h, err := tx.Call(ctx, "scen", "scen.hold", []any{ms}, nil,
+			&tocsin.CallOptions{Job: &tocsin.EnqueueOptions{UniqueKey: os.Getenv("SCEN_KEY"), MaxAttempts: 1}})
+		if err == nil {
+			log("id %d", h.JobID)
+		}
+		return err
+	})
+}
+
 func producer(ctx context.Context, db *tocsin.DB) error {
 	seq := 0
 	log("ready")
@@ -154,6 +227,10 @@ func main() {
 		err = workerTaskTx(ctx, db)
 	case "producer":
 		err = producer(ctx, db)
+	case "scen":
+		err = scen(ctx, db)
+	case "scen-enqueue":
+		err = scenEnqueue(ctx, db, logDir)
 	default:
 		err = runSoak(ctx, db, mode)
 	}
