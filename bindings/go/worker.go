@@ -60,6 +60,7 @@ type Worker struct {
 	fmu      sync.Mutex
 	closing  atomic.Bool
 	stopping atomic.Bool // shutting down: no more claims
+	now      atomic.Bool // StopNow: no waiting for running handlers
 	// Runs go to Concurrency goroutines that live as long as Run: a goroutine per run
 	// would grow a fresh stack for its first cgo call, every time.
 	work chan func()
@@ -292,7 +293,7 @@ func (wk *Worker) Run(ctx context.Context) error {
 		go wk.slot(wk.quit)
 	}
 	var runErr error
-	for ctx.Err() == nil { // a context that already ended claims nothing
+	for ctx.Err() == nil && !wk.now.Load() { // a context that already ended claims nothing
 		var runs **C.tocsin_task_run
 		var n C.size_t
 		// next also returns (ErrTimeout) as soon as its upkeep finds running jobs that
@@ -610,7 +611,7 @@ func (wk *Worker) shutdown() {
 		if left == 0 {
 			break
 		}
-		if remaining := time.Until(deadline); remaining > 0 {
+		if remaining := time.Until(deadline); remaining > 0 && !wk.now.Load() {
 			if !upkeep {
 				time.Sleep(2 * time.Millisecond)
 				continue
@@ -648,6 +649,20 @@ func (wk *Worker) shutdown() {
 	}
 	wk.close() // hands back what still runs; late outcomes of those runs are dropped
 	wk.log.Info("tocsin worker stopped")
+}
+
+// StopNow ends Run at once, as a second SIGINT/SIGTERM does in the other runtimes: no
+// more claims, running handlers' contexts are cancelled and their jobs handed back
+// (pending again, no attempt consumed), without waiting for ShutdownTimeout; also
+// during a graceful shutdown already under way. Safe from any goroutine, e.g. a
+// signal handler's:
+//
+//	sig := make(chan os.Signal, 2)
+//	signal.Notify(sig, os.Interrupt, syscall.SIGTERM)
+//	go func() { <-sig; cancel(); <-sig; w.StopNow() }()
+func (wk *Worker) StopNow() {
+	wk.now.Store(true)
+	wk.poke()
 }
 
 // poke ends a blocked tocsin_worker_next (never after the worker was closed).

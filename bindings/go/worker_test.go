@@ -424,3 +424,48 @@ func TestTaskTxUnderLockContention(t *testing.T) {
 	// every run took effect once, with its result
 	check(t, db.Exec(bg, fmt.Sprintf("CREATE TABLE want(n CHECK (n = %d)); INSERT INTO want SELECT count(*) FROM effects", n)))
 }
+
+// StopNow cuts a graceful shutdown short (a second signal): the running handler's
+// context is cancelled and its job handed back at once, no attempt consumed, although
+// ShutdownTimeout is an hour; before any shutdown, it ends Run the same way.
+func TestWorkerStopNow(t *testing.T) {
+	db := openDB(t)
+	started := make(chan struct{}, 4)
+	hold := tocsin.Task(db, "hold", func(ctx context.Context, n int) (int, error) {
+		started <- struct{}{}
+		<-ctx.Done()
+		return 0, ctx.Err()
+	}, &tocsin.TaskOptions{Queue: "hold"})
+	for _, during := range []bool{true, false} {
+		w := must(db.NewWorker(tocsin.WorkerOptions{Queues: []string{"hold"}, ShutdownTimeout: time.Hour, Logger: quiet}))
+		ctx, cancel := context.WithCancel(bg)
+		done := make(chan error, 1)
+		go func() { done <- w.Run(ctx) }()
+		h := must(hold.Call(bg, 1, nil))
+		<-started
+		if during {
+			cancel() // the graceful shutdown begins: it would wait an hour
+			select {
+			case err := <-done:
+				t.Fatalf("Run returned before StopNow: %v", err)
+			case <-time.After(100 * time.Millisecond):
+			}
+		}
+		w.StopNow()
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("Run did not return after StopNow")
+		}
+		cancel()
+		// handed back: pending again, the attempt given back (MaxAttempts one more)
+		if j := must(db.Job(bg, h.JobID)); j.State != "pending" || j.MaxAttempts != j.Attempts+3 ||
+			!strings.Contains(j.LastError, "handed back") {
+			t.Fatalf("during=%v: not handed back: %+v", during, j)
+		}
+		check(t, db.Queue("hold").Cancel(bg, h.JobID))
+	}
+}

@@ -804,9 +804,8 @@ def scenarios(args):
     for i, victim in enumerate(rts):
         heir = rts[(i + 2) % len(rts)]
         s.run("(d) %s SIGTERM hands back, %s runs it" % (victim, heir), s.term_hand_back(victim, heir))
-    # (not Go: its Worker leaves signals to the program, Run(ctx) has no "at once", and the
-    # peer's signal.NotifyContext swallows the second SIGTERM)
-    for victim, heir in (("python", "node"), ("node", "ruby"), ("ruby", "python")):
+    # (Go's Worker leaves signals to the program: its peer calls Worker.StopNow at the second)
+    for victim, heir in (("python", "node"), ("node", "ruby"), ("ruby", "go"), ("go", "python")):
         s.run("(d) %s second SIGTERM closes at once" % victim, s.term_twice(victim, heir))
     for rt in rts:
         s.run("(d) %s SIGTERM lets a short run finish" % rt, s.term_finish(rt))

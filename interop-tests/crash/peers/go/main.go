@@ -147,6 +147,15 @@ func scen(ctx context.Context, db *tocsin.DB) error {
 	if err != nil {
 		return err
 	}
+	// a second INT/TERM closes at once, as in the other runtimes (Worker.StopNow)
+	sig := make(chan os.Signal, 2)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(sig)
+	go func() {
+		<-sig // the first: the context ends, the graceful shutdown begins
+		<-sig
+		w.StopNow()
+	}()
 	log("ready")
 	return w.Run(ctx)
 }
