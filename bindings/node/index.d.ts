@@ -294,6 +294,8 @@ export declare class Result<T = any> {
   readonly expiresAt: number;
   /** The value, or throws the recorded task error as a TaskError. */
   unwrap(): T;
+  /** For JSON.stringify: BigInts in the value as their decimal strings. */
+  toJSON(): object;
 }
 
 export interface LockOptions { ttl?: number; owner?: string }

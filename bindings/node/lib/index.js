@@ -533,6 +533,8 @@ class Result {
     if (this.ok) return this.value;
     throw new errors.TaskError(this.error.type, this.error.message, this.jobId, this.error.trace);
   }
+  /** For JSON.stringify: BigInts in the value as their decimal strings, as a job's are. */
+  toJSON() { return { ...this, value: bigAsString(this.value) }; }
 }
 
 // ---- the database ----

@@ -173,3 +173,19 @@ test('JSON read exactly at any depth: the reader does not fall back to JSON.pars
   assert.throws(() => fromJson('[12345678901234567,]'), SyntaxError);
   assert.throws(() => fromJson('{"a":12345678901234567'), SyntaxError);
 });
+
+test('JSON.stringify of a result writes its BigInts as decimal strings, as a job\'s', async () => {
+  const db = tocsin.open(tmpdb());
+  try {
+    const id = await db.queue('q').enqueue(1);
+    await db.saveResult(id, { n: 9007199254740993n, ok: 1 });
+    const r = await db.result(id);
+    assert.equal(r.value.n, 9007199254740993n);
+    const doc = JSON.parse(JSON.stringify(r));
+    assert.deepEqual(doc.value, { n: '9007199254740993', ok: 1 });
+    assert.equal(doc.jobId, id);
+    assert.equal(doc.ok, true);
+  } finally {
+    await db.close();
+  }
+});
