@@ -130,6 +130,14 @@ typedef struct tc_thread_state {
     char msg[512];
 } tc_thread_state;
 tc_thread_state *tc_tls(void);
+/* Runs `cleanup` keeping the thread's error (closing a handle clears it): what
+ * failed before the cleanup is what the caller reports. */
+#define TC_KEEP_ERROR(cleanup)                   \
+    do {                                         \
+        tc_thread_state tc_kept_ = *tc_tls();    \
+        cleanup;                                 \
+        *tc_tls() = tc_kept_;                    \
+    } while (0)
 int tc_xcode(tocsin_db *db, int rc);
 /*
  * What the connection's running statements are (db.c), as bits:
@@ -1934,13 +1942,6 @@ void tocsin_sqlite_leave(tocsin_db *db) {
     if (db) tc_unlock(db);
 }
 
-/* Frees a handle that failed half-way, keeping the thread's error (a close clears it). */
-static void close_keeping_error(tocsin_db *db) {
-    tc_thread_state saved = tc_thread;
-    tocsin_close(db);
-    tc_thread = saved;
-}
-
 /* A handle of its own on db's file, with db's clock, limits and busy timeout.
  * Journal mode and schema are left as they are. */
 int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only) {
@@ -1968,7 +1969,7 @@ int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only) {
     o.clock = db->clock;
     o.clock_ctx = db->clock_ctx;
     if ((rc = tocsin_wrap(out, conn, &o)) != TOCSIN_OK) {
-        close_keeping_error(*out);
+        TC_KEEP_ERROR(tocsin_close(*out));
         *out = NULL;
         sqlite3_close(conn);
         return rc;
@@ -1976,7 +1977,7 @@ int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only) {
     (*out)->owns_conn = 1;
     tc_own_conn_setup(*out);
     if (!read_only && (rc = tc_exec(*out, "PRAGMA foreign_keys=ON", "set pragmas")) != TOCSIN_OK) {
-        close_keeping_error(*out);
+        TC_KEEP_ERROR(tocsin_close(*out));
         *out = NULL;
         return rc;
     }
@@ -2808,7 +2809,7 @@ void tc_buf_jstr(tc_buf *b, const char *s) {
 void tc_buf_jraw(tc_buf *b, const char *json) {
     if (!json)
         tc_buf_puts(b, "null");
-    else if (tc_json_valid(json, strlen(json), NULL) && utf8_ok((const unsigned char *)json))
+    else if (tocsin_json_valid(json))
         tc_buf_puts(b, json);
     else
         tc_buf_jstr(b, json);
@@ -5644,11 +5645,9 @@ static int sub_check(void *p, int *done, int64_t *sleep_ms) {
 /* Frees a half-opened subscription without saving, keeping the thread's error
  * (closing its private handle clears it). */
 static int sub_open_failed(tocsin_stream_sub *s, int rc) {
-    tc_thread_state saved = *tc_tls();
     s->every = s->every_ms = 0;
     s->save_on_close = 0;
-    tocsin_stream_sub_close(s);
-    *tc_tls() = saved;
+    TC_KEEP_ERROR(tocsin_stream_sub_close(s));
     return rc;
 }
 
@@ -5791,15 +5790,11 @@ int tocsin_stream_sub_close(tocsin_stream_sub *s) {
         tc_clear(s->db);
         rc = sub_save(s, s->position);
     }
-    {
-        /* closing the private handle clears the thread's error: a failed save
-         * keeps its own (it said "ok" otherwise) */
-        tc_thread_state saved = *tc_tls();
-        tocsin_messages_free(s->got, s->got_n);
-        tocsin_sub_close(s->sub);
-        tocsin_close(s->db);
-        if (rc != TOCSIN_OK) *tc_tls() = saved;
-    }
+    tocsin_messages_free(s->got, s->got_n);
+    tocsin_sub_close(s->sub);
+    /* closing the private handle clears the thread's error: a failed save keeps its own */
+    if (rc != TOCSIN_OK) TC_KEEP_ERROR(tocsin_close(s->db));
+    else tocsin_close(s->db);
     sqlite3_free(s->topic);
     sqlite3_free(s->consumer);
     sqlite3_free(s);
@@ -6051,9 +6046,7 @@ static int listen_check(void *p, int *done, int64_t *sleep_ms) {
 /* Frees a half-opened listener, keeping the thread's error (closing its
  * private handle clears it). */
 static int listen_open_failed(tocsin_listener *l, int rc) {
-    tc_thread_state saved = *tc_tls();
-    tocsin_listen_close(l);
-    *tc_tls() = saved;
+    TC_KEEP_ERROR(tocsin_listen_close(l));
     return rc;
 }
 
@@ -9697,9 +9690,7 @@ static int check_id_free(tocsin_worker *w, int64_t now) {
 
 /* Frees a half-opened worker, keeping the thread's error (closing clears it). */
 static int open_failed(tocsin_worker *w, int rc) {
-    tc_thread_state saved = *tc_tls();
-    tocsin_worker_close(w);
-    *tc_tls() = saved;
+    TC_KEEP_ERROR(tocsin_worker_close(w));
     return rc;
 }
 

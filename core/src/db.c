@@ -902,13 +902,6 @@ void tocsin_sqlite_leave(tocsin_db *db) {
     if (db) tc_unlock(db);
 }
 
-/* Frees a handle that failed half-way, keeping the thread's error (a close clears it). */
-static void close_keeping_error(tocsin_db *db) {
-    tc_thread_state saved = tc_thread;
-    tocsin_close(db);
-    tc_thread = saved;
-}
-
 /* A handle of its own on db's file, with db's clock, limits and busy timeout.
  * Journal mode and schema are left as they are. */
 int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only) {
@@ -936,7 +929,7 @@ int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only) {
     o.clock = db->clock;
     o.clock_ctx = db->clock_ctx;
     if ((rc = tocsin_wrap(out, conn, &o)) != TOCSIN_OK) {
-        close_keeping_error(*out);
+        TC_KEEP_ERROR(tocsin_close(*out));
         *out = NULL;
         sqlite3_close(conn);
         return rc;
@@ -944,7 +937,7 @@ int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only) {
     (*out)->owns_conn = 1;
     tc_own_conn_setup(*out);
     if (!read_only && (rc = tc_exec(*out, "PRAGMA foreign_keys=ON", "set pragmas")) != TOCSIN_OK) {
-        close_keeping_error(*out);
+        TC_KEEP_ERROR(tocsin_close(*out));
         *out = NULL;
         return rc;
     }
@@ -1776,7 +1769,7 @@ void tc_buf_jstr(tc_buf *b, const char *s) {
 void tc_buf_jraw(tc_buf *b, const char *json) {
     if (!json)
         tc_buf_puts(b, "null");
-    else if (tc_json_valid(json, strlen(json), NULL) && utf8_ok((const unsigned char *)json))
+    else if (tocsin_json_valid(json))
         tc_buf_puts(b, json);
     else
         tc_buf_jstr(b, json);

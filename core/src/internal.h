@@ -125,6 +125,14 @@ typedef struct tc_thread_state {
     char msg[512];
 } tc_thread_state;
 tc_thread_state *tc_tls(void);
+/* Runs `cleanup` keeping the thread's error (closing a handle clears it): what
+ * failed before the cleanup is what the caller reports. */
+#define TC_KEEP_ERROR(cleanup)                   \
+    do {                                         \
+        tc_thread_state tc_kept_ = *tc_tls();    \
+        cleanup;                                 \
+        *tc_tls() = tc_kept_;                    \
+    } while (0)
 int tc_xcode(tocsin_db *db, int rc);
 /*
  * What the connection's running statements are (db.c), as bits:

@@ -243,9 +243,7 @@ static int listen_check(void *p, int *done, int64_t *sleep_ms) {
 /* Frees a half-opened listener, keeping the thread's error (closing its
  * private handle clears it). */
 static int listen_open_failed(tocsin_listener *l, int rc) {
-    tc_thread_state saved = *tc_tls();
-    tocsin_listen_close(l);
-    *tc_tls() = saved;
+    TC_KEEP_ERROR(tocsin_listen_close(l));
     return rc;
 }
 

@@ -384,11 +384,9 @@ static int sub_check(void *p, int *done, int64_t *sleep_ms) {
 /* Frees a half-opened subscription without saving, keeping the thread's error
  * (closing its private handle clears it). */
 static int sub_open_failed(tocsin_stream_sub *s, int rc) {
-    tc_thread_state saved = *tc_tls();
     s->every = s->every_ms = 0;
     s->save_on_close = 0;
-    tocsin_stream_sub_close(s);
-    *tc_tls() = saved;
+    TC_KEEP_ERROR(tocsin_stream_sub_close(s));
     return rc;
 }
 
@@ -531,15 +529,11 @@ int tocsin_stream_sub_close(tocsin_stream_sub *s) {
         tc_clear(s->db);
         rc = sub_save(s, s->position);
     }
-    {
-        /* closing the private handle clears the thread's error: a failed save
-         * keeps its own (it said "ok" otherwise) */
-        tc_thread_state saved = *tc_tls();
-        tocsin_messages_free(s->got, s->got_n);
-        tocsin_sub_close(s->sub);
-        tocsin_close(s->db);
-        if (rc != TOCSIN_OK) *tc_tls() = saved;
-    }
+    tocsin_messages_free(s->got, s->got_n);
+    tocsin_sub_close(s->sub);
+    /* closing the private handle clears the thread's error: a failed save keeps its own */
+    if (rc != TOCSIN_OK) TC_KEEP_ERROR(tocsin_close(s->db));
+    else tocsin_close(s->db);
     sqlite3_free(s->topic);
     sqlite3_free(s->consumer);
     sqlite3_free(s);

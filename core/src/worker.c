@@ -469,9 +469,7 @@ static int check_id_free(tocsin_worker *w, int64_t now) {
 
 /* Frees a half-opened worker, keeping the thread's error (closing clears it). */
 static int open_failed(tocsin_worker *w, int rc) {
-    tc_thread_state saved = *tc_tls();
-    tocsin_worker_close(w);
-    *tc_tls() = saved;
+    TC_KEEP_ERROR(tocsin_worker_close(w));
     return rc;
 }
 
