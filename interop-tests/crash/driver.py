@@ -134,6 +134,18 @@ def check_peers_alive(peers):
             fail("%s (pid %d) exited by itself with %s:\n%s" % (p.role, p.proc.pid, p.proc.returncode, tail))
 
 
+def workdir(args, db_name):
+    """The run's folder (args.dir, under the build folder), its database and an emptied
+    logs folder, on args."""
+    args.build = os.path.abspath(os.path.join(args.dir, ".."))
+    args.dir = os.path.abspath(args.dir)
+    args.logs = os.path.join(args.dir, "logs")
+    args.db = os.path.join(args.dir, db_name)
+    os.makedirs(args.logs, exist_ok=True)
+    for f in glob.glob(os.path.join(args.logs, "*")):
+        os.unlink(f)
+
+
 def setup(args):
     import tocsin
     for f in glob.glob(args.db + "*"):
@@ -163,24 +175,12 @@ def main():
     seed = args.seed if args.seed is not None else int(os.environ.get("SEED") or random.SystemRandom().randrange(1, 2 ** 31))
     if args.scenarios:
         args.seed, args.rng = seed, random.Random(seed)
-        args.build = os.path.abspath(os.path.join(args.dir, ".."))
-        args.dir = os.path.abspath(args.dir)
-        args.logs = os.path.join(args.dir, "logs")
-        args.db = os.path.join(args.dir, "scen.db")
-        os.makedirs(args.logs, exist_ok=True)
-        for f in glob.glob(os.path.join(args.logs, "*")):
-            os.unlink(f)
+        workdir(args, "scen.db")
         print("scen: seed %d (replay: make test-crash-scen SEED=%d)" % (seed, seed), flush=True)
         return scenarios(args)
     print("crash: seed %d (replay: make test-crash SEED=%d), %d kills" % (seed, seed, args.kills), flush=True)
     rng = random.Random(seed)
-    args.build = os.path.abspath(os.path.join(args.dir, ".."))
-    args.dir = os.path.abspath(args.dir)
-    args.logs = os.path.join(args.dir, "logs")
-    args.db = os.path.join(args.dir, "crash.db")
-    os.makedirs(args.logs, exist_ok=True)
-    for f in glob.glob(os.path.join(args.logs, "*")):
-        os.unlink(f)
+    workdir(args, "crash.db")
     setup(args)
 
     # the whole kill plan is drawn first: the seed alone decides it

@@ -8,7 +8,6 @@ grew beyond the bounds below between the GROWTH_FROM mark and the end.
     python soak.py --dir build/soak [--seconds 60] [--every 10]
 """
 import argparse
-import glob
 import os
 import random
 import signal
@@ -73,13 +72,7 @@ def main():
     seed = int(os.environ.get("SEED") or random.SystemRandom().randrange(1, 2 ** 31))
     print("soak: seed %d, %.0f s, a line every %.0f s" % (seed, args.seconds, args.every), flush=True)
     rng = random.Random(seed)
-    args.build = os.path.abspath(os.path.join(args.dir, ".."))
-    args.dir = os.path.abspath(args.dir)
-    args.logs = os.path.join(args.dir, "logs")
-    args.db = os.path.join(args.dir, "soak.db")
-    os.makedirs(args.logs, exist_ok=True)
-    for f in glob.glob(os.path.join(args.logs, "*")):
-        os.unlink(f)
+    driver.workdir(args, "soak.db")
     driver.setup(args)
     peers = {n: driver.Peer(n, args, random.Random(rng.randrange(2 ** 31))) for n in ROLES}
     for p in peers.values():
