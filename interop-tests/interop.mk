@@ -9,7 +9,11 @@ DIST_ABS   = $(abspath $(DIST))
 MATRIX    := interop-tests/matrix
 GO_MOD    := $(shell sed -n 's/^module //p' bindings/go/go.mod)
 GO_PROXY_UP := $(shell $(GO) env GOPROXY 2>/dev/null)
-GO_IOP_ENV = GOMODCACHE=$(IOP_ABS)/go/modcache GOPROXY=file://$(DIST_ABS)/goproxy,$(GO_PROXY_UP) \
+# GODEBUG=goindex=0: Go's module index (in the shared GOCACHE) keys a module-cache folder by
+# its path alone, taking it as immutable; v$(VERSION) is rewritten here at each change, so an
+# index from an earlier run of this checkout would describe old files (stale imports, a
+# missing file: "could not import os (open : no such file or directory)").
+GO_IOP_ENV = GODEBUG=goindex=0 GOMODCACHE=$(IOP_ABS)/go/modcache GOPROXY=file://$(DIST_ABS)/goproxy,$(GO_PROXY_UP) \
              GONOSUMDB=$(GO_MOD) GONOSUMCHECK=1 GOFLAGS=-mod=mod GOPATH=$(IOP_ABS)/go/path
 C_PREFIX   = $(IOP_ABS)/c/usr/local
 PY_WHEEL_SRC := $(PY_SRC)
