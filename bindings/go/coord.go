@@ -11,6 +11,7 @@ import "C"
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"time"
 	"unsafe"
@@ -106,16 +107,43 @@ func (c *conn) Result(ctx context.Context, jobID int64) (*Result, error) {
 
 // WaitResult blocks until job has an outcome (a result, or a JobDead error for a job
 // that died without one), ctx ends or the DB closes. ErrNotFound when neither a job
-// nor a result has that id.
+// nor a result has that id. At ctx's deadline the error (ErrTimeout, matching
+// context.DeadlineExceeded) says why: the job was never claimed, is running, or is
+// retrying.
 func (db *DB) WaitResult(ctx context.Context, jobID int64) (*Result, error) {
 	var r *C.tocsin_result
 	err := db.blockingWait(ctx, "result_wait", func(p *C.tocsin_db, dl C.int64_t, sub *C.tocsin_sub) C.int {
 		return C.tocsin_result_wait(p, &r, C.int64_t(jobID), dl, sub)
 	})
 	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) {
+			return db.resultAtDeadline(jobID, err)
+		}
 		return nil, err
 	}
 	return resultFrom(r), nil
+}
+
+// resultAtDeadline is the core's last check once the wait's deadline has passed: the
+// outcome if it landed meanwhile, else the core's timeout, which says what the job is
+// doing (werr if the check cannot run).
+func (db *DB) resultAtDeadline(jobID int64, werr error) (*Result, error) {
+	p, release, err := db.acquire("result_wait")
+	if err != nil {
+		return nil, werr
+	}
+	defer release()
+	var r *C.tocsin_result
+	err = call("result_wait", func() C.int { return C.tocsin_result_wait(p, &r, C.int64_t(jobID), 0, nil) })
+	if err == nil {
+		return resultFrom(r), nil
+	}
+	var te *Error
+	if errors.As(err, &te) && te.Code == ErrTimeout {
+		return nil, &Error{Code: ErrTimeout, Op: "result_wait", cause: context.DeadlineExceeded,
+			Message: fmt.Sprintf("no result for job %d by the context's deadline: %s", jobID, te.Message)}
+	}
+	return nil, werr
 }
 
 // DeleteResult deletes job's result; ErrNotFound if there was none.

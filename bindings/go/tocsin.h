@@ -869,7 +869,9 @@ TOCSIN_API int tocsin_result_check(tocsin_db *db, tocsin_result **out_result, in
  * (TOCSIN_INTERRUPTED) or closed (TOCSIN_CLOSED). Re-checks
  * after every commit of any process (wake engine), never polling the table.
  * `sub` as for tocsin_queue_wait (NULL: the handle's own). Not inside a
- * transaction.
+ * transaction. The TOCSIN_TIMEOUT message says what the job is doing: never
+ * claimed, running, or retrying (a caller whose own timer ended the wait calls
+ * it once more with deadline_ms 0: a last check, and that message).
  */
 TOCSIN_API int tocsin_result_wait(tocsin_db *db, tocsin_result **out_result, int64_t job_id,
                        int64_t deadline_ms, tocsin_sub *sub);

@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -758,5 +760,47 @@ func TestDelayExpiryWithClock(t *testing.T) {
 	check(t, db.SetTime(time.Time{}))
 	if d := time.Since(db.Now()); d < -time.Minute || d > time.Minute {
 		t.Fatal("system clock not restored", db.Now())
+	}
+}
+
+// At the context's deadline, WaitResult's error says why there is no outcome yet.
+func TestWaitResultTimeoutSaysWhy(t *testing.T) {
+	db := openDB(t)
+	q := db.Queue("why")
+	id, err := q.Enqueue(bg, "x", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wait := func() error {
+		ctx, cancel := context.WithTimeout(bg, 20*time.Millisecond)
+		defer cancel()
+		_, err := db.WaitResult(ctx, id)
+		if !errors.Is(err, tocsin.ErrTimeout) || !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("want ErrTimeout matching DeadlineExceeded, got %v", err)
+		}
+		return err
+	}
+	want := fmt.Sprintf(`tocsin: result_wait: no result for job %d by the context's deadline: job %d was never claimed: no worker took it from queue "why"`, id, id)
+	if err := wait(); err.Error() != want {
+		t.Fatalf("got %q\nwant %q", err, want)
+	}
+	jobs, err := q.Claim(bg, "w-why", 1, time.Minute)
+	if err != nil || len(jobs) != 1 {
+		t.Fatal(jobs, err)
+	}
+	if err := wait(); !strings.Contains(err.Error(), "is running (attempt 1 of ") || !strings.Contains(err.Error(), "worker w-why)") {
+		t.Fatal(err)
+	}
+	if err := q.Retry(bg, &jobs[0], time.Minute, "flaky"); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait(); !strings.Contains(err.Error(), "is retrying: attempt 1 of ") || !strings.Contains(err.Error(), "ended (flaky)") {
+		t.Fatal(err)
+	}
+	// a context already ended before the wait: its own error, no check
+	ctx, cancel := context.WithCancel(bg)
+	cancel()
+	if _, err := db.WaitResult(ctx, id); !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
 	}
 }

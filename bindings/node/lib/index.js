@@ -757,6 +757,16 @@ class Database {
         const conv = (r) => (r === null ? undefined : new Result(r));
         return v && typeof v.then === 'function' ? v.then(conv) : conv(v);
       },
+      // at the timeout, one last check: its TimeoutError says why (never claimed,
+      // running, retrying)
+      atDeadline: async () => {
+        try {
+          return new Result(await native.resultWaitStep(h, id, sub, true));
+        } catch (e) {
+          if (e && e.code === 'TOCSIN_TIMEOUT') e.message = `no result for job ${id} within ${o.timeout} ms: ${e.message}`;
+          throw e;
+        }
+      },
       recheck: () => 1000,
       cleanup: () => sub.close(),
     });

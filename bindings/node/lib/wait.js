@@ -39,12 +39,14 @@ const MAX_TIMER = 2147483647;
  *  attempt(): a value (done), undefined (not yet); may return a Promise; may throw
  *  recheck(): optional, ms until attempt() should run again without a wake (null: none)
  *  timeout:   ms (TimeoutError after it); signal: AbortSignal
+ *  atDeadline(): optional, the last check once the timeout has passed, in place of
+ *             attempt(): its value ends the wait, its TimeoutError says why
  *  owner:     the Database (its close() ends the wait with ClosedError)
  *  holder:    the object owning fd (a listener...): its close() ends the wait
  *             first, so that no descriptor is polled after it is closed
  *  cleanup(): called once when the wait ends
  */
-function waitFor({ fd, drain, attempt, recheck, timeout, signal, owner, holder, cleanup }) {
+function waitFor({ fd, drain, attempt, atDeadline, recheck, timeout, signal, owner, holder, cleanup }) {
   checkSignal(signal);
   checkTimeout(timeout);
   if (typeof timeout === 'bigint') timeout = Number(timeout);
@@ -56,6 +58,7 @@ function waitFor({ fd, drain, attempt, recheck, timeout, signal, owner, holder, 
     let timeoutTimer = null;
     let recheckTimer = null;
     let cleanupLater = false;
+    let timedOut = false; // the timeout passed: the next step is atDeadline()
     const entry = { cancel: (err) => finish(err) };
     function runCleanup() {
       try { if (cleanup) cleanup(); } catch (_) { /* cleanup of a finished wait */ }
@@ -92,11 +95,13 @@ function waitFor({ fd, drain, attempt, recheck, timeout, signal, owner, holder, 
       try {
         do {
           again = false;
-          let v = attempt();
+          const last = timedOut;
+          let v = last ? atDeadline() : attempt();
           if (v && typeof v.then === 'function') v = await v;
           if (done) return;
           if (v !== undefined) { finish(null, v); return; }
-        } while (again && !done);
+          if (last) { finish(timeoutError()); return; }
+        } while ((again || timedOut) && !done);
         armRecheck();
       } catch (e) {
         finish(e);
@@ -105,6 +110,13 @@ function waitFor({ fd, drain, attempt, recheck, timeout, signal, owner, holder, 
         if (cleanupLater) { cleanupLater = false; runCleanup(); }
         if (!done && poller) poller.start();
       }
+    }
+    function timeoutError() { return errorOf('TOCSIN_TIMEOUT', `the wait timed out after ${timeout} ms`); }
+    function onTimeout() {
+      if (done) return;
+      if (!atDeadline) { finish(timeoutError()); return; }
+      timedOut = true; // a step under way runs it when it ends
+      if (!running) run();
     }
     function onReadable() {
       if (done) return;
@@ -125,7 +137,7 @@ function waitFor({ fd, drain, attempt, recheck, timeout, signal, owner, holder, 
       const arm = () => {
         const left = end - Date.now();
         if (left > MAX_TIMER) timeoutTimer = setTimeout(arm, MAX_TIMER);
-        else timeoutTimer = setTimeout(() => finish(errorOf('TOCSIN_TIMEOUT', `the wait timed out after ${timeout} ms`)), Math.max(0, left));
+        else timeoutTimer = setTimeout(onTimeout, Math.max(0, left));
       };
       arm();
     }

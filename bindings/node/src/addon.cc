@@ -1827,17 +1827,22 @@ OP_BEGIN(QueueWaitStep)
                    [](Napi::Env e) { return Napi::Boolean::New(e, true); });
 OP_END(op)
 
+// `last` (the wait's deadline has passed): the check's TOCSIN_TIMEOUT is kept, a
+// TimeoutError whose message says what the job is doing (never claimed, running,
+// retrying).
 OP_BEGIN(ResultWaitStep)
   int64_t id = a.i64(1, "jobId");
   Waiter *w = a.ok ? get_sub(info, 2) : nullptr;
   if (!w) return env.Undefined();
+  bool last = a.flag(3);
   std::shared_ptr<SubBox> sb = w->subbox;
   auto b = std::make_shared<ResultBox>();
-  auto op = mkstep([=](tocsin_db *db) {
-                     b->reset();
-                     return tocsin_result_wait(db, &b->r, id, 0, sb->sub);
-                   },
-                   [b](Napi::Env e) { return js_result(e, b->r); });
+  auto runf = [=](tocsin_db *db) {
+    b->reset();
+    return tocsin_result_wait(db, &b->r, id, 0, sb->sub);
+  };
+  auto outf = [b](Napi::Env e) { return js_result(e, b->r); };
+  std::unique_ptr<Op> op = last ? mk(runf, outf) : mkstep(runf, outf);
 OP_END(op)
 
 OP_BEGIN(LockWaitStep)

@@ -91,6 +91,23 @@ describe('waits', () => {
   before(() => { db = tocsin.open(tmpdb()); });
   after(() => db.close());
 
+  test('waitResult: a timeout says why there is no result (never claimed, running, retrying)', async () => {
+    const q = db.queue('why-q');
+    const id = await q.enqueue('x');
+    await assert.rejects(db.waitResult(id, { timeout: 20 }), (e) => {
+      assert.ok(e instanceof tocsin.TimeoutError, String(e));
+      assert.match(e.message, new RegExp(`^no result for job ${id} within 20 ms: job ${id} was never claimed: no worker took it from queue "why-q"$`));
+      return true;
+    });
+    const job = await q.claim('w-why');
+    await assert.rejects(db.waitResult(id, { timeout: 20 }), /is running \(attempt 1 of \d+, worker w-why\)/);
+    await job.retry({ delay: 60000, error: 'flaky' });
+    await assert.rejects(db.waitResult(id, { timeout: 20 }), /is retrying: attempt 1 of \d+ ended \(flaky\)/);
+    // an outcome that lands at the deadline is returned, not a timeout
+    await db.saveResult(id, 'late');
+    assert.equal((await db.waitResult(id, { timeout: 0 })).value, 'late');
+  });
+
   test('listen: async iterator and EventEmitter', async () => {
     const it = db.listen('ch1');
     const em = db.listen('ch1');

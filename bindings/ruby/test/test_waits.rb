@@ -83,6 +83,24 @@ class TestWaits < Minitest::Test
     sub.close
   end
 
+  def test_wait_result_timeout_says_why
+    q = db.queue("why")
+    id = q.enqueue("x")
+    e = assert_raises(Tocsin::Timeout) { db.wait_result(id, timeout: 0.02) }
+    assert_equal %(no result for job #{id} within 0.02 s: job #{id} was never claimed: no worker took it from queue "why"),
+                 e.message
+    job = q.claim("w-why")
+    assert_match(/is running \(attempt 1 of \d+, worker w-why\)/, assert_raises(Tocsin::Timeout) { db.wait_result(id, timeout: 0.02) }.message)
+    job.retry(delay: 60, error: "flaky")
+    assert_match(/is retrying: attempt 1 of \d+ ended \(flaky\)/, assert_raises(Tocsin::Timeout) { db.wait_result(id, timeout: 0.02) }.message)
+    require "async"
+    msg = nil
+    Async { msg = assert_raises(Tocsin::Timeout) { db.wait_result(id, timeout: 0.02) }.message }
+    assert_match(/^no result for job #{id} within 0.02 s: job #{id} is retrying/, msg)
+    db.save_result(id, "late")
+    assert_equal "late", db.wait_result(id, timeout: 0).value
+  end
+
   def test_fiber_scheduler_waits_yield_to_other_fibers
     require "async"
     got = []

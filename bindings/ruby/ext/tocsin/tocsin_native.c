@@ -1603,14 +1603,14 @@ static int rwait_fn(void *p, int t) {
     struct rwait_ctx *c = p;
     return tocsin_result_wait(c->db, &c->r, c->id, c->deadline, c->sub);
 }
-/* result_wait(job_id, deadline_ms|nil, sub) -> result array, or nil at the deadline */
+/* result_wait(job_id, deadline_ms|nil, sub) -> result array; Tocsin::Timeout at the
+ * deadline, saying what the job is doing (never claimed, running, retrying) */
 static VALUE db_result_wait(VALUE self, VALUE id, VALUE deadline, VALUE subv) {
     rsub *s = rsub_of(subv);
     struct rwait_ctx c = {NULL, NULL, arg_i64(id, "job id"), opt_i64(deadline, "deadline", -1), NULL};
     c.db = DB(self);
     int rc = run_wait(rwait_fn, &c, (void **)&c.sub, -1, &s->flags, get_rdb(self), &s->g, (void *const *)&s->sub);
     RB_GC_GUARD(subv);
-    if (rc == TOCSIN_TIMEOUT) return Qnil;
     CHECK(rc);
     return result_to_ary(c.r);
 }

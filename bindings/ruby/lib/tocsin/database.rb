@@ -279,16 +279,14 @@ module Tocsin
           return Result.from(r) if r
 
           left = deadline && (deadline - now) / 1000.0
-          raise Timeout, "no result for job #{job_id} within the timeout" if left && left <= 0
+          # at the deadline, the core's last check: its Timeout says why
+          return result_wait_until(job_id, 0, sub, timeout) if left && left <= 0
 
           Util.wait_fd(io, left)
           sub.drain
         end
       end
-      r = native.result_wait(job_id, deadline, sub.native)
-      raise Timeout, "no result for job #{job_id} within the timeout" if r.nil?
-
-      Result.from(r)
+      result_wait_until(job_id, deadline, sub, timeout)
     end
 
     # ---- locks, rate limits ----
@@ -379,6 +377,14 @@ module Tocsin
     def call(task, *args, queue: "default", kwargs: {}, **opts)
       Util.name!(task, "task name")
       self.queue(queue).call(task, *args, kwargs: kwargs, **opts)
+    end
+
+    # The core's result wait; its Timeout (the job never claimed, running or retrying)
+    # names the job and the timeout.
+    private def result_wait_until(job_id, deadline, sub, timeout)
+      Result.from(native.result_wait(job_id, deadline, sub.native))
+    rescue Timeout => e
+      raise Timeout, "no result for job #{job_id} within #{timeout} s: #{e.message}"
     end
 
     # @api private: the database's own wake subscription (waits poke it to cancel).
