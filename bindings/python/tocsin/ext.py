@@ -10,7 +10,7 @@ from typing import Any, Dict, Optional, Sequence
 
 from . import _tocsin
 from ._tocsin import Closed, Error, InvalidArgument
-from ._util import as_bool, check_one_sqlite
+from ._util import as_bool
 
 __all__ = ["loadable_path", "load", "enqueue", "call", "publish", "notify"]
 
@@ -47,20 +47,18 @@ def _dbapi_connection(conn: Any) -> Any:
                     "Session or Engine, not %s" % type(conn).__name__)
 
 
-def load(conn: Any, *, allow_other_sqlite: bool = False) -> None:
+def load(conn: Any) -> None:
     """Loads the tocsin SQL functions (docs/sql.md) into ``conn``: a stdlib
     sqlite3.Connection, an SQLAlchemy Connection or Session (the DBAPI connection
     under it), or an SQLAlchemy Engine (then every connection it opens gets them).
 
     Raises tocsin.Error when this interpreter's sqlite3 module cannot load extensions
-    (some builds omit it; Debian's python3 allows it), and when a second copy of SQLite
-    is loaded in the process (a sqlite3 module that bundles its own beside the system
-    library tocsin links) unless ``allow_other_sqlite`` says it never opens tocsin's file."""
-    check_one_sqlite(allow_other_sqlite)
+    (some builds omit it; Debian's python3 allows it). The functions run on conn's own
+    SQLite, whichever copy that is, so no second-copy check is made here: only
+    tocsin.open() opens the file with tocsin's copy, and it checks."""
     if hasattr(conn, "dialect") and hasattr(conn, "pool"):  # an SQLAlchemy Engine
         from sqlalchemy import event  # only reached with SQLAlchemy installed
-        event.listen(conn, "connect",
-                     lambda dbapi_conn, _record: load(dbapi_conn, allow_other_sqlite=allow_other_sqlite))
+        event.listen(conn, "connect", lambda dbapi_conn, _record: load(dbapi_conn))
         return
     raw = _dbapi_connection(conn)
     enable = getattr(raw, "enable_load_extension", None)

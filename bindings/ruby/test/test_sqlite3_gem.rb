@@ -101,7 +101,9 @@ class TestSQLite3Gem < Minitest::Test
     FileUtils.cp(system_lib, copy)
     script = <<~RUBY
       require "fiddle"
+      require "sqlite3"
       require "tocsin"
+      require "tocsin/sql"
       lib = Fiddle.dlopen(#{copy.inspect})
       begin
         Tocsin.open(#{@path.inspect})
@@ -109,6 +111,11 @@ class TestSQLite3Gem < Minitest::Test
       rescue Tocsin::Error => e
         puts e.message
       end
+      # the extension runs on the gem's SQLite: loading it is no second opener
+      c = SQLite3::Database.new(#{@path.inspect})
+      Tocsin::SQL.load(c)
+      puts "loaded: " + Tocsin::SQL.enqueue(c, "q", 1).to_s
+      c.close
       Tocsin.open(#{@path.inspect}, check_sqlite: false).close
       puts "allowed"
       lib.close
@@ -121,6 +128,7 @@ class TestSQLite3Gem < Minitest::Test
     assert_includes out, copy
     assert_match(/--enable-system-libraries/, out)
     refute_match(/^opened$/, out)
+    assert_match(/^loaded: \d+$/, out)
     assert_equal ["allowed", "unloaded: fine"], out.lines.map(&:chomp).last(2)
   end
 end

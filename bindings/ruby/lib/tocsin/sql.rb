@@ -16,9 +16,9 @@ module Tocsin
   #     Tocsin::SQL.enqueue(conn, "emails", { order: 1 }, priority: 5)
   #   end
   #
-  # The extension runs on the SQLite of the connection that loads it. Loading
-  # refuses when a second copy of SQLite is in the process (Tocsin::OneSQLite),
-  # unless told check_sqlite: false.
+  # The extension runs on the SQLite of the connection that loads it, whichever
+  # copy that is: loading makes no second-copy check (Tocsin.open, which opens the
+  # file with tocsin's own copy, does: Tocsin::OneSQLite).
   #
   # Errors are Tocsin::Error subclasses, as through Tocsin.open: a refusal of the
   # SQL functions (an empty queue name, a payload over the limit) is the class of
@@ -29,11 +29,9 @@ module Tocsin
     module_function
 
     # Loads the tocsin extension into +conn+ (a SQLite3::Database, or an
-    # ActiveRecord connection: its raw_connection is used). check_sqlite: false
-    # skips the second-copy check, for a copy that never opens tocsin's file.
-    def load(conn, check_sqlite: true)
+    # ActiveRecord connection: its raw_connection is used).
+    def load(conn)
       raw = raw(conn)
-      OneSQLite.check! if Util.bool!(check_sqlite, "check_sqlite")
       unless raw.respond_to?(:enable_load_extension)
         raise Error, "this sqlite3 gem cannot load SQLite extensions (no enable_load_extension)"
       end
