@@ -716,6 +716,96 @@ SELECT count(*) FROM _tocsin_jobs WHERE state = 'processing';" "1000
 1
 1"
 
+# the application's savepoints around calls: ROLLBACK TO drops exactly the calls
+# made after the savepoint, one named like tocsin's own (tocsin_op) included
+qfresh app_savepoints "SELECT tocsin_bootstrap(); BEGIN; SELECT tocsin_enqueue('q', '1');
+SAVEPOINT a; SELECT tocsin_enqueue('q', '2'); SELECT tocsin_notify('c', '2');
+SAVEPOINT tocsin_op; SELECT tocsin_enqueue('q', '3'); ROLLBACK TO tocsin_op; RELEASE tocsin_op;
+SELECT tocsin_stream_publish('t', '2'); ROLLBACK TO a; RELEASE a; COMMIT;
+SELECT group_concat(payload) FROM _tocsin_jobs; SELECT count(*) FROM _tocsin_notifications;
+SELECT count(*) FROM _tocsin_events;
+SAVEPOINT outer; SELECT tocsin_enqueue('q', '4'); ROLLBACK TO outer; RELEASE outer;
+SELECT group_concat(payload) FROM _tocsin_jobs;" "2
+1
+2
+1
+3
+1
+1
+0
+0
+2
+1"
+# a refused call inside a writing statement leaves nothing, the statement's own rows included
+qfresh writer_refused "SELECT tocsin_bootstrap(); CREATE TABLE t(a);
+INSERT INTO t VALUES (1) RETURNING tocsin_enqueue('q', '1');
+INSERT INTO t SELECT tocsin_notify('c', value) FROM json_each('[1,2,3]');
+SELECT count(*) FROM t; SELECT count(*) FROM _tocsin_jobs; SELECT count(*) FROM _tocsin_notifications;" "2
+*cannot run inside a statement that writes*
+*cannot run inside a statement that writes*
+0
+0
+0"
+# an ATTACHed database's tocsin tables are never used: main gets its own
+qfresh attached_other "SELECT tocsin_bootstrap(), tocsin_enqueue('q', '\"other\"');" "2|1"
+qfresh attached "ATTACH '$DIR/attached_other.db' AS aux; SELECT tocsin_enqueue('q', '1');
+SELECT count(*) FROM main._tocsin_jobs; SELECT payload FROM aux._tocsin_jobs;
+SELECT json_extract(value, '\$.payload') FROM json_each(tocsin_claim('q', 'w', 5, 1000));" "1
+1
+\"other\"
+1"
+# a read-only connection reads, and refuses every write before writing
+out=$(printf '.load %s\nSELECT tocsin_job(1) IS NOT NULL;\nSELECT tocsin_enqueue(%s, %s);\nSELECT tocsin_claim(%s, %s, 1, 1000);\n' \
+    "$EXT" "'q'" "'2'" "'q'" "'w'" | sqlite3 -batch -readonly "$DIR/attached_other.db" 2>&1)
+case "$out" in
+"1"*"tocsin_enqueue: the database handle is read-only"*"tocsin_claim: the database handle is read-only"*) passed=$((passed + 1)) ;;
+*) failed=$((failed + 1)); printf 'FAIL read-only connection: %s\n' "$out" ;;
+esac
+# a foreign key of the application on _tocsin_jobs: the ack that breaks it fails and
+# the job stays (a deferred one fails at the call's own COMMIT in autocommit mode)
+qfresh app_fk "PRAGMA foreign_keys = ON; SELECT tocsin_clock(1000); SELECT tocsin_enqueue('q', '1'), tocsin_enqueue('q', '2');
+CREATE TABLE o(job INTEGER REFERENCES _tocsin_jobs(id));
+CREATE TABLE od(job INTEGER REFERENCES _tocsin_jobs(id) DEFERRABLE INITIALLY DEFERRED);
+INSERT INTO o VALUES (1); INSERT INTO od VALUES (2);
+SELECT count(*) FROM json_each(tocsin_claim('q', 'w', 2, 1000));
+SELECT tocsin_ack(1, 1048577);
+SELECT tocsin_fail(2, 2097153, 'x');
+SELECT group_concat(state) FROM _tocsin_jobs; SELECT count(*) FROM _tocsin_dead;" "1000
+1|2
+2
+*tocsin_ack: ack: FOREIGN KEY constraint failed*
+*tocsin_fail: commit: FOREIGN KEY constraint failed*
+processing,processing
+0"
+
+# a PRAGMA with rows not yet read (a cursor left open) refuses every call, writing
+# nothing (docs/sql.md: SQLite does not say which statement calls a function)
+if [ -x /usr/bin/python3 ]; then
+    out=$(/usr/bin/python3 - "$EXT" "$DIR/pragma_open.db" <<'PY'
+import sqlite3, sys
+conn = sqlite3.connect(sys.argv[2], isolation_level=None)
+conn.enable_load_extension(True)
+conn.load_extension(sys.argv[1])
+conn.execute("SELECT tocsin_bootstrap()")
+for sql in ("PRAGMA table_list", "SELECT * FROM pragma_table_list"):
+    cur = conn.execute(sql)
+    cur.fetchone()
+    try:
+        conn.execute("SELECT tocsin_enqueue('q', '1')")
+        print("enqueued")
+    except sqlite3.OperationalError as e:
+        print("inside a PRAGMA" in str(e))
+    cur.fetchall()
+print(conn.execute("SELECT count(*) FROM _tocsin_jobs").fetchone()[0],
+      conn.execute("SELECT tocsin_enqueue('q', '1')").fetchone()[0])
+conn.close()
+PY
+    )
+    if [ "$out" = "True
+True
+0 1" ]; then passed=$((passed + 1)); else failed=$((failed + 1)); echo "FAIL open PRAGMA cursor: $out"; fi
+fi
+
 # a host whose authorizer denies (or ignores) PRAGMAs still writes: the check of its
 # settings (journal_mode, ignore_check_constraints) is then left to it
 if [ -x /usr/bin/python3 ]; then
