@@ -64,6 +64,22 @@ def test_load_without_extension_support_is_a_clear_error():
         tocsin.load(42)
 
 
+def test_a_bad_connection_is_refused_naming_the_call_made():
+    # tocsin.enqueue(None, ...) said "tocsin.load() needs a sqlite3.Connection ...": a call
+    # the user had not made (and an Engine, which only load takes)
+    with pytest.raises(TypeError, match=r"^tocsin\.load\(\) needs .*Session or Engine, not int"):
+        tocsin.load(42)
+    calls = {"tocsin.enqueue": lambda c: tocsin.enqueue(c, "q", {}),
+             "tocsin.call": lambda c: tocsin.call(c, "q", "t", []),
+             "tocsin.publish": lambda c: tocsin.publish(c, "t", {}),
+             "tocsin.notify": lambda c: tocsin.notify(c, "ch", {})}
+    for name, f in calls.items():
+        with pytest.raises(TypeError) as e:
+            f(None)
+        assert str(e.value) == ("%s() needs a sqlite3.Connection or an SQLAlchemy Connection "
+                                "or Session, not NoneType" % name)
+
+
 sqlalchemy = pytest.importorskip("sqlalchemy")
 
 

@@ -692,3 +692,15 @@ def test_an_outcome_the_core_refuses_ends_the_run_as_invalid_outcome():
     wmod._finish(w, ("run", wmod.ERROR, None, "Bad\x00Type", "m", None, -1))
     assert w.calls[1] == ("run", wmod.FAIL, None, "InvalidOutcome",
                           "the outcome was refused: error_type must not contain a NUL byte", None, -1)
+
+
+def test_with_job_transaction_is_typed_as_the_ack_transaction():
+    # `with tocsin.current_job().transaction() as tx: tx.result = ...` (the README's task):
+    # __enter__ was annotated -> Transaction, so a type checker took tx for a plain
+    # Transaction and refused `tx.result` ("Transaction" has no attribute "result")
+    import typing
+    from tocsin.db import Transaction
+    for name in ("begin", "__enter__", "__aenter__"):
+        hints = typing.get_type_hints(getattr(Transaction, name))
+        assert isinstance(hints["return"], typing.TypeVar), (name, hints["return"])
+        assert hints["self"] is hints["return"], name

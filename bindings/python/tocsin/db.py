@@ -8,7 +8,7 @@ import logging
 import os
 import threading
 import weakref
-from typing import Any, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 
 from . import _tocsin
 from ._tocsin import Closed, InvalidArgument
@@ -48,6 +48,11 @@ def _owner() -> Any:
     return asyncio.current_task() or threading.get_ident()
 
 
+# the type of the transaction at hand: `with job.transaction() as tx` is an AckTransaction
+# (tx.result), not a plain Transaction
+_TxT = TypeVar("_TxT", bound="Transaction")
+
+
 class Transaction:
     """A write transaction on a Database (BEGIN IMMEDIATE ... COMMIT/ROLLBACK), on a
     core transaction handle of its own (a connection of its own).
@@ -77,7 +82,7 @@ class Transaction:
         """True between begin and commit/rollback."""
         return self._tx is not None and not self._tx.closed
 
-    def begin(self) -> "Transaction":
+    def begin(self: _TxT) -> _TxT:
         if self._tx is not None:
             raise InvalidArgument("this transaction is already open")
         if self._db._context_tx() is not None:
@@ -130,7 +135,7 @@ class Transaction:
         self._check_open()
         return self._tx.execute(sql, params)
 
-    def __enter__(self) -> "Transaction":
+    def __enter__(self: _TxT) -> _TxT:
         return self.begin()
 
     def __exit__(self, exc_type, exc, tb) -> bool:
@@ -142,7 +147,7 @@ class Transaction:
             self.rollback()
         return False
 
-    async def __aenter__(self) -> "Transaction":
+    async def __aenter__(self: _TxT) -> _TxT:
         """``async with db.transaction() as tx:`` -- BEGIN and COMMIT wait for the write
         lock off the event loop, so a transaction may span awaits while other tasks of
         the loop (and their transactions) go on."""

@@ -27,9 +27,10 @@ def loadable_path() -> str:
     return path
 
 
-def _dbapi_connection(conn: Any) -> Any:
+def _dbapi_connection(conn: Any, what: str = "tocsin.load") -> Any:
     """The sqlite3.Connection behind a stdlib connection or an SQLAlchemy
-    Connection / Session (duck-typed: SQLAlchemy is not imported)."""
+    Connection / Session (duck-typed: SQLAlchemy is not imported). ``what`` names the
+    call in the refusal."""
     if isinstance(conn, sqlite3.Connection):
         return conn
     # SQLAlchemy Session: its current Connection
@@ -43,8 +44,9 @@ def _dbapi_connection(conn: Any) -> Any:
             return raw
     if hasattr(conn, "load_extension") or hasattr(conn, "execute"):
         return conn
-    raise TypeError("tocsin.load() needs a sqlite3.Connection or an SQLAlchemy Connection, "
-                    "Session or Engine, not %s" % type(conn).__name__)
+    kinds = "Connection, Session or Engine" if what == "tocsin.load" else "Connection or Session"
+    raise TypeError("%s() needs a sqlite3.Connection or an SQLAlchemy %s, not %s"
+                    % (what, kinds, type(conn).__name__))
 
 
 def load(conn: Any) -> None:
@@ -116,7 +118,7 @@ def _in_transaction(conn: Any, raw: Any) -> bool:
 
 
 def _refuse(conn: Any, autocommit: bool, what: str) -> Any:
-    raw = _dbapi_connection(conn)
+    raw = _dbapi_connection(conn, what)
     try:
         open_tx = as_bool(autocommit, "autocommit") or _in_transaction(conn, raw)
     except sqlite3.Error as e:
