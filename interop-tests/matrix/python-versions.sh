@@ -1,8 +1,8 @@
 #!/bin/sh
 # The Python package built from its sdist, and its pytest suite, on each CPython
 # 3.9-3.13 that pyenv has (`pyenv root`/versions/3.X.*): one venv per interpreter.
-# An interpreter whose sqlite3 module cannot load extensions runs the suite with the
-# tests that need it skipped (the suite says why); that is reported here.
+# Whether each interpreter's sqlite3 module can load extensions is reported (where it
+# cannot, tocsin.load registers the SQL functions through tocsin's own module).
 #   sh python-versions.sh DIST_PYTHON_DIR WORKDIR
 set -eu
 root=$(cd "$(dirname "$0")/../.." && pwd)

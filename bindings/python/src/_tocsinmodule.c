@@ -3098,7 +3098,50 @@ static PyObject *m_sqlite_copies(PyObject *m, PyObject *unused) {
     return PyUnicode_DecodeUTF8(msg, (Py_ssize_t)strlen(msg), "replace");
 }
 
+/*
+ * register_sql(conn, probe): the tocsin_* SQL functions on a stdlib sqlite3.Connection
+ * whose module cannot load extensions (an interpreter built without them), through the
+ * core linked here (tocsin_sql_init). CPython's connection object begins with its
+ * sqlite3 pointer (pysqlite_Connection: PyObject_HEAD, then `sqlite3 *db`, in every
+ * version since 3.9). The caller (ext.py) has checked that conn is a sqlite3.Connection,
+ * open and usable from this thread, that the process has one SQLite (so that pointer
+ * belongs to the library linked here), and has registered a function named `probe` on
+ * conn: seeing it through the pointer confirms the pointer is conn's.
+ */
+static PyObject *m_register_sql(PyObject *m, PyObject *args) {
+    typedef struct {
+        PyObject_HEAD
+        sqlite3 *db;
+    } stdlib_conn;
+    PyObject *conn;
+    const char *probe;
+    sqlite3 *db;
+    sqlite3_stmt *st = NULL;
+    char *sql, *err = NULL;
+    int rc;
+    (void)m;
+    if (!PyArg_ParseTuple(args, "Os:register_sql", &conn, &probe)) return NULL;
+    db = ((stdlib_conn *)conn)->db;
+    if (!db) return raise_code(TOCSIN_CLOSED, "the sqlite3 connection is closed", 0);
+    if (!(sql = sqlite3_mprintf("SELECT \"%w\"()", probe))) return PyErr_NoMemory();
+    rc = sqlite3_prepare_v2(db, sql, -1, &st, NULL);
+    sqlite3_finalize(st);
+    sqlite3_free(sql);
+    /* the probe goes (the stdlib's create_function cannot remove one) */
+    if (rc == SQLITE_OK) sqlite3_create_function_v2(db, probe, 0, SQLITE_UTF8, NULL, NULL, NULL, NULL, NULL);
+    if (rc != SQLITE_OK)
+        return raise_code(TOCSIN_ERROR, "cannot reach this sqlite3 connection's SQLite from tocsin's module", 0);
+    rc = tocsin_sql_init(db, &err, NULL);
+    if (rc != SQLITE_OK) {
+        PyObject *r = raise_code(TOCSIN_ERROR, err ? err : "cannot register the tocsin SQL functions", 0);
+        sqlite3_free(err);
+        return r;
+    }
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
+    {"register_sql", m_register_sql, METH_VARARGS, "Registers the SQL functions on a stdlib sqlite3.Connection (see ext.py)."},
     {"wake_configure", m_wake_configure, METH_VARARGS, "Process-wide watcher settings."},
     {"cron_next", m_cron_next, METH_VARARGS, "The first fire time of a cron expression after a time (ms)."},
     {"version", m_version, METH_NOARGS, "The core's version string."},

@@ -15,13 +15,9 @@ def pytest_report_header(config):
 
 
 # pyenv's CPythons (and others built without --enable-loadable-sqlite-extensions) have
-# no sqlite3.Connection.enable_load_extension: the tests that load tocsin's extension
-# into a stdlib or SQLAlchemy connection skip there, and run on Debian's python3.
+# no sqlite3.Connection.enable_load_extension: tocsin.load then registers the functions
+# through tocsin's own module (ext.py), and the tests of tocsin.load run there too.
 LOADS_EXTENSIONS = hasattr(sqlite3.Connection, "enable_load_extension")
-needs_load_extension = pytest.mark.skipif(
-    not LOADS_EXTENSIONS,
-    reason="this Python's sqlite3 module cannot load SQLite extensions (built without "
-           "--enable-loadable-sqlite-extensions: no sqlite3.Connection.enable_load_extension)")
 
 
 def unprivileged_python_problem(uid=65534):

@@ -1,7 +1,7 @@
 import pytest
 
 import tocsin
-from conftest import T0, count, needs_load_extension
+from conftest import T0, count
 
 
 def test_results_values_null_errors_ttl(clocked):
@@ -142,7 +142,6 @@ def test_update_schedule_changes_only_what_is_given(clocked):
         db.update_schedule("missing", priority=1)
 
 
-@needs_load_extension
 def test_update_schedule_agrees_with_sql(path):
     # The binding and the SQL function change only what is named, the same way.
     import sqlite3

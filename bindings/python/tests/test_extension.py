@@ -5,7 +5,7 @@ import sqlite3
 import pytest
 
 import tocsin
-from conftest import needs_load_extension
+from conftest import LOADS_EXTENSIONS
 
 
 def test_loadable_path():
@@ -13,14 +13,13 @@ def test_loadable_path():
     assert os.path.isfile(p) and os.path.basename(p).startswith("tocsin.")
 
 
-@needs_load_extension
 def test_load_into_stdlib_sqlite3(path):
     conn = sqlite3.connect(path)
     tocsin.load(conn)
     assert conn.execute("SELECT tocsin_version()").fetchone()[0] == tocsin.core_version()
-    # loading is switched off again afterwards
-    with pytest.raises(sqlite3.OperationalError):
-        conn.load_extension(tocsin.loadable_path())
+    if LOADS_EXTENSIONS:  # loading is switched off again afterwards
+        with pytest.raises(sqlite3.OperationalError):
+            conn.load_extension(tocsin.loadable_path())
     jid = conn.execute("SELECT tocsin_enqueue('emails', ?, ?)",
                        [json.dumps({"to": "x"}), json.dumps({"priority": 2})]).fetchone()[0]
     conn.commit()
@@ -36,7 +35,6 @@ def test_load_into_stdlib_sqlite3(path):
     conn.close()
 
 
-@needs_load_extension
 def test_sql_rollback_in_stdlib_transaction(path):
     conn = sqlite3.connect(path)
     tocsin.load(conn)
@@ -51,14 +49,14 @@ def test_sql_rollback_in_stdlib_transaction(path):
 
 
 def test_load_without_extension_support_is_a_clear_error():
-    class NoExtensions:  # what a Python built without extension loading offers
+    class NoExtensions:  # a DBAPI connection that can neither load nor be reached
         def execute(self, *a):
             raise AssertionError
 
         def cursor(self):
             raise AssertionError
 
-    with pytest.raises(tocsin.Error, match="extension loading"):
+    with pytest.raises(tocsin.Error, match="cannot load SQLite extensions .*NoExtensions is no sqlite3.Connection"):
         tocsin.load(NoExtensions())
     with pytest.raises(TypeError):
         tocsin.load(42)
@@ -83,7 +81,6 @@ def test_a_bad_connection_is_refused_naming_the_call_made():
 sqlalchemy = pytest.importorskip("sqlalchemy")
 
 
-@needs_load_extension
 def test_sqlalchemy_session_enqueue_in_orm_transaction(path):
     from sqlalchemy import Column, Integer, String, create_engine, text
     from sqlalchemy.orm import Session, declarative_base
@@ -129,7 +126,6 @@ def test_sqlalchemy_session_enqueue_in_orm_transaction(path):
     engine.dispose()
 
 
-@needs_load_extension
 def test_app_connection_helpers_refuse_outside_a_transaction(path):
     """The trial: "enqueue first, then rollback" sent a receipt for a rolled-back order,
     because sqlite3 opens no transaction before a SELECT. The helpers refuse."""
@@ -159,7 +155,6 @@ def test_app_connection_helpers_refuse_outside_a_transaction(path):
     conn.close()
 
 
-@needs_load_extension
 def test_app_connection_helpers_with_sqlalchemy(path):
     sqlalchemy = pytest.importorskip("sqlalchemy")
     engine = sqlalchemy.create_engine("sqlite:///" + path)
@@ -195,7 +190,6 @@ def test_app_connection_helpers_with_sqlalchemy(path):
     engine.dispose()
 
 
-@needs_load_extension
 def test_sqlalchemy_commit_as_you_go_with_a_begin_listener_and_under_autocommit(path):
     sqlalchemy = pytest.importorskip("sqlalchemy")
     from sqlalchemy import event, text
@@ -248,7 +242,6 @@ def test_sqlalchemy_commit_as_you_go_with_a_begin_listener_and_under_autocommit(
         engine.dispose()
 
 
-@needs_load_extension
 def test_app_connection_helpers_refuse_bad_values_as_invalid_argument(path):
     # they reached the SQL functions and came back as sqlite3 errors of assorted classes
     # (IntegrityError, InterfaceError, UnicodeEncodeError), or wrote a str's characters
@@ -280,7 +273,6 @@ def test_app_connection_helpers_refuse_bad_values_as_invalid_argument(path):
     conn.close()
 
 
-@needs_load_extension
 def test_app_connection_helpers_raise_the_tocsin_class_of_each_refusal(path):
     """tocsin.enqueue / tocsin.call on the application's own connection raised the
     driver's sqlite3.DataError / OperationalError / ProgrammingError, where the same
@@ -329,7 +321,6 @@ def test_app_connection_helpers_raise_the_tocsin_class_of_each_refusal(path):
         tocsin.call(conn, "q", "t", [])
 
 
-@needs_load_extension
 def test_app_connection_helpers_take_run_at_and_expires(path):
     """Queue.enqueue's job options, in its units: run_at (datetime or epoch seconds) and
     expires (seconds or timedelta) were missing from tocsin.enqueue / tocsin.call."""
@@ -356,7 +347,6 @@ def test_app_connection_helpers_take_run_at_and_expires(path):
         assert jb.expires_at - jb.created_at == 90000
 
 
-@needs_load_extension
 def test_app_connection_publish_and_notify_join_its_transaction(path):
     """tocsin.publish / tocsin.notify on the application's own connection (Node's
     publishSql / notifySql, Ruby's Tocsin::SQL.publish / notify, Go's PublishTx /
@@ -393,3 +383,32 @@ def test_app_connection_publish_and_notify_join_its_transaction(path):
     conn.close()
     listener.close()
     db.close()
+
+
+def test_load_without_extension_loading_registers_through_tocsins_module(path):
+    # the path tocsin.load takes where sqlite3 was built without extension loading
+    # (pyenv's default CPython), taken here on purpose
+    conn = sqlite3.connect(path)
+    tocsin.ext._register_without_loading(conn)
+    assert conn.execute("SELECT tocsin_version()").fetchone()[0] == tocsin.core_version()
+    # its probe function is gone again
+    assert conn.execute("SELECT count(*) FROM pragma_function_list WHERE name LIKE 'tocsin_probe%'"
+                        ).fetchone()[0] == 0
+    # the job joins the application's transaction: gone with its rollback, kept by a commit
+    conn.execute("CREATE TABLE orders(id INTEGER PRIMARY KEY)")
+    conn.commit()
+    conn.execute("INSERT INTO orders DEFAULT VALUES")
+    tocsin.enqueue(conn, "emails", {"order": 1})
+    conn.rollback()
+    conn.execute("INSERT INTO orders DEFAULT VALUES")
+    jid = tocsin.enqueue(conn, "emails", {"order": 2})
+    conn.commit()
+    with tocsin.open(path) as db:
+        job = db.queue("emails").claim("w")
+        assert (job.id, job.payload) == (jid, {"order": 2})
+        assert db.queue("emails").claim("w") is None
+    conn.close()
+    with pytest.raises(sqlite3.ProgrammingError, match="closed"):
+        tocsin.ext._register_without_loading(conn)
+    with pytest.raises(tocsin.Error, match="no sqlite3.Connection"):
+        tocsin.ext._register_without_loading(object())

@@ -8,7 +8,7 @@ import pytest
 
 import tocsin
 
-from conftest import count, needs_load_extension
+from conftest import count
 
 
 def test_unconvertible_values_raise_invalid_argument_and_write_nothing(db):
@@ -750,7 +750,6 @@ def _nested(depth, text=False):
     return v
 
 
-@needs_load_extension
 @pytest.mark.parametrize("mode", ["thread", "async"])
 def test_values_nested_to_the_cores_bound_are_read_and_written(db, path, mode):
     # The core stores JSON nested up to 1000 deep, and any runtime may write that deep;
@@ -836,13 +835,16 @@ def test_deep_values_leave_the_recursion_limit_another_thread_set(db):
     q = db.queue("q")
     app_limit = sys.getrecursionlimit() + 4321
     seen = []
+    # (3.12 bounds json's C encoder at 1500 levels in all, which no recursion limit
+    # raises: the outer value's 990 count, so the inner one is shallower there)
+    inner = 400 if sys.version_info[:2] == (3, 12) else 999
 
     class Hook(dict):
         def items(self):
             if not seen:
                 # re-entrant, from a caller of its own some frames deep: the limit raised again
                 def down(n):
-                    return q.enqueue(_nested(999)) if n == 0 else down(n - 1)
+                    return q.enqueue(_nested(inner)) if n == 0 else down(n - 1)
                 seen.append(down(200))
                 t = threading.Thread(target=sys.setrecursionlimit, args=(app_limit,))
                 t.start()  # the application's thread sets its limit meanwhile
@@ -860,6 +862,6 @@ def test_deep_values_leave_the_recursion_limit_another_thread_set(db):
         writer.join(30)  # (a guard: it hung on the non-re-entrant lock)
         assert not writer.is_alive(), "writing a value whose code writes a deep value hung"
         assert sys.getrecursionlimit() == app_limit  # the other thread's setting stands
-        assert _depth(q.get(out[0]).payload) == 991 and _depth(q.get(seen[0]).payload) == 999
+        assert _depth(q.get(out[0]).payload) == 991 and _depth(q.get(seen[0]).payload) == inner
     finally:
         sys.setrecursionlimit(before)

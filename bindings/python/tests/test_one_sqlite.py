@@ -12,7 +12,7 @@ import pytest
 
 import tocsin
 
-from conftest import needs_load_extension
+from conftest import LOADS_EXTENSIONS
 
 # The child loads a renamed copy of the system libsqlite3 (as a sqlite3 module that
 # bundles its own SQLite would bring one) and reports what tocsin says.
@@ -33,6 +33,13 @@ CHILD = textwrap.dedent("""
         print("LOADED")
     except tocsin.Error as e:
         print("LOAD-REFUSED", e)
+    # without extension loading, tocsin's module would reach conn's SQLite directly,
+    # which it cannot tell is its own with a second copy loaded
+    try:
+        tocsin.ext._register_without_loading(sqlite3.connect(db_path))
+        print("REGISTERED")
+    except tocsin.Error as e:
+        print("REGISTER-REFUSED", e)
     tocsin.open(db_path, allow_other_sqlite=True).close()
     print("ALLOWED")
     _ctypes.dlclose(lib._handle)
@@ -49,7 +56,6 @@ def _system_libsqlite3():
     pytest.fail("tocsin's module does not link a shared libsqlite3:\n" + out)
 
 
-@needs_load_extension
 def test_second_copy_refused_and_named(tmp_path):
     copy = str(tmp_path / "libbundled-sqlite.so")
     shutil.copyfile(_system_libsqlite3(), copy)
@@ -62,7 +68,12 @@ def test_second_copy_refused_and_named(tmp_path):
     assert refused and refused[0].startswith("REFUSED Error a second copy of SQLite is loaded"), r.stdout
     assert copy in refused[0] and "libsqlite3" in refused[0] and "allow_other_sqlite=True" in refused[0]
     assert "OPENED" not in lines
-    assert "LOADED" in lines, r.stdout  # the extension runs on conn's SQLite: no refusal
+    if LOADS_EXTENSIONS:
+        assert "LOADED" in lines, r.stdout  # the extension runs on conn's SQLite: no refusal
+    else:  # tocsin.load takes the path below
+        assert any(ln.startswith("LOAD-REFUSED") and copy in ln for ln in lines), r.stdout
+    assert any(ln.startswith("REGISTER-REFUSED this Python's sqlite3 module cannot load SQLite extensions")
+               and copy in ln for ln in lines), r.stdout
     assert lines[-2:] == ["ALLOWED", "UNLOADED-OK"]
 
 

@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import sqlite3
 import sys
 from typing import Any, Dict, Optional, Sequence
 
 from . import _tocsin
 from ._tocsin import Closed, Error, InvalidArgument
-from ._util import as_bool
+from ._util import as_bool, sqlite_copies
 
 __all__ = ["loadable_path", "load", "enqueue", "call", "publish", "notify"]
 
@@ -54,10 +55,11 @@ def load(conn: Any) -> None:
     sqlite3.Connection, an SQLAlchemy Connection or Session (the DBAPI connection
     under it), or an SQLAlchemy Engine (then every connection it opens gets them).
 
-    Raises tocsin.Error when this interpreter's sqlite3 module cannot load extensions
-    (some builds omit it; Debian's python3 allows it). The functions run on conn's own
-    SQLite, whichever copy that is, so no second-copy check is made here: only
-    tocsin.open() opens the file with tocsin's copy, and it checks."""
+    The functions run on conn's own SQLite, whichever copy that is, so no second-copy
+    check is made here: only tocsin.open() opens the file with tocsin's copy, and it
+    checks. Where this interpreter's sqlite3 module cannot load extensions (pyenv's
+    default build), tocsin's own module registers them on the connection instead, which
+    needs that module to run on the same libsqlite3 (else tocsin.Error says so)."""
     if hasattr(conn, "dialect") and hasattr(conn, "pool"):  # an SQLAlchemy Engine
         from sqlalchemy import event  # only reached with SQLAlchemy installed
         event.listen(conn, "connect", lambda dbapi_conn, _record: load(dbapi_conn))
@@ -65,10 +67,8 @@ def load(conn: Any) -> None:
     raw = _dbapi_connection(conn)
     enable = getattr(raw, "enable_load_extension", None)
     if enable is None:
-        raise Error("this Python's sqlite3 module was built without SQLite extension loading "
-                    "(no Connection.enable_load_extension); use a Python built with "
-                    "--enable-loadable-sqlite-extensions, such as Debian's python3, or use "
-                    "tocsin.open() instead")
+        _register_without_loading(raw)
+        return
     path = loadable_path()
     enable(True)
     try:
@@ -80,6 +80,26 @@ def load(conn: Any) -> None:
         raise Error("cannot load the tocsin extension from %s: %s" % (path, e)) from e
     finally:
         enable(False)
+
+
+def _register_without_loading(raw: Any) -> None:
+    """An interpreter whose sqlite3 module was built without extension loading (pyenv's
+    default build): tocsin's own module, which links the same system libsqlite3, registers
+    the functions on the connection. That needs one SQLite in the process: a connection
+    of another copy cannot be reached from here."""
+    if not isinstance(raw, sqlite3.Connection):
+        raise Error("this sqlite3 module cannot load SQLite extensions (no "
+                    "enable_load_extension), and %s is no sqlite3.Connection that tocsin "
+                    "could register its functions on" % type(raw).__name__)
+    other = sqlite_copies()
+    if other is not None:
+        raise Error("this Python's sqlite3 module cannot load SQLite extensions (built "
+                    "without --enable-loadable-sqlite-extensions), and tocsin cannot register "
+                    "its functions on the connection directly: %s" % other)
+    raw.total_changes  # the module's own checks: an open connection, of this thread
+    probe = "tocsin_probe_" + secrets.token_hex(8)
+    raw.create_function(probe, 0, lambda: 1)
+    _tocsin.register_sql(raw, probe)  # (which removes the probe)
 
 
 # ---- enqueueing through the application's own connection ----
