@@ -1289,12 +1289,16 @@ TOCSIN_API int tocsin_worker_take(tocsin_worker *w, tocsin_task_run ***out, size
  * FAIL does the latter at once; HAND_BACK makes it pending again after
  * delay_ms without consuming an attempt. An outcome whose contents the core
  * cannot store (a result over the payload limit or not JSON, an error type
- * that is not a name, a text that is not UTF-8) is refused with tx (nothing
- * written: roll tx back, then finish again without it); without tx it is
+ * that is not a name, an error message over the payload limit, a text that is
+ * not UTF-8, an ERROR or HAND_BACK delay_ms past the time limit) is refused
+ * with tx (nothing written: roll tx back, then finish again without it);
+ * without tx it is
  * recorded as a final failure instead, type "InvalidResult" (a result) or
  * "InvalidOutcome", its message naming what was refused, and the call
  * returns TOCSIN_OK: a run always ends. A run is finished on the worker that
- * handed it out (another worker: TOCSIN_INVALID), once.
+ * handed it out (another worker: TOCSIN_INVALID), once: a second finish, also
+ * from another thread while the first is under way, is TOCSIN_INVALID. After
+ * TOCSIN_OK the run is released (freed by a later step): do not pass it again.
  */
 TOCSIN_API int tocsin_worker_finish(tocsin_worker *w, tocsin_db *tx, tocsin_task_run *run,
                                     const tocsin_outcome *outcome);

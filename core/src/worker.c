@@ -141,6 +141,9 @@ typedef struct wtask {
     tocsin_task_opts o;
 } wtask;
 
+#define W_FINISHED 1  /* wrun.finishing */
+#define W_FINISHING 2
+
 /* A run handed out: the binding sees `pub`; the strings are ours. */
 typedef struct wrun {
     tocsin_task_run pub;
@@ -155,7 +158,8 @@ typedef struct wrun {
     int reserved;             /* claimed ahead, not handed out yet (on w->reserve) */
     struct wrun *res_next;    /* on w->reserve, oldest first */
     int64_t handed_us;        /* monotonic: when it was handed out */
-    _Atomic int finishing;    /* an outcome waits in the batch (set by any thread) */
+    _Atomic int finishing;    /* 0, W_FINISHING (a finish is under way) or W_FINISHED
+                                 (its outcome is batched or written; set by any thread) */
     struct wrun *rel_next;    /* on w->released: acked in the caller's transaction */
 } wrun;
 
@@ -689,7 +693,11 @@ static int check_outcome(tocsin_db *db, const tocsin_outcome *o) {
         /* a trace is cut, not refused: only its encoding must be right */
         if ((rc = tc_check_text(db, "error trace", o->error_trace, SIZE_MAX)) != TOCSIN_OK) return rc;
     }
-    if (o->delay_ms >= 0 && (rc = tc_check_ms(db, "delay_ms", o->delay_ms, 0)) != TOCSIN_OK) return rc;
+    /* delay_ms is read for ERROR and HAND_BACK only: an OK or FAIL outcome
+     * with any delay_ms (one a binding left unset) is not refused for it */
+    if ((o->kind == TOCSIN_OUTCOME_ERROR || o->kind == TOCSIN_OUTCOME_HAND_BACK) && o->delay_ms >= 0 &&
+        (rc = tc_check_ms(db, "delay_ms", o->delay_ms, 0)) != TOCSIN_OK)
+        return rc;
     return TOCSIN_OK;
 }
 
@@ -740,21 +748,15 @@ int tocsin_worker_flush(tocsin_worker *w, size_t *out_lost) {
     return rc;
 }
 
-int tocsin_worker_finish(tocsin_worker *w, tocsin_db *tx, tocsin_task_run *run,
-                         const tocsin_outcome *o) {
-    wrun *r = (wrun *)run;
+/* The finish of a run this thread claimed (W_FINISHING): on success the run is
+ * W_FINISHED and no longer ours to touch (a step may free it at once); on
+ * failure nothing was recorded and the caller gives the claim back. */
+static int finish_claimed(tocsin_worker *w, tocsin_db *tx, wrun *r, const tocsin_outcome *o) {
     tocsin_outcome c;
     int rc;
     tocsin_outcome refused = TOCSIN_OUTCOME_INIT;
     tocsin_outcome late = TOCSIN_OUTCOME_INIT;
     char why[sizeof tc_tls()->msg + 40];
-    if (!w || !run) return tc_err(NULL, TOCSIN_INVALID, "worker and run must not be NULL");
-    tc_clear(w->db);
-    if (r->owner != w)
-        return tc_err(w->db, TOCSIN_INVALID,
-                      "this run was handed out by another worker: finish it on that worker");
-    if ((rc = check_outcome_form(w->db, o)) != TOCSIN_OK) return rc;
-    if (r->finishing) return tc_err(w->db, TOCSIN_INVALID, "this run was finished already");
     if ((rc = check_outcome(w->db, o)) != TOCSIN_OK) {
         /* In a transaction: refused, nothing written (the caller rolls back
          * the task's writes and finishes again without tx). Otherwise the run
@@ -809,7 +811,7 @@ int tocsin_worker_finish(tocsin_worker *w, tocsin_db *tx, tocsin_task_run *run,
          * rolls back, the lease lapses and the job is claimed again. Released for
          * the next upkeep (never waiting for w->mu while tx holds the write lock). */
         pthread_mutex_lock(&w->relmu);
-        r->finishing = 1;
+        atomic_store(&r->finishing, W_FINISHED);
         r->rel_next = w->released;
         w->released = r;
         pthread_mutex_unlock(&w->relmu);
@@ -830,11 +832,6 @@ int tocsin_worker_finish(tocsin_worker *w, tocsin_db *tx, tocsin_task_run *run,
         return tc_err(w->db, TOCSIN_NOMEM, "worker: out of memory");
     }
     pthread_mutex_lock(&w->inmu);
-    if (r->finishing) {
-        pthread_mutex_unlock(&w->inmu);
-        free_outcome(&c);
-        return tc_err(w->db, TOCSIN_INVALID, "this run was finished already");
-    }
     if (w->nin == w->capin) {
         size_t cap = w->capin ? w->capin * 2 : 16;
         wdone *d = sqlite3_realloc64(w->in, cap * sizeof *d);
@@ -853,11 +850,30 @@ int tocsin_worker_finish(tocsin_worker *w, tocsin_db *tx, tocsin_task_run *run,
         w->in[w->nin].ran_us = r->handed_us ? now_us - r->handed_us : 0;
         if (!w->nin++) w->in_first_us = now_us;
     }
-    r->finishing = 1;
+    atomic_store(&r->finishing, W_FINISHED);
     w->handed--; /* its slot is free */
     pthread_mutex_unlock(&w->inmu);
     tc_sub_nudge(w->sub); /* a blocked tocsin_worker_next commits it and fills the slot */
     return TOCSIN_OK;
+}
+
+int tocsin_worker_finish(tocsin_worker *w, tocsin_db *tx, tocsin_task_run *run,
+                         const tocsin_outcome *o) {
+    wrun *r = (wrun *)run;
+    int rc, idle = 0;
+    if (!w || !run) return tc_err(NULL, TOCSIN_INVALID, "worker and run must not be NULL");
+    tc_clear(w->db);
+    if (r->owner != w)
+        return tc_err(w->db, TOCSIN_INVALID,
+                      "this run was handed out by another worker: finish it on that worker");
+    if ((rc = check_outcome_form(w->db, o)) != TOCSIN_OK) return rc;
+    /* Once, also across threads: the first finish claims the run for the whole
+     * call (a transactional one writes before it releases the run), and one
+     * that is refused gives it back to be finished again. */
+    if (!atomic_compare_exchange_strong(&r->finishing, &idle, W_FINISHING))
+        return tc_err(w->db, TOCSIN_INVALID, "this run was finished already (or is being finished)");
+    if ((rc = finish_claimed(w, tx, r, o)) != TOCSIN_OK) atomic_store(&r->finishing, 0);
+    return rc;
 }
 
 /* ---- upkeep ------------------------------------------------------------------------ */
@@ -1265,10 +1281,12 @@ static int make_run(tocsin_worker *w, const tocsin_job *j, wrun **out) {
     if (t->o.max_attempts > 0 && t->o.max_attempts < j->max_attempts) {
         /* The task's bound is the lower: max_attempts - attempt stays the runs
          * left (the task counts runs: claims less hand-backs), so that a binding
-         * tells a last run from one that will be retried. The hand-backs are
-         * read only where the task's bound may be reached by this run. */
+         * tells a last run from one that will be retried. A first claim has no
+         * hand-back to read; any later one may have (a job handed back once
+         * before its attempt 2 has the task's bound runs left less one, not
+         * less two). */
         int64_t handbacks = 0;
-        if (j->attempts >= t->o.max_attempts && (rc = tc_job_handbacks(db, j->id, &handbacks)) != TOCSIN_OK) {
+        if (j->attempts > 1 && (rc = tc_job_handbacks(db, j->id, &handbacks)) != TOCSIN_OK) {
             free_run(r);
             return rc;
         }
@@ -1405,6 +1423,9 @@ static int next_step(void *p, int *done, int64_t *sleep_ms) {
      * `concurrency` (so that each refill carries many claims and outcomes) */
     target = reserve_target(w);
     want = free_slots + (w->nreserve < target ? target - w->nreserve : 0);
+    /* one claim takes at most TOCSIN_MAX_BATCH (slots plus refill may ask more
+     * above a concurrency of TOCSIN_MAX_BATCH / 2): the rest comes next step */
+    if (want > TOCSIN_MAX_BATCH) want = TOCSIN_MAX_BATCH;
     refill = !backoff && want > 0 && (free_slots > 0 || w->nreserve <= (size_t)w->concurrency) &&
              !atomic_load(&w->draining);
     /* a read-only look first, unless the last claim filled every slot (more is likely) */

@@ -1558,6 +1558,562 @@ static void backoff_after_hand_backs(void) {
     tocsin_close(db);
 }
 
+/* ---- the contract at its edges (docs/worker-protocol.md) ---------------------------- */
+
+/* "max_attempts - attempt is always the runs left after this one", also when a
+ * task's own bound is the lower one and the job was handed back before it
+ * reached that bound. Before, the hand-backs were read only from the claim
+ * that could reach the task's bound: a job of a 3-run task handed back once
+ * was told 1 run left at its attempt 2 (3 - 2) while 2 were. */
+static void task_bound_runs_left(void) {
+    t_clock clk = {1000000};
+    tocsin_db *db = t_open("w_runs_left", &clk);
+    tocsin_worker *w = open_worker(db, "w1", 1);
+    tocsin_task_opts to = TOCSIN_TASK_OPTS_INIT;
+    tocsin_outcome hb = TOCSIN_OUTCOME_INIT, err = TOCSIN_OUTCOME_INIT;
+    tocsin_task_run *r;
+    tocsin_job *job = NULL;
+    int64_t id;
+    int runs = 0, i;
+    to.max_attempts = 3;
+    to.backoff_base_ms = 1;
+    CHECK_OK(db, tocsin_worker_register(w, "thrice", &to));
+    id = call(db, "thrice", "[]", 10);
+    hb.kind = TOCSIN_OUTCOME_HAND_BACK;
+    err.kind = TOCSIN_OUTCOME_ERROR;
+    err.error_type = "Flaky";
+    err.delay_ms = 0;
+    r = next_run(w, NULL);
+    CHECK(r && r->attempt == 1 && r->max_attempts == 3);
+    if (r) CHECK_OK(db, tocsin_worker_finish(w, NULL, r, &hb));
+    CHECK_OK(db, tocsin_worker_flush(w, NULL));
+    /* every run tells the runs left after it, and they are what the core allows */
+    for (i = 0; i < 5; i++) {
+        if (!(r = next_run(w, NULL))) break;
+        runs++;
+        CHECK_EQ_I(r->max_attempts - r->attempt, 3 - runs);
+        CHECK_OK(db, tocsin_worker_finish(w, NULL, r, &err));
+        CHECK_OK(db, tocsin_worker_flush(w, NULL));
+    }
+    CHECK_EQ_I(runs, 3);
+    CHECK_OK(db, tocsin_job_get(db, &job, id));
+    CHECK(job && strcmp(job->state, "dead") == 0 && strcmp(job->reason, "max_attempts") == 0);
+    tocsin_jobs_free(job, 1);
+    CHECK_OK(db, tocsin_worker_close(w));
+    tocsin_close(db);
+}
+
+/* delay_ms means something for ERROR and HAND_BACK only: an OK or FAIL outcome
+ * carrying any delay_ms (a binding that left it unset) is recorded as given.
+ * Before, it was checked for every kind, and a successful run with an out of
+ * range delay_ms died as an InvalidResult failure. */
+static void ignored_delay(void) {
+    t_clock clk = {1000000};
+    tocsin_db *db = t_open("w_ignored_delay", &clk);
+    tocsin_worker *w = open_worker(db, "w1", 4);
+    tocsin_outcome o = TOCSIN_OUTCOME_INIT;
+    tocsin_task_run **runs = NULL, *r[3] = {NULL, NULL, NULL};
+    tocsin_result *res = NULL;
+    tocsin_job *job = NULL;
+    int64_t ids[3];
+    size_t n = 0, i, k;
+    for (k = 0; k < 3; k++) ids[k] = call(db, "add", "[1]", 3);
+    CHECK_OK(db, tocsin_worker_next(w, &runs, &n, 0));
+    CHECK_EQ_I(n, 3);
+    for (i = 0; i < n; i++)
+        for (k = 0; k < 3; k++)
+            if (runs[i]->job_id == ids[k]) r[k] = runs[i];
+    tocsin_free(runs);
+    if (!(r[0] && r[1] && r[2])) return;
+    o.value = "5";
+    o.delay_ms = TOCSIN_MAX_TIME_MS + 1;
+    CHECK_OK(db, tocsin_worker_finish(w, NULL, r[0], &o));
+    o.kind = TOCSIN_OUTCOME_FAIL;
+    o.value = NULL;
+    o.error_type = "TypeError";
+    o.delay_ms = INT64_MAX;
+    CHECK_OK(db, tocsin_worker_finish(w, NULL, r[1], &o));
+    /* where it means something, it is still checked: an ERROR's delay out of range */
+    o.kind = TOCSIN_OUTCOME_ERROR;
+    CHECK_OK(db, tocsin_worker_finish(w, NULL, r[2], &o));
+    CHECK_OK(db, tocsin_worker_flush(w, NULL));
+    CHECK_OK(db, tocsin_result_get(db, &res, ids[0]));
+    CHECK(res && !res->is_error && strcmp(res->value, "5") == 0);
+    tocsin_result_free(res);
+    CHECK_OK(db, tocsin_result_get(db, &res, ids[1]));
+    CHECK(res && res->is_error && strcmp(res->error_type, "TypeError") == 0);
+    tocsin_result_free(res);
+    CHECK_OK(db, tocsin_result_get(db, &res, ids[2]));
+    CHECK(res && res->is_error && strcmp(res->error_type, "InvalidOutcome") == 0 &&
+          strstr(res->error_message, "delay_ms") != NULL);
+    tocsin_result_free(res);
+    CHECK_OK(db, tocsin_job_get(db, &job, ids[2]));
+    CHECK(job && strcmp(job->state, "dead") == 0 && strcmp(job->reason, "failed") == 0);
+    tocsin_jobs_free(job, 1);
+    CHECK_OK(db, tocsin_worker_close(w));
+    tocsin_close(db);
+}
+
+/* A worker of more than TOCSIN_MAX_BATCH / 2 concurrency with short runs:
+ * its free slots plus the reserve's refill may ask for more jobs than one
+ * claim takes (TOCSIN_MAX_BATCH). Before, that claim was refused
+ * (TOCSIN_INVALID) at every step: the worker claimed nothing again and kept
+ * its outcomes batched. */
+static void huge_concurrency_reserve(void) {
+    enum { C = 5001 };
+    t_clock clk = {1000000};
+    tocsin_db *db = t_open("w_huge_reserve", &clk);
+    tocsin_worker *w = open_worker(db, "w1", C);
+    tocsin_outcome o = TOCSIN_OUTCOME_INIT;
+    tocsin_job_spec *specs = calloc(C + 1, sizeof *specs);
+    int64_t *ids = calloc(C + 1, sizeof *ids);
+    tocsin_task_run **runs = NULL;
+    size_t n = 0, i;
+    int rc;
+    if (!w || !specs || !ids) return;
+    for (i = 0; i <= C; i++) {
+        specs[i].queue = "tasks";
+        specs[i].payload = "{\"task\":\"add\",\"args\":[]}";
+    }
+    CHECK_OK(db, tocsin_queue_enqueue_many(db, ids, specs, C));
+    CHECK_OK(db, tocsin_worker_next(w, &runs, &n, 0));
+    CHECK_EQ_I(n, C);
+    for (i = 0; i < n; i++) CHECK_OK(db, tocsin_worker_finish(w, NULL, runs[i], &o));
+    tocsin_free(runs);
+    runs = NULL;
+    /* C short runs measured: the next claim fills the slots and a reserve of C */
+    CHECK_OK(db, tocsin_queue_enqueue_many(db, ids, specs, C + 1));
+    rc = tocsin_worker_next(w, &runs, &n, 0);
+    if (rc != TOCSIN_OK) fprintf(stderr, "huge_concurrency_reserve: %s\n", tocsin_errmsg(NULL));
+    CHECK_EQ_I(rc, TOCSIN_OK);
+    CHECK(n >= 1 && n <= C);
+    CHECK_EQ_I(t_count(db, "_tocsin_results"), C); /* the batch rode with the claim */
+    for (i = 0; i < n; i++) CHECK_OK(db, tocsin_worker_finish(w, NULL, runs[i], &o));
+    tocsin_free(runs);
+    CHECK_OK(db, tocsin_worker_close(w));
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE state = 'processing'"), 0);
+    free(specs);
+    free(ids);
+    tocsin_close(db);
+}
+
+/* A clock that holds one thread inside a call: the test's way to have a
+ * finish under way on one thread while another thread finishes the same run. */
+typedef struct hold_clock {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int64_t now;
+    int armed, inside, go;
+    pthread_t who;
+} hold_clock;
+
+static int64_t hold_clock_fn(void *p) {
+    hold_clock *h = p;
+    int64_t now;
+    pthread_mutex_lock(&h->mu);
+    if (h->armed && pthread_equal(h->who, pthread_self())) {
+        h->armed = 0;
+        h->inside = 1;
+        pthread_cond_broadcast(&h->cv);
+        while (!h->go) pthread_cond_wait(&h->cv, &h->mu);
+    }
+    now = h->now;
+    pthread_mutex_unlock(&h->mu);
+    return now;
+}
+
+typedef struct tx_finish_ctx {
+    tocsin_worker *w;
+    tocsin_db *db, *tx;
+    tocsin_task_run *run;
+    hold_clock *clk;
+    int rc;
+} tx_finish_ctx;
+
+static void *tx_finish_thread(void *p) {
+    tx_finish_ctx *c = p;
+    tocsin_outcome o = TOCSIN_OUTCOME_INIT;
+    pthread_mutex_lock(&c->clk->mu);
+    c->clk->who = pthread_self();
+    c->clk->armed = 1;
+    pthread_mutex_unlock(&c->clk->mu);
+    o.value = "\"tx\"";
+    c->rc = tocsin_worker_finish(c->w, c->tx, c->run, &o);
+    if (c->rc == TOCSIN_OK) c->rc = tocsin_tx_commit(c->tx);
+    else tocsin_tx_rollback(c->tx);
+    return NULL;
+}
+
+/* A run is finished once, also when two threads finish it at the same time,
+ * one inside a transaction: one finish wins, the other is refused. Before,
+ * the transactional finish checked the run only before it wrote: a finish
+ * without transaction from another thread meanwhile was taken too, the slot
+ * was freed twice (tocsin_worker_in_flight wrapped around) and the run was
+ * freed twice (by the batch and by the released list). */
+static void finish_race(void) {
+    hold_clock clk;
+    tocsin_db *db = t_open("w_finish_race", NULL), *tx = NULL;
+    tocsin_worker *w;
+    tocsin_task_call c = TOCSIN_TASK_CALL_INIT;
+    tocsin_outcome o = TOCSIN_OUTCOME_INIT;
+    tx_finish_ctx fc;
+    tocsin_task_run *r;
+    pthread_t t;
+    int64_t id = 0;
+    int rc;
+    memset(&clk, 0, sizeof clk);
+    pthread_mutex_init(&clk.mu, NULL);
+    pthread_cond_init(&clk.cv, NULL);
+    clk.now = 1000000;
+    tocsin_set_clock(db, hold_clock_fn, &clk);
+    w = open_worker(db, "w1", 1);
+    c.task = "add";
+    c.timeout_ms = 60000; /* an OK finish reads the clock (the late-result check) */
+    CHECK_OK(db, tocsin_task_enqueue(db, &id, "tasks", &c, NULL));
+    r = next_run(w, NULL);
+    CHECK(r && r->job_id == id);
+    if (!r) return;
+    CHECK_OK(db, tocsin_tx_begin(db, &tx));
+    memset(&fc, 0, sizeof fc);
+    fc.w = w;
+    fc.db = db;
+    fc.tx = tx;
+    fc.run = r;
+    fc.clk = &clk;
+    CHECK(pthread_create(&t, NULL, tx_finish_thread, &fc) == 0);
+    pthread_mutex_lock(&clk.mu);
+    while (!clk.inside) pthread_cond_wait(&clk.cv, &clk.mu);
+    pthread_mutex_unlock(&clk.mu);
+    /* the transactional finish is under way: this one is refused */
+    o.value = "\"plain\"";
+    rc = tocsin_worker_finish(w, NULL, r, &o);
+    CHECK_EQ_I(rc, TOCSIN_INVALID);
+    pthread_mutex_lock(&clk.mu);
+    clk.go = 1;
+    pthread_cond_broadcast(&clk.cv);
+    pthread_mutex_unlock(&clk.mu);
+    pthread_join(t, NULL);
+    CHECK_EQ_I(fc.rc, TOCSIN_OK);
+    CHECK_EQ_I(tocsin_worker_in_flight(w), 0);
+    CHECK_OK(db, tocsin_worker_flush(w, NULL));
+    CHECK_EQ_I(t_count(db, "_tocsin_results WHERE value = '\"tx\"'"), 1);
+    CHECK_OK(db, tocsin_worker_close(w));
+    tocsin_close(db);
+    pthread_cond_destroy(&clk.cv);
+    pthread_mutex_destroy(&clk.mu);
+}
+
+/* A run whose lease another worker took over (the first stalled past it):
+ * whatever the stalled run reports late -- a result, an error, a final
+ * failure, inside a transaction or not -- is refused by fencing and nothing
+ * is recorded twice: the job is the new holder's, its outcome the one kept. */
+static void late_finish_after_takeover(void) {
+    t_clock clk = {1000000};
+    tocsin_open_opts oo = TOCSIN_OPEN_OPTS_INIT;
+    tocsin_db *db = t_open("w_takeover", &clk), *db2 = NULL, *tx = NULL;
+    tocsin_worker *w1 = open_worker(db, "w1", 3), *w2;
+    tocsin_task_run **runs = NULL, *r1[3], *r2[3];
+    tocsin_outcome ok = TOCSIN_OUTCOME_INIT, err = TOCSIN_OUTCOME_INIT, fail = TOCSIN_OUTCOME_INIT;
+    tocsin_job *job = NULL;
+    int64_t *ids = NULL;
+    size_t n = 0, i, lost = 0;
+    for (i = 0; i < 3; i++) call(db, "add", "[1]", 5);
+    CHECK_OK(db, tocsin_worker_next(w1, &runs, &n, 0));
+    CHECK_EQ_I(n, 3);
+    for (i = 0; i < 3 && i < n; i++) r1[i] = runs[i];
+    tocsin_free(runs);
+    if (n != 3) return;
+    oo.clock = t_clock_fn;
+    oo.clock_ctx = &clk;
+    CHECK_OK(db2, tocsin_open(&db2, sqlite3_db_filename(tocsin_sqlite(db), "main"), &oo));
+    w2 = open_worker(db2, "w2", 3);
+    clk.now += 31000; /* w1 stalls past its lease */
+    CHECK_OK(db2, tocsin_worker_next(w2, &runs, &n, 0));
+    CHECK_EQ_I(n, 3);
+    for (i = 0; i < 3 && i < n; i++) {
+        r2[i] = runs[i];
+        CHECK_EQ_I(r2[i]->attempt, 2);
+    }
+    tocsin_free(runs);
+    if (n != 3) return;
+    /* w1 resumes: its late outcomes are refused */
+    err.kind = TOCSIN_OUTCOME_ERROR;
+    err.error_type = "Late";
+    fail.kind = TOCSIN_OUTCOME_FAIL;
+    fail.error_type = "Late";
+    CHECK_OK(db, tocsin_tx_begin(db, &tx));
+    CHECK_EQ_I(tocsin_worker_finish(w1, tx, r1[0], &ok), TOCSIN_LEASE_LOST);
+    CHECK_OK(tx, tocsin_tx_rollback(tx));
+    CHECK_EQ_I(tocsin_worker_in_flight(w1), 3); /* until finished again without tx */
+    CHECK_OK(db, tocsin_worker_finish(w1, NULL, r1[0], &ok));
+    CHECK_OK(db, tocsin_worker_finish(w1, NULL, r1[1], &err));
+    CHECK_OK(db, tocsin_worker_finish(w1, NULL, r1[2], &fail));
+    CHECK_OK(db, tocsin_worker_flush(w1, &lost));
+    CHECK_EQ_I(lost, 3);
+    CHECK_EQ_I(tocsin_worker_in_flight(w1), 0);
+    CHECK_EQ_I(t_count(db, "_tocsin_results"), 0);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE state = 'processing' AND worker = 'w2' AND attempts = 2"
+                           " AND last_error IS NOT 'Late'"), 3);
+    /* the stalled worker was told (a step of its own: lost runs are no longer renewed) */
+    CHECK_EQ_I(tocsin_worker_next(w1, &runs, &n, 0), TOCSIN_TIMEOUT);
+    CHECK_OK(db, tocsin_worker_cancelled(w1, &ids, &n));
+    CHECK_EQ_I(n, 0); /* they were finished before the step: nothing to stop */
+    tocsin_free(ids);
+    for (i = 0; i < 3; i++) CHECK_OK(db2, tocsin_worker_finish(w2, NULL, r2[i], &ok));
+    CHECK_OK(db2, tocsin_worker_flush(w2, &lost));
+    CHECK_EQ_I(lost, 0);
+    CHECK_EQ_I(t_count(db, "_tocsin_results WHERE status = 'ok'"), 3);
+    CHECK_EQ_I(t_count(db, "_tocsin_dead"), 0);
+    (void)job;
+    CHECK_OK(db, tocsin_worker_close(w1));
+    CHECK_OK(db2, tocsin_worker_close(w2));
+    tocsin_close(db2);
+    tocsin_close(db);
+}
+
+/* The scheduler's leadership between two workers on one file: one leader at
+ * a time; a leader that stalls past its ttl loses it to the other, and on
+ * resuming finds it lost before it fires anything, so each boundary fires
+ * once; a leader that closes resigns, and the other takes over at its next
+ * lead. */
+static void scheduler_handover(void) {
+    t_clock clk = {60000};
+    tocsin_open_opts oo = TOCSIN_OPEN_OPTS_INIT;
+    tocsin_db *db = t_open("w_sched_handover", &clk), *db2 = NULL;
+    tocsin_worker_opts wo = TOCSIN_WORKER_OPTS_INIT;
+    tocsin_worker *a = NULL, *b = NULL;
+    tocsin_task_run *r;
+    tocsin_outcome o = TOCSIN_OUTCOME_INIT;
+    int64_t next = 0;
+    int i;
+    wo.queues = QS;
+    wo.n_queues = 1;
+    wo.scheduler = 1;
+    wo.scheduler_ttl_ms = 9000;
+    oo.clock = t_clock_fn;
+    oo.clock_ctx = &clk;
+    CHECK_OK(db2, tocsin_open(&db2, sqlite3_db_filename(tocsin_sqlite(db), "main"), &oo));
+    CHECK_OK(db, tocsin_schedule_set(db, &next, "every-minute", "* * * * *", "tasks",
+                                     "{\"task\":\"add\",\"args\":[]}", NULL));
+    wo.worker_id = "a";
+    CHECK_OK(db, tocsin_worker_open(&a, db, &wo));
+    wo.worker_id = "b";
+    CHECK_OK(db2, tocsin_worker_open(&b, db2, &wo));
+    CHECK_OK(db, tocsin_worker_register(a, "add", NULL));
+    CHECK_OK(db2, tocsin_worker_register(b, "add", NULL));
+    CHECK(next_run(a, NULL) == NULL);
+    CHECK(next_run(b, NULL) == NULL);
+    CHECK_EQ_I(t_count(db, "_tocsin_locks WHERE owner = 'a'"), 1);
+    CHECK_EQ_I(t_count(db, "_tocsin_locks WHERE owner = 'b'"), 0);
+    /* a stalls past its ttl; b takes over and fires the boundary */
+    clk.now = 120000;
+    r = next_run(b, NULL);
+    CHECK_EQ_I(t_count(db, "_tocsin_locks WHERE owner = 'b'"), 1);
+    CHECK(r != NULL);
+    if (r) CHECK_OK(db2, tocsin_worker_finish(b, NULL, r, &o));
+    CHECK_OK(db2, tocsin_worker_flush(b, NULL));
+    /* a resumes: not the leader any more, fires nothing */
+    CHECK(next_run(a, NULL) == NULL);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 0);
+    CHECK_EQ_I(t_count(db, "_tocsin_results"), 1);
+    CHECK_EQ_I(t_count(db, "_tocsin_locks WHERE owner = 'a'"), 0);
+    /* b closes (resigns); a leads at its next lead and fires the next boundary */
+    CHECK_OK(db2, tocsin_worker_close(b));
+    clk.now = 180000;
+    for (i = 0; i < 3; i++)
+        if ((r = next_run(a, NULL)) != NULL) CHECK_OK(db, tocsin_worker_finish(a, NULL, r, &o));
+    CHECK_OK(db, tocsin_worker_flush(a, NULL));
+    CHECK_EQ_I(t_count(db, "_tocsin_locks WHERE owner = 'a'"), 1);
+    CHECK_EQ_I(t_count(db, "_tocsin_results"), 2);
+    CHECK_OK(db, tocsin_worker_close(a));
+    tocsin_close(db2);
+    tocsin_close(db);
+}
+
+/* Unknown tasks: the hand-back delay doubles up to 60 s, each drawn between
+ * half and all of it; a first delay over 60 s stays that delay. */
+static void unknown_task_delays(void) {
+    t_clock clk = {1000000};
+    tocsin_db *db = t_open("w_unknown_delays", &clk);
+    tocsin_worker_opts wo = TOCSIN_WORKER_OPTS_INIT;
+    tocsin_worker *w = NULL;
+    tocsin_job *job = NULL;
+    int64_t id = call(db, "nobody", "[]", 1), want = 1000, d;
+    int i;
+    wo.queues = QS;
+    wo.n_queues = 1;
+    wo.worker_id = "w1";
+    CHECK_OK(db, tocsin_worker_open(&w, db, &wo));
+    for (i = 0; i < 9; i++) {
+        CHECK(next_run(w, NULL) == NULL);
+        CHECK_OK(db, tocsin_job_get(db, &job, id));
+        d = job ? job->run_at - clk.now : -1;
+        CHECK(job && job->attempts == i + 1 && job->max_attempts == i + 2);
+        CHECK(d >= want / 2 && d <= want);
+        tocsin_jobs_free(job, 1);
+        job = NULL;
+        clk.now += want;
+        want = want * 2 > 60000 ? 60000 : want * 2;
+    }
+    CHECK_OK(db, tocsin_worker_close(w));
+    wo.worker_id = "w2";
+    wo.unknown_task_delay_ms = 90000;
+    CHECK_OK(db, tocsin_worker_open(&w, db, &wo));
+    for (i = 0; i < 3; i++) {
+        CHECK(next_run(w, NULL) == NULL);
+        CHECK_OK(db, tocsin_job_get(db, &job, id));
+        d = job ? job->run_at - clk.now : -1;
+        CHECK(d >= 45000 && d <= 90000);
+        tocsin_jobs_free(job, 1);
+        job = NULL;
+        clk.now += 90000;
+    }
+    CHECK_OK(db, tocsin_worker_close(w));
+    tocsin_close(db);
+}
+
+/* Result ttl: the call's when > 0, else the task's (> 0 that, < 0 forever),
+ * else one day; a task registered again with other options applies to the
+ * runs claimed after it, not to the one in flight. Backoff at its limits: a
+ * base past the cap, a huge base, an explicit delay at the time limit. */
+static void result_ttl_and_backoff_limits(void) {
+    t_clock clk = {1000000};
+    tocsin_db *db = t_open("w_ttl_limits", &clk);
+    tocsin_worker *w = open_worker(db, "w1", 1);
+    tocsin_task_opts to = TOCSIN_TASK_OPTS_INIT;
+    tocsin_task_call c = TOCSIN_TASK_CALL_INIT;
+    tocsin_outcome o = TOCSIN_OUTCOME_INIT;
+    tocsin_task_run *r;
+    tocsin_job *job = NULL;
+    int64_t id = 0;
+    to.result_ttl_ms = -1;
+    CHECK_OK(db, tocsin_worker_register(w, "t", &to));
+    c.task = "t";
+    CHECK_OK(db, tocsin_task_enqueue(db, &id, "tasks", &c, NULL));
+    r = next_run(w, NULL);
+    to.result_ttl_ms = 7000; /* registered again: for the next claims */
+    CHECK_OK(db, tocsin_worker_register(w, "t", &to));
+    if (r) CHECK_OK(db, tocsin_worker_finish(w, NULL, r, &o));
+    CHECK_OK(db, tocsin_worker_flush(w, NULL));
+    CHECK_EQ_I(t_count(db, "_tocsin_results WHERE expires_at IS NULL OR expires_at = 0"), 1);
+    CHECK_OK(db, tocsin_task_enqueue(db, &id, "tasks", &c, NULL));
+    if ((r = next_run(w, NULL)) != NULL) CHECK_OK(db, tocsin_worker_finish(w, NULL, r, &o));
+    CHECK_OK(db, tocsin_worker_flush(w, NULL));
+    CHECK_EQ_I(t_count(db, "_tocsin_results WHERE expires_at = 1007000"), 1);
+    c.result_ttl_ms = 3000; /* the call's wins */
+    CHECK_OK(db, tocsin_task_enqueue(db, &id, "tasks", &c, NULL));
+    if ((r = next_run(w, NULL)) != NULL) CHECK_OK(db, tocsin_worker_finish(w, NULL, r, &o));
+    CHECK_OK(db, tocsin_worker_flush(w, NULL));
+    CHECK_EQ_I(t_count(db, "_tocsin_results WHERE expires_at = 1003000"), 1);
+    /* backoff: a base over the cap is the delay; the largest base stays in time */
+    to.backoff_base_ms = 5000;
+    to.backoff_cap_ms = 2000;
+    CHECK_OK(db, tocsin_worker_register(w, "t", &to));
+    c.result_ttl_ms = 0;
+    CHECK_OK(db, tocsin_task_enqueue(db, &id, "tasks", &c, NULL));
+    o.kind = TOCSIN_OUTCOME_ERROR;
+    o.error_type = "Flaky";
+    if ((r = next_run(w, NULL)) != NULL) CHECK_OK(db, tocsin_worker_finish(w, NULL, r, &o));
+    CHECK_OK(db, tocsin_worker_flush(w, NULL));
+    CHECK_OK(db, tocsin_job_get(db, &job, id));
+    CHECK(job && job->run_at - clk.now >= 2500 && job->run_at - clk.now <= 5000);
+    tocsin_jobs_free(job, 1);
+    job = NULL;
+    clk.now += 5000;
+    to.backoff_base_ms = TOCSIN_MAX_TIME_MS;
+    to.backoff_cap_ms = TOCSIN_MAX_TIME_MS;
+    CHECK_OK(db, tocsin_worker_register(w, "t", &to));
+    if ((r = next_run(w, NULL)) != NULL) CHECK_OK(db, tocsin_worker_finish(w, NULL, r, &o));
+    CHECK_OK(db, tocsin_worker_flush(w, NULL));
+    CHECK_OK(db, tocsin_job_get(db, &job, id));
+    CHECK(job && strcmp(job->state, "scheduled") == 0 && job->run_at > clk.now &&
+          job->run_at <= TOCSIN_MAX_TIME_MS);
+    tocsin_jobs_free(job, 1);
+    CHECK_OK(db, tocsin_worker_close(w));
+    tocsin_close(db);
+}
+
+/* Dead workers elsewhere: a registry row of another host whose heartbeat is
+ * older than its lease is reaped at the next registry read (its row deleted,
+ * its leases lapsed at once: its jobs run again now, the crash an attempt);
+ * one whose heartbeat is within its lease is left alone. */
+static void reap_by_heartbeat(void) {
+    t_clock clk = {1000000};
+    tocsin_db *db = t_open("w_reap_beat", &clk);
+    tocsin_worker *w;
+    tocsin_job *jobs = NULL;
+    tocsin_task_run *r;
+    tocsin_outcome o = TOCSIN_OUTCOME_INIT;
+    size_t n = 0;
+    int64_t stale = call(db, "add", "[1]", 3), fresh = call(db, "add", "[2]", 3);
+    CHECK_OK(db, tocsin_queue_claim(db, &jobs, &n, "tasks", "ghost", 1, 30000));
+    CHECK(n == 1 && jobs[0].id == stale);
+    tocsin_jobs_free(jobs, n);
+    CHECK_OK(db, tocsin_queue_claim(db, &jobs, &n, "tasks", "alive", 1, 30000));
+    CHECK(n == 1 && jobs[0].id == fresh);
+    tocsin_jobs_free(jobs, n);
+    CHECK_OK(db, tocsin_exec(db, "INSERT INTO _tocsin_workers(id, host, pid, pid_start, queues, started_at,"
+                                 " heartbeat_at, lease_ms) VALUES"
+                                 " ('ghost', 'elsewhere', 1, 0, '[\"tasks\"]', 900000, 968999, 30000),"
+                                 " ('alive', 'elsewhere', 1, 0, '[\"tasks\"]', 900000, 990000, 30000)"));
+    w = open_worker(db, "w1", 2);
+    r = next_run(w, NULL); /* the clock has not moved: only the reaping frees the job */
+    CHECK(r && r->job_id == stale && r->attempt == 2);
+    CHECK(next_run(w, NULL) == NULL);
+    CHECK_EQ_I(t_count(db, "_tocsin_workers WHERE id = 'ghost'"), 0);
+    CHECK_EQ_I(t_count(db, "_tocsin_workers WHERE id = 'alive'"), 1);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE state = 'processing' AND worker = 'alive'"), 1);
+    if (r) CHECK_OK(db, tocsin_worker_finish(w, NULL, r, &o));
+    CHECK_OK(db, tocsin_worker_close(w));
+    tocsin_close(db);
+}
+
+typedef struct two_next_ctx {
+    tocsin_worker *w;
+    tocsin_task_run *runs[8];
+    size_t n;
+    int rc;
+} two_next_ctx;
+
+static void *two_next_thread(void *p) {
+    two_next_ctx *c = p;
+    tocsin_task_run **runs = NULL;
+    size_t i;
+    c->rc = tocsin_worker_next(c->w, &runs, &c->n, 200);
+    for (i = 0; i < c->n && i < 8; i++) c->runs[i] = runs[i];
+    tocsin_free(runs);
+    return NULL;
+}
+
+/* tocsin_worker_next from two threads at once: they serialise on the worker,
+ * and together never hand out more than concurrency runs, nor one job twice. */
+static void next_from_two_threads(void) {
+    t_clock clk = {1000000};
+    tocsin_db *db = t_open("w_two_next", &clk);
+    tocsin_worker *w = open_worker(db, "w1", 3);
+    tocsin_outcome o = TOCSIN_OUTCOME_INIT;
+    two_next_ctx a, b;
+    pthread_t ta, tb;
+    size_t i, j;
+    for (i = 0; i < 10; i++) call(db, "add", "[1]", 3);
+    memset(&a, 0, sizeof a);
+    memset(&b, 0, sizeof b);
+    a.w = b.w = w;
+    CHECK(pthread_create(&ta, NULL, two_next_thread, &a) == 0);
+    CHECK(pthread_create(&tb, NULL, two_next_thread, &b) == 0);
+    pthread_join(ta, NULL);
+    pthread_join(tb, NULL);
+    CHECK_EQ_I(a.n + b.n, 3);
+    CHECK_EQ_I(tocsin_worker_in_flight(w), 3);
+    for (i = 0; i < a.n; i++)
+        for (j = 0; j < b.n; j++) CHECK(a.runs[i]->job_id != b.runs[j]->job_id);
+    for (i = 0; i < a.n; i++) CHECK_OK(db, tocsin_worker_finish(w, NULL, a.runs[i], &o));
+    for (i = 0; i < b.n; i++) CHECK_OK(db, tocsin_worker_finish(w, NULL, b.runs[i], &o));
+    CHECK_OK(db, tocsin_worker_close(w));
+    CHECK_EQ_I(t_count(db, "_tocsin_results"), 3);
+    tocsin_close(db);
+}
+
 void suite_worker(void) {
     drain();
     task_bound_after_crash();
@@ -1586,4 +2142,14 @@ void suite_worker(void) {
     reserve_after_stall();
     restart_under_same_id();
     backoff_after_hand_backs();
+    task_bound_runs_left();
+    ignored_delay();
+    huge_concurrency_reserve();
+    finish_race();
+    late_finish_after_takeover();
+    scheduler_handover();
+    unknown_task_delays();
+    result_ttl_and_backoff_limits();
+    reap_by_heartbeat();
+    next_from_two_threads();
 }
