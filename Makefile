@@ -72,12 +72,14 @@ $(BUILD)/san/tocsin.so: $(CORE_SRC) $(CORE_HDR) core/src/tocsin_all.c | $(BUILD)
 test-san: $(BUILD)/test_core_san $(BUILD)/san/tocsin.so $(BUILD)/fake_sqlite_copy.so
 	TOCSIN_TEST_EXT=$(BUILD)/san/tocsin.so TOCSIN_TEST_FAKE_COPY=$(BUILD)/fake_sqlite_copy.so ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 $(BUILD)/test_core_san
 
-# The thread model under ThreadSanitizer: one handle from 8 threads, transaction handles.
+# The thread model under ThreadSanitizer: one handle from 8 threads, transaction handles;
+# and the worker protocol (finishes from other threads, the fork handlers' lock order).
 $(BUILD)/test_core_tsan: $(TEST_SRC) $(TEST_HDR) $(CORE_SRC) $(CORE_HDR) | $(BUILD)
 	$(CC) $(WARN) -O1 -g -fsanitize=thread $(VIS) -Icore/include -Icore/src $(TEST_SRC) core/src/tocsin_all.c -o $@ $(LIBS)
 
 test-tsan: $(BUILD)/test_core_tsan
 	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 $(BUILD)/test_core_tsan threads
+	TSAN_OPTIONS=halt_on_error=1:second_deadlock_stack=1 $(BUILD)/test_core_tsan worker
 
 test-sql: $(BUILD)/tocsin.so
 	sh core/test/sql/run.sh $(BUILD)/tocsin.so

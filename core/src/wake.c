@@ -106,11 +106,14 @@ static uint64_t wk_serial;       /* under wk_lock: the last watcher's serial */
  * first subscription starts a watcher of its own, and subscriptions it
  * inherited report TOCSIN_CLOSED instead of waiting on a thread that is gone.
  */
-/* In the order SQLite itself nests them: the PRNG's first use looks up the
- * default VFS (PRNG, then MAIN); MAIN, the unix VFS lock (VFS1) and the page
- * cache's (LRU, PMEM) all allocate memory (MEM) while held. */
-static const int wk_sqlite_mutexes[] = {SQLITE_MUTEX_STATIC_PRNG, SQLITE_MUTEX_STATIC_MAIN,
-                                        SQLITE_MUTEX_STATIC_VFS1, SQLITE_MUTEX_STATIC_LRU,
+/* In the order SQLite itself nests them: a temporary file's name is drawn
+ * under the unix VFS lock (VFS1, alias TEMPDIR, then PRNG: a statement journal
+ * that spills, a big claim); the PRNG's first use looks up the default VFS
+ * (PRNG, then MAIN); MAIN, VFS1 and the page cache's (LRU, PMEM) all allocate
+ * memory (MEM) while held. (VFS1 after PRNG was an inversion: a fork() while
+ * another thread named a temporary file could hang both.) */
+static const int wk_sqlite_mutexes[] = {SQLITE_MUTEX_STATIC_VFS1, SQLITE_MUTEX_STATIC_PRNG,
+                                        SQLITE_MUTEX_STATIC_MAIN, SQLITE_MUTEX_STATIC_LRU,
                                         SQLITE_MUTEX_STATIC_PMEM, SQLITE_MUTEX_STATIC_MEM};
 #define WK_N_SQLITE_MUTEXES ((int)(sizeof wk_sqlite_mutexes / sizeof wk_sqlite_mutexes[0]))
 
