@@ -1160,6 +1160,7 @@ class Waiting {
         for (const m of it.batch) {
           if (it.cut) break;
           it.handed++;
+          this._handing(m);
           yield m;
         }
       }
@@ -1177,6 +1178,7 @@ class Waiting {
     return it && it.batch && !it.cut && it.handed >= 1 && it.handed < it.batch.length ? it.batch[it.handed - 1] : null;
   }
   _stoppedAt() {}
+  _handing() {}
   close() {
     if (this._closed) return;
     // closed while a for-await loop is mid-batch (close() in its body, the signal,
@@ -1253,6 +1255,9 @@ class Subscription extends Waiting {
   }
   // the core's position goes back to the last event handed on: close saves that
   _stoppedAt(ev) { this._w.rewind(ev.offset); }
+  // a subscription collected while its loop is mid-batch (never closed: the process ran
+  // out of work while the body awaited) saves no more than this (the native finalizer)
+  _handing(ev) { this._w.handed(ev.offset); }
   // saves the last event handed on; mid-batch, the rest of the batch then comes again
   // from the core (the loop goes on with it), so no save stores an event not handed on
   save() {

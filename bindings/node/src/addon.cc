@@ -1626,12 +1626,22 @@ class Waiter : public Napi::ObjectWrap<Waiter> {
                                     InstanceMethod("dropped", &Waiter::Dropped),
                                     InstanceMethod("position", &Waiter::Position),
                                     InstanceMethod("save", &Waiter::Save),
-                                    InstanceMethod("rewind", &Waiter::Rewind)});
+                                    InstanceMethod("rewind", &Waiter::Rewind),
+                                    InstanceMethod("handed", &Waiter::Handed)});
     ctor(env) = Napi::Persistent(f);
     return f;
   }
+  // A for-await loop of lib/index.js mid-batch: the last event it handed on (-1: the
+  // whole batch the core handed out was, or none was read yet).
+  int64_t handed = -1;
   explicit Waiter(const Napi::CallbackInfo &info) : Napi::ObjectWrap<Waiter>(info) {}
-  ~Waiter() override { close(); }
+  // Collected without close() -- the loop never ended: its body still awaited when the
+  // process ran out of work, or the subscription was dropped -- a stream subscription
+  // saves no event the loop did not hand on (the core's position is the batch's end).
+  ~Waiter() override {
+    if (ss && handed >= 0) tocsin_stream_sub_rewind(ss, handed);
+    close();
+  }
   int close() {
     int rc = TOCSIN_OK;
     // a step on the pool still holding the subscription ends first (it is poked; its
@@ -1665,6 +1675,7 @@ class Waiter : public Napi::ObjectWrap<Waiter> {
     tocsin_message *m = nullptr;
     size_t n = 0;
     capture(r, kind == LISTEN ? tocsin_listen_next(lis, &m, &n, 0) : tocsin_stream_sub_next(ss, &m, &n, 0));
+    if (n) handed = -1;
     if (r.rc == TOCSIN_TIMEOUT) return env.Null();
     if (r.rc) return throw_res(env, r);
     Napi::Value v = js_msgs(env, m, n);
@@ -1699,6 +1710,14 @@ class Waiter : public Napi::ObjectWrap<Waiter> {
     Res r;
     capture(r, tocsin_stream_sub_rewind(ss, off));
     if (r.rc) return throw_res(info.Env(), r);
+    return info.Env().Undefined();
+  }
+  // The for-await loop hands on the event at `offset` (of the last batch).
+  Napi::Value Handed(const Napi::CallbackInfo &info) {
+    Args a(info);
+    int64_t off = a.i64(0, "offset");
+    if (!a.ok) return info.Env().Undefined();
+    handed = off;
     return info.Env().Undefined();
   }
   Napi::Value Save(const Napi::CallbackInfo &info) {

@@ -39,3 +39,36 @@ describe('stream review', () => {
     }
   });
 });
+
+// A for-await loop mid-batch whose body still awaited when the process ran out of work:
+// the subscription was never closed, and its native finalizer at exit saved the end of
+// the batch the core had read (10), so events 4..10, never handed on, counted as
+// processed. It saves the last event handed on, as break and close() do.
+test('a loop left mid-batch at the process end saves the last event handed on, not the batch end', async () => {
+  const path = require('path');
+  const { run } = require('./helpers');
+  const file = tmpdb();
+  const db = tocsin.open(file);
+  const s = db.stream('exit');
+  const offs = await s.publishMany([0, 1, 2, 3, 4, 5, 6, 7, 8, 9]);
+  const script = `
+    const tocsin = require(${JSON.stringify(path.resolve(__dirname, '..'))});
+    (async () => {
+      const db = tocsin.open(process.argv[1]);
+      for await (const ev of db.stream('exit').subscribe({ consumer: 'c', batch: 10 })) {
+        if (ev.payload === 2) await new Promise(() => {}); // never settles: the loop empties
+      }
+    })();
+  `;
+  const r = await run(process.execPath, ['-e', script, file]);
+  assert.equal(r.code, 0, r.stderr);
+  assert.equal(await s.offset('c'), offs[2]);
+  // a subscription read with get() (no loop) saves its whole batch: it was handed on
+  const r2 = await run(process.execPath, ['-e', `
+    const tocsin = require(${JSON.stringify(path.resolve(__dirname, '..'))});
+    (async () => { await tocsin.open(process.argv[1]).stream('exit').subscribe({ consumer: 'g', batch: 4 }).get(); })();
+  `, file]);
+  assert.equal(r2.code, 0, r2.stderr);
+  assert.equal(await s.offset('g'), offs[3]);
+  await db.close();
+});

@@ -37,3 +37,50 @@ class TestStreamSaveMidBatch < Minitest::Test
     assert_equal [6], s.subscribe(consumer: "e").each.first(1).map(&:payload)
   end
 end
+
+# Regressions of a streams review: #close mid-batch (in the block, or with an external
+# Enumerator suspended in it) handed the rest of the batch to the block after the close
+# and saved the end of the batch the core had read, not the last event handed out.
+class TestStreamCloseMidBatch < Minitest::Test
+  include TocsinTest
+
+  def test_close_in_the_block_stops_and_saves_the_last_event_handed_out
+    s = db.stream("close-mid")
+    offs = s.publish_many((0..9).to_a)
+    sub = s.subscribe(consumer: "c", batch: 10)
+    got = []
+    assert_raises(Tocsin::Closed) do # as Node's loop after close(): the wait finds it closed
+      sub.each do |e|
+        got << e.payload
+        sub.close if e.payload == 2
+      end
+    end
+    assert_equal [0, 1, 2], got # nothing handed out after the close
+    assert_equal offs[2], s.offset("c") # was offs[9]: 3..9 never handed out, counted as processed
+    assert_equal [3], s.subscribe(consumer: "c").each.first(1).map(&:payload)
+  end
+
+  def test_close_with_an_enumerator_mid_batch_saves_the_last_event_handed_out
+    s = db.stream("enum-mid")
+    offs = s.publish_many((0..9).to_a)
+    sub = s.subscribe(consumer: "c", batch: 10)
+    en = sub.each
+    3.times { en.next }
+    assert_equal offs[2], sub.position
+    sub.close
+    assert_equal offs[2], s.offset("c")
+  end
+
+  def test_close_of_a_listener_in_the_block_hands_out_nothing_more
+    l = db.listen("ch")
+    3.times { |i| db.notify("ch", i) }
+    got = []
+    assert_raises(Tocsin::Closed) do
+      l.each do |n|
+        got << n.payload
+        l.close if n.payload == 0
+      end
+    end
+    assert_equal [0], got
+  end
+end

@@ -134,7 +134,7 @@ module Tocsin
         mark = resume_mark
         # the batch being handed out, how much of it was, and whether the rest is left
         # to the core (a save mid-batch moved its position back: the rest comes again)
-        cur = @iter = { batch: [], handed: 0, cut: false, failed: false }
+        cur = @iter = { batch: [], handed: 0, cut: false, failed: false, mark: mark }
         begin
           cur[:batch] = next_batch(timeout: timeout)
           break if cur[:batch].empty?
@@ -173,7 +173,19 @@ module Tocsin
     def resume_mark = nil
     def resume_from(_mark) = nil
 
+    # Ends the subscription. Inside #each mid-batch (#close in the block, or from
+    # another thread or an external Enumerator while the block has an event), the
+    # rest of the batch is not handed out and the position goes back to the last
+    # event that was (what a stream subscription's close saves), as in Node.
     def close
+      cur = @iter
+      if cur && !cur[:cut] && !@closed
+        cur[:cut] = true
+        done = cur[:handed]
+        if done < cur[:batch].size
+          done.positive? ? stopped_at(cur[:batch][done - 1]) : resume_from(cur[:mark])
+        end
+      end
       @closed = true
       @native.close
     end
