@@ -1249,7 +1249,7 @@ static PyObject *Handle_dead_list(Handle *self, PyObject *args) {
     int rc;
     PyObject *out;
     if (!parse_args(args, "|zLn:dead_list", &q, &after, &limit)) return NULL;
-    if (limit < 1) return raise_code(TOCSIN_INVALID, "limit must be >= 1", 0);
+    if (limit < 1) limit = 0; /* the core refuses it, naming the range */
     CORE_CALL(self, rc = tocsin_dead_list(self->db, &jobs, &n, q, after, (size_t)limit));
     out = jobs_list(jobs, n);
     tocsin_jobs_free(jobs, n);
@@ -1364,7 +1364,7 @@ static PyObject *read_messages(Handle *self, PyObject *args, const char *fmt, re
     int rc;
     PyObject *out;
     if (!parse_args(args, fmt, &name, &after, &limit)) return NULL;
-    if (limit < 1) return raise_code(TOCSIN_INVALID, "limit must be >= 1", 0);
+    if (limit < 1) limit = 0; /* the core refuses it, naming the range */
     CORE_CALL(self, rc = read(self->db, &m, &n, name, after, (size_t)limit));
     out = messages_list(m, n);
     tocsin_messages_free(m, n);
