@@ -9380,6 +9380,8 @@ typedef struct wrun {
     struct wrun *prev, *next; /* in flight */
     int lost;                 /* reported by tocsin_worker_cancelled already */
     int reserved;             /* claimed ahead, not handed out yet (on w->reserve) */
+    int held_back;            /* reserved behind a lost run of the same job whose handler
+                                 may still run (under inmu): see hold_back */
     struct wrun *res_next;    /* on w->reserve, oldest first */
     int64_t handed_us;        /* monotonic: when it was handed out */
     _Atomic int finishing;    /* 0, W_FINISHING (a finish is under way) or W_FINISHED
@@ -9429,6 +9431,9 @@ struct tocsin_worker {
     size_t ntasks;
     wrun *runs;
     size_t nruns;
+    size_t nlost;   /* runs in `runs` whose lease was lost (by the step, under mu) */
+    size_t nheld;   /* reserved runs held back (under inmu) */
+    int held_news;  /* a lost run went: the step after it hands out what it held back */
     wdone *done;
     size_t ndone, capdone;
     /* Outcomes just recorded, moved to `done` by the next step: tocsin_worker_finish
@@ -9531,6 +9536,10 @@ static void free_run(wrun *r) {
 }
 
 static void unlink_run(tocsin_worker *w, wrun *r) {
+    if (r->lost) {
+        w->nlost--;
+        if (w->nheld) w->held_news = 1;
+    }
     if (r->prev) r->prev->next = r->next;
     else w->runs = r->next;
     if (r->next) r->next->prev = r->prev;
@@ -10129,14 +10138,56 @@ static void reserve_push(tocsin_worker *w, wrun *r) {
     w->nreserve++;
 }
 
+/* The oldest reserved run that may be handed out (not one held back). */
 static wrun *reserve_pop(tocsin_worker *w) {
-    wrun *r = w->reserve;
+    wrun **p = &w->reserve, *prev = NULL, *r;
+    while ((r = *p) != NULL && r->held_back) {
+        prev = r;
+        p = &r->res_next;
+    }
     if (!r) return NULL;
-    if (!(w->reserve = r->res_next)) w->reserve_tail = NULL;
+    *p = r->res_next;
+    if (w->reserve_tail == r) w->reserve_tail = prev;
     r->res_next = NULL;
     r->reserved = 0;
     w->nreserve--;
     return r;
+}
+
+/*
+ * One job, one run at a time in a worker: every binding knows a run by its job
+ * id (to cancel it, to time it out, to count it). A job claimed again while a
+ * run of it whose lease was lost -- another worker took it over after a stall,
+ * then handed it back or retried it -- may still be running here waits in the
+ * reserve, its lease renewed, until that run is gone (finished and dropped).
+ * Returns whether r is held back. By the step (under mu and inmu), before r is
+ * linked into w->runs.
+ */
+static int hold_back(tocsin_worker *w, wrun *r) {
+    wrun *o;
+    if (!w->nlost) return 0;
+    for (o = w->runs; o; o = o->next)
+        if (o->lost && o->pub.job_id == r->pub.job_id) break;
+    if (!o) return 0;
+    r->held_back = 1;
+    w->nheld++;
+    return 1;
+}
+
+/* The held-back runs whose lost run is gone may be handed out. By the step
+ * (under mu and inmu). */
+static void release_held(tocsin_worker *w) {
+    wrun *r, *o;
+    w->held_news = 0;
+    for (r = w->reserve; r && w->nheld; r = r->res_next) {
+        if (!r->held_back) continue;
+        for (o = w->runs; o; o = o->next)
+            if (o->lost && o->pub.job_id == r->pub.job_id) break;
+        if (!o) {
+            r->held_back = 0;
+            w->nheld--;
+        }
+    }
 }
 
 /* A reserved run whose lease is gone (cancelled, taken back): forgotten, never
@@ -10151,6 +10202,10 @@ static void reserve_drop(tocsin_worker *w, wrun *r) {
     *p = r->res_next;
     if (w->reserve_tail == r) w->reserve_tail = prev;
     r->reserved = 0;
+    if (r->held_back) {
+        r->held_back = 0;
+        w->nheld--;
+    }
     w->nreserve--;
 }
 
@@ -10178,6 +10233,7 @@ static int note_cancelled(tocsin_worker *w, wrun *r) {
     w->cancel_news = 1;
     pthread_mutex_unlock(&w->inmu);
     r->lost = 1;
+    w->nlost++;
     return TOCSIN_OK;
 }
 
@@ -10579,7 +10635,8 @@ static int hand_back_reserve(tocsin_worker *w) {
     tc_op op;
     int rc;
     pthread_mutex_lock(&w->inmu);
-    while ((r = reserve_pop(w)) != NULL) {
+    while ((r = w->reserve) != NULL) { /* every one, those held back too */
+        reserve_drop(w, r);
         r->res_next = list;
         list = r;
     }
@@ -10618,6 +10675,7 @@ static int next_step(void *p, int *done, int64_t *sleep_ms) {
     tocsin_worker *w = c->w;
     size_t free_slots, target, want, nclaimed = 0, i;
     int64_t now, wake, deadline = -1;
+    wrun *r;
     int rc, refill, news, backoff;
     /* Each wake-up is a fresh set of transactions: its lock waits get a whole busy
      * timeout (tocsin_worker_next may block for hours; the budget is per step). */
@@ -10637,10 +10695,11 @@ static int next_step(void *p, int *done, int64_t *sleep_ms) {
     if (rc == TOCSIN_OK && !backoff && atomic_load(&w->draining)) rc = hand_back_reserve(w);
     /* the reserve first: no transaction (the batched runs gave their slots back) */
     pthread_mutex_lock(&w->inmu);
+    if (w->held_news) release_held(w);
     now = tocsin_now(w->db);
     while (rc == TOCSIN_OK && !atomic_load(&w->draining) && now < w->next_renew && free_slots_of(w) &&
-           w->reserve)
-        hand_out(w, c->got, &c->ngot, reserve_pop(w), now, tc_monotonic_us());
+           (r = reserve_pop(w)) != NULL)
+        hand_out(w, c->got, &c->ngot, r, now, tc_monotonic_us());
     free_slots = free_slots_of(w);
     pthread_mutex_unlock(&w->inmu);
     /* claim for the free slots, and refill the reserve once it is down to
@@ -10672,12 +10731,14 @@ static int next_step(void *p, int *done, int64_t *sleep_ms) {
         w->hot = rc == TOCSIN_OK && nclaimed == want;
         pthread_mutex_lock(&w->inmu); /* (tocsin_worker_take may have handed out meanwhile) */
         for (i = 0; i < nclaimed; i++) {
-            wrun *r = w->claimed[i];
+            int held;
+            r = w->claimed[i];
+            held = hold_back(w, r);
             r->next = w->runs;
             if (w->runs) w->runs->prev = r;
             w->runs = r;
             w->nruns++;
-            if (free_slots_of(w) && c->ngot < (size_t)w->concurrency)
+            if (!held && free_slots_of(w) && c->ngot < (size_t)w->concurrency)
                 hand_out(w, c->got, &c->ngot, r, now, tc_monotonic_us());
             else
                 reserve_push(w, r);
@@ -10712,6 +10773,7 @@ static int next_step(void *p, int *done, int64_t *sleep_ms) {
     }
     wake = next_upkeep(w, now);
     if (free_slots && deadline >= 0 && deadline > now && deadline < wake) wake = deadline;
+    if (w->held_news) wake = now; /* a lost run went: what it held back is handed out now */
     if (w->retry_at > now && wake < w->retry_at) wake = w->retry_at;
     w->next_claim = free_slots && deadline >= 0 ? deadline : -1;
     if (rc == TOCSIN_OK && w->sched_err && (!w->sched_told || now - w->sched_told >= W_SCHED_TELL_MS)) {
@@ -10808,7 +10870,7 @@ int tocsin_worker_poll(tocsin_worker *w, tocsin_task_run ***out, size_t *out_n) 
 
 int tocsin_worker_take(tocsin_worker *w, tocsin_task_run ***out, size_t *out_n) {
     size_t free_slots, low, n = 0;
-    wrun **got;
+    wrun **got, *r;
     int64_t now, mono;
     if (out) *out = NULL;
     if (out_n) *out_n = 0;
@@ -10831,8 +10893,12 @@ int tocsin_worker_take(tocsin_worker *w, tocsin_task_run ***out, size_t *out_n) 
         pthread_mutex_unlock(&w->inmu);
         return tc_err(w->db, TOCSIN_NOMEM, "worker: out of memory");
     }
-    while (free_slots_of(w) && w->nreserve > low) hand_out(w, got, &n, reserve_pop(w), now, mono);
+    while (free_slots_of(w) && w->nreserve > low && (r = reserve_pop(w)) != NULL) hand_out(w, got, &n, r, now, mono);
     pthread_mutex_unlock(&w->inmu);
+    if (!n) { /* only runs held back (hold_back) */
+        sqlite3_free(got);
+        return tc_err(w->db, TOCSIN_TIMEOUT, "nothing to take without a step (call tocsin_worker_next)");
+    }
     *out = (tocsin_task_run **)(void *)got;
     *out_n = n;
     return TOCSIN_OK;

@@ -1871,6 +1871,74 @@ static void late_finish_after_takeover(void) {
     tocsin_close(db);
 }
 
+/* One job, one run at a time in a worker: a stalled worker whose run lost its
+ * lease (another worker took the job over, then retried it) claims the job
+ * again while its own old run may still be running. The bindings know a run
+ * by its job id, so the new run waits (claimed, its lease renewed) until the
+ * old one is finished, and is handed out then. */
+static void no_second_run_of_a_job(void) {
+    t_clock clk = {1000000};
+    tocsin_open_opts oo = TOCSIN_OPEN_OPTS_INIT;
+    tocsin_db *db = t_open("w_one_run", &clk), *db2 = NULL;
+    tocsin_worker *w1 = open_worker(db, "w1", 2), *w2;
+    tocsin_task_run *r1, *r2, *r3 = NULL;
+    tocsin_outcome ok = TOCSIN_OUTCOME_INIT, again = TOCSIN_OUTCOME_INIT;
+    int64_t *ids = NULL, jid = call(db, "add", "[1]", 9);
+    size_t n = 0, lost = 0;
+    int rc, i;
+    r1 = next_run(w1, NULL);
+    CHECK(r1 != NULL);
+    if (!r1) return;
+    oo.clock = t_clock_fn;
+    oo.clock_ctx = &clk;
+    CHECK_OK(db2, tocsin_open(&db2, sqlite3_db_filename(tocsin_sqlite(db), "main"), &oo));
+    w2 = open_worker(db2, "w2", 1);
+    clk.now += 31000; /* w1 stalls past its lease: w2 takes the job over and retries it at once */
+    r2 = next_run(w2, NULL);
+    CHECK(r2 != NULL);
+    if (!r2) return;
+    CHECK_EQ_I(r2->attempt, 2);
+    again.kind = TOCSIN_OUTCOME_ERROR;
+    again.error_type = "Flaky";
+    again.delay_ms = 0;
+    CHECK_OK(db2, tocsin_worker_finish(w2, NULL, r2, &again));
+    CHECK_OK(db2, tocsin_worker_flush(w2, &lost));
+    /* w1 resumes: its run is lost (told), the job is claimed again (attempt 3)
+     * and held back while the old run has not finished */
+    for (i = 0; i < 3; i++) CHECK(next_run(w1, &rc) == NULL);
+    CHECK_OK(db, tocsin_worker_cancelled(w1, &ids, &n));
+    CHECK_EQ_I(n, 1);
+    if (n == 1) CHECK_EQ_I(ids[0], jid);
+    tocsin_free(ids);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE state = 'processing' AND worker = 'w1' AND attempts = 3"), 1);
+    CHECK_EQ_I(tocsin_worker_take(w1, (tocsin_task_run ***)&ids, &n), TOCSIN_TIMEOUT);
+    clk.now += 12000; /* its lease is renewed meanwhile */
+    CHECK(next_run(w1, NULL) == NULL);
+    clk.now += 12000;
+    CHECK(next_run(w1, NULL) == NULL);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE state = 'processing' AND worker = 'w1' AND attempts = 3"), 1);
+    /* the old run ends (its outcome is refused): once that is written, the new
+     * one is handed out */
+    CHECK_OK(db, tocsin_worker_finish(w1, NULL, r1, &ok));
+    CHECK_OK(db, tocsin_worker_flush(w1, &lost));
+    CHECK_EQ_I(lost, 1);
+    r3 = next_run(w1, NULL);
+    CHECK(r3 != NULL);
+    if (r3) {
+        CHECK_EQ_I(r3->job_id, jid);
+        CHECK_EQ_I(r3->attempt, 3);
+        CHECK_OK(db, tocsin_worker_finish(w1, NULL, r3, &ok));
+        CHECK_OK(db, tocsin_worker_flush(w1, &lost));
+        CHECK_EQ_I(lost, 0);
+    }
+    CHECK_EQ_I(t_count(db, "_tocsin_results WHERE status = 'ok'"), 1);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 0);
+    CHECK_OK(db, tocsin_worker_close(w1));
+    CHECK_OK(db2, tocsin_worker_close(w2));
+    tocsin_close(db2);
+    tocsin_close(db);
+}
+
 /* The scheduler's leadership between two workers on one file: one leader at
  * a time; a leader that stalls past its ttl loses it to the other, and on
  * resuming finds it lost before it fires anything, so each boundary fires
@@ -2147,6 +2215,7 @@ void suite_worker(void) {
     huge_concurrency_reserve();
     finish_race();
     late_finish_after_takeover();
+    no_second_run_of_a_job();
     scheduler_handover();
     unknown_task_delays();
     result_ttl_and_backoff_limits();
