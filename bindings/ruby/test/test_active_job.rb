@@ -21,6 +21,20 @@ class TocsinFailingJob < ActiveJob::Base
   def perform = raise(ArgumentError, "no such user")
 end
 
+# A job that rescues every StandardError (retry_on / discard_on StandardError,
+# common in Rails apps) and runs until it is stopped.
+class TocsinRetryAllJob < ActiveJob::Base
+  STARTED = ::Queue.new
+  retry_on StandardError, wait: 3600, attempts: 5
+  def perform = (STARTED << provider_job_id; sleep 30)
+end
+
+class TocsinDiscardAllJob < ActiveJob::Base
+  STARTED = ::Queue.new
+  discard_on StandardError
+  def perform = (STARTED << provider_job_id; sleep 30)
+end
+
 # ActiveJob::QueueAdapters::TocsinAdapter, with Debian's activejob.
 class TestActiveJob < Minitest::Test
   include TocsinTest
@@ -97,5 +111,46 @@ class TestActiveJob < Minitest::Test
     e = assert_raises(Tocsin::InvalidArgument) { adapter.enqueue_at(TocsinTestJob.new("y"), Float::NAN) }
     assert_match(/the scheduled time must be epoch seconds/, e.message)
     assert_equal 0, db.queue("mailers").stats["pending"]
+  end
+
+  def run_worker(**opts)
+    w = Tocsin::Worker.new(db, scheduler: false, **opts)
+    th = Thread.new { w.run }
+    yield w
+  ensure
+    w&.stop
+    th&.join(10)
+  end
+
+  # A worker's shutdown past shutdown_timeout hands the job back (pending, no
+  # attempt spent), also for a job class whose retry_on / discard_on takes every
+  # StandardError: the JobCancelled raised into it was a StandardError, so
+  # discard_on dropped the job (acked) and retry_on enqueued a retry of it.
+  def test_shutdown_hands_back_a_job_that_rescues_standard_error
+    [TocsinRetryAllJob, TocsinDiscardAllJob].each do |klass|
+      job = klass.perform_later
+      run_worker(queues: %w[default], shutdown_timeout: 0) { klass::STARTED.pop }
+      q = db.queue("default")
+      got = q.get(job.provider_job_id)
+      assert_equal "pending", got&.state, "#{klass}: handed back"
+      assert_equal [1, 2], [got.attempts, got.max_attempts]
+      assert_equal 1, q.stats["pending"], "#{klass}: no retry enqueued"
+      assert_equal 0, q.stats["scheduled"]
+      q.cancel(job.provider_job_id)
+    end
+    refute Tocsin::JobCancelled <= StandardError
+  end
+
+  # A cancelled job is not enqueued again by retry_on StandardError.
+  def test_a_cancelled_job_is_not_retried_by_retry_on_standard_error
+    job = TocsinRetryAllJob.perform_later
+    q = db.queue("default")
+    run_worker(queues: %w[default]) do
+      TocsinRetryAllJob::STARTED.pop
+      q.cancel(job.provider_job_id)
+      deadline = Time.now + 10
+      sleep 0.05 until q.stats["processing"].zero? || Time.now > deadline
+    end
+    assert_equal [0, 0], [q.stats["pending"], q.stats["scheduled"]], "no retry of the cancelled job"
   end
 end

@@ -1,8 +1,15 @@
 # frozen_string_literal: true
 
 module Tocsin
-  # Raised inside a running task whose job was cancelled (or whose lease was lost).
-  class JobCancelled < Error; end
+  # Raised inside a running task whose job was cancelled (or whose lease was lost),
+  # or that still runs when a shutdown's shutdown_timeout has passed. Not a
+  # StandardError (as Timeout's own interruption is not, Ruby 3.3's
+  # Timeout::ExitException): a task's `rescue => e` -- ActiveJob's
+  # `retry_on StandardError` / `discard_on StandardError` -- does not take it for
+  # a failure of the job. As a Tocsin::Error, it was rescued there: at shutdown
+  # the job was discarded (or a retry of it enqueued) instead of handed back, and a
+  # cancelled job was enqueued again. `rescue Tocsin::JobCancelled` still takes it.
+  class JobCancelled < Exception; end # rubocop:disable Lint/InheritException
 
   # What a running task may know (Tocsin.current_job, in the task's thread): job_id,
   # attempt, max_attempts, queue, task, meta; and #transaction, in which the job is
