@@ -21,6 +21,12 @@ class TocsinFailingJob < ActiveJob::Base
   def perform = raise(ArgumentError, "no such user")
 end
 
+class TocsinIdJob < ActiveJob::Base
+  queue_as :mailers
+  SEEN = ::Queue.new
+  def perform = SEEN << provider_job_id
+end
+
 # A job that rescues every StandardError (retry_on / discard_on StandardError,
 # common in Rails apps) and runs until it is stopped.
 class TocsinRetryAllJob < ActiveJob::Base
@@ -33,6 +39,11 @@ class TocsinDiscardAllJob < ActiveJob::Base
   STARTED = ::Queue.new
   discard_on StandardError
   def perform = (STARTED << provider_job_id; sleep 30)
+end
+
+class TocsinNotAJob
+  MADE = ::Queue.new
+  def initialize = MADE << true
 end
 
 # ActiveJob::QueueAdapters::TocsinAdapter, with Debian's activejob.
@@ -122,6 +133,17 @@ class TestActiveJob < Minitest::Test
     th&.join(10)
   end
 
+  # perform sees its tocsin job id as provider_job_id (Rails' own adapters set it,
+  # Sidekiq's jid): it was nil on the worker. A worker on a job's queue no longer
+  # warns that no task is registered for it (the ActiveJob task runs every queue).
+  def test_provider_job_id_in_perform_and_no_unknown_queue_warning
+    job = TocsinIdJob.perform_later
+    _, err = capture_io do
+      run_worker(queues: %w[mailers]) { assert_equal job.provider_job_id, TocsinIdJob::SEEN.pop }
+    end
+    refute_match(/no task is registered/, err)
+  end
+
   # A worker's shutdown past shutdown_timeout hands the job back (pending, no
   # attempt spent), also for a job class whose retry_on / discard_on takes every
   # StandardError: the JobCancelled raised into it was a StandardError, so
@@ -152,5 +174,46 @@ class TestActiveJob < Minitest::Test
       sleep 0.05 until q.stats["processing"].zero? || Time.now > deadline
     end
     assert_equal [0, 0], [q.stats["pending"], q.stats["scheduled"]], "no retry of the cancelled job"
+  end
+
+  # A job whose class the worker lacks (renamed since) fails naming the class;
+  # data naming a class that is no ActiveJob never instantiates it.
+  def test_unknown_or_foreign_job_class_fails_naming_it
+    q = db.queue("default")
+    gone = q.call("active_job", TocsinIdJob.new.serialize.merge("job_class" => "TocsinRenamedAwayJob"))
+    foreign = q.call("active_job", TocsinIdJob.new.serialize.merge("job_class" => "TocsinNotAJob"))
+    junk = q.call("active_job", "text")
+    run_worker(queues: %w[default]) do
+      e = assert_raises(Tocsin::TaskError) { gone.value(timeout: 10) }
+      assert_equal "Tocsin::ActiveJobSupport::UnknownJobClass", e.type
+      assert_match(/job class TocsinRenamedAwayJob is not defined in this worker/, e.message)
+      e = assert_raises(Tocsin::TaskError) { foreign.value(timeout: 10) }
+      assert_match(/ArgumentError: job class TocsinNotAJob is not an ActiveJob::Base class/, e.message)
+      e = assert_raises(Tocsin::TaskError) { junk.value(timeout: 10) }
+      assert_match(/ArgumentError: not ActiveJob job data .*: String/, e.message)
+    end
+    assert TocsinNotAJob::MADE.empty?, "never instantiated"
+  end
+
+  # The adapter writes on its own connection, not in the app's transaction: Rails
+  # 7.2+ is asked to enqueue after the commit (false enqueued at once: kept on a
+  # rollback, or Busy behind the transaction's write lock on the same file).
+  def test_enqueue_waits_for_the_transaction_commit
+    assert ActiveJob::QueueAdapters::TocsinAdapter.new(db).enqueue_after_transaction_commit?
+  end
+
+  # A refusal names the job class; a wait_until at or before the epoch is due now
+  # (it was refused as "run_at must be epoch milliseconds from 1"); a priority
+  # whose negation is no 64-bit Integer names the job's priority.
+  def test_refusals_name_the_job_and_write_nothing
+    e = assert_raises(Tocsin::InvalidArgument) { TocsinTestJob.perform_later("x" => "\xFF".b.force_encoding("UTF-8")) }
+    assert_match(/\ATocsinTestJob: args\[0\]\["arguments"\]\[0\]/, e.message)
+    e = assert_raises(Tocsin::InvalidArgument) { TocsinTestJob.set(queue: "").perform_later("x") }
+    assert_match(/\ATocsinTestJob: queue name must not be empty/, e.message)
+    e = assert_raises(Tocsin::InvalidArgument) { TocsinTestJob.set(priority: -(2**63)).perform_later("x") }
+    assert_match(/TocsinTestJob: priority must be between .*, not -9223372036854775808/, e.message)
+    assert_equal 0, db.queue("mailers").stats["pending"]
+    job = TocsinTestJob.set(wait_until: Time.at(0)).perform_later("x")
+    assert_equal "pending", db.queue("mailers").get(job.provider_job_id).state
   end
 end

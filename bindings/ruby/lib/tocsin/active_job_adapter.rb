@@ -24,13 +24,53 @@ module Tocsin
     end
   end
 
-  task(ActiveJobSupport::TASK, ->(data) { ::ActiveJob::Base.execute(data); nil }, retries: 0)
+  module ActiveJobSupport
+    # A job whose class this worker does not have (its run fails with this type).
+    class UnknownJobClass < Error; end
+
+    # The task's body (on a worker): the job runs with its tocsin job id as its
+    # provider_job_id, as in Rails' own adapters (Sidekiq's jid). The job data is
+    # checked first: a Hash naming a loaded ActiveJob class (ActiveJob would call
+    # .new on whatever class the text names, and say "undefined method
+    # `constantize' for nil" of a missing one).
+    def self.perform(data)
+      # in a Rails app, the class is looked up inside the app's reloader (as
+      # ActiveJob's execute runs; nested, that wrap is a no-op): not beside a reload
+      app = defined?(::Rails) && ::Rails.respond_to?(:application) && ::Rails.application
+      return app.reloader.wrap { execute(data) } if app.respond_to?(:reloader)
+
+      execute(data)
+    end
+
+    private_class_method def self.execute(data)
+      unless data.is_a?(Hash) && data["job_class"].is_a?(String)
+        raise ArgumentError, "not ActiveJob job data (a Hash with a \"job_class\" String): #{Util.kind(data)}"
+      end
+
+      name = data["job_class"]
+      klass = begin
+        Object.const_get(name)
+      rescue NameError
+        raise UnknownJobClass, "job class #{name} is not defined in this worker (renamed or removed since the " \
+                               "job was enqueued, or the app not loaded: tocsin-worker --require)"
+      end
+      raise ArgumentError, "job class #{name} is not an ActiveJob::Base class" unless klass.is_a?(Class) && klass <= ::ActiveJob::Base
+
+      job = Tocsin.current_job
+      ::ActiveJob::Base.execute(data.merge("provider_job_id" => job.job_id))
+      nil
+    end
+  end
+
+  task(ActiveJobSupport::TASK, ActiveJobSupport.method(:perform), retries: 0).serves_any_queue!
 end
 
 module ActiveJob
   module QueueAdapters
     # config.active_job.queue_adapter = :tocsin
     class TocsinAdapter
+      PRIORITY_MAX = (2**63) - 1
+
       def initialize(database = nil)
         @database = database
       end
@@ -48,24 +88,41 @@ module ActiveJob
         unless prio.nil? || prio.is_a?(Integer)
           raise Tocsin::InvalidArgument, "#{job.class}: priority must be an Integer, not #{Tocsin::Util.kind(prio)}"
         end
+        # (stored negated: -2**63 has no 64-bit negation)
+        unless prio.nil? || prio.abs <= PRIORITY_MAX
+          raise Tocsin::InvalidArgument, "#{job.class}: priority must be between #{-PRIORITY_MAX} and #{PRIORITY_MAX}, not #{prio}"
+        end
         unless timestamp.nil? || (timestamp.is_a?(Numeric) && timestamp.real? && timestamp.to_f.finite?)
           raise Tocsin::InvalidArgument, "#{job.class}: the scheduled time must be epoch seconds, not #{Tocsin::Util.kind(timestamp)}"
         end
 
+        # (a scheduled time at or before the epoch -- wait_until: Time.at(0) -- is a
+        # time past, as any other: the job is due now; run_at: takes 1 ms on)
         # job.serialize: ActiveJob's own serialisation of the arguments (a Time,
         # a Symbol, a GlobalID become JSON values); a value it cannot serialise
         # raises ActiveJob::SerializationError, as in any adapter
-        h = database.queue(job.queue_name || "default")
-                    .call(Tocsin::ActiveJobSupport::TASK, job.serialize, max_attempts: 1,
-                          priority: prio && -prio,
-                          run_at: timestamp && (timestamp * 1000).round)
+        begin
+          h = database.queue(job.queue_name || "default")
+                      .call(Tocsin::ActiveJobSupport::TASK, job.serialize, max_attempts: 1,
+                            priority: prio && -prio,
+                            run_at: timestamp && [(timestamp * 1000).round, 1].max)
+        rescue Tocsin::Error => e
+          # which job: the refusal names the place in the job's data
+          # (args[0]["arguments"][1] is its second argument)
+          raise e.exception("#{job.class}: #{e.message}")
+        end
         job.provider_job_id = h.job_id
         h
       end
 
-      # ActiveJob >= 7.1 asks whether enqueues inside a DB transaction should wait
-      # for its commit; tocsin jobs can join the app's transaction instead (tx:).
-      def enqueue_after_transaction_commit? = false
+      # ActiveJob >= 7.2 asks whether a perform_later inside an Active Record
+      # transaction should wait for its commit: yes. The adapter writes on its own
+      # connection (Tocsin::ActiveJobSupport.database), not in the app's transaction:
+      # a job enqueued at once was kept when the transaction rolled back, and could
+      # run before its commit (and, on the same database file, waited for the
+      # transaction's write lock, then raised Tocsin::Busy). For a job in the app's
+      # own transaction: Tocsin::SQL (README, ActiveJob).
+      def enqueue_after_transaction_commit? = true
     end
   end
 end

@@ -69,6 +69,16 @@ module Tocsin
       @result_ttl_ms = Util.ms(result_ttl, "result_ttl", positive: true)
     end
 
+    # @api private: the task runs jobs of any queue (the ActiveJob adapter's, on
+    # every queue a job class names): a worker on a queue no task names does not
+    # warn that its jobs will be handed back.
+    def serves_any_queue!
+      @any_queue = true
+      self
+    end
+
+    def serves_any_queue? = @any_queue == true
+
     # Calls the task here and now (args and kwargs as a worker would pass them).
     def run(args, kwargs)
       kw = kwargs.transform_keys(&:to_sym)

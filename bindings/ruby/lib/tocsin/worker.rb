@@ -225,7 +225,8 @@ module Tocsin
       @native = Native::Worker.open(@db.native, @worker_id, @queues, @concurrency, @visibility_ms, @scheduler,
                                     @scheduler_ttl_ms, @unknown_task_delay_ms, @unknown_task_handbacks)
       # (docs/worker-protocol.md: every binding warns of it, as Python and Node do)
-      (@queues - @tasks.each_value.map(&:queue)).each do |q|
+      # (not with a task that runs any queue's jobs: ActiveJob's, where queue_as names the queue)
+      (@tasks.each_value.any?(&:serves_any_queue?) ? [] : @queues - @tasks.each_value.map(&:queue)).each do |q|
         warn "tocsin worker: no task is registered for queue #{q.inspect} in this process: its jobs " \
              "will be handed back (and die as UnknownTask after a bound)"
       end
