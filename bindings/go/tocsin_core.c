@@ -432,6 +432,9 @@ char *tc_buf_take(tc_buf *b); /* NUL-terminated, owned (tocsin_free); NULL on oo
 
 /* ---- schema (schema.c) ---- */
 int tc_schema_install(tocsin_db *db, int *out_version);
+/* Refuses, before tocsin_open writes anything (the switch to WAL), a schema
+ * newer than this library's or a malformed schema_version. */
+int tc_schema_precheck(tocsin_db *db);
 
 /* ---- queue internals shared with the SQL layer (queue.c) ---- */
 char *tc_jobs_json(const tocsin_job *jobs, size_t n); /* owned; NULL on oom */
@@ -1697,6 +1700,8 @@ int tocsin_open(tocsin_db **out, const char *path, const tocsin_open_opts *opts)
     sqlite3_extended_result_codes(db->conn, 1);
     tc_own_conn_setup(db);
     tc_identify(db);
+    /* a newer or damaged schema is refused before the switch to WAL writes the header */
+    if ((rc = tc_schema_precheck(db)) != TOCSIN_OK) return rc;
     if (!db->read_only && (rc = set_wal(db)) != TOCSIN_OK) return explain_open(db, path, rc);
     if ((rc = tc_exec(db, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON", "set pragmas")) != TOCSIN_OK)
         return explain_open(db, path, rc);
@@ -3608,9 +3613,16 @@ static int newer_schema(tocsin_db *db, const char *shown) {
                   (int)strlen(shown) - 2, shown + 1, TOCSIN_SCHEMA_VERSION);
 }
 
+int tc_schema_precheck(tocsin_db *db) {
+    int v, keeper, rc;
+    char shown[48];
+    if ((rc = read_version(db, &v, shown, sizeof shown, &keeper)) != TOCSIN_OK) return rc;
+    return v > TOCSIN_SCHEMA_VERSION ? newer_schema(db, shown) : TOCSIN_OK;
+}
+
 int tc_schema_install(tocsin_db *db, int *out_version) {
     tc_op op;
-    int v, rc, from, legacy = -1, keeper, read_only;
+    int v, rc, from, legacy = -1, keeper, read_only, file_ro;
     char sql[160], shown[48];
     *out_version = 0;
     if ((rc = read_version(db, &v, shown, sizeof shown, &keeper)) != TOCSIN_OK) return rc;
@@ -3620,16 +3632,20 @@ int tc_schema_install(tocsin_db *db, int *out_version) {
         return TOCSIN_OK;
     }
     /* PRAGMA query_only on a host's connection: say so now, not "cannot begin a
-     * write transaction" from a call that only reads */
-    read_only = db->read_only || (!db->owns_conn && tc_query_only(db->conn));
+     * write transaction" from a call that only reads. A file SQLite could open
+     * only read-only (its permissions, a read-only medium) is read-only too, for
+     * tocsin_open's read-write handle as well. */
+    file_ro = sqlite3_db_readonly(db->conn, "main") == 1;
+    read_only = db->read_only || file_ro || (!db->owns_conn && tc_query_only(db->conn));
     if (v == TOCSIN_SCHEMA_VERSION && read_only) { /* its reads need no keeper: a writer adds it */
         *out_version = v;
         return TOCSIN_OK;
     }
     if (read_only)
         return tc_err(db, TOCSIN_READONLY,
-                      "the database has %s; open it read-write once to install schema v%d",
-                      v ? "an older tocsin schema" : "no tocsin schema", TOCSIN_SCHEMA_VERSION);
+                      "the database has %s; open it read-write once to install schema v%d%s",
+                      v ? "an older tocsin schema" : "no tocsin schema", TOCSIN_SCHEMA_VERSION,
+                      file_ro && !db->read_only ? " (the file is read-only to this process)" : "");
     if ((rc = tc_op_open(db, &op, 1)) != TOCSIN_OK) return rc;
     /* Another process may have installed it while we waited for the lock. */
     rc = read_version(db, &v, shown, sizeof shown, &keeper);
