@@ -591,6 +591,35 @@ static void read_only_file(void) {
     tocsin_close(db);
 }
 
+/* A v2 schema whose <table>_top trigger was dropped by hand would hand a
+ * deleted top row's id (and its claims' fencing tokens) out again: every
+ * handle refuses it as TOCSIN_CORRUPT, naming the trigger, and writes nothing. */
+static void dropped_trigger(void) {
+    static const char *const trig[] = {"_tocsin_jobs_top", "_tocsin_events_top", "_tocsin_notifications_top"};
+    const char *p = t_path("notrigger");
+    size_t i;
+    for (i = 0; i < sizeof trig / sizeof trig[0]; i++) {
+        tocsin_db *db = NULL, *again = NULL;
+        tocsin_open_opts o = TOCSIN_OPEN_OPTS_INIT;
+        char sql[120];
+        int ro;
+        CHECK_OK(db, tocsin_open(&db, p, NULL));
+        snprintf(sql, sizeof sql, "DROP TRIGGER %s", trig[i]);
+        CHECK_OK(db, tocsin_exec(db, sql));
+        for (ro = 0; ro < 2; ro++) {
+            o.read_only = ro;
+            CHECK_EQ_I(tocsin_open(&again, p, &o), TOCSIN_CORRUPT);
+            CHECK(again && strstr(tocsin_errmsg(again), trig[i]) != NULL);
+            tocsin_close(again);
+            again = NULL;
+        }
+        snprintf(sql, sizeof sql, "sqlite_master WHERE name = '%s'", trig[i]);
+        CHECK_EQ_I(t_count(db, sql), 0);
+        tocsin_close(db);
+        remove(p);
+    }
+}
+
 void suite_basics(void) {
     versions();
     open_and_schema();
@@ -603,6 +632,7 @@ void suite_basics(void) {
     sqlite_copies();
     refusal_writes_nothing();
     read_only_file();
+    dropped_trigger();
 }
 
 /* The JSON validator agrees with RFC 8259 (and with SQLite's json_valid on it). */
