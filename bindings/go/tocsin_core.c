@@ -432,6 +432,9 @@ char *tc_buf_take(tc_buf *b); /* NUL-terminated, owned (tocsin_free); NULL on oo
 
 /* ---- schema (schema.c) ---- */
 int tc_schema_install(tocsin_db *db, int *out_version);
+/* Refuses, before tocsin_open writes anything (the switch to WAL), a schema
+ * newer than this library's or a malformed schema_version. */
+int tc_schema_precheck(tocsin_db *db);
 
 /* ---- queue internals shared with the SQL layer (queue.c) ---- */
 char *tc_jobs_json(const tocsin_job *jobs, size_t n); /* owned; NULL on oom */
@@ -1697,6 +1700,8 @@ int tocsin_open(tocsin_db **out, const char *path, const tocsin_open_opts *opts)
     sqlite3_extended_result_codes(db->conn, 1);
     tc_own_conn_setup(db);
     tc_identify(db);
+    /* a newer or damaged schema is refused before the switch to WAL writes the header */
+    if ((rc = tc_schema_precheck(db)) != TOCSIN_OK) return rc;
     if (!db->read_only && (rc = set_wal(db)) != TOCSIN_OK) return explain_open(db, path, rc);
     if ((rc = tc_exec(db, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON", "set pragmas")) != TOCSIN_OK)
         return explain_open(db, path, rc);
@@ -3560,14 +3565,19 @@ static int parse_version(sqlite3_stmt *st, int *out, char *shown, size_t cap) {
     return 1;
 }
 
+/* The v2 triggers that keep a deleted top id from being handed out again. */
+static const char *const TOP_TRIGGERS[] = {"_tocsin_jobs_top", "_tocsin_events_top", "_tocsin_notifications_top"};
+
 /* Reads the stored schema version: 0 when the database has no tocsin schema.
  * shown (cap >= 48) gets the stored text for messages; *keeper is 1 when
- * _tocsin_sequence_keeper exists. */
-static int read_version(tocsin_db *db, int *out, char *shown, size_t cap, int *keeper) {
+ * _tocsin_sequence_keeper exists; bit i of *tops is set when TOP_TRIGGERS[i]
+ * exists. */
+static int read_version(tocsin_db *db, int *out, char *shown, size_t cap, int *keeper, int *tops) {
     sqlite3_stmt *st = NULL;
     int rc, valid = 0, meta;
     *out = 0;
     *keeper = 0;
+    *tops = 0;
     shown[0] = 0;
     rc = tc_prepare(db, "SELECT EXISTS (SELECT 1 FROM main.sqlite_master WHERE type = 'table' AND name = '_tocsin_meta'),"
                         " EXISTS (SELECT 1 FROM main.sqlite_master WHERE type = 'table'"
@@ -3587,6 +3597,18 @@ static int read_version(tocsin_db *db, int *out, char *shown, size_t cap, int *k
     if (rc == SQLITE_ROW) valid = parse_version(st, out, shown, cap);
     sqlite3_finalize(st);
     if (rc != SQLITE_ROW && rc != SQLITE_DONE) return tc_sqlerr(db, rc, "read schema version");
+    if (valid && *out == TOCSIN_SCHEMA_VERSION) { /* a short statement: a host's low limits */
+        rc = tc_prepare(db, "SELECT name FROM main.sqlite_master WHERE type = 'trigger' AND name LIKE '%_top'", 0, &st);
+        if (rc != SQLITE_OK) return tc_sqlerr(db, rc, "read schema");
+        while ((rc = tc_step(db, st)) == SQLITE_ROW) {
+            const char *name = (const char *)sqlite3_column_text(st, 0);
+            int i;
+            for (i = 0; name && i < 3; i++)
+                if (strcmp(name, TOP_TRIGGERS[i]) == 0) *tops |= 1 << i;
+        }
+        sqlite3_finalize(st);
+        if (rc != SQLITE_DONE) return tc_sqlerr(db, rc, "read schema");
+    }
     if (!valid) {
         *out = 0;
         if (rc == SQLITE_ROW)
@@ -3600,6 +3622,20 @@ static int read_version(tocsin_db *db, int *out, char *shown, size_t cap, int *k
     return TOCSIN_OK;
 }
 
+/* A v2 schema whose <table>_top trigger was dropped (by hand: tocsin never
+ * drops it) would hand the id of a deleted top row out again, and with it the
+ * fencing tokens of that job's claims: refused, not used silently. */
+static int missing_trigger(tocsin_db *db, int tops) {
+    int i;
+    for (i = 0; i < 3; i++)
+        if (!(tops & (1 << i)))
+            return tc_err(db, TOCSIN_CORRUPT,
+                          "the tocsin schema v%d lacks its trigger %s (dropped by hand?): without it "
+                          "the id of a deleted highest row would be handed out again",
+                          TOCSIN_SCHEMA_VERSION, TOP_TRIGGERS[i]);
+    return TOCSIN_OK;
+}
+
 /* The refusal of a schema newer than this library's; shown is read_version's
  * quoted text of the stored version. */
 static int newer_schema(tocsin_db *db, const char *shown) {
@@ -3608,33 +3644,47 @@ static int newer_schema(tocsin_db *db, const char *shown) {
                   (int)strlen(shown) - 2, shown + 1, TOCSIN_SCHEMA_VERSION);
 }
 
+int tc_schema_precheck(tocsin_db *db) {
+    int v, keeper, tops, rc;
+    char shown[48];
+    if ((rc = read_version(db, &v, shown, sizeof shown, &keeper, &tops)) != TOCSIN_OK) return rc;
+    if (v == TOCSIN_SCHEMA_VERSION) return missing_trigger(db, tops);
+    return v > TOCSIN_SCHEMA_VERSION ? newer_schema(db, shown) : TOCSIN_OK;
+}
+
 int tc_schema_install(tocsin_db *db, int *out_version) {
     tc_op op;
-    int v, rc, from, legacy = -1, keeper, read_only;
+    int v, rc, from, legacy = -1, keeper, tops, read_only, file_ro;
     char sql[160], shown[48];
     *out_version = 0;
-    if ((rc = read_version(db, &v, shown, sizeof shown, &keeper)) != TOCSIN_OK) return rc;
+    if ((rc = read_version(db, &v, shown, sizeof shown, &keeper, &tops)) != TOCSIN_OK) return rc;
     if (v > TOCSIN_SCHEMA_VERSION) return newer_schema(db, shown);
+    if (v == TOCSIN_SCHEMA_VERSION && (rc = missing_trigger(db, tops)) != TOCSIN_OK) return rc;
     if (v == TOCSIN_SCHEMA_VERSION && keeper) {
         *out_version = v;
         return TOCSIN_OK;
     }
     /* PRAGMA query_only on a host's connection: say so now, not "cannot begin a
-     * write transaction" from a call that only reads */
-    read_only = db->read_only || (!db->owns_conn && tc_query_only(db->conn));
+     * write transaction" from a call that only reads. A file SQLite could open
+     * only read-only (its permissions, a read-only medium) is read-only too, for
+     * tocsin_open's read-write handle as well. */
+    file_ro = sqlite3_db_readonly(db->conn, "main") == 1;
+    read_only = db->read_only || file_ro || (!db->owns_conn && tc_query_only(db->conn));
     if (v == TOCSIN_SCHEMA_VERSION && read_only) { /* its reads need no keeper: a writer adds it */
         *out_version = v;
         return TOCSIN_OK;
     }
     if (read_only)
         return tc_err(db, TOCSIN_READONLY,
-                      "the database has %s; open it read-write once to install schema v%d",
-                      v ? "an older tocsin schema" : "no tocsin schema", TOCSIN_SCHEMA_VERSION);
+                      "the database has %s; open it read-write once to install schema v%d%s",
+                      v ? "an older tocsin schema" : "no tocsin schema", TOCSIN_SCHEMA_VERSION,
+                      file_ro && !db->read_only ? " (the file is read-only to this process)" : "");
     if ((rc = tc_op_open(db, &op, 1)) != TOCSIN_OK) return rc;
     /* Another process may have installed it while we waited for the lock. */
-    rc = read_version(db, &v, shown, sizeof shown, &keeper);
+    rc = read_version(db, &v, shown, sizeof shown, &keeper, &tops);
     if (rc == TOCSIN_OK && v == TOCSIN_SCHEMA_VERSION) { /* a v2 file from before the keeper */
-        if (!keeper) rc = tc_exec(db, SEQUENCE_KEEPER, "install schema");
+        rc = missing_trigger(db, tops);
+        if (rc == TOCSIN_OK && !keeper) rc = tc_exec(db, SEQUENCE_KEEPER, "install schema");
         rc = tc_op_end(db, &op, rc);
         if (rc == TOCSIN_OK) *out_version = v;
         return rc;

@@ -427,6 +427,9 @@ char *tc_buf_take(tc_buf *b); /* NUL-terminated, owned (tocsin_free); NULL on oo
 
 /* ---- schema (schema.c) ---- */
 int tc_schema_install(tocsin_db *db, int *out_version);
+/* Refuses, before tocsin_open writes anything (the switch to WAL), a schema
+ * newer than this library's or a malformed schema_version. */
+int tc_schema_precheck(tocsin_db *db);
 
 /* ---- queue internals shared with the SQL layer (queue.c) ---- */
 char *tc_jobs_json(const tocsin_job *jobs, size_t n); /* owned; NULL on oom */

@@ -524,6 +524,102 @@ static void sqlite_copies(void) {
     CHECK_EQ_I(tocsin_check_sqlite_copies(msg, sizeof msg), TOCSIN_OK);
 }
 
+/* The journal mode in the header of a rollback-journal file: bytes 18 and 19 (1: legacy). */
+static int header_mode(const char *path) {
+    unsigned char h[20] = {0};
+    FILE *f = fopen(path, "rb");
+    size_t n = f ? fread(h, 1, sizeof h, f) : 0;
+    if (f) fclose(f);
+    return n == sizeof h ? h[18] * 10 + h[19] : -1;
+}
+
+/* A file tocsin must refuse (a newer schema, a malformed schema_version) is
+ * refused by tocsin_open before it writes anything: its switch to WAL would
+ * rewrite the header of a rollback-journal file. */
+static void refusal_writes_nothing(void) {
+    static const char *const set[] = {"'3'", "'2 '"};
+    static const int want[] = {TOCSIN_VERSION, TOCSIN_CORRUPT};
+    const char *p = t_path("refuse");
+    size_t i;
+    for (i = 0; i < sizeof set / sizeof set[0]; i++) {
+        tocsin_db *db = NULL;
+        char sql[200];
+        CHECK_OK(db, tocsin_open(&db, p, NULL));
+        snprintf(sql, sizeof sql,
+                 "UPDATE _tocsin_meta SET value = %s WHERE key = 'schema_version'; PRAGMA journal_mode=DELETE",
+                 set[i]);
+        CHECK_OK(db, tocsin_exec(db, sql));
+        tocsin_close(db);
+        CHECK_EQ_I(header_mode(p), 11);
+        db = NULL;
+        CHECK_EQ_I(tocsin_open(&db, p, NULL), want[i]);
+        tocsin_close(db);
+        CHECK_EQ_I(header_mode(p), 11); /* still a rollback-journal file */
+        remove(p);
+    }
+}
+
+/* A file SQLite opens read-only under a read-write tocsin_open (its permissions;
+ * here a URI's mode=ro) is read-only to the installer: a current v2 file
+ * without _tocsin_sequence_keeper opens and reads (as a read-only handle would),
+ * an older schema is refused as TOCSIN_READONLY saying why, and nothing is written. */
+static void read_only_file(void) {
+    tocsin_db *db = NULL, *ro = NULL;
+    int64_t id = 0;
+    char uri[600];
+    const char *p = t_path("rofile");
+    tocsin_job *job = NULL;
+    CHECK_OK(db, tocsin_open(&db, p, NULL));
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "{}", NULL));
+    CHECK_OK(db, tocsin_exec(db, "DROP TABLE _tocsin_sequence_keeper"));
+    snprintf(uri, sizeof uri, "file:%s?mode=ro", p);
+    CHECK_OK(ro, tocsin_open(&ro, uri, NULL));
+    if (ro) {
+        CHECK_OK(ro, tocsin_job_get(ro, &job, id));
+        CHECK(job != NULL);
+        tocsin_jobs_free(job, 1);
+        CHECK_EQ_I(tocsin_queue_enqueue(ro, &id, "q", "{}", NULL), TOCSIN_READONLY);
+    }
+    tocsin_close(ro);
+    CHECK_EQ_I(t_count(db, "sqlite_master WHERE name = '_tocsin_sequence_keeper'"), 0);
+    CHECK_OK(db, tocsin_exec(db, "UPDATE _tocsin_meta SET value = '1' WHERE key = 'schema_version'"));
+    ro = NULL;
+    CHECK_EQ_I(tocsin_open(&ro, uri, NULL), TOCSIN_READONLY);
+    CHECK(strstr(tocsin_errmsg(ro), "older tocsin schema") && strstr(tocsin_errmsg(ro), "file is read-only"));
+    tocsin_close(ro);
+    CHECK_EQ_I(t_count(db, "_tocsin_meta WHERE key = 'schema_version' AND value = '1'"), 1);
+    tocsin_close(db);
+}
+
+/* A v2 schema whose <table>_top trigger was dropped by hand would hand a
+ * deleted top row's id (and its claims' fencing tokens) out again: every
+ * handle refuses it as TOCSIN_CORRUPT, naming the trigger, and writes nothing. */
+static void dropped_trigger(void) {
+    static const char *const trig[] = {"_tocsin_jobs_top", "_tocsin_events_top", "_tocsin_notifications_top"};
+    const char *p = t_path("notrigger");
+    size_t i;
+    for (i = 0; i < sizeof trig / sizeof trig[0]; i++) {
+        tocsin_db *db = NULL, *again = NULL;
+        tocsin_open_opts o = TOCSIN_OPEN_OPTS_INIT;
+        char sql[120];
+        int ro;
+        CHECK_OK(db, tocsin_open(&db, p, NULL));
+        snprintf(sql, sizeof sql, "DROP TRIGGER %s", trig[i]);
+        CHECK_OK(db, tocsin_exec(db, sql));
+        for (ro = 0; ro < 2; ro++) {
+            o.read_only = ro;
+            CHECK_EQ_I(tocsin_open(&again, p, &o), TOCSIN_CORRUPT);
+            CHECK(again && strstr(tocsin_errmsg(again), trig[i]) != NULL);
+            tocsin_close(again);
+            again = NULL;
+        }
+        snprintf(sql, sizeof sql, "sqlite_master WHERE name = '%s'", trig[i]);
+        CHECK_EQ_I(t_count(db, sql), 0);
+        tocsin_close(db);
+        remove(p);
+    }
+}
+
 void suite_basics(void) {
     versions();
     open_and_schema();
@@ -534,6 +630,9 @@ void suite_basics(void) {
     ids_never_reused();
     remembered_next_id();
     sqlite_copies();
+    refusal_writes_nothing();
+    read_only_file();
+    dropped_trigger();
 }
 
 /* The JSON validator agrees with RFC 8259 (and with SQLite's json_valid on it). */

@@ -1070,6 +1070,15 @@ static void half_open_keeps_error(void) {
     CHECK(rc != TOCSIN_OK && l == NULL);
     CHECK_EQ_I(tocsin_errcode(NULL), rc);
     CHECK(strstr(tocsin_errmsg(NULL), "_tocsin_notifications") != NULL);
+    tocsin_close(db);
+    /* a file of its own: one without _tocsin_notifications (and so its trigger
+     * _tocsin_notifications_top) is refused as a whole by every open */
+    snprintf(path, sizeof path, "%s", t_path("half_open_stream"));
+    db = NULL;
+    CHECK_OK(db, tocsin_open(&db, path, NULL));
+    CHECK(sqlite3_open(path, &raw) == SQLITE_OK);
+    CHECK(sqlite3_exec(raw, "DROP TABLE _tocsin_offsets", NULL, NULL, NULL) == SQLITE_OK);
+    sqlite3_close(raw);
     rc = tocsin_stream_sub_open(&s, db, "t", "c", NULL);
     CHECK(rc != TOCSIN_OK && s == NULL);
     CHECK_EQ_I(tocsin_errcode(NULL), rc);
