@@ -1701,7 +1701,7 @@ int tocsin_open(tocsin_db **out, const char *path, const tocsin_open_opts *opts)
     tc_own_conn_setup(db);
     tc_identify(db);
     /* a newer or damaged schema is refused before the switch to WAL writes the header */
-    if ((rc = tc_schema_precheck(db)) != TOCSIN_OK) return rc;
+    if ((rc = tc_schema_precheck(db)) != TOCSIN_OK) return explain_open(db, path, rc);
     if (!db->read_only && (rc = set_wal(db)) != TOCSIN_OK) return explain_open(db, path, rc);
     if ((rc = tc_exec(db, "PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON", "set pragmas")) != TOCSIN_OK)
         return explain_open(db, path, rc);
