@@ -936,15 +936,19 @@ static wrun *reserve_pop(tocsin_worker *w) {
  * run of it whose lease was lost -- another worker took it over after a stall,
  * then handed it back or retried it -- may still be running here waits in the
  * reserve, its lease renewed, until that run is gone (finished and dropped).
- * Returns whether r is held back. By the step (under mu and inmu), before r is
- * linked into w->runs.
+ * hold_back returns whether r is held back. By the step (under mu and inmu),
+ * before r is linked into w->runs.
  */
-static int hold_back(tocsin_worker *w, wrun *r) {
-    wrun *o;
+static int lost_run_of(const tocsin_worker *w, int64_t job_id) {
+    const wrun *o;
     if (!w->nlost) return 0;
     for (o = w->runs; o; o = o->next)
-        if (o->lost && o->pub.job_id == r->pub.job_id) break;
-    if (!o) return 0;
+        if (o->lost && o->pub.job_id == job_id) return 1;
+    return 0;
+}
+
+static int hold_back(tocsin_worker *w, wrun *r) {
+    if (!lost_run_of(w, r->pub.job_id)) return 0;
     r->held_back = 1;
     w->nheld++;
     return 1;
@@ -953,13 +957,10 @@ static int hold_back(tocsin_worker *w, wrun *r) {
 /* The held-back runs whose lost run is gone may be handed out. By the step
  * (under mu and inmu). */
 static void release_held(tocsin_worker *w) {
-    wrun *r, *o;
+    wrun *r;
     w->held_news = 0;
     for (r = w->reserve; r && w->nheld; r = r->res_next) {
-        if (!r->held_back) continue;
-        for (o = w->runs; o; o = o->next)
-            if (o->lost && o->pub.job_id == r->pub.job_id) break;
-        if (!o) {
+        if (r->held_back && !lost_run_of(w, r->pub.job_id)) {
             r->held_back = 0;
             w->nheld--;
         }
