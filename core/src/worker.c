@@ -159,7 +159,7 @@ typedef struct wrun {
     int held_back;            /* reserved behind a lost run of the same job whose handler
                                  may still run (under inmu): see hold_back */
     struct wrun *res_next;    /* on w->reserve, oldest first */
-    int64_t handed_us;        /* monotonic: when it was handed out */
+    int64_t handed_us;        /* run clock (run_clock_us): when it was handed out, -1: not yet */
     _Atomic int finishing;    /* 0, W_FINISHING (a finish is under way) or W_FINISHED
                                  (its outcome is batched or written; set by any thread) */
     struct wrun *rel_next;    /* on w->released: acked in the caller's transaction */
@@ -169,7 +169,7 @@ typedef struct wrun {
 typedef struct wdone {
     wrun *run;
     tocsin_outcome o;
-    int64_t ran_us; /* how long the run took (handed out -> finished), 0: unknown */
+    int64_t ran_us; /* how long the run took (handed out -> finished), < 0: unknown */
 } wdone;
 
 struct tocsin_worker {
@@ -252,6 +252,15 @@ static void w_unlock(tocsin_worker *w) { pthread_mutex_unlock(&w->mu); }
 static void free_run(wrun *r);
 static void unlink_run(tocsin_worker *w, wrun *r);
 
+/* The clock runs are timed on, for the reserve (handed out -> finished): the
+ * handle's clock when one was set (tocsin_set_clock: a test's clock decides
+ * what a run took, as it decides deadlines), else the monotonic clock, in us.
+ * now_ms: the handle's time if the caller read it already (< 0: read it). */
+static int64_t run_clock_us(tocsin_worker *w, int64_t now_ms, int64_t mono_us) {
+    if (!w->db->clock) return mono_us;
+    return (now_ms >= 0 ? now_ms : tocsin_now(w->db)) * 1000;
+}
+
 /* Moves the outcomes recorded since the last step into the batch, and lets the
  * reserve follow the mean run time. Under w->mu. */
 static int take_incoming(tocsin_worker *w) {
@@ -276,7 +285,7 @@ static int take_incoming(tocsin_worker *w) {
     for (i = 0; i < w->nin; i++) {
         int64_t d = w->in[i].ran_us;
         w->done[w->ndone++] = w->in[i];
-        if (d > 0) {
+        if (d >= 0) {
             w->run_ewma_us = w->runs_measured ? w->run_ewma_us + (d - w->run_ewma_us) / 8 : d;
             w->runs_measured++;
         }
@@ -853,10 +862,10 @@ static int finish_claimed(tocsin_worker *w, tocsin_db *tx, wrun *r, const tocsin
         w->capin = cap;
     }
     {
-        int64_t now_us = tc_monotonic_us();
+        int64_t now_us = tc_monotonic_us(), ran_us = run_clock_us(w, -1, now_us);
         w->in[w->nin].run = r;
         w->in[w->nin].o = c;
-        w->in[w->nin].ran_us = r->handed_us ? now_us - r->handed_us : 0;
+        w->in[w->nin].ran_us = r->handed_us >= 0 && ran_us >= r->handed_us ? ran_us - r->handed_us : -1;
         if (!w->nin++) w->in_first_us = now_us;
     }
     atomic_store(&r->finishing, W_FINISHED);
@@ -1247,6 +1256,7 @@ static int make_run(tocsin_worker *w, const tocsin_job *j, wrun **out) {
     *out = NULL;
     if (!(r = sqlite3_malloc(sizeof *r))) return tc_err(db, TOCSIN_NOMEM, "worker: out of memory");
     memset(r, 0, sizeof *r);
+    r->handed_us = -1;
     memset(&e, 0, sizeof e);
     /* read in C, not by SQL's JSON functions: a run is made inside the
      * claim's write transaction, where they cost a tenth of a no-op task */
@@ -1400,7 +1410,7 @@ typedef struct next_ctx {
 /* Hands a run out: it starts now. Under inmu. */
 static void hand_out(tocsin_worker *w, wrun **got, size_t *ngot, wrun *r, int64_t now, int64_t mono) {
     r->pub.started_at = now;
-    r->handed_us = mono;
+    r->handed_us = run_clock_us(w, now, mono);
     got[(*ngot)++] = r;
     w->handed++;
 }
