@@ -9897,18 +9897,23 @@ static int64_t run_backoff(const wrun *r, int64_t runs) {
     return tocsin_backoff_ms(base, cap, runs < 1 ? 1 : (int)runs);
 }
 
-/* Cuts a traceback to TOCSIN_MAX_TRACE_BYTES on a UTF-8 boundary (owned copy). */
-static char *cut_trace(const char *s) {
+/* An owned copy of s cut to max bytes on a UTF-8 boundary. */
+static char *cut_text(const char *s, size_t max) {
     size_t n;
     char *p;
     if (!s) return NULL;
     n = strlen(s);
-    if (n > TOCSIN_MAX_TRACE_BYTES) n = TOCSIN_MAX_TRACE_BYTES;
+    if (n > max) n = max;
     if (!(p = sqlite3_malloc64(n + 1))) return NULL;
     memcpy(p, s, n);
     p[n] = 0;
-    tc_cut_utf8(p, TOCSIN_MAX_TRACE_BYTES);
+    tc_cut_utf8(p, max);
     return p;
+}
+
+/* A traceback, cut to TOCSIN_MAX_TRACE_BYTES (owned copy). */
+static char *cut_trace(const char *s) {
+    return cut_text(s, TOCSIN_MAX_TRACE_BYTES);
 }
 
 /* A final failure: dead now (reason `reason` via fail or retry), its error as the result. */
@@ -9975,14 +9980,15 @@ static int check_outcome(tocsin_db *db, const tocsin_outcome *o) {
     if (o->kind == TOCSIN_OUTCOME_OK && o->value &&
         (rc = tc_check_payload(db, "result value", o->value)) != TOCSIN_OK)
         return rc;
+    /* a message, a hand-back reason and a trace are cut (finish_claimed), not
+     * refused: a long exception text must not turn a retry into a death. Only
+     * their encoding must be right. */
     if (o->kind == TOCSIN_OUTCOME_HAND_BACK &&
-        (rc = tc_check_text(db, "hand-back reason", o->error_message, (size_t)db->max_payload)) != TOCSIN_OK)
+        (rc = tc_check_text(db, "hand-back reason", o->error_message, SIZE_MAX)) != TOCSIN_OK)
         return rc;
     if (o->kind == TOCSIN_OUTCOME_ERROR || o->kind == TOCSIN_OUTCOME_FAIL) {
         if (o->error_type && (rc = tc_check_name(db, "error type", o->error_type)) != TOCSIN_OK) return rc;
-        if ((rc = tc_check_text(db, "error message", o->error_message, (size_t)db->max_payload)) != TOCSIN_OK)
-            return rc;
-        /* a trace is cut, not refused: only its encoding must be right */
+        if ((rc = tc_check_text(db, "error message", o->error_message, SIZE_MAX)) != TOCSIN_OK) return rc;
         if ((rc = tc_check_text(db, "error trace", o->error_trace, SIZE_MAX)) != TOCSIN_OK) return rc;
     }
     /* delay_ms is read for ERROR and HAND_BACK only: an OK or FAIL outcome
@@ -10043,7 +10049,26 @@ int tocsin_worker_flush(tocsin_worker *w, size_t *out_lost) {
 /* The finish of a run this thread claimed (W_FINISHING): on success the run is
  * W_FINISHED and no longer ours to touch (a step may free it at once); on
  * failure nothing was recorded and the caller gives the claim back. */
+static int finish_checked(tocsin_worker *w, tocsin_db *tx, wrun *r, const tocsin_outcome *o);
 static int finish_claimed(tocsin_worker *w, tocsin_db *tx, wrun *r, const tocsin_outcome *o) {
+    tocsin_outcome shorter;
+    char *cut;
+    int rc;
+    if (!o || o->kind == TOCSIN_OUTCOME_OK || !o->error_message ||
+        strlen(o->error_message) <= (size_t)w->db->max_payload)
+        return finish_checked(w, tx, r, o);
+    /* a message over the payload limit is cut to it (on a UTF-8 boundary), as
+     * last_error and the error result store it, and the outcome stands */
+    if (!(cut = cut_text(o->error_message, (size_t)w->db->max_payload)))
+        return tc_err(w->db, TOCSIN_NOMEM, "worker: out of memory");
+    shorter = *o;
+    shorter.error_message = cut;
+    rc = finish_checked(w, tx, r, &shorter);
+    sqlite3_free(cut);
+    return rc;
+}
+
+static int finish_checked(tocsin_worker *w, tocsin_db *tx, wrun *r, const tocsin_outcome *o) {
     tocsin_outcome c;
     int rc;
     tocsin_outcome refused = TOCSIN_OUTCOME_INIT;

@@ -377,6 +377,76 @@ static void outcomes(void) {
     tocsin_close(db);
 }
 
+/* An error message or hand-back reason over the payload limit (a long
+ * exception text) is cut to the limit, in a transaction or not, and the
+ * outcome stands: the job retries, dies or goes back as it would with a short
+ * message. Before, it ended the run as a final InvalidOutcome failure. */
+static void long_messages_cut(void) {
+    t_clock clk = {1000000};
+    tocsin_db *db = t_open("w_long_msg", &clk), *tx = NULL;
+    tocsin_worker *w = open_worker(db, "w1", 8);
+    tocsin_task_run **runs = NULL, *r[4] = {NULL, NULL, NULL, NULL};
+    tocsin_outcome o = TOCSIN_OUTCOME_INIT;
+    tocsin_result *res = NULL;
+    tocsin_job *job = NULL;
+    int64_t ids[4];
+    size_t n = 0, i, k;
+    char big[300];
+    for (i = 0; i < 4; i++) ids[i] = call(db, "add", "[1]", 3);
+    CHECK_OK(db, tocsin_set_max_payload(db, 64));
+    CHECK_OK(db, tocsin_worker_next(w, &runs, &n, 0));
+    CHECK_EQ_I(n, 4);
+    for (i = 0; i < n; i++)
+        for (k = 0; k < 4; k++)
+            if (runs[i]->job_id == ids[k]) r[k] = runs[i];
+    tocsin_free(runs);
+    if (!(r[0] && r[1] && r[2] && r[3])) {
+        CHECK(0);
+        return;
+    }
+    /* 99 x "\xc3\xa9" (e-acute): the cut falls inside a character at 64 */
+    for (i = 0; i + 2 < sizeof big; i += 2) {
+        big[i] = (char)0xc3;
+        big[i + 1] = (char)0xa9;
+    }
+    big[sizeof big - 2] = 'x';
+    big[sizeof big - 1] = 0;
+    o.kind = TOCSIN_OUTCOME_ERROR;
+    o.error_type = "ValueError";
+    o.error_message = big;
+    CHECK_OK(db, tocsin_worker_finish(w, NULL, r[0], &o)); /* retried */
+    CHECK_OK(db, tocsin_tx_begin(db, &tx));
+    CHECK_OK(tx, tocsin_worker_finish(w, tx, r[1], &o)); /* retried, in the caller's transaction */
+    CHECK_OK(tx, tocsin_tx_commit(tx));
+    o.kind = TOCSIN_OUTCOME_FAIL;
+    CHECK_OK(db, tocsin_worker_finish(w, NULL, r[2], &o)); /* dead, the error its result */
+    o.kind = TOCSIN_OUTCOME_HAND_BACK;
+    o.error_type = NULL;
+    CHECK_OK(db, tocsin_worker_finish(w, NULL, r[3], &o)); /* back, no attempt spent */
+    CHECK_OK(db, tocsin_worker_flush(w, NULL));
+    CHECK_EQ_I(tocsin_worker_in_flight(w), 0);
+    for (k = 0; k < 2; k++) {
+        CHECK_OK(db, tocsin_job_get(db, &job, ids[k]));
+        CHECK(job && strcmp(job->state, "scheduled") == 0 && job->attempts == 1);
+        CHECK(job && job->last_error && strncmp(job->last_error, "ValueError: \xc3\xa9", 14) == 0);
+        CHECK(job && job->last_error && strlen(job->last_error) <= 64 && strlen(job->last_error) >= 62);
+        tocsin_jobs_free(job, 1);
+    }
+    CHECK_OK(db, tocsin_job_get(db, &job, ids[2]));
+    CHECK(job && strcmp(job->state, "dead") == 0 && strcmp(job->reason, "failed") == 0);
+    tocsin_jobs_free(job, 1);
+    CHECK_OK(db, tocsin_result_get(db, &res, ids[2]));
+    CHECK(res && res->is_error && strcmp(res->error_type, "ValueError") == 0);
+    CHECK(res && strlen(res->error_message) == 64 && memcmp(res->error_message, big, 64) == 0);
+    tocsin_result_free(res);
+    CHECK_OK(db, tocsin_job_get(db, &job, ids[3]));
+    CHECK(job && strcmp(job->state, "pending") == 0);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE handbacks = 1 AND state = 'pending'"), 1);
+    tocsin_jobs_free(job, 1);
+    tocsin_worker_close(w);
+    tocsin_close(db);
+}
+
 /* Contents the core cannot store end the run as a final failure (without a
  * transaction), or are refused with nothing written (in one). */
 static void refused_outcomes(void) {
@@ -2197,6 +2267,7 @@ void suite_worker(void) {
     foreign_runs_and_late_registration();
     outcomes();
     refused_outcomes();
+    long_messages_cut();
     finish_in_transaction();
     late_results_time_out();
     task_attempts_bound();
