@@ -10322,13 +10322,17 @@ static int note_cancelled(tocsin_worker *w, wrun *r) {
     return TOCSIN_OK;
 }
 
-/* Renews the leases of the running jobs and the registry's heartbeat. */
+/* Renews the leases of the running jobs, of the finished runs whose outcomes
+ * wait in the batch (a group commit that keeps failing -- a full disk, a
+ * failing hook -- must not let them lapse and run again), and the registry's
+ * heartbeat. */
 static int renew(tocsin_worker *w, int64_t now) {
     tocsin_db *db = w->db;
     sqlite3_stmt *st;
     wrun *r;
     tc_op op;
     int rc;
+    size_t i;
     wrun *next;
     if ((rc = tc_op_begin(db, &op, 1)) != TOCSIN_OK) return rc;
     for (r = w->runs; r && rc == TOCSIN_OK; r = next) {
@@ -10337,6 +10341,11 @@ static int renew(tocsin_worker *w, int64_t now) {
         if (r->lost || r->finishing) continue;
         rc = tocsin_job_heartbeat(db, &ok, r->pub.job_id, r->pub.token, w->vis);
         if (rc == TOCSIN_OK && !ok) rc = note_cancelled(w, r);
+    }
+    for (i = 0; i < w->ndone && rc == TOCSIN_OK; i++) {
+        int ok = 1; /* a lease lost meanwhile: the batch's write finds it so */
+        if (!w->done[i].run->lost)
+            rc = tocsin_job_heartbeat(db, &ok, w->done[i].run->pub.job_id, w->done[i].run->pub.token, w->vis);
     }
     if (rc == TOCSIN_OK && !(st = tc_stmt(db, SQL_W_HEARTBEAT))) rc = TC_ERRCODE;
     if (rc == TOCSIN_OK) {

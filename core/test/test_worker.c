@@ -447,6 +447,47 @@ static void long_messages_cut(void) {
     tocsin_close(db);
 }
 
+/* Outcomes that wait in the batch keep their leases: a group commit that
+ * keeps failing (here a trigger refuses the result; a full disk does the
+ * same) while the renewals commit must not let the finished job lapse and run
+ * again on another worker. It commits, once, when the write works again. */
+static void batched_outcomes_renewed(void) {
+    t_clock clk = {1000000};
+    tocsin_db *db = t_open("w_batch_renew", &clk);
+    tocsin_worker *w = open_worker(db, "w1", 1), *w2 = open_worker(db, "w2", 1);
+    tocsin_outcome ok = TOCSIN_OUTCOME_INIT;
+    tocsin_task_run *r, **got = NULL;
+    size_t n = 0;
+    int i, rc;
+    int64_t id = call(db, "add", "[1]", 3);
+    r = next_run(w, &rc);
+    CHECK(r != NULL);
+    if (!r) return;
+    CHECK_EQ_I(sqlite3_exec(tocsin_sqlite(db),
+                            "CREATE TRIGGER no_results BEFORE INSERT ON _tocsin_results "
+                            "BEGIN SELECT RAISE(ABORT, 'the disk is full'); END",
+                            NULL, NULL, NULL),
+               SQLITE_OK);
+    CHECK_OK(db, tocsin_worker_finish(w, NULL, r, &ok));
+    for (i = 0; i < 8; i++) { /* 8 x 11 s: three leases' time */
+        clk.now += 11000;
+        rc = tocsin_worker_next(w, &got, &n, 0);
+        CHECK(rc != TOCSIN_OK || n == 0);
+        if (rc == TOCSIN_OK) tocsin_free(got);
+        got = NULL;
+        CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE state = 'processing'"), 1);
+        CHECK(next_run(w2, NULL) == NULL); /* never claimed again */
+    }
+    CHECK_EQ_I(sqlite3_exec(tocsin_sqlite(db), "DROP TRIGGER no_results", NULL, NULL, NULL), SQLITE_OK);
+    CHECK_OK(db, tocsin_worker_flush(w, NULL));
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 0);
+    CHECK_EQ_I(t_count(db, "_tocsin_results"), 1);
+    (void)id;
+    CHECK_OK(db, tocsin_worker_close(w));
+    CHECK_OK(db, tocsin_worker_close(w2));
+    tocsin_close(db);
+}
+
 /* Contents the core cannot store end the run as a final failure (without a
  * transaction), or are refused with nothing written (in one). */
 static void refused_outcomes(void) {
@@ -2268,6 +2309,7 @@ void suite_worker(void) {
     outcomes();
     refused_outcomes();
     long_messages_cut();
+    batched_outcomes_renewed();
     finish_in_transaction();
     late_results_time_out();
     task_attempts_bound();
