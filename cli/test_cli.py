@@ -849,7 +849,8 @@ def replay_of_a_file_in_a_read_only_directory():
 # ---- the dashboard's HTTP surface ----
 class Server:
     def __init__(self, db, *args, env=None):
-        self.p = subprocess.Popen([TOCSIN, "ui", db, "--port", "0", *args], stdout=subprocess.PIPE,
+        port = [] if "--port" in args else ["--port", "0"]
+        self.p = subprocess.Popen([TOCSIN, "ui", db, *port, *args], stdout=subprocess.PIPE,
                                   stderr=subprocess.PIPE, text=True,
                                   env=None if env is None else {**os.environ, **env})
         line = wait_line(self.p.stdout)
@@ -996,11 +997,58 @@ def ui_access_token():
         st, _, body = http(s.url + "api/snapshot", "GET", {"Authorization": "Bearer s3cret-token"})
         assert st == 200 and "stats" in json.loads(body)
         st, h, _ = http(s.url + "?token=s3cret-token")
-        assert st == 200 and "HttpOnly" in h["Set-Cookie"] and "SameSite=Strict" in h["Set-Cookie"]
+        assert st == 200, st
         port = s.url.rstrip("/").rsplit(":", 1)[1]
-        assert h["Set-Cookie"].startswith(f"tocsin_token_{port}=s3cret-token;"), h
-        st, _, _ = http(s.url + "metrics", "GET", {"Cookie": f"tocsin_token_{port}=s3cret-token"})
+        # a browser sends a host's cookies to every port of it: the cookie is this dashboard's
+        # own (its port in the name) and holds a random session id, never the token, so
+        # another app of the host that receives it learns nothing it could use elsewhere
+        m = re.fullmatch(rf"tocsin_session_{port}=([0-9a-f]{{32}}); HttpOnly; SameSite=Strict; Path=/",
+                         h["Set-Cookie"])
+        assert m, h["Set-Cookie"]
+        session = m.group(1)
+        assert "s3cret-token" not in h["Set-Cookie"]
+        assert http(s.url + "metrics", "GET", {"Cookie": f"tocsin_session_{port}={session}"})[0] == 200
+        # the session id is a cookie only: not a token, not another port's cookie name
+        assert http(s.url + "metrics", "GET", {"Authorization": f"Bearer {session}"})[0] == 401
+        assert http(s.url + f"metrics?token={session}")[0] == 401
+        assert http(s.url + "metrics", "GET", {"Cookie": f"tocsin_session_1{port}={session}"})[0] == 401
+        # the old cookie (the token itself, under the old name) opens nothing any more
+        assert http(s.url + "metrics", "GET", {"Cookie": f"tocsin_token_{port}=s3cret-token"})[0] == 401
+        # an old or foreign cookie of our name is ignored, wherever it comes: before ours
+        # (a longer Path another app set), after it, or alone (401, as with no cookie)
+        for cookie in (f"tocsin_session_{port}=stale0123; tocsin_session_{port}={session}",
+                       f"tocsin_session_{port}={session}; tocsin_session_{port}=stale0123",
+                       f"other=1; tocsin_session_{port}={session}; junk",
+                       f'tocsin_session_{port}="{session}x"; tocsin_session_{port}={session}'):
+            st, _, body = http(s.url + "metrics", "GET", {"Cookie": cookie})
+            assert st == 200, (cookie, st, body)
+        st, _, body = http(s.url + "api/snapshot", "GET", {"Cookie": f"tocsin_session_{port}=stale0123"})
+        assert st == 401 and "open /?token=T again" in body, (st, body)
+        # with a valid token beside it, a stale cookie changes nothing: the page is served
+        # and hands out the current session
+        st, h, _ = http(s.url + "?token=s3cret-token", "GET", {"Cookie": f"tocsin_session_{port}=stale0123"})
+        assert st == 200 and session in h["Set-Cookie"], h
+        # the mutations still want the CSRF token, cookie or not
+        st, _, page = http(s.url, "GET", {"Cookie": f"tocsin_session_{port}={session}"})
         assert st == 200
+        assert http(s.url + "api/pause?queue=q", "POST", {"Cookie": f"tocsin_session_{port}={session}"})[0] == 403
+        assert http(s.url + "api/pause?queue=q", "POST", {"Cookie": f"tocsin_session_{port}={session}",
+                                                          "X-Tocsin-CSRF": csrf_of(page)})[0] == 200
+    finally:
+        assert s.stop() == 0
+    # a restart draws a new session: the last run's cookie (same port, same token) is ignored
+    s = Server(db, "--token", "s3cret-token")
+    try:
+        port = s.url.rstrip("/").rsplit(":", 1)[1]
+        first = http(s.url + "?token=s3cret-token")[1]["Set-Cookie"].split(";")[0]
+    finally:
+        assert s.stop() == 0
+    s = Server(db, "--port", port, "--token", "s3cret-token")
+    try:
+        assert http(s.url + "metrics", "GET", {"Cookie": first})[0] == 401
+        second = http(s.url + "?token=s3cret-token")[1]["Set-Cookie"].split(";")[0]
+        assert second != first and second.startswith(f"tocsin_session_{port}=")
+        assert http(s.url + "metrics", "GET", {"Cookie": second})[0] == 200
     finally:
         assert s.stop() == 0
     # two dashboards of one host: a browser keeps cookies per host, not per port, so the
@@ -1014,6 +1062,13 @@ def ui_access_token():
         for srv in (a, b):
             with opener.open(srv.url + "api/snapshot", timeout=10) as r:
                 assert r.status == 200 and "stats" in json.loads(r.read())
+        # the jar holds a cookie of each, neither holding a token
+        assert len(jar) == 2 and all(c.name.startswith("tocsin_session_") for c in jar), list(jar)
+        assert not any("token-of" in c.value for c in jar)
+        # a's cookie opens nothing on b: a session id is good on its own dashboard only
+        a_cookie = [c for c in jar if c.name.endswith(a.url.rstrip("/").rsplit(":", 1)[1])][0]
+        b_port = b.url.rstrip("/").rsplit(":", 1)[1]
+        assert http(b.url + "metrics", "GET", {"Cookie": f"tocsin_session_{b_port}={a_cookie.value}"})[0] == 401
     finally:
         assert a.stop() == 0 and b.stop() == 0
     # the same from the environment (a command line is readable by every local user)
@@ -1293,7 +1348,8 @@ def ui_refuses_arguments_and_methods_a_path_does_not_take():
 @test
 def ui_token_must_fit_in_its_cookie():
     db = newdb("uitoken")
-    # it is sent back as a cookie: a space, ';' or a control byte would cut or break it
+    # it travels in a header (Bearer) and a URL: a space, ';' or a control byte would cut or
+    # break it (the cookie holds a session id now, not the token, but the rule stays)
     for bad in ("abc defgh", "abcdefgh;x", "abcdefgh,x", 'abcd"efgh', "abcdefgh\r\nX-A: b", "abcdéfgh"):
         rc, out, err = run("ui", db, "--token", bad)
         usage_error(rc, err, "--token may hold only")
@@ -1301,7 +1357,8 @@ def ui_token_must_fit_in_its_cookie():
     s = Server(db, "--token", "Secret-Token_0123~!")
     try:
         st, h, _ = http(s.url + "?token=Secret-Token_0123~!")
-        assert st == 200 and re.match(r"tocsin_token_\d+=Secret-Token_0123~!;", h["Set-Cookie"]), h
+        assert st == 200 and re.match(r"tocsin_session_\d+=[0-9a-f]{32};", h["Set-Cookie"]), h
+        assert http(s.url + "metrics", "GET", {"Authorization": "Bearer Secret-Token_0123~!"})[0] == 200
     finally:
         assert s.stop() == 0
 
