@@ -206,7 +206,9 @@
     } catch (e) { msg(e.message); }
   }
   $('purge-all').addEventListener('click', async () => {
-    if (!confirm('Delete every dead letter?')) return;
+    // a bulk delete asks first, as `tocsin dead purge` does on a terminal, naming how many
+    const n = lastDead >= 0 ? lastDead.toLocaleString('en-US') + ' dead job' + (lastDead === 1 ? '' : 's') : 'every dead job';
+    if (!confirm('Delete ' + n + ' from every queue? This cannot be undone.')) return;
     try { const r = await post('purge', {}); msg('purged ' + r.purged, true); await loadDead(); } catch (e) { msg(e.message); }
   });
 

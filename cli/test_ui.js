@@ -3,7 +3,7 @@
 // Opens the dashboard, sees a depth change pushed (SSE) after another process
 // enqueues, requeues a dead job with a click and sees it pending, checks that a
 // mutation without the CSRF token is refused and that <script> payloads are
-// shown as text; saves screenshots under OUTDIR/ui/.
+// shown as text, that Purge all asks first; saves screenshots under OUTDIR/ui/.
 'use strict';
 const { chromium } = require('playwright-core');
 const { spawn, execFileSync } = require('child_process');
@@ -62,17 +62,22 @@ async function main() {
   // queue names are data: these must not reach Object.prototype in the page
   for (const q of ['constructor', '__proto__', 'toString']) tocsin('enqueue', DB, q, '{}');
 
-  const server = spawn(TOCSIN, ['ui', DB, '--port', '0'], { stdio: ['ignore', 'pipe', 'inherit'] });
-  const url = await new Promise((resolve, reject) => {
-    let buf = '';
-    server.stdout.on('data', (d) => {
-      buf += d;
-      const m = buf.match(/listening on (http:\/\/\S+)/);
-      if (m) resolve(m[1]);
+  const start = async (...extra) => {
+    const server = spawn(TOCSIN, ['ui', DB, '--port', '0', ...extra], { stdio: ['ignore', 'pipe', 'inherit'] });
+    const url = await new Promise((resolve, reject) => {
+      let buf = '';
+      server.stdout.on('data', (d) => {
+        buf += d;
+        const m = buf.match(/listening on (http:\/\/\S+)/);
+        if (m) resolve(m[1]);
+      });
+      server.on('exit', (code) => reject(new Error('tocsin ui exited with ' + code)));
+      setTimeout(() => reject(new Error('tocsin ui did not start')), 10000);
     });
-    server.on('exit', (code) => reject(new Error('tocsin ui exited with ' + code)));
-    setTimeout(() => reject(new Error('tocsin ui did not start')), 10000);
-  });
+    return { server, url };
+  };
+  const { server, url } = await start();
+  const guarded = await start('--token', 'browser-token-1');
 
   const profile = fs.mkdtempSync(path.join(OUT, 'profile-'));
   const context = await chromium.launchPersistentContext(profile, {
@@ -179,9 +184,53 @@ async function main() {
       await page.screenshot({ path: file, fullPage: true });
       assert(fs.statSync(file).size > 10000, 'a real screenshot');
     });
+    await check('purge all asks first; dismissed, nothing is purged', async () => {
+      const deadCount = () => JSON.parse(tocsin('dead', 'list', DB, '--json')).length;
+      const before = deadCount();
+      assert(before > 0, 'a dead letter to purge');
+      let asked = '';
+      page.once('dialog', (d) => { asked = d.message(); d.dismiss(); });
+      await page.click('#purge-all');
+      await page.waitForTimeout(300);
+      assert(asked === `Delete ${before} dead job${before === 1 ? '' : 's'} from every queue? This cannot be undone.`,
+        'question: ' + asked);
+      assert(deadCount() === before, 'nothing purged after a dismiss');
+      page.once('dialog', (d) => d.accept());
+      await page.click('#purge-all');
+      await page.waitForFunction(() => /purged \d+/.test(document.getElementById('msg').textContent), null, { timeout: 4000 });
+      assert(deadCount() === 0, 'purged after an accept');
+    });
+    await check('--token: the cookie is the port\'s own, HttpOnly, SameSite=Strict, and holds no token', async () => {
+      const p2 = await context.newPage();
+      const r0 = await p2.goto(guarded.url);
+      assert(r0.status() === 401, 'without the token: ' + r0.status());
+      await p2.goto(guarded.url + '?token=browser-token-1');
+      await p2.waitForSelector('#status.live');
+      const port = new URL(guarded.url).port;
+      const cookies = (await context.cookies(guarded.url)).filter((c) => c.name.startsWith('tocsin_'));
+      assert(cookies.length === 1, JSON.stringify(cookies));
+      const c = cookies[0];
+      assert(c.name === 'tocsin_session_' + port && c.httpOnly && c.sameSite === 'Strict' && c.path === '/', JSON.stringify(c));
+      assert(/^[0-9a-f]{32}$/.test(c.value) && !c.value.includes('browser-token'), 'a session id, not the token');
+      assert(await p2.evaluate(() => document.cookie) === '', 'no script reads it');
+      // the cookie keeps the page signed in
+      const r1 = await p2.goto(guarded.url);
+      assert(r1.status() === 200, 'with the cookie: ' + r1.status());
+      await p2.waitForSelector('#status.live');
+      // one of the same name that another app of the host set for /api (sent before ours
+      // there, a longer path) is ignored: the page's calls still work
+      await context.addCookies([{ name: c.name, value: 'stale0123', domain: c.domain, path: '/api' }]);
+      const sent = await p2.evaluate(async () => (await fetch('/api/snapshot')).status);
+      assert(sent === 200, 'with a foreign cookie before ours: ' + sent);
+      assert((await context.cookies(guarded.url + 'api/snapshot')).filter((k) => k.name === c.name).length === 2,
+        'both cookies are there');
+      await p2.close();
+    });
   } finally {
     await context.close();
+    guarded.server.kill('SIGTERM'); // our own child, by its pid
     server.kill('SIGTERM'); // our own child, by its pid
+    await new Promise((r) => (guarded.server.exitCode !== null ? r() : guarded.server.on('exit', r)));
     await new Promise((r) => (server.exitCode !== null ? r() : server.on('exit', r)));
     fs.rmSync(profile, { recursive: true, force: true });
   }

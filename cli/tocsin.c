@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -29,23 +30,28 @@ static const char MAIN_HELP[] =
     "  job DB ID                       one job, live or dead\n"
     "  enqueue DB QUEUE PAYLOAD        enqueue a job (PAYLOAD is JSON; - reads stdin)\n"
     "  cancel DB ID                    cancel a live job (it goes dead, reason cancelled)\n"
-    "  dead list|requeue|purge DB      dead letters\n"
+    "  dead list|requeue|purge DB      dead letters (purge and requeue --all ask first: --yes)\n"
     "  pause DB QUEUE / resume DB QUEUE\n"
     "  notify DB CHANNEL PAYLOAD       send a notification\n"
     "  listen DB CHANNEL               print notifications as JSON lines, live\n"
     "  tail DB TOPIC                   print a stream's events (replay, then follow)\n"
     "  schedules DB                    cron schedules with their next fire\n"
     "  prune DB                        delete expired results, rate-limit hits, old notifications...\n"
+    "                                  (--dead-older-than, --streams-older-than ask first: --yes)\n"
     "  metrics DB                      Prometheus text format\n"
     "  ui DB                           serve the live dashboard (tocsin ui --help)\n"
+    "\n"
+    "Bulk deletes and rewrites ask for confirmation when stdin is a terminal; when it is not,\n"
+    "they refuse (exit 2, nothing changed) unless --yes is given.\n"
     "\n"
     "Every command takes --help. --json prints JSON for scripts. Durations: 500ms, 30s, 5m,\n"
     "2h, 7d, 1h30m (a bare number is milliseconds).\n"
     "\n"
     "TOCSIN_BUSY_TIMEOUT (a duration, default 5s) bounds the wait for the write lock.\n"
     "\n"
-    "exit codes: 0 ok, 1 error (database or system), 2 usage or invalid input (nothing written),\n"
-    "            3 not found (job, schedule, dead letter or database), 4 busy (locked past the timeout)\n";
+    "exit codes: 0 ok, 1 error (database or system; a question answered no), 2 usage or invalid\n"
+    "            input (nothing written), 3 not found (job, schedule, dead letter or database),\n"
+    "            4 busy (locked past the timeout)\n";
 
 /* ---- small helpers ----------------------------------------------------- */
 
@@ -520,18 +526,72 @@ typedef struct command {
 
 /* --help or -h as an option of its own: not after "--" (everything there is
  * an argument), nor as the value of the option before it (--unique-key -h).
- * The options that take no value are --json, --all and --no-follow. */
+ * The options that take no value are --json, --all, --no-follow and --yes. */
 static int want_help(int argc, char **argv, const char *help) {
     for (int i = 0; i < argc; i++) {
         const char *prev = i ? argv[i - 1] : "";
         if (!strcmp(argv[i], "--")) break;
         if (strcmp(argv[i], "--help") && strcmp(argv[i], "-h")) continue;
         if (!strncmp(prev, "--", 2) && prev[2] && !strchr(prev, '=') && strcmp(prev, "--json") &&
-            strcmp(prev, "--all") && strcmp(prev, "--no-follow") && strcmp(prev, "--help"))
+            strcmp(prev, "--all") && strcmp(prev, "--no-follow") && strcmp(prev, "--yes") &&
+            strcmp(prev, "--help"))
             continue; /* the value of the option before it */
         fputs(help, stdout);
         return 1;
     }
+    return 0;
+}
+
+/* ---- confirmation of bulk deletes and rewrites ------------------------- */
+/* dead purge, dead requeue --all and prune with --dead-older-than or
+ * --streams-older-than delete or rewrite rows by the thousand with one command.
+ * Without --yes they ask on a terminal, and refuse (exit 2, before the database is
+ * opened) when stdin is not one: a script must say --yes, so that a command copied
+ * into one from a shell history does not delete unseen. */
+
+/* 0 when the command may go on to ask (or needs not: --yes); else exit 2, said why. */
+static int need_yes(int yes, const char *cmd, const char *does) {
+    if (yes || isatty(STDIN_FILENO)) return 0;
+    fprintf(stderr, "tocsin: %s %s and stdin is not a terminal to ask for confirmation on: add --yes to go "
+                    "ahead (nothing was changed)\n", cmd, does);
+    return EXIT_USAGE;
+}
+
+/* 1,234,567 */
+static void fmt_count(char *buf, size_t n, int64_t v) {
+    char d[32];
+    int len = snprintf(d, sizeof d, "%lld", (long long)(v < 0 ? 0 : v)), o = 0;
+    for (int i = 0; i < len && (size_t)o + 2 < n; i++) {
+        if (i && (len - i) % 3 == 0) buf[o++] = ',';
+        buf[o++] = d[i];
+    }
+    buf[o] = 0;
+}
+
+/* 'queue "emails"' or 'every queue', for a question; control characters and
+ * bidirectional controls of a name shown as '?', as in every table. */
+static void queue_words(char *buf, size_t n, const char *queue) {
+    if (!queue) { snprintf(buf, n, "every queue"); return; }
+    char q[300];
+    snprintf(q, sizeof q, "%s", queue);
+    clean_nl(q, 0);
+    snprintf(buf, n, "queue \"%s\"", q);
+}
+
+/* Asks `question? [y/N] ` on stderr and reads a line of stdin: 1 for y or yes (any
+ * case), else 0 (an empty line, end of input, anything else), with the error set. */
+static int ask(const char *question) {
+    char line[64];
+    fprintf(stderr, "%s? [y/N] ", question);
+    fflush(stderr);
+    if (!fgets(line, sizeof line, stdin)) {
+        fputc('\n', stderr);
+        line[0] = 0;
+    }
+    size_t n = strlen(line);
+    while (n && (line[n - 1] == '\n' || line[n - 1] == '\r' || line[n - 1] == ' ')) line[--n] = 0;
+    if (!strcasecmp(line, "y") || !strcasecmp(line, "yes")) return 1;
+    snprintf(g_err, sizeof g_err, "not confirmed: nothing was changed");
     return 0;
 }
 
@@ -841,12 +901,15 @@ static int cmd_cancel(int argc, char **argv) {
 
 static const char H_DEAD[] =
     "usage: tocsin dead list DB [--queue Q] [--after ID] [--limit N] [--json]\n"
-    "       tocsin dead requeue DB ID... | --all [--queue Q]\n"
-    "       tocsin dead purge DB [--queue Q] [--older-than DUR]\n\n"
+    "       tocsin dead requeue DB ID... | --all [--queue Q] [--yes]\n"
+    "       tocsin dead purge DB [--queue Q] [--older-than DUR] [--yes]\n\n"
     "Dead letters: list them (oldest first), move them back to pending (same id, a fresh\n"
     "budget of attempts), or delete them (all of them, or those that died more than DUR ago).\n"
     "A requeue is atomic (one job it cannot requeue leaves them all dead); a purge runs in\n"
-    "batches, with a progress bar on a terminal; each batch is atomic.\n";
+    "batches, with a progress bar on a terminal; each batch is atomic.\n"
+    "purge and requeue --all ask first ('Delete 1,234 dead jobs from queue \"emails\"? [y/N]')\n"
+    "when stdin is a terminal; when it is not they refuse (exit 2, nothing changed) unless\n"
+    "--yes is given: scripts must pass --yes.\n";
 
 /* Purges the dead letters of `queue` that died before `before` (0: all) in
  * batches of about 1000 (each one tocsin_dead_purge), reporting progress. */
@@ -885,14 +948,14 @@ static int cmd_dead(int argc, char **argv) {
     const char *sub = argv[0];
     /* which options each action takes: one meant for another action is refused,
      * never ignored (`dead purge --limit 10` would purge everything) */
-    static const char *const takes[][2] = {{"list", " queue after limit "}, {"requeue", " queue all "},
-                                           {"purge", " queue older-than "}};
+    static const char *const takes[][2] = {{"list", " queue after limit "}, {"requeue", " queue all yes "},
+                                           {"purge", " queue older-than yes "}};
     const char *allowed = NULL;
     for (size_t k = 0; k < sizeof takes / sizeof takes[0]; k++)
         if (!strcmp(sub, takes[k][0])) allowed = takes[k][1];
     if (!allowed) return usage_err("dead: unknown action '%s' (list, requeue or purge)", sub);
     opt opts[] = {{"queue", 1, 0, 0}, {"after", 1, 0, 0}, {"limit", 1, 0, 0}, {"all", 0, 0, 0},
-                  {"older-than", 1, 0, 0}, {0, 0, 0, 0}};
+                  {"older-than", 1, 0, 0}, {"yes", 0, 0, 0}, {0, 0, 0, 0}};
     static const char *pos[TOCSIN_MAX_BATCH + 2]; /* DB, the ids, one more to say there are too many */
     int npos, rc;
     if ((rc = parse_args(argc - 1, argv + 1, opts, pos, TOCSIN_MAX_BATCH + 2, &npos))) return rc;
@@ -943,7 +1006,23 @@ static int cmd_dead(int argc, char **argv) {
             for (int k = 0; k < i; k++)
                 if (ids[k] == ids[i]) return usage_err("job id %s is given twice", pos[i + 1]);
         }
+        int yes = get_opt(opts, "yes")->set;
+        /* ids name each job: only --all rewrites in bulk */
+        if (opts[3].set && (rc = need_yes(yes, "dead requeue --all", "moves every dead job (of the queue) back to pending")))
+            return rc;
         if ((rc = open_db(&db, pos[0], 1))) return report(rc);
+        if (opts[3].set && !yes) {
+            char *t = NULL;
+            rc = sql_text(db, &t, "SELECT count(*) FROM _tocsin_dead WHERE ?1 IS NULL OR queue = ?1", "t", queue);
+            int64_t total = t ? atoll(t) : 0;
+            free(t);
+            char q[400], num[40], question[600];
+            queue_words(q, sizeof q, queue);
+            fmt_count(num, sizeof num, total);
+            snprintf(question, sizeof question, "Requeue %s dead job%s of %s", num, total == 1 ? "" : "s", q);
+            if (!rc && total > 0 && !ask(question)) rc = EXIT_ERR;
+            if (rc) { tocsin_close(db); return report(rc); }
+        }
         sb done = {0};
         int64_t count = 0;
         /* one transaction: a job that cannot be requeued (no such dead job, a unique key
@@ -994,9 +1073,28 @@ static int cmd_dead(int argc, char **argv) {
         if (get_opt(opts, "older-than")->set && older <= 0) /* as prune refuses it: 0 would read as "all" */
             return usage_err("%s", "--older-than must be more than 0 (without it, dead purge deletes every dead "
                                    "letter of the queue, or of every queue)");
+        int yes = get_opt(opts, "yes")->set;
+        if ((rc = need_yes(yes, "dead purge", "deletes dead jobs in bulk"))) return rc;
         if ((rc = open_db(&db, pos[0], 1))) return report(rc);
         int64_t before = older > 0 ? tocsin_now(db) - older : 0;
         if (older > 0 && before <= 0) before = 1;
+        if (!yes) {
+            char *t = NULL;
+            rc = sql_text(db, &t, "SELECT count(*) || ' ' || ifnull(max(died_at), 0) FROM _tocsin_dead"
+                                  " WHERE (?1 IS NULL OR queue = ?1) AND (?2 = 0 OR died_at < ?2)", "ti", queue, before);
+            long long total = 0, last = 0;
+            if (t && sscanf(t, "%lld %lld", &total, &last) != 2) total = 0;
+            free(t);
+            char q[400], num[40], age[120] = "", question[700];
+            queue_words(q, sizeof q, queue);
+            fmt_count(num, sizeof num, total);
+            if (older > 0) snprintf(age, sizeof age, " that died more than %s ago", get_opt(opts, "older-than")->val);
+            snprintf(question, sizeof question, "Delete %s dead job%s%s from %s", num, total == 1 ? "" : "s", age, q);
+            if (!rc && total > 0 && !ask(question)) rc = EXIT_ERR;
+            if (rc) { tocsin_close(db); return report(rc); }
+            /* what was counted, not what died while the question waited */
+            if (total > 0 && before == 0) before = last + 1;
+        }
         rc = purge_dead(db, queue, before, &n);
         if (!rc) {
             if (g_json) printf("{\"purged\":%lld}\n", (long long)n);
@@ -1291,10 +1389,13 @@ static const char H_PRUNE[] =
     "rate-limit hits; notifications older than --notifications-older-than (default 1d, 0: no\n"
     "age limit) and, per channel, all but the newest --notifications-keep; with\n"
     "--dead-older-than, dead letters that died longer ago; with --streams-older-than, stream\n"
-    "events older than that (every topic). Prints what each step deleted.\n";
+    "events older than that (every topic). Prints what each step deleted.\n"
+    "With --dead-older-than or --streams-older-than it asks first when stdin is a terminal,\n"
+    "and refuses (exit 2, nothing changed) when it is not unless --yes is given; the other\n"
+    "steps delete only what has expired and run from cron without --yes.\n";
 static int cmd_prune(int argc, char **argv) {
     opt opts[] = {{"notifications-older-than", 1, 0, 0}, {"notifications-keep", 1, 0, 0},
-                  {"dead-older-than", 1, 0, 0}, {"streams-older-than", 1, 0, 0}, {0, 0, 0, 0}};
+                  {"dead-older-than", 1, 0, 0}, {"streams-older-than", 1, 0, 0}, {"yes", 0, 0, 0}, {0, 0, 0, 0}};
     const char *pos[1];
     int npos, rc;
     int64_t nage = 86400000, nkeep = 0, dage = 0, sage = 0;
@@ -1312,8 +1413,41 @@ static int cmd_prune(int argc, char **argv) {
     /* "keep none" to a reader, "no count limit" to the core: refused rather than ignored */
     if (opts[1].set && nkeep == 0)
         return usage_err("%s", "--notifications-keep must be at least 1 (leave it out: no count limit)");
+    int yes = opts[4].set, bulk = dage > 0 || sage > 0;
+    if (bulk && (rc = need_yes(yes, "prune", dage > 0 && sage > 0 ? "with --dead-older-than and --streams-older-than "
+                                                                   "deletes dead jobs and stream events in bulk"
+                                             : dage > 0 ? "with --dead-older-than deletes dead jobs in bulk"
+                                                        : "with --streams-older-than deletes stream events in bulk")))
+        return rc;
     tocsin_db *db;
     if ((rc = open_db(&db, pos[0], 1))) return report(rc);
+    /* the dead letters' bound, fixed before the question: what was counted is what goes */
+    int64_t dbefore = dage > 0 ? tocsin_now(db) - dage : 0;
+    if (dage > 0 && dbefore <= 0) dbefore = 1;
+    if (bulk && !yes) {
+        char question[600] = "Delete", num[40];
+        int64_t ndead = 0;
+        if (dage > 0) {
+            char *t = NULL;
+            if ((rc = sql_text(db, &t, "SELECT count(*) FROM _tocsin_dead WHERE died_at < ?1", "i", dbefore))) {
+                tocsin_close(db);
+                return report(rc);
+            }
+            ndead = t ? atoll(t) : 0;
+            free(t);
+            fmt_count(num, sizeof num, ndead);
+            snprintf(question + strlen(question), sizeof question - strlen(question),
+                     " %s dead job%s that died more than %s ago (every queue)", num, ndead == 1 ? "" : "s", opts[2].val);
+        }
+        /* counting stream events by age walks every event: the question names no number */
+        if (sage > 0)
+            snprintf(question + strlen(question), sizeof question - strlen(question),
+                     "%s the stream events older than %s (every topic)", dage > 0 ? " and" : "", opts[3].val);
+        if ((sage > 0 || ndead > 0) && !ask(question)) {
+            tocsin_close(db);
+            return report(EXIT_ERR);
+        }
+    }
     int64_t results = 0, hits = 0, notes = 0, dead = 0, events = 0;
     int steps = 3 + (dage > 0) + (sage > 0), step = 0;
     progress("pruning", step, steps);
@@ -1327,8 +1461,7 @@ static int cmd_prune(int argc, char **argv) {
     }
     progress("pruning", ++step, steps);
     if (dage > 0) {
-        int64_t before = tocsin_now(db) - dage;
-        if ((rc = purge_dead(db, NULL, before > 0 ? before : 1, &dead))) goto out;
+        if ((rc = purge_dead(db, NULL, dbefore, &dead))) goto out;
         progress("pruning", ++step, steps);
     }
     if (sage > 0) {

@@ -11,8 +11,9 @@
  *
  * Security: mutations are POSTs that must carry the per-session CSRF token
  * (X-Tocsin-CSRF, handed out in the page); --read-only refuses them and opens
- * the database read-only; --token T guards every request (cookie set by
- * /?token=T, or Authorization: Bearer T) and is required for a non-loopback
+ * the database read-only; --token T guards every request (/?token=T once, which
+ * sets a session cookie holding a per-start random id, never T; or Authorization:
+ * Bearer T) and is required for a non-loopback
  * --host; on loopback the Host header must name the loopback (DNS rebinding).
  */
 #define _GNU_SOURCE
@@ -62,8 +63,9 @@ const char UI_HELP[] =
     "/metrics for Prometheus. Prints 'listening on http://H:N/' once ready; SIGINT/SIGTERM\n"
     "stop it.\n"
     "  --read-only  no mutation at all (the database is opened read-only)\n"
-    "  --token T    every request must carry T (open http://H:N/?token=T once: a cookie keeps\n"
-    "               it; or send 'Authorization: Bearer T'); required when H is not loopback\n"
+    "  --token T    every request must carry T (open http://H:N/?token=T once: a session cookie\n"
+    "               of this run, tocsin_session_N, keeps the page signed in; it holds a random\n"
+    "               id, never T; or send 'Authorization: Bearer T'); required when H is not loopback\n"
     "               (or TOCSIN_UI_TOKEN=T in the environment, out of sight of ps)\n"
     "Mutations always need the page's per-session CSRF token.\n";
 
@@ -72,10 +74,16 @@ static pthread_mutex_t g_mu = PTHREAD_MUTEX_INITIALIZER;
 static char g_csrf[33];
 static const char *g_token;
 static int g_read_only, g_loopback, g_port;
-/* The token's cookie, tocsin_token_PORT: a browser keeps cookies per host, not per port,
- * so one name for all would let a second dashboard's token (another --port) replace the
- * first's in the browser, which then answered 401 to every request of its open page. */
-static char g_cookie[32];
+/* The session cookie. A browser sends a host's cookies to every port of it (RFC 6265
+ * scopes them by host and path only): another web app on 127.0.0.1:3000 receives the
+ * cookies of a dashboard on 127.0.0.1:8001, and no attribute prevents it. So the cookie
+ * never carries the token: its value is a random session id drawn at each start
+ * (g_session), worth nothing to any other dashboard and nothing once this one stops, and
+ * its name, tocsin_session_PORT, is this dashboard's own, so that two dashboards of one
+ * host (other --port) keep a cookie each instead of overwriting one. A cookie of that name
+ * with another value (an earlier run's, or one another app set) is ignored. */
+static char g_cookie[40];
+static char g_session[33];
 static const char *g_host;
 static const char *g_path;     /* the database's path as given */
 static struct stat g_file;     /* the file g_db opened (device and inode) */
@@ -400,9 +408,9 @@ static enum MHD_Result serve_page(struct MHD_Connection *c, int set_cookie) {
                             "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; "
                             "connect-src 'self'; img-src 'self' data:; base-uri 'none'; form-action 'none'; "
                             "frame-ancestors 'none'");
-    if (set_cookie && g_token) {
+    if (set_cookie && g_token && g_cookie[0]) {
         sb ck = {0};
-        sb_printf(&ck, "%s=%s; HttpOnly; SameSite=Strict; Path=/", g_cookie, g_token);
+        sb_printf(&ck, "%s=%s; HttpOnly; SameSite=Strict; Path=/", g_cookie, g_session);
         MHD_add_response_header(r, "Set-Cookie", ck.p);
         sb_free(&ck);
     }
@@ -438,12 +446,28 @@ static int host_ok(struct MHD_Connection *c) {
     return 0;
 }
 
+/* Every cookie of our name is looked at, not the first only: a browser sends a cookie of
+ * a longer Path first, so one that another app of the host set for /api would otherwise
+ * hide ours (a 401 on every call of the open page). One that does not match is ignored. */
+static enum MHD_Result find_session(void *cls, enum MHD_ValueKind kind, const char *key, const char *value) {
+    (void)kind;
+    if (!strcmp(key, g_cookie) && same_secret(value, g_session)) *(int *)cls = 1;
+    return MHD_YES;
+}
+
+static int session_cookie_ok(struct MHD_Connection *c) {
+    int found = 0;
+    if (!g_session[0]) return 0;
+    MHD_get_connection_values(c, MHD_COOKIE_KIND, find_session, &found);
+    return found;
+}
+
 static int token_ok(struct MHD_Connection *c, int *from_query) {
     *from_query = 0;
     if (!g_token) return 1;
     const char *q = arg(c, "token");
     if (same_secret(q, g_token)) { *from_query = 1; return 1; }
-    if (same_secret(MHD_lookup_connection_value(c, MHD_COOKIE_KIND, g_cookie), g_token)) return 1;
+    if (session_cookie_ok(c)) return 1;
     const char *auth = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
     if (auth && !strncmp(auth, "Bearer ", 7) && same_secret(auth + 7, g_token)) return 1;
     return 0;
@@ -552,7 +576,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
     if (strcmp(method, "GET") && strcmp(method, "HEAD") && strcmp(method, "POST"))
         return send_error(c, MHD_HTTP_METHOD_NOT_ALLOWED, "method not allowed (GET, HEAD or POST)");
     int from_query;
-    if (!token_ok(c, &from_query)) return send_error(c, MHD_HTTP_UNAUTHORIZED, "missing or wrong access token");
+    if (!token_ok(c, &from_query)) return send_error(c, MHD_HTTP_UNAUTHORIZED, "missing or wrong access token (after a restart of tocsin ui, open /?token=T again)");
     char bad[200];
     if (args_bad(c, bad, sizeof bad)) return send_error(c, MHD_HTTP_BAD_REQUEST, bad);
     int get = !strcmp(method, "GET") || !strcmp(method, "HEAD"), post = !strcmp(method, "POST");
@@ -586,8 +610,10 @@ static void on_stop(int sig) {
     (void)r;
 }
 
-/* A token goes into a cookie as is: a space, ';', ',', '"' or '\\' would cut it short
- * there (the cookie would never match), a control byte would break the header. */
+/* A token travels in a header (Authorization: Bearer) and in the URL (/?token=): a space,
+ * ';', ',', '"' or '\\' would be cut or read differently by one client or another, a control
+ * byte would break the header. (It once went into the cookie as is; the cookie holds a
+ * session id now, but the rule stays: a token valid before is valid still.) */
 static int token_valid(const char *what, const char *v) {
     if (strlen(v) < 8) {
         fprintf(stderr, "tocsin: %s must be at least 8 characters\n", what);
@@ -690,6 +716,8 @@ int cmd_ui(int argc, char **argv) {
         return EXIT_ERR;
     }
     hex_random(g_csrf, 16);
+    if (g_token) hex_random(g_session, 16); /* before the first request can come */
+    if (port) snprintf(g_cookie, sizeof g_cookie, "tocsin_session_%ld", port); /* --port 0: once bound */
     if (pipe(g_stop_pipe) != 0) { perror("tocsin: pipe"); return EXIT_ERR; }
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
@@ -709,7 +737,7 @@ int cmd_ui(int argc, char **argv) {
     }
     const union MHD_DaemonInfo *info = MHD_get_daemon_info(d, MHD_DAEMON_INFO_BIND_PORT);
     g_port = info ? info->port : (int)port;
-    snprintf(g_cookie, sizeof g_cookie, "tocsin_token_%d", g_port);
+    if (!port) snprintf(g_cookie, sizeof g_cookie, "tocsin_session_%d", g_port);
     printf("listening on http://%s:%d/%s\n", host, g_port, g_read_only ? " (read-only)" : "");
     fflush(stdout);
     char ch;
