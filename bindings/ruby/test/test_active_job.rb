@@ -81,6 +81,43 @@ class TestActiveJob < Minitest::Test
     w.stop
     th.join(10)
     assert_equal 1, db.queue("mailers").stats["scheduled"]
+    # the exception ended the job at once: no tocsin retry (retries are ActiveJob's)
+    dead = db.queue("default").get(failing.provider_job_id)
+    assert_equal ["dead", "failed", 1, Tocsin::ActiveJobSupport::RUNS], [dead.state, dead.reason, dead.attempts, dead.max_attempts]
+    assert_match(/ArgumentError: no such user/, dead.last_error)
+  end
+
+  # A worker killed mid-job (kill -9) loses nothing: the job runs again on
+  # another worker (the dead one's lease given up), where before it was dead
+  # "lease expired" (one tocsin attempt per job: at most once).
+  def test_a_job_whose_worker_was_killed_runs_again
+    marker = File.join(@dir, "crashed")
+    File.write(File.join(@dir, "jobs.rb"), <<~RUBY)
+      require "active_job"
+      require "tocsin/active_job_adapter"
+      ActiveJob::Base.logger = Logger.new(nil)
+      class TocsinCrashOnceJob < ActiveJob::Base
+        def perform(marker)
+          return if File.exist?(marker)
+          File.write(marker, "x")
+          Process.kill(:KILL, Process.pid)
+        end
+      end
+    RUBY
+    require File.join(@dir, "jobs.rb")
+    job = TocsinCrashOnceJob.perform_later(marker)
+    pid = Process.spawn(*worker_cmd("--db", @path, "--require", File.join(@dir, "jobs.rb"), "--queue", "default"),
+                        out: File::NULL, err: File::NULL)
+    _, st = Process.wait2(pid)
+    assert_equal "KILL", Signal.signame(st.termsig), "the worker died in the job"
+    assert File.exist?(marker)
+    q = db.queue("default")
+    assert_equal "processing", q.get(job.provider_job_id).state
+    run_worker(queues: %w[default]) do
+      r = db.wait_result(job.provider_job_id, timeout: 30)
+      refute r.error?, r.inspect
+    end
+    assert_nil q.get(job.provider_job_id), "completed"
   end
 
   # ActiveJob: a lower priority number runs first (tocsin stores it negated).
@@ -155,7 +192,7 @@ class TestActiveJob < Minitest::Test
       q = db.queue("default")
       got = q.get(job.provider_job_id)
       assert_equal "pending", got&.state, "#{klass}: handed back"
-      assert_equal [1, 2], [got.attempts, got.max_attempts]
+      assert_equal [1, Tocsin::ActiveJobSupport::RUNS + 1], [got.attempts, got.max_attempts]
       assert_equal 1, q.stats["pending"], "#{klass}: no retry enqueued"
       assert_equal 0, q.stats["scheduled"]
       q.cancel(job.provider_job_id)

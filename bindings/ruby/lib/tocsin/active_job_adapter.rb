@@ -11,6 +11,11 @@ module Tocsin
   # The database is Tocsin::ActiveJobSupport.database = db (default: TOCSIN_DB).
   module ActiveJobSupport
     TASK = "active_job"
+    # Runs of one ActiveJob job: an exception that leaves perform ends it at once
+    # (retries are ActiveJob's own, retry_on); the other runs are for a worker that
+    # died mid-run (kill -9, a lost machine): its job runs again, as in Solid Queue
+    # and GoodJob, and a job that kills every worker that runs it dies after these.
+    RUNS = 3
 
     class << self
       attr_writer :database
@@ -40,6 +45,11 @@ module Tocsin
       return app.reloader.wrap { execute(data) } if app.respond_to?(:reloader)
 
       execute(data)
+    rescue Tocsin::JobCancelled, Tocsin::Worker::TaskTimeout
+      raise
+    rescue Exception # rubocop:disable Lint/RescueException -- any error of perform is the job's failure
+      # final: not retried by tocsin (the job's other runs are for a worker's death)
+      raise Tocsin::Worker::FinalFailure
     end
 
     private_class_method def self.execute(data)
@@ -62,7 +72,7 @@ module Tocsin
     end
   end
 
-  task(ActiveJobSupport::TASK, ActiveJobSupport.method(:perform), retries: 0).serves_any_queue!
+  task(ActiveJobSupport::TASK, ActiveJobSupport.method(:perform), retries: ActiveJobSupport::RUNS - 1).serves_any_queue!
 end
 
 module ActiveJob
@@ -103,7 +113,7 @@ module ActiveJob
         # raises ActiveJob::SerializationError, as in any adapter
         begin
           h = database.queue(job.queue_name || "default")
-                      .call(Tocsin::ActiveJobSupport::TASK, job.serialize, max_attempts: 1,
+                      .call(Tocsin::ActiveJobSupport::TASK, job.serialize, max_attempts: Tocsin::ActiveJobSupport::RUNS,
                             priority: prio && -prio,
                             run_at: timestamp && [(timestamp * 1000).round, 1].max)
         rescue Tocsin::Error => e

@@ -478,6 +478,12 @@ module Tocsin
       [Native::OUTCOME_ERROR, nil, "Timeout", nil, nil]
     rescue JobCancelled
       raise
+    rescue FinalFailure => e
+      # the run's error ends the job now, no retry (ActiveJob's: its own retry_on
+      # retried it already); the attempts left are for a worker that died mid-run
+      @lock.synchronize { @failed += 1 } unless ctx.finished
+      c = e.cause || e
+      [Native::OUTCOME_FAIL, nil, c.class.name || "Error", error_text(c.message), error_text((c.backtrace || []).join("\n"))]
     rescue Exception => e # rubocop:disable Lint/RescueException -- a task's failure is data
       # any class: also exit (SystemExit), Interrupt, NoMemoryError -- a failed run,
       # retried as any other (as in Sidekiq); re-raised, it ended the thread with
@@ -500,5 +506,10 @@ module Tocsin
     end
 
     class TaskTimeout < Exception; end # rubocop:disable Lint/InheritException -- not rescued by tasks
+
+    # Raised (from a rescue) by a task whose error must end its job now, with no
+    # retry: the run fails as its `cause`, recorded final (dead, reason
+    # "failed"). What the ActiveJob task raises. Not a StandardError either.
+    class FinalFailure < Exception; end # rubocop:disable Lint/InheritException
   end
 end
