@@ -301,7 +301,8 @@ func (c *conn) doCS(ctx context.Context, cs *cstrings, op string, f func(p *C.to
 	return c.do(ctx, op, f)
 }
 
-// Now is the handle's clock.
+// Now is the handle's clock; the zero Time once the DB (or the transaction) was closed,
+// the one failure it can have.
 func (c *conn) Now() time.Time {
 	var ms C.int64_t
 	_ = c.do(context.Background(), "now", func(p *C.tocsin_db) C.int { ms = C.tocsin_now(p); return 0 })

@@ -82,7 +82,7 @@ func (e *Error) Is(target error) bool {
 }
 
 // Unwrap gives context.Canceled / context.DeadlineExceeded for waits their context
-// ended, and the database/sql driver's error for the helpers of sqltx.go (EnqueueTx, ...).
+// ended (not for a Listener or Subscription its Close ended: that is ErrClosed), and the database/sql driver's error for the helpers of sqltx.go (EnqueueTx, ...).
 func (e *Error) Unwrap() error { return e.cause }
 
 func newErr(code Code, op, msg string) error { return &Error{Code: code, Op: op, Message: msg} }
@@ -103,9 +103,25 @@ func ctxErr(ctx context.Context, op string) error {
 	if err == nil {
 		return nil
 	}
+	if e, ok := context.Cause(ctx).(*closedByUser); ok { // the binding's own context, ended by a Close
+		return &Error{Code: ErrClosed, Op: op, Message: e.what + " was closed", cause: e}
+	}
 	code := ErrInterrupted
 	if errors.Is(err, context.DeadlineExceeded) {
 		code = ErrTimeout
 	}
 	return &Error{Code: code, Op: op, Message: err.Error(), cause: err}
+}
+
+// closedByUser is the cause with which a Close ends the context of a Listener or a
+// Subscription: the wait it ends reports ErrClosed (as calls after DB.Close do), not
+// the context's error.
+type closedByUser struct{ what string }
+
+func (c *closedByUser) Error() string { return c.what + " was closed" }
+
+// endedByOwner: err is how a wait ended by its context or by the Close of its owner.
+func endedByOwner(err error) bool {
+	var cb *closedByUser
+	return isCode(err, ErrInterrupted) || isCode(err, ErrTimeout) || errors.As(err, &cb)
 }

@@ -13,9 +13,11 @@ import "C"
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"iter"
 	"os"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -184,7 +186,12 @@ func messagesFrom(msgs *C.tocsin_message, n C.size_t) []Message {
 
 // ListenOptions of Listen.
 type ListenOptions struct {
-	BufferSize int // notifications kept for a slow listener (1..10000; 0: 1000); older ones drop
+	// BufferSize (1..10000; 0: 1000) bounds how far behind a slow reader of C falls:
+	// besides the one notification offered on C (C is unbuffered: the listener's
+	// goroutine waits to hand it over), at most the newest BufferSize wait for the
+	// reader; when more arrive, the oldest are dropped (counted by Dropped). Use a
+	// stream for lossless delivery.
+	BufferSize int
 }
 
 // Listener receives the notifications of one channel from the moment Listen returned.
@@ -196,8 +203,12 @@ type Listener struct {
 	w    *waiter
 	done chan struct{}
 	err  error
-	stop context.CancelFunc
+	stop context.CancelCauseFunc
 	pw   *pollWait // the goroutine's wait (nil: it blocks in the core)
+	size int
+	// notifications the goroutine dropped from its own batch (it owns the count); the
+	// core counts those it dropped before handing a batch over
+	goDropped int64
 	// the counters as they were at close (the C object is gone then)
 	dropped atomic.Int64
 }
@@ -222,9 +233,10 @@ func (db *DB) Listen(ctx context.Context, channel string, opts *ListenOptions) (
 	}); err != nil {
 		return nil, err
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancelCause(ctx)
 	ch := make(chan Message)
-	li := &Listener{C: ch, l: l, done: make(chan struct{}), stop: cancel, pw: newPollWait(C.tocsin_listen_fd(l))}
+	li := &Listener{C: ch, l: l, done: make(chan struct{}), stop: cancel, size: size,
+		pw: newPollWait(C.tocsin_listen_fd(l))}
 	li.w = db.newWaiter(ctx, func() { C.tocsin_listen_poke(l) })
 	go li.run(ctx, ch)
 	return li, nil
@@ -237,39 +249,99 @@ func (li *Listener) run(ctx context.Context, ch chan<- Message) {
 		// no poke reaches the listener once detached; Close returns after leave, when
 		// the listener is closed
 		li.w.detach()
-		li.dropped.Store(int64(C.tocsin_listen_dropped(li.l)))
+		li.storeDropped()
 		li.pw.close()
-		C.tocsin_listen_close(li.l)
+		if err := call("listen", func() C.int { return C.tocsin_listen_close(li.l) }); err != nil {
+			li.err = errors.Join(li.err, err)
+		}
 		li.w.leave()
 	}()
+	// The batch in hand: the core bounds each batch by BufferSize, and the goroutine
+	// keeps that bound while it waits for the reader: before a hand-over the reader is
+	// not ready for (and after one it had to wait for), what arrived meanwhile joins
+	// the batch and the oldest beyond BufferSize are dropped.
+	var batch []Message
+	waited := false
 	for {
-		var msgs *C.tocsin_message
-		var n C.size_t
-		err := next(ctx, &li.pw, "listen", func(t C.int) C.int { return C.tocsin_listen_next(li.l, &msgs, &n, t) })
-		if err != nil {
-			if ctx.Err() == nil && !li.w.isDBClosed() && (isCode(err, ErrInterrupted) || isCode(err, ErrTimeout)) {
-				continue // a stale poke: wait again
+		if len(batch) == 0 {
+			var msgs *C.tocsin_message
+			var n C.size_t
+			err := next(ctx, &li.pw, "listen", func(t C.int) C.int { return C.tocsin_listen_next(li.l, &msgs, &n, t) })
+			if err != nil {
+				if ctx.Err() == nil && !li.w.isDBClosed() && (isCode(err, ErrInterrupted) || isCode(err, ErrTimeout)) {
+					continue // a stale poke: wait again
+				}
+				li.err = waitErr(ctx, li.w, err, "listen")
+				return
 			}
-			li.err = waitErr(ctx, li.w, err, "listen")
+			batch = messagesFrom(msgs, n)
+			li.storeDropped()
+			waited = false
+		}
+		if err := ended(ctx, li.w, "listen"); err != nil {
+			li.err = err
 			return
 		}
-		li.dropped.Store(int64(C.tocsin_listen_dropped(li.l)))
-		for _, m := range messagesFrom(msgs, n) {
-			if err := ended(ctx, li.w, "listen"); err != nil {
+		if waited {
+			if err := li.topUp(ctx, &batch); err != nil {
 				li.err = err
 				return
 			}
-			select {
-			case ch <- m:
-			case <-ctx.Done():
-				li.err = ctxErr(ctx, "listen")
-				return
-			case <-li.w.closedCh: // Close does not wait for a reader of C that is gone
-				li.err = newErr(ErrClosed, "listen", "the database was closed")
+		}
+		select {
+		case ch <- batch[0]: // the reader was ready
+			batch = batch[1:]
+			waited = false
+			continue
+		default:
+		}
+		if !waited {
+			if err := li.topUp(ctx, &batch); err != nil {
+				li.err = err
 				return
 			}
 		}
+		select {
+		case ch <- batch[0]:
+			batch = batch[1:]
+			waited = true
+		case <-ctx.Done():
+			li.err = ctxErr(ctx, "listen")
+			return
+		case <-li.w.closedCh: // Close does not wait for a reader of C that is gone
+			li.err = newErr(ErrClosed, "listen", "the database was closed")
+			return
+		}
 	}
+}
+
+// topUp adds to the batch in hand what arrived since it was read (a non-blocking read,
+// made only while a wake is pending) and drops its oldest beyond BufferSize.
+func (li *Listener) topUp(ctx context.Context, batch *[]Message) error {
+	if li.pw != nil && C.go_readable(C.tocsin_listen_fd(li.l)) == 0 {
+		return nil // nothing was committed since the last read
+	}
+	var msgs *C.tocsin_message
+	var n C.size_t
+	err := call("listen", func() C.int { return C.tocsin_listen_next(li.l, &msgs, &n, 0) })
+	if err != nil {
+		if isCode(err, ErrTimeout) || isCode(err, ErrInterrupted) {
+			return nil // nothing new, or a poke: the select that follows sees its reason
+		}
+		return waitErr(ctx, li.w, err, "listen")
+	}
+	b := append(*batch, messagesFrom(msgs, n)...)
+	if over := len(b) - li.size; over > 0 {
+		li.goDropped += int64(over)
+		b = b[over:]
+	}
+	*batch = b
+	li.storeDropped()
+	return nil
+}
+
+func (li *Listener) storeDropped() {
+	li.dropped.Store(int64(C.tocsin_listen_dropped(li.l)) + li.goDropped)
 }
 
 // ended is the error of a wait whose context ended or whose DB closed (nil while neither).
@@ -285,18 +357,26 @@ func isCode(err error, c Code) bool {
 	return ok && e.Code == c
 }
 
-// Dropped counts notifications lost to the bounded buffer so far.
-// (read by the listener's goroutine after each batch: one thread at a time per listener).
+// Dropped counts notifications lost to the bounded buffer so far (see
+// ListenOptions.BufferSize).
 func (li *Listener) Dropped() int64 { return li.dropped.Load() }
 
-// Close stops the listener and waits for its goroutine to end.
+// Close stops the listener and waits for its goroutine to end; Err then reports
+// ErrClosed (unless the listener had ended before, for another reason). As
+// Subscription.Close, Close returns the error the listener had ended with if neither
+// Close nor its context ended it (ErrClosed by DB.Close, ErrReplaced, ...), else nil;
+// again, the same.
 func (li *Listener) Close() error {
-	li.stop()
+	li.stop(&closedByUser{"the listener"})
 	<-li.done
-	return nil
+	if endedByOwner(li.err) {
+		return nil
+	}
+	return li.err
 }
 
-// Err is why C was closed: the context's error, ErrClosed, ErrReplaced, ... (nil before).
+// Err is why C was closed (nil before): ErrClosed after Close or DB.Close, the
+// context's error (matching ErrInterrupted or ErrTimeout), ErrReplaced, ...
 func (li *Listener) Err() error {
 	select {
 	case <-li.done:
@@ -550,8 +630,11 @@ type Subscription struct {
 	s    *C.tocsin_stream_sub
 	w    *waiter
 	done chan struct{}
-	err  error
-	stop context.CancelFunc
+	err  error // why it ended
+	// the failure of the save that ended it (the consumer's offset, at close): the
+	// events after the saved offset come again
+	saveErr error
+	stop    context.CancelCauseFunc
 	// the position as it was at close
 	position atomic.Int64
 	as       *autosaver // nil without autosave
@@ -584,7 +667,7 @@ func (s *Stream) Subscribe(ctx context.Context, consumer string, opts *Subscribe
 	if as != nil {
 		as.savedAt = as.now()
 	}
-	ctx, cancel := context.WithCancel(ctx)
+	ctx, cancel := context.WithCancelCause(ctx)
 	ch := make(chan Message)
 	sub := &Subscription{C: ch, s: ss, done: make(chan struct{}), stop: cancel, as: as,
 		pw: newPollWait(C.tocsin_stream_sub_fd(ss))}
@@ -604,6 +687,8 @@ type autosaver struct {
 	savedAt         int64 // handle's clock (ms) at the last save
 }
 
+// now is the handle's clock; 0 once the DB was closed (no save is due by age then: the
+// subscription ends with ErrClosed).
 func (a *autosaver) now() int64 {
 	var t C.int64_t
 	_ = a.db.do(context.Background(), "subscribe", func(p *C.tocsin_db) C.int { t = C.tocsin_now(p); return 0 })
@@ -651,13 +736,13 @@ func (sub *Subscription) run(ctx context.Context, ch chan<- Message) {
 		sub.position.Store(int64(C.tocsin_stream_sub_position(sub.s)))
 		// without the save on close, what was processed is saved (as the core's autosave did)
 		if as := sub.as; as != nil && as.noSaveOnClose && as.unsaved > 0 && !sub.w.isDBClosed() {
-			if err := as.save(); err != nil && sub.err == nil {
-				sub.err = err
+			if err := as.save(); err != nil {
+				sub.saveErr = errors.Join(sub.saveErr, err)
 			}
 		}
 		sub.pw.close()
-		if err := call("subscribe", func() C.int { return C.tocsin_stream_sub_close(sub.s) }); err != nil && sub.err == nil {
-			sub.err = err
+		if err := call("subscribe", func() C.int { return C.tocsin_stream_sub_close(sub.s) }); err != nil {
+			sub.saveErr = errors.Join(sub.saveErr, err)
 		}
 		sub.w.leave()
 	}()
@@ -677,7 +762,7 @@ func (sub *Subscription) run(ctx context.Context, ch chan<- Message) {
 		for i, m := range msgs {
 			if err := ended(ctx, sub.w, "subscribe"); err != nil {
 				sub.err = err
-				stoppedAt(sub.s, msgs, i)
+				sub.saveErr = stoppedAt(sub.s, msgs, i)
 				return
 			}
 			select {
@@ -685,18 +770,18 @@ func (sub *Subscription) run(ctx context.Context, ch chan<- Message) {
 				if sub.as != nil && prev != 0 {
 					if err := sub.as.done(prev); err != nil {
 						sub.err = err
-						stoppedAt(sub.s, msgs, i+1)
+						sub.saveErr = stoppedAt(sub.s, msgs, i+1)
 						return
 					}
 				}
 				prev = m.ID
 			case <-ctx.Done():
 				sub.err = ctxErr(ctx, "subscribe")
-				stoppedAt(sub.s, msgs, i)
+				sub.saveErr = stoppedAt(sub.s, msgs, i)
 				return
 			case <-sub.w.closedCh: // Close does not wait for a reader of C that is gone
 				sub.err = newErr(ErrClosed, "subscribe", "the database was closed")
-				stoppedAt(sub.s, msgs, i)
+				sub.saveErr = stoppedAt(sub.s, msgs, i)
 				return
 			}
 		}
@@ -704,16 +789,17 @@ func (sub *Subscription) run(ctx context.Context, ch chan<- Message) {
 }
 
 // stoppedAt: of a batch, only the events before i were handed on; the core's position
-// goes back to the last of them (what the close then saves).
-func stoppedAt(s *C.tocsin_stream_sub, msgs []Message, i int) {
+// goes back to the last of them (what the close then saves). Its failure is the
+// subscription's end's: the close would save past the events not handed on.
+func stoppedAt(s *C.tocsin_stream_sub, msgs []Message, i int) error {
 	if i >= len(msgs) {
-		return
+		return nil
 	}
 	off := msgs[0].ID - 1 // none of it: below the batch's first event
 	if i > 0 {
 		off = msgs[i-1].ID
 	}
-	C.tocsin_stream_sub_rewind(s, C.int64_t(off))
+	return call("subscribe", func() C.int { return C.tocsin_stream_sub_rewind(s, C.int64_t(off)) })
 }
 
 func streamNext(ctx context.Context, s *C.tocsin_stream_sub, pw **pollWait, w *waiter) ([]Message, error) {
@@ -736,21 +822,27 @@ func streamNext(ctx context.Context, s *C.tocsin_stream_sub, pw **pollWait, w *w
 func (sub *Subscription) Position() int64 { return sub.position.Load() }
 
 // Close stops the subscription and waits for its goroutine. A named consumer's offset is
-// saved (the last event delivered on C) unless NoSaveOnClose.
+// saved (the last event delivered on C) unless NoSaveOnClose. Err then reports ErrClosed
+// (unless the subscription had ended before, for another reason). Close returns the
+// failure of that save (the events after the offset saved before come again), else the
+// error the subscription had ended with if neither Close nor its context ended it
+// (ErrClosed by DB.Close, ErrReplaced, ...), else nil; again, the same.
 func (sub *Subscription) Close() error {
-	sub.stop()
+	sub.stop(&closedByUser{"the subscription"})
 	<-sub.done
-	if isCode(sub.err, ErrInterrupted) || isCode(sub.err, ErrTimeout) {
-		return nil
+	if endedByOwner(sub.err) {
+		return sub.saveErr
 	}
 	return sub.Err()
 }
 
-// Err is why C was closed (nil before).
+// Err is why C was closed (nil before): ErrClosed after Close or DB.Close, the context's
+// error (matching ErrInterrupted or ErrTimeout), ErrReplaced, ...; joined with the
+// failure of the offset save at the end, if any.
 func (sub *Subscription) Err() error {
 	select {
 	case <-sub.done:
-		return sub.err
+		return errors.Join(sub.err, sub.saveErr)
 	default:
 		return nil
 	}
@@ -761,16 +853,60 @@ func (sub *Subscription) Err() error {
 // breaks. A named consumer's offset is saved at the end (the last event the loop body
 // got, also when it breaks mid-batch) unless NoSaveOnClose; autosave saves as it goes.
 // A loop body that panics has not processed its event: the offset saved is the one
-// before it, so it comes again (at-least-once).
+// before it, so it comes again (at-least-once). When the iteration ends with an error,
+// a failure of that final save is joined to it (the last pair); after a break no pair
+// can carry it: use Consumer and its Err to learn it.
 func (s *Stream) Events(ctx context.Context, consumer string, opts *SubscribeOptions) iter.Seq2[Message, error] {
+	return s.Consumer(ctx, consumer, opts).Events()
+}
+
+// A Consumer is Events with an Err to check after the loop, as a break ends it before
+// the offset save at its end could be reported in the loop.
+type Consumer struct {
+	s        *Stream
+	ctx      context.Context
+	consumer string
+	opts     *SubscribeOptions
+	mu       sync.Mutex
+	err      error
+}
+
+// Consumer is Events(ctx, consumer, opts) with Err: range over its Events, then check
+// Err.
+func (s *Stream) Consumer(ctx context.Context, consumer string, opts *SubscribeOptions) *Consumer {
+	return &Consumer{s: s, ctx: ctx, consumer: consumer, opts: opts}
+}
+
+// Err is how the last iteration of Events ended (nil while one runs or before): the
+// error of its last pair (the context's, ErrClosed, ...), or the failure of the save of
+// the consumer's offset at its end -- then the events after the offset saved before
+// come again (none is lost) -- or both joined; nil after a break whose save worked.
+func (c *Consumer) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+func (c *Consumer) setErr(err error) {
+	c.mu.Lock()
+	c.err = err
+	c.mu.Unlock()
+}
+
+// Events is the iterator of Stream.Events; each range over it subscribes anew.
+func (c *Consumer) Events() iter.Seq2[Message, error] {
+	s, ctx, consumer, opts := c.s, c.ctx, c.consumer, c.opts
 	return func(yield func(Message, error) bool) {
+		c.setErr(nil)
 		db, err := s.dbOnly("subscribe")
 		if err != nil {
+			c.setErr(err)
 			yield(Message{}, err)
 			return
 		}
 		ss, err := db.openStreamSub(ctx, s.topic, consumer, opts)
 		if err != nil {
+			c.setErr(err)
 			yield(Message{}, err)
 			return
 		}
@@ -781,14 +917,28 @@ func (s *Stream) Events(ctx context.Context, consumer string, opts *SubscribeOpt
 		handed := 0
 		inBody := false // the loop body has the last handed event and has not returned
 		pw := newPollWait(C.tocsin_stream_sub_fd(ss))
-		defer func() {
+		closed := false
+		closeSub := func() error {
+			closed = true
 			if inBody { // it panicked: that event was not processed, it comes again
 				handed--
 			}
-			stoppedAt(ss, batch, handed)
+			err := stoppedAt(ss, batch, handed)
 			pw.close()
-			C.tocsin_stream_sub_close(ss)
+			return errors.Join(err, call("subscribe", func() C.int { return C.tocsin_stream_sub_close(ss) }))
+		}
+		defer func() {
+			if !closed { // a break, a return or a panic of the loop body
+				c.setErr(closeSub())
+			}
 		}()
+		// end: the iteration ends with err; the close (and its save) comes first, so
+		// that the last pair carries the save's failure too
+		end := func(err error) {
+			err = errors.Join(err, closeSub())
+			c.setErr(err)
+			yield(Message{}, err)
+		}
 		poke := func() { C.tocsin_stream_sub_poke(ss) }
 		for {
 			// The waiter is registered only while the core waits, not while the loop
@@ -797,7 +947,7 @@ func (s *Stream) Events(ctx context.Context, consumer string, opts *SubscribeOpt
 			msgs, err := streamNext(ctx, ss, &pw, w)
 			w.finish()
 			if err != nil {
-				yield(Message{}, err)
+				end(err)
 				return
 			}
 			batch, handed = msgs, 0
@@ -807,7 +957,7 @@ func (s *Stream) Events(ctx context.Context, consumer string, opts *SubscribeOpt
 					if db.closed.Load() {
 						err = newErr(ErrClosed, "subscribe", "the database was closed")
 					}
-					yield(Message{}, err)
+					end(err)
 					return
 				}
 				handed++

@@ -271,7 +271,8 @@ func (wk *Worker) ID() string { return wk.id }
 // handlers finish for ShutdownTimeout, then cancels the rest and hands their jobs back
 // (pending again, no attempt consumed). A step that fails (the lock held past the busy
 // timeout, a schedule that cannot fire) is logged and tried again 100 ms later. It returns
-// nil after a shutdown by ctx, or ErrClosed when the DB closed. A Worker runs once: a
+// nil after a shutdown by ctx, or ErrClosed when the DB closed, joined with the failure
+// of the worker's close at the end (the hand-back of the jobs still running), if any. A Worker runs once: a
 // second Run returns ErrInvalid (open another with NewWorker).
 func (wk *Worker) Run(ctx context.Context) error {
 	if err := nilCtx("worker", ctx); err != nil {
@@ -324,7 +325,9 @@ func (wk *Worker) Run(ctx context.Context) error {
 			wk.log.Warn("tocsin worker: upkeep failed; retrying", "error", err)
 		}
 	}
-	wk.shutdown()
+	if err := wk.shutdown(); err != nil {
+		runErr = errors.Join(runErr, err)
+	}
 	wt.finish()
 	return runErr
 }
@@ -460,7 +463,10 @@ func (wk *Worker) handBack(r *C.tocsin_task_run) {
 	var out C.tocsin_outcome
 	out.version = C.TOCSIN_OUTCOME_VERSION
 	out.kind = C.TOCSIN_OUTCOME_HAND_BACK
-	C.tocsin_worker_finish(wk.w, nil, r, &out)
+	if err := call("worker_finish", func() C.int { return C.tocsin_worker_finish(wk.w, nil, r, &out) }); err != nil {
+		// the job is not pending again: it runs again when its lease lapses
+		wk.log.Error("tocsin worker: handing a run back failed", "job_id", int64(r.job_id), "error", err)
+	}
 }
 
 func (wk *Worker) forget(id int64) {
@@ -575,7 +581,12 @@ func (wk *Worker) record(tx *Tx, run *C.tocsin_task_run, value json.RawMessage, 
 func (wk *Worker) cancelReported() {
 	var ids *C.int64_t
 	var n C.size_t
-	if err := call("worker_cancelled", func() C.int { return C.tocsin_worker_cancelled(wk.w, &ids, &n) }); err != nil || n == 0 {
+	if err := call("worker_cancelled", func() C.int { return C.tocsin_worker_cancelled(wk.w, &ids, &n) }); err != nil {
+		// the handlers go on; the next upkeep reports them again
+		wk.log.Warn("tocsin worker: reading the cancelled runs failed", "error", err)
+		return
+	}
+	if n == 0 {
 		return
 	}
 	wk.mu.Lock()
@@ -595,11 +606,14 @@ func (wk *Worker) cancelReported() {
 // claim, no run handed out, the reserve handed back): the running jobs' leases are
 // renewed and their outcomes committed. (Without it a ShutdownTimeout longer than what
 // was left of a lease let the job be claimed again while its handler still ran.)
-func (wk *Worker) shutdown() {
+// It returns the failure of the worker's close (see close).
+func (wk *Worker) shutdown() error {
 	wk.stopping.Store(true) // handlers take no more runs
 	wk.mu.Lock()
 	if !wk.closed {
-		C.tocsin_worker_drain(wk.w)
+		if err := call("worker_drain", func() C.int { return C.tocsin_worker_drain(wk.w) }); err != nil {
+			wk.log.Error("tocsin worker: drain failed", "error", err)
+		}
 	}
 	wk.mu.Unlock()
 	deadline := time.Now().Add(wk.opts.ShutdownTimeout)
@@ -632,6 +646,9 @@ func (wk *Worker) shutdown() {
 			wk.cancelReported()
 			if err != nil && isCode(err, ErrClosed) {
 				upkeep = false
+			} else if err != nil && !isCode(err, ErrInterrupted) && !isCode(err, ErrTimeout) {
+				// as in Run: the core tries the step again after a pause
+				wk.log.Warn("tocsin worker: upkeep failed during shutdown; retrying", "error", err)
 			}
 			continue
 		}
@@ -647,8 +664,9 @@ func (wk *Worker) shutdown() {
 		wk.mu.Unlock()
 		break
 	}
-	wk.close() // hands back what still runs; late outcomes of those runs are dropped
+	err := wk.close() // hands back what still runs; late outcomes of those runs are dropped
 	wk.log.Info("tocsin worker stopped")
+	return err
 }
 
 // StopNow ends Run at once, as a second SIGINT/SIGTERM does in the other runtimes: no
@@ -674,7 +692,9 @@ func (wk *Worker) poke() {
 	wk.mu.Unlock()
 }
 
-func (wk *Worker) close() {
+// close closes the core's worker and the worker's handle: the error of the first close
+// (logged too), nil after.
+func (wk *Worker) close() (err error) {
 	// no TaskTx run records from now on; one recording now ends first (it never
 	// waits for the write lock: its transaction holds it)
 	wk.fmu.Lock()
@@ -683,13 +703,17 @@ func (wk *Worker) close() {
 	wk.mu.Lock()
 	defer wk.mu.Unlock()
 	if wk.closed {
-		return
+		return nil
 	}
 	wk.closed = true
-	if err := call("worker_close", func() C.int { return C.tocsin_worker_close(wk.w) }); err != nil {
+	if err = call("worker_close", func() C.int { return C.tocsin_worker_close(wk.w) }); err != nil {
 		wk.log.Error("tocsin worker: close failed", "error", err)
 	}
-	wk.own.Close()
+	if cerr := wk.own.Close(); cerr != nil {
+		wk.log.Error("tocsin worker: closing its handle failed", "error", cerr)
+		err = errors.Join(err, cerr)
+	}
+	return err
 }
 
 // writePeriodic upserts the schedules of the periodic tasks ("periodic:<task>").
