@@ -1234,7 +1234,18 @@ class Listener extends Waiting {
           if (this._emitter.listenerCount('error') > 0) this._emitter.emit('error', e);
           break;
         }
-        for (const n of batch) this._emitter.emit('notification', n);
+        // a handler that throws is the process's uncaught exception, as a throwing
+        // listener of any Node emitter is; the other notifications are still
+        // delivered (a process that handles 'uncaughtException' keeps listening).
+        // (setImmediate: a nextTick queued here did not run when a handler closed
+        // the listener and the loop had nothing else to do)
+        for (const n of batch) {
+          try {
+            this._emitter.emit('notification', n);
+          } catch (e) {
+            setImmediate(() => { throw e; });
+          }
+        }
       }
     } finally {
       this._pumping = false;

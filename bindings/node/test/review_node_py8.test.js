@@ -157,6 +157,35 @@ describe('node review 8', () => {
   });
 });
 
+// A 'notification' handler that threw ended the pump (an unhandled rejection): a
+// process that handles 'uncaughtException' heard nothing more. Now the throw is the
+// process's uncaught exception and the delivery goes on.
+test('a notification handler that throws is an uncaught exception, and delivery goes on', async () => {
+  const script = `
+    const tocsin = require(${JSON.stringify(require('path').resolve(__dirname, '..'))});
+    const db = tocsin.open(${JSON.stringify(tmpdb())});
+    const l = db.listen('c');
+    const got = [], thrown = [];
+    process.on('uncaughtException', (e) => thrown.push(e.message));
+    l.on('notification', (n) => {
+      if (n.payload === 1) throw new Error('handler failed on 1');
+      got.push(n.payload);
+      if (n.payload === 3) { l.close(); db.close(); }
+    });
+    process.on('exit', () => console.log(JSON.stringify({ got, thrown })));
+    setImmediate(async () => { await db.notify('c', 1); await db.notify('c', 2); await db.notify('c', 3); });
+  `;
+  const child = require('child_process').spawn(process.execPath, ['-e', script], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '', err = '';
+  child.stdout.on('data', (d) => { out += d; });
+  child.stderr.on('data', (d) => { err += d; });
+  const killer = setTimeout(() => child.kill('SIGKILL'), 10000);
+  const [code] = await new Promise((r) => child.on('close', (c, sg) => r([c, sg])));
+  clearTimeout(killer);
+  assert.equal(code, 0, err);
+  assert.deepEqual(JSON.parse(out.trim()), { got: [2, 3], thrown: ['handler failed on 1'] });
+});
+
 test('db.prune() names its own options and refuses before it deletes anything', async () => {
   const db = tocsin.open(tmpdb());
   try {
