@@ -289,7 +289,8 @@ TOCSIN_API int tocsin_check_name(tocsin_db *db, const char *what, const char *na
  * print or repair text read from the tables. */
 TOCSIN_API unsigned tocsin_utf8_len(const char *s);
 /* 1 when `text` is JSON as tocsin accepts and stores it (RFC 8259, UTF-8,
- * nesting at most 1000 deep, no number beyond a double's range), else 0:
+ * nesting at most 1000 deep, no number beyond a double's range, no object
+ * with a key twice, keys compared decoded), else 0:
  * a tool printing what the tables hold tells such text from text written
  * around tocsin. NULL is 0. */
 TOCSIN_API int tocsin_json_valid(const char *text);

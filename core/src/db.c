@@ -1671,15 +1671,21 @@ int tc_check_text(tocsin_db *db, const char *what, const char *text, size_t max_
 static int check_json(tocsin_db *db, const char *what, const char *json, int kind) {
     size_t n;
     char top = 0;
+    int valid;
     if (!json) return tc_err(db, TOCSIN_INVALID, "%s must be JSON text, not NULL", what);
     n = strlen(json);
     if ((int64_t)n > db->max_payload)
         return tc_err(db, TOCSIN_TOOBIG, "%s is %zu bytes; the limit is %lld bytes", what, n,
                       (long long)db->max_payload);
-    if (!tc_json_valid(json, n, &top) || !utf8_ok((const unsigned char *)json)) {
-        char why[TC_JSON_WHY_CAP];
-        return tc_err(db, TOCSIN_INVALID, "%s is not valid JSON%s", what,
-                      tc_json_why(json, n, why, sizeof why));
+    if (!(valid = tc_json_valid(json, n, &top)) || !utf8_ok((const unsigned char *)json)) {
+        char why[TC_JSON_DUP_CAP];
+        why[0] = 0;
+        if (!valid) switch (tc_json_refusal(json, n, why, sizeof why)) {
+            case TC_JSON_DUP: return tc_err(db, TOCSIN_INVALID, "%s: %s", what, why);
+            case TC_JSON_NOMEM: return tc_err(db, TOCSIN_NOMEM, "%s: out of memory checking its keys", what);
+            default: break;
+            }
+        return tc_err(db, TOCSIN_INVALID, "%s is not valid JSON%s", what, why);
     }
     if (kind == 1 && top != '{') return tc_err(db, TOCSIN_INVALID, "%s must be a JSON object", what);
     return TOCSIN_OK;

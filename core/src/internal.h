@@ -292,7 +292,22 @@ int tc_check_version(tocsin_db *db, const char *what, int version, int current, 
  * hold any. */
 #define TC_JSON_WHY_CAP 256
 int tc_json_valid(const char *text, size_t n, char *top);
+/* tc_json_valid also refuses an object with a key twice at any depth (keys
+ * compared decoded: "a" and "\u0061" are one key), and text it has not the
+ * memory to check so (past 32, the keys of the objects open at once are
+ * kept on the heap). tc_json_valid_syntax, tc_json_wrapper_valid and the
+ * walks below let keys repeat (a wrapper's caller reads its keys itself, and
+ * the values it stores are checked on their own); tc_json_why explains their
+ * refusals. */
+int tc_json_valid_syntax(const char *text, size_t n);
 const char *tc_json_why(const char *text, size_t n, char *buf, size_t cap);
+/* Why tc_json_valid refused text[0..n): TC_JSON_DUP, buf (TC_JSON_DUP_CAP
+ * bytes hold it) saying which key and where ('duplicate key "a" in an object
+ * at $.jobs[2]: JSON readers disagree...'); TC_JSON_NOMEM; or TC_JSON_BAD, buf
+ * the tail tc_json_why gives. */
+enum { TC_JSON_BAD = 1, TC_JSON_DUP, TC_JSON_NOMEM };
+#define TC_JSON_DUP_CAP 480
+int tc_json_refusal(const char *text, size_t n, char *buf, size_t cap);
 int tc_json_wrapper_valid(const char *text, size_t n, char *top, int levels);
 /* Walk the members of a JSON object / the elements of a JSON array, strictly:
  * fn gets each key as written (a string literal, quotes included) or index,

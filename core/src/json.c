@@ -10,6 +10,28 @@
 
 #define TC_JSON_MAX_DEPTH 1000
 
+/* A key of an object being read (duplicate-key check): its text between the
+ * quotes, and whether that holds an escape (then it is compared decoded). */
+typedef struct jkey {
+    const unsigned char *p;
+    size_t n;
+    int esc;
+} jkey;
+
+/* Keys kept without allocating: enough for every object of a usual payload
+ * (the keys of the objects open around the one being read, and its own). */
+#define TC_JKEYS_INLINE 32
+/* An object's first keys are each compared with the ones before them (few,
+ * and mostly of other lengths: a handful of instructions each); an object
+ * with more has all its keys sorted at its end instead, O(n log n). */
+#define TC_JKEYS_SCAN 16
+
+/* One step of the path to an object holding a duplicate key (error path). */
+typedef struct jstep {
+    const unsigned char *key; /* a member's key as written, or NULL: an element */
+    size_t n;                 /* the key's length, or the element's index */
+} jstep;
+
 typedef struct jp {
     const unsigned char *p, *end;
     int depth, max_depth;
@@ -18,6 +40,17 @@ typedef struct jp {
     int lone;     /* refused for a lone surrogate escape (\ud800 with no pair) */
     const unsigned char *key, *hkey; /* the member being read; the one holding the huge number */
     size_t keylen, hkeylen;
+    int esc;      /* the last string read held an escape */
+    int dups;     /* refuse an object with a key twice (decoded) */
+    int dup;      /* refused for that: dkey (first as written), dkey2 (again) */
+    int oom;      /* refused for want of memory to check the keys */
+    jkey dkey, dkey2;
+    jkey *keys;   /* the keys of the objects open, outermost first */
+    size_t nkeys, capkeys;
+    jstep *path;  /* when set (explaining a refusal): the steps to the object
+                     holding the duplicate, innermost first */
+    size_t npath, cappath;
+    jkey inl[TC_JKEYS_INLINE];
 } jp;
 
 /* A wrapper (an options object, the jobs array and its job objects) sits
@@ -35,6 +68,20 @@ static void jp_init(jp *j, const char *text, size_t n) {
     j->lone = 0;
     j->key = j->hkey = NULL;
     j->keylen = j->hkeylen = 0;
+    j->esc = 0;
+    j->dups = 0;
+    j->dup = 0;
+    j->oom = 0;
+    j->keys = j->inl;
+    j->nkeys = 0;
+    j->capkeys = TC_JKEYS_INLINE;
+    j->path = NULL;
+    j->npath = j->cappath = 0;
+}
+
+static void jp_done(jp *j) {
+    if (j->keys != j->inl) sqlite3_free(j->keys);
+    j->keys = j->inl;
 }
 
 static void jp_ws(jp *j) {
@@ -162,6 +209,7 @@ static int jp_string(jp *j) {
         if (c < 0x20) return 0;
         if (c == '\\') {
             if (j->p >= j->end) return 0;
+            j->esc = 1;
             c = *j->p++;
             if (c == 'u') {
                 long u;
@@ -183,6 +231,133 @@ static int jp_string(jp *j) {
     return 0;
 }
 
+/* ---- duplicate keys ---------------------------------------------------------
+ * An object with a key twice ({"a":1,"a":2}) is valid JSON to RFC 8259, but
+ * its readers disagree on what it holds: SQLite's JSON functions (and
+ * tc_json_members) read the first value, Python, Node, Ruby and Go the last.
+ * Keys are compared decoded: "a" and "\u0061" are the same key. */
+
+static size_t js_put_utf8(char *o, unsigned cp);
+
+/* The bytes of a key's decoded text, one at a time (its escapes validated). */
+typedef struct kit {
+    const unsigned char *p, *end;
+    unsigned char b[4];
+    size_t i, n;
+} kit;
+
+static int kit_next(kit *t) {
+    long cp;
+    if (t->i < t->n) return t->b[t->i++];
+    if (t->p >= t->end) return -1;
+    if (*t->p != '\\') return *t->p++;
+    t->p += 2;
+    switch (t->p[-1]) {
+    case 'b': return '\b';
+    case 'f': return '\f';
+    case 'n': return '\n';
+    case 'r': return '\r';
+    case 't': return '\t';
+    case 'u':
+        cp = hex4(t->p);
+        t->p += 4;
+        if (cp >= 0xd800 && cp <= 0xdbff) { /* a pair (lone halves were refused) */
+            cp = 0x10000 + ((cp - 0xd800) << 10) + (hex4(t->p + 2) - 0xdc00);
+            t->p += 6;
+        }
+        t->n = js_put_utf8((char *)t->b, (unsigned)cp);
+        t->i = 1;
+        return t->b[0];
+    default: return t->p[-1]; /* " \ / */
+    }
+}
+
+/* Orders keys by their decoded bytes: 0 when they are the same key. */
+static int key_cmp(const jkey *a, const jkey *b) {
+    kit ta, tb;
+    int ca, cb;
+    if (!a->esc && !b->esc) {
+        int c = memcmp(a->p, b->p, a->n < b->n ? a->n : b->n);
+        return c ? c : a->n < b->n ? -1 : a->n > b->n;
+    }
+    ta.p = a->p;
+    ta.end = a->p + a->n;
+    tb.p = b->p;
+    tb.end = b->p + b->n;
+    ta.i = ta.n = tb.i = tb.n = 0;
+    do {
+        ca = kit_next(&ta);
+        cb = kit_next(&tb);
+    } while (ca == cb && ca >= 0);
+    return ca < cb ? -1 : ca > cb;
+}
+
+static int key_qcmp(const void *a, const void *b) { return key_cmp(a, b); }
+
+static int key_same(const jkey *a, const jkey *b) {
+    if (!a->esc && !b->esc) return a->n == b->n && memcmp(a->p, b->p, a->n) == 0;
+    return key_cmp(a, b) == 0;
+}
+
+/* Refuses the object for its key twice: first written as a, again as b. */
+static int jp_dup(jp *j, const jkey *a, const jkey *b) {
+    j->dup = 1;
+    j->dkey = a->p < b->p ? *a : *b;
+    j->dkey2 = a->p < b->p ? *b : *a;
+    return 0;
+}
+
+/* The key [k, ke) (quotes included; j->esc: it holds an escape) of the
+ * object whose keys start at keys[base]: 0 (refused) when it was there
+ * before, or when there is no memory to keep it. */
+static int jp_key(jp *j, size_t base, const unsigned char *k, const unsigned char *ke) {
+    jkey *nk;
+    size_t i;
+    if (j->nkeys == j->capkeys) {
+        size_t cap = j->capkeys * 2;
+        jkey *m = sqlite3_malloc64(cap * sizeof *m);
+        if (!m) {
+            j->oom = 1;
+            return 0;
+        }
+        memcpy(m, j->keys, j->nkeys * sizeof *m);
+        if (j->keys != j->inl) sqlite3_free(j->keys);
+        j->keys = m;
+        j->capkeys = cap;
+    }
+    nk = &j->keys[j->nkeys];
+    nk->p = k + 1;
+    nk->n = (size_t)(ke - k) - 2;
+    nk->esc = j->esc;
+    if (j->nkeys - base < TC_JKEYS_SCAN)
+        for (i = base; i < j->nkeys; i++)
+            if (key_same(&j->keys[i], nk)) return jp_dup(j, &j->keys[i], nk);
+    j->nkeys++;
+    return 1;
+}
+
+/* At the end of the object whose keys are keys[base..]: those past the first
+ * TC_JKEYS_SCAN were not compared yet; sorted, any two alike are neighbours.
+ * 0 (refused) for a duplicate. Its keys are dropped either way. */
+static int jp_keys_end(jp *j, size_t base) {
+    size_t n = j->nkeys - base, i;
+    j->nkeys = base;
+    if (n <= TC_JKEYS_SCAN) return 1;
+    qsort(j->keys + base, n, sizeof *j->keys, key_qcmp);
+    for (i = base + 1; i < base + n; i++)
+        if (key_cmp(&j->keys[i - 1], &j->keys[i]) == 0) return jp_dup(j, &j->keys[i - 1], &j->keys[i]);
+    return 1;
+}
+
+/* Explaining a duplicate: the container being left held it at member
+ * (key k..ke) or element i; kept as one step of its path. */
+static void jp_step(jp *j, int keyed, const unsigned char *k, const unsigned char *ke, size_t i) {
+    if (!j->path || !j->dup || j->npath == j->cappath) return;
+    j->path[j->npath].key = keyed ? k : NULL;
+    j->path[j->npath].n = keyed ? (size_t)(ke - k) : i;
+    j->npath++;
+}
+
 static int jp_value(jp *j);
 
 /* The value at p (jp_value consumed it and the whitespace after it): its
@@ -197,7 +372,8 @@ static size_t span_of(const unsigned char *start, const unsigned char *end) {
 static int jp_container(jp *j, int keyed, tc_json_member_fn mfn, tc_json_element_fn efn, void *ctx) {
     unsigned char close = keyed ? '}' : ']';
     const unsigned char *outer = j->key; /* the member this container is the value of */
-    size_t outerlen = j->keylen, i;
+    size_t outerlen = j->keylen, i, base = j->nkeys;
+    int dups = keyed && j->dups;
     if (++j->depth > j->max_depth) {
         j->too_deep = 1;
         return 0;
@@ -212,8 +388,10 @@ static int jp_container(jp *j, int keyed, tc_json_member_fn mfn, tc_json_element
     for (i = 0;; i++) {
         const unsigned char *k = j->p, *ke = k, *v;
         if (keyed) {
+            j->esc = 0;
             if (j->p >= j->end || *j->p != '"' || !jp_string(j)) return 0;
             ke = j->p;
+            if (dups && !jp_key(j, base, k, ke)) return 0;
             j->key = k;
             j->keylen = (size_t)(ke - k);
             jp_ws(j);
@@ -222,7 +400,10 @@ static int jp_container(jp *j, int keyed, tc_json_member_fn mfn, tc_json_element
             jp_ws(j);
         }
         v = j->p;
-        if (!jp_value(j)) return 0;
+        if (!jp_value(j)) {
+            jp_step(j, keyed, k, ke, i);
+            return 0;
+        }
         if (mfn && mfn(ctx, (const char *)k, (size_t)(ke - k), (const char *)v, span_of(v, j->p))) return -1;
         if (efn && efn(ctx, i, (const char *)v, span_of(v, j->p))) return -1;
         if (j->p >= j->end) return 0;
@@ -232,6 +413,7 @@ static int jp_container(jp *j, int keyed, tc_json_member_fn mfn, tc_json_element
             continue;
         }
         if (*j->p != close) return 0;
+        if (dups && !jp_keys_end(j, base)) return 0;
         j->p++;
         j->depth--;
         j->key = outer;
@@ -257,42 +439,144 @@ static int jp_value(jp *j) {
     return ok;
 }
 
-static int jp_valid(jp *j, const char *text, size_t n, char *top) {
+static int jp_valid(jp *j, const char *text, size_t n, char *top, int dups) {
+    int ok;
     jp_init(j, text, n);
+    j->dups = dups;
     jp_ws(j);
     if (top) *top = j->p < j->end ? (char)*j->p : 0;
-    return jp_value(j) && j->p == j->end;
+    ok = jp_value(j) && j->p == j->end;
+    jp_done(j);
+    return ok;
 }
 
 int tc_json_valid(const char *text, size_t n, char *top) {
     jp j;
-    return jp_valid(&j, text, n, top);
+    return jp_valid(&j, text, n, top, 1);
 }
 
-/* Why tc_json_valid refuses text[0..n), as the tail of an error message
- * written to buf (an error path: it validates again to say why); "" for its
- * syntax itself. A huge number inside an object is named by its member's key
- * (the innermost one), so that a refused option says which. */
-const char *tc_json_why(const char *text, size_t n, char *buf, size_t cap) {
+int tc_json_valid_syntax(const char *text, size_t n) {
+    jp j;
+    return jp_valid(&j, text, n, NULL, 0);
+}
+
+/* The tail of a message saying why jp_valid refused j's text ("" for its
+ * syntax itself), to buf. */
+static const char *jp_why(const jp *j, char *buf, size_t cap) {
     static const char range[] = "a number beyond the range of a double (as 1e999 is: JSON readers "
                                 "turn it into infinity or refuse it)";
     static const char lone[] = "a lone surrogate escape, half of a UTF-16 pair such as \\ud800 without "
                                "its other half: no UTF-8 text holds it, and JSON readers disagree on it";
+    buf[0] = 0;
+    if (j->too_deep)
+        snprintf(buf, cap, " (it nests arrays and objects more than 1000 deep, tocsin's limit)");
+    else if (j->huge && j->hkey)
+        snprintf(buf, cap, " (the value of %.*s%s holds %s)", (int)(j->hkeylen > 80 ? 76 : j->hkeylen),
+                 (const char *)j->hkey, j->hkeylen > 80 ? "...\"" : "", range);
+    else if (j->huge)
+        snprintf(buf, cap, " (it holds %s)", range);
+    else if (j->lone)
+        snprintf(buf, cap, " (%s%.*s%s holds %s)", j->hkey ? "the value of " : "a string in it",
+                 j->hkey ? (int)(j->hkeylen > 80 ? 76 : j->hkeylen) : 0, j->hkey ? (const char *)j->hkey : "",
+                 j->hkey && j->hkeylen > 80 ? "...\"" : "", lone);
+    return buf;
+}
+
+/* Why tc_json_valid_syntax refuses text[0..n), as the tail of an error
+ * message written to buf (an error path: it validates again to say why); ""
+ * for its syntax itself. A huge number inside an object is named by its
+ * member's key (the innermost one), so that a refused option says which. */
+const char *tc_json_why(const char *text, size_t n, char *buf, size_t cap) {
     jp j;
     buf[0] = 0;
-    if (jp_valid(&j, text, n, NULL)) return buf;
-    if (j.too_deep)
-        snprintf(buf, cap, " (it nests arrays and objects more than 1000 deep, tocsin's limit)");
-    else if (j.huge && j.hkey)
-        snprintf(buf, cap, " (the value of %.*s%s holds %s)", (int)(j.hkeylen > 80 ? 76 : j.hkeylen),
-                 (const char *)j.hkey, j.hkeylen > 80 ? "...\"" : "", range);
-    else if (j.huge)
-        snprintf(buf, cap, " (it holds %s)", range);
-    else if (j.lone)
-        snprintf(buf, cap, " (%s%.*s%s holds %s)", j.hkey ? "the value of " : "a string in it",
-                 j.hkey ? (int)(j.hkeylen > 80 ? 76 : j.hkeylen) : 0, j.hkey ? (const char *)j.hkey : "",
-                 j.hkey && j.hkeylen > 80 ? "...\"" : "", lone);
-    return buf;
+    if (jp_valid(&j, text, n, NULL, 0)) return buf;
+    return jp_why(&j, buf, cap);
+}
+
+/* Appends the n bytes at s to buf (of cap, its text up to *at so far), as
+ * many as fit. */
+static void put_n(char *buf, size_t cap, size_t *at, const char *s, size_t n) {
+    if (*at + 1 >= cap) return;
+    if (n > cap - 1 - *at) n = cap - 1 - *at;
+    memcpy(buf + *at, s, n);
+    *at += n;
+    buf[*at] = 0;
+}
+
+static void put_s(char *buf, size_t cap, size_t *at, const char *s) { put_n(buf, cap, at, s, strlen(s)); }
+
+/* A key as written, quoted, cut at 60 bytes (not inside a UTF-8 character). */
+static void put_key(char *buf, size_t cap, size_t *at, const unsigned char *k, size_t n) {
+    size_t m = n;
+    if (m > 60)
+        for (m = 60; m > 0 && (k[m] & 0xc0) == 0x80; m--) {
+        }
+    put_s(buf, cap, at, "\"");
+    put_n(buf, cap, at, (const char *)k, m);
+    put_s(buf, cap, at, m < n ? "...\"" : "\"");
+}
+
+int tc_json_refusal(const char *text, size_t n, char *buf, size_t cap) {
+    jp j;
+    size_t at = 0, s;
+    int ok;
+    jp_init(&j, text, n);
+    j.dups = 1;
+    j.cappath = TC_JSON_MAX_DEPTH + TC_JSON_WRAPPER_LEVELS + 1;
+    j.path = sqlite3_malloc64(j.cappath * sizeof *j.path); /* NULL: no path said */
+    jp_ws(&j);
+    ok = jp_value(&j) && j.p == j.end;
+    jp_done(&j);
+    buf[0] = 0;
+    if (ok || j.oom) { /* valid now: it was refused for want of memory */
+        sqlite3_free(j.path);
+        return TC_JSON_NOMEM;
+    }
+    if (!j.dup || !tc_json_valid_syntax(text, n)) { /* a duplicate is said only of JSON */
+        sqlite3_free(j.path);
+        tc_json_why(text, n, buf, cap);
+        return TC_JSON_BAD;
+    }
+    put_s(buf, cap, &at, "duplicate key ");
+    put_key(buf, cap, &at, j.dkey.p, j.dkey.n);
+    put_s(buf, cap, &at, " in an object");
+    if (j.npath) {
+        put_s(buf, cap, &at, " at $");
+        for (s = j.npath; s-- > 0;) {
+            const jstep *st = &j.path[s];
+            if (at > 160) {
+                put_s(buf, cap, &at, "...");
+                break;
+            }
+            if (st->key) { /* .name, or ."name" unless it is letters, digits and _ */
+                const unsigned char *k = st->key + 1;
+                size_t kn = st->n - 2, c;
+                for (c = 0; c < kn && (k[c] == '_' || (k[c] >= '0' && k[c] <= '9') ||
+                                       ((k[c] | 0x20) >= 'a' && (k[c] | 0x20) <= 'z'));
+                     c++) {
+                }
+                put_s(buf, cap, &at, ".");
+                if (kn && c == kn)
+                    put_n(buf, cap, &at, (const char *)k, kn);
+                else
+                    put_key(buf, cap, &at, k, kn);
+            } else {
+                char ix[32];
+                snprintf(ix, sizeof ix, "[%zu]", st->n);
+                put_s(buf, cap, &at, ix);
+            }
+        }
+    }
+    if (j.dkey.n != j.dkey2.n || memcmp(j.dkey.p, j.dkey2.p, j.dkey.n) != 0) {
+        put_s(buf, cap, &at, " (written ");
+        put_key(buf, cap, &at, j.dkey2.p, j.dkey2.n);
+        put_s(buf, cap, &at, " the second time)");
+    }
+    put_s(buf, cap, &at,
+          ": JSON readers disagree on which of its values counts (SQLite's JSON functions read the "
+          "first, Python, Node, Ruby and Go the last)");
+    sqlite3_free(j.path);
+    return TC_JSON_DUP;
 }
 
 /* tc_json_valid for a wrapper whose values sit `levels` containers deep

@@ -1241,11 +1241,14 @@ static int64_t next_upkeep(const tocsin_worker *w, int64_t now) {
 
 /* ---- claiming -------------------------------------------------------------------- */
 
-/* The members of a task envelope a worker reads: their first occurrence, as
- * SQLite's json_extract would pick them (docs/sql.md, "Task envelopes"). */
+/* The members of a task envelope a worker reads (docs/sql.md, "Task
+ * envelope"); twice: one of them given twice (the core refuses such a
+ * payload, json.c; a row written around it is not an envelope: SQL's
+ * json_extract reads the first, the runtimes' JSON readers the last). */
 typedef struct wenv {
     const char *v[5];
     size_t n[5];
+    int twice;
 } wenv;
 static const char *const ENV_KEYS[5] = {"task", "args", "kwargs", "result_ttl_ms", "timeout_ms"};
 
@@ -1255,7 +1258,11 @@ static int env_member(void *ctx, const char *key, size_t key_n, const char *valu
     /* keys are compared as written (SQLite 3.40's json_extract does not
      * decode escapes in keys either) */
     for (i = 0; i < 5; i++)
-        if (!e->v[i] && strlen(ENV_KEYS[i]) == key_n - 2 && memcmp(ENV_KEYS[i], key + 1, key_n - 2) == 0) {
+        if (strlen(ENV_KEYS[i]) == key_n - 2 && memcmp(ENV_KEYS[i], key + 1, key_n - 2) == 0) {
+            if (e->v[i]) {
+                e->twice = 1;
+                return 1;
+            }
             e->v[i] = value;
             e->n[i] = value_n;
         }
@@ -1286,7 +1293,7 @@ static int make_run(tocsin_worker *w, const tocsin_job *j, wrun **out) {
     const wtask *t = NULL;
     wenv e;
     wrun *r;
-    int rc, ok = 0;
+    int rc, ok = 0, walked;
     *out = NULL;
     if (!(r = sqlite3_malloc(sizeof *r))) return tc_err(db, TOCSIN_NOMEM, "worker: out of memory");
     memset(r, 0, sizeof *r);
@@ -1294,8 +1301,10 @@ static int make_run(tocsin_worker *w, const tocsin_job *j, wrun **out) {
     memset(&e, 0, sizeof e);
     /* read in C, not by SQL's JSON functions: a run is made inside the
      * claim's write transaction, where they cost a tenth of a no-op task */
-    if (!j->payload || tc_json_members(j->payload, strlen(j->payload), env_member, &e) != 1 || !e.v[0] ||
-        e.v[0][0] != '"')
+    walked = j->payload ? tc_json_members(j->payload, strlen(j->payload), env_member, &e) : 0;
+    if (e.twice)
+        bad = "not a task envelope (a key of the envelope is given twice)";
+    else if (walked != 1 || !e.v[0] || e.v[0][0] != '"')
         bad = "not a task envelope (a JSON object with a \"task\" name)";
     else if ((e.v[1] && e.v[1][0] != '[') || (e.v[2] && e.v[2][0] != '{'))
         bad = "\"args\" must be an array and \"kwargs\" an object";

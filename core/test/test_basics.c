@@ -635,6 +635,169 @@ void suite_basics(void) {
     dropped_trigger();
 }
 
+/* The rows of every table a refused call might have written. */
+static long long dup_rows(tocsin_db *db) {
+    return t_count(db, "_tocsin_jobs") + t_count(db, "_tocsin_notifications") + t_count(db, "_tocsin_events") +
+           t_count(db, "_tocsin_results") + t_count(db, "_tocsin_schedules") + t_count(db, "_tocsin_queues");
+}
+
+/* n distinct keys "k0".."k<n-1>" in one object, then `tail` (may be ""), as JSON text (malloc). */
+static char *dup_big(size_t n, const char *tail) {
+    size_t cap = n * 16 + strlen(tail) + 8, at = 0, i;
+    char *t = malloc(cap);
+    t[at++] = '{';
+    for (i = 0; i < n; i++) at += (size_t)snprintf(t + at, cap - at, "%s\"k%zu\":%zu", i ? "," : "", i, i);
+    at += (size_t)snprintf(t + at, cap - at, "%s}", tail);
+    return t;
+}
+
+/*
+ * An object with a key twice is refused wherever the core takes JSON it
+ * stores: SQLite's JSON functions (and the worker's envelope reader) read the
+ * first value, Python, Node, Ruby and Go the last. Keys are compared decoded;
+ * the same key in two objects (siblings, or one inside the other) is fine.
+ */
+static void duplicate_keys(void) {
+    static const char *refused[][2] = {
+        {"{\"a\":1,\"a\":2}", "payload: duplicate key \"a\" in an object: JSON readers disagree"},
+        {"{\"a\":1,\"b\":2,\"a\":1}", "duplicate key \"a\" in an object:"},
+        {"{\"a\":1,\"\\u0061\":2}", "duplicate key \"a\" in an object (written \"\\u0061\" the second time)"},
+        {"{\"\\u0061\":1,\"a\":2}", "duplicate key \"\\u0061\" in an object (written \"a\" the second time)"},
+        {"{\"caf\xc3\xa9\":1,\"caf\\u00E9\":2}", "duplicate key \"caf\xc3\xa9\""},
+        {"{\"\\ud83d\\ude00\":1,\"\xf0\x9f\x98\x80\":2}", "duplicate key \"\\ud83d\\ude00\""},
+        {"{\"a/b\":1,\"a\\/b\":2}", "duplicate key \"a/b\""},
+        {"{\"\\n\":1,\"\\u000a\":2}", "duplicate key \"\\n\""},
+        {"{\"\\\"\":1,\"\\u0022\":2}", "duplicate key \"\\\"\""},
+        {"{\"\\u0000\":1,\"\\u0000\":2}", "duplicate key \"\\u0000\""},
+        {"{\"\":1,\"\":2}", "duplicate key \"\" in an object"},
+        {"{\"a\":{},\"a\":{}}", "duplicate key \"a\""},
+        {"{\"o\":{\"p\":1},\"o\":2}", "duplicate key \"o\""},
+        {"{\"x\":{\"y\":[{\"a\":1,\"b\":2,\"a\":3}]}}", "duplicate key \"a\" in an object at $.x.y[0]:"},
+        {"[1,{\"k\":{\"a\":1,\"a\":1}}]", "duplicate key \"a\" in an object at $[1].k:"},
+        {"[[{\"a b\":{\"z\":0,\"z\":0}}]]", "duplicate key \"z\" in an object at $[0][0].\"a b\":"},
+        {"{\"a\":[{\"b\":1},{\"b\":1,\"c\":{},\"b\":2}]}", "duplicate key \"b\" in an object at $.a[1]:"},
+        {"{\"ok\":1,\"bad\":{\"a\":1,\"a\":2}", "is not valid JSON"}, /* cut short: a duplicate is said only of JSON */
+    };
+    static const char *fine[] = {
+        "[{\"a\":1},{\"a\":2}]", "{\"a\":{\"a\":{\"a\":1}}}", "{\"a\":1,\"A\":2,\"a \":3,\" a\":4}",
+        "{\"ab\":1,\"a\":2,\"b\":3}", "{\"\\u0061b\":1,\"a\":2}", "{\"\xc3\xa9\":1,\"e\\u0301\":2}",
+        "{\"a\":[{\"b\":1},{\"b\":1}],\"b\":{\"a\":1}}", "{\"\\u0000\":1,\"\":2}", "{\"\\ud83d\\ude00\":1,\"\\ud83d\\ude01\":2}",
+        "{\"x\":{\"k\":1},\"y\":{\"k\":2},\"k\":3}", "[{}, {}, {\"\":{\"\":{}}}]"};
+    tocsin_db *db = t_open("dupkeys", NULL);
+    int64_t id = 0, ids[2];
+    size_t i;
+    char *t;
+    for (i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        CHECK(tocsin_json_valid(refused[i][0]) == 0);
+        CHECK_EQ_I(tocsin_notify(db, &id, "c", refused[i][0], NULL), TOCSIN_INVALID);
+        if (!strstr(tocsin_errmsg(db), refused[i][1])) {
+            t_failed++;
+            fprintf(stderr, "FAIL %s: got '%s', want '%s'\n", refused[i][0], tocsin_errmsg(db), refused[i][1]);
+        } else {
+            t_passed++;
+        }
+    }
+    for (i = 0; i < sizeof fine / sizeof fine[0]; i++) {
+        CHECK(tocsin_json_valid(fine[i]) == 1);
+        CHECK_OK(db, tocsin_notify(db, &id, "c", fine[i], NULL));
+    }
+    CHECK_EQ_I(t_count(db, "_tocsin_notifications"), (long long)(sizeof fine / sizeof fine[0]));
+    CHECK_OK(db, tocsin_exec(db, "DELETE FROM _tocsin_notifications"));
+    /* objects past the few keys compared one by one are sorted: every size,
+     * the duplicate first, last, escaped; 10,000 keys */
+    {
+        static const size_t sizes[] = {2, 15, 16, 17, 18, 33, 100, 10000};
+        for (i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+            char tail[64];
+            t = dup_big(sizes[i], "");
+            CHECK(tocsin_json_valid(t) == 1);
+            free(t);
+            snprintf(tail, sizeof tail, ",\"k%zu\":0", sizes[i] - 1); /* the last again */
+            t = dup_big(sizes[i], tail);
+            CHECK(tocsin_json_valid(t) == 0);
+            free(t);
+            t = dup_big(sizes[i], ",\"\\u006b0\":0"); /* the first again, escaped */
+            CHECK_EQ_I(tocsin_notify(db, &id, "c", t, NULL), TOCSIN_INVALID);
+            CHECK(strstr(tocsin_errmsg(db), "duplicate key \"k0\" in an object (written \"\\u006b0\"") != NULL);
+            free(t);
+        }
+        t = dup_big(10000, ",\"k10000\":{\"k1\":1,\"k2\":2,\"k1\":3}");
+        CHECK_EQ_I(tocsin_notify(db, &id, "c", t, NULL), TOCSIN_INVALID);
+        CHECK(strstr(tocsin_errmsg(db), "duplicate key \"k1\" in an object at $.k10000:") != NULL);
+        free(t);
+        t = dup_big(10000, "");
+        CHECK_OK(db, tocsin_notify(db, &id, "c", t, NULL));
+        free(t);
+    }
+    {
+        /* 1000 objects open at once, each with its own "a" (the kept keys
+         * outgrow their inline room); one with "a" twice at the bottom, its
+         * path cut short */
+        char *deep = malloc(8100);
+        size_t at = 0, d;
+        for (d = 0; d < 1000; d++) at += (size_t)sprintf(deep + at, "{\"a\":");
+        at += (size_t)sprintf(deep + at, "1");
+        for (d = 0; d < 1000; d++) deep[at++] = '}';
+        deep[at] = 0;
+        CHECK_OK(db, tocsin_notify(db, &id, "c", deep, NULL));
+        at = 0;
+        for (d = 0; d < 999; d++) at += (size_t)sprintf(deep + at, "{\"a\":");
+        at += (size_t)sprintf(deep + at, "{\"b\":1,\"b\":2}");
+        for (d = 0; d < 999; d++) deep[at++] = '}';
+        deep[at] = 0;
+        CHECK_EQ_I(tocsin_notify(db, &id, "c", deep, NULL), TOCSIN_INVALID);
+        CHECK(strstr(tocsin_errmsg(db), "duplicate key \"b\" in an object at $.a.a.a.") != NULL);
+        CHECK(strstr(tocsin_errmsg(db), "...: JSON readers disagree") != NULL);
+        free(deep);
+    }
+    CHECK_OK(db, tocsin_exec(db, "DELETE FROM _tocsin_notifications"));
+    /* every call that stores JSON refuses it, writing nothing */
+    {
+        static const char dup[] = "{\"n\":1,\"x\":[{\"k\":1,\"k\":2}]}";
+        tocsin_enqueue_opts eo = TOCSIN_ENQUEUE_OPTS_INIT;
+        tocsin_schedule_opts so = TOCSIN_SCHEDULE_OPTS_INIT;
+        tocsin_task_call call = TOCSIN_TASK_CALL_INIT;
+        tocsin_job_spec specs[2];
+        const char *payloads[2] = {"1", dup};
+        CHECK_EQ_I(dup_rows(db), 0);
+        CHECK_EQ_I(tocsin_queue_enqueue(db, &id, "q", dup, NULL), TOCSIN_INVALID);
+        CHECK(strstr(tocsin_errmsg(db), "payload: duplicate key \"k\" in an object at $.x[0]:") != NULL);
+        eo.meta = "{\"t\":1,\"t\":2}";
+        CHECK_EQ_I(tocsin_queue_enqueue(db, &id, "q", "1", &eo), TOCSIN_INVALID);
+        CHECK(strstr(tocsin_errmsg(db), "meta: duplicate key \"t\"") != NULL);
+        specs[0].queue = specs[1].queue = "q";
+        specs[0].payload = "{\"a\":1}";
+        specs[1].payload = dup;
+        specs[0].opts = specs[1].opts = NULL;
+        CHECK_EQ_I(tocsin_queue_enqueue_many(db, ids, specs, 2), TOCSIN_INVALID);
+        CHECK(strstr(tocsin_errmsg(db), "duplicate key \"k\"") != NULL);
+        CHECK_EQ_I(tocsin_notify(db, &id, "c", "1", "{\"t\":1,\"t\":2}"), TOCSIN_INVALID);
+        CHECK_EQ_I(tocsin_stream_publish(db, &id, "s", dup, NULL, NULL), TOCSIN_INVALID);
+        CHECK_EQ_I(tocsin_stream_publish(db, &id, "s", "1", NULL, "{\"t\":1,\"\\u0074\":2}"), TOCSIN_INVALID);
+        CHECK_EQ_I(tocsin_stream_publish_many(db, ids, "s", payloads, NULL, 2), TOCSIN_INVALID);
+        CHECK_EQ_I(tocsin_result_save(db, 1, dup, 0), TOCSIN_INVALID);
+        CHECK(strstr(tocsin_errmsg(db), "value: duplicate key \"k\"") != NULL);
+        CHECK_EQ_I(tocsin_schedule_set(db, NULL, "s", "* * * * *", "q", dup, NULL), TOCSIN_INVALID);
+        so.meta = "{\"t\":1,\"t\":2}";
+        CHECK_EQ_I(tocsin_schedule_set(db, NULL, "s", "* * * * *", "q", "1", &so), TOCSIN_INVALID);
+        call.task = "t";
+        call.args = "[{\"a\":1,\"a\":1}]";
+        CHECK_EQ_I(tocsin_task_enqueue(db, &id, "q", &call, NULL), TOCSIN_INVALID);
+        CHECK(strstr(tocsin_errmsg(db), "args: duplicate key \"a\" in an object at $[0]:") != NULL);
+        call.args = NULL;
+        call.kwargs = "{\"to\":\"a\",\"to\":\"b\"}";
+        CHECK_EQ_I(tocsin_task_enqueue(db, &id, "q", &call, NULL), TOCSIN_INVALID);
+        CHECK(strstr(tocsin_errmsg(db), "kwargs: duplicate key \"to\" in an object:") != NULL);
+        CHECK_EQ_I(dup_rows(db), 0);
+        /* the same calls go through with the keys told apart */
+        CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "{\"n\":1,\"x\":[{\"k\":1},{\"k\":2}]}", NULL));
+        call.kwargs = "{\"to\":\"a\",\"cc\":\"b\"}";
+        CHECK_OK(db, tocsin_task_enqueue(db, &id, "q", &call, NULL));
+        CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 2);
+    }
+    tocsin_close(db);
+}
+
 /* The JSON validator agrees with RFC 8259 (and with SQLite's json_valid on it). */
 void suite_json(void) {
     static const char *good[] = {"0", "-0", "1.5e10", "-12.25E-3", "\"\"", "\"a\\u00e9\\n\\\"\"",
@@ -755,4 +918,5 @@ void suite_json(void) {
         }
     }
     tocsin_close(db);
+    duplicate_keys();
 }

@@ -139,6 +139,49 @@ qerr "SELECT tocsin_enqueue('q', '[\"\\ud800\"]');" "payload is not valid JSON (
 qerr "SELECT tocsin_stream_publish('t', '{\"\\udc00\": 1}');" "a lone surrogate escape"
 # a number past the largest double in its 41st digit is infinity to every JSON reader
 qerr "SELECT tocsin_enqueue('q', '[1.79769313486231580793728971405303415079999e308]');" "payload is not valid JSON (it holds a number beyond the range of a double"
+# an object with a key twice: SQLite's JSON functions read the first value,
+# Python, Node, Ruby and Go the last, so every call storing JSON refuses it
+# (keys compared decoded, at any depth), writing nothing
+qerr "SELECT tocsin_enqueue('dupq', '{\"a\":1,\"a\":2}');" "tocsin_enqueue: payload: duplicate key \"a\" in an object: JSON readers disagree"
+qerr "SELECT tocsin_enqueue('dupq', '{\"a\":1,\"\\u0061\":2}');" "payload: duplicate key \"a\" in an object (written \"\\\\u0061\" the second time)"
+qerr "SELECT tocsin_enqueue('dupq', '{\"caf\\u00e9\":1,\"café\":2}');" "duplicate key \"caf\\\\u00e9\""
+qerr "SELECT tocsin_enqueue('dupq', '{\"x\":{\"y\":[1,{\"a\":1,\"b\":2,\"a\":3}]}}');" "duplicate key \"a\" in an object at \$.x.y\[1\]:"
+qerr "SELECT tocsin_enqueue('dupq', json_object('a', 1, 'a', 2));" "payload: duplicate key \"a\""
+qerr "SELECT tocsin_enqueue('dupq', '1', '{\"meta\":{\"t\":1,\"t\":2}}');" "meta: duplicate key \"t\""
+qerr "SELECT tocsin_enqueue_many('[{\"queue\":\"dupq\",\"payload\":1},{\"queue\":\"dupq\",\"payload\":{\"x\":[{\"k\":1,\"k\":2}]}}]');" "job 1: payload: duplicate key \"k\" in an object at \$.x\[0\]"
+qerr "SELECT tocsin_enqueue_many('[{\"queue\":\"dupq\",\"payload\":{\"k\":1,\"k\":2}}]');" "job 0: payload: duplicate key \"k\""
+qerr "SELECT tocsin_notify('dupc', '[{\"a\":1},{\"b\":1,\"b\":1}]');" "payload: duplicate key \"b\" in an object at \$\[1\]"
+qerr "SELECT tocsin_notify('dupc', '1', '{\"m\":1,\"m\":2}');" "meta: duplicate key \"m\""
+qerr "SELECT tocsin_stream_publish('dups', '{\"a\":{},\"a\":{}}');" "payload: duplicate key \"a\""
+qerr "SELECT tocsin_result_save(999999, '{\"v\":1,\"v\":1}');" "value: duplicate key \"v\""
+qerr "SELECT tocsin_schedule_set('dupsched', '@daily', 'dupq', '{\"a\":1,\"a\":2}');" "payload: duplicate key \"a\""
+qerr "SELECT tocsin_task_enqueue('dupq', 't', '[{\"a\":1,\"a\":2}]');" "args: duplicate key \"a\" in an object at \$\[0\]"
+qerr "SELECT tocsin_task_enqueue('dupq', 't', NULL, '{\"to\":1,\"to\":2}');" "kwargs: duplicate key \"to\""
+# the options objects' own keys twice keep their message
+qerr "SELECT tocsin_enqueue_many('[{\"queue\":\"dupq\",\"queue\":\"r\",\"payload\":1}]');" "option \"queue\" is given twice"
+# a duplicate is said only of JSON; 10,000 keys, the last one the first's
+qerr "SELECT tocsin_enqueue('dupq', '{\"a\":{\"b\":1,\"b\":2}');" "payload is not valid JSON"
+qerr "WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 9999)
+SELECT tocsin_enqueue('dupq', (SELECT '{' || group_concat('\"k' || i || '\":' || i, ',') || ',\"k0\":0}' FROM n));" "payload: duplicate key \"k0\""
+q "SELECT count(*) FROM _tocsin_jobs WHERE queue = 'dupq'; SELECT count(*) FROM _tocsin_notifications WHERE channel = 'dupc';
+SELECT count(*) FROM _tocsin_events WHERE topic = 'dups'; SELECT count(*) FROM _tocsin_results WHERE job_id = 999999;
+SELECT count(*) FROM _tocsin_schedules WHERE name = 'dupsched'; SELECT count(*) FROM _tocsin_queues WHERE name = 'dupq';" "0
+0
+0
+0
+0
+0"
+# the same key in sibling or nested objects is fine; so are 10,000 keys
+q "SELECT tocsin_enqueue('dupq', '[{\"a\":1},{\"a\":2,\"b\":{\"a\":3}}]') > 0, tocsin_enqueue('dupq', '{\"a\":1,\"A\":2,\"\\u0061b\":3}') > 0;
+WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < 9999)
+SELECT tocsin_enqueue('dupq', (SELECT '{' || group_concat('\"k' || i || '\":' || i, ',') || '}' FROM n)) > 0;
+SELECT json_extract(tocsin_job(max(id)), '\$.payload.k9999') FROM _tocsin_jobs WHERE queue = 'dupq';" "1|1
+1
+9999"
+# a row written around tocsin with a key twice comes out as a JSON string of its text, as any text tocsin would not store does
+q "UPDATE _tocsin_jobs SET payload = '{\"a\":1,\"a\":2}' WHERE id = (SELECT min(id) FROM _tocsin_jobs WHERE queue = 'dupq');
+SELECT json_type(tocsin_job(id), '\$.payload'), json_extract(tocsin_job(id), '\$.payload') FROM _tocsin_jobs WHERE queue = 'dupq' ORDER BY id LIMIT 1;
+DELETE FROM _tocsin_jobs WHERE queue = 'dupq'; DELETE FROM _tocsin_queues WHERE name = 'dupq';" 'text|{"a":1,"a":2}'
 qerr "SELECT tocsin_lock_acquire('lk', 'o', 1.5);" "ttl_ms must be an integer"
 qerr "SELECT tocsin_result_save(1, '1', 9e18);" "ttl_ms must be between"
 qerr "SELECT tocsin_schedule_set('s', '@daily', 'q', '1', '{\"job_expires_ms\":253402300800000}');" "option \"job_expires_ms\" must be between"
