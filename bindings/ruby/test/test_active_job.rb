@@ -120,6 +120,23 @@ class TestActiveJob < Minitest::Test
     assert_nil q.get(job.provider_job_id), "completed"
   end
 
+  # perform_all_later (ActiveJob 7.1+) calls enqueue_all: one transaction, all or none.
+  def test_enqueue_all_is_one_transaction_all_or_none
+    adapter = ActiveJob::QueueAdapters::TocsinAdapter.new(db)
+    later = TocsinTestJob.new("b")
+    later.scheduled_at = Time.now.to_f + 3600
+    jobs = [TocsinTestJob.new("a"), later]
+    assert_equal 2, adapter.enqueue_all(jobs)
+    q = db.queue("mailers")
+    assert_equal %w[pending scheduled], jobs.map { |j| q.get(j.provider_job_id).state }
+    assert(jobs.all? { |j| !j.respond_to?(:successfully_enqueued?) || j.successfully_enqueued? })
+    bad = [TocsinTestJob.new("c"), TocsinTestJob.new(Float::INFINITY)]
+    e = assert_raises(Tocsin::InvalidArgument) { adapter.enqueue_all(bad) }
+    assert_match(/TocsinTestJob: /, e.message)
+    assert_equal [nil, nil], bad.map(&:provider_job_id)
+    assert_equal [1, 1], [q.stats["pending"], q.stats["scheduled"]], "none of the refused batch was written"
+  end
+
   # ActiveJob: a lower priority number runs first (tocsin stores it negated).
   def test_lower_activejob_priority_is_claimed_first
     low = TocsinTestJob.set(priority: 50).perform_later("late")

@@ -93,7 +93,24 @@ module ActiveJob
 
       # ActiveJob's priority runs lower numbers first (as Delayed Job, GoodJob and
       # Solid Queue do); tocsin claims higher ones first: the sign is flipped.
-      def enqueue_at(job, timestamp)
+      # ActiveJob >= 7.1's perform_all_later: every job in one transaction, all or
+      # none (a refused one raises naming its class, and none is enqueued). Returns how
+      # many were enqueued.
+      def enqueue_all(jobs)
+        database.transaction do |tx|
+          jobs.each do |job|
+            at = job.scheduled_at
+            enqueue_at(job, at.nil? || at.is_a?(Numeric) ? at : at.to_f, tx: tx)
+          end
+        rescue Exception # rubocop:disable Lint/RescueException -- rolled back: no job has an id
+          jobs.each { |job| job.provider_job_id = nil }
+          raise
+        end
+        jobs.each { |job| job.successfully_enqueued = true if job.respond_to?(:successfully_enqueued=) }
+        jobs.size
+      end
+
+      def enqueue_at(job, timestamp, tx: nil)
         prio = job.priority
         unless prio.nil? || prio.is_a?(Integer)
           raise Tocsin::InvalidArgument, "#{job.class}: priority must be an Integer, not #{Tocsin::Util.kind(prio)}"
@@ -115,7 +132,7 @@ module ActiveJob
           h = database.queue(job.queue_name || "default")
                       .call(Tocsin::ActiveJobSupport::TASK, job.serialize, max_attempts: Tocsin::ActiveJobSupport::RUNS,
                             priority: prio && -prio,
-                            run_at: timestamp && [(timestamp * 1000).round, 1].max)
+                            run_at: timestamp && [(timestamp * 1000).round, 1].max, tx: tx)
         rescue Tocsin::Error => e
           # which job: the refusal names the place in the job's data
           # (args[0]["arguments"][1] is its second argument)
