@@ -910,14 +910,17 @@ int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only) {
     const char *path = sqlite3_db_filename(db->conn, "main");
     tocsin_open_opts o = TOCSIN_OPEN_OPTS_INIT;
     sqlite3 *conn = NULL;
+    sqlite3_vfs *vfs = NULL;
     int rc;
     *out = NULL;
     if (tc_inherited(db)) return TC_ERRCODE;
     if (!path || !*path)
         return tc_err(db, TOCSIN_INVALID, "the database is in memory or temporary: no other connection can open it");
+    /* the VFS of db's file: its locks are the ones db's connection takes */
+    if (sqlite3_file_control(db->conn, "main", SQLITE_FCNTL_VFS_POINTER, &vfs) != SQLITE_OK) vfs = NULL;
     rc = sqlite3_open_v2(path, &conn,
                          (read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE) | SQLITE_OPEN_NOMUTEX,
-                         NULL);
+                         vfs ? vfs->zName : NULL);
     if (rc != SQLITE_OK) {
         tc_err(db, TOCSIN_ERROR, "open a private connection to %s: %s", path,
                conn ? sqlite3_errmsg(conn) : "out of memory");

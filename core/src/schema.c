@@ -369,6 +369,68 @@ int tc_schema_precheck(tocsin_db *db) {
     return v > TOCSIN_SCHEMA_VERSION ? newer_schema(db, shown) : TOCSIN_OK;
 }
 
+/*
+ * Installs or migrates the schema of a host's connection (the extension,
+ * tocsin_wrap) on a private connection to the same file, in that connection's
+ * one transaction, so that nothing the host's connection does -- a progress
+ * handler or sqlite3_interrupt() that stops our statements and then our
+ * ROLLBACK too, its own open transaction, a later statement of it that fails,
+ * its COMMIT -- can leave a half-migrated schema in the file: the private
+ * transaction commits all of it or none. The private connection runs the one
+ * installer (tc_schema_install on a connection tocsin owns, as tocsin_open
+ * does). *done is set when the schema was installed so; it stays 0 where a
+ * private connection cannot do it, and the caller then installs on the host's
+ * connection (a fresh schema, which then joins the host's transaction) or
+ * refuses (a migration, which must not: see the message below).
+ *
+ * A private connection can do it when the file is one another connection can
+ * open (not in memory, not TEMP, not a deserialized image), the host's
+ * connection holds no transaction on it (it is in autocommit mode, and no
+ * statement of it reads the file: the version check that found the work to do
+ * has ended; inside a host's BEGIN that check opened the host's read
+ * transaction, whose snapshot would not see our commit), and it does not keep
+ * its locks between transactions (locking_mode EXCLUSIVE would keep our
+ * connection out until it gave up).
+ */
+static int install_privately(tocsin_db *db, int *done, int *out_version) {
+    const char *path = sqlite3_db_filename(db->conn, "main");
+    sqlite3_vfs *vfs = NULL;
+    sqlite3_stmt *st = NULL;
+    tocsin_db *p = NULL;
+    char shown[48];
+    int rc, pv = 0, keeper, tops, exclusive = 0;
+    *done = 0;
+    if (!path || !*path) return TOCSIN_OK;
+    if (sqlite3_file_control(db->conn, "main", SQLITE_FCNTL_VFS_POINTER, &vfs) != SQLITE_OK || !vfs ||
+        (vfs->zName && strcmp(vfs->zName, "memdb") == 0))
+        return TOCSIN_OK;
+    if (sqlite3_txn_state(db->conn, "main") != SQLITE_TXN_NONE) return TOCSIN_OK;
+    rc = tc_prepare(db, "PRAGMA main.locking_mode", 0, &st);
+    if (rc == SQLITE_OK && (rc = tc_step(db, st)) == SQLITE_ROW) {
+        const char *m = (const char *)sqlite3_column_text(st, 0);
+        exclusive = m && sqlite3_stricmp(m, "exclusive") == 0;
+        rc = SQLITE_OK;
+    }
+    sqlite3_finalize(st);
+    if ((rc & 0xff) == SQLITE_AUTH) rc = SQLITE_OK; /* a sandbox's authorizer: assume the default */
+    if (rc != SQLITE_OK && rc != SQLITE_DONE) return tc_sqlerr(db, rc, "read the connection's locking mode");
+    if (exclusive) return TOCSIN_OK;
+    if ((rc = tc_open_private(db, &p, 0)) != TOCSIN_OK) return rc;
+    rc = tc_schema_install(p, &pv);
+    TC_KEEP_ERROR(tocsin_close(p));
+    if (rc != TOCSIN_OK) return rc;
+    /* the host's connection sees the committed schema from its next read on */
+    if ((rc = read_version(db, &pv, shown, sizeof shown, &keeper, &tops)) != TOCSIN_OK) return rc;
+    if (pv > TOCSIN_SCHEMA_VERSION) return newer_schema(db, shown); /* a newer library, meanwhile */
+    if (pv != TOCSIN_SCHEMA_VERSION)
+        return tc_err(db, TOCSIN_ERROR, "install schema: the schema v%d installed on a private connection to %s "
+                                        "is not what this connection reads (v%d)",
+                      TOCSIN_SCHEMA_VERSION, path, pv);
+    *done = 1;
+    *out_version = pv;
+    return TOCSIN_OK;
+}
+
 int tc_schema_install(tocsin_db *db, int *out_version) {
     tc_op op;
     int v, rc, from, legacy = -1, keeper, tops, read_only, file_ro;
@@ -396,6 +458,22 @@ int tc_schema_install(tocsin_db *db, int *out_version) {
                       "the database has %s; open it read-write once to install schema v%d%s",
                       v ? "an older tocsin schema" : "no tocsin schema", TOCSIN_SCHEMA_VERSION,
                       file_ro && !db->read_only ? " (the file is read-only to this process)" : "");
+    if (!db->owns_conn) {
+        int done;
+        if ((rc = install_privately(db, &done, out_version)) != TOCSIN_OK || done) return rc;
+        /* A migration joins no transaction of the host's: there it could not be
+         * all or nothing (its ROLLBACK stopped by the host's progress handler, or
+         * the host's COMMIT after a failure, would keep half of it). */
+        if (v >= 1 && v < TOCSIN_SCHEMA_VERSION &&
+            (!sqlite3_get_autocommit(db->conn) || sqlite3_txn_state(db->conn, "main") != SQLITE_TXN_NONE))
+            return tc_err(db, TOCSIN_ERROR,
+                          "this file's tocsin schema is v%d and must be migrated to v%d: call "
+                          "tocsin_bootstrap() outside a transaction, in a statement of its own (SELECT "
+                          "tocsin_bootstrap()), or open the file once with tocsin_open(). tocsin migrates "
+                          "only there, on a connection of its own, so that the migration commits whole or "
+                          "not at all, never with this connection's transaction. Nothing was written",
+                          v, TOCSIN_SCHEMA_VERSION);
+    }
     if ((rc = tc_op_open(db, &op, 1)) != TOCSIN_OK) return rc;
     /* Another process may have installed it while we waited for the lock. */
     rc = read_version(db, &v, shown, sizeof shown, &keeper, &tops);

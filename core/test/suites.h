@@ -16,6 +16,7 @@ void suite_harden(void);
 void suite_threads(void);
 void suite_worker(void);
 void suite_waits(void);
+void suite_migrate(void);
 
 static const struct {
     const char *name;
@@ -35,6 +36,7 @@ static const struct {
     {"threads", suite_threads},
     {"worker", suite_worker},
     {"waits", suite_waits},
+    {"migrate", suite_migrate},
 };
 
 #endif

@@ -721,34 +721,111 @@ fi
 
 # out of memory inside a call's own transaction (SQLITE_LIMIT_VDBE_OP counts as one):
 # SQLite lets no statement run until the calling statement ends, not even tocsin's
-# ROLLBACK; the next call rolls the transaction back first -- no half-installed schema
-# (_tocsin_meta without its version), no transaction left open on the host's connection
-qfresh orphan "CREATE TABLE app(x);
+# ROLLBACK; the next call rolls the transaction back first -- no half-made claim, no
+# transaction left open on the host's connection
+qfresh orphan "CREATE TABLE app(x); SELECT tocsin_bootstrap(); SELECT tocsin_enqueue('q', '1');
 .limit vdbe_op 50
-SELECT tocsin_bootstrap();
+SELECT tocsin_claim('q', 'w', 1, 1000);
 .limit vdbe_op 250000000
 SELECT tocsin_bootstrap();
-SELECT count(*) FROM _tocsin_jobs; BEGIN; INSERT INTO app VALUES (1); COMMIT; SELECT count(*) FROM app;" "*vdbe_op 50
+SELECT count(*) FROM _tocsin_jobs WHERE state = 'pending'; BEGIN; INSERT INTO app VALUES (1); COMMIT;
+SELECT count(*) FROM app;" "2
+1
+*vdbe_op 50
 *out of memory (7)
 *vdbe_op 250000000
 2
-0
+1
 1"
 
 # ... unless the connection wrote in it meanwhile: then the call asks for the end of it
-qfresh orphan_written "CREATE TABLE app(x);
+qfresh orphan_written "CREATE TABLE app(x); SELECT tocsin_bootstrap(); SELECT tocsin_enqueue('q', '1');
 .limit vdbe_op 50
-SELECT tocsin_bootstrap();
+SELECT tocsin_claim('q', 'w', 1, 1000);
 .limit vdbe_op 250000000
 INSERT INTO app VALUES (1);
 SELECT tocsin_bootstrap();
 ROLLBACK;
-SELECT tocsin_bootstrap(); SELECT count(*) FROM app;" "*vdbe_op 50
+SELECT tocsin_bootstrap(); SELECT count(*) FROM app;" "2
+1
+*vdbe_op 50
 *out of memory (7)
 *vdbe_op 250000000
 *tocsin_bootstrap: an earlier tocsin call on this connection ran out of memory inside its own transaction*written in it since*
 2
 0"
+
+# the install of a file's schema runs on a private connection (docs/schema.md,
+# "Installs and migrations on a host's connection"): the host connection's limits
+# do not reach it, and it commits whole
+qfresh install_private "CREATE TABLE app(x);
+.limit vdbe_op 50
+SELECT tocsin_bootstrap();
+.limit vdbe_op 250000000
+SELECT count(*) FROM _tocsin_jobs; SELECT value FROM _tocsin_meta;" "*vdbe_op 50
+2
+*vdbe_op 250000000
+0
+2"
+
+# a v1 file's migration is all or nothing whatever the host's connection does: the
+# shell's progress handler stops the bootstrap at its Nth step (and every step after,
+# a ROLLBACK of ours included), the host then COMMITs and writes on; the file is
+# wholly v1 or wholly v2 with its rows and ids, and a later bootstrap migrates it
+if [ -f "$V1" ]; then
+    n=1
+    mig_bad=0
+    while [ $n -lt 100000 ]; do
+        rm -f "$DIR/v1stop.db" "$DIR/v1stop.db-wal" "$DIR/v1stop.db-shm"
+        cp "$V1" "$DIR/v1stop.db"
+        boot=$(printf '.load %s\n.progress 1 --limit %s --quiet\nSELECT tocsin_bootstrap();\n.progress off\nCOMMIT;\nCREATE TABLE IF NOT EXISTS app(x); INSERT INTO app VALUES (1);\n' \
+            "$EXT" "$n" | sqlite3 -batch "$DIR/v1stop.db" 2>&1)
+        shape=$(sqlite3 -batch "$DIR/v1stop.db" "SELECT (SELECT value FROM _tocsin_meta WHERE key = 'schema_version')
+            || '/' || (SELECT count(*) FROM sqlite_master WHERE name LIKE '%\_v1' ESCAPE '\' OR name LIKE '%\_top' ESCAPE '\')
+            || '/' || (SELECT count(*) || ',' || max(id) FROM _tocsin_jobs) || '/' || (SELECT count(*) FROM _tocsin_events)
+            || '/' || (SELECT count(*) FROM _tocsin_notifications);" 2>&1)
+        later=$(printf '.load %s\nSELECT tocsin_bootstrap();\nSELECT count(*) || %s || max(id) FROM _tocsin_jobs;\n' "$EXT" "','" |
+            sqlite3 -batch "$DIR/v1stop.db" 2>&1)
+        case "$shape" in
+        1/0/9,15/6/4 | 2/3/9,15/6/4) ;;
+        *) mig_bad=$((mig_bad + 1)); echo "FAIL v1 migration stopped at step $n: $boot -> $shape" ;;
+        esac
+        if [ "$later" != "2
+9,15" ]; then mig_bad=$((mig_bad + 1)); echo "FAIL v1 migration stopped at step $n, later bootstrap: $later"; fi
+        case "$boot" in *[Ee]rror*) ;; *) break ;; esac # ran to its end: the sweep is over
+        [ $mig_bad -gt 3 ] && break
+        n=$((n + 13))
+    done
+    if [ $mig_bad -eq 0 ] && [ $n -gt 1 ]; then passed=$((passed + 1)); else failed=$((failed + 1)); fi
+fi
+
+# ... and a host's open transaction is refused the migration, saying what to do;
+# nothing is written, the host's own rows commit, the bootstrap outside it migrates
+if [ -f "$V1" ]; then
+    cp "$V1" "$DIR/v1tx.db"
+    qfresh v1tx "CREATE TABLE app(x); BEGIN; INSERT INTO app VALUES (1);
+SELECT tocsin_enqueue('q', '1');
+SELECT tocsin_bootstrap();
+COMMIT; SELECT count(*) FROM app; SELECT value FROM _tocsin_meta;
+SELECT tocsin_bootstrap(); SELECT count(*), max(id) FROM _tocsin_jobs;" "*tocsin_enqueue: this file's tocsin schema is v1 and must be migrated to v2: call tocsin_bootstrap() outside a transaction*Nothing was written
+*tocsin_bootstrap: this file's tocsin schema is v1 and must be migrated*
+1
+1
+2
+9|15"
+fi
+
+# an in-memory database has no other connection: it installs on the host's, and an
+# out-of-memory there leaves no half-installed schema (_tocsin_meta without its version)
+out=$(printf '.load %s\nCREATE TABLE app(x);\n.limit vdbe_op 50\nSELECT tocsin_bootstrap();\n.limit vdbe_op 250000000\nSELECT tocsin_bootstrap();\nSELECT count(*) FROM _tocsin_jobs; BEGIN; INSERT INTO app VALUES (1); COMMIT; SELECT count(*) FROM app;\n' \
+    "$EXT" | sqlite3 -batch :memory: 2>&1)
+case "$out" in
+*"out of memory (7)"*"
+2
+0
+1") passed=$((passed + 1)) ;;
+*) failed=$((failed + 1)); printf 'FAIL: in-memory orphan install\n  got: %s\n' "$out" ;;
+esac
 
 # docs/sql.md "A call whose value is named again may run again": a MATERIALIZED CTE
 # evaluates the claim once (a subquery's column filtered outside runs it twice)
