@@ -1929,6 +1929,15 @@ class Poller : public Napi::ObjectWrap<Poller> {
       return;
     }
     p->cb_.MakeCallback(env.Global(), {}, *p->ctx_);
+    // An exception that left the callback, or the nextTick queue it drains on the way
+    // out (a user's process.nextTick that throws), must not stay pending here: no JS
+    // frame would ever take it, and every later N-API call of the addon would fail
+    // (the poller's callback never ran again while its descriptor stayed readable: a
+    // busy loop). It is the process's uncaught exception, as in any Node callback.
+    if (env.IsExceptionPending()) {
+      Napi::Error e = env.GetAndClearPendingException();
+      napi_fatal_exception(env, e.Value());
+    }
   }
   void close_handle() {
     if (!h_) return;

@@ -186,6 +186,43 @@ test('a notification handler that throws is an uncaught exception, and delivery 
   assert.deepEqual(JSON.parse(out.trim()), { got: [2, 3], thrown: ['handler failed on 1'] });
 });
 
+// A user's process.nextTick that throws while tocsin's descriptor callback drains the
+// tick queue: the exception stayed pending in N-API, so every later call of the addon
+// failed and the poller's callback never ran again while its descriptor stayed
+// readable (a process spinning a core, never exiting). It is now the process's uncaught
+// exception, and tocsin goes on.
+test('a nextTick that throws during a wake is an uncaught exception; tocsin goes on', async () => {
+  const script = `
+    const tocsin = require(${JSON.stringify(require('path').resolve(__dirname, '..'))});
+    const db = tocsin.open(${JSON.stringify(tmpdb())});
+    const l = db.listen('c');
+    const got = [], thrown = [];
+    process.on('uncaughtException', (e) => thrown.push(e.message));
+    l.on('notification', (n) => {
+      got.push(n.payload);
+      if (n.payload === 1) process.nextTick(() => { throw new Error('tick failed'); });
+      if (n.payload === 3) setTimeout(() => { l.close(); db.close(); }, 10);
+    });
+    process.on('exit', () => console.log(JSON.stringify({ got, thrown })));
+    setImmediate(async () => {
+      await db.notify('c', 1);
+      await new Promise((r) => setTimeout(r, 20));
+      await db.notify('c', 2);
+      await new Promise((r) => setTimeout(r, 20));
+      await db.notify('c', 3);
+    });
+  `;
+  const child = require('child_process').spawn(process.execPath, ['-e', script], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '', err = '';
+  child.stdout.on('data', (d) => { out += d; });
+  child.stderr.on('data', (d) => { err += d; });
+  const killer = setTimeout(() => child.kill('SIGKILL'), 10000);
+  const [code, signal] = await new Promise((r) => child.on('close', (c, sg) => r([c, sg])));
+  clearTimeout(killer);
+  assert.deepEqual([code, signal], [0, null], err);
+  assert.deepEqual(JSON.parse(out.trim()), { got: [1, 2, 3], thrown: ['tick failed'] });
+});
+
 test('db.prune() names its own options and refuses before it deletes anything', async () => {
   const db = tocsin.open(tmpdb());
   try {
