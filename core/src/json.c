@@ -493,32 +493,21 @@ const char *tc_json_why(const char *text, size_t n, char *buf, size_t cap) {
     return jp_why(&j, buf, cap);
 }
 
-/* Appends the n bytes at s to buf (of cap, its text up to *at so far), as
- * many as fit. */
-static void put_n(char *buf, size_t cap, size_t *at, const char *s, size_t n) {
-    if (*at + 1 >= cap) return;
-    if (n > cap - 1 - *at) n = cap - 1 - *at;
-    memcpy(buf + *at, s, n);
-    *at += n;
-    buf[*at] = 0;
-}
-
-static void put_s(char *buf, size_t cap, size_t *at, const char *s) { put_n(buf, cap, at, s, strlen(s)); }
-
 /* A key as written, quoted, cut at 60 bytes (not inside a UTF-8 character). */
-static void put_key(char *buf, size_t cap, size_t *at, const unsigned char *k, size_t n) {
+static void put_key(tc_buf *b, const unsigned char *k, size_t n) {
     size_t m = n;
     if (m > 60)
         for (m = 60; m > 0 && (k[m] & 0xc0) == 0x80; m--) {
         }
-    put_s(buf, cap, at, "\"");
-    put_n(buf, cap, at, (const char *)k, m);
-    put_s(buf, cap, at, m < n ? "...\"" : "\"");
+    tc_buf_puts(b, "\"");
+    tc_buf_put(b, (const char *)k, m);
+    tc_buf_puts(b, m < n ? "...\"" : "\"");
 }
 
 int tc_json_refusal(const char *text, size_t n, char *buf, size_t cap) {
     jp j;
-    size_t at = 0, s;
+    tc_buf b = {0};
+    size_t s;
     int ok;
     jp_init(&j, text, n);
     j.dups = 1;
@@ -537,15 +526,15 @@ int tc_json_refusal(const char *text, size_t n, char *buf, size_t cap) {
         tc_json_why(text, n, buf, cap);
         return TC_JSON_BAD;
     }
-    put_s(buf, cap, &at, "duplicate key ");
-    put_key(buf, cap, &at, j.dkey.p, j.dkey.n);
-    put_s(buf, cap, &at, " in an object");
+    tc_buf_puts(&b, "duplicate key ");
+    put_key(&b, j.dkey.p, j.dkey.n);
+    tc_buf_puts(&b, " in an object");
     if (j.npath) {
-        put_s(buf, cap, &at, " at $");
+        tc_buf_puts(&b, " at $");
         for (s = j.npath; s-- > 0;) {
             const jstep *st = &j.path[s];
-            if (at > 160) {
-                put_s(buf, cap, &at, "...");
+            if (b.len > 160) {
+                tc_buf_puts(&b, "...");
                 break;
             }
             if (st->key) { /* .name, or ."name" unless it is letters, digits and _ */
@@ -555,27 +544,30 @@ int tc_json_refusal(const char *text, size_t n, char *buf, size_t cap) {
                                        ((k[c] | 0x20) >= 'a' && (k[c] | 0x20) <= 'z'));
                      c++) {
                 }
-                put_s(buf, cap, &at, ".");
+                tc_buf_puts(&b, ".");
                 if (kn && c == kn)
-                    put_n(buf, cap, &at, (const char *)k, kn);
+                    tc_buf_put(&b, (const char *)k, kn);
                 else
-                    put_key(buf, cap, &at, k, kn);
+                    put_key(&b, k, kn);
             } else {
-                char ix[32];
-                snprintf(ix, sizeof ix, "[%zu]", st->n);
-                put_s(buf, cap, &at, ix);
+                tc_buf_puts(&b, "[");
+                tc_buf_i64(&b, (int64_t)st->n);
+                tc_buf_puts(&b, "]");
             }
         }
     }
     if (j.dkey.n != j.dkey2.n || memcmp(j.dkey.p, j.dkey2.p, j.dkey.n) != 0) {
-        put_s(buf, cap, &at, " (written ");
-        put_key(buf, cap, &at, j.dkey2.p, j.dkey2.n);
-        put_s(buf, cap, &at, " the second time)");
+        tc_buf_puts(&b, " (written ");
+        put_key(&b, j.dkey2.p, j.dkey2.n);
+        tc_buf_puts(&b, " the second time)");
     }
-    put_s(buf, cap, &at,
-          ": JSON readers disagree on which of its values counts (SQLite's JSON functions read the "
-          "first, Python, Node, Ruby and Go the last)");
+    tc_buf_puts(&b, ": JSON readers disagree on which of its values counts (SQLite's JSON functions read the "
+                    "first, Python, Node, Ruby and Go the last)");
     sqlite3_free(j.path);
+    /* (out of memory for the message: the refusal stands, said shorter) */
+    if (b.p && !b.oom) tc_cut_utf8(b.p, cap - 1); /* (on a character's boundary) */
+    snprintf(buf, cap, "%s", b.p && !b.oom ? b.p : "duplicate key in an object");
+    sqlite3_free(b.p);
     return TC_JSON_DUP;
 }
 
