@@ -478,19 +478,18 @@ module Tocsin
       [Native::OUTCOME_ERROR, nil, "Timeout", nil, nil]
     rescue JobCancelled
       raise
-    rescue FinalFailure => e
-      # the run's error ends the job now, no retry (ActiveJob's: its own retry_on
-      # retried it already); the attempts left are for a worker that died mid-run
-      @lock.synchronize { @failed += 1 } unless ctx.finished
-      c = e.cause || e
-      [Native::OUTCOME_FAIL, nil, c.class.name || "Error", error_text(c.message), error_text((c.backtrace || []).join("\n"))]
     rescue Exception => e # rubocop:disable Lint/RescueException -- a task's failure is data
       # any class: also exit (SystemExit), Interrupt, NoMemoryError -- a failed run,
       # retried as any other (as in Sidekiq); re-raised, it ended the thread with
       # no outcome recorded (the job leased forever, the slot lost) and a
-      # SystemExit went on to the main thread
+      # SystemExit went on to the main thread. A FinalFailure ends the job now, as
+      # its cause, with no retry (ActiveJob's: its own retry_on retried it
+      # already; the attempts left are for a worker that died mid-run).
       @lock.synchronize { @failed += 1 } unless ctx.finished
-      [Native::OUTCOME_ERROR, nil, e.class.name || "Error", error_text(e.message), error_text((e.backtrace || []).join("\n"))]
+      final = e.is_a?(FinalFailure)
+      e = e.cause || e if final
+      [final ? Native::OUTCOME_FAIL : Native::OUTCOME_ERROR, nil, e.class.name || "Error", error_text(e.message),
+       error_text((e.backtrace || []).join("\n"))]
     end
 
     # An error's message or trace as the core takes it, as every runtime's worker
