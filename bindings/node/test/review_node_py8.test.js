@@ -5,6 +5,24 @@ const assert = require('node:assert/strict');
 const tocsin = require('..');
 const { tmpdb } = require('./helpers');
 
+// Runs `body` in a child Node process with `tocsin` and a fresh `db` in scope; killed
+// after 10 s (a process that never ends is what some of these tests look for).
+async function runChild(body) {
+  const script = `
+    const tocsin = require(${JSON.stringify(require('path').resolve(__dirname, '..'))});
+    const db = tocsin.open(${JSON.stringify(tmpdb())});
+    ${body}
+  `;
+  const child = require('child_process').spawn(process.execPath, ['-e', script], { stdio: ['ignore', 'pipe', 'pipe'] });
+  let out = '', err = '';
+  child.stdout.on('data', (d) => { out += d; });
+  child.stderr.on('data', (d) => { err += d; });
+  const killer = setTimeout(() => child.kill('SIGKILL'), 10000);
+  const [code, signal] = await new Promise((r) => child.on('close', (c, sg) => r([c, sg])));
+  clearTimeout(killer);
+  return { code, signal, out, err };
+}
+
 describe('node review 8', () => {
   let path;
   let db;
@@ -128,20 +146,12 @@ describe('node review 8', () => {
   // until a notification came, whether or not anyone still listened: after off() of the
   // last handler, that wait kept the process alive for good.
   test('removing the last notification handler stops the pump: the process can exit; a handler added later hears what came meanwhile', async () => {
-    const script = `
-      const tocsin = require(${JSON.stringify(require('path').resolve(__dirname, '..'))});
-      const db = tocsin.open(${JSON.stringify(tmpdb())});
+    const { code, signal, out } = await runChild(`
       const l = db.listen('c');
       const f = () => {};
       l.on('notification', f);
       setImmediate(() => setImmediate(() => { l.off('notification', f); console.log('off'); }));
-    `;
-    const child = require('child_process').spawn(process.execPath, ['-e', script], { stdio: ['ignore', 'pipe', 'pipe'] });
-    let out = '';
-    child.stdout.on('data', (d) => { out += d; });
-    const killer = setTimeout(() => child.kill('SIGKILL'), 10000);
-    const [code, signal] = await new Promise((r) => child.on('close', (c, sg) => r([c, sg])));
-    clearTimeout(killer);
+    `);
     assert.equal(out.trim(), 'off');
     assert.deepEqual([code, signal], [0, null], 'the process ended by itself');
 
@@ -161,9 +171,7 @@ describe('node review 8', () => {
 // process that handles 'uncaughtException' heard nothing more. Now the throw is the
 // process's uncaught exception and the delivery goes on.
 test('a notification handler that throws is an uncaught exception, and delivery goes on', async () => {
-  const script = `
-    const tocsin = require(${JSON.stringify(require('path').resolve(__dirname, '..'))});
-    const db = tocsin.open(${JSON.stringify(tmpdb())});
+  const { code, out, err } = await runChild(`
     const l = db.listen('c');
     const got = [], thrown = [];
     process.on('uncaughtException', (e) => thrown.push(e.message));
@@ -174,14 +182,7 @@ test('a notification handler that throws is an uncaught exception, and delivery 
     });
     process.on('exit', () => console.log(JSON.stringify({ got, thrown })));
     setImmediate(async () => { await db.notify('c', 1); await db.notify('c', 2); await db.notify('c', 3); });
-  `;
-  const child = require('child_process').spawn(process.execPath, ['-e', script], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '', err = '';
-  child.stdout.on('data', (d) => { out += d; });
-  child.stderr.on('data', (d) => { err += d; });
-  const killer = setTimeout(() => child.kill('SIGKILL'), 10000);
-  const [code] = await new Promise((r) => child.on('close', (c, sg) => r([c, sg])));
-  clearTimeout(killer);
+  `);
   assert.equal(code, 0, err);
   assert.deepEqual(JSON.parse(out.trim()), { got: [2, 3], thrown: ['handler failed on 1'] });
 });
@@ -192,9 +193,7 @@ test('a notification handler that throws is an uncaught exception, and delivery 
 // readable (a process spinning a core, never exiting). It is now the process's uncaught
 // exception, and tocsin goes on.
 test('a nextTick that throws during a wake is an uncaught exception; tocsin goes on', async () => {
-  const script = `
-    const tocsin = require(${JSON.stringify(require('path').resolve(__dirname, '..'))});
-    const db = tocsin.open(${JSON.stringify(tmpdb())});
+  const { code, signal, out, err } = await runChild(`
     const l = db.listen('c');
     const got = [], thrown = [];
     process.on('uncaughtException', (e) => thrown.push(e.message));
@@ -211,14 +210,7 @@ test('a nextTick that throws during a wake is an uncaught exception; tocsin goes
       await new Promise((r) => setTimeout(r, 20));
       await db.notify('c', 3);
     });
-  `;
-  const child = require('child_process').spawn(process.execPath, ['-e', script], { stdio: ['ignore', 'pipe', 'pipe'] });
-  let out = '', err = '';
-  child.stdout.on('data', (d) => { out += d; });
-  child.stderr.on('data', (d) => { err += d; });
-  const killer = setTimeout(() => child.kill('SIGKILL'), 10000);
-  const [code, signal] = await new Promise((r) => child.on('close', (c, sg) => r([c, sg])));
-  clearTimeout(killer);
+  `);
   assert.deepEqual([code, signal], [0, null], err);
   assert.deepEqual(JSON.parse(out.trim()), { got: [1, 2, 3], thrown: ['tick failed'] });
 });
