@@ -377,6 +377,26 @@ static void outcomes(void) {
     tocsin_close(db);
 }
 
+/* Four jobs claimed at once, r[k] the run of ids[k], with the payload limit at 64
+ * bytes (outcome tests); 0 when the claim did not hand out the four. */
+static int claim_four(tocsin_db *db, tocsin_worker *w, int64_t ids[4], tocsin_task_run *r[4]) {
+    tocsin_task_run **runs = NULL;
+    size_t n = 0, i, k;
+    for (k = 0; k < 4; k++) {
+        ids[k] = call(db, "add", "[1]", 3);
+        r[k] = NULL;
+    }
+    CHECK_OK(db, tocsin_set_max_payload(db, 64));
+    CHECK_OK(db, tocsin_worker_next(w, &runs, &n, 0));
+    CHECK_EQ_I(n, 4);
+    for (i = 0; i < n; i++)
+        for (k = 0; k < 4; k++)
+            if (runs[i]->job_id == ids[k]) r[k] = runs[i];
+    tocsin_free(runs);
+    CHECK(r[0] && r[1] && r[2] && r[3]);
+    return r[0] && r[1] && r[2] && r[3];
+}
+
 /* An error message or hand-back reason over the payload limit (a long
  * exception text) is cut to the limit, in a transaction or not, and the
  * outcome stands: the job retries, dies or goes back as it would with a short
@@ -385,25 +405,14 @@ static void long_messages_cut(void) {
     t_clock clk = {1000000};
     tocsin_db *db = t_open("w_long_msg", &clk), *tx = NULL;
     tocsin_worker *w = open_worker(db, "w1", 8);
-    tocsin_task_run **runs = NULL, *r[4] = {NULL, NULL, NULL, NULL};
+    tocsin_task_run *r[4];
     tocsin_outcome o = TOCSIN_OUTCOME_INIT;
     tocsin_result *res = NULL;
     tocsin_job *job = NULL;
     int64_t ids[4];
-    size_t n = 0, i, k;
+    size_t i, k;
     char big[300];
-    for (i = 0; i < 4; i++) ids[i] = call(db, "add", "[1]", 3);
-    CHECK_OK(db, tocsin_set_max_payload(db, 64));
-    CHECK_OK(db, tocsin_worker_next(w, &runs, &n, 0));
-    CHECK_EQ_I(n, 4);
-    for (i = 0; i < n; i++)
-        for (k = 0; k < 4; k++)
-            if (runs[i]->job_id == ids[k]) r[k] = runs[i];
-    tocsin_free(runs);
-    if (!(r[0] && r[1] && r[2] && r[3])) {
-        CHECK(0);
-        return;
-    }
+    if (!claim_four(db, w, ids, r)) return;
     /* 99 x "\xc3\xa9" (e-acute): the cut falls inside a character at 64 */
     for (i = 0; i + 2 < sizeof big; i += 2) {
         big[i] = (char)0xc3;
@@ -494,23 +503,14 @@ static void refused_outcomes(void) {
     t_clock clk = {1000000};
     tocsin_db *db = t_open("w_refused", &clk), *tx = NULL;
     tocsin_worker *w = open_worker(db, "w1", 8);
-    tocsin_task_run **runs = NULL, *r[4] = {NULL, NULL, NULL, NULL};
+    tocsin_task_run *r[4];
     tocsin_outcome o = TOCSIN_OUTCOME_INIT;
     tocsin_result *res = NULL;
     tocsin_job *job = NULL;
     int64_t ids[4];
-    size_t n = 0, i, k;
+    size_t k;
     char big[200];
-    for (i = 0; i < 4; i++) ids[i] = call(db, "add", "[1]", 3);
-    CHECK_OK(db, tocsin_set_max_payload(db, 64));
-    CHECK_OK(db, tocsin_worker_next(w, &runs, &n, 0));
-    CHECK_EQ_I(n, 4);
-    for (i = 0; i < n; i++)
-        for (k = 0; k < 4; k++)
-            if (runs[i]->job_id == ids[k]) r[k] = runs[i];
-    tocsin_free(runs);
-    CHECK(r[0] && r[1] && r[2] && r[3]);
-    if (!(r[0] && r[1] && r[2] && r[3])) return;
+    if (!claim_four(db, w, ids, r)) return;
     /* in a transaction: refused, nothing written, the run still open */
     memset(big, '7', sizeof big - 1);
     big[sizeof big - 1] = 0;
