@@ -529,8 +529,14 @@ def bulk_commands_ask_on_a_terminal():
     rc, out, shown = on_a_terminal(["dead", "requeue", db, "--all", "--queue", "other"], "N\n")
     assert 'Requeue 2 dead jobs of queue "other"? [y/N] ' in shown and rc == EXIT_ERR, shown
     assert count(db, "_tocsin_dead") == 3
-    rc, out, shown = on_a_terminal(["dead", "requeue", db, "--all", "--queue", "other", "--json"], "yes\n")
-    assert rc == 0 and len(json.loads(out)["requeued"]) == 2, (out, shown)
+    # yes: the jobs counted are requeued; one that dies while the question waits is not
+    counted = [j["id"] for j in js("dead", "list", db, "--queue", "other")]
+    late = []
+    rc, out, shown = on_a_terminal(["dead", "requeue", db, "--all", "--queue", "other", "--json"], "yes\n",
+                                   then=lambda: (time.sleep(0.01), late.extend(make_dead(db, "other", 1))))
+    assert rc == 0 and json.loads(out)["requeued"] == counted, (out, shown)
+    assert [j["id"] for j in js("dead", "list", db, "--queue", "other")] == late
+    assert js("dead", "requeue", db, "--all", "--queue", "other", "--yes") == {"requeued": late}
     # prune: the dead letters counted, the stream events not (that count walks them all)
     rc, out, shown = on_a_terminal(["prune", db, "--dead-older-than", "1ms", "--streams-older-than", "1h"], "n\n")
     assert ("Delete 1 dead job that died more than 1ms ago (every queue) and the stream events older than 1h"

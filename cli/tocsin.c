@@ -1011,11 +1011,16 @@ static int cmd_dead(int argc, char **argv) {
         if (opts[3].set && (rc = need_yes(yes, "dead requeue --all", "moves every dead job (of the queue) back to pending")))
             return rc;
         if ((rc = open_db(&db, pos[0], 1))) return report(rc);
+        int64_t died_by = 0; /* --all asked: requeue no job that died after the count */
         if (opts[3].set && !yes) {
             char *t = NULL;
-            rc = sql_text(db, &t, "SELECT count(*) FROM _tocsin_dead WHERE ?1 IS NULL OR queue = ?1", "t", queue);
-            int64_t total = t ? atoll(t) : 0;
+            rc = sql_text(db, &t, "SELECT count(*) || ' ' || ifnull(max(died_at), 0) FROM _tocsin_dead"
+                                  " WHERE ?1 IS NULL OR queue = ?1", "t", queue);
+            long long total = 0, last = 0;
+            if (t && sscanf(t, "%lld %lld", &total, &last) != 2) total = 0;
             free(t);
+            /* what was counted, not what died while the question waited */
+            if (total > 0) died_by = last;
             char q[400], num[40], question[600];
             queue_words(q, sizeof q, queue);
             fmt_count(num, sizeof num, total);
@@ -1037,9 +1042,10 @@ static int cmd_dead(int argc, char **argv) {
                 if ((rc = tocsin_dead_list(db, &jobs, &n, queue, after, 1000))) { rc = fail_tocsin(rc, "dead list"); break; }
                 for (size_t i = 0; i < n && !rc; i++) {
                     int ok = 0;
+                    after = jobs[i].id;
+                    if (died_by && jobs[i].died_at > died_by) continue;
                     if ((rc = tocsin_dead_requeue(db, &ok, jobs[i].id))) rc = fail_tocsin(rc, "requeue");
                     else if (ok) sb_printf(&done, "%s%lld", count++ ? "," : "", (long long)jobs[i].id);
-                    after = jobs[i].id;
                 }
                 tocsin_jobs_free(jobs, n);
                 if (rc || n < 1000) break;
