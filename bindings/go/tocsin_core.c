@@ -192,6 +192,8 @@ void tc_identify(tocsin_db *db);
 /* A handle of its own on db's file (listeners, stream subscriptions), with
  * db's clock, limits and busy timeout; journal mode and schema as they are. */
 int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only);
+/* another connection to conn's main file: its VFS and URI parameters (db.c) */
+int tc_open_sibling(sqlite3 *from, sqlite3 **out, int flags);
 
 /* ---- statements (db.c) ---- */
 /* A cached, reset statement for static SQL text `sql`; NULL (error set) on failure. */
@@ -1633,6 +1635,24 @@ static int file_is_wal(const char *path) {
     return wal;
 }
 
+/* Appends text to a URI, every byte but letters, digits and "/-._~" as %XX. */
+static void uri_escape(sqlite3_str *u, const char *text) {
+    for (; *text; text++) {
+        unsigned char c = (unsigned char)*text;
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || strchr("/-._~", c))
+            sqlite3_str_appendchar(u, 1, (char)c);
+        else
+            sqlite3_str_appendf(u, "%%%02X", c);
+    }
+}
+
+/* "file:" and path as a URI: an absolute path after an empty authority
+ * ("file:///a", so that a path starting with "//" is no authority). */
+static void uri_file(sqlite3_str *u, const char *path) {
+    sqlite3_str_appendall(u, path[0] == '/' ? "file://" : "file:");
+    uri_escape(u, path);
+}
+
 /*
  * What a read-only open opens: a WAL database needs its -shm file, which
  * SQLite cannot create in a directory this process may not write; it is then
@@ -1642,7 +1662,7 @@ static int file_is_wal(const char *path) {
 static char *read_only_target(const char *path) {
     char *shm, *uri, *abs = NULL;
     struct stat st;
-    size_t i, n;
+    int i;
     sqlite3_str *u;
     if (strncmp(path, "file:", 5) == 0 || strcmp(path, ":memory:") == 0 || dir_writable(path)) return NULL;
     if (!(shm = sqlite3_mprintf("%s-shm", path))) return NULL;
@@ -1658,14 +1678,7 @@ static char *read_only_target(const char *path) {
     }
     if (!abs) return NULL;
     u = sqlite3_str_new(NULL);
-    sqlite3_str_appendall(u, "file:");
-    for (i = 0, n = strlen(abs); i < n; i++) {
-        unsigned char c = (unsigned char)abs[i];
-        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || strchr("/-._~", c))
-            sqlite3_str_appendchar(u, 1, (char)c);
-        else
-            sqlite3_str_appendf(u, "%%%02X", c);
-    }
+    uri_file(u, abs);
     sqlite3_str_appendall(u, "?mode=ro&immutable=1");
     sqlite3_free(abs);
     uri = sqlite3_str_finish(u);
@@ -1962,23 +1975,56 @@ void tocsin_sqlite_leave(tocsin_db *db) {
     if (db) tc_unlock(db);
 }
 
+/*
+ * Opens another connection to the main file of `from`, as `from` reaches it: on
+ * its VFS and with the URI parameters it was opened with (nolock=1,
+ * immutable=1, mode=ro, a VFS's own keys), which sqlite3_db_filename keeps
+ * after the path. Left out: vfs (given apart), cache (a connection of tocsin's
+ * shares no cache) and a mode other than ro (`flags` decide it). NULL *out
+ * only when out of memory; else close it, opened or not.
+ */
+int tc_open_sibling(sqlite3 *from, sqlite3 **out, int flags) {
+    const char *path = sqlite3_db_filename(from, "main"), *k, *v;
+    sqlite3_vfs *vfs = NULL;
+    sqlite3_str *u = NULL;
+    char *uri = NULL;
+    int i, rc, n = 0;
+    *out = NULL;
+    if (sqlite3_file_control(from, "main", SQLITE_FCNTL_VFS_POINTER, &vfs) != SQLITE_OK) vfs = NULL;
+    for (i = 0; path && (k = sqlite3_uri_key(path, i)) != NULL; i++) {
+        v = sqlite3_uri_parameter(path, k);
+        if (!sqlite3_stricmp(k, "vfs") || !sqlite3_stricmp(k, "cache") ||
+            (!sqlite3_stricmp(k, "mode") && (!v || sqlite3_stricmp(v, "ro"))))
+            continue;
+        if (!u) {
+            u = sqlite3_str_new(NULL);
+            uri_file(u, path);
+        }
+        sqlite3_str_appendchar(u, 1, n++ ? '&' : '?');
+        uri_escape(u, k);
+        sqlite3_str_appendchar(u, 1, '=');
+        uri_escape(u, v ? v : "");
+    }
+    if (u && !(uri = sqlite3_str_finish(u))) return SQLITE_NOMEM;
+    rc = sqlite3_open_v2(uri ? uri : path, out, flags | (uri ? SQLITE_OPEN_URI : 0), vfs ? vfs->zName : NULL);
+    sqlite3_free(uri);
+    return rc;
+}
+
 /* A handle of its own on db's file, with db's clock, limits and busy timeout.
  * Journal mode and schema are left as they are. */
 int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only) {
     const char *path = sqlite3_db_filename(db->conn, "main");
     tocsin_open_opts o = TOCSIN_OPEN_OPTS_INIT;
     sqlite3 *conn = NULL;
-    sqlite3_vfs *vfs = NULL;
     int rc;
     *out = NULL;
     if (tc_inherited(db)) return TC_ERRCODE;
     if (!path || !*path)
         return tc_err(db, TOCSIN_INVALID, "the database is in memory or temporary: no other connection can open it");
-    /* the VFS of db's file: its locks are the ones db's connection takes */
-    if (sqlite3_file_control(db->conn, "main", SQLITE_FCNTL_VFS_POINTER, &vfs) != SQLITE_OK) vfs = NULL;
-    rc = sqlite3_open_v2(path, &conn,
-                         (read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE) | SQLITE_OPEN_NOMUTEX,
-                         vfs ? vfs->zName : NULL);
+    /* db's VFS (its locks are the ones db's connection takes) and URI parameters */
+    rc = tc_open_sibling(db->conn, &conn,
+                         (read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE) | SQLITE_OPEN_NOMUTEX);
     if (rc != SQLITE_OK) {
         tc_err(db, TOCSIN_ERROR, "open a private connection to %s: %s", path,
                conn ? sqlite3_errmsg(conn) : "out of memory");
@@ -2521,7 +2567,7 @@ static int tx_new(tocsin_db *db, tocsin_db **out) {
         return tc_err(db, TOCSIN_INVALID,
                       "transaction handles need a database file; this handle's database is in memory or temporary");
     if (!(tx = alloc_db())) return tc_err(db, TOCSIN_NOMEM, "transaction: out of memory");
-    rc = sqlite3_open_v2(path, &tx->conn, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, NULL);
+    rc = tc_open_sibling(db->conn, &tx->conn, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX);
     tx->owns_conn = 1;
     if (rc != SQLITE_OK) {
         rc = tx->conn ? tc_sqlerr(tx, rc, "open a transaction's connection")
@@ -7026,7 +7072,7 @@ static int wk_start(tocsin_db *db, tc_watcher **out, const char *path, uint64_t 
         wk_free(w);
         return tc_err(db, TOCSIN_NOMEM, "wake engine: out of memory");
     }
-    rc = sqlite3_open_v2(path, &w->conn, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
+    rc = tc_open_sibling(db->conn, &w->conn, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX);
     if (rc == SQLITE_OK) {
         /* the watcher only reads: it must never checkpoint or remove the WAL */
         sqlite3_db_config(w->conn, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int *)NULL);

@@ -187,6 +187,8 @@ void tc_identify(tocsin_db *db);
 /* A handle of its own on db's file (listeners, stream subscriptions), with
  * db's clock, limits and busy timeout; journal mode and schema as they are. */
 int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only);
+/* another connection to conn's main file: its VFS and URI parameters (db.c) */
+int tc_open_sibling(sqlite3 *from, sqlite3 **out, int flags);
 
 /* ---- statements (db.c) ---- */
 /* A cached, reset statement for static SQL text `sql`; NULL (error set) on failure. */

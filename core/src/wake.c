@@ -471,7 +471,7 @@ static int wk_start(tocsin_db *db, tc_watcher **out, const char *path, uint64_t 
         wk_free(w);
         return tc_err(db, TOCSIN_NOMEM, "wake engine: out of memory");
     }
-    rc = sqlite3_open_v2(path, &w->conn, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX, NULL);
+    rc = tc_open_sibling(db->conn, &w->conn, SQLITE_OPEN_READONLY | SQLITE_OPEN_NOMUTEX);
     if (rc == SQLITE_OK) {
         /* the watcher only reads: it must never checkpoint or remove the WAL */
         sqlite3_db_config(w->conn, SQLITE_DBCONFIG_NO_CKPT_ON_CLOSE, 1, (int *)NULL);

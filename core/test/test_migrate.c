@@ -9,6 +9,7 @@
 #define _POSIX_C_SOURCE 200809L
 #include <sqlite3.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
 
 #include "test.h"
@@ -31,6 +32,9 @@ typedef struct nosync_file {
 static sqlite3_vfs nosync_vfs;
 static sqlite3_io_methods nosync_io;
 static int nosync_main_opens;
+/* main-file opens whose URI parameter "tag" was "a b&c=d", whose was not, and
+ * that carried a "cache" parameter */
+static int tagged_opens, untagged_opens, cache_opens;
 
 static int ns_close(sqlite3_file *f) {
     nosync_file *n = (nosync_file *)f;
@@ -86,7 +90,13 @@ static int ns_open(sqlite3_vfs *vfs, const char *name, sqlite3_file *f, int flag
     n->real = (sqlite3_file *)(n + 1);
     rc = real->xOpen(real, name, n->real, flags, out_flags);
     n->base.pMethods = n->real->pMethods ? &nosync_io : NULL;
-    if (rc == SQLITE_OK && (flags & SQLITE_OPEN_MAIN_DB)) nosync_main_opens++;
+    if (rc == SQLITE_OK && (flags & SQLITE_OPEN_MAIN_DB)) {
+        const char *tag = sqlite3_uri_parameter(name, "tag");
+        nosync_main_opens++;
+        if (tag && strcmp(tag, "a b&c=d") == 0) tagged_opens++;
+        else untagged_opens++;
+        if (sqlite3_uri_parameter(name, "cache")) cache_opens++;
+    }
     return rc;
 }
 
@@ -340,12 +350,57 @@ static void migration_refused_in_host_transaction(void) {
     }
 }
 
+/* Every connection tocsin opens on a host's file (the install's, a transaction
+ * handle's, a listener's, the wake engine's watcher) opens it as the host did:
+ * on its VFS, with its URI parameters (here an unknown one a VFS could need),
+ * less cache; a file name with URI-special characters reaches the same file. */
+static void private_connections_as_the_hosts(void) {
+    char path[600], uri[1400], *e;
+    const char *p;
+    sqlite3 *c = NULL;
+    tocsin_db *db = NULL, *tx = NULL;
+    tocsin_listener *l = NULL;
+    tocsin_sub *sub = NULL;
+    int64_t id = 0;
+    snprintf(path, sizeof path, "%s", t_path("uri?x#y%20z"));
+    e = uri + snprintf(uri, sizeof uri, "file:");
+    for (p = path; *p; p++)
+        e += strchr("?#%", *p) ? sprintf(e, "%%%02X", (unsigned char)*p) : sprintf(e, "%c", *p);
+    snprintf(e, sizeof uri - (size_t)(e - uri), "?tag=a%%20b%%26c%%3Dd&cache=private");
+    CHECK_EQ_I(sqlite3_open_v2(uri, &c, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_URI,
+                               nosync_vfs.zName), SQLITE_OK);
+    tagged_opens = untagged_opens = cache_opens = 0;
+    CHECK_EQ_I(tocsin_wrap(&db, c, NULL), TOCSIN_OK);
+    CHECK_EQ_I(tocsin_bootstrap(db, NULL), TOCSIN_OK);  /* on a private connection */
+    CHECK_OK(db, tocsin_listen_open(&l, db, "ch", 16)); /* the listener's, the watcher's */
+    CHECK_OK(db, tocsin_sub_open(&sub, db));
+    CHECK_OK(db, tocsin_tx_begin(db, &tx));             /* a transaction handle's */
+    CHECK_OK(tx, tocsin_queue_enqueue(tx, &id, "q", "{}", NULL));
+    CHECK_OK(tx, tocsin_tx_commit(tx));
+    CHECK(tagged_opens >= 4);
+    CHECK_EQ_I(untagged_opens, 0);
+    CHECK_EQ_I(cache_opens, 0);
+    tocsin_sub_close(sub);
+    tocsin_listen_close(l);
+    CHECK_EQ_I(tocsin_close(db), TOCSIN_OK);
+    sqlite3_close(c);
+    /* the same file, reached by its plain name */
+    CHECK_EQ_I(sqlite3_open(path, &c), SQLITE_OK);
+    {
+        char out[64];
+        scalar(c, "SELECT count(*) FROM _tocsin_jobs", out, sizeof out);
+        CHECK_STR(out, "1");
+    }
+    sqlite3_close(c);
+}
+
 void suite_migrate(void) {
     FILE *f = fopen(GOLDEN_V1, "rb");
     CHECK(f != NULL); /* run from the repository root (make test-c, ctest) */
     if (!f) return;
     fclose(f);
     nosync_register();
+    private_connections_as_the_hosts();
     migration_refused_in_host_transaction();
     interrupted_migration();
 }
