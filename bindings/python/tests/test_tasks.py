@@ -254,6 +254,20 @@ def test_cli_names_a_bad_target(tmp_path):
         assert msg in p.stderr and "Traceback" not in p.stderr
 
 
+def test_cli_names_a_target_callable_that_needs_arguments(tmp_path):
+    # a callable target is a factory called without arguments; one that needs some
+    # (json:dumps named by mistake) raised a bare TypeError traceback
+    (tmp_path / "app.py").write_text("import tocsin\ndef make(path):\n    return tocsin.open(path)\n"
+                                     "def good():\n    return 42\n")
+    for target, msg in [("app:make", "app:make is a callable that needs arguments"),
+                        ("json:dumps", "json:dumps is a callable that needs arguments"),
+                        ("app:good", "app:good is not a tocsin.Database")]:
+        p = subprocess.run([sys.executable, "-m", "tocsin", "worker", target, "--queue", "q"],
+                           cwd=str(tmp_path), capture_output=True, text=True, timeout=60)
+        assert p.returncode != 0
+        assert msg in p.stderr and "Traceback" not in p.stderr, p.stderr
+
+
 def test_cli_names_a_bad_option(tmp_path):
     (tmp_path / "app.py").write_text("import tocsin\ndb = tocsin.open('a.db')\n")
     for extra, msg in [(["--concurrency", "0"], "concurrency must be"),

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import inspect
 import json
 import logging
 import os
@@ -42,6 +43,15 @@ def load_target(spec: str) -> Any:
             raise SystemExit("tocsin: %s has no attribute %r" % (mod_name, part))
         obj = getattr(obj, part)
     if callable(obj) and not isinstance(obj, Database):
+        # a factory is called without arguments: one that needs some (or a function
+        # named by mistake, json:dumps) raised a bare TypeError traceback
+        try:
+            inspect.signature(obj).bind()
+        except TypeError as e:
+            raise SystemExit("tocsin: %s is a callable that needs arguments (%s); the target must be "
+                             "a tocsin.Database or a callable that makes one from none" % (spec, e))
+        except ValueError:  # no signature to read (some builtins): call it and see
+            pass
         obj = obj()
     if not isinstance(obj, Database):
         raise SystemExit("tocsin: %s is not a tocsin.Database" % spec)

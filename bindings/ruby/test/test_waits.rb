@@ -187,4 +187,63 @@ class TestWaits < Minitest::Test
     assert runner.join(60), "the waits of the other fibers did not end after the close"
     assert_equal %i[listen subscribe wait_result queue_wait subscription].to_h { |n| [n, Tocsin::Closed] }, got
   end
+
+  # Under a Fiber scheduler, db.transaction's BEGIN waited for the write lock on the
+  # fiber's thread: with another fiber of that thread holding the lock (its own
+  # db.transaction, yielding inside), every fiber stood still -- the holder could
+  # not commit -- until the BEGIN raised Busy after the busy timeout. Now the BEGIN
+  # waits off the thread, the holder commits, then the second transaction does.
+  def test_fiber_scheduler_transaction_waits_for_another_fibers_transaction
+    require "async"
+    @db = Tocsin.open(@path, busy_timeout: 30)
+    q = db.queue("q")
+    order = []
+    Async do |task|
+      holder = task.async do
+        db.transaction do |tx|
+          q.enqueue("a", tx: tx)
+          task.sleep 0.05 # (the other fiber begins meanwhile)
+          order << :a
+        end
+      end
+      waiter = task.async do
+        db.transaction do |tx|
+          order << :b
+          q.enqueue("b", tx: tx)
+        end
+      end
+      [holder, waiter].each(&:wait)
+    end
+    # (either may begin first: both BEGINs wait off the thread; neither raised Busy)
+    assert_equal %i[a b], order.sort
+    assert_equal 2, q.stats["pending"]
+  end
+
+  # A fiber stopped while its BEGIN waits leaves nothing begun behind: the
+  # transaction its thread begins later is rolled back, and the lock is free.
+  def test_fiber_stopped_while_its_transaction_begins_holds_no_lock
+    require "async"
+    @db = Tocsin.open(@path, busy_timeout: 30)
+    q = db.queue("q")
+    got = nil
+    Async do |task|
+      holder = task.async do
+        db.transaction do |tx|
+          q.enqueue("a", tx: tx)
+          task.sleep 0.05
+        end
+      end
+      waiter = task.async do
+        db.transaction { |tx| q.enqueue("never", tx: tx) }
+        got = :committed
+      end
+      task.yield
+      waiter.stop
+      holder.wait
+    end
+    assert_nil got
+    # (the reaper thread's rollback; a transaction waits for it at most busy_timeout)
+    db.transaction { |tx| q.enqueue("after", tx: tx) }
+    assert_equal %w[a after], q.claim_batch(5, "w").map(&:payload)
+  end
 end

@@ -171,7 +171,7 @@ module Tocsin
     # propagates. Returns the block's value. Without a block, returns the
     # Transaction (commit or rollback it yourself).
     def transaction
-      return Transaction.new(self, native.tx_begin) unless block_given?
+      return Transaction.new(self, begin_tx) unless block_given?
 
       # (the inner one waited busy_timeout for the write lock the outer one holds, then raised Busy)
       if Thread.current[@tx_key]
@@ -183,7 +183,7 @@ module Tocsin
       # holds the transaction, and during its commit or rollback: one that came
       # in between left it open -- the write lock held until GC.
       Thread.handle_interrupt(Object => :never) do
-        tx = Transaction.new(self, native.tx_begin)
+        tx = Transaction.new(self, begin_tx)
         done = false
         Thread.current[@tx_key] = true
         begin
@@ -204,6 +204,32 @@ module Tocsin
         end
       end
     end
+
+    # tocsin_tx_begin, which waits up to busy_timeout for the write lock. Under a
+    # Fiber scheduler that wait would block the thread, and with it every fiber of
+    # it -- the one holding the lock (another fiber's db.transaction) among them, so
+    # the wait could only end in Busy: the BEGIN runs on a thread of its own while
+    # this fiber yields (Thread#value). A fiber stopped meanwhile (Async's stop, a
+    # timeout) leaves that thread behind; what it begins is rolled back.
+    def begin_tx
+      n = native
+      return n.tx_begin unless Util.fiber_scheduler?
+
+      th = Thread.new { n.tx_begin }
+      th.report_on_exception = false
+      begin
+        th.value
+      rescue Exception # rubocop:disable Lint/RescueException
+        # (also when the BEGIN itself failed: th.value raises again in the reaper)
+        Thread.new do
+          th.value.tx_rollback
+        rescue Exception # rubocop:disable Lint/RescueException
+          nil
+        end
+        raise
+      end
+    end
+    private :begin_tx
 
     # SQL of the application's (no result rows), on the database's connection.
     def execute(sql) = native.exec(Util.str!(sql, "sql"))
