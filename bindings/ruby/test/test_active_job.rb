@@ -120,6 +120,41 @@ class TestActiveJob < Minitest::Test
     assert_nil q.get(job.provider_job_id), "completed"
   end
 
+  # A store that cannot take the job (here: closed) is ActiveJob::EnqueueError where
+  # ActiveJob has it (7.0+: perform_later then returns false); without it (6.1, the
+  # version installed here) the tocsin error itself. A job that cannot be enqueued
+  # raises its own error either way.
+  def test_unavailable_store_is_an_enqueue_error
+    closed = Tocsin.open(@path)
+    closed.close
+    adapter = ActiveJob::QueueAdapters::TocsinAdapter.new(closed)
+    e = assert_raises(Tocsin::Closed) { adapter.enqueue(TocsinTestJob.new("a")) }
+    assert_match(/TocsinTestJob: /, e.message)
+    defined = !ActiveJob.const_defined?(:EnqueueError, false)
+    ActiveJob.const_set(:EnqueueError, Class.new(StandardError)) if defined
+    begin
+      e = assert_raises(ActiveJob::EnqueueError) { adapter.enqueue(TocsinTestJob.new("a")) }
+      assert_match(/\ATocsinTestJob: .*closed/, e.message)
+      assert_kind_of Tocsin::Closed, e.cause
+      e = assert_raises(ActiveJob::EnqueueError) { adapter.enqueue_at(TocsinTestJob.new("a"), Time.now.to_f + 60) }
+      assert_kind_of Tocsin::Closed, e.cause
+      # perform_all_later's enqueue_all: none enqueued, nothing raised, each job told
+      jobs = [TocsinTestJob.new("a"), TocsinTestJob.new("b")]
+      assert_equal 0, adapter.enqueue_all(jobs)
+      assert(jobs.all? { |j| j.provider_job_id.nil? })
+      if jobs.first.respond_to?(:enqueue_error)
+        assert(jobs.all? { |j| j.enqueue_error.is_a?(ActiveJob::EnqueueError) && !j.successfully_enqueued? })
+      end
+      # a job that cannot be enqueued is not the store's fault: its error stands
+      live = ActiveJob::QueueAdapters::TocsinAdapter.new(db)
+      assert_raises(Tocsin::InvalidArgument) { live.enqueue(TocsinTestJob.new(Float::INFINITY)) }
+      assert_raises(Tocsin::InvalidArgument) { live.enqueue_all([TocsinTestJob.new(Float::NAN)]) }
+      assert_equal 0, db.queue("mailers").stats["pending"]
+    ensure
+      ActiveJob.send(:remove_const, :EnqueueError) if defined
+    end
+  end
+
   # perform_all_later (ActiveJob 7.1+) calls enqueue_all: one transaction, all or none.
   def test_enqueue_all_is_one_transaction_all_or_none
     adapter = ActiveJob::QueueAdapters::TocsinAdapter.new(db)

@@ -81,6 +81,16 @@ module ActiveJob
     class TocsinAdapter
       PRIORITY_MAX = (2**63) - 1
 
+      # Errors of the store, not of the job: the write lock not had within
+      # busy_timeout, a closed database, a full disk, a file it cannot write.
+      # ActiveJob (7.0+) defines ActiveJob::EnqueueError for them: perform_later
+      # then returns false and job.enqueue_error says why, as with any backend that
+      # is down. A job that cannot be enqueued (a bad priority, an argument JSON
+      # cannot carry) still raises.
+      UNAVAILABLE = [Tocsin::Busy, Tocsin::Closed, Tocsin::ReadOnly, Tocsin::IOError, Tocsin::Full,
+                     Tocsin::CantOpen, Tocsin::PermissionDenied, Tocsin::Corrupt, Tocsin::Replaced,
+                     Tocsin::NoMemory].freeze
+
       def initialize(database = nil)
         @database = database
       end
@@ -96,15 +106,28 @@ module ActiveJob
       # ActiveJob >= 7.1's perform_all_later: every job in one transaction, all or
       # none (a refused one raises naming its class, and none is enqueued). Returns how
       # many were enqueued.
+      # A store that is unavailable (UNAVAILABLE, with ActiveJob 7.0+) enqueues none
+      # and raises nothing: each job's enqueue_error is set and 0 is returned, as
+      # ActiveJob does for an adapter without enqueue_all.
       def enqueue_all(jobs)
-        database.transaction do |tx|
-          jobs.each do |job|
-            at = job.scheduled_at
-            enqueue_at(job, at.nil? || at.is_a?(Numeric) ? at : at.to_f, tx: tx)
+        begin
+          store_errors("perform_all_later") do
+            database.transaction do |tx|
+              jobs.each do |job|
+                at = job.scheduled_at
+                enqueue_at(job, at.nil? || at.is_a?(Numeric) ? at : at.to_f, tx: tx)
+              end
+            end
           end
-        rescue Exception # rubocop:disable Lint/RescueException -- rolled back: no job has an id
+        rescue Exception => e # rubocop:disable Lint/RescueException -- rolled back: no job has an id
           jobs.each { |job| job.provider_job_id = nil }
-          raise
+          raise unless defined?(::ActiveJob::EnqueueError) && e.is_a?(::ActiveJob::EnqueueError)
+
+          jobs.each do |job|
+            job.successfully_enqueued = false if job.respond_to?(:successfully_enqueued=)
+            job.enqueue_error = e if job.respond_to?(:enqueue_error=)
+          end
+          return 0
         end
         jobs.each { |job| job.successfully_enqueued = true if job.respond_to?(:successfully_enqueued=) }
         jobs.size
@@ -128,11 +151,11 @@ module ActiveJob
         # job.serialize: ActiveJob's own serialisation of the arguments (a Time,
         # a Symbol, a GlobalID become JSON values); a value it cannot serialise
         # raises ActiveJob::SerializationError, as in any adapter
-        begin
-          h = database.queue(job.queue_name || "default")
-                      .call(Tocsin::ActiveJobSupport::TASK, job.serialize, max_attempts: Tocsin::ActiveJobSupport::RUNS,
-                            priority: prio && -prio,
-                            run_at: timestamp && [(timestamp * 1000).round, 1].max, tx: tx)
+        h = store_errors(job.class) do
+          database.queue(job.queue_name || "default")
+                  .call(Tocsin::ActiveJobSupport::TASK, job.serialize, max_attempts: Tocsin::ActiveJobSupport::RUNS,
+                        priority: prio && -prio,
+                        run_at: timestamp && [(timestamp * 1000).round, 1].max, tx: tx)
         rescue Tocsin::Error => e
           # which job: the refusal names the place in the job's data
           # (args[0]["arguments"][1] is its second argument)
@@ -140,6 +163,16 @@ module ActiveJob
         end
         job.provider_job_id = h.job_id
         h
+      end
+
+      # UNAVAILABLE errors as ActiveJob::EnqueueError (when ActiveJob has it), the
+      # message led by `what` once, the tocsin error its cause.
+      private def store_errors(what)
+        yield
+      rescue *UNAVAILABLE => e
+        raise unless defined?(::ActiveJob::EnqueueError)
+
+        raise ::ActiveJob::EnqueueError, (e.message.start_with?("#{what}: ") ? e.message : "#{what}: #{e.message}")
       end
 
       # ActiveJob >= 7.2 asks whether a perform_later inside an Active Record
