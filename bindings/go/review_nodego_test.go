@@ -2,6 +2,7 @@ package tocsin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"path/filepath"
 	"sync/atomic"
@@ -80,5 +81,40 @@ func TestCancelledWhileWaitingForTheLockSaysSo(t *testing.T) {
 	<-done
 	if !errors.Is(err, ErrBusy) || errors.Is(err, context.Canceled) || errors.Is(err, ErrInterrupted) {
 		t.Fatalf("want ErrBusy alone, got %v", err)
+	}
+}
+
+// The README's advice on integers beyond 2^53 written by another runtime: an int64
+// field or json.Number reads them exactly, the RawMessage passes them on unchanged,
+// and `any` is encoding/json's float64 (rounded), as documented.
+func TestBigIntegersFromAnotherRuntimeDecodeExactlyIntoInt64(t *testing.T) {
+	db, err := Open(filepath.Join(t.TempDir(), "a.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	// as the SQL extension, Python or Node writes it
+	if err := db.Exec(ctx, `SELECT tocsin_enqueue('big', '{"n":9007199254740993}')`); err != nil {
+		t.Fatal(err)
+	}
+	j, err := db.Queue("big").ClaimOne(ctx, "w", 0)
+	if err != nil || j == nil {
+		t.Fatal(j, err)
+	}
+	var exact struct{ N int64 }
+	if err := j.Decode(&exact); err != nil || exact.N != 9007199254740993 {
+		t.Fatalf("int64 field: %v %v", exact.N, err)
+	}
+	var num struct{ N json.Number }
+	if err := j.Decode(&num); err != nil || num.N.String() != "9007199254740993" {
+		t.Fatalf("json.Number: %v %v", num.N, err)
+	}
+	if string(j.Payload) != `{"n":9007199254740993}` {
+		t.Fatalf("payload: %s", j.Payload)
+	}
+	var loose map[string]any
+	if err := j.Decode(&loose); err != nil || loose["n"] != float64(9007199254740992) {
+		t.Fatalf("any: %v %v", loose["n"], err)
 	}
 }
