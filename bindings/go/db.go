@@ -289,6 +289,15 @@ func (c *conn) do(ctx context.Context, op string, f func(p *C.tocsin_db) C.int) 
 		return errors.Join(&Error{Code: ErrTimeout, Op: op, Message: context.DeadlineExceeded.Error(),
 			cause: context.DeadlineExceeded}, err)
 	}
+	if isCode(err, ErrBusy) {
+		// the ctx was cancelled while the call waited for the lock: the core cannot be
+		// told mid-wait (the cancel does not cut the wait short, see the README), but the
+		// error says so, as a wait the context ended does (ErrInterrupted and
+		// context.Canceled match it, besides ErrBusy)
+		if cerr := ctxErr(ctx, op); cerr != nil {
+			return errors.Join(cerr, err)
+		}
+	}
 	return err
 }
 

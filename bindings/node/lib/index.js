@@ -1254,7 +1254,9 @@ class Listener extends Waiting {
   close() {
     const was = this._closed;
     super.close();
-    if (!was) this._emitter.emit('close');
+    // (no emitter yet when the constructor's signal was already aborted: Waiting's
+    // constructor closes it before this class's fields exist, and nobody listens yet)
+    if (!was && this._emitter) this._emitter.emit('close');
   }
 }
 

@@ -1,0 +1,120 @@
+package tocsin
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+)
+
+// cancelledAfterFirstLook is a context that is live when a call first looks at it and
+// cancelled from then on: as a ctx cancelled while the call waits for the write lock.
+type cancelledAfterFirstLook struct {
+	context.Context
+	looks atomic.Int32
+}
+
+func (c *cancelledAfterFirstLook) Err() error {
+	if c.looks.Add(1) == 1 {
+		return nil
+	}
+	return context.Canceled
+}
+
+// A call whose ctx was cancelled while it waited for another connection's write lock
+// returned a bare ErrBusy at the busy timeout, as if nobody had cancelled it: it now
+// also matches ErrInterrupted and context.Canceled (as a wait the context ended does),
+// and nothing is written.
+func TestCancelledWhileWaitingForTheLockSaysSo(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "a.db")
+	db, err := Open(f, &Options{BusyTimeout: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	holder, err := Open(f, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	ctx := context.Background()
+	held, release, done := make(chan struct{}), make(chan struct{}), make(chan error)
+	go func() {
+		done <- holder.Tx(ctx, func(tx *Tx) error {
+			close(held)
+			<-release
+			return nil
+		})
+	}()
+	<-held
+	calls := map[string]func(ctx context.Context) error{
+		"enqueue": func(ctx context.Context) error { _, err := db.Queue("q").Enqueue(ctx, 1, nil); return err },
+		"exec":    func(ctx context.Context) error { return db.Exec(ctx, "CREATE TABLE t(a)") },
+		"tx":      func(ctx context.Context) error { return db.Tx(ctx, func(tx *Tx) error { return nil }) },
+		"claim":   func(ctx context.Context) error { _, err := db.Queue("q").Claim(ctx, "w", 1, 0); return err },
+	}
+	for name, f := range calls {
+		err := f(&cancelledAfterFirstLook{Context: ctx})
+		if !errors.Is(err, context.Canceled) || !errors.Is(err, ErrInterrupted) || !errors.Is(err, ErrBusy) {
+			t.Errorf("%s: want context.Canceled, ErrInterrupted and ErrBusy, got %v", name, err)
+		}
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	st, err := db.Queue("q").Stats(ctx)
+	if err != nil || st.Pending != 0 {
+		t.Fatalf("nothing may be written: %+v %v", st, err)
+	}
+	// a ctx never cancelled: ErrBusy alone, as before
+	held2, release2 := make(chan struct{}), make(chan struct{})
+	go func() {
+		done <- holder.Tx(ctx, func(tx *Tx) error { close(held2); <-release2; return nil })
+	}()
+	<-held2
+	_, err = db.Queue("q").Enqueue(ctx, 1, nil)
+	close(release2)
+	<-done
+	if !errors.Is(err, ErrBusy) || errors.Is(err, context.Canceled) || errors.Is(err, ErrInterrupted) {
+		t.Fatalf("want ErrBusy alone, got %v", err)
+	}
+}
+
+// The README's advice on integers beyond 2^53 written by another runtime: an int64
+// field or json.Number reads them exactly, the RawMessage passes them on unchanged,
+// and `any` is encoding/json's float64 (rounded), as documented.
+func TestBigIntegersFromAnotherRuntimeDecodeExactlyIntoInt64(t *testing.T) {
+	db, err := Open(filepath.Join(t.TempDir(), "a.db"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	ctx := context.Background()
+	// as the SQL extension, Python or Node writes it
+	if err := db.Exec(ctx, `SELECT tocsin_enqueue('big', '{"n":9007199254740993}')`); err != nil {
+		t.Fatal(err)
+	}
+	j, err := db.Queue("big").ClaimOne(ctx, "w", 0)
+	if err != nil || j == nil {
+		t.Fatal(j, err)
+	}
+	var exact struct{ N int64 }
+	if err := j.Decode(&exact); err != nil || exact.N != 9007199254740993 {
+		t.Fatalf("int64 field: %v %v", exact.N, err)
+	}
+	var num struct{ N json.Number }
+	if err := j.Decode(&num); err != nil || num.N.String() != "9007199254740993" {
+		t.Fatalf("json.Number: %v %v", num.N, err)
+	}
+	if string(j.Payload) != `{"n":9007199254740993}` {
+		t.Fatalf("payload: %s", j.Payload)
+	}
+	var loose map[string]any
+	if err := j.Decode(&loose); err != nil || loose["n"] != float64(9007199254740992) {
+		t.Fatalf("any: %v %v", loose["n"], err)
+	}
+}
