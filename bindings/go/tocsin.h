@@ -326,7 +326,12 @@ TOCSIN_API int tocsin_in_transaction(tocsin_db *db);
  * (a failed commit has rolled back: nothing of it was written). Transaction
  * handles do not nest, cannot wait (waits refuse inside a transaction) and
  * keep db alive until they end, even past tocsin_close(db). Not for an
- * in-memory database (TOCSIN_INVALID) nor a read-only handle.
+ * in-memory database (TOCSIN_INVALID) nor a read-only handle. A transaction
+ * whose application SQL (tocsin_exec, or statements between
+ * tocsin_sqlite_enter and _leave) left state on its connection -- ATTACH or
+ * DETACH, a PRAGMA, a TEMP table, view, index or trigger -- releases that
+ * connection when it ends instead of pooling it: no later transaction
+ * inherits that state.
  */
 TOCSIN_API int tocsin_tx_begin(tocsin_db *db, tocsin_db **out_tx);
 TOCSIN_API int tocsin_tx_commit(tocsin_db *tx);

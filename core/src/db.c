@@ -295,13 +295,24 @@ static int busy_cb(void *ctx, int count) {
  * statement runs; the core's own control statements run with ctl set.
  */
 static int own_auth(void *ctx, int action, const char *a, const char *b, const char *c, const char *d) {
-    (void)b, (void)c, (void)d;
+    tocsin_db *db = ctx;
+    (void)b, (void)c;
     if (tc_thread.ctl) return SQLITE_OK;
+    /* State the connection keeps past the transaction: an attached database, a
+     * pragma's setting, a TEMP table, view, index or trigger (one on tocsin's
+     * tables would fire in the transactions of other threads). A transaction
+     * handle's connection so changed is closed when it ends, not reused. */
+    if (tc_thread.user_sql &&
+        (action == SQLITE_ATTACH || action == SQLITE_DETACH || action == SQLITE_PRAGMA ||
+         action == SQLITE_CREATE_TEMP_INDEX || action == SQLITE_CREATE_TEMP_TABLE ||
+         action == SQLITE_CREATE_TEMP_TRIGGER || action == SQLITE_CREATE_TEMP_VIEW ||
+         (action == SQLITE_CREATE_VTABLE && d && sqlite3_stricmp(d, "temp") == 0)))
+        db->conn_changed = 1;
     /* VACUUM (INTO) runs a BEGIN and a COMMIT of its own, in autocommit only, and
      * ends where it began: it is the application's to run */
-    if (action == SQLITE_TRANSACTION && (tc_running((sqlite3 *)ctx) & TC_RUN_VACUUM)) return SQLITE_OK;
+    if (action == SQLITE_TRANSACTION && (tc_running(db->conn) & TC_RUN_VACUUM)) return SQLITE_OK;
     if (action == SQLITE_TRANSACTION ||
-        (action == SQLITE_SAVEPOINT && a && !strcmp(a, "BEGIN") && sqlite3_get_autocommit((sqlite3 *)ctx))) {
+        (action == SQLITE_SAVEPOINT && a && !strcmp(a, "BEGIN") && sqlite3_get_autocommit(db->conn))) {
         tc_err(NULL, TOCSIN_INVALID,
                "the SQL's %s is refused: SQL run on tocsin's own connections may not begin or end a "
                "transaction (BEGIN, COMMIT, ROLLBACK, END, or a SAVEPOINT outside one); transactions "
@@ -362,7 +373,7 @@ void tc_id_hint_set(tocsin_db *db, int64_t next) {
 
 void tc_own_conn_setup(tocsin_db *db) {
     sqlite3_busy_handler(db->conn, busy_cb, db);
-    sqlite3_set_authorizer(db->conn, own_auth, db->conn);
+    sqlite3_set_authorizer(db->conn, own_auth, db);
     /* without it (out of memory), the INSERT that names it fails to prepare:
      * owns_conn alone does not choose that INSERT (tc_id_hinted) */
     db->id_hinted = sqlite3_create_function_v2(db->conn, "_tocsin_next_id", 0, SQLITE_UTF8 | SQLITE_DIRECTONLY,
@@ -908,11 +919,14 @@ int tocsin_sqlite_enter(tocsin_db *db) {
         tc_unlock(db);
         return tc_err(db, TOCSIN_CLOSED, "the database handle was closed");
     }
+    tc_thread.user_sql++;
     return TOCSIN_OK;
 }
 
 void tocsin_sqlite_leave(tocsin_db *db) {
-    if (db) tc_unlock(db);
+    if (!db) return;
+    if (tc_thread.user_sql > 0) tc_thread.user_sql--;
+    tc_unlock(db);
 }
 
 /*
@@ -1488,7 +1502,9 @@ int tocsin_exec(tocsin_db *db, const char *sql) {
          * itself (BEGIN; ...; a failing statement) is rolled back, not left
          * holding the write lock with every later call joining it. */
         int was_auto = sqlite3_get_autocommit(db->conn);
+        tc_thread.user_sql++;
         rc = tc_exec(db, sql, "exec");
+        tc_thread.user_sql--;
         if (rc != TOCSIN_OK && was_auto && !sqlite3_get_autocommit(db->conn)) run_ctl(db, SQL_ROLLBACK);
     }
     tc_unlock(db);
@@ -1583,7 +1599,7 @@ static void tx_release(tocsin_db *tx) {
     }
     tc_wake_release(tx);
     tc_lock(db);
-    if (db->closed) {
+    if (db->closed || tx->conn_changed) { /* (changed: the next transaction gets a fresh one) */
         free_db(tx);
     } else {
         tx->idle = db->idle;

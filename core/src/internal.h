@@ -56,6 +56,7 @@ struct tocsin_db {
     int generation;      /* tc_fork_generation() when made: another value means fork() since */
     tocsin_db *parent;   /* a transaction handle's database handle */
     tocsin_db *idle;     /* database: transaction handles to reuse; tx: next in that list */
+    int conn_changed;    /* the application's SQL changed the connection's own state (own_auth) */
     int refs;            /* database: 1 for the user + 1 per live transaction handle */
     int closed;          /* database: tocsin_close() was called (refs > 0 keeps it) */
     _Atomic int closing; /* set by tocsin_close before it takes the mutex: lock waits end */
@@ -122,6 +123,7 @@ typedef struct tc_thread_state {
     size_t prepare_failed; /* the length of the SQL whose prepare just failed (tc_prepare), or 0 */
     int ctl;    /* the core runs its own transaction control (own_auth lets it) */
     int denied; /* own_auth refused a statement of this call (its message is set) */
+    int user_sql; /* > 0: the application's SQL runs (tocsin_exec, tocsin_sqlite_enter) */
     char msg[512];
 } tc_thread_state;
 tc_thread_state *tc_tls(void);

@@ -150,6 +150,41 @@ static void tx_handles(void) {
     tocsin_close(db);
 }
 
+/* The application's SQL that leaves state on a transaction handle's connection
+ * (an attached database, a TEMP trigger, a pragma's setting) stays with that
+ * transaction: the next one does not inherit it. A transaction that ran only
+ * ordinary statements hands its connection on. */
+static void tx_connection_state_not_inherited(void) {
+    tocsin_db *db = t_open("tx_state", NULL), *tx = NULL, *first = NULL;
+    int64_t id = 0;
+    CHECK_OK(db, tocsin_exec(db, "CREATE TABLE app(x)"));
+    /* ordinary statements: the connection is reused */
+    CHECK_OK(db, tocsin_tx_begin(db, &tx));
+    CHECK_OK(tx, tocsin_exec(tx, "INSERT INTO app VALUES (1)"));
+    first = tx;
+    CHECK_OK(tx, tocsin_tx_commit(tx));
+    CHECK_OK(db, tocsin_tx_begin(db, &tx));
+    CHECK(tx == first);
+    /* a TEMP trigger on tocsin's table that refuses every enqueue */
+    CHECK_OK(tx, tocsin_exec(tx, "CREATE TEMP TRIGGER no_jobs BEFORE INSERT ON main._tocsin_jobs "
+                                 "BEGIN SELECT RAISE(ABORT, 'refused by a temp trigger'); END"));
+    CHECK_EQ_I(tocsin_queue_enqueue(tx, &id, "q", "{}", NULL), TOCSIN_ERROR);
+    CHECK_OK(tx, tocsin_tx_commit(tx));
+    CHECK_OK(db, tocsin_tx_begin(db, &tx));
+    CHECK_OK(tx, tocsin_queue_enqueue(tx, &id, "q", "{}", NULL)); /* no trigger here */
+    CHECK_OK(tx, tocsin_exec(tx, "ATTACH ':memory:' AS side"));
+    CHECK_OK(tx, tocsin_tx_commit(tx));
+    CHECK_OK(db, tocsin_tx_begin(db, &tx));
+    CHECK_OK(tx, tocsin_exec(tx, "ATTACH ':memory:' AS side")); /* not attached here yet */
+    CHECK_OK(tx, tocsin_exec(tx, "PRAGMA query_only = 1"));
+    CHECK_OK(tx, tocsin_tx_rollback(tx));
+    CHECK_OK(db, tocsin_tx_begin(db, &tx));
+    CHECK_OK(tx, tocsin_queue_enqueue(tx, &id, "q", "{}", NULL)); /* writable here */
+    CHECK_OK(tx, tocsin_tx_commit(tx));
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 2);
+    tocsin_close(db);
+}
+
 typedef struct result_waiter {
     tocsin_db *db;
     int64_t job;
@@ -323,6 +358,7 @@ void suite_threads(void) {
     worker_threads();
     concurrent_waits_on_one_handle();
     tx_handles();
+    tx_connection_state_not_inherited();
     sqlite_enter();
     one_handle_many_threads();
 }
