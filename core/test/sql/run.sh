@@ -693,6 +693,10 @@ SELECT count(*) FROM _tocsin_jobs;" "2
 0"
 # an error quoting a character of several bytes quotes it whole (the message stays UTF-8)
 qfresh cron_utf8 "SELECT tocsin_cron_next('6ö * * * *', 0);" "*tocsin_cron_next: minute field: unexpected character 'ö'"
+# SUN ending a weekday range is 7 (docs/sql.md, Cron): FRI-SUN fires Friday (Jan 2 1970)
+# and Sunday (Jan 4); it was refused as "range 5-0 is backwards"
+q "SELECT tocsin_cron_next('0 0 * * FRI-SUN', 0), tocsin_cron_next('0 0 * * FRI-SUN', 172800000);" "86400000|259200000"
+qerr "SELECT tocsin_cron_next('0 0 * * 5-0', 0);" "range 5-0 is backwards"
 # an application view that no longer resolves does not stop the install (its v2 rebuild
 # renames tables), and the host's legacy_alter_table setting is left as it was
 qfresh broken_view "CREATE TABLE a(x); CREATE VIEW v AS SELECT x FROM a;
