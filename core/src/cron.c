@@ -174,8 +174,12 @@ static int cron_field(const char *s, size_t len, int field, uint64_t *mask, int 
             if ((rc = cron_value(&p, item_end, field, &lo, err, n)) != TOCSIN_OK) return rc;
             hi = lo;
             if (p < item_end && *p == '-') {
-                p++;
+                const char *hi_at = ++p;
                 if ((rc = cron_value(&p, item_end, field, &hi, err, n)) != TOCSIN_OK) return rc;
+                /* SUN ends a weekday range as 7 (FRI-SUN, MON-SUN): the name has no other
+                 * reading, and 7 is Sunday too */
+                if (field == CF_DOW && hi == 0 && lo > 0 && cron_is_alpha((unsigned char)*hi_at))
+                    hi = 7;
                 if (hi < lo)
                     return cron_fail(err, n, "%s field: range %d-%d is backwards",
                                      CRON_FIELDS[field].name, lo, hi);

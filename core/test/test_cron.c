@@ -157,6 +157,22 @@ static void chains(void) {
     while (tocsin_cron_next(&t, c, t, 0) == TOCSIN_OK && t < end) n++;
     CHECK_EQ_I(n, 261); /* 2024's weekdays (262) without Mon Jan 1 itself */
     tocsin_cron_free(c);
+    /* SUN ending a weekday range is 7: FRI-SUN is Friday to Sunday, MON-SUN every day
+     * (it was refused as the backwards range 5-0) */
+    c = NULL;
+    CHECK_EQ_I(tocsin_cron_parse(&c, "0 0 * * FRI-SUN", NULL, 0), TOCSIN_OK);
+    t = iso("2024-01-01T00:00:00Z");
+    n = 0;
+    while (tocsin_cron_next(&t, c, t, 0) == TOCSIN_OK && t < end) n++;
+    CHECK_EQ_I(n, 156); /* 2024: 52 Fridays, Saturdays and Sundays */
+    tocsin_cron_free(c);
+    c = NULL;
+    CHECK_EQ_I(tocsin_cron_parse(&c, "0 0 * * mon-sun", NULL, 0), TOCSIN_OK);
+    t = iso("2024-01-01T00:00:00Z");
+    n = 0;
+    while (tocsin_cron_next(&t, c, t, 0) == TOCSIN_OK && t < end) n++;
+    CHECK_EQ_I(n, 365); /* every day of 2024 (366) but Jan 1 itself */
+    tocsin_cron_free(c);
 }
 
 static void expect_error(const char *expr, const char *want, int line) {
@@ -192,6 +208,7 @@ static void errors(void) {
     BAD("* */25 * * *", "hour field: step 25 is out of range");
     BAD("5-1 * * * *", "minute field: range 5-1 is backwards");
     BAD("* * * * FRI-MON", "day-of-week field: range 5-1 is backwards");
+    BAD("* * * * 5-0", "day-of-week field: range 5-0 is backwards"); /* numbers: as written */
     BAD("1-2-3 * * * *", "minute field: unexpected character '-'");
     BAD("1,,2 * * * *", "minute field: empty list item");
     BAD("1, * * * *", "minute field: empty list item");

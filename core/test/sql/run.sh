@@ -693,6 +693,25 @@ SELECT count(*) FROM _tocsin_jobs;" "2
 0"
 # an error quoting a character of several bytes quotes it whole (the message stays UTF-8)
 qfresh cron_utf8 "SELECT tocsin_cron_next('6ö * * * *', 0);" "*tocsin_cron_next: minute field: unexpected character 'ö'"
+# retry's error NULL (docs/sql.md, Lease operations): clears last_error while the job lives,
+# keeps the previous one when the retry kills it (max_attempts), as fail does
+qfresh retry_null_error "SELECT tocsin_clock(1000) > 0, tocsin_enqueue('q', '1', '{\"max_attempts\":4}');
+SELECT tocsin_claim('q', 'w', 1, 10) <> '[]', tocsin_retry(1, (1 << 20) + 1, 0, 'boom');
+SELECT tocsin_claim('q', 'w', 1, 10) <> '[]', tocsin_job(1) ->> 'last_error';
+SELECT tocsin_retry(1, (1 << 20) + 2, 0, NULL), tocsin_job(1) ->> 'last_error';
+SELECT tocsin_claim('q', 'w', 1, 10) <> '[]', tocsin_retry(1, (1 << 20) + 3, 0, 'again');
+SELECT tocsin_claim('q', 'w', 1, 10) <> '[]', tocsin_retry(1, (1 << 20) + 4, 0, NULL);
+SELECT json_extract(tocsin_job(1), '\$.state', '\$.reason', '\$.last_error');" "1|1
+1|1
+1|boom
+1|
+1|1
+1|1
+*dead*max_attempts*again*"
+# SUN ending a weekday range is 7 (docs/sql.md, Cron): FRI-SUN fires Friday (Jan 2 1970)
+# and Sunday (Jan 4); it was refused as "range 5-0 is backwards"
+q "SELECT tocsin_cron_next('0 0 * * FRI-SUN', 0), tocsin_cron_next('0 0 * * FRI-SUN', 172800000);" "86400000|259200000"
+qerr "SELECT tocsin_cron_next('0 0 * * 5-0', 0);" "range 5-0 is backwards"
 # an application view that no longer resolves does not stop the install (its v2 rebuild
 # renames tables), and the host's legacy_alter_table setting is left as it was
 qfresh broken_view "CREATE TABLE a(x); CREATE VIEW v AS SELECT x FROM a;
