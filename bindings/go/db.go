@@ -265,21 +265,42 @@ func (c *conn) do(ctx context.Context, op string, f func(p *C.tocsin_db) C.int) 
 	// TaskTx run): a write would wait for the lock that transaction holds, the busy
 	// timeout long, and fail; it fails at once instead (reads go on)
 	own := c.tx == nil && c.db.heldByCaller()
+	// a cancellable ctx: its cancel ends the call's wait for another connection's
+	// lock (a token the call's thread is bound to, fired from the ctx's AfterFunc)
+	var tok *C.tocsin_cancel
+	var stop func() bool
+	fired := make(chan struct{})
+	if ctx.Done() != nil && !own {
+		if tok = C.tocsin_cancel_new(); tok != nil {
+			stop = context.AfterFunc(ctx, func() { C.tocsin_cancel_fire(tok); close(fired) })
+		}
+	}
 	err = call(op, func() C.int {
-		if !bounded && !own {
+		if !bounded && !own && tok == nil {
 			return f(p)
 		}
 		// the ctx's deadline bounds the call's waits for another connection's lock
 		// (the thread is locked for the call: tocsin_thread_timeout is per thread)
-		ms := int64(0)
-		if !own {
+		ms := int64(-1)
+		if own {
+			ms = 0
+		} else if bounded {
 			ms = int64((time.Until(dl) + time.Millisecond - 1) / time.Millisecond) // not before the deadline
+			ms = max(ms, 0)
 		}
-		C.tocsin_thread_timeout(C.int(min(max(ms, 0), math.MaxInt32)))
+		C.tocsin_thread_timeout(C.int(min(ms, math.MaxInt32)))
+		C.tocsin_thread_cancel(tok)
 		rc := f(p)
+		C.tocsin_thread_cancel(nil)
 		C.tocsin_thread_timeout(-1)
 		return rc
 	})
+	if tok != nil {
+		if !stop() {
+			<-fired // the fire ran or runs: the token is freed after it
+		}
+		C.tocsin_cancel_free(tok)
+	}
 	release()
 	if own && isCode(err, ErrBusy) {
 		return ownTxErr(op)
@@ -289,11 +310,17 @@ func (c *conn) do(ctx context.Context, op string, f func(p *C.tocsin_db) C.int) 
 		return errors.Join(&Error{Code: ErrTimeout, Op: op, Message: context.DeadlineExceeded.Error(),
 			cause: context.DeadlineExceeded}, err)
 	}
+	if tok != nil && isCode(err, ErrInterrupted) {
+		// the ctx ended while the call waited for the lock (its AfterFunc fired the
+		// token): the ctx's error first (ErrTimeout for its deadline), nothing written
+		if cerr := ctxErr(ctx, op); cerr != nil {
+			return errors.Join(cerr, err)
+		}
+	}
 	if isCode(err, ErrBusy) {
-		// the ctx was cancelled while the call waited for the lock: the core cannot be
-		// told mid-wait (the cancel does not cut the wait short, see the README), but the
-		// error says so, as a wait the context ended does (ErrInterrupted and
-		// context.Canceled match it, besides ErrBusy)
+		// the wait ran out as the ctx ended (or a ctx whose Done is nil says it ended):
+		// the error says so, as a wait the context ended does (ErrInterrupted or
+		// ErrTimeout, and the ctx's error, match it, besides ErrBusy)
 		if cerr := ctxErr(ctx, op); cerr != nil {
 			return errors.Join(cerr, err)
 		}

@@ -84,6 +84,64 @@ func TestCancelledWhileWaitingForTheLockSaysSo(t *testing.T) {
 	}
 }
 
+// A cancel of the ctx ends a call's wait for another connection's write lock at once
+// (the core's cancel token), long before the busy timeout: ErrInterrupted and
+// context.Canceled, not ErrBusy, nothing written; a deadline that passes meanwhile
+// is ErrTimeout and context.DeadlineExceeded.
+func TestCancelEndsTheLockWait(t *testing.T) {
+	f := filepath.Join(t.TempDir(), "a.db")
+	// (a broken cancel would hang the test, not pass it)
+	db, err := Open(f, &Options{BusyTimeout: 10 * time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	holder, err := Open(f, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer holder.Close()
+	held, release, done := make(chan struct{}), make(chan struct{}), make(chan error)
+	go func() {
+		done <- holder.Tx(context.Background(), func(tx *Tx) error { close(held); <-release; return nil })
+	}()
+	<-held
+	calls := map[string]func(ctx context.Context) error{
+		"enqueue": func(ctx context.Context) error { _, err := db.Queue("q").Enqueue(ctx, 1, nil); return err },
+		"exec":    func(ctx context.Context) error { return db.Exec(ctx, "CREATE TABLE t(a)") },
+		"tx":      func(ctx context.Context) error { return db.Tx(ctx, func(tx *Tx) error { return nil }) },
+		"claim":   func(ctx context.Context) error { _, err := db.Queue("q").Claim(ctx, "w", 1, 0); return err },
+	}
+	for name, call := range calls {
+		ctx, cancel := context.WithCancel(context.Background())
+		time.AfterFunc(20*time.Millisecond, cancel)
+		err := call(ctx)
+		if !errors.Is(err, context.Canceled) || !errors.Is(err, ErrInterrupted) || errors.Is(err, ErrBusy) {
+			t.Errorf("%s: want context.Canceled and ErrInterrupted, got %v", name, err)
+		}
+		ctx, cancel = context.WithTimeout(context.Background(), 20*time.Millisecond)
+		err = call(ctx)
+		cancel()
+		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, ErrTimeout) {
+			t.Errorf("%s with a deadline: want context.DeadlineExceeded and ErrTimeout, got %v", name, err)
+		}
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	st, err := db.Queue("q").Stats(context.Background())
+	if err != nil || st.Pending != 0 {
+		t.Fatalf("nothing may be written: %+v %v", st, err)
+	}
+	// the same ctx, live, once the lock is free: the call runs
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	if _, err := db.Queue("q").Enqueue(ctx, 1, nil); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // The README's advice on integers beyond 2^53 written by another runtime: an int64
 // field or json.Number reads them exactly, the RawMessage passes them on unchanged,
 // and `any` is encoding/json's float64 (rounded), as documented.

@@ -266,6 +266,26 @@ TOCSIN_API int tocsin_sqlite_errcode(tocsin_db *db);
  */
 TOCSIN_API void tocsin_thread_timeout(int ms);
 
+/*
+ * Cancels lock waits from another thread, for a per-call cancel (a Go
+ * context's cancel, an AbortSignal). tocsin_cancel_new() makes a token (NULL
+ * when out of memory); tocsin_thread_cancel(c) binds the calling thread's
+ * following tocsin calls to it, on any handle (NULL unbinds: bind before the
+ * call and unbind after, on the same thread, as with tocsin_thread_timeout).
+ * tocsin_cancel_fire(c), from any thread, makes a bound call that waits for
+ * another connection's write lock give up within a few milliseconds with
+ * TOCSIN_INTERRUPTED, nothing of it written; a fired token stays fired, and a
+ * bound call that meets a lock after it fails at once. Calls that need no wait
+ * still run. Like tocsin_thread_timeout it bounds waits for locks only (queue,
+ * result, listen and subscription waits have their pokes). Free the token once
+ * no thread is bound to it and no fire can come. All three accept NULL.
+ */
+typedef struct tocsin_cancel tocsin_cancel;
+TOCSIN_API tocsin_cancel *tocsin_cancel_new(void);
+TOCSIN_API void tocsin_cancel_fire(tocsin_cancel *c);
+TOCSIN_API void tocsin_cancel_free(tocsin_cancel *c);
+TOCSIN_API void tocsin_thread_cancel(tocsin_cancel *c);
+
 /* The handle's clock. tocsin_set_clock(db, NULL, NULL) restores the system
  * clock. Set it (and the payload limit) before other threads use the handle;
  * transaction handles take db's settings when they begin. The clock may be

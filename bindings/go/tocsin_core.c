@@ -125,6 +125,7 @@ typedef struct tc_thread_state {
     _Atomic int *yield_to;
     int yielded;
     int64_t deadline_us; /* monotonic us: lock waits end then (tocsin_thread_timeout); 0: none */
+    tocsin_cancel *cancel; /* lock waits end once it is fired (tocsin_thread_cancel); NULL: none */
     size_t prepare_failed; /* the length of the SQL whose prepare just failed (tc_prepare), or 0 */
     int ctl;    /* the core runs its own transaction control (own_auth lets it) */
     int denied; /* own_auth refused a statement of this call (its message is set) */
@@ -1119,6 +1120,27 @@ void tocsin_thread_timeout(int ms) {
     }
 }
 
+struct tocsin_cancel {
+    _Atomic int fired;
+};
+
+tocsin_cancel *tocsin_cancel_new(void) {
+    tocsin_cancel *c = sqlite3_malloc(sizeof *c);
+    if (c) atomic_init(&c->fired, 0);
+    return c;
+}
+
+void tocsin_cancel_fire(tocsin_cancel *c) {
+    if (c) atomic_store(&c->fired, 1);
+}
+
+void tocsin_cancel_free(tocsin_cancel *c) { sqlite3_free(c); }
+
+void tocsin_thread_cancel(tocsin_cancel *c) { tc_thread.cancel = c; }
+
+/* Whether the calling thread's call was cancelled (tocsin_cancel_fire): its lock waits end. */
+static int cancelled(void) { return tc_thread.cancel && atomic_load(&tc_thread.cancel->fired); }
+
 void tc_clear(tocsin_db *db) {
     tc_thread.code = TOCSIN_OK;
     tc_thread.sqlite_rc = 0;
@@ -1218,6 +1240,10 @@ int tc_sqlerr(tocsin_db *db, int sqlite_rc, const char *what) {
     else if (prim == SQLITE_BUSY && closing(db))
         rc = tc_err(db, TOCSIN_CLOSED,
                     "%s: the database handle was closed while this call waited for a lock", what);
+    else if (prim == SQLITE_BUSY && cancelled())
+        rc = tc_err(db, TOCSIN_INTERRUPTED,
+                    "%s: cancelled while this call waited for another connection's lock (nothing "
+                    "was written)", what);
     else if (prim == SQLITE_BUSY && tc_thread.nowait)
         tc_err(db, rc, "%s: database is locked by another connection (this call does not wait)", what);
     else if (prim == SQLITE_BUSY)
@@ -1289,7 +1315,7 @@ static int no_wait(void) {
  */
 static int busy_wait(tocsin_db *db, int64_t host_ms) {
     int64_t now = tc_monotonic_ms(), pause;
-    if (no_wait() || closing(db)) return 0;
+    if (no_wait() || closing(db) || cancelled()) return 0;
     if (!tc_thread.busy_until) {
         /* on our own connections, busy_cb's sleeps of this call count: it had
          * waited the whole timeout inside SQLite before this first retry, and
@@ -1328,7 +1354,7 @@ static int busy_cb(void *ctx, int count) {
     tocsin_db *db = ctx;
     int64_t timeout = (int64_t)db->busy_timeout_ms * 1000, pause, prior = 0;
     int i;
-    if (no_wait() || closing(db)) return 0;
+    if (no_wait() || closing(db) || cancelled()) return 0;
     for (i = 0; i < count && i < N_PAUSES; i++) prior += pauses[i];
     if (count >= N_PAUSES) prior += (int64_t)pauses[N_PAUSES - 1] * (count - N_PAUSES);
     pause = pauses[count < N_PAUSES ? count : N_PAUSES - 1];
@@ -1343,7 +1369,7 @@ static int busy_cb(void *ctx, int count) {
     }
     tc_sleep_us(pause);
     tc_thread.busy_waited += pause; /* the "waited N ms" of a BUSY error counts these too */
-    return !closing(db);
+    return !closing(db) && !cancelled();
 }
 
 /*

@@ -120,6 +120,7 @@ typedef struct tc_thread_state {
     _Atomic int *yield_to;
     int yielded;
     int64_t deadline_us; /* monotonic us: lock waits end then (tocsin_thread_timeout); 0: none */
+    tocsin_cancel *cancel; /* lock waits end once it is fired (tocsin_thread_cancel); NULL: none */
     size_t prepare_failed; /* the length of the SQL whose prepare just failed (tc_prepare), or 0 */
     int ctl;    /* the core runs its own transaction control (own_auth lets it) */
     int denied; /* own_auth refused a statement of this call (its message is set) */

@@ -185,6 +185,61 @@ static void tx_connection_state_not_inherited(void) {
     tocsin_close(db);
 }
 
+typedef struct cancel_call {
+    tocsin_db *db;
+    tocsin_cancel *token;
+    int rc;
+    char msg[256];
+} cancel_call;
+
+static void *enqueue_bound(void *p) {
+    cancel_call *c = p;
+    int64_t id = 0;
+    tocsin_thread_cancel(c->token);
+    c->rc = tocsin_queue_enqueue(c->db, &id, "q", "{\"cancelled\":1}", NULL);
+    snprintf(c->msg, sizeof c->msg, "%s", tocsin_errmsg(NULL));
+    tocsin_thread_cancel(NULL);
+    return NULL;
+}
+
+/* A call bound to a cancel token (tocsin_thread_cancel) that waits for another
+ * connection's write lock ends with TOCSIN_INTERRUPTED when another thread fires
+ * the token, long before its busy timeout, nothing written; a fired token fails
+ * the bound calls that meet the lock at once, and lets those that need no wait run. */
+static void cancelled_lock_wait(void) {
+    tocsin_open_opts o = TOCSIN_OPEN_OPTS_INIT;
+    tocsin_db *db = NULL, *holder = t_open("cancel_wait", NULL), *tx = NULL;
+    cancel_call c;
+    pthread_t t;
+    int64_t id = 0;
+    memset(&c, 0, sizeof c);
+    o.busy_timeout_ms = 600000; /* the test would hang, not pass, if the fire were not heard */
+    CHECK_OK(db, tocsin_open(&db, sqlite3_db_filename(tocsin_sqlite(holder), "main"), &o));
+    CHECK((c.token = tocsin_cancel_new()) != NULL);
+    c.db = db;
+    CHECK_OK(holder, tocsin_tx_begin(holder, &tx)); /* holds the write lock */
+    CHECK_EQ_I(pthread_create(&t, NULL, enqueue_bound, &c), 0);
+    t_nap(50); /* (most likely waiting by now; a fire before the wait fails it at once too) */
+    tocsin_cancel_fire(c.token);
+    pthread_join(t, NULL);
+    CHECK_EQ_I(c.rc, TOCSIN_INTERRUPTED);
+    CHECK(strstr(c.msg, "cancelled while this call waited") != NULL);
+    /* bound to the fired token: a call that meets the lock fails at once, a read runs */
+    tocsin_thread_cancel(c.token);
+    CHECK_EQ_I(tocsin_queue_enqueue(db, &id, "q", "{}", NULL), TOCSIN_INTERRUPTED);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 0);
+    CHECK_OK(tx, tocsin_tx_commit(tx)); /* the lock is free: no wait, the call runs */
+    CHECK_OK(db, tocsin_queue_enqueue(db, &id, "q", "{}", NULL));
+    tocsin_thread_cancel(NULL);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 1);
+    CHECK_EQ_I(t_count(db, "_tocsin_jobs WHERE payload = '{\"cancelled\":1}'"), 0);
+    tocsin_cancel_free(c.token);
+    tocsin_cancel_fire(NULL);
+    tocsin_cancel_free(NULL);
+    tocsin_close(db);
+    tocsin_close(holder);
+}
+
 typedef struct result_waiter {
     tocsin_db *db;
     int64_t job;
@@ -359,6 +414,7 @@ void suite_threads(void) {
     concurrent_waits_on_one_handle();
     tx_handles();
     tx_connection_state_not_inherited();
+    cancelled_lock_wait();
     sqlite_enter();
     one_handle_many_threads();
 }
