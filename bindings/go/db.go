@@ -269,9 +269,10 @@ func (c *conn) do(ctx context.Context, op string, f func(p *C.tocsin_db) C.int) 
 	// lock (a token the call's thread is bound to, fired from the ctx's AfterFunc)
 	var tok *C.tocsin_cancel
 	var stop func() bool
-	fired := make(chan struct{})
+	var fired chan struct{}
 	if ctx.Done() != nil && !own {
 		if tok = C.tocsin_cancel_new(); tok != nil {
+			fired = make(chan struct{})
 			stop = context.AfterFunc(ctx, func() { C.tocsin_cancel_fire(tok); close(fired) })
 		}
 	}
