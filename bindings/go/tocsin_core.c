@@ -6343,8 +6343,12 @@ static const char SQL_PRUNE_KEEP[] =
     " FROM _tocsin_notifications) WHERE n > ?1)";
 /* json_valid first: a damaged policy is reported as such, not as SQLite's
  * "malformed JSON" on every notify */
+/* 1 when the policy is as tocsin_notify_set_autotrim writes it: an object whose
+ * three members are integers (their ranges checked in C) */
 static const char SQL_AUTOTRIM_GET[] =
-    "SELECT CASE WHEN json_valid(value) THEN json_type(value) = 'object' ELSE 0 END,"
+    "SELECT CASE WHEN json_valid(value) AND json_type(value) = 'object' THEN"
+    "  json_type(value, '$.one_in') = 'integer' AND json_type(value, '$.max_age_ms') = 'integer'"
+    "  AND json_type(value, '$.max_keep') = 'integer' ELSE 0 END,"
     " CASE WHEN json_valid(value) THEN json_extract(value, '$.one_in') END,"
     " CASE WHEN json_valid(value) THEN json_extract(value, '$.max_age_ms') END,"
     " CASE WHEN json_valid(value) THEN json_extract(value, '$.max_keep') END"
@@ -6385,16 +6389,19 @@ static int autotrim(tocsin_db *db) {
         sqlite3_reset(st);
         return rc == SQLITE_DONE ? TOCSIN_OK : tc_sqlerr(db, rc, "notify auto-trim");
     }
-    if (!sqlite3_column_int(st, 0)) {
-        sqlite3_reset(st);
-        return tc_err(db, TOCSIN_CORRUPT,
-                      "notify auto-trim: the stored policy (_tocsin_meta key 'notify_autotrim') is "
-                      "not a JSON object: set it again (tocsin_notify_autotrim() in SQL, "
-                      "tocsin_notify_set_autotrim in C)");
-    }
     one_in = sqlite3_column_int64(st, 1);
     age = sqlite3_column_int64(st, 2);
     keep = sqlite3_column_int64(st, 3);
+    if (!sqlite3_column_int(st, 0) || one_in < 1 || age < 0 || age > TOCSIN_MAX_TIME_MS || keep < 0 ||
+        (!age && !keep)) {
+        sqlite3_reset(st);
+        /* (a policy tocsin_notify_set_autotrim would refuse: edited by hand, or damaged) */
+        return tc_err(db, TOCSIN_CORRUPT,
+                      "notify auto-trim: the stored policy (_tocsin_meta key 'notify_autotrim') is "
+                      "not one tocsin writes (a JSON object of the integers one_in >= 1, max_age_ms "
+                      "and max_keep >= 0, not both 0): set it again (tocsin_notify_autotrim() in "
+                      "SQL, tocsin_notify_set_autotrim in C)");
+    }
     sqlite3_reset(st);
     if (one_in < 1 || tc_random() % (uint64_t)one_in != 0) return TOCSIN_OK;
     return prune(db, &n, age, keep);

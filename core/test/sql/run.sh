@@ -260,6 +260,19 @@ q "SELECT json_extract(tocsin_lock_holder('tocsin.scheduler'), '\$.name');" "toc
 q "INSERT INTO _tocsin_meta(key, value) VALUES ('notify_autotrim', '{bad');" ""
 qerr "SELECT tocsin_notify('at', '1');" "the stored policy"
 q "DELETE FROM _tocsin_meta WHERE key = 'notify_autotrim'; SELECT count(*) FROM _tocsin_notifications WHERE channel = 'at';" "0"
+# so is a policy tocsin would not write: numbers as strings or fractions, a member
+# missing, negative, or both limits 0 (it pruned keeping one per channel, or was ignored)
+for policy in '{"one_in":"1","max_age_ms":"junk","max_keep":1.5}' '{"one_in":1,"max_keep":1}' \
+              '{"one_in":1,"max_age_ms":0,"max_keep":-1}' '{"one_in":0,"max_age_ms":0,"max_keep":1}' \
+              '{"one_in":1,"max_age_ms":0,"max_keep":0}' '[1,0,1]'; do
+    q "INSERT INTO _tocsin_meta(key, value) VALUES ('notify_autotrim', '$policy');" ""
+    qerr "SELECT tocsin_notify('at', '1');" "is not one tocsin writes"
+    q "DELETE FROM _tocsin_meta WHERE key = 'notify_autotrim'; SELECT count(*) FROM _tocsin_notifications WHERE channel = 'at';" "0"
+done
+q "SELECT tocsin_notify_autotrim(0, 5, 1); SELECT tocsin_notify('at', '1') > 0;" "1
+1"
+q "SELECT tocsin_notify_autotrim(0, 0, 0); SELECT count(*) FROM _tocsin_notifications WHERE channel = 'at';" "0
+1"
 # job ids end at 2^43 - 1 (on a file of its own: the ids of this one go on)
 out=$(printf '.load %s
 SELECT tocsin_enqueue(%s, %s);
