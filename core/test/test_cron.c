@@ -204,6 +204,7 @@ static void errors(void) {
     BAD("60 * * * * *", "second field: 60 is out of range 0-59");
     BAD("* * * *", "expected 5 or 6 fields");
     BAD("* * * * * * *", "expected 5 or 6 fields");
+    BAD("0 0 1 1 * 2025", "the sixth field \"2025\" reads as a year, and cron here has no year field");
     BAD("*/0 * * * *", "minute field: step 0 is out of range 1-60");
     BAD("* */25 * * *", "hour field: step 25 is out of range");
     BAD("5-1 * * * *", "minute field: range 5-1 is backwards");
