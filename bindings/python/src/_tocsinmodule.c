@@ -564,14 +564,72 @@ static PyObject *Handle_closed(Handle *self, void *unused) {
 
 /* ---- transactions: Tx objects over core transaction handles ---- */
 
-/* begin_tx(): a new Tx, a write transaction (BEGIN IMMEDIATE) on a connection of its own. */
-static PyObject *Handle_begin_tx(Handle *self, PyObject *unused) {
+/* Cancel(): a core cancel token (tocsin_cancel): fire() from any thread ends the
+ * lock wait of the call bound to it (begin_tx(cancel)) with Interrupted. */
+typedef struct {
+    PyObject_HEAD
+    tocsin_cancel *c;
+} Cancel;
+
+static PyTypeObject CancelType;
+
+static int Cancel_init(Cancel *self, PyObject *args, PyObject *kw) {
+    if (!PyArg_ParseTuple(args, ":Cancel") || (kw && PyDict_Size(kw))) {
+        if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "Cancel() takes no arguments");
+        return -1;
+    }
+    if (!self->c && !(self->c = tocsin_cancel_new())) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+static void Cancel_dealloc(Cancel *self) {
+    tocsin_cancel_free(self->c);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *Cancel_fire(Cancel *self, PyObject *unused) {
+    (void)unused;
+    tocsin_cancel_fire(self->c);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef Cancel_methods[] = {
+    {"fire", (PyCFunction)Cancel_fire, METH_NOARGS, "Ends the lock wait of the call bound to it (any thread)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyTypeObject CancelType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "tocsin._tocsin.Cancel",
+    .tp_basicsize = sizeof(Cancel),
+    .tp_dealloc = (destructor)Cancel_dealloc,
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_doc = "A cancel token for begin_tx(cancel): fire() ends its wait for the write lock.",
+    .tp_methods = Cancel_methods,
+    .tp_init = (initproc)Cancel_init,
+    .tp_new = PyType_GenericNew,
+};
+
+/* begin_tx([cancel]): a new Tx, a write transaction (BEGIN IMMEDIATE) on a
+ * connection of its own; cancel.fire() (another thread) ends its wait for the
+ * write lock with Interrupted. */
+static PyObject *Handle_begin_tx(Handle *self, PyObject *args) {
     tocsin_db *tx = NULL;
     int rc;
     Handle *t;
-    (void)unused;
+    PyObject *cancel = Py_None;
+    tocsin_cancel *c = NULL;
+    if (!PyArg_ParseTuple(args, "|O:begin_tx", &cancel)) return NULL;
+    if (cancel != Py_None) {
+        if (!PyObject_TypeCheck(cancel, &CancelType))
+            return raise_code(TOCSIN_INVALID, "cancel must be a Cancel or None", 0);
+        c = ((Cancel *)cancel)->c;
+    }
     if (self->is_tx) return raise_code(TOCSIN_INVALID, "transactions do not nest", 0);
-    CORE_CALL(self, rc = tocsin_tx_begin(self->db, &tx));
+    CORE_CALL(self, (tocsin_thread_cancel(c), rc = tocsin_tx_begin(self->db, &tx), tocsin_thread_cancel(NULL)));
     if (!(t = (Handle *)TxType.tp_alloc(&TxType, 0))) {
         tocsin_tx_rollback(tx);
         return NULL;
@@ -1748,7 +1806,7 @@ static PyObject *Handle_result_wait(Handle *self, PyObject *args);
 
 static PyMethodDef Handle_methods[] = {
     {"close", (PyCFunction)Handle_close, METH_NOARGS, "Closes the handle (a Tx: rolls it back)."},
-    {"begin_tx", (PyCFunction)Handle_begin_tx, METH_NOARGS, "A new Tx: a write transaction on a connection of its own."},
+    {"begin_tx", (PyCFunction)Handle_begin_tx, METH_VARARGS, "A new Tx: a write transaction on a connection of its own."},
     {"task_enqueue", (PyCFunction)Handle_task_enqueue, METH_VARARGS, NULL},
     {"task_envelope", (PyCFunction)Handle_task_envelope, METH_VARARGS, NULL},
     {"result_wait", (PyCFunction)Handle_result_wait, METH_VARARGS, NULL},
@@ -3173,6 +3231,9 @@ PyMODINIT_FUNC PyInit__tocsin(void) {
     if (PyModule_AddObject(m, "Worker", (PyObject *)&WorkerType) < 0) goto fail;
     Py_INCREF(&RunType);
     if (PyModule_AddObject(m, "Run", (PyObject *)&RunType) < 0) goto fail;
+    if (PyType_Ready(&CancelType) < 0) goto fail;
+    Py_INCREF(&CancelType);
+    if (PyModule_AddObject(m, "Cancel", (PyObject *)&CancelType) < 0) goto fail;
     if (PyType_Ready(&SubType) < 0 || PyType_Ready(&ListenerType) < 0 ||
         PyType_Ready(&StreamSubType) < 0)
         goto fail;

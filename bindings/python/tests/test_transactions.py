@@ -313,3 +313,50 @@ def test_savepoints_inside_a_transaction_are_the_apps(app):
                           "INSERT INTO orders(item) VALUES ('y'); RELEASE a")
         assert tx.active
     assert [r[0] for r in app.execute("SELECT item FROM orders")] == ["y"]
+
+
+def test_cancelled_async_begin_stops_waiting_for_the_lock(path):
+    """A task cancelled while its ``async with db.transaction()`` waits for another
+    connection's write lock (asyncio.wait_for, a timeout) ends that wait too: the
+    pool's thread returns (Interrupted, nothing begun) while the lock is still held,
+    instead of waiting out the busy timeout and then beginning a transaction nobody
+    ends."""
+    import asyncio
+    import concurrent.futures
+    from tocsin import db as dbmod
+
+    class Recording(concurrent.futures.ThreadPoolExecutor):
+        futures = []
+
+        def submit(self, *a, **kw):
+            f = super().submit(*a, **kw)
+            self.futures.append(f)
+            return f
+
+    db = tocsin.open(path, busy_timeout=600)  # a wait not cut short would hang here
+    holder = tocsin.open(path)
+    saved, dbmod._pool = dbmod._pool, Recording(max_workers=2)
+    try:
+        with holder.transaction() as htx:
+            holder.queue("q").enqueue(1, tx=htx)
+
+            async def begin():
+                async with db.transaction() as tx:
+                    db.queue("q").enqueue("never", tx=tx)
+
+            async def main():
+                with pytest.raises(asyncio.TimeoutError):
+                    await asyncio.wait_for(begin(), 0.05)
+
+            asyncio.run(main())
+            (fut,) = Recording.futures
+            with pytest.raises(tocsin.Interrupted, match="cancelled while this call waited"):
+                fut.result(timeout=60)  # returned while the holder still has the lock
+        with db.transaction() as tx:  # the lock is free again: nothing was left begun
+            db.queue("q").enqueue(2, tx=tx)
+        assert [j.payload for j in db.queue("q").claim_batch(5, "w")] == [1, 2]
+    finally:
+        dbmod._pool.shutdown()
+        dbmod._pool = saved
+        holder.close()
+        db.close()

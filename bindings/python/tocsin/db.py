@@ -157,7 +157,15 @@ class Transaction:
             raise InvalidArgument("a transaction of this database is already open in this "
                                   "context (transactions do not nest)")
         loop = asyncio.get_running_loop()
-        self._tx = await loop.run_in_executor(_begin_pool(), self._base.begin_tx)
+        # a task cancelled while the BEGIN waits (asyncio.timeout, wait_for, a stop)
+        # ends that wait too: the pool's thread is free again within a few ms (the
+        # BEGIN fails with Interrupted, nothing begun), not at the busy timeout
+        cancel = _tocsin.Cancel()
+        try:
+            self._tx = await loop.run_in_executor(_begin_pool(), self._base.begin_tx, cancel)
+        except asyncio.CancelledError:
+            cancel.fire()
+            raise
         self._owner = _owner()
         self._token = _active.set(_active.get() + (self,))
         return self
