@@ -291,10 +291,12 @@ func (c *conn) do(ctx context.Context, op string, f func(p *C.tocsin_db) C.int) 
 		}
 		C.tocsin_thread_timeout(C.int(min(ms, math.MaxInt32)))
 		C.tocsin_thread_cancel(tok)
-		rc := f(p)
-		C.tocsin_thread_cancel(nil)
-		C.tocsin_thread_timeout(-1)
-		return rc
+		// unbound even if f panics: the thread must not keep a token that is freed below
+		defer func() {
+			C.tocsin_thread_cancel(nil)
+			C.tocsin_thread_timeout(-1)
+		}()
+		return f(p)
 	})
 	if tok != nil {
 		if !stop() {
