@@ -365,6 +365,13 @@ export declare class Transaction {
 
 export interface PruneResult { results: number; rateLimits: number; notifications: number }
 
+export interface TransactionOptions {
+  /** Aborted while the transaction waits for the write lock, that wait ends (nothing
+   * begun); aborted before fn settles, the transaction rolls back instead of
+   * committing. Either way transaction() rejects with the signal's reason. */
+  signal?: AbortSignal;
+}
+
 export declare class Database {
   readonly path: string;
   readonly closed: boolean;
@@ -373,7 +380,7 @@ export declare class Database {
    * throws. Inside fn (its awaits, the timers and promises it starts) a write on this
    * database without { tx }, and a nested transaction(), reject at once with
    * InvalidArgumentError (they would wait for fn's own write lock); reads work. */
-  transaction<T>(fn: (tx: Transaction) => T | Promise<T>): Promise<T>;
+  transaction<T>(fn: (tx: Transaction) => T | Promise<T>, options?: TransactionOptions): Promise<T>;
   /** SQL of the application's (no result rows); rejects with the error. SQL that
    * begins or ends a transaction (BEGIN, COMMIT, ROLLBACK, END, a SAVEPOINT outside
    * one) rejects with InvalidArgumentError and runs nothing: use transaction(). */

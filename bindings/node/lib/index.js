@@ -645,15 +645,48 @@ class Database {
   }
 
   /** Runs fn(tx) in a write transaction: committed when fn resolves, rolled back when it throws. */
-  async transaction(fn, _onMain) {
+  /**
+   * Runs fn(tx) in a write transaction. { signal }: aborted while the transaction
+   * waits for the write lock, that wait ends (nothing begun); aborted before fn
+   * settles, the transaction rolls back instead of committing. Either way the
+   * promise rejects with the signal's reason.
+   */
+  async transaction(fn, o) {
+    o = opts(o, 'db.transaction() options', ['signal']);
+    checkSignal(o.signal);
+    return this._transaction(fn, false, o.signal);
+  }
+
+  async _transaction(fn, onMain, signal) {
     if (typeof fn !== 'function') throw invalid('transaction(fn): fn must be a function');
     if (this._contextTx()) {
       // its own write lock would keep the new one waiting until the busy timeout
       throw invalid('transactions do not nest: db.transaction() was called inside the callback of a transaction of ' +
         'this database, which holds the write lock the new one would wait for; write in the open one (pass its { tx })');
     }
-    const th = await native.txBegin(this._handle(), !!_onMain);
+    if (signal && signal.aborted) throw abortReason(signal);
+    let th;
+    if (signal) {
+      // the core's cancel token: an abort ends the BEGIN's wait for the lock on the pool
+      const cancel = native.cancelNew();
+      const onAbort = () => native.cancelFire(cancel);
+      signal.addEventListener('abort', onAbort, { once: true });
+      try {
+        th = await native.txBegin(this._handle(), !!onMain, cancel);
+      } catch (e) {
+        if (signal.aborted) throw abortReason(signal);
+        throw e;
+      } finally {
+        signal.removeEventListener('abort', onAbort);
+      }
+    } else {
+      th = await native.txBegin(this._handle(), !!onMain);
+    }
     const tx = new Transaction(this, th);
+    if (signal && signal.aborted) {  // aborted as the BEGIN returned: fn does not run
+      tx._end(false);
+      throw abortReason(signal);
+    }
     if (this._closing) {
       // close() began while the transaction waited for the write lock
       tx._end(false, true);
@@ -674,6 +707,10 @@ class Database {
     if (!tx.active) {
       throw errorOf('TOCSIN_CLOSED', tx._closedByDb
         ? 'the database was closed during the transaction (rolled back)' : 'the transaction ended early');
+    }
+    if (signal && signal.aborted) {  // aborted while fn ran: nothing of it commits
+      tx._end(false);
+      throw abortReason(signal);
     }
     tx._end(true);
     return result;

@@ -323,7 +323,7 @@ class Worker extends EventEmitter {
         this._finish(run.jobId, OK, { value: json }, tx);
         return true;
       };
-      const ok = transactional ? await this.db.transaction((tx) => go(tx), true) : await go(null);
+      const ok = transactional ? await this.db._transaction((tx) => go(tx), true) : await go(null);
       if (ok === true) this._tell('done', ctx);
     } catch (e) {
       if (!entry.handedBack) {

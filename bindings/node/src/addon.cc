@@ -658,15 +658,53 @@ OP_END(op)
 
 // ---- transactions ----
 
+// A core cancel token (tocsin_cancel) shared by its JS external and the ops bound
+// to it: freed when both are done with it. cancelFire(c) from the main thread ends
+// the lock wait of a txBegin running on the pool with it.
+struct CancelBox {
+  tocsin_cancel *c;
+  CancelBox() : c(tocsin_cancel_new()) {}
+  ~CancelBox() { tocsin_cancel_free(c); }
+};
+
+Napi::Value CancelNew(const Napi::CallbackInfo &info) {
+  Napi::Env env = info.Env();
+  auto *box = new std::shared_ptr<CancelBox>(std::make_shared<CancelBox>());
+  if (!(*box)->c) {
+    delete box;
+    Napi::Error::New(env, "out of memory").ThrowAsJavaScriptException();
+    return env.Undefined();
+  }
+  return Napi::External<std::shared_ptr<CancelBox>>::New(
+      env, box, [](Napi::Env, std::shared_ptr<CancelBox> *b) { delete b; });
+}
+
+static std::shared_ptr<CancelBox> cancel_of(const Napi::Value &v) {
+  if (!v.IsExternal()) return nullptr;
+  return *v.As<Napi::External<std::shared_ptr<CancelBox>>>().Data();
+}
+
+Napi::Value CancelFire(const Napi::CallbackInfo &info) {
+  auto box = cancel_of(info[0]);
+  if (box) tocsin_cancel_fire(box->c);
+  return info.Env().Undefined();
+}
+
 struct TxBegin : Op {
   tocsin_db *tx = nullptr;
   Handle *parent;
   std::shared_ptr<DbBox> box;
-  explicit TxBegin(Handle *p) : parent(p), box(p->box) {}
+  std::shared_ptr<CancelBox> cancel;  // (may be null) bound to the thread for the BEGIN
+  TxBegin(Handle *p, std::shared_ptr<CancelBox> c) : parent(p), box(p->box), cancel(std::move(c)) {}
   ~TxBegin() override {
     if (tx) tocsin_tx_rollback(tx);
   }
-  int run(tocsin_db *db) override { return tocsin_tx_begin(db, &tx); }
+  int run(tocsin_db *db) override {
+    tocsin_thread_cancel(cancel ? cancel->c : nullptr);
+    int rc = tocsin_tx_begin(db, &tx);
+    tocsin_thread_cancel(nullptr);
+    return rc;
+  }
   Napi::Value result(Napi::Env env) override {
     Napi::Object obj = Handle::ctor(env).New({});
     Handle *t = Handle::Unwrap(obj);
@@ -685,8 +723,9 @@ Napi::Value TxBeginFn(const Napi::CallbackInfo &info) {
   if (!h) return env.Undefined();
   if (h->is_tx) return throw_invalid(env, "transactions do not nest");
   // on the main handle (a worker's transactions must begin on the worker's handle)
-  if (info[1].ToBoolean().Value()) return dispatch_async(env, h, std::unique_ptr<Op>(new TxBegin(h)));
-  return dispatch(env, h, std::unique_ptr<Op>(new TxBegin(h)));
+  auto cancel = cancel_of(info[2]);
+  if (info[1].ToBoolean().Value()) return dispatch_async(env, h, std::unique_ptr<Op>(new TxBegin(h, cancel)));
+  return dispatch(env, h, std::unique_ptr<Op>(new TxBegin(h, cancel)));
 }
 
 Napi::Value TxEnd(const Napi::CallbackInfo &info) {
@@ -2065,6 +2104,8 @@ Napi::Object Init(Napi::Env env, Napi::Object exports) {
   F("exec", Exec);
   F("checkName", CheckName);
   F("txBegin", TxBeginFn);
+  F("cancelNew", CancelNew);
+  F("cancelFire", CancelFire);
   F("txEnd", TxEnd);
   F("enqueue", Enqueue);
   F("enqueueMany", EnqueueMany);
