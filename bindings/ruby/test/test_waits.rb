@@ -219,6 +219,30 @@ class TestWaits < Minitest::Test
     assert_equal 2, q.stats["pending"]
   end
 
+  # The BEGIN's cancel token (what a stopped fiber fires): fired from another thread,
+  # it ends a wait for another connection's write lock with Interrupted, nothing begun,
+  # long before the busy timeout.
+  def test_cancel_token_ends_a_begin_waiting_for_the_lock
+    @db = Tocsin.open(@path, busy_timeout: 600) # (a wait not ended would hang the join below)
+    holder = Tocsin.open(@path)
+    htx = holder.transaction
+    holder.queue("q").enqueue("held", tx: htx)
+    cancel = Tocsin::Native::Cancel.new
+    th = Thread.new { db.native.tx_begin(cancel) }
+    th.report_on_exception = false
+    sleep 0.02 # (most likely waiting by now; fired before the wait, it fails at once too)
+    cancel.fire
+    # (join re-raises the thread's exception; nil: still waiting after 60 s)
+    e = assert_raises(Tocsin::Interrupted) { th.join(60) or flunk("the BEGIN still waits after the fire") }
+    assert_match(/cancelled while this call waited/, e.message)
+    htx.commit
+    db.transaction { |tx| db.queue("q").enqueue("after", tx: tx) }
+    assert_equal %w[held after], db.queue("q").claim_batch(5, "w").map(&:payload)
+    assert_raises(TypeError) { db.native.tx_begin("soon") }
+  ensure
+    holder&.close
+  end
+
   # A fiber stopped while its BEGIN waits leaves nothing begun behind: the
   # transaction its thread begins later is rolled back, and the lock is free.
   def test_fiber_stopped_while_its_transaction_begins_holds_no_lock

@@ -379,16 +379,46 @@ static VALUE db_closed_p(VALUE self) {
     return h->db && !h->closing ? Qfalse : Qtrue;
 }
 
-DEF_CALL(txb, tocsin_db *db; tocsin_db *tx;, tocsin_tx_begin(a->db, &a->tx))
-static VALUE db_tx_begin(VALUE self) {
+/* Tocsin::Native::Cancel: a core cancel token (tocsin_cancel). fire (any thread)
+ * ends the lock wait of the tx_begin(cancel) bound to it with Interrupted. */
+static void rcancel_free(void *p) { tocsin_cancel_free(p); }
+static const rb_data_type_t rcancel_type = {"tocsin_cancel", {NULL, rcancel_free, NULL}, NULL, NULL,
+                                            RUBY_TYPED_FREE_IMMEDIATELY};
+static VALUE cancel_alloc(VALUE klass) {
+    tocsin_cancel *c = tocsin_cancel_new();
+    if (!c) rb_raise(rb_eNoMemError, "out of memory");
+    return TypedData_Wrap_Struct(klass, &rcancel_type, c);
+}
+static tocsin_cancel *cancel_of(VALUE v) {
+    return NIL_P(v) ? NULL : (tocsin_cancel *)rb_check_typeddata(v, &rcancel_type);
+}
+static VALUE cancel_fire(VALUE self) {
+    tocsin_cancel_fire(cancel_of(self));
+    return Qnil;
+}
+
+static int tx_begin_bound(tocsin_db *db, tocsin_db **tx, tocsin_cancel *c) {
+    int rc;
+    tocsin_thread_cancel(c);
+    rc = tocsin_tx_begin(db, tx);
+    tocsin_thread_cancel(NULL);
+    return rc;
+}
+DEF_CALL(txb, tocsin_db *db; tocsin_db *tx; tocsin_cancel *c;, tx_begin_bound(a->db, &a->tx, a->c))
+/* tx_begin([cancel]) */
+static VALUE db_tx_begin(int argc, VALUE *argv, VALUE self) {
+    VALUE cancel = Qnil;
+    rb_scan_args(argc, argv, "01", &cancel);
+    tocsin_cancel *c = cancel_of(cancel); /* (a TypeError for anything but a Cancel or nil) */
     /* the object first: once begun, the transaction is in its hands at once
      * (its GC rolls back), with nothing left to fail in between */
     VALUE obj = rdb_alloc(cDB);
     rdb *t = get_rdb(obj);
     t->is_tx = 1;
     t->parent = self;
-    struct txb_a a = {0, DB(self), NULL};
+    struct txb_a a = {0, DB(self), NULL, c};
     NOGVL_DB(txb, a, self);
+    RB_GC_GUARD(cancel);
     CHECK(a.rc);
     t->db = a.tx;
     return obj;
@@ -2314,7 +2344,7 @@ RUBY_FUNC_EXPORTED void Init_tocsin_native(void) {
     rb_define_singleton_method(cDB, "open", db_s_open, 4);
 #define M(name, fn, n) rb_define_method(cDB, name, fn, n)
     M("close", db_close, 0); M("closed?", db_closed_p, 0);
-    M("tx_begin", db_tx_begin, 0); M("tx_commit", db_tx_commit, 0); M("tx_rollback", db_tx_rollback, 0);
+    M("tx_begin", db_tx_begin, -1); M("tx_commit", db_tx_commit, 0); M("tx_rollback", db_tx_rollback, 0);
     M("tx?", db_is_tx, 0); M("exec", db_exec, 1);
     M("now", db_now, 0); M("set_time", db_set_time, 1); M("set_max_payload", db_set_max_payload, 1);
     M("check_name", db_check_name, 2);
@@ -2350,6 +2380,10 @@ RUBY_FUNC_EXPORTED void Init_tocsin_native(void) {
     M("task_envelope", db_task_envelope, 5); M("task_enqueue", db_task_enqueue, -1);
     M("queue_wait", db_queue_wait, 3);
 #undef M
+
+    VALUE cCancel = rb_define_class_under(mNative, "Cancel", rb_cObject);
+    rb_define_alloc_func(cCancel, cancel_alloc);
+    rb_define_method(cCancel, "fire", cancel_fire, 0);
 
     cSub = rb_define_class_under(mNative, "Sub", rb_cObject);
     rb_undef_alloc_func(cSub);

@@ -210,16 +210,21 @@ module Tocsin
     # it -- the one holding the lock (another fiber's db.transaction) among them, so
     # the wait could only end in Busy: the BEGIN runs on a thread of its own while
     # this fiber yields (Thread#value). A fiber stopped meanwhile (Async's stop, a
-    # timeout) leaves that thread behind; what it begins is rolled back.
+    # timeout) fires the BEGIN's cancel token: its wait ends at once, nothing begun
+    # (what it began just before is rolled back).
     def begin_tx
       n = native
       return n.tx_begin unless Util.fiber_scheduler?
 
-      th = Thread.new { n.tx_begin }
+      cancel = Native::Cancel.new
+      th = Thread.new { n.tx_begin(cancel) }
       th.report_on_exception = false
       begin
         th.value
       rescue Exception # rubocop:disable Lint/RescueException
+        # the BEGIN still waiting for the lock ends now (Interrupted, nothing begun);
+        # one that got it meanwhile is rolled back by the reaper
+        cancel.fire
         # (also when the BEGIN itself failed: th.value raises again in the reaper)
         Thread.new do
           th.value.tx_rollback
