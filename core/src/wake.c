@@ -529,10 +529,11 @@ static int wk_state(tocsin_db *db) {
 
 /* The handle's database path, or NULL (message set) for in-memory/temporary ones. */
 static const char *wk_path(tocsin_db *db) {
-    const char *path = sqlite3_db_filename(db->conn, "main");
-    if (!path || !*path) {
+    const char *path = tc_shared_path(db->conn);
+    if (!path) {
         tc_err(db, TOCSIN_INVALID,
-               "the wake engine needs a database file; this handle's database is in memory or temporary");
+               "the wake engine needs a database file; this handle's database is in memory or temporary "
+               "(or a memdb image no other connection shares)");
         return NULL;
     }
     return path;

@@ -185,6 +185,38 @@ static void tx_connection_state_not_inherited(void) {
     tocsin_close(db);
 }
 
+/* A memdb database (vfs=memdb, sqlite3_deserialize) is reached by another
+ * connection only under a name beginning with '/': a transaction handle or a
+ * listener on one that is not is refused (another open of its name made a new,
+ * empty database, where the transaction's writes went); a shared one works. */
+static void memdb_handles(void) {
+    static const char *const names[] = {"file:tx_memdb.db?vfs=memdb", "file:/tx_memdb_shared?vfs=memdb"};
+    int i;
+    for (i = 0; i < 2; i++) {
+        sqlite3 *c = NULL;
+        tocsin_db *db = NULL, *tx = NULL;
+        tocsin_listener *l = NULL;
+        int64_t id = 0;
+        CHECK_EQ_I(sqlite3_open_v2(names[i], &c, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_URI, NULL),
+                   SQLITE_OK);
+        CHECK_OK(db, tocsin_wrap(&db, c, NULL));
+        CHECK_OK(db, tocsin_bootstrap(db, NULL));
+        if (i == 0) {
+            CHECK_EQ_I(tocsin_tx_begin(db, &tx), TOCSIN_INVALID);
+            CHECK(strstr(tocsin_errmsg(NULL), "memdb image no other connection shares") != NULL);
+            CHECK_EQ_I(tocsin_listen_open(&l, db, "c", 8), TOCSIN_INVALID);
+            CHECK(tx == NULL && l == NULL);
+        } else {
+            CHECK_OK(db, tocsin_tx_begin(db, &tx));
+            CHECK_OK(tx, tocsin_queue_enqueue(tx, &id, "q", "{}", NULL));
+            CHECK_OK(tx, tocsin_tx_commit(tx));
+            CHECK_EQ_I(t_count(db, "_tocsin_jobs"), 1); /* the host's database had the job */
+        }
+        tocsin_close(db);
+        sqlite3_close(c);
+    }
+}
+
 typedef struct cancel_call {
     tocsin_db *db;
     tocsin_cancel *token;
@@ -415,6 +447,7 @@ void suite_threads(void) {
     tx_handles();
     tx_connection_state_not_inherited();
     cancelled_lock_wait();
+    memdb_handles();
     sqlite_enter();
     one_handle_many_threads();
 }
