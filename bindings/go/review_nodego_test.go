@@ -24,61 +24,69 @@ func (c *cancelledAfterFirstLook) Err() error {
 	return context.Canceled
 }
 
-// A call whose ctx was cancelled while it waited for another connection's write lock
-// returned a bare ErrBusy at the busy timeout, as if nobody had cancelled it: it now
-// also matches ErrInterrupted and context.Canceled (as a wait the context ended does),
-// and nothing is written.
-func TestCancelledWhileWaitingForTheLockSaysSo(t *testing.T) {
+// lockWaiters opens db (with busy) and holder on one new file, and returns the calls
+// on db that wait for the write lock when holder holds it (holdLock).
+func lockWaiters(t *testing.T, busy time.Duration) (db, holder *DB, calls map[string]func(context.Context) error) {
+	t.Helper()
 	f := filepath.Join(t.TempDir(), "a.db")
-	db, err := Open(f, &Options{BusyTimeout: 200 * time.Millisecond})
+	db, err := Open(f, &Options{BusyTimeout: busy})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer db.Close()
-	holder, err := Open(f, nil)
-	if err != nil {
+	t.Cleanup(func() { db.Close() })
+	if holder, err = Open(f, nil); err != nil {
 		t.Fatal(err)
 	}
-	defer holder.Close()
-	ctx := context.Background()
-	held, release, done := make(chan struct{}), make(chan struct{}), make(chan error)
-	go func() {
-		done <- holder.Tx(ctx, func(tx *Tx) error {
-			close(held)
-			<-release
-			return nil
-		})
-	}()
-	<-held
-	calls := map[string]func(ctx context.Context) error{
+	t.Cleanup(func() { holder.Close() })
+	calls = map[string]func(ctx context.Context) error{
 		"enqueue": func(ctx context.Context) error { _, err := db.Queue("q").Enqueue(ctx, 1, nil); return err },
 		"exec":    func(ctx context.Context) error { return db.Exec(ctx, "CREATE TABLE t(a)") },
 		"tx":      func(ctx context.Context) error { return db.Tx(ctx, func(tx *Tx) error { return nil }) },
 		"claim":   func(ctx context.Context) error { _, err := db.Queue("q").Claim(ctx, "w", 1, 0); return err },
 	}
+	return db, holder, calls
+}
+
+// holdLock makes holder hold the write lock (an open Tx) until release, which
+// returns once that Tx has ended.
+func holdLock(t *testing.T, holder *DB) (release func()) {
+	t.Helper()
+	held, free, done := make(chan struct{}), make(chan struct{}), make(chan error)
+	go func() {
+		done <- holder.Tx(context.Background(), func(tx *Tx) error { close(held); <-free; return nil })
+	}()
+	<-held
+	return func() {
+		close(free)
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A call whose ctx was cancelled while it waited for another connection's write lock
+// returned a bare ErrBusy at the busy timeout, as if nobody had cancelled it: it now
+// also matches ErrInterrupted and context.Canceled (as a wait the context ended does),
+// and nothing is written.
+func TestCancelledWhileWaitingForTheLockSaysSo(t *testing.T) {
+	db, holder, calls := lockWaiters(t, 200*time.Millisecond)
+	ctx := context.Background()
+	release := holdLock(t, holder)
 	for name, f := range calls {
 		err := f(&cancelledAfterFirstLook{Context: ctx})
 		if !errors.Is(err, context.Canceled) || !errors.Is(err, ErrInterrupted) || !errors.Is(err, ErrBusy) {
 			t.Errorf("%s: want context.Canceled, ErrInterrupted and ErrBusy, got %v", name, err)
 		}
 	}
-	close(release)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	release()
 	st, err := db.Queue("q").Stats(ctx)
 	if err != nil || st.Pending != 0 {
 		t.Fatalf("nothing may be written: %+v %v", st, err)
 	}
 	// a ctx never cancelled: ErrBusy alone, as before
-	held2, release2 := make(chan struct{}), make(chan struct{})
-	go func() {
-		done <- holder.Tx(ctx, func(tx *Tx) error { close(held2); <-release2; return nil })
-	}()
-	<-held2
+	release = holdLock(t, holder)
 	_, err = db.Queue("q").Enqueue(ctx, 1, nil)
-	close(release2)
-	<-done
+	release()
 	if !errors.Is(err, ErrBusy) || errors.Is(err, context.Canceled) || errors.Is(err, ErrInterrupted) {
 		t.Fatalf("want ErrBusy alone, got %v", err)
 	}
@@ -89,29 +97,9 @@ func TestCancelledWhileWaitingForTheLockSaysSo(t *testing.T) {
 // context.Canceled, not ErrBusy, nothing written; a deadline that passes meanwhile
 // is ErrTimeout and context.DeadlineExceeded.
 func TestCancelEndsTheLockWait(t *testing.T) {
-	f := filepath.Join(t.TempDir(), "a.db")
 	// (a broken cancel would hang the test, not pass it)
-	db, err := Open(f, &Options{BusyTimeout: 10 * time.Minute})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer db.Close()
-	holder, err := Open(f, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer holder.Close()
-	held, release, done := make(chan struct{}), make(chan struct{}), make(chan error)
-	go func() {
-		done <- holder.Tx(context.Background(), func(tx *Tx) error { close(held); <-release; return nil })
-	}()
-	<-held
-	calls := map[string]func(ctx context.Context) error{
-		"enqueue": func(ctx context.Context) error { _, err := db.Queue("q").Enqueue(ctx, 1, nil); return err },
-		"exec":    func(ctx context.Context) error { return db.Exec(ctx, "CREATE TABLE t(a)") },
-		"tx":      func(ctx context.Context) error { return db.Tx(ctx, func(tx *Tx) error { return nil }) },
-		"claim":   func(ctx context.Context) error { _, err := db.Queue("q").Claim(ctx, "w", 1, 0); return err },
-	}
+	db, holder, calls := lockWaiters(t, 10*time.Minute)
+	release := holdLock(t, holder)
 	for name, call := range calls {
 		ctx, cancel := context.WithCancel(context.Background())
 		time.AfterFunc(20*time.Millisecond, cancel)
@@ -126,10 +114,7 @@ func TestCancelEndsTheLockWait(t *testing.T) {
 			t.Errorf("%s with a deadline: want context.DeadlineExceeded and ErrTimeout, got %v", name, err)
 		}
 	}
-	close(release)
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
+	release()
 	st, err := db.Queue("q").Stats(context.Background())
 	if err != nil || st.Pending != 0 {
 		t.Fatalf("nothing may be written: %+v %v", st, err)
