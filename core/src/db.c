@@ -955,20 +955,24 @@ void tocsin_sqlite_leave(tocsin_db *db) {
 }
 
 /*
- * The name under which another connection reaches conn's main database, or
- * NULL when none can: an in-memory or temporary database (no name), or a
- * memdb image (sqlite3_deserialize, vfs=memdb) whose name does not begin with
- * '/', which SQLite shares with no other connection -- another open of that
- * name would make a new, empty database.
+ * The name under which another connection reaches db's main database, or NULL
+ * (TOCSIN_INVALID set, led by `what`) when none can: an in-memory or temporary
+ * database (no name), or a memdb image (sqlite3_deserialize, vfs=memdb) whose
+ * name does not begin with '/', which SQLite shares with no other connection --
+ * another open of that name would make a new, empty database.
  */
-const char *tc_shared_path(sqlite3 *conn) {
-    const char *path = sqlite3_db_filename(conn, "main");
+const char *tc_shared_path(tocsin_db *db, const char *what) {
+    const char *path = sqlite3_db_filename(db->conn, "main");
     sqlite3_vfs *vfs = NULL;
-    if (!path || !*path) return NULL;
-    if (sqlite3_file_control(conn, "main", SQLITE_FCNTL_VFS_POINTER, &vfs) == SQLITE_OK && vfs && vfs->zName &&
-        strcmp(vfs->zName, "memdb") == 0 && path[0] != '/')
-        return NULL;
-    return path;
+    if (path && *path &&
+        !(sqlite3_file_control(db->conn, "main", SQLITE_FCNTL_VFS_POINTER, &vfs) == SQLITE_OK && vfs &&
+          vfs->zName && strcmp(vfs->zName, "memdb") == 0 && path[0] != '/'))
+        return path;
+    tc_err(db, TOCSIN_INVALID,
+           "%s; this handle's database is in memory or temporary (or a memdb image no other connection "
+           "shares: deserialized, or named without a leading '/'), which no other connection can open",
+           what);
+    return NULL;
 }
 
 /*
@@ -1010,15 +1014,13 @@ int tc_open_sibling(sqlite3 *from, sqlite3 **out, int flags) {
 /* A handle of its own on db's file, with db's clock, limits and busy timeout.
  * Journal mode and schema are left as they are. */
 int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only) {
-    const char *path = tc_shared_path(db->conn);
+    const char *path;
     tocsin_open_opts o = TOCSIN_OPEN_OPTS_INIT;
     sqlite3 *conn = NULL;
     int rc;
     *out = NULL;
     if (tc_inherited(db)) return TC_ERRCODE;
-    if (!path || !*path)
-        return tc_err(db, TOCSIN_INVALID, "the database is in memory or temporary (or a memdb image, deserialized or named without a "
-                      "leading '/', that SQLite shares with no other connection): no other connection can open it");
+    if (!(path = tc_shared_path(db, "listeners and stream subscriptions need a database file"))) return TC_ERRCODE;
     /* db's VFS (its locks are the ones db's connection takes) and URI parameters */
     rc = tc_open_sibling(db->conn, &conn,
                          (read_only ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE) | SQLITE_OPEN_NOMUTEX);
@@ -1558,14 +1560,10 @@ int tocsin_exec(tocsin_db *db, const char *sql) {
 
 /* A connection of db's file for a transaction handle, set up like db's own. */
 static int tx_new(tocsin_db *db, tocsin_db **out) {
-    const char *path = tc_shared_path(db->conn);
     tocsin_db *tx;
     int rc;
     *out = NULL;
-    if (!path || !*path)
-        return tc_err(db, TOCSIN_INVALID,
-                      "transaction handles need a database file; this handle's database is in memory or "
-                      "temporary (or a memdb image no other connection shares)");
+    if (!tc_shared_path(db, "transaction handles need a database file")) return TC_ERRCODE;
     if (!(tx = alloc_db())) return tc_err(db, TOCSIN_NOMEM, "transaction: out of memory");
     rc = tc_open_sibling(db->conn, &tx->conn, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX);
     tx->owns_conn = 1;

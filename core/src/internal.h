@@ -192,8 +192,9 @@ void tc_identify(tocsin_db *db);
 int tc_open_private(tocsin_db *db, tocsin_db **out, int read_only);
 /* another connection to conn's main file: its VFS and URI parameters (db.c) */
 int tc_open_sibling(sqlite3 *from, sqlite3 **out, int flags);
-/* conn's main database's name for another connection; NULL: none can open it (db.c) */
-const char *tc_shared_path(sqlite3 *conn);
+/* db's main database's name for another connection; NULL (error set, led by
+ * `what`) when none can open it (db.c) */
+const char *tc_shared_path(tocsin_db *db, const char *what);
 
 /* ---- statements (db.c) ---- */
 /* A cached, reset statement for static SQL text `sql`; NULL (error set) on failure. */

@@ -528,16 +528,7 @@ static int wk_state(tocsin_db *db) {
 }
 
 /* The handle's database path, or NULL (message set) for in-memory/temporary ones. */
-static const char *wk_path(tocsin_db *db) {
-    const char *path = tc_shared_path(db->conn);
-    if (!path) {
-        tc_err(db, TOCSIN_INVALID,
-               "the wake engine needs a database file; this handle's database is in memory or temporary "
-               "(or a memdb image no other connection shares)");
-        return NULL;
-    }
-    return path;
-}
+static const char *wk_path(tocsin_db *db) { return tc_shared_path(db, "the wake engine needs a database file"); }
 
 /* The identity of the file db's path names now; TOCSIN_REPLACED when it is
  * no longer the file the handle opened (a watcher on it would watch a stranger). */
