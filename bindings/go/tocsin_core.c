@@ -6361,10 +6361,10 @@ static const char SQL_PRUNE_KEEP[] =
     "DELETE FROM _tocsin_notifications WHERE id IN (SELECT id FROM (SELECT id,"
     " row_number() OVER (PARTITION BY channel ORDER BY id DESC) AS n"
     " FROM _tocsin_notifications) WHERE n > ?1)";
-/* json_valid first: a damaged policy is reported as such, not as SQLite's
- * "malformed JSON" on every notify */
-/* 1 when the policy is as tocsin_notify_set_autotrim writes it: an object whose
- * three members are integers (their ranges checked in C) */
+/* The first column is 1 when the policy has the shape tocsin_notify_set_autotrim
+ * writes (an object of three integers; their ranges are checked in C).
+ * json_valid first: a damaged policy is reported as such, not as SQLite's
+ * "malformed JSON" on every notify. */
 static const char SQL_AUTOTRIM_GET[] =
     "SELECT CASE WHEN json_valid(value) AND json_type(value) = 'object' THEN"
     "  json_type(value, '$.one_in') = 'integer' AND json_type(value, '$.max_age_ms') = 'integer'"
@@ -6423,7 +6423,7 @@ static int autotrim(tocsin_db *db) {
                       "SQL, tocsin_notify_set_autotrim in C)");
     }
     sqlite3_reset(st);
-    if (one_in < 1 || tc_random() % (uint64_t)one_in != 0) return TOCSIN_OK;
+    if (tc_random() % (uint64_t)one_in != 0) return TOCSIN_OK;
     return prune(db, &n, age, keep);
 }
 
@@ -8735,14 +8735,10 @@ static int cron_parse_fields(tocsin_cron *c, const char *expr, char *err, size_t
                                  "day-of-week, optionally led by seconds), got %d", nf);
     first = nf == 6 ? CF_SEC : CF_MIN;
     /* six fields whose last is a year (Quartz and some crons end with one) */
-    if (nf == 6 && len[5] == 4) {
-        for (i = 0; i < 4 && f[5][i] >= '0' && f[5][i] <= '9'; i++) {
-        }
-        if (i == 4 && f[5][0] >= '1')
-            return cron_fail(err, n, "the sixth field \"%.4s\" reads as a year, and cron here has no year "
-                                     "field: six fields are second minute hour day-of-month month day-of-week",
-                             f[5]);
-    }
+    if (nf == 6 && len[5] == 4 && strspn(f[5], "0123456789") == 4 && f[5][0] != '0')
+        return cron_fail(err, n, "the sixth field \"%.4s\" reads as a year, and cron here has no year "
+                                 "field: six fields are second minute hour day-of-month month day-of-week",
+                         f[5]);
     c->sec = 1; /* 5 fields: second 0 */
     for (i = 0; i < nf; i++) {
         int field = first + i;

@@ -305,14 +305,10 @@ static int cron_parse_fields(tocsin_cron *c, const char *expr, char *err, size_t
                                  "day-of-week, optionally led by seconds), got %d", nf);
     first = nf == 6 ? CF_SEC : CF_MIN;
     /* six fields whose last is a year (Quartz and some crons end with one) */
-    if (nf == 6 && len[5] == 4) {
-        for (i = 0; i < 4 && f[5][i] >= '0' && f[5][i] <= '9'; i++) {
-        }
-        if (i == 4 && f[5][0] >= '1')
-            return cron_fail(err, n, "the sixth field \"%.4s\" reads as a year, and cron here has no year "
-                                     "field: six fields are second minute hour day-of-month month day-of-week",
-                             f[5]);
-    }
+    if (nf == 6 && len[5] == 4 && strspn(f[5], "0123456789") == 4 && f[5][0] != '0')
+        return cron_fail(err, n, "the sixth field \"%.4s\" reads as a year, and cron here has no year "
+                                 "field: six fields are second minute hour day-of-month month day-of-week",
+                         f[5]);
     c->sec = 1; /* 5 fields: second 0 */
     for (i = 0; i < nf; i++) {
         int field = first + i;

@@ -20,10 +20,10 @@ static const char SQL_PRUNE_KEEP[] =
     "DELETE FROM _tocsin_notifications WHERE id IN (SELECT id FROM (SELECT id,"
     " row_number() OVER (PARTITION BY channel ORDER BY id DESC) AS n"
     " FROM _tocsin_notifications) WHERE n > ?1)";
-/* json_valid first: a damaged policy is reported as such, not as SQLite's
- * "malformed JSON" on every notify */
-/* 1 when the policy is as tocsin_notify_set_autotrim writes it: an object whose
- * three members are integers (their ranges checked in C) */
+/* The first column is 1 when the policy has the shape tocsin_notify_set_autotrim
+ * writes (an object of three integers; their ranges are checked in C).
+ * json_valid first: a damaged policy is reported as such, not as SQLite's
+ * "malformed JSON" on every notify. */
 static const char SQL_AUTOTRIM_GET[] =
     "SELECT CASE WHEN json_valid(value) AND json_type(value) = 'object' THEN"
     "  json_type(value, '$.one_in') = 'integer' AND json_type(value, '$.max_age_ms') = 'integer'"
@@ -82,7 +82,7 @@ static int autotrim(tocsin_db *db) {
                       "SQL, tocsin_notify_set_autotrim in C)");
     }
     sqlite3_reset(st);
-    if (one_in < 1 || tc_random() % (uint64_t)one_in != 0) return TOCSIN_OK;
+    if (tc_random() % (uint64_t)one_in != 0) return TOCSIN_OK;
     return prune(db, &n, age, keep);
 }
 
