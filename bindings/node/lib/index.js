@@ -644,12 +644,11 @@ class Database {
     this._closed = true;
   }
 
-  /** Runs fn(tx) in a write transaction: committed when fn resolves, rolled back when it throws. */
   /**
-   * Runs fn(tx) in a write transaction. { signal }: aborted while the transaction
-   * waits for the write lock, that wait ends (nothing begun); aborted before fn
-   * settles, the transaction rolls back instead of committing. Either way the
-   * promise rejects with the signal's reason.
+   * Runs fn(tx) in a write transaction: committed when fn resolves, rolled back when it
+   * throws. { signal }: aborted while the transaction waits for the write lock, that
+   * wait ends (nothing begun); aborted before fn settles, the transaction rolls back
+   * instead of committing. Either way the promise rejects with the signal's reason.
    */
   async transaction(fn, o) {
     o = opts(o, 'db.transaction() options', ['signal']);
