@@ -8,7 +8,7 @@ const { test } = require('node:test');
 const assert = require('node:assert/strict');
 const path = require('path');
 const tocsin = require('..');
-const { tmpdb, run } = require('./helpers');
+const { tmpdb, run, holdWriteLock } = require('./helpers');
 
 const PKG = path.resolve(__dirname, '..');
 
@@ -189,16 +189,7 @@ test('close() ends a pool call waiting for the write lock with ClosedError, not 
   const db = tocsin.open(file, { busyTimeout: 60000 });
   await db.queue('q').enqueue(1);
   const other = tocsin.open(file);
-  let release;
-  const held = new Promise((r) => { release = r; });
-  let entered;
-  const inTx = new Promise((r) => { entered = r; });
-  const txDone = other.transaction(async (tx) => {
-    await other.queue('q').enqueue(0, { tx });
-    entered();
-    await held;
-  });
-  await inTx;
+  const release = await holdWriteLock(other, 0);
   const waiting = db.queue('q').enqueue(2).then(() => 'enqueued', (e) => e);
   await new Promise((r) => setTimeout(r, 100)); // on the pool, in its lock wait
   const closed = db.close();
@@ -206,8 +197,7 @@ test('close() ends a pool call waiting for the write lock with ClosedError, not 
     new Promise((r) => setTimeout(() => r('still waiting after 30 s'), 30000).unref())]);
   assert.ok(outcome instanceof tocsin.ClosedError, String(outcome));
   await closed;
-  release();
-  await txDone;
+  await release();
   assert.equal((await other.queue('q').stats()).pending, 2);
   await other.close();
 });

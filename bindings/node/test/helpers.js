@@ -14,6 +14,25 @@ function tmpdb(name = 'test.db') {
   return path.join(tmpdir(), name);
 }
 
+/**
+ * Makes `db` hold the write lock: a transaction that enqueues `payload` on queue 'q'
+ * and stays open. Resolves, once it holds it, to release(), which ends the
+ * transaction (committing) and resolves when it has.
+ */
+async function holdWriteLock(db, payload) {
+  let free;
+  const freed = new Promise((r) => { free = r; });
+  let holding;
+  const held = new Promise((r) => { holding = r; });
+  const done = db.transaction(async (tx) => {
+    await db.queue('q').enqueue(payload, { tx });
+    holding();
+    await freed;
+  });
+  await held;
+  return () => { free(); return done; };
+}
+
 /** The Python of build/venv (tocsin's Python binding installed), or null. */
 function python() {
   const p = process.env.TOCSIN_TEST_PYTHON;
@@ -54,4 +73,4 @@ function spawnUntil(cmd, args, marker, opts = {}) {
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
-module.exports = { ROOT, tmpdir, tmpdb, python, run, spawnUntil, sleep, spawnSync };
+module.exports = { ROOT, tmpdir, tmpdb, python, run, spawnUntil, sleep, spawnSync, holdWriteLock };

@@ -5,7 +5,7 @@
 const { test } = require('node:test');
 const assert = require('node:assert/strict');
 const tocsin = require('..');
-const { tmpdb } = require('./helpers');
+const { tmpdb, holdWriteLock } = require('./helpers');
 
 // (a liveness bound: a wait the abort does not end would otherwise hang the suite)
 function within(p, ms, what) {
@@ -20,16 +20,7 @@ test('an abort ends the wait for the write lock; nothing is begun', async () => 
   const file = tmpdb();
   const db = tocsin.open(file, { busyTimeout: 600000 });
   const holder = tocsin.open(file);
-  let release;
-  const released = new Promise((r) => { release = r; });
-  let holding;
-  const held = new Promise((r) => { holding = r; });
-  const holderTx = holder.transaction(async (tx) => {
-    await holder.queue('q').enqueue('held', { tx });
-    holding();
-    await released;
-  });
-  await held;
+  const release = await holdWriteLock(holder, 'held');
   const ac = new AbortController();
   const reason = new Error('the request went away');
   setTimeout(() => ac.abort(reason), 20);
@@ -37,8 +28,7 @@ test('an abort ends the wait for the write lock; nothing is begun', async () => 
   await within(assert.rejects(db.transaction(async () => { ran = true; }, { signal: ac.signal }),
     (e) => e === reason), 30000, 'the aborted transaction');
   assert.equal(ran, false);
-  release();
-  await holderTx;
+  await release();
   // the lock is free again and nothing of the aborted one was begun or kept
   await db.transaction(async (tx) => { await db.queue('q').enqueue('after', { tx }); });
   const jobs = await db.queue('q').claimBatch(5, 'w');
